@@ -1,0 +1,339 @@
+"""Data types: scalar, vector and pointer DTypes, the promotion lattice, and conversions to numpy/torch/struct."""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Final, Union
+
+ConstType = Union[float, int, bool]
+
+
+@dataclass(frozen=True, eq=True)
+class DType:
+    """A scalar (count == 1) or vector (count > 1) element type.
+
+    `priority` orders types for promotion tie-breaks, `itemsize` is the size in bytes of one scalar, `fmt` is the
+    struct/numpy format character (None where numpy has no such type), `name` is the canonical name.
+    """
+
+    priority: int
+    itemsize: int
+    name: str
+    fmt: str | None
+    count: int = 1
+    _scalar: "DType | None" = None
+
+    @property
+    def scalar(self) -> "DType":
+        """The element type of a vector dtype (itself for a scalar)."""
+        return self._scalar if self._scalar is not None else self
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes taken by one value of this dtype (vector included)."""
+        return self.itemsize * self.count
+
+    def vec(self, size: int) -> "DType":
+        """The vector dtype of `size` lanes of this scalar dtype."""
+        if self.count != 1:
+            raise ValueError(f"cannot vectorize {self}: it is already a vector of {self.count}")
+        if size == 1 or self.name == "void":
+            return self
+        return DType(self.priority, self.itemsize, f"{self.name}{size}", None, size, self)
+
+    def ptr(self, size: int = -1, addrspace: str = "global") -> "PtrDType":
+        """A pointer to `size` elements of this dtype in `addrspace` ('global', 'local' or 'reg')."""
+        return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, addrspace, size)
+
+    def __repr__(self) -> str:
+        if self.count > 1:
+            return f"{self.scalar!r}.vec({self.count})"
+        return f"dtypes.{INVERSE_NAMES.get(self, self.name)}"
+
+    def __lt__(self, other: "DType") -> bool:
+        return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name,
+                                                                        other.count)
+
+    @property
+    def min(self) -> ConstType:
+        """The smallest finite value of this dtype."""
+        return dtypes.min(self)
+
+    @property
+    def max(self) -> ConstType:
+        """The largest finite value of this dtype."""
+        return dtypes.max(self)
+
+
+@dataclass(frozen=True, eq=True)
+class PtrDType(DType):
+    """A pointer to elements of `base` in an address space, with a known element count (`size`, -1 if unknown)."""
+
+    base: DType = None  # type: ignore[assignment]
+    addrspace: str = "global"
+    size: int = -1
+
+    def __repr__(self) -> str:
+        return f"{self.base!r}.ptr({self.size}{'' if self.addrspace == 'global' else ', ' + repr(self.addrspace)})"
+
+
+class dtypes:  # noqa: N801 - mirrors the public name
+    """The namespace of every dtype, with predicates, limits and promotion helpers."""
+
+    void: Final[DType] = DType(-1, 0, "void", None)
+    bool: Final[DType] = DType(0, 1, "bool", "?")
+    int8: Final[DType] = DType(1, 1, "char", "b")
+    uint8: Final[DType] = DType(2, 1, "unsigned char", "B")
+    int16: Final[DType] = DType(3, 2, "short", "h")
+    uint16: Final[DType] = DType(4, 2, "unsigned short", "H")
+    int32: Final[DType] = DType(5, 4, "int", "i")
+    uint32: Final[DType] = DType(6, 4, "unsigned int", "I")
+    int64: Final[DType] = DType(7, 8, "long", "q")
+    uint64: Final[DType] = DType(8, 8, "unsigned long", "Q")
+    fp8e4m3: Final[DType] = DType(9, 1, "float8_e4m3", None)
+    fp8e5m2: Final[DType] = DType(10, 1, "float8_e5m2", None)
+    float16: Final[DType] = DType(11, 2, "half", "e")
+    bfloat16: Final[DType] = DType(12, 2, "__bf16", None)
+    float32: Final[DType] = DType(13, 4, "float", "f")
+    float64: Final[DType] = DType(14, 8, "double", "d")
+
+    # aliases
+    half = float16
+    float = float32
+    double = float64
+    char = int8
+    uchar = uint8
+    short = int16
+    ushort = uint16
+    int = int32
+    uint = uint32
+    long = int64
+    ulong = uint64
+    fp8e4m3fnuz = fp8e4m3
+    fp8e5m2fnuz = fp8e5m2
+
+    default_float: DType = float32
+    default_int: DType = int32
+
+    @staticmethod
+    def is_float(x: DType) -> bool:
+        """True for floating point dtypes (including fp8 and vectors of floats)."""
+        return x.scalar in dtypes.floats
+
+    @staticmethod
+    def is_int(x: DType) -> bool:
+        """True for signed and unsigned integer dtypes (not bool)."""
+        return x.scalar in dtypes.ints
+
+    @staticmethod
+    def is_unsigned(x: DType) -> bool:
+        """True for unsigned integer dtypes."""
+        return x.scalar in dtypes.uints
+
+    @staticmethod
+    def is_bool(x: DType) -> bool:
+        """True for the bool dtype."""
+        return x.scalar == dtypes.bool
+
+    @staticmethod
+    def from_py(x: Any) -> DType:
+        """The dtype a Python value (or nested list/tuple of values) gets: float, bool or int defaults."""
+        if x.__class__ is float:
+            return dtypes.default_float
+        if x.__class__ is bool:
+            return dtypes.bool
+        if x.__class__ is int:
+            return dtypes.default_int
+        if isinstance(x, (list, tuple)):
+            return max((dtypes.from_py(item) for item in x), default=dtypes.default_float)
+        raise TypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}: pass dtype= explicitly")
+
+    @staticmethod
+    def as_const(value: Any, dtype: DType) -> ConstType:
+        """`value` converted to the Python type that holds constants of `dtype` (wrapping integers)."""
+        if isinstance(value, tuple):
+            return tuple(dtypes.as_const(item, dtype) for item in value)  # type: ignore[return-value]
+        if dtypes.is_int(dtype):
+            value = int(value)
+            bits = 8 * dtype.scalar.itemsize
+            value &= (1 << bits) - 1
+            if not dtypes.is_unsigned(dtype) and value >= 1 << (bits - 1):
+                value -= 1 << bits
+            return value
+        if dtypes.is_float(dtype):
+            return float(value)
+        return bool(value)
+
+    @staticmethod
+    def min(dtype: DType) -> ConstType:
+        """The smallest value of `dtype` (-inf for floats)."""
+        if dtypes.is_int(dtype):
+            return 0 if dtypes.is_unsigned(dtype) else -(2 ** (dtype.scalar.itemsize * 8 - 1))
+        return -math.inf if dtypes.is_float(dtype) else False
+
+    @staticmethod
+    def max(dtype: DType) -> ConstType:
+        """The largest value of `dtype` (inf for floats)."""
+        if dtypes.is_int(dtype):
+            bits = dtype.scalar.itemsize * 8
+            return 2 ** bits - 1 if dtypes.is_unsigned(dtype) else 2 ** (bits - 1) - 1
+        return math.inf if dtypes.is_float(dtype) else True
+
+    @staticmethod
+    def finfo(dtype: DType) -> tuple[int, int]:
+        """(exponent bits, mantissa bits) of a floating point dtype."""
+        if not dtypes.is_float(dtype):
+            raise ValueError(f"finfo needs a floating point dtype, got {dtype}")
+        return FLOAT_BITS[dtype.scalar]
+
+    @staticmethod
+    def fields() -> dict[str, DType]:
+        """Every named dtype, aliases included, by name."""
+        return DTYPES_DICT
+
+    floats: tuple[DType, ...] = ()
+    uints: tuple[DType, ...] = ()
+    sints: tuple[DType, ...] = ()
+    ints: tuple[DType, ...] = ()
+    all: tuple[DType, ...] = ()
+    fp8s: tuple[DType, ...] = ()
+
+
+dtypes.fp8s = (dtypes.fp8e4m3, dtypes.fp8e5m2)
+dtypes.floats = dtypes.fp8s + (dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64)
+dtypes.uints = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
+dtypes.sints = (dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64)
+dtypes.ints = dtypes.uints + dtypes.sints
+dtypes.all = (dtypes.bool,) + dtypes.ints + dtypes.floats
+dtypes.int8s = (dtypes.int8, dtypes.uint8)  # type: ignore[attr-defined]
+dtypes.int16s = (dtypes.int16, dtypes.uint16)  # type: ignore[attr-defined]
+dtypes.int32s = (dtypes.int32, dtypes.uint32)  # type: ignore[attr-defined]
+dtypes.int64s = (dtypes.int64, dtypes.uint64)  # type: ignore[attr-defined]
+dtypes.fp8_ocp = dtypes.fp8s  # type: ignore[attr-defined]
+dtypes.fp8_fnuz = dtypes.fp8s  # type: ignore[attr-defined]
+
+FLOAT_BITS: dict[DType, tuple[int, int]] = {
+    dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),
+    dtypes.float32: (8, 23), dtypes.float64: (11, 52)}
+
+DTYPES_DICT: dict[str, DType] = {
+    name: value for name, value in vars(dtypes).items() if isinstance(value, DType) and not name.startswith("_")
+    and name not in ("default_float", "default_int")}
+INVERSE_NAMES: dict[DType, str] = {}
+for _name in ("void", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "fp8e4m3",
+              "fp8e5m2", "float16", "bfloat16", "float32", "float64"):
+    INVERSE_NAMES[DTYPES_DICT[_name]] = _name
+
+DTypeLike = Union[str, DType]
+
+
+def to_dtype(x: DTypeLike) -> DType:
+    """A DType from a DType or its name ('float32', 'half', 'int', ...); a clear error for unknown names."""
+    if isinstance(x, DType):
+        return x
+    if isinstance(x, str) and x in DTYPES_DICT:
+        return DTYPES_DICT[x]
+    raise TypeError(f"unknown dtype {x!r}: use a tinycore.dtypes member such as dtypes.float32, or one of "
+                    f"{sorted(INVERSE_NAMES.values())}")
+
+
+# The promotion lattice: each dtype lists the dtypes directly above it. The least upper bound of a set of dtypes is
+# the lowest-priority dtype that is reachable from all of them; it matches torch's rules for tensor-tensor pairs.
+PROMOTION_LATTICE: dict[DType, tuple[DType, ...]] = {
+    dtypes.bool: (dtypes.int8, dtypes.uint8), dtypes.int8: (dtypes.int16,), dtypes.int16: (dtypes.int32,),
+    dtypes.int32: (dtypes.int64,), dtypes.int64: dtypes.fp8s,
+    dtypes.uint8: (dtypes.int16, dtypes.uint16), dtypes.uint16: (dtypes.int32, dtypes.uint32),
+    dtypes.uint32: (dtypes.int64, dtypes.uint64), dtypes.uint64: dtypes.fp8s,
+    dtypes.fp8e5m2: (dtypes.float16, dtypes.bfloat16), dtypes.fp8e4m3: (dtypes.float16, dtypes.bfloat16),
+    dtypes.float16: (dtypes.float32,), dtypes.bfloat16: (dtypes.float32,), dtypes.float32: (dtypes.float64,)}
+
+
+@functools.cache
+def _upper_bounds(dtype: DType) -> frozenset[DType]:
+    bounds = {dtype}
+    for parent in PROMOTION_LATTICE.get(dtype, ()):
+        bounds |= _upper_bounds(parent)
+    return frozenset(bounds)
+
+
+def least_upper_dtype(*ds: DType) -> DType:
+    """The smallest dtype every one of `ds` promotes to (the promotion result of a binary op)."""
+    if not ds:
+        raise ValueError("least_upper_dtype needs at least one dtype")
+    common = functools.reduce(frozenset.intersection, (_upper_bounds(d.scalar) for d in ds))
+    if not common:
+        raise TypeError(f"no common dtype for {ds}")
+    return min(common)
+
+
+def least_upper_float(dtype: DType) -> DType:
+    """`dtype` if it is a float, else the default float (the result dtype of exp, sqrt, division...)."""
+    return dtype if dtypes.is_float(dtype) else least_upper_dtype(dtype, dtypes.default_float)
+
+
+def sum_acc_dtype(dtype: DType) -> DType:
+    """The dtype `sum` accumulates and returns in: unsigned -> uint32+, signed/bool -> int32+, floats keep theirs."""
+    if dtypes.is_unsigned(dtype):
+        return least_upper_dtype(dtype, dtypes.uint32)
+    if dtypes.is_int(dtype) or dtype == dtypes.bool:
+        return least_upper_dtype(dtype, dtypes.int32)
+    return least_upper_dtype(dtype, dtypes.default_float)
+
+
+def truncate(value: ConstType, dtype: DType) -> ConstType:
+    """`value` as a constant of `dtype` would hold it (integer wrap-around, float32 rounding)."""
+    import struct
+    if dtypes.is_int(dtype) or dtype == dtypes.bool:
+        return dtypes.as_const(value, dtype)
+    if dtype.scalar == dtypes.float32 and math.isfinite(value):
+        try:
+            return struct.unpack("f", struct.pack("f", value))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    if dtype.scalar == dtypes.float16 and math.isfinite(value):
+        try:
+            return struct.unpack("e", struct.pack("e", value))[0]
+        except OverflowError:
+            return math.copysign(math.inf, value)
+    return float(value)
+
+
+def to_numpy_dtype(dtype: DType) -> Any:
+    """The numpy dtype of `dtype`; a clear error where numpy has none (bfloat16, fp8)."""
+    import numpy
+    if dtype.fmt is None:
+        raise TypeError(f"numpy has no {dtype}: cast to dtypes.float32 first (.float())")
+    return numpy.dtype(dtype.fmt)
+
+
+def from_numpy_dtype(numpy_dtype: Any) -> DType:
+    """The DType of a numpy dtype; a clear error for ones tinycore does not have."""
+    import numpy
+    numpy_dtype = numpy.dtype(numpy_dtype)
+    for dtype in (dtypes.bool,) + dtypes.ints + (dtypes.float16, dtypes.float32, dtypes.float64):
+        if dtype.fmt is not None and numpy.dtype(dtype.fmt) == numpy_dtype:
+            return dtype
+    raise TypeError(f"numpy dtype {numpy_dtype} has no tinycore equivalent")
+
+
+_TORCH_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8", dtypes.int16: "int16",
+                dtypes.uint16: "uint16", dtypes.int32: "int32", dtypes.uint32: "uint32", dtypes.int64: "int64",
+                dtypes.uint64: "uint64", dtypes.float16: "float16", dtypes.bfloat16: "bfloat16",
+                dtypes.float32: "float32", dtypes.float64: "float64", dtypes.fp8e4m3: "float8_e4m3fn",
+                dtypes.fp8e5m2: "float8_e5m2"}
+
+
+def to_torch_dtype(dtype: DType) -> Any:
+    """The torch dtype of `dtype` (imports torch)."""
+    import torch
+    return getattr(torch, _TORCH_NAMES[dtype.scalar])
+
+
+def from_torch_dtype(torch_dtype: Any) -> DType:
+    """The DType of a torch dtype."""
+    for dtype, name in _TORCH_NAMES.items():
+        if str(torch_dtype) == f"torch.{name}":
+            return dtype
+    raise TypeError(f"torch dtype {torch_dtype} has no tinycore equivalent")
+

@@ -1,0 +1,238 @@
+"""Small shared helpers: environment variables, Context/ContextVar, shape utilities, the disk cache directory.
+
+This is the one module that reads environment variables; everything else asks it.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import pathlib
+import sys
+from typing import Any, Iterable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+@functools.cache
+def getenv(key: str, default: Any = 0) -> Any:
+    """The environment variable `key` converted to the type of `default` (cached: read once per process)."""
+    value = os.environ.get(key)
+    if value is None:
+        return default
+    return type(default)(value)
+
+
+def environ(key: str, default: str | None = None) -> str | None:
+    """The raw, uncached environment variable `key` (for values that tests change at run time)."""
+    return os.environ.get(key, default)
+
+
+class ContextVar:
+    """A named setting whose value comes from the environment and can be changed temporarily with Context.
+
+    Integer settings (DEBUG, BEAM, ...) compare like ints: `if DEBUG >= 2:`. String settings (DEV) hold strings.
+    """
+
+    _cache: dict[str, "ContextVar"] = {}
+    value: Any
+    key: str
+
+    def __init__(self, key: str, default_value: Any):
+        if key in ContextVar._cache:
+            raise RuntimeError(f"ContextVar {key} is already defined")
+        self.key = key
+        self.value = getenv(key, default_value)
+        ContextVar._cache[key] = self
+
+    def __bool__(self) -> bool:
+        return bool(self.value)
+
+    def __ge__(self, other: Any) -> bool:
+        return self.value >= other
+
+    def __gt__(self, other: Any) -> bool:
+        return self.value > other
+
+    def __lt__(self, other: Any) -> bool:
+        return self.value < other
+
+    def __le__(self, other: Any) -> bool:
+        return self.value <= other
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.value == other)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"ContextVar({self.key}={self.value!r})"
+
+
+class Context(contextlib.ContextDecorator):
+    """Temporarily set ContextVars: `with Context(DEBUG=2, DEV="CPU"): ...` (also usable as a decorator)."""
+
+    def __init__(self, **kwargs: Any):
+        unknown = [key for key in kwargs if key not in ContextVar._cache]
+        if unknown:
+            raise KeyError(f"Context got unknown setting(s) {unknown}; known: {sorted(ContextVar._cache)}")
+        self.kwargs = kwargs
+        self.saved: list[dict[str, Any]] = []
+
+    def __enter__(self) -> "Context":
+        self.saved.append({key: ContextVar._cache[key].value for key in self.kwargs})
+        for key, value in self.kwargs.items():
+            ContextVar._cache[key].value = value
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for key, value in self.saved.pop().items():
+            ContextVar._cache[key].value = value
+
+
+DEBUG = ContextVar("DEBUG", 0)
+BEAM = ContextVar("BEAM", 0)
+NOOPT = ContextVar("NOOPT", 0)
+TRAINING = ContextVar("TRAINING", 0)
+DEV = ContextVar("DEV", "")
+JIT = ContextVar("JIT", 1)
+SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
+NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
+CACHELEVEL = ContextVar("CACHELEVEL", 2)
+
+
+def prod(items: Iterable[Any], start: Any = 1) -> Any:
+    """The product of `items` (works on ints and symbolic UOps)."""
+    result = start
+    for item in items:
+        result = result * item
+    return result
+
+
+def dedup(items: Iterable[T]) -> list[T]:
+    """`items` without repeats, first occurrence kept."""
+    return list(dict.fromkeys(items))
+
+
+def argsort(items: Sequence[Any]) -> list[int]:
+    """The indices that sort `items`."""
+    return sorted(range(len(items)), key=items.__getitem__)
+
+
+def all_same(items: Sequence[Any]) -> bool:
+    """True when every element equals the first (and for an empty sequence)."""
+    return all(item == items[0] for item in items)
+
+
+def all_int(items: Iterable[Any]) -> bool:
+    """True when every element is a Python int (not a symbolic value)."""
+    return all(isinstance(item, int) for item in items)
+
+
+def flatten(items: Iterable[Iterable[T]]) -> list[T]:
+    """One level of nesting removed."""
+    return [item for inner in items for item in inner]
+
+
+def make_tuple(value: int | Sequence[int], count: int) -> tuple[int, ...]:
+    """`value` repeated `count` times if it is an int, else `value` as a tuple."""
+    return (value,) * count if isinstance(value, int) else tuple(value)
+
+
+def round_up(value: int, multiple: int) -> int:
+    """`value` rounded up to a multiple of `multiple`."""
+    return (value + multiple - 1) // multiple * multiple
+
+
+def ceildiv(numerator: Any, denominator: Any) -> Any:
+    """Ceiling division that works on ints and symbolic values."""
+    return -(numerator // -denominator)
+
+
+def strides_for_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
+    """Row-major (C order) strides of `shape`, with 0 for size-1 dimensions."""
+    strides: list[Any] = []
+    running: Any = 1
+    for size in reversed(shape):
+        strides.append(running if size != 1 else 0)
+        running = running * size
+    return tuple(reversed(strides))
+
+
+def cache_dir() -> pathlib.Path:
+    """The directory for on-disk caches (compiled kernels): $TINYCORE_CACHE_DIR, else XDG or ~/.cache."""
+    base = os.environ.get("TINYCORE_CACHE_DIR")
+    if base:
+        return pathlib.Path(base)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(xdg) / "tinycore"
+
+
+def colored(text: str, color: str | None, stream: Any = None) -> str:
+    """`text` in ANSI colour, unless NO_COLOR is set or `stream` (default stdout) is not a terminal."""
+    stream = stream if stream is not None else sys.stdout
+    if color is None or os.environ.get("NO_COLOR") is not None or not getattr(stream, "isatty", lambda: False)():
+        return text
+    codes = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36, "white": 37}
+    return f"\x1b[{codes[color]}m{text}\x1b[0m"
+
+
+@contextlib.contextmanager
+def temporary_environ(**values: str | None) -> Iterator[None]:
+    """Set (or unset with None) environment variables for the duration of a block."""
+    saved = {key: os.environ.get(key) for key in values}
+    try:
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def unwrap(value: T | None) -> T:
+    """`value`, asserting it is not None."""
+    assert value is not None
+    return value
+
+
+def is_power_of_two(value: int) -> bool:
+    """True for 1, 2, 4, 8, ..."""
+    return value > 0 and value & (value - 1) == 0
+
+
+def to_function_name(name: str) -> str:
+    """A C identifier made from a kernel's display name."""
+    return "".join(character if character.isalnum() or character == "_" else "_" for character in name)
+
+
+def fully_flatten(value: Any) -> list[Any]:
+    """Every leaf of nested lists/tuples, in order."""
+    if isinstance(value, (list, tuple)):
+        return [leaf for item in value for leaf in fully_flatten(item)]
+    return [value]
+
+
+def get_shape(value: Any) -> tuple[int, ...]:
+    """The shape of nested lists/tuples; a clear error when they are ragged."""
+    if not isinstance(value, (list, tuple)):
+        return ()
+    shapes = [get_shape(item) for item in value]
+    if not all_same(shapes):
+        raise ValueError(f"inhomogeneous shape: nested lists have sub-shapes {dedup(shapes)}")
+    return (len(shapes),) + (shapes[0] if shapes else ())
+
+
+def polyfn(x: Any, coefficients: Sequence[float]) -> Any:
+    """Horner evaluation of a polynomial with the highest-order coefficient first."""
+    return functools.reduce(lambda acc, c: acc * x + c, coefficients, 0.0)
+
+

@@ -1,0 +1,377 @@
+"""UOp: the immutable, hash-consed node of every graph in tinycore, with arithmetic that builds ALU nodes."""
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from typing import Any, Callable, Iterator, Sequence
+
+from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.shape import ShapeMixin
+
+
+def _arg_key(arg: Any) -> Any:
+    """A cache key for `arg` that tells apart values Python considers equal (1, 1.0, True; 0.0, -0.0; nan)."""
+    if arg.__class__ is float:
+        return ("float", repr(arg))
+    if arg.__class__ is tuple:
+        return tuple(_arg_key(item) for item in arg)
+    if arg.__class__ in (int, bool):
+        return (arg.__class__, arg)
+    return arg
+
+
+class UOpMetaClass(type):
+    """Hash-consing: constructing a UOp equal to a live one returns that same object."""
+
+    ucache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None) -> "UOp":
+        key = (op, dtype, src, _arg_key(arg))
+        found = UOpMetaClass.ucache.get(key)
+        if found is not None:
+            return found
+        created = super().__call__(op, dtype, src, arg)
+        UOpMetaClass.ucache[key] = created
+        return created
+
+
+class UOp(ShapeMixin, metaclass=UOpMetaClass):
+    """One node: an operation `op` producing `dtype` from the nodes `src`, parameterised by `arg`.
+
+    UOps are immutable and hash-consed, so structurally equal graphs are the same object and `is` / `==` are
+    identity. Arithmetic operators build ALU nodes (`a + b`, `a * 3`, `a // 4`); comparisons are `a < b`,
+    `a.ne(b)`, `a.eq(b)` (`==` stays identity so UOps can key dicts).
+    """
+
+
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None):
+        self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return UOp, (self.op, self.dtype, self.src, self.arg)
+
+    def __repr__(self) -> str:
+        from tinycore.uop.printer import pretty_print
+        return pretty_print(self)
+
+    def replace(self, **kwargs: Any) -> "UOp":
+        """This node with some of op, dtype, src, arg replaced."""
+        new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
+               kwargs.pop("arg", self.arg))
+        if kwargs:
+            raise TypeError(f"replace got unknown fields {list(kwargs)}")
+        if new == (self.op, self.dtype, self.src, self.arg) and _arg_key(new[3]) == _arg_key(self.arg):
+            return self
+        return UOp(*new)
+
+    # ---- graph walks ----
+
+    @functools.cached_property
+    def toposort(self) -> dict["UOp", None]:
+        """Every node reachable from this one, sources before users (an ordered set: dict keys)."""
+        order: dict[UOp, None] = {}
+        stack: list[tuple[UOp, bool]] = [(self, False)]
+        while stack:
+            node, sources_done = stack.pop()
+            if node in order:
+                continue
+            if sources_done:
+                order[node] = None
+            else:
+                stack.append((node, True))
+                for source in reversed(node.src):
+                    if source not in order:
+                        stack.append((source, False))
+        return order
+
+    def sparents(self) -> Iterator["UOp"]:
+        """Every node this one depends on, including itself."""
+        return iter(self.toposort)
+
+    def substitute(self, mapping: dict["UOp", "UOp"]) -> "UOp":
+        """This graph with every occurrence of a key of `mapping` replaced by its value."""
+        if not mapping:
+            return self
+        memo: dict[UOp, UOp] = dict(mapping)
+        for node in self.toposort:
+            if node in memo:
+                continue
+            new_src = tuple(memo[source] for source in node.src)
+            memo[node] = node if new_src == node.src else node.replace(src=new_src)
+        return memo[self]
+
+    # ---- constants ----
+
+    @staticmethod
+    def const(dtype: DType, value: Any, src: tuple["UOp", ...] = ()) -> "UOp":
+        """A constant of `dtype` (a VCONST for a tuple value, a broadcast vector for a vector dtype)."""
+        if isinstance(value, UOp):
+            return value
+        if isinstance(value, tuple):
+            return UOp(Ops.VCONST, dtype, src, tuple(truncate(dtypes.as_const(v, dtype), dtype) for v in value))
+        if dtype.count > 1:
+            scalar = UOp.const(dtype.scalar, value, src)
+            return UOp(Ops.VECTORIZE, dtype, (scalar,) * dtype.count)
+        return UOp(Ops.CONST, dtype, src, truncate(dtypes.as_const(value, dtype), dtype))
+
+    def const_like(self, value: Any) -> "UOp":
+        """A constant of this node's dtype (scalar dtype for pointers)."""
+        dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+        return UOp.const(dtype, value)
+
+    def ufix(self, value: Any) -> "UOp":
+        """`value` as a UOp usable in arithmetic with this node (Python numbers become constants)."""
+        if isinstance(value, UOp):
+            return value
+        if isinstance(value, float) and not dtypes.is_float(self.dtype):
+            return UOp.const(least_upper_dtype(self.dtype, dtypes.default_float), value)
+        return self.const_like(value)
+
+    @property
+    def is_const(self) -> bool:
+        """True for a scalar CONST node."""
+        return self.op is Ops.CONST
+
+    # ---- ALU construction ----
+
+    def alu(self, op: Ops, *src: "UOp") -> "UOp":
+        """A new ALU node `op(self, *src)` with the dtype the op produces (bool for comparisons)."""
+        operands = (self,) + src
+        if op in GroupOp.Comparison:
+            dtype = dtypes.bool.vec(operands[0].dtype.count) if operands[0].dtype.count > 1 else dtypes.bool
+        elif op is Ops.WHERE:
+            dtype = operands[1].dtype
+        else:
+            dtype = operands[-1].dtype if op is Ops.MULACC else operands[0].dtype
+        return UOp(op, dtype, operands)
+
+    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> "UOp":
+        other_uop = self.ufix(other)
+        if other_uop.dtype != self.dtype and not isinstance(other, UOp):
+            other_uop = UOp.const(self.dtype, other)
+        return other_uop.alu(op, self) if reverse else self.alu(op, other_uop)
+
+    def __add__(self, other: Any) -> "UOp":
+        return self._binary(Ops.ADD, other)
+
+    def __radd__(self, other: Any) -> "UOp":
+        return self._binary(Ops.ADD, other, True)
+
+    def __sub__(self, other: Any) -> "UOp":
+        return self._binary(Ops.ADD, -self.ufix(other)) if not dtypes.is_unsigned(self.dtype) else \
+            self._binary(Ops.SUB, other)
+
+    def __rsub__(self, other: Any) -> "UOp":
+        return self.ufix(other) - self
+
+    def __mul__(self, other: Any) -> "UOp":
+        return self._binary(Ops.MUL, other)
+
+    def __rmul__(self, other: Any) -> "UOp":
+        return self._binary(Ops.MUL, other, True)
+
+    def __floordiv__(self, other: Any) -> "UOp":
+        return self._binary(Ops.IDIV, other)
+
+    def __rfloordiv__(self, other: Any) -> "UOp":
+        return self._binary(Ops.IDIV, other, True)
+
+    def __mod__(self, other: Any) -> "UOp":
+        return self._binary(Ops.MOD, other)
+
+    def __rmod__(self, other: Any) -> "UOp":
+        return self._binary(Ops.MOD, other, True)
+
+    def __truediv__(self, other: Any) -> "UOp":
+        return self._binary(Ops.FDIV, other)
+
+    def __rtruediv__(self, other: Any) -> "UOp":
+        return self._binary(Ops.FDIV, other, True)
+
+    def __neg__(self) -> "UOp":
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self.alu(Ops.NEG)
+
+    def __and__(self, other: Any) -> "UOp":
+        return self._binary(Ops.AND, other)
+
+    def __rand__(self, other: Any) -> "UOp":
+        return self._binary(Ops.AND, other, True)
+
+    def __or__(self, other: Any) -> "UOp":
+        return self._binary(Ops.OR, other)
+
+    def __ror__(self, other: Any) -> "UOp":
+        return self._binary(Ops.OR, other, True)
+
+    def __xor__(self, other: Any) -> "UOp":
+        return self._binary(Ops.XOR, other)
+
+    def __rxor__(self, other: Any) -> "UOp":
+        return self._binary(Ops.XOR, other, True)
+
+    def __lshift__(self, other: Any) -> "UOp":
+        return self._binary(Ops.SHL, other)
+
+    def __rshift__(self, other: Any) -> "UOp":
+        return self._binary(Ops.SHR, other)
+
+    def __lt__(self, other: Any) -> "UOp":
+        return self._binary(Ops.CMPLT, other)
+
+    def __gt__(self, other: Any) -> "UOp":
+        return self._binary(Ops.CMPLT, other, True)
+
+    def __le__(self, other: Any) -> "UOp":
+        return (self > other).logical_not()
+
+    def __ge__(self, other: Any) -> "UOp":
+        return (self < other).logical_not()
+
+    def ne(self, other: Any) -> "UOp":
+        """`self != other` as a bool node."""
+        return self._binary(Ops.CMPNE, other)
+
+    def eq(self, other: Any) -> "UOp":
+        """`self == other` as a bool node."""
+        return self._binary(Ops.CMPEQ, other)
+
+    def logical_not(self) -> "UOp":
+        """Boolean negation."""
+        return self.ne(True)
+
+    def maximum(self, other: Any) -> "UOp":
+        """Elementwise maximum."""
+        return self._binary(Ops.MAX, other)
+
+    def minimum(self, other: Any) -> "UOp":
+        """Elementwise minimum (as -max(-a, -b))."""
+        return -((-self).maximum(-self.ufix(other)))
+
+    def where(self, if_true: Any, if_false: Any) -> "UOp":
+        """`if_true` where this (bool) node holds, else `if_false`."""
+        true_uop = if_true if isinstance(if_true, UOp) else (
+            if_false.const_like(if_true) if isinstance(if_false, UOp) else UOp.const(dtypes.from_py(if_true),
+                                                                                       if_true))
+        false_uop = true_uop.ufix(if_false)
+        return self.alu(Ops.WHERE, true_uop, false_uop)
+
+    def cast(self, dtype: DType) -> "UOp":
+        """Value conversion to `dtype` (no node if already of that dtype)."""
+        return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
+
+    def bitcast(self, dtype: DType) -> "UOp":
+        """Reinterpret the bits as `dtype`."""
+        return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
+
+    def exp2(self) -> "UOp":
+        """2 ** self."""
+        return self.alu(Ops.EXP2)
+
+    def log2(self) -> "UOp":
+        """Base-2 logarithm."""
+        return self.alu(Ops.LOG2)
+
+    def sin(self) -> "UOp":
+        """Sine."""
+        return self.alu(Ops.SIN)
+
+    def sqrt(self) -> "UOp":
+        """Square root."""
+        return self.alu(Ops.SQRT)
+
+    def reciprocal(self) -> "UOp":
+        """1 / self."""
+        return self.alu(Ops.RECIPROCAL)
+
+    def trunc(self) -> "UOp":
+        """Rounding toward zero."""
+        return self.alu(Ops.TRUNC)
+
+    # ---- kernel-level helpers ----
+
+    def index(self, *indices: "UOp", valid: "UOp | None" = None) -> "UOp":
+        """The address of element `indices` of this buffer, optionally gated by `valid`."""
+        return UOp(Ops.INDEX, self.dtype, (self,) + indices + ((valid,) if valid is not None else ()))
+
+    def load(self, *src: "UOp", dtype: DType | None = None) -> "UOp":
+        """A load through this INDEX node."""
+        base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
+        return UOp(Ops.LOAD, dtype if dtype is not None else base, (self,) + src)
+
+    def store(self, value: "UOp") -> "UOp":
+        """A store of `value` through this INDEX node."""
+        return UOp(Ops.STORE, dtypes.void, (self, value))
+
+    def sink(self, *others: "UOp", arg: Any = None) -> "UOp":
+        """A SINK over this node and `others`."""
+        return UOp(Ops.SINK, dtypes.void, (self,) + others, arg)
+
+    def gep(self, lanes: int | tuple[int, ...]) -> "UOp":
+        """Lanes of a vector node."""
+        lanes = (lanes,) if isinstance(lanes, int) else lanes
+        if self.dtype.count == 1 and lanes == (0,):
+            return self
+        return UOp(Ops.GEP, self.dtype.scalar.vec(len(lanes)), (self,), lanes)
+
+
+def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
+    """Evaluate one ALU op on Python constants the way the generated code does (C integer semantics)."""
+    function = PYTHON_ALU[op]
+    result = function(*operands)
+    return truncate(result, dtype) if dtype.count == 1 else result
+
+
+def _c_div(a: Any, b: Any) -> Any:
+    if b == 0:
+        return 0
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _c_mod(a: Any, b: Any) -> Any:
+    if b == 0:
+        return 0
+    return a - b * _c_div(a, b)
+
+
+def _safe_exp2(x: float) -> float:
+    try:
+        return 2.0 ** x
+    except OverflowError:
+        return math.inf
+
+
+def _safe_log2(x: float) -> float:
+    if x > 0:
+        return math.log2(x)
+    return -math.inf if x == 0 else math.nan
+
+
+def _safe_sqrt(x: float) -> float:
+    return math.sqrt(x) if x >= 0 else math.nan
+
+
+def _safe_reciprocal(x: float) -> float:
+    return 1 / x if x != 0 else math.copysign(math.inf, x)
+
+
+def _safe_fdiv(a: float, b: float) -> float:
+    if b != 0:
+        return a / b
+    return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
+
+
+PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
+    Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
+    Ops.SQRT: _safe_sqrt, Ops.RECIPROCAL: _safe_reciprocal, Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
+    Ops.TRUNC: lambda x: math.trunc(x) if math.isfinite(x) else x,
+    Ops.ADD: lambda a, b: a + b, Ops.SUB: lambda a, b: a - b, Ops.MUL: lambda a, b: a * b, Ops.FDIV: _safe_fdiv,
+    Ops.IDIV: _c_div, Ops.MOD: _c_mod, Ops.MAX: max, Ops.POW: lambda a, b: a ** b,
+    Ops.CMPLT: lambda a, b: a < b, Ops.CMPNE: lambda a, b: a != b, Ops.CMPEQ: lambda a, b: a == b,
+    Ops.AND: lambda a, b: a & b, Ops.OR: lambda a, b: a | b, Ops.XOR: lambda a, b: a ^ b,
+    Ops.SHL: lambda a, b: a << b, Ops.SHR: lambda a, b: a >> b,
+    Ops.WHERE: lambda condition, a, b: a if condition else b, Ops.MULACC: lambda a, b, c: a * b + c}
