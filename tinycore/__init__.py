@@ -1,0 +1,40 @@
+"""tinycore: a small deep-learning compiler whose device backends are separately installed plugins.
+
+Public API: `from tinycore import Tensor, dtypes, Device, TinyJit, Context, getenv, Variable, nn, GlobalCounters, UOp`.
+Names whose modules are heavy (the device registry, the JIT, nn) are imported on first use.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from tinycore.counters import GlobalCounters
+from tinycore.dtype import dtypes
+from tinycore.helpers import Context, getenv
+from tinycore.tensor import Tensor
+from tinycore.uop.uop import UOp
+
+_LAZY_NAMES = {
+    "Device": ("tinycore.device.registry", "Device"),
+    "TinyJit": ("tinycore.engine.jit", "TinyJit"),
+    "Variable": ("tinycore.uop.symbolic", "Variable"),
+    "nn": ("tinycore.nn", None),
+}
+
+__all__ = ["Tensor", "dtypes", "Device", "TinyJit", "Context", "getenv", "Variable", "nn", "GlobalCounters", "UOp"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the lazily provided public names (Device, TinyJit, Variable, nn) on first access."""
+    found = _LAZY_NAMES.get(name)
+    if found is None:
+        raise AttributeError(f"module 'tinycore' has no attribute {name!r}")
+    module_name, attribute = found
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_NAMES))

@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final, Union
 
 ConstType = Union[float, int, bool]
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class DType:
     """A scalar (count == 1) or vector (count > 1) element type.
 
     `priority` orders types for promotion tie-breaks, `itemsize` is the size in bytes of one scalar, `fmt` is the
     struct/numpy format character (None where numpy has no such type), `name` is the canonical name.
+    DTypes compare by value; the comparison key and hash are computed once (dtypes are compared very often).
     """
 
     priority: int
@@ -22,10 +23,24 @@ class DType:
     name: str
     fmt: str | None
     count: int = 1
-    _scalar: "DType | None" = None
+    _scalar: DType | None = None
+
+    def __post_init__(self) -> None:
+        key = (self.__class__,) + tuple(getattr(self, field.name) for field in fields(self))
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (other.__class__ is self.__class__ and self._key == other._key)  # type: ignore
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined, no-any-return]
 
     @property
-    def scalar(self) -> "DType":
+    def scalar(self) -> DType:
         """The element type of a vector dtype (itself for a scalar)."""
         return self._scalar if self._scalar is not None else self
 
@@ -34,7 +49,8 @@ class DType:
         """Bytes taken by one value of this dtype (vector included)."""
         return self.itemsize * self.count
 
-    def vec(self, size: int) -> "DType":
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - dtypes live for the whole process
+    def vec(self, size: int) -> DType:
         """The vector dtype of `size` lanes of this scalar dtype."""
         if self.count != 1:
             raise ValueError(f"cannot vectorize {self}: it is already a vector of {self.count}")
@@ -42,7 +58,7 @@ class DType:
             return self
         return DType(self.priority, self.itemsize, f"{self.name}{size}", None, size, self)
 
-    def ptr(self, size: int = -1, addrspace: str = "global") -> "PtrDType":
+    def ptr(self, size: int = -1, addrspace: str = "global") -> PtrDType:
         """A pointer to `size` elements of this dtype in `addrspace` ('global', 'local' or 'reg')."""
         return PtrDType(self.priority, self.itemsize, self.name, self.fmt, self.count, None, self, addrspace, size)
 
@@ -51,7 +67,7 @@ class DType:
             return f"{self.scalar!r}.vec({self.count})"
         return f"dtypes.{INVERSE_NAMES.get(self, self.name)}"
 
-    def __lt__(self, other: "DType") -> bool:
+    def __lt__(self, other: DType) -> bool:
         return (self.priority, self.itemsize, self.name, self.count) < (other.priority, other.itemsize, other.name,
                                                                         other.count)
 
@@ -66,7 +82,7 @@ class DType:
         return dtypes.max(self)
 
 
-@dataclass(frozen=True, eq=True)
+@dataclass(frozen=True, eq=False)
 class PtrDType(DType):
     """A pointer to elements of `base` in an address space, with a known element count (`size`, -1 if unknown)."""
 
@@ -119,17 +135,17 @@ class dtypes:  # noqa: N801 - mirrors the public name
     @staticmethod
     def is_float(x: DType) -> bool:
         """True for floating point dtypes (including fp8 and vectors of floats)."""
-        return x.scalar in dtypes.floats
+        return x.scalar in _FLOAT_SET
 
     @staticmethod
     def is_int(x: DType) -> bool:
         """True for signed and unsigned integer dtypes (not bool)."""
-        return x.scalar in dtypes.ints
+        return x.scalar in _INT_SET
 
     @staticmethod
     def is_unsigned(x: DType) -> bool:
         """True for unsigned integer dtypes."""
-        return x.scalar in dtypes.uints
+        return x.scalar in _UINT_SET
 
     @staticmethod
     def is_bool(x: DType) -> bool:
@@ -212,6 +228,9 @@ dtypes.int32s = (dtypes.int32, dtypes.uint32)  # type: ignore[attr-defined]
 dtypes.int64s = (dtypes.int64, dtypes.uint64)  # type: ignore[attr-defined]
 dtypes.fp8_ocp = dtypes.fp8s  # type: ignore[attr-defined]
 dtypes.fp8_fnuz = dtypes.fp8s  # type: ignore[attr-defined]
+_FLOAT_SET = frozenset(dtypes.floats)
+_INT_SET = frozenset(dtypes.ints)
+_UINT_SET = frozenset(dtypes.uints)
 
 FLOAT_BITS: dict[DType, tuple[int, int]] = {
     dtypes.fp8e4m3: (4, 3), dtypes.fp8e5m2: (5, 2), dtypes.float16: (5, 10), dtypes.bfloat16: (8, 7),

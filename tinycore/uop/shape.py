@@ -1,8 +1,287 @@
-"""Tensor-level properties of UOps: shape, device and the movement-op constructors (a mixin of UOp)."""
+"""Tensor-level properties of UOps: shape, device and the movement-op constructors (a mixin of UOp).
+
+Shapes are tuples whose entries are Python ints or symbolic integer UOps (expressions over DEFINE_VAR / BIND).
+Every constructor returns `self` when the requested operation changes nothing, so graphs stay small and equal
+computations stay the same hash-consed node.
+"""
 from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Union
+
+from tinycore.dtype import DType, dtypes, truncate
+from tinycore.helpers import prod
+from tinycore.uop.ops import GroupOp, Ops
+
+if TYPE_CHECKING:
+    from tinycore.uop.uop import UOp
+
+sint = Union[int, "UOp"]
+"""A size: a Python int or a symbolic integer UOp."""
+
+# ops whose shape is the shape of their first source
+_SAME_SHAPE_AS_FIRST = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH,
+                                                        Ops.COPY, Ops.ASSIGN})
+# ops that are scalars
+_SCALAR_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
+# the reduce operations REDUCE_AXIS accepts
+REDUCE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
+
+
+def _size_eq(first: sint, second: sint) -> bool:
+    """Equality of two sizes that never builds a comparison node (symbolic sizes compare by identity)."""
+    if isinstance(first, int) and isinstance(second, int):
+        return first == second
+    return first is second
+
+
+def shapes_equal(first: tuple[sint, ...], second: tuple[sint, ...]) -> bool:
+    """Equality of two shapes that never builds comparison nodes."""
+    return len(first) == len(second) and all(_size_eq(a, b) for a, b in zip(first, second, strict=True))
+
+
+def _add_size(size: sint, amount: sint) -> sint:
+    """size + amount, without a node when amount is 0 or both are ints."""
+    if _is_int(amount) and amount == 0:
+        return size
+    if _is_int(size) and size == 0:
+        return amount
+    return size + amount
+
+
+_device_nodes: dict[Any, Any] = {}
+_const_cache: dict[tuple[Any, ...], Any] = {}  # recently built constants, so eager code does not rebuild them
+_CONST_CACHE_LIMIT = 4096
+
+
+def _is_int(value: Any) -> bool:
+    """True for a Python int (bool excluded)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class ShapeMixin:
     """Shape and device inference and movement constructors for tensor-level UOps."""
 
     __slots__ = ()
+    op: Ops
+    dtype: DType
+    src: tuple[UOp, ...]
+    arg: Any
+
+    # ---- inference ----
+
+    @functools.cached_property
+    def _shape(self) -> tuple[sint, ...] | None:
+        """The shape, or None for nodes that have none (DEVICE, kernel-level nodes)."""
+        op = self.op
+        if op in _SAME_SHAPE_AS_FIRST:
+            return self.src[0]._shape
+        if op in GroupOp.Movement:
+            if op is Ops.PERMUTE:
+                source_shape = self.src[0].shape
+                return tuple(source_shape[axis] for axis in self.arg)
+            if op is Ops.PAD:
+                source_shape = self.src[0].shape
+                return tuple(_add_size(_add_size(size, low), high)
+                             for size, (low, high) in zip(source_shape, self.arg, strict=True))
+            if op is Ops.SHRINK:
+                return tuple(_add_size(end, -start) if _is_int(start) else end - start for start, end in self.arg)
+            if op is Ops.FLIP:
+                return self.src[0].shape
+            return self.arg  # RESHAPE, EXPAND
+        if op is Ops.REDUCE_AXIS:
+            axes = self.arg[1]
+            return tuple(1 if axis in axes else size for axis, size in enumerate(self.src[0].shape))
+        if op is Ops.BUFFER:
+            return (self.arg[1],)
+        if op is Ops.BUFFER_VIEW:
+            return (self.arg[0],)
+        if op in _SCALAR_OPS:
+            return ()
+        return None
+
+    @property
+    def shape(self) -> tuple[sint, ...]:
+        """The shape of this tensor-level node (a tuple of ints or symbolic sizes)."""
+        shape = self._shape
+        if shape is None:
+            raise ValueError(f"a {self.op.name} node has no shape: shapes exist only on tensor-level nodes")
+        return shape
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return len(self.shape)
+
+    @property
+    def size(self) -> sint:
+        """The number of elements (a symbolic UOp if the shape is symbolic)."""
+        return prod(self.shape)
+
+    @functools.cached_property
+    def device(self) -> Any:
+        """The canonical device name this node lives on (None for device-free nodes such as DEFINE_VAR)."""
+        op = self.op
+        if op is Ops.DEVICE:
+            return self.arg
+        if op is Ops.COPY:
+            return self.src[1].arg
+        for source in self.src:
+            found = source.device
+            if found is not None:
+                return found
+        return None
+
+    @property
+    def base(self) -> UOp:
+        """This node with its movement ops stripped: the node that holds the data a view reads."""
+        node: Any = self
+        while node.op in GroupOp.Movement:
+            node = node.src[0]
+        return node
+
+    def _new(self, op: Ops, arg: Any, src: tuple[UOp, ...] | None = None) -> UOp:
+        """A new node `op` over this one (keeping the dtype)."""
+        return type(self)(op, self.dtype, (self,) if src is None else src, arg)  # type: ignore[call-arg]
+
+    # ---- movement ----
+
+    def reshape(self, shape: Sequence[sint]) -> UOp:
+        """This node viewed with `shape` (same element count); consecutive reshapes merge into one."""
+        new_shape = tuple(shape)
+        current = self.shape
+        if new_shape == current:
+            return self  # type: ignore[return-value]
+        assert all(not _is_int(size) or size >= 0 for size in new_shape), f"reshape to negative size {new_shape}"
+        if all(_is_int(size) for size in new_shape + current):
+            assert prod(new_shape) == prod(current), f"reshape from {current} to {new_shape} changes the size"
+        if self.op is Ops.RESHAPE:
+            return self.src[0].reshape(new_shape)
+        return self._new(Ops.RESHAPE, new_shape)
+
+    def permute(self, order: Sequence[int]) -> UOp:
+        """This node with its axes reordered: axis i of the result is axis order[i] of this node."""
+        new_order = tuple(order)
+        assert sorted(new_order) == list(range(len(self.shape))), \
+            f"permute order {new_order} is not a permutation of {len(self.shape)} axes"
+        if new_order == tuple(range(len(new_order))):
+            return self  # type: ignore[return-value]
+        if self.op is Ops.PERMUTE:
+            return self.src[0].permute(tuple(self.arg[axis] for axis in new_order))
+        return self._new(Ops.PERMUTE, new_order)
+
+    def expand(self, shape: Sequence[sint]) -> UOp:
+        """This node broadcast to `shape`: only size-1 axes may change size."""
+        new_shape = tuple(shape)
+        current = self.shape
+        assert len(new_shape) == len(current), f"expand from {current} to {new_shape} changes the number of axes"
+        if new_shape == current:
+            return self  # type: ignore[return-value]
+        assert all(_size_eq(old, new) or _size_eq(old, 1) for old, new in zip(current, new_shape, strict=True)), \
+            f"expand from {current} to {new_shape}: only size-1 axes can grow"
+        return self._new(Ops.EXPAND, new_shape)
+
+    def pad(self, padding: Sequence[tuple[sint, sint]]) -> UOp:
+        """This node grown by `padding` ((before, after) per axis); the new area reads zero."""
+        new_padding = tuple((before, after) for before, after in padding)
+        assert len(new_padding) == len(self.shape), f"pad {new_padding} does not match shape {self.shape}"
+        assert all(not _is_int(size) or size >= 0 for pair in new_padding for size in pair), \
+            f"pad {new_padding} has a negative size"
+        if all(_size_eq(before, 0) and _size_eq(after, 0) for before, after in new_padding):
+            return self  # type: ignore[return-value]
+        return self._new(Ops.PAD, new_padding)
+
+    def shrink(self, bounds: Sequence[tuple[sint, sint]]) -> UOp:
+        """The part [start, end) of each axis of this node."""
+        new_bounds = tuple((start, end) for start, end in bounds)
+        current = self.shape
+        assert len(new_bounds) == len(current), f"shrink {new_bounds} does not match shape {current}"
+        pairs = zip(new_bounds, current, strict=True)
+        if all(_size_eq(start, 0) and _size_eq(end, size) for (start, end), size in pairs):
+            return self  # type: ignore[return-value]
+        assert all(not (_is_int(start) and _is_int(end) and _is_int(size)) or 0 <= start <= end <= size
+                   for (start, end), size in zip(new_bounds, current, strict=True)), \
+            f"shrink {new_bounds} is out of bounds for shape {current}"
+        return self._new(Ops.SHRINK, new_bounds)
+
+    def flip(self, axes: Sequence[bool]) -> UOp:
+        """This node reversed along the axes marked True."""
+        flags = tuple(bool(flag) for flag in axes)
+        assert len(flags) == len(self.shape), f"flip {flags} does not match shape {self.shape}"
+        if not any(flags):
+            return self  # type: ignore[return-value]
+        return self._new(Ops.FLIP, flags)
+
+    # ---- reduce ----
+
+    def r(self, op: Ops, axes: Sequence[int]) -> UOp:
+        """The reduction `op` (ADD, MUL or MAX) over `axes`; reduced axes keep size 1."""
+        assert op in REDUCE_OPS, f"reduce op must be one of ADD, MUL, MAX, got {op}"
+        ndim = len(self.shape)
+        normalized = tuple(sorted({axis + ndim if axis < 0 else axis for axis in axes}))
+        assert all(0 <= axis < ndim for axis in normalized), f"reduce axes {tuple(axes)} out of range for {ndim} axes"
+        if not normalized:
+            return self  # type: ignore[return-value]
+        return self._new(Ops.REDUCE_AXIS, (op, normalized))
+
+    # ---- constants ----
+
+    @classmethod
+    def const_on(cls, dtype: DType, value: Any, device: Any, shape: Sequence[sint] = ()) -> UOp:
+        """A tensor-level constant `value` of `dtype` on `device`, broadcast to `shape`."""
+        target = tuple(shape)
+        value_key = repr(value) if value.__class__ is float else value
+        key = (device, dtype.name, value.__class__, value_key, target)
+        found = _const_cache.get(key)
+        if found is not None and found.dtype is dtype:
+            return found
+        node_class: Any = cls
+        device_node = _device_nodes.get(device)
+        if device_node is None:
+            device_node = _device_nodes[device] = node_class(Ops.DEVICE, arg=device)
+        constant = node_class(Ops.CONST, dtype, (device_node,), truncate(dtypes.as_const(value, dtype), dtype))
+        result = constant.reshape((1,) * len(target)).expand(target) if target else constant
+        if len(_const_cache) >= _CONST_CACHE_LIMIT:
+            _const_cache.clear()
+        _const_cache[key] = result
+        return result
+
+    # ---- realization and effects ----
+
+    @property
+    def is_contiguous_buffer(self) -> bool:
+        """True for a BUFFER or a reshape of one: a view whose C-order elements are the buffer's elements."""
+        return self.op is Ops.BUFFER or (self.op is Ops.RESHAPE and self.src[0].op is Ops.BUFFER)
+
+    def contiguous(self) -> UOp:
+        """This value in its own contiguous buffer (no node when it already is one)."""
+        if self.is_contiguous_buffer or self.op is Ops.CONTIGUOUS:
+            return self  # type: ignore[return-value]
+        return self._new(Ops.CONTIGUOUS, None)
+
+    def clone(self) -> UOp:
+        """A CONTIGUOUS node even over a realized buffer: realizing it copies the data into a new buffer."""
+        return self._new(Ops.CONTIGUOUS, None)
+
+    def copy_to_device(self, device: Any) -> UOp:
+        """This value copied to `device` (no node when it is already there)."""
+        if device == self.device:
+            return self  # type: ignore[return-value]
+        node_class: Any = type(self)
+        return node_class(Ops.COPY, self.dtype, (self, node_class(Ops.DEVICE, arg=device)))
+
+    def assign(self, value: UOp) -> UOp:
+        """`value` written into this node's buffer (this node must be a realized buffer or a view of one)."""
+        assert self.base.op is Ops.BUFFER, f"assign target must be a realized buffer view, got {self.base.op}"
+        assert shapes_equal(value.shape, self.shape), \
+            f"assign of shape {value.shape} into shape {self.shape}"
+        return self._new(Ops.ASSIGN, None, (self, value))  # type: ignore[arg-type]
+
+    def detach(self) -> UOp:
+        """The same value, with gradients stopped."""
+        return self._new(Ops.DETACH, None)
+
+    def contiguous_backward(self) -> UOp:
+        """The same value forwards; its gradient is made contiguous."""
+        return self._new(Ops.CONTIGUOUS_BACKWARD, None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import functools
 import math
 import weakref
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
 from tinycore.uop.ops import GroupOp, Ops
@@ -25,9 +26,9 @@ def _arg_key(arg: Any) -> Any:
 class UOpMetaClass(type):
     """Hash-consing: constructing a UOp equal to a live one returns that same object."""
 
-    ucache: "weakref.WeakValueDictionary[tuple, UOp]" = weakref.WeakValueDictionary()
+    ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None) -> "UOp":
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         key = (op, dtype, src, _arg_key(arg))
         found = UOpMetaClass.ucache.get(key)
         if found is not None:
@@ -46,7 +47,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     """
 
 
-    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple["UOp", ...] = (), arg: Any = None):
+    def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -56,7 +57,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         from tinycore.uop.printer import pretty_print
         return pretty_print(self)
 
-    def replace(self, **kwargs: Any) -> "UOp":
+    def replace(self, **kwargs: Any) -> UOp:
         """This node with some of op, dtype, src, arg replaced."""
         new = (kwargs.pop("op", self.op), kwargs.pop("dtype", self.dtype), kwargs.pop("src", self.src),
                kwargs.pop("arg", self.arg))
@@ -69,7 +70,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     # ---- graph walks ----
 
     @functools.cached_property
-    def toposort(self) -> dict["UOp", None]:
+    def toposort(self) -> dict[UOp, None]:
         """Every node reachable from this one, sources before users (an ordered set: dict keys)."""
         order: dict[UOp, None] = {}
         stack: list[tuple[UOp, bool]] = [(self, False)]
@@ -86,11 +87,11 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
                         stack.append((source, False))
         return order
 
-    def sparents(self) -> Iterator["UOp"]:
+    def sparents(self) -> Iterator[UOp]:
         """Every node this one depends on, including itself."""
         return iter(self.toposort)
 
-    def substitute(self, mapping: dict["UOp", "UOp"]) -> "UOp":
+    def substitute(self, mapping: dict[UOp, UOp]) -> UOp:
         """This graph with every occurrence of a key of `mapping` replaced by its value."""
         if not mapping:
             return self
@@ -105,7 +106,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     # ---- constants ----
 
     @staticmethod
-    def const(dtype: DType, value: Any, src: tuple["UOp", ...] = ()) -> "UOp":
+    def const(dtype: DType, value: Any, src: tuple[UOp, ...] = ()) -> UOp:
         """A constant of `dtype` (a VCONST for a tuple value, a broadcast vector for a vector dtype)."""
         if isinstance(value, UOp):
             return value
@@ -116,12 +117,12 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             return UOp(Ops.VECTORIZE, dtype, (scalar,) * dtype.count)
         return UOp(Ops.CONST, dtype, src, truncate(dtypes.as_const(value, dtype), dtype))
 
-    def const_like(self, value: Any) -> "UOp":
+    def const_like(self, value: Any) -> UOp:
         """A constant of this node's dtype (scalar dtype for pointers)."""
         dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
         return UOp.const(dtype, value)
 
-    def ufix(self, value: Any) -> "UOp":
+    def ufix(self, value: Any) -> UOp:
         """`value` as a UOp usable in arithmetic with this node (Python numbers become constants)."""
         if isinstance(value, UOp):
             return value
@@ -136,7 +137,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
 
     # ---- ALU construction ----
 
-    def alu(self, op: Ops, *src: "UOp") -> "UOp":
+    def alu(self, op: Ops, *src: UOp) -> UOp:
         """A new ALU node `op(self, *src)` with the dtype the op produces (bool for comparisons)."""
         operands = (self,) + src
         if op in GroupOp.Comparison:
@@ -147,111 +148,111 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             dtype = operands[-1].dtype if op is Ops.MULACC else operands[0].dtype
         return UOp(op, dtype, operands)
 
-    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> "UOp":
+    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
         other_uop = self.ufix(other)
         if other_uop.dtype != self.dtype and not isinstance(other, UOp):
             other_uop = UOp.const(self.dtype, other)
         return other_uop.alu(op, self) if reverse else self.alu(op, other_uop)
 
-    def __add__(self, other: Any) -> "UOp":
+    def __add__(self, other: Any) -> UOp:
         return self._binary(Ops.ADD, other)
 
-    def __radd__(self, other: Any) -> "UOp":
+    def __radd__(self, other: Any) -> UOp:
         return self._binary(Ops.ADD, other, True)
 
-    def __sub__(self, other: Any) -> "UOp":
+    def __sub__(self, other: Any) -> UOp:
         return self._binary(Ops.ADD, -self.ufix(other)) if not dtypes.is_unsigned(self.dtype) else \
             self._binary(Ops.SUB, other)
 
-    def __rsub__(self, other: Any) -> "UOp":
+    def __rsub__(self, other: Any) -> UOp:
         return self.ufix(other) - self
 
-    def __mul__(self, other: Any) -> "UOp":
+    def __mul__(self, other: Any) -> UOp:
         return self._binary(Ops.MUL, other)
 
-    def __rmul__(self, other: Any) -> "UOp":
+    def __rmul__(self, other: Any) -> UOp:
         return self._binary(Ops.MUL, other, True)
 
-    def __floordiv__(self, other: Any) -> "UOp":
+    def __floordiv__(self, other: Any) -> UOp:
         return self._binary(Ops.IDIV, other)
 
-    def __rfloordiv__(self, other: Any) -> "UOp":
+    def __rfloordiv__(self, other: Any) -> UOp:
         return self._binary(Ops.IDIV, other, True)
 
-    def __mod__(self, other: Any) -> "UOp":
+    def __mod__(self, other: Any) -> UOp:
         return self._binary(Ops.MOD, other)
 
-    def __rmod__(self, other: Any) -> "UOp":
+    def __rmod__(self, other: Any) -> UOp:
         return self._binary(Ops.MOD, other, True)
 
-    def __truediv__(self, other: Any) -> "UOp":
+    def __truediv__(self, other: Any) -> UOp:
         return self._binary(Ops.FDIV, other)
 
-    def __rtruediv__(self, other: Any) -> "UOp":
+    def __rtruediv__(self, other: Any) -> UOp:
         return self._binary(Ops.FDIV, other, True)
 
-    def __neg__(self) -> "UOp":
+    def __neg__(self) -> UOp:
         if self.dtype == dtypes.bool:
             return self.logical_not()
         return self.alu(Ops.NEG)
 
-    def __and__(self, other: Any) -> "UOp":
+    def __and__(self, other: Any) -> UOp:
         return self._binary(Ops.AND, other)
 
-    def __rand__(self, other: Any) -> "UOp":
+    def __rand__(self, other: Any) -> UOp:
         return self._binary(Ops.AND, other, True)
 
-    def __or__(self, other: Any) -> "UOp":
+    def __or__(self, other: Any) -> UOp:
         return self._binary(Ops.OR, other)
 
-    def __ror__(self, other: Any) -> "UOp":
+    def __ror__(self, other: Any) -> UOp:
         return self._binary(Ops.OR, other, True)
 
-    def __xor__(self, other: Any) -> "UOp":
+    def __xor__(self, other: Any) -> UOp:
         return self._binary(Ops.XOR, other)
 
-    def __rxor__(self, other: Any) -> "UOp":
+    def __rxor__(self, other: Any) -> UOp:
         return self._binary(Ops.XOR, other, True)
 
-    def __lshift__(self, other: Any) -> "UOp":
+    def __lshift__(self, other: Any) -> UOp:
         return self._binary(Ops.SHL, other)
 
-    def __rshift__(self, other: Any) -> "UOp":
+    def __rshift__(self, other: Any) -> UOp:
         return self._binary(Ops.SHR, other)
 
-    def __lt__(self, other: Any) -> "UOp":
+    def __lt__(self, other: Any) -> UOp:
         return self._binary(Ops.CMPLT, other)
 
-    def __gt__(self, other: Any) -> "UOp":
+    def __gt__(self, other: Any) -> UOp:
         return self._binary(Ops.CMPLT, other, True)
 
-    def __le__(self, other: Any) -> "UOp":
+    def __le__(self, other: Any) -> UOp:
         return (self > other).logical_not()
 
-    def __ge__(self, other: Any) -> "UOp":
+    def __ge__(self, other: Any) -> UOp:
         return (self < other).logical_not()
 
-    def ne(self, other: Any) -> "UOp":
+    def ne(self, other: Any) -> UOp:
         """`self != other` as a bool node."""
         return self._binary(Ops.CMPNE, other)
 
-    def eq(self, other: Any) -> "UOp":
+    def eq(self, other: Any) -> UOp:
         """`self == other` as a bool node."""
         return self._binary(Ops.CMPEQ, other)
 
-    def logical_not(self) -> "UOp":
+    def logical_not(self) -> UOp:
         """Boolean negation."""
         return self.ne(True)
 
-    def maximum(self, other: Any) -> "UOp":
+    def maximum(self, other: Any) -> UOp:
         """Elementwise maximum."""
         return self._binary(Ops.MAX, other)
 
-    def minimum(self, other: Any) -> "UOp":
+    def minimum(self, other: Any) -> UOp:
         """Elementwise minimum (as -max(-a, -b))."""
         return -((-self).maximum(-self.ufix(other)))
 
-    def where(self, if_true: Any, if_false: Any) -> "UOp":
+    def where(self, if_true: Any, if_false: Any) -> UOp:
         """`if_true` where this (bool) node holds, else `if_false`."""
         true_uop = if_true if isinstance(if_true, UOp) else (
             if_false.const_like(if_true) if isinstance(if_false, UOp) else UOp.const(dtypes.from_py(if_true),
@@ -259,63 +260,118 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         false_uop = true_uop.ufix(if_false)
         return self.alu(Ops.WHERE, true_uop, false_uop)
 
-    def cast(self, dtype: DType) -> "UOp":
+    def cast(self, dtype: DType) -> UOp:
         """Value conversion to `dtype` (no node if already of that dtype)."""
         return self if self.dtype == dtype else UOp(Ops.CAST, dtype, (self,))
 
-    def bitcast(self, dtype: DType) -> "UOp":
+    def bitcast(self, dtype: DType) -> UOp:
         """Reinterpret the bits as `dtype`."""
         return self if self.dtype == dtype else UOp(Ops.BITCAST, dtype, (self,))
 
-    def exp2(self) -> "UOp":
+    def exp2(self) -> UOp:
         """2 ** self."""
         return self.alu(Ops.EXP2)
 
-    def log2(self) -> "UOp":
+    def log2(self) -> UOp:
         """Base-2 logarithm."""
         return self.alu(Ops.LOG2)
 
-    def sin(self) -> "UOp":
+    def sin(self) -> UOp:
         """Sine."""
         return self.alu(Ops.SIN)
 
-    def sqrt(self) -> "UOp":
+    def sqrt(self) -> UOp:
         """Square root."""
         return self.alu(Ops.SQRT)
 
-    def reciprocal(self) -> "UOp":
+    def reciprocal(self) -> UOp:
         """1 / self."""
         return self.alu(Ops.RECIPROCAL)
 
-    def trunc(self) -> "UOp":
+    def trunc(self) -> UOp:
         """Rounding toward zero."""
         return self.alu(Ops.TRUNC)
 
     # ---- kernel-level helpers ----
 
-    def index(self, *indices: "UOp", valid: "UOp | None" = None) -> "UOp":
+    def index(self, *indices: UOp, valid: UOp | None = None) -> UOp:
         """The address of element `indices` of this buffer, optionally gated by `valid`."""
         return UOp(Ops.INDEX, self.dtype, (self,) + indices + ((valid,) if valid is not None else ()))
 
-    def load(self, *src: "UOp", dtype: DType | None = None) -> "UOp":
+    def load(self, *src: UOp, dtype: DType | None = None) -> UOp:
         """A load through this INDEX node."""
         base = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
         return UOp(Ops.LOAD, dtype if dtype is not None else base, (self,) + src)
 
-    def store(self, value: "UOp") -> "UOp":
+    def store(self, value: UOp) -> UOp:
         """A store of `value` through this INDEX node."""
         return UOp(Ops.STORE, dtypes.void, (self, value))
 
-    def sink(self, *others: "UOp", arg: Any = None) -> "UOp":
+    def sink(self, *others: UOp, arg: Any = None) -> UOp:
         """A SINK over this node and `others`."""
         return UOp(Ops.SINK, dtypes.void, (self,) + others, arg)
 
-    def gep(self, lanes: int | tuple[int, ...]) -> "UOp":
+    def gep(self, lanes: int | tuple[int, ...]) -> UOp:
         """Lanes of a vector node."""
         lanes = (lanes,) if isinstance(lanes, int) else lanes
         if self.dtype.count == 1 and lanes == (0,):
             return self
         return UOp(Ops.GEP, self.dtype.scalar.vec(len(lanes)), (self,), lanes)
+
+    # ---- symbolic (bounds and simplification live in tinycore.uop.symbolic) ----
+
+    @property
+    def vmin(self) -> ConstType:
+        """The smallest value this node can take (from the bounds of variables, ranges and constants)."""
+        from tinycore.uop.symbolic import bounds
+        return bounds(self)[0]
+
+    @property
+    def vmax(self) -> ConstType:
+        """The largest value this node can take."""
+        from tinycore.uop.symbolic import bounds
+        return bounds(self)[1]
+
+    def simplify(self) -> UOp:
+        """This graph rewritten with the `symbolic` rules to a fixpoint."""
+        from tinycore.uop.symbolic import simplify
+        return simplify(self)
+
+    def ssimplify(self) -> UOp | ConstType:
+        """The simplified graph, or its Python value when it simplifies to a constant."""
+        from tinycore.uop.symbolic import ssimplify
+        return ssimplify(self)
+
+    def bind(self, value: int) -> UOp:
+        """This DEFINE_VAR bound to `value` (a BIND node), checked against the variable's bounds."""
+        if self.op is not Ops.DEFINE_VAR:
+            raise TypeError(f"bind needs a Variable (DEFINE_VAR), got {self.op}")
+        name, low, high = self.arg[0], self.arg[1], self.arg[2]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"Variable {name!r} can only be bound to an int, got {type(value).__name__} {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"cannot bind Variable {name!r} to {value}: it must lie in [{low}, {high}]")
+        return UOp(Ops.BIND, self.dtype, (self, self.const_like(value)))
+
+    def unbind(self) -> tuple[UOp, int]:
+        """(variable, value) of a BIND node."""
+        if self.op is not Ops.BIND:
+            raise TypeError(f"unbind needs a bound Variable (BIND), got {self.op}")
+        return self.src[0], self.src[1].arg
+
+    @property
+    def expr(self) -> str:
+        """The name of a DEFINE_VAR (or of the variable of a BIND)."""
+        if self.op is Ops.BIND:
+            return self.src[0].arg[0]
+        if self.op is Ops.DEFINE_VAR:
+            return self.arg[0]
+        raise TypeError(f"expr is the name of a Variable, got {self.op}")
+
+    def render(self) -> str:
+        """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
+        from tinycore.uop.printer import render_expr
+        return render_expr(self)
 
 
 def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:

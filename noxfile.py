@@ -1,0 +1,45 @@
+"""Sessions: lint (ruff), typecheck (mypy), tests (the core tests with tiny-cpu), and plugin(NAME) for each
+in-tree plugin (the core and that plugin only, in its own environment). `nox` runs them all; `nox -s tests`,
+`nox -s "plugin(cl)"` run one. tox.ini offers the same matrix to tox users."""
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["lint", "typecheck", "tests", "plugin"]
+
+PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
+"""The in-tree plugins: plugins/tiny-NAME, distribution tiny-NAME. The one list every session reads."""
+
+TORCH = "torch==2.13.0"
+"""The only torch the test environments may install (the core's and tiny-cpu's `test` extras pin the same)."""
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over the whole repository."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy over the core package."""
+    session.install("mypy", "-e", ".")
+    session.run("mypy", "tinycore")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The core tests, with the core and tiny-cpu installed (the CPU is the default device)."""
+    session.install("-e", ".[test]", "-e", "plugins/tiny-cpu", TORCH)
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("name", PLUGINS, ids=PLUGINS)
+def plugin(session: nox.Session, name: str) -> None:
+    """One plugin's own tests, with only the core and that plugin installed."""
+    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]")
+    session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)

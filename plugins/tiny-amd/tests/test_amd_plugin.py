@@ -1,0 +1,116 @@
+"""The AMD plugin's registration: entry point, API level, device spec, the "not built yet" device class and
+the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tiny_amd.hooks as hooks
+
+from tinycore.plugins import PLUGIN_API_LEVEL, load_object
+
+PLUGIN_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_api_level_matches_the_core() -> None:
+    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+
+
+def test_pyproject_declares_entry_point_and_core_range() -> None:
+    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
+    assert 'name = "tiny-amd"' in text
+    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
+    assert '[project.entry-points."tinycore.plugins"]\namd = "tiny_amd.hooks"' in text
+
+
+def test_installed_entry_point() -> None:
+    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
+    assert "amd" in points, "tiny-amd is not installed: pip install -e plugins/tiny-amd"
+    assert points["amd"].value == "tiny_amd.hooks"
+    assert points["amd"].dist is not None and points["amd"].dist.metadata["Name"] == "tiny-amd"
+
+
+def test_device_spec() -> None:
+    (spec,) = hooks.tiny_devices()
+    assert (spec.name, spec.device_class, spec.probe) == (
+        "AMD", "tiny_amd.device:AMDDevice", "tiny_amd.hooks:probe")
+    assert load_object(spec.probe) is hooks.probe
+
+
+def test_opening_says_not_built_yet() -> None:
+    device_class = load_object(hooks.tiny_devices()[0].device_class)
+    with pytest.raises(RuntimeError) as caught:
+        device_class("AMD")
+    assert str(caught.value).startswith("tiny-amd is installed but its AMD device is not built yet")
+
+
+def test_real_probe_answers_quickly() -> None:
+    started = time.perf_counter()
+    ok, reason, count = hooks.probe()
+    assert time.perf_counter() - started < 15
+    assert isinstance(ok, bool) and isinstance(reason, str) and reason and isinstance(count, int)
+    assert (count > 0) == ok
+
+
+def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
+    environment = {**os.environ, "TINYCORE_PLUGINS": "amd", "NO_COLOR": "1"}
+    environment.pop("DEV", None)
+    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
+                            text=True, env=environment, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "AMD"]
+    assert (device["distribution"], device["plugin"]) == ("tiny-amd", "amd")
+    ok, reason, _count = hooks.probe()
+    if ok:
+        assert device["status"] == "fails to open" and "not built yet" in device["reason"]
+    else:
+        assert (device["status"], device["reason"]) == ("unavailable", reason)
+
+
+class FakeHip:
+    """Stands in for libamdhip64: hipGetDeviceCount reports `count`."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def hipGetDeviceCount(self, pointer: object) -> int:
+        pointer._obj.value = self.count  # type: ignore[attr-defined]
+        return 0
+
+
+def make_topology(root: Path, gpu_ids: list[str]) -> Path:
+    """A fake KFD topology with one node per entry of `gpu_ids` ("0" is a CPU node)."""
+    for index, gpu_id in enumerate(gpu_ids):
+        node = root / "nodes" / str(index)
+        node.mkdir(parents=True)
+        (node / "gpu_id").write_text(gpu_id + "\n")
+    return root / "nodes"
+
+
+def test_probe_counts_kfd_gpu_nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    kfd = tmp_path / "kfd"
+    kfd.write_text("")
+    monkeypatch.setattr(hooks, "KFD_PATH", str(kfd))
+    monkeypatch.setattr(hooks, "KFD_TOPOLOGY", str(make_topology(tmp_path, ["0", "4521", "9987"])))
+    assert hooks.probe() == (True, f"2 GPU(s) through {kfd}", 2)
+
+
+def test_probe_falls_back_to_hip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "KFD_PATH", str(tmp_path / "no-kfd"))
+    monkeypatch.setattr(hooks, "load_library", lambda names: (FakeHip(3), "fake"))
+    assert hooks.probe() == (True, "3 GPU(s) through the HIP runtime", 3)
+    monkeypatch.setattr(hooks, "load_library", lambda names: (FakeHip(0), "fake"))
+    assert hooks.probe() == (False, "the HIP runtime reports no device (hipGetDeviceCount status 0)", 0)
+
+
+def test_probe_with_neither(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "KFD_PATH", str(tmp_path / "no-kfd"))
+    monkeypatch.setattr(hooks, "load_library", lambda names: (None, "amdhip64: not found"))
+    ok, reason, count = hooks.probe()
+    assert (ok, count) == (False, 0) and "HIP runtime (libamdhip64)" in reason and "amdhip64: not found" in reason

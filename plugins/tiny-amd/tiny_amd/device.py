@@ -1,0 +1,10 @@
+"""The AMD device. Not built yet: opening it raises an error saying so."""
+from __future__ import annotations
+
+
+class AMDDevice:
+    """Placeholder for the AMD device until its backend is written; constructing it raises RuntimeError."""
+
+    def __init__(self, device: str) -> None:
+        raise RuntimeError(f"tiny-amd is installed but its AMD device is not built yet (asked to open {device!r}); "
+                           "use another device for now, e.g. DEV=CPU")

@@ -1,0 +1,126 @@
+"""The CL plugin's registration: entry point, API level, device spec, the "not built yet" device class and
+the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import tiny_cl.hooks as hooks
+
+from tinycore.plugins import PLUGIN_API_LEVEL, load_object
+
+PLUGIN_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_api_level_matches_the_core() -> None:
+    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+
+
+def test_pyproject_declares_entry_point_and_core_range() -> None:
+    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
+    assert 'name = "tiny-cl"' in text
+    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
+    assert '[project.entry-points."tinycore.plugins"]\ncl = "tiny_cl.hooks"' in text
+
+
+def test_installed_entry_point() -> None:
+    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
+    assert "cl" in points, "tiny-cl is not installed: pip install -e plugins/tiny-cl"
+    assert points["cl"].value == "tiny_cl.hooks"
+    assert points["cl"].dist is not None and points["cl"].dist.metadata["Name"] == "tiny-cl"
+
+
+def test_device_spec() -> None:
+    (spec,) = hooks.tiny_devices()
+    assert (spec.name, spec.device_class, spec.probe) == (
+        "CL", "tiny_cl.device:CLDevice", "tiny_cl.hooks:probe")
+    assert load_object(spec.probe) is hooks.probe
+
+
+def test_opening_says_not_built_yet() -> None:
+    device_class = load_object(hooks.tiny_devices()[0].device_class)
+    with pytest.raises(RuntimeError) as caught:
+        device_class("CL")
+    assert str(caught.value).startswith("tiny-cl is installed but its CL device is not built yet")
+
+
+def test_real_probe_answers_quickly() -> None:
+    started = time.perf_counter()
+    ok, reason, count = hooks.probe()
+    assert time.perf_counter() - started < 15
+    assert isinstance(ok, bool) and isinstance(reason, str) and reason and isinstance(count, int)
+    assert (count > 0) == ok
+
+
+def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
+    environment = {**os.environ, "TINYCORE_PLUGINS": "cl", "NO_COLOR": "1"}
+    environment.pop("DEV", None)
+    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
+                            text=True, env=environment, timeout=120)
+    assert result.returncode == 0, result.stderr
+    (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "CL"]
+    assert (device["distribution"], device["plugin"]) == ("tiny-cl", "cl")
+    ok, reason, _count = hooks.probe()
+    if ok:
+        assert device["status"] == "fails to open" and "not built yet" in device["reason"]
+    else:
+        assert (device["status"], device["reason"]) == ("unavailable", reason)
+
+
+class FakeOpenCL:
+    """Stands in for libOpenCL: `devices_per_platform` lists how many devices each platform has."""
+
+    def __init__(self, devices_per_platform: list[int]) -> None:
+        self.devices_per_platform = devices_per_platform
+
+    def clGetPlatformIDs(self, count: int, platforms: object, count_pointer: object) -> int:
+        if count_pointer is not None:
+            count_pointer._obj.value = len(self.devices_per_platform)  # type: ignore[attr-defined]
+        if platforms is not None:
+            for index in range(count):
+                platforms[index] = index + 1  # type: ignore[index]
+        return 0
+
+    def clGetDeviceIDs(self, platform: ctypes.c_void_p, kinds: object, count: int, devices: object,
+                       count_pointer: object) -> int:
+        count_pointer._obj.value = self.devices_per_platform[platform.value - 1]  # type: ignore[attr-defined]
+        return 0
+
+
+def test_ctypes_probe_counts_devices_on_every_platform(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "load_library", lambda names: (FakeOpenCL([2, 3]), "fake"))
+    assert hooks._count_with_ctypes() == (True, "5 OpenCL device(s) on 2 platform(s)", 5)
+    monkeypatch.setattr(hooks, "load_library", lambda names: (FakeOpenCL([]), "fake"))
+    assert hooks._count_with_ctypes() == (False, "libOpenCL loaded from fake but reports no OpenCL platform (status 0)",
+                                          0)
+    monkeypatch.setattr(hooks, "load_library", lambda names: (FakeOpenCL([0]), "fake"))
+    assert hooks._count_with_ctypes() == (False, "1 OpenCL platform(s) but no device", 0)
+
+
+def test_probe_without_a_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(hooks, "load_library", lambda names: (None, "OpenCL: not found"))
+    ok, reason, count = hooks.probe()
+    assert (ok, count) == (False, 0) and "no OpenCL ICD loader (libOpenCL) found (OpenCL: not found)" in reason
+
+
+def test_probe_prefers_pyopencl(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Platform:
+        def __init__(self, name: str, devices: int) -> None:
+            self.name, self.devices = name, devices
+
+        def get_devices(self) -> list[int]:
+            return list(range(self.devices))
+
+    fake = type(sys)("pyopencl")
+    fake.get_platforms = lambda: [Platform("Portable Computing Language", 1)]  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pyopencl", fake)
+    monkeypatch.setattr(hooks.importlib.util, "find_spec", lambda name: object())
+    assert hooks.probe() == (True, "1 OpenCL device(s) on Portable Computing Language", 1)

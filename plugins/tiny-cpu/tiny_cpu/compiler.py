@@ -1,0 +1,95 @@
+"""The CPU's C compiler: $CC, else clang, else gcc, to a shared object returned as bytes."""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shlex
+import subprocess
+import tempfile
+
+from tinycore.device.compiler import CompileError, Compiler
+from tinycore.helpers import environ
+
+
+def _find_compiler() -> list[str]:
+    """The compiler command: $CC (with any arguments it carries), else clang, else gcc."""
+    from tiny_cpu.hooks import find_c_compiler
+    found = find_c_compiler()
+    if found is None:
+        configured = environ("CC")
+        if configured and configured.strip():
+            raise RuntimeError(f"CC={configured!r} is not an executable on PATH: set CC to a C compiler")
+        raise RuntimeError("no C compiler found for the CPU device: install clang or gcc, or set CC")
+    configured = environ("CC")
+    extra = shlex.split(configured)[1:] if configured and configured.strip() else []
+    return [found, *extra]
+
+
+@functools.cache
+def _compiler_version(executable: str) -> str:
+    try:
+        result = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=30)
+        return result.stdout.splitlines()[0] if result.stdout else result.stderr.strip()
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"unknown ({error})"
+
+
+@functools.cache
+def _host_identity() -> str:
+    """The host CPU model and feature flags, so -march=native binaries are not reused on another CPU."""
+    details = [platform.machine()]
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                if line.startswith(("model name", "flags", "Features")):
+                    details.append(line.split(":", 1)[1].strip())
+                if len(details) >= 3:
+                    break
+    except OSError:
+        details.append(platform.processor())
+    return " | ".join(details)
+
+
+class ClangCompiler(Compiler):
+    """Compiles GNU C to a shared object with the host's C compiler at -O3 for the host CPU (or `arch`)."""
+
+    def __init__(self, arch: str | None = None):
+        super().__init__("cpu-kernels")
+        self.command = _find_compiler()
+        self.arch = arch
+        self.name = os.path.basename(self.command[0])
+        target = [f"-march={arch}"] if arch else (["-mcpu=native"] if platform.machine() in ("arm64",) else
+                                                  ["-march=native"])
+        # no -ffast-math: it breaks nan and inf; -fno-math-errno lets sqrt and friends compile inline;
+        # -ffp-contract=off keeps a*b+c rounded twice, as numpy and torch compute it
+        self.flags = (*self.command[1:], "-O3", *target, "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off",
+                      "-lm")
+
+    def version(self) -> str:
+        """The compiler's --version line and, for native code, the host CPU."""
+        return f"{_compiler_version(self.command[0])} | {self.arch or _host_identity()}"
+
+    def compile(self, src: str) -> bytes:
+        """The shared object built from C source `src`; CompileError with the compiler's log on failure."""
+        with tempfile.TemporaryDirectory(prefix="tinycore-cc-") as directory:
+            output = os.path.join(directory, "kernel.so")
+            flags = [flag for flag in self.flags if flag != "-lm"]
+            command = [self.command[0], *flags, "-x", "c", "-", "-o", output, "-lm"]
+            try:
+                result = subprocess.run(command, input=src, capture_output=True, text=True, timeout=300)
+            except (OSError, subprocess.SubprocessError) as error:
+                raise CompileError(f"could not run the C compiler {shlex.join(command)}: {error}") from error
+            if result.returncode != 0:
+                raise CompileError(f"{self.name} failed to compile a kernel (exit {result.returncode}); command: "
+                                   f"{shlex.join(command)}", log=result.stderr + "\n--- source ---\n" + src)
+            with open(output, "rb") as file:
+                return file.read()
+
+    def disassemble(self, lib: bytes) -> str:
+        """objdump -d of the shared object."""
+        with tempfile.NamedTemporaryFile(suffix=".so") as file:
+            file.write(lib)
+            file.flush()
+            result = subprocess.run(["objdump", "-d", file.name], capture_output=True, text=True)
+            return result.stdout or result.stderr

@@ -1,0 +1,56 @@
+"""The hooks of the CPU plugin: the CPU device and its C renderer.
+
+This module is imported when tinycore discovers plugins, so it imports nothing heavy: the device class, the
+renderer and the compiler are named by import path and loaded when CPU is opened.
+"""
+from __future__ import annotations
+
+import shlex
+import shutil
+
+from tinycore.helpers import environ
+from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
+
+TINYCORE_PLUGIN_API = 1
+
+DEVICE_NAME = "CPU"
+PRIORITY = 100
+
+
+def find_c_compiler() -> str | None:
+    """The C compiler to use: the program named by $CC when it is found, else clang, else gcc (None: none found)."""
+    configured = environ("CC")
+    candidates = [shlex.split(configured)[0]] if configured and configured.strip() else ["clang", "gcc"]
+    for candidate in candidates:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def probe() -> tuple[bool, str, int]:
+    """CPU is available when a C compiler is found (CC, clang or gcc on PATH)."""
+    compiler = find_c_compiler()
+    if compiler is None:
+        configured = environ("CC")
+        if configured and configured.strip():
+            return (False, f"CC={configured!r} is not an executable on PATH; set CC to a C compiler", 0)
+        return (False, "no C compiler found: install clang or gcc, or set CC", 0)
+    return (True, f"C compiler {compiler}", 1)
+
+
+@hookimpl
+def tiny_devices() -> list[DeviceSpec]:
+    """The CPU device."""
+    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cpu.device:CPUDevice",
+                       "C kernels compiled by clang or gcc to shared objects, run on the host's cores",
+                       probe="tiny_cpu.hooks:probe")]
+
+
+@hookimpl
+def tiny_renderers(device: str) -> list[RendererSpec]:
+    """The C renderer for CPU (compiled by $CC, clang or gcc)."""
+    if device != DEVICE_NAME:
+        return []
+    return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
+                         "C source compiled to a shared object by $CC, clang or gcc")]

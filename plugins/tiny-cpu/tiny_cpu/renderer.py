@@ -1,0 +1,149 @@
+"""The C renderer of the CPU device: GNU C (gcc and clang) with vector extensions, one function per kernel.
+
+Kernels are `void name(buffers..., int vars..., int core_id)`; `core_id` is declared only when the program uses
+SPECIAL "core_id" (the runtime always passes it as the trailing argument; an unused trailing int argument is
+harmless in the C calling conventions of the supported hosts).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.helpers import NUM_CPU_THREADS
+from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+_HALF = "_Float16"
+
+
+def _math_function(name: str) -> CodeForOp:
+    """A unary math builtin with the float / double name and half computed in float."""
+    def code(operand: str, dtype: DType) -> str:
+        if dtype.scalar == dtypes.float64:
+            return f"__builtin_{name}({operand})"
+        if dtype.scalar == dtypes.float16:
+            return f"(({_HALF})__builtin_{name}f((float)({operand})))"
+        return f"__builtin_{name}f({operand})"
+    return code
+
+
+def _pow(base: str, exponent: str, dtype: DType) -> str:
+    if dtype.scalar == dtypes.float64:
+        return f"__builtin_pow({base},{exponent})"
+    if dtype.scalar == dtypes.float16:
+        return f"(({_HALF})__builtin_powf((float)({base}),(float)({exponent})))"
+    if not dtypes.is_float(dtype):
+        return f"(({CRenderer.type_map[dtype.scalar]})__builtin_pow((double)({base}),(double)({exponent})))"
+    return f"__builtin_powf({base},{exponent})"
+
+
+C_CODE_FOR_OP: dict[Ops, CodeForOp] = {
+    **BASE_CODE_FOR_OP,
+    Ops.EXP2: _math_function("exp2"), Ops.LOG2: _math_function("log2"), Ops.SIN: _math_function("sin"),
+    Ops.SQRT: _math_function("sqrt"), Ops.TRUNC: _math_function("trunc"), Ops.POW: _pow,
+}
+
+C_TYPE_MAP: dict[DType, str] = {
+    dtypes.bool: "_Bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: _HALF, dtypes.float32: "float", dtypes.float64: "double",
+    dtypes.void: "void"}
+
+_BF16_HELPERS = """static inline float tc_bf16_to_f32(unsigned short bits) {
+  unsigned int word = ((unsigned int)bits) << 16; float value; __builtin_memcpy(&value, &word, 4); return value;
+}
+static inline unsigned short tc_f32_to_bf16(float value) {
+  unsigned int word; __builtin_memcpy(&word, &value, 4);
+  if ((word & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((word >> 16) | 64u);
+  word += 0x7fffu + ((word >> 16) & 1u); return (unsigned short)(word >> 16);
+}"""
+
+
+def _cpu_count() -> int:
+    return NUM_CPU_THREADS.value or os.cpu_count() or 1
+
+
+class CRenderer(CStyleLanguage):
+    """GNU C for the host CPU: vector_size vectors, _Float16 halves, bfloat16 as bits, restrict pointers."""
+
+    device = "CPU"
+    suffix = "c"
+    has_local = False
+    has_shared = False
+    has_threads = True
+    global_max = None
+    local_max = None
+    shared_max = 0
+    buffer_suffix = " restrict"
+    arg_int_prefix = "const int"
+    infinity = "__builtin_inff()"
+    nan = "__builtin_nanf(\"\")"
+    type_map = C_TYPE_MAP
+    code_for_op = C_CODE_FOR_OP
+    vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.AND, Ops.OR, Ops.XOR})
+    vector_widths: dict[DType, tuple[int, ...]] = {
+        **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
+        **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},
+        **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float16, dtypes.int16, dtypes.uint16)},
+        **{dtype: (2, 4, 8, 16) for dtype in (dtypes.int8, dtypes.uint8, dtypes.bool)}}
+
+    def __init__(self, device: str = "CPU", arch: str | None = None):
+        self.device = device
+        self.arch = arch
+        self.global_max = (_cpu_count(), 1, 1)
+
+    def render_dtype(self, dtype: DType) -> str:
+        """Bool vectors are vectors of unsigned char (0 or 1 per lane)."""
+        if dtype.count > 1 and dtype.scalar == dtypes.bool and not isinstance(dtype, PtrDType):
+            return f"bool{dtype.count}"
+        return super().render_dtype(dtype)
+
+    def render_vector(self, dtype: DType, items: list[str]) -> str:
+        """A compound literal `(float4){a,b,c,d}`."""
+        return f"({self.render_dtype(dtype)}){{{','.join(items)}}}"
+
+    def render_pointer_type(self, dtype: DType, addrspace: str) -> str:
+        """Vector accesses go through the unaligned, may-alias variant of the vector type."""
+        return f"{self.render_dtype(dtype)}_u*" if dtype.count > 1 else f"{self.render_dtype(dtype)}*"
+
+    def render_vector_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str | None:
+        """__builtin_convertvector between numeric vectors (bool and bfloat16 go lane by lane)."""
+        plain = {dtypes.bool, dtypes.bfloat16}
+        if from_dtype.scalar in plain or to_dtype.scalar in plain:
+            return None
+        return f"__builtin_convertvector({expression}, {self.render_dtype(to_dtype)})"
+
+    def extra_parameters(self, uops: list[UOp]) -> list[str]:
+        """`const int core_id` when the program splits its work across CPU workers."""
+        uses_core_id = any(uop.op is Ops.SPECIAL and uop.arg == "core_id" for uop in uops)
+        return ["const int core_id"] if uses_core_id else []
+
+    def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
+        """Vector typedefs (aligned for values, unaligned may-alias for memory access) and bfloat16 helpers."""
+        lines = []
+        for dtype in sorted((dtype for dtype in used_dtypes if dtype.count > 1), key=lambda d: (d.scalar, d.count)):
+            if dtype.scalar == dtypes.bfloat16 and not self.native_bfloat16:
+                raise ValueError("vectors of bfloat16 are not supported by the C renderer: use scalar bfloat16")
+            scalar = "unsigned char" if dtype.scalar == dtypes.bool else self.storage_type(dtype.scalar)
+            name, size = self.render_dtype(dtype), dtype.itemsize * dtype.count
+            if size & (size - 1):
+                raise ValueError(f"vector {dtype} has {dtype.count} lanes; the C renderer needs a power of two")
+            lines.append(f"typedef {scalar} {name} __attribute__((vector_size({size})));")
+            lines.append(f"typedef {scalar} {name}_u __attribute__((vector_size({size}), aligned({dtype.itemsize}), "
+                         f"__may_alias__));")
+        if dtypes.bfloat16 in used_dtypes and not self.native_bfloat16:
+            lines.append(_BF16_HELPERS)
+        return lines
+
+    def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
+        """An exported C function."""
+        signature = f"void {name}({', '.join(parameters)}) {{"
+        return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
+
+
+def make_c_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
+    """The CPU's C renderer and its compiler ($CC, clang or gcc), for `device` and an optional -march `arch`."""
+    from tiny_cpu.compiler import ClangCompiler
+    return CRenderer(device, arch), ClangCompiler(arch)

@@ -1,0 +1,23 @@
+"""The hooks of the DISK plugin: the DISK device (files as device memory, opened as `Device["DISK:/path"]`)."""
+from __future__ import annotations
+
+from tinycore.plugins import DeviceSpec, hookimpl
+
+TINYCORE_PLUGIN_API = 1
+
+DEVICE_NAME = "DISK"
+PRIORITY = -1
+"""Negative: DISK holds data but runs no kernels, so it is never chosen as the default device."""
+
+
+def probe() -> tuple[bool, str, int]:
+    """DISK needs nothing but a file system: always available."""
+    return (True, "files are always available", 1)
+
+
+@hookimpl
+def tiny_devices() -> list[DeviceSpec]:
+    """The DISK device."""
+    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_disk.device:DiskDevice",
+                       "files as device memory (mmap, pread), opened as DISK:/path/to/file",
+                       probe="tiny_disk.hooks:probe")]

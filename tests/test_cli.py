@@ -1,0 +1,154 @@
+"""The `tiny` command: `tiny devices` and `tiny plugins`, as text and JSON, with colours only on a terminal.
+
+Most tests run `python -m tinycore.cli` in a fresh interpreter over real throwaway plugin distributions."""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from plugin_builder import REPOSITORY_ROOT, run_python, write_test_plugins
+
+from tinycore import cli
+
+
+def tiny(path: Path, *arguments: str, **environment: str) -> str:
+    """Run `tiny ARGUMENTS` in a fresh interpreter and return its standard output (asserting it succeeded)."""
+    result = run_python("", path, environment, arguments=["-m", "tinycore.cli", *arguments])
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def devices_json(path: Path, **environment: str) -> dict[str, Any]:
+    """`tiny devices --json`, parsed; devices by name (plugins that did not load by "(plugin name)")."""
+    report = json.loads(tiny(path, "devices", "--json", **environment))
+    report["by_name"] = {device["name"] or f"({device['plugin']})": device for device in report["devices"]}
+    return report
+
+
+def test_console_script_is_declared() -> None:
+    text = (REPOSITORY_ROOT / "pyproject.toml").read_text()
+    scripts = text.split("[project.scripts]", 1)[1].split("[", 1)[0]
+    assert 'tiny = "tinycore.cli:main"' in scripts
+
+
+def test_devices_json_status_reason_default_and_parts(tmp_path: Path) -> None:
+    report = devices_json(write_test_plugins(tmp_path))
+    devices = report["by_name"]
+    good = devices["GOOD"]
+    assert (good["status"], good["reason"], good["count"], good["default"]) == ("ok", "always here", 2, True)
+    assert (good["distribution"], good["version"], good["plugin"]) == ("tiny-good", "1.2.3", "good")
+    assert report["default"] == "GOOD" and report["default_error"] is None
+    renderers = {row["name"]: row for row in good["renderers"]}
+    assert list(renderers) == ["BROKENR", "GR", "GR2", "BR"]
+    assert renderers["GR"]["selected"] and not renderers["BROKENR"]["selected"]
+    assert renderers["GR2"]["dev"] == "DEV=GOOD:GR2" and renderers["BR"]["distribution"] == "tiny-blocked"
+    interfaces = {row["name"]: row for row in good["interfaces"]}
+    assert interfaces["REAL"]["selected"] and not interfaces["FAKE"]["selected"] and interfaces["FAKE"]["is_mock"]
+    assert interfaces["FAKE"]["dev"] == "DEV=FAKE+GOOD"
+    assert devices["FLAKY"]["status"] == "fails to open"
+    assert "OSError: the flaky board did not answer" in devices["FLAKY"]["reason"]
+    absent = devices["ABSENT"]
+    assert (absent["status"], absent["reason"]) == ("unavailable", "the test hardware is unplugged")
+    assert devices["FILES"]["dev"] is None, "a negative priority is never the default"
+    assert devices["(broken)"]["status"] == "plugin broken"
+    assert "this plugin is broken on purpose" in devices["(broken)"]["reason"]
+    assert devices["(future)"]["status"] == "plugin refused" and "API level 99" in devices["(future)"]["reason"]
+    assert devices["(hookfail)"]["status"] == "plugin broken"
+
+
+def test_devices_json_shows_a_renderer_added_to_cpu(tmp_path: Path) -> None:
+    devices = devices_json(write_test_plugins(tmp_path))["by_name"]
+    if "CPU" in devices:  # tiny-cpu is installed here: XR is offered after CPU's own renderers
+        names = [row["name"] for row in devices["CPU"]["renderers"]]
+        assert names[-1] == "XR" and names.index("XR") > 0
+        assert devices["CPU"]["renderers"][-1]["dev"] == "DEV=CPU:XR"
+    else:  # no plugin provides CPU: the renderer XR waits for one, and no CPU row is invented
+        assert all(device["name"] != "CPU" for device in devices.values())
+
+
+def test_devices_with_block_and_allow_lists(tmp_path: Path) -> None:
+    path = write_test_plugins(tmp_path)
+    blocked = devices_json(path, TINYCORE_DISABLE_PLUGINS="blocked")["by_name"]
+    assert blocked["(blocked)"]["status"] == "plugin disabled"
+    assert blocked["(blocked)"]["reason"] == "listed in TINYCORE_DISABLE_PLUGINS"
+    assert "BLOCKED" not in blocked
+    allowed = devices_json(path, TINYCORE_PLUGINS="good")["by_name"]
+    assert allowed["(broken)"]["status"] == "plugin not allowed"
+    assert allowed["(broken)"]["reason"] == "not listed in TINYCORE_PLUGINS='good'"
+    assert allowed["GOOD"]["status"] == "ok"
+
+
+def test_devices_with_dev(tmp_path: Path) -> None:
+    report = devices_json(write_test_plugins(tmp_path), DEV="FAKE+GOOD:GR2", TINYCORE_PLUGINS="good")
+    good = report["by_name"]["GOOD"]
+    assert report["default"] == "GOOD" and report["dev"] == "FAKE+GOOD:GR2"
+    assert [row["name"] for row in good["renderers"] if row["selected"]] == ["GR2"]
+    assert [row["name"] for row in good["interfaces"] if row["selected"]] == ["FAKE"]
+
+
+def test_devices_table(tmp_path: Path) -> None:
+    output = tiny(write_test_plugins(tmp_path), "devices", TINYCORE_DISABLE_PLUGINS="blocked")
+    lines = output.splitlines()
+    assert lines[0].split() == ["DEVICE", "STATUS", "COUNT", "DISTRIBUTION", "RENDERERS", "INTERFACES"]
+    good_row = next(line for line in lines if " GOOD " in line)
+    assert good_row.startswith("*") and good_row.split()[1:6] == ["GOOD", "ok", "2", "tiny-good", "1.2.3"]
+    assert "BROKENR, GR*, GR2" in good_row and "FAKE (mock), REAL*" in good_row
+    assert any("FLAKY" in line and "fails to open" in line for line in lines)
+    assert any(line.split()[:3] == ["(blocked)", "plugin", "disabled"] for line in lines)
+    assert "default device: GOOD (highest priority that opens; set DEV to choose)" in output
+    assert "FLAKY: fails to open: could not open FLAKY" in output
+    assert "ABSENT: unavailable: the test hardware is unplugged" in output
+    assert "plugin broken: broken: import of 'tp_broken.hooks' failed" not in output
+    assert "plugin broken: plugin broken: import of 'tp_broken.hooks' failed" in output
+    assert "    renderer GR2: DEV=GOOD:GR2  [tiny-good]" in output
+    assert "    interface FAKE: DEV=FAKE+GOOD  [tiny-good]" in output
+    assert "\x1b[" not in output, "no colours when stdout is not a terminal"
+
+
+def test_plugins_json_and_table(tmp_path: Path) -> None:
+    path = write_test_plugins(tmp_path)
+    plugins = {plugin["name"]: plugin for plugin in json.loads(tiny(path, "plugins", "--json"))}
+    good = plugins["good"]
+    assert (good["distribution"], good["version"], good["api_level"], good["status"]) == ("tiny-good", "1.2.3", 1, "ok")
+    assert good["hooks"] == ["tiny_devices", "tiny_renderers", "tiny_allocator", "tiny_interfaces"]
+    assert plugins["broken"]["status"] == "broken" and "Traceback" in plugins["broken"]["traceback"]
+    assert plugins["future"]["status"] == "refused" and plugins["future"]["api_level"] == 99
+    table = tiny(path, "plugins")
+    assert "plugin API level 1" in table.splitlines()[0]
+    good_row = next(line for line in table.splitlines() if line.startswith("good "))
+    assert good_row.split()[:5] == ["good", "tiny-good", "1.2.3", "1", "ok"]
+    assert "future: refused: plugin 'future' (tiny-future 9.0.0) was written for plugin API level 99" in table
+    assert "Traceback" not in table
+    assert "Traceback" in tiny(path, "plugins", "--traceback")
+    blocked = tiny(path, "plugins", TINYCORE_DISABLE_PLUGINS="blocked")
+    assert "blocked: disabled: listed in TINYCORE_DISABLE_PLUGINS" in blocked
+
+
+def test_no_colour_under_no_color_even_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    plugins = [{"name": "good", "distribution": "tiny-good", "version": "1.0", "api_level": 1, "status": "ok",
+                "hooks": ["tiny_devices"], "reason": "", "notes": [], "traceback": ""}]
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    assert "\x1b[32mok" in cli.format_plugins(plugins), "green status on a terminal"
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b[" not in cli.format_plugins(plugins)
+
+
+def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert "devices" in capsys.readouterr().out
+
+
+def test_unknown_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(["gadgets"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'gadgets'" in capsys.readouterr().err

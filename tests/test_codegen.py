@@ -1,0 +1,175 @@
+"""Codegen end to end: hand-built kernel ASTs lowered with and without optimizations, run, compared with numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.codegen_kernels import (Case, GPURenderer, ScalarRenderer, VectorCPURenderer, elementwise_broadcast,
+                                   full_reduce, integer_arithmetic, matmul, padded, reduce_inner, reduce_outer,
+                                   softmax_numerator, symbolic_elementwise, transposed_copy, two_outputs)
+from tinycore.codegen import Opt, OptOps, linearize
+from tinycore.codegen.interpreter import run_linear
+from tinycore.codegen.opt import Kernel, KernelOptError
+from tinycore.dtype import dtypes, to_numpy_dtype
+from tinycore.helpers import Context
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+def run_case(case: Case, renderer: object, opts: list[Opt] | None) -> np.ndarray:
+    """Lower `case` and run it in the interpreter; returns the output buffer shaped like numpy's result."""
+    uops = linearize(case.ast, renderer, opts)
+    output = np.zeros(int(np.prod(case.output_shape)), dtype=to_numpy_dtype(case.output_dtype))
+    run_linear(uops, [output] + [array.copy() for array in case.inputs], case.var_vals)
+    return output.reshape(case.output_shape)
+
+
+def check(case: Case, renderer: object, opts: list[Opt] | None) -> None:
+    """The lowered kernel's output matches numpy."""
+    result = run_case(case, renderer, opts)
+    expected = case.expected()
+    if dtypes.is_float(case.output_dtype):
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(result, expected)
+
+
+CASES = [
+    elementwise_broadcast(4, 16), elementwise_broadcast(3, 5), elementwise_broadcast(1, 1),
+    elementwise_broadcast(6, 24, dtypes.int32), transposed_copy(8, 16), transposed_copy(3, 5),
+    reduce_inner(4, 64), reduce_inner(3, 7), reduce_inner(5, 32, Ops.MAX), reduce_inner(2, 16, Ops.MUL),
+    reduce_inner(4, 48, Ops.ADD, dtypes.int32), reduce_inner(3, 40, Ops.MAX, dtypes.int32),
+    reduce_outer(16, 8), reduce_outer(7, 24), full_reduce(256), full_reduce(100, dtypes.int32),
+    padded(10, 2, 3), padded(16, 8, 8), matmul(8, 32, 16), matmul(5, 7, 3), matmul(12, 16, 8),
+    matmul(6, 12, 16, dtypes.int32), softmax_numerator(4, 16), integer_arithmetic(64),
+    symbolic_elementwise(40, 29),
+]
+RENDERERS = {"vector_cpu": VectorCPURenderer(), "scalar": ScalarRenderer(), "gpu": GPURenderer()}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+@pytest.mark.parametrize("renderer_name", sorted(RENDERERS))
+def test_heuristic_matches_numpy(case: Case, renderer_name: str) -> None:
+    check(case, RENDERERS[renderer_name], None)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_unoptimized_matches_numpy(case: Case) -> None:
+    check(case, VectorCPURenderer(), [])
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_noopt_context_matches_numpy(case: Case) -> None:
+    with Context(NOOPT=1):
+        uops = linearize(case.ast, VectorCPURenderer())
+    assert not any(u.dtype.count > 1 for u in uops), "NOOPT must not vectorize"
+    check(case, VectorCPURenderer(), [])
+
+
+def test_two_stores_in_one_kernel() -> None:
+    case = two_outputs(32)
+    uops = linearize(case.ast, VectorCPURenderer())
+    first, second = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    run_linear(uops, [first, second] + [array.copy() for array in case.inputs])
+    np.testing.assert_allclose(first, case.inputs[0] + case.inputs[1], rtol=1e-6)
+    np.testing.assert_allclose(second, case.inputs[0] * case.inputs[1], rtol=1e-6)
+
+
+EXPLICIT_OPTS = [
+    (elementwise_broadcast(4, 16), [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2)]),
+    (elementwise_broadcast(6, 8), [Opt(OptOps.THREAD, 0, 3), Opt(OptOps.UPCAST, 1, 4)]),
+    (elementwise_broadcast(7, 8), [Opt(OptOps.THREAD, 0, 3)]),
+    (reduce_inner(4, 64), [Opt(OptOps.ACCUMULATORS, 1, 16), Opt(OptOps.UNROLL, 1, 2)]),
+    (reduce_inner(4, 64, Ops.MAX), [Opt(OptOps.ACCUMULATORS, 1, 8)]),
+    (reduce_inner(4, 64), [Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.ACCUMULATORS, 0, 8)]),
+    (reduce_outer(16, 8), [Opt(OptOps.UPCAST, 0, 8), Opt(OptOps.UNROLL, 0, 4)]),
+    (matmul(8, 32, 16), [Opt(OptOps.UPCAST, 1, 16), Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 1, 4),
+                         Opt(OptOps.THREAD, 0, 2)]),
+    (matmul(6, 8, 8), [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 6), Opt(OptOps.UNROLL, 0, 8)]),
+    (softmax_numerator(4, 16), [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.ACCUMULATORS, 2, 8)]),
+    (padded(16, 8, 8), [Opt(OptOps.UPCAST, 0, 8)]),
+    (full_reduce(256), [Opt(OptOps.ACCUMULATORS, 0, 32), Opt(OptOps.UNROLL, 0, 2)]),
+]
+
+
+@pytest.mark.parametrize("case,opts", EXPLICIT_OPTS, ids=lambda value: getattr(value, "name", None))
+def test_explicit_opts_match_numpy(case: Case, opts: list[Opt]) -> None:
+    check(case, VectorCPURenderer(), opts)
+
+
+def test_bad_opt_raises_clear_error() -> None:
+    kernel = Kernel(reduce_inner(4, 64).ast)
+    with pytest.raises(KernelOptError, match="UPCAST applies to output loop axes"):
+        kernel.apply_opt(Opt(OptOps.UPCAST, 1, 8))
+    with pytest.raises(KernelOptError, match="multiple of the amount"):
+        kernel.apply_opt(Opt(OptOps.ACCUMULATORS, 1, 7))
+    with pytest.raises(KernelOptError, match="names axis 5"):
+        kernel.apply_opt(Opt(OptOps.UNROLL, 5, 2))
+
+
+def test_non_sink_ast_raises_clear_error() -> None:
+    store = reduce_inner(4, 64).ast.src[0]
+    with pytest.raises(ValueError, match="SINK of STOREs"):
+        Kernel(store)
+
+
+# ---- structure of the optimized programs ----
+
+def vector_loads(uops: list[UOp]) -> list[UOp]:
+    """Vector loads from global buffers."""
+    return [u for u in uops if u.op is Ops.LOAD and u.dtype.count > 1 and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+
+
+def test_contiguous_elementwise_uses_vector_loads_and_stores() -> None:
+    uops = linearize(elementwise_broadcast(4, 64).ast, VectorCPURenderer())
+    loads = vector_loads(uops)
+    assert loads and all(u.dtype == dtypes.float32.vec(8) for u in loads)
+    assert any(u.op is Ops.STORE and u.src[1].dtype == dtypes.float32.vec(8) for u in uops)
+
+
+def test_scalar_renderer_gets_no_vectors() -> None:
+    uops = linearize(elementwise_broadcast(4, 64).ast, ScalarRenderer())
+    assert not any(u.dtype.count > 1 for u in uops)
+
+
+def test_reduce_over_contiguous_axis_gets_vector_accumulators() -> None:
+    uops = linearize(reduce_inner(64, 256).ast, VectorCPURenderer())
+    registers = [u for u in uops if u.op is Ops.DEFINE_REG]
+    assert len(registers) == 2 and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
+    assert vector_loads(uops)
+
+
+def test_matmul_gets_register_tile() -> None:
+    uops = linearize(matmul(64, 64, 64).ast, VectorCPURenderer())
+    registers = [u for u in uops if u.op is Ops.DEFINE_REG]
+    # a 4 x 16 tile: 4 rows of two 8-wide vectors
+    assert len(registers) == 8 and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
+    inner_loads = vector_loads(uops)
+    assert len(inner_loads) == 2 * 4  # two vectors of b per unrolled reduce step, reduce unrolled by 4
+
+
+def test_big_kernel_is_split_across_workers() -> None:
+    with Context(NUM_CPU_THREADS=4):
+        uops = linearize(elementwise_broadcast(512, 256).ast, VectorCPURenderer())
+    specials = [u for u in uops if u.op is Ops.SPECIAL]
+    assert len(specials) == 1 and specials[0].arg == "core_id" and specials[0].src[0].arg == 4
+
+
+def test_small_kernel_is_not_split() -> None:
+    with Context(NUM_CPU_THREADS=4):
+        uops = linearize(elementwise_broadcast(16, 64).ast, VectorCPURenderer())
+    assert not any(u.op is Ops.SPECIAL for u in uops)
+
+
+def test_gpu_renderer_maps_output_axes_to_thread_indices() -> None:
+    uops = linearize(elementwise_broadcast(8, 32).ast, GPURenderer())
+    specials = {u.arg: u.src[0].arg for u in uops if u.op is Ops.SPECIAL}
+    assert specials == {"gidx0": 32, "gidx1": 8}
+    assert not any(u.op is Ops.RANGE for u in uops)
+
+
+def test_gpu_renderer_keeps_axes_beyond_global_max_as_loops() -> None:
+    uops = linearize(elementwise_broadcast(4, 1024).ast, GPURenderer())
+    specials = {u.arg: u.src[0].arg for u in uops if u.op is Ops.SPECIAL}
+    assert specials == {"gidx0": 4}
+    assert sum(u.op is Ops.RANGE for u in uops) == 1

@@ -1,0 +1,272 @@
+"""Realize end to end on the CPU device: schedule, compile, run, read back; results compared with numpy."""
+from __future__ import annotations
+
+import gc
+import math
+import weakref
+
+import numpy as np
+import pytest
+
+from tinycore.counters import GlobalCounters
+from tinycore.dtype import dtypes, from_numpy_dtype
+from tinycore.engine.memory import buffer_of, new_buffer_uop, uop_from_bytes
+from tinycore.engine.realize import get_runner, realize_uops, to_host
+from tinycore.helpers import Context
+from tinycore.schedule import create_schedule
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+pytest.importorskip("tiny_cpu", reason="the CPU device plugin (pip install -e plugins/tiny-cpu) runs these tests")
+
+
+def tensor(array, device: str = "CPU") -> UOp:
+    """A realized BUFFER node holding `array`, viewed with its shape."""
+    array = np.ascontiguousarray(array)
+    return uop_from_bytes(array.tobytes(), from_numpy_dtype(array.dtype), device).reshape(array.shape)
+
+
+def host(node: UOp, numpy_dtype=np.float32) -> np.ndarray:
+    """The value of `node` read back through to_host."""
+    return np.frombuffer(to_host(node), dtype=numpy_dtype).reshape(node.shape)
+
+
+def random(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed * 7 + len(shape)).standard_normal(shape).astype(np.float32)
+
+
+def count_kernels(*outputs: UOp) -> int:
+    GlobalCounters.reset()
+    realize_uops(list(outputs))
+    return GlobalCounters.kernel_count
+
+
+# ---- elementwise ----
+
+def test_fused_elementwise_matches_numpy():
+    first, second, third = random(4, 5), random(4, 5, seed=1), random(4, 5, seed=2)
+    node = (tensor(first) + tensor(second)) * tensor(third)
+    assert count_kernels(node) == 1
+    np.testing.assert_allclose(host(node), (first + second) * third, rtol=1e-6)
+
+
+def test_unary_and_ternary_ops():
+    array = np.abs(random(3, 4)) + 0.5
+    node = tensor(array)
+    checks = [
+        (node.exp2(), np.exp2(array)), (node.log2(), np.log2(array)), (node.sqrt(), np.sqrt(array)),
+        (node.reciprocal(), 1 / array), (node.sin(), np.sin(array)), (-node, -array),
+        ((node < 1.0).where(node, node * 3), np.where(array < 1.0, array, array * 3)),
+        (node.maximum(node * 0 + 1.2), np.maximum(array, 1.2)),
+    ]
+    realized = realize_uops([graph for graph, _ in checks])
+    for result, (_, expected) in zip(realized, checks, strict=True):
+        np.testing.assert_allclose(host(result), expected, rtol=1e-5)
+
+
+def test_integer_ops_and_casts():
+    array = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
+    node = tensor(array)
+    divided = node // UOp.const_on(dtypes.int32, 4, "CPU", (3, 4))
+    remainder = node % UOp.const_on(dtypes.int32, 4, "CPU", (3, 4))
+    as_float = node.cast(dtypes.float32) * 0.5
+    # C semantics: truncation toward zero
+    np.testing.assert_array_equal(host(divided, np.int32), np.trunc(array / 4).astype(np.int32))
+    np.testing.assert_array_equal(host(remainder, np.int32), np.fmod(array, 4))
+    np.testing.assert_allclose(host(as_float), array.astype(np.float32) * 0.5)
+
+
+def test_constant_output():
+    filled = UOp.const_on(dtypes.float32, 2.5, "CPU", (3, 2))
+    np.testing.assert_array_equal(host(filled), np.full((3, 2), 2.5, dtype=np.float32))
+
+
+# ---- reduce ----
+
+@pytest.mark.parametrize("op,axes,reference", [
+    (Ops.ADD, (0, 1), lambda a: a.sum(keepdims=True)),
+    (Ops.ADD, (1,), lambda a: a.sum(axis=1, keepdims=True)),
+    (Ops.MAX, (0,), lambda a: a.max(axis=0, keepdims=True)),
+    (Ops.MUL, (1,), lambda a: a.prod(axis=1, keepdims=True)),
+    (Ops.MAX, (0, 1), lambda a: a.max(keepdims=True)),
+])
+def test_reduce_matches_numpy(op, axes, reference):
+    array = random(6, 7)
+    np.testing.assert_allclose(host(tensor(array).r(op, axes)), reference(array), rtol=1e-5, atol=1e-6)
+
+
+def test_sum_of_product_is_one_kernel():
+    first, second = random(8, 9), random(8, 9, seed=1)
+    node = (tensor(first) * tensor(second)).r(Ops.ADD, (0, 1))
+    assert count_kernels(node) == 1
+    np.testing.assert_allclose(host(node), (first * second).sum(keepdims=True), rtol=1e-5)
+
+
+def test_subtract_max():
+    array = random(5, 6)
+    node = tensor(array)
+    graph = node - node.r(Ops.MAX, (1,)).expand((5, 6))
+    assert count_kernels(graph) <= 2
+    np.testing.assert_allclose(host(graph), array - array.max(axis=1, keepdims=True), rtol=1e-6)
+
+
+def test_softmax_last_axis():
+    array = random(4, 10)
+    node = tensor(array)
+    maximum = node.r(Ops.MAX, (1,)).expand((4, 10))
+    exponent = ((node - maximum) * (1 / math.log(2))).exp2()
+    graph = exponent * exponent.r(Ops.ADD, (1,)).expand((4, 10)).reciprocal()
+    assert count_kernels(graph) <= 3
+    expected = np.exp(array - array.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(host(graph), expected / expected.sum(axis=1, keepdims=True), rtol=1e-5)
+
+
+def test_large_reduce():
+    array = random(1000, 300)
+    np.testing.assert_allclose(host(tensor(array).r(Ops.ADD, (0,))), array.sum(axis=0, keepdims=True),
+                               rtol=1e-4, atol=1e-4)
+
+
+# ---- movement ----
+
+MOVEMENTS = [
+    (lambda n: n.reshape((6, 4)).permute((1, 0)), lambda a: a.reshape(6, 4).T),
+    (lambda n: n.permute((2, 0, 1)).reshape((4, 6)), lambda a: a.transpose(2, 0, 1).reshape(4, 6)),
+    (lambda n: n.shrink(((0, 2), (1, 2), (0, 4))).expand((2, 5, 4)),
+     lambda a: np.broadcast_to(a[:, 1:2, :], (2, 5, 4))),
+    (lambda n: n.pad(((1, 0), (0, 2), (3, 1))), lambda a: np.pad(a, ((1, 0), (0, 2), (3, 1)))),
+    (lambda n: n.shrink(((1, 2), (0, 3), (1, 3))), lambda a: a[1:2, 0:3, 1:3]),
+    (lambda n: n.flip((True, False, True)), lambda a: a[::-1, :, ::-1]),
+    (lambda n: n.pad(((1, 1), (1, 0), (0, 0))).flip((True, True, False)).shrink(((0, 3), (1, 4), (1, 4))),
+     lambda a: np.pad(a, ((1, 1), (1, 0), (0, 0)))[::-1, ::-1, :][0:3, 1:4, 1:4]),
+    (lambda n: n.pad(((0, 0), (2, 2), (0, 0))).reshape((2, 7, 2, 2)).permute((3, 1, 0, 2)),
+     lambda a: np.pad(a, ((0, 0), (2, 2), (0, 0))).reshape(2, 7, 2, 2).transpose(3, 1, 0, 2)),
+]
+
+
+@pytest.mark.parametrize("build,reference", MOVEMENTS)
+def test_movement_then_elementwise(build, reference):
+    array = random(2, 3, 4)
+    graph = build(tensor(array)) + 1
+    assert count_kernels(graph) == 1
+    np.testing.assert_allclose(host(graph), reference(array) + 1, rtol=1e-6)
+
+
+@pytest.mark.parametrize("build,reference", MOVEMENTS)
+def test_view_read_back(build, reference):
+    array = random(2, 3, 4)
+    np.testing.assert_allclose(host(build(tensor(array))), reference(array), rtol=1e-6)
+
+
+def test_reshape_permute_add_reads_input_without_copy():
+    array = random(2, 3, 4)
+    node = tensor(array)
+    graph = node.reshape((6, 4)).permute((1, 0)) + 1
+    schedule = create_schedule([graph])
+    assert len(schedule.items) == 1 and schedule.items[0].buffers[1] is node.base
+
+
+def test_realized_view_is_returned_unchanged():
+    node = tensor(random(2, 3))
+    view = node.permute((1, 0))
+    GlobalCounters.reset()
+    assert realize_uops([view]) == [view]
+    assert GlobalCounters.kernel_count == 0
+
+
+# ---- effects ----
+
+def test_assign_writes_into_the_target_buffer():
+    array = random(3, 4)
+    node = tensor(array)
+    (result,) = realize_uops([node.assign(node * 2 + 1)])
+    assert result is node
+    np.testing.assert_allclose(host(node), array * 2 + 1, rtol=1e-6)
+
+
+def test_assign_from_a_flipped_view_of_itself():
+    array = random(3, 4)
+    node = tensor(array)
+    realize_uops([node.assign(node.flip((True, True)))])
+    np.testing.assert_allclose(host(node), array[::-1, ::-1], rtol=1e-6)
+
+
+def test_contiguous_and_clone_make_new_buffers():
+    array = random(3, 4)
+    node = tensor(array)
+    (permuted,) = realize_uops([node.permute((1, 0)).contiguous()])
+    (cloned,) = realize_uops([node.clone()])
+    assert permuted.base is not node.base and cloned.base is not node.base
+    np.testing.assert_allclose(host(permuted), array.T)
+    np.testing.assert_allclose(host(cloned), array)
+
+
+def test_copy_between_devices():
+    array = random(3, 4)
+    node = tensor(array)
+    copied = node.permute((1, 0)).copy_to_device("CPU:1")
+    (result,) = realize_uops([copied * 2])
+    assert result.device == "CPU:1"
+    np.testing.assert_allclose(host(result), array.T * 2, rtol=1e-6)
+
+
+def test_multiple_outputs_share_work():
+    first, second = random(3, 3), random(3, 3, seed=1)
+    total = tensor(first) + tensor(second)
+    assert count_kernels(total, total * 2, total.r(Ops.ADD, (0, 1))) == 3
+    GlobalCounters.reset()
+    results = realize_uops([total * 3, total - 1])
+    np.testing.assert_allclose(host(results[0]), (first + second) * 3, rtol=1e-6)
+    np.testing.assert_allclose(host(results[1]), first + second - 1, rtol=1e-6)
+
+
+def test_size_zero_outputs():
+    node = tensor(np.zeros((0, 3), dtype=np.float32))
+    (result,) = realize_uops([node + 1])
+    assert result.shape == (0, 3)
+    assert host(result).shape == (0, 3)
+
+
+# ---- caches, memory and debug output ----
+
+def test_eager_loop_on_new_buffers_uses_the_schedule_cache():
+    for value in (1.0, 2.0, 5.0):
+        node = tensor(np.array([value], dtype=np.float32))
+        (result,) = realize_uops([node + UOp.const_on(dtypes.float32, 1.0, "CPU", (1,))])
+        np.testing.assert_array_equal(host(result), [value + 1])
+
+
+def test_programs_are_compiled_once_per_ast():
+    schedule = create_schedule([tensor(random(2, 2)) * 3])
+    ast = schedule.items[0].ast
+    assert get_runner(ast, "CPU") is get_runner(ast, "CPU")
+
+
+def test_buffer_memory_is_freed_with_its_graph():
+    node = new_buffer_uop("CPU", dtypes.float32, 16)
+    buffer = buffer_of(node)
+    buffer.ensure_allocated()
+    alive = weakref.ref(buffer)
+    del node, buffer
+    gc.collect()
+    assert alive() is None
+
+
+def test_uop_from_bytes_rejects_partial_items():
+    with pytest.raises(ValueError, match="whole number"):
+        uop_from_bytes(b"\x00" * 6, dtypes.float32, "CPU")
+
+
+def test_debug_levels_print(capsys):
+    array = random(4, 4)
+    with Context(DEBUG=1):
+        realize_uops([tensor(array) * 5])
+    assert "1 kernel" in capsys.readouterr().out
+    with Context(DEBUG=2):
+        realize_uops([tensor(array) * 7])
+    lines = capsys.readouterr().out.splitlines()
+    kernel_lines = [line for line in lines if "GFLOPS" in line]
+    assert len(kernel_lines) == 1 and "GB/s" in kernel_lines[0] and " us " in kernel_lines[0]
+    with Context(DEBUG=5):
+        realize_uops([tensor(array) * 11.5])
+    assert "Ops.STORE" in capsys.readouterr().out

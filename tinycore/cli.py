@@ -1,0 +1,195 @@
+"""The `tiny` command: `tiny devices` and `tiny plugins` (each with `--json`).
+
+Colours are used only when stdout is a terminal and NO_COLOR is not set.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from tinycore.helpers import DEV, colored
+
+STATUS_COLOURS = {"ok": "green", "unavailable": "yellow", "fails to open": "red", "plugin broken": "red",
+                  "plugin refused": "red", "plugin disabled": "yellow", "plugin not allowed": "yellow",
+                  "broken": "red", "refused": "red", "disabled": "yellow", "not allowed": "yellow"}
+
+
+def _plugin_status_label(status: str) -> str:
+    """The device-table status for a plugin that did not load ("broken" -> "plugin broken")."""
+    return f"plugin {status}"
+
+
+def _renderer_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
+    """The renderers offered for device `name`, each with whether it is selected and the DEV= line choosing it."""
+    from tinycore.device.registry import renderer_specs
+    return [{"name": spec.name, "distribution": record.install_name, "description": spec.description,
+             "selected": spec.name == selected, "dev": f"DEV={name}:{spec.name}"}
+            for spec, record in renderer_specs(name)]
+
+
+def _interface_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
+    """The interfaces offered for device `name`, each with whether it is selected and the DEV= line choosing it."""
+    from tinycore.device.registry import interface_specs
+    return [{"name": spec.name, "distribution": record.install_name, "description": spec.description,
+             "is_mock": spec.is_mock, "selected": spec.name == selected, "dev": f"DEV={spec.name}+{name}"}
+            for spec, record in interface_specs(name)]
+
+
+def collect_devices() -> dict[str, Any]:
+    """Everything `tiny devices` shows: each device's status and parts, the default device, skipped plugins."""
+    from tinycore.device.registry import Device
+    from tinycore.device.target import target_for
+    from tinycore.plugins.manager import get_plugin_manager
+
+    manager = get_plugin_manager()
+    default: str | None = None
+    default_error: str | None = None
+    try:
+        default = Device.DEFAULT
+    except Exception as error:
+        default_error = str(error)
+    devices: list[dict[str, Any]] = []
+    for spec, record in Device.specs():
+        ok, reason, count = Device.probe(spec.name)
+        status = "ok" if ok else "unavailable"
+        if ok:
+            try:
+                Device[spec.name]
+            except Exception as error:
+                status, reason = "fails to open", str(error)
+        target = target_for(spec.name)
+        renderer = Device.selected_renderers.get(spec.name) or target.renderer or None
+        renderers = _renderer_rows(spec.name, renderer)
+        if renderer is None and renderers:
+            renderers[0]["selected"] = True
+        interface = Device.selected_interfaces.get(spec.name) or target.interface or None
+        interfaces = _interface_rows(spec.name, interface)
+        if interface is None:
+            first = next((row for row in interfaces if not row["is_mock"]), None)
+            if first is not None:
+                first["selected"] = True
+        devices.append({"name": spec.name, "status": status, "reason": reason, "count": count,
+                        "priority": spec.priority, "description": spec.description, "plugin": record.name,
+                        "distribution": record.install_name, "version": record.version,
+                        "default": spec.name == (default or "").split(":", 1)[0],
+                        "dev": f"DEV={spec.name}" if spec.priority >= 0 else None,
+                        "renderers": renderers, "interfaces": interfaces})
+    for record in manager.records:
+        if record.status != "ok":
+            devices.append({"name": None, "status": _plugin_status_label(record.status), "reason": record.reason,
+                            "count": 0, "priority": None, "description": "", "plugin": record.name,
+                            "distribution": record.install_name, "version": record.version, "default": False,
+                            "dev": None, "renderers": [], "interfaces": []})
+    return {"dev": str(DEV.value), "default": default, "default_error": default_error, "devices": devices}
+
+
+def _table(headers: list[str], rows: list[list[str]], colours: list[list[str | None]]) -> str:
+    """A plain-text table with columns padded to their widest cell; cells coloured after padding."""
+    widths = [max(len(header), *(len(row[column]) for row in rows)) if rows else len(header)
+              for column, header in enumerate(headers)]
+    lines = ["  ".join(header.ljust(width) for header, width in zip(headers, widths, strict=True)).rstrip()]
+    for row, row_colours in zip(rows, colours, strict=True):
+        cells = [colored(cell.ljust(width), colour)
+                 for cell, width, colour in zip(row, widths, row_colours, strict=True)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _names(items: list[dict[str, Any]]) -> str:
+    """Comma-separated names, the selected one starred, mocks marked."""
+    return ", ".join(item["name"] + ("*" if item["selected"] else "") + (" (mock)" if item.get("is_mock") else "")
+                     for item in items) or "-"
+
+
+def format_devices(report: dict[str, Any]) -> str:
+    """The `tiny devices` table and the notes under it."""
+    headers = ["", "DEVICE", "STATUS", "COUNT", "DISTRIBUTION", "RENDERERS", "INTERFACES"]
+    rows, colours = [], []
+    for device in report["devices"]:
+        distribution = device["distribution"] + (f" {device['version']}" if device["version"] else "")
+        rows.append(["*" if device["default"] else "", device["name"] or f"({device['plugin']})", device["status"],
+                     str(device["count"]), distribution, _names(device["renderers"]), _names(device["interfaces"])])
+        colours.append([None, None, STATUS_COLOURS.get(device["status"]), None, None, None, None])
+    lines = [_table(headers, rows, colours), ""]
+    if report["default"]:
+        lines.append(f"default device: {report['default']}" + (f" (DEV={report['dev']})" if report["dev"] else
+                                                                 " (highest priority that opens; set DEV to choose)"))
+    else:
+        lines.append(colored("no default device:", "red") + f" {report['default_error']}")
+    for device in report["devices"]:
+        label = device["name"] or f"plugin {device['plugin']}"
+        lines.append(f"{label}: {device['status']}" + (f": {device['reason']}" if device["reason"] else ""))
+        if device["dev"]:
+            lines.append(f"    make it the default: {device['dev']}")
+        elif device["name"]:
+            lines.append(f"    never the default (priority {device['priority']}); opened by name: {device['name']}:...")
+        for kind in ("renderers", "interfaces"):
+            for item in device[kind]:
+                marker = " (selected)" if item["selected"] else ""
+                lines.append(f"    {kind[:-1]} {item['name']}{marker}: {item['dev']}  [{item['distribution']}]")
+    lines.append("* = default device; a starred renderer or interface is the one used")
+    return "\n".join(lines)
+
+
+def collect_plugins() -> list[dict[str, Any]]:
+    """Everything `tiny plugins` shows: one dict per discovered plugin."""
+    from tinycore.plugins.manager import get_plugin_manager
+    return [record.as_dict() for record in get_plugin_manager().records]
+
+
+def format_plugins(plugins: list[dict[str, Any]], show_tracebacks: bool = False) -> str:
+    """The `tiny plugins` table and, for plugins that did not load, the reason (and traceback if asked)."""
+    from tinycore.plugins import PLUGIN_API_LEVEL, core_version
+    headers = ["PLUGIN", "DISTRIBUTION", "VERSION", "API", "STATUS", "HOOKS"]
+    rows, colours = [], []
+    for plugin in plugins:
+        rows.append([plugin["name"], plugin["distribution"] or "-", plugin["version"] or "-",
+                     str(plugin["api_level"]) if plugin["api_level"] is not None else "-", plugin["status"],
+                     ", ".join(plugin["hooks"]) or "-"])
+        colours.append([None, None, None, None, STATUS_COLOURS.get(plugin["status"]), None])
+    lines = [f"tinycore {core_version()}, plugin API level {PLUGIN_API_LEVEL}", _table(headers, rows, colours)]
+    for plugin in plugins:
+        if plugin["reason"]:
+            lines.append(f"{plugin['name']}: {plugin['status']}: {plugin['reason']}")
+        for note in plugin["notes"]:
+            lines.append(f"{plugin['name']}: note: {note}")
+        if show_tracebacks and plugin["traceback"]:
+            lines.append("    " + plugin["traceback"].rstrip().replace("\n", "\n    "))
+    if not plugins:
+        lines.append("no plugins found in the entry-point group 'tinycore.plugins'; install one: pip install tiny-cpu")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `tiny` command."""
+    parser = argparse.ArgumentParser(prog="tiny", description="tinycore: devices and plugins")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    devices = commands.add_parser("devices", help="list every device of every plugin, its status and parts")
+    devices.add_argument("--json", action="store_true", help="print JSON for tools")
+    plugins = commands.add_parser("plugins", help="list plugins: distribution, version, API level, hooks, status")
+    plugins.add_argument("--json", action="store_true", help="print JSON for tools")
+    plugins.add_argument("--traceback", action="store_true", help="show the traceback of each broken plugin")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `tiny` command; returns the exit status."""
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command == "devices":
+        report = collect_devices()
+        print(json.dumps(report, indent=2) if arguments.json else format_devices(report))
+        return 0
+    if arguments.command == "plugins":
+        plugins = collect_plugins()
+        print(json.dumps(plugins, indent=2) if arguments.json else format_plugins(plugins, arguments.traceback))
+        return 0
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

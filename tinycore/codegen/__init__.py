@@ -1,0 +1,56 @@
+"""Codegen: a kernel AST (SINK of STOREs over RANGEs) -> an optimized, linearized program -> a ProgramSpec.
+
+    opts (heuristic or given) -> expand (upcast/unroll/accumulators, vector packing) -> linearize (loops, accumulators,
+    placement, order) -> renderer.to_program
+
+See docs/architecture.md, "Kernel-level graph", for the input and output contracts.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tinycore.codegen.expand import expand
+from tinycore.codegen.linearize import linearize_stores
+from tinycore.codegen.opt import AxisType, Kernel, Opt, OptOps
+from tinycore.codegen.optimize import hand_coded_optimizations, map_global_dims, vector_width
+from tinycore.helpers import DEBUG, NOOPT
+from tinycore.uop.uop import UOp
+
+
+def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> Kernel:
+    """The kernel of `ast` with `opts` applied, or the heuristic's choice when `opts` is None (none with NOOPT=1)."""
+    kernel = Kernel(ast)
+    if opts is not None:
+        kernel.apply_opts(list(opts))
+        notes = [repr(opt) for opt in opts]
+    elif NOOPT:
+        notes = []
+    else:
+        notes = hand_coded_optimizations(kernel, renderer)
+    if getattr(renderer, "has_local", False) and not getattr(renderer, "has_threads", False):
+        map_global_dims(kernel, renderer)
+    if DEBUG >= 3:
+        print(f"{kernel.name()}: " + (", ".join(notes) if notes else "no optimizations"))
+    return kernel
+
+
+def linearize(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
+    """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
+    kernel = optimize_kernel(ast, renderer, opts)
+    stores = expand(kernel.ast, lambda dtype: vector_width(renderer, dtype))
+    return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
+
+
+def _kernel_name(ast: UOp, kernel: Kernel) -> str:
+    arg = ast.arg
+    given = arg if isinstance(arg, str) else getattr(arg, "name", None)
+    return given if isinstance(given, str) and given else kernel.name()
+
+
+def lower_to_program(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> Any:
+    """The ProgramSpec of the kernel `ast` rendered by `renderer` (see linearize for `opts`)."""
+    uops = linearize(ast, renderer, opts)
+    return renderer.to_program(uops, uops[-1].arg)
+
+
+__all__ = ["lower_to_program", "linearize", "optimize_kernel", "Kernel", "Opt", "OptOps", "AxisType"]

@@ -1,0 +1,143 @@
+"""Expansion of UPCAST, UNROLL and ACCUMULATOR axes into copies and vector lanes.
+
+After this pass the only RANGEs left are loops (LOOP, THREAD, REDUCE kinds): every UPCAST range has been replaced by
+its values, one copy of each store per value (grouped into vector stores along the innermost upcast axis when the
+addresses are consecutive); every UNROLL range inside a REDUCE became several values combined in the loop body; every
+ACCUMULATOR range became independent accumulators (packed into vector accumulators) combined after the loop.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+from typing import Callable
+
+from tinycore.codegen.opt import AxisType, axis_id, axis_kind, range_size
+from tinycore.codegen.simplify import constant_difference, fold
+from tinycore.codegen.vectorize import Packer, consecutive
+from tinycore.dtype import DType, dtypes
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+def combine(op: Ops, values: list[UOp]) -> UOp:
+    """`values` folded with the reduce op `op`, left to right."""
+    return functools.reduce(lambda left, right: left.alu(op, right), values)
+
+
+def lane_values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
+    """Every assignment of constants to `ranges`, the last range varying fastest."""
+    sizes = []
+    for range_node in ranges:
+        size = range_size(range_node)
+        if size is None:
+            raise ValueError(f"axis {axis_id(range_node)} of kind {axis_kind(range_node)} needs a constant size")
+        sizes.append(size)
+    return [{r: UOp.const(dtypes.int32, value) for r, value in zip(ranges, values)}
+            for values in itertools.product(*(range(size) for size in sizes))]
+
+
+def _substitute(node: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    return fold(node.substitute(mapping))
+
+
+class Expander:
+    """Runs the expansion on a kernel AST; `vector_width(dtype)` is the widest vector codegen may use for `dtype`."""
+
+    def __init__(self, vector_width: Callable[[DType], int]):
+        self.vector_width = vector_width
+        self.packer = Packer(lambda dtype, width: dtype.count == 1 and vector_width(dtype) >= width and
+                             width in _powers_up_to(vector_width(dtype)))
+
+    def expand_reduces(self, root: UOp) -> UOp:
+        """Every REDUCE with UNROLL or ACCUMULATOR ranges rewritten (inner reduces first)."""
+        memo: dict[UOp, UOp] = {}
+        for node in root.toposort:
+            new_src = tuple(memo[source] for source in node.src)
+            rebuilt = node if new_src == node.src else node.replace(src=new_src)
+            memo[node] = self._expand_reduce(rebuilt) if rebuilt.op is Ops.REDUCE else rebuilt
+        return memo[root]
+
+    def _expand_reduce(self, node: UOp) -> UOp:
+        value, ranges, op = node.src[0], list(node.src[1:]), node.arg
+        unrolled = [r for r in ranges if axis_kind(r) is AxisType.UNROLL]
+        accumulators = [r for r in ranges if axis_kind(r) is AxisType.ACCUMULATOR]
+        loops = [r for r in ranges if r not in unrolled and r not in accumulators]
+        if unrolled:
+            value = combine(op, [_substitute(value, mapping) for mapping in lane_values(unrolled)])
+        if not accumulators:
+            return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
+        lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]
+        if not loops:
+            return combine(op, lanes)
+        width = self.vector_width(node.dtype)
+        while width > 1 and len(lanes) % width:
+            width //= 2
+        vectors = []
+        for start in range(0, len(lanes), width):
+            packed = self.packer.pack(tuple(lanes[start:start + width]))
+            vectors.append(UOp(Ops.REDUCE, packed.dtype, (packed,) + tuple(loops), op))
+        total = combine(op, vectors)
+        return combine(op, [total.gep(lane) for lane in range(width)])
+
+    def expand_stores(self, stores: tuple[UOp, ...]) -> list[UOp]:
+        """Each store copied for every value of the UPCAST ranges it uses, vector stores where possible."""
+        result: list[UOp] = []
+        for store in stores:
+            upcasts = sorted((n for n in store.toposort if n.op is Ops.RANGE and axis_kind(n) is AxisType.UPCAST),
+                             key=axis_id)
+            if not upcasts:
+                result.append(fold(store))
+                continue
+            vector_axis = self._vector_axis(store, upcasts)
+            others = [r for r in upcasts if r is not vector_axis]
+            chunk = self._chunk_width(store, vector_axis)
+            for outer in lane_values(others) or [{}]:
+                copies = tuple(_substitute(store, {**outer, **inner}) for inner in lane_values([vector_axis]))
+                for start in range(0, len(copies), chunk):
+                    group = copies[start:start + chunk]
+                    vector_store = self._vector_store(group) if chunk > 1 else None
+                    result.extend([vector_store] if vector_store is not None else group)
+        return result
+
+    def _chunk_width(self, store: UOp, vector_axis: UOp) -> int:
+        """The widest supported vector width dividing the vector axis."""
+        size, width = range_size(vector_axis) or 1, self.vector_width(store.src[1].dtype)
+        while width > 1 and size % width:
+            width //= 2
+        return width
+
+    def _vector_axis(self, store: UOp, upcasts: list[UOp]) -> UOp:
+        """The upcast range along which the store's addresses are consecutive (the last one when none is)."""
+        address = store.src[0]
+        if address.op is Ops.INDEX:
+            width = self.vector_width(store.src[1].dtype)
+            for range_node in reversed(upcasts):
+                size = range_size(range_node) or 1
+                if width > 1 and size % 2 == 0 and \
+                        constant_difference(address.src[1], address.src[1].substitute(
+                            {range_node: range_node + 1})) == 1:
+                    return range_node
+        return upcasts[-1]
+
+    def _vector_store(self, copies: tuple[UOp, ...]) -> UOp | None:
+        addresses = tuple(copy.src[0] for copy in copies)
+        values = tuple(copy.src[1] for copy in copies)
+        first = addresses[0]
+        if first.op is not Ops.INDEX or values[0].dtype.count != 1:
+            return None
+        if not all(a.op is Ops.INDEX and a.src[0] is first.src[0] and a.src[2:] == first.src[2:] for a in addresses):
+            return None
+        if not self.packer.vector_ok(values[0].dtype, len(values)) or not consecutive(tuple(a.src[1] for a in
+                                                                                             addresses)):
+            return None
+        return first.store(self.packer.pack(values))
+
+
+def _powers_up_to(limit: int) -> set[int]:
+    return {1 << shift for shift in range(limit.bit_length()) if 1 << shift <= limit}
+
+
+def expand(ast: UOp, vector_width: Callable[[DType], int]) -> list[UOp]:
+    """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded."""
+    expander = Expander(vector_width)
+    return expander.expand_stores(expander.expand_reduces(ast).src)

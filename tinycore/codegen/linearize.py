@@ -1,0 +1,331 @@
+"""Linearization: expanded stores with REDUCEs over RANGEs -> a list of UOps in execution order.
+
+1. Loop tree. Ranges not reduced over are the output loops, nested in axis-id order. The REDUCEs that reduce over
+   the same ranges form a group sharing one loop nest, hung below the deepest loop their values need from outside.
+2. Accumulators. Each REDUCE becomes a DEFINE_REG, an initialising STORE of the reduce identity before its loops,
+   `STORE(INDEX(acc, 0), op(LOAD(INDEX(acc, 0)), value))` in the innermost loop and a LOAD after the loops (a distinct
+   node: its arg is "result").
+3. Placement. Every node is placed in the outermost loop where all its sources exist (loop-invariant code moves out
+   of inner loops; hash-consing already shares common subexpressions).
+4. Ordering. Inside each loop body, nodes are ordered by their dependencies, values first, then accumulator set-up,
+   then nested loops, then stores.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinycore.codegen.devectorize import legalize
+from tinycore.codegen.opt import AxisType, axis_id, new_range
+from tinycore.dtype import DType, dtypes
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+DEFINE_OPS = (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)
+RESULT_ARG = "result"
+
+
+class LinearizeError(ValueError):
+    """A kernel whose ranges cannot be arranged into nested loops."""
+
+
+def reduce_identity(op: Ops, dtype: DType) -> Any:
+    """The starting value of an accumulator for the reduce op `op`."""
+    if op is Ops.ADD or op in (Ops.OR, Ops.XOR):
+        return 0
+    if op is Ops.MUL:
+        return 1
+    if op is Ops.MAX:
+        return dtypes.min(dtype.scalar)
+    if op is Ops.AND:
+        return True if dtypes.is_bool(dtype) else -1
+    raise LinearizeError(f"no identity for reduce op {op}: reduces use ADD, MUL, MAX, AND, OR or XOR")
+
+
+@dataclass
+class LoopTree:
+    """The nesting of loops: `parent[range]` is the enclosing RANGE (None at the top level)."""
+
+    parent: dict[UOp, UOp | None] = field(default_factory=dict)
+    ancestry: dict[UOp, tuple[UOp, ...]] = field(default_factory=dict)
+
+    def add(self, range_node: UOp, parent: UOp | None) -> None:
+        """Place `range_node` directly inside `parent`."""
+        self.parent[range_node] = parent
+        self.ancestry[range_node] = (self.ancestry[parent] if parent is not None else ()) + (range_node,)
+
+    def path(self, loop: UOp | None) -> tuple[UOp, ...]:
+        """The loops from the outermost down to `loop` (empty for the top level)."""
+        return self.ancestry[loop] if loop is not None else ()
+
+    def deepest(self, first: UOp | None, second: UOp | None, what: Any = None) -> UOp | None:
+        """The deeper of two loops on one nesting path; LinearizeError when neither encloses the other."""
+        if first is None or first is second:
+            return second
+        if second is None:
+            return first
+        first_path, second_path = self.ancestry[first], self.ancestry[second]
+        if first in second_path:
+            return second
+        if second in first_path:
+            return first
+        raise LinearizeError(f"{what.op if isinstance(what, UOp) else 'a node'} needs loops {axis_id(first)} and "
+                             f"{axis_id(second)}, which are not nested: a REDUCE's range is used outside it")
+
+
+def _rename_shared_ranges(sink: UOp) -> UOp:
+    """Give fresh ranges to REDUCEs that share some but not all ranges with another REDUCE."""
+    while True:
+        owner: dict[UOp, tuple[UOp, ...]] = {}
+        conflict = None
+        for node in sink.toposort:
+            if node.op is not Ops.REDUCE:
+                continue
+            ranges = node.src[1:]
+            if any(r in owner and owner[r] != ranges for r in ranges):
+                conflict = node
+                break
+            owner.update(dict.fromkeys(ranges, ranges))
+        if conflict is None:
+            return sink
+        next_id = max(axis_id(n) for n in sink.toposort if n.op is Ops.RANGE) + 1
+        fresh = {r: new_range(r.src[0], next_id + i, AxisType.REDUCE) for i, r in enumerate(conflict.src[1:])}
+        replacement = UOp(Ops.REDUCE, conflict.dtype, (conflict.src[0].substitute(fresh),) + tuple(fresh.values()),
+                          conflict.arg)
+        sink = sink.substitute({conflict: replacement})
+
+
+def _range_dependencies(sink: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every node, the RANGEs it depends on (a REDUCE does not depend on the ranges it reduces over)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for node in sink.toposort:
+        found = frozenset().union(*(deps[source] for source in node.src)) if node.src else frozenset()
+        if node.op is Ops.RANGE:
+            found = found | {node}
+        elif node.op is Ops.REDUCE:
+            found = found - frozenset(node.src[1:])
+        deps[node] = found
+    return deps
+
+
+class Linearizer:
+    """Builds the linear program of one kernel from its expanded stores."""
+
+    def __init__(self, stores: list[UOp], renderer: Any):
+        self.renderer = renderer
+        self.sink = _rename_shared_ranges(UOp(Ops.SINK, dtypes.void, tuple(stores)))
+        self.tree = LoopTree()
+        self.group_of: dict[UOp, tuple[UOp, ...]] = {}
+        self.group_parent: dict[tuple[UOp, ...], UOp | None] = {}
+
+    # ---- 1. loop tree ----
+
+    def build_tree(self) -> None:
+        """Nest the output loops and hang every reduce group below the loops its values need."""
+        reduces = [node for node in self.sink.toposort if node.op is Ops.REDUCE]
+        groups: dict[tuple[UOp, ...], list[UOp]] = {}
+        for node in reduces:
+            groups.setdefault(node.src[1:], []).append(node)
+            self.group_of[node] = node.src[1:]
+        reduced = {r for ranges in groups for r in ranges}
+        outputs = sorted((n for n in self.sink.toposort if n.op is Ops.RANGE and n not in reduced), key=axis_id)
+        previous = None
+        for range_node in outputs:
+            self.tree.add(range_node, previous)
+            previous = range_node
+        deps = _range_dependencies(self.sink)
+        pending = dict(groups)
+        while pending:
+            progressed = False
+            for ranges, members in list(pending.items()):
+                needed = frozenset().union(*(deps[m] for m in members)) | \
+                    frozenset().union(*(deps[r.src[0]] for r in ranges))
+                if not needed <= self.tree.parent.keys():
+                    continue
+                parent = None
+                for loop in needed:
+                    parent = self.tree.deepest(parent, loop, members[0])
+                self.group_parent[ranges] = parent
+                for range_node in ranges:
+                    self.tree.add(range_node, parent)
+                    parent = range_node
+                del pending[ranges]
+                progressed = True
+            if not progressed:
+                raise LinearizeError("reduces depend on each other's ranges in a cycle: the kernel cannot be nested")
+
+    # ---- 2. accumulators ----
+
+    def make_accumulators(self) -> None:
+        """Replace each REDUCE by its accumulator's result; collect the set-up and update stores."""
+        memo: dict[UOp, UOp] = {}
+        self.forced: dict[UOp, UOp | None] = {}
+        self.block_inputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its initialising stores
+        self.block_outputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its result loads
+        self.updates: list[UOp] = []
+        self.inits: list[UOp] = []
+        self.registers: list[UOp] = []
+        self.placed_stores: dict[UOp, UOp | None] = {}
+        for node in self.sink.toposort:
+            if node.op is Ops.REDUCE:
+                memo[node] = self._accumulate(node, memo[node.src[0]])
+                continue
+            new_src = tuple(memo[source] for source in node.src)
+            memo[node] = node if new_src == node.src else node.replace(src=new_src)
+        self.stores = list(memo[self.sink].src)
+
+    def _accumulate(self, node: UOp, value: UOp) -> UOp:
+        ranges = self.group_of[node]
+        parent, innermost = self.group_parent[ranges], ranges[-1]
+        register = UOp(Ops.DEFINE_REG, node.dtype.ptr(1, "reg"), (), len(self.registers))
+        self.registers.append(register)
+        address = register.index(UOp.const(dtypes.int32, 0))
+        init = address.store(UOp.const(node.dtype, reduce_identity(node.arg, node.dtype)))
+        running = UOp(Ops.LOAD, node.dtype, (address,))
+        update = address.store(running.alu(node.arg, value))
+        result = UOp(Ops.LOAD, node.dtype, (address,), RESULT_ARG)
+        self.forced[running] = innermost
+        self.forced[result] = parent
+        self.inits.append(init)
+        self.updates.append(update)
+        self.block_inputs.setdefault(ranges[0], []).append(init)
+        self.block_outputs.setdefault(ranges[0], []).append(result)
+        self.placed_stores[init] = parent
+        self.placed_stores[update] = innermost
+        return result
+
+    # ---- 3. legalisation and placement ----
+
+    def legalize_and_place(self) -> None:
+        """Split unsupported vector ops, then give every node the loop it runs in."""
+        roots = self.stores + self.inits + self.updates
+        memo = legalize(roots, self.renderer)
+        self.stores = [memo[s] for s in self.stores]
+        self.forced = {memo.get(k, k): v for k, v in self.forced.items()}
+        self.forced.update({memo[s]: p for s, p in self.placed_stores.items()})
+        self.block_inputs = {k: [memo[s] for s in v] for k, v in self.block_inputs.items()}
+        self.block_outputs = {k: [memo.get(r, r) for r in v] for k, v in self.block_outputs.items()}
+        self.roots = self.stores + [memo[s] for s in self.inits] + [memo[s] for s in self.updates]
+        self.graph = UOp(Ops.SINK, dtypes.void, tuple(self.roots))
+        self.place: dict[UOp, UOp | None] = {}
+        for node in self.graph.toposort:
+            if node is self.graph:
+                continue
+            if node in self.forced:
+                self.place[node] = self.forced[node]
+            elif node.op is Ops.RANGE:
+                if node not in self.tree.parent:
+                    raise LinearizeError(f"range {axis_id(node)} appears only after its reduce was lowered")
+                self.place[node] = node
+            elif node.op in DEFINE_OPS or not node.src:
+                self.place[node] = None
+            else:
+                loop = None
+                for source in node.src:
+                    loop = self.tree.deepest(loop, self.place[source], node)
+                self.place[node] = loop
+
+    # ---- 4. ordering ----
+
+    def order(self) -> list[UOp]:
+        """The linear program."""
+        position = {node: i for i, node in enumerate(self.graph.toposort)}
+        children: dict[UOp | None, list[UOp]] = {}
+        for range_node, parent in self.tree.parent.items():
+            if range_node in position:
+                children.setdefault(parent, []).append(range_node)
+        members: dict[UOp | None, list[UOp]] = {}
+        for node, loop in self.place.items():
+            if node.op in DEFINE_OPS or node.op is Ops.RANGE:
+                continue
+            members.setdefault(loop, []).append(node)
+        # dependencies between the items of one loop body: nodes and the child loops (blocks)
+        depends: dict[Any, set[Any]] = {}
+
+        def child_towards(outer: UOp | None, inner: UOp) -> UOp:
+            path = self.tree.path(inner)
+            return path[len(self.tree.path(outer))]
+
+        for node, loop in self.place.items():
+            if node.op in DEFINE_OPS:
+                continue
+            home = node if node.op is Ops.RANGE else loop  # the loop body the node's sources must reach
+            for source in node.src:
+                if source.op in DEFINE_OPS:
+                    continue
+                source_loop = self.place[source]
+                if node.op is not Ops.RANGE and source_loop is loop:
+                    depends.setdefault(node, set()).add(source)
+                else:
+                    depends.setdefault(("block", child_towards(source_loop, home)), set()).add(source)
+        for first_range, inits in self.block_inputs.items():
+            depends.setdefault(("block", first_range), set()).update(inits)
+        for first_range, results in self.block_outputs.items():
+            for result in results:
+                depends.setdefault(result, set()).add(("block", first_range))
+        init_set = set(s for v in self.block_inputs.values() for s in v)
+        program: list[UOp] = []
+        defines = [n for n in self.graph.toposort if n.op in DEFINE_OPS]
+        define_order = {Ops.DEFINE_GLOBAL: 0, Ops.DEFINE_VAR: 1, Ops.SPECIAL: 2, Ops.DEFINE_LOCAL: 3,
+                        Ops.DEFINE_REG: 4}
+        defines.sort(key=lambda n: (define_order[n.op], str(n.arg)))
+        # thread counts are computed before the thread indices that use them
+        launch_sizes = [n for special in defines if special.op is Ops.SPECIAL for n in special.src[0].toposort
+                        if n.op not in DEFINE_OPS] if any(n.op is Ops.SPECIAL for n in defines) else []
+        launch_set = set(launch_sizes)
+        for define in defines:
+            if define.op is Ops.SPECIAL:
+                program.extend(n for n in dict.fromkeys(launch_sizes) if n not in program)
+                launch_sizes = []
+            program.append(define)
+        members = {loop: [n for n in nodes if n not in launch_set] for loop, nodes in members.items()}
+
+        def rank(item: Any) -> tuple[int, int]:
+            if isinstance(item, tuple):
+                return 2, position[item[1]]
+            if item.op is Ops.STORE:
+                return (1 if item in init_set else 3), position[item]
+            return 0, position[item]
+
+        def emit(loop: UOp | None) -> None:
+            items: list[Any] = list(members.get(loop, [])) + [("block", c) for c in children.get(loop, [])]
+            item_set = set(items)
+            waiting = {item: {d for d in depends.get(item, ()) if d in item_set} for item in items}
+            users: dict[Any, list[Any]] = {}
+            for item, needs in waiting.items():
+                for need in needs:
+                    users.setdefault(need, []).append(item)
+            ready = [(rank(item), i, item) for i, item in enumerate(items) if not waiting[item]]
+            heapq.heapify(ready)
+            order_counter = len(items)
+            done = 0
+            while ready:
+                _, _, item = heapq.heappop(ready)
+                done += 1
+                if isinstance(item, tuple):
+                    range_node = item[1]
+                    program.append(range_node)
+                    emit(range_node)
+                    program.append(UOp(Ops.END, dtypes.void, (range_node,)))
+                else:
+                    program.append(item)
+                for user in users.get(item, ()):
+                    waiting[user].discard(item)
+                    if not waiting[user]:
+                        order_counter += 1
+                        heapq.heappush(ready, (rank(user), order_counter, user))
+            if done != len(items):
+                raise LinearizeError("a dependency cycle between loop bodies: the kernel cannot be ordered")
+
+        emit(None)
+        return program
+
+
+def linearize_stores(stores: list[UOp], renderer: Any, name: str = "kernel") -> list[UOp]:
+    """The linear program computing `stores` (expanded stores whose values may hold REDUCEs over RANGEs)."""
+    linearizer = Linearizer(stores, renderer)
+    linearizer.build_tree()
+    linearizer.make_accumulators()
+    linearizer.legalize_and_place()
+    return linearizer.order() + [UOp(Ops.SINK, dtypes.void, (), name)]

@@ -1,0 +1,236 @@
+"""Kernel optimizations as data: axis kinds, `Opt` (one transformation of one axis) and `Kernel` (an AST plus its axes).
+
+A kernel's axes are its RANGEs: the output axes (sorted by axis id) followed by the reduce axes. An `Opt` names an
+axis by its position in that list and splits it: the axis keeps its place with a smaller size and a new inner axis of
+`amount` is appended with the kind the opt gives it. Opts are applied one after another, so a search (BEAM) can
+enumerate candidate opts on a `Kernel`, apply them and time the results; the hand-coded heuristic in optimize.py
+produces the same kind of list.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import Enum, auto
+
+from tinycore.dtype import dtypes
+from tinycore.helpers import NUM_CPU_THREADS, prod
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+class AxisType(Enum):
+    """What a kernel axis (a RANGE) becomes in the generated code."""
+
+    GLOBAL = auto()  # a hardware thread index (SPECIAL gidxN) on GPUs
+    LOCAL = auto()  # a workgroup-local index (SPECIAL lidxN) on GPUs
+    LOOP = auto()  # a loop over output elements
+    THREAD = auto()  # split across CPU workers (SPECIAL "core_id")
+    REDUCE = auto()  # a loop over the reduced elements
+    UPCAST = auto()  # an output axis expanded into copies (vector lanes when contiguous)
+    UNROLL = auto()  # a reduce axis expanded inside the loop body into one accumulator
+    ACCUMULATOR = auto()  # a reduce axis expanded into independent accumulators combined after the loop
+
+
+OUTPUT_KINDS = frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.THREAD, AxisType.UPCAST})
+REDUCE_KINDS = frozenset({AxisType.REDUCE, AxisType.UNROLL, AxisType.ACCUMULATOR})
+
+
+class OptOps(Enum):
+    """The transformations a kernel axis can take."""
+
+    UPCAST = auto()  # output axis: split off an inner axis of `amount` expanded into copies / vector lanes
+    UNROLL = auto()  # reduce axis: split off an inner axis of `amount` unrolled into the loop body
+    ACCUMULATORS = auto()  # reduce axis: split off `amount` independent (vectorizable) accumulators
+    THREAD = auto()  # output axis: split across `amount` CPU workers
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One optimization: `op` applied to axis number `axis` (position in Kernel.axes) with `amount`."""
+
+    op: OptOps
+    axis: int
+    amount: int
+
+    def __repr__(self) -> str:
+        return f"Opt({self.op.name}, axis={self.axis}, amount={self.amount})"
+
+
+class KernelOptError(ValueError):
+    """An Opt that does not apply to the kernel (wrong axis kind, size not divisible, ...)."""
+
+
+def axis_id(range_node: UOp) -> int:
+    """The axis id of a RANGE (its arg is `(axis id, kind)` or a bare id)."""
+    return range_node.arg[0] if isinstance(range_node.arg, tuple) else int(range_node.arg)
+
+
+def axis_kind(range_node: UOp) -> AxisType | None:
+    """The AxisType of a RANGE made by codegen, None for ranges whose arg carries another kind."""
+    kind = range_node.arg[1] if isinstance(range_node.arg, tuple) and len(range_node.arg) > 1 else None
+    return kind if isinstance(kind, AxisType) else None
+
+
+def range_size(range_node: UOp) -> int | None:
+    """The trip count of a RANGE when it is a constant, else None."""
+    end = range_node.src[0]
+    return end.arg if end.op is Ops.CONST else None
+
+
+def new_range(size: int | UOp, identifier: int, kind: AxisType) -> UOp:
+    """A RANGE over `size` with axis id `identifier` and `kind`."""
+    end = size if isinstance(size, UOp) else UOp.const(dtypes.int32, size)
+    return UOp(Ops.RANGE, dtypes.int32, (end,), (identifier, kind))
+
+
+def replace_range(root: UOp, old: UOp, expression: UOp, new_ranges: tuple[UOp, ...]) -> UOp:
+    """`root` with the RANGE `old` replaced by `expression` in values and by `new_ranges` in REDUCE range lists."""
+    memo: dict[UOp, UOp] = {old: expression}
+    for node in root.toposort:
+        if node in memo:
+            continue
+        if node.op is Ops.REDUCE:
+            ranges: list[UOp] = []
+            for source in node.src[1:]:
+                ranges.extend(new_ranges if source is old else (memo[source],))
+            new_src = (memo[node.src[0]],) + tuple(ranges)
+        else:
+            new_src = tuple(memo[source] for source in node.src)
+        memo[node] = node if new_src == node.src else node.replace(src=new_src)
+    return memo[root]
+
+
+def default_worker_count() -> int:
+    """The number of CPU workers a kernel may be split across: NUM_CPU_THREADS, else the number of cores."""
+    return int(NUM_CPU_THREADS.value) if NUM_CPU_THREADS.value else (os.cpu_count() or 1)
+
+
+class Kernel:
+    """A kernel AST with its axes and the opts applied so far. Applying an opt returns nothing; it updates `ast`."""
+
+    def __init__(self, ast: UOp):
+        if ast.op is not Ops.SINK:
+            raise ValueError(f"a kernel AST is a SINK of STOREs, got {ast.op}: build it as SINK(STORE(...), ...)")
+        for store in ast.src:
+            if store.op is not Ops.STORE:
+                raise ValueError(f"a kernel AST's SINK holds STOREs, found {store.op}: wrap outputs in STORE")
+        self.original_ast = ast
+        self.ast = ast
+        self.applied: list[Opt] = []
+        self.workers = 1
+        reduce_ranges: dict[UOp, None] = {}
+        for node in ast.toposort:
+            if node.op is Ops.REDUCE:
+                reduce_ranges.update(dict.fromkeys(node.src[1:]))
+        all_ranges = [node for node in ast.toposort if node.op is Ops.RANGE]
+        outputs = sorted((r for r in all_ranges if r not in reduce_ranges), key=axis_id)
+        reduces = sorted(reduce_ranges, key=axis_id)
+        self.next_id = max((axis_id(r) for r in all_ranges), default=-1) + 1
+        # normalise every range to the codegen form (axis id, AxisType)
+        mapping: dict[UOp, UOp] = {}
+        for range_node, kind in [(r, AxisType.LOOP) for r in outputs] + [(r, AxisType.REDUCE) for r in reduces]:
+            mapping[range_node] = range_node.replace(arg=(axis_id(range_node), kind))
+        self.ast = self.ast.substitute(mapping)
+        self.axes: list[UOp] = [mapping[r] for r in outputs + reduces]
+
+    # ---- queries ----
+
+    @property
+    def kinds(self) -> list[AxisType]:
+        """The kind of every axis, in axis order."""
+        return [axis_kind(r) or AxisType.LOOP for r in self.axes]
+
+    @property
+    def sizes(self) -> list[int | None]:
+        """The constant size of every axis (None where symbolic)."""
+        return [range_size(r) for r in self.axes]
+
+    def axes_of(self, *kinds: AxisType) -> list[int]:
+        """Positions of the axes of the given kinds."""
+        return [i for i, kind in enumerate(self.kinds) if kind in kinds]
+
+    @property
+    def reduce_ops(self) -> list[UOp]:
+        """The REDUCE nodes of the current AST."""
+        return [node for node in self.ast.toposort if node.op is Ops.REDUCE]
+
+    def work(self) -> int:
+        """Elements of work: the product of all constant axis sizes (symbolic axes count as 1)."""
+        return prod(size or 1 for size in self.sizes)
+
+    # ---- transformations ----
+
+    def _split(self, axis: int, amount: int, inner_kind: AxisType) -> None:
+        old = self.axes[axis]
+        size = range_size(old)
+        if size is None or amount <= 0 or size % amount != 0:
+            raise KernelOptError(f"cannot split axis {axis} of size {size} by {amount}: the size must be a constant "
+                                 f"multiple of the amount")
+        inner = new_range(amount, self.next_id, inner_kind)
+        self.next_id += 1
+        if amount == size:
+            self.ast = replace_range(self.ast, old, inner, (inner,))
+            self.axes[axis:axis + 1] = []
+        else:
+            outer = old.replace(src=(UOp.const(dtypes.int32, size // amount),))
+            self.ast = replace_range(self.ast, old, outer * amount + inner, (outer, inner))
+            self.axes[axis] = outer
+        self.axes.append(inner)
+
+    def _thread(self, axis: int, workers: int) -> None:
+        old = self.axes[axis]
+        size = range_size(old)
+        if size is None or workers < 2 or size < workers:
+            raise KernelOptError(f"cannot split axis {axis} of size {size} across {workers} workers: the size must "
+                                 f"be a constant at least the worker count, and the count at least 2")
+        if self.workers != 1:
+            raise KernelOptError("this kernel is already split across workers: apply THREAD once")
+        core = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, workers),), "core_id")
+        if size % workers == 0:
+            chunk = size // workers
+            inner = new_range(chunk, axis_id(old), AxisType.THREAD)
+            expression = core * chunk + inner
+        else:
+            start = (core * size) // workers
+            stop = ((core + 1) * size) // workers
+            inner = new_range(stop - start, axis_id(old), AxisType.THREAD)
+            expression = start + inner
+        self.ast = replace_range(self.ast, old, expression, (inner,))
+        self.axes[axis] = inner
+        self.workers = workers
+
+    def apply_opt(self, opt: Opt) -> None:
+        """Apply one opt; KernelOptError (and the kernel unchanged) when it does not fit."""
+        if not 0 <= opt.axis < len(self.axes):
+            raise KernelOptError(f"{opt} names axis {opt.axis}, the kernel has {len(self.axes)} axes")
+        kind = self.kinds[opt.axis]
+        output_axis = kind in (AxisType.LOOP, AxisType.GLOBAL)
+        if opt.op is OptOps.UPCAST:
+            if not output_axis:
+                raise KernelOptError(f"{opt}: UPCAST applies to output loop axes, axis {opt.axis} is {kind.name}")
+            self._split(opt.axis, opt.amount, AxisType.UPCAST)
+        elif opt.op in (OptOps.UNROLL, OptOps.ACCUMULATORS):
+            if kind is not AxisType.REDUCE:
+                raise KernelOptError(f"{opt}: {opt.op.name} applies to reduce axes, axis {opt.axis} is {kind.name}")
+            self._split(opt.axis, opt.amount,
+                        AxisType.UNROLL if opt.op is OptOps.UNROLL else AxisType.ACCUMULATOR)
+        elif opt.op is OptOps.THREAD:
+            if not output_axis:
+                raise KernelOptError(f"{opt}: THREAD applies to output loop axes, axis {opt.axis} is {kind.name}")
+            self._thread(opt.axis, opt.amount)
+        else:
+            raise KernelOptError(f"unknown opt {opt}")
+        self.applied.append(opt)
+
+    def apply_opts(self, opts: list[Opt]) -> "Kernel":
+        """Apply `opts` in order and return this kernel."""
+        for opt in opts:
+            self.apply_opt(opt)
+        return self
+
+    def name(self) -> str:
+        """A display name: 'r' for kernels with a reduce, 'E' otherwise, then the original axis sizes."""
+        reduces = any(node.op is Ops.REDUCE for node in self.original_ast.toposort)
+        sizes = [str(range_size(r)) if range_size(r) is not None else "s" for r in
+                 sorted((n for n in self.original_ast.toposort if n.op is Ops.RANGE), key=axis_id)]
+        return ("r" if reduces else "E") + "_" + ("_".join(sizes) if sizes else "1")

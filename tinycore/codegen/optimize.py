@@ -1,0 +1,241 @@
+"""The hand-coded optimization heuristic (no search) and the mapping of output axes to GPU thread indices.
+
+CPU kernels, in this order:
+1. matmul-like kernels (a sum of a product of two loads, with one output axis indexing each load) get a register
+   tile: the axis contiguous in the output and in the second load is upcast to one or two vectors, the other axis is
+   upcast to a few rows, and the reduce is unrolled by 4;
+2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
+   reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
+3. small output axes are upcast and small reduce axes unrolled completely;
+4. kernels with at least MIN_THREAD_WORK elements of work are split across the CPU workers on the outermost axis.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tinycore.codegen.opt import (AxisType, Kernel, KernelOptError, Opt, OptOps, default_worker_count, range_size,
+                                  replace_range)
+from tinycore.codegen.simplify import linear_form, simplify
+from tinycore.dtype import DType, dtypes
+from tinycore.helpers import prod
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+MIN_THREAD_WORK = 65536
+"""Kernels with less work than this many elements stay on one CPU worker."""
+SMALL_UPCAST = 4
+"""Output axes up to this size are upcast completely."""
+SMALL_UNROLL = 8
+"""Reduce axes up to this size are unrolled completely."""
+MAX_UPCAST = 64
+"""The largest number of copies upcasting may make of a store."""
+
+
+def vector_width(renderer: Any, dtype: DType) -> int:
+    """The widest vector of scalar `dtype` the renderer supports (1 when none)."""
+    if dtypes.is_bool(dtype) or dtype.count != 1:
+        return 1
+    widths = getattr(renderer, "vector_widths", {}) or {}
+    return max(widths.get(dtype.scalar, ()), default=1)
+
+
+def axis_stride(index: UOp, range_node: UOp) -> int | None:
+    """The coefficient of `range_node` in a linear index (0 if absent), None when it appears non-linearly."""
+    terms, _ = linear_form(simplify(index))
+    coefficient = terms.get(range_node, 0)
+    for atom in terms:
+        if atom is not range_node and range_node in atom.toposort:
+            return None
+    return coefficient
+
+
+def _global_accesses(ast: UOp) -> tuple[list[UOp], list[UOp]]:
+    """(store INDEX nodes, load INDEX nodes) on DEFINE_GLOBALs."""
+    stores = [s.src[0] for s in ast.src if s.src[0].op is Ops.INDEX]
+    loads = [n.src[0] for n in ast.toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX and
+             n.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+    return stores, loads
+
+
+def _strip_casts(node: UOp) -> UOp:
+    while node.op is Ops.CAST:
+        node = node.src[0]
+    return node
+
+
+class Heuristic:
+    """Chooses and applies opts to one kernel for one renderer; `applied` lists them."""
+
+    def __init__(self, kernel: Kernel, renderer: Any):
+        self.kernel, self.renderer = kernel, renderer
+        self.notes: list[str] = []
+
+    def attempt(self, range_node: UOp, op: OptOps, amount: int, why: str) -> bool:
+        """Apply `op` to the axis whose RANGE is `range_node`; False when it does not fit."""
+        if range_node not in self.kernel.axes:
+            return False
+        try:
+            self.kernel.apply_opt(Opt(op, self.kernel.axes.index(range_node), amount))
+        except KernelOptError:
+            return False
+        self.notes.append(f"{op.name} {amount} ({why})")
+        return True
+
+    def output_axes(self) -> list[UOp]:
+        """The RANGEs of output loop axes still open to opts, outermost first."""
+        return [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.LOOP)]
+
+    def reduce_axes(self) -> list[UOp]:
+        """The RANGEs of reduce loop axes still open to opts."""
+        return [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.REDUCE)]
+
+    def run(self) -> list[Opt]:
+        """Choose and apply the opts; returns the applied list."""
+        if getattr(self.renderer, "has_local", False) and not getattr(self.renderer, "has_threads", False):
+            return list(self.kernel.applied)
+        if not self.matmul_tile():
+            self.vectorize()
+        self.small_axes()
+        self.threads()
+        return list(self.kernel.applied)
+
+    def store_dtype(self) -> DType:
+        """The element dtype of the first store."""
+        return self.kernel.ast.src[0].src[1].dtype.scalar
+
+    def matmul_tile(self) -> bool:
+        """Register-tile a sum over a product of two loads; True when applied."""
+        ast = self.kernel.ast
+        reduces = self.kernel.reduce_ops
+        if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+            return False
+        product = _strip_casts(reduces[0].src[0])
+        if product.op is not Ops.MUL:
+            return False
+        left, right = (_strip_casts(source) for source in product.src)
+        if left.op is not Ops.LOAD or right.op is not Ops.LOAD or left.src[0].op is not Ops.INDEX or \
+                right.src[0].op is not Ops.INDEX:
+            return False
+        store_index = ast.src[0].src[0]
+        width = vector_width(self.renderer, self.store_dtype())
+        for first, second in ((left, right), (right, left)):
+            columns = rows = None
+            for range_node in self.output_axes():
+                in_store = axis_stride(store_index.src[1], range_node)
+                in_first = axis_stride(first.src[0].src[1], range_node)
+                in_second = axis_stride(second.src[0].src[1], range_node)
+                if in_store == 1 and in_first == 0 and in_second == 1:
+                    columns = range_node
+                elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
+                    rows = range_node
+            if columns is None or rows is None or width < 2:
+                continue
+            column_size, row_size = range_size(columns), range_size(rows)
+            column_tile = next((t for t in (2 * width, width) if column_size and column_size % t == 0), None)
+            if column_tile is None:
+                continue
+            row_choices = (4, 2) if column_tile == 2 * width else (6, 4, 3, 2)
+            row_tile = next((t for t in row_choices if row_size and row_size % t == 0), None)
+            self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
+            if row_tile is not None:
+                self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
+            for reduce_range in self.reduce_axes()[-1:]:
+                size = range_size(reduce_range)
+                if size is not None and size % 4 == 0 and size >= 8:
+                    self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
+            return True
+        return False
+
+    def vectorize(self) -> None:
+        """Vector lanes on the innermost contiguous output axis, else vector accumulators on the reduce axis.
+
+        An output axis along which a load is strided would gather its lanes one by one; when the innermost reduce
+        axis is contiguous in the loads instead, vector accumulators along it are chosen.
+        """
+        stores, loads = _global_accesses(self.kernel.ast)
+        width = vector_width(self.renderer, self.store_dtype())
+        outputs, reduces = self.output_axes(), self.reduce_axes()
+        output_candidate = reduce_candidate = None
+        if outputs and width > 1:
+            innermost = outputs[-1]
+            size = range_size(innermost)
+            if size is not None and size % width == 0 and all(axis_stride(s.src[1], innermost) == 1 for s in stores):
+                output_candidate = innermost
+        gathers = output_candidate is not None and \
+            any(axis_stride(index.src[1], output_candidate) not in (0, 1) for index in loads)
+        if reduces:
+            innermost_reduce = reduces[-1]
+            reduce_dtypes = [r.dtype.scalar for r in self.kernel.reduce_ops]
+            accumulator_width = min((vector_width(self.renderer, d) for d in reduce_dtypes), default=1)
+            size = range_size(innermost_reduce)
+            if accumulator_width > 1 and size is not None and \
+                    any(axis_stride(index.src[1], innermost_reduce) == 1 for index in loads):
+                amount = next((a for a in (2 * accumulator_width, accumulator_width) if size % a == 0 and size > a),
+                              None)
+                reduce_candidate = (innermost_reduce, amount) if amount is not None else None
+        if output_candidate is not None and not (gathers and reduce_candidate is not None):
+            self.attempt(output_candidate, OptOps.UPCAST, width, "contiguous output")
+        elif reduce_candidate is not None:
+            self.attempt(reduce_candidate[0], OptOps.ACCUMULATORS, reduce_candidate[1], "contiguous reduce")
+
+    def upcast_product(self) -> int:
+        """How many copies the UPCAST axes make."""
+        return prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.UPCAST))
+
+    def small_axes(self) -> None:
+        """Upcast small output axes and unroll small reduce axes completely."""
+        for range_node in reversed(self.output_axes()):
+            size = range_size(range_node)
+            if size is not None and 1 < size <= SMALL_UPCAST and self.upcast_product() * size <= MAX_UPCAST:
+                self.attempt(range_node, OptOps.UPCAST, size, "small axis")
+        for range_node in self.reduce_axes():
+            size = range_size(range_node)
+            if size is not None and 1 < size <= SMALL_UNROLL:
+                self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
+
+    def threads(self) -> None:
+        """Split the outermost big enough output axis across the CPU workers."""
+        if not getattr(self.renderer, "has_threads", True) or self.kernel.work() < MIN_THREAD_WORK:
+            return
+        workers = default_worker_count()
+        candidates = [(r, range_size(r)) for r in self.output_axes() if (range_size(r) or 0) >= 2]
+        if workers < 2 or not candidates:
+            return
+        chosen = next(((r, size) for r, size in candidates if size >= workers), max(candidates, key=lambda c: c[1]))
+        self.attempt(chosen[0], OptOps.THREAD, min(workers, chosen[1]), "multi-core")
+
+
+def hand_coded_optimizations(kernel: Kernel, renderer: Any) -> list[str]:
+    """Apply the heuristic's opts to `kernel`; returns a readable line per opt applied."""
+    heuristic = Heuristic(kernel, renderer)
+    heuristic.run()
+    return heuristic.notes
+
+
+def map_global_dims(kernel: Kernel, renderer: Any) -> None:
+    """On GPUs: one thread per output element; output loop axes become SPECIAL gidx0..2 (innermost is gidx0).
+
+    Axes beyond three are merged into gidx2; an axis larger than the renderer's `global_max` stays a loop.
+    """
+    limits = tuple(getattr(renderer, "global_max", None) or (2 ** 31 - 1,) * 3)
+    axes = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
+    axes = [r for r in axes if range_size(r) is not None]
+    if not axes:
+        return
+    groups: list[list[UOp]] = [[r] for r in reversed(axes[-2:])] if len(axes) > 2 else [[r] for r in reversed(axes)]
+    if len(axes) > 2:
+        groups.append(axes[:-2])
+    dimension = 0
+    for group in groups:
+        sizes = [range_size(r) or 1 for r in group]
+        total = prod(sizes)
+        if dimension >= min(3, len(limits)) or total > limits[dimension]:
+            continue
+        special = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, total),), f"gidx{dimension}")
+        stride = total
+        for range_node, size in zip(group, sizes):
+            stride //= size
+            expression = special if len(group) == 1 else (special // stride) % size
+            kernel.ast = replace_range(kernel.ast, range_node, expression, ())
+            kernel.axes.remove(range_node)
+        dimension += 1

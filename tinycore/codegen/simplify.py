@@ -1,0 +1,133 @@
+"""Light simplification used by codegen: constant folding, identities, lane picks, and linear forms of indices.
+
+The full symbolic engine (tinycore.uop.symbolic, reached through `UOp.simplify` when present) does the index algebra
+with bounds; the folding here keeps generated code small after ranges are replaced by constants and is always safe.
+"""
+from __future__ import annotations
+
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp, exec_alu
+
+
+def _const_value(node: UOp) -> object:
+    return node.arg if node.op is Ops.CONST else None
+
+
+def _cast_constant(value: object, node: UOp) -> object:
+    if dtypes.is_float(node.dtype):
+        return float(value)  # type: ignore[arg-type]
+    if dtypes.is_bool(node.dtype):
+        return bool(value)
+    return int(value)  # type: ignore[call-overload]
+
+
+def fold_node(node: UOp) -> UOp:
+    """One node simplified, assuming its sources are already simplified."""
+    op, src = node.op, node.src
+    if op in GroupOp.ALU and node.dtype.count == 1 and src and all(s.op is Ops.CONST for s in src):
+        try:
+            return UOp.const(node.dtype, exec_alu(op, node.dtype, [s.arg for s in src]))
+        except (OverflowError, ValueError, ZeroDivisionError, TypeError):
+            return node
+    if op is Ops.CAST and src[0].op is Ops.CONST and node.dtype.count == 1:
+        return UOp.const(node.dtype, _cast_constant(src[0].arg, node))
+    if op is Ops.GEP:
+        source = src[0]
+        if source.op is Ops.VECTORIZE:
+            picked = tuple(source.src[lane] for lane in node.arg)
+            return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, node.dtype, picked)
+        if source.dtype.count == 1 and node.arg == (0,):
+            return source
+    if op is Ops.VECTORIZE and all(s.op is Ops.GEP and len(s.arg) == 1 for s in src):
+        base = src[0].src[0]
+        if all(s.src[0] is base for s in src) and tuple(s.arg[0] for s in src) == tuple(range(base.dtype.count)):
+            return base
+    if op is Ops.WHERE and src[0].op is Ops.CONST:
+        return src[1] if src[0].arg else src[2]
+    if op in (Ops.ADD, Ops.MUL) and src[0].op is Ops.CONST and src[1].op is not Ops.CONST:
+        src = (src[1], src[0])
+        node = node.replace(src=src)
+    if len(src) == 2 and node.dtype.count == 1 and not dtypes.is_float(node.dtype):
+        left, right = src
+        right_value = _const_value(right)
+        if op is Ops.ADD and right_value == 0:
+            return left
+        if op is Ops.MUL and right_value == 1:
+            return left
+        if op is Ops.MUL and right_value == 0 and right.op is Ops.CONST:
+            return right
+        if op is Ops.IDIV and right_value == 1:
+            return left
+        if op is Ops.MOD and right_value == 1:
+            return UOp.const(node.dtype, 0)
+        # (x + c1) + c2 -> x + (c1 + c2); (x * c1) * c2 -> x * (c1 * c2)
+        if op in (Ops.ADD, Ops.MUL) and right.op is Ops.CONST and left.op is op and left.src[1].op is Ops.CONST:
+            combined = fold_node(UOp(op, node.dtype, (left.src[1], right)))
+            return fold_node(UOp(op, node.dtype, (left.src[0], combined)))
+    if op is Ops.AND and node.dtype == dtypes.bool:
+        left, right = src
+        if right.op is Ops.CONST:
+            return left if right.arg else right
+        if left.op is Ops.CONST:
+            return right if left.arg else left
+    return node
+
+
+def fold(root: UOp) -> UOp:
+    """`root` with constant subexpressions folded and trivial identities removed (exact, no bounds used)."""
+    memo: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        new_src = tuple(memo[source] for source in node.src)
+        rebuilt = node if new_src == node.src else node.replace(src=new_src)
+        memo[node] = fold_node(rebuilt)
+    return memo[root]
+
+
+def simplify(root: UOp) -> UOp:
+    """`root` simplified: folding here, then the symbolic engine's rules where the IR provides them."""
+    folded = fold(root)
+    symbolic = getattr(folded, "simplify", None)
+    return symbolic() if callable(symbolic) else folded
+
+
+LinearForm = tuple[dict[UOp, int], int]
+
+
+def linear_form(node: UOp) -> LinearForm:
+    """`node` as sum(coefficient * atom) + constant, where atoms are the non-linear parts (compared by identity)."""
+    if node.op is Ops.CONST and not isinstance(node.arg, float):
+        return {}, int(node.arg)
+    if node.op is Ops.ADD:
+        left_terms, left_const = linear_form(node.src[0])
+        right_terms, right_const = linear_form(node.src[1])
+        terms = dict(left_terms)
+        for atom, coefficient in right_terms.items():
+            terms[atom] = terms.get(atom, 0) + coefficient
+        return {a: c for a, c in terms.items() if c != 0}, left_const + right_const
+    if node.op is Ops.SUB:
+        left_terms, left_const = linear_form(node.src[0])
+        right_terms, right_const = linear_form(node.src[1])
+        terms = dict(left_terms)
+        for atom, coefficient in right_terms.items():
+            terms[atom] = terms.get(atom, 0) - coefficient
+        return {a: c for a, c in terms.items() if c != 0}, left_const - right_const
+    if node.op is Ops.NEG:
+        terms, constant = linear_form(node.src[0])
+        return {a: -c for a, c in terms.items()}, -constant
+    if node.op is Ops.MUL:
+        for factor, other in ((node.src[1], node.src[0]), (node.src[0], node.src[1])):
+            if factor.op is Ops.CONST and not isinstance(factor.arg, float):
+                terms, constant = linear_form(other)
+                scale = int(factor.arg)
+                return {a: c * scale for a, c in terms.items() if c * scale != 0}, constant * scale
+    return {node: 1}, 0
+
+
+def constant_difference(first: UOp, second: UOp) -> int | None:
+    """`second - first` when it is a provable integer constant, else None."""
+    first_terms, first_const = linear_form(first)
+    second_terms, second_const = linear_form(second)
+    if first_terms != second_terms:
+        return None
+    return second_const - first_const

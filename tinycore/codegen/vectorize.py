@@ -1,0 +1,109 @@
+"""Packing scalar lanes into vector nodes (superword-level parallelism over isomorphic expression trees).
+
+Expansion (expand.py) produces, for each lane of an upcast axis, a scalar copy of an expression. `Packer.pack`
+turns such a tuple of copies into one vector-typed node: identical lanes become a broadcast, lanes with the same op
+and arg are packed source by source, loads from consecutive addresses become one vector load, and anything else
+becomes a VECTORIZE of the scalar lanes. The result always computes exactly the lanes it was given.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from tinycore.codegen.simplify import constant_difference
+from tinycore.dtype import DType, dtypes
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+PACKABLE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
+
+def broadcast(node: UOp, count: int) -> UOp:
+    """A vector of `count` copies of the scalar `node`."""
+    if count == 1:
+        return node
+    if node.op is Ops.CONST:
+        return UOp.const(node.dtype.vec(count), node.arg)
+    return UOp(Ops.VECTORIZE, node.dtype.vec(count), (node,) * count)
+
+
+def gather(lanes: tuple[UOp, ...]) -> UOp:
+    """A vector built from scalar `lanes` (no further packing)."""
+    if len(lanes) == 1:
+        return lanes[0]
+    return UOp(Ops.VECTORIZE, lanes[0].dtype.vec(len(lanes)), lanes)
+
+
+def consecutive(indices: tuple[UOp, ...]) -> bool:
+    """True when indices[k] == indices[0] + k for every lane (provably, from linear forms)."""
+    return all(constant_difference(indices[0], index) == lane for lane, index in enumerate(indices))
+
+
+class Packer:
+    """Packs tuples of scalar lanes into vector nodes, sharing work between calls (memoised by lane tuple).
+
+    `vector_ok(dtype, width)` says whether memory and arithmetic may use `width` lanes of scalar `dtype`.
+    """
+
+    def __init__(self, vector_ok: Callable[[DType, int], bool]):
+        self.vector_ok = vector_ok
+        self.memo: dict[tuple[UOp, ...], UOp] = {}
+
+    def pack(self, lanes: tuple[UOp, ...]) -> UOp:
+        """One vector node whose lane k equals lanes[k] (lanes are scalar nodes of one dtype)."""
+        if len(lanes) == 1:
+            return lanes[0]
+        found = self.memo.get(lanes)
+        if found is None:
+            found = self._pack(lanes)
+            self.memo[lanes] = found
+        return found
+
+    def _pack(self, lanes: tuple[UOp, ...]) -> UOp:
+        first = lanes[0]
+        if any(lane.dtype.count != 1 for lane in lanes):
+            raise ValueError(f"pack takes scalar lanes, got dtypes {[lane.dtype for lane in lanes]}")
+        if all(lane is first for lane in lanes):
+            return broadcast(first, len(lanes))
+        same_shape = all(lane.op is first.op and lane.dtype == first.dtype and lane.arg == first.arg and
+                         len(lane.src) == len(first.src) for lane in lanes)
+        if not same_shape or not self.vector_ok(first.dtype, len(lanes)):
+            return gather(lanes)
+        width = len(lanes)
+        if first.op is Ops.LOAD:
+            return self._pack_load(lanes)
+        if first.op is Ops.REDUCE:
+            if not all(lane.src[1:] == first.src[1:] for lane in lanes):
+                return gather(lanes)
+            value = self.pack(tuple(lane.src[0] for lane in lanes))
+            return UOp(Ops.REDUCE, first.dtype.vec(width), (value,) + first.src[1:], first.arg)
+        if first.op in PACKABLE_OPS:
+            sources = []
+            for position in range(len(first.src)):
+                source_lanes = tuple(lane.src[position] for lane in lanes)
+                if not self.vector_ok(source_lanes[0].dtype, width) and \
+                        not all(source is source_lanes[0] for source in source_lanes):
+                    return gather(lanes)
+                sources.append(self.pack(source_lanes))
+            dtype = dtypes.bool.vec(width) if first.op in GroupOp.Comparison else first.dtype.vec(width)
+            return UOp(first.op, dtype, tuple(sources), first.arg)
+        return gather(lanes)
+
+    def _pack_load(self, lanes: tuple[UOp, ...]) -> UOp:
+        first = lanes[0]
+        addresses = tuple(lane.src[0] for lane in lanes)
+        if not all(address.op is Ops.INDEX and len(address.src) == len(addresses[0].src) for address in addresses):
+            return gather(lanes)
+        buffer = addresses[0].src[0]
+        if not all(address.src[0] is buffer for address in addresses):
+            return gather(lanes)
+        valid = addresses[0].src[2:]
+        if not all(address.src[2:] == valid for address in addresses):
+            return gather(lanes)
+        alternatives = first.src[1:]
+        if not all(lane.src[1:] == alternatives for lane in lanes):
+            return gather(lanes)
+        if not consecutive(tuple(address.src[1] for address in addresses)):
+            return gather(lanes)
+        width = len(lanes)
+        vector_alternatives = tuple(broadcast(alternative, width) for alternative in alternatives)
+        return UOp(Ops.LOAD, first.dtype.vec(width), (addresses[0],) + vector_alternatives, first.arg)

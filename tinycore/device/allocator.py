@@ -1,0 +1,133 @@
+"""Allocators: the device memory interface a Buffer uses, and an LRU cache of freed allocations."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class BufferSpec:
+    """How a buffer is allocated.
+
+    `image`: an image dtype for texture memory (None for plain memory); `uncached` / `cpu_access` / `host`:
+    placement hints a device may honour; `nolru`: never keep this allocation in the LRU cache after it is freed;
+    `external_ptr`: wrap memory that someone else owns (never freed by the allocator).
+    """
+
+    image: Any = None
+    uncached: bool = False
+    cpu_access: bool = False
+    host: bool = False
+    nolru: bool = False
+    external_ptr: int | None = None
+
+
+class Allocator:
+    """The memory interface of one device.
+
+    Subclasses implement `_alloc(size, options)` and `_free(opaque, size, options)` and the copies
+    `_copyin(dest, src)` / `_copyout(dest, src)`; `_offset` (views) and `_as_memoryview` (host-visible memory) are
+    optional. An `opaque` handle is whatever the device's programs take as a buffer argument.
+    """
+
+    def __init__(self, device: str = "?"):
+        self.device = device
+
+    def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+        """A new allocation of `size` bytes (size > 0), or a clear MemoryError."""
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"{self.device}: allocation size must be a positive int, got {size!r}")
+        try:
+            return self._alloc(size, options)
+        except MemoryError as error:
+            raise MemoryError(f"{self.device}: out of memory allocating {size} bytes ({error}); free tensors or "
+                              f"use a smaller size") from error
+
+    def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+        """Release an allocation made by `alloc` with the same size and options."""
+        self._free(opaque, size, options)
+
+    def copyin(self, dest: Any, src: memoryview) -> None:
+        """Copy host bytes `src` into the device allocation `dest`."""
+        self._copyin(dest, src)
+
+    def copyout(self, dest: memoryview, src: Any) -> None:
+        """Copy the device allocation `src` into the writable host memoryview `dest`."""
+        self._copyout(dest, src)
+
+    def offset(self, opaque: Any, size: int, offset: int) -> Any:
+        """A handle to `size` bytes starting `offset` bytes into the allocation `opaque` (a view, not a copy)."""
+        return self._offset(opaque, size, offset)
+
+    def as_memoryview(self, opaque: Any, size: int) -> memoryview:
+        """The host-visible bytes of `opaque` as a writable memoryview (only on devices with host memory)."""
+        return self._as_memoryview(opaque, size)
+
+    # ---- the device-specific part ----
+
+    def _alloc(self, size: int, options: BufferSpec | None) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
+
+    def _free(self, opaque: Any, size: int, options: BufferSpec | None) -> None:
+        """Default: nothing to release (memory owned by Python objects)."""
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyin")
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyout")
+
+    def _offset(self, opaque: Any, size: int, offset: int) -> Any:
+        raise NotImplementedError(f"{self.device} does not support buffer views (sub-buffers at an offset)")
+
+    def _as_memoryview(self, opaque: Any, size: int) -> memoryview:
+        raise NotImplementedError(f"{self.device} memory is not host visible: use copyout instead")
+
+
+class LRUAllocator(Allocator):
+    """An Allocator that keeps freed allocations and hands them out again for the same size and options.
+
+    When the device runs out of memory, the cache is emptied and the allocation retried once before a
+    MemoryError naming the device and the size is raised.
+    """
+
+    def __init__(self, device: str = "?"):
+        super().__init__(device)
+        self.cache: dict[tuple[int, BufferSpec | None], list[Any]] = defaultdict(list)
+
+    def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+        """A cached allocation of the same size and options if one is free, else a new one."""
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"{self.device}: allocation size must be a positive int, got {size!r}")
+        cached = self.cache.get((size, options))
+        if cached:
+            return cached.pop()
+        try:
+            return self._alloc(size, options)
+        except MemoryError:
+            self.free_cache()
+        try:
+            return self._alloc(size, options)
+        except MemoryError as error:
+            raise MemoryError(f"{self.device}: out of memory allocating {size} bytes, even after releasing the "
+                              f"allocation cache ({error}); free tensors or use a smaller size") from error
+
+    def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+        """Keep the allocation for reuse (unless options forbid it)."""
+        if options is not None and (options.nolru or options.external_ptr is not None):
+            self._free(opaque, size, options)
+            return
+        self.cache[(size, options)].append(opaque)
+
+    def free_cache(self) -> None:
+        """Release every cached allocation to the device."""
+        for (size, options), handles in self.cache.items():
+            for opaque in handles:
+                self._free(opaque, size, options)
+        self.cache.clear()
+
+    @property
+    def cached_bytes(self) -> int:
+        """Bytes currently held in the cache."""
+        return sum(size * len(handles) for (size, _), handles in self.cache.items())

@@ -1,0 +1,122 @@
+"""Realize: schedule tensor-level graphs, compile their kernels (once per AST) and run them in order.
+
+DEBUG levels: 1 prints the kernel and copy counts of each realize, 2 one line per kernel (name, time, GFLOPS,
+GB/s; kernels then run synchronously to be timed), 5 each kernel's AST when it is first compiled.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tinycore.counters import GlobalCounters
+from tinycore.engine.memory import buffer_of
+from tinycore.helpers import DEBUG
+from tinycore.schedule.cache import schedule_cached
+from tinycore.schedule.fusion import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
+from tinycore.schedule.scheduler import ScheduleItem
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+class Runner:
+    """A compiled kernel for one device: the program, its ProgramSpec and how to launch it."""
+
+    def __init__(self, ast: UOp, device: str):
+        from tinycore.codegen import lower_to_program
+        from tinycore.device.registry import Device
+        self.device = device
+        opened = Device[device]
+        if DEBUG >= 5:
+            print(ast)
+        started = time.perf_counter()
+        self.spec = lower_to_program(ast, opened.renderer)
+        library = opened.compiler.compile_cached(self.spec.src)
+        self.program = opened.runtime(self.spec.function_name, library)
+        self.compile_seconds = time.perf_counter() - started
+        self.name = self.spec.name
+        self.globals = tuple(self.spec.globals)
+        self.static_dims = None if self.spec.vars else self.spec.launch_dims()
+
+    def __call__(self, buffers: Sequence[Any], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+        """Launch on the device handles `buffers` (in the AST's DEFINE_GLOBAL order)."""
+        arguments = [buffers[position] for position in self.globals] if self.globals else list(buffers)
+        if self.static_dims is not None:
+            global_size, local_size = self.static_dims
+            values: tuple[int, ...] = ()
+        else:
+            global_size, local_size = self.spec.launch_dims(var_vals)
+            values = self.spec.vals(var_vals)
+        return self.program(*arguments, global_size=global_size, local_size=local_size, vals=values, wait=wait)
+
+
+_runners: dict[tuple[UOp, str], Runner] = {}
+
+
+def get_runner(ast: UOp, device: str) -> Runner:
+    """The compiled kernel for `ast` on `device` (compiled on first use, then cached by AST identity)."""
+    key = (ast, device)
+    runner = _runners.get(key)
+    if runner is None:
+        runner = _runners[key] = Runner(ast, device)
+    return runner
+
+
+def _run_copy(item: ScheduleItem) -> None:
+    destination, source = (buffer_of(node) for node in item.buffers)
+    staging = memoryview(bytearray(source.nbytes))
+    source.copyout(staging)
+    destination.copyin(staging)
+    GlobalCounters.global_mem += source.nbytes
+    if DEBUG >= 2:
+        print(f"copy   {source.nbytes:>10} bytes {source.device} -> {destination.device}")
+
+
+def run_schedule(items: Sequence[ScheduleItem]) -> None:
+    """Run `items` in order: copies through host memory, kernels through their compiled programs."""
+    timed = DEBUG >= 2
+    for item in items:
+        if item.ast.op is Ops.COPY:
+            _run_copy(item)
+            continue
+        device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
+        runner = get_runner(item.ast, device_buffers[0].device)
+        elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
+        GlobalCounters.kernel_count += 1
+        estimates = runner.spec.estimates
+        GlobalCounters.global_ops += estimates.ops
+        GlobalCounters.global_mem += estimates.mem
+        if timed:
+            seconds = float(elapsed or 0.0)
+            GlobalCounters.time_sum_s += seconds
+            rate = max(seconds, 1e-9)
+            print(f"kernel {runner.name:<28} {seconds * 1e6:9.2f} us {estimates.ops / rate / 1e9:9.2f} GFLOPS "
+                  f"{estimates.mem / rate / 1e9:8.2f} GB/s")
+
+
+def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
+    """Realize tensor-level graphs together (one schedule, shared subgraphs computed once).
+
+    Returns for each input a realized node: `BUFFER.reshape(shape)`, or a view (movement ops over a BUFFER) when
+    the input already was one.
+    """
+    pending = [uop for uop in uops if not is_realized_view(uop)]
+    if not pending:
+        return list(uops)
+    schedule = schedule_cached(pending)
+    if DEBUG >= 1:
+        kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
+        print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
+              f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
+    run_schedule(schedule.items)
+    replacement = dict(zip(pending, schedule.outputs, strict=True))
+    return [replacement.get(uop, uop) for uop in uops]
+
+
+def to_host(uop: UOp) -> memoryview:
+    """The value of `uop` (realized first if needed) as host bytes in C order of its shape."""
+    realized = strip_identity(realize_uops([uop])[0])
+    if not is_contiguous_buffer_view(realized):
+        realized = realize_uops([realized.clone()])[0]
+    buffer = buffer_of(view_base(realized))
+    return buffer.copyout(memoryview(bytearray(buffer.nbytes)))

@@ -1,0 +1,217 @@
+"""Renderer base class and ProgramSpec: a rendered kernel with its launch dimensions, arguments and cost estimates."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tinycore.dtype import DType, PtrDType
+from tinycore.helpers import to_function_name
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp, exec_alu
+
+Sizes = tuple["int | UOp", ...]
+
+
+class Renderer:
+    """Turns a linearized kernel (a list of kernel-level UOps in execution order) into source code.
+
+    Capabilities that codegen reads: `has_local` (workgroups with local ids), `has_shared` (shared/local memory),
+    `has_threads` (CPU-style worker split through SPECIAL "core_id"), `global_max` / `local_max` (largest launch
+    dimensions), `shared_max` (bytes of shared memory), `vector_widths` (for each scalar dtype, the vector widths
+    loads, stores and ALU ops may use), `supports_float4` (any vectors at all). `suffix` is the source language
+    ("c", "cl", "cu", ...).
+    """
+
+    device: str = ""
+    suffix: str = ""
+    has_local: bool = True
+    has_shared: bool = True
+    has_threads: bool = False
+    global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    shared_max: int = 32768
+    supports_float4: bool = True
+    vector_widths: dict[DType, tuple[int, ...]] = {}
+    tensor_cores: list[Any] = []
+
+    def render(self, uops: list[UOp]) -> str:
+        """The source of the kernel `uops` (a linear program, see docs/architecture.md)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement render")
+
+    def supports_vector(self, dtype: DType, width: int) -> bool:
+        """True when `width` lanes of scalar `dtype` may be used in one load, store or ALU op."""
+        return width == 1 or width in self.vector_widths.get(dtype.scalar, ())
+
+    def to_program(self, uops: list[UOp], name: str | None = None) -> ProgramSpec:
+        """Render `uops` and describe the result (launch sizes, arguments, estimates) in a ProgramSpec."""
+        function_name = name if name is not None else kernel_name(uops)
+        return ProgramSpec.from_uops(function_name, self.render_named(uops, function_name), self.device, uops)
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """`render(uops)` with the function called `name` (renderers that take a name override this)."""
+        return self.render(uops)
+
+
+def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
+    """The function name of a linear program: the SINK's arg (a string or an object with `.name`), else default."""
+    for uop in reversed(uops):
+        if uop.op is Ops.SINK:
+            arg = uop.arg
+            candidate = arg if isinstance(arg, str) else getattr(arg, "function_name", getattr(arg, "name", None))
+            if isinstance(candidate, str) and candidate:
+                return to_function_name(candidate)
+    return default
+
+
+def evaluate(uop: UOp | int, var_vals: Mapping[Any, int] | None = None) -> int:
+    """The integer value of a symbolic size expression, with DEFINE_VARs looked up (by UOp or name) in var_vals."""
+    if isinstance(uop, int):
+        return uop
+    values: dict[UOp, Any] = {}
+    var_vals = var_vals or {}
+    for node in uop.toposort:
+        if node.op is Ops.CONST:
+            values[node] = node.arg
+        elif node.op is Ops.DEFINE_VAR:
+            if node in var_vals:
+                values[node] = var_vals[node]
+            elif node.arg[0] in var_vals:
+                values[node] = var_vals[node.arg[0]]
+            else:
+                raise KeyError(f"no value for variable {node.arg[0]!r}: pass it in var_vals")
+        elif node.op is Ops.BIND:
+            values[node] = values[node.src[1]]
+        elif node.op in GroupOp.ALU:
+            values[node] = exec_alu(node.op, node.dtype, [values[source] for source in node.src])
+        elif node.op is Ops.CAST:
+            values[node] = values[node.src[0]]
+        else:
+            raise ValueError(f"cannot evaluate {node.op} in a launch size expression")
+    return int(values[uop])
+
+
+@dataclass
+class Estimates:
+    """Rough costs of one launch: `ops` arithmetic operations, `lds` bytes loaded and stored, `mem` bytes of the
+    global buffers touched (each counted once). Loops with non-constant trip counts count once."""
+
+    ops: int = 0
+    lds: int = 0
+    mem: int = 0
+
+
+def _trip_count(size: UOp | int) -> int:
+    if isinstance(size, int):
+        return size
+    return size.arg if size.op is Ops.CONST else 1
+
+
+def estimate(uops: list[UOp]) -> Estimates:
+    """Estimates for a linear program, multiplying each op by the trip counts of the loops and threads around it."""
+    result = Estimates()
+    multiplier = 1
+    open_ranges: list[int] = []
+    thread_count = 1
+    touched: dict[int, int] = {}
+    for uop in uops:
+        if uop.op is Ops.SPECIAL:
+            thread_count *= _trip_count(uop.src[0]) if uop.src else 1
+        elif uop.op is Ops.RANGE:
+            trips = _trip_count(uop.src[0])
+            open_ranges.append(trips)
+            multiplier *= max(trips, 1)
+        elif uop.op is Ops.END:
+            for source in uop.src:
+                if source.op is Ops.RANGE and open_ranges:
+                    multiplier //= max(open_ranges.pop(), 1)
+        elif uop.op in GroupOp.ALU:
+            lanes = uop.src[0].dtype.count if uop.src else 1
+            result.ops += multiplier * lanes * (2 if uop.op is Ops.MULACC else 1)
+        elif uop.op in (Ops.LOAD, Ops.STORE):
+            index = uop.src[0]
+            buffer = index.src[0] if index.op is Ops.INDEX else index
+            if buffer.op is Ops.DEFINE_GLOBAL:
+                value_dtype = uop.dtype if uop.op is Ops.LOAD else uop.src[1].dtype
+                result.lds += multiplier * value_dtype.itemsize * value_dtype.count
+                pointer = buffer.dtype
+                if isinstance(pointer, PtrDType) and pointer.size > 0:
+                    touched[buffer.arg] = pointer.size * pointer.base.itemsize
+    result.ops *= thread_count
+    result.lds *= thread_count
+    result.mem = sum(touched.values())
+    return result
+
+
+@dataclass
+class ProgramSpec:
+    """A rendered kernel: `name`, source `src` for `device`, launch sizes, and what it reads and writes.
+
+    `global_size` / `local_size` are three entries each (ints, or UOps over DEFINE_VARs; see `launch_dims`).
+    On CPU, `global_size[0]` is the number of workers (the size of SPECIAL "core_id"). `globals` lists the
+    DEFINE_GLOBAL positions, `outs` those stored to, `ins` those loaded from; `vars` the DEFINE_VARs in parameter
+    order (sorted by name).
+    """
+
+    name: str
+    src: str
+    device: str
+    global_size: list[Any] = field(default_factory=lambda: [1, 1, 1])
+    local_size: list[Any] | None = field(default_factory=lambda: [1, 1, 1])
+    vars: list[UOp] = field(default_factory=list)
+    globals: list[int] = field(default_factory=list)
+    outs: list[int] = field(default_factory=list)
+    ins: list[int] = field(default_factory=list)
+    estimates: Estimates = field(default_factory=Estimates)
+    uops: list[UOp] | None = field(default=None, repr=False)
+
+    @staticmethod
+    def from_uops(name: str, src: str, device: str, uops: list[UOp]) -> ProgramSpec:
+        """Describe the linear program `uops` rendered as `src`."""
+        global_size: list[Any] = [1, 1, 1]
+        local_size: list[Any] = [1, 1, 1]
+        variables: dict[str, UOp] = {}
+        globals_: list[int] = []
+        outs: list[int] = []
+        ins: list[int] = []
+        for uop in uops:
+            if uop.op is Ops.SPECIAL:
+                size = uop.src[0] if uop.src else 1
+                size = size.arg if isinstance(size, UOp) and size.op is Ops.CONST else size
+                label: str = uop.arg
+                if label == "core_id":
+                    global_size[0] = size
+                else:
+                    axis = int(label[-1])
+                    (local_size if label.startswith("l") else global_size)[axis] = size
+            elif uop.op is Ops.DEFINE_VAR:
+                variables[uop.arg[0]] = uop
+            elif uop.op is Ops.DEFINE_GLOBAL:
+                globals_.append(uop.arg)
+            elif uop.op in (Ops.LOAD, Ops.STORE):
+                index = uop.src[0]
+                while index.op is not Ops.DEFINE_GLOBAL and index.src and index.op in (Ops.INDEX, Ops.CAST):
+                    index = index.src[0]
+                if index.op is Ops.DEFINE_GLOBAL:
+                    (outs if uop.op is Ops.STORE else ins).append(index.arg)
+        return ProgramSpec(name, src, device, global_size, local_size,
+                           [variables[key] for key in sorted(variables)], sorted(set(globals_)),
+                           sorted(set(outs)), sorted(set(ins)), estimate(uops), uops)
+
+    def launch_dims(self, var_vals: Mapping[Any, int] | None = None) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+        """The global and local sizes as ints, with symbolic sizes evaluated for `var_vals`."""
+        global_size = tuple(evaluate(size, var_vals) for size in self.global_size)
+        local_size = None if self.local_size is None else tuple(evaluate(size, var_vals) for size in self.local_size)
+        return global_size, local_size
+
+    def vals(self, var_vals: Mapping[Any, int] | None = None) -> tuple[int, ...]:
+        """The integer arguments for `vars`, in parameter order, from `var_vals` (keyed by UOp or name)."""
+        return tuple(evaluate(variable, var_vals) for variable in self.vars)
+
+    @property
+    def function_name(self) -> str:
+        """The symbol of the kernel in the compiled binary."""
+        return to_function_name(self.name)
+
+
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "evaluate", "kernel_name"]

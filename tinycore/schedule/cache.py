@@ -1,0 +1,137 @@
+"""The schedule cache: a computation rebuilt on new buffers reuses the schedule made for the first one.
+
+The key is the structure of the output graphs with BUFFER identities abstracted: each node is written as
+(op, dtype, arg, source positions) in toposort order, and each BUFFER as (dtype, element count, device) plus its
+position among the inputs. Two graphs with the same key differ only in which buffers they read, so their schedules
+differ only in the buffers the items name: the cache keeps the items with buffer slots and fills them in.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tinycore.engine.memory import new_buffer_uop
+from tinycore.schedule.fusion import strip_identity
+from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+CACHE_LIMIT = 4096
+"""How many distinct graph structures the cache remembers (the oldest is forgotten first)."""
+
+
+def _float_key(arg: Any) -> Any:
+    """A float made distinct where Python equality is too loose (0.0 == -0.0); other args are already exact
+    together with the node's dtype (a CONST's value is truncated to its dtype)."""
+    return ("float", repr(arg))
+
+
+def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
+    """The structural key of `outputs` and their BUFFER nodes in order of first appearance.
+
+    The key is built from primitive values (op numbers, dtype names) so hashing and comparing it is cheap.
+    """
+    numbering: dict[UOp, int] = {}
+    parts: list[Any] = []
+    inputs: list[UOp] = []
+    buffer_op = Ops.BUFFER
+    nodes = outputs[0].toposort if len(outputs) == 1 else _toposort_all(outputs)
+    for node in nodes:
+        numbering[node] = len(numbering)
+        op = node.op
+        if op is buffer_op:
+            inputs.append(node)
+            parts.append((-1, node.dtype.name, node.arg[1], numbering[node.src[0]]))
+        else:
+            arg = node.arg
+            if arg.__class__ is float:
+                arg = _float_key(arg)
+            parts.append((op._value_, node.dtype.name, arg, tuple([numbering[source] for source in node.src])))
+    parts.append(tuple([numbering[output] for output in outputs]))
+    return tuple(parts), inputs
+
+
+def _toposort_all(outputs: Sequence[UOp]) -> dict[UOp, None]:
+    """The union of the outputs' toposorts, in order."""
+    nodes: dict[UOp, None] = {}
+    for output in outputs:
+        nodes.update(output.toposort)
+    return nodes
+
+
+@dataclass
+class _Template:
+    """A schedule with buffers replaced by slots: inputs first (by position), then new buffers."""
+
+    items: list[tuple[UOp, tuple[int, ...], dict[UOp, int]]]
+    new_buffers: list[tuple[Any, Any, int]]
+    results: list[tuple[str, Any, Any]]
+    input_count: int
+
+    def instantiate(self, outputs: Sequence[UOp], inputs: list[UOp]) -> Schedule:
+        """This schedule for graphs of the same structure reading `inputs`."""
+        slots = inputs + [new_buffer_uop(device, dtype, size) for device, dtype, size in self.new_buffers]
+        items = [ScheduleItem(ast, tuple(slots[slot] for slot in buffer_slots), var_vals)
+                 for ast, buffer_slots, var_vals in self.items]
+        results = []
+        for kind, first, second in self.results:
+            if kind == "new":
+                results.append(slots[first] if second is None else slots[first].reshape(second))
+            elif kind == "same":
+                results.append(strip_identity(outputs[first]))
+            else:
+                placeholders = {placeholder: slots[slot] for placeholder, slot in second}
+                results.append(first.substitute(placeholders))
+        return Schedule(items, results)
+
+
+def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]) -> _Template:
+    """`schedule` with its buffers turned into slots."""
+    slot_of: dict[UOp, int] = {buffer: position for position, buffer in enumerate(inputs)}
+    new_buffers: list[tuple[Any, Any, int]] = []
+
+    def slot(buffer: UOp) -> int:
+        found = slot_of.get(buffer)
+        if found is None:
+            found = slot_of[buffer] = len(inputs) + len(new_buffers)
+            new_buffers.append((buffer.src[0].arg, buffer.dtype, buffer.arg[1]))
+        return found
+
+    items = [(item.ast, tuple(slot(buffer) for buffer in item.buffers), item.var_vals) for item in schedule.items]
+    results: list[tuple[str, Any, Any]] = []
+    for position, (output, result) in enumerate(zip(outputs, schedule.outputs, strict=True)):
+        if result is strip_identity(output):
+            results.append(("same", position, None))
+        elif result.op is Ops.RESHAPE and result.src[0].op is Ops.BUFFER and result.src[0] not in inputs:
+            results.append(("new", slot(result.src[0]), result.shape))
+        elif result.op is Ops.BUFFER and result not in inputs:
+            results.append(("new", slot(result), None))
+        else:
+            buffers = [node for node in result.toposort if node.op is Ops.BUFFER]
+            mapping = {buffer: UOp(Ops.BUFFER, buffer.dtype, buffer.src, (-1 - slot(buffer), buffer.arg[1]))
+                       for buffer in buffers}
+            results.append(("graph", result.substitute(mapping), tuple((placeholder, slot_of[buffer])
+                                                                         for buffer, placeholder in mapping.items())))
+    return _Template(items, new_buffers, results, len(inputs))
+
+
+_cache: dict[tuple[Any, ...], _Template] = {}
+
+
+def schedule_cached(outputs: Sequence[UOp]) -> Schedule:
+    """`create_schedule(outputs)`, reusing the schedule of an earlier graph of the same structure."""
+    key, inputs = structure_key(outputs)
+    template = _cache.get(key)
+    if template is not None:
+        return template.instantiate(outputs, inputs)
+    schedule = create_schedule(outputs)
+    if len(_cache) >= CACHE_LIMIT:
+        del _cache[next(iter(_cache))]
+    _cache[key] = _make_template(schedule, outputs, inputs)
+    return schedule
+
+
+def clear_schedule_cache() -> None:
+    """Forget every cached schedule."""
+    _cache.clear()

@@ -1,0 +1,138 @@
+"""Fusion: which nodes of a tensor-level graph become buffers (kernel roots) and which are computed inline.
+
+Rules:
+- outputs that are not already views of a buffer, CONTIGUOUS, COPY and ASSIGN nodes are roots;
+- elementwise ops and movement ops are always computed inside the kernel that uses them (movement ops become
+  index arithmetic), recomputed where several kernels use them;
+- a REDUCE_AXIS is computed inside its consumer's kernel when it is reached from that kernel's root through
+  elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
+  only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
+- the source of a COPY is a root unless it is already a contiguous buffer; the value of an ASSIGN is a root when
+  it reads the target buffer through a different view (the write would race with the reads).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+LEAF_BUFFERS = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW})
+"""Nodes that are device memory already."""
+IDENTITY_OPS = frozenset({Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
+"""Nodes that pass their source through unchanged in the forward pass."""
+LEAF_VALUES = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE})
+"""Nodes that are values known without memory."""
+ALWAYS_ROOTS = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})
+"""Nodes that always get their own buffer."""
+_BROADCASTING = frozenset({Ops.EXPAND, Ops.PAD})
+
+
+def strip_identity(node: UOp) -> UOp:
+    """`node` with DETACH / CONTIGUOUS_BACKWARD wrappers removed."""
+    while node.op in IDENTITY_OPS:
+        node = node.src[0]
+    return node
+
+
+def view_base(node: UOp) -> UOp:
+    """The node under `node`'s movement and identity ops."""
+    while node.op in GroupOp.Movement or node.op in IDENTITY_OPS:
+        node = node.src[0]
+    return node
+
+
+def is_realized_view(node: UOp) -> bool:
+    """True when `node` is a buffer or movement ops over one (nothing to compute)."""
+    return view_base(node).op in LEAF_BUFFERS
+
+
+def is_contiguous_buffer_view(node: UOp) -> bool:
+    """True when `node`'s elements in C order are exactly a whole buffer's elements."""
+    node = strip_identity(node)
+    if node.op is Ops.RESHAPE:
+        node = strip_identity(node.src[0])
+    return node.op in LEAF_BUFFERS
+
+
+def _reads_buffer_through_other_view(value: UOp, target: UOp) -> bool:
+    """True when `value` reads the buffer under the view `target` at any view other than `target` itself."""
+    target_nodes = target.toposort
+    buffer_node = view_base(target)
+    if buffer_node not in value.toposort:
+        return False
+    for node in value.toposort:
+        if node in target_nodes:
+            continue
+        for source in node.src:
+            if source in target_nodes and (source is not target or node.op in GroupOp.Movement):
+                return True
+    return False
+
+
+def kernel_sources(root: UOp) -> tuple[UOp, ...]:
+    """The nodes a root's kernel computes from: the value of an ASSIGN, the source of CONTIGUOUS, else the root."""
+    if root.op is Ops.ASSIGN:
+        return (root.src[1],)
+    if root.op is Ops.CONTIGUOUS:
+        return (root.src[0],)
+    if root.op is Ops.COPY:
+        return ()
+    return (root,)
+
+
+def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
+    """The nodes that become buffers when `outputs` are realized together (an ordered set)."""
+    roots: dict[UOp, None] = {}
+    for output in outputs:
+        output = strip_identity(output)
+        if not is_realized_view(output):
+            roots[output] = None
+    everything: dict[UOp, None] = {}
+    for output in outputs:
+        everything.update(output.toposort)
+    for node in everything:
+        if node.op not in ALWAYS_ROOTS:
+            continue
+        roots[node] = None
+        if node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0]):
+            roots[strip_identity(node.src[0])] = None
+        if node.op is Ops.ASSIGN:
+            value = strip_identity(node.src[1])
+            if not is_realized_view(value) and _reads_buffer_through_other_view(value, node.src[0]):
+                roots[value] = None
+    _add_reduce_roots(roots)
+    return roots
+
+
+def _add_reduce_roots(roots: dict[UOp, None]) -> None:
+    """Add to `roots` every REDUCE_AXIS that cannot be computed inside the single kernel that uses it."""
+    claimed: dict[UOp, UOp] = {}
+    worklist = list(roots)
+    processed: set[UOp] = set()
+    while worklist:
+        root = worklist.pop(0)
+        if root in processed:
+            continue
+        processed.add(root)
+        stack: list[tuple[UOp, bool]] = [(source, True) for source in kernel_sources(root)]
+        seen: set[tuple[UOp, bool]] = set()
+        while stack:
+            node, direct = stack.pop()
+            if (node, direct) in seen:
+                continue
+            seen.add((node, direct))
+            if node is not root and node in roots:
+                continue
+            if node.op in LEAF_BUFFERS or node.op in LEAF_VALUES:
+                continue
+            if node.op is Ops.REDUCE_AXIS:
+                if node is not root:
+                    if not direct or claimed.setdefault(node, root) is not root:
+                        roots[node] = None
+                        worklist.append(node)
+                        continue
+                stack.append((node.src[0], False))
+                continue
+            next_direct = direct and node.op not in _BROADCASTING
+            stack.extend((source, next_direct) for source in node.src)

@@ -1,0 +1,408 @@
+"""Lowering: one kernel's tensor-level graph to a kernel AST.
+
+The kernel stores its root at every index of the root's shape. Each output axis of size > 1 gets a RANGE; every
+node is evaluated at a tuple of index expressions (one per axis of its shape), which movement ops transform:
+
+- RESHAPE flattens the output indices and unflattens them into the source shape (// and %), axis group by axis
+  group so that axes the reshape leaves alone keep their index;
+- PERMUTE reorders the indices, EXPAND reads index 0 on broadcast axes, SHRINK adds the start, FLIP reads
+  size-1-i, PAD subtracts the padding before and masks: the value is where(valid, value, 0) and loads under it
+  carry `valid` in their INDEX;
+- REDUCE_AXIS opens a new RANGE per reduced axis and becomes REDUCE(value, *ranges);
+- a buffer (or a node realized by an earlier kernel) becomes LOAD(INDEX(DEFINE_GLOBAL(k), flat index[, valid])).
+"""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from tinycore.dtype import DType, dtypes
+from tinycore.helpers import all_int, prod
+from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity
+from tinycore.uop import ops as ops_module
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+
+class _FallbackAxisType(enum.Enum):
+    """Kinds of loop axes in a kernel AST (used when the IR does not define AxisType)."""
+
+    LOOP = enum.auto()
+    REDUCE = enum.auto()
+
+
+def _find_axis_type() -> Any:
+    """The AxisType enum of the IR or of codegen (the kinds codegen reads from RANGE args)."""
+    found = getattr(ops_module, "AxisType", None)
+    if found is not None:
+        return found
+    try:
+        from tinycore.codegen.opt import AxisType as CodegenAxisType
+    except ImportError:
+        return _FallbackAxisType
+    return CodegenAxisType
+
+
+AxisType: Any = _find_axis_type()
+"""The axis kinds of RANGE args: AxisType.LOOP for output axes, AxisType.REDUCE for reduced axes."""
+
+INDEX_DTYPE: DType = dtypes.int32
+"""The dtype of every index expression in a kernel AST."""
+
+Index = tuple[UOp, ...]
+"""One index expression per axis of a node's shape."""
+
+
+# ---- index arithmetic with the obvious simplifications done at construction ----
+
+def index_const(value: int) -> UOp:
+    """An int32 constant for index arithmetic."""
+    return UOp.const(INDEX_DTYPE, value)
+
+
+def _as_index(value: Any) -> UOp:
+    return value if isinstance(value, UOp) else index_const(value)
+
+
+def _const_value(node: UOp) -> Any:
+    return node.arg if node.op is Ops.CONST else None
+
+
+def idx_add(first: Any, second: Any) -> UOp:
+    """first + second, folding constants and zeros."""
+    first, second = _as_index(first), _as_index(second)
+    first_value, second_value = _const_value(first), _const_value(second)
+    if first_value is not None and second_value is not None:
+        return index_const(first_value + second_value)
+    if second_value == 0:
+        return first
+    if first_value == 0:
+        return second
+    return first + second
+
+
+def idx_sub(first: Any, second: Any) -> UOp:
+    """first - second, folding constants and zeros."""
+    second = _as_index(second)
+    second_value = _const_value(second)
+    if second_value is not None:
+        return idx_add(first, -second_value)
+    return idx_add(first, second * -1)
+
+
+def idx_mul(first: Any, second: Any) -> UOp:
+    """first * second, folding constants, ones and zeros."""
+    first, second = _as_index(first), _as_index(second)
+    first_value, second_value = _const_value(first), _const_value(second)
+    if first_value is not None and second_value is not None:
+        return index_const(first_value * second_value)
+    if first_value == 0 or second_value == 0:
+        return index_const(0)
+    if second_value == 1:
+        return first
+    if first_value == 1:
+        return second
+    return first * second
+
+
+def _upper_bound(node: UOp) -> int | None:
+    """An exclusive upper bound of a non-negative index expression, when cheaply known."""
+    if node.op is Ops.CONST:
+        return node.arg + 1
+    if node.op is Ops.RANGE and node.src[0].op is Ops.CONST:
+        return node.src[0].arg
+    if node.op is Ops.ADD:
+        bounds = [_upper_bound(source) for source in node.src]
+        return None if None in bounds else bounds[0] + bounds[1] - 1  # type: ignore[operator]
+    if node.op is Ops.MUL and node.src[1].op is Ops.CONST and node.src[1].arg > 0:
+        bound = _upper_bound(node.src[0])
+        return None if bound is None else (bound - 1) * node.src[1].arg + 1
+    return None
+
+
+def idx_div(numerator: UOp, divisor: Any) -> UOp:
+    """numerator // divisor for a non-negative numerator, folding trivial cases."""
+    if isinstance(divisor, int):
+        if divisor == 1:
+            return numerator
+        bound = _upper_bound(numerator)
+        if bound is not None and bound <= divisor:
+            return index_const(0)
+        if numerator.op is Ops.CONST:
+            return index_const(numerator.arg // divisor)
+    return numerator // _as_index(divisor)
+
+
+def idx_mod(numerator: UOp, divisor: Any) -> UOp:
+    """numerator % divisor for a non-negative numerator, folding trivial cases."""
+    if isinstance(divisor, int):
+        if divisor == 1:
+            return index_const(0)
+        bound = _upper_bound(numerator)
+        if bound is not None and bound <= divisor:
+            return numerator
+        if numerator.op is Ops.CONST:
+            return index_const(numerator.arg % divisor)
+    return numerator % _as_index(divisor)
+
+
+def idx_and(first: UOp | None, second: UOp | None) -> UOp | None:
+    """The conjunction of two optional validity masks."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first & second
+
+
+def flat_index(shape: Sequence[Any], index: Index) -> UOp:
+    """The row-major element number of `index` in a contiguous array of `shape`."""
+    total = index_const(0)
+    stride: Any = 1
+    for size, axis_index in zip(reversed(shape), reversed(index), strict=True):
+        if not (isinstance(size, int) and size == 1):
+            total = idx_add(total, idx_mul(axis_index, stride))
+        stride = stride * size if not isinstance(stride, int) or not isinstance(size, int) else stride * size
+    return total
+
+
+def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
+    """The per-axis indices of element number `flat` of a contiguous array of `shape`."""
+    result: list[UOp] = []
+    stride: Any = 1
+    for position in range(len(shape) - 1, -1, -1):
+        size = shape[position]
+        if isinstance(size, int) and size == 1:
+            result.append(index_const(0))
+            continue
+        scaled = idx_div(flat, stride)
+        result.append(scaled if position == 0 else idx_mod(scaled, size))
+        stride = stride * size
+    return tuple(reversed(result))
+
+
+def _axis_groups(out_shape: Sequence[Any], in_shape: Sequence[Any]) -> list[tuple[list[int], list[int]]] | None:
+    """Pairs of (output axes, input axes) with equal products, ignoring size-1 axes (None if not all ints)."""
+    if not all_int(out_shape) or not all_int(in_shape):
+        return None
+    out_axes = [axis for axis, size in enumerate(out_shape) if size != 1]
+    in_axes = [axis for axis, size in enumerate(in_shape) if size != 1]
+    groups: list[tuple[list[int], list[int]]] = []
+    out_position = in_position = 0
+    while out_position < len(out_axes) and in_position < len(in_axes):
+        group_out, group_in = [out_axes[out_position]], [in_axes[in_position]]
+        out_product, in_product = out_shape[out_axes[out_position]], in_shape[in_axes[in_position]]
+        out_position, in_position = out_position + 1, in_position + 1
+        while out_product != in_product:
+            if out_product < in_product:
+                group_out.append(out_axes[out_position])
+                out_product *= out_shape[out_axes[out_position]]
+                out_position += 1
+            else:
+                group_in.append(in_axes[in_position])
+                in_product *= in_shape[in_axes[in_position]]
+                in_position += 1
+        groups.append((group_out, group_in))
+    return groups
+
+
+def reshape_index(index: Index, out_shape: Sequence[Any], in_shape: Sequence[Any]) -> Index:
+    """The source index of a RESHAPE from `in_shape` to `out_shape` evaluated at `index`."""
+    groups = _axis_groups(out_shape, in_shape)
+    if groups is None:
+        return unflatten_index(flat_index(out_shape, index), in_shape)
+    result = [index_const(0)] * len(in_shape)
+    for group_out, group_in in groups:
+        if len(group_out) == 1 and len(group_in) == 1:
+            result[group_in[0]] = index[group_out[0]]
+            continue
+        flat = flat_index([out_shape[axis] for axis in group_out], tuple(index[axis] for axis in group_out))
+        for axis, value in zip(group_in, unflatten_index(flat, [in_shape[axis] for axis in group_in]), strict=True):
+            result[axis] = value
+    return tuple(result)
+
+
+# ---- the lowering of one kernel ----
+
+class KernelLowerer:
+    """Builds the AST of the kernel that computes `root`.
+
+    `realized` maps nodes computed by other kernels (and the root itself) to their realized views (movement ops
+    over a BUFFER). `output_buffer` is the BUFFER the root is stored into.
+    """
+
+    def __init__(self, root: UOp, realized: dict[UOp, UOp]):
+        self.root = root
+        self.realized = realized
+        self.buffers: dict[UOp, UOp] = {}  # BUFFER -> DEFINE_GLOBAL
+        self.dependencies: dict[UOp, None] = {}  # other roots this kernel reads
+        self.var_vals: dict[UOp, int] = {}
+        self.range_count = 0
+        self.memo: dict[tuple[UOp, Index, UOp | None], UOp] = {}
+
+    # ---- buffers and ranges ----
+
+    def define_global(self, buffer: UOp) -> UOp:
+        """The DEFINE_GLOBAL of `buffer`, numbered in order of first use (the output is first)."""
+        found = self.buffers.get(buffer)
+        if found is None:
+            size = buffer.arg[1] if buffer.op is Ops.BUFFER else buffer.arg[0]
+            found = UOp(Ops.DEFINE_GLOBAL, buffer.dtype.ptr(size if isinstance(size, int) else -1), (),
+                        len(self.buffers))
+            self.buffers[buffer] = found
+        return found
+
+    def new_range(self, size: Any, axis_type: Any) -> UOp:
+        """A fresh RANGE over [0, size), or constant 0 for a size-1 axis."""
+        if isinstance(size, int) and size == 1:
+            return index_const(0)
+        axis_id = self.range_count
+        self.range_count += 1
+        return UOp(Ops.RANGE, INDEX_DTYPE, (self.unbind(_as_index(size)),), (axis_id, axis_type))
+
+    def unbind(self, node: UOp) -> UOp:
+        """`node` with every BIND replaced by its DEFINE_VAR (the bound values go to var_vals)."""
+        if node.op is Ops.CONST:
+            return node
+        binds = {bind: bind.src[0] for bind in node.toposort if bind.op is Ops.BIND}
+        for bind, variable in binds.items():
+            self.var_vals[variable] = bind.src[1].arg
+        return node.substitute(binds)  # type: ignore[arg-type]
+
+    # ---- the AST ----
+
+    def ast(self) -> UOp:
+        """SINK(STORE(INDEX(DEFINE_GLOBAL(0), flat index), value)) computing the root."""
+        root = self.root
+        ranges = tuple(self.new_range(size, AxisType.LOOP) for size in root.shape)
+        buffer, index, valid = self.view_index(self.realized[root], ranges)
+        assert valid is None, "cannot store through a padded view"
+        address = self.define_global(buffer).index(index)
+        if root.op is Ops.ASSIGN:
+            value = self.lower(root.src[1], ranges, None)
+        elif root.op is Ops.CONTIGUOUS:
+            value = self.lower(root.src[0], ranges, None)
+        else:
+            value = self.lower_computation(root, ranges, None)
+        return UOp(Ops.SINK, dtypes.void, (address.store(value),))
+
+    def view_index(self, view: UOp, index: Index) -> tuple[UOp, UOp, UOp | None]:
+        """The buffer under the movement chain `view`, the flat index and the validity mask at `index`."""
+        valid: UOp | None = None
+        node = view
+        while True:
+            node = strip_identity(node)
+            if node.op in LEAF_BUFFERS:
+                return node, index[0] if index else index_const(0), valid
+            index, mask = self.movement_index(node, index)
+            valid = idx_and(valid, mask)
+            node = node.src[0]
+
+    def movement_index(self, node: UOp, index: Index) -> tuple[Index, UOp | None]:
+        """The source index of the movement op `node` at `index`, and the mask a PAD adds."""
+        op, arg = node.op, node.arg
+        source_shape = node.src[0].shape
+        if op is Ops.RESHAPE:
+            return reshape_index(index, node.shape, source_shape), None
+        if op is Ops.PERMUTE:
+            result = [index_const(0)] * len(index)
+            for position, axis in enumerate(arg):
+                result[axis] = index[position]
+            return tuple(result), None
+        if op is Ops.EXPAND:
+            return tuple(index_const(0) if isinstance(size, int) and size == 1 else axis_index
+                         for size, axis_index in zip(source_shape, index, strict=True)), None
+        if op is Ops.SHRINK:
+            return tuple(idx_add(axis_index, start) for axis_index, (start, _) in zip(index, arg, strict=True)), None
+        if op is Ops.FLIP:
+            return tuple(idx_sub(size - 1, axis_index) if flipped else axis_index
+                         for axis_index, size, flipped in zip(index, source_shape, arg, strict=True)), None
+        if op is Ops.PAD:
+            mask: UOp | None = None
+            result = []
+            for axis_index, size, (before, after) in zip(index, source_shape, arg, strict=True):
+                result.append(idx_sub(axis_index, before))
+                if not (isinstance(before, int) and before == 0):
+                    mask = idx_and(mask, _as_index(idx_sub(before, 1)) < axis_index)
+                if not (isinstance(after, int) and after == 0):
+                    mask = idx_and(mask, axis_index < _as_index(idx_add(before, size)))
+            return tuple(result), mask
+        raise AssertionError(f"{op} is not a movement op")
+
+    def lower(self, node: UOp, index: Index, valid: UOp | None) -> UOp:
+        """The kernel-level value of tensor-level `node` at `index` (loads gated by `valid`)."""
+        key = (node, index, valid)
+        found = self.memo.get(key)
+        if found is not None:
+            return found
+        if node is not self.root and node in self.realized:
+            self.dependencies[node] = None
+            result = self.lower_view(self.realized[node], index, valid)
+        else:
+            result = self.lower_computation(node, index, valid)
+        self.memo[key] = result
+        return result
+
+    def lower_view(self, view: UOp, index: Index, valid: UOp | None) -> UOp:
+        """A load through the movement chain `view` over a BUFFER."""
+        buffer, flat, mask = self.view_index(view, index)
+        load = self.define_global(buffer).index(flat, valid=idx_and(valid, mask)).load()
+        if mask is None:
+            return load
+        return UOp(Ops.WHERE, load.dtype, (mask, load, UOp.const(load.dtype, 0)))
+
+    def lower_computation(self, node: UOp, index: Index, valid: UOp | None) -> UOp:
+        """The value of `node` computed here (not loaded from a realized buffer)."""
+        op = node.op
+        if op in LEAF_BUFFERS:
+            return self.lower_view(node, index, valid)
+        if op in GroupOp.Movement:
+            source_index, mask = self.movement_index(node, index)
+            value = self.lower(node.src[0], source_index, idx_and(valid, mask))
+            if mask is None:
+                return value
+            return UOp(Ops.WHERE, value.dtype, (mask, value, UOp.const(value.dtype, 0)))
+        if op is Ops.CONST:
+            return UOp.const(node.dtype, node.arg)
+        if op is Ops.BIND or op is Ops.DEFINE_VAR:
+            return self.unbind(node)
+        if op in GroupOp.Elementwise:
+            return UOp(op, node.dtype, tuple(self.lower(source, index, valid) for source in node.src), node.arg)
+        if op is Ops.DETACH or op is Ops.CONTIGUOUS_BACKWARD or op is Ops.CONTIGUOUS:
+            return self.lower(node.src[0], index, valid)
+        if op is Ops.REDUCE_AXIS:
+            reduce_op, axes = node.arg
+            source = node.src[0]
+            source_index = list(index)
+            ranges = []
+            for axis in axes:
+                axis_range = self.new_range(source.shape[axis], AxisType.REDUCE)
+                source_index[axis] = axis_range
+                if axis_range.op is Ops.RANGE:
+                    ranges.append(axis_range)
+            value = self.lower(source, tuple(source_index), valid)
+            if not ranges:
+                return value
+            return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
+        raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
+
+
+def lower_kernel(root: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...], tuple[UOp, ...], dict[UOp, int]]:
+    """The AST of the kernel computing `root`, its BUFFERs (output first), the roots it reads and its var values."""
+    lowerer = KernelLowerer(root, realized)
+    ast = lowerer.ast()
+    simplify = getattr(ast, "simplify", None)
+    if simplify is not None:
+        ast = simplify()
+    return ast, tuple(lowerer.buffers), tuple(lowerer.dependencies), lowerer.var_vals
+
+
+def kernel_flops_estimate(ast: UOp) -> int:
+    """A rough operation count: each ALU node counted once per iteration of the ranges it depends on."""
+    total = 0
+    for node in ast.toposort:
+        if node.op in GroupOp.ALU:
+            total += prod(loop.src[0].arg for loop in node.toposort
+                          if loop.op is Ops.RANGE and loop.src[0].op is Ops.CONST)
+    return int(total)

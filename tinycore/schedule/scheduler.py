@@ -1,0 +1,141 @@
+"""The scheduler: tensor-level outputs to an ordered list of ScheduleItems (kernels and copies)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from tinycore.dtype import dtypes
+from tinycore.schedule.fusion import find_roots, is_realized_view, strip_identity, view_base
+from tinycore.schedule.lower import lower_kernel
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+class ScheduleItem(NamedTuple):
+    """One step of a schedule.
+
+    A kernel: `ast` is its kernel AST (a SINK) and `buffers` its BUFFER nodes, outputs first then inputs, in
+    DEFINE_GLOBAL order; `var_vals` the values of its DEFINE_VARs. A copy: `ast` is a COPY node with no sources
+    and `buffers` is (destination, source).
+    """
+
+    ast: UOp
+    buffers: tuple[UOp, ...]
+    var_vals: dict[UOp, int] = {}  # noqa: RUF012 - never mutated
+
+    @property
+    def is_copy(self) -> bool:
+        """True for a copy between devices."""
+        return self.ast.op is Ops.COPY
+
+
+@dataclass
+class Schedule:
+    """The items to run in order, and for each output the realized node that replaces it."""
+
+    items: list[ScheduleItem]
+    outputs: list[UOp]
+
+
+def _output_view(root: UOp) -> UOp:
+    """A new buffer holding `root` in C order, viewed with `root`'s shape (or the target of an ASSIGN)."""
+    from tinycore.engine.memory import new_buffer_uop
+    if root.op is Ops.ASSIGN:
+        return strip_identity(root.src[0])
+    size = root.size
+    if not isinstance(size, int):
+        raise NotImplementedError(f"realizing a node of symbolic shape {root.shape} is not supported")
+    device = root.device
+    if isinstance(device, tuple):
+        raise NotImplementedError(f"realizing a node on several devices {device} is not supported")
+    return new_buffer_uop(device, root.dtype, size).reshape(root.shape)
+
+
+def create_schedule(outputs: Sequence[UOp]) -> Schedule:
+    """The kernels and copies that realize `outputs` together, in dependency order."""
+    roots = find_roots(outputs)
+    realized = {root: _output_view(root) for root in roots}
+    steps: dict[UOp, ScheduleItem | None] = {}
+    dependencies: dict[UOp, tuple[UOp, ...]] = {}
+    for root in roots:
+        steps[root], dependencies[root] = _schedule_root(root, realized)
+    order = _order(roots, dependencies, realized)
+    items = [item for item in (steps[root] for root in order) if item is not None]
+    results = []
+    for output in outputs:
+        stripped = strip_identity(output)
+        results.append(realized[stripped] if stripped in realized else stripped)
+    return Schedule(items, results)
+
+
+def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | None, tuple[UOp, ...]]:
+    """The item that computes `root` (None when there is nothing to do) and the roots it reads."""
+    if root.op is Ops.COPY:
+        source = strip_identity(root.src[0])
+        source_view = realized.get(source, source)
+        destination = view_base(realized[root])
+        source_buffer = view_base(source_view)
+        copy = UOp(Ops.COPY, dtypes.void, (), (source_buffer.device, destination.device))
+        return ScheduleItem(copy, (destination, source_buffer)), ((source,) if source in realized else ())
+    if root.size == 0:
+        return None, ()
+    if root.op is Ops.ASSIGN and strip_identity(root.src[1]) is strip_identity(root.src[0]):
+        return None, ()
+    ast, buffers, reads, var_vals = lower_kernel(root, realized)
+    return ScheduleItem(ast, buffers, var_vals), reads
+
+
+def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]],
+           realized: dict[UOp, UOp]) -> list[UOp]:
+    """The roots in an order where each comes after the roots it reads, and an ASSIGN after the other readers of
+    the buffer it overwrites."""
+    edges: dict[UOp, set[UOp]] = {root: set(dependencies[root]) for root in roots}
+    assigns = [root for root in roots if root.op is Ops.ASSIGN]
+    if assigns:
+        for assign in assigns:
+            target_buffer = view_base(realized[assign])
+            upstream = _upstream(assign, edges)
+            for root in roots:
+                if root is assign or root in upstream or root.op is Ops.COPY:
+                    continue
+                if _reads_buffer(root, target_buffer) and assign not in _upstream(root, edges):
+                    edges[assign].add(root)
+    order: list[UOp] = []
+    placed: set[UOp] = set()
+    for start in roots:
+        stack = [(start, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if node in placed:
+                continue
+            if children_done:
+                placed.add(node)
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((dependency, False) for dependency in edges[node] if dependency not in placed)
+    return order
+
+
+def _upstream(root: UOp, edges: dict[UOp, set[UOp]]) -> set[UOp]:
+    """Every root that `root` depends on, directly or not."""
+    seen: set[UOp] = set()
+    stack = list(edges[root])
+    while stack:
+        node = stack.pop()
+        if node not in seen:
+            seen.add(node)
+            stack.extend(edges[node])
+    return seen
+
+
+def _reads_buffer(root: UOp, buffer: UOp) -> bool:
+    """True when the kernel of `root` (not an ASSIGN's own target) reads `buffer`."""
+    sources = (root.src[1],) if root.op is Ops.ASSIGN else root.src
+    return any(buffer in source.toposort for source in sources)
+
+
+def is_noop_output(output: UOp) -> bool:
+    """True when realizing `output` needs no work: it is already a buffer or a view of one."""
+    return is_realized_view(output)

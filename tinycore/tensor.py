@@ -1,0 +1,421 @@
+"""The lazy Tensor: a handle on one tensor-level UOp graph, with tinygrad's public API.
+
+Each operation builds a node; nothing is computed until `realize()`, `numpy()`, `tolist()`, `item()` or `data()`.
+The operations live in mixins grouped by concern (creation, elementwise, movement, reduce, indexing, nn); this
+file has the constructor, the primitive node builders the mixins share, realization and autograd.
+"""
+from __future__ import annotations
+
+import struct
+import weakref
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
+from tinycore.helpers import all_int, fully_flatten, get_shape
+from tinycore.tensor_creation import CreationMixin
+from tinycore.tensor_elementwise import ElementwiseMixin
+from tinycore.tensor_indexing import IndexingMixin
+from tinycore.tensor_movement import MovementMixin
+from tinycore.tensor_nn import NNMixin
+from tinycore.tensor_reduce import ReduceMixin
+from tinycore.tensor_support import check_shape, product
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+if TYPE_CHECKING:
+    import numpy
+
+_GRAD_TENSORS: weakref.WeakSet[Tensor] = weakref.WeakSet()
+"""Every live tensor with requires_grad=True: the candidates for `backward`."""
+
+
+def canonical_device(device: str | None) -> str:
+    """The canonical name of `device` (the default device for None), through the device registry."""
+    from tinycore.device.registry import Device
+    if device is None:
+        return Device.DEFAULT
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a device name such as 'CPU', got {type(device).__name__} {device!r}")
+    return Device.canonicalize(device)
+
+
+def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
+    """Python scalars packed as `dtype` in native byte order."""
+    if dtype.fmt is None:
+        raise TypeError(f"cannot pack Python values as {dtype}")
+    converted = [truncate(dtypes.as_const(value, dtype), dtype) for value in values]
+    return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
+
+
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
+    """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
+
+    `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or
+    tuple, a numpy array, bytes (as uint8) or a tensor-level UOp.
+    """
+
+    __hash__ = object.__hash__
+
+    def __init__(self, data: Any = None, device: str | None = None, dtype: DTypeLike | None = None,
+                 requires_grad: bool | None = None):
+        wanted = None if dtype is None else to_dtype(dtype)
+        self.grad: Tensor | None = None
+        self._unrealized: UOp | None = None
+        if isinstance(data, UOp):
+            if wanted is not None and wanted != data.dtype:
+                data = data.cast(wanted)
+            if device is not None and canonical_device(device) != data.device:
+                data = data.copy_to_device(canonical_device(device))
+            self.uop: UOp = data
+        else:
+            self.uop = self._uop_from_data(data, canonical_device(device), wanted)
+        self._requires_grad: bool | None = None
+        self.requires_grad = requires_grad
+
+    @staticmethod
+    def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
+        """The graph node holding `data` (scalars become constants, everything else a filled buffer)."""
+        from tinycore.engine.memory import uop_from_bytes
+        if data is None:
+            return UOp.const_on(dtype or dtypes.default_float, 0, device, (0,))
+        if isinstance(data, (bool, int, float)):
+            return UOp.const_on(dtype or dtypes.from_py(data), data, device, ())
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+            result = uop_from_bytes(raw, dtypes.uint8, device)
+            return result.cast(dtype) if dtype is not None else result
+        if isinstance(data, (list, tuple)):
+            shape = get_shape(data)
+            values = fully_flatten(data)
+            for value in values:
+                if not isinstance(value, (bool, int, float)):
+                    raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} {value!r}")
+            target = dtype or dtypes.from_py(data)
+            storage = target if target.fmt is not None else dtypes.float32
+            node = uop_from_bytes(_bytes_from_values(values, storage), storage, device).reshape(shape)
+            return node.cast(target)
+        if type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
+            import numpy
+            array = numpy.asarray(data)
+            if array.dtype.kind not in "biuf":
+                raise TypeError(f"cannot make a Tensor from a numpy array of dtype {array.dtype}")
+            source_dtype = from_numpy_dtype(array.dtype)
+            contiguous = numpy.ascontiguousarray(array)
+            node = uop_from_bytes(contiguous.tobytes(), source_dtype, device).reshape(array.shape)
+            return node.cast(dtype) if dtype is not None else node
+        raise TypeError(f"cannot make a Tensor from {type(data).__name__}: pass a Python scalar, a (nested) list, "
+                        "a numpy array, bytes or a UOp")
+
+    @classmethod
+    def _wrap(cls, uop: UOp, requires_grad: bool | None = None) -> Tensor:
+        """A Tensor over an existing node, without argument parsing."""
+        tensor = cls.__new__(cls)
+        tensor.uop, tensor.grad, tensor._unrealized, tensor._requires_grad = uop, None, None, None
+        if requires_grad:
+            tensor.requires_grad = True
+        return tensor
+
+    def _result(self, uop: UOp, *others: Any) -> Tensor:
+        """A new Tensor over `uop`, which was built from this tensor and `others` (gradients flow if any needs)."""
+        needs = self._requires_grad or any(isinstance(other, Tensor) and other._requires_grad for other in others)
+        return type(self)._wrap(uop, True if needs else None)
+
+    # ---- properties ----
+
+    @property
+    def requires_grad(self) -> bool | None:
+        """True when gradients are computed for this tensor, None when undecided, False when never."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool | None) -> None:
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"requires_grad must be True, False or None, got {value!r}")
+        self._requires_grad = value
+        if value:
+            _GRAD_TENSORS.add(self)
+        else:
+            _GRAD_TENSORS.discard(self)
+
+    @property
+    def shape(self) -> tuple[Any, ...]:
+        """The size of each axis."""
+        return self.uop.shape
+
+    @property
+    def dtype(self) -> DType:
+        """The element type."""
+        return self.uop.dtype
+
+    @property
+    def device(self) -> str:
+        """The canonical name of the device the data lives on."""
+        return self.uop.device
+
+    @property
+    def ndim(self) -> int:
+        """The number of axes."""
+        return len(self.shape)
+
+    def numel(self) -> int:
+        """The number of elements."""
+        return product(self.shape)
+
+    def element_size(self) -> int:
+        """Bytes per element."""
+        return self.dtype.itemsize
+
+    def nbytes(self) -> int:
+        """Bytes taken by all elements."""
+        return self.numel() * self.element_size()
+
+    def size(self, dim: int | None = None) -> Any:
+        """The shape, or the size of axis `dim`."""
+        if dim is None:
+            return self.shape
+        from tinycore.tensor_support import resolve_axis
+        return self.shape[resolve_axis(dim, self.ndim)]
+
+    def is_floating_point(self) -> bool:
+        """True for floating point dtypes."""
+        return dtypes.is_float(self.dtype)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = "realized" if self._is_realized() else f"lazy {self.uop.op.name}"
+        return (f"<Tensor shape={self.shape} dtype={self.dtype!r} on {self.device} ({state}) "
+                f"with grad {None if self.grad is None else 'set'}>")
+
+    def __bool__(self) -> bool:
+        raise TypeError("the truth value of a Tensor is ambiguous: use .item(), .any() or .all()")
+
+    # ---- primitive node builders used by the mixins ----
+
+    def _alu(self, op: Ops, *others: Tensor) -> Tensor:
+        """The ALU node `op` over this tensor and `others` (already broadcast and of matching dtypes)."""
+        return self._result(self.uop.alu(op, *(other.uop for other in others)), *others)
+
+    def cast(self, dtype: DTypeLike) -> Tensor:
+        """The values converted to `dtype` (floats to ints truncate toward zero)."""
+        target = to_dtype(dtype)
+        return self if target == self.dtype else self._result(self.uop.cast(target))
+
+    def bitcast(self, dtype: DTypeLike) -> Tensor:
+        """The same bits read as `dtype`; the element size must match."""
+        target = to_dtype(dtype)
+        if target.itemsize != self.dtype.itemsize:
+            raise ValueError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {target} "
+                             f"({target.itemsize} bytes) needs equal element sizes")
+        if self.requires_grad:
+            raise RuntimeError("bitcast cannot be differentiated: detach() the tensor first")
+        return self if target == self.dtype else self._result(self.uop.bitcast(target))
+
+    def _const(self, value: ConstType, dtype: DType | None = None, shape: Sequence[int] | None = None) -> Tensor:
+        """A constant on this tensor's device with this tensor's shape (or `shape`) and dtype (or `dtype`)."""
+        target = dtype or self.dtype
+        return type(self)._wrap(UOp.const_on(target, value, self.device, self.shape if shape is None else shape))
+
+    def const_like(self, value: ConstType, dtype: DTypeLike | None = None) -> Tensor:
+        """A constant tensor shaped like this one."""
+        return self._const(value, None if dtype is None else to_dtype(dtype))
+
+    # ---- realization ----
+
+    def _is_realized(self) -> bool:
+        """True when the value sits in a device buffer (possibly behind movement ops)."""
+        return self.uop.base.op is Ops.BUFFER
+
+    def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
+        """Compute this tensor and `lst` now, together (shared work is done once); returns self."""
+        pending = [tensor for tensor in (self,) + lst if not tensor._is_realized()]
+        if pending:
+            from tinycore.engine.realize import realize_uops
+            realized = realize_uops([tensor.uop for tensor in pending])
+            for tensor, uop in zip(pending, realized, strict=True):
+                if tensor._requires_grad and tensor._unrealized is None:
+                    tensor._unrealized = tensor.uop
+                tensor.uop = uop
+        return self
+
+    def _host_view(self) -> memoryview:
+        """The realized bytes in C order."""
+        if not all_int(self.shape):
+            raise ValueError(f"cannot read a tensor with symbolic shape {self.shape}: bind its variables first")
+        from tinycore.engine.realize import to_host
+        self.realize()
+        return to_host(self.uop)
+
+    def numpy(self) -> numpy.ndarray:
+        """The values as a new numpy array (bfloat16 and fp8 come back as float32)."""
+        import numpy
+        if self.dtype.fmt is None:
+            return self.cast(dtypes.float32).numpy()
+        raw = self._host_view()
+        return numpy.frombuffer(raw, dtype=to_numpy_dtype(self.dtype)).reshape(self.shape).copy()
+
+    def data(self) -> memoryview:
+        """The values as a memoryview shaped like the tensor."""
+        if self.dtype.fmt is None:
+            return self.cast(dtypes.float32).data()
+        raw = self._host_view().cast("B")
+        if self.numel() == 0 or not self.shape:
+            return raw.cast(self.dtype.fmt)
+        return raw.cast(self.dtype.fmt, self.shape)
+
+    def tolist(self) -> Any:
+        """The values as (nested) Python lists, or a Python scalar for a 0-d tensor."""
+        if self.dtype.fmt is None:
+            return self.cast(dtypes.float32).tolist()
+        if self.numel() == 0:
+            return self.numpy().tolist()
+        flat = self._host_view().cast("B").cast(self.dtype.fmt).tolist()
+        if not self.shape:
+            return flat[0]
+        for size in reversed(self.shape[1:]):
+            flat = [flat[start:start + size] for start in range(0, len(flat), size)]
+        return flat
+
+    def item(self) -> ConstType:
+        """The single value of a one-element tensor as a Python scalar."""
+        if self.numel() != 1:
+            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape} "
+                             f"({self.numel()} elements)")
+        return self.reshape(()).tolist()
+
+    def to(self, device: str | None) -> Tensor:
+        """This tensor on `device` (itself when it is already there)."""
+        target = canonical_device(device)
+        if target == self.device:
+            return self
+        result = self._result(self.uop.copy_to_device(target))
+        if self.grad is not None:
+            result.grad = self.grad.to(target)
+        return result
+
+    def to_(self, device: str | None) -> Tensor:
+        """Move this tensor to `device` in place."""
+        moved = self.to(device)
+        self.uop = moved.uop
+        if self.grad is not None:
+            self.grad = self.grad.to(device)
+        return self
+
+    def clone(self, device: str | None = None) -> Tensor:
+        """A copy in a new buffer (on `device` if given)."""
+        source = self if device is None else self.to(device)
+        return source._result(source.uop.clone())
+
+    def contiguous(self) -> Tensor:
+        """This value in its own contiguous buffer when realized (a no-op for one that already is)."""
+        return self._result(self.uop.contiguous())
+
+    def contiguous_backward(self) -> Tensor:
+        """Identity forwards; makes the gradient contiguous."""
+        return self._result(self.uop.contiguous_backward())
+
+    def detach(self) -> Tensor:
+        """The same value with gradients stopped."""
+        return type(self)._wrap(self.uop.detach())
+
+    def assign(self, value: Any) -> Tensor:
+        """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor; returns self."""
+        if not isinstance(value, Tensor):
+            value = type(self)(value, device=self.device, dtype=self.dtype)
+        if value.device != self.device:
+            raise ValueError(f"assign from device {value.device} into a tensor on {self.device}: call .to() first")
+        if tuple(value.shape) != tuple(self.shape):
+            try:
+                value = value._broadcast_to(self.shape)
+            except ValueError as error:
+                raise ValueError(f"assign of shape {value.shape} into a tensor of shape {self.shape}") from error
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        if self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop:
+            self.uop = self.uop.assign(value.uop)
+        else:
+            self.uop = value.uop
+        return self
+
+    def replace(self, other: Tensor) -> Tensor:
+        """Make this tensor hold `other`'s value (same shape required); returns self."""
+        if tuple(other.shape) != tuple(self.shape):
+            raise ValueError(f"replace needs the same shape: {other.shape} vs {self.shape}")
+        self.uop = other.uop
+        return self
+
+    # ---- autograd ----
+
+    def _graph_root(self) -> UOp:
+        """The node whose graph gradients flow through (the lazy graph even after realization)."""
+        return self._unrealized if self._unrealized is not None else self.uop
+
+    def _grad_targets(self, root: UOp) -> dict[Tensor, UOp]:
+        """Tensors requiring gradients that the graph of `root` uses, with their node in it."""
+        graph = root.toposort
+        found: dict[Tensor, UOp] = {}
+        for tensor in list(_GRAD_TENSORS):
+            for candidate in (tensor.uop, tensor._unrealized):
+                if candidate is not None and candidate in graph:
+                    found[tensor] = candidate
+                    break
+        return found
+
+    def _seed_gradient(self, gradient: Tensor | None) -> Tensor:
+        """The gradient of this tensor to start from (1 for a scalar)."""
+        if gradient is None:
+            if self.shape != ():
+                raise ValueError(f"backward/gradient without gradient= needs a scalar, this tensor has shape "
+                                 f"{self.shape}: reduce it first (e.g. .sum()) or pass gradient=")
+            return self._const(1.0, self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
+        if tuple(gradient.shape) != tuple(self.shape):
+            raise ValueError(f"gradient shape {gradient.shape} does not match the tensor's shape {self.shape}")
+        return gradient
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
+        """The gradients of this tensor with respect to `targets` (no tensor's .grad is changed)."""
+        from tinycore.gradient import compute_gradient
+        seed = self._seed_gradient(gradient)
+        root = self._graph_root()
+        graph = root.toposort
+        target_uops = [target._unrealized if target.uop not in graph and target._unrealized is not None
+                       else target.uop for target in targets]
+        grads = compute_gradient(root, seed.uop, set(target_uops))
+        results = []
+        for target, uop in zip(targets, target_uops, strict=True):
+            found = grads.get(uop)
+            if found is None:
+                raise RuntimeError(f"this tensor does not depend on the target of shape {target.shape}")
+            results.append(type(self)._wrap(found))
+        return results
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate into `.grad` the gradient of this tensor for every tensor with requires_grad that it uses."""
+        from tinycore.gradient import compute_gradient
+        seed = self._seed_gradient(gradient)
+        root = self._graph_root()
+        targets = self._grad_targets(root)
+        if not targets:
+            raise RuntimeError("backward found no tensor with requires_grad=True in this tensor's graph")
+        grads = compute_gradient(root, seed.uop, set(targets.values()))
+        for tensor, uop in targets.items():
+            found = grads.get(uop)
+            if found is None:
+                continue
+            new_grad = type(self)._wrap(found)
+            if tuple(new_grad.shape) != tuple(tensor.shape):
+                raise RuntimeError(f"gradient shape {new_grad.shape} does not match tensor shape {tensor.shape}")
+            tensor.grad = new_grad if tensor.grad is None else tensor.grad + new_grad
+        return self
+
+    def _check_realized_grad_graph(self) -> bool:
+        """True when this tensor's node is a plain buffer view (used by optimizers to avoid growing graphs)."""
+        return self.uop.op in GroupOp.Movement or self.uop.op is Ops.BUFFER
+
+
+def _check_shape_arg(shape: Sequence[Any]) -> tuple[int, ...]:
+    """Validation of a user-given shape."""
+    return check_shape(shape)

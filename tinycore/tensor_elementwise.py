@@ -1,0 +1,783 @@
+"""Elementwise Tensor operations: arithmetic with broadcasting and promotion, math functions, activations.
+
+Transcendental functions are built from the primitives EXP2, LOG2, SIN, SQRT and RECIPROCAL.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from tinycore.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
+from tinycore.tensor_support import broadcast_shape, scalar_result_dtype, scalars_dtype
+from tinycore.uop.ops import Ops
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+_LOG2_E = 1 / math.log(2)
+_LN_2 = math.log(2)
+
+
+def _is_tensor(value: Any) -> bool:
+    from tinycore.tensor import Tensor
+    return isinstance(value, Tensor)
+
+
+class ElementwiseMixin:
+    """Arithmetic, comparison, logic, math and activation functions of Tensor."""
+
+    # ---- broadcasting and promotion ----
+
+    def _broadcast_to(self: Any, shape: tuple[int, ...]) -> Tensor:
+        """This tensor broadcast to `shape` (new axes on the left, size-1 axes stretched)."""
+        shape = tuple(shape)
+        if tuple(self.shape) == shape:
+            return self
+        if len(shape) < self.ndim:
+            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}: the target has fewer dimensions")
+        if broadcast_shape(self.shape, shape) != shape:
+            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+        padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
+        return self._result(self.uop.reshape(padded).expand(shape))
+
+    def _operand(self: Any, value: Any, dtype: DType | None = None) -> Tensor:
+        """`value` as a tensor on this device (scalars become constants of `dtype` or their own dtype)."""
+        if _is_tensor(value):
+            if value.device != self.device:
+                raise ValueError(f"operands are on different devices: {self.device} and {value.device}; "
+                                 "move one with .to()")
+            return value
+        if isinstance(value, (int, float, bool)):
+            return self._const(value, dtype or dtypes.from_py(value), ())
+        if isinstance(value, (list, tuple)) or type(value).__module__ == "numpy":
+            return type(self)(value, device=self.device)
+        raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__} {value!r}")
+
+    def _broadcasted(self: Any, other: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+        """This tensor and `other` broadcast to one shape and promoted to one dtype (swapped if `reverse`)."""
+        if _is_tensor(other):
+            first, second = self, self._operand(other)
+            if match_dtype and first.dtype != second.dtype:
+                common = least_upper_dtype(first.dtype, second.dtype)
+                first, second = first.cast(common), second.cast(common)
+        else:
+            if isinstance(other, (list, tuple)) or type(other).__module__ == "numpy":
+                return self._broadcasted(self._operand(other), reverse, match_dtype)
+            common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
+            first = self.cast(common) if match_dtype else self
+            second = self._operand(other, common)
+        shape = broadcast_shape(first.shape, second.shape)
+        first, second = first._broadcast_to(shape), second._broadcast_to(shape)
+        return (second, first) if reverse else (first, second)
+
+    def _binary(self: Any, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+        first, second = self._broadcasted(other, reverse)
+        return first._alu(op, second)
+
+    def _require(self: Any, kinds: str, name: str) -> None:
+        """An error unless this tensor's dtype is of one of `kinds` ('f' float, 'i' int, 'b' bool)."""
+        kind = "f" if dtypes.is_float(self.dtype) else "b" if self.dtype == dtypes.bool else "i"
+        if kind not in kinds:
+            wanted = {"f": "floating point", "i": "integer", "b": "bool"}
+            raise TypeError(f"{name} is not defined for {self.dtype} tensors; it needs "
+                            f"{' or '.join(wanted[k] for k in kinds)} dtypes")
+
+    def _float(self: Any) -> Tensor:
+        """This tensor cast to a floating point dtype (int and bool to the default float)."""
+        return self.cast(least_upper_float(self.dtype))
+
+    # ---- arithmetic ----
+
+    def add(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self + x."""
+        first, second = self._broadcasted(x, reverse)
+        if first.dtype == dtypes.bool:
+            return first._alu(Ops.OR, second)
+        return first._alu(Ops.ADD, second)
+
+    def sub(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self - x."""
+        first, second = self._broadcasted(x, reverse)
+        if first.dtype == dtypes.bool:
+            raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^ instead")
+        return first._alu(Ops.ADD, second._alu(Ops.NEG))
+
+    def mul(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self * x."""
+        first, second = self._broadcasted(x, reverse)
+        if first.dtype == dtypes.bool:
+            return first._alu(Ops.AND, second)
+        return first._alu(Ops.MUL, second)
+
+    def div(self: Any, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        """self / x: true division, or rounded with rounding_mode 'trunc' or 'floor'."""
+        first, second = self._broadcasted(x, reverse)
+        if rounding_mode is None:
+            target = least_upper_float(first.dtype)
+            return first.cast(target)._alu(Ops.FDIV, second.cast(target))
+        if rounding_mode == "trunc":
+            if dtypes.is_int(first.dtype):
+                return first._alu(Ops.IDIV, second)
+            return first._alu(Ops.FDIV, second).trunc()
+        if rounding_mode == "floor":
+            return first._floordiv(second)
+        raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+
+    def _floordiv(self: Any, other: Tensor) -> Tensor:
+        """Floor division of two broadcast tensors of one dtype."""
+        if dtypes.is_int(self.dtype):
+            quotient = self._alu(Ops.IDIV, other)
+            remainder = self._alu(Ops.MOD, other)
+            adjust = remainder.ne(0) & ((remainder < 0) ^ (other < 0))
+            return adjust.where(quotient - 1, quotient)
+        if self.dtype == dtypes.bool:
+            raise TypeError("floor division of bool tensors is not supported: cast to int first")
+        return self._alu(Ops.FDIV, other).floor()
+
+    def _mod(self: Any, other: Tensor) -> Tensor:
+        """Python-style remainder (sign of the divisor) of two broadcast tensors of one dtype."""
+        if dtypes.is_int(self.dtype):
+            remainder = self._alu(Ops.MOD, other)
+            adjust = remainder.ne(0) & ((remainder < 0) ^ (other < 0))
+            return adjust.where(remainder + other, remainder)
+        if self.dtype == dtypes.bool:
+            raise TypeError("remainder of bool tensors is not supported: cast to int first")
+        return self - other * self._alu(Ops.FDIV, other).floor()
+
+    def mod(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self % x with the sign of x (Python and torch.remainder semantics)."""
+        first, second = self._broadcasted(x, reverse)
+        return first._mod(second)
+
+    def fmod(self: Any, x: Any) -> Tensor:
+        """Remainder with the sign of self (C fmod semantics)."""
+        first, second = self._broadcasted(x)
+        if dtypes.is_int(first.dtype):
+            return first._alu(Ops.MOD, second)
+        return first - second * first._alu(Ops.FDIV, second).trunc()
+
+    def pow(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self ** x (x ** self when `reverse`)."""
+        if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and not _is_tensor(x):
+            special = self._pow_scalar(x)
+            if special is not None:
+                return special
+        base, exponent = self._broadcasted(x, reverse)
+        result_dtype = base.dtype
+        if result_dtype == dtypes.bool:
+            base, exponent = base.cast(dtypes.int32), exponent.cast(dtypes.int32)
+            result_dtype = dtypes.int32
+        compute = least_upper_float(result_dtype)
+        base_float, exponent_float = base.cast(compute), exponent.cast(compute)
+        magnitude = (exponent_float * base_float.abs().log2()).exp2()
+        integral = exponent_float.eq(exponent_float.trunc())
+        half = exponent_float * 0.5
+        odd = integral & half.ne(half.trunc())
+        negative_result = odd.where(-magnitude, magnitude)
+        nan = magnitude._const(math.nan)
+        result = (base_float < 0).where(integral.where(negative_result, nan), magnitude)
+        result = exponent_float.eq(0).where(result._const(1.0), result)
+        if dtypes.is_int(result_dtype):
+            return result.round().cast(result_dtype)
+        return result.cast(result_dtype)
+
+    def _pow_scalar(self: Any, exponent: int | float) -> Tensor | None:
+        """Exact shortcuts for small integer exponents and 0.5 (None: use the general formula)."""
+        if exponent == 0.5 and isinstance(exponent, float):
+            return self._float().sqrt()
+        if isinstance(exponent, float) and not dtypes.is_float(self.dtype):
+            return None
+        if exponent != int(exponent) or abs(exponent) > 64:
+            return None
+        power = int(abs(exponent))
+        if exponent < 0 and not dtypes.is_float(self.dtype):
+            return None
+        if self.dtype == dtypes.bool:
+            return None
+        result: Any = None
+        square = self
+        while power:
+            if power & 1:
+                result = square if result is None else result * square
+            power >>= 1
+            if power:
+                square = square * square
+        if result is None:
+            return self.ones_like()
+        return result.reciprocal() if exponent < 0 else result
+
+    def maximum(self: Any, x: Any) -> Tensor:
+        """Elementwise maximum."""
+        first, second = self._broadcasted(x)
+        if first.dtype == dtypes.bool:
+            return first._alu(Ops.OR, second)
+        return first._alu(Ops.MAX, second)
+
+    def minimum(self: Any, x: Any) -> Tensor:
+        """Elementwise minimum."""
+        first, second = self._broadcasted(x)
+        if first.dtype == dtypes.bool:
+            return first._alu(Ops.AND, second)
+        return first._inverse()._alu(Ops.MAX, second._inverse())._inverse()
+
+    def _inverse(self: Any) -> Tensor:
+        """An order-reversing bijection (neg for floats, bitwise not for ints, logical not for bool)."""
+        if dtypes.is_float(self.dtype):
+            return self._alu(Ops.NEG)
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
+
+    def clip(self: Any, min_: Any = None, max_: Any = None) -> Tensor:
+        """Values limited to [min_, max_] (either bound may be None, not both)."""
+        if min_ is None and max_ is None:
+            raise ValueError("clip needs at least one of min_ and max_")
+        result = self
+        if min_ is not None:
+            result = result.maximum(min_)
+        if max_ is not None:
+            result = result.minimum(max_)
+        return result
+
+    def clamp(self: Any, min_: Any = None, max_: Any = None) -> Tensor:
+        """Alias of clip."""
+        return self.clip(min_, max_)
+
+    def neg(self: Any) -> Tensor:
+        """-self (logical not for bool)."""
+        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
+
+    def abs(self: Any) -> Tensor:
+        """|self|."""
+        if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
+            return self
+        return (self < 0).where(-self, self)
+
+    def sign(self: Any) -> Tensor:
+        """-1, 0 or 1 by the sign of each element (nan stays nan)."""
+        if self.dtype == dtypes.bool:
+            return self
+        result = (self < 0).where(self._const(-1), self.ne(0).where(self._const(1), self._const(0)))
+        return result + self * 0 if dtypes.is_float(self.dtype) else result
+
+    def copysign(self: Any, other: Any) -> Tensor:
+        """|self| with the sign of `other`."""
+        first, second = self._broadcasted(other)
+        first = first._float()
+        negative = (second < 0) | (second.eq(0) & (1 / second._float() < 0)) if dtypes.is_float(second.dtype) \
+            else second < 0
+        return negative.where(-first.abs(), first.abs())
+
+    def square(self: Any) -> Tensor:
+        """self * self."""
+        return self * self
+
+    def lerp(self: Any, end: Any, weight: Any) -> Tensor:
+        """self + (end - self) * weight."""
+        return self + (end - self) * weight
+
+    # ---- operators ----
+
+    def __neg__(self: Any) -> Tensor:
+        return self.neg()
+
+    def __add__(self: Any, x: Any) -> Tensor:
+        return self.add(x)
+
+    def __radd__(self: Any, x: Any) -> Tensor:
+        return self.add(x, True)
+
+    def __sub__(self: Any, x: Any) -> Tensor:
+        return self.sub(x)
+
+    def __rsub__(self: Any, x: Any) -> Tensor:
+        return self.sub(x, True)
+
+    def __mul__(self: Any, x: Any) -> Tensor:
+        return self.mul(x)
+
+    def __rmul__(self: Any, x: Any) -> Tensor:
+        return self.mul(x, True)
+
+    def __truediv__(self: Any, x: Any) -> Tensor:
+        return self.div(x)
+
+    def __rtruediv__(self: Any, x: Any) -> Tensor:
+        return self.div(x, True)
+
+    def __floordiv__(self: Any, x: Any) -> Tensor:
+        return self.div(x, rounding_mode="floor")
+
+    def __rfloordiv__(self: Any, x: Any) -> Tensor:
+        return self.div(x, True, rounding_mode="floor")
+
+    def __mod__(self: Any, x: Any) -> Tensor:
+        return self.mod(x)
+
+    def __rmod__(self: Any, x: Any) -> Tensor:
+        return self.mod(x, True)
+
+    def __pow__(self: Any, x: Any) -> Tensor:
+        return self.pow(x)
+
+    def __rpow__(self: Any, x: Any) -> Tensor:
+        return self.pow(x, True)
+
+    def __and__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_and(x)
+
+    def __rand__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_and(x, True)
+
+    def __or__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_or(x)
+
+    def __ror__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_or(x, True)
+
+    def __xor__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_xor(x)
+
+    def __rxor__(self: Any, x: Any) -> Tensor:
+        return self.bitwise_xor(x, True)
+
+    def __lshift__(self: Any, x: Any) -> Tensor:
+        return self.lshift(x)
+
+    def __rshift__(self: Any, x: Any) -> Tensor:
+        return self.rshift(x)
+
+    def __rlshift__(self: Any, x: Any) -> Tensor:
+        return self.lshift(x, True)
+
+    def __rrshift__(self: Any, x: Any) -> Tensor:
+        return self.rshift(x, True)
+
+    def __invert__(self: Any) -> Tensor:
+        return self.bitwise_not()
+
+    def __lt__(self: Any, x: Any) -> Tensor:
+        return self._binary(Ops.CMPLT, x)
+
+    def __gt__(self: Any, x: Any) -> Tensor:
+        return self._binary(Ops.CMPLT, x, True)
+
+    def __le__(self: Any, x: Any) -> Tensor:
+        first, second = self._broadcasted(x)
+        return first._alu(Ops.CMPLT, second) | first._alu(Ops.CMPEQ, second)
+
+    def __ge__(self: Any, x: Any) -> Tensor:
+        first, second = self._broadcasted(x)
+        return second._alu(Ops.CMPLT, first) | first._alu(Ops.CMPEQ, second)
+
+    def __eq__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+        return self.eq(x)
+
+    def __ne__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+        return self.ne(x)
+
+    def _inplace(self: Any, result: Tensor) -> Tensor:
+        return self.assign(result)
+
+    def __iadd__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self + x)
+
+    def __isub__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self - x)
+
+    def __imul__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self * x)
+
+    def __itruediv__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self / x)
+
+    def __ifloordiv__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self // x)
+
+    def __imod__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self % x)
+
+    def __ipow__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self ** x)
+
+    def __iand__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self & x)
+
+    def __ior__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self | x)
+
+    def __ixor__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self ^ x)
+
+    def __ilshift__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self << x)
+
+    def __irshift__(self: Any, x: Any) -> Tensor:
+        return self._inplace(self >> x)
+
+    # ---- comparison and logic ----
+
+    def eq(self: Any, x: Any) -> Tensor:
+        """self == x as bool."""
+        return self._binary(Ops.CMPEQ, x)
+
+    def ne(self: Any, x: Any) -> Tensor:
+        """self != x as bool."""
+        return self._binary(Ops.CMPNE, x)
+
+    def logical_not(self: Any) -> Tensor:
+        """True where self is zero/False."""
+        if self.dtype == dtypes.bool:
+            return self._alu(Ops.CMPNE, self._const(True))
+        return self.eq(0)
+
+    def _bitwise(self: Any, op: Ops, x: Any, reverse: bool, name: str) -> Tensor:
+        first, second = self._broadcasted(x, reverse)
+        first._require("ib", name)
+        return first._alu(op, second)
+
+    def bitwise_and(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """Bitwise (logical for bool) and."""
+        return self._bitwise(Ops.AND, x, reverse, "bitwise_and")
+
+    def bitwise_or(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """Bitwise (logical for bool) or."""
+        return self._bitwise(Ops.OR, x, reverse, "bitwise_or")
+
+    def bitwise_xor(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """Bitwise (logical for bool) exclusive or."""
+        return self._bitwise(Ops.XOR, x, reverse, "bitwise_xor")
+
+    def bitwise_not(self: Any) -> Tensor:
+        """Bitwise not (logical not for bool)."""
+        self._require("ib", "bitwise_not")
+        return self.logical_not() if self.dtype == dtypes.bool else self._inverse()
+
+    def lshift(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self << x (integers)."""
+        first, second = self._broadcasted(x, reverse)
+        first._require("i", "lshift")
+        return first._alu(Ops.SHL, second)
+
+    def rshift(self: Any, x: Any, reverse: bool = False) -> Tensor:
+        """self >> x (integers; arithmetic shift for signed types)."""
+        first, second = self._broadcasted(x, reverse)
+        first._require("i", "rshift")
+        return first._alu(Ops.SHR, second)
+
+    def where(self: Any, x: Any, y: Any) -> Tensor:
+        """x where self is true, else y (broadcast together)."""
+        condition = self if self.dtype == dtypes.bool else self.ne(0)
+        if _is_tensor(x):
+            x_tensor, y_tensor = x._broadcasted(y)
+        elif _is_tensor(y):
+            y_tensor, x_tensor = y._broadcasted(x)
+        else:
+            common = scalars_dtype(x, y)
+            x_tensor, y_tensor = self._const(x, common, ()), self._const(y, common, ())
+        shape = broadcast_shape(condition.shape, x_tensor.shape, y_tensor.shape)
+        condition, x_tensor, y_tensor = (tensor._broadcast_to(shape) for tensor in (condition, x_tensor, y_tensor))
+        return condition._alu(Ops.WHERE, x_tensor, y_tensor)
+
+    def masked_fill(self: Any, mask: Any, value: Any) -> Tensor:
+        """`value` where mask is true, else self."""
+        return mask.where(value, self)
+
+    def isnan(self: Any) -> Tensor:
+        """True where the value is nan."""
+        return self.ne(self) if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
+
+    def isinf(self: Any, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+        """True where the value is +inf (detect_positive) or -inf (detect_negative)."""
+        if not dtypes.is_float(self.dtype):
+            return self._const(False, dtypes.bool)
+        positive = self.eq(math.inf) if detect_positive else self._const(False, dtypes.bool)
+        negative = self.eq(-math.inf) if detect_negative else self._const(False, dtypes.bool)
+        return positive | negative
+
+    def isfinite(self: Any) -> Tensor:
+        """True where the value is neither inf nor nan."""
+        return (self.isinf() | self.isnan()).logical_not()
+
+    def isclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+        """True where |self - other| <= atol + rtol * |other| (or equal infinities; nans if equal_nan)."""
+        first, second = self._broadcasted(other)
+        close = first.eq(second) | ((first - second).abs() <= (second.abs() * rtol + atol))
+        if equal_nan:
+            close = close | (first.isnan() & second.isnan())
+        return close & ~(first.isnan() | second.isnan()) | (close & first.eq(second)) if not equal_nan else close
+
+    def allclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+        """True when isclose holds everywhere."""
+        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    # ---- dtype shortcuts ----
+
+    def float(self: Any) -> Tensor:
+        """Cast to float32."""
+        return self.cast(dtypes.float32)
+
+    def half(self: Any) -> Tensor:
+        """Cast to float16."""
+        return self.cast(dtypes.float16)
+
+    def double(self: Any) -> Tensor:
+        """Cast to float64."""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self: Any) -> Tensor:
+        """Cast to bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def int(self: Any) -> Tensor:
+        """Cast to int32."""
+        return self.cast(dtypes.int32)
+
+    def long(self: Any) -> Tensor:
+        """Cast to int64."""
+        return self.cast(dtypes.int64)
+
+    def short(self: Any) -> Tensor:
+        """Cast to int16."""
+        return self.cast(dtypes.int16)
+
+    def bool(self: Any) -> Tensor:
+        """Cast to bool."""
+        return self.cast(dtypes.bool)
+
+    # ---- math ----
+
+    def exp(self: Any) -> Tensor:
+        """e ** self."""
+        return (self._float() * _LOG2_E)._alu(Ops.EXP2)
+
+    def exp2(self: Any) -> Tensor:
+        """2 ** self."""
+        return self._float()._alu(Ops.EXP2)
+
+    def log(self: Any) -> Tensor:
+        """Natural logarithm."""
+        return self._float()._alu(Ops.LOG2) * _LN_2
+
+    def log2(self: Any) -> Tensor:
+        """Base-2 logarithm."""
+        return self._float()._alu(Ops.LOG2)
+
+    def log10(self: Any) -> Tensor:
+        """Base-10 logarithm."""
+        return self.log2() * (1 / math.log2(10))
+
+    def log1p(self: Any) -> Tensor:
+        """log(1 + self)."""
+        return (self._float() + 1).log()
+
+    def expm1(self: Any) -> Tensor:
+        """exp(self) - 1."""
+        return self.exp() - 1
+
+    def sqrt(self: Any) -> Tensor:
+        """Square root."""
+        return self._float()._alu(Ops.SQRT)
+
+    def rsqrt(self: Any) -> Tensor:
+        """1 / sqrt(self)."""
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self: Any) -> Tensor:
+        """1 / self."""
+        return self._float()._alu(Ops.RECIPROCAL)
+
+    def sin(self: Any) -> Tensor:
+        """Sine."""
+        return self._float()._alu(Ops.SIN)
+
+    def cos(self: Any) -> Tensor:
+        """Cosine (as sin(pi/2 - x))."""
+        return ((math.pi / 2) - self._float())._alu(Ops.SIN)
+
+    def tan(self: Any) -> Tensor:
+        """Tangent."""
+        return self.sin() / self.cos()
+
+    def atan(self: Any) -> Tensor:
+        """Inverse tangent, by range reduction to |t| <= tan(pi/8) and its Taylor series."""
+        x = self._float()
+        magnitude = x.abs()
+        large = magnitude > 1
+        reduced = large.where(magnitude.reciprocal(), magnitude)  # in [0, 1]
+        shifted = reduced > (math.sqrt(2) - 1)
+        t = shifted.where((reduced - 1) / (reduced + 1), reduced)  # |t| <= tan(pi/8)
+        t2 = t * t
+        series = t._const(0.0)
+        for k in range(12, -1, -1):
+            series = series * t2 + ((-1) ** k) / (2 * k + 1)
+        angle = t * series
+        angle = shifted.where(angle + math.pi / 4, angle)
+        angle = large.where(math.pi / 2 - angle, angle)
+        return (x < 0).where(-angle, angle)
+
+    def asin(self: Any) -> Tensor:
+        """Inverse sine."""
+        x = self._float()
+        return (x / (1 - x * x).sqrt()).atan()
+
+    def acos(self: Any) -> Tensor:
+        """Inverse cosine."""
+        return math.pi / 2 - self.asin()
+
+    def sinh(self: Any) -> Tensor:
+        """Hyperbolic sine."""
+        return (self.exp() - self.neg().exp()) / 2
+
+    def cosh(self: Any) -> Tensor:
+        """Hyperbolic cosine."""
+        return (self.exp() + self.neg().exp()) / 2
+
+    def tanh(self: Any) -> Tensor:
+        """Hyperbolic tangent (as 2 * sigmoid(2x) - 1)."""
+        return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
+
+    def asinh(self: Any) -> Tensor:
+        """Inverse hyperbolic sine."""
+        x = self._float()
+        magnitude = (x.abs() + (x * x + 1).sqrt()).log()
+        return (x < 0).where(-magnitude, magnitude)
+
+    def acosh(self: Any) -> Tensor:
+        """Inverse hyperbolic cosine."""
+        x = self._float()
+        return (x + (x * x - 1).sqrt()).log()
+
+    def atanh(self: Any) -> Tensor:
+        """Inverse hyperbolic tangent."""
+        x = self._float()
+        return ((1 + x) / (1 - x)).log() * 0.5
+
+    def trunc(self: Any) -> Tensor:
+        """Rounding toward zero."""
+        return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
+
+    def floor(self: Any) -> Tensor:
+        """Rounding toward -inf."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        truncated = self.trunc()
+        return (self < truncated).where(truncated - 1, truncated)
+
+    def ceil(self: Any) -> Tensor:
+        """Rounding toward +inf."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        truncated = self.trunc()
+        return (self > truncated).where(truncated + 1, truncated)
+
+    def round(self: Any) -> Tensor:
+        """Rounding to the nearest integer, halves to even."""
+        if not dtypes.is_float(self.dtype):
+            return self
+        truncated = self.trunc()
+        fraction = self - truncated
+        away = truncated + self.sign()
+        half_of_truncated = truncated * 0.5
+        truncated_is_even = half_of_truncated.eq(half_of_truncated.trunc())
+        at_half = fraction.abs().eq(0.5)
+        return (fraction.abs() > 0.5).where(away, at_half.where(truncated_is_even.where(truncated, away), truncated))
+
+    def erf(self: Any) -> Tensor:
+        """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
+        x = self._float()
+        t = 1.0 / (1.0 + 0.3275911 * x.abs())
+        polynomial = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        value = 1.0 - polynomial * (-(x * x)).exp()
+        return (x < 0).where(-value, value)
+
+    # ---- activations ----
+
+    def relu(self: Any) -> Tensor:
+        """max(self, 0)."""
+        return (self > 0).where(self, self._const(0))
+
+    def sigmoid(self: Any) -> Tensor:
+        """1 / (1 + exp(-self))."""
+        x = self._float()
+        return (1.0 + (x * -_LOG2_E)._alu(Ops.EXP2))._alu(Ops.RECIPROCAL)
+
+    def logsigmoid(self: Any) -> Tensor:
+        """log(sigmoid(self))."""
+        return -(-self).softplus()
+
+    def hardsigmoid(self: Any, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+        """max(0, min(1, alpha * self + beta))."""
+        return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
+
+    def leaky_relu(self: Any, neg_slope: float = 0.01) -> Tensor:
+        """self where positive, else neg_slope * self."""
+        return (self < 0).where(self * neg_slope, self)
+
+    def relu6(self: Any) -> Tensor:
+        """min(max(self, 0), 6)."""
+        return self.relu() - (self - 6).relu()
+
+    def elu(self: Any, alpha: float = 1.0) -> Tensor:
+        """self where positive, else alpha * (exp(self) - 1)."""
+        return self.relu() - alpha * (1 - self.exp()).relu()
+
+    def celu(self: Any, alpha: float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+        return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
+
+    def selu(self: Any, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+        """gamma * (x where positive, else alpha * (exp(x) - 1))."""
+        return gamma * (self >= 0).where(self._float(), alpha * (self.exp() - 1))
+
+    def gelu(self: Any, approximate: str = "tanh") -> Tensor:
+        """Gaussian error linear unit ('tanh' approximation or exact 'none')."""
+        if approximate == "tanh":
+            return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+        if approximate == "none":
+            return 0.5 * self * (1 + (self / math.sqrt(2)).erf())
+        raise ValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
+
+    def quick_gelu(self: Any) -> Tensor:
+        """self * sigmoid(1.702 * self)."""
+        return self * (self * 1.702).sigmoid()
+
+    def silu(self: Any) -> Tensor:
+        """self * sigmoid(self)."""
+        return self * self.sigmoid()
+
+    def swish(self: Any) -> Tensor:
+        """Alias of silu."""
+        return self.silu()
+
+    def softplus(self: Any, beta: float = 1.0) -> Tensor:
+        """log(1 + exp(beta * self)) / beta (linear above beta * self = 20, like torch)."""
+        scaled = self._float() * beta
+        return (scaled > 20).where(self._float(), (1 + scaled.exp()).log() * (1 / beta))
+
+    def mish(self: Any) -> Tensor:
+        """self * tanh(softplus(self))."""
+        return self * self.softplus().tanh()
+
+    def hardtanh(self: Any, min_val: float = -1, max_val: float = 1) -> Tensor:
+        """self limited to [min_val, max_val]."""
+        return self.clip(min_val, max_val)
+
+    def hardswish(self: Any) -> Tensor:
+        """self * relu6(self + 3) / 6."""
+        return self * (self + 3).relu6() * (1 / 6)
+
+    def softsign(self: Any) -> Tensor:
+        """self / (1 + |self|)."""
+        return self / (1 + self.abs())
+
+    def logaddexp(self: Any, other: Any) -> Tensor:
+        """log(exp(self) + exp(other)) computed stably."""
+        first, second = self._broadcasted(other)
+        top = first.maximum(second)
+        safe_top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top
+        return ((first - safe_top).exp() + (second - safe_top).exp()).log() + safe_top
+
+    def _constant_of(self: Any, value: ConstType) -> Tensor:
+        """`value` as a scalar tensor of this tensor's dtype."""
+        return self._const(value, self.dtype, ())

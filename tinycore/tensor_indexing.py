@@ -1,0 +1,460 @@
+"""Indexing Tensor operations: __getitem__/__setitem__, gather, scatter, masked selection, sorting.
+
+Basic indices (ints, slices, None, Ellipsis) become movement ops. Index tensors become one-hot masks that select
+by comparison with a range, so they stay lazy; index lists known on the host become shrinks and a concatenation.
+Selections whose size depends on the data (bool masks, nonzero, masked_select) read the mask to the host.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tinycore.dtype import dtypes
+from tinycore.tensor_support import broadcast_shape, resolve_axis
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+
+def _is_tensor(value: Any) -> bool:
+    from tinycore.tensor import Tensor
+    return isinstance(value, Tensor)
+
+
+def _is_int(value: Any) -> bool:
+    """True for Python and numpy integers (not bools)."""
+    return not isinstance(value, bool) and (isinstance(value, int) or (type(value).__module__ == "numpy" and
+                                                                        hasattr(value, "__index__") and
+                                                                        getattr(value, "ndim", 1) == 0))
+
+
+class _HostIndex:
+    """An index array whose values are known on the host (from a Python list or numpy array)."""
+
+    def __init__(self, values: list[int], shape: tuple[int, ...]):
+        self.values, self.shape = values, shape
+
+
+class IndexingMixin:
+    """Indexing, gather/scatter, masked selection, sort and topk."""
+
+    # ---- index normalisation ----
+
+    def _normalize_indices(self: Any, indices: Any) -> list[Any]:
+        """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
+        items = list(indices) if isinstance(indices, tuple) else [indices]
+        normalized: list[Any] = []
+        for item in items:
+            if isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
+                import numpy
+                array = numpy.asarray(item)
+                if array.dtype == numpy.bool_:
+                    normalized.extend(self._bool_mask_indices(type(self)(array, device=self.device)))
+                    continue
+                if array.size and array.dtype.kind not in "iu":
+                    raise IndexError(f"index lists must hold ints or bools, got {array.dtype}")
+                normalized.append(_HostIndex([int(value) for value in array.reshape(-1)], tuple(array.shape)))
+            elif _is_tensor(item):
+                if item.dtype == dtypes.bool:
+                    normalized.extend(self._bool_mask_indices(item))
+                elif not dtypes.is_int(item.dtype):
+                    raise IndexError(f"index tensors must have an integer or bool dtype, got {item.dtype}")
+                else:
+                    normalized.append(item)
+            elif item is None or item is Ellipsis or isinstance(item, slice) or _is_int(item):
+                normalized.append(int(item) if _is_int(item) else item)
+            else:
+                raise IndexError(f"unsupported index {item!r} of type {type(item).__name__}: use ints, slices, "
+                                 "None, Ellipsis, lists or tensors")
+        if sum(1 for item in normalized if item is Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consumed = sum(1 for item in normalized if item is not None and item is not Ellipsis)
+        if consumed > self.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {self.ndim}: {consumed} were given")
+        fill = [slice(None)] * (self.ndim - consumed)
+        if any(item is Ellipsis for item in normalized):
+            position = next(index for index, item in enumerate(normalized) if item is Ellipsis)
+            normalized[position:position + 1] = fill
+        else:
+            normalized.extend(fill)
+        return normalized
+
+    def _bool_mask_indices(self: Any, mask: Tensor) -> list[_HostIndex]:
+        """A bool mask index turned into one host index per masked axis (reads the mask)."""
+        positions = mask.nonzero().numpy()
+        return [_HostIndex([int(value) for value in positions[:, axis]], (positions.shape[0],))
+                for axis in range(mask.ndim)]
+
+    # ---- basic indexing ----
+
+    def _slice_axis(self: Any, axis: int, start: int, stop: int, step: int) -> Tensor:
+        """Elements start, start+step, ... (before stop) of `axis`."""
+        count = len(range(start, stop, step))
+        bounds = [None] * self.ndim
+        if count == 0:
+            bounds[axis] = (0, 0)
+            return self.shrink(tuple(bounds))
+        low, high = (start, start + (count - 1) * step + 1) if step > 0 else (start + (count - 1) * step, start + 1)
+        bounds[axis] = (low, high)
+        result = self.shrink(tuple(bounds))
+        if step < 0:
+            result = result.flip(axis)
+        stride = abs(step)
+        if stride > 1:
+            pairs = [(0, 0)] * self.ndim
+            pairs[axis] = (0, count * stride - result.shape[axis])
+            padded = result._pad_constant(pairs, 0)
+            shape = list(padded.shape)
+            split = padded.reshape(shape[:axis] + [count, stride] + shape[axis + 1:])
+            bounds = [None] * split.ndim
+            bounds[axis + 1] = (0, 1)
+            result = split.shrink(tuple(bounds)).reshape(shape[:axis] + [count] + shape[axis + 1:])
+        return result
+
+    def _unslice_axis(self: Any, axis: int, size: int, start: int, stop: int, step: int, fill: Any) -> Tensor:
+        """The inverse placement of `_slice_axis`: this tensor's axis spread back into `size` slots (rest `fill`)."""
+        count = len(range(start, stop, step))
+        pairs = [(0, 0)] * self.ndim
+        if count == 0:
+            pairs[axis] = (0, size)
+            return self._pad_constant(pairs, fill) if fill == 0 else self._pad_with(pairs, fill)
+        stride = abs(step)
+        result = self
+        if stride > 1:
+            shape = list(result.shape)
+            spread = result.reshape(shape[:axis] + [count, 1] + shape[axis + 1:])
+            inner = [(0, 0)] * spread.ndim
+            inner[axis + 1] = (0, stride - 1)
+            spread = spread._pad_with(inner, fill)
+            merged = spread.reshape(shape[:axis] + [count * stride] + shape[axis + 1:])
+            bounds = [None] * merged.ndim
+            bounds[axis] = (0, (count - 1) * stride + 1)
+            result = merged.shrink(tuple(bounds))
+        if step < 0:
+            result = result.flip(axis)
+        low = start if step > 0 else start + (count - 1) * step
+        pairs[axis] = (low, size - low - result.shape[axis])
+        return result._pad_with(pairs, fill)
+
+    def _pad_with(self: Any, pairs: list[tuple[int, int]], fill: Any) -> Tensor:
+        """Constant padding with `fill` (bool False/True included)."""
+        if fill is False or fill == 0:
+            return self._pad_constant(pairs, 0)
+        return self._pad_constant(pairs, fill)
+
+    def _apply_basic(self: Any, items: list[Any]) -> tuple[Tensor, list[tuple[Any, ...]], list[tuple[int, Any]]]:
+        """Basic indices applied; returns the view, the steps taken (to invert them) and the advanced indices with
+        the axis of the view they index."""
+        result = self
+        axis = 0
+        steps: list[tuple[Any, ...]] = []
+        advanced: list[tuple[int, Any]] = []
+        for item in items:
+            if item is None:
+                result = result.unsqueeze(axis)
+                steps.append(("new", axis))
+                axis += 1
+            elif isinstance(item, int):
+                size = result.shape[axis]
+                if not -size <= item < size:
+                    raise IndexError(f"index {item} is out of bounds for dimension {axis} with size {size}")
+                position = item + size if item < 0 else item
+                result = result._slice_axis(axis, position, position + 1, 1)
+                result = result.reshape(result.shape[:axis] + result.shape[axis + 1:])
+                steps.append(("int", axis, position, size))
+            elif isinstance(item, slice):
+                size = result.shape[axis]
+                if item.step == 0:
+                    raise ValueError("slice step cannot be zero")
+                start, stop, step = item.indices(size)
+                result = result._slice_axis(axis, start, stop, step)
+                steps.append(("slice", axis, size, start, stop, step))
+                axis += 1
+            else:
+                advanced.append((axis, item))
+                axis += 1
+        return result, steps, advanced
+
+    def _invert_basic(self: Any, steps: list[tuple[Any, ...]], fill: Any) -> Tensor:
+        """This tensor (shaped like a basic-indexed view) placed back into the original shape, `fill` elsewhere."""
+        result = self
+        for step in reversed(steps):
+            if step[0] == "new":
+                result = result.reshape(result.shape[:step[1]] + result.shape[step[1] + 1:])
+            elif step[0] == "int":
+                _, axis, position, size = step
+                result = result.unsqueeze(axis)._unslice_axis(axis, size, position, position + 1, 1, fill)
+            else:
+                _, axis, size, start, stop, stride = step
+                result = result._unslice_axis(axis, size, start, stop, stride, fill)
+        return result
+
+    # ---- advanced indexing ----
+
+    def _index_tensor(self: Any, index: Any, size: int) -> Tensor:
+        """An index (host or tensor) as an int32 tensor with negative values wrapped."""
+        if isinstance(index, _HostIndex):
+            for value in index.values:
+                if not -size <= value < size:
+                    raise IndexError(f"index {value} is out of bounds for dimension with size {size}")
+            values = [value + size if value < 0 else value for value in index.values]
+            tensor = type(self)(values, device=self.device, dtype=dtypes.int32) if values else \
+                type(self).full((0,), 0, dtypes.int32, self.device)
+            return tensor.reshape(index.shape)
+        tensor = index.cast(dtypes.int32) if index.dtype != dtypes.int32 else index
+        return (tensor < 0).where(tensor + size, tensor)
+
+    def _take_host(self: Any, axis: int, index: _HostIndex) -> Tensor:
+        """Rows of `axis` picked by host-known indices, as shrinks joined by cat (runs of consecutive indices
+        become one shrink)."""
+        size = self.shape[axis]
+        values = []
+        for value in index.values:
+            if not -size <= value < size:
+                raise IndexError(f"index {value} is out of bounds for dimension {axis} with size {size}")
+            values.append(value + size if value < 0 else value)
+        shape = list(self.shape)
+        if not values:
+            bounds = [None] * self.ndim
+            bounds[axis] = (0, 0)
+            return self.shrink(tuple(bounds)).reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
+        runs: list[list[int]] = []
+        for value in values:
+            if runs and runs[-1][1] == value:
+                runs[-1][1] += 1
+            else:
+                runs.append([value, value + 1])
+        pieces = []
+        for low, high in runs:
+            bounds = [None] * self.ndim
+            bounds[axis] = (low, high)
+            pieces.append(self.shrink(tuple(bounds)))
+        joined = pieces[0].cat(*pieces[1:], dim=axis) if len(pieces) > 1 else pieces[0]
+        return joined.reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
+
+    def _apply_advanced(self: Any, advanced: list[tuple[int, Any]]) -> Tensor:
+        """Index tensors applied to their axes (numpy placement rules for the broadcast index shape)."""
+        if len(advanced) == 1 and isinstance(advanced[0][1], _HostIndex):
+            return self._take_host(*advanced[0])
+        axes = [axis for axis, _ in advanced]
+        indices = [self._index_tensor(index, self.shape[axis]) for axis, index in advanced]
+        index_shape = broadcast_shape(*(index.shape for index in indices))
+        rest = [axis for axis in range(self.ndim) if axis not in axes]
+        moved = self.permute(rest + axes)
+        rest_shape = [self.shape[axis] for axis in rest]
+        indexed_sizes = [self.shape[axis] for axis in axes]
+        view = moved.reshape(rest_shape + [1] * len(index_shape) + indexed_sizes)
+        mask: Any = None
+        for position, (index, size) in enumerate(zip(indices, indexed_sizes, strict=True)):
+            shape = [1] * len(indexed_sizes)
+            shape[position] = size
+            arange = type(self).arange(size, dtype=dtypes.int32, device=self.device).reshape(shape)
+            hit = index._broadcast_to(index_shape).reshape(index_shape + (1,) * len(indexed_sizes)).eq(arange)
+            mask = hit if mask is None else mask & hit
+        reduce_axes = tuple(range(len(rest_shape) + len(index_shape), view.ndim))
+        if self.dtype == dtypes.bool:
+            picked = mask.where(view, False).any(reduce_axes)
+        else:
+            picked = mask.where(view, view._const(0, shape=())).sum(reduce_axes).cast(self.dtype)
+        consecutive = axes == list(range(axes[0], axes[0] + len(axes)))
+        if consecutive and axes[0] > 0:
+            first = axes[0]
+            count = len(index_shape)
+            order = list(range(len(rest_shape)))
+            order = order[:first] + list(range(len(rest_shape), len(rest_shape) + count)) + order[first:]
+            return picked.permute(order)
+        return picked.permute(list(range(len(rest_shape), len(rest_shape) + len(index_shape))) +
+                              list(range(len(rest_shape))))
+
+    def __getitem__(self: Any, indices: Any) -> Tensor:
+        """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
+        items = self._normalize_indices(indices)
+        result, _, advanced = self._apply_basic(items)
+        if advanced:
+            result = result._apply_advanced(advanced)
+        return result
+
+    def __setitem__(self: Any, indices: Any, value: Any) -> None:
+        """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
+        items = self._normalize_indices(indices)
+        view, steps, advanced = self._apply_basic(items)
+        if not _is_tensor(value):
+            value = type(self)(value, device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple)) \
+                else self._const(value, self.dtype, ())
+        value = value.cast(self.dtype)
+        if not advanced:
+            placed = value._broadcast_to(view.shape)._invert_basic(steps, 0)
+            selected = type(self).full(view.shape, True, dtypes.bool, self.device)._invert_basic(steps, False)
+            self.assign(selected.where(placed, self))
+            return
+        positions = type(self).arange(self.numel(), dtype=dtypes.int32, device=self.device).reshape(self.shape)
+        chosen = positions[indices].flatten()
+        values = value._broadcast_to(positions[indices].shape).flatten()
+        every = type(self).arange(self.numel(), dtype=dtypes.int32, device=self.device)
+        hits = chosen.unsqueeze(-1).eq(every)
+        hit_any = hits.any(0)
+        if self.dtype == dtypes.bool:
+            merged = hits.where(values.unsqueeze(-1), False).any(0)
+        else:
+            merged = hits.where(values.unsqueeze(-1), values._const(0, shape=())).sum(0).cast(self.dtype)
+        self.assign(hit_any.where(merged, self.flatten()).reshape(self.shape))
+
+    # ---- gather and scatter ----
+
+    def _check_index_like(self: Any, dim: int, index: Tensor, name: str) -> int:
+        axis = resolve_axis(dim, self.ndim)
+        if not _is_tensor(index) or not dtypes.is_int(index.dtype):
+            raise TypeError(f"{name} index must be an integer Tensor")
+        if index.ndim != self.ndim:
+            raise ValueError(f"{name} index must have the same number of dimensions as the tensor: "
+                             f"{index.ndim} vs {self.ndim}")
+        for position, (have, wanted) in enumerate(zip(self.shape, index.shape, strict=True)):
+            if position != axis and wanted > have:
+                raise ValueError(f"{name} index shape {index.shape} is larger than tensor shape {self.shape} "
+                                 f"on dimension {position}")
+        return axis
+
+    def gather(self: Any, dim: int, index: Tensor) -> Tensor:
+        """out[i][j][k] = self[index[i][j][k]][j][k] (for dim 0), through a one-hot comparison."""
+        axis = self._check_index_like(dim, index, "gather")
+        size = self.shape[axis]
+        bounds = tuple(None if position == axis else (0, wanted) for position, wanted in enumerate(index.shape))
+        source = self.shrink(bounds).unsqueeze(-1).transpose(axis, -1)
+        arange = type(self).arange(size, dtype=dtypes.int32, device=self.device)
+        wrapped = self._index_tensor(index, size)
+        hits = wrapped.unsqueeze(-1).eq(arange)
+        if self.dtype == dtypes.bool:
+            return hits.where(source, False).any(-1)
+        return hits.where(source, source._const(0, shape=())).sum(-1).cast(self.dtype)
+
+    def _scatter_parts(self: Any, axis: int, index: Tensor, src: Any) -> tuple[Tensor, Tensor, Tensor]:
+        """(one-hot hits of shape index.shape + (n,), the source values shaped like hits, the hit count per target
+        shaped like self)."""
+        size = self.shape[axis]
+        wrapped = self._index_tensor(index, size)
+        arange = type(self).arange(size, dtype=dtypes.int32, device=self.device)
+        hits = wrapped.unsqueeze(-1).eq(arange)
+        if _is_tensor(src):
+            if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
+                raise ValueError(f"scatter src shape {src.shape} must cover index shape {index.shape}")
+            values = src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
+        else:
+            values = self._const(src, self.dtype, index.shape)
+        return hits, values.unsqueeze(-1)._broadcast_to(hits.shape), wrapped
+
+    def _place(self: Any, axis: int, reduced: Tensor, fill: Any) -> Tensor:
+        """A per-target tensor of shape index.shape[:axis] + (1,) + ... + (n,) moved and padded to self's shape."""
+        moved = reduced.transpose(axis, -1).squeeze(-1)
+        pairs = [(0, have - got) for have, got in zip(self.shape, moved.shape, strict=True)]
+        return moved._pad_with(pairs, fill)
+
+    def scatter(self: Any, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+        """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead."""
+        axis = self._check_index_like(dim, index, "scatter")
+        if reduce not in (None, "add", "multiply"):
+            raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
+        hits, values, _ = self._scatter_parts(axis, index, src)
+        hit_any = self._place(axis, hits.any(axis, keepdim=True), False)
+        if reduce == "multiply":
+            combined = self._place(axis, hits.where(values, 1).prod(axis, keepdim=True).cast(self.dtype), 1)
+            return hit_any.where(self * combined, self)
+        if self.dtype == dtypes.bool:
+            combined = self._place(axis, hits.where(values, False).any(axis, keepdim=True), False)
+        else:
+            combined = self._place(axis, hits.where(values, 0).sum(axis, keepdim=True).cast(self.dtype), 0)
+        if reduce == "add":
+            return hit_any.where(self + combined, self)
+        return hit_any.where(combined, self)
+
+    def scatter_reduce(self: Any, dim: int, index: Tensor, src: Tensor, reduce: str,
+                       include_self: bool = True) -> Tensor:
+        """self combined with src at index by 'sum', 'prod', 'mean', 'amax' or 'amin'."""
+        axis = self._check_index_like(dim, index, "scatter_reduce")
+        if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+            raise ValueError(f"scatter_reduce reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+        hits, values, _ = self._scatter_parts(axis, index, src)
+        hit_any = self._place(axis, hits.any(axis, keepdim=True), False)
+        if reduce in ("sum", "mean"):
+            total = self._place(axis, hits.where(values, 0).sum(axis, keepdim=True), 0)
+            if reduce == "sum":
+                result = (total + self) if include_self else total
+                return hit_any.where(result.cast(self.dtype), self)
+            count = self._place(axis, hits.sum(axis, keepdim=True), 0)
+            if include_self:
+                total, count = total + self, count + 1
+            mean = total / count if dtypes.is_float(self.dtype) else total // count
+            return hit_any.where(mean.cast(self.dtype), self)
+        if reduce == "prod":
+            total = self._place(axis, hits.where(values, 1).prod(axis, keepdim=True), 1)
+            return hit_any.where((total * self if include_self else total).cast(self.dtype), self)
+        if reduce == "amax":
+            top = self._place(axis, hits.where(values, dtypes.min(self.dtype)).max(axis, keepdim=True), 0)
+            return hit_any.where(top.maximum(self) if include_self else top, self)
+        bottom = self._place(axis, hits.where(values, dtypes.max(self.dtype)).min(axis, keepdim=True), 0)
+        return hit_any.where(bottom.minimum(self) if include_self else bottom, self)
+
+    # ---- data-dependent selections ----
+
+    def nonzero(self: Any, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The (count, ndim) int32 coordinates of the nonzero elements (reads the tensor to the host)."""
+        import numpy
+        positions = numpy.argwhere(self.numpy()).astype(numpy.int32).reshape(-1, self.ndim)
+        if size is not None:
+            padded = numpy.full((size, self.ndim), fill_value, dtype=numpy.int32)
+            padded[:min(size, len(positions))] = positions[:size]
+            positions = padded
+        if positions.size == 0:
+            return type(self).full(positions.shape, 0, dtypes.int32, self.device)
+        return type(self)(positions, device=self.device)
+
+    def masked_select(self: Any, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+        """The elements where `mask` (broadcast) is true, as a 1-D tensor (reads the mask to the host)."""
+        import numpy
+        shape = broadcast_shape(self.shape, mask.shape)
+        flat_mask = mask._broadcast_to(shape).flatten().numpy().astype(bool)
+        positions = [int(value) for value in numpy.nonzero(flat_mask)[0]]
+        source = self._broadcast_to(shape).flatten()
+        selected = source._take_host(0, _HostIndex(positions, (len(positions),)))
+        if size is None:
+            return selected
+        if size <= selected.shape[0]:
+            return selected.shrink(((0, size),))
+        return selected.pad(((0, size - selected.shape[0]),), value=fill_value)
+
+    # ---- sorting ----
+
+    def sort(self: Any, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+        """(values, int32 indices) sorted along `dim`; equal values keep their order (stable)."""
+        if self.ndim == 0:
+            return self, self._const(0, dtypes.int32)
+        axis = resolve_axis(dim, self.ndim)
+        moved = self.transpose(axis, -1)
+        length = moved.shape[-1]
+        mine = moved.unsqueeze(-1)  # [..., i, 1]
+        others = moved.unsqueeze(-2)  # [..., 1, j]
+        positions = type(self).arange(length, dtype=dtypes.int32, device=self.device)
+        earlier = positions.reshape(1, length) < positions.reshape(length, 1)  # [i, j]: j < i
+        before = (others > mine) if descending else (others < mine)
+        rank = (before | (others.eq(mine) & earlier)).sum(-1)  # [..., i]
+        onehot = rank.unsqueeze(-1).eq(positions)  # [..., i, r]
+        if self.dtype == dtypes.bool:
+            values = onehot.where(mine, False).any(-2)
+        else:
+            values = onehot.where(mine, mine._const(0, shape=())).sum(-2).cast(self.dtype)
+        indices = onehot.where(positions.reshape(length, 1), 0).sum(-2).cast(dtypes.int32)
+        return values.transpose(axis, -1), indices.transpose(axis, -1)
+
+    def argsort(self: Any, dim: int = -1, descending: bool = False) -> Tensor:
+        """The int32 indices that sort the tensor along `dim`."""
+        return self.sort(dim, descending)[1]
+
+    def topk(self: Any, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+        """(values, int32 indices) of the k largest (or smallest) elements along `dim`."""
+        axis = resolve_axis(dim, self.ndim) if self.ndim else 0
+        length = self.shape[axis] if self.ndim else 1
+        if not isinstance(k, int) or not 0 <= k <= length:
+            raise ValueError(f"topk k={k!r} must be an int in [0, {length}] for dim {dim} of shape {self.shape}")
+        values, indices = self.sort(axis, descending=largest)
+        if self.ndim == 0:
+            return values, indices
+        bounds = tuple((0, k) if position == axis else None for position in range(self.ndim))
+        return values.shrink(bounds), indices.shrink(bounds)

@@ -1,0 +1,361 @@
+"""Movement Tensor operations: views that change shape and layout (they become index arithmetic, not copies)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tinycore.dtype import dtypes, least_upper_dtype
+from tinycore.tensor_support import argfix, check_shape, product, resolve_axis
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+
+class MovementMixin:
+    """reshape, permute, expand, pad, shrink, flip and the operations built from them."""
+
+    def reshape(self: Any, shape: Any, *args: Any) -> Tensor:
+        """The same elements viewed with a new shape (one size may be -1; None keeps that axis' size)."""
+        sizes = list(argfix(shape, *args))
+        sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
+        if sum(1 for size in sizes if size == -1) > 1:
+            raise ValueError(f"reshape to {tuple(sizes)}: only one size can be -1")
+        for size in sizes:
+            if not isinstance(size, int) or isinstance(size, bool) or size < -1:
+                raise ValueError(f"reshape to {tuple(sizes)}: sizes must be ints >= 0 (or a single -1)")
+        if -1 in sizes:
+            known = product([size for size in sizes if size != -1])
+            if known == 0 or self.numel() % known != 0:
+                raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
+                                 f"{tuple(sizes)}")
+            sizes[sizes.index(-1)] = self.numel() // known
+        if product(sizes) != self.numel():
+            raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
+                             f"{tuple(sizes)} ({product(sizes)} elements)")
+        return self._result(self.uop.reshape(tuple(sizes)))
+
+    def view(self: Any, shape: Any, *args: Any) -> Tensor:
+        """Alias of reshape."""
+        return self.reshape(shape, *args)
+
+    def permute(self: Any, order: Any, *args: Any) -> Tensor:
+        """The axes reordered: axis i of the result is axis order[i] of this tensor."""
+        axes = tuple(resolve_axis(axis, self.ndim) for axis in argfix(order, *args))
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"permute order {argfix(order, *args)} is not a permutation of the {self.ndim} axes "
+                             f"of shape {self.shape}")
+        return self._result(self.uop.permute(axes))
+
+    def expand(self: Any, shape: Any, *args: Any) -> Tensor:
+        """Broadcast to `shape` (size-1 axes stretch, new axes are added on the left, -1 keeps a size)."""
+        sizes = argfix(shape, *args)
+        if len(sizes) < self.ndim:
+            raise ValueError(f"expand of shape {self.shape} to {sizes}: the target has fewer dimensions")
+        current = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
+        target = tuple(old if new == -1 else new for old, new in zip(current, sizes, strict=True))
+        for old, new in zip(current, target, strict=True):
+            if old != new and old != 1:
+                raise ValueError(f"cannot expand shape {self.shape} to {sizes}: axis of size {old} can only "
+                                 f"become {old} (only size-1 axes can be expanded)")
+        check_shape(target)
+        return self._result(self.uop.reshape(current).expand(target))
+
+    def shrink(self: Any, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        """The part [start, end) of each axis (None keeps the whole axis)."""
+        bounds = tuple(arg)
+        if len(bounds) != self.ndim:
+            raise ValueError(f"shrink needs one (start, end) or None per axis: got {len(bounds)} for shape "
+                             f"{self.shape}")
+        resolved = []
+        for size, bound in zip(self.shape, bounds, strict=True):
+            start, end = (0, size) if bound is None else bound
+            if not 0 <= start <= end <= size:
+                raise ValueError(f"shrink {bounds} is out of bounds for shape {self.shape}")
+            resolved.append((start, end))
+        return self._result(self.uop.shrink(tuple(resolved)))
+
+    def flip(self: Any, axis: Any, *args: Any) -> Tensor:
+        """The elements reversed along the given axes."""
+        axes = [resolve_axis(item, self.ndim) for item in argfix(axis, *args)]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"flip axes {argfix(axis, *args)} repeat a dimension")
+        return self._result(self.uop.flip(tuple(index in axes for index in range(self.ndim))))
+
+    # ---- pad ----
+
+    def _pad_pairs(self: Any, padding: Sequence[Any]) -> list[tuple[int, int]]:
+        """Per-axis (before, after) pairs from either form of `padding`."""
+        items = list(padding)
+        if all(isinstance(item, int) and not isinstance(item, bool) for item in items):
+            if len(items) % 2 != 0 or len(items) // 2 > self.ndim:
+                raise ValueError(f"flat padding {tuple(items)} needs an even number of values, at most "
+                                 f"{2 * self.ndim} for shape {self.shape}")
+            pairs = [(0, 0)] * self.ndim
+            for index in range(len(items) // 2):
+                pairs[self.ndim - 1 - index] = (items[2 * index], items[2 * index + 1])
+            return pairs
+        if len(items) != self.ndim:
+            raise ValueError(f"padding {tuple(items)} needs one (before, after) pair or None per axis of shape "
+                             f"{self.shape}")
+        return [(0, 0) if item is None else (int(item[0]), int(item[1])) for item in items]
+
+    def pad(self: Any, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
+        """Padding per axis: a flat (left, right, top, bottom, ...) sequence starting from the last axis, or one
+        (before, after) pair or None per axis. Modes: constant (with `value`), reflect, replicate, circular.
+        Negative amounts remove elements."""
+        if mode not in ("constant", "reflect", "replicate", "circular"):
+            raise ValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+        pairs = self._pad_pairs(padding)
+        if mode != "constant" and value != 0.0:
+            raise ValueError(f"pad value is only used with mode='constant', got value={value} with mode={mode!r}")
+        shrunk = self.shrink(tuple((max(-before, 0), size - max(-after, 0)) if max(-before, 0) <= size - max(-after, 0)
+                                   else (0, 0) for size, (before, after) in zip(self.shape, pairs, strict=True)))
+        grow = [(max(before, 0), max(after, 0)) for before, after in pairs]
+        if mode == "constant":
+            return shrunk._pad_constant(grow, value)
+        result = shrunk
+        for axis, (before, after) in enumerate(grow):
+            if before or after:
+                result = result._pad_axis(axis, before, after, mode)
+        return result
+
+    def _pad_constant(self: Any, pairs: list[tuple[int, int]], value: Any) -> Tensor:
+        """Constant padding (zero directly, other values through a mask)."""
+        if all(before == 0 and after == 0 for before, after in pairs):
+            return self
+        padded = self._result(self.uop.pad(tuple(pairs)))
+        if value == 0:
+            return padded
+        inside = type(self).full(self.shape, True, dtypes.bool, self.device)
+        mask = type(self)._wrap(inside.uop.pad(tuple(pairs)))
+        return mask.where(padded, value)
+
+    def _pad_axis(self: Any, axis: int, before: int, after: int, mode: str) -> Tensor:
+        """Reflect, replicate or circular padding of one axis."""
+        size = self.shape[axis]
+        if mode == "reflect" and (before >= size or after >= size):
+            raise ValueError(f"reflect padding ({before}, {after}) must be smaller than the axis size {size}")
+        if mode == "circular" and (before > size or after > size):
+            raise ValueError(f"circular padding ({before}, {after}) can be at most the axis size {size}")
+        if mode in ("reflect", "replicate") and size == 0:
+            raise ValueError(f"{mode} padding of an empty axis (shape {self.shape})")
+
+        def part(start: int, end: int) -> Tensor:
+            return self.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
+        pieces = []
+        if mode == "reflect":
+            pieces = [part(1, before + 1).flip(axis), self, part(size - after - 1, size - 1).flip(axis)]
+        elif mode == "replicate":
+            edge_shape = list(self.shape)
+            left = part(0, 1).expand(tuple(before if index == axis else s for index, s in enumerate(edge_shape)))
+            right = part(size - 1, size).expand(tuple(after if index == axis else s for index, s in enumerate(edge_shape)))
+            pieces = [left, self, right]
+        else:
+            pieces = [part(size - before, size), self, part(0, after)]
+        return pieces[0].cat(*pieces[1:], dim=axis)
+
+    def pad_to(self: Any, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+        """Padding at the end of each axis up to `shape` (None keeps an axis)."""
+        sizes = argfix(shape, *args)
+        if len(sizes) != self.ndim:
+            raise ValueError(f"pad_to shape {sizes} needs {self.ndim} sizes")
+        return self.pad(tuple((0, 0 if new is None else new - old) for old, new in zip(self.shape, sizes, strict=True)),
+                        value=value)
+
+    def shrink_to(self: Any, shape: Any, *args: Any) -> Tensor:
+        """The leading part of each axis, of `shape` (None keeps an axis)."""
+        sizes = argfix(shape, *args)
+        if len(sizes) != self.ndim:
+            raise ValueError(f"shrink_to shape {sizes} needs {self.ndim} sizes")
+        return self.shrink(tuple(None if new is None else (0, new) for new in sizes))
+
+    # ---- derived views ----
+
+    def transpose(self: Any, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Axes dim0 and dim1 swapped."""
+        first, second = resolve_axis(dim0, self.ndim), resolve_axis(dim1, self.ndim)
+        order = list(range(self.ndim))
+        order[first], order[second] = order[second], order[first]
+        return self.permute(order)
+
+    @property
+    def T(self: Any) -> Tensor:
+        """The first two axes swapped (the matrix transpose)."""
+        return self.transpose()
+
+    def flatten(self: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Axes start_dim..end_dim merged into one."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = resolve_axis(start_dim, self.ndim), resolve_axis(end_dim, self.ndim)
+        if start > end:
+            raise ValueError(f"flatten start_dim {start_dim} comes after end_dim {end_dim}")
+        shape = self.shape
+        return self.reshape(shape[:start] + (product(shape[start:end + 1]),) + shape[end + 1:])
+
+    def unflatten(self: Any, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Axis `dim` split into `sizes`."""
+        axis = resolve_axis(dim, self.ndim)
+        return self.reshape(self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:])
+
+    def squeeze(self: Any, dim: int | None = None) -> Tensor:
+        """Size-1 axes removed (only axis `dim` when given, and only if it has size 1)."""
+        if dim is None:
+            return self.reshape(tuple(size for size in self.shape if size != 1))
+        if self.ndim == 0:
+            resolve_axis(dim, 0)
+            return self
+        axis = resolve_axis(dim, self.ndim)
+        if self.shape[axis] != 1:
+            return self
+        return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
+
+    def unsqueeze(self: Any, dim: int) -> Tensor:
+        """A size-1 axis inserted at `dim`."""
+        axis = resolve_axis(dim, self.ndim, allow_end=True)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def repeat(self: Any, repeats: Any, *args: Any) -> Tensor:
+        """The tensor tiled `repeats[i]` times along axis i (extra leading repeats add axes)."""
+        counts = argfix(repeats, *args)
+        if len(counts) < self.ndim:
+            raise ValueError(f"repeat needs at least {self.ndim} counts for shape {self.shape}, got {counts}")
+        check_shape(counts, "repeat counts")
+        base = self.reshape((1,) * (len(counts) - self.ndim) + tuple(self.shape))
+        interleaved = [size for pair in ((1, size) for size in base.shape) for size in pair]
+        expanded = [size for pair in zip(counts, base.shape, strict=True) for size in pair]
+        return base.reshape(interleaved).expand(expanded).reshape(tuple(c * s for c, s in
+                                                                        zip(counts, base.shape, strict=True)))
+
+    def repeat_interleave(self: Any, repeats: int, dim: int | None = None) -> Tensor:
+        """Each element repeated `repeats` times along `dim` (the flattened tensor when None)."""
+        source = self.flatten() if dim is None else self
+        axis = 0 if dim is None else resolve_axis(dim, self.ndim)
+        if not isinstance(repeats, int) or repeats < 0:
+            raise ValueError(f"repeat_interleave repeats must be a non-negative int, got {repeats!r}")
+        expanded = source.unsqueeze(axis + 1)
+        target = list(expanded.shape)
+        target[axis + 1] = repeats
+        return expanded.expand(target).flatten(axis, axis + 1)
+
+    def roll(self: Any, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+        """Elements shifted cyclically by `shifts` along `dims` (the flattened tensor when None)."""
+        if dims is None:
+            return self.flatten().roll(shifts, 0).reshape(self.shape)
+        shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
+        dim_list = [dims] if isinstance(dims, int) else list(dims)
+        if len(shift_list) != len(dim_list):
+            raise ValueError(f"roll needs as many shifts as dims, got {shift_list} and {dim_list}")
+        result = self
+        for shift, dim in zip(shift_list, dim_list, strict=True):
+            axis = resolve_axis(dim, self.ndim)
+            size = self.shape[axis]
+            if size == 0 or shift % size == 0:
+                continue
+            amount = shift % size
+
+            def part(start: int, end: int, source: Any = result, axis: int = axis) -> Tensor:
+                return source.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
+            result = part(size - amount, size).cat(part(0, size - amount), dim=axis)
+        return result
+
+    # ---- joining and splitting ----
+
+    def cat(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `args` joined along `dim` (dtypes promoted)."""
+        tensors = [self, *args]
+        if any(tensor.ndim == 0 for tensor in tensors):
+            raise ValueError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
+        axis = resolve_axis(dim, self.ndim)
+        for tensor in tensors:
+            if tensor.ndim != self.ndim or any(a != b for index, (a, b) in enumerate(zip(tensor.shape, self.shape))
+                                                 if index != axis):
+                raise ValueError(f"cat along dim {dim} needs equal sizes on the other axes: {self.shape} and "
+                                 f"{tensor.shape}")
+            if tensor.device != self.device:
+                raise ValueError(f"cat of tensors on different devices: {self.device} and {tensor.device}")
+        common = least_upper_dtype(*(tensor.dtype for tensor in tensors))
+        total = sum(tensor.shape[axis] for tensor in tensors)
+        offset = 0
+        result: Any = None
+        for tensor in tensors:
+            size = tensor.shape[axis]
+            pairs = [(offset, total - offset - size) if index == axis else (0, 0) for index in range(self.ndim)]
+            padded = tensor.cast(common)._pad_constant(pairs, 0)
+            offset += size
+            if result is None:
+                result = padded
+            elif common == dtypes.bool:
+                result = result | padded
+            else:
+                result = result + padded
+        return result
+
+    @classmethod
+    def _cat_all(cls, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        return tensors[0].cat(*tensors[1:], dim=dim)
+
+    def stack(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
+        """This tensor and `args` (of one shape) joined along a new axis `dim`."""
+        tensors = [self, *args]
+        for tensor in tensors:
+            if tuple(tensor.shape) != tuple(self.shape):
+                raise ValueError(f"stack needs tensors of one shape, got {self.shape} and {tensor.shape}")
+        axis = resolve_axis(dim, self.ndim, allow_end=True)
+        return tensors[0].unsqueeze(axis).cat(*(tensor.unsqueeze(axis) for tensor in tensors[1:]), dim=axis)
+
+    def split(self: Any, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Pieces along `dim`: of `sizes` each (the last may be smaller) or of the listed sizes."""
+        axis = resolve_axis(dim, self.ndim)
+        length = self.shape[axis]
+        if isinstance(sizes, int):
+            if sizes <= 0:
+                raise ValueError(f"split size must be positive, got {sizes}")
+            pieces = [min(sizes, length - start) for start in range(0, length, sizes)] or [0]
+        else:
+            pieces = list(sizes)
+            if sum(pieces) != length:
+                raise ValueError(f"split sizes {pieces} sum to {sum(pieces)}, but dim {dim} has size {length}")
+        result = []
+        offset = 0
+        for piece in pieces:
+            result.append(self.shrink(tuple((offset, offset + piece) if index == axis else None
+                                            for index in range(self.ndim))))
+            offset += piece
+        return tuple(result)
+
+    def chunk(self: Any, chunks: int, dim: int = 0) -> list[Tensor]:
+        """`chunks` pieces of (nearly) equal size along `dim`."""
+        if not isinstance(chunks, int) or chunks <= 0:
+            raise ValueError(f"chunk count must be a positive int, got {chunks!r}")
+        axis = resolve_axis(dim, self.ndim)
+        length = self.shape[axis]
+        if length == 0:
+            return [self] * chunks
+        return list(self.split(math.ceil(length / chunks), dim=axis))
+
+    def unfold(self: Any, dim: int, size: int, step: int) -> Tensor:
+        """Windows of `size` elements taken every `step` along `dim`, as a new last axis."""
+        axis = resolve_axis(dim, self.ndim)
+        if size > self.shape[axis] or size <= 0 or step <= 0:
+            raise ValueError(f"unfold size {size} and step {step} do not fit axis of size {self.shape[axis]}")
+        windows = self.transpose(axis, -1)._pool((size,), step, 1)
+        return windows.transpose(axis, -2)
+
+    def meshgrid(self: Any, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+        """Coordinate grids from 1-D tensors ('ij' or 'xy' indexing)."""
+        if indexing not in ("ij", "xy"):
+            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+        tensors = [self, *args]
+        shape = tuple(tensor.numel() for tensor in tensors)
+        if indexing == "xy" and len(tensors) >= 2:
+            shape = (shape[1], shape[0]) + shape[2:]
+        grids = []
+        for index, tensor in enumerate(tensors):
+            position = index
+            if indexing == "xy" and index < 2 and len(tensors) >= 2:
+                position = 1 - index
+            view = [1] * len(shape)
+            view[position] = tensor.numel()
+            grids.append(tensor.reshape(view).expand(shape))
+        return tuple(grids)

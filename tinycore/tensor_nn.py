@@ -1,0 +1,596 @@
+"""Composite Tensor operations for neural networks: matmul, einsum, convolution, pooling, normalisation,
+softmax, losses, interpolation and triangular masks."""
+from __future__ import annotations
+
+import functools
+import math
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
+from tinycore.helpers import TRAINING, make_tuple
+from tinycore.tensor_support import optional_dtype, product, resolve_axes, resolve_axis
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+_REDUCTIONS = ("none", "sum", "mean")
+
+
+def _is_tensor(value: Any) -> bool:
+    from tinycore.tensor import Tensor
+    return isinstance(value, Tensor)
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
+
+
+class NNMixin:
+    """Neural-network building blocks of Tensor."""
+
+    # ---- matrix products ----
+
+    def dot(self: Any, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+        """Matrix product with numpy's rules for 1-D operands and broadcast batch axes."""
+        if not _is_tensor(w):
+            raise TypeError(f"matmul needs a Tensor operand, got {type(w).__name__}")
+        if self.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"matmul needs tensors with at least 1 dimension, got shapes {self.shape} and {w.shape}")
+        left = self.unsqueeze(0) if self.ndim == 1 else self
+        right = w.unsqueeze(-1) if w.ndim == 1 else w
+        if left.shape[-1] != right.shape[-2]:
+            raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner sizes {left.shape[-1]} and "
+                             f"{right.shape[-2]} differ")
+        accumulate = optional_dtype(dtype)
+        result_dtype = accumulate or least_upper_dtype(self.dtype, w.dtype)
+        products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
+        result = products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
+        if self.ndim == 1:
+            result = result.squeeze(-2)
+        if w.ndim == 1:
+            result = result.squeeze(-1)
+        return result
+
+    def matmul(self: Any, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """self @ x (x @ self when `reverse`)."""
+        return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
+
+    def __matmul__(self: Any, x: Tensor) -> Tensor:
+        return self.matmul(x)
+
+    def __rmatmul__(self: Any, x: Tensor) -> Tensor:
+        return self.matmul(x, True)
+
+    def linear(self: Any, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
+        """self @ weight + bias, with weight of shape (in, out) (or elementwise for a 1-D weight)."""
+        result = self * weight if weight.ndim == 1 else self.dot(weight, dtype=dtype)
+        return result if bias is None else result + bias
+
+    def diagonal(self: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+        """The diagonal over axes dim1 and dim2 (shifted by `offset`), as a new last axis."""
+        first, second = resolve_axis(dim1, self.ndim), resolve_axis(dim2, self.ndim)
+        if first == second:
+            raise ValueError(f"diagonal dim1 and dim2 must differ, both are {dim1}")
+        rest = [axis for axis in range(self.ndim) if axis not in (first, second)]
+        moved = self.permute(rest + [first, second])
+        rows, columns = moved.shape[-2], moved.shape[-1]
+        length = max(0, min(rows, columns - offset) if offset >= 0 else min(rows + offset, columns))
+        flat = moved.flatten(-2)
+        if length == 0:
+            return flat.shrink(tuple(None for _ in rest) + ((0, 0),))
+        start = offset if offset >= 0 else -offset * columns
+        return flat._slice_axis(flat.ndim - 1, start, start + (length - 1) * (columns + 1) + 1, columns + 1)
+
+    def diag(self: Any) -> Tensor:
+        """A square matrix with this 1-D tensor on its diagonal."""
+        if self.ndim != 1:
+            raise ValueError(f"diag needs a 1-D tensor, got shape {self.shape}")
+        size = self.shape[0]
+        eye = type(self).eye(size, dtype=dtypes.bool, device=self.device)
+        return eye.where(self.reshape(1, size), self._const(0, shape=()))
+
+    @staticmethod
+    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
+        """Einstein summation, e.g. Tensor.einsum('ij,jk->ik', a, b); supports '...' and repeated indices."""
+        tensors = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else \
+            list(operands)
+        text = formula.replace(" ", "")
+        inputs_text, output_text = text.split("->") if "->" in text else (text, None)
+        specs = inputs_text.split(",")
+        if len(specs) != len(tensors):
+            raise ValueError(f"einsum formula {formula!r} names {len(specs)} operands, {len(tensors)} were given")
+        ellipsis_letters = [chr(0x3B1 + index) for index in range(16)]
+        ellipsis_dims = 0
+        expanded_specs = []
+        for spec, tensor in zip(specs, tensors, strict=True):
+            if "..." in spec:
+                count = tensor.ndim - (len(spec) - 3)
+                ellipsis_dims = max(ellipsis_dims, count)
+                expanded_specs.append((spec, count))
+            else:
+                if len(spec) != tensor.ndim:
+                    raise ValueError(f"einsum operand {spec!r} has {len(spec)} indices but the tensor has "
+                                     f"{tensor.ndim} dimensions (shape {tensor.shape})")
+                expanded_specs.append((spec, 0))
+        letters_of = []
+        for (spec, count) in expanded_specs:
+            if "..." in spec:
+                before, after = spec.split("...")
+                spec = before + "".join(ellipsis_letters[ellipsis_dims - count:ellipsis_dims]) + after
+            letters_of.append(spec)
+        ellipsis_part = "".join(ellipsis_letters[:ellipsis_dims])
+        if output_text is None:
+            counts: dict[str, int] = {}
+            for spec in letters_of:
+                for letter in spec:
+                    counts[letter] = counts.get(letter, 0) + 1
+            output = ellipsis_part + "".join(sorted(letter for letter, count in counts.items()
+                                                    if count == 1 and letter not in ellipsis_letters))
+        else:
+            output = output_text.replace("...", ellipsis_part)
+        prepared = []
+        for spec, tensor in zip(letters_of, tensors, strict=True):
+            while len(set(spec)) != len(spec):
+                letter = next(letter for letter in spec if spec.count(letter) > 1)
+                first = spec.index(letter)
+                second = spec.index(letter, first + 1)
+                tensor = tensor.diagonal(0, first, second)
+                spec = "".join(item for position, item in enumerate(spec) if position not in (first, second)) + letter
+            prepared.append((spec, tensor))
+        all_letters = list(dict.fromkeys(letter for spec, _ in prepared for letter in spec))
+        for letter in output:
+            if letter not in all_letters:
+                raise ValueError(f"einsum output index {letter!r} does not appear in the inputs of {formula!r}")
+        sizes: dict[str, int] = {}
+        for spec, tensor in prepared:
+            for letter, size in zip(spec, tensor.shape, strict=True):
+                if letter in sizes and size != sizes[letter] and 1 not in (size, sizes[letter]):
+                    raise ValueError(f"einsum index {letter!r} has sizes {sizes[letter]} and {size} in {formula!r}")
+                sizes[letter] = max(sizes.get(letter, size), size)
+        aligned = []
+        for spec, tensor in prepared:
+            order = [spec.index(letter) for letter in all_letters if letter in spec]
+            moved = tensor.permute(order) if order else tensor
+            aligned.append(moved.reshape([sizes[letter] if letter in spec and tensor.shape[spec.index(letter)] != 1
+                                          else 1 for letter in all_letters]))
+        combined = functools.reduce(lambda left, right: left * right, aligned)
+        combined = combined._broadcast_to(tuple(sizes[letter] for letter in all_letters))
+        summed_axes = tuple(position for position, letter in enumerate(all_letters) if letter not in output)
+        accumulate = optional_dtype(dtype)
+        result_dtype = accumulate or combined.dtype
+        reduced = combined.sum(summed_axes, dtype=accumulate or sum_acc_dtype(combined.dtype)).cast(result_dtype) \
+            if summed_axes else combined
+        remaining = [letter for letter in all_letters if letter in output]
+        return reduced.permute([remaining.index(letter) for letter in output]) if output else reduced
+
+    # ---- pooling windows ----
+
+    def _pool_last(self: Any, kernel: int, stride: int, dilation: int) -> Tensor:
+        """Sliding windows over the last axis: (..., n) -> (..., out, kernel), as movement ops only."""
+        length = self.shape[-1]
+        span = dilation * (kernel - 1) + 1
+        if span > length:
+            raise ValueError(f"window of {kernel} with dilation {dilation} (span {span}) does not fit an axis of "
+                             f"size {length}")
+        out = (length - span) // stride + 1
+        lead = list(self.shape[:-1])
+        if dilation == 1 and stride >= kernel:
+            needed = out * stride
+            pairs = [(0, 0)] * len(lead) + [(0, max(needed - length, 0))]
+            trimmed = self._pad_constant(pairs, 0).shrink(tuple(None for _ in lead) + ((0, needed),))
+            windows = trimmed.reshape(lead + [out, stride])
+            return windows.shrink(tuple(None for _ in lead) + (None, (0, kernel)))
+        repeated = self.unsqueeze(-2).expand(lead + [kernel, length]).reshape(lead + [kernel * length])
+        padded = repeated._pad_constant([(0, 0)] * len(lead) + [(0, kernel * dilation)], 0)
+        rows = padded.reshape(lead + [kernel, length + dilation])
+        rows = rows.shrink(tuple(None for _ in lead) + (None, (0, length - span + 1)))
+        strided = rows._slice_axis(rows.ndim - 1, 0, (out - 1) * stride + 1, stride)
+        return strided.transpose(-1, -2)
+
+    def _pool(self: Any, kernel: Sequence[int], stride: int | Sequence[int] = 1,
+              dilation: int | Sequence[int] = 1) -> Tensor:
+        """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel)."""
+        count = len(kernel)
+        if self.ndim < count:
+            raise ValueError(f"pooling window {tuple(kernel)} needs at least {count} dimensions, got {self.shape}")
+        strides, dilations = make_tuple(stride, count), make_tuple(dilation, count)
+        if len(strides) != count or len(dilations) != count:
+            raise ValueError(f"stride {stride} and dilation {dilation} need {count} values")
+        lead = self.ndim - count
+        result = self
+        for index in reversed(range(count)):
+            axis = lead + index
+            order = [position for position in range(result.ndim) if position != axis] + [axis]
+            result = result.permute(order)._pool_last(kernel[index], strides[index], dilations[index])
+        outs = [lead + 2 * (count - 1 - index) for index in range(count)]
+        return result.permute(list(range(lead)) + outs + [position + 1 for position in outs])
+
+    @staticmethod
+    def _flat_padding(padding: int | Sequence[int], count: int) -> list[int]:
+        """Padding as a flat (left, right, top, bottom, ...) list for the last `count` axes."""
+        if isinstance(padding, int):
+            return [padding] * (2 * count)
+        values = list(padding)
+        if len(values) == count:
+            return [value for value in reversed(values) for _ in range(2)]
+        if len(values) == 2 * count:
+            return values
+        raise ValueError(f"padding {padding} needs 1, {count} or {2 * count} values")
+
+    # ---- convolution ----
+
+    def conv2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+               dilation: Any = 1, padding: Any = 0, dtype: DTypeLike | None = None) -> Tensor:
+        """Convolution (any number of spatial axes) of (batch, in_channels, *spatial) with weight
+        (out_channels, in_channels / groups, *kernel)."""
+        spatial = weight.ndim - 2
+        if spatial < 1 or self.ndim != weight.ndim:
+            raise ValueError(f"conv2d input {self.shape} and weight {weight.shape} need the same number (>= 3) of "
+                             "dimensions: (batch, channels, *spatial) and (out, in / groups, *kernel)")
+        batch, in_channels = self.shape[:2]
+        out_channels, group_channels = weight.shape[:2]
+        kernel = tuple(weight.shape[2:])
+        if in_channels != groups * group_channels:
+            raise ValueError(f"conv2d input has {in_channels} channels but weight {weight.shape} with groups={groups}"
+                             f" expects {groups * group_channels}")
+        if out_channels % groups != 0:
+            raise ValueError(f"conv2d out_channels {out_channels} is not divisible by groups={groups}")
+        padded = self.pad(self._flat_padding(padding, spatial))
+        windows = padded._pool(kernel, stride, dilation)  # (batch, in, *out, *kernel)
+        outs = list(windows.shape[2:2 + spatial])
+        windows = windows.reshape([batch, groups, 1, group_channels] + outs + list(kernel))
+        order = [0, 1, 2] + list(range(4, 4 + spatial)) + [3] + list(range(4 + spatial, 4 + 2 * spatial))
+        windows = windows.permute(order)  # (batch, groups, 1, *out, group_channels, *kernel)
+        filters = weight.reshape([1, groups, out_channels // groups] + [1] * spatial + [group_channels] + list(kernel))
+        products = windows * filters
+        reduce_axes = tuple(range(3 + spatial, products.ndim))
+        accumulate = optional_dtype(dtype)
+        result = products.sum(reduce_axes, dtype=accumulate or sum_acc_dtype(products.dtype))
+        result = result.cast(accumulate or least_upper_dtype(self.dtype, weight.dtype))
+        result = result.reshape([batch, out_channels] + outs)
+        return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
+
+    def conv_transpose2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+                         dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:
+        """Transposed convolution with weight (in_channels, out_channels / groups, *kernel)."""
+        spatial = weight.ndim - 2
+        if spatial < 1 or self.ndim != weight.ndim:
+            raise ValueError(f"conv_transpose2d input {self.shape} and weight {weight.shape} need the same number "
+                             "(>= 3) of dimensions")
+        in_channels = weight.shape[0]
+        if self.shape[1] != in_channels or in_channels % groups != 0:
+            raise ValueError(f"conv_transpose2d input has {self.shape[1]} channels, weight {weight.shape} expects "
+                             f"{in_channels} (divisible by groups={groups})")
+        kernel = weight.shape[2:]
+        strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
+        paddings, extra = make_tuple(padding, spatial), make_tuple(output_padding, spatial)
+        filters = weight.reshape([groups, in_channels // groups] + list(weight.shape[1:])).transpose(1, 2)
+        filters = filters.flip(tuple(range(3, 3 + spatial)))
+        filters = filters.reshape([groups * weight.shape[1], in_channels // groups] + list(kernel))
+        spread = self
+        for index in range(spatial):
+            axis = 2 + index
+            size = spread.shape[axis]
+            if strides[index] > 1 and size > 0:
+                full = (size - 1) * strides[index] + 1
+                spread = spread._unslice_axis(axis, full, 0, full, strides[index], 0)
+        pads: list[tuple[int, int]] = [(0, 0), (0, 0)]
+        for index in range(spatial):
+            edge = dilations[index] * (kernel[index] - 1) - paddings[index]
+            pads.append((edge, edge + extra[index]))
+        spread = spread.pad(pads)
+        return spread.conv2d(filters, bias, groups=groups, dilation=dilations)
+
+    # ---- pooling ----
+
+    def _pool_setup(self: Any, kernel_size: Any, stride: Any, dilation: Any, padding: Any,
+                    ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int], list[int]]:
+        """Kernel, stride, dilation, explicit flat padding and the extra right padding that ceil_mode needs."""
+        kernel = make_tuple(kernel_size, 2)
+        count = len(kernel)
+        strides = kernel if stride is None or stride == () else make_tuple(stride, count)
+        dilations = make_tuple(dilation, count)
+        flat = self._flat_padding(padding, count)
+        extra = [0] * count
+        if ceil_mode:
+            for index in range(count):
+                size = self.shape[self.ndim - count + index]
+                before = flat[2 * (count - 1 - index)]
+                after = flat[2 * (count - 1 - index) + 1]
+                span = dilations[index] * (kernel[index] - 1) + 1
+                total = size + before + after
+                out = -(-(total - span) // strides[index]) + 1
+                if (out - 1) * strides[index] >= size + before:
+                    out -= 1
+                extra[index] = max(0, (out - 1) * strides[index] + span - total)
+        return kernel, strides, dilations, flat, extra
+
+    @staticmethod
+    def _extra_flat(extra: list[int]) -> list[int]:
+        """Right-only padding for the last axes as a flat pad list."""
+        return [value for amount in reversed(extra) for value in (0, amount)]
+
+    def max_pool2d(self: Any, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
+                   ceil_mode: bool = False, return_indices: bool = False) -> Any:
+        """Maximum over sliding windows of the last len(kernel_size) axes (optionally with flat indices)."""
+        kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        count = len(kernel)
+        lowest = dtypes.min(self.dtype)
+        padded = self.pad(flat, value=lowest).pad(self._extra_flat(extra), value=lowest)
+        windows = padded._pool(kernel, strides, dilations)
+        window_axes = tuple(range(windows.ndim - count, windows.ndim))
+        result = windows.max(window_axes)
+        if not return_indices:
+            return result
+        spatial = self.shape[-count:]
+        positions = type(self).arange(product(spatial), dtype=dtypes.int32, device=self.device).reshape(spatial)
+        positions = positions.pad(flat, value=-1).pad(self._extra_flat(extra), value=-1)._pool(kernel, strides,
+                                                                                                dilations)
+        matches = windows.eq(result.reshape(result.shape + (1,) * count))
+        big = product(spatial) + 1
+        indices = matches.where(positions._broadcast_to(windows.shape), big).min(window_axes)
+        return result, indices
+
+    def avg_pool2d(self: Any, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
+                   ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+        """Mean over sliding windows of the last len(kernel_size) axes."""
+        kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
+        count = len(kernel)
+        source = self._float()
+        windows = source.pad(flat).pad(self._extra_flat(extra))._pool(kernel, strides, dilations)
+        window_axes = tuple(range(windows.ndim - count, windows.ndim))
+        ones = type(self).ones(self.shape[-count:], dtype=source.dtype, device=self.device)
+        ones = ones.pad(flat, value=1.0 if count_include_pad else 0.0).pad(self._extra_flat(extra))
+        divisor = ones._pool(kernel, strides, dilations).sum(window_axes)
+        return windows.sum(window_axes) / divisor
+
+    def max_unpool2d(self: Any, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+                     padding: Any = 0, output_size: Any = None) -> Tensor:
+        """The inverse of max_pool2d with return_indices: values placed at their flat indices, zeros elsewhere."""
+        kernel = make_tuple(kernel_size, 2)
+        count = len(kernel)
+        strides = kernel if stride is None else make_tuple(stride, count)
+        dilations, paddings = make_tuple(dilation, count), make_tuple(padding, count)
+        if output_size is None:
+            output_size = tuple((size - 1) * strides[i] - 2 * paddings[i] + dilations[i] * (kernel[i] - 1) + 1
+                                for i, size in enumerate(self.shape[-count:]))
+        spatial = tuple(output_size)[-count:]
+        total = product(spatial)
+        flat_values = self.flatten(-count)
+        flat_indices = indices.flatten(-count)
+        positions = type(self).arange(total, dtype=dtypes.int32, device=self.device)
+        hits = flat_indices.unsqueeze(-1).eq(positions)
+        placed = hits.where(flat_values.unsqueeze(-1), 0).sum(-2).cast(self.dtype)
+        return placed.reshape(self.shape[:-count] + spatial)
+
+    # ---- normalisation and softmax ----
+
+    def softmax(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """exp(self) normalised to sum 1 along `axis`."""
+        source = self.cast(optional_dtype(dtype)) if dtype is not None else self._float()
+        shifted = source - source.max(axis, keepdim=True)
+        exponent = shifted.exp()
+        return exponent / exponent.sum(axis, keepdim=True)
+
+    def log_softmax(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """log(softmax(self)) along `axis`, computed stably."""
+        source = self.cast(optional_dtype(dtype)) if dtype is not None else self._float()
+        shifted = source - source.max(axis, keepdim=True)
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+    def softmin(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+        """softmax(-self)."""
+        return (-self._float()).softmax(axis, dtype)
+
+    def layernorm(self: Any, axis: int | tuple[int, ...] = -1, eps: float = 1e-05) -> Tensor:
+        """(self - mean) / sqrt(var + eps) over `axis` (no affine parameters)."""
+        centered = self - self.mean(axis, keepdim=True)
+        return centered * (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
+
+    def batchnorm(self: Any, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+                  axis: int | tuple[int, ...] = 1) -> Tensor:
+        """(self - mean) * invstd * weight + bias with the statistics laid along `axis`."""
+        axes = resolve_axes(axis, self.ndim)
+        shape = tuple(size if index in axes else 1 for index, size in enumerate(self.shape))
+        result = self - mean.reshape(shape)
+        if weight is not None:
+            result = result * weight.reshape(shape)
+        result = result * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
+        return result + bias.reshape(shape) if bias is not None else result
+
+    def normalize(self: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+        """self divided by its p-norm along `dim` (at least eps)."""
+        norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+        return self / norm.maximum(eps)
+
+    # ---- encodings, dropout, masks ----
+
+    def one_hot(self: Any, num_classes: int = -1) -> Tensor:
+        """A new last axis of `num_classes` with 1 at each element's class (int32)."""
+        if not dtypes.is_int(self.dtype):
+            raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
+        if num_classes == -1:
+            num_classes = int(self.max().item()) + 1
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"one_hot num_classes must be a non-negative int, got {num_classes!r}")
+        classes = type(self).arange(num_classes, dtype=self.dtype, device=self.device)
+        return self.unsqueeze(-1).eq(classes).where(1, 0)
+
+    def dropout(self: Any, p: float = 0.5) -> Tensor:
+        """Zero each element with probability p and scale the rest by 1/(1-p) when training
+        (Context(TRAINING=1)); the identity otherwise."""
+        if not 0 <= p <= 1:
+            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+        if not TRAINING or p == 0:
+            return self
+        if p == 1:
+            return self.zeros_like()
+        keep = type(self).rand(*self.shape, device=self.device, contiguous=False) >= p
+        return keep.where(self, 0) * (1 / (1 - p))
+
+    def triu(self: Any, diagonal: int = 0) -> Tensor:
+        """Elements on and above the `diagonal`-th diagonal of the last two axes; zeros below."""
+        return self._triangle(diagonal, upper=True)
+
+    def tril(self: Any, diagonal: int = 0) -> Tensor:
+        """Elements on and below the `diagonal`-th diagonal of the last two axes; zeros above."""
+        return self._triangle(diagonal, upper=False)
+
+    def _triangle(self: Any, diagonal: int, upper: bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"triu/tril need at least 2 dimensions, got shape {self.shape}")
+        rows, columns = self.shape[-2:]
+        row = type(self).arange(rows, dtype=dtypes.int32, device=self.device).reshape(rows, 1)
+        column = type(self).arange(columns, dtype=dtypes.int32, device=self.device).reshape(1, columns)
+        mask = (column - row >= diagonal) if upper else (column - row <= diagonal)
+        return mask.where(self, self._const(0, shape=()))
+
+    # ---- losses ----
+
+    def _do_reduction(self: Any, reduction: str) -> Tensor:
+        _check_reduction(reduction)
+        if reduction == "mean":
+            return self.mean()
+        return self.sum() if reduction == "sum" else self
+
+    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
+                                        reduction: str = "mean") -> Tensor:
+        """Cross-entropy of logits (classes on the last axis) against integer labels Y."""
+        _check_reduction(reduction)
+        if tuple(Y.shape) != tuple(self.shape[:-1]):
+            raise ValueError(f"labels of shape {Y.shape} do not match logits of shape {self.shape} "
+                             "(expected the logits' shape without the last axis)")
+        log_probs = self.log_softmax()
+        keep = Y.ne(ignore_index)
+        classes = type(self).arange(self.shape[-1], dtype=dtypes.int32, device=self.device)
+        chosen = Y.cast(dtypes.int32).unsqueeze(-1).eq(classes) & keep.unsqueeze(-1)
+        picked = chosen.where(log_probs, 0.0).sum(-1)
+        smoothing = label_smoothing * log_probs.mean(-1) * keep
+        losses = -(1 - label_smoothing) * picked - smoothing
+        if reduction == "none":
+            return losses
+        if reduction == "sum":
+            return losses.sum()
+        return losses.sum() / keep.sum().cast(losses.dtype)
+
+    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+        """Cross-entropy of logits (classes on axis 1) against class indices or probabilities Y."""
+        _check_reduction(reduction)
+        classes = self.shape[1] if self.ndim > 1 else self.shape[0]
+        axis = 1 if self.ndim > 1 else 0
+        if Y.ndim < self.ndim:
+            target = Y.one_hot(classes)
+            if self.ndim > 1:
+                target = target.permute([0, target.ndim - 1] + list(range(1, target.ndim - 1)))
+        else:
+            target = Y
+        target = (1 - label_smoothing) * target + label_smoothing / classes
+        losses = -(self.log_softmax(axis) * target).sum(axis)
+        return losses._do_reduction(reduction)
+
+    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+                 reduction: str = "mean") -> Tensor:
+        """Negative log likelihood of log-probabilities (classes on axis 1) at integer labels Y."""
+        _check_reduction(reduction)
+        axis = 1 if self.ndim > 1 else 0
+        classes = self.shape[axis]
+        target = Y.one_hot(classes)
+        if self.ndim > 1:
+            target = target.permute([0, target.ndim - 1] + list(range(1, target.ndim - 1)))
+        weights = target.cast(self.dtype) if weight is None else \
+            target * weight.reshape([classes if index == axis else 1 for index in range(self.ndim)])
+        if ignore_index is not None:
+            keep = Y.ne(ignore_index).unsqueeze(axis)
+            weights = weights * keep
+        losses = -(self * weights).sum(axis)
+        if reduction == "mean":
+            return losses.sum() / weights.sum()
+        return losses.sum() if reduction == "sum" else losses
+
+    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:
+        """Binary cross-entropy of probabilities against targets Y (logs limited at -100, like torch)."""
+        losses = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
+        return losses._do_reduction(reduction)
+
+    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",
+                                   pos_weight: Tensor | None = None) -> Tensor:
+        """Binary cross-entropy of logits against targets Y, computed stably (optional positive weight)."""
+        softplus_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
+        if pos_weight is None:
+            losses = (1 - Y) * self + softplus_negative
+        else:
+            losses = (1 - Y) * self + (1 + (pos_weight - 1) * Y) * softplus_negative
+        return losses._do_reduction(reduction)
+
+    # ---- interpolation and attention ----
+
+    def interpolate(self: Any, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+        """Resize the last len(size) axes to `size` ('linear', 'nearest' or 'nearest-exact')."""
+        if mode not in ("linear", "nearest", "nearest-exact"):
+            raise ValueError(f"interpolate mode must be 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
+        sizes = tuple(size)
+        if not 0 < len(sizes) <= self.ndim:
+            raise ValueError(f"interpolate size {sizes} must name 1 to {self.ndim} axes")
+        result = self._float() if mode == "linear" else self
+        for offset, target in enumerate(sizes):
+            axis = self.ndim - len(sizes) + offset
+            matrix = _interpolation_matrix(self.shape[axis], target, mode, align_corners)
+            weights = type(self)(matrix, device=self.device, dtype=result.dtype if mode == "linear" else
+                                 dtypes.float32) if matrix else type(self).zeros(target, self.shape[axis])
+            moved = result.transpose(axis, -1).unsqueeze(-2)
+            if mode == "linear":
+                combined = (moved * weights).sum(-1)
+            else:
+                combined = weights.cast(dtypes.bool).where(moved, moved._const(0, shape=())).sum(-1)
+                combined = combined.cast(self.dtype) if self.dtype != dtypes.bool else combined.cast(dtypes.bool)
+            result = combined.transpose(axis, -1)
+        return result
+
+    def scaled_dot_product_attention(self: Any, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                     dropout_p: float = 0.0, is_causal: bool = False,
+                                     enable_gqa: bool = False) -> Tensor:
+        """softmax(self @ key^T / sqrt(d) + mask) @ value."""
+        if enable_gqa and key.shape[-3] != self.shape[-3]:
+            key = key.repeat_interleave(self.shape[-3] // key.shape[-3], dim=-3)
+            value = value.repeat_interleave(self.shape[-3] // value.shape[-3], dim=-3)
+        scores = self.matmul(key.transpose(-2, -1)) / math.sqrt(self.shape[-1])
+        if is_causal:
+            if attn_mask is not None:
+                raise ValueError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+            attn_mask = type(self).ones(scores.shape[-2], scores.shape[-1], dtype=dtypes.bool,
+                                        device=self.device).tril()
+        if attn_mask is not None:
+            scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
+        return scores.softmax(-1).dropout(dropout_p) @ value
+
+    def sequential(self: Any, ll: list[Callable[[Any], Any]]) -> Tensor:
+        """The functions of `ll` applied in order."""
+        return functools.reduce(lambda value, function: function(value), ll, self)
+
+    def _float_like(self: Any) -> Any:
+        return least_upper_float(self.dtype)
+
+
+def _interpolation_matrix(source: int, target: int, mode: str, align_corners: bool) -> list[list[float]]:
+    """The (target, source) matrix whose rows hold the interpolation weights of each output position."""
+    matrix = [[0.0] * source for _ in range(target)]
+    if source == 0:
+        return matrix
+    scale = source / target
+    for position in range(target):
+        if mode == "nearest":
+            matrix[position][min(int(math.floor(position * scale)), source - 1)] = 1.0
+        elif mode == "nearest-exact":
+            matrix[position][min(int(math.floor((position + 0.5) * scale)), source - 1)] = 1.0
+        else:
+            if align_corners:
+                coordinate = position * (source - 1) / (target - 1) if target > 1 else 0.0
+            else:
+                coordinate = max((position + 0.5) * scale - 0.5, 0.0)
+            low = min(int(math.floor(coordinate)), source - 1)
+            high = min(low + 1, source - 1)
+            fraction = coordinate - low
+            matrix[position][low] += 1.0 - fraction
+            matrix[position][high] += fraction
+    return matrix

@@ -1,0 +1,209 @@
+"""Reduce Tensor operations: sums, products, extrema, statistics, arg-extrema and cumulative scans."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Sequence
+
+from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
+from tinycore.tensor_support import product, resolve_axes, resolve_axis
+from tinycore.uop.ops import Ops
+
+if TYPE_CHECKING:
+    from tinycore.tensor import Tensor
+
+AxisArg = "int | Sequence[int] | None"
+_LOW_PRECISION_FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
+
+
+class ReduceMixin:
+    """Reductions over axes (int, tuple, negative or None for all) with keepdim."""
+
+    def _reduce(self: Any, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """The reduction `op` (ADD, MUL or MAX) over `axis`."""
+        axes = resolve_axes(axis, self.ndim)
+        kept = tuple(1 if index in axes else size for index, size in enumerate(self.shape))
+        if any(self.shape[index] == 0 for index in axes):
+            identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
+            result = type(self).full(kept, identity, self.dtype, self.device)
+            result = self._result(result.uop, self)
+        else:
+            result = self._result(self.uop.r(op, axes)) if axes else self
+        if keepdim:
+            return result
+        return result.reshape(tuple(size for index, size in enumerate(self.shape) if index not in axes))
+
+    def sum(self: Any, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """Sum over `axis` (accumulated in int32/uint32 for small ints and bool, like tinygrad)."""
+        if dtype is not None:
+            return self.cast(to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
+        result = self.cast(sum_acc_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
+        return result.cast(self.dtype) if self.dtype in _LOW_PRECISION_FLOATS else result
+
+    def prod(self: Any, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+        """Product over `axis` (in this tensor's dtype unless `dtype` is given)."""
+        source = self if dtype is None else self.cast(to_dtype(dtype))
+        if source.dtype == dtypes.bool:
+            return source.all(axis, keepdim)
+        return source._reduce(Ops.MUL, axis, keepdim)
+
+    def max(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """Maximum over `axis` (-inf / the dtype's minimum for an empty axis)."""
+        return self._reduce(Ops.MAX, axis, keepdim)
+
+    def min(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """Minimum over `axis`."""
+        return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
+
+    def any(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """True where any element along `axis` is nonzero."""
+        return self.bool()._reduce(Ops.MAX, axis, keepdim)
+
+    def all(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """True where every element along `axis` is nonzero."""
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def _reduced_count(self: Any, axis: Any) -> int:
+        """How many elements each output of a reduction over `axis` combines."""
+        return product([self.shape[index] for index in resolve_axes(axis, self.ndim)])
+
+    def mean(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """Arithmetic mean over `axis` (float result; nan for an empty axis)."""
+        output_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
+        count = self._reduced_count(axis)
+        total = self.sum(axis, keepdim)
+        if count == 0:
+            return total.cast(output_dtype) * math.nan
+        compute = total.dtype if dtypes.is_float(total.dtype) else dtypes.float32
+        return (total.cast(compute) / count).cast(output_dtype)
+
+    def var(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """Variance over `axis` with `correction` (1: the unbiased estimator)."""
+        squares = (self - self.mean(axis, keepdim=True)).square()
+        divisor = max(0, self._reduced_count(axis) - correction)
+        return squares.sum(axis, keepdim) / divisor if divisor else squares.sum(axis, keepdim) * math.nan
+
+    def std(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+        """Standard deviation over `axis`."""
+        return self.var(axis, keepdim, correction).sqrt()
+
+    def var_mean(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(variance, mean) over `axis`."""
+        return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def std_mean(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+        """(standard deviation, mean) over `axis`."""
+        return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
+
+    def logsumexp(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+        """log(sum(exp(self))) over `axis`, computed stably."""
+        top = self.max(axis, keepdim=True)
+        top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top.float()
+        result = (self - top).exp().sum(axis, keepdim=True).log() + top
+        if keepdim:
+            return result
+        axes = resolve_axes(axis, self.ndim)
+        return result.reshape(tuple(size for index, size in enumerate(result.shape) if index not in axes))
+
+    def _arg_extreme(self: Any, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
+        """Index of the first maximum (largest) or minimum along `axis`."""
+        if axis is None:
+            return self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim if keepdim else ())
+        dim = resolve_axis(axis, self.ndim) if self.ndim else 0
+        source = self if self.ndim else self.reshape(1)
+        length = source.shape[dim]
+        if length == 0:
+            raise ValueError(f"argmax/argmin of an empty axis (shape {self.shape})")
+        extreme = source.max(dim, keepdim=True) if largest else source.min(dim, keepdim=True)
+        matches = source.eq(extreme)
+        countdown = type(self).arange(length, 0, -1, dtype=dtypes.int32, device=self.device)
+        countdown = countdown.reshape(tuple(length if index == dim else 1 for index in range(source.ndim)))
+        found = matches.where(countdown, 0).max(dim, keepdim=True)
+        result = (length - found).cast(dtypes.int32)
+        if not self.ndim:
+            return result.reshape(())
+        return result if keepdim else result.squeeze(dim)
+
+    def argmax(self: Any, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first maximum along `axis` (of the flattened tensor when None), as int32."""
+        return self._arg_extreme(axis, keepdim, True)
+
+    def argmin(self: Any, axis: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the first minimum along `axis`, as int32."""
+        return self._arg_extreme(axis, keepdim, False)
+
+    # ---- scans ----
+
+    def _scan_mask(self: Any, length: int) -> Tensor:
+        """The (length, length) bool matrix with [i, j] = j <= i."""
+        indices = type(self).arange(length, dtype=dtypes.int32, device=self.device)
+        return indices.reshape(length, 1) >= indices.reshape(1, length)
+
+    def _scan(self: Any, axis: int, op: Ops, identity: Any) -> Tensor:
+        """The inclusive scan of `op` along `axis`."""
+        if self.ndim == 0:
+            return self
+        dim = resolve_axis(axis, self.ndim)
+        moved = self.transpose(dim, -1)
+        length = moved.shape[-1]
+        if length == 0:
+            return self
+        rows = moved.unsqueeze(-2).expand(moved.shape[:-1] + (length, length))
+        masked = self._scan_mask(length).where(rows, identity)
+        return masked._reduce(op, -1).transpose(dim, -1)
+
+    def cumsum(self: Any, axis: int = 0) -> Tensor:
+        """Running sum along `axis`."""
+        source = self.cast(sum_acc_dtype(self.dtype))
+        result = source._scan(axis, Ops.ADD, 0)
+        return result.cast(self.dtype) if self.dtype in _LOW_PRECISION_FLOATS else result
+
+    def cumprod(self: Any, axis: int) -> Tensor:
+        """Running product along `axis`."""
+        return self._scan(axis, Ops.MUL, 1)
+
+    def _cum_extreme(self: Any, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+        """Running maximum (or minimum) along `axis` and the index where it was last reached."""
+        if self.ndim == 0:
+            return self, self._const(0, dtypes.int32)
+        dim = resolve_axis(axis, self.ndim)
+        source = self if largest else self._inverse()
+        values = source._scan(dim, Ops.MAX, dtypes.min(source.dtype))
+        length = self.shape[dim]
+        positions = type(self).arange(length, dtype=dtypes.int32, device=self.device)
+        positions = positions.reshape(tuple(length if index == dim else 1 for index in range(self.ndim)))
+        hits = source.eq(values).where(positions._broadcast_to(self.shape), -1)
+        indices = hits._scan(dim, Ops.MAX, -1)
+        return (values if largest else values._inverse()), indices
+
+    def cummax(self: Any, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running maximum, its index) along `axis`."""
+        return self._cum_extreme(axis, True)
+
+    def cummin(self: Any, axis: int = 0) -> tuple[Tensor, Tensor]:
+        """(running minimum, its index) along `axis`."""
+        return self._cum_extreme(axis, False)
+
+    def logcumsumexp(self: Any, axis: int = 0) -> Tensor:
+        """log of the running sum of exp along `axis`, computed stably."""
+        if self.ndim == 0:
+            return self
+        top = self.max(axis, keepdim=True)
+        top = top.isinf().where(top._const(0.0, top.dtype), top)
+        return (self - top).exp().cumsum(axis).log() + top
+
+    def usum(self: Any, *others: Tensor) -> Tensor:
+        """The sum of this tensor and `others`."""
+        result = self
+        for other in others:
+            result = result + other
+        return result
+
+    def uprod(self: Any, *others: Tensor) -> Tensor:
+        """The product of this tensor and `others`."""
+        result = self
+        for other in others:
+            result = result * other
+        return result
+
+    def _axes_arg(self: Any, axis: Sequence[int] | int | None) -> tuple[int, ...]:
+        return resolve_axes(axis, self.ndim)

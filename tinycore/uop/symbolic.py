@@ -1,0 +1,771 @@
+"""The symbolic engine: value bounds of UOps, integer Variables, and the simplification rule sets.
+
+Integer semantics are C's: IDIV truncates toward zero and MOD takes the sign of the dividend (see `exec_alu`).
+Rules that depend on signs consult the bounds (`vmin`/`vmax`), so they hold for negative values too. Like C, the
+rules assume signed integer arithmetic does not overflow; bounds that would overflow widen to the whole dtype
+range, and no rule then relies on them.
+
+Rule sets:
+- `symbolic_simple`: constant folding and identities (x+0, x*1, x*0, x//1, double negation, ...).
+- `symbolic`: adds canonical linear sums (regrouping of + and * with constants, like terms combined), division
+  and remainder by constants using bounds, comparisons decided or simplified by bounds, where/and-of-masks rules.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Union
+
+from tinycore.dtype import ConstType, DType, dtypes
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+from tinycore.uop.uop import UOp, exec_alu
+
+sint = Union[int, UOp]
+"""A shape entry or size: a Python int or an integer UOp expression over DEFINE_VARs."""
+
+Bounds = tuple[Any, Any]
+
+# ---- bounds ----
+
+_BOUNDS_KEY = "_bounds"
+
+
+def _dtype_bounds(dtype: DType) -> Bounds:
+    """The whole range of `dtype` (floats: -inf..inf; bool: False..True; others: 0..0)."""
+    scalar = dtype.scalar
+    if dtypes.is_int(scalar) or scalar == dtypes.bool or dtypes.is_float(scalar):
+        return (dtypes.min(scalar), dtypes.max(scalar))
+    return (-math.inf, math.inf)
+
+
+def _needs_sources(uop: UOp) -> bool:
+    """True where the bounds of `uop` are computed from the bounds of its sources."""
+    if uop.op in (Ops.CONST, Ops.DEFINE_VAR, Ops.VCONST) or not uop.src:
+        return False
+    if dtypes.is_float(uop.dtype):
+        return False
+    return uop.op in GroupOp.ALU or uop.op in (Ops.CAST, Ops.BIND, Ops.RANGE, Ops.SPECIAL)
+
+
+def bounds(root: UOp) -> Bounds:
+    """(vmin, vmax) of `root`: every value it can take lies in between (cached on each node).
+
+    Computed without recursion, so arbitrarily deep graphs work.
+    """
+    cached = root.__dict__.get(_BOUNDS_KEY)
+    if cached is not None:
+        return cached
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        if _BOUNDS_KEY in node.__dict__:
+            stack.pop()
+            continue
+        if _needs_sources(node):
+            missing = [source for source in node.src if _BOUNDS_KEY not in source.__dict__]
+            if missing:
+                stack.extend(missing)
+                continue
+        node.__dict__[_BOUNDS_KEY] = _clamp(node.dtype, _compute_bounds(node))
+        stack.pop()
+    return root.__dict__[_BOUNDS_KEY]
+
+
+def _clamp(dtype: DType, found: Bounds) -> Bounds:
+    """`found` if it fits in `dtype`, else the whole range of `dtype` (the computation may overflow)."""
+    scalar = dtype.scalar
+    if scalar == dtypes.bool:
+        return (bool(found[0]), bool(found[1]))
+    if dtypes.is_int(scalar):
+        low, high = found
+        if not (isinstance(low, int) and isinstance(high, int)):
+            if not (math.isfinite(low) and math.isfinite(high)):
+                return _dtype_bounds(scalar)
+            low, high = math.floor(low), math.ceil(high)
+        if low < dtypes.min(scalar) or high > dtypes.max(scalar):
+            return _dtype_bounds(scalar)
+        return (int(low), int(high))
+    return found
+
+
+def _c_div(numerator: int, denominator: int) -> int:
+    """Integer division truncating toward zero."""
+    quotient = abs(numerator) // abs(denominator)
+    return quotient if (numerator >= 0) == (denominator >= 0) else -quotient
+
+
+def _compute_bounds(uop: UOp) -> Bounds:
+    """The bounds of one node from the (already computed) bounds of its sources."""
+    op, dtype = uop.op, uop.dtype
+    if op is Ops.CONST:
+        value = uop.arg
+        if isinstance(value, float) and math.isnan(value):
+            return (-math.inf, math.inf)
+        return (value, value)
+    if op is Ops.VCONST:
+        return (min(uop.arg), max(uop.arg)) if uop.arg else _dtype_bounds(dtype)
+    if op is Ops.DEFINE_VAR:
+        return (uop.arg[1], uop.arg[2])
+    if not _needs_sources(uop):
+        return _dtype_bounds(dtype)
+    source_bounds = [source.__dict__[_BOUNDS_KEY] for source in uop.src]
+    if op is Ops.BIND:
+        return source_bounds[0]
+    if op in (Ops.RANGE, Ops.SPECIAL):
+        return (0, max(0, source_bounds[-1 if op is Ops.RANGE else 0][1] - 1))
+    if op is Ops.CAST:
+        return _cast_bounds(uop.src[0].dtype, dtype, source_bounds[0])
+    if op is Ops.WHERE:
+        (condition_low, condition_high), if_true, if_false = source_bounds
+        if condition_low:
+            return if_true
+        if not condition_high:
+            return if_false
+        return (min(if_true[0], if_false[0]), max(if_true[1], if_false[1]))
+    if dtype.scalar == dtypes.bool and op not in GroupOp.Comparison:
+        return _bool_bounds(op, source_bounds)
+    if op in GroupOp.Comparison:
+        return _comparison_bounds(op, source_bounds)
+    return _integer_bounds(op, dtype, source_bounds)
+
+
+def _cast_bounds(from_dtype: DType, to_dtype: DType, found: Bounds) -> Bounds:
+    """Bounds of a value conversion."""
+    low, high = found
+    if to_dtype.scalar == dtypes.bool:
+        if low == 0 and high == 0:
+            return (False, False)
+        return (True, True) if low > 0 or high < 0 else (False, True)
+    if dtypes.is_int(to_dtype):
+        if dtypes.is_float(from_dtype):
+            if not (math.isfinite(low) and math.isfinite(high)):
+                return _dtype_bounds(to_dtype)
+            low, high = math.trunc(low), math.trunc(high)
+        low, high = int(low), int(high)
+        if low < dtypes.min(to_dtype) or high > dtypes.max(to_dtype):
+            return _dtype_bounds(to_dtype)
+        return (low, high)
+    return _dtype_bounds(to_dtype)
+
+
+def _bool_bounds(op: Ops, source_bounds: list[Bounds]) -> Bounds:
+    """Bounds of a boolean ALU op (AND, OR, XOR, NEG, ...)."""
+    if op is Ops.AND:
+        return (source_bounds[0][0] and source_bounds[1][0], source_bounds[0][1] and source_bounds[1][1])
+    if op is Ops.OR:
+        return (source_bounds[0][0] or source_bounds[1][0], source_bounds[0][1] or source_bounds[1][1])
+    if op is Ops.NEG:
+        return (not source_bounds[0][1], not source_bounds[0][0])
+    if all(low == high for low, high in source_bounds):
+        value = exec_alu(op, dtypes.bool, [low for low, _ in source_bounds])
+        return (value, value)
+    return (False, True)
+
+
+def _comparison_bounds(op: Ops, source_bounds: list[Bounds]) -> Bounds:
+    """Bounds (False/True) of CMPLT, CMPNE, CMPEQ."""
+    (low_a, high_a), (low_b, high_b) = source_bounds
+    if op is Ops.CMPLT:
+        if high_a < low_b:
+            return (True, True)
+        if low_a >= high_b:
+            return (False, False)
+        return (False, True)
+    disjoint = high_a < low_b or high_b < low_a
+    same_constant = low_a == high_a == low_b == high_b
+    different: Bounds = (True, True) if disjoint else (False, False) if same_constant else (False, True)
+    return different if op is Ops.CMPNE else (not different[1], not different[0])
+
+
+def _integer_bounds(op: Ops, dtype: DType, source_bounds: list[Bounds]) -> Bounds:
+    """Bounds of an integer ALU op."""
+    whole = _dtype_bounds(dtype)
+    if op is Ops.NEG:
+        return (-source_bounds[0][1], -source_bounds[0][0])
+    (low_a, high_a) = source_bounds[0]
+    if len(source_bounds) < 2:
+        return whole
+    (low_b, high_b) = source_bounds[1]
+    if op is Ops.ADD:
+        return (low_a + low_b, high_a + high_b)
+    if op is Ops.SUB:
+        return (low_a - high_b, high_a - low_b)
+    if op is Ops.MUL:
+        corners = (low_a * low_b, low_a * high_b, high_a * low_b, high_a * high_b)
+        return (min(corners), max(corners))
+    if op is Ops.MAX:
+        return (max(low_a, low_b), max(high_a, high_b))
+    if op is Ops.IDIV:
+        if low_b > 0 or high_b < 0:
+            corners = tuple(_c_div(a, b) for a in (low_a, high_a) for b in (low_b, high_b))
+            return (min(corners), max(corners))
+        largest = max(abs(low_a), abs(high_a))
+        return (-largest, largest)
+    if op is Ops.MOD:
+        if low_b == high_b and low_b > 0 and low_a >= 0 and low_a // low_b == high_a // low_b:
+            return (low_a % low_b, high_a % low_b)
+        largest_remainder = max(0, max(abs(low_b), abs(high_b)) - 1)
+        if low_a >= 0:
+            return (0, min(high_a, largest_remainder))
+        if high_a <= 0:
+            return (max(low_a, -largest_remainder), 0)
+        return (max(low_a, -largest_remainder), min(high_a, largest_remainder))
+    if op is Ops.AND:
+        if low_a >= 0 and low_b >= 0:
+            return (0, min(high_a, high_b))
+        if low_a >= 0 or low_b >= 0:
+            return (0, high_a if low_a >= 0 else high_b)
+        return whole
+    if op in (Ops.OR, Ops.XOR):
+        if low_a >= 0 and low_b >= 0:
+            ceiling = (1 << max(high_a, high_b).bit_length()) - 1
+            return (max(low_a, low_b) if op is Ops.OR else 0, ceiling)
+        return whole
+    if op is Ops.SHL and low_b == high_b and low_b >= 0:
+        return (low_a << low_b, high_a << low_b)
+    if op is Ops.SHR and low_b == high_b and low_b >= 0:
+        return (low_a >> low_b, high_a >> low_b)
+    return whole
+
+
+# ---- Variables, evaluation and the small helpers shape code uses ----
+
+def Variable(name: str, min_value: int, max_value: int, dtype: DType = dtypes.int) -> UOp:
+    """A symbolic integer `name` known to lie in [min_value, max_value] (a DEFINE_VAR UOp).
+
+    Bind it to a value with `.bind(value)` to use it as a size: `Tensor.empty(Variable("n", 1, 128).bind(4), 3)`.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"Variable needs a non-empty string name, got {name!r}")
+    if not (isinstance(min_value, int) and isinstance(max_value, int)):
+        raise TypeError(f"Variable {name!r} needs integer bounds, got min={min_value!r} max={max_value!r}")
+    if min_value > max_value:
+        raise ValueError(f"Variable {name!r} has min {min_value} > max {max_value}: swap them")
+    return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_value, max_value))
+
+
+def sym_infer(expression: sint, var_values: dict[Any, int]) -> int:
+    """The integer value of `expression` with the variables set to `var_values`.
+
+    Keys of `var_values` may be variable names or DEFINE_VAR UOps; BINDs evaluate to their bound value unless
+    the variable is given. An int evaluates to itself.
+    """
+    if isinstance(expression, int):
+        return expression
+    if not isinstance(expression, UOp):
+        raise TypeError(f"sym_infer needs an int or a UOp, got {type(expression).__name__}")
+    by_name = {(key.arg[0] if isinstance(key, UOp) else key): value for key, value in var_values.items()}
+    values: dict[UOp, Any] = {}
+    for node in expression.toposort:
+        if node.op is Ops.DEFINE_VAR:
+            if node.arg[0] not in by_name:
+                raise KeyError(f"sym_infer: no value for variable {node.arg[0]!r}; got values for {sorted(by_name)}")
+            values[node] = by_name[node.arg[0]]
+        elif node.op is Ops.BIND:
+            variable_name = node.src[0].arg[0]
+            values[node] = by_name.get(variable_name, node.src[1].arg)
+        elif node.op is Ops.CONST:
+            values[node] = node.arg
+        elif node.op is Ops.CAST:
+            values[node] = dtypes.as_const(values[node.src[0]], node.dtype)
+        elif node.op in GroupOp.ALU:
+            values[node] = exec_alu(node.op, node.dtype, [values[source] for source in node.src])
+        else:
+            raise ValueError(f"sym_infer cannot evaluate {node.op}: only integer expressions over variables")
+    result = values[expression]
+    return int(result) if not isinstance(result, float) else result  # type: ignore[return-value]
+
+
+def ssimplify(value: sint) -> sint:
+    """`value` simplified: ints stay ints, a UOp is simplified and becomes an int when it is constant."""
+    if not isinstance(value, UOp):
+        return value
+    simplified = graph_rewrite(value, symbolic)
+    return simplified.arg if simplified.op is Ops.CONST else simplified
+
+
+def resolve(value: Any, default: bool = True) -> bool:
+    """A Python bool for `value`; a bool UOp is decided by its bounds, `default` when they do not decide it."""
+    if not isinstance(value, UOp):
+        return bool(value)
+    if value.dtype.scalar != dtypes.bool:
+        raise TypeError(f"resolve needs a bool UOp (a comparison), got dtype {value.dtype}: compare it first")
+    low, high = bounds(value)
+    return bool(low) if low == high else default
+
+
+def smax(*values: Any) -> sint:
+    """The maximum of ints and integer UOps (an int when all are ints); accepts one iterable too."""
+    items = list(values[0]) if len(values) == 1 and not isinstance(values[0], (int, UOp)) else list(values)
+    if not items:
+        raise ValueError("smax needs at least one value")
+    if all(isinstance(item, int) for item in items):
+        return max(items)
+    result = None
+    for item in items:
+        result = item if result is None else (result.maximum(item) if isinstance(result, UOp) else
+                                              item.maximum(result))
+    return ssimplify(result)
+
+
+def smin(*values: Any) -> sint:
+    """The minimum of ints and integer UOps (an int when all are ints); accepts one iterable too."""
+    items = list(values[0]) if len(values) == 1 and not isinstance(values[0], (int, UOp)) else list(values)
+    if not items:
+        raise ValueError("smin needs at least one value")
+    if all(isinstance(item, int) for item in items):
+        return min(items)
+    result = None
+    for item in items:
+        result = item if result is None else (result.minimum(item) if isinstance(result, UOp) else
+                                              item.minimum(result))
+    return ssimplify(result)
+
+
+# ---- linear forms: sums of coefficient * term plus a constant ----
+
+_MAX_LINEAR_NODES = 64
+
+
+def _is_signed_int(dtype: DType) -> bool:
+    return dtype.count == 1 and dtype in dtypes.sints
+
+
+def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
+    """`uop` as ({term: coefficient}, constant), flattening +, -, negation and multiplication by constants.
+
+    Terms keep their first appearance order. None when the sum is longer than the engine handles cheaply.
+    """
+    terms: dict[UOp, int] = {}
+    constant = 0
+    stack: list[tuple[UOp, int]] = [(uop, 1)]
+    visited = 0
+    while stack:
+        node, multiplier = stack.pop()
+        visited += 1
+        if visited > _MAX_LINEAR_NODES:
+            return None
+        op = node.op
+        if op is Ops.ADD:
+            stack.append((node.src[1], multiplier))
+            stack.append((node.src[0], multiplier))
+        elif op is Ops.SUB:
+            stack.append((node.src[1], -multiplier))
+            stack.append((node.src[0], multiplier))
+        elif op is Ops.NEG:
+            stack.append((node.src[0], -multiplier))
+        elif op is Ops.CONST:
+            constant += multiplier * node.arg
+        elif op is Ops.MUL and node.src[1].op is Ops.CONST:
+            stack.append((node.src[0], multiplier * node.src[1].arg))
+        elif op is Ops.MUL and node.src[0].op is Ops.CONST:
+            stack.append((node.src[1], multiplier * node.src[0].arg))
+        else:
+            terms[node] = terms.get(node, 0) + multiplier
+    return terms, constant
+
+
+def build_sum(terms: dict[UOp, int], constant: int, dtype: DType) -> UOp:
+    """The canonical UOp of a linear form: left-nested ADDs of `term * coefficient`, the constant last."""
+    terms = _merge_div_mod_pairs(terms)
+    result: UOp | None = None
+    for term, coefficient in terms.items():
+        if coefficient == 0:
+            continue
+        piece = term if coefficient == 1 else UOp(Ops.MUL, dtype, (term, UOp.const(dtype, coefficient)))
+        result = piece if result is None else UOp(Ops.ADD, dtype, (result, piece))
+    if result is None:
+        return UOp.const(dtype, constant)
+    if constant != 0:
+        result = UOp(Ops.ADD, dtype, (result, UOp.const(dtype, constant)))
+    return result
+
+
+def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
+    """Replace `(x//d)*(k*d) + (x%d)*k` by `x*k` (exact in C semantics: x == d*(x//d) + x%d)."""
+    if not any(term.op is Ops.MOD for term in terms):
+        return terms
+    merged = dict(terms)
+    for term, coefficient in terms.items():
+        if term.op is not Ops.MOD or term.src[1].op is not Ops.CONST or term not in merged:
+            continue
+        quotient = UOp(Ops.IDIV, term.dtype, term.src)
+        if merged.get(quotient) == coefficient * term.src[1].arg and merged.get(term) == coefficient:
+            del merged[quotient]
+            del merged[term]
+            merged[term.src[0]] = merged.get(term.src[0], 0) + coefficient
+    return merged
+
+
+def _normalize_sum(root: UOp) -> UOp | None:
+    """Canonical linear form of an integer ADD/SUB/NEG/MUL-by-constant node (None when already canonical)."""
+    if not _is_signed_int(root.dtype):
+        return None
+    form = linear_form(root)
+    if form is None:
+        return None
+    rebuilt = build_sum(form[0], form[1], root.dtype)
+    return rebuilt if rebuilt is not root else None
+
+
+# ---- division and remainder by constants ----
+
+def _gcd_of_form(terms: dict[UOp, int], constant: int, divisor: int) -> int:
+    return math.gcd(divisor, constant, *terms.values())
+
+
+def _divide_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
+    """Simplify numerator // divisor for a constant divisor."""
+    divisor = divisor_uop.arg
+    dtype = numerator.dtype
+    if not _is_signed_int(dtype) or divisor == 0:
+        return None
+    if divisor < 0:
+        return UOp(Ops.MUL, dtype, (numerator // -divisor, UOp.const(dtype, -1)))
+    if divisor == 1:
+        return numerator
+    if numerator.op is Ops.IDIV and numerator.src[1].op is Ops.CONST and numerator.src[1].arg > 0:
+        # (x // a) // b == x // (a*b) for a, b > 0 (both truncate toward zero)
+        return numerator.src[0] // (numerator.src[1].arg * divisor)
+    if numerator.op is Ops.MOD and numerator.src[1].op is Ops.CONST and numerator.src[1].arg > 0 and \
+            numerator.src[1].arg % divisor == 0:
+        # (x % (k*d)) // d == (x // d) % k: true for x >= 0, and both sides are odd functions of x
+        return (numerator.src[0] // divisor) % (numerator.src[1].arg // divisor)
+    form = linear_form(numerator)
+    if form is None:
+        return None
+    terms, constant = form
+    common = _gcd_of_form(terms, constant, divisor)
+    if common > 1:
+        reduced = build_sum({term: value // common for term, value in terms.items()}, constant // common, dtype)
+        return reduced // (divisor // common)
+    low, _ = bounds(numerator)
+    if low < 0:
+        return None
+    quotient_terms = {term: value // divisor for term, value in terms.items()}
+    quotient_constant = constant // divisor
+    if quotient_constant == 0 and not any(quotient_terms.values()):
+        return None
+    remainder = build_sum({term: value % divisor for term, value in terms.items()}, constant % divisor, dtype)
+    if bounds(remainder)[0] < 0:
+        return None
+    quotient = build_sum(quotient_terms, quotient_constant, dtype)
+    if bounds(remainder)[1] < divisor:
+        return quotient
+    return quotient + remainder // divisor
+
+
+def _remainder_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
+    """Simplify numerator % divisor for a constant divisor."""
+    divisor = divisor_uop.arg
+    dtype = numerator.dtype
+    if not _is_signed_int(dtype) or divisor == 0:
+        return None
+    if divisor < 0:
+        return numerator % -divisor
+    if divisor == 1:
+        return UOp.const(dtype, 0)
+    low, high = bounds(numerator)
+    if -divisor < low and high < divisor:
+        return numerator
+    if numerator.op is Ops.MOD and numerator.src[1].op is Ops.CONST and numerator.src[1].arg % divisor == 0:
+        # (x % (k*d)) % d == x % d: the inner remainder keeps the sign of x and is congruent to x modulo d
+        return numerator.src[0] % divisor
+    form = linear_form(numerator)
+    if form is None:
+        return None
+    terms, constant = form
+    common = _gcd_of_form(terms, constant, divisor)
+    if common > 1:
+        reduced = build_sum({term: value // common for term, value in terms.items()}, constant // common, dtype)
+        return (reduced % (divisor // common)) * common
+    if low < 0:
+        return None
+    remainder_terms = {term: value % divisor for term, value in terms.items()}
+    if remainder_terms == terms and constant % divisor == constant:
+        return None
+    remainder = build_sum(remainder_terms, constant % divisor, dtype)
+    if bounds(remainder)[0] < 0:
+        return None
+    return remainder % divisor
+
+
+# ---- comparisons ----
+
+def _less_than_constant(left: UOp, limit_uop: UOp) -> UOp | None:
+    """Simplify `left < limit` for a constant limit: move constants, divide out common factors, undo //."""
+    dtype = left.dtype
+    if not _is_signed_int(dtype):
+        return None
+    limit = limit_uop.arg
+    if left.op is Ops.IDIV and left.src[1].op is Ops.CONST and left.src[1].arg > 0:
+        divisor = left.src[1].arg
+        new_limit = limit * divisor if limit > 0 else (limit - 1) * divisor + 1
+        if dtypes.min(dtype) <= new_limit <= dtypes.max(dtype):
+            return left.src[0] < new_limit
+        return None
+    form = linear_form(left)
+    if form is None:
+        return None
+    terms, constant = form
+    if not terms:
+        return None
+    common = math.gcd(*terms.values())
+    if constant == 0 and common == 1:
+        return None
+    new_limit = limit - constant
+    if common > 1:
+        new_limit = -((-new_limit) // common)  # ceil: g*e < k  <=>  e < ceil(k / g) for g > 0
+    if not dtypes.min(dtype) <= new_limit <= dtypes.max(dtype):
+        return None
+    reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
+    return UOp(Ops.CMPLT, dtypes.bool, (reduced, UOp.const(dtype, new_limit)))
+
+
+def _compare_equal_constant(root: UOp, left: UOp, value_uop: UOp) -> UOp | None:
+    """Simplify `left != c` / `left == c`: move constants, divide out common factors."""
+    dtype = left.dtype
+    if not _is_signed_int(dtype):
+        return None
+    form = linear_form(left)
+    if form is None:
+        return None
+    terms, constant = form
+    if not terms:
+        return None
+    common = math.gcd(*terms.values())
+    if constant == 0 and common == 1:
+        return None
+    target = value_uop.arg - constant
+    if target % common != 0:
+        return UOp.const(dtypes.bool, root.op is Ops.CMPNE)
+    target //= common
+    if not dtypes.min(dtype) <= target <= dtypes.max(dtype):
+        return None
+    reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
+    return UOp(root.op, dtypes.bool, (reduced, UOp.const(dtype, target)))
+
+
+# ---- boolean chains (masks) ----
+
+def _is_not(uop: UOp) -> UOp | None:
+    """x when `uop` is the boolean negation of x (x != True), else None."""
+    if uop.op is Ops.CMPNE and uop.dtype == dtypes.bool and uop.src[1].op is Ops.CONST and uop.src[1].arg is True:
+        return uop.src[0]
+    return None
+
+
+def _flatten_chain(root: UOp) -> list[UOp]:
+    """The operands of a chain of the same associative op, in order."""
+    operands: list[UOp] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.op is root.op and node.dtype == root.dtype:
+            stack.append(node.src[1])
+            stack.append(node.src[0])
+        else:
+            operands.append(node)
+    return operands
+
+
+def _simplify_and_chain(root: UOp) -> UOp | None:
+    """Simplify `a & b & ...` of bools: drop duplicates and true clauses, detect x & !x, merge x<c1 & x<c2."""
+    if root.dtype != dtypes.bool:
+        return None
+    clauses = _flatten_chain(root)
+    kept: dict[UOp, None] = {}
+    upper: dict[UOp, UOp] = {}  # x -> the clause x < c with the smallest c
+    lower: dict[UOp, UOp] = {}  # x -> the clause !(x < c) with the largest c
+    for clause in clauses:
+        low, high = bounds(clause)
+        if not high:
+            return UOp.const(dtypes.bool, False)
+        if low:
+            continue
+        negated = _is_not(clause)
+        if (negated is not None and negated in kept) or (clause.ne(True) in kept):
+            return UOp.const(dtypes.bool, False)
+        if clause.op is Ops.CMPLT and clause.src[1].op is Ops.CONST:
+            subject = clause.src[0]
+            previous = upper.get(subject)
+            if previous is not None:
+                if clause.src[1].arg < previous.src[1].arg:
+                    del kept[previous]
+                    upper[subject] = clause
+                    kept[clause] = None
+                continue
+            upper[subject] = clause
+        elif negated is not None and negated.op is Ops.CMPLT and negated.src[1].op is Ops.CONST:
+            subject = negated.src[0]
+            previous = lower.get(subject)
+            if previous is not None:
+                previous_limit = _is_not(previous).src[1].arg  # type: ignore[union-attr]
+                if negated.src[1].arg > previous_limit:
+                    del kept[previous]
+                    lower[subject] = clause
+                    kept[clause] = None
+                continue
+            lower[subject] = clause
+        kept[clause] = None
+    for subject, clause in upper.items():
+        if subject in lower:
+            low_limit = _is_not(lower[subject]).src[1].arg  # type: ignore[union-attr]
+            if low_limit >= clause.src[1].arg:
+                return UOp.const(dtypes.bool, False)
+    if not kept:
+        return UOp.const(dtypes.bool, True)
+    result: UOp | None = None
+    for clause in kept:
+        result = clause if result is None else UOp(Ops.AND, dtypes.bool, (result, clause))
+    return result if result is not root else None
+
+
+def _simplify_or_chain(root: UOp) -> UOp | None:
+    """Simplify `a | b | ...` of bools: drop duplicates and false clauses, detect x | !x."""
+    if root.dtype != dtypes.bool:
+        return None
+    kept: dict[UOp, None] = {}
+    for clause in _flatten_chain(root):
+        low, high = bounds(clause)
+        if low:
+            return UOp.const(dtypes.bool, True)
+        if not high:
+            continue
+        negated = _is_not(clause)
+        if (negated is not None and negated in kept) or (clause.ne(True) in kept):
+            return UOp.const(dtypes.bool, True)
+        kept[clause] = None
+    if not kept:
+        return UOp.const(dtypes.bool, False)
+    result: UOp | None = None
+    for clause in kept:
+        result = clause if result is None else UOp(Ops.OR, dtypes.bool, (result, clause))
+    return result if result is not root else None
+
+
+# ---- rule sets ----
+
+def _fold_constants(root: UOp) -> UOp | None:
+    """An ALU op on constants becomes a constant (evaluated like the generated code would)."""
+    if root.dtype.count != 1:
+        return None
+    for source in root.src:
+        if source.op is not Ops.CONST:
+            return None
+    return UOp.const(root.dtype, exec_alu(root.op, root.dtype, [source.arg for source in root.src]))
+
+
+def _fold_cast(root: UOp, value: UOp) -> UOp | None:
+    """A CAST of a constant is a constant of the new dtype."""
+    if root.dtype.count != 1 or value.dtype.count != 1:
+        return None
+    return UOp.const(root.dtype, value.arg)
+
+
+def _is_int_or_bool(dtype: DType) -> bool:
+    return dtypes.is_int(dtype) or dtypes.is_bool(dtype)
+
+
+def _fold_by_bounds(root: UOp) -> UOp | None:
+    """An integer or bool ALU node whose bounds pin it to one value becomes that constant."""
+    if root.dtype.count != 1 or not _is_int_or_bool(root.dtype):
+        return None
+    low, high = bounds(root)
+    return UOp.const(root.dtype, low) if low == high else None
+
+
+def _zero_if_int(x: UOp) -> UOp | None:
+    return x.const_like(0) if _is_int_or_bool(x.dtype) else None
+
+
+def _maximum_by_bounds(x: UOp, y: UOp) -> UOp | None:
+    """max(x, y) is x when x can never be below y."""
+    if not _is_int_or_bool(x.dtype):
+        return None
+    if bounds(x)[0] >= bounds(y)[1]:
+        return x
+    if bounds(y)[0] >= bounds(x)[1]:
+        return y
+    return None
+
+
+def _where_of_not(condition: UOp, if_true: UOp, if_false: UOp) -> UOp | None:
+    negated = _is_not(condition)
+    return negated.where(if_false, if_true) if negated is not None else None
+
+
+_const = UPat.cvar
+_any = UPat.var
+_bool = dtypes.bool
+
+symbolic_simple = PatternMatcher([
+    # constant folding
+    (UPat(GroupOp.ALU, name="root"), _fold_constants),
+    (UPat(Ops.CAST, name="root", src=(UPat(Ops.CONST, name="value"),)), _fold_cast),
+    # identities
+    (_any("x") + 0, lambda x: x),
+    (_any("x") * 1, lambda x: x),
+    (_any("x") * 0, _zero_if_int),
+    (_any("x") // 1, lambda x: x),
+    (_any("x") % 1, _zero_if_int),
+    (_any("x") - 0, lambda x: x),
+    (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(_any("x"),)),)), lambda x: x),
+    (UPat(Ops.IDIV, src=(_any("x"), UPat.const(None, -1))), lambda x: -x if dtypes.is_int(x.dtype) else None),
+    # booleans
+    (_any("x", _bool) & True, lambda x: x),
+    (_any("x", _bool) & False, lambda x: x.const_like(False)),
+    (_any("x", _bool) | False, lambda x: x),
+    (_any("x", _bool) | True, lambda x: x.const_like(True)),
+    (_any("x", _bool) ^ False, lambda x: x),
+    (_any("x", _bool).ne(False), lambda x: x),
+    (_any("x", _bool).eq(True), lambda x: x),
+    (UPat(Ops.CMPNE, src=(UPat(Ops.CMPNE, src=(_any("x", _bool), UPat.const(_bool, True))),
+                          UPat.const(_bool, True))), lambda x: x),
+    # the same operand twice
+    (UPat(Ops.AND, src=(_any("x"), _any("x"))), lambda x: x),
+    (UPat(Ops.OR, src=(_any("x"), _any("x"))), lambda x: x),
+    (UPat(Ops.MAX, src=(_any("x"), _any("x"))), lambda x: x),
+    (UPat(Ops.CMPLT, src=(_any("x"), _any("x"))), lambda x: UOp.const(_bool, False)
+     if _is_int_or_bool(x.dtype) else None),
+    (UPat(Ops.CMPNE, src=(_any("x"), _any("x"))), lambda x: UOp.const(_bool, False)
+     if _is_int_or_bool(x.dtype) else None),
+    (UPat(Ops.CMPEQ, src=(_any("x"), _any("x"))), lambda x: UOp.const(_bool, True)
+     if _is_int_or_bool(x.dtype) else None),
+    # where
+    (UPat(Ops.WHERE, src=(UPat.var("condition"), _any("x"), _any("x"))), lambda condition, x: x),
+    (UPat(Ops.WHERE, src=(UPat.cvar("condition"), _any("a"), _any("b"))),
+     lambda condition, a, b: a if condition.arg else b),
+])
+
+
+symbolic = symbolic_simple + PatternMatcher([
+    # bounds decide the value
+    (UPat(GroupOp.ALU, name="root"), _fold_by_bounds),
+    # canonical linear sums (signed ints): regrouping, constants last, like terms combined, x + -1*x cancels
+    (UPat((Ops.ADD, Ops.SUB, Ops.NEG, Ops.MUL), name="root"), _normalize_sum),
+    # division and remainder by constants
+    (UPat(Ops.IDIV, src=(_any("numerator"), UPat.cvar("divisor_uop"))), _divide_by_constant),
+    (UPat(Ops.MOD, src=(_any("numerator"), UPat.cvar("divisor_uop"))), _remainder_by_constant),
+    # comparisons
+    (UPat(Ops.CMPLT, src=(_any("left"), UPat.cvar("limit_uop"))), _less_than_constant),
+    (UPat((Ops.CMPNE, Ops.CMPEQ), src=(_any("left"), UPat.cvar("value_uop")), name="root"),
+     _compare_equal_constant),
+    (UPat(Ops.MAX, src=(_any("x"), _any("y"))), _maximum_by_bounds),
+    # where and masks
+    (UPat(Ops.WHERE, src=(_any("condition"), UPat.const(_bool, True), UPat.const(_bool, False))),
+     lambda condition: condition),
+    (UPat(Ops.WHERE, src=(_any("condition"), UPat.const(_bool, False), UPat.const(_bool, True))),
+     lambda condition: condition.ne(True)),
+    (UPat(Ops.WHERE, src=(_any("condition", _bool), _any("if_true"), _any("if_false"))), _where_of_not),
+    (UPat(Ops.AND, name="root"), _simplify_and_chain),
+    (UPat(Ops.OR, name="root"), _simplify_or_chain),
+])
+
+
+def simplify(uop: UOp) -> UOp:
+    """`uop` rewritten with the `symbolic` rules to a fixpoint."""
+    return graph_rewrite(uop, symbolic, name="simplify")
+
+
+ConstLike = Union[ConstType, UOp]
