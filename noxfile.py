@@ -32,9 +32,11 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """The core tests, with the core and tiny-cpu installed (the CPU is the default device)."""
+    """The core tests, with the core and tiny-cpu installed (the CPU is the default device).
+
+    Arguments after `--` replace the test path: `nox -s tests -- tests/test_cli.py -x`."""
     session.install("-e", ".[test]", "-e", "plugins/tiny-cpu", TORCH)
-    session.run("pytest", "tests", *session.posargs)
+    session.run("pytest", *(session.posargs or ["tests"]))
 
 
 @nox.session

@@ -1,8 +1,8 @@
 """Hand-built kernel ASTs for the codegen tests, each with the numpy computation it must match."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -231,3 +231,15 @@ def two_outputs(size: int) -> Case:
     return Case(f"two_outputs_{size}", ast, [random_array((size,), dtypes.float32, 15),
                                             random_array((size,), dtypes.float32, 16)],
                 (size,), dtypes.float32, lambda p, q: p + q)
+
+
+def padded_rows(rows: int, columns: int, before: int, after: int) -> Case:
+    """out[i, j] = a[i - before, j] where row i - before exists, else 0: the mask is the same for a whole row."""
+    total = rows + before + after
+    i, j = loop(total, 0), loop(columns, 1)
+    out, a = buffer(0, dtypes.float32, total * columns), buffer(1, dtypes.float32, rows * columns)
+    valid = (i < const(before)).logical_not() & (i < const(before + rows))
+    value = a.index((i + (-before)) * columns + j, valid=valid).load() + 1.0
+    ast = out.index(i * columns + j).store(value).sink()
+    return Case(f"pad_rows_{rows}x{columns}_{before}_{after}", ast, [random_array((rows, columns), dtypes.float32, 17)],
+                (total, columns), dtypes.float32, lambda x: np.pad(x, ((before, after), (0, 0))) + 1)

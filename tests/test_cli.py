@@ -152,3 +152,10 @@ def test_unknown_command_is_an_error(capsys: pytest.CaptureFixture[str]) -> None
         cli.main(["gadgets"])
     assert caught.value.code == 2
     assert "invalid choice: 'gadgets'" in capsys.readouterr().err
+
+
+def test_devices_with_a_malformed_dev_still_lists_devices(tmp_path: Path) -> None:
+    report = devices_json(write_test_plugins(tmp_path), DEV="GOOD;;", TINYCORE_PLUGINS="good")
+    assert report["default"] is None and "malformed DEV='GOOD;;': empty target" in report["default_error"]
+    good = report["by_name"]["GOOD"]
+    assert good["status"] == "fails to open" and "DevError: malformed DEV='GOOD;;'" in good["reason"]

@@ -3,10 +3,25 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from codegen_kernels import (
+    Case,
+    GPURenderer,
+    ScalarRenderer,
+    VectorCPURenderer,
+    elementwise_broadcast,
+    full_reduce,
+    integer_arithmetic,
+    matmul,
+    padded,
+    padded_rows,
+    reduce_inner,
+    reduce_outer,
+    softmax_numerator,
+    symbolic_elementwise,
+    transposed_copy,
+    two_outputs,
+)
 
-from tests.codegen_kernels import (Case, GPURenderer, ScalarRenderer, VectorCPURenderer, elementwise_broadcast,
-                                   full_reduce, integer_arithmetic, matmul, padded, reduce_inner, reduce_outer,
-                                   softmax_numerator, symbolic_elementwise, transposed_copy, two_outputs)
 from tinycore.codegen import Opt, OptOps, linearize
 from tinycore.codegen.interpreter import run_linear
 from tinycore.codegen.opt import Kernel, KernelOptError
@@ -40,7 +55,8 @@ CASES = [
     reduce_inner(4, 64), reduce_inner(3, 7), reduce_inner(5, 32, Ops.MAX), reduce_inner(2, 16, Ops.MUL),
     reduce_inner(4, 48, Ops.ADD, dtypes.int32), reduce_inner(3, 40, Ops.MAX, dtypes.int32),
     reduce_outer(16, 8), reduce_outer(7, 24), full_reduce(256), full_reduce(100, dtypes.int32),
-    padded(10, 2, 3), padded(16, 8, 8), matmul(8, 32, 16), matmul(5, 7, 3), matmul(12, 16, 8),
+    padded(10, 2, 3), padded(16, 8, 8), padded_rows(5, 16, 2, 1), matmul(8, 32, 16), matmul(5, 7, 3),
+    matmul(12, 16, 8),
     matmul(6, 12, 16, dtypes.int32), softmax_numerator(4, 16), integer_arithmetic(64),
     symbolic_elementwise(40, 29),
 ]
@@ -173,3 +189,49 @@ def test_gpu_renderer_keeps_axes_beyond_global_max_as_loops() -> None:
     specials = {u.arg: u.src[0].arg for u in uops if u.op is Ops.SPECIAL}
     assert specials == {"gidx0": 4}
     assert sum(u.op is Ops.RANGE for u in uops) == 1
+
+
+# ---- the same kernels compiled by the CPU device's C renderer and compiler ----
+
+def run_on_cpu(case: Case, opts: list[Opt] | None = None) -> np.ndarray:
+    """Lower `case` for the CPU device, compile it and run it on numpy memory; returns the output."""
+    from tinycore.codegen import lower_to_program
+    from tinycore.device.registry import Device
+    device = Device["CPU"]
+    spec = lower_to_program(case.ast, device.renderer, opts)
+    program = device.runtime(spec.function_name, device.compiler.compile_cached(spec.src))
+    output = np.zeros(int(np.prod(case.output_shape)), dtype=to_numpy_dtype(case.output_dtype))
+    arrays = [output] + [np.ascontiguousarray(array.copy()) for array in case.inputs]
+    global_size, local_size = spec.launch_dims(case.var_vals)
+    program(*[array.ctypes.data for array in arrays], global_size=global_size, local_size=local_size,
+            vals=spec.vals(case.var_vals))
+    return output.reshape(case.output_shape)
+
+
+def check_on_cpu(case: Case, opts: list[Opt] | None = None) -> None:
+    """The compiled kernel's output matches numpy."""
+    result, expected = run_on_cpu(case, opts), case.expected()
+    if dtypes.is_float(case.output_dtype):
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-4)
+    else:
+        np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_cpu_device_matches_numpy(case: Case) -> None:
+    check_on_cpu(case)
+
+
+@pytest.mark.parametrize("case,opts", EXPLICIT_OPTS, ids=lambda value: getattr(value, "name", None))
+def test_cpu_device_explicit_opts_match_numpy(case: Case, opts: list[Opt]) -> None:
+    check_on_cpu(case, opts)
+
+
+@pytest.mark.parametrize("case", [elementwise_broadcast(512, 256), matmul(96, 64, 128), reduce_inner(512, 256),
+                                  reduce_outer(256, 512), softmax_numerator(256, 256), padded(100000, 7, 9)],
+                         ids=lambda case: case.name)
+def test_cpu_device_multicore_matches_numpy(case: Case) -> None:
+    with Context(NUM_CPU_THREADS=3):
+        from tinycore.codegen import linearize as lower
+        assert any(u.op is Ops.SPECIAL and u.arg == "core_id" for u in lower(case.ast, VectorCPURenderer()))
+        check_on_cpu(case)

@@ -35,7 +35,8 @@ def compare_layer(ours: Any, theirs: torch.nn.Module, input_shape: tuple[int, ..
     data = (rng.standard_normal(input_shape) * (seed + 1) + seed).astype(np.float32)
     our_params = {name: tensor for name, tensor in get_state_dict(ours).items() if tensor.requires_grad is not False}
     for tensor in our_params.values():
-        tensor.requires_grad = True
+        if not tensor.requires_grad:
+            tensor.requires_grad = True
     our_input = Tensor(data, requires_grad=True)
     their_input = torch.tensor(data, requires_grad=True)
     run = forward if forward is not None else (lambda layer, x: layer(x))
@@ -98,7 +99,12 @@ def test_batchnorm_training_and_eval() -> None:
 def test_batchnorm_without_running_stats_uses_batch_stats() -> None:
     ours = nn.BatchNorm(3, track_running_stats=False)
     theirs = torch.nn.BatchNorm1d(3, track_running_stats=False).eval()
-    copy_weights(ours, theirs)
+    # as in tinygrad, the layer keeps num_batches_tracked even without running statistics; torch has none
+    assert set(get_state_dict(ours)) == {"weight", "bias", "num_batches_tracked"}
+    assert ours.weight is not None and ours.bias is not None
+    with torch.no_grad():
+        theirs.weight.copy_(torch.from_numpy(ours.weight.numpy()))
+        theirs.bias.copy_(torch.from_numpy(ours.bias.numpy()))
     data = np.random.default_rng(2).standard_normal((6, 3)).astype(np.float32)
     np.testing.assert_allclose(ours(Tensor(data)).numpy(), theirs(torch.tensor(data)).detach().numpy(),
                                atol=1e-5, rtol=1e-4)

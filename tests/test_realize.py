@@ -270,3 +270,77 @@ def test_debug_levels_print(capsys):
     with Context(DEBUG=5):
         realize_uops([tensor(array) * 11.5])
     assert "Ops.STORE" in capsys.readouterr().out
+
+
+def test_a_realized_node_is_not_recomputed():
+    array = random(3, 4)
+    doubled = tensor(array) * 2
+    (first,) = realize_uops([doubled])
+    GlobalCounters.reset()
+    (again,) = realize_uops([doubled])
+    assert again is first and GlobalCounters.kernel_count == 0
+    GlobalCounters.reset()
+    (plus_one,) = realize_uops([doubled + 1])
+    assert GlobalCounters.kernel_count == 1
+    np.testing.assert_allclose(host(plus_one), array * 2 + 1, rtol=1e-6)
+
+
+def test_assign_invalidates_results_computed_from_the_old_value():
+    array = random(3, 4)
+    node = tensor(array)
+    doubled = node * 2
+    realize_uops([doubled])
+    realize_uops([node.assign(node + 1)])
+    np.testing.assert_allclose(host(doubled), (array + 1) * 2, rtol=1e-6)
+
+
+def test_temporary_buffers_are_released_after_their_last_use():
+    from tinycore.engine.realize import run_schedule
+    array = random(4, 6)
+    node = tensor(array)
+    maximum = node.r(Ops.MAX, (1,)).expand((4, 6))
+    shifted = node - maximum
+    graph = shifted * shifted.r(Ops.ADD, (1,)).expand((4, 6))
+    schedule = create_schedule([graph])
+    assert len(schedule.temporaries) == 2
+    run_schedule(schedule.items, schedule.temporaries)
+    assert not any(buffer_of(temporary).is_allocated() for temporary in schedule.temporaries)
+    shifted_reference = array - array.max(axis=1, keepdims=True)
+    expected = shifted_reference * shifted_reference.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(host(schedule.outputs[0]), expected, rtol=1e-5)
+
+
+def test_symbolic_shape_kernel_runs_with_bound_values():
+    from tinycore.schedule.fusion import view_base
+    array = random(4, 10)
+    node = tensor(array)
+    variable = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("width", 1, 10))
+    asts = []
+    for width in (3, 7):
+        graph = node.shrink(((0, 4), (0, variable.bind(width)))) * 2
+        schedule = create_schedule([graph])
+        asts.append(schedule.items[0].ast)
+        (result,) = realize_uops([graph])
+        stored = buffer_of(view_base(result)).numpy()[: 4 * width].reshape(4, width)
+        np.testing.assert_allclose(stored, array[:, :width] * 2, rtol=1e-6)
+    assert asts[0] is asts[1]  # one kernel for every value of the variable
+
+
+class _DeviceMemory:
+    """The `buffer` factory the graph fuzzer of test_schedule uses, backed by real CPU buffers."""
+
+    @staticmethod
+    def buffer(array: np.ndarray) -> UOp:
+        return tensor(np.asarray(array, dtype=np.float32))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_graphs_on_the_device_match_numpy(seed):
+    from test_schedule import GraphBuilder
+    rng = np.random.default_rng(1000 + seed)
+    builder = GraphBuilder(_DeviceMemory(), rng)  # type: ignore[arg-type]
+    for _ in range(int(rng.integers(2, 7))):
+        builder.step()
+        if builder.value.size > 200:
+            break
+    np.testing.assert_allclose(host(builder.node + 0), builder.value, rtol=1e-4, atol=1e-5)

@@ -188,3 +188,12 @@ def test_estimates_multiply_by_loop_trip_counts():
     source = OpenCLLike().render_named(program, "nested")
     assert source.count("}") == 3 and source.index("ridx1 < 4") > source.index("ridx0 < 3")
     assert isinstance(OpenCLLike().to_program(program), ProgramSpec)
+
+
+def test_repeated_operands_get_variables_so_source_stays_small():
+    out, data = glob(0, F32, 1), glob(1, F32, 48)
+    running = data.index(UOp.const(I32, 0)).load()
+    for position in range(1, 48):  # an unrolled max-reduce: each MAX repeats both operands in its code
+        running = running.alu(Ops.MAX, data.index(UOp.const(I32, position)).load() * 2.0)
+    source = OpenCLLike().render_named(linear(out.index(UOp.const(I32, 0)).store(running)), "unrolled_max")
+    assert len(source) < 20000 and source.count("float alu") == 47 + 46

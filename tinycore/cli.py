@@ -41,7 +41,7 @@ def _interface_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
 def collect_devices() -> dict[str, Any]:
     """Everything `tiny devices` shows: each device's status and parts, the default device, skipped plugins."""
     from tinycore.device.registry import Device
-    from tinycore.device.target import target_for
+    from tinycore.device.target import Target, target_for
     from tinycore.plugins.manager import get_plugin_manager
 
     manager = get_plugin_manager()
@@ -60,7 +60,10 @@ def collect_devices() -> dict[str, Any]:
                 Device[spec.name]
             except Exception as error:
                 status, reason = "fails to open", str(error)
-        target = target_for(spec.name)
+        try:
+            target = target_for(spec.name)
+        except ValueError:  # a malformed DEV: reported once as the default-device error
+            target = Target(device=spec.name)
         renderer = Device.selected_renderers.get(spec.name) or target.renderer or None
         renderers = _renderer_rows(spec.name, renderer)
         if renderer is None and renderers:

@@ -49,7 +49,7 @@ class DType:
         """Bytes taken by one value of this dtype (vector included)."""
         return self.itemsize * self.count
 
-    @functools.lru_cache(maxsize=None)  # noqa: B019 - dtypes live for the whole process
+    @functools.cache  # noqa: B019 - dtypes live for the whole process
     def vec(self, size: int) -> DType:
         """The vector dtype of `size` lanes of this scalar dtype."""
         if self.count != 1:
@@ -229,6 +229,20 @@ dtypes.int64s = (dtypes.int64, dtypes.uint64)  # type: ignore[attr-defined]
 dtypes.fp8_ocp = dtypes.fp8s  # type: ignore[attr-defined]
 dtypes.fp8_fnuz = dtypes.fp8s  # type: ignore[attr-defined]
 _FLOAT_SET = frozenset(dtypes.floats)
+
+
+def _default_from_environment(key: str, fallback: DType, allowed: tuple[DType, ...]) -> DType:
+    """The dtype named by environment variable `key` (DEFAULT_FLOAT=half, DEFAULT_INT=int64), else `fallback`."""
+    from tinycore.helpers import getenv
+    name = getenv(key, "")
+    if not name:
+        return fallback
+    found = {dtype_name: value for dtype_name, value in vars(dtypes).items() if isinstance(value, DType)}
+    chosen = found.get(name.lower())
+    if chosen is None or chosen not in allowed:
+        raise ValueError(f"{key}={name} is not a dtype of that kind; use one of "
+                         f"{sorted(INVERSE_NAMES.get(value, value.name) for value in allowed)}")
+    return chosen
 _INT_SET = frozenset(dtypes.ints)
 _UINT_SET = frozenset(dtypes.uints)
 
@@ -243,6 +257,8 @@ INVERSE_NAMES: dict[DType, str] = {}
 for _name in ("void", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "fp8e4m3",
               "fp8e5m2", "float16", "bfloat16", "float32", "float64"):
     INVERSE_NAMES[DTYPES_DICT[_name]] = _name
+dtypes.default_float = _default_from_environment("DEFAULT_FLOAT", dtypes.float32, dtypes.floats)
+dtypes.default_int = _default_from_environment("DEFAULT_INT", dtypes.int32, dtypes.ints)
 
 DTypeLike = Union[str, DType]
 
@@ -283,7 +299,30 @@ def least_upper_dtype(*ds: DType) -> DType:
     common = functools.reduce(frozenset.intersection, (_upper_bounds(d.scalar) for d in ds))
     if not common:
         raise TypeError(f"no common dtype for {ds}")
-    return min(common)
+    result = min(common)
+    if dtypes.is_float(result) and not any(dtypes.is_float(d) for d in ds):
+        # integers with no common integer type (a signed integer with uint64): the default float, not an fp8
+        return dtypes.default_float
+    return result
+
+
+def promote_with_scalar(dtype: DType, value: ConstType) -> DType:
+    """The result dtype of an op between a tensor of `dtype` and the Python scalar `value`.
+
+    The tensor's dtype wins within its category (bool < int < float): a float tensor keeps its dtype for any
+    scalar, an int tensor keeps it for int and bool scalars, and a bool tensor for bool scalars. Otherwise the
+    scalar's category decides: a float scalar gives `dtypes.default_float`, an int scalar `dtypes.default_int`.
+    This is torch's rule, except that torch's default integer is int64 where tinycore's is int32.
+    """
+    if not isinstance(value, (bool, int, float)):
+        raise TypeError(f"promote_with_scalar needs a Python bool, int or float, got {type(value).__name__}")
+    if dtypes.is_float(dtype):
+        return dtype
+    if isinstance(value, float):
+        return dtypes.default_float
+    if dtypes.is_int(dtype):
+        return dtype
+    return dtypes.bool if isinstance(value, bool) else dtypes.default_int
 
 
 def least_upper_float(dtype: DType) -> DType:
@@ -300,22 +339,44 @@ def sum_acc_dtype(dtype: DType) -> DType:
     return least_upper_dtype(dtype, dtypes.default_float)
 
 
+# (mantissa bits, smallest normal exponent, largest finite value, value on overflow) of the float formats that
+# Python's struct module cannot round to
+_FLOAT_FORMATS: dict[DType, tuple[int, int, float, float]] = {
+    dtypes.bfloat16: (7, -126, 3.3895313892515355e38, math.inf),
+    dtypes.fp8e4m3: (3, -6, 448.0, 448.0),  # e4m3fn has no infinity: torch saturates to +-448
+    dtypes.fp8e5m2: (2, -14, 57344.0, math.inf)}
+
+
+def _round_to_format(value: float, dtype: DType) -> float:
+    """`value` rounded to nearest-even in a small float format (bfloat16, fp8), as torch converts it."""
+    mantissa_bits, smallest_exponent, largest, overflow = _FLOAT_FORMATS[dtype]
+    if math.isnan(value) or value == 0:
+        return value
+    if math.isinf(value):
+        return math.copysign(overflow, value)
+    _, exponent = math.frexp(abs(value))  # abs(value) = m * 2**exponent with 0.5 <= m < 1
+    step = 2.0 ** (max(exponent - 1, smallest_exponent) - mantissa_bits)
+    rounded = round(abs(value) / step) * step  # round() breaks ties to even
+    if rounded > largest:
+        return math.copysign(overflow, value)
+    return math.copysign(rounded, value)
+
+
 def truncate(value: ConstType, dtype: DType) -> ConstType:
-    """`value` as a constant of `dtype` would hold it (integer wrap-around, float32 rounding)."""
+    """`value` as a constant of `dtype` would hold it (integer wrap-around, rounding to the float format)."""
     import struct
-    if dtypes.is_int(dtype) or dtype == dtypes.bool:
+    scalar = dtype.scalar
+    if dtypes.is_int(scalar) or scalar == dtypes.bool:
         return dtypes.as_const(value, dtype)
-    if dtype.scalar == dtypes.float32 and math.isfinite(value):
+    value = float(value)
+    if scalar in _FLOAT_FORMATS:
+        return _round_to_format(value, scalar)
+    if scalar in (dtypes.float32, dtypes.float16) and math.isfinite(value):
         try:
-            return struct.unpack("f", struct.pack("f", value))[0]
+            return struct.unpack(scalar.fmt, struct.pack(scalar.fmt, value))[0]  # type: ignore[arg-type]
         except OverflowError:
             return math.copysign(math.inf, value)
-    if dtype.scalar == dtypes.float16 and math.isfinite(value):
-        try:
-            return struct.unpack("e", struct.pack("e", value))[0]
-        except OverflowError:
-            return math.copysign(math.inf, value)
-    return float(value)
+    return value
 
 
 def to_numpy_dtype(dtype: DType) -> Any:

@@ -44,18 +44,21 @@ class IndexingMixin:
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
         for item in items:
+            position = sum(1 for done in normalized if done is not None and done is not Ellipsis)
+            if any(done is Ellipsis for done in normalized):
+                position = -1
             if isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
                 import numpy
                 array = numpy.asarray(item)
                 if array.dtype == numpy.bool_:
-                    normalized.extend(self._bool_mask_indices(type(self)(array, device=self.device)))
+                    normalized.extend(self._bool_mask_indices(type(self)(array, device=self.device), position))
                     continue
                 if array.size and array.dtype.kind not in "iu":
                     raise IndexError(f"index lists must hold ints or bools, got {array.dtype}")
                 normalized.append(_HostIndex([int(value) for value in array.reshape(-1)], tuple(array.shape)))
             elif _is_tensor(item):
                 if item.dtype == dtypes.bool:
-                    normalized.extend(self._bool_mask_indices(item))
+                    normalized.extend(self._bool_mask_indices(item, position))
                 elif not dtypes.is_int(item.dtype):
                     raise IndexError(f"index tensors must have an integer or bool dtype, got {item.dtype}")
                 else:
@@ -78,8 +81,12 @@ class IndexingMixin:
             normalized.extend(fill)
         return normalized
 
-    def _bool_mask_indices(self: Any, mask: Tensor) -> list[_HostIndex]:
-        """A bool mask index turned into one host index per masked axis (reads the mask)."""
+    def _bool_mask_indices(self: Any, mask: Tensor, position: int) -> list[_HostIndex]:
+        """A bool mask index at axis `position` (-1: unknown) turned into one host index per masked axis (reads the
+        mask)."""
+        if position >= 0 and tuple(mask.shape) != tuple(self.shape[position:position + mask.ndim]):
+            raise IndexError(f"bool mask of shape {mask.shape} does not match the indexed dimensions "
+                             f"{self.shape[position:position + mask.ndim]} of shape {self.shape}")
         positions = mask.nonzero().numpy()
         return [_HostIndex([int(value) for value in positions[:, axis]], (positions.shape[0],))
                 for axis in range(mask.ndim)]

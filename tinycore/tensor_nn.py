@@ -342,7 +342,7 @@ class NNMixin:
         window_axes = tuple(range(windows.ndim - count, windows.ndim))
         ones = type(self).ones(self.shape[-count:], dtype=source.dtype, device=self.device)
         ones = ones.pad(flat, value=1.0 if count_include_pad else 0.0).pad(self._extra_flat(extra))
-        divisor = ones._pool(kernel, strides, dilations).sum(window_axes)
+        divisor = ones._pool(kernel, strides, dilations).sum(tuple(range(count, 2 * count)))
         return windows.sum(window_axes) / divisor
 
     def max_unpool2d(self: Any, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,

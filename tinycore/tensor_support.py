@@ -7,13 +7,13 @@ from typing import Any, Sequence
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, to_dtype
 
 
-def argfix(first: Any, *rest: Any) -> tuple[Any, ...]:
+def argfix(*args: Any) -> tuple[Any, ...]:
     """Arguments given either as one sequence or spread out (`reshape((2, 3))` and `reshape(2, 3)`) as a tuple."""
-    if first.__class__ in (tuple, list):
-        if rest:
-            raise ValueError(f"give the sizes either as one sequence or as separate values, not both: {first}, {rest}")
-        return tuple(first)
-    return (first,) + rest
+    if args and args[0].__class__ in (tuple, list):
+        if len(args) > 1:
+            raise ValueError(f"give the sizes either as one sequence or as separate values, not both: {args}")
+        return tuple(args[0])
+    return tuple(args)
 
 
 def resolve_axis(axis: int, ndim: int, allow_end: bool = False) -> int:

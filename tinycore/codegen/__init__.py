@@ -13,6 +13,7 @@ from tinycore.codegen.expand import expand
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import AxisType, Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, map_global_dims, vector_width
+from tinycore.codegen.simplify import simplify_indices
 from tinycore.helpers import DEBUG, NOOPT
 from tinycore.uop.uop import UOp
 
@@ -37,7 +38,7 @@ def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> K
 def linearize(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
     kernel = optimize_kernel(ast, renderer, opts)
-    stores = expand(kernel.ast, lambda dtype: vector_width(renderer, dtype))
+    stores = expand(simplify_indices(kernel.ast), lambda dtype: vector_width(renderer, dtype))
     return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
 
 

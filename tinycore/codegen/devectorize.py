@@ -1,9 +1,10 @@
 """Vector legalisation: vector ALU ops the renderer cannot emit are split into per-lane scalar ops.
 
-Vector loads and stores are kept (the packer only makes them for widths the renderer supports); arithmetic on vectors
-is kept only for the ops in the renderer's `vector_alu_ops` (default: +, -, *, negation and float division; bitwise ops
-on integers). Everything else becomes a VECTORIZE of scalar ops over GEPs of the sources, and GEPs of VECTORIZEs fold
-away, so a chain of unsupported ops stays scalar.
+Vector loads and stores are kept (the packer only makes them for widths the renderer supports). Arithmetic on vectors
+is kept only for the ops in the renderer's `vector_ops` (a set, or a dict by scalar dtype); without one, +, -, *,
+negation and float division on floats and +, -, *, negation and bitwise ops on integers. Everything else becomes a
+VECTORIZE of scalar ops over GEPs of the sources, and GEPs of VECTORIZEs fold away, so a chain of unsupported ops
+stays scalar.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ DEFAULT_VECTOR_INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.AND,
 
 
 def vector_alu_supported(renderer: Any, op: Ops, dtype: DType) -> bool:
-    """True when `renderer` can emit `op` on vectors of scalar `dtype` (its `vector_alu_ops` or the defaults)."""
-    declared = getattr(renderer, "vector_alu_ops", None)
+    """True when `renderer` can emit `op` on vectors of scalar `dtype` (its `vector_ops` or the defaults)."""
+    declared = getattr(renderer, "vector_alu_ops", None) or getattr(renderer, "vector_ops", None)
     if declared is not None:
         allowed = declared.get(dtype.scalar, ()) if isinstance(declared, dict) else declared
         return op in allowed

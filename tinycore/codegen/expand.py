@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 from tinycore.codegen.opt import AxisType, axis_id, axis_kind, range_size
-from tinycore.codegen.simplify import constant_difference, fold
+from tinycore.codegen.simplify import constant_difference, fold, substitute_fold
 from tinycore.codegen.vectorize import Packer, consecutive
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import Ops
@@ -32,12 +32,12 @@ def lane_values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
         if size is None:
             raise ValueError(f"axis {axis_id(range_node)} of kind {axis_kind(range_node)} needs a constant size")
         sizes.append(size)
-    return [{r: UOp.const(dtypes.int32, value) for r, value in zip(ranges, values)}
+    return [{r: UOp.const(dtypes.int32, value) for r, value in zip(ranges, values, strict=True)}
             for values in itertools.product(*(range(size) for size in sizes))]
 
 
 def _substitute(node: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    return fold(node.substitute(mapping))
+    return substitute_fold(node, mapping)
 
 
 class Expander:
@@ -67,15 +67,13 @@ class Expander:
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
         lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]
-        if not loops:
-            return combine(op, lanes)
         width = self.vector_width(node.dtype)
         while width > 1 and len(lanes) % width:
             width //= 2
         vectors = []
         for start in range(0, len(lanes), width):
             packed = self.packer.pack(tuple(lanes[start:start + width]))
-            vectors.append(UOp(Ops.REDUCE, packed.dtype, (packed,) + tuple(loops), op))
+            vectors.append(UOp(Ops.REDUCE, packed.dtype, (packed,) + tuple(loops), op) if loops else packed)
         total = combine(op, vectors)
         return combine(op, [total.gep(lane) for lane in range(width)])
 

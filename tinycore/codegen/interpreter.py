@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes, truncate
 from tinycore.uop.ops import GroupOp, Ops

@@ -118,6 +118,17 @@ class Linearizer:
         self.tree = LoopTree()
         self.group_of: dict[UOp, tuple[UOp, ...]] = {}
         self.group_parent: dict[tuple[UOp, ...], UOp | None] = {}
+        self.stores: list[UOp] = list(self.sink.src)
+        self.forced: dict[UOp, UOp | None] = {}  # nodes whose loop is fixed, not derived from their sources
+        self.block_inputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its initialising stores
+        self.block_outputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its result loads
+        self.updates: list[UOp] = []
+        self.inits: list[UOp] = []
+        self.registers: list[UOp] = []
+        self.placed_stores: dict[UOp, UOp | None] = {}
+        self.roots: list[UOp] = []
+        self.graph: UOp = self.sink
+        self.place: dict[UOp, UOp | None] = {}
 
     # ---- 1. loop tree ----
 
@@ -160,13 +171,6 @@ class Linearizer:
     def make_accumulators(self) -> None:
         """Replace each REDUCE by its accumulator's result; collect the set-up and update stores."""
         memo: dict[UOp, UOp] = {}
-        self.forced: dict[UOp, UOp | None] = {}
-        self.block_inputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its initialising stores
-        self.block_outputs: dict[UOp, list[UOp]] = {}  # first range of a group -> its result loads
-        self.updates: list[UOp] = []
-        self.inits: list[UOp] = []
-        self.registers: list[UOp] = []
-        self.placed_stores: dict[UOp, UOp | None] = {}
         for node in self.sink.toposort:
             if node.op is Ops.REDUCE:
                 memo[node] = self._accumulate(node, memo[node.src[0]])
@@ -208,7 +212,8 @@ class Linearizer:
         self.block_outputs = {k: [memo.get(r, r) for r in v] for k, v in self.block_outputs.items()}
         self.roots = self.stores + [memo[s] for s in self.inits] + [memo[s] for s in self.updates]
         self.graph = UOp(Ops.SINK, dtypes.void, tuple(self.roots))
-        self.place: dict[UOp, UOp | None] = {}
+        self.place = {}
+        result_block = {result: first for first, results in self.block_outputs.items() for result in results}
         for node in self.graph.toposort:
             if node is self.graph:
                 continue
@@ -224,6 +229,10 @@ class Linearizer:
                 loop = None
                 for source in node.src:
                     loop = self.tree.deepest(loop, self.place[source], node)
+                for source in node.src:
+                    if source in result_block and result_block[source] in self.tree.path(loop):
+                        raise LinearizeError(f"{node.op} uses a REDUCE result inside that REDUCE's own loop: a "
+                                             f"reduce range is used outside the REDUCE (ranges are not nested)")
                 self.place[node] = loop
 
     # ---- 4. ordering ----

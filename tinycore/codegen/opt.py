@@ -222,7 +222,15 @@ class Kernel:
             raise KernelOptError(f"unknown opt {opt}")
         self.applied.append(opt)
 
-    def apply_opts(self, opts: list[Opt]) -> "Kernel":
+    def nest_inside(self, axis: int) -> None:
+        """Move output loop `axis` inside every other output loop (it gets the largest axis id)."""
+        old = self.axes[axis]
+        moved = old.replace(arg=(self.next_id,) + tuple(old.arg[1:]))
+        self.next_id += 1
+        self.ast = replace_range(self.ast, old, moved, (moved,))
+        self.axes[axis] = moved
+
+    def apply_opts(self, opts: list[Opt]) -> Kernel:
         """Apply `opts` in order and return this kernel."""
         for opt in opts:
             self.apply_opt(opt)

@@ -6,16 +6,26 @@ CPU kernels, in this order:
    upcast to a few rows, and the reduce is unrolled by 4;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
-3. small output axes are upcast and small reduce axes unrolled completely;
-4. kernels with at least MIN_THREAD_WORK elements of work are split across the CPU workers on the outermost axis.
+3. kernels with at least MIN_THREAD_WORK elements of work are split across the CPU workers on the outermost axis
+   that is big enough;
+4. small output axes are upcast and small reduce axes unrolled completely.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tinycore.codegen.opt import (AxisType, Kernel, KernelOptError, Opt, OptOps, default_worker_count, range_size,
-                                  replace_range)
-from tinycore.codegen.simplify import linear_form, simplify
+from tinycore.codegen.opt import (
+    AxisType,
+    Kernel,
+    KernelOptError,
+    Opt,
+    OptOps,
+    axis_id,
+    default_worker_count,
+    range_size,
+    replace_range,
+)
+from tinycore.codegen.simplify import fold, linear_form
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.uop.ops import Ops
@@ -31,17 +41,22 @@ MAX_UPCAST = 64
 """The largest number of copies upcasting may make of a store."""
 
 
+PREFERRED_VECTOR_BYTES = 32
+"""The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
+
+
 def vector_width(renderer: Any, dtype: DType) -> int:
-    """The widest vector of scalar `dtype` the renderer supports (1 when none)."""
+    """The widest vector of scalar `dtype` the renderer supports, up to one preferred-size register (1: none)."""
     if dtypes.is_bool(dtype) or dtype.count != 1:
         return 1
     widths = getattr(renderer, "vector_widths", {}) or {}
-    return max(widths.get(dtype.scalar, ()), default=1)
+    limit = max(1, getattr(renderer, "preferred_vector_bytes", PREFERRED_VECTOR_BYTES) // dtype.itemsize)
+    return max((width for width in widths.get(dtype.scalar, ()) if width <= limit), default=1)
 
 
 def axis_stride(index: UOp, range_node: UOp) -> int | None:
     """The coefficient of `range_node` in a linear index (0 if absent), None when it appears non-linearly."""
-    terms, _ = linear_form(simplify(index))
+    terms, _ = linear_form(fold(index))
     coefficient = terms.get(range_node, 0)
     for atom in terms:
         if atom is not range_node and range_node in atom.toposort:
@@ -69,6 +84,7 @@ class Heuristic:
     def __init__(self, kernel: Kernel, renderer: Any):
         self.kernel, self.renderer = kernel, renderer
         self.notes: list[str] = []
+        self.original_sizes = {axis_id(r): range_size(r) for r in kernel.axes}
 
     def attempt(self, range_node: UOp, op: OptOps, amount: int, why: str) -> bool:
         """Apply `op` to the axis whose RANGE is `range_node`; False when it does not fit."""
@@ -95,8 +111,8 @@ class Heuristic:
             return list(self.kernel.applied)
         if not self.matmul_tile():
             self.vectorize()
-        self.small_axes()
         self.threads()
+        self.small_axes()
         return list(self.kernel.applied)
 
     def store_dtype(self) -> DType:
@@ -139,6 +155,12 @@ class Heuristic:
             self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if row_tile is not None:
                 self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
+            row_blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
+                          if axis_id(self.kernel.axes[position]) == axis_id(rows)]
+            if row_blocks:
+                # row blocks innermost: one column panel of the second input is reused from cache by every row block
+                self.kernel.nest_inside(row_blocks[0])
+                self.notes.append("row blocks inside column blocks")
             for reduce_range in self.reduce_axes()[-1:]:
                 size = range_size(reduce_range)
                 if size is not None and size % 4 == 0 and size >= 8:
@@ -190,7 +212,7 @@ class Heuristic:
                 self.attempt(range_node, OptOps.UPCAST, size, "small axis")
         for range_node in self.reduce_axes():
             size = range_size(range_node)
-            if size is not None and 1 < size <= SMALL_UNROLL:
+            if size is not None and 1 < size <= SMALL_UNROLL and size == self.original_sizes.get(axis_id(range_node)):
                 self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
 
     def threads(self) -> None:
@@ -233,7 +255,7 @@ def map_global_dims(kernel: Kernel, renderer: Any) -> None:
             continue
         special = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, total),), f"gidx{dimension}")
         stride = total
-        for range_node, size in zip(group, sizes):
+        for range_node, size in zip(group, sizes, strict=True):
             stride //= size
             expression = special if len(group) == 1 else (special // stride) % size
             kernel.ast = replace_range(kernel.ast, range_node, expression, ())

@@ -43,6 +43,11 @@ def fold_node(node: UOp) -> UOp:
         base = src[0].src[0]
         if all(s.src[0] is base for s in src) and tuple(s.arg[0] for s in src) == tuple(range(base.dtype.count)):
             return base
+    if op is Ops.INDEX and len(src) == 3 and src[2].op is Ops.CONST and src[2].arg:
+        return node.replace(src=src[:2])
+    if op is Ops.LOAD and src[0].op is Ops.INDEX and len(src[0].src) == 3 and src[0].src[2].op is Ops.CONST:
+        if not src[0].src[2].arg:
+            return src[1] if len(src) > 1 else UOp.const(node.dtype, 0)
     if op is Ops.WHERE and src[0].op is Ops.CONST:
         return src[1] if src[0].arg else src[2]
     if op in (Ops.ADD, Ops.MUL) and src[0].op is Ops.CONST and src[1].op is not Ops.CONST:
@@ -84,11 +89,33 @@ def fold(root: UOp) -> UOp:
     return memo[root]
 
 
+def substitute_fold(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
+    """`root` with the keys of `mapping` replaced by their values, folding only the nodes that changed."""
+    memo: dict[UOp, UOp] = dict(mapping)
+    for node in root.toposort:
+        if node in memo:
+            continue
+        new_src = tuple(memo[source] for source in node.src)
+        memo[node] = node if new_src == node.src else fold_node(node.replace(src=new_src))
+    return memo[root]
+
+
 def simplify(root: UOp) -> UOp:
     """`root` simplified: folding here, then the symbolic engine's rules where the IR provides them."""
     folded = fold(root)
     symbolic = getattr(folded, "simplify", None)
     return symbolic() if callable(symbolic) else folded
+
+
+def simplify_indices(root: UOp) -> UOp:
+    """`root` with the index and validity expressions of every INDEX simplified by the symbolic rules."""
+    memo: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        new_src = tuple(memo[source] for source in node.src)
+        if node.op is Ops.INDEX and len(new_src) > 1:
+            new_src = new_src[:1] + tuple(simplify(source) for source in new_src[1:])
+        memo[node] = node if new_src == node.src else node.replace(src=new_src)
+    return memo[root]
 
 
 LinearForm = tuple[dict[UOp, int], int]

@@ -7,7 +7,7 @@ becomes a VECTORIZE of the scalar lanes. The result always computes exactly the 
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from tinycore.codegen.simplify import constant_difference
 from tinycore.dtype import DType, dtypes

@@ -98,7 +98,8 @@ def _parse_target(text: str, whole: str) -> Target:
     text = text.strip()
     if not text:
         raise _fail(whole, "empty target (two ';' in a row, or a ';' at either end)")
-    interface, indices = "", ()
+    interface = ""
+    indices: tuple[int, ...] = ()
     if "+" in text:
         if text.count("+") > 1:
             raise _fail(whole, f"too many '+' in target {text!r}: at most one interface per target")

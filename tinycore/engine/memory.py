@@ -62,11 +62,6 @@ def buffer_of(uop: UOp) -> Buffer:
     return found
 
 
-def has_buffer(uop: UOp) -> bool:
-    """True when a Buffer object already exists for the BUFFER node `uop`."""
-    return _ATTRIBUTE in uop.__dict__
-
-
 def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: Any) -> UOp:
     """A new BUFFER node on `device` filled now with the host bytes `data` (a whole number of `dtype` items)."""
     view = memoryview(data)

@@ -72,43 +72,101 @@ def _run_copy(item: ScheduleItem) -> None:
         print(f"copy   {source.nbytes:>10} bytes {source.device} -> {destination.device}")
 
 
-def run_schedule(items: Sequence[ScheduleItem]) -> None:
-    """Run `items` in order: copies through host memory, kernels through their compiled programs."""
+def _release_points(items: Sequence[ScheduleItem], temporaries: Sequence[UOp]) -> dict[int, list[UOp]]:
+    """For each item position, the temporary buffers whose last use it is."""
+    temporary_set = set(temporaries)
+    last_use: dict[UOp, int] = {}
+    for position, item in enumerate(items):
+        for node in item.buffers:
+            if node in temporary_set:
+                last_use[node] = position
+    releases: dict[int, list[UOp]] = {}
+    for node, position in last_use.items():
+        releases.setdefault(position, []).append(node)
+    return releases
+
+
+def run_schedule(items: Sequence[ScheduleItem], temporaries: Sequence[UOp] = ()) -> None:
+    """Run `items` in order: copies through host memory, kernels through their compiled programs.
+
+    Each of `temporaries` (buffers only the schedule uses) goes back to its allocator after its last use, so a
+    later item can reuse the memory.
+    """
     timed = DEBUG >= 2
-    for item in items:
+    releases = _release_points(items, temporaries) if temporaries else None
+    for position, item in enumerate(items):
         if item.ast.op is Ops.COPY:
             _run_copy(item)
-            continue
-        device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
-        runner = get_runner(item.ast, device_buffers[0].device)
-        elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
-        GlobalCounters.kernel_count += 1
-        estimates = runner.spec.estimates
-        GlobalCounters.global_ops += estimates.ops
-        GlobalCounters.global_mem += estimates.mem
-        if timed:
-            seconds = float(elapsed or 0.0)
-            GlobalCounters.time_sum_s += seconds
-            rate = max(seconds, 1e-9)
-            print(f"kernel {runner.name:<28} {seconds * 1e6:9.2f} us {estimates.ops / rate / 1e9:9.2f} GFLOPS "
-                  f"{estimates.mem / rate / 1e9:8.2f} GB/s")
+        else:
+            _run_kernel(item, timed)
+        if releases is not None and position in releases:
+            for node in releases.pop(position):
+                buffer_of(node).deallocate()
+
+
+def _run_kernel(item: ScheduleItem, timed: bool) -> None:
+    """Launch one kernel item (timed and reported at DEBUG >= 2)."""
+    device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
+    runner = get_runner(item.ast, device_buffers[0].device)
+    elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
+    GlobalCounters.kernel_count += 1
+    estimates = runner.spec.estimates
+    GlobalCounters.global_ops += estimates.ops
+    GlobalCounters.global_mem += estimates.mem
+    if timed:
+        seconds = float(elapsed or 0.0)
+        GlobalCounters.time_sum_s += seconds
+        rate = max(seconds, 1e-9)
+        print(f"kernel {runner.name:<28} {seconds * 1e6:9.2f} us {estimates.ops / rate / 1e9:9.2f} GFLOPS "
+              f"{estimates.mem / rate / 1e9:8.2f} GB/s")
+
+
+# ---- realized results: a node realized once is read from its buffer by later graphs ----
+
+_REALIZED = "_realized_as"  # on a computed node: (the realized view holding its value, the epoch it was computed in)
+_epoch = [0]  # advanced by every schedule that overwrites a buffer: results of earlier epochs may be stale
+
+
+def _with_known_results(uop: UOp) -> UOp:
+    """`uop` with every node realized by an earlier call (since the last ASSIGN) replaced by its realized view."""
+    mapping = {}
+    epoch = _epoch[0]
+    for node in uop.toposort:
+        known = node.__dict__.get(_REALIZED)
+        if known is not None and known[1] == epoch:
+            mapping[node] = known[0]
+    return uop.substitute(mapping) if mapping else uop
+
+
+def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool) -> None:
+    """Record the results of `computed`; after a schedule that overwrote buffers, forget everything instead."""
+    if has_assign:
+        _epoch[0] += 1
+        return
+    entry_epoch = _epoch[0]
+    for node, result in zip(computed, results, strict=True):
+        if result is not node:
+            node.__dict__[_REALIZED] = (result, entry_epoch)
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     """Realize tensor-level graphs together (one schedule, shared subgraphs computed once).
 
     Returns for each input a realized node: `BUFFER.reshape(shape)`, or a view (movement ops over a BUFFER) when
-    the input already was one.
+    the input already was one. Nodes realized by earlier calls are read from their buffers, not recomputed, until
+    a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
     pending = [uop for uop in uops if not is_realized_view(uop)]
     if not pending:
         return list(uops)
-    schedule = schedule_cached(pending)
+    to_schedule = [_with_known_results(uop) for uop in pending]
+    schedule = schedule_cached(to_schedule)
     if DEBUG >= 1:
         kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
         print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
               f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
-    run_schedule(schedule.items)
+    run_schedule(schedule.items, schedule.temporaries)
+    _remember(pending, schedule.outputs, schedule.has_assign)
     replacement = dict(zip(pending, schedule.outputs, strict=True))
     return [replacement.get(uop, uop) for uop in uops]
 

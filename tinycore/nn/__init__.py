@@ -14,6 +14,7 @@ from tinycore.helpers import flatten, make_tuple, prod
 from tinycore.nn import datasets as datasets
 from tinycore.nn import optim as optim
 from tinycore.nn import state as state
+from tinycore.nn.optim import filled_buffer
 from tinycore.tensor import Tensor
 
 __all__ = ["BatchNorm", "BatchNorm2d", "BatchNorm3d", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d",
@@ -24,6 +25,16 @@ def _state_buffer(tensor: Tensor) -> Tensor:
     """`tensor` marked as state that optimizers do not train (running statistics, counters)."""
     tensor.requires_grad = False
     return tensor
+
+
+def _ones(*shape: int) -> Tensor:
+    """A trainable tensor of ones with a buffer of its own."""
+    return filled_buffer(shape, 1, dtypes.default_float, None)
+
+
+def _zeros(*shape: int) -> Tensor:
+    """A trainable tensor of zeros with a buffer of its own."""
+    return filled_buffer(shape, 0, dtypes.default_float, None)
 
 
 class Linear:
@@ -126,12 +137,12 @@ class BatchNorm:
     def __init__(self, sz: int, eps: float = 1e-5, affine: bool = True, track_running_stats: bool = True,
                  momentum: float = 0.1):
         self.eps, self.track_running_stats, self.momentum = eps, track_running_stats, momentum
-        self.weight: Tensor | None = Tensor.ones(sz) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(sz) if affine else None
-        self.num_batches_tracked = _state_buffer(Tensor.zeros((), dtype=dtypes.long))
+        self.weight: Tensor | None = _ones(sz) if affine else None
+        self.bias: Tensor | None = _zeros(sz) if affine else None
+        self.num_batches_tracked = _state_buffer(filled_buffer((), 0, dtypes.long, None))
         if track_running_stats:
-            self.running_mean = _state_buffer(Tensor.zeros(sz))
-            self.running_var = _state_buffer(Tensor.ones(sz))
+            self.running_mean = _state_buffer(filled_buffer((sz,), 0, dtypes.default_float, None))
+            self.running_var = _state_buffer(filled_buffer((sz,), 1, dtypes.default_float, None))
 
     def calc_stats(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """The mean and variance used to normalize `x`: the running ones in eval mode, else the batch's."""
@@ -168,8 +179,8 @@ class LayerNorm:
         self.normalized_shape: tuple[int, ...] = make_tuple(normalized_shape, 1)
         self.axis = tuple(-1 - index for index in range(len(self.normalized_shape)))
         self.eps = eps
-        self.weight: Tensor | None = Tensor.ones(*self.normalized_shape) if elementwise_affine else None
-        self.bias: Tensor | None = Tensor.zeros(*self.normalized_shape) if elementwise_affine else None
+        self.weight: Tensor | None = _ones(*self.normalized_shape) if elementwise_affine else None
+        self.bias: Tensor | None = _zeros(*self.normalized_shape) if elementwise_affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         """Normalize the trailing axes of `x`, whose sizes must be normalized_shape."""
@@ -204,8 +215,8 @@ class GroupNorm:
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels ({num_channels}) must be divisible by num_groups ({num_groups})")
         self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
-        self.weight: Tensor | None = Tensor.ones(num_channels) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(num_channels) if affine else None
+        self.weight: Tensor | None = _ones(num_channels) if affine else None
+        self.bias: Tensor | None = _zeros(num_channels) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         """Normalize `x` of shape (batch, num_channels, *spatial)."""
@@ -218,8 +229,8 @@ class InstanceNorm:
 
     def __init__(self, num_features: int, eps: float = 1e-5, affine: bool = True):
         self.num_features, self.eps = num_features, eps
-        self.weight: Tensor | None = Tensor.ones(num_features) if affine else None
-        self.bias: Tensor | None = Tensor.zeros(num_features) if affine else None
+        self.weight: Tensor | None = _ones(num_features) if affine else None
+        self.bias: Tensor | None = _zeros(num_features) if affine else None
 
     def __call__(self, x: Tensor) -> Tensor:
         """Normalize `x` of shape (batch, num_features, *spatial)."""
@@ -232,7 +243,7 @@ class RMSNorm:
 
     def __init__(self, dim: int, eps: float = 1e-6, elementwise_affine: bool = True):
         self.eps = eps
-        self.weight: Tensor | None = Tensor.ones(dim) if elementwise_affine else None
+        self.weight: Tensor | None = _ones(dim) if elementwise_affine else None
 
     def _norm(self, x: Tensor) -> Tensor:
         return x * (x.square().mean(-1, keepdim=True) + self.eps).rsqrt()
@@ -269,8 +280,8 @@ class LSTMCell:
         bound = 1 / math.sqrt(hidden_size)
         self.weight_ih = Tensor.uniform(hidden_size * 4, input_size, low=-bound, high=bound)
         self.weight_hh = Tensor.uniform(hidden_size * 4, hidden_size, low=-bound, high=bound)
-        self.bias_ih: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
-        self.bias_hh: Tensor | None = Tensor.zeros(hidden_size * 4) if bias else None
+        self.bias_ih: Tensor | None = _zeros(hidden_size * 4) if bias else None
+        self.bias_hh: Tensor | None = _zeros(hidden_size * 4) if bias else None
 
     def __call__(self, x: Tensor, hc: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """The next hidden and cell states for input `x` (batch, input_size); `hc` defaults to zeros."""

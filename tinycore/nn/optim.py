@@ -11,9 +11,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tinycore import helpers
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.helpers import dedup
 from tinycore.tensor import Tensor
+
+
+def _untrained(tensor: Tensor) -> Tensor:
+    """`tensor` marked as never needing a gradient."""
+    tensor.requires_grad = False
+    return tensor
+
+
+def filled_buffer(shape: Sequence[int], value: float, dtype: DType, device: str | None) -> Tensor:
+    """A tensor of `shape` filled with `value` in a buffer of its own (for state that is later assigned to).
+
+    A lazy constant such as Tensor.zeros(3) is the same graph node as every other Tensor.zeros(3), so state built
+    from it could end up sharing one buffer (and one gradient) with another tensor; a new buffer cannot.
+    """
+    return Tensor.empty(*shape, dtype=dtype, device=device).assign(Tensor.full(tuple(shape), value, dtype=dtype,
+                                                                              device=device))
 
 
 class Optimizer:
@@ -72,8 +88,7 @@ class Optimizer:
 
     def _zeros_like_params(self) -> list[Tensor]:
         """One zero-filled state tensor per parameter (momentum buffers, moments)."""
-        return [Tensor.zeros(*param.shape, dtype=param.dtype, device=param.device, requires_grad=False).contiguous()
-                for param in self.params]
+        return [_untrained(filled_buffer(param.shape, 0, param.dtype, param.device)) for param in self.params]
 
 
 class OptimizerGroup(Optimizer):
@@ -202,8 +217,8 @@ class LAMB(Optimizer):
                  weight_decay: float = 0.0, adam: bool = False, device: str | None = None, fused: bool = False):
         super().__init__(params, lr, device, fused)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
-        self.b1_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
-        self.b2_t = Tensor.ones((1,), dtype=dtypes.float32, device=self.device, requires_grad=False).contiguous()
+        self.b1_t = _untrained(filled_buffer((1,), 1, dtypes.float32, self.device))
+        self.b2_t = _untrained(filled_buffer((1,), 1, dtypes.float32, self.device))
         self.m = self._zeros_like_params()
         self.v = self._zeros_like_params()
 

@@ -43,6 +43,7 @@ def tiny_devices() -> list[DeviceSpec]:
     Returns a list of DeviceSpec (name, priority, device-class import path, description, optional probe path).
     Must not import the device class, probe the hardware or load drivers: the registry does those when needed.
     """
+    raise NotImplementedError("a hook specification is never called; plugins implement it")
 
 
 @hookspec
@@ -56,6 +57,7 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
     Returns a list of RendererSpec, or an empty list for a device this plugin does not render for.
     Must not construct a renderer or run a compiler: only the registry calls the factory.
     """
+    raise NotImplementedError("a hook specification is never called; plugins implement it")
 
 
 @hookspec(firstresult=True)
@@ -66,6 +68,7 @@ def tiny_allocator(device: Any) -> Any:
     Returns an Allocator instance, or None to let another plugin answer (the first non-None result wins).
     Must not allocate device memory yet, nor keep a reference that outlives the device.
     """
+    raise NotImplementedError("a hook specification is never called; plugins implement it")
 
 
 @hookspec
@@ -77,6 +80,7 @@ def tiny_interfaces(device: str) -> list[InterfaceSpec]:
     (`DEV=MOCK+NV`); it is never a fallback.
     Must not open the interface: only the registry calls the factory.
     """
+    raise NotImplementedError("a hook specification is never called; plugins implement it")
 
 
 @hookspec(firstresult=True)
@@ -87,3 +91,4 @@ def tiny_hcq_queues(device: Any) -> HCQQueues | None:
     Returns an HCQQueues, or None when the device is not queue-based (the first non-None result wins).
     Must not create queues or signals: it returns their types.
     """
+    raise NotImplementedError("a hook specification is never called; plugins implement it")

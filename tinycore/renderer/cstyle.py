@@ -77,7 +77,7 @@ class CStyleLanguage(Renderer):
     `buffer_prefix` / `buffer_suffix` / `const_buffer_prefix` (kernel buffer parameter qualifiers), `arg_int_prefix`
     (how DEFINE_VAR parameters are declared), `code_for_workitem` (SPECIAL "g"/"l"/"i" + axis -> expression),
     `barrier`, `smem_prefix` (local memory declaration), `infinity` / `nan` literals, `float_suffix`,
-    `vector_ops` (ALU ops the language applies lane-wise to vector types), `native_bfloat16`.
+    `vector_alu_ops` (ALU ops the language applies lane-wise to vector types), `native_bfloat16`.
     Hooks: `render_dtype`, `render_const`, `render_cast`, `render_bitcast`, `render_vector`, `render_gep`,
     `render_vector_pointer`, `render_kernel`, `render_special`, `render_local`.
     """
@@ -94,7 +94,7 @@ class CStyleLanguage(Renderer):
     nan: str = "NAN"
     float_suffix: str = "f"
     native_bfloat16: bool = False
-    vector_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
+    vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
     code_for_op: dict[Ops, CodeForOp] = BASE_CODE_FOR_OP
     type_map: dict[DType, str] = BASE_TYPE_MAP
     # divide by a non-constant integer: 0 where the divisor is 0, as the constant folder does, instead of a trap
@@ -264,12 +264,16 @@ class _Walk:
         self.depth = 1
         self.used_dtypes: set[DType] = set()
         self.uses: dict[UOp, int] = {}
+        self.inlined: set[UOp] = set()
         self.stored: set[UOp] = set()
         for uop in uops:
             for source in uop.src:
                 self.uses[source] = self.uses.get(source, 0) + 1
             if uop.op is Ops.STORE:
-                self.stored.update(node for node in uop.src[0].toposort if node.op is Ops.DEFINE_GLOBAL)
+                target = uop.src[0]
+                while target.op in (Ops.INDEX, Ops.CAST) and target.src:
+                    target = target.src[0]
+                self.stored.add(target)
 
     # ---- helpers ----
 
@@ -298,6 +302,7 @@ class _Walk:
         single = self.uses.get(uop, 0) <= 1 and uop.dtype.count == 1
         if uop.op in _INLINE_WHEN_SINGLE_USE and single:
             self.names[uop] = code
+            self.inlined.add(uop)
             return
         name = self.fresh(prefix)
         self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {code};")
@@ -321,6 +326,7 @@ class _Walk:
             if uop.op is Ops.DEFINE_GLOBAL:
                 buffer_name = f"data{uop.arg}"
                 self.names[uop] = buffer_name
+                assert isinstance(uop.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {uop.dtype}"
                 globals_[uop.arg] = renderer.render_buffer_parameter(buffer_name, uop.dtype, uop not in self.stored)
             elif uop.op is Ops.DEFINE_VAR:
                 variable_name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
@@ -408,6 +414,10 @@ class _Walk:
         buffer = uop.src[0]
         base_pointer = self.pointers.get(buffer)
         buffer_text = base_pointer.address() if base_pointer is not None else self.expression(buffer)
+        if self.uses.get(uop, 0) > 1:  # an address used several times computes its index once
+            for source in uop.src[1:]:
+                if source in self.inlined:
+                    self.materialize(source)
         index = self.expression(uop.src[1]) if len(uop.src) > 1 else None
         gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
         element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
@@ -485,26 +495,49 @@ class _Walk:
             self.bind(uop, code, "custom")
 
     def op_alu(self, uop: UOp) -> None:
+        code = self.compose_alu(uop, [self.expression(source) for source in uop.src])
+        # an operand rendered in place that the code repeats (MAX, a division guard, lanes of a broadcast scalar)
+        # gets a variable first, so nested repeats cannot grow the source exponentially
+        probes = [f"\x00{position}\x00" for position in range(len(uop.src))]
+        probed = self.compose_alu(uop, probes)
+        repeated = [source for source, probe in zip(uop.src, probes, strict=True)
+                    if source in self.inlined and probed.count(probe) > 1]
+        if repeated:
+            for source in dict.fromkeys(repeated):
+                self.materialize(source)
+            code = self.compose_alu(uop, [self.expression(source) for source in uop.src])
+        self.bind(uop, code)
+
+    def materialize(self, uop: UOp) -> None:
+        """Give an expression rendered in place a variable of its own, declared here."""
+        name = self.fresh("alu")
+        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {self.names[uop]};")
+        self.names[uop] = name
+        self.inlined.discard(uop)
+
+    def compose_alu(self, uop: UOp, operands: list[str]) -> str:
+        """The code of an ALU op over the given operand texts (lane by lane where the language needs it)."""
         renderer = self.renderer
         operand_dtype = uop.src[1].dtype if uop.op is Ops.WHERE else uop.src[0].dtype
         count = max(source.dtype.count for source in uop.src)
         scalar = operand_dtype.scalar
-        vector_ok = (uop.op in renderer.vector_ops and scalar != dtypes.bool and scalar not in renderer.narrow_dtypes
+        vector_ok = (uop.op in renderer.vector_alu_ops and scalar != dtypes.bool
+                     and scalar not in renderer.narrow_dtypes
                      and not (scalar == dtypes.bfloat16 and not renderer.native_bfloat16))
         if count == 1 or (vector_ok and all(source.dtype.count == count for source in uop.src)):
-            code = self.scalar_alu(uop.op, [self.expression(source) for source in uop.src], operand_dtype,
-                                   uop.src)
+            code = self.scalar_alu(uop.op, operands, operand_dtype, uop.src)
             if count == 1 and uop.dtype in renderer.narrow_dtypes:
                 code = renderer.render_cast(code, uop.dtype, uop.dtype)
-        else:
-            items = []
-            for lane in range(count):
-                item = self.scalar_alu(uop.op, [self.lane(source, lane) for source in uop.src], scalar, uop.src)
-                if uop.dtype.scalar in renderer.narrow_dtypes:
-                    item = renderer.render_cast(item, uop.dtype.scalar, uop.dtype.scalar)
-                items.append(item)
-            code = renderer.render_vector(uop.dtype, items)
-        self.bind(uop, code)
+            return code
+        items = []
+        for lane in range(count):
+            lanes = [text if source.dtype.count == 1 else renderer.render_gep(text, lane, source.dtype)
+                     for source, text in zip(uop.src, operands, strict=True)]
+            item = self.scalar_alu(uop.op, lanes, scalar, uop.src)
+            if uop.dtype.scalar in renderer.narrow_dtypes:
+                item = renderer.render_cast(item, uop.dtype.scalar, uop.dtype.scalar)
+            items.append(item)
+        return renderer.render_vector(uop.dtype, items)
 
     def scalar_alu(self, op: Ops, operands: list[str], dtype: DType, sources: tuple[UOp, ...]) -> str:
         renderer = self.renderer
@@ -550,6 +583,8 @@ class _Walk:
                 alternative = self.renderer.render_vector(uop.dtype, [zero] * uop.dtype.count)
             else:
                 alternative = self.renderer.render_const(0, uop.dtype)
+            if uop.dtype.count > 1:  # the access may have a differently qualified vector type (C's unaligned one)
+                value = f"(({self.renderer.render_dtype(uop.dtype)}){value})"
             value = f"({pointer.gate}?{value}:{alternative})"
         name = self.fresh("val")
         self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {value};")

@@ -68,6 +68,8 @@ class _Template:
     new_buffers: list[tuple[Any, Any, int]]
     results: list[tuple[str, Any, Any]]
     input_count: int
+    has_assign: bool
+    temporaries: tuple[int, ...]
 
     def instantiate(self, outputs: Sequence[UOp], inputs: list[UOp]) -> Schedule:
         """This schedule for graphs of the same structure reading `inputs`."""
@@ -83,7 +85,7 @@ class _Template:
             else:
                 placeholders = {placeholder: slots[slot] for placeholder, slot in second}
                 results.append(first.substitute(placeholders))
-        return Schedule(items, results)
+        return Schedule(items, results, self.has_assign, tuple(slots[slot] for slot in self.temporaries))
 
 
 def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]) -> _Template:
@@ -113,7 +115,8 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
                        for buffer in buffers}
             results.append(("graph", result.substitute(mapping), tuple((placeholder, slot_of[buffer])
                                                                          for buffer, placeholder in mapping.items())))
-    return _Template(items, new_buffers, results, len(inputs))
+    temporaries = tuple(slot(buffer) for buffer in schedule.temporaries)
+    return _Template(items, new_buffers, results, len(inputs), schedule.has_assign, temporaries)
 
 
 _cache: dict[tuple[Any, ...], _Template] = {}

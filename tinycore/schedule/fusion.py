@@ -55,17 +55,46 @@ def is_contiguous_buffer_view(node: UOp) -> bool:
     return node.op in LEAF_BUFFERS
 
 
-def _reads_buffer_through_other_view(value: UOp, target: UOp) -> bool:
-    """True when `value` reads the buffer under the view `target` at any view other than `target` itself."""
-    target_nodes = target.toposort
-    buffer_node = view_base(target)
+def assign_target_view(target: UOp) -> UOp:
+    """The view an ASSIGN writes through: `target` with earlier ASSIGNs in its chain replaced by their targets."""
+    chain: list[UOp] = []
+    node = strip_identity(target)
+    while node.op not in LEAF_BUFFERS:
+        if node.op is not Ops.ASSIGN:
+            chain.append(node)
+        node = strip_identity(node.src[0])
+    for movement in reversed(chain):
+        node = movement.replace(src=(node,))
+    return node
+
+
+def earlier_assigns(target: UOp) -> list[UOp]:
+    """The ASSIGN nodes in the chain of an ASSIGN target (writes that must happen first)."""
+    return [node for node in target.toposort if node.op is Ops.ASSIGN]
+
+
+def _buffer_under(node: UOp) -> UOp:
+    """The node under a chain of movement ops, identity ops and ASSIGNs (through their targets)."""
+    while node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
+        node = node.src[0]
+    return node
+
+
+def _reads_target_elsewhere(value: UOp, target: UOp) -> bool:
+    """True when `value` reads the buffer an ASSIGN writes at other elements than the one being written: through
+    another view, or inside a reduce (the in-place write would race with those reads)."""
+    target_view = assign_target_view(target)
+    buffer_node = view_base(target_view)
     if buffer_node not in value.toposort:
         return False
+    if _buffer_under(value) is buffer_node:
+        return assign_target_view(value) is not target_view
     for node in value.toposort:
-        if node in target_nodes:
+        if node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
             continue
         for source in node.src:
-            if source in target_nodes and (source is not target or node.op in GroupOp.Movement):
+            if _buffer_under(source) is buffer_node and (
+                    node.op is Ops.REDUCE_AXIS or assign_target_view(source) is not target_view):
                 return True
     return False
 
@@ -99,7 +128,7 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
             roots[strip_identity(node.src[0])] = None
         if node.op is Ops.ASSIGN:
             value = strip_identity(node.src[1])
-            if not is_realized_view(value) and _reads_buffer_through_other_view(value, node.src[0]):
+            if _reads_target_elsewhere(value, node.src[0]):
                 roots[value] = None
     _add_reduce_roots(roots)
     return roots

@@ -14,11 +14,11 @@ node is evaluated at a tuple of index expressions (one per axis of its shape), w
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
-from tinycore.helpers import all_int, prod
+from tinycore.helpers import all_int
 from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity
 from tinycore.uop import ops as ops_module
 from tinycore.uop.ops import GroupOp, Ops
@@ -52,6 +52,8 @@ INDEX_DTYPE: DType = dtypes.int32
 
 Index = tuple[UOp, ...]
 """One index expression per axis of a node's shape."""
+LowerKey = tuple[UOp, Index, "UOp | None"]
+"""A node, the index it is evaluated at, and the validity mask of the loads under it."""
 
 
 # ---- index arithmetic with the obvious simplifications done at construction ----
@@ -163,7 +165,7 @@ def flat_index(shape: Sequence[Any], index: Index) -> UOp:
     for size, axis_index in zip(reversed(shape), reversed(index), strict=True):
         if not (isinstance(size, int) and size == 1):
             total = idx_add(total, idx_mul(axis_index, stride))
-        stride = stride * size if not isinstance(stride, int) or not isinstance(size, int) else stride * size
+        stride = stride * size
     return total
 
 
@@ -184,7 +186,7 @@ def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
 
 def _axis_groups(out_shape: Sequence[Any], in_shape: Sequence[Any]) -> list[tuple[list[int], list[int]]] | None:
     """Pairs of (output axes, input axes) with equal products, ignoring size-1 axes (None if not all ints)."""
-    if not all_int(out_shape) or not all_int(in_shape):
+    if not all_int(out_shape) or not all_int(in_shape) or 0 in out_shape or 0 in in_shape:
         return None
     out_axes = [axis for axis, size in enumerate(out_shape) if size != 1]
     in_axes = [axis for axis, size in enumerate(in_shape) if size != 1]
@@ -229,7 +231,7 @@ class KernelLowerer:
     """Builds the AST of the kernel that computes `root`.
 
     `realized` maps nodes computed by other kernels (and the root itself) to their realized views (movement ops
-    over a BUFFER). `output_buffer` is the BUFFER the root is stored into.
+    over a BUFFER); the root is stored through its own realized view, other realized nodes are loaded.
     """
 
     def __init__(self, root: UOp, realized: dict[UOp, UOp]):
@@ -239,7 +241,8 @@ class KernelLowerer:
         self.dependencies: dict[UOp, None] = {}  # other roots this kernel reads
         self.var_vals: dict[UOp, int] = {}
         self.range_count = 0
-        self.memo: dict[tuple[UOp, Index, UOp | None], UOp] = {}
+        self.memo: dict[LowerKey, UOp] = {}
+        self.plans: dict[LowerKey, tuple[list[LowerKey], Callable[[list[UOp]], UOp]]] = {}
 
     # ---- buffers and ranges ----
 
@@ -284,8 +287,8 @@ class KernelLowerer:
         elif root.op is Ops.CONTIGUOUS:
             value = self.lower(root.src[0], ranges, None)
         else:
-            value = self.lower_computation(root, ranges, None)
-        return UOp(Ops.SINK, dtypes.void, (address.store(value),))
+            value = self.lower(root, ranges, None)
+        return self.unbind(UOp(Ops.SINK, dtypes.void, (address.store(value),)))
 
     def view_index(self, view: UOp, index: Index) -> tuple[UOp, UOp, UOp | None]:
         """The buffer under the movement chain `view`, the flat index and the validity mask at `index`."""
@@ -331,18 +334,30 @@ class KernelLowerer:
         raise AssertionError(f"{op} is not a movement op")
 
     def lower(self, node: UOp, index: Index, valid: UOp | None) -> UOp:
-        """The kernel-level value of tensor-level `node` at `index` (loads gated by `valid`)."""
-        key = (node, index, valid)
-        found = self.memo.get(key)
+        """The kernel-level value of tensor-level `node` at `index` (loads gated by `valid`).
+
+        Iterative (an explicit stack, not recursion), so graphs thousands of ops deep lower fine.
+        """
+        root_key = (node, index, valid)
+        found = self.memo.get(root_key)
         if found is not None:
             return found
-        if node is not self.root and node in self.realized:
-            self.dependencies[node] = None
-            result = self.lower_view(self.realized[node], index, valid)
-        else:
-            result = self.lower_computation(node, index, valid)
-        self.memo[key] = result
-        return result
+        stack = [root_key]
+        while stack:
+            key = stack[-1]
+            if key in self.memo:
+                stack.pop()
+                continue
+            plan = self.plans.get(key)
+            if plan is None:
+                plan = self.plans[key] = self.plan(*key)
+            missing = [child for child in plan[0] if child not in self.memo]
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            self.memo[key] = plan[1]([self.memo[child] for child in plan[0]])
+        return self.memo[root_key]
 
     def lower_view(self, view: UOp, index: Index, valid: UOp | None) -> UOp:
         """A load through the movement chain `view` over a BUFFER."""
@@ -352,25 +367,31 @@ class KernelLowerer:
             return load
         return UOp(Ops.WHERE, load.dtype, (mask, load, UOp.const(load.dtype, 0)))
 
-    def lower_computation(self, node: UOp, index: Index, valid: UOp | None) -> UOp:
-        """The value of `node` computed here (not loaded from a realized buffer)."""
+    def plan(self, node: UOp, index: Index, valid: UOp | None) -> tuple[list[LowerKey], Callable[[list[UOp]], UOp]]:
+        """What lowering `node` at `index` needs (sources at their indices) and how it combines their values."""
         op = node.op
+        if node is not self.root and node in self.realized:
+            self.dependencies[node] = None
+            view = self.realized[node]
+            return [], lambda _: self.lower_view(view, index, valid)
         if op in LEAF_BUFFERS:
-            return self.lower_view(node, index, valid)
+            return [], lambda _: self.lower_view(node, index, valid)
         if op in GroupOp.Movement:
             source_index, mask = self.movement_index(node, index)
-            value = self.lower(node.src[0], source_index, idx_and(valid, mask))
             if mask is None:
-                return value
-            return UOp(Ops.WHERE, value.dtype, (mask, value, UOp.const(value.dtype, 0)))
+                return [(node.src[0], source_index, valid)], lambda values: values[0]
+            masked = mask
+            return ([(node.src[0], source_index, idx_and(valid, mask))],
+                    lambda values: UOp(Ops.WHERE, values[0].dtype, (masked, values[0], UOp.const(values[0].dtype, 0))))
         if op is Ops.CONST:
-            return UOp.const(node.dtype, node.arg)
+            return [], lambda _: UOp.const(node.dtype, node.arg)
         if op is Ops.BIND or op is Ops.DEFINE_VAR:
-            return self.unbind(node)
+            return [], lambda _: self.unbind(node)
         if op in GroupOp.Elementwise:
-            return UOp(op, node.dtype, tuple(self.lower(source, index, valid) for source in node.src), node.arg)
+            return ([(source, index, valid) for source in node.src],
+                    lambda values: UOp(op, node.dtype, tuple(values), node.arg))
         if op is Ops.DETACH or op is Ops.CONTIGUOUS_BACKWARD or op is Ops.CONTIGUOUS:
-            return self.lower(node.src[0], index, valid)
+            return [(node.src[0], index, valid)], lambda values: values[0]
         if op is Ops.REDUCE_AXIS:
             reduce_op, axes = node.arg
             source = node.src[0]
@@ -381,28 +402,27 @@ class KernelLowerer:
                 source_index[axis] = axis_range
                 if axis_range.op is Ops.RANGE:
                     ranges.append(axis_range)
-            value = self.lower(source, tuple(source_index), valid)
             if not ranges:
-                return value
-            return UOp(Ops.REDUCE, node.dtype, (value, *ranges), reduce_op)
+                return [(source, tuple(source_index), valid)], lambda values: values[0]
+            return ([(source, tuple(source_index), valid)],
+                    lambda values: UOp(Ops.REDUCE, node.dtype, (values[0], *ranges), reduce_op))
         raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
+
+
+def simplify_indices(ast: UOp) -> UOp:
+    """`ast` with each INDEX (address and validity mask) simplified by the symbolic rules, values left as built.
+
+    Only addresses are simplified here: rewriting values could, for instance, drop clauses of a load's mask that an
+    enclosing where() implies, which would turn a masked load into an out-of-bounds one.
+    """
+    if not hasattr(ast, "simplify"):
+        return ast
+    mapping = {node: node.simplify() for node in ast.toposort if node.op is Ops.INDEX}
+    return ast.substitute(mapping)
 
 
 def lower_kernel(root: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...], tuple[UOp, ...], dict[UOp, int]]:
     """The AST of the kernel computing `root`, its BUFFERs (output first), the roots it reads and its var values."""
     lowerer = KernelLowerer(root, realized)
-    ast = lowerer.ast()
-    simplify = getattr(ast, "simplify", None)
-    if simplify is not None:
-        ast = simplify()
+    ast = simplify_indices(lowerer.ast())
     return ast, tuple(lowerer.buffers), tuple(lowerer.dependencies), lowerer.var_vals
-
-
-def kernel_flops_estimate(ast: UOp) -> int:
-    """A rough operation count: each ALU node counted once per iteration of the ranges it depends on."""
-    total = 0
-    for node in ast.toposort:
-        if node.op in GroupOp.ALU:
-            total += prod(loop.src[0].arg for loop in node.toposort
-                          if loop.op is Ops.RANGE and loop.src[0].op is Ops.CONST)
-    return int(total)

@@ -6,7 +6,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tinycore.dtype import dtypes
-from tinycore.schedule.fusion import find_roots, is_realized_view, strip_identity, view_base
+from tinycore.schedule.fusion import (
+    assign_target_view,
+    earlier_assigns,
+    find_roots,
+    strip_identity,
+    view_base,
+)
 from tinycore.schedule.lower import lower_kernel
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -32,24 +38,29 @@ class ScheduleItem(NamedTuple):
 
 @dataclass
 class Schedule:
-    """The items to run in order, and for each output the realized node that replaces it."""
+    """The items to run in order, for each output the realized node that replaces it, and whether any item
+    overwrites an existing buffer (an ASSIGN)."""
 
     items: list[ScheduleItem]
     outputs: list[UOp]
+    has_assign: bool = False
+    temporaries: tuple[UOp, ...] = ()  # new BUFFERs no output refers to: freed after their last use
 
 
 def _output_view(root: UOp) -> UOp:
     """A new buffer holding `root` in C order, viewed with `root`'s shape (or the target of an ASSIGN)."""
     from tinycore.engine.memory import new_buffer_uop
     if root.op is Ops.ASSIGN:
-        return strip_identity(root.src[0])
-    size = root.size
-    if not isinstance(size, int):
-        raise NotImplementedError(f"realizing a node of symbolic shape {root.shape} is not supported")
+        return assign_target_view(root.src[0])
     device = root.device
     if isinstance(device, tuple):
         raise NotImplementedError(f"realizing a node on several devices {device} is not supported")
-    return new_buffer_uop(device, root.dtype, size).reshape(root.shape)
+    size = root.size
+    if isinstance(size, int):
+        return new_buffer_uop(device, root.dtype, size).reshape(root.shape)
+    # a symbolic size: room for the largest value the variables allow, the first `size` elements used
+    largest = int(size.vmax)
+    return new_buffer_uop(device, root.dtype, largest).shrink(((0, size),)).reshape(root.shape)
 
 
 def create_schedule(outputs: Sequence[UOp]) -> Schedule:
@@ -66,7 +77,10 @@ def create_schedule(outputs: Sequence[UOp]) -> Schedule:
     for output in outputs:
         stripped = strip_identity(output)
         results.append(realized[stripped] if stripped in realized else stripped)
-    return Schedule(items, results)
+    kept = {view_base(result) for result in results}
+    temporaries = tuple(view_base(realized[root]) for root in roots if root.op is not Ops.ASSIGN
+                        and view_base(realized[root]) not in kept)
+    return Schedule(items, results, any(root.op is Ops.ASSIGN for root in roots), temporaries)
 
 
 def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | None, tuple[UOp, ...]]:
@@ -81,8 +95,10 @@ def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | 
     if root.size == 0:
         return None, ()
     if root.op is Ops.ASSIGN and strip_identity(root.src[1]) is strip_identity(root.src[0]):
-        return None, ()
+        return None, tuple(earlier_assigns(root.src[0]))
     ast, buffers, reads, var_vals = lower_kernel(root, realized)
+    if root.op is Ops.ASSIGN:
+        reads = reads + tuple(earlier_assigns(root.src[0]))
     return ScheduleItem(ast, buffers, var_vals), reads
 
 
@@ -134,8 +150,3 @@ def _reads_buffer(root: UOp, buffer: UOp) -> bool:
     """True when the kernel of `root` (not an ASSIGN's own target) reads `buffer`."""
     sources = (root.src[1],) if root.op is Ops.ASSIGN else root.src
     return any(buffer in source.toposort for source in sources)
-
-
-def is_noop_output(output: UOp) -> bool:
-    """True when realizing `output` needs no work: it is already a buffer or a view of one."""
-    return is_realized_view(output)

@@ -106,6 +106,10 @@ def _render_node(node: UOp, rendered: dict[UOp, tuple[str, int]]) -> tuple[str, 
         return "!" + _wrap(sources[0][0], sources[0][1], _ATOM), _UNARY
     if op is Ops.ADD:
         right = node.src[1]
+        if right.op is Ops.NEG:
+            left_text = _wrap(sources[0][0], sources[0][1], _ADDITIVE_STRENGTH)
+            negated = rendered[right.src[0]]
+            return f"{left_text}-{_wrap(negated[0], negated[1], _ADDITIVE_STRENGTH + 1)}", _ADDITIVE_STRENGTH
         if _negative_constant(right):
             left_text = _wrap(sources[0][0], sources[0][1], _ADDITIVE_STRENGTH)
             return f"{left_text}-{_const_text(-right.arg)}", _ADDITIVE_STRENGTH

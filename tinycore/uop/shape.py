@@ -55,6 +55,18 @@ _const_cache: dict[tuple[Any, ...], Any] = {}  # recently built constants, so ea
 _CONST_CACHE_LIMIT = 4096
 
 
+def _fill_sources(node: Any, name: str) -> None:
+    """Compute the cached property `name` of every node below `node`, sources first, when a source lacks it.
+
+    Inference then never recurses deeper than one level, so graphs thousands of ops deep work.
+    """
+    for source in node.src:
+        if name not in source.__dict__:
+            for inner in list(node.toposort)[:-1]:
+                getattr(inner, name)
+            return
+
+
 def _is_int(value: Any) -> bool:
     """True for a Python int (bool excluded)."""
     return isinstance(value, int) and not isinstance(value, bool)
@@ -74,6 +86,7 @@ class ShapeMixin:
     @functools.cached_property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for nodes that have none (DEVICE, kernel-level nodes)."""
+        _fill_sources(self, "_shape")
         op = self.op
         if op in _SAME_SHAPE_AS_FIRST:
             return self.src[0]._shape
@@ -122,6 +135,7 @@ class ShapeMixin:
     @functools.cached_property
     def device(self) -> Any:
         """The canonical device name this node lives on (None for device-free nodes such as DEFINE_VAR)."""
+        _fill_sources(self, "device")
         op = self.op
         if op is Ops.DEVICE:
             return self.arg
@@ -273,7 +287,10 @@ class ShapeMixin:
 
     def assign(self, value: UOp) -> UOp:
         """`value` written into this node's buffer (this node must be a realized buffer or a view of one)."""
-        assert self.base.op is Ops.BUFFER, f"assign target must be a realized buffer view, got {self.base.op}"
+        written: Any = self.base
+        while written.op is Ops.ASSIGN or written.op is Ops.DETACH:
+            written = written.src[0].base
+        assert written.op is Ops.BUFFER, f"assign target must be a realized buffer view, got {written.op}"
         assert shapes_equal(value.shape, self.shape), \
             f"assign of shape {value.shape} into shape {self.shape}"
         return self._new(Ops.ASSIGN, None, (self, value))  # type: ignore[arg-type]

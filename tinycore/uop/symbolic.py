@@ -15,10 +15,10 @@ from __future__ import annotations
 import math
 from typing import Any, Union
 
-from tinycore.dtype import ConstType, DType, dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
-from tinycore.uop.uop import UOp, exec_alu
+from tinycore.uop.uop import PYTHON_ALU, UOp, exec_alu
 
 sint = Union[int, UOp]
 """A shape entry or size: a Python int or an integer UOp expression over DEFINE_VARs."""
@@ -255,6 +255,9 @@ def sym_infer(expression: sint, var_values: dict[Any, int]) -> int:
     if not isinstance(expression, UOp):
         raise TypeError(f"sym_infer needs an int or a UOp, got {type(expression).__name__}")
     by_name = {(key.arg[0] if isinstance(key, UOp) else key): value for key, value in var_values.items()}
+    for node in expression.toposort:
+        if node.op is Ops.BIND:
+            by_name.setdefault(node.src[0].arg[0], node.src[1].arg)
     values: dict[UOp, Any] = {}
     for node in expression.toposort:
         if node.op is Ops.DEFINE_VAR:
@@ -382,18 +385,38 @@ def build_sum(terms: dict[UOp, int], constant: int, dtype: DType) -> UOp:
 
 
 def _merge_div_mod_pairs(terms: dict[UOp, int]) -> dict[UOp, int]:
-    """Replace `(x//d)*(k*d) + (x%d)*k` by `x*k` (exact in C semantics: x == d*(x//d) + x%d)."""
+    """Join the pieces of a split index, exact in C semantics for every sign of x:
+
+    `(x//d)*(k*d) + (x%d)*k` becomes `x*k` (x == d*(x//d) + x%d), and `((x//d)%m)*(k*d) + (x%d)*k` becomes
+    `(x%(d*m))*k`. Repeated until no pair is left, so a split into three or more axes joins back.
+    """
     if not any(term.op is Ops.MOD for term in terms):
         return terms
     merged = dict(terms)
-    for term, coefficient in terms.items():
-        if term.op is not Ops.MOD or term.src[1].op is not Ops.CONST or term not in merged:
-            continue
-        quotient = UOp(Ops.IDIV, term.dtype, term.src)
-        if merged.get(quotient) == coefficient * term.src[1].arg and merged.get(term) == coefficient:
-            del merged[quotient]
+    changed = True
+    while changed:
+        changed = False
+        for term, coefficient in list(merged.items()):
+            if term.op is not Ops.MOD or term.src[1].op is not Ops.CONST or term not in merged:
+                continue
+            dividend, divisor = term.src[0], term.src[1].arg
+            quotient = UOp(Ops.IDIV, term.dtype, term.src)
+            joined: UOp | None = None
+            partner: UOp | None = None
+            if merged.get(quotient) == coefficient * divisor:
+                joined, partner = dividend, quotient
+            else:
+                for other in merged:
+                    if other.op is Ops.MOD and other.src[0] is quotient and other.src[1].op is Ops.CONST and \
+                            merged[other] == coefficient * divisor:
+                        joined, partner = dividend % (divisor * other.src[1].arg), other
+                        break
+            if joined is None or partner is None:
+                continue
+            del merged[partner]
             del merged[term]
-            merged[term.src[0]] = merged.get(term.src[0], 0) + coefficient
+            merged[joined] = merged.get(joined, 0) + coefficient
+            changed = True
     return merged
 
 
@@ -412,6 +435,29 @@ def _normalize_sum(root: UOp) -> UOp | None:
 
 def _gcd_of_form(terms: dict[UOp, int], constant: int, divisor: int) -> int:
     return math.gcd(divisor, constant, *terms.values())
+
+
+_MAX_FACTORED_DIVISOR = 1 << 16
+
+
+def _split_by_factor(terms: dict[UOp, int], constant: int, divisor: int, dtype: DType) -> tuple[int, UOp, UOp] | None:
+    """For a non-negative sum e and a divisor d, find the largest factor g of d (1 < g < d) with e == g*B + R where
+    B gathers the terms whose coefficients g divides and 0 <= R < g; then e//d == B//(d/g) and
+    e%d == (B%(d/g))*g + R. Returns (g, B, R) or None."""
+    if divisor > _MAX_FACTORED_DIVISOR:
+        return None
+    factors = sorted({f for low in range(2, math.isqrt(divisor) + 1) if divisor % low == 0
+                      for f in (low, divisor // low)} - {divisor}, reverse=True)
+    for factor in factors:
+        big_terms = {term: value // factor for term, value in terms.items() if value % factor == 0}
+        if not big_terms:
+            continue
+        rest_terms = {term: value for term, value in terms.items() if value % factor != 0}
+        rest = build_sum(rest_terms, constant % factor, dtype)
+        low, high = bounds(rest)
+        if low >= 0 and high < factor:
+            return factor, build_sum(big_terms, constant // factor, dtype), rest
+    return None
 
 
 def _divide_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
@@ -445,7 +491,11 @@ def _divide_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
     quotient_terms = {term: value // divisor for term, value in terms.items()}
     quotient_constant = constant // divisor
     if quotient_constant == 0 and not any(quotient_terms.values()):
-        return None
+        split = _split_by_factor(terms, constant, divisor, dtype)
+        if split is None:
+            return None
+        factor, big, _ = split
+        return big // (divisor // factor)
     remainder = build_sum({term: value % divisor for term, value in terms.items()}, constant % divisor, dtype)
     if bounds(remainder)[0] < 0:
         return None
@@ -483,7 +533,11 @@ def _remainder_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
         return None
     remainder_terms = {term: value % divisor for term, value in terms.items()}
     if remainder_terms == terms and constant % divisor == constant:
-        return None
+        split = _split_by_factor(terms, constant, divisor, dtype)
+        if split is None:
+            return None
+        factor, big, rest = split
+        return (big % (divisor // factor)) * factor + rest
     remainder = build_sum(remainder_terms, constant % divisor, dtype)
     if bounds(remainder)[0] < 0:
         return None
@@ -644,11 +698,80 @@ def _simplify_or_chain(root: UOp) -> UOp | None:
     return result if result is not root else None
 
 
+# ---- simplification under a valid mask ----
+
+_VARIABLE_LIKE = (Ops.DEFINE_VAR, Ops.RANGE, Ops.SPECIAL)
+
+
+def _bounds_given(valid: UOp) -> dict[UOp, tuple[int, int]] | None:
+    """Tighter bounds for variables and ranges that the clauses `v < c` / `!(v < c)` of the mask `valid` imply.
+
+    None when the mask contains no such clause; an empty interval (low > high) means the mask is never true.
+    """
+    found: dict[UOp, tuple[int, int]] = {}
+    for clause in _flatten_chain(valid) if valid.op is Ops.AND else [valid]:
+        negated = _is_not(clause)
+        comparison = negated if negated is not None else clause
+        if comparison.op is not Ops.CMPLT or comparison.src[1].op is not Ops.CONST:
+            continue
+        subject, limit = comparison.src[0], comparison.src[1].arg
+        if subject.op not in _VARIABLE_LIKE or not dtypes.is_int(subject.dtype):
+            continue
+        low, high = found.get(subject, bounds(subject))
+        found[subject] = (max(low, limit), high) if negated is not None else (low, min(high, limit - 1))
+    return found or None
+
+
+def simplify_given_valid(value: UOp, valid: UOp) -> UOp | None:
+    """`value` simplified knowing that `valid` holds (None when that changes nothing).
+
+    Each variable or range that a clause of `valid` bounds is replaced by a stand-in variable with the tighter
+    bounds, the expression is simplified, and the stand-ins are put back.
+    """
+    tightened = _bounds_given(valid)
+    if tightened is None or value.op is Ops.CONST:
+        return None
+    stand_ins: dict[UOp, UOp] = {}
+    for subject, (low, high) in tightened.items():
+        if low > high:
+            return None
+        if (low, high) != bounds(subject):
+            name = f"valid:{subject.op.name}:{subject.arg!r}"
+            stand_ins[subject] = UOp(Ops.DEFINE_VAR, subject.dtype, (), (name, low, high))
+    if not stand_ins:
+        return None
+    replaced = value.substitute(stand_ins)
+    simplified = graph_rewrite(replaced, symbolic, name="simplify_given_valid")
+    if simplified is replaced:
+        return None
+    restored = simplified.substitute({stand_in: subject for subject, stand_in in stand_ins.items()})
+    return restored if restored is not value else None
+
+
+def _where_given_condition(condition: UOp, if_true: UOp, if_false: UOp) -> UOp | None:
+    """where(valid, a, b): a simplified under valid; b when valid can never hold."""
+    tightened = _bounds_given(condition)
+    if tightened is None:
+        return None
+    if any(low > high for low, high in tightened.values()):
+        return if_false
+    simplified = simplify_given_valid(if_true, condition)
+    return condition.where(simplified, if_false) if simplified is not None else None
+
+
+def _index_given_valid(root: UOp) -> UOp | None:
+    """INDEX(buffer, index, valid): the index simplified under valid."""
+    if len(root.src) != 3 or root.src[2].dtype != dtypes.bool:
+        return None
+    simplified = simplify_given_valid(root.src[1], root.src[2])
+    return root.replace(src=(root.src[0], simplified, root.src[2])) if simplified is not None else None
+
+
 # ---- rule sets ----
 
 def _fold_constants(root: UOp) -> UOp | None:
     """An ALU op on constants becomes a constant (evaluated like the generated code would)."""
-    if root.dtype.count != 1:
+    if root.dtype.count != 1 or root.op not in PYTHON_ALU:
         return None
     for source in root.src:
         if source.op is not Ops.CONST:
@@ -758,6 +881,8 @@ symbolic = symbolic_simple + PatternMatcher([
     (UPat(Ops.WHERE, src=(_any("condition"), UPat.const(_bool, False), UPat.const(_bool, True))),
      lambda condition: condition.ne(True)),
     (UPat(Ops.WHERE, src=(_any("condition", _bool), _any("if_true"), _any("if_false"))), _where_of_not),
+    (UPat(Ops.WHERE, src=(_any("condition", _bool), _any("if_true"), _any("if_false"))), _where_given_condition),
+    (UPat(Ops.INDEX, name="root"), _index_given_valid),
     (UPat(Ops.AND, name="root"), _simplify_and_chain),
     (UPat(Ops.OR, name="root"), _simplify_or_chain),
 ])
@@ -767,5 +892,3 @@ def simplify(uop: UOp) -> UOp:
     """`uop` rewritten with the `symbolic` rules to a fixpoint."""
     return graph_rewrite(uop, symbolic, name="simplify")
 
-
-ConstLike = Union[ConstType, UOp]

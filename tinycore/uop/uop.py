@@ -323,14 +323,14 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     @property
     def vmin(self) -> ConstType:
         """The smallest value this node can take (from the bounds of variables, ranges and constants)."""
-        from tinycore.uop.symbolic import bounds
-        return bounds(self)[0]
+        found = self.__dict__.get("_bounds")
+        return (found if found is not None else _bounds(self))[0]
 
     @property
     def vmax(self) -> ConstType:
         """The largest value this node can take."""
-        from tinycore.uop.symbolic import bounds
-        return bounds(self)[1]
+        found = self.__dict__.get("_bounds")
+        return (found if found is not None else _bounds(self))[1]
 
     def simplify(self) -> UOp:
         """This graph rewritten with the `symbolic` rules to a fixpoint."""
@@ -372,6 +372,12 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
         from tinycore.uop.printer import render_expr
         return render_expr(self)
+
+
+def _bounds(uop: UOp) -> tuple[Any, Any]:
+    """(vmin, vmax) of `uop`, computed by the symbolic engine (imported on first use: it imports this module)."""
+    from tinycore.uop.symbolic import bounds
+    return bounds(uop)
 
 
 def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:

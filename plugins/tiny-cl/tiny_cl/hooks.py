@@ -56,7 +56,7 @@ def _count_with_ctypes() -> tuple[bool, str, int]:
 def probe() -> tuple[bool, str, int]:
     """CL is available when an OpenCL platform answers with at least one device."""
     if importlib.util.find_spec("pyopencl") is not None:
-        return bounded_probe(_count_with_pyopencl)
+        return bounded_probe(_count_with_pyopencl, timeout_s=10.0)
     return bounded_probe(_count_with_ctypes)
 
 

@@ -76,7 +76,7 @@ def run(device: CPUDevice, uops: list[UOp], arrays: list[np.ndarray], global_siz
         buffers.append(buffer)
     program(*[buffer._buf for buffer in buffers], global_size=global_size, vals=vals)
     return [np.frombuffer(buffer.tobytes(), dtype=array.dtype).reshape(array.shape) for buffer, array in
-            zip(buffers, arrays)]
+            zip(buffers, arrays, strict=True)]
 
 
 def _dtype_of(array: np.ndarray) -> DType:
@@ -263,6 +263,17 @@ def test_vectorized_float8_loads_and_stores(device):
     got = run(device, program, [np.zeros(count, np.float32), a, b])[0]
     expected = (a[1:] * b + np.tile(np.arange(8, dtype=np.float32), count // 8)).reshape(-1, 8)[:, ::-1]
     np.testing.assert_allclose(got, expected.reshape(-1), rtol=1e-6)
+
+
+def test_gated_vector_load(device):
+    x = np.arange(1, 17, dtype=np.float32)
+    out, data = glob(0, F32, 32), glob(1, F32, 16)
+    group = loop(4)
+    gate = (group < 1).logical_not().alu(Ops.AND, group < 3)  # groups 1 and 2 read x, the others pad with zeros
+    gated = UOp(Ops.INDEX, F32.ptr(16), (data, group * 8 + -8, gate))
+    lanes = gated.load(dtype=F32.vec(8)) + UOp.const(F32.vec(8), 0.5)
+    got = run(device, linear(end(out.index(group * 8).store(lanes), group)), [np.zeros(32, np.float32), x])[0]
+    np.testing.assert_array_equal(got, np.pad(x, (8, 8)) + 0.5)
 
 
 def test_vector_comparison_where_and_cast(device):

@@ -1,6 +1,8 @@
 """CPUDevice: the host CPU as a tinycore device (C renderer, C compiler, host memory, worker threads)."""
 from __future__ import annotations
 
+from typing import Any
+
 from tiny_cpu.allocator import CPUAllocator
 from tiny_cpu.runtime import CPUProgram
 from tinycore.device.compiled import Compiled
@@ -10,6 +12,7 @@ class CPUDevice(Compiled):
     """The CPU device. Its renderer and compiler come from the registry's selection (DEV=CPU:RENDERER:ARCH)."""
 
     def __init__(self, device: str = "CPU"):
+        select_renderer: Any
         try:
             from tinycore.device.registry import select_renderer
         except ImportError:

@@ -82,7 +82,7 @@ class CRenderer(CStyleLanguage):
     nan = "__builtin_nanf(\"\")"
     type_map = C_TYPE_MAP
     code_for_op = C_CODE_FOR_OP
-    vector_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.AND, Ops.OR, Ops.XOR})
+    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR})
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
         **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},

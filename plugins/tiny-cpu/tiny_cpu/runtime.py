@@ -12,6 +12,7 @@ from typing import Any
 
 from tinycore.helpers import NUM_CPU_THREADS, cache_dir
 
+_dlclose: Callable[[int], None] | None
 try:
     from _ctypes import dlclose as _dlclose
 except ImportError:  # not a POSIX dlopen platform
@@ -147,6 +148,7 @@ class CPUProgram:
 
     def __init__(self, name: str, lib: bytes):
         self.name = name
+        self._library: ctypes.CDLL | None
         self._library, self._path = _load(lib)
         try:
             self._function = getattr(self._library, name)

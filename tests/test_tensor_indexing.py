@@ -1,0 +1,212 @@
+"""Indexing, gather/scatter, masked selection and sorting against numpy and torch."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tinycore import Tensor, dtypes
+
+RNG = np.random.default_rng(3)
+VALUES = RNG.uniform(-5, 5, (3, 4, 5)).astype(np.float32)
+
+
+def _equal(got: Tensor, expected: Any) -> None:
+    expected_array = expected.numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    result = got.numpy()
+    assert result.shape == expected_array.shape, f"shape {result.shape} != {expected_array.shape}"
+    np.testing.assert_allclose(result, expected_array, rtol=1e-6, atol=1e-6)
+
+
+BASIC_INDICES = [1, -1, (0, 2), (slice(None), 1), slice(1, None), slice(None, None, 2), slice(None, None, -1),
+                 (slice(1, 3), slice(None, None, -2), 4), (Ellipsis, 0), (None, 1, None), (Ellipsis, None),
+                 (slice(5, 1), 0), (slice(-2, None), slice(None), slice(1, -1, 3)), (2, -1, -5),
+                 (slice(None, None, 3), Ellipsis, slice(4, 0, -2)), ()]
+
+
+@pytest.mark.parametrize("index", BASIC_INDICES)
+def test_basic_indexing_matches_numpy(index: Any) -> None:
+    _equal(Tensor(VALUES)[index], VALUES[index])
+
+
+ADVANCED_INDICES = [[0, 2], [[0, 1], [2, 2]], (slice(None), [3, 0, 3]), ([0, 2], [1, 3]), ([0, 2], slice(None), [4, 0]),
+                    (Ellipsis, [1, -1]), (1, [0, 3], slice(1, 3)), ([[1], [2]], [0, 3])]
+
+
+@pytest.mark.parametrize("index", ADVANCED_INDICES)
+def test_list_indexing_matches_numpy(index: Any) -> None:
+    _equal(Tensor(VALUES)[index], VALUES[index])
+
+
+@pytest.mark.parametrize("index", ADVANCED_INDICES)
+def test_tensor_indexing_matches_numpy(index: Any) -> None:
+    def to_tensor(item: Any) -> Any:
+        return Tensor(item) if isinstance(item, list) else item
+    converted = tuple(to_tensor(item) for item in index) if isinstance(index, tuple) else to_tensor(index)
+    _equal(Tensor(VALUES)[converted], VALUES[index])
+
+
+def test_index_tensors_of_other_dtypes_and_negative_values() -> None:
+    _equal(Tensor(VALUES)[Tensor([-1, 0], dtype=dtypes.int64)], VALUES[[-1, 0]])
+    _equal(Tensor(VALUES)[Tensor([2], dtype=dtypes.uint8), 1], VALUES[[2], 1])
+    assert Tensor([True, False, True])[Tensor([2, 0])].tolist() == [True, True]
+    assert Tensor([5, 6, 7], dtype=dtypes.int8)[Tensor([2, 2])].tolist() == [7, 7]
+
+
+def test_bool_mask_indexing() -> None:
+    mask = VALUES > 0
+    _equal(Tensor(VALUES)[Tensor(mask)], VALUES[mask])
+    _equal(Tensor(VALUES)[Tensor(mask[:, :, 0])], VALUES[mask[:, :, 0]])
+    _equal(Tensor(VALUES)[1, Tensor(mask[0, :, 0])], VALUES[1, mask[0, :, 0]])
+    _equal(Tensor(VALUES)[[True, False, True]], VALUES[[True, False, True]])
+    with pytest.raises(IndexError, match="mask"):
+        Tensor(VALUES)[Tensor(mask[0])]
+
+
+def test_indexing_errors() -> None:
+    tensor = Tensor(VALUES)
+    with pytest.raises(IndexError, match="out of bounds"):
+        tensor[3]
+    with pytest.raises(IndexError, match="out of bounds"):
+        tensor[0, -5]
+    with pytest.raises(IndexError, match="too many"):
+        tensor[0, 0, 0, 0]
+    with pytest.raises(IndexError, match="ellipsis"):
+        tensor[..., 0, ...]
+    with pytest.raises(IndexError, match="out of bounds"):
+        tensor[[0, 5]]
+    with pytest.raises(IndexError):
+        tensor[Tensor([0.5])]
+    with pytest.raises(IndexError):
+        tensor["a"]
+    with pytest.raises(ValueError, match="step"):
+        tensor[::0]
+
+
+SET_INDICES = [1, (slice(None), 2), (slice(None, None, 2), slice(1, None, -1)), (Ellipsis, slice(None, None, -3)),
+               (0, 1, 2), (None, 2)]
+
+
+@pytest.mark.parametrize("index", SET_INDICES)
+def test_setitem_basic(index: Any) -> None:
+    expected = VALUES.copy()
+    expected[index] = -1.5
+    tensor = Tensor(VALUES)
+    tensor[index] = -1.5
+    _equal(tensor, expected)
+    expected = VALUES.copy()
+    replacement = RNG.uniform(-1, 1, expected[index].shape).astype(np.float32)
+    expected[index] = replacement
+    tensor = Tensor(VALUES).realize()
+    tensor[index] = Tensor(replacement)
+    _equal(tensor, expected)
+
+
+def test_setitem_advanced_and_broadcast() -> None:
+    expected = VALUES.copy()
+    expected[[0, 2], 1] = np.arange(5, dtype=np.float32)
+    tensor = Tensor(VALUES)
+    tensor[Tensor([0, 2]), 1] = Tensor(np.arange(5, dtype=np.float32))
+    _equal(tensor, expected)
+    expected = VALUES.copy()
+    expected[VALUES > 1] = 0
+    tensor = Tensor(VALUES)
+    tensor[Tensor(VALUES > 1)] = 0
+    _equal(tensor, expected)
+    integers = Tensor([1, 2, 3, 4])
+    integers[1:3] = 9
+    assert integers.tolist() == [1, 9, 9, 4] and integers.dtype == dtypes.int32
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_gather(dim: int) -> None:
+    source = VALUES[0]
+    index = RNG.integers(0, source.shape[dim], (2, 3))
+    expected = torch.gather(torch.tensor(source), dim, torch.tensor(index))
+    _equal(Tensor(source).gather(dim, Tensor(index)), expected)
+
+
+def test_gather_errors() -> None:
+    with pytest.raises(ValueError, match="number of dimensions"):
+        Tensor.ones(2, 3).gather(0, Tensor([0, 1]))
+    with pytest.raises(TypeError):
+        Tensor.ones(2, 3).gather(0, Tensor([[0.5]]))
+    with pytest.raises(ValueError, match="larger"):
+        Tensor.ones(2, 3).gather(0, Tensor([[0, 1, 0, 1]]))
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+def test_scatter(dim: int) -> None:
+    base = RNG.uniform(-1, 1, (3, 4)).astype(np.float32)
+    source = RNG.uniform(-1, 1, (3, 4)).astype(np.float32)
+    permutation = np.stack([RNG.permutation(base.shape[dim])[:2] for _ in range(base.shape[1 - dim])], 1 - dim)
+    index = torch.tensor(permutation)
+    expected = torch.tensor(base).scatter(dim, index, torch.tensor(source))
+    _equal(Tensor(base).scatter(dim, Tensor(permutation), Tensor(source)), expected)
+    expected = torch.tensor(base).scatter(dim, index, 2.5)
+    _equal(Tensor(base).scatter(dim, Tensor(permutation), 2.5), expected)
+    expected = torch.tensor(base).scatter(dim, index, torch.tensor(source), reduce="add")
+    _equal(Tensor(base).scatter(dim, Tensor(permutation), Tensor(source), reduce="add"), expected)
+    expected = torch.tensor(base).scatter(dim, index, torch.tensor(source), reduce="multiply")
+    _equal(Tensor(base).scatter(dim, Tensor(permutation), Tensor(source), reduce="multiply"), expected)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce_with_duplicates(reduce: str, include_self: bool) -> None:
+    base = RNG.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    source = RNG.uniform(0.5, 1.5, (4, 4)).astype(np.float32)
+    index = np.array([[0, 1, 2, 0], [2, 2, 1, 0], [0, 0, 0, 0], [1, 2, 2, 1]])
+    expected = torch.tensor(base).scatter_reduce(0, torch.tensor(index), torch.tensor(source), reduce,
+                                                 include_self=include_self)
+    got = Tensor(base).scatter_reduce(0, Tensor(index), Tensor(source), reduce, include_self=include_self)
+    np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-5)
+
+
+def test_scatter_errors() -> None:
+    with pytest.raises(ValueError, match="reduce"):
+        Tensor.ones(2, 2).scatter(0, Tensor([[0, 1]]), 1.0, reduce="max")
+    with pytest.raises(ValueError, match="reduce"):
+        Tensor.ones(2, 2).scatter_reduce(0, Tensor([[0, 1]]), Tensor.ones(1, 2), "median")
+
+
+def test_masked_fill_masked_select_nonzero() -> None:
+    mask = VALUES[0] > 0
+    _equal(Tensor(VALUES[0]).masked_fill(Tensor(mask), -9.0), np.where(mask, -9.0, VALUES[0]))
+    _equal(Tensor(VALUES[0]).masked_select(Tensor(mask)), VALUES[0][mask])
+    _equal(Tensor(VALUES[0]).masked_select(Tensor(mask[0])), torch.tensor(VALUES[0]).masked_select(
+        torch.tensor(mask[0])))
+    nonzero = Tensor(mask).nonzero()
+    assert nonzero.dtype == dtypes.int32
+    np.testing.assert_array_equal(nonzero.numpy(), np.argwhere(mask))
+    assert Tensor([0, 0]).nonzero().shape == (0, 1)
+    assert Tensor([0, 3, 0, 4]).nonzero(size=3, fill_value=-1).tolist() == [[1], [3], [-1]]
+
+
+@pytest.mark.parametrize("shape, dim", [((7,), -1), ((3, 5), 1), ((3, 5), 0), ((2, 3, 4), 1), ((1, 1), 0)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_sort_argsort(shape: tuple, dim: int, descending: bool) -> None:
+    values = RNG.permutation(int(np.prod(shape))).reshape(shape).astype(np.float32)
+    expected_values, expected_indices = torch.sort(torch.tensor(values), dim, descending)
+    got_values, got_indices = Tensor(values).sort(dim, descending)
+    _equal(got_values, expected_values)
+    np.testing.assert_array_equal(got_indices.numpy(), expected_indices.numpy())
+    np.testing.assert_array_equal(Tensor(values).argsort(dim, descending).numpy(), expected_indices.numpy())
+
+
+def test_sort_is_stable_for_ties() -> None:
+    values, indices = Tensor([3, 1, 3, 1, 2]).sort()
+    assert values.tolist() == [1, 1, 2, 3, 3] and indices.tolist() == [1, 3, 4, 0, 2]
+
+
+@pytest.mark.parametrize("k, largest", [(1, True), (3, True), (2, False), (0, True)])
+def test_topk(k: int, largest: bool) -> None:
+    values = RNG.permutation(20).reshape(4, 5).astype(np.float32)
+    expected_values, expected_indices = torch.topk(torch.tensor(values), k, largest=largest)
+    got_values, got_indices = Tensor(values).topk(k, largest=largest)
+    _equal(got_values, expected_values)
+    np.testing.assert_array_equal(got_indices.numpy(), expected_indices.numpy())
+    with pytest.raises(ValueError, match="topk"):
+        Tensor(values).topk(6)
