@@ -108,6 +108,7 @@ def best_of(function: Callable[[], Any]) -> tuple[float, Any]:
     """The best wall time of REPEATS calls, and the last result."""
     best, result = float("inf"), None
     for _ in range(REPEATS):
+        result = None  # drop the previous graph so every repeat starts cold (no cached nodes or bounds)
         gc.collect()
         start = time.perf_counter()
         result = function()

@@ -214,6 +214,7 @@ def symbolic_elementwise(maximum: int, actual: int) -> Case:
     data = random_array((maximum,), dtypes.float32, 14)
 
     def reference(x: np.ndarray) -> np.ndarray:
+        """x + 1 on the first `actual` elements, 0 after them."""
         result = np.zeros_like(x)
         result[:actual] = x[:actual] + 1
         return result
@@ -243,3 +244,34 @@ def padded_rows(rows: int, columns: int, before: int, after: int) -> Case:
     ast = out.index(i * columns + j).store(value).sink()
     return Case(f"pad_rows_{rows}x{columns}_{before}_{after}", ast, [random_array((rows, columns), dtypes.float32, 17)],
                 (total, columns), dtypes.float32, lambda x: np.pad(x, ((before, after), (0, 0))) + 1)
+
+
+def compare_to_bool(size: int) -> Case:
+    """out[i] = a[i] < b[i] stored as bool."""
+    i = loop(size, 0)
+    out, a, b = buffer(0, dtypes.bool, size), buffer(1, dtypes.float32, size), buffer(2, dtypes.float32, size)
+    ast = out.index(i * 1).store(a.index(i * 1).load() < b.index(i * 1).load()).sink()
+    return Case(f"compare_{size}", ast, [random_array((size,), dtypes.float32, 18),
+                                        random_array((size,), dtypes.float32, 19)],
+                (size,), dtypes.bool, lambda x, y: x < y)
+
+
+def cast_int_to_float(rows: int, columns: int) -> Case:
+    """out[i, j] = float(a[i, j]) * 0.5 + float(i) (casts of loads and of an index)."""
+    i, j = loop(rows, 0), loop(columns, 1)
+    out, a = buffer(0, dtypes.float32, rows * columns), buffer(1, dtypes.int32, rows * columns)
+    value = a.index(flat_index([i, j], [columns, 1])).load().cast(dtypes.float32) * 0.5 + i.cast(dtypes.float32)
+    ast = out.index(flat_index([i, j], [columns, 1])).store(value).sink()
+    return Case(f"cast_{rows}x{columns}", ast, [random_array((rows, columns), dtypes.int32, 20)], (rows, columns),
+                dtypes.float32, lambda x: x.astype(np.float32) * 0.5 + np.arange(rows, dtype=np.float32)[:, None])
+
+
+def symbolic_reduce(rows: int, maximum: int, actual: int) -> Case:
+    """out[i] = sum_{j < n} a[i, j] with n a DEFINE_VAR (the row length stays `maximum`)."""
+    n = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("n", 1, maximum))
+    i, j = loop(rows, 0), loop(n, 1)
+    out, a = buffer(0, dtypes.float32, rows), buffer(1, dtypes.float32, rows * maximum)
+    value = UOp(Ops.REDUCE, dtypes.float32, (a.index(flat_index([i, j], [maximum, 1])).load(), j), Ops.ADD)
+    ast = out.index(i * 1).store(value).sink()
+    return Case(f"symbolic_reduce_{actual}_of_{maximum}", ast, [random_array((rows, maximum), dtypes.float32, 21)],
+                (rows,), dtypes.float32, lambda x: x[:, :actual].sum(axis=1), {"n": actual})

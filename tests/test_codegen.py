@@ -8,6 +8,8 @@ from codegen_kernels import (
     GPURenderer,
     ScalarRenderer,
     VectorCPURenderer,
+    cast_int_to_float,
+    compare_to_bool,
     elementwise_broadcast,
     full_reduce,
     integer_arithmetic,
@@ -18,6 +20,7 @@ from codegen_kernels import (
     reduce_outer,
     softmax_numerator,
     symbolic_elementwise,
+    symbolic_reduce,
     transposed_copy,
     two_outputs,
 )
@@ -58,7 +61,7 @@ CASES = [
     padded(10, 2, 3), padded(16, 8, 8), padded_rows(5, 16, 2, 1), matmul(8, 32, 16), matmul(5, 7, 3),
     matmul(12, 16, 8),
     matmul(6, 12, 16, dtypes.int32), softmax_numerator(4, 16), integer_arithmetic(64),
-    symbolic_elementwise(40, 29),
+    symbolic_elementwise(40, 29), compare_to_bool(40), cast_int_to_float(6, 16), symbolic_reduce(4, 48, 37),
 ]
 RENDERERS = {"vector_cpu": VectorCPURenderer(), "scalar": ScalarRenderer(), "gpu": GPURenderer()}
 
@@ -158,10 +161,11 @@ def test_reduce_over_contiguous_axis_gets_vector_accumulators() -> None:
 def test_matmul_gets_register_tile() -> None:
     uops = linearize(matmul(64, 64, 64).ast, VectorCPURenderer())
     registers = [u for u in uops if u.op is Ops.DEFINE_REG]
-    # a 4 x 16 tile: 4 rows of two 8-wide vectors
+    # an 8 x 8 tile: 8 rows of one 8-wide vector, each row's value of `a` broadcast
     assert len(registers) == 8 and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
-    inner_loads = vector_loads(uops)
-    assert len(inner_loads) == 2 * 4  # two vectors of b per unrolled reduce step, reduce unrolled by 4
+    assert len(vector_loads(uops)) == 4  # one vector of b per reduce step, reduce unrolled by 4
+    broadcasts = [u for u in uops if u.op is Ops.VECTORIZE and len(set(u.src)) == 1 and u.src[0].op is Ops.LOAD]
+    assert len(broadcasts) == 8 * 4
 
 
 def test_big_kernel_is_split_across_workers() -> None:
@@ -235,3 +239,36 @@ def test_cpu_device_multicore_matches_numpy(case: Case) -> None:
         from tinycore.codegen import linearize as lower
         assert any(u.op is Ops.SPECIAL and u.arg == "core_id" for u in lower(case.ast, VectorCPURenderer()))
         check_on_cpu(case)
+
+
+def test_debug_3_prints_the_optimizations(capsys: pytest.CaptureFixture[str]) -> None:
+    with Context(DEBUG=3, NUM_CPU_THREADS=2):
+        linearize(reduce_inner(512, 256).ast, VectorCPURenderer())
+    printed = capsys.readouterr().out
+    assert "r_512_256" in printed and "ACCUMULATORS 16" in printed and "THREAD 2" in printed
+
+
+FUZZ_CASES = [elementwise_broadcast(4, 16), reduce_inner(4, 32), reduce_outer(8, 16), matmul(4, 8, 16),
+              softmax_numerator(2, 16), padded_rows(2, 16, 1, 1), integer_arithmetic(32), full_reduce(64)]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_opt_sequences_match_numpy(seed: int) -> None:
+    """Random valid opt sequences (what a search would try) never change the result."""
+    generator = np.random.default_rng(seed)
+    case = FUZZ_CASES[seed % len(FUZZ_CASES)]
+    kernel = Kernel(case.ast)
+    chosen: list[Opt] = []
+    for _ in range(int(generator.integers(1, 4))):
+        candidates = [Opt(op, axis, amount) for op in OptOps for axis in range(len(kernel.axes))
+                      for amount in (2, 4, 8)]
+        generator.shuffle(candidates)
+        for opt in candidates:
+            try:
+                kernel.apply_opt(opt)
+            except KernelOptError:
+                continue
+            chosen.append(opt)
+            break
+    assert chosen, "at least one opt applies to every fuzz kernel"
+    check(case, VectorCPURenderer(), chosen)

@@ -202,3 +202,21 @@ def test_initialisers_have_the_documented_bounds() -> None:
 def test_randperm_is_a_permutation() -> None:
     Tensor.manual_seed(4)
     assert sorted(Tensor.randperm(20).tolist()) == list(range(20))
+
+
+def test_multinomial_follows_the_weights() -> None:
+    Tensor.manual_seed(6)
+    samples = Tensor([0.0, 1.0, 3.0]).multinomial(4000, replacement=True).numpy()
+    counts = np.bincount(samples, minlength=3) / 4000
+    assert counts[0] == 0 and abs(counts[1] - 0.25) < 0.03 and abs(counts[2] - 0.75) < 0.03
+    batched = Tensor([[1.0, 0.0], [0.0, 1.0]]).multinomial()
+    assert batched.tolist() == [[0], [1]]
+    with pytest.raises(ValueError, match="replacement"):
+        Tensor([1.0, 1.0]).multinomial(2)
+
+
+def test_from_blob_copies_host_memory() -> None:
+    values = np.arange(6, dtype=np.float32)
+    tensor = Tensor.from_blob(values.ctypes.data, (2, 3), dtype=dtypes.float32)
+    np.testing.assert_array_equal(tensor.numpy(), values.reshape(2, 3))
+    assert Tensor.invalids(2, 2).shape == (2, 2)

@@ -297,3 +297,10 @@ def test_inplace_operators_assign() -> None:
     tensor += 1
     tensor *= Tensor([2.0, 3.0])
     assert tensor.tolist() == [4.0, 9.0]
+
+
+def test_alu_and_ufix() -> None:
+    from tinycore.uop.ops import Ops
+    assert Tensor([1.0, 2.0]).alu(Ops.ADD, Tensor([3.0, 4.0])).tolist() == [4.0, 6.0]
+    assert Tensor([1, 5]).alu(Ops.MAX, 3).tolist() == [3, 5]
+    assert Tensor([1, 2]).ufix(2.5).dtype == dtypes.float32 and Tensor([1, 2]).ufix(2).dtype == dtypes.int32

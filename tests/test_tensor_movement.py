@@ -213,3 +213,22 @@ def test_movement_ops_do_not_change_dtype() -> None:
     tensor = Tensor([[1, 2], [3, 4]], dtype=dtypes.int16)
     for result in (tensor.T, tensor.reshape(4), tensor.pad((1, 1)), tensor.flip(0), tensor.expand(3, 2, 2)):
         assert result.dtype == dtypes.int16
+
+
+@pytest.mark.parametrize("formula, sizes, reference", [
+    ("a b c -> c a b", {}, lambda v: v.transpose(2, 0, 1)),
+    ("a b c -> a (b c)", {}, lambda v: v.reshape(2, 12)),
+    ("a (b x) c -> (a x) b c", {"x": 3}, lambda v: v.reshape(2, 1, 3, 4).transpose(0, 2, 1, 3).reshape(6, 1, 4)),
+])
+def test_rearrange(formula: str, sizes: dict, reference: Any) -> None:
+    values = _values(2, 3, 4)
+    _equal(Tensor(values).rearrange(formula, **sizes), reference(values))
+
+
+def test_rearrange_errors() -> None:
+    with pytest.raises(ValueError, match="->"):
+        Tensor.ones(2, 3).rearrange("a b")
+    with pytest.raises(ValueError, match="same axes"):
+        Tensor.ones(2, 3).rearrange("a b -> a c")
+    with pytest.raises(ValueError, match="infer"):
+        Tensor.ones(6).rearrange("(a b) -> a b")

@@ -289,3 +289,12 @@ def test_scaled_dot_product_attention(causal: bool) -> None:
 
 def test_sequential() -> None:
     assert Tensor([1.0, -2.0]).sequential([Tensor.relu, lambda t: t + 1]).tolist() == [2.0, 1.0]
+
+
+def test_newton_schulz_orthogonalises() -> None:
+    matrix = _data(3, 5)
+    result = Tensor(matrix).newton_schulz(8, (3.4445, -4.7750, 2.0315)).numpy()
+    singular_values = np.linalg.svd(result, compute_uv=False)
+    assert result.shape == (3, 5) and np.all(np.abs(singular_values - 1) < 0.35)
+    tall = Tensor(matrix.T.copy()).newton_schulz(8, (3.4445, -4.7750, 2.0315)).numpy()
+    np.testing.assert_allclose(tall, result.T, atol=1e-5)

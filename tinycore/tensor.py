@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import struct
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.helpers import all_int, fully_flatten, get_shape
@@ -18,8 +19,8 @@ from tinycore.tensor_indexing import IndexingMixin
 from tinycore.tensor_movement import MovementMixin
 from tinycore.tensor_nn import NNMixin
 from tinycore.tensor_reduce import ReduceMixin
-from tinycore.tensor_support import check_shape, product
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.tensor_support import product
+from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -37,6 +38,11 @@ def canonical_device(device: str | None) -> str:
     if not isinstance(device, str):
         raise TypeError(f"device must be a device name such as 'CPU', got {type(device).__name__} {device!r}")
     return Device.canonicalize(device)
+
+
+def _uses(graph: dict[UOp, None], node: UOp) -> bool:
+    """True when `graph` reads `node` (a realized buffer view counts when the graph reads its buffer)."""
+    return node in graph or (node.is_contiguous_buffer and node.base in graph)
 
 
 def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
@@ -175,6 +181,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             return self.shape
         from tinycore.tensor_support import resolve_axis
         return self.shape[resolve_axis(dim, self.ndim)]
+
+    def max_numel(self) -> int:
+        """The largest element count the shape can take (the element count for a concrete shape)."""
+        return product(self.max_shape)
+
+    @property
+    def max_shape(self) -> tuple[int, ...]:
+        """The shape with every symbolic size at its largest value."""
+        return tuple(size if isinstance(size, int) else int(size.vmax) for size in self.shape)
 
     def is_floating_point(self) -> bool:
         """True for floating point dtypes."""
@@ -359,7 +374,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         found: dict[Tensor, UOp] = {}
         for tensor in list(_GRAD_TENSORS):
             for candidate in (tensor.uop, tensor._unrealized):
-                if candidate is not None and candidate in graph:
+                if candidate is not None and _uses(graph, candidate):
                     found[tensor] = candidate
                     break
         return found
@@ -381,7 +396,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         seed = self._seed_gradient(gradient)
         root = self._graph_root()
         graph = root.toposort
-        target_uops = [target._unrealized if target.uop not in graph and target._unrealized is not None
+        target_uops = [target._unrealized if not _uses(graph, target.uop) and target._unrealized is not None
                        else target.uop for target in targets]
         grads = compute_gradient(root, seed.uop, set(target_uops))
         results = []
@@ -410,12 +425,3 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 raise RuntimeError(f"gradient shape {new_grad.shape} does not match tensor shape {tensor.shape}")
             tensor.grad = new_grad if tensor.grad is None else tensor.grad + new_grad
         return self
-
-    def _check_realized_grad_graph(self) -> bool:
-        """True when this tensor's node is a plain buffer view (used by optimizers to avoid growing graphs)."""
-        return self.uop.op in GroupOp.Movement or self.uop.op is Ops.BUFFER
-
-
-def _check_shape_arg(shape: Sequence[Any]) -> tuple[int, ...]:
-    """Validation of a user-given shape."""
-    return check_shape(shape)

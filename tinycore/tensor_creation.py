@@ -6,7 +6,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, to_dtype
+from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
 from tinycore.tensor_support import argfix, check_shape, optional_dtype, product
 from tinycore.uop.uop import UOp
 
@@ -284,7 +284,38 @@ class CreationMixin:
         """A random permutation of 0..n-1."""
         return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
 
-    @staticmethod
-    def _dtype_or(dtype: DTypeLike | None, default: DType) -> DType:
-        """`dtype` as a DType, or `default`."""
-        return default if dtype is None else to_dtype(dtype)
+    def multinomial(self: Any, num_samples: int = 1, replacement: bool = False) -> Tensor:
+        """Indices sampled from the (unnormalised) probabilities along the last axis of a 1-D or 2-D tensor."""
+        if not 1 <= self.ndim <= 2:
+            raise ValueError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
+        if not replacement and num_samples != 1:
+            raise ValueError("multinomial without replacement supports only num_samples=1")
+        weights = self.unsqueeze(0) if self.ndim == 1 else self
+        cumulative = weights.float().cumsum(1)
+        cumulative = (cumulative / cumulative[:, -1:]).unsqueeze(1)
+        draws = type(self).rand(weights.shape[0], num_samples, 1, device=self.device)
+        samples = (cumulative < draws).sum(2).cast(dtypes.int32).minimum(weights.shape[1] - 1)
+        return samples.squeeze(0) if self.ndim == 1 else samples
+
+    @classmethod
+    def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Any) -> Tensor:
+        """A tensor holding a copy of the `shape` elements at host address `ptr` (dtype= and device= as keywords)."""
+        import ctypes
+
+        from tinycore.engine.memory import uop_from_bytes
+        dtype = optional_dtype(kwargs.pop("dtype", None)) or dtypes.default_float
+        sizes = check_shape(shape)
+        data = ctypes.string_at(ptr, product(sizes) * dtype.itemsize)
+        return cls._wrap(uop_from_bytes(data, dtype, _device_of(kwargs.pop("device", None))).reshape(sizes))  # type: ignore
+
+    @classmethod
+    def from_url(cls, url: str, **kwargs: Any) -> Tensor:
+        """A uint8 tensor of the bytes at `url`."""
+        import urllib.request
+        with urllib.request.urlopen(url) as response:
+            return cls(response.read(), **kwargs)
+
+    @classmethod
+    def invalids(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None) -> Tensor:
+        """A tensor whose values must not be read before they are written (uninitialised memory)."""
+        return cls.empty(*shape, device=device, dtype=dtype)

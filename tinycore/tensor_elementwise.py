@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from tinycore.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
+from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.tensor_support import broadcast_shape, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 
@@ -778,6 +778,18 @@ class ElementwiseMixin:
         safe_top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top
         return ((first - safe_top).exp() + (second - safe_top).exp()).log() + safe_top
 
-    def _constant_of(self: Any, value: ConstType) -> Tensor:
-        """`value` as a scalar tensor of this tensor's dtype."""
-        return self._const(value, self.dtype, ())
+    def ufix(self: Any, x: Any) -> Tensor:
+        """`x` as a tensor usable with this one (a Python scalar becomes a constant of the promoted dtype)."""
+        if _is_tensor(x):
+            return x
+        return self._const(x, scalar_result_dtype(self.dtype, x), ())
+
+    def alu(self: Any, op: Ops, *src: Any) -> Tensor:
+        """The ALU operation `op` applied to this tensor and `src` (broadcast and promoted together)."""
+        if op in (Ops.WHERE,):
+            return self.where(*src)
+        operands = [self]
+        for other in src:
+            first, second = operands[0]._broadcasted(other)
+            operands = [operand._broadcast_to(first.shape).cast(first.dtype) for operand in operands] + [second]
+        return operands[0]._alu(op, *operands[1:])

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
 from tinycore.tensor_support import argfix, check_shape, product, resolve_axis
@@ -108,8 +109,13 @@ class MovementMixin:
         pairs = self._pad_pairs(padding)
         if mode != "constant" and value != 0.0:
             raise ValueError(f"pad value is only used with mode='constant', got value={value} with mode={mode!r}")
-        shrunk = self.shrink(tuple((max(-before, 0), size - max(-after, 0)) if max(-before, 0) <= size - max(-after, 0)
-                                   else (0, 0) for size, (before, after) in zip(self.shape, pairs, strict=True)))
+        bounds = []
+        for size, (before, after) in zip(self.shape, pairs, strict=True):
+            start, end = max(-before, 0), size - max(-after, 0)
+            if start > end:
+                raise ValueError(f"negative padding {pairs} removes more than the axis of size {size} holds")
+            bounds.append((start, end))
+        shrunk = self.shrink(tuple(bounds))
         grow = [(max(before, 0), max(after, 0)) for before, after in pairs]
         if mode == "constant":
             return shrunk._pad_constant(grow, value)
@@ -150,9 +156,10 @@ class MovementMixin:
         if mode == "reflect":
             pieces = [part(1, before + 1).flip(axis), self, part(size - after - 1, size - 1).flip(axis)]
         elif mode == "replicate":
-            edge_shape = list(self.shape)
-            left = part(0, 1).expand(tuple(before if index == axis else s for index, s in enumerate(edge_shape)))
-            right = part(size - 1, size).expand(tuple(after if index == axis else s for index, s in enumerate(edge_shape)))
+            def edge_shape(amount: int) -> tuple[int, ...]:
+                return tuple(amount if index == axis else s for index, s in enumerate(self.shape))
+            left = part(0, 1).expand(edge_shape(before))
+            right = part(size - 1, size).expand(edge_shape(after))
             pieces = [left, self, right]
         else:
             pieces = [part(size - before, size), self, part(0, after)]
@@ -272,8 +279,8 @@ class MovementMixin:
             raise ValueError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
         axis = resolve_axis(dim, self.ndim)
         for tensor in tensors:
-            if tensor.ndim != self.ndim or any(a != b for index, (a, b) in enumerate(zip(tensor.shape, self.shape))
-                                                 if index != axis):
+            pairs = enumerate(zip(tensor.shape, self.shape, strict=True)) if tensor.ndim == self.ndim else iter(())
+            if tensor.ndim != self.ndim or any(a != b for index, (a, b) in pairs if index != axis):
                 raise ValueError(f"cat along dim {dim} needs equal sizes on the other axes: {self.shape} and "
                                  f"{tensor.shape}")
             if tensor.device != self.device:
@@ -363,3 +370,55 @@ class MovementMixin:
             view[position] = tensor.numel()
             grids.append(tensor.reshape(view).expand(shape))
         return tuple(grids)
+
+    def rearrange(self: Any, formula: str, **sizes: int) -> Tensor:
+        """einops-style rearrangement, e.g. 'b c (h p) w -> b (c p) h w' with p=2 given as a keyword size."""
+        if "->" not in formula:
+            raise ValueError(f"rearrange formula {formula!r} needs '->' between the input and output patterns")
+        source_text, target_text = formula.split("->")
+        source_groups, target_groups = _parse_pattern(source_text), _parse_pattern(target_text)
+        if len(source_groups) != self.ndim:
+            raise ValueError(f"rearrange pattern {source_text.strip()!r} names {len(source_groups)} axes, the tensor "
+                             f"has {self.ndim} (shape {self.shape})")
+        source_names = [name for group in source_groups for name in group]
+        target_names = [name for group in target_groups for name in group]
+        if sorted(source_names) != sorted(target_names) or len(set(source_names)) != len(source_names):
+            raise ValueError(f"rearrange {formula!r}: both sides must name the same axes once each")
+        known = dict(sizes)
+        for group, size in zip(source_groups, self.shape, strict=True):
+            unknown = [name for name in group if name not in known]
+            rest = product([known[name] for name in group if name in known])
+            if len(unknown) > 1:
+                raise ValueError(f"rearrange cannot infer the sizes of {unknown} in {group}: give them as keywords")
+            if unknown:
+                if rest == 0 or size % rest:
+                    raise ValueError(f"rearrange group {group} does not divide the axis of size {size}")
+                known[unknown[0]] = size // rest
+            elif rest != size:
+                raise ValueError(f"rearrange group {group} has size {rest}, the axis has {size}")
+        split = self.reshape([known[name] for name in source_names])
+        moved = split.permute([source_names.index(name) for name in target_names])
+        return moved.reshape([product([known[name] for name in group]) for group in target_groups])
+
+
+def _parse_pattern(text: str) -> list[list[str]]:
+    """An einops pattern as groups of axis names ('b (h w) c' -> [['b'], ['h', 'w'], ['c']])."""
+    groups: list[list[str]] = []
+    current: list[str] | None = None
+    for token in text.replace("(", " ( ").replace(")", " ) ").split():
+        if token == "(":
+            if current is not None:
+                raise ValueError(f"nested parentheses in rearrange pattern {text!r}")
+            current = []
+        elif token == ")":
+            if current is None:
+                raise ValueError(f"unbalanced parentheses in rearrange pattern {text!r}")
+            groups.append(current)
+            current = None
+        elif current is not None:
+            current.append(token)
+        else:
+            groups.append([token])
+    if current is not None:
+        raise ValueError(f"unbalanced parentheses in rearrange pattern {text!r}")
+    return groups

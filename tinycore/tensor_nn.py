@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
 from tinycore.helpers import TRAINING, make_tuple
@@ -454,8 +455,8 @@ class NNMixin:
             return self.mean()
         return self.sum() if reduction == "sum" else self
 
-    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1, label_smoothing: float = 0.0,
-                                        reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1,  # noqa: N803
+                                        label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
         """Cross-entropy of logits (classes on the last axis) against integer labels Y."""
         _check_reduction(reduction)
         if tuple(Y.shape) != tuple(self.shape[:-1]):
@@ -474,7 +475,8 @@ class NNMixin:
             return losses.sum()
         return losses.sum() / keep.sum().cast(losses.dtype)
 
-    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
+    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean",  # noqa: N803
+                      label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (classes on axis 1) against class indices or probabilities Y."""
         _check_reduction(reduction)
         classes = self.shape[1] if self.ndim > 1 else self.shape[0]
@@ -489,7 +491,7 @@ class NNMixin:
         losses = -(self.log_softmax(axis) * target).sum(axis)
         return losses._do_reduction(reduction)
 
-    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,
+    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # noqa: N803
                  reduction: str = "mean") -> Tensor:
         """Negative log likelihood of log-probabilities (classes on axis 1) at integer labels Y."""
         _check_reduction(reduction)
@@ -508,12 +510,12 @@ class NNMixin:
             return losses.sum() / weights.sum()
         return losses.sum() if reduction == "sum" else losses
 
-    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:
+    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:  # noqa: N803
         """Binary cross-entropy of probabilities against targets Y (logs limited at -100, like torch)."""
         losses = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return losses._do_reduction(reduction)
 
-    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",
+    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",  # noqa: N803
                                    pos_weight: Tensor | None = None) -> Tensor:
         """Binary cross-entropy of logits against targets Y, computed stably (optional positive weight)."""
         softplus_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
@@ -563,6 +565,20 @@ class NNMixin:
         if attn_mask is not None:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p) @ value
+
+    def newton_schulz(self: Any, steps: int, params: tuple[float, ...], eps: float = 1e-07) -> Tensor:
+        """The Newton-Schulz iteration toward the nearest semi-orthogonal matrix of the last two axes
+        (X <- a X + (b A + c A A) X with A = X X^T), as the Muon optimizer uses it."""
+        if self.ndim < 2:
+            raise ValueError(f"newton_schulz needs at least 2 dimensions, got shape {self.shape}")
+        first, second, third = params
+        wide = self.shape[-2] > self.shape[-1]
+        matrix = self.transpose(-2, -1) if wide else self
+        matrix = matrix / (matrix.square().sum((-2, -1), keepdim=True).sqrt() + eps)
+        for _ in range(steps):
+            gram = matrix @ matrix.transpose(-2, -1)
+            matrix = first * matrix + (second * gram + third * (gram @ gram)) @ matrix
+        return matrix.transpose(-2, -1) if wide else matrix
 
     def sequential(self: Any, ll: list[Callable[[Any], Any]]) -> Tensor:
         """The functions of `ll` applied in order."""

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
 from tinycore.tensor_support import product, resolve_axes, resolve_axis

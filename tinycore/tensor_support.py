@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, to_dtype
 
@@ -48,7 +49,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     ndim = max((len(shape) for shape in shapes), default=0)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
-    for sizes in zip(*padded):
+    for sizes in zip(*padded, strict=True):
         others = {size for size in sizes if size != 1}
         if len(others) > 1:
             raise ValueError(f"shapes {' and '.join(str(tuple(shape)) for shape in shapes)} cannot be broadcast "

@@ -14,6 +14,7 @@ from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import AxisType, Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, map_global_dims, vector_width
 from tinycore.codegen.simplify import simplify_indices
+from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
 from tinycore.uop.uop import UOp
 
@@ -38,8 +39,17 @@ def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> K
 def linearize(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
     """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
     kernel = optimize_kernel(ast, renderer, opts)
-    stores = expand(simplify_indices(kernel.ast), lambda dtype: vector_width(renderer, dtype))
+    stores = expand(simplify_indices(kernel.ast), lambda dtype: vector_width(renderer, dtype),
+                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width))
     return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
+
+
+def renderer_supports_vector(renderer: Any, dtype: DType, width: int) -> bool:
+    """True when the renderer declares vectors of `width` lanes of scalar `dtype` (Renderer.supports_vector)."""
+    check = getattr(renderer, "supports_vector", None)
+    if callable(check):
+        return bool(check(dtype, width))
+    return width == 1 or width in (getattr(renderer, "vector_widths", {}) or {}).get(dtype.scalar, ())
 
 
 def _kernel_name(ast: UOp, kernel: Kernel) -> str:

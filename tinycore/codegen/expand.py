@@ -41,12 +41,26 @@ def _substitute(node: UOp, mapping: dict[UOp, UOp]) -> UOp:
 
 
 class Expander:
-    """Runs the expansion on a kernel AST; `vector_width(dtype)` is the widest vector codegen may use for `dtype`."""
+    """Runs the expansion on a kernel AST.
 
-    def __init__(self, vector_width: Callable[[DType], int]):
+    `vector_width(dtype)` is the widest vector codegen may use for scalar `dtype`; `supported(dtype, width)` says
+    whether the renderer has vectors of `width` lanes of `dtype` (default: every power of two up to the widest).
+    """
+
+    def __init__(self, vector_width: Callable[[DType], int],
+                 supported: Callable[[DType, int], bool] | None = None):
         self.vector_width = vector_width
-        self.packer = Packer(lambda dtype, width: dtype.count == 1 and vector_width(dtype) >= width and
-                             width in _powers_up_to(vector_width(dtype)))
+        self.supported = supported if supported is not None else \
+            (lambda dtype, width: width in _powers_up_to(vector_width(dtype)))
+        self.packer = Packer(lambda dtype, width: dtype.count == 1 and (width == 1 or (
+            width <= vector_width(dtype) and self.supported(dtype, width))))
+
+    def fitting_width(self, dtype: DType, lanes: int) -> int:
+        """The widest usable vector width for `dtype` that divides `lanes` (1 when none)."""
+        width = self.vector_width(dtype)
+        while width > 1 and (lanes % width or not self.packer.vector_ok(dtype, width)):
+            width //= 2
+        return width
 
     def expand_reduces(self, root: UOp) -> UOp:
         """Every REDUCE with UNROLL or ACCUMULATOR ranges rewritten (inner reduces first)."""
@@ -67,9 +81,7 @@ class Expander:
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
         lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]
-        width = self.vector_width(node.dtype)
-        while width > 1 and len(lanes) % width:
-            width //= 2
+        width = self.fitting_width(node.dtype, len(lanes))
         vectors = []
         for start in range(0, len(lanes), width):
             packed = self.packer.pack(tuple(lanes[start:start + width]))
@@ -99,10 +111,7 @@ class Expander:
 
     def _chunk_width(self, store: UOp, vector_axis: UOp) -> int:
         """The widest supported vector width dividing the vector axis."""
-        size, width = range_size(vector_axis) or 1, self.vector_width(store.src[1].dtype)
-        while width > 1 and size % width:
-            width //= 2
-        return width
+        return self.fitting_width(store.src[1].dtype, range_size(vector_axis) or 1)
 
     def _vector_axis(self, store: UOp, upcasts: list[UOp]) -> UOp:
         """The upcast range along which the store's addresses are consecutive (the last one when none is)."""
@@ -118,6 +127,7 @@ class Expander:
         return upcasts[-1]
 
     def _vector_store(self, copies: tuple[UOp, ...]) -> UOp | None:
+        """One vector store for copies that write consecutive addresses of one buffer under one mask, else None."""
         addresses = tuple(copy.src[0] for copy in copies)
         values = tuple(copy.src[1] for copy in copies)
         first = addresses[0]
@@ -135,7 +145,8 @@ def _powers_up_to(limit: int) -> set[int]:
     return {1 << shift for shift in range(limit.bit_length()) if 1 << shift <= limit}
 
 
-def expand(ast: UOp, vector_width: Callable[[DType], int]) -> list[UOp]:
-    """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded."""
-    expander = Expander(vector_width)
+def expand(ast: UOp, vector_width: Callable[[DType], int],
+           supported: Callable[[DType, int], bool] | None = None) -> list[UOp]:
+    """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded (see Expander for the arguments)."""
+    expander = Expander(vector_width, supported)
     return expander.expand_stores(expander.expand_reduces(ast).src)

@@ -253,6 +253,7 @@ class Linearizer:
         depends: dict[Any, set[Any]] = {}
 
         def child_towards(outer: UOp | None, inner: UOp) -> UOp:
+            """The loop directly inside `outer` on the way down to `inner`."""
             path = self.tree.path(inner)
             return path[len(self.tree.path(outer))]
 
@@ -266,7 +267,7 @@ class Linearizer:
                 source_loop = self.place[source]
                 if node.op is not Ops.RANGE and source_loop is loop:
                     depends.setdefault(node, set()).add(source)
-                else:
+                elif home is not None:
                     depends.setdefault(("block", child_towards(source_loop, home)), set()).add(source)
         for first_range, inits in self.block_inputs.items():
             depends.setdefault(("block", first_range), set()).update(inits)
@@ -291,6 +292,7 @@ class Linearizer:
         members = {loop: [n for n in nodes if n not in launch_set] for loop, nodes in members.items()}
 
         def rank(item: Any) -> tuple[int, int]:
+            """Ordering priority: values, accumulator set-up, nested loops, stores; then graph order."""
             if isinstance(item, tuple):
                 return 2, position[item[1]]
             if item.op is Ops.STORE:
@@ -298,6 +300,7 @@ class Linearizer:
             return 0, position[item]
 
         def emit(loop: UOp | None) -> None:
+            """Append the body of `loop` (None: the kernel's top level), nested loops recursively."""
             items: list[Any] = list(members.get(loop, [])) + [("block", c) for c in children.get(loop, [])]
             item_set = set(items)
             waiting = {item: {d for d in depends.get(item, ()) if d in item_set} for item in items}

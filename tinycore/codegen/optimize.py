@@ -39,6 +39,8 @@ SMALL_UNROLL = 8
 """Reduce axes up to this size are unrolled completely."""
 MAX_UPCAST = 64
 """The largest number of copies upcasting may make of a store."""
+MAX_EXPANSION = 256
+"""The largest number of copies of a reduce's value in one loop iteration (upcast lanes times unrolled steps)."""
 
 
 PREFERRED_VECTOR_BYTES = 32
@@ -73,8 +75,9 @@ def _global_accesses(ast: UOp) -> tuple[list[UOp], list[UOp]]:
 
 
 def _strip_casts(node: UOp) -> UOp:
-    while node.op is Ops.CAST:
-        node = node.src[0]
+    """The value under CASTs and padding masks (WHERE(valid, x, 0))."""
+    while node.op is Ops.CAST or (node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0):
+        node = node.src[0] if node.op is Ops.CAST else node.src[1]
     return node
 
 
@@ -147,10 +150,10 @@ class Heuristic:
             if columns is None or rows is None or width < 2:
                 continue
             column_size, row_size = range_size(columns), range_size(rows)
-            column_tile = next((t for t in (2 * width, width) if column_size and column_size % t == 0), None)
+            column_tile = next((t for t in (width, 2 * width) if column_size and column_size % t == 0), None)
             if column_tile is None:
                 continue
-            row_choices = (4, 2) if column_tile == 2 * width else (6, 4, 3, 2)
+            row_choices = (4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
             row_tile = next((t for t in row_choices if row_size and row_size % t == 0), None)
             self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if row_tile is not None:
@@ -204,15 +207,22 @@ class Heuristic:
         """How many copies the UPCAST axes make."""
         return prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.UPCAST))
 
+    def unroll_product(self) -> int:
+        """How many steps of the reduces the UNROLL and ACCUMULATOR axes put in one loop iteration."""
+        return prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.UNROLL,
+                                                                                         AxisType.ACCUMULATOR))
+
     def small_axes(self) -> None:
-        """Upcast small output axes and unroll small reduce axes completely."""
+        """Upcast small output axes and unroll small reduce axes completely (axes not split by earlier opts)."""
         for range_node in reversed(self.output_axes()):
             size = range_size(range_node)
-            if size is not None and 1 < size <= SMALL_UPCAST and self.upcast_product() * size <= MAX_UPCAST:
+            if size is not None and 1 < size <= SMALL_UPCAST and self.upcast_product() * size <= MAX_UPCAST and \
+                    size == self.original_sizes.get(axis_id(range_node)):
                 self.attempt(range_node, OptOps.UPCAST, size, "small axis")
         for range_node in self.reduce_axes():
             size = range_size(range_node)
-            if size is not None and 1 < size <= SMALL_UNROLL and size == self.original_sizes.get(axis_id(range_node)):
+            if size is not None and 1 < size <= SMALL_UNROLL and size == self.original_sizes.get(axis_id(range_node)) \
+                    and self.upcast_product() * self.unroll_product() * size <= MAX_EXPANSION:
                 self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
 
     def threads(self) -> None:
@@ -220,7 +230,7 @@ class Heuristic:
         if not getattr(self.renderer, "has_threads", True) or self.kernel.work() < MIN_THREAD_WORK:
             return
         workers = default_worker_count()
-        candidates = [(r, range_size(r)) for r in self.output_axes() if (range_size(r) or 0) >= 2]
+        candidates = [(r, range_size(r) or 0) for r in self.output_axes() if (range_size(r) or 0) >= 2]
         if workers < 2 or not candidates:
             return
         chosen = next(((r, size) for r, size in candidates if size >= workers), max(candidates, key=lambda c: c[1]))

@@ -38,13 +38,14 @@ class Optimizer:
     def __init__(self, params: list[Tensor], lr: float, device: str | None = None, fused: bool = False):
         if fused:
             raise NotImplementedError("fused optimizers are not implemented; construct the optimizer with fused=False")
+        for tensor in params:
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"the optimizer's parameters must be Tensors, got {type(tensor).__name__}")
         params = dedup(params)
         if not params:
             raise ValueError("the optimizer got an empty parameter list: pass the model's tensors, for example "
                              "nn.state.get_parameters(model)")
         for tensor in params:
-            if not isinstance(tensor, Tensor):
-                raise TypeError(f"the optimizer's parameters must be Tensors, got {type(tensor).__name__}")
             if tensor.requires_grad is None:
                 tensor.requires_grad = True
         self.params: list[Tensor] = [tensor for tensor in params if tensor.requires_grad]

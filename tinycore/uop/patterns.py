@@ -440,10 +440,10 @@ class PatternMatcher:
                 _compiled.append((pattern, function, compile_rule(pattern, function), pattern.early_reject))
         self.compiled = _compiled
         self.patterns = [(entry[0], entry[1]) for entry in _compiled]
-        self.by_op: dict[Ops, list[tuple[Callable[[UOp, Any], UOp | None], frozenset[Ops]]]] = {}
+        self.by_op: dict[Ops, list[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]]]] = {}
         for pattern, _, rule, early_reject in _compiled:
             for op in (pattern.op if pattern.op is not None else tuple(Ops)):
-                self.by_op.setdefault(op, []).append((rule, early_reject))
+                self.by_op.setdefault(op, []).append((rule, tuple(early_reject)))
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         if not isinstance(other, PatternMatcher):
@@ -458,12 +458,18 @@ class PatternMatcher:
         rules = self.by_op.get(uop.op)
         if rules is None:
             return None
-        source_ops: set[Ops] | None = None
+        sources = uop.src
         for rule, early_reject in rules:
-            if early_reject:
-                if source_ops is None:
-                    source_ops = {source.op for source in uop.src}
-                if not early_reject <= source_ops:
+            if early_reject:  # every op listed must be the op of some source (identity tests, no hashing)
+                rejected = False
+                for required in early_reject:
+                    for source in sources:
+                        if source.op is required:
+                            break
+                    else:
+                        rejected = True
+                        break
+                if rejected:
                     continue
             result = rule(uop, ctx)
             if result is not None:
@@ -473,6 +479,15 @@ class PatternMatcher:
 
 class RewriteCycleError(RuntimeError):
     """Raised when rules rewrite a node back into one that is still being rewritten (the rules loop)."""
+
+
+_IN_PROGRESS: Any = object()  # marks a node whose rewrite has started but not finished
+
+
+def _cycle_error(name: str | None, node: UOp) -> RewriteCycleError:
+    label = f" {name}" if name else ""
+    return RewriteCycleError(f"graph_rewrite{label}: the rules rewrite a node into one of its own ancestors "
+                             f"({node.op}); check the rules for a loop")
 
 
 def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
@@ -485,49 +500,47 @@ def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any = None, bottom_up
     is iterative, so graphs of any depth work. `name` labels errors.
     """
     done: dict[UOp, UOp] = {}
-    in_progress: set[UOp] = set()
     rewrite = matcher.rewrite
     # stack entries: (node, stage, current); stage 0 = visit, 1 = sources done, 2 = link node to its replacement
     stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
+    push, pop, lookup = stack.append, stack.pop, done.get
     while stack:
-        node, stage, current = stack.pop()
+        node, stage, current = pop()
         if stage == 0:
-            if node in done:
+            found = lookup(node)
+            if found is not None:
+                if found is _IN_PROGRESS:
+                    raise _cycle_error(name, node)
                 continue
-            if node in in_progress:
-                raise RewriteCycleError(f"graph_rewrite{' ' + name if name else ''}: the rules rewrite a node into "
-                                        f"one of its own ancestors ({node.op}); check the rules for a loop")
-            in_progress.add(node)
+            done[node] = _IN_PROGRESS
             if bottom_up:
                 seen: set[UOp] = set()
                 while (replacement := rewrite(current, ctx)) is not None:
                     if replacement in seen:
-                        raise RewriteCycleError(f"graph_rewrite{' ' + name if name else ''}: rules loop on "
-                                                f"{replacement.op}")
+                        raise _cycle_error(name, replacement)
                     seen.add(current)
                     current = replacement
-            stack.append((node, 1, current))
+            push((node, 1, current))
             for source in reversed(current.src):
-                if source not in done:
-                    stack.append((source, 0, source))
+                found = lookup(source)
+                if found is None:
+                    push((source, 0, source))
+                elif found is _IN_PROGRESS:
+                    raise _cycle_error(name, source)
         elif stage == 1:
-            new_sources = tuple([done[source] for source in current.src])
-            if new_sources != current.src:
+            sources = current.src
+            new_sources = tuple([done[source] for source in sources])
+            if new_sources != sources:
                 rebuilt = current.replace(src=new_sources)
-            elif not bottom_up and (rebuilt := rewrite(current, ctx)) is not None:  # type: ignore[assignment]
-                pass
-            else:
+            elif bottom_up or (rebuilt := rewrite(current, ctx)) is None:  # type: ignore[assignment]
                 done[node] = current
-                in_progress.discard(node)
                 continue
-            if rebuilt in done:
-                done[node] = done[rebuilt]
-                in_progress.discard(node)
+            found = lookup(rebuilt)
+            if found is not None and found is not _IN_PROGRESS:
+                done[node] = found
                 continue
-            stack.append((node, 2, rebuilt))
-            stack.append((rebuilt, 0, rebuilt))
+            push((node, 2, rebuilt))
+            push((rebuilt, 0, rebuilt))
         else:
             done[node] = done[current]
-            in_progress.discard(node)
     return done[sink]
-

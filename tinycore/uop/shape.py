@@ -162,7 +162,7 @@ class ShapeMixin:
     # ---- movement ----
 
     def reshape(self, shape: Sequence[sint]) -> UOp:
-        """This node viewed with `shape` (same element count); consecutive reshapes merge into one."""
+        """This node viewed with `shape` (same element count)."""
         new_shape = tuple(shape)
         current = self.shape
         if new_shape == current:
@@ -170,8 +170,6 @@ class ShapeMixin:
         assert all(not _is_int(size) or size >= 0 for size in new_shape), f"reshape to negative size {new_shape}"
         if all(_is_int(size) for size in new_shape + current):
             assert prod(new_shape) == prod(current), f"reshape from {current} to {new_shape} changes the size"
-        if self.op is Ops.RESHAPE:
-            return self.src[0].reshape(new_shape)
         return self._new(Ops.RESHAPE, new_shape)
 
     def permute(self, order: Sequence[int]) -> UOp:
@@ -181,8 +179,6 @@ class ShapeMixin:
             f"permute order {new_order} is not a permutation of {len(self.shape)} axes"
         if new_order == tuple(range(len(new_order))):
             return self  # type: ignore[return-value]
-        if self.op is Ops.PERMUTE:
-            return self.src[0].permute(tuple(self.arg[axis] for axis in new_order))
         return self._new(Ops.PERMUTE, new_order)
 
     def expand(self, shape: Sequence[sint]) -> UOp:

@@ -30,12 +30,21 @@ Bounds = tuple[Any, Any]
 _BOUNDS_KEY = "_bounds"
 
 
+_DTYPE_RANGES: dict[DType, Bounds] = {dtype: (dtypes.min(dtype), dtypes.max(dtype)) for dtype in dtypes.all}
+_SIGNED_INTS = frozenset(dtypes.sints)
+
+
 def _dtype_bounds(dtype: DType) -> Bounds:
-    """The whole range of `dtype` (floats: -inf..inf; bool: False..True; others: 0..0)."""
-    scalar = dtype.scalar
-    if dtypes.is_int(scalar) or scalar == dtypes.bool or dtypes.is_float(scalar):
-        return (dtypes.min(scalar), dtypes.max(scalar))
-    return (-math.inf, math.inf)
+    """The whole range of `dtype` (floats: -inf..inf; bool: False..True; others: -inf..inf)."""
+    return _DTYPE_RANGES.get(dtype.scalar, (-math.inf, math.inf))
+
+
+def _int_const(dtype: DType, value: int) -> UOp:
+    """A CONST of a signed integer dtype; skips the conversion work of UOp.const when `value` already fits."""
+    low, high = _DTYPE_RANGES[dtype]
+    if value.__class__ is int and low <= value <= high:
+        return UOp(Ops.CONST, dtype, (), value)
+    return UOp.const(dtype, value)
 
 
 def _needs_sources(uop: UOp) -> bool:
@@ -82,8 +91,9 @@ def _clamp(dtype: DType, found: Bounds) -> Bounds:
             if not (math.isfinite(low) and math.isfinite(high)):
                 return _dtype_bounds(scalar)
             low, high = math.floor(low), math.ceil(high)
-        if low < dtypes.min(scalar) or high > dtypes.max(scalar):
-            return _dtype_bounds(scalar)
+        whole = _DTYPE_RANGES[scalar]
+        if low < whole[0] or high > whole[1]:
+            return whole
         return (int(low), int(high))
     return found
 
@@ -331,7 +341,7 @@ _MAX_LINEAR_NODES = 64
 
 
 def _is_signed_int(dtype: DType) -> bool:
-    return dtype.count == 1 and dtype in dtypes.sints
+    return dtype in _SIGNED_INTS
 
 
 def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
@@ -368,19 +378,37 @@ def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
     return terms, constant
 
 
+def _term_order(item: tuple[int, tuple[UOp, int]]) -> tuple[int, Any, int]:
+    """Sort key of a term: ranges by axis, then variables and thread indices by name, then the rest as they came."""
+    position, (term, _) = item
+    if term.op is Ops.RANGE:
+        return (0, term.arg[0] if isinstance(term.arg, tuple) else term.arg, position)
+    if term.op is Ops.DEFINE_VAR:
+        return (1, term.arg[0], position)
+    if term.op is Ops.SPECIAL:
+        return (2, str(term.arg), position)
+    return (3, 0, position)
+
+
 def build_sum(terms: dict[UOp, int], constant: int, dtype: DType) -> UOp:
-    """The canonical UOp of a linear form: left-nested ADDs of `term * coefficient`, the constant last."""
+    """The canonical UOp of a linear form: left-nested ADDs of `term * coefficient`, the constant last.
+
+    Terms are ordered canonically (ranges by axis, variables by name, other terms in their given order), so
+    equal sums written in different orders become the same node.
+    """
     terms = _merge_div_mod_pairs(terms)
+    if len(terms) > 1:
+        terms = dict(item for _, item in sorted(enumerate(terms.items()), key=_term_order))
     result: UOp | None = None
     for term, coefficient in terms.items():
         if coefficient == 0:
             continue
-        piece = term if coefficient == 1 else UOp(Ops.MUL, dtype, (term, UOp.const(dtype, coefficient)))
+        piece = term if coefficient == 1 else UOp(Ops.MUL, dtype, (term, _int_const(dtype, coefficient)))
         result = piece if result is None else UOp(Ops.ADD, dtype, (result, piece))
     if result is None:
-        return UOp.const(dtype, constant)
+        return _int_const(dtype, constant)
     if constant != 0:
-        result = UOp(Ops.ADD, dtype, (result, UOp.const(dtype, constant)))
+        result = UOp(Ops.ADD, dtype, (result, _int_const(dtype, constant)))
     return result
 
 
@@ -555,7 +583,7 @@ def _less_than_constant(left: UOp, limit_uop: UOp) -> UOp | None:
     if left.op is Ops.IDIV and left.src[1].op is Ops.CONST and left.src[1].arg > 0:
         divisor = left.src[1].arg
         new_limit = limit * divisor if limit > 0 else (limit - 1) * divisor + 1
-        if dtypes.min(dtype) <= new_limit <= dtypes.max(dtype):
+        if _DTYPE_RANGES[dtype][0] <= new_limit <= _DTYPE_RANGES[dtype][1]:
             return left.src[0] < new_limit
         return None
     form = linear_form(left)
@@ -570,10 +598,10 @@ def _less_than_constant(left: UOp, limit_uop: UOp) -> UOp | None:
     new_limit = limit - constant
     if common > 1:
         new_limit = -((-new_limit) // common)  # ceil: g*e < k  <=>  e < ceil(k / g) for g > 0
-    if not dtypes.min(dtype) <= new_limit <= dtypes.max(dtype):
+    if not _DTYPE_RANGES[dtype][0] <= new_limit <= _DTYPE_RANGES[dtype][1]:
         return None
     reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
-    return UOp(Ops.CMPLT, dtypes.bool, (reduced, UOp.const(dtype, new_limit)))
+    return UOp(Ops.CMPLT, dtypes.bool, (reduced, _int_const(dtype, new_limit)))
 
 
 def _compare_equal_constant(root: UOp, left: UOp, value_uop: UOp) -> UOp | None:
@@ -594,10 +622,10 @@ def _compare_equal_constant(root: UOp, left: UOp, value_uop: UOp) -> UOp | None:
     if target % common != 0:
         return UOp.const(dtypes.bool, root.op is Ops.CMPNE)
     target //= common
-    if not dtypes.min(dtype) <= target <= dtypes.max(dtype):
+    if not _DTYPE_RANGES[dtype][0] <= target <= _DTYPE_RANGES[dtype][1]:
         return None
     reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
-    return UOp(root.op, dtypes.bool, (reduced, UOp.const(dtype, target)))
+    return UOp(root.op, dtypes.bool, (reduced, _int_const(dtype, target)))
 
 
 # ---- boolean chains (masks) ----
@@ -795,7 +823,9 @@ def _fold_by_bounds(root: UOp) -> UOp | None:
     if root.dtype.count != 1 or not _is_int_or_bool(root.dtype):
         return None
     low, high = bounds(root)
-    return UOp.const(root.dtype, low) if low == high else None
+    if low != high:
+        return None
+    return _int_const(root.dtype, low) if root.dtype in _SIGNED_INTS else UOp.const(root.dtype, low)
 
 
 def _zero_if_int(x: UOp) -> UOp | None:

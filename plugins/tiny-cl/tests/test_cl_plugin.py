@@ -1,4 +1,4 @@
-"""The CL plugin's registration: entry point, API level, device spec, the "not built yet" device class and
+"""The CL plugin's registration: entry point, API level, device spec, renderer spec, and
 the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
 from __future__ import annotations
 
@@ -44,11 +44,13 @@ def test_device_spec() -> None:
     assert load_object(spec.probe) is hooks.probe
 
 
-def test_opening_says_not_built_yet() -> None:
+def test_device_class_and_renderer_are_named_by_import_path() -> None:
     device_class = load_object(hooks.tiny_devices()[0].device_class)
-    with pytest.raises(RuntimeError) as caught:
-        device_class("CL")
-    assert str(caught.value).startswith("tiny-cl is installed but its CL device is not built yet")
+    assert isinstance(device_class, type) and device_class.__name__ == "CLDevice"
+    (renderer,) = hooks.tiny_renderers("CL")
+    assert (renderer.name, renderer.factory) == ("OPENCL", "tiny_cl.renderer:make_cl_renderer")
+    assert callable(load_object(renderer.factory))
+    assert hooks.tiny_renderers("CPU") == []
 
 
 def test_real_probe_answers_quickly() -> None:
@@ -69,7 +71,8 @@ def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
     assert (device["distribution"], device["plugin"]) == ("tiny-cl", "cl")
     ok, reason, _count = hooks.probe()
     if ok:
-        assert device["status"] == "fails to open" and "not built yet" in device["reason"]
+        assert device["status"] == "ok", device["reason"]
+        assert [row["name"] for row in device["renderers"] if row["selected"]] == ["OPENCL"]
     else:
         assert (device["status"], device["reason"]) == ("unavailable", reason)
 

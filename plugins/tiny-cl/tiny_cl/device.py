@@ -1,10 +1,48 @@
-"""The CL device. Not built yet: opening it raises an error saying so."""
+"""CLDevice: one OpenCL device (CL, CL:1, ...) as a tinycore device: OpenCL C renderer, driver compiler, cl.Buffers."""
 from __future__ import annotations
 
+from typing import Any
 
-class CLDevice:
-    """Placeholder for the OpenCL device until its backend is written; constructing it raises RuntimeError."""
+from tiny_cl.allocator import CLAllocator
+from tiny_cl.driver import open_device
+from tiny_cl.runtime import CLProgram
+from tinycore.device.compiled import Compiled
 
-    def __init__(self, device: str) -> None:
-        raise RuntimeError(f"tiny-cl is installed but its CL device is not built yet (asked to open {device!r}); "
-                           "use another device for now, e.g. DEV=CPU")
+
+class CLDevice(Compiled):
+    """An OpenCL device; its renderer and compiler come from the registry's selection (DEV=CL:OPENCL)."""
+
+    def __init__(self, device: str = "CL"):
+        self.opened = open_device(device)
+        renderer, compiler = self._renderer_and_compiler(device)
+        opened = self.opened
+
+        def runtime(name: str, lib: bytes) -> CLProgram:
+            return CLProgram(opened, name, lib)
+
+        super().__init__(device, CLAllocator(device, opened), renderer, compiler, runtime)
+
+    @staticmethod
+    def _renderer_and_compiler(device: str) -> tuple[Any, Any]:
+        """The renderer and compiler the registry selects (the OpenCL C renderer unless another plugin's is asked)."""
+        try:
+            from tinycore.device.registry import select_renderer
+        except ImportError:
+            from tiny_cl.renderer import make_cl_renderer
+            return make_cl_renderer(device, None)
+        renderer, compiler, _spec = select_renderer(device)
+        return renderer, compiler
+
+    @property
+    def description(self) -> str:
+        """'CL:N = <device> on <platform> (<OpenCL version>)'."""
+        return self.opened.describe()
+
+    def synchronize(self) -> None:
+        """Wait for every kernel and copy queued on this device."""
+        self.opened.finish()
+
+    def close(self) -> None:
+        """Finish queued work and release the cached allocations (the context goes when the process ends)."""
+        self.opened.finish()
+        self.allocator.free_cache()  # type: ignore[attr-defined]

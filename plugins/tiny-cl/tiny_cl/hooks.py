@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 
-from tinycore.plugins import DeviceSpec, hookimpl
+from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -26,7 +26,9 @@ def _count_with_pyopencl() -> tuple[bool, str, int]:
     if count == 0:
         return (False, f"pyopencl found {len(platforms)} OpenCL platform(s) but no device", 0)
     names = ", ".join(platform.name for platform in platforms)
-    return (True, f"{count} OpenCL device(s) on {names}", count)
+    devices = [getattr(device, "name", None) for platform in platforms for device in platform.get_devices()]
+    numbered = ", ".join(f"CL:{index} = {name.strip()}" for index, name in enumerate(devices) if isinstance(name, str))
+    return (True, f"{count} OpenCL device(s) on {names}" + (f": {numbered}" if numbered else ""), count)
 
 
 def _count_with_ctypes() -> tuple[bool, str, int]:
@@ -66,3 +68,12 @@ def tiny_devices() -> list[DeviceSpec]:
     return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cl.device:CLDevice",
                        "OpenCL devices through the ICD loader (OpenCL C compiled by the driver)",
                        probe="tiny_cl.hooks:probe")]
+
+
+@hookimpl
+def tiny_renderers(device: str) -> list[RendererSpec]:
+    """The OpenCL C renderer for CL (built by the device's OpenCL driver)."""
+    if device != DEVICE_NAME:
+        return []
+    return [RendererSpec("OPENCL", "tiny_cl.renderer:make_cl_renderer",
+                         "OpenCL C built by the device's OpenCL driver (binaries cached per driver version)")]

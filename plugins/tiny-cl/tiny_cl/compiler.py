@@ -1,0 +1,77 @@
+"""The OpenCL compiler: OpenCL C built by the device's driver into a program binary, cached on disk.
+
+The cache key (the core Compiler's) covers the source, the build options and the platform, device and driver
+versions, so a driver update never reuses an old binary. A binary is stored with a one-line header saying whether
+the kernel depends on the work-group shape (local ids, group ids, barriers or local memory); the runtime lets the
+driver choose the work-group size for kernels that do not.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+from tiny_cl.driver import OpenedDevice, import_pyopencl
+from tinycore.device.compiler import CompileError, Compiler
+
+_HEADER = b"TINYCORE-CL1 "
+_GROUP_SHAPE_WORDS = re.compile(r"\b(get_local_id|get_group_id|get_local_size|get_num_groups|barrier|__local)\b")
+
+
+def pack_binary(binary: bytes, depends_on_group_shape: bool) -> bytes:
+    """The cached form of a program binary: a JSON header line, then the driver's binary."""
+    header = json.dumps({"group_shape": depends_on_group_shape}).encode()
+    return _HEADER + header + b"\n" + binary
+
+
+def unpack_binary(lib: bytes) -> tuple[bytes, bool]:
+    """(driver binary, whether the kernel depends on the work-group shape) of a packed binary."""
+    if not lib.startswith(_HEADER) or b"\n" not in lib:
+        raise ValueError("not a CL program binary made by tiny-cl's compiler (missing header); recompile the kernel")
+    header, binary = lib[len(_HEADER):].split(b"\n", 1)
+    return binary, bool(json.loads(header)["group_shape"])
+
+
+def depends_on_group_shape(src: str) -> bool:
+    """True when the OpenCL C source reads local or group ids, synchronises a group or declares local memory."""
+    return _GROUP_SHAPE_WORDS.search(src) is not None
+
+
+class CLCompiler(Compiler):
+    """Builds OpenCL C with the device's driver (clBuildProgram) and returns the program binary."""
+
+    flags: tuple[str, ...] = ("-cl-std=CL1.2", "-w")
+
+    def __init__(self, opened: OpenedDevice):
+        super().__init__("cl-kernels")
+        self.opened = opened
+        self.name = f"opencl-{opened.index}"
+
+    def version(self) -> str:
+        """Platform, device and driver versions of the device this compiler builds for."""
+        return self.opened.identity
+
+    def compile(self, src: str) -> bytes:
+        """The packed program binary of `src`; CompileError with the driver's build log on failure."""
+        pyopencl = import_pyopencl()
+        program = pyopencl.Program(self.opened.context, src)
+        try:
+            program.build(options=list(self.flags), devices=[self.opened.device])
+        except pyopencl.Error as error:
+            log = _build_log(program, self.opened)
+            raise CompileError(f"the OpenCL driver failed to build a kernel for {self.opened.describe()} "
+                               f"({type(error).__name__}); its build log follows",
+                               log=(log or str(error)) + "\n--- source ---\n" + src) from error
+        binaries = program.get_info(pyopencl.program_info.BINARIES)
+        if not binaries or not binaries[0]:
+            raise CompileError(f"the OpenCL driver of {self.opened.describe()} built the kernel but returned no "
+                               "binary (CL_PROGRAM_BINARIES is empty)")
+        return pack_binary(bytes(binaries[0]), depends_on_group_shape(src))
+
+
+def _build_log(program: object, opened: OpenedDevice) -> str:
+    """The driver's build log for the device, or '' when it cannot be read."""
+    try:
+        pyopencl = import_pyopencl()
+        return str(program.get_build_info(opened.device, pyopencl.program_build_info.LOG)).strip()  # type: ignore
+    except Exception:  # noqa: BLE001 - the log is best effort; the error is raised either way
+        return ""
