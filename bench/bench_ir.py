@@ -104,52 +104,52 @@ def build_index(library: Library, description: tuple[Any, ...], ranges: dict[tup
     return (flat + offset * strides[1]) % (strides[0]) // strides[1]  # shrink then split
 
 
-def best_of(function: Callable[[], Any]) -> tuple[float, Any]:
-    """The best wall time of REPEATS calls, and the last result."""
-    best, result = float("inf"), None
-    for _ in range(REPEATS):
-        result = None  # drop the previous graph so every repeat starts cold (no cached nodes or bounds)
-        gc.collect()
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+def timed(function: Callable[[], Any]) -> float:
+    """Wall time of one cold call (garbage collected before, result dropped after)."""
+    gc.collect()
+    start = time.perf_counter()
+    result = function()
+    elapsed = time.perf_counter() - start
+    del result
+    return elapsed
 
 
-def measure(library: Library) -> dict[str, float]:
-    """Times for one library."""
-    descriptions = index_descriptions(INDEX_EXPRESSIONS)
-    times: dict[str, float] = {}
-    times["elementwise build"], graph = best_of(lambda: build_elementwise(library))
-    times["elementwise rewrite"], rewritten = best_of(lambda: library.rewrite(build_elementwise(library)))
-    times["elementwise rewrite"] -= times["elementwise build"]
-    times["graph nodes before/after"] = (library.count_nodes(graph), library.count_nodes(rewritten))  # type: ignore
+def tasks(library: Library, descriptions: list[tuple[Any, ...]]) -> dict[str, Callable[[], Any]]:
+    """The measured pieces of work for one library."""
+    def build_all() -> list[Any]:
+        ranges: dict[tuple[int, int], Any] = {}
+        return [build_index(library, description, ranges) for description in descriptions]
 
     def simplify_all() -> list[Any]:
         ranges: dict[tuple[int, int], Any] = {}
         return [library.rewrite(build_index(library, description, ranges)) for description in descriptions]
-
-    def build_all() -> list[Any]:
-        ranges: dict[tuple[int, int], Any] = {}
-        return [build_index(library, description, ranges) for description in descriptions]
-    times["index build"], _ = best_of(build_all)
-    times["index build+simplify"], _ = best_of(simplify_all)
-    return times
+    return {"elementwise build": lambda: build_elementwise(library),
+            "elementwise build+rewrite": lambda: library.rewrite(build_elementwise(library)),
+            "index build": build_all, "index build+simplify": simplify_all}
 
 
 def main() -> None:
-    """Measure both libraries and print a table."""
-    results = {}
-    for make in (tinycore_library, tinygrad_library):
-        library = make()
-        results[library.name] = measure(library)
+    """Measure both libraries, alternating them within each repeat so machine load hits both alike."""
+    libraries = [tinycore_library(), tinygrad_library()]
+    descriptions = index_descriptions(INDEX_EXPRESSIONS)
+    work = {library.name: tasks(library, descriptions) for library in libraries}
+    best: dict[str, dict[str, float]] = {library.name: {} for library in libraries}
+    for task in work["tinycore"]:
+        for _ in range(REPEATS):
+            for library in libraries:
+                elapsed = timed(work[library.name][task])
+                best[library.name][task] = min(best[library.name].get(task, float("inf")), elapsed)
+    for library in libraries:
+        times = best[library.name]
+        times["elementwise rewrite"] = times["elementwise build+rewrite"] - times["elementwise build"]
+        times["index simplify"] = times["index build+simplify"] - times["index build"]
+    sizes = {library.name: (library.count_nodes(build_elementwise(library)),
+                            library.count_nodes(library.rewrite(build_elementwise(library)))) for library in libraries}
+    print(f"elementwise graph nodes before/after rewrite: tinycore {sizes['tinycore']}, tinygrad {sizes['tinygrad']}")
     print(f"{'measure':28s} {'tinycore':>12s} {'tinygrad':>12s} {'ratio':>7s}")
-    for key in results["tinycore"]:
-        ours, theirs = results["tinycore"][key], results["tinygrad"][key]
-        if isinstance(ours, tuple):
-            print(f"{key:28s} {str(ours):>12s} {str(theirs):>12s}")
-            continue
-        print(f"{key:28s} {ours * 1000:10.1f}ms {theirs * 1000:10.1f}ms {ours / theirs:7.2f}")
+    for task in ("elementwise build", "elementwise rewrite", "index build", "index simplify"):
+        ours, theirs = best["tinycore"][task], best["tinygrad"][task]
+        print(f"{task:28s} {ours * 1000:10.1f}ms {theirs * 1000:10.1f}ms {ours / theirs:7.2f}")
 
 
 if __name__ == "__main__":

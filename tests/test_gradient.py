@@ -202,6 +202,12 @@ def test_ties_split_evenly_like_torch() -> None:
                    arrays=[np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]], np.float32)])
 
 
+def test_prod_with_zeros_matches_torch() -> None:
+    """The product's gradient stays finite with one zero (the others' product) or several zeros (zero)."""
+    values = np.array([[0.0, 2.0, 3.0], [0.0, 0.0, 5.0], [1.5, 2.0, -1.0]], np.float32)
+    check_gradient(lambda x: x.prod(axis=1), lambda x: x.prod(dim=1), [(3, 3)], arrays=[values])
+
+
 def test_relu_at_zero_has_zero_gradient() -> None:
     check_gradient(lambda x: x.relu(), lambda x: x.relu(), [(3,)], arrays=[np.array([0.0, 1.0, -1.0], np.float32)])
 

@@ -13,7 +13,7 @@ from tinycore.helpers import Context
 from tinycore.nn import optim
 from tinycore.tensor import Tensor
 
-SHAPES = [(4, 3), (5,), (2, 3, 2)]
+SHAPES = [(4, 3), (5,), (2, 3, 2), ()]
 STEPS = 10
 
 
@@ -189,7 +189,7 @@ def test_optimizer_group_steps_each_optimizer() -> None:
     params, grads = _problem(6)
     tensors = [Tensor(param.copy(), requires_grad=True) for param in params]
     group = optim.OptimizerGroup(optim.SGD(tensors[:1], lr=0.1), optim.Adam(tensors[1:], lr=0.01))
-    assert isinstance(group[0], optim.SGD) and len(group.params) == 3
+    assert isinstance(group[0], optim.SGD) and len(group.params) == len(SHAPES)
     with Context(TRAINING=1):
         for step_grads in grads:
             group.zero_grad()

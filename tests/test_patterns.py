@@ -150,7 +150,7 @@ class TestPatternMatcher:
         rules = PatternMatcher([(UPat(Ops.MUL, name="x"), record) for _ in range(200)])
         rules.rewrite(a + b)
         assert calls == []
-        assert len(rules.by_op[Ops.MUL]) == 200 and Ops.ADD not in rules.by_op
+        assert len(rules.by_op[Ops.MUL]) == 200 and len(rules.by_op[Ops.ADD]) == 0
 
     def test_compiled_matches_interpreter(self) -> None:
         pattern = UPat(Ops.ADD, src=[UPat(Ops.MUL, src=[UPat.var("x"), UPat.cvar("c")]), UPat.var("y")])

@@ -48,7 +48,7 @@ class Interpreter:
             ranges = node.src[1:]
             accumulator = _REDUCE_START[node.arg]
             for values in itertools.product(*(range(self.value(r.src[0], env)) for r in ranges)):
-                inner = dict(env, **{})
+                inner = dict(env)
                 inner.update(zip(ranges, values, strict=True))
                 item = self.value(node.src[0], inner)
                 accumulator = exec_alu(node.arg, dtypes.float64, [accumulator, item])

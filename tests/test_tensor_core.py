@@ -154,3 +154,29 @@ def test_requires_grad_propagates() -> None:
     assert (Tensor([1.0]) * x).requires_grad is True
     with pytest.raises(TypeError):
         Tensor([1.0], requires_grad="yes")  # type: ignore[arg-type]
+
+
+def test_lazy_leaves_with_equal_values_get_separate_gradients() -> None:
+    first, second = Tensor.zeros(3, requires_grad=True), Tensor.zeros(3, requires_grad=True)
+    ((first * 2 + second * 5).sum()).backward()
+    assert first.grad.tolist() == [2.0, 2.0, 2.0] and second.grad.tolist() == [5.0, 5.0, 5.0]
+    ones = Tensor.ones(2, 2, requires_grad=True)
+    (ones * 3).sum().backward()
+    assert ones.grad.tolist() == [[3.0, 3.0], [3.0, 3.0]]
+
+
+def test_separately_realized_equal_tensors_do_not_share_memory() -> None:
+    first, second = Tensor.zeros(3).contiguous().realize(), Tensor.zeros(3).contiguous().realize()
+    first.assign(Tensor([1.0, 2.0, 3.0])).realize()
+    assert first.tolist() == [1.0, 2.0, 3.0] and second.tolist() == [0.0, 0.0, 0.0]
+    copy = first.clone().realize()
+    first.assign(Tensor([4.0, 5.0, 6.0])).realize()
+    assert copy.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_backward_after_realizing_the_loss() -> None:
+    weights = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+    loss = (weights * weights).sum()
+    assert loss.item() == 14.0
+    loss.backward()
+    assert weights.grad.tolist() == [2.0, 4.0, 6.0]

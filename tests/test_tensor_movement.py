@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 
 from tinycore import Tensor, dtypes
 
@@ -187,7 +187,7 @@ def test_split_and_chunk() -> None:
     values = _values(7, 2)
     pieces = Tensor(values).split(3)
     assert [piece.shape for piece in pieces] == [(3, 2), (3, 2), (1, 2)]
-    for got, expected in zip(pieces, np.split(values, [3, 6])):
+    for got, expected in zip(pieces, np.split(values, [3, 6]), strict=False):
         _equal(got, expected)
     pieces = Tensor(values).split([2, 5])
     _equal(pieces[1], values[2:])
@@ -205,7 +205,7 @@ def test_unfold_and_meshgrid() -> None:
     for indexing in ("ij", "xy"):
         ours = x.meshgrid(y, indexing=indexing)
         expected = torch.meshgrid(torch.tensor([1, 2, 3]), torch.tensor([4, 5]), indexing=indexing)
-        for got, want in zip(ours, expected):
+        for got, want in zip(ours, expected, strict=False):
             _equal(got, want)
 
 

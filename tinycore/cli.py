@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore.helpers import DEV, colored
+from tinycore.testing.cli import add_conformance_parser, run_conformance
 
 STATUS_COLOURS = {"ok": "green", "unavailable": "yellow", "fails to open": "red", "plugin broken": "red",
                   "plugin refused": "red", "plugin disabled": "yellow", "plugin not allowed": "yellow",
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = commands.add_parser("plugins", help="list plugins: distribution, version, API level, hooks, status")
     plugins.add_argument("--json", action="store_true", help="print JSON for tools")
     plugins.add_argument("--traceback", action="store_true", help="show the traceback of each broken plugin")
+    add_conformance_parser(commands)
     return parser
 
 
@@ -190,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         plugins = collect_plugins()
         print(json.dumps(plugins, indent=2) if arguments.json else format_plugins(plugins, arguments.traceback))
         return 0
+    if arguments.command == "conformance":
+        return run_conformance(arguments)
     parser.print_help()
     return 2
 

@@ -1,6 +1,7 @@
 """Data types: scalar, vector and pointer DTypes, the promotion lattice, and conversions to numpy/torch/struct."""
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from dataclasses import dataclass, fields
@@ -133,22 +134,22 @@ class dtypes:  # noqa: N801 - mirrors the public name
     default_int: DType = int32
 
     @staticmethod
-    def is_float(x: DType) -> bool:
+    def is_float(x: DType) -> builtins.bool:
         """True for floating point dtypes (including fp8 and vectors of floats)."""
         return x.scalar in _FLOAT_SET
 
     @staticmethod
-    def is_int(x: DType) -> bool:
+    def is_int(x: DType) -> builtins.bool:
         """True for signed and unsigned integer dtypes (not bool)."""
         return x.scalar in _INT_SET
 
     @staticmethod
-    def is_unsigned(x: DType) -> bool:
+    def is_unsigned(x: DType) -> builtins.bool:
         """True for unsigned integer dtypes."""
         return x.scalar in _UINT_SET
 
     @staticmethod
-    def is_bool(x: DType) -> bool:
+    def is_bool(x: DType) -> builtins.bool:
         """True for the bool dtype."""
         return x.scalar == dtypes.bool
 
@@ -197,7 +198,7 @@ class dtypes:  # noqa: N801 - mirrors the public name
         return math.inf if dtypes.is_float(dtype) else True
 
     @staticmethod
-    def finfo(dtype: DType) -> tuple[int, int]:
+    def finfo(dtype: DType) -> tuple[builtins.int, builtins.int]:
         """(exponent bits, mantissa bits) of a floating point dtype."""
         if not dtypes.is_float(dtype):
             raise ValueError(f"finfo needs a floating point dtype, got {dtype}")

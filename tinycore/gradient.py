@@ -200,9 +200,23 @@ def _reduce(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
         count = _sum_to_shape(is_max, axes).expand(source.shape)
         return (is_max / count * expanded_grad,)
     if reduce_op is Ops.MUL:
-        # d(prod x)/dx_i = prod(x) / x_i (not defined where x_i is zero)
-        return (expanded_grad * node.expand(source.shape) / source,)
+        return (expanded_grad * _product_of_others(source, axes),)
     raise NotImplementedError(f"no gradient rule for REDUCE_AXIS with {reduce_op}")
+
+
+def _product_of_others(source: UOp, axes: tuple[int, ...]) -> UOp:
+    """For each element, the product of the other elements of its reduction group (zeros handled as torch does).
+
+    With P the product of the group's non-zero elements and Z its count of zeros: a non-zero element gets P / x
+    when Z == 0 and 0 otherwise; a zero element gets P when it is the only zero (Z == 1) and 0 otherwise.
+    """
+    zero, one = _full(source, 0.0), _full(source, 1.0)
+    is_zero = source.eq(zero)
+    nonzero_product = _where(is_zero, one, source).r(Ops.MUL, axes).expand(source.shape)
+    zero_count = _sum_to_shape(_where(is_zero, one, zero), axes).expand(source.shape)
+    for_nonzero = _where(zero_count.eq(zero), nonzero_product / _where(is_zero, one, source), zero)
+    for_zero = _where(zero_count.eq(one), nonzero_product, zero)
+    return _where(is_zero, for_zero, for_nonzero)
 
 
 # ---- identity-like and device ops ----

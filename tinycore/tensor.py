@@ -118,7 +118,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         tensor = cls.__new__(cls)
         tensor.uop, tensor.grad, tensor._unrealized, tensor._requires_grad = uop, None, None, None
         if requires_grad:
-            tensor.requires_grad = True
+            tensor._requires_grad = True
+            _GRAD_TENSORS.add(tensor)
         return tensor
 
     def _result(self, uop: UOp, *others: Any) -> Tensor:
@@ -135,8 +136,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     @requires_grad.setter
     def requires_grad(self, value: bool | None) -> None:
+        """Mark this tensor as a leaf that receives gradients. A lazy value is realized first: graph nodes are
+        shared between equal computations, so only a buffer identifies this tensor."""
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"requires_grad must be True, False or None, got {value!r}")
+        if value and not self._is_realized():
+            fresh = type(self).empty(*self.shape, dtype=self.dtype, device=self.device)
+            self.uop = fresh.assign(self.detach()).realize().uop
         self._requires_grad = value
         if value:
             _GRAD_TENSORS.add(self)
@@ -196,16 +202,19 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return dtypes.is_float(self.dtype)
 
     def __len__(self) -> int:
+        """The size of the first axis."""
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     def __repr__(self) -> str:
+        """A short description: shape, dtype, device and whether the value is computed."""
         state = "realized" if self._is_realized() else f"lazy {self.uop.op.name}"
         return (f"<Tensor shape={self.shape} dtype={self.dtype!r} on {self.device} ({state}) "
                 f"with grad {None if self.grad is None else 'set'}>")
 
     def __bool__(self) -> bool:
+        """Always an error: a tensor has no single truth value."""
         raise TypeError("the truth value of a Tensor is ambiguous: use .item(), .any() or .all()")
 
     # ---- primitive node builders used by the mixins ----
@@ -278,8 +287,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             return self.cast(dtypes.float32).data()
         raw = self._host_view().cast("B")
         if self.numel() == 0 or not self.shape:
-            return raw.cast(self.dtype.fmt)
-        return raw.cast(self.dtype.fmt, self.shape)
+            return raw.cast(self.dtype.fmt)  # type: ignore[call-overload]
+        return raw.cast(self.dtype.fmt, self.shape)  # type: ignore[call-overload]
 
     def tolist(self) -> Any:
         """The values as (nested) Python lists, or a Python scalar for a 0-d tensor."""
@@ -287,7 +296,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             return self.cast(dtypes.float32).tolist()
         if self.numel() == 0:
             return self.numpy().tolist()
-        flat = self._host_view().cast("B").cast(self.dtype.fmt).tolist()
+        flat = self._host_view().cast("B").cast(self.dtype.fmt).tolist()  # type: ignore[call-overload]
         if not self.shape:
             return flat[0]
         for size in reversed(self.shape[1:]):

@@ -20,6 +20,7 @@ _MASK32 = 0xFFFFFFFF
 
 
 def _device_of(device: str | None) -> str:
+    """The canonical device name for `device` (default device for None)."""
     from tinycore.tensor import canonical_device
     return canonical_device(device)
 
@@ -46,13 +47,16 @@ class CreationMixin:
 
     @classmethod
     def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
-             **_: Any) -> Tensor:
+             requires_grad: bool | None = None, **_: Any) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
         sizes = check_shape(argfix(shape) if not isinstance(shape, int) else (shape,))
         if not isinstance(fill_value, (int, float, bool)):
             raise TypeError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
         target = optional_dtype(dtype) or dtypes.from_py(fill_value)
-        return cls._wrap(UOp.const_on(target, fill_value, _device_of(device), sizes))  # type: ignore[attr-defined]
+        result = cls._wrap(UOp.const_on(target, fill_value, _device_of(device), sizes))  # type: ignore[attr-defined]
+        if requires_grad is not None:
+            result.requires_grad = requires_grad
+        return result
 
     @classmethod
     def zeros(cls, *shape: Any, dtype: DTypeLike | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -65,12 +69,14 @@ class CreationMixin:
         return cls.full(argfix(*shape), 1, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
-    def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, **_: Any) -> Tensor:
+    def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
+              requires_grad: bool | None = None, **_: Any) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
         from tinycore.engine.memory import new_buffer_uop
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
-        return cls._wrap(new_buffer_uop(_device_of(device), target, product(sizes)).reshape(sizes))  # type: ignore
+        node = new_buffer_uop(_device_of(device), target, product(sizes)).reshape(sizes)
+        return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
     def full_like(self: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
                   **kw: Any) -> Tensor:
@@ -115,7 +121,8 @@ class CreationMixin:
         indices = cls._indices(count, device)
         if dtypes.is_float(target):
             return (indices.cast(target) * step + start).cast(target)  # type: ignore[attr-defined]
-        return (indices * step + start).cast(target) if (step, start) != (1, 0) else indices.cast(target)
+        result = (indices * step + start).cast(target) if (step, start) != (1, 0) else indices.cast(target)
+        return result
 
     @classmethod
     def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None,
@@ -306,14 +313,15 @@ class CreationMixin:
         dtype = optional_dtype(kwargs.pop("dtype", None)) or dtypes.default_float
         sizes = check_shape(shape)
         data = ctypes.string_at(ptr, product(sizes) * dtype.itemsize)
-        return cls._wrap(uop_from_bytes(data, dtype, _device_of(kwargs.pop("device", None))).reshape(sizes))  # type: ignore
+        node = uop_from_bytes(data, dtype, _device_of(kwargs.pop("device", None))).reshape(sizes)
+        return cls._wrap(node)  # type: ignore[attr-defined]
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> Tensor:
         """A uint8 tensor of the bytes at `url`."""
         import urllib.request
         with urllib.request.urlopen(url) as response:
-            return cls(response.read(), **kwargs)
+            return cls(response.read(), **kwargs)  # type: ignore[call-arg,return-value]
 
     @classmethod
     def invalids(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None) -> Tensor:

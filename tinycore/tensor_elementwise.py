@@ -19,6 +19,7 @@ _LN_2 = math.log(2)
 
 
 def _is_tensor(value: Any) -> bool:
+    """True for a Tensor."""
     from tinycore.tensor import Tensor
     return isinstance(value, Tensor)
 
@@ -71,6 +72,7 @@ class ElementwiseMixin:
         return (second, first) if reverse else (first, second)
 
     def _binary(self: Any, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+        """The ALU op `op` on this tensor and `other` broadcast and promoted."""
         first, second = self._broadcasted(other, reverse)
         return first._alu(op, second)
 
@@ -279,140 +281,185 @@ class ElementwiseMixin:
     # ---- operators ----
 
     def __neg__(self: Any) -> Tensor:
+        """-self."""
         return self.neg()
 
     def __add__(self: Any, x: Any) -> Tensor:
+        """self + x."""
         return self.add(x)
 
     def __radd__(self: Any, x: Any) -> Tensor:
+        """x + self."""
         return self.add(x, True)
 
     def __sub__(self: Any, x: Any) -> Tensor:
+        """self - x."""
         return self.sub(x)
 
     def __rsub__(self: Any, x: Any) -> Tensor:
+        """x - self."""
         return self.sub(x, True)
 
     def __mul__(self: Any, x: Any) -> Tensor:
+        """self * x."""
         return self.mul(x)
 
     def __rmul__(self: Any, x: Any) -> Tensor:
+        """x * self."""
         return self.mul(x, True)
 
     def __truediv__(self: Any, x: Any) -> Tensor:
+        """self / x (true division)."""
         return self.div(x)
 
     def __rtruediv__(self: Any, x: Any) -> Tensor:
+        """x / self (true division)."""
         return self.div(x, True)
 
     def __floordiv__(self: Any, x: Any) -> Tensor:
+        """self // x (floor division)."""
         return self.div(x, rounding_mode="floor")
 
     def __rfloordiv__(self: Any, x: Any) -> Tensor:
+        """x // self (floor division)."""
         return self.div(x, True, rounding_mode="floor")
 
     def __mod__(self: Any, x: Any) -> Tensor:
+        """self % x."""
         return self.mod(x)
 
     def __rmod__(self: Any, x: Any) -> Tensor:
+        """x % self."""
         return self.mod(x, True)
 
     def __pow__(self: Any, x: Any) -> Tensor:
+        """self ** x."""
         return self.pow(x)
 
     def __rpow__(self: Any, x: Any) -> Tensor:
+        """x ** self."""
         return self.pow(x, True)
 
     def __and__(self: Any, x: Any) -> Tensor:
+        """self & x."""
         return self.bitwise_and(x)
 
     def __rand__(self: Any, x: Any) -> Tensor:
+        """x & self."""
         return self.bitwise_and(x, True)
 
     def __or__(self: Any, x: Any) -> Tensor:
+        """self | x."""
         return self.bitwise_or(x)
 
     def __ror__(self: Any, x: Any) -> Tensor:
+        """x | self."""
         return self.bitwise_or(x, True)
 
     def __xor__(self: Any, x: Any) -> Tensor:
+        """self ^ x."""
         return self.bitwise_xor(x)
 
     def __rxor__(self: Any, x: Any) -> Tensor:
+        """x ^ self."""
         return self.bitwise_xor(x, True)
 
     def __lshift__(self: Any, x: Any) -> Tensor:
+        """self << x."""
         return self.lshift(x)
 
     def __rshift__(self: Any, x: Any) -> Tensor:
+        """self >> x."""
         return self.rshift(x)
 
     def __rlshift__(self: Any, x: Any) -> Tensor:
+        """x << self."""
         return self.lshift(x, True)
 
     def __rrshift__(self: Any, x: Any) -> Tensor:
+        """x >> self."""
         return self.rshift(x, True)
 
     def __invert__(self: Any) -> Tensor:
+        """~self (bitwise not)."""
         return self.bitwise_not()
 
     def __lt__(self: Any, x: Any) -> Tensor:
+        """self < x as bool."""
         return self._binary(Ops.CMPLT, x)
 
     def __gt__(self: Any, x: Any) -> Tensor:
+        """self > x as bool."""
         return self._binary(Ops.CMPLT, x, True)
 
     def __le__(self: Any, x: Any) -> Tensor:
+        """self <= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return first._alu(Ops.CMPLT, second) | first._alu(Ops.CMPEQ, second)
 
     def __ge__(self: Any, x: Any) -> Tensor:
+        """self >= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return second._alu(Ops.CMPLT, first) | first._alu(Ops.CMPEQ, second)
 
     def __eq__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+        """self == x as a bool tensor (not a Python bool)."""
         return self.eq(x)
 
     def __ne__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+        """self != x as a bool tensor (not a Python bool)."""
         return self.ne(x)
 
     def _inplace(self: Any, result: Tensor) -> Tensor:
+        """self == x as a bool tensor."""
         return self.assign(result)
 
     def __iadd__(self: Any, x: Any) -> Tensor:
+        """self += x (assigns)."""
         return self._inplace(self + x)
 
     def __isub__(self: Any, x: Any) -> Tensor:
+        """self -= x (assigns)."""
         return self._inplace(self - x)
 
     def __imul__(self: Any, x: Any) -> Tensor:
+        """self *= x (assigns)."""
         return self._inplace(self * x)
 
     def __itruediv__(self: Any, x: Any) -> Tensor:
+        """self /= x (assigns)."""
         return self._inplace(self / x)
 
     def __ifloordiv__(self: Any, x: Any) -> Tensor:
+        """self //= x (assigns)."""
         return self._inplace(self // x)
 
     def __imod__(self: Any, x: Any) -> Tensor:
+        """self %= x (assigns)."""
         return self._inplace(self % x)
 
     def __ipow__(self: Any, x: Any) -> Tensor:
+        """self **= x (assigns)."""
         return self._inplace(self ** x)
 
     def __iand__(self: Any, x: Any) -> Tensor:
+        """self &= x (assigns)."""
         return self._inplace(self & x)
 
     def __ior__(self: Any, x: Any) -> Tensor:
+        """self |= x (assigns)."""
         return self._inplace(self | x)
 
     def __ixor__(self: Any, x: Any) -> Tensor:
+        """self ^= x (assigns)."""
         return self._inplace(self ^ x)
 
     def __ilshift__(self: Any, x: Any) -> Tensor:
+        """self <<= x (assigns)."""
         return self._inplace(self << x)
 
     def __irshift__(self: Any, x: Any) -> Tensor:
+        """self >>= x (assigns)."""
         return self._inplace(self >> x)
 
     # ---- comparison and logic ----
@@ -432,6 +479,7 @@ class ElementwiseMixin:
         return self.eq(0)
 
     def _bitwise(self: Any, op: Ops, x: Any, reverse: bool, name: str) -> Tensor:
+        """The bitwise op `op` on broadcast integer or bool operands."""
         first, second = self._broadcasted(x, reverse)
         first._require("ib", name)
         return first._alu(op, second)
@@ -510,40 +558,6 @@ class ElementwiseMixin:
     def allclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
         """True when isclose holds everywhere."""
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
-
-    # ---- dtype shortcuts ----
-
-    def float(self: Any) -> Tensor:
-        """Cast to float32."""
-        return self.cast(dtypes.float32)
-
-    def half(self: Any) -> Tensor:
-        """Cast to float16."""
-        return self.cast(dtypes.float16)
-
-    def double(self: Any) -> Tensor:
-        """Cast to float64."""
-        return self.cast(dtypes.float64)
-
-    def bfloat16(self: Any) -> Tensor:
-        """Cast to bfloat16."""
-        return self.cast(dtypes.bfloat16)
-
-    def int(self: Any) -> Tensor:
-        """Cast to int32."""
-        return self.cast(dtypes.int32)
-
-    def long(self: Any) -> Tensor:
-        """Cast to int64."""
-        return self.cast(dtypes.int64)
-
-    def short(self: Any) -> Tensor:
-        """Cast to int16."""
-        return self.cast(dtypes.int16)
-
-    def bool(self: Any) -> Tensor:
-        """Cast to bool."""
-        return self.cast(dtypes.bool)
 
     # ---- math ----
 
@@ -793,3 +807,37 @@ class ElementwiseMixin:
             first, second = operands[0]._broadcasted(other)
             operands = [operand._broadcast_to(first.shape).cast(first.dtype) for operand in operands] + [second]
         return operands[0]._alu(op, *operands[1:])
+
+    # ---- dtype shortcuts ----
+
+    def float(self: Any) -> Tensor:
+        """Cast to float32."""
+        return self.cast(dtypes.float32)
+
+    def half(self: Any) -> Tensor:
+        """Cast to float16."""
+        return self.cast(dtypes.float16)
+
+    def double(self: Any) -> Tensor:
+        """Cast to float64."""
+        return self.cast(dtypes.float64)
+
+    def bfloat16(self: Any) -> Tensor:
+        """Cast to bfloat16."""
+        return self.cast(dtypes.bfloat16)
+
+    def int(self: Any) -> Tensor:
+        """Cast to int32."""
+        return self.cast(dtypes.int32)
+
+    def long(self: Any) -> Tensor:
+        """Cast to int64."""
+        return self.cast(dtypes.int64)
+
+    def short(self: Any) -> Tensor:
+        """Cast to int16."""
+        return self.cast(dtypes.int16)
+
+    def bool(self: Any) -> Tensor:
+        """Cast to bool."""
+        return self.cast(dtypes.bool)

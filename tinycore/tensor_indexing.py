@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 
 def _is_tensor(value: Any) -> bool:
+    """True for a Tensor."""
     from tinycore.tensor import Tensor
     return isinstance(value, Tensor)
 
@@ -27,10 +28,16 @@ def _is_int(value: Any) -> bool:
                                                                         getattr(value, "ndim", 1) == 0))
 
 
+def _axis_bounds(ndim: int, axis: int, start: int, end: int) -> tuple[tuple[int, int] | None, ...]:
+    """Shrink bounds that keep every axis except `axis`, which is cut to [start, end)."""
+    return tuple((start, end) if position == axis else None for position in range(ndim))
+
+
 class _HostIndex:
     """An index array whose values are known on the host (from a Python list or numpy array)."""
 
     def __init__(self, values: list[int], shape: tuple[int, ...]):
+        """Flat index `values` (C order) of an index array of `shape`."""
         self.values, self.shape = values, shape
 
 
@@ -47,7 +54,9 @@ class IndexingMixin:
             position = sum(1 for done in normalized if done is not None and done is not Ellipsis)
             if any(done is Ellipsis for done in normalized):
                 position = -1
-            if isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
+            if _is_int(item):
+                normalized.append(int(item))
+            elif isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
                 import numpy
                 array = numpy.asarray(item)
                 if array.dtype == numpy.bool_:
@@ -96,13 +105,10 @@ class IndexingMixin:
     def _slice_axis(self: Any, axis: int, start: int, stop: int, step: int) -> Tensor:
         """Elements start, start+step, ... (before stop) of `axis`."""
         count = len(range(start, stop, step))
-        bounds = [None] * self.ndim
         if count == 0:
-            bounds[axis] = (0, 0)
-            return self.shrink(tuple(bounds))
+            return self.shrink(_axis_bounds(self.ndim, axis, 0, 0))
         low, high = (start, start + (count - 1) * step + 1) if step > 0 else (start + (count - 1) * step, start + 1)
-        bounds[axis] = (low, high)
-        result = self.shrink(tuple(bounds))
+        result = self.shrink(_axis_bounds(self.ndim, axis, low, high))
         if step < 0:
             result = result.flip(axis)
         stride = abs(step)
@@ -112,9 +118,8 @@ class IndexingMixin:
             padded = result._pad_constant(pairs, 0)
             shape = list(padded.shape)
             split = padded.reshape(shape[:axis] + [count, stride] + shape[axis + 1:])
-            bounds = [None] * split.ndim
-            bounds[axis + 1] = (0, 1)
-            result = split.shrink(tuple(bounds)).reshape(shape[:axis] + [count] + shape[axis + 1:])
+            picked = split.shrink(_axis_bounds(split.ndim, axis + 1, 0, 1))
+            result = picked.reshape(shape[:axis] + [count] + shape[axis + 1:])
         return result
 
     def _unslice_axis(self: Any, axis: int, size: int, start: int, stop: int, step: int, fill: Any) -> Tensor:
@@ -133,9 +138,7 @@ class IndexingMixin:
             inner[axis + 1] = (0, stride - 1)
             spread = spread._pad_with(inner, fill)
             merged = spread.reshape(shape[:axis] + [count * stride] + shape[axis + 1:])
-            bounds = [None] * merged.ndim
-            bounds[axis] = (0, (count - 1) * stride + 1)
-            result = merged.shrink(tuple(bounds))
+            result = merged.shrink(_axis_bounds(merged.ndim, axis, 0, (count - 1) * stride + 1))
         if step < 0:
             result = result.flip(axis)
         low = start if step > 0 else start + (count - 1) * step
@@ -221,9 +224,8 @@ class IndexingMixin:
             values.append(value + size if value < 0 else value)
         shape = list(self.shape)
         if not values:
-            bounds = [None] * self.ndim
-            bounds[axis] = (0, 0)
-            return self.shrink(tuple(bounds)).reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
+            empty = self.shrink(_axis_bounds(self.ndim, axis, 0, 0))
+            return empty.reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
         runs: list[list[int]] = []
         for value in values:
             if runs and runs[-1][1] == value:
@@ -232,9 +234,7 @@ class IndexingMixin:
                 runs.append([value, value + 1])
         pieces = []
         for low, high in runs:
-            bounds = [None] * self.ndim
-            bounds[axis] = (low, high)
-            pieces.append(self.shrink(tuple(bounds)))
+            pieces.append(self.shrink(_axis_bounds(self.ndim, axis, low, high)))
         joined = pieces[0].cat(*pieces[1:], dim=axis) if len(pieces) > 1 else pieces[0]
         return joined.reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
 
@@ -308,6 +308,7 @@ class IndexingMixin:
     # ---- gather and scatter ----
 
     def _check_index_like(self: Any, dim: int, index: Tensor, name: str) -> int:
+        """Validate a gather/scatter index and return the resolved axis."""
         axis = resolve_axis(dim, self.ndim)
         if not _is_tensor(index) or not dtypes.is_int(index.dtype):
             raise TypeError(f"{name} index must be an integer Tensor")

@@ -151,12 +151,14 @@ class MovementMixin:
             raise ValueError(f"{mode} padding of an empty axis (shape {self.shape})")
 
         def part(start: int, end: int) -> Tensor:
+            """The slice [start, end) of the padded axis."""
             return self.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
         pieces = []
         if mode == "reflect":
             pieces = [part(1, before + 1).flip(axis), self, part(size - after - 1, size - 1).flip(axis)]
         elif mode == "replicate":
             def edge_shape(amount: int) -> tuple[int, ...]:
+                """This tensor's shape with the padded axis of size `amount`."""
                 return tuple(amount if index == axis else s for index, s in enumerate(self.shape))
             left = part(0, 1).expand(edge_shape(before))
             right = part(size - 1, size).expand(edge_shape(after))
@@ -266,6 +268,7 @@ class MovementMixin:
             amount = shift % size
 
             def part(start: int, end: int, source: Any = result, axis: int = axis) -> Tensor:
+                """The slice [start, end) of the padded axis."""
                 return source.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
             result = part(size - amount, size).cat(part(0, size - amount), dim=axis)
         return result
@@ -279,8 +282,9 @@ class MovementMixin:
             raise ValueError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
         axis = resolve_axis(dim, self.ndim)
         for tensor in tensors:
-            pairs = enumerate(zip(tensor.shape, self.shape, strict=True)) if tensor.ndim == self.ndim else iter(())
-            if tensor.ndim != self.ndim or any(a != b for index, (a, b) in pairs if index != axis):
+            mismatched = tensor.ndim != self.ndim or any(
+                a != b for index, (a, b) in enumerate(zip(tensor.shape, self.shape, strict=True)) if index != axis)
+            if mismatched:
                 raise ValueError(f"cat along dim {dim} needs equal sizes on the other axes: {self.shape} and "
                                  f"{tensor.shape}")
             if tensor.device != self.device:
@@ -301,10 +305,6 @@ class MovementMixin:
             else:
                 result = result + padded
         return result
-
-    @classmethod
-    def _cat_all(cls, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
-        return tensors[0].cat(*tensors[1:], dim=dim)
 
     def stack(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `args` (of one shape) joined along a new axis `dim`."""

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, least_upper_float, sum_acc_dtype
+from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.helpers import TRAINING, make_tuple
 from tinycore.tensor_support import optional_dtype, product, resolve_axes, resolve_axis
 
@@ -18,11 +18,13 @@ _REDUCTIONS = ("none", "sum", "mean")
 
 
 def _is_tensor(value: Any) -> bool:
+    """True for a Tensor."""
     from tinycore.tensor import Tensor
     return isinstance(value, Tensor)
 
 
 def _check_reduction(reduction: str) -> None:
+    """An error unless `reduction` is 'none', 'sum' or 'mean'."""
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
@@ -58,9 +60,11 @@ class NNMixin:
         return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
     def __matmul__(self: Any, x: Tensor) -> Tensor:
+        """self @ x."""
         return self.matmul(x)
 
     def __rmatmul__(self: Any, x: Tensor) -> Tensor:
+        """x @ self."""
         return self.matmul(x, True)
 
     def linear(self: Any, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
@@ -439,6 +443,7 @@ class NNMixin:
         return self._triangle(diagonal, upper=False)
 
     def _triangle(self: Any, diagonal: int, upper: bool) -> Tensor:
+        """The upper or lower triangle of the last two axes."""
         if self.ndim < 2:
             raise ValueError(f"triu/tril need at least 2 dimensions, got shape {self.shape}")
         rows, columns = self.shape[-2:]
@@ -450,6 +455,7 @@ class NNMixin:
     # ---- losses ----
 
     def _do_reduction(self: Any, reduction: str) -> Tensor:
+        """The loss values reduced by 'mean', 'sum' or 'none'."""
         _check_reduction(reduction)
         if reduction == "mean":
             return self.mean()
@@ -584,8 +590,6 @@ class NNMixin:
         """The functions of `ll` applied in order."""
         return functools.reduce(lambda value, function: function(value), ll, self)
 
-    def _float_like(self: Any) -> Any:
-        return least_upper_float(self.dtype)
 
 
 def _interpolation_matrix(source: int, target: int, mode: str, align_corners: bool) -> list[list[float]]:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
@@ -206,5 +205,3 @@ class ReduceMixin:
             result = result * other
         return result
 
-    def _axes_arg(self: Any, axis: Sequence[int] | int | None) -> tuple[int, ...]:
-        return resolve_axes(axis, self.ndim)

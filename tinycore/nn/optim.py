@@ -79,9 +79,12 @@ class Optimizer:
         gradients = [param.grad for param in self.params if param.grad is not None]
         new_values, extra = self._step(self.params, gradients)
         for param, value in zip(self.params, new_values, strict=True):
-            # a one-element lr broadcasts a scalar parameter's update to shape (1,): view it back
-            param.assign(value.cast(param.dtype).reshape(param.shape))
+            param.assign(value.cast(param.dtype))
         return self.params + self.buffers + extra
+
+    def _scalar_lr(self) -> Tensor:
+        """The learning rate as a 0-d tensor, which broadcasts to parameters of any rank (scalars included)."""
+        return self.lr.reshape(())
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         """The new value of each parameter, and the optimizer state tensors to realize with them."""
@@ -158,6 +161,7 @@ class LARS(Optimizer):
 
     def _step(self, params: list[Tensor], grads: list[Tensor]) -> tuple[list[Tensor], list[Tensor]]:
         new_values: list[Tensor] = []
+        lr = self._scalar_lr()
         for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
             weight = param.detach()
             update = grad + self.wd * weight if self.pre_wd and self.wd != 0 else grad
@@ -166,7 +170,7 @@ class LARS(Optimizer):
                 ratio = self.tcoef * weight_norm / (grad_norm + self.wd * weight_norm)
                 update = update * (weight_norm > 0).where((grad_norm > 0).where(ratio, 1.0), 1.0)
             if self.classic:
-                update = update * self.lr
+                update = update * lr
             if self.momentum:
                 self.b[index].assign(self.momentum * self.b[index] + update)
                 update = update + self.momentum * self.b[index] if self.nesterov else self.b[index]
@@ -175,9 +179,9 @@ class LARS(Optimizer):
                 coefficients = (self.ns_coefficients[0], self.ns_coefficients[1], self.ns_coefficients[2])
                 update = _orthogonalize(matrix, self.ns_steps, coefficients).reshape(param.shape)
             if not self.classic:
-                update = update * self.lr
+                update = update * lr
             if not self.pre_wd and self.wd != 0:
-                weight = weight * (1 - self.lr * self.wd)
+                weight = weight * (1 - lr * self.wd)
             new_values.append(weight - update)
         return new_values, self.b
 
@@ -227,18 +231,20 @@ class LAMB(Optimizer):
         self.b1_t.assign(self.b1_t * self.b1)
         self.b2_t.assign(self.b2_t * self.b2)
         new_values: list[Tensor] = []
+        lr = self._scalar_lr()
+        b1_correction, b2_correction = 1.0 - self.b1_t.reshape(()), 1.0 - self.b2_t.reshape(())
         for index, (param, grad) in enumerate(zip(params, grads, strict=True)):
             weight = param.detach()
             self.m[index].assign(self.b1 * self.m[index] + (1.0 - self.b1) * grad)
             self.v[index].assign(self.b2 * self.v[index] + (1.0 - self.b2) * (grad * grad))
-            m_hat = self.m[index] / (1.0 - self.b1_t)
-            v_hat = self.v[index] / (1.0 - self.b2_t)
+            m_hat = self.m[index] / b1_correction
+            v_hat = self.v[index] / b2_correction
             update = m_hat / (v_hat.sqrt() + self.eps) + self.wd * weight
             if not self.adam:
                 weight_norm, update_norm = weight.square().sum().sqrt(), update.square().sum().sqrt()
                 trust = (weight_norm > 0).where((update_norm > 0).where(weight_norm / update_norm, 1.0), 1.0)
                 update = update * trust
-            new_values.append(weight - self.lr * update)
+            new_values.append(weight - lr * update)
         return new_values, [self.b1_t, self.b2_t] + self.m + self.v
 
 

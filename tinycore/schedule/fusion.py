@@ -50,7 +50,7 @@ def is_realized_view(node: UOp) -> bool:
 def is_contiguous_buffer_view(node: UOp) -> bool:
     """True when `node`'s elements in C order are exactly a whole buffer's elements."""
     node = strip_identity(node)
-    if node.op is Ops.RESHAPE:
+    while node.op is Ops.RESHAPE:
         node = strip_identity(node.src[0])
     return node.op in LEAF_BUFFERS
 

@@ -395,16 +395,16 @@ class KernelLowerer:
         if op is Ops.REDUCE_AXIS:
             reduce_op, axes = node.arg
             source = node.src[0]
-            source_index = list(index)
+            reduce_index = list(index)
             ranges = []
             for axis in axes:
                 axis_range = self.new_range(source.shape[axis], AxisType.REDUCE)
-                source_index[axis] = axis_range
+                reduce_index[axis] = axis_range
                 if axis_range.op is Ops.RANGE:
                     ranges.append(axis_range)
             if not ranges:
-                return [(source, tuple(source_index), valid)], lambda values: values[0]
-            return ([(source, tuple(source_index), valid)],
+                return [(source, tuple(reduce_index), valid)], lambda values: values[0]
+            return ([(source, tuple(reduce_index), valid)],
                     lambda values: UOp(Ops.REDUCE, node.dtype, (values[0], *ranges), reduce_op))
         raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
 

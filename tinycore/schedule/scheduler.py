@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tinycore.dtype import dtypes
+from tinycore.engine.memory import new_buffer_uop
 from tinycore.schedule.fusion import (
     assign_target_view,
     earlier_assigns,
@@ -28,7 +29,7 @@ class ScheduleItem(NamedTuple):
 
     ast: UOp
     buffers: tuple[UOp, ...]
-    var_vals: dict[UOp, int] = {}  # noqa: RUF012 - never mutated
+    var_vals: dict[UOp, int] = {}  # shared default, never mutated
 
     @property
     def is_copy(self) -> bool:
@@ -49,7 +50,6 @@ class Schedule:
 
 def _output_view(root: UOp) -> UOp:
     """A new buffer holding `root` in C order, viewed with `root`'s shape (or the target of an ASSIGN)."""
-    from tinycore.engine.memory import new_buffer_uop
     if root.op is Ops.ASSIGN:
         return assign_target_view(root.src[0])
     device = root.device
@@ -71,7 +71,7 @@ def create_schedule(outputs: Sequence[UOp]) -> Schedule:
     dependencies: dict[UOp, tuple[UOp, ...]] = {}
     for root in roots:
         steps[root], dependencies[root] = _schedule_root(root, realized)
-    order = _order(roots, dependencies, realized)
+    order = _order(roots, dependencies, realized, steps)
     items = [item for item in (steps[root] for root in order) if item is not None]
     results = []
     for output in outputs:
@@ -102,23 +102,33 @@ def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | 
     return ScheduleItem(ast, buffers, var_vals), reads
 
 
-def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]],
-           realized: dict[UOp, UOp]) -> list[UOp]:
-    """The roots in an order where each comes after the roots it reads, and an ASSIGN after the other readers of
-    the buffer it overwrites."""
+def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], realized: dict[UOp, UOp],
+           steps: dict[UOp, ScheduleItem | None]) -> list[UOp]:
+    """The roots in an order where each comes after the roots it reads, and an ASSIGN after the other items that
+    read the buffer it overwrites (they read the old value)."""
     edges: dict[UOp, set[UOp]] = {root: set(dependencies[root]) for root in roots}
     assigns = [root for root in roots if root.op is Ops.ASSIGN]
     if assigns:
+        upstream_cache: dict[UOp, set[UOp]] = {}
+
+        def upstream(root: UOp) -> set[UOp]:
+            found = upstream_cache.get(root)
+            if found is None:
+                found = upstream_cache[root] = _upstream(root, dependencies)
+            return found
+
+        readers: dict[UOp, list[UOp]] = {}
+        for root, item in steps.items():
+            if item is not None:
+                for buffer in item.buffers[1:]:
+                    readers.setdefault(buffer, []).append(root)
         for assign in assigns:
-            target_buffer = view_base(realized[assign])
-            upstream = _upstream(assign, edges)
-            for root in roots:
-                if root is assign or root in upstream or root.op is Ops.COPY:
-                    continue
-                if _reads_buffer(root, target_buffer) and assign not in _upstream(root, edges):
-                    edges[assign].add(root)
+            for reader in readers.get(view_base(realized[assign]), ()):
+                if reader is not assign and reader not in upstream(assign) and assign not in upstream(reader):
+                    edges[assign].add(reader)
     order: list[UOp] = []
     placed: set[UOp] = set()
+    visiting: set[UOp] = set()
     for start in roots:
         stack = [(start, False)]
         while stack:
@@ -127,26 +137,24 @@ def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]],
                 continue
             if children_done:
                 placed.add(node)
+                visiting.discard(node)
                 order.append(node)
                 continue
+            if node in visiting:
+                raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on reads that must follow it")
+            visiting.add(node)
             stack.append((node, True))
             stack.extend((dependency, False) for dependency in edges[node] if dependency not in placed)
     return order
 
 
-def _upstream(root: UOp, edges: dict[UOp, set[UOp]]) -> set[UOp]:
+def _upstream(root: UOp, dependencies: dict[UOp, tuple[UOp, ...]]) -> set[UOp]:
     """Every root that `root` depends on, directly or not."""
     seen: set[UOp] = set()
-    stack = list(edges[root])
+    stack = list(dependencies[root])
     while stack:
         node = stack.pop()
         if node not in seen:
             seen.add(node)
-            stack.extend(edges[node])
+            stack.extend(dependencies[node])
     return seen
-
-
-def _reads_buffer(root: UOp, buffer: UOp) -> bool:
-    """True when the kernel of `root` (not an ASSIGN's own target) reads `buffer`."""
-    sources = (root.src[1],) if root.op is Ops.ASSIGN else root.src
-    return any(buffer in source.toposort for source in sources)

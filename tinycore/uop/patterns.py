@@ -385,6 +385,14 @@ def _needs_interpreter(pattern: UPat) -> bool:
 
 def _signature_names(function: RewriteFunction) -> tuple[set[str], set[str], bool]:
     """(parameters, required parameters, accepts **kwargs) of a rule callable."""
+    code = getattr(function, "__code__", None)
+    if code is not None and not hasattr(function, "__self__"):  # plain functions and lambdas: read the code object
+        positional = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
+        defaults = len(function.__defaults__ or ())  # type: ignore[attr-defined]
+        keyword_defaults = set(function.__kwdefaults__ or ())  # type: ignore[attr-defined]
+        ordered = positional[:code.co_argcount]
+        required = set(ordered[:len(ordered) - defaults]) | (set(positional[code.co_argcount:]) - keyword_defaults)
+        return set(positional), required, bool(code.co_flags & inspect.CO_VARKEYWORDS)
     parameters = inspect.signature(function).parameters.values()
     names = {parameter.name for parameter in parameters
              if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)}
@@ -394,19 +402,23 @@ def _signature_names(function: RewriteFunction) -> tuple[set[str], set[str], boo
     return names, required, var_keyword
 
 
-def compile_rule(pattern: UPat, function: RewriteFunction) -> Callable[[UOp, Any], UOp | None]:
-    """The function `rule(uop, ctx)` that returns `function`'s result for the first match of `pattern` on `uop`.
-
-    `function` receives the named captures it declares as keyword arguments, and `ctx` if it declares it.
-    """
+def _rule_arguments(pattern: UPat, function: RewriteFunction) -> tuple[list[str], bool]:
+    """(capture names passed to `function`, whether it takes ctx); a clear error when it needs a missing capture."""
     names, required, var_keyword = _signature_names(function)
     captured = pattern.names()
     missing = required - captured - {"ctx"}
     if missing:
         raise ValueError(f"rule {getattr(function, '__name__', function)} needs {sorted(missing)} but the pattern "
                          f"{pattern!r} only captures {sorted(captured)}: add name=... to the pattern or a default")
-    passed = sorted(captured if var_keyword else captured & names)
-    wants_ctx = "ctx" in names or var_keyword
+    return sorted(captured if var_keyword else captured & names), "ctx" in names or var_keyword
+
+
+def compile_rule(pattern: UPat, function: RewriteFunction) -> Callable[[UOp, Any], UOp | None]:
+    """The function `rule(uop, ctx)` that returns `function`'s result for the first match of `pattern` on `uop`.
+
+    `function` receives the named captures it declares as keyword arguments, and `ctx` if it declares it.
+    """
+    passed, wants_ctx = _rule_arguments(pattern, function)
     if not _needs_interpreter(pattern):
         return _Compiler(pattern, function, passed, wants_ctx).compile()
 
@@ -422,6 +434,38 @@ def compile_rule(pattern: UPat, function: RewriteFunction) -> Callable[[UOp, Any
     return interpreted_rule
 
 
+class _Rule:
+    """One rule of a PatternMatcher; its pattern is compiled on first use (keeps imports fast)."""
+
+    __slots__ = ("pattern", "function", "early_reject", "_compiled")
+
+    def __init__(self, pattern: UPat, function: RewriteFunction):
+        _rule_arguments(pattern, function)  # reject a rule that needs captures its pattern lacks, right away
+        self.pattern, self.function = pattern, function
+        self.early_reject = tuple(pattern.early_reject)
+        self._compiled: Callable[[UOp, Any], UOp | None] | None = None
+
+    def compiled(self) -> Callable[[UOp, Any], UOp | None]:
+        """The compiled rule function."""
+        if self._compiled is None:
+            self._compiled = compile_rule(self.pattern, self.function)
+        return self._compiled
+
+
+class _RulesByOp(dict):
+    """op -> [(compiled rule, early-reject ops)], built for an op the first time a node of that op is rewritten."""
+
+    def __init__(self, rules: list[_Rule]):
+        super().__init__()
+        self.rules = rules
+
+    def __missing__(self, op: Ops) -> tuple[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]], ...]:
+        found = tuple((rule.compiled(), rule.early_reject) for rule in self.rules
+                      if rule.pattern.op is None or op in rule.pattern.op)
+        self[op] = found
+        return found
+
+
 class PatternMatcher:
     """An ordered list of rewrite rules `(UPat, callable)`, indexed by the op at the pattern's root.
 
@@ -429,35 +473,31 @@ class PatternMatcher:
     `uop`, or None. Matchers compose: `symbolic_simple + my_rules` tries the left rules first.
     """
 
-    def __init__(self, rules: Sequence[tuple[UPat, RewriteFunction]], _compiled: list[tuple[Any, ...]] | None = None):
-        if _compiled is None:
-            _compiled = []
+    def __init__(self, rules: Sequence[tuple[UPat, RewriteFunction]], _rules: list[_Rule] | None = None):
+        if _rules is None:
+            _rules = []
             for entry in rules:
                 if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], UPat) and
                         callable(entry[1])):
                     raise TypeError(f"a PatternMatcher rule is a (UPat, callable) pair, got {entry!r}")
-                pattern, function = entry
-                _compiled.append((pattern, function, compile_rule(pattern, function), pattern.early_reject))
-        self.compiled = _compiled
-        self.patterns = [(entry[0], entry[1]) for entry in _compiled]
-        self.by_op: dict[Ops, list[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]]]] = {}
-        for pattern, _, rule, early_reject in _compiled:
-            for op in (pattern.op if pattern.op is not None else tuple(Ops)):
-                self.by_op.setdefault(op, []).append((rule, tuple(early_reject)))
+                _rules.append(_Rule(entry[0], entry[1]))
+        self.rules = _rules
+        self.patterns = [(rule.pattern, rule.function) for rule in _rules]
+        # op -> the rules whose root can have that op, compiled and indexed on first use
+        self.by_op: dict[Ops, tuple[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]], ...]] = \
+            _RulesByOp(_rules)
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         if not isinstance(other, PatternMatcher):
             return NotImplemented
-        return PatternMatcher([], _compiled=self.compiled + other.compiled)
+        return PatternMatcher([], _rules=self.rules + other.rules)
 
     def __len__(self) -> int:
-        return len(self.compiled)
+        return len(self.rules)
 
     def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
         """The first rule result for `uop` that is a different UOp, or None when no rule applies."""
-        rules = self.by_op.get(uop.op)
-        if rules is None:
-            return None
+        rules = self.by_op[uop.op]
         sources = uop.src
         for rule, early_reject in rules:
             if early_reject:  # every op listed must be the op of some source (identity tests, no hashing)

@@ -157,7 +157,8 @@ class ShapeMixin:
 
     def _new(self, op: Ops, arg: Any, src: tuple[UOp, ...] | None = None) -> UOp:
         """A new node `op` over this one (keeping the dtype)."""
-        return type(self)(op, self.dtype, (self,) if src is None else src, arg)  # type: ignore[call-arg]
+        node_class: Any = type(self)
+        return node_class(op, self.dtype, (self,) if src is None else src, arg)
 
     # ---- movement ----
 
@@ -261,8 +262,11 @@ class ShapeMixin:
 
     @property
     def is_contiguous_buffer(self) -> bool:
-        """True for a BUFFER or a reshape of one: a view whose C-order elements are the buffer's elements."""
-        return self.op is Ops.BUFFER or (self.op is Ops.RESHAPE and self.src[0].op is Ops.BUFFER)
+        """True for a BUFFER or reshapes of one: a view whose C-order elements are the buffer's elements."""
+        node: Any = self
+        while node.op is Ops.RESHAPE:
+            node = node.src[0]
+        return node.op is Ops.BUFFER
 
     def contiguous(self) -> UOp:
         """This value in its own contiguous buffer (no node when it already is one)."""

@@ -207,8 +207,8 @@ def _integer_bounds(op: Ops, dtype: DType, source_bounds: list[Bounds]) -> Bound
         return (max(low_a, low_b), max(high_a, high_b))
     if op is Ops.IDIV:
         if low_b > 0 or high_b < 0:
-            corners = tuple(_c_div(a, b) for a in (low_a, high_a) for b in (low_b, high_b))
-            return (min(corners), max(corners))
+            quotients = [_c_div(a, b) for a in (low_a, high_a) for b in (low_b, high_b)]
+            return (min(quotients), max(quotients))
         largest = max(abs(low_a), abs(high_a))
         return (-largest, largest)
     if op is Ops.MOD:
@@ -318,6 +318,7 @@ def smax(*values: Any) -> sint:
     for item in items:
         result = item if result is None else (result.maximum(item) if isinstance(result, UOp) else
                                               item.maximum(result))
+    assert result is not None
     return ssimplify(result)
 
 
@@ -332,6 +333,7 @@ def smin(*values: Any) -> sint:
     for item in items:
         result = item if result is None else (result.minimum(item) if isinstance(result, UOp) else
                                               item.minimum(result))
+    assert result is not None
     return ssimplify(result)
 
 
@@ -381,6 +383,8 @@ def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
 def _term_order(item: tuple[int, tuple[UOp, int]]) -> tuple[int, Any, int]:
     """Sort key of a term: ranges by axis, then variables and thread indices by name, then the rest as they came."""
     position, (term, _) = item
+    if term.op is Ops.DEFINE_VAR and len(term.arg) == 4:  # a stand-in of simplify_given_valid sorts as its subject
+        term = term.arg[3]
     if term.op is Ops.RANGE:
         return (0, term.arg[0] if isinstance(term.arg, tuple) else term.arg, position)
     if term.op is Ops.DEFINE_VAR:
@@ -764,8 +768,9 @@ def simplify_given_valid(value: UOp, valid: UOp) -> UOp | None:
         if low > high:
             return None
         if (low, high) != bounds(subject):
-            name = f"valid:{subject.op.name}:{subject.arg!r}"
-            stand_ins[subject] = UOp(Ops.DEFINE_VAR, subject.dtype, (), (name, low, high))
+            # the fourth arg entry (the subject) keeps the stand-in in the subject's place in canonical sums
+            name = subject.arg[0] if subject.op is Ops.DEFINE_VAR else f"valid:{subject.op.name}:{subject.arg!r}"
+            stand_ins[subject] = UOp(Ops.DEFINE_VAR, subject.dtype, (), (name, low, high, subject))
     if not stand_ins:
         return None
     replaced = value.substitute(stand_ins)
@@ -773,7 +778,11 @@ def simplify_given_valid(value: UOp, valid: UOp) -> UOp | None:
     if simplified is replaced:
         return None
     restored = simplified.substitute({stand_in: subject for subject, stand_in in stand_ins.items()})
-    return restored if restored is not value else None
+    if restored is value:
+        return None
+    # simplify again with the real bounds, so the result is a fixpoint of `symbolic` and the rule cannot loop
+    final = graph_rewrite(restored, symbolic, name="simplify_given_valid")
+    return final if final is not value else None
 
 
 def _where_given_condition(condition: UOp, if_true: UOp, if_false: UOp) -> UOp | None:

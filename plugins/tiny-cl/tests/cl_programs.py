@@ -5,11 +5,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy
+
 from tinycore.dtype import DType
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
-
-
 
 
 def glob(position: int, dtype: DType, size: int) -> UOp:

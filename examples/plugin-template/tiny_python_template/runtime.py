@@ -1,0 +1,42 @@
+"""The PYTHON runtime: unpack a program and run it with tinycore's interpreter on the buffers' bytes."""
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy
+
+from tinycore.codegen.interpreter import run_linear
+from tinycore.dtype import PtrDType, to_numpy_dtype
+from tinycore.uop.ops import Ops
+
+
+class PythonProgram:
+    """A loaded kernel: `program(*buffers, global_size=.., local_size=.., vals=(ints), wait=False)`.
+
+    `buffers` are the allocator's memoryviews, in the order of the program's DEFINE_GLOBALs; `vals` the values of
+    its DEFINE_VARs sorted by name. Thread indices (if any) are run by the interpreter itself, so the launch sizes
+    are not needed.
+    """
+
+    def __init__(self, name: str, lib: bytes):
+        self.name = name
+        self.uops = pickle.loads(lib)
+        self.globals = sorted((uop for uop in self.uops if uop.op is Ops.DEFINE_GLOBAL), key=lambda uop: uop.arg)
+        self.variables = sorted({uop.arg[0] for uop in self.uops if uop.op is Ops.DEFINE_VAR})
+
+    def __call__(self, *buffers: memoryview, global_size: Sequence[int] = (1, 1, 1),
+                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> Any:
+        if len(buffers) != len(self.globals):
+            raise TypeError(f"kernel {self.name} takes {len(self.globals)} buffers, got {len(buffers)}")
+        if len(vals) != len(self.variables):
+            raise TypeError(f"kernel {self.name} takes values for {self.variables}, got {list(vals)}")
+        start = time.perf_counter()
+        arrays: list[Any] = [None] * (max((uop.arg for uop in self.globals), default=-1) + 1)
+        for uop, memory in zip(self.globals, buffers, strict=True):
+            element = uop.dtype.base.scalar if isinstance(uop.dtype, PtrDType) else uop.dtype.scalar
+            arrays[uop.arg] = numpy.frombuffer(memory, dtype=to_numpy_dtype(element))
+        run_linear(self.uops, arrays, dict(zip(self.variables, vals, strict=True)))
+        return time.perf_counter() - start if wait else None

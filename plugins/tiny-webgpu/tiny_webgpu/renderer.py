@@ -1,0 +1,598 @@
+"""The WGSL renderer of the WEBGPU device: one compute entry point per kernel.
+
+WGSL is not C, so this renderer walks the linear program itself (on the core's Renderer base) instead of reusing the
+C-style walk: values are typed `let`s, accumulators and loop counters are `var`s, buffers are storage arrays indexed
+by element (no pointer arithmetic), reinterpretation is `bitcast<T>()`, and there are no 64-bit types.
+
+Memory layout of a kernel (the runtime reads the layout from the header comment of the source):
+- binding 0 is a uniform `Params` struct: the thread count, the dispatch strides, each buffer's start (a view's offset,
+  in elements for word arrays, in bytes for packed ones) and the DEFINE_VARs;
+- binding 1 + k is DEFINE_GLOBAL k, a read_write storage array: `array<f32>`, `array<i32>`, `array<u32>` or
+  `array<f16>` (with `shader-f16`); bool, int8, uint8, int16 and uint16 are packed into `array<atomic<u32>>` words
+  (byte addressing, atomic read-modify-write stores so neighbouring threads never lose each other's bytes).
+
+Thread mapping: codegen's SPECIAL gidx0..2 are decoded from one flat thread number (workgroups of `workgroup_size`
+threads, the dispatch spread over x/y/z so no dimension exceeds maxComputeWorkgroupsPerDimension); threads past the
+end return at once. Programs with lidx SPECIALs use the hardware workgroup layout instead (workgroup_id, local id).
+"""
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+HEADER_PREFIX = "// tinycore-webgpu"
+"""The first line of every rendered kernel: the layout the runtime needs (see `KernelLayout.header`)."""
+
+PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
+"""Element types stored packed in u32 words (WGSL has no 8- or 16-bit integer types)."""
+
+_VALUE_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
+    dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float32: "f32", dtypes.float16: "f16"}
+
+_WRAP: dict[DType, Callable[[str], str]] = {
+    dtypes.int8: lambda x: f"(({x} << 24u) >> 24u)", dtypes.int16: lambda x: f"(({x} << 16u) >> 16u)",
+    dtypes.uint8: lambda x: f"({x} & 0xFFu)", dtypes.uint16: lambda x: f"({x} & 0xFFFFu)"}
+
+WORKGROUP_SIZE = 64
+"""Threads per workgroup for flat-mapped kernels."""
+
+
+class UnsupportedDTypeError(TypeError):
+    """A kernel uses a dtype the WebGPU adapter cannot compute with."""
+
+
+@dataclass
+class KernelLayout:
+    """What the runtime must know about a rendered kernel: per buffer, its element size and whether it is packed;
+    the DEFINE_VAR names in parameter order; the workgroup size and whether threads are flat-mapped."""
+
+    element_sizes: list[int] = field(default_factory=list)
+    packed: list[bool] = field(default_factory=list)
+    variables: list[str] = field(default_factory=list)
+    workgroup: tuple[int, int, int] = (WORKGROUP_SIZE, 1, 1)
+    flat: bool = True
+
+    def header(self) -> str:
+        """The header line encoding this layout."""
+        buffers = ",".join(f"{size}{'p' if packed else 'w'}" for size, packed in zip(self.element_sizes, self.packed,
+                                                                                      strict=True))
+        workgroup = "x".join(str(size) for size in self.workgroup)
+        return (f"{HEADER_PREFIX} buffers={buffers or '-'} vars={','.join(self.variables) or '-'} "
+                f"workgroup={workgroup} mode={'flat' if self.flat else 'local'}")
+
+    @staticmethod
+    def parse(source: str) -> KernelLayout:
+        """The layout from a rendered kernel's first line; ValueError when it is not a WGSL kernel of this plugin."""
+        first = source.split("\n", 1)[0]
+        if not first.startswith(HEADER_PREFIX):
+            raise ValueError("not a kernel rendered by the WGSL renderer of tiny-webgpu (its layout header is missing)")
+        fields = dict(item.split("=", 1) for item in first[len(HEADER_PREFIX):].split())
+        buffers = [] if fields["buffers"] == "-" else fields["buffers"].split(",")
+        sizes = tuple(int(size) for size in fields["workgroup"].split("x"))
+        return KernelLayout([int(item[:-1]) for item in buffers], [item.endswith("p") for item in buffers],
+                            [] if fields["vars"] == "-" else fields["vars"].split(","),
+                            (sizes[0], sizes[1], sizes[2]), fields["mode"] == "flat")
+
+
+def _float_bits(value: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+class WGSLRenderer(Renderer):
+    """WGSL compute shaders for WebGPU adapters.
+
+    `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
+    maxStorageBuffersPerShaderStage (a kernel with more buffers is refused); `max_workgroup_storage` bytes of
+    workgroup memory. No vectors are used (scalar code only).
+    """
+
+    device = "WEBGPU"
+    suffix = "wgsl"
+    has_local = True
+    has_shared = True
+    has_threads = False
+    global_max = (2 ** 31 - 1, 65535, 65535)
+    local_max = (256, 256, 64)
+    shared_max = 16384
+    supports_float4 = False
+    vector_widths: dict[DType, tuple[int, ...]] = {}
+
+    def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
+                 max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter"):
+        self.device = device
+        self.has_f16 = has_f16
+        self.max_storage_buffers = max_storage_buffers
+        self.shared_max = max_workgroup_storage
+        self.adapter_name = adapter_name
+
+    def value_type(self, dtype: DType) -> str:
+        """The WGSL type holding a value of scalar `dtype`; UnsupportedDTypeError naming dtype and device if none."""
+        scalar = dtype.scalar
+        if scalar == dtypes.float16 and not self.has_f16:
+            raise UnsupportedDTypeError(
+                f"{scalar} is not supported on {self.device} ({self.adapter_name}): the adapter lacks the "
+                f"'shader-f16' feature; cast to float32 first or use another device")
+        if scalar not in _VALUE_TYPES:
+            raise UnsupportedDTypeError(
+                f"{scalar} is not supported on {self.device} ({self.adapter_name}): WGSL has no 64-bit or "
+                f"bfloat16 types; cast to a 32-bit dtype (float32, int32, uint32) first or use another device")
+        return _VALUE_TYPES[scalar]
+
+    def render_const(self, value: object, dtype: DType) -> str:
+        """A WGSL literal of scalar `dtype` (infinities and NaN through bitcasts, which WGSL literals cannot be)."""
+        scalar = dtype.scalar
+        type_name = self.value_type(scalar)
+        if scalar == dtypes.bool:
+            return "true" if value else "false"
+        if dtypes.is_float(scalar):
+            number = float(value)  # type: ignore[arg-type]
+            if math.isnan(number) or math.isinf(number):
+                bits = 0x7FC00000 if math.isnan(number) else (0x7F800000 if number > 0 else 0xFF800000)
+                text = f"bitcast<f32>({bits:#x}u)"
+                return text if scalar == dtypes.float32 else f"f16({text})"
+            if scalar == dtypes.float32:
+                number = struct.unpack("<f", struct.pack("<f", number))[0]
+            literal = repr(number)
+            if "e" not in literal and "." not in literal:
+                literal += ".0"
+            return f"{literal}{'f' if scalar == dtypes.float32 else 'h'}"
+        number = int(value)  # type: ignore[call-overload]
+        if type_name == "u32":
+            return f"{number & 0xFFFFFFFF}u"
+        if number == -2 ** 31:
+            return "i32(-2147483647 - 1)"
+        return f"{number}i" if number >= 0 else f"({number}i)"
+
+    def render(self, uops: list[UOp]) -> str:
+        """The WGSL source of the linear program `uops` (entry point named from the SINK's arg)."""
+        return self.render_named(uops, kernel_name(uops))
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """The WGSL source of the linear program `uops` with the entry point `name`."""
+        return _WGSLWalk(self, uops).run(name)
+
+
+@dataclass
+class _Access:
+    """A rendered INDEX: which memory (a global buffer's position, or a register/workgroup array name), the element
+    index expression, the optional gate, the element dtype."""
+
+    memory: str
+    index: str
+    gate: str | None
+    element: DType
+    global_position: int | None = None
+
+
+_INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
+
+
+class _WGSLWalk:
+    """The state of rendering one linear program into WGSL."""
+
+    def __init__(self, renderer: WGSLRenderer, uops: list[UOp]):
+        self.renderer, self.uops = renderer, uops
+        self.names: dict[UOp, str] = {}
+        self.accesses: dict[UOp, _Access] = {}
+        self.counters: dict[str, int] = {}
+        self.lines: list[str] = []
+        self.module_lines: list[str] = []
+        self.depth = 1
+        self.uses: dict[UOp, int] = {}
+        self.globals: dict[int, DType] = {}
+        self.variables: dict[str, str] = {}
+        self.uses_f16 = False
+        for uop in uops:
+            for source in uop.src:
+                self.uses[source] = self.uses.get(source, 0) + 1
+        self.local_mode = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
+
+    # ---- helpers ----
+
+    def fresh(self, prefix: str) -> str:
+        number = self.counters.get(prefix, 0)
+        self.counters[prefix] = number + 1
+        return f"{prefix}{number}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append("  " * self.depth + line)
+
+    def type_of(self, dtype: DType) -> str:
+        if dtype.count != 1:
+            raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
+        if dtype.scalar == dtypes.float16:
+            self.uses_f16 = True
+        return self.renderer.value_type(dtype)
+
+    def expression(self, uop: UOp) -> str:
+        if uop in self.names:
+            return self.names[uop]
+        if uop.op is Ops.CONST:
+            self.type_of(uop.dtype)
+            return self.renderer.render_const(uop.arg, uop.dtype)
+        raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
+
+    def bind(self, uop: UOp, code: str, prefix: str = "alu") -> None:
+        """Render `code` in place when it has a single use, else declare a typed `let` for it."""
+        if uop.op in _INLINE_WHEN_SINGLE_USE and self.uses.get(uop, 0) <= 1:
+            self.names[uop] = code
+            return
+        name = self.fresh(prefix)
+        self.emit(f"let {name}: {self.type_of(uop.dtype)} = {code};")
+        self.names[uop] = name
+
+    def materialize(self, uop: UOp) -> str:
+        """A name for an operand that is repeated in generated code (so it is evaluated once)."""
+        text = self.expression(uop)
+        if text.isidentifier() or uop.op is Ops.CONST:
+            return text
+        name = self.fresh("alu")
+        self.emit(f"let {name}: {self.type_of(uop.dtype)} = {text};")
+        self.names[uop] = name
+        return name
+
+    # ---- the walk ----
+
+    def run(self, name: str) -> str:
+        for uop in self.uops:
+            if uop.op is Ops.DEFINE_GLOBAL:
+                pointer = uop.dtype
+                assert isinstance(pointer, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {pointer}"
+                if pointer.base.count != 1:
+                    raise ValueError(f"the WGSL renderer renders scalar buffers only, got {pointer.base}")
+                self.type_of(pointer.base)
+                self.globals[uop.arg] = pointer.base.scalar
+                self.names[uop] = f"data{uop.arg}"
+            elif uop.op is Ops.DEFINE_VAR:
+                variable = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
+                self.variables[str(uop.arg[0])] = f"var_{variable}"
+                self.names[uop] = f"params.var_{variable}"
+            elif uop.op in GroupOp.ALU:
+                self.op_alu(uop)
+            elif uop.op in (Ops.SINK, Ops.GROUP):
+                continue
+            else:
+                handler = getattr(self, f"op_{uop.op.name.lower()}", None)
+                if handler is None:
+                    raise ValueError(f"the WGSL renderer cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r})")
+                handler(uop)
+        return self.assemble(name)
+
+    def assemble(self, name: str) -> str:
+        renderer = self.renderer
+        positions = sorted(self.globals)
+        if positions != list(range(len(positions))):
+            raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
+        if len(positions) > renderer.max_storage_buffers:
+            raise RuntimeError(
+                f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} "
+                f"({renderer.adapter_name}) allows {renderer.max_storage_buffers} per shader stage "
+                f"(maxStorageBuffersPerShaderStage); the scheduler must split kernels with more inputs than that "
+                f"(realize intermediate results first), or run this kernel on another device")
+        workgroup = (WORKGROUP_SIZE, 1, 1)
+        if self.local_mode:
+            sizes = [1, 1, 1]
+            for uop in self.uops:
+                if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
+                    size = uop.src[0] if uop.src else None
+                    if size is None or size.op is not Ops.CONST:
+                        raise ValueError(f"{uop.arg} needs a constant size to be a WGSL workgroup size")
+                    sizes[int(str(uop.arg)[-1])] = int(size.arg)
+            workgroup = (sizes[0], sizes[1], sizes[2])
+        layout = KernelLayout([self.globals[position].itemsize for position in positions],
+                              [self.globals[position] in PACKED_DTYPES for position in positions],
+                              [key for key in sorted(self.variables)], workgroup, not self.local_mode)
+        fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32"]
+        fields += [f"start{position}: i32" for position in positions]
+        fields += [f"{self.variables[key]}: i32" for key in sorted(self.variables)]
+        module = [layout.header()]
+        if self.uses_f16:
+            module.append("enable f16;")
+        module.append("struct Params { " + ", ".join(fields) + " }")
+        module.append("@group(0) @binding(0) var<uniform> params: Params;")
+        for position in positions:
+            element = self.globals[position]
+            array = "atomic<u32>" if element in PACKED_DTYPES else self.type_of(element)
+            module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: "
+                          f"array<{array}>;")
+        module += self.module_lines
+        builtins = ("@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
+                    "@builtin(local_invocation_id) lid: vec3<u32>")
+        module.append(f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})")
+        module.append(f"fn {name}({builtins}) {{")
+        if not self.local_mode:
+            module.append("  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;")
+            module.append("  if (flat >= params.total) { return; }")
+        return "\n".join(module + self.lines + ["}"]) + "\n"
+
+    # ---- ops ----
+
+    def op_const(self, uop: UOp) -> None:
+        self.type_of(uop.dtype)
+        self.names[uop] = self.renderer.render_const(uop.arg, uop.dtype)
+
+    def op_noop(self, uop: UOp) -> None:
+        self.names[uop] = self.expression(uop.src[0])
+
+    op_bind = op_noop
+    op_precast = op_noop
+
+    def op_special(self, uop: UOp) -> None:
+        label = str(uop.arg)
+        axis = int(label[-1])
+        if label.startswith("lidx"):
+            code = f"i32(lid.{'xyz'[axis]})"
+        elif self.local_mode:
+            code = f"i32(group.{'xyz'[axis]})"
+        elif label.startswith("gidx"):
+            below = "".join(f" / params.size{inner}" for inner in range(axis))
+            code = f"i32((flat{below}) % params.size{axis})" if axis < 2 else f"i32(flat{below})"
+        else:
+            raise ValueError(f"the WGSL renderer has no thread index {label!r} (only gidx0..2 and lidx0..2)")
+        self.emit(f"let {label}: i32 = {code};")
+        self.names[uop] = label
+
+    def op_define_reg(self, uop: UOp) -> None:
+        pointer = uop.dtype
+        assert isinstance(pointer, PtrDType), f"DEFINE_REG needs a pointer dtype, got {pointer}"
+        name = self.fresh("acc")
+        self.emit(f"var {name}: array<{self.type_of(pointer.base)}, {max(pointer.size, 1)}>;")
+        self.names[uop] = name
+
+    def op_define_local(self, uop: UOp) -> None:
+        pointer = uop.dtype
+        assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
+        name = self.fresh("temp")
+        self.module_lines.append(f"var<workgroup> {name}: array<{self.type_of(pointer.base)}, "
+                                 f"{max(pointer.size, 1)}>;")
+        self.names[uop] = name
+
+    def op_range(self, uop: UOp) -> None:
+        name = self.fresh("ridx")
+        self.emit(f"for (var {name}: i32 = 0; {name} < {self.expression(uop.src[0])}; {name}++) {{")
+        self.names[uop] = name
+        self.depth += 1
+
+    def op_end(self, uop: UOp) -> None:
+        for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
+            self.depth -= 1
+            self.emit("}")
+
+    def op_if(self, uop: UOp) -> None:
+        self.emit(f"if ({self.expression(uop.src[0])}) {{")
+        self.depth += 1
+
+    def op_endif(self, uop: UOp) -> None:
+        self.depth -= 1
+        self.emit("}")
+
+    def op_barrier(self, uop: UOp) -> None:
+        if not self.local_mode:
+            raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels "
+                             "return early and cannot synchronize")
+        self.emit("workgroupBarrier();")
+
+    def op_index(self, uop: UOp) -> None:
+        buffer = uop.src[0]
+        if uop.src[1] in self.names and self.uses.get(uop, 0) > 1:
+            self.materialize(uop.src[1])
+        index = self.expression(uop.src[1]) if len(uop.src) > 1 else "0i"
+        gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
+        element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
+        position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
+        self.accesses[uop] = _Access(self.expression(buffer), index, gate, element.scalar, position)
+        self.names[uop] = f"&{self.expression(buffer)}[{index}]"
+
+    def op_cast(self, uop: UOp) -> None:
+        if isinstance(uop.dtype, PtrDType):
+            raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
+        self.bind(uop, self.cast(self.expression(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar))
+
+    def cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
+        """Value conversion between scalar dtypes with C semantics (narrow integers wrap)."""
+        from_type, to_type = self.type_of(from_dtype), self.type_of(to_dtype)
+        if from_dtype == to_dtype:
+            return text
+        if to_dtype == dtypes.bool:
+            zero = self.renderer.render_const(0, from_dtype)
+            return f"({text} != {zero})"
+        if dtypes.is_float(from_dtype) and to_type == "u32":
+            # C converts negative floats to unsigned through the signed integer (numpy and clang agree)
+            converted = f"select(u32({text}), bitcast<u32>(i32({text})), {text} < {self.renderer.render_const(0, from_dtype)})"
+        elif from_type == to_type:
+            converted = text
+        else:
+            converted = f"{to_type}({text})"
+        wrap = _WRAP.get(to_dtype)
+        return wrap(converted) if wrap is not None and not self._fits(from_dtype, to_dtype) else converted
+
+    @staticmethod
+    def _fits(from_dtype: DType, to_dtype: DType) -> bool:
+        """True when every value of integer `from_dtype` is a value of `to_dtype` (no wrap needed)."""
+        if from_dtype == dtypes.bool:
+            return True
+        if not (dtypes.is_int(from_dtype) and dtypes.is_int(to_dtype)):
+            return False
+        return dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
+
+    def op_bitcast(self, uop: UOp) -> None:
+        source, target = uop.src[0].dtype.scalar, uop.dtype.scalar
+        if source.itemsize != target.itemsize:
+            raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
+        text = self.expression(uop.src[0])
+        from_type, to_type = self.type_of(source), self.type_of(target)
+        if source.itemsize == 4:
+            code = text if from_type == to_type else f"bitcast<{to_type}>({text})"
+        elif source == dtypes.float16:
+            bits = f"(bitcast<u32>(vec2<f16>({text}, 0.0h)) & 0xFFFFu)"
+            code = bits if to_type == "u32" else _WRAP[dtypes.int16](f"bitcast<i32>({bits})")
+        elif target == dtypes.float16:
+            code = f"bitcast<vec2<f16>>(u32({text}) & 0xFFFFu).x"
+        else:  # between 8-bit or between 16-bit integers: the value wraps to the other signedness
+            code = self.cast(text, source, target)
+        self.bind(uop, code)
+
+    def op_alu(self, uop: UOp) -> None:
+        operands = [self.expression(source) for source in uop.src]
+        repeated = {Ops.MAX, Ops.IDIV, Ops.MOD, Ops.LOG2, Ops.SQRT, Ops.SIN}
+        if uop.op in repeated:
+            operands = [self.materialize(source) for source in uop.src]
+        self.bind(uop, self.alu(uop.op, operands, uop.src, uop.dtype.scalar))
+
+    def alu(self, op: Ops, operands: list[str], sources: tuple[UOp, ...], result: DType) -> str:
+        """The WGSL expression of one scalar ALU op with C / numpy semantics."""
+        dtype = sources[1].dtype.scalar if op is Ops.WHERE else sources[0].dtype.scalar
+        value_type = self.type_of(dtype)
+        is_float = dtypes.is_float(dtype)
+        zero = self.renderer.render_const(0, dtype)
+        nan = self.renderer.render_const(math.nan, dtype) if is_float else zero
+        code: str
+        if op is Ops.NEG:
+            code = f"(!{operands[0]})" if dtype == dtypes.bool else (
+                f"(0u - {operands[0]})" if value_type == "u32" else f"(-{operands[0]})")
+        elif op is Ops.EXP2:
+            code = f"exp2({operands[0]})"
+        elif op is Ops.LOG2:  # the adapters leave log2 of 0 and of negatives undefined
+            x = operands[0]
+            minus_inf = self.renderer.render_const(-math.inf, dtype)
+            code = f"select(select(log2({x}), {minus_inf}, {x} == {zero}), {nan}, {x} < {zero})"
+        elif op is Ops.SIN:
+            x = operands[0]
+            code = f"select(sin({x}), {nan}, abs({x}) == {self.renderer.render_const(math.inf, dtype)})"
+        elif op is Ops.SQRT:
+            code = f"select(sqrt({operands[0]}), {nan}, {operands[0]} < {zero})"
+        elif op is Ops.RECIPROCAL:
+            code = f"({self.renderer.render_const(1, dtype)} / {operands[0]})"
+        elif op is Ops.TRUNC:
+            code = f"trunc({operands[0]})" if is_float else operands[0]
+        elif op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+            symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
+            if dtype == dtypes.bool:
+                code = {Ops.ADD: f"({operands[0]} | {operands[1]})", Ops.MUL: f"({operands[0]} & {operands[1]})",
+                        Ops.SUB: f"({operands[0]} != {operands[1]})"}.get(op, f"({operands[0]} & {operands[1]})")
+            else:
+                code = f"({operands[0]} {symbol} {operands[1]})"
+        elif op in (Ops.IDIV, Ops.MOD):
+            a, b = operands
+            if is_float:
+                code = f"({a} / {b})" if op is Ops.IDIV else f"({a} - {b} * trunc({a} / {b}))"
+            else:
+                # WGSL's integer division truncates like C; % is spelled out because some backends get negative
+                # operands wrong; a zero divisor gives 0 as in the core's constant folding
+                safe = f"select({b}, {self.renderer.render_const(1, dtype)}, {b} == {zero})"
+                quotient = f"({a} / {safe})"
+                body = quotient if op is Ops.IDIV else f"({a} - {quotient} * {safe})"
+                code = f"select({body}, {zero}, {b} == {zero})"
+        elif op is Ops.MAX:
+            a, b = operands
+            code = f"select({a}, {b}, {a} < {b})" if dtype != dtypes.bool else f"({a} | {b})"
+        elif op is Ops.POW:
+            code = f"pow({operands[0]}, {operands[1]})"
+        elif op is Ops.CMPLT:
+            a, b = operands
+            code = f"((!{a}) & {b})" if dtype == dtypes.bool else f"({a} < {b})"
+        elif op is Ops.CMPNE:
+            # ordered comparisons on some backends: x != x must be true for NaN
+            code = f"(!({operands[0]} == {operands[1]}))" if is_float else f"({operands[0]} != {operands[1]})"
+        elif op is Ops.CMPEQ:
+            code = f"({operands[0]} == {operands[1]})"
+        elif op in (Ops.AND, Ops.OR, Ops.XOR):
+            a, b = operands
+            if dtype == dtypes.bool and op is Ops.XOR:
+                code = f"({a} != {b})"
+            else:
+                code = f"({a} {'&' if op is Ops.AND else ('|' if op is Ops.OR else '^')} {b})"
+        elif op in (Ops.SHL, Ops.SHR):
+            code = f"({operands[0]} {'<<' if op is Ops.SHL else '>>'} u32({operands[1]}))"
+        elif op is Ops.WHERE:
+            code = f"select({operands[2]}, {operands[1]}, {operands[0]})"
+        elif op is Ops.MULACC:
+            code = f"(({operands[0]} * {operands[1]}) + {operands[2]})"
+        else:
+            raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
+        wrap = _WRAP.get(result)
+        return wrap(code) if wrap is not None and op not in GroupOp.Comparison else code
+
+    # ---- memory ----
+
+    def access_of(self, uop: UOp) -> _Access:
+        access = self.accesses.get(uop)
+        if access is None:
+            raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {uop.op}")
+        return access
+
+    def packed_address(self, access: _Access) -> str:
+        """A `let` holding the byte address of a packed element."""
+        name = self.fresh("addr")
+        size = access.element.itemsize
+        element = f"({access.index})" if size == 1 else f"({access.index}) * {size}"
+        self.emit(f"let {name}: u32 = u32(params.start{access.global_position} + {element});")
+        return name
+
+    def read(self, access: _Access) -> str:
+        """The expression reading the element (emitting address lets for packed buffers)."""
+        if access.global_position is None:
+            return f"{access.memory}[{access.index}]"
+        if access.element not in PACKED_DTYPES:
+            return f"{access.memory}[params.start{access.global_position} + {access.index}]"
+        address = self.packed_address(access)
+        mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
+        lane = "3u" if access.element.itemsize == 1 else "2u"
+        bits = f"((atomicLoad(&{access.memory}[{address} >> 2u]) >> (({address} & {lane}) * 8u)) & {mask})"
+        if access.element == dtypes.bool:
+            return f"({bits} != 0u)"
+        if dtypes.is_unsigned(access.element):
+            return bits
+        return _WRAP[access.element](f"bitcast<i32>({bits})")
+
+    def op_load(self, uop: UOp) -> None:
+        access = self.access_of(uop.src[0])
+        name = self.fresh("val")
+        type_name = self.type_of(uop.dtype)
+        if access.gate is None:
+            self.emit(f"let {name}: {type_name} = {self.read(access)};")
+        else:
+            alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+            alternative = self.expression(alternatives[0]) if alternatives else \
+                self.renderer.render_const(0, uop.dtype)
+            self.emit(f"var {name}: {type_name} = {alternative};")
+            self.emit(f"if ({access.gate}) {{")
+            self.depth += 1
+            self.emit(f"{name} = {self.read(access)};")
+            self.depth -= 1
+            self.emit("}")
+        self.names[uop] = name
+
+    def op_store(self, uop: UOp) -> None:
+        access = self.access_of(uop.src[0])
+        value = self.expression(uop.src[1])
+        if access.gate is not None:
+            self.emit(f"if ({access.gate}) {{")
+            self.depth += 1
+        if access.global_position is None:
+            self.emit(f"{access.memory}[{access.index}] = {value};")
+        elif access.element not in PACKED_DTYPES:
+            self.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
+        else:
+            address = self.packed_address(access)
+            mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
+            lane = "3u" if access.element.itemsize == 1 else "2u"
+            bits = f"select(0u, 1u, {value})" if access.element == dtypes.bool else f"(u32({value}) & {mask})"
+            word = f"&{access.memory}[{address} >> 2u]"
+            shift = f"(({address} & {lane}) * 8u)"
+            self.emit(f"atomicAnd({word}, ~({mask} << {shift}));")
+            self.emit(f"atomicOr({word}, {bits} << {shift});")
+        if access.gate is not None:
+            self.depth -= 1
+            self.emit("}")
+
+
+__all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]

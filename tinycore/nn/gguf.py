@@ -1,0 +1,264 @@
+"""GGUF files: metadata and tensors, with quantized blocks dequantized on the target device by Tensor ops.
+
+Layout (versions 2 and 3, little-endian): "GGUF", u32 version, u64 tensor count, u64 key/value count; the
+key/value pairs (string key, u32 value type, value); one info per tensor (string name, u32 dimension count, u64
+dimensions innermost first, u32 ggml type, u64 offset); then, aligned to `general.alignment` (default 32), the
+data section holding each tensor at its offset. Every count, length and offset is checked against the bytes left
+in the file before it is used, and tensors must lie inside the data section without overlapping; a malformed file
+raises GGUFFormatError naming the file and the problem.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tinycore.dtype import DType, dtypes
+from tinycore.helpers import prod
+from tinycore.nn.file_checks import ByteSource, Cursor, MalformedFileError, fail
+from tinycore.tensor import Tensor
+
+KIND = "GGUF"
+MAX_DIMENSIONS = 8
+MAX_NESTING = 8
+DEFAULT_ALIGNMENT = 32
+
+# value type -> (struct format, size) for the fixed-size scalar types
+_SCALARS: dict[int, tuple[str, int]] = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
+                                        6: ("f", 4), 7: ("?", 1), 10: ("Q", 8), 11: ("q", 8), 12: ("d", 8)}
+_STRING, _ARRAY = 8, 9
+
+GGML_TYPES: dict[int, tuple[str, int, int]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 8: ("Q8_0", 32, 34),
+    12: ("Q4_K", 256, 144), 14: ("Q6_K", 256, 210), 30: ("BF16", 1, 2)}
+"""Supported ggml tensor types: type id -> (name, elements per block, bytes per block)."""
+_PLAIN: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 30: dtypes.bfloat16}
+
+
+class GGUFFormatError(MalformedFileError):
+    """A GGUF file that does not follow the format."""
+
+
+class _Parser:
+    """Reads the header of a GGUF file through a Cursor, checking sizes against the bytes that remain."""
+
+    def __init__(self, source: ByteSource):
+        self.source = source
+        self.cursor = Cursor(source)
+
+    def error(self, problem: str) -> MalformedFileError:
+        return fail(self.source.name, KIND, f"{problem} (at byte {self.cursor.position})", GGUFFormatError)
+
+    def remaining(self) -> int:
+        return self.source.size - self.cursor.position
+
+    def count(self, what: str, least_bytes_each: int) -> int:
+        """A u64 count of items that each take at least `least_bytes_each` bytes, checked against the file."""
+        value = self.cursor.unpack("Q", what)
+        if value * least_bytes_each > self.remaining():
+            raise self.error(f"{what} is {value}, more than the {self.remaining()} remaining bytes can hold")
+        return int(value)
+
+    def string(self, what: str) -> str:
+        length = self.count(f"the length of {what}", 1)
+        raw = self.cursor.take(length, what)
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise self.error(f"{what} is not valid UTF-8 ({error})") from None
+
+    def value(self, value_type: int, what: str, depth: int = 0) -> Any:
+        if value_type in _SCALARS:
+            return self.cursor.unpack(_SCALARS[value_type][0], what)
+        if value_type == _STRING:
+            return self.string(what)
+        if value_type == _ARRAY:
+            if depth >= MAX_NESTING:
+                raise self.error(f"{what} nests arrays more than {MAX_NESTING} deep")
+            element_type = self.cursor.unpack("I", f"the element type of {what}")
+            if element_type in _SCALARS:
+                fmt, size = _SCALARS[element_type]
+                length = self.count(f"the length of {what}", size)
+                return list(struct.unpack(f"<{length}{fmt}", self.cursor.take(length * size, what)))
+            if element_type not in (_STRING, _ARRAY):
+                raise self.error(f"{what} has unknown element type {element_type}")
+            length = self.count(f"the length of {what}", 8 if element_type == _STRING else 12)
+            return [self.value(element_type, f"element {index} of {what}", depth + 1) for index in range(length)]
+        raise self.error(f"{what} has unknown value type {value_type}")
+
+
+def _parse(source: ByteSource) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...], int, int]], int]:
+    """The metadata, the tensor infos (name, shape, ggml type, offset) and the data section's start."""
+    parser = _Parser(source)
+    cursor = parser.cursor
+    magic = cursor.take(4, "the magic bytes") if source.size >= 4 else b""
+    if magic != b"GGUF":
+        raise parser.error(f"it starts with {magic!r}, not the magic b'GGUF'")
+    version = cursor.unpack("I", "the version")
+    if version not in (2, 3):
+        raise parser.error(f"version {version} is not supported (only GGUF 2 and 3)")
+    tensor_count = cursor.unpack("Q", "the tensor count")
+    kv_count = parser.count("the key/value count", 13)
+    metadata: dict[str, Any] = {}
+    for index in range(kv_count):
+        key = parser.string(f"key {index}")
+        if key in metadata:
+            raise parser.error(f"key {key!r} appears twice")
+        value_type = cursor.unpack("I", f"the value type of {key!r}")
+        metadata[key] = parser.value(value_type, f"the value of {key!r}")
+    if tensor_count * 24 > parser.remaining():
+        raise parser.error(f"the tensor count is {tensor_count}, more than the {parser.remaining()} remaining bytes "
+                           "can describe")
+    infos: list[tuple[str, tuple[int, ...], int, int]] = []
+    names: set[str] = set()
+    for index in range(tensor_count):
+        name = parser.string(f"the name of tensor {index}")
+        if name in names:
+            raise parser.error(f"tensor {name!r} appears twice")
+        names.add(name)
+        dimension_count = cursor.unpack("I", f"the dimension count of {name!r}")
+        if dimension_count > MAX_DIMENSIONS:
+            raise parser.error(f"tensor {name!r} has {dimension_count} dimensions, more than {MAX_DIMENSIONS}")
+        dimensions = [cursor.unpack("Q", f"dimension {axis} of {name!r}") for axis in range(dimension_count)]
+        ggml_type = cursor.unpack("I", f"the type of {name!r}")
+        offset = cursor.unpack("Q", f"the offset of {name!r}")
+        infos.append((name, tuple(reversed(dimensions)), ggml_type, offset))
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or \
+            alignment & (alignment - 1) or alignment > 1 << 20:
+        raise parser.error(f"general.alignment is {alignment!r}, expected a power of two up to 2**20")
+    data_start = -(-cursor.position // alignment) * alignment
+    if data_start > source.size:
+        raise parser.error(f"the data section would start at byte {data_start}, past the end of the file")
+    return metadata, _check_tensors(parser, infos, source.size - data_start, alignment), data_start
+
+
+def _check_tensors(parser: _Parser, infos: list[tuple[str, tuple[int, ...], int, int]], data_size: int,
+                   alignment: int) -> list[tuple[str, tuple[int, ...], int, int]]:
+    """Check each tensor's type, size and offset against the data section and the other tensors."""
+    ranges = []
+    for name, shape, ggml_type, offset in infos:
+        if ggml_type not in GGML_TYPES:
+            raise parser.error(f"tensor {name!r} has unsupported ggml type {ggml_type}; supported: "
+                               f"{', '.join(kind for kind, _, _ in GGML_TYPES.values())}")
+        kind, block_elements, block_bytes = GGML_TYPES[ggml_type]
+        elements = prod(shape) if shape else 1
+        if shape and shape[-1] % block_elements:
+            raise parser.error(f"tensor {name!r} ({kind}) has inner dimension {shape[-1]}, not a multiple of the "
+                               f"block size {block_elements}")
+        nbytes = elements // block_elements * block_bytes
+        if offset % alignment:
+            raise parser.error(f"tensor {name!r} has offset {offset}, not a multiple of the alignment {alignment}")
+        if offset + nbytes > data_size:
+            raise parser.error(f"tensor {name!r} ({kind}, shape {list(shape)}) needs bytes [{offset}, "
+                               f"{offset + nbytes}) of the data section, which has {data_size}")
+        ranges.append((offset, offset + nbytes, name))
+    ranges.sort()
+    for (_, previous_end, previous), (start, _, name) in zip(ranges, ranges[1:], strict=False):
+        if start < previous_end:
+            raise parser.error(f"tensor {name!r} overlaps tensor {previous!r}")
+    return infos
+
+
+# ---- dequantization with Tensor ops (blocks: uint8 (n, block_bytes) on the target device) ----
+
+def _half(blocks: Tensor, start: int) -> Tensor:
+    """The little-endian float16 at byte `start` of each block, as float32 of shape (n, 1)."""
+    bits = blocks[:, start:start + 1].cast(dtypes.uint32) | (blocks[:, start + 1:start + 2].cast(dtypes.uint32) << 8)
+    return half_bits_to_float(bits)
+
+
+def half_bits_to_float(bits: Tensor) -> Tensor:
+    """IEEE float16 bit patterns (a uint32 tensor of values 0..65535) as float32, with integer ops only (so no
+    device needs float16 support): normals, infinities and NaNs by moving the fields into place, subnormals as
+    mantissa * 2**-24."""
+    sign = (bits >> 15) & 1
+    exponent = (bits >> 10) & 0x1F
+    mantissa = bits & 0x3FF
+    wide_exponent = (exponent == 0x1F).where(255, exponent + 112)
+    normal = ((sign << 31) | (wide_exponent << 23) | (mantissa << 13)).bitcast(dtypes.float32)
+    subnormal = mantissa.cast(dtypes.float32) * (2.0 ** -24) * (1.0 - 2.0 * sign.cast(dtypes.float32))
+    return (exponent == 0).where(subnormal, normal)
+
+
+def _nibbles(packed: Tensor) -> tuple[Tensor, Tensor]:
+    """The low and high 4 bits of each byte, as int32."""
+    values = packed.cast(dtypes.int32)
+    return values & 0xF, values >> 4
+
+
+def _q4_0(blocks: Tensor) -> Tensor:
+    low, high = _nibbles(blocks[:, 2:18])
+    return (low.cat(high, dim=1) - 8).cast(dtypes.float32) * _half(blocks, 0)
+
+
+def _q4_1(blocks: Tensor) -> Tensor:
+    low, high = _nibbles(blocks[:, 4:20])
+    return low.cat(high, dim=1).cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
+
+
+def _q8_0(blocks: Tensor) -> Tensor:
+    return blocks[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _half(blocks, 0)
+
+
+def _per_group(values: Tensor, group: int) -> Tensor:
+    """(n, k) values repeated `group` times each along the last axis: (n, k * group)."""
+    count, groups = values.shape
+    return values.reshape(count, groups, 1).expand(count, groups, group).reshape(count, groups * group)
+
+
+def _q4_k(blocks: Tensor) -> Tensor:
+    count = blocks.shape[0]
+    scales = blocks[:, 4:16].cast(dtypes.int32)
+    first, second, third = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    scale = (first & 63).cat((third & 0xF) | ((first >> 6) << 4), dim=1).cast(dtypes.float32)
+    minimum = (second & 63).cat((third >> 4) | ((second >> 6) << 4), dim=1).cast(dtypes.float32)
+    low, high = _nibbles(blocks[:, 16:144].reshape(count, 4, 32))
+    quants = low.reshape(count, 4, 1, 32).cat(high.reshape(count, 4, 1, 32), dim=2).reshape(count, 256)
+    return quants.cast(dtypes.float32) * _per_group(scale * _half(blocks, 0), 32) - \
+        _per_group(minimum * _half(blocks, 2), 32)
+
+
+def _q6_k(blocks: Tensor) -> Tensor:
+    pieces = []
+    for half in range(2):
+        first_low, first_high = _nibbles(blocks[:, 64 * half:64 * half + 32])
+        second_low, second_high = _nibbles(blocks[:, 64 * half + 32:64 * half + 64])
+        upper = blocks[:, 128 + 32 * half:160 + 32 * half].cast(dtypes.int32)
+        for nibble, shift in ((first_low, 0), (second_low, 2), (first_high, 4), (second_high, 6)):
+            pieces.append((nibble | (((upper >> shift) & 3) << 4)) - 32)
+    quants = pieces[0].cat(*pieces[1:], dim=1).cast(dtypes.float32)
+    scales = blocks[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
+    return quants * _per_group(scales, 16) * _half(blocks, 208)
+
+
+_DEQUANTIZE: dict[int, Callable[[Tensor], Tensor]] = {2: _q4_0, 3: _q4_1, 8: _q8_0, 12: _q4_k, 14: _q6_k}
+
+
+def gguf_load(fn: Tensor | str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
+                                                                                      dict[str, Tensor]]:
+    """The metadata and the tensors (by name, in the file's shape order) of a GGUF file.
+
+    `fn` is a path or a 1-D uint8 Tensor of the file. F32, F16 and BF16 tensors keep their dtype; quantized ones
+    (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are dequantized to float32 by Tensor ops on `device` (for a Tensor input on a
+    compute device, that device; otherwise the default device). The whole header is validated first; tensors are
+    read lazily from the file.
+    """
+    if sys.byteorder != "little":
+        raise NotImplementedError("GGUF loading needs a little-endian machine")
+    source = ByteSource(fn, KIND, GGUFFormatError)
+    metadata, infos, data_start = _parse(source)
+    target = device if device is not None else source.device
+    tensors: dict[str, Tensor] = {}
+    for name, shape, ggml_type, offset in infos:
+        what = f"tensor {name!r}"
+        if ggml_type in _PLAIN:
+            tensors[name] = source.tensor_at(data_start + offset, _PLAIN[ggml_type], shape, what).to(target)
+            continue
+        _kind, block_elements, block_bytes = GGML_TYPES[ggml_type]
+        block_count = (prod(shape) if shape else 1) // block_elements
+        raw = source.tensor_at(data_start + offset, dtypes.uint8, (block_count, block_bytes), what).to(target)
+        tensors[name] = _DEQUANTIZE[ggml_type](raw).reshape(shape)
+    return metadata, tensors

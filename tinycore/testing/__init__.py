@@ -1,0 +1,21 @@
+"""The device conformance suite: what every tinycore device backend must get right, checked on one device.
+
+Run it with `tiny conformance DEVICE` (a summary by category, `--json` for tools) or
+`pytest --pyargs tinycore.testing --tiny-device=DEVICE`. Categories: ops, dtypes, autograd, jit, memory, copies,
+renderers. A device declares what it supports (`tinycore.testing.capabilities.DeviceCapabilities`); checks that do
+not apply are reported as "not applicable (declared)", separately from failures.
+
+Importing this package is cheap and does not import pytest.
+"""
+from __future__ import annotations
+
+CATEGORIES = ("ops", "dtypes", "autograd", "jit", "memory", "copies", "renderers")
+"""The summary categories, in the order they are printed."""
+
+NOT_APPLICABLE = "not applicable (declared)"
+"""The prefix of the reason of every check a device's declared capabilities rule out."""
+
+NOT_BUILT = "not applicable (core)"
+"""The prefix of the reason of every check whose core feature (e.g. TinyJit) is not in this tinycore."""
+
+__all__ = ["CATEGORIES", "NOT_APPLICABLE", "NOT_BUILT"]

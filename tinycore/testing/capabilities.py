@@ -1,0 +1,121 @@
+"""What a device declares it supports, read by the conformance suite to decide which checks apply.
+
+A device declares its capabilities with a `capabilities` attribute on its device class (or on its renderer), a
+`DeviceCapabilities` or a plain dict of the same fields:
+
+    from tinycore.dtype import dtypes
+    from tinycore.testing.capabilities import DeviceCapabilities
+
+    class MyDevice(Compiled):
+        capabilities = DeviceCapabilities(dtypes=frozenset({dtypes.bool, dtypes.int32, dtypes.float32}),
+                                          max_buffers=8)
+
+Checks that need something the device does not declare are reported as "not applicable (declared)", never as
+failures. A device that declares nothing gets capabilities inferred from its renderer (`type_map`, `has_local`,
+`has_shared`, `has_threads`), and the summary says they were inferred.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from tinycore.dtype import DType, dtypes
+
+ALL_DTYPES: frozenset[DType] = frozenset({
+    dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
+    dtypes.uint64, dtypes.float16, dtypes.bfloat16, dtypes.float32, dtypes.float64})
+"""Every dtype the conformance suite knows how to check (the fp8 types are not checked yet)."""
+
+
+@dataclass(frozen=True)
+class DeviceCapabilities:
+    """The features a device supports.
+
+    dtypes: the element types its kernels can load, compute with and store.
+    max_buffers: the most buffers one kernel may take (None: no limit the suite needs to respect).
+    local_memory: workgroup-shared memory (DEFINE_LOCAL) is available.
+    threads: kernels are split across CPU-style workers (SPECIAL "core_id").
+    symbolic: kernels take integer parameters (DEFINE_VAR) so one kernel serves every value of a variable.
+    large_grids: the device runs kernels over a million elements in reasonable time (False on interpreters).
+    out_of_memory_bytes: an allocation size the device must refuse with a MemoryError (default 2**62 bytes; None:
+      not checked, e.g. when the device would swap instead of refusing).
+    """
+
+    dtypes: frozenset[DType] = ALL_DTYPES
+    max_buffers: int | None = None
+    local_memory: bool = False
+    threads: bool = False
+    symbolic: bool = True
+    large_grids: bool = True
+    out_of_memory_bytes: int | None = 1 << 62
+    inferred: bool = field(default=False, compare=False)
+
+    @property
+    def float64(self) -> bool:
+        """float64 (double) is supported."""
+        return dtypes.float64 in self.dtypes
+
+    @property
+    def half(self) -> bool:
+        """float16 (half) is supported."""
+        return dtypes.float16 in self.dtypes
+
+    @property
+    def int64(self) -> bool:
+        """int64 and uint64 are supported."""
+        return dtypes.int64 in self.dtypes and dtypes.uint64 in self.dtypes
+
+    def supports(self, dtype: DType) -> bool:
+        """True when `dtype` (its scalar type) is declared."""
+        return dtype.scalar in self.dtypes
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-friendly description (dtypes by name)."""
+        return {"dtypes": sorted(dtype_name(dtype) for dtype in self.dtypes), "float64": self.float64, "half": self.half,
+                "int64": self.int64, "max_buffers": self.max_buffers, "local_memory": self.local_memory,
+                "threads": self.threads, "symbolic": self.symbolic, "large_grids": self.large_grids,
+                "out_of_memory_bytes": self.out_of_memory_bytes, "inferred": self.inferred}
+
+
+def _from_declaration(declared: Any, where: str) -> DeviceCapabilities:
+    """A DeviceCapabilities from a declared DeviceCapabilities or dict (clear error for anything else)."""
+    if isinstance(declared, DeviceCapabilities):
+        return declared
+    if isinstance(declared, dict):
+        known = {item.name for item in fields(DeviceCapabilities)} - {"inferred"}
+        unknown = sorted(set(declared) - known)
+        if unknown:
+            raise ValueError(f"{where}.capabilities has unknown field(s) {unknown}; known fields: {sorted(known)}")
+        values = dict(declared)
+        if "dtypes" in values:
+            values["dtypes"] = frozenset(values["dtypes"])
+        return DeviceCapabilities(**values)
+    raise TypeError(f"{where}.capabilities must be a DeviceCapabilities or a dict, got {type(declared).__name__}")
+
+
+def dtype_name(dtype: DType) -> str:
+    """The name a user writes for `dtype` (float16 rather than half, bfloat16 rather than __bf16)."""
+    return {dtypes.float16: "float16", dtypes.bfloat16: "bfloat16", dtypes.float32: "float32",
+            dtypes.float64: "float64"}.get(dtype, dtype.name)
+
+
+def infer_capabilities(device: Any) -> DeviceCapabilities:
+    """Capabilities of an opened device that declares none: every dtype, local memory and threads as its renderer
+    says (a device that declares nothing is checked on everything)."""
+    renderer = getattr(device, "renderer", None)
+    return DeviceCapabilities(dtypes=ALL_DTYPES, local_memory=bool(getattr(renderer, "has_shared", False)) and
+                              bool(getattr(renderer, "has_local", False)),
+                              threads=bool(getattr(renderer, "has_threads", False)), inferred=True)
+
+
+def capabilities_of(device: Any) -> DeviceCapabilities:
+    """The declared capabilities of the opened device object `device`: its class's (or instance's) `capabilities`,
+    else its renderer's, else inferred from the renderer."""
+    for owner, label in ((device, type(device).__name__), (getattr(device, "renderer", None), "renderer")):
+        declared = getattr(owner, "capabilities", None) if owner is not None else None
+        if declared is not None:
+            return _from_declaration(declared, label)
+    return infer_capabilities(device)
+
+
+__all__ = ["DeviceCapabilities", "ALL_DTYPES", "capabilities_of", "infer_capabilities", "dtype_name"]

@@ -1,0 +1,79 @@
+"""The pytest plugin of the conformance suite: `--tiny-device=DEVICE`, the device fixtures and the summary report.
+
+Options: `--tiny-device=DEVICE` (default: $TINY_DEVICE, else the default device) and `--tiny-json=PATH` (write the
+JSON summary there). Each test module marks its category with `pytest.mark.conformance_category(NAME)`.
+
+Load it with `pytest -p tinycore.testing.plugin --pyargs tinycore.testing --tiny-device=CPU` (or through a
+`pytest11` entry point). The summary report is registered only for runs that collect the suite's checks, so the
+plugin is harmless in other test runs.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from tinycore.testing.capabilities import DeviceCapabilities, capabilities_of
+from tinycore.testing.report import ConformanceReport
+
+REPORT_PLUGIN_NAME = "tinycore-conformance-report"
+
+
+def pytest_addoption(parser: Any) -> None:
+    """Register --tiny-device and --tiny-json."""
+    group = parser.getgroup("tinycore", "tinycore device conformance")
+    group.addoption("--tiny-device", action="store", default=None, metavar="DEVICE",
+                    help="the device to check (default: $TINY_DEVICE, else tinycore's default device)")
+    group.addoption("--tiny-json", action="store", default=None, metavar="PATH",
+                    help="write the conformance summary as JSON to PATH")
+
+
+def _device_name(config: Any) -> str:
+    """The canonical name of the device under test."""
+    from tinycore.device.registry import Device
+    from tinycore.device.target import canonicalize
+    requested = config.getoption("--tiny-device", default=None) or os.environ.get("TINY_DEVICE") or Device.DEFAULT
+    return canonicalize(requested)
+
+
+def pytest_configure(config: Any) -> None:
+    """Register the category marker."""
+    config.addinivalue_line("markers", "conformance_category(name): the conformance summary category of a test")
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    """When the run collected conformance checks, register the summary report (once) and give it the items."""
+    if not any(item.get_closest_marker("conformance_category") is not None for item in items):
+        return
+    report = config.pluginmanager.get_plugin(REPORT_PLUGIN_NAME)
+    if report is None:
+        try:
+            device = _device_name(config)
+            capabilities = _open(device).as_dict()
+        except Exception as error:  # noqa: BLE001 - the device fixture fails every check with this error
+            device = str(config.getoption("--tiny-device", default=None) or os.environ.get("TINY_DEVICE") or "?")
+            capabilities = {"error": str(error)}
+        report = ConformanceReport(device, capabilities, json_path=config.getoption("--tiny-json", default=None))
+        config.pluginmanager.register(report, REPORT_PLUGIN_NAME)
+    report.record_items(items)
+
+
+def _open(device: str) -> DeviceCapabilities:
+    """Open `device` and read its capabilities (raises a clear error when it cannot be opened)."""
+    from tinycore.device.registry import Device
+    return capabilities_of(Device[device])
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig: Any) -> str:
+    """The canonical name of the device under test (opened once; an error here fails every check)."""
+    name = _device_name(pytestconfig)
+    _open(name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def capabilities(device: str) -> DeviceCapabilities:
+    """The declared (or inferred) capabilities of the device under test."""
+    return _open(device)

@@ -1,0 +1,52 @@
+"""Conformance, jit: TinyJit captures a function's kernels on the device and replays them with new inputs."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy
+import pytest
+
+from tinycore.tensor import Tensor
+from tinycore.testing.support import assert_matches, not_built, sample
+
+pytestmark = pytest.mark.conformance_category("jit")
+
+
+def _tiny_jit() -> Any:
+    try:
+        from tinycore.engine.jit import TinyJit
+    except ImportError as error:
+        not_built(f"tinycore.TinyJit is not part of this tinycore ({error})")
+    return TinyJit
+
+
+def test_replay_with_new_inputs(device: str) -> None:
+    """A jitted elementwise-and-reduce function gives numpy's answer on every call, captured or replayed."""
+    jit = _tiny_jit()
+
+    @jit
+    def step(left: Tensor, right: Tensor) -> Tensor:
+        return ((left * right + 1.0).sum(1)).realize()
+
+    for call in range(5):
+        left, right = sample((3, 4), seed=80 + call), sample((3, 4), seed=90 + call)
+        result = step(Tensor(left, device=device).realize(), Tensor(right, device=device).realize())
+        assert_matches(result, (left * right + numpy.float32(1.0)).sum(axis=1),
+                       f"jitted (x * y + 1).sum(1), call {call + 1}, on {device}", rtol=1e-5)
+
+
+def test_replay_with_two_outputs(device: str) -> None:
+    """Two outputs of one jitted function (one depending on the other) stay correct on replay."""
+    jit = _tiny_jit()
+
+    @jit
+    def step(value: Tensor) -> tuple[Tensor, Tensor]:
+        doubled = (value * 2.0).realize()
+        return doubled, (doubled.exp() - value).realize()
+
+    for call in range(4):
+        data = sample((2, 5), seed=100 + call)
+        doubled, second = step(Tensor(data, device=device).realize())
+        assert_matches(doubled, data * numpy.float32(2.0), f"first output, call {call + 1}, on {device}")
+        assert_matches(second, numpy.exp(data * numpy.float32(2.0)) - data, f"second output, call {call + 1}, on "
+                       f"{device}", rtol=1e-5)
