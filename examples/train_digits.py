@@ -13,6 +13,7 @@ import numpy as np
 from tqdm import trange
 
 from tinycore import Context, Tensor, TinyJit, nn
+from tinycore.helpers import cache_dir
 from tinycore.nn import datasets
 
 
@@ -32,12 +33,22 @@ class DigitsNet:
         return self.fc(hidden.flatten(1))
 
 
+MNIST_DIRECTORY = cache_dir() / "datasets" / "mnist"
+
+
+def mnist_available() -> bool:
+    """True when the four canonical MNIST files are in the cache directory (nothing is downloaded)."""
+    return all((MNIST_DIRECTORY / name).is_file() for name in datasets.MNIST_FILES)
+
+
 def load(use_mnist: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str]:
-    """Images (N, 1, S, S) float32 scaled to [0, 1] and int labels, train and test, plus the data set's name."""
+    """Images (N, 1, S, S) float32 scaled to [0, 1] and int32 labels, train and test, plus the data set's name."""
     if use_mnist:
-        x_train, y_train, x_test, y_test = datasets.mnist()
-        return x_train, y_train, x_test, y_test, "MNIST"
-    x_train, y_train, x_test, y_test = datasets.digits()
+        splits = datasets.mnist(directory=MNIST_DIRECTORY, download=False)
+        x_train, y_train, x_test, y_test = (split.numpy() for split in splits)
+        return (x_train.astype(np.float32) / 255, y_train.astype(np.int32), x_test.astype(np.float32) / 255,
+                y_test.astype(np.int32), "MNIST")
+    x_train, y_train, x_test, y_test = (split.numpy() for split in datasets.digits())
     return x_train, y_train, x_test, y_test, "digits"
 
 
@@ -61,16 +72,14 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
-    use_mnist = args.mnist or datasets.mnist_available()
+    use_mnist = args.mnist or mnist_available()
     x_train, y_train, x_test, y_test, name = load(use_mnist)
     Tensor.manual_seed(args.seed)
     model = DigitsNet(x_train.shape[-1])
     optimizer = nn.optim.Adam(nn.state.get_parameters(model), lr=args.lr)
-    images_all, labels_all = Tensor(x_train), Tensor(y_train)
 
     @TinyJit
-    def train_step(indices: Tensor) -> tuple[Tensor, Tensor]:
-        images, labels = images_all[indices], labels_all[indices]
+    def train_step(images: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         logits = model(images)
         loss = logits.sparse_categorical_crossentropy(labels)
         optimizer.zero_grad()
@@ -84,8 +93,8 @@ def main() -> int:
     with Context(TRAINING=1):
         progress = trange(args.steps, desc=f"train {name}")
         for step in progress:
-            indices = Tensor(rng.integers(0, len(x_train), size=args.batch, dtype=np.int32))
-            loss, accuracy = train_step(indices)
+            indices = rng.integers(0, len(x_train), size=args.batch)
+            loss, accuracy = train_step(Tensor(x_train[indices]), Tensor(y_train[indices]))
             if step % 10 == 0 or step == args.steps - 1:
                 progress.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.2f}")
     train_seconds = time.perf_counter() - started

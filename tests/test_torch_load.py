@@ -27,11 +27,11 @@ def _bits(value: Tensor) -> np.ndarray:
     on_cpu = value.to("CPU")
     if on_cpu.dtype == dtypes.bfloat16:
         on_cpu = on_cpu.bitcast(dtypes.uint16)
-    return on_cpu.numpy().view(np.uint8).ravel()
+    return on_cpu.numpy().reshape(-1).view(np.uint8)
 
 
 def _torch_bits(value: torch.Tensor) -> np.ndarray:
-    return value.contiguous().view(torch.uint8).numpy().ravel() if value.numel() else np.zeros(0, np.uint8)
+    return value.contiguous().reshape(-1).view(torch.uint8).numpy() if value.numel() else np.zeros(0, np.uint8)
 
 
 def _state() -> dict[str, Any]:

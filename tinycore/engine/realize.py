@@ -64,6 +64,8 @@ def get_runner(ast: UOp, device: str) -> Runner:
 
 def _run_copy(item: ScheduleItem) -> None:
     destination, source = (buffer_of(node) for node in item.buffers)
+    if _capturing:
+        _capturing[-1].append(CapturedCall(None, [destination.ensure_allocated(), source.ensure_allocated()], {}))
     staging = memoryview(bytearray(source.nbytes))
     source.copyout(staging)
     destination.copyin(staging)
@@ -84,6 +86,30 @@ def _release_points(items: Sequence[ScheduleItem], temporaries: Sequence[UOp]) -
     for node, position in last_use.items():
         releases.setdefault(position, []).append(node)
     return releases
+
+
+class CapturedCall:
+    """One launch recorded while TinyJit captures: a kernel runner or a copy, the Buffers it used, its variables."""
+
+    __slots__ = ("runner", "buffers", "var_vals")
+
+    def __init__(self, runner: Runner | None, buffers: list[Any], var_vals: dict[UOp, int]):
+        self.runner, self.buffers, self.var_vals = runner, buffers, var_vals
+
+
+_capturing: list[list[CapturedCall]] = []
+
+
+def capture_begin() -> list[CapturedCall]:
+    """Start recording every launch run by realize (used by TinyJit); returns the list that fills up."""
+    recorded: list[CapturedCall] = []
+    _capturing.append(recorded)
+    return recorded
+
+
+def capture_end() -> None:
+    """Stop the innermost recording started by capture_begin."""
+    _capturing.pop()
 
 
 def run_schedule(items: Sequence[ScheduleItem], temporaries: Sequence[UOp] = ()) -> None:
@@ -108,6 +134,8 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
     """Launch one kernel item (timed and reported at DEBUG >= 2)."""
     device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
     runner = get_runner(item.ast, device_buffers[0].device)
+    if _capturing:
+        _capturing[-1].append(CapturedCall(runner, device_buffers, dict(item.var_vals)))
     elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
     GlobalCounters.kernel_count += 1
     estimates = runner.spec.estimates
@@ -149,6 +177,11 @@ def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool)
             node.__dict__[_REALIZED] = (result, entry_epoch)
 
 
+def invalidate_known_results() -> None:
+    """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
+    _epoch[0] += 1
+
+
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     """Realize tensor-level graphs together (one schedule, shared subgraphs computed once).
 
@@ -159,7 +192,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     pending = [uop for uop in uops if not is_realized_view(uop)]
     if not pending:
         return list(uops)
-    to_schedule = [_with_known_results(uop) for uop in pending]
+    to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
     schedule = schedule_cached(to_schedule)
     if DEBUG >= 1:
         kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)

@@ -138,6 +138,7 @@ class _Loader:
             ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,
             ("torch._utils", "_rebuild_parameter"): self.rebuild_parameter,
             ("builtins", "set"): set, ("builtins", "frozenset"): frozenset,
+            ("__builtin__", "set"): set, ("__builtin__", "frozenset"): frozenset,
         }
         if (module, name) in allowed:
             return allowed[(module, name)]

@@ -44,19 +44,20 @@ class ConformanceReport:
     def pytest_runtest_logreport(self, report: Any) -> None:
         """Record the outcome of one phase of a check (a failing setup or teardown fails the check)."""
         category = self.categories.get(report.nodeid, "other")
+        name = short_id(report.nodeid)
         if report.skipped:
             reason = _skip_reason(report)
             if reason.startswith((NOT_APPLICABLE, NOT_BUILT)):
-                self.outcomes[report.nodeid] = Outcome(report.nodeid, category, "not applicable", reason)
+                self.outcomes[report.nodeid] = Outcome(name, category, "not applicable", reason)
             else:
-                self.outcomes[report.nodeid] = Outcome(report.nodeid, category, "failed",
+                self.outcomes[report.nodeid] = Outcome(name, category, "failed",
                                                        f"skipped without a declared reason: {reason}")
         elif report.failed:
             previous = self.outcomes.get(report.nodeid)
             if previous is None or previous.outcome != "failed":
-                self.outcomes[report.nodeid] = Outcome(report.nodeid, category, "failed", _failure_message(report))
+                self.outcomes[report.nodeid] = Outcome(name, category, "failed", _failure_message(report))
         elif report.when == "call":
-            self.outcomes[report.nodeid] = Outcome(report.nodeid, category, "passed")
+            self.outcomes[report.nodeid] = Outcome(name, category, "passed")
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         """Print the summary table (and write the JSON file when asked)."""
@@ -84,6 +85,12 @@ class ConformanceReport:
         totals = {key: sum(row[key] for row in table.values()) for key in ("passed", "failed", "not applicable")}
         return {"device": self.device, "capabilities": self.capabilities, "categories": table, "totals": totals,
                 "failures": failures, "not_applicable": skipped, "ok": totals["failed"] == 0 and totals["passed"] > 0}
+
+
+def short_id(nodeid: str) -> str:
+    """A check's pytest id without the directories: `test_ops.py::test_binary[add]`."""
+    path, separator, rest = nodeid.partition("::")
+    return path.replace("\\", "/").rsplit("/", 1)[-1] + separator + rest
 
 
 def _skip_reason(report: Any) -> str:

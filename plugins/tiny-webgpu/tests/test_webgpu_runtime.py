@@ -56,7 +56,7 @@ def test_kernels_read_and_write_views(webgpu: Any) -> None:
 @pytest.mark.parametrize("dtype", [dtypes.float64, dtypes.int64])
 def test_64_bit_dtypes_are_refused_naming_dtype_and_device(webgpu: Any, dtype: Any) -> None:
     tensor = Tensor([1, 2, 3], device="WEBGPU", dtype=dtype)
-    with pytest.raises(Exception, match=f"{dtype.name}.*not supported on WEBGPU"):
+    with pytest.raises(Exception, match=f"{dtype!r}.*not supported on WEBGPU"):
         (tensor + 1).numpy()
 
 

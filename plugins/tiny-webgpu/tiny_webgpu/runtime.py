@@ -58,6 +58,7 @@ class WebGPUContext:
     pipelines: dict[str, Any] = field(default_factory=dict)
     query_set: Any = None
     query_buffer: Any = None
+    sync_buffer: Any = None
 
     @property
     def description(self) -> str:
@@ -79,8 +80,12 @@ class WebGPUContext:
         return int(self.limits[name])
 
     def synchronize(self) -> None:
-        """Wait until all submitted work has finished."""
-        self.device.queue.on_submitted_work_done_sync()
+        """Wait until all submitted work has finished: read back a small buffer (the queue runs in order; wgpu-py's
+        on_submitted_work_done is not usable in every version)."""
+        import wgpu
+        if self.sync_buffer is None:
+            self.sync_buffer = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
+        self.device.queue.read_buffer(self.sync_buffer, 0, 4)
 
 
 def open_adapter(device: str, interface: str | None, indices: Sequence[int] = ()) -> WebGPUContext:

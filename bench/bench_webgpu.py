@@ -1,0 +1,107 @@
+"""WEBGPU benchmark: elementwise, reduce and matmul on the WEBGPU device next to the CPU device, in one run.
+
+Run: `python bench/bench_webgpu.py [--repeats N] [--json]` from the repository root (needs tiny-webgpu, wgpu and an
+adapter; without a GPU, Mesa's lavapipe from mesa-vulkan-drivers). Each case realizes a fresh result from inputs
+that stay on the device, so every repeat launches the compiled kernel again; the time is the median wall time of a
+repeat, device synchronisation included. The first run (schedule, WGSL compile, pipeline creation) is reported
+apart. Every result is checked against numpy. The ratio is WEBGPU time / CPU time (below 1: WEBGPU is faster).
+Not part of the test suite.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tinycore.device.registry import Device  # noqa: E402
+from tinycore.tensor import Tensor  # noqa: E402
+
+DEVICES = ("CPU", "WEBGPU")
+
+
+@dataclass
+class Workload:
+    """One benchmark: input shapes, the tensor computation, numpy's answer and the work done (for rates)."""
+
+    name: str
+    shapes: list[tuple[int, ...]]
+    compute: Callable[..., Tensor]
+    reference: Callable[..., numpy.ndarray]
+    flops: int
+    bytes_moved: int
+
+
+def workloads() -> list[Workload]:
+    """A fused elementwise kernel, a full and a row reduction, and a matmul."""
+    count, rows, size = 1 << 20, 1024, 256
+    return [
+        Workload("elementwise a*b+c (1M)", [(count,)] * 3, lambda a, b, c: a * b + c, lambda a, b, c: a * b + c,
+                 2 * count, 16 * count),
+        Workload("sum (1M -> 1)", [(count,)], lambda a: a.sum(), lambda a: a.sum(dtype=numpy.float64), count,
+                 4 * count),
+        Workload("row sums (1024x1024)", [(rows, rows)], lambda a: a.sum(1), lambda a: a.sum(1), rows * rows,
+                 4 * rows * (rows + 1)),
+        Workload("matmul (256x256x256)", [(size, size)] * 2, lambda a, b: a @ b, lambda a, b: a @ b,
+                 2 * size ** 3, 12 * size * size),
+    ]
+
+
+def measure(workload: Workload, device: str, arrays: list[numpy.ndarray], repeats: int) -> dict[str, Any]:
+    """First-run time and the median of `repeats` timed runs of `workload` on `device`, checked against numpy."""
+    inputs = [Tensor(array, device=device).realize() for array in arrays]
+    opened = Device[device]
+    started = time.perf_counter()
+    result = workload.compute(*inputs).realize()
+    opened.synchronize()
+    first = time.perf_counter() - started
+    expected = workload.reference(*arrays)
+    numpy.testing.assert_allclose(result.numpy(), expected, rtol=2e-3, atol=2e-3)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        workload.compute(*inputs).realize()
+        opened.synchronize()
+        times.append(time.perf_counter() - started)
+    median = statistics.median(times)
+    return {"first_s": first, "median_s": median, "gflops": workload.flops / median / 1e9,
+            "gbps": workload.bytes_moved / median / 1e9}
+
+
+def main() -> None:
+    """Run every workload on CPU and WEBGPU and print a table (or JSON) with the WEBGPU / CPU ratios."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs per case (default 5)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    arguments = parser.parse_args()
+    generator = numpy.random.default_rng(0)
+    rows = []
+    for workload in workloads():
+        arrays = [generator.standard_normal(shape).astype(numpy.float32) for shape in workload.shapes]
+        row: dict[str, Any] = {"case": workload.name}
+        for device in DEVICES:
+            row[device] = measure(workload, device, arrays, arguments.repeats)
+        row["ratio"] = row["WEBGPU"]["median_s"] / row["CPU"]["median_s"]
+        rows.append(row)
+    adapter = getattr(Device["WEBGPU"], "description", "?")
+    if arguments.json:
+        print(json.dumps({"adapter": adapter, "results": rows}, indent=2))
+        return
+    print(f"WEBGPU adapter: {adapter}")
+    print(f"{'case':<24} {'CPU ms':>9} {'WEBGPU ms':>10} {'ratio':>7} {'WEBGPU GFLOPS':>14} {'first ms':>9}")
+    for row in rows:
+        print(f"{row['case']:<24} {row['CPU']['median_s'] * 1e3:9.2f} {row['WEBGPU']['median_s'] * 1e3:10.2f} "
+              f"{row['ratio']:7.2f} {row['WEBGPU']['gflops']:14.2f} {row['WEBGPU']['first_s'] * 1e3:9.1f}")
+
+
+if __name__ == "__main__":
+    main()

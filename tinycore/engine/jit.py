@@ -1,0 +1,223 @@
+"""TinyJit: run a function once, capture its kernel launches on the second call, replay them afterwards.
+
+Call 1 runs the function as written. Call 2 runs it again while recording every kernel launch and copy that
+realize performs. Later calls skip the Python function, scheduling and codegen entirely: they point the recorded
+launches at the new inputs' buffers and run them in order. The function's return value is the one captured on
+call 2; its tensors' buffers are overwritten by every replay (as in tinygrad).
+
+Intermediate buffers that the captured launches use only between two of them are planned: launches whose
+temporaries are never alive at the same time share memory.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Generic, TypeVar
+
+from tinycore.helpers import JIT
+
+ReturnType = TypeVar("ReturnType")
+
+
+class JitError(RuntimeError):
+    """A TinyJit call that cannot be captured or replayed, with what to change."""
+
+
+def _collect_tensors(value: Any, found: list[Any]) -> None:
+    """Every Tensor inside `value` (nested lists, tuples and dict values), in order."""
+    from tinycore.tensor import Tensor
+    if isinstance(value, Tensor):
+        found.append(value)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_tensors(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_tensors(item, found)
+
+
+def _input_buffer(tensor: Any) -> Any:
+    """The device Buffer holding `tensor`'s elements in C order (made contiguous and realized if needed)."""
+    from tinycore.engine.memory import buffer_of
+    from tinycore.schedule.fusion import is_contiguous_buffer_view, view_base
+    tensor.realize()
+    if not is_contiguous_buffer_view(tensor.uop):
+        tensor.replace(tensor.contiguous().realize())
+    return buffer_of(view_base(tensor.uop)).ensure_allocated()
+
+
+def _signature(tensors: list[Any]) -> list[tuple[Any, ...]]:
+    return [(tuple(tensor.shape), tensor.dtype, tensor.device) for tensor in tensors]
+
+
+class _Replay:
+    """The captured launches, with the positions where each input's buffer goes."""
+
+    def __init__(self, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
+        self.calls = calls
+        self.keep_alive = keep_alive
+        input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
+        # (call number, argument number, input number, view offset in bytes or None for the whole buffer)
+        self.patches: list[tuple[int, int, int, Any]] = []
+        self.arguments: list[list[Any]] = []
+        self.buffer_objects: list[list[Any]] = [list(call.buffers) for call in calls]
+        for call_number, call in enumerate(calls):
+            handles = []
+            for argument_number, buffer in enumerate(call.buffers):
+                handles.append(buffer.ensure_allocated()._buf)
+                owner = buffer if id(buffer) in input_index else buffer.base
+                if id(owner) in input_index:
+                    view = None if owner is buffer else (buffer.size, buffer.dtype, buffer.offset)
+                    self.patches.append((call_number, argument_number, input_index[id(owner)], view))
+            self.arguments.append(handles)
+
+    @property
+    def kernel_count(self) -> int:
+        """How many kernel launches (not copies) a replay runs."""
+        return sum(1 for call in self.calls if call.runner is not None)
+
+    def run(self, input_buffers: list[Any]) -> None:
+        """Run every captured launch with `input_buffers` in place of the captured inputs."""
+        views: list[Any] = []
+        for call_number, argument_number, input_number, view in self.patches:
+            buffer = input_buffers[input_number]
+            if view is not None:
+                buffer = buffer.view(*view).ensure_allocated()
+                views.append(buffer)
+            self.arguments[call_number][argument_number] = buffer._buf
+            self.buffer_objects[call_number][argument_number] = buffer
+        for call, handles, buffers in zip(self.calls, self.arguments, self.buffer_objects, strict=True):
+            if call.runner is None:
+                destination, source = buffers
+                staging = memoryview(bytearray(source.nbytes))
+                source.copyout(staging)
+                destination.copyin(staging)
+            else:
+                call.runner(handles, call.var_vals)
+
+
+def _plan_temporaries(calls: list[Any]) -> list[Any]:
+    """Give buffers freed during capture (temporaries) memory shared between non-overlapping lifetimes.
+
+    Returns the pool buffers that must stay alive with the replay.
+    """
+    from tinycore.device.buffer import Buffer
+    from tinycore.dtype import dtypes
+    first_use: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    temporaries: dict[int, Any] = {}
+    for position, call in enumerate(calls):
+        for buffer in call.buffers:
+            if buffer._base is None and buffer._buf is None:
+                temporaries[id(buffer)] = buffer
+                first_use.setdefault(id(buffer), position)
+                last_use[id(buffer)] = position
+    pools: list[tuple[Any, int]] = []  # (pool buffer, position of its current occupant's last use)
+    replacement: dict[int, Any] = {}
+    for key in sorted(temporaries, key=lambda identity: first_use[identity]):
+        buffer = temporaries[key]
+        chosen = None
+        for slot, (pool, busy_until) in enumerate(pools):
+            if busy_until < first_use[key] and pool.device == buffer.device and pool.nbytes >= buffer.nbytes:
+                chosen = slot
+                break
+        if chosen is None:
+            pools.append((Buffer(buffer.device, max(buffer.nbytes, 1), dtypes.uint8).ensure_allocated(), -1))
+            chosen = len(pools) - 1
+        pool = pools[chosen][0]
+        pools[chosen] = (pool, last_use[key])
+        replacement[key] = Buffer(buffer.device, buffer.size, buffer.dtype, base=pool, offset=0).ensure_allocated()
+    for call in calls:
+        call.buffers = [replacement.get(id(buffer), buffer) for buffer in call.buffers]
+    return [pool for pool, _ in pools]
+
+
+class TinyJit(Generic[ReturnType]):
+    """Decorate a function (or method) whose work is realizing tensors, to replay its kernels on later calls.
+
+    The function must take its changing data as Tensor arguments (also inside lists, tuples and dicts) and
+    return the tensors it computes, realized. Shapes, dtypes and devices of the inputs must stay the same from
+    call to call; `reset()` forgets the capture. `JIT=0` turns capturing off (every call runs the function).
+    """
+
+    def __init__(self, function: Callable[..., ReturnType]):
+        if not callable(function):
+            raise TypeError(f"TinyJit needs a function, got {type(function).__name__}")
+        self.function = function
+        functools.update_wrapper(self, function)  # type: ignore[arg-type]
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the captured launches: the next call runs the function, the one after captures again."""
+        self.count = 0
+        self.replay: _Replay | None = None
+        self.captured_signature: list[tuple[Any, ...]] | None = None
+        self.captured_return: Any = None
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        return functools.partial(self.__call__, instance)
+
+    @property
+    def captured_kernel_count(self) -> int:
+        """Kernel launches the replay runs (0 before capture)."""
+        return self.replay.kernel_count if self.replay is not None else 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+        inputs: list[Any] = []
+        _collect_tensors(list(args) + list(kwargs.values()), inputs)
+        if len({id(tensor) for tensor in inputs}) != len(inputs):
+            raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
+        if not JIT:
+            return self.function(*args, **kwargs)
+        if self.replay is not None:
+            return self._replay(inputs)
+        input_buffers = [_input_buffer(tensor) for tensor in inputs]
+        self.count += 1
+        if self.count == 1:
+            result = self.function(*args, **kwargs)
+            self._check_return(result)
+            return result
+        from tinycore.engine.realize import capture_begin, capture_end
+        recorded = capture_begin()
+        try:
+            result = self.function(*args, **kwargs)
+        finally:
+            capture_end()
+        self._check_return(result)
+        outputs: list[Any] = []
+        _collect_tensors(result, outputs)
+        for tensor in outputs:
+            tensor.realize()
+        if not recorded:
+            raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
+                           "it must realize tensors (return them realized, or call .realize())")
+        pools = _plan_temporaries(recorded)
+        self.replay = _Replay(recorded, input_buffers, pools)
+        self.captured_signature = _signature(inputs)
+        self.captured_return = result
+        return result
+
+    def _check_return(self, result: Any) -> None:
+        found: list[Any] = []
+        _collect_tensors(result, found)
+        if result is not None and not found:
+            raise JitError(f"a TinyJit function must return Tensors (or None), got {type(result).__name__}: "
+                           "return the tensors it computes")
+
+    def _replay(self, inputs: list[Any]) -> ReturnType:
+        assert self.replay is not None and self.captured_signature is not None
+        signature = _signature(inputs)
+        if signature != self.captured_signature:
+            if len(signature) != len(self.captured_signature):
+                raise JitError(f"TinyJit captured {len(self.captured_signature)} tensor input(s), this call passes "
+                               f"{len(signature)}: pass the same tensors, or call reset() to capture again")
+            for position, (now, then) in enumerate(zip(signature, self.captured_signature, strict=True)):
+                if now != then:
+                    raise JitError(f"TinyJit input {position} changed from shape={then[0]} dtype={then[1]} "
+                                   f"device={then[2]} to shape={now[0]} dtype={now[1]} device={now[2]}: "
+                                   "use one TinyJit per input signature, or call reset() to capture again")
+        from tinycore.engine.realize import invalidate_known_results
+        self.replay.run([_input_buffer(tensor) for tensor in inputs])
+        invalidate_known_results()
+        return self.captured_return  # type: ignore[no-any-return]
