@@ -156,10 +156,16 @@ _epoch = [0]  # advanced by every schedule that overwrites a buffer: results of 
 
 
 def _with_known_results(uop: UOp) -> UOp:
-    """`uop` with every node realized by an earlier call (since the last ASSIGN) replaced by its realized view."""
+    """`uop` with every node realized by an earlier call (since the last ASSIGN) replaced by its realized view.
+
+    The root itself is never replaced: two tensors with identical graphs get buffers of their own, so writing into
+    one (assign) never changes the other.
+    """
     mapping = {}
     epoch = _epoch[0]
     for node in uop.toposort:
+        if node is uop:
+            continue
         known = node.__dict__.get(_REALIZED)
         if known is not None and known[1] == epoch:
             mapping[node] = known[0]

@@ -44,6 +44,9 @@ _WRAP: dict[DType, Callable[[str], str]] = {
 WORKGROUP_SIZE = 64
 """Threads per workgroup for flat-mapped kernels."""
 
+MAX_UNROLL = 32
+"""The longest constant-trip loop the drivers with a loop limit (llvmpipe) unroll, used to stretch long loops."""
+
 
 class UnsupportedDTypeError(TypeError):
     """A kernel uses a dtype the WebGPU adapter cannot compute with."""
@@ -91,7 +94,9 @@ class WGSLRenderer(Renderer):
 
     `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
     maxStorageBuffersPerShaderStage (a kernel with more buffers is refused); `max_workgroup_storage` bytes of
-    workgroup memory. No vectors are used (scalar code only).
+    workgroup memory; `max_loop_iterations`: the most iterations the driver runs of one loop (Mesa's llvmpipe and
+    lavapipe stop loops after 65535), longer loops are rendered as blocks of unrolled steps. No vectors are used
+    (scalar code only).
     """
 
     device = "WEBGPU"
@@ -106,8 +111,10 @@ class WGSLRenderer(Renderer):
     vector_widths: dict[DType, tuple[int, ...]] = {}
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
-                 max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter"):
+                 max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
+                 max_loop_iterations: int | None = None):
         self.device = device
+        self.max_loop_iterations = max_loop_iterations
         self.has_f16 = has_f16
         self.max_storage_buffers = max_storage_buffers
         self.shared_max = max_workgroup_storage
@@ -190,6 +197,8 @@ class _WGSLWalk:
         self.globals: dict[int, DType] = {}
         self.variables: dict[str, str] = {}
         self.uses_f16 = False
+        self.closing: dict[UOp, int] = {}
+        self.open_ranges: list[int | None] = []
         for uop in uops:
             for source in uop.src:
                 self.uses[source] = self.uses.get(source, 0) + 1
@@ -357,14 +366,42 @@ class _WGSLWalk:
 
     def op_range(self, uop: UOp) -> None:
         name = self.fresh("ridx")
-        self.emit(f"for (var {name}: i32 = 0; {name} < {self.expression(uop.src[0])}; {name}++) {{")
+        end = self.expression(uop.src[0])
         self.names[uop] = name
-        self.depth += 1
+        limit = self.renderer.max_loop_iterations
+        size = uop.src[0].arg if uop.src[0].op is Ops.CONST else None
+        # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
+        entries = 1
+        for enclosing in self.open_ranges:
+            entries *= enclosing if enclosing is not None else 1
+        self.open_ranges.append(size)
+        total = None if size is None else entries * size
+        if limit is None or (total is not None and total <= limit):
+            self.emit(f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{")
+            self.depth += 1
+            self.closing[uop] = 1
+            return
+        # the driver stops a loop after `limit` iterations in a thread (counted over all its entries): run blocks of
+        # up to MAX_UNROLL steps, the inner loop of constant trip count being unrolled by the driver
+        unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
+        if unroll > MAX_UNROLL:
+            raise RuntimeError(
+                f"a loop of this kernel runs {total} times in one thread, but {self.renderer.adapter_name} ends a "
+                f"loop after {limit} iterations (even unrolled {MAX_UNROLL} times it would stop early); reduce "
+                f"in several steps (e.g. sum over a reshaped axis first) or use another device")
+        self.emit(f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{")
+        self.emit(f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{")
+        self.emit(f"    let {name}: i32 = {name}_block + {name}_step;")
+        self.emit(f"    if ({name} < {end}) {{")
+        self.depth += 3
+        self.closing[uop] = 3
 
     def op_end(self, uop: UOp) -> None:
-        for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
+        ranges = [source for source in uop.src if source.op is Ops.RANGE]
+        for _ in range(sum(self.closing.get(source, 1) for source in ranges) or 1):
             self.depth -= 1
             self.emit("}")
+        del self.open_ranges[len(self.open_ranges) - len(ranges):]
 
     def op_if(self, uop: UOp) -> None:
         self.emit(f"if ({self.expression(uop.src[0])}) {{")

@@ -24,6 +24,8 @@ _LIMIT_NAMES = ("max-storage-buffers-per-shader-stage", "max-storage-buffer-bind
                 "max-compute-workgroup-storage-size", "max-compute-invocations-per-workgroup",
                 "max-compute-workgroup-size-x", "max-compute-workgroup-size-y", "max-compute-workgroup-size-z",
                 "max-compute-workgroups-per-dimension")
+LLVMPIPE_LOOP_LIMIT = 65535
+"""Mesa's llvmpipe (OpenGL) and lavapipe (Vulkan) end any loop after this many iterations."""
 _FEATURES = ("shader-f16", "timestamp-query")
 _LOCK = threading.RLock()
 _ADAPTERS: list[Any] = []
@@ -177,7 +179,8 @@ def make_wgsl_renderer(device: str, arch: str | None) -> tuple[WGSLRenderer, WGS
     renderer = WGSLRenderer(device, has_f16="shader-f16" in context.features,
                             max_storage_buffers=context.limit("max-storage-buffers-per-shader-stage"),
                             max_workgroup_storage=context.limit("max-compute-workgroup-storage-size"),
-                            adapter_name=context.description)
+                            adapter_name=context.description,
+                            max_loop_iterations=LLVMPIPE_LOOP_LIMIT if "llvmpipe" in context.description else None)
     limit = context.limit("max-compute-workgroups-per-dimension")
     renderer.global_max = (2 ** 31 - 1, limit, limit)
     return renderer, WGSLCompiler(context)
