@@ -1,8 +1,8 @@
 """WEBGPU benchmark: elementwise, reduce and matmul on the WEBGPU device next to the CPU device, in one run.
 
 Run: `python bench/bench_webgpu.py [--repeats N] [--json]` from the repository root (needs tiny-webgpu, wgpu and an
-adapter; without a GPU, Mesa's lavapipe from mesa-vulkan-drivers). Each case realizes a fresh result from inputs
-that stay on the device, so every repeat launches the compiled kernel again; the time is the median wall time of a
+adapter; without a GPU, Mesa's lavapipe from mesa-vulkan-drivers). Each case assigns its result into a realized
+output, so every repeat launches the compiled kernel again; the time is the median wall time of a
 repeat, device synchronisation included. The first run (schedule, WGSL compile, pipeline creation) is reported
 apart. Every result is checked against numpy. The ratio is WEBGPU time / CPU time (below 1: WEBGPU is faster).
 Not part of the test suite.
@@ -57,22 +57,26 @@ def workloads() -> list[Workload]:
 
 
 def measure(workload: Workload, device: str, arrays: list[numpy.ndarray], repeats: int) -> dict[str, Any]:
-    """First-run time and the median of `repeats` timed runs of `workload` on `device`, checked against numpy."""
+    """First-run time and the median of `repeats` timed runs of `workload` on `device`, checked against numpy.
+
+    Each run assigns the result into one realized output, so the kernel runs again every time (a graph realized
+    before would otherwise be served from its earlier result).
+    """
     inputs = [Tensor(array, device=device).realize() for array in arrays]
-    opened = Device[device]
-    started = time.perf_counter()
-    result = workload.compute(*inputs).realize()
-    opened.synchronize()
-    first = time.perf_counter() - started
     expected = workload.reference(*arrays)
-    numpy.testing.assert_allclose(result.numpy(), expected, rtol=2e-3, atol=2e-3)
-    times = []
-    for _ in range(repeats):
+    shape = expected.shape if expected.shape else (1,)
+    output = Tensor.empty(*shape, device=device).realize()
+    opened = Device[device]
+
+    def run_once() -> float:
         started = time.perf_counter()
-        workload.compute(*inputs).realize()
+        output.assign(workload.compute(*inputs).reshape(shape)).realize()
         opened.synchronize()
-        times.append(time.perf_counter() - started)
-    median = statistics.median(times)
+        return time.perf_counter() - started
+
+    first = run_once()
+    numpy.testing.assert_allclose(output.numpy().reshape(expected.shape), expected, rtol=2e-3, atol=2e-3)
+    median = statistics.median(run_once() for _ in range(repeats))
     return {"first_s": first, "median_s": median, "gflops": workload.flops / median / 1e9,
             "gbps": workload.bytes_moved / median / 1e9}
 

@@ -180,3 +180,12 @@ def test_backward_after_realizing_the_loss() -> None:
     assert loss.item() == 14.0
     loss.backward()
     assert weights.grad.tolist() == [2.0, 4.0, 6.0]
+
+
+def test_symbolic_sizes_from_bound_variables() -> None:
+    from tinycore import Variable
+    size = Variable("n", 1, 10).bind(4)
+    assert Tensor.empty(size, 3).shape[1] == 3
+    ones = Tensor.ones(size, 3).contiguous()
+    assert ones.shape[0] is size and ones.reshape(3, size).shape[1] is size
+    assert (ones + 1).sum().item() == 24.0

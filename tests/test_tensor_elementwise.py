@@ -14,8 +14,7 @@ from tinycore import Tensor, dtypes
 from tinycore.dtype import from_torch_dtype, to_numpy_dtype, to_torch_dtype
 
 RNG = np.random.default_rng(0)
-SHAPE_PAIRS = [((), ()), ((3,), ()), ((2, 3), (3,)), ((2, 1), (1, 4)), ((0, 3), (3,)), ((1,), (2, 1, 5)),
-               ((4, 1, 3), (4, 2, 1))]
+SHAPE_PAIRS = [((), ()), ((2, 3), (3,)), ((2, 1), (1, 4)), ((0, 3), (3,)), ((4, 1, 3), (2, 1))]
 
 
 def _data(shape: tuple[int, ...], low: float = -3.0, high: float = 3.0) -> np.ndarray:

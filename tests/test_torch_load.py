@@ -155,18 +155,46 @@ def test_malformed_zip_files(tmp_path: Path, change: Any, message: str) -> None:
     assert isinstance(caught.value, MalformedFileError) and str(broken) in str(caught.value)
 
 
-def test_tensor_reaching_past_its_storage(tmp_path: Path) -> None:
-    storage = ("storage", "FLOAT", "0", "cpu", 4)
-    main = (b"\x80\x02ctorch._utils\n_rebuild_tensor_v2\n(" + pickle.dumps(storage, protocol=2)[2:-1] + b"Q"
-            + b"K\x00K\x08\x85K\x01\x85\x89)tR.")
-    main = main.replace(pickle.dumps("FLOAT", protocol=2)[2:-1], b"ctorch\nFloatStorage\n")
-    path = tmp_path / "past.pt"
-    path.write_bytes(_legacy_bytes(main, ["0"], (4).to_bytes(8, "little") + b"\0" * 16))
-    with pytest.raises(TorchFormatError, match="reaches past its storage of 4 elements"):
-        torch_load(path)
-    path.write_bytes(_legacy_bytes(main.replace(b"K\x08\x85", b"K\x04\x85"), ["0"], (4).to_bytes(8, "little")))
-    with pytest.raises(TorchFormatError, match="storage '0'"):
-        torch_load(path)
+class _StorageMarker:
+    """Stands for storage '0' (4 float32 elements) in a hand-made legacy pickle."""
+
+
+class _Rebuilt:
+    def __init__(self, size: int):
+        self.size = size
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (torch._utils._rebuild_tensor_v2, (_StorageMarker(), 0, (self.size,), (1,), False,
+                                                  collections.OrderedDict()))
+
+
+class _StoragePickler(pickle.Pickler):
+    def persistent_id(self, obj: Any) -> Any:
+        return ("storage", torch.FloatStorage, "0", "cpu", 4) if isinstance(obj, _StorageMarker) else None
+
+
+def _legacy_tensor_file(path: Path, size: int, stored_count: int, data: bytes) -> Path:
+    stream = io.BytesIO()
+    _StoragePickler(stream, protocol=2).dump({"t": _Rebuilt(size)})
+    path.write_bytes(_legacy_bytes(stream.getvalue(), ["0"], stored_count.to_bytes(8, "little") + data))
+    return path
+
+
+def test_hand_made_legacy_file_loads(tmp_path: Path) -> None:
+    values = np.array([1.5, -2, 3, 4], dtype=np.float32)
+    loaded = torch_load(_legacy_tensor_file(tmp_path / "ok.pt", 4, 4, values.tobytes()))
+    np.testing.assert_array_equal(loaded["t"].to("CPU").numpy(), values)
+
+
+@pytest.mark.parametrize(("size", "stored_count", "data", "message"), [
+    (8, 4, b"\0" * 16, "reaches past its storage of 4 elements"),
+    (4, 4, b"\0" * 8, "past the end"),
+    (4, 5, b"\0" * 20, "holds 5 elements but its tensors expect 4"),
+    (4, 4, b"", "past the end"),
+])
+def test_malformed_legacy_storages(tmp_path: Path, size: int, stored_count: int, data: bytes, message: str) -> None:
+    with pytest.raises(TorchFormatError, match=message):
+        torch_load(_legacy_tensor_file(tmp_path / "bad.pt", size, stored_count, data))
 
 
 def test_not_a_torch_file(tmp_path: Path) -> None:

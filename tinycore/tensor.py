@@ -49,8 +49,11 @@ def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
     """Python scalars packed as `dtype` in native byte order."""
     if dtype.fmt is None:
         raise TypeError(f"cannot pack Python values as {dtype}")
-    converted = [truncate(dtypes.as_const(value, dtype), dtype) for value in values]
-    return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
+    try:
+        return struct.pack(f"@{len(values)}{dtype.fmt}", *values)
+    except (struct.error, OverflowError):
+        converted = [truncate(dtypes.as_const(value, dtype), dtype) for value in values]
+        return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
@@ -91,11 +94,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             result = uop_from_bytes(raw, dtypes.uint8, device)
             return result.cast(dtype) if dtype is not None else result
         if isinstance(data, (list, tuple)):
-            shape = get_shape(data)
-            values = fully_flatten(data)
-            for value in values:
-                if not isinstance(value, (bool, int, float)):
-                    raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} {value!r}")
+            flat = all(value.__class__ in (int, float, bool) for value in data)
+            shape = (len(data),) if flat else get_shape(data)
+            values = list(data) if flat else fully_flatten(data)
+            if not flat:
+                for value in values:
+                    if not isinstance(value, (bool, int, float)):
+                        raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} "
+                                        f"{value!r}")
             target = dtype or dtypes.from_py(data)
             storage = target if target.fmt is not None else dtypes.float32
             node = uop_from_bytes(_bytes_from_values(values, storage), storage, device).reshape(shape)

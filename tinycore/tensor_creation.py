@@ -75,7 +75,10 @@ class CreationMixin:
         from tinycore.engine.memory import new_buffer_uop
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
-        node = new_buffer_uop(_device_of(device), target, product(sizes)).reshape(sizes)
+        largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in sizes)
+        node = new_buffer_uop(_device_of(device), target, product(largest)).reshape(largest)
+        if largest != sizes:
+            node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
     def full_like(self: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,

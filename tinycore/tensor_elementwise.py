@@ -19,9 +19,8 @@ _LN_2 = math.log(2)
 
 
 def _is_tensor(value: Any) -> bool:
-    """True for a Tensor."""
-    from tinycore.tensor import Tensor
-    return isinstance(value, Tensor)
+    """True for a Tensor (every Tensor is an ElementwiseMixin)."""
+    return isinstance(value, ElementwiseMixin)
 
 
 class ElementwiseMixin:
@@ -31,9 +30,9 @@ class ElementwiseMixin:
 
     def _broadcast_to(self: Any, shape: tuple[int, ...]) -> Tensor:
         """This tensor broadcast to `shape` (new axes on the left, size-1 axes stretched)."""
-        shape = tuple(shape)
-        if tuple(self.shape) == shape:
+        if self.shape == shape:
             return self
+        shape = tuple(shape)
         if len(shape) < self.ndim:
             raise ValueError(f"cannot broadcast shape {self.shape} to {shape}: the target has fewer dimensions")
         if broadcast_shape(self.shape, shape) != shape:
@@ -66,7 +65,8 @@ class ElementwiseMixin:
                 return self._broadcasted(self._operand(other), reverse, match_dtype)
             common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
             first = self.cast(common) if match_dtype else self
-            second = self._operand(other, common)
+            second = self._const(other, common)
+            return (second, first) if reverse else (first, second)
         shape = broadcast_shape(first.shape, second.shape)
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
         return (second, first) if reverse else (first, second)

@@ -19,6 +19,8 @@ class MovementMixin:
         """The same elements viewed with a new shape (one size may be -1; None keeps that axis' size)."""
         sizes = list(argfix(shape, *args))
         sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
+        if not all(isinstance(size, int) for size in sizes + list(self.shape)):
+            return self._result(self.uop.reshape(tuple(sizes)))
         if sum(1 for size in sizes if size == -1) > 1:
             raise ValueError(f"reshape to {tuple(sizes)}: only one size can be -1")
         for size in sizes:

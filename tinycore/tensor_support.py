@@ -46,6 +46,8 @@ def resolve_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape that `shapes` broadcast to (numpy rules); a clear error when they do not."""
+    if len(shapes) == 2 and shapes[0] == shapes[1]:
+        return tuple(shapes[0])
     ndim = max((len(shape) for shape in shapes), default=0)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
@@ -87,8 +89,11 @@ def is_scalar(value: Any) -> bool:
 
 def check_shape(shape: Sequence[Any], what: str = "shape") -> tuple[int, ...]:
     """`shape` as a tuple of non-negative ints; a clear error otherwise."""
+    from tinycore.uop.uop import UOp
     result = tuple(shape)
     for size in result:
+        if isinstance(size, UOp):
+            continue
         if not isinstance(size, int) or isinstance(size, bool):
             raise TypeError(f"{what} {result} must hold ints, found {type(size).__name__} {size!r}")
         if size < 0:

@@ -37,10 +37,9 @@ SMALL_UPCAST = 4
 """Output axes up to this size are upcast completely."""
 SMALL_UNROLL = 8
 """Reduce axes up to this size are unrolled completely."""
-MAX_UPCAST = 64
-"""The largest number of copies upcasting may make of a store."""
-MAX_EXPANSION = 256
-"""The largest number of copies of a reduce's value in one loop iteration (upcast lanes times unrolled steps)."""
+SMALL_AXES_EXPANSION = 32
+"""Upcasting and unrolling small axes stops at this many copies of the kernel's body (counting earlier opts):
+more copies cost codegen and compile time for little speed on axes this small."""
 
 
 PREFERRED_VECTOR_BYTES = 32
@@ -216,13 +215,14 @@ class Heuristic:
         """Upcast small output axes and unroll small reduce axes completely (axes not split by earlier opts)."""
         for range_node in reversed(self.output_axes()):
             size = range_size(range_node)
-            if size is not None and 1 < size <= SMALL_UPCAST and self.upcast_product() * size <= MAX_UPCAST and \
+            if size is not None and 1 < size <= SMALL_UPCAST and \
+                    self.upcast_product() * self.unroll_product() * size <= SMALL_AXES_EXPANSION and \
                     size == self.original_sizes.get(axis_id(range_node)):
                 self.attempt(range_node, OptOps.UPCAST, size, "small axis")
         for range_node in self.reduce_axes():
             size = range_size(range_node)
             if size is not None and 1 < size <= SMALL_UNROLL and size == self.original_sizes.get(axis_id(range_node)) \
-                    and self.upcast_product() * self.unroll_product() * size <= MAX_EXPANSION:
+                    and self.upcast_product() * self.unroll_product() * size <= SMALL_AXES_EXPANSION:
                 self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
 
     def threads(self) -> None:

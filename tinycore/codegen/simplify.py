@@ -22,16 +22,80 @@ def _cast_constant(value: object, node: UOp) -> object:
     return int(value)  # type: ignore[call-overload]
 
 
+_ALU_VALUES = frozenset(op._value_ for op in GroupOp.ALU)
+_COMMUTING_VALUES = frozenset((Ops.ADD._value_, Ops.MUL._value_))
+_OTHER_VALUES = frozenset(op._value_ for op in (Ops.CAST, Ops.GEP, Ops.VECTORIZE, Ops.INDEX, Ops.LOAD, Ops.WHERE,
+                                                Ops.AND))
+# Ops members hash through Python code; the hot paths below test `op._value_` (a plain int) instead.
+
+
 def fold_node(node: UOp) -> UOp:
     """One node simplified, assuming its sources are already simplified."""
+    op = node.op
+    value = op._value_
+    if value in _ALU_VALUES:
+        return _fold_alu(node)
+    if value in _OTHER_VALUES:
+        return _fold_other(node)
+    return node
+
+
+def _fold_alu(node: UOp) -> UOp:
+    op, src, dtype = node.op, node.src, node.dtype
+    CONST = Ops.CONST  # noqa: N806 - a local alias of the enum member
+    if dtype.count == 1 and src:
+        if all(source.op is CONST for source in src):
+            try:
+                return UOp.const(dtype, exec_alu(op, dtype, [source.arg for source in src]))
+            except (OverflowError, ValueError, ZeroDivisionError, TypeError):
+                return node
+    if op is Ops.WHERE:
+        return src[1 if src[0].arg else 2] if src[0].op is CONST else node
+    if op is Ops.AND and dtype == dtypes.bool:
+        left, right = src
+        if right.op is CONST:
+            return left if right.arg else right
+        if left.op is CONST:
+            return right if left.arg else left
+        return node
+    if len(src) != 2:
+        return node
+    if op._value_ in _COMMUTING_VALUES and src[0].op is CONST and src[1].op is not CONST:
+        src = (src[1], src[0])
+        node = UOp(op, dtype, src, node.arg)
+    if dtype.count != 1 or dtypes.is_float(dtype):
+        return node
+    left, right = src
+    if right.op is not CONST:
+        return node
+    right_value = right.arg
+    if op is Ops.ADD:
+        if right_value == 0:
+            return left
+    elif op is Ops.MUL:
+        if right_value == 1:
+            return left
+        if right_value == 0:
+            return right
+    elif op is Ops.IDIV:
+        return left if right_value == 1 else node
+    elif op is Ops.MOD:
+        return UOp.const(dtype, 0) if right_value == 1 else node
+    else:
+        return node
+    # (x + c1) + c2 -> x + (c1 + c2); (x * c1) * c2 -> x * (c1 * c2)
+    if left.op is op and left.src[1].op is CONST:
+        combined = fold_node(UOp(op, dtype, (left.src[1], right)))
+        return fold_node(UOp(op, dtype, (left.src[0], combined)))
+    return node
+
+
+def _fold_other(node: UOp) -> UOp:
     op, src = node.op, node.src
-    if op in GroupOp.ALU and node.dtype.count == 1 and src and all(s.op is Ops.CONST for s in src):
-        try:
-            return UOp.const(node.dtype, exec_alu(op, node.dtype, [s.arg for s in src]))
-        except (OverflowError, ValueError, ZeroDivisionError, TypeError):
-            return node
-    if op is Ops.CAST and src[0].op is Ops.CONST and node.dtype.count == 1:
-        return UOp.const(node.dtype, _cast_constant(src[0].arg, node))
+    if op is Ops.CAST:
+        if src[0].op is Ops.CONST and node.dtype.count == 1:
+            return UOp.const(node.dtype, _cast_constant(src[0].arg, node))
+        return node
     if op is Ops.GEP:
         source = src[0]
         if source.op is Ops.VECTORIZE:
@@ -39,44 +103,22 @@ def fold_node(node: UOp) -> UOp:
             return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, node.dtype, picked)
         if source.dtype.count == 1 and node.arg == (0,):
             return source
-    if op is Ops.VECTORIZE and all(s.op is Ops.GEP and len(s.arg) == 1 for s in src):
-        base = src[0].src[0]
-        if all(s.src[0] is base for s in src) and tuple(s.arg[0] for s in src) == tuple(range(base.dtype.count)):
-            return base
-    if op is Ops.INDEX and len(src) == 3 and src[2].op is Ops.CONST and src[2].arg:
-        return node.replace(src=src[:2])
-    if op is Ops.LOAD and src[0].op is Ops.INDEX and len(src[0].src) == 3 and src[0].src[2].op is Ops.CONST:
-        if not src[0].src[2].arg:
+        return node
+    if op is Ops.VECTORIZE:
+        if all(s.op is Ops.GEP and len(s.arg) == 1 for s in src):
+            base = src[0].src[0]
+            if all(s.src[0] is base for s in src) and tuple(s.arg[0] for s in src) == tuple(range(base.dtype.count)):
+                return base
+        return node
+    if op is Ops.INDEX:
+        if len(src) == 3 and src[2].op is Ops.CONST and src[2].arg:
+            return UOp(Ops.INDEX, node.dtype, src[:2], node.arg)
+        return node
+    if op is Ops.LOAD:
+        if src[0].op is Ops.INDEX and len(src[0].src) == 3 and src[0].src[2].op is Ops.CONST and not src[0].src[2].arg:
             return src[1] if len(src) > 1 else UOp.const(node.dtype, 0)
-    if op is Ops.WHERE and src[0].op is Ops.CONST:
-        return src[1] if src[0].arg else src[2]
-    if op in (Ops.ADD, Ops.MUL) and src[0].op is Ops.CONST and src[1].op is not Ops.CONST:
-        src = (src[1], src[0])
-        node = node.replace(src=src)
-    if len(src) == 2 and node.dtype.count == 1 and not dtypes.is_float(node.dtype):
-        left, right = src
-        right_value = _const_value(right)
-        if op is Ops.ADD and right_value == 0:
-            return left
-        if op is Ops.MUL and right_value == 1:
-            return left
-        if op is Ops.MUL and right_value == 0 and right.op is Ops.CONST:
-            return right
-        if op is Ops.IDIV and right_value == 1:
-            return left
-        if op is Ops.MOD and right_value == 1:
-            return UOp.const(node.dtype, 0)
-        # (x + c1) + c2 -> x + (c1 + c2); (x * c1) * c2 -> x * (c1 * c2)
-        if op in (Ops.ADD, Ops.MUL) and right.op is Ops.CONST and left.op is op and left.src[1].op is Ops.CONST:
-            combined = fold_node(UOp(op, node.dtype, (left.src[1], right)))
-            return fold_node(UOp(op, node.dtype, (left.src[0], combined)))
-    if op is Ops.AND and node.dtype == dtypes.bool:
-        left, right = src
-        if right.op is Ops.CONST:
-            return left if right.arg else right
-        if left.op is Ops.CONST:
-            return right if left.arg else left
-    return node
+        return node
+    return _fold_alu(node) if op._value_ in _ALU_VALUES else node
 
 
 def fold(root: UOp) -> UOp:
@@ -89,15 +131,31 @@ def fold(root: UOp) -> UOp:
     return memo[root]
 
 
+def dependents(root: UOp, keys: frozenset[UOp]) -> tuple[UOp, ...]:
+    """The nodes of `root` that depend on any of `keys` (keys excluded), sources before users."""
+    cache = root.__dict__.setdefault("_codegen_dependents", {})
+    found = cache.get(keys)
+    if found is None:
+        affected: set[UOp] = set(keys)
+        order = []
+        for node in root.toposort:
+            if node not in keys and any(source in affected for source in node.src):
+                affected.add(node)
+                order.append(node)
+        found = cache[keys] = tuple(order)
+    return found
+
+
 def substitute_fold(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
     """`root` with the keys of `mapping` replaced by their values, folding only the nodes that changed."""
+    if root in mapping:
+        return mapping[root]
     memo: dict[UOp, UOp] = dict(mapping)
-    for node in root.toposort:
-        if node in memo:
-            continue
-        new_src = tuple(memo[source] for source in node.src)
-        memo[node] = node if new_src == node.src else fold_node(node.replace(src=new_src))
-    return memo[root]
+    get = memo.get
+    for node in dependents(root, frozenset(mapping)):
+        new_src = tuple([get(source, source) for source in node.src])
+        memo[node] = node if new_src == node.src else fold_node(UOp(node.op, node.dtype, new_src, node.arg))
+    return get(root, root)
 
 
 def simplify(root: UOp) -> UOp:

@@ -3,21 +3,24 @@ byte ranges of a file.
 
 A `ByteSource` is a weight file given as a path, a uint8 Tensor on DISK, or a uint8 Tensor on any other device.
 Every read names its offset and count and is checked against the file's size before anything is read or
-allocated; `tensor_at` makes a tensor of a byte range: over a file it is a lazy DISK view (nothing is read until
-the tensor is copied to a compute device), over an in-memory tensor it is a new tensor from those bytes.
+allocated; `tensor_at` makes a tensor of a byte range: over a file it is a DISK buffer whose memory is that range
+of the file (nothing is read until the tensor is copied to a compute device), over an in-memory tensor it is a new
+tensor from those bytes.
 """
 from __future__ import annotations
 
 import os
 import pathlib
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
-from tinycore.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tinycore.uop.uop import UOp
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024
 """The largest header (JSON, metadata block, pickle) any loader reads into memory."""
@@ -151,8 +154,12 @@ class ByteSource:
         if self._host is not None:
             return _tensor_from_host(self._host[offset:offset + count * dtype.itemsize], dtype, shape, self._device)
         assert self._base is not None
-        view = UOp(Ops.BUFFER_VIEW, dtype, (self._base,), (count, self._base_offset + offset))
-        return Tensor(view.reshape(shape))
+        from tinycore.engine.memory import buffer_of, new_buffer_uop
+        base = buffer_of(self._base).ensure_allocated()
+        handle = base.allocator.offset(base._buf, count * dtype.itemsize, base.byte_offset + self._base_offset + offset)
+        node = new_buffer_uop(self._base.src[0].arg, dtype, count)
+        buffer_of(node).allocate(opaque=handle)
+        return Tensor(node.reshape(shape))
 
 
 def _tensor_from_host(raw: bytes, dtype: DType, shape: tuple[int, ...], device: str | None) -> Tensor:

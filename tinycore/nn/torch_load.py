@@ -12,8 +12,10 @@ import collections
 import io
 import os
 import pickle
+import pickletools
 import struct
 import zipfile
+import zlib
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
@@ -42,12 +44,18 @@ class _StorageType:
     def __init__(self, name: str, dtype: DType):
         self.name, self.dtype = name, dtype
 
+    def __setstate__(self, state: Any) -> None:
+        raise TypeError("a pickle may not set the state of a storage class")
+
 
 class _Storage:
     """A storage of the file: `count` elements of `dtype` at byte `offset` of the file."""
 
     def __init__(self, dtype: DType, offset: int, count: int):
         self.dtype, self.offset, self.count = dtype, offset, count
+
+    def __setstate__(self, state: Any) -> None:
+        raise TypeError("a pickle may not set the state of a storage")
 
 
 class _PendingTensor:
@@ -56,6 +64,9 @@ class _PendingTensor:
     def __init__(self, storage: _Storage, offset: int, shape: tuple[int, ...], stride: tuple[int, ...],
                  extent: int):
         self.storage, self.offset, self.shape, self.stride, self.extent = storage, offset, shape, stride, extent
+
+    def __setstate__(self, state: Any) -> None:
+        raise TypeError("a pickle may not set the state of a tensor")
 
 
 class _Loader:
@@ -194,6 +205,14 @@ class _SourceFile(io.RawIOBase):
     def tell(self) -> int:
         return self.position
 
+    def read(self, size: int | None = -1) -> bytes:
+        """Up to `size` bytes (all that remain for -1); never allocates more than the file holds."""
+        remaining = max(0, self.source.size - self.position)
+        count = remaining if size is None or size < 0 else min(size, remaining)
+        data = self.source.read(self.position, count)
+        self.position += count
+        return data
+
     def readinto(self, buffer: Any) -> int:
         count = max(0, min(len(buffer), self.source.size - self.position))
         view = memoryview(buffer).cast("B")
@@ -202,10 +221,24 @@ class _SourceFile(io.RawIOBase):
         return count
 
 
-def _unpickle(loader: _Loader, stream: Any, what: str) -> Any:
-    """One restricted pickle from `stream`, with every failure reported as TorchFormatError."""
+def _pickle_end(loader: _Loader, stream: Any, what: str) -> int:
+    """Walk the opcodes of the pickle at `stream`'s position (every length checked against the bytes there) and
+    return the position after its STOP, so the unpickler never sees a length the data cannot back."""
     try:
-        return _RestrictedUnpickler(stream, loader).load()
+        for _opcode, _arg, _position in pickletools.genops(stream):
+            pass
+    except (ValueError, EOFError, struct.error, OverflowError, UnicodeDecodeError, MemoryError) as error:
+        raise loader.error(f"{what} is not a valid pickle ({type(error).__name__}: {error})") from None
+    return int(stream.tell())
+
+
+def _unpickle(loader: _Loader, raw: bytes, what: str) -> Any:
+    """The object of the pickle `raw` (checked by _pickle_end), with every failure reported as TorchFormatError."""
+    stream = io.BytesIO(raw)
+    if _pickle_end(loader, stream, what) != len(raw):
+        raise loader.error(f"{what} has {len(raw) - stream.tell()} bytes after its end")
+    try:
+        return _RestrictedUnpickler(io.BytesIO(raw), loader).load()
     except TorchFormatError:
         raise
     except MalformedFileError as error:
@@ -213,6 +246,15 @@ def _unpickle(loader: _Loader, stream: Any, what: str) -> Any:
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             struct.error, OverflowError, MemoryError, RecursionError, UnicodeDecodeError) as error:
         raise loader.error(f"{what} is not a valid pickle ({type(error).__name__}: {error})") from None
+
+
+def _next_pickle(loader: _Loader, stream: _SourceFile, what: str) -> Any:
+    """The next pickle of a legacy file at `stream`'s position (the stream moves past it)."""
+    start = stream.tell()
+    end = _pickle_end(loader, stream, what)
+    if end - start > MAX_HEADER_BYTES:
+        raise loader.error(f"{what} is {end - start} bytes, over the {MAX_HEADER_BYTES}-byte limit")
+    return _unpickle(loader, loader.source.read(start, end - start, what), what)
 
 
 def _load_zip(loader: _Loader, archive: zipfile.ZipFile) -> Any:
@@ -245,26 +287,26 @@ def _load_zip(loader: _Loader, archive: zipfile.ZipFile) -> Any:
     info = members[pickles[0]]
     if info.file_size > MAX_HEADER_BYTES or info.file_size > source.size:
         raise loader.error(f"{info.filename} claims {info.file_size} bytes, over the limit")
-    return _resolve(_unpickle(loader, io.BytesIO(archive.read(info)), info.filename), loader)
+    return _resolve(_unpickle(loader, archive.read(info), info.filename), loader)
 
 
 def _load_legacy(loader: _Loader, stream: _SourceFile) -> Any:
     """The object of a legacy file: magic, protocol, system info, the object pickle, storage keys, storages."""
     stream.seek(0)
     empty = _Loader(loader.source)
-    magic = _unpickle(empty, stream, "the magic number")
+    magic = _next_pickle(empty, stream, "the magic number")
     if magic != LEGACY_MAGIC:
         raise loader.error("it is neither a zip archive nor a legacy torch file (wrong magic number)")
-    if _unpickle(empty, stream, "the protocol version") != 1001:
+    if _next_pickle(empty, stream, "the protocol version") != 1001:
         raise loader.error("its legacy protocol version is not 1001")
-    system = _unpickle(empty, stream, "the system info")
+    system = _next_pickle(empty, stream, "the system info")
     if not isinstance(system, dict) or system.get("little_endian") is not True:
         raise loader.error("it was saved big-endian (or its system info is missing), which is not supported")
     def defer(key: str) -> tuple[int, int]:
         return 0, 1 << 62  # checked once the storage table (after the pickle) is read
     loader.storage_place = defer
-    result = _unpickle(loader, stream, "the object pickle")
-    keys = _unpickle(_Loader(loader.source), stream, "the storage key list")
+    result = _next_pickle(loader, stream, "the object pickle")
+    keys = _next_pickle(_Loader(loader.source), stream, "the storage key list")
     if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys) or len(set(keys)) != len(keys):
         raise loader.error("its storage key list is not a list of distinct strings")
     position = stream.tell()
@@ -333,7 +375,7 @@ def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
     try:
         archive: zipfile.ZipFile | None = zipfile.ZipFile(stream) if zipfile.is_zipfile(stream) else None
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, ValueError, EOFError, struct.error,
-            NotImplementedError, UnicodeDecodeError, OverflowError) as error:
+            NotImplementedError, UnicodeDecodeError, OverflowError, RuntimeError, zlib.error) as error:
         raise loader.error(f"its zip directory is corrupt ({type(error).__name__}: {error})") from None
     if archive is None:
         return _load_legacy(loader, stream)
@@ -342,5 +384,5 @@ def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
     except MalformedFileError:
         raise
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, struct.error, NotImplementedError, KeyError,
-            RuntimeError, OverflowError, UnicodeDecodeError) as error:
+            RuntimeError, OverflowError, UnicodeDecodeError, zlib.error) as error:
         raise loader.error(f"its zip archive is corrupt ({type(error).__name__}: {error})") from None

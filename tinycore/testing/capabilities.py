@@ -71,10 +71,11 @@ class DeviceCapabilities:
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-friendly description (dtypes by name)."""
-        return {"dtypes": sorted(dtype_name(dtype) for dtype in self.dtypes), "float64": self.float64, "half": self.half,
-                "int64": self.int64, "max_buffers": self.max_buffers, "local_memory": self.local_memory,
-                "threads": self.threads, "symbolic": self.symbolic, "large_grids": self.large_grids,
-                "out_of_memory_bytes": self.out_of_memory_bytes, "inferred": self.inferred}
+        return {"dtypes": sorted(dtype_name(dtype) for dtype in self.dtypes), "float64": self.float64,
+                "half": self.half, "int64": self.int64, "max_buffers": self.max_buffers,
+                "local_memory": self.local_memory, "threads": self.threads, "symbolic": self.symbolic,
+                "large_grids": self.large_grids, "out_of_memory_bytes": self.out_of_memory_bytes,
+                "inferred": self.inferred}
 
 
 def _from_declaration(declared: Any, where: str) -> DeviceCapabilities:

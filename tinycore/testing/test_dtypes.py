@@ -33,7 +33,8 @@ def test_store_and_load(device: str, capabilities: DeviceCapabilities, dtype: DT
     if tensor.dtype != dtype:
         raise AssertionError(f"Tensor of a numpy {data.dtype} array has dtype {tensor.dtype}, expected {dtype}")
     assert_matches(tensor, data, f"{dtype_name(dtype)} values copied to {device} and back")
-    assert_matches(tensor.flip(1).contiguous(), data[:, ::-1], f"{dtype_name(dtype)} flipped copy made by a kernel on {device}")
+    assert_matches(tensor.flip(1).contiguous(), data[:, ::-1],
+                   f"{dtype_name(dtype)} flipped copy made by a kernel on {device}")
 
 
 @pytest.mark.parametrize("dtype", NUMERIC, ids=[dtype_name(dtype) for dtype in NUMERIC])
@@ -73,8 +74,8 @@ def test_casts_to_and_from_float32(device: str, capabilities: DeviceCapabilities
     if dtypes.is_unsigned(dtype):
         floats = numpy.abs(floats)
     expected = floats.astype(to_numpy_dtype(dtype)) if dtype != dtypes.bool else floats != 0
-    assert_matches(Tensor(floats, device=device).cast(dtype), expected, f"cast float32 -> {dtype_name(dtype)} on {device}",
-                   rtol=_tolerance(dtype), atol=_tolerance(dtype))
+    assert_matches(Tensor(floats, device=device).cast(dtype), expected,
+                   f"cast float32 -> {dtype_name(dtype)} on {device}", rtol=_tolerance(dtype), atol=_tolerance(dtype))
 
 
 INTEGER_OPS = [dtypes.int32, dtypes.uint32, dtypes.int64]
@@ -92,7 +93,8 @@ def test_integer_division_bitwise_and_shifts(device: str, capabilities: DeviceCa
     assert_matches(device_left % device_right, left % right, f"a % b in {dtype_name(dtype)} on {device}")
     assert_matches((device_left & device_right) ^ (device_left | 5), (left & right) ^ (left | numpy_dtype.type(5)),
                    f"(a & b) ^ (a | 5) in {dtype_name(dtype)} on {device}")
-    assert_matches((device_left << 3) + (device_left >> 2), (left << numpy_dtype.type(3)) + (left >> numpy_dtype.type(2)),
+    shift_three, shift_two = numpy_dtype.type(3), numpy_dtype.type(2)
+    assert_matches((device_left << 3) + (device_left >> 2), (left << shift_three) + (left >> shift_two),
                    f"(a << 3) + (a >> 2) in {dtype_name(dtype)} on {device}")
 
 

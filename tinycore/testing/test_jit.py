@@ -21,11 +21,14 @@ def _tiny_jit() -> Any:
 
 
 def test_replay_with_new_inputs(device: str) -> None:
-    """A jitted elementwise-and-reduce function gives numpy's answer on every call, captured or replayed."""
+    """A jitted elementwise-and-reduce function gives numpy's answer on every call, captured or replayed; from the
+    third call on its kernels are replayed without running the Python function."""
     jit = _tiny_jit()
+    body_runs = []
 
     @jit
     def step(left: Tensor, right: Tensor) -> Tensor:
+        body_runs.append(1)
         return ((left * right + 1.0).sum(1)).realize()
 
     for call in range(5):
@@ -33,6 +36,9 @@ def test_replay_with_new_inputs(device: str) -> None:
         result = step(Tensor(left, device=device).realize(), Tensor(right, device=device).realize())
         assert_matches(result, (left * right + numpy.float32(1.0)).sum(axis=1),
                        f"jitted (x * y + 1).sum(1), call {call + 1}, on {device}", rtol=1e-5)
+    if len(body_runs) != 2:
+        raise AssertionError(f"the jitted function's body ran {len(body_runs)} times in 5 calls on {device}; "
+                             "expected 2 (run, capture) and replays after that")
 
 
 def test_replay_with_two_outputs(device: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy
 import pytest
 
-from tinycore.device.allocator import LRUAllocator
+from tinycore.device.allocator import Allocator, LRUAllocator
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import dtypes
 from tinycore.tensor import Tensor
@@ -16,7 +16,7 @@ from tinycore.uop.uop import UOp
 pytestmark = pytest.mark.conformance_category("memory")
 
 
-def _allocator(device: str) -> object:
+def _allocator(device: str) -> Allocator:
     from tinycore.device.registry import Device
     return Device[device].allocator
 
@@ -55,6 +55,7 @@ def test_out_of_memory_raises_a_clear_error(device: str, capabilities: DeviceCap
     size = capabilities.out_of_memory_bytes
     if size is None:
         not_applicable("the device does not declare an allocation size it refuses (out_of_memory_bytes=None)")
+        return
     allocator = _allocator(device)
     try:
         handle = allocator.alloc(size)
@@ -81,7 +82,7 @@ def test_buffer_sizes(device: str, size: int) -> None:
     """Buffers of 0, 1 and an odd number of elements allocate and round-trip."""
     data = sample((size,), seed=110)
     buffer = Buffer(device, size, dtypes.float32).allocate()
-    buffer.copyin(memoryview(data))
+    buffer.copyin(memoryview(data.tobytes()))
     assert_matches(buffer.numpy(), data, f"Buffer of {size} float32 on {device}")
 
 
@@ -89,7 +90,7 @@ def test_views_and_offsets(device: str) -> None:
     """Views at element offsets read and write their own part of the base; a view of a view adds offsets."""
     data = numpy.arange(32, dtype=numpy.float32)
     base = Buffer(device, 32, dtypes.float32).allocate()
-    base.copyin(memoryview(data))
+    base.copyin(memoryview(data.tobytes()))
     view = base.view(10, dtypes.float32, 7)
     assert_matches(view.numpy(), data[7:17], f"view of 10 elements at offset 7 on {device}")
     inner = view.view(4, dtypes.float32, 3)
@@ -97,7 +98,7 @@ def test_views_and_offsets(device: str) -> None:
     retyped = base.view(3, dtypes.int32, 5)
     assert_matches(retyped.numpy(), data[5:8].view(numpy.int32), f"int32 view at offset 5 of float32 on {device}")
     replacement = numpy.full(10, -1.0, dtype=numpy.float32)
-    view.copyin(memoryview(replacement))
+    view.copyin(memoryview(replacement.tobytes()))
     expected = data.copy()
     expected[7:17] = -1.0
     assert_matches(base.numpy(), expected, f"base after writing through the view at offset 7 on {device}")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy
 import pytest
@@ -33,7 +34,7 @@ def test_other_reductions_keepdim(device: str, name: str) -> None:
     """min, prod and mean over axis 1 with keepdim, and over everything."""
     data = sample(SHAPE, seed=31, low=0.5, high=1.5)
     tensor = Tensor(data, device=device)
-    reference = {"min": numpy.min, "prod": numpy.prod, "mean": numpy.mean}[name]
+    reference: Any = {"min": numpy.min, "prod": numpy.prod, "mean": numpy.mean}[name]
     assert_matches(getattr(tensor, name)(1, keepdim=True), reference(data, axis=1, keepdims=True),
                    f"{name}(axis=1, keepdim=True) on {device}", rtol=1e-5)
     assert_matches(getattr(tensor, name)(), numpy.asarray(reference(data), dtype=numpy.float32),

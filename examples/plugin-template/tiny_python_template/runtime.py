@@ -29,6 +29,7 @@ class PythonProgram:
 
     def __call__(self, *buffers: memoryview, global_size: Sequence[int] = (1, 1, 1),
                  local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> Any:
+        """Run the kernel on `buffers` with the integer arguments `vals`; the elapsed seconds when `wait`."""
         if len(buffers) != len(self.globals):
             raise TypeError(f"kernel {self.name} takes {len(self.globals)} buffers, got {len(buffers)}")
         if len(vals) != len(self.variables):

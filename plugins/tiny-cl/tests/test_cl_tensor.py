@@ -7,6 +7,8 @@ import pytest
 
 from tinycore.dtype import dtypes, from_numpy_dtype
 from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
 
 GENERATOR = numpy.random.default_rng(1234)
 
@@ -162,3 +164,13 @@ def test_assign_into_a_realized_tensor(cl_device):
     x = on_cl(a).contiguous().realize()
     x.assign(x * 2).realize()
     numpy.testing.assert_array_equal(x.numpy(), a * 2)
+
+
+@pytest.mark.parametrize("offset", [11, 32])
+def test_kernels_read_buffer_views_at_any_offset(cl_device, offset):
+    data = random(64)
+    node = on_cl(data).realize().uop
+    while node.op is not Ops.BUFFER:
+        node = node.src[0]
+    view = Tensor(UOp(Ops.BUFFER_VIEW, dtypes.float32, (node,), (9, offset)))
+    numpy.testing.assert_array_equal((view * 3.0).numpy(), data[offset:offset + 9] * numpy.float32(3.0))

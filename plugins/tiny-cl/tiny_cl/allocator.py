@@ -1,8 +1,8 @@
 """The CL allocator: cl.Buffer objects kept in the core's LRU cache; views are sub-buffers where alignment allows.
 
 OpenCL places a sub-buffer only at an origin that is a multiple of the device's base address alignment
-(CL_DEVICE_MEM_BASE_ADDR_ALIGN). A view at another offset is an `UnalignedView`: copies in and out of it work (they
-address the parent at the offset), but a kernel cannot take it as an argument and the runtime says so.
+(CL_DEVICE_MEM_BASE_ADDR_ALIGN). A view at another offset is an `UnalignedView`: copies in and out of it address the
+parent at the offset, and the runtime stages it through a temporary buffer when a kernel takes it.
 """
 from __future__ import annotations
 

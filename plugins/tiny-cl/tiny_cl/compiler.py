@@ -2,33 +2,62 @@
 
 The cache key (the core Compiler's) covers the source, the build options and the platform, device and driver
 versions, so a driver update never reuses an old binary. A binary is stored with a one-line header saying whether
-the kernel depends on the work-group shape (local ids, group ids, barriers or local memory); the runtime lets the
-driver choose the work-group size for kernels that do not.
+the kernel depends on the work-group shape (local ids, group ids, barriers or local memory), so the runtime lets the
+driver choose the work-group size for kernels that do not, and which buffer parameters the kernel writes (those not
+declared `const`), so the runtime knows which staged views to copy back.
 """
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 
 from tiny_cl.driver import OpenedDevice, import_pyopencl
 from tinycore.device.compiler import CompileError, Compiler
 
 _HEADER = b"TINYCORE-CL1 "
+_SIGNATURE = re.compile(r"__kernel\s+void\s+\w+\s*\(([^)]*)\)")
 _GROUP_SHAPE_WORDS = re.compile(r"\b(get_local_id|get_group_id|get_local_size|get_num_groups|barrier|__local)\b")
 
 
-def pack_binary(binary: bytes, depends_on_group_shape: bool) -> bytes:
+@dataclass(frozen=True)
+class KernelFacts:
+    """What the runtime needs to know about a kernel besides its binary.
+
+    group_shape: the kernel depends on the work-group shape (local or group ids, barriers, local memory).
+    written: the positions of the buffer parameters the kernel may write (None: unknown, treat all as written).
+    """
+
+    group_shape: bool
+    written: tuple[int, ...] | None
+
+
+def pack_binary(binary: bytes, facts: KernelFacts) -> bytes:
     """The cached form of a program binary: a JSON header line, then the driver's binary."""
-    header = json.dumps({"group_shape": depends_on_group_shape}).encode()
+    header = json.dumps({"group_shape": facts.group_shape,
+                         "written": None if facts.written is None else list(facts.written)}).encode()
     return _HEADER + header + b"\n" + binary
 
 
-def unpack_binary(lib: bytes) -> tuple[bytes, bool]:
-    """(driver binary, whether the kernel depends on the work-group shape) of a packed binary."""
+def unpack_binary(lib: bytes) -> tuple[bytes, KernelFacts]:
+    """(driver binary, kernel facts) of a packed binary."""
     if not lib.startswith(_HEADER) or b"\n" not in lib:
         raise ValueError("not a CL program binary made by tiny-cl's compiler (missing header); recompile the kernel")
     header, binary = lib[len(_HEADER):].split(b"\n", 1)
-    return binary, bool(json.loads(header)["group_shape"])
+    decoded = json.loads(header)
+    written = decoded.get("written")
+    return binary, KernelFacts(bool(decoded["group_shape"]), None if written is None else tuple(written))
+
+
+def written_parameters(src: str) -> tuple[int, ...] | None:
+    """Positions of the `__global` parameters of the (single) kernel in `src` not declared const; None when the
+    signature cannot be read (the runtime then treats every buffer as written)."""
+    found = _SIGNATURE.search(src)
+    if found is None:
+        return None
+    parameters = [parameter.strip() for parameter in found.group(1).split(",")]
+    return tuple(position for position, parameter in enumerate(parameters)
+                 if "__global" in parameter.split() and "const" not in parameter.replace("*", " * ").split())
 
 
 def depends_on_group_shape(src: str) -> bool:
@@ -65,7 +94,7 @@ class CLCompiler(Compiler):
         if not binaries or not binaries[0]:
             raise CompileError(f"the OpenCL driver of {self.opened.describe()} built the kernel but returned no "
                                "binary (CL_PROGRAM_BINARIES is empty)")
-        return pack_binary(bytes(binaries[0]), depends_on_group_shape(src))
+        return pack_binary(bytes(binaries[0]), KernelFacts(depends_on_group_shape(src), written_parameters(src)))
 
 
 def _build_log(program: object, opened: OpenedDevice) -> str:

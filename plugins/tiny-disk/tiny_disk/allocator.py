@@ -161,7 +161,7 @@ class DiskAllocator(Allocator):
         return DiskRange(DiskFile(self._where(), size, readonly=True), 0, size)
 
     def _free(self, opaque: DiskRange, size: int, options: BufferSpec | None) -> None:
-        opaque.file.close()
+        """Nothing to do: the file closes when its last range (buffers made from it with `offset`) is gone."""
 
     def _copyin(self, dest: DiskRange, src: memoryview) -> None:
         if src.nbytes > dest.size:

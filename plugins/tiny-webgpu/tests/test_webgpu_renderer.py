@@ -154,3 +154,9 @@ def test_float16_with_shader_f16(webgpu: Any) -> None:
     np.testing.assert_array_equal((on_webgpu(a) * on_webgpu(b)).numpy(), a * b)
     np.testing.assert_allclose(on_webgpu(a).cast(dtypes.float32).sum().numpy(), a.astype(np.float32).sum(),
                                rtol=1e-5)
+
+
+def test_long_reduce_loop(webgpu: Any) -> None:
+    """A single-thread reduce of 1M elements: longer than the 65535-iteration loop limit of Mesa's llvmpipe."""
+    a = RNG.standard_normal(1 << 20).astype(np.float32)
+    np.testing.assert_allclose(on_webgpu(a).sum().numpy(), a.sum(dtype=np.float64), rtol=1e-3, atol=0.05)

@@ -29,7 +29,7 @@ class WebGPUAllocator(LRUAllocator):
         limit = self.context.limit("max-buffer-size")
         rounded = (size + 3) // 4 * 4
         if rounded > limit:
-            raise ValueError(f"{self.device}: a buffer of {size} bytes exceeds the adapter's maxBufferSize ({limit} "
+            raise MemoryError(f"{self.device}: a buffer of {size} bytes exceeds the adapter's maxBufferSize ({limit} "
                              f"bytes, {self.context.description}); use smaller tensors on WEBGPU")
         usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         buffer = self.context.device.create_buffer(size=rounded, usage=usage)

@@ -443,7 +443,8 @@ class _WGSLWalk:
             return f"({text} != {zero})"
         if dtypes.is_float(from_dtype) and to_type == "u32":
             # C converts negative floats to unsigned through the signed integer (numpy and clang agree)
-            converted = f"select(u32({text}), bitcast<u32>(i32({text})), {text} < {self.renderer.render_const(0, from_dtype)})"
+            zero = self.renderer.render_const(0, from_dtype)
+            converted = f"select(u32({text}), bitcast<u32>(i32({text})), {text} < {zero})"
         elif from_type == to_type:
             converted = text
         else:
