@@ -98,11 +98,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             shape = (len(data),) if flat else get_shape(data)
             values = list(data) if flat else fully_flatten(data)
             if not flat:
+                values = [value.item() if type(value).__module__ == "numpy" and hasattr(value, "item") else value
+                          for value in values]
                 for value in values:
                     if not isinstance(value, (bool, int, float)):
                         raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} "
                                         f"{value!r}")
-            target = dtype or dtypes.from_py(data)
+            target = dtype or dtypes.from_py(values)
             storage = target if target.fmt is not None else dtypes.float32
             node = uop_from_bytes(_bytes_from_values(values, storage), storage, device).reshape(shape)
             return node.cast(target)
