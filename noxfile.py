@@ -7,10 +7,13 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "plugin"]
+nox.options.sessions = ["lint", "typecheck", "tests", "plugin", "conformance"]
 
 PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 """The in-tree plugins: plugins/tiny-NAME, distribution tiny-NAME. The one list every session reads."""
+
+DEVICES = {"cpu": "CPU", "disk": "DISK", "cl": "CL", "webgpu": "WEBGPU", "nv": "NV", "amd": "AMD"}
+"""The device each plugin provides, for its conformance session."""
 
 TORCH = "torch==2.13.0"
 """The only torch the test environments may install (the core's and tiny-cpu's `test` extras pin the same)."""
@@ -45,3 +48,22 @@ def plugin(session: nox.Session, name: str) -> None:
     """One plugin's own tests, with only the core and that plugin installed."""
     session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]")
     session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("name", PLUGINS, ids=PLUGINS)
+def conformance(session: nox.Session, name: str) -> None:
+    """`tiny conformance DEVICE` for one plugin's device, with only the core and that plugin installed.
+
+    A device that cannot run on this machine (no GPU, no driver) is reported and the session ends without failing:
+    its compile-only tests run in `plugin(NAME)`."""
+    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]")
+    device = DEVICES[name]
+    output = session.run("python", "-c", "import sys; from tinycore.device.registry import Device; "
+                         f"ok, reason, _ = Device.probe({device!r}); print('ok' if ok else 'unavailable: ' + reason)",
+                         silent=True)
+    if not str(output).strip().startswith("ok"):
+        session.log(f"{device} does not run on this machine ({str(output).strip()}); its plugin(NAME) tests ran")
+        return
+    session.install("-e", ".[test]", TORCH)
+    session.run("tiny", "conformance", device, *session.posargs)

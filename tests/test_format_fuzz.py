@@ -51,8 +51,8 @@ def _gguf_file(path: Path) -> bytes:
     rng = np.random.default_rng(0)
     metadata = [("general.name", 8, "fuzz"), ("n", 4, 3), ("list", 9, (5, [1, 2, 3])),
                 ("words", 9, (8, ["a", "bc"]))]
-    tensors = [("f", (2, 4), 0, np.arange(8, dtype=np.float32).tobytes()), ("q", (32,), 2, random_blocks(2, 1, rng)),
-               ("k", (256,), 14, random_blocks(14, 1, rng))]
+    tensors = [("f", (2, 4), 0, np.arange(8, dtype=np.float32).tobytes()), ("h", (3,), 1, b"\0\x3c" * 3),
+               ("q", (32,), 8, random_blocks(8, 1, rng))]
     return write_gguf(path, metadata, tensors).read_bytes()
 
 
@@ -175,43 +175,41 @@ def _check_inside_file(tensors: list[Tensor], size: int) -> None:
 
 
 def _fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, original: bytes,
-          load: Callable[[Path], Any], mutations: list[Mutation], seed: int) -> None:
+          load: Callable[[Path], Any], mutations: list[Mutation], seed: int, count: int = FILES_PER_FORMAT) -> None:
     rng = random.Random(seed)
     path = tmp_path / name
     guard = _ReadGuard(monkeypatch)
     outcomes: collections.Counter[str] = collections.Counter()
     slowest = 0.0
-    tracemalloc.start()
-    try:
-        for iteration in range(FILES_PER_FORMAT):
-            mutated = rng.choice(mutations)(original, rng)
-            path.write_bytes(mutated)
-            guard.size = len(mutated)
-            measure = iteration % MEMORY_CHECK_EVERY == 0
+    for iteration in range(count):
+        mutated = rng.choice(mutations)(original, rng)
+        path.write_bytes(mutated)
+        guard.size = len(mutated)
+        measure = iteration % MEMORY_CHECK_EVERY == 0
+        if measure:
+            tracemalloc.start()
+        started = time.perf_counter()
+        try:
+            result = load(path)
+            outcomes["loaded"] += 1
+            _check_inside_file(_tensors_in(result), len(mutated))
+            del result
+        except MalformedFileError as error:
+            assert str(path) in str(error), error
+            outcomes[type(error).__name__] += 1
+        except Exception as error:  # noqa: BLE001 - reported with the reproducer
+            pytest.fail(f"{name} iteration {iteration} (seed {seed}) raised {type(error).__name__}: {error}")
+        finally:
             if measure:
-                tracemalloc.reset_peak()
-                baseline = tracemalloc.get_traced_memory()[0]
-            started = time.perf_counter()
-            try:
-                result = load(path)
-                outcomes["loaded"] += 1
-                _check_inside_file(_tensors_in(result), len(mutated))
-                del result
-            except MalformedFileError as error:
-                assert str(path) in str(error), error
-                outcomes[type(error).__name__] += 1
-            except Exception as error:  # noqa: BLE001 - reported with the reproducer
-                pytest.fail(f"{name} iteration {iteration} (seed {seed}) raised {type(error).__name__}: {error}")
-            slowest = max(slowest, time.perf_counter() - started)
-            if measure:
-                used = tracemalloc.get_traced_memory()[1] - baseline
-                assert used <= 64 * len(mutated) + (4 << 20), f"{name} iteration {iteration}: {used} bytes allocated"
-    finally:
-        tracemalloc.stop()
+                used = tracemalloc.get_traced_memory()[1]
+                tracemalloc.stop()
+        slowest = max(slowest, time.perf_counter() - started)
+        if measure:
+            assert used <= 64 * len(mutated) + (4 << 20), f"{name} iteration {iteration}: {used} bytes allocated"
     assert guard.violations == [], guard.violations[:5]
     assert slowest < 10.0, f"a {name} load took {slowest:.1f} s"
-    assert outcomes["loaded"] < FILES_PER_FORMAT, outcomes  # the mutations do break files
-    assert sum(outcomes.values()) == FILES_PER_FORMAT
+    assert 0 < outcomes["loaded"] < count, outcomes  # the mutations break files, and not all of them
+    assert sum(outcomes.values()) == count
 
 
 def test_fuzz_safetensors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -225,4 +223,6 @@ def test_fuzz_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("zip_format", [True, False])
 def test_fuzz_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, zip_format: bool) -> None:
-    _fuzz(tmp_path, monkeypatch, "fuzz.pt", _torch_file(zip_format), torch_load, GENERIC, seed=3 + zip_format)
+    """Half of the torch files start from the zip format, half from the legacy one."""
+    _fuzz(tmp_path, monkeypatch, "fuzz.pt", _torch_file(zip_format), torch_load, GENERIC, seed=3 + zip_format,
+          count=FILES_PER_FORMAT // 2)

@@ -12,6 +12,7 @@ CPU kernels, in this order:
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tinycore.codegen.opt import (
@@ -149,10 +150,10 @@ class Heuristic:
             if columns is None or rows is None or width < 2:
                 continue
             column_size, row_size = range_size(columns), range_size(rows)
-            column_tile = next((t for t in (width, 2 * width) if column_size and column_size % t == 0), None)
+            column_tile = next((t for t in ((2 * width, width) if os.environ.get('MMC') else (width, 2 * width)) if column_size and column_size % t == 0), None)
             if column_tile is None:
                 continue
-            row_choices = (4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
+            row_choices = (int(os.environ.get('MMR', 4)), 4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
             row_tile = next((t for t in row_choices if row_size and row_size % t == 0), None)
             self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if row_tile is not None:
@@ -165,8 +166,8 @@ class Heuristic:
                 self.notes.append("row blocks inside column blocks")
             for reduce_range in self.reduce_axes()[-1:]:
                 size = range_size(reduce_range)
-                if size is not None and size % 4 == 0 and size >= 8:
-                    self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
+                if size is not None and size % 4 == 0 and size >= 8 and int(os.environ.get('MMU', 4)) > 1:
+                    self.attempt(reduce_range, OptOps.UNROLL, int(os.environ.get('MMU', 4)), "matmul reduce")
             return True
         return False
 

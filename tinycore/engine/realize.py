@@ -5,6 +5,8 @@ GB/s; kernels then run synchronously to be timed), 5 each kernel's AST when it i
 """
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -20,27 +22,41 @@ from tinycore.uop.uop import UOp
 
 
 class Runner:
-    """A compiled kernel for one device: the program, its ProgramSpec and how to launch it."""
+    """A compiled kernel for one device: the program, its ProgramSpec and how to launch it.
 
-    def __init__(self, ast: UOp, device: str):
-        from tinycore.codegen import lower_to_program
+    `prepared` is (spec, library, symbol) when the kernel was already rendered and compiled (with others, see
+    prepare_runners); otherwise it is rendered and compiled here.
+    """
+
+    def __init__(self, ast: UOp, device: str, prepared: tuple[Any, bytes, str] | None = None):
         from tinycore.device.registry import Device
         self.device = device
         opened = Device[device]
         if DEBUG >= 5:
             print(ast)
         started = time.perf_counter()
-        self.spec = lower_to_program(ast, opened.renderer)
-        library = opened.compiler.compile_cached(self.spec.src)
-        self.program = opened.runtime(self.spec.function_name, library)
+        if prepared is None:
+            from tinycore.codegen import lower_to_program
+            self.spec = lower_to_program(ast, opened.renderer)
+            library, symbol = opened.compiler.compile_cached(self.spec.src), self.spec.function_name
+        else:
+            self.spec, library, symbol = prepared
+        self.program = opened.runtime(symbol, library)
         self.compile_seconds = time.perf_counter() - started
         self.name = self.spec.name
         self.globals = tuple(self.spec.globals)
         self.static_dims = None if self.spec.vars else self.spec.launch_dims()
+        self._launch: Any = getattr(self.program, "launcher", None)
+        self._fast = None
+        if self.static_dims is not None and self._launch is not None:
+            self._fast = self._launch(self.static_dims[0])
 
     def __call__(self, buffers: Sequence[Any], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
         """Launch on the device handles `buffers` (in the AST's DEFINE_GLOBAL order)."""
         arguments = [buffers[position] for position in self.globals] if self.globals else list(buffers)
+        if self._fast is not None and not wait:
+            self._fast(arguments)
+            return None
         if self.static_dims is not None:
             global_size, local_size = self.static_dims
             values: tuple[int, ...] = ()
@@ -60,6 +76,50 @@ def get_runner(ast: UOp, device: str) -> Runner:
     if runner is None:
         runner = _runners[key] = Runner(ast, device)
     return runner
+
+
+def _compile_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def prepare_runners(items: Sequence[ScheduleItem]) -> None:
+    """Compile the kernels of `items` that have no runner yet, together where the device's compiler can.
+
+    A compiler with `compile_batch` gets every new kernel of a device at once, split into one batch per CPU
+    compiled in parallel threads (the compiler runs as a subprocess); other devices compile on first launch.
+    """
+    pending: dict[str, dict[UOp, None]] = {}
+    for item in items:
+        if item.ast.op is Ops.COPY or not item.buffers:
+            continue
+        device = buffer_of(item.buffers[0]).device
+        if (item.ast, device) not in _runners:
+            pending.setdefault(device, {})[item.ast] = None
+    for device, asts in pending.items():
+        if len(asts) < 2:
+            continue
+        from tinycore.device.registry import Device
+        opened = Device[device]
+        batch = getattr(opened.compiler, "compile_batch", None)
+        if batch is None:
+            continue
+        from tinycore.codegen import lower_to_program
+        # sorted by source: the batches (and so their disk cache keys) do not depend on the schedule's order
+        specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
+        chunk_count = min(_compile_workers(), len(specs))
+        chunks = [specs[start::chunk_count] for start in range(chunk_count)]
+
+        def compile_chunk(chunk: list[tuple[UOp, Any]]) -> tuple[bytes, list[str]]:
+            return batch([(spec.function_name, spec.src) for _, spec in chunk])
+
+        if chunk_count == 1:
+            results = [compile_chunk(chunks[0])]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
+                results = list(pool.map(compile_chunk, chunks))
+        for chunk, (library, symbols) in zip(chunks, results, strict=True):
+            for (ast, spec), symbol in zip(chunk, symbols, strict=True):
+                _runners[(ast, device)] = Runner(ast, device, (spec, library, symbol))
 
 
 def _run_copy(item: ScheduleItem) -> None:
@@ -119,6 +179,7 @@ def run_schedule(items: Sequence[ScheduleItem], temporaries: Sequence[UOp] = ())
     later item can reuse the memory.
     """
     timed = DEBUG >= 2
+    prepare_runners(items)
     releases = _release_points(items, temporaries) if temporaries else None
     for position, item in enumerate(items):
         if item.ast.op is Ops.COPY:

@@ -95,6 +95,9 @@ class ByteSource:
         self.name = str(path)
         self.size = path.stat().st_size
         device = Device.canonicalize(f"DISK:{path.resolve()}")
+        if device != f"DISK:{path.resolve()}":
+            raise ValueError(f"{self.kind} file {str(path)!r}: its path cannot be named as a DISK device (it starts or "
+                             "ends with white space); rename the file")
         self._base = new_buffer_uop(device, dtypes.uint8, self.size)
         allocator = Device[device].allocator
         opener = getattr(allocator, "open_existing", None)

@@ -378,6 +378,8 @@ def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
             NotImplementedError, UnicodeDecodeError, OverflowError, RuntimeError, zlib.error) as error:
         raise loader.error(f"its zip directory is corrupt ({type(error).__name__}: {error})") from None
     if archive is None:
+        if source.size >= 4 and source.read(0, 4) == b"PK\x03\x04":
+            raise loader.error("it starts like a zip archive but has no valid central directory (truncated or corrupt)")
         return _load_legacy(loader, stream)
     try:
         return _load_zip(loader, archive)

@@ -73,7 +73,7 @@ def assert_matches(got: Any, expected: Any, what: str, rtol: float = 1e-5, atol:
     first = tuple(int(index) for index in wrong[0])
     at = first if actual.ndim else ()
     raise AssertionError(f"{what}: {len(wrong)} of {actual.size} elements differ; first at index {at}: "
-                         f"got {actual[at].item()!r}, expected {reference[at].item()!r}")
+                         f"got {actual[at]}, expected {reference[at]}")
 
 
 __all__ = ["not_applicable", "not_built", "require_dtype", "sample", "host", "assert_matches"]

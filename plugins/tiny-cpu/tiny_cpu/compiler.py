@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Sequence
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.helpers import environ
@@ -85,6 +87,24 @@ class ClangCompiler(Compiler):
                                    f"{shlex.join(command)}", log=result.stderr + "\n--- source ---\n" + src)
             with open(output, "rb") as file:
                 return file.read()
+
+    def compile_batch(self, kernels: Sequence[tuple[str, str]]) -> tuple[bytes, list[str]]:
+        """One shared object holding every kernel of `kernels` (pairs of function name and C source).
+
+        Starting the compiler costs more than compiling a small kernel, so the kernels of one schedule are compiled
+        together. Each function is renamed after its source's digest (kernels of different code may share a
+        name); returns the binary (through the disk cache) and the symbol of each kernel, in order.
+        """
+        parts, symbols = [], []
+        for name, src in kernels:
+            signature = f"void {name}("
+            if src.count(signature) != 1:
+                raise CompileError(f"cannot batch kernel {name!r}: its source declares `{signature}` "
+                                   f"{src.count(signature)} times, expected once")
+            symbol = f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:16]}"
+            parts.append(src.replace(signature, f"void {symbol}(", 1))
+            symbols.append(symbol)
+        return self.compile_cached("\n".join(parts)), symbols
 
     def disassemble(self, lib: bytes) -> str:
         """objdump -d of the shared object."""

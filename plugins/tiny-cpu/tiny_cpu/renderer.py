@@ -51,14 +51,17 @@ C_TYPE_MAP: dict[DType, str] = {
     dtypes.uint64: "unsigned long long", dtypes.float16: _HALF, dtypes.float32: "float", dtypes.float64: "double",
     dtypes.void: "void"}
 
-_BF16_HELPERS = """static inline float tc_bf16_to_f32(unsigned short bits) {
+_BF16_HELPERS = """#ifndef TC_BF16_HELPERS
+#define TC_BF16_HELPERS
+static inline float tc_bf16_to_f32(unsigned short bits) {
   unsigned int word = ((unsigned int)bits) << 16; float value; __builtin_memcpy(&value, &word, 4); return value;
 }
 static inline unsigned short tc_f32_to_bf16(float value) {
   unsigned int word; __builtin_memcpy(&word, &value, 4);
   if ((word & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((word >> 16) | 64u);
   word += 0x7fffu + ((word >> 16) & 1u); return (unsigned short)(word >> 16);
-}"""
+}
+#endif"""
 
 
 def _cpu_count() -> int:

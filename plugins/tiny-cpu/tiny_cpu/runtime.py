@@ -158,12 +158,15 @@ class CPUProgram:
         self._function.restype = None
         self._signature: tuple[int, int] | None = None
 
+    def _set_signature(self, buffer_count: int, value_count: int) -> None:
+        signature = (buffer_count, value_count)
+        if signature != self._signature:
+            self._function.argtypes = [ctypes.c_void_p] * buffer_count + [ctypes.c_int32] * (value_count + 1)
+            self._signature = signature
+
     def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
                  vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        signature = (len(buffers), len(vals))
-        if signature != self._signature:
-            self._function.argtypes = [ctypes.c_void_p] * len(buffers) + [ctypes.c_int32] * (len(vals) + 1)
-            self._signature = signature
+        self._set_signature(len(buffers), len(vals))
         workers = int(global_size[0]) if global_size else 1
         start = time.perf_counter() if wait else 0.0
         if workers <= 1:
@@ -172,6 +175,26 @@ class CPUProgram:
             calls = [(*buffers, *vals, core_id) for core_id in range(workers)]
             _POOL.run(self._function, calls, worker_count())
         return time.perf_counter() - start if wait else None
+
+    def launcher(self, global_size: Sequence[int]) -> Callable[[Sequence[Any]], None]:
+        """A function launching this program on a list of buffer addresses (no variables) with `global_size`.
+
+        The per-call work is the ctypes call itself: one worker calls the kernel directly on this thread.
+        """
+        workers = int(global_size[0]) if global_size else 1
+        function = self._function
+
+        def launch_one(buffers: Sequence[Any]) -> None:
+            if self._signature != (len(buffers), 0):
+                self._set_signature(len(buffers), 0)
+            function(*buffers, 0)
+
+        def launch_many(buffers: Sequence[Any]) -> None:
+            if self._signature != (len(buffers), 0):
+                self._set_signature(len(buffers), 0)
+            _POOL.run(function, [(*buffers, core_id) for core_id in range(workers)], worker_count())
+
+        return launch_one if workers <= 1 else launch_many
 
     def _release(self) -> None:
         """Unload a memfd-loaded library so its path may name another one (file-loaded ones stay loaded)."""
