@@ -2,8 +2,9 @@
 
 CPU kernels, in this order:
 1. matmul-like kernels (a sum of a product of two loads, with one output axis indexing each load) get a register
-   tile: the axis contiguous in the output and in the second load is upcast to one or two vectors, the other axis is
-   upcast to a few rows, and the reduce is unrolled by 4;
+   tile: the axis contiguous in the output and in the second load is upcast to two vectors (one when the size does
+   not allow two), the other axis to up to 8 rows (16 vector accumulators, what AVX2's 16 registers hold), and with
+   a one-vector tile the reduce is unrolled by 4;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
 3. kernels with at least MIN_THREAD_WORK elements of work are split across the CPU workers on the outermost axis
@@ -12,7 +13,6 @@ CPU kernels, in this order:
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from tinycore.codegen.opt import (
@@ -150,10 +150,10 @@ class Heuristic:
             if columns is None or rows is None or width < 2:
                 continue
             column_size, row_size = range_size(columns), range_size(rows)
-            column_tile = next((t for t in ((2 * width, width) if os.environ.get('MMC') else (width, 2 * width)) if column_size and column_size % t == 0), None)
+            column_tile = next((t for t in (2 * width, width) if column_size and column_size % t == 0), None)
             if column_tile is None:
                 continue
-            row_choices = (int(os.environ.get('MMR', 4)), 4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
+            row_choices = (8, 4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
             row_tile = next((t for t in row_choices if row_size and row_size % t == 0), None)
             self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if row_tile is not None:
@@ -166,8 +166,8 @@ class Heuristic:
                 self.notes.append("row blocks inside column blocks")
             for reduce_range in self.reduce_axes()[-1:]:
                 size = range_size(reduce_range)
-                if size is not None and size % 4 == 0 and size >= 8 and int(os.environ.get('MMU', 4)) > 1:
-                    self.attempt(reduce_range, OptOps.UNROLL, int(os.environ.get('MMU', 4)), "matmul reduce")
+                if column_tile == width and size is not None and size % 4 == 0 and size >= 8:
+                    self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
 

@@ -144,10 +144,11 @@ class ByteSource:
         """`count` bytes of the file from `offset` (already checked), through the DISK buffer."""
         from tinycore.engine.memory import buffer_of
         assert self._base is not None
-        buffer = buffer_of(self._base)
+        base = buffer_of(self._base).ensure_allocated()
         out = bytearray(count)
         if count:
-            buffer.view(count, dtypes.uint8, self._base_offset + offset).copyout(memoryview(out))
+            handle = base.allocator.offset(base._buf, count, base.byte_offset + self._base_offset + offset)
+            base.allocator.copyout(memoryview(out), handle)
         return bytes(out)
 
     def tensor_at(self, offset: int, dtype: DType, shape: tuple[int, ...], what: str) -> Tensor:

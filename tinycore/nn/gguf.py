@@ -130,9 +130,9 @@ def _parse(source: ByteSource) -> tuple[dict[str, Any], list[tuple[str, tuple[in
             alignment & (alignment - 1) or alignment > 1 << 20:
         raise parser.error(f"general.alignment is {alignment!r}, expected a power of two up to 2**20")
     data_start = -(-cursor.position // alignment) * alignment
-    if data_start > source.size:
+    if infos and data_start > source.size:
         raise parser.error(f"the data section would start at byte {data_start}, past the end of the file")
-    return metadata, _check_tensors(parser, infos, source.size - data_start, alignment), data_start
+    return metadata, _check_tensors(parser, infos, max(0, source.size - data_start), alignment), data_start
 
 
 def _check_tensors(parser: _Parser, infos: list[tuple[str, tuple[int, ...], int, int]], data_size: int,

@@ -6,6 +6,7 @@ import hashlib
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -53,6 +54,18 @@ def _host_identity() -> str:
     return " | ".join(details)
 
 
+@functools.cache
+def _supports_float16(executable: str) -> bool:
+    """True when `executable` compiles _Float16 arithmetic for the host (clang before 15 does not on x86)."""
+    try:
+        result = subprocess.run([executable, "-x", "c", "-c", "-", "-o", os.devnull],
+                                input="_Float16 twice(_Float16 value) { return value + value; }\n",
+                                capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0
+
+
 class ClangCompiler(Compiler):
     """Compiles GNU C to a shared object with the host's C compiler at -O3 for the host CPU (or `arch`)."""
 
@@ -77,7 +90,7 @@ class ClangCompiler(Compiler):
         with tempfile.TemporaryDirectory(prefix="tinycore-cc-") as directory:
             output = os.path.join(directory, "kernel.so")
             flags = [flag for flag in self.flags if flag != "-lm"]
-            command = [self.command[0], *flags, "-x", "c", "-", "-o", output, "-lm"]
+            command = [self._executable_for(src), *flags, "-x", "c", "-", "-o", output, "-lm"]
             try:
                 result = subprocess.run(command, input=src, capture_output=True, text=True, timeout=300)
             except (OSError, subprocess.SubprocessError) as error:
@@ -87,6 +100,14 @@ class ClangCompiler(Compiler):
                                    f"{shlex.join(command)}", log=result.stderr + "\n--- source ---\n" + src)
             with open(output, "rb") as file:
                 return file.read()
+
+    def _executable_for(self, src: str) -> str:
+        """The compiler for `src`: gcc instead of a clang without _Float16 support when the source uses halves
+        (unless CC names the compiler)."""
+        if "_Float16" not in src or _supports_float16(self.command[0]) or environ("CC"):
+            return self.command[0]
+        fallback = shutil.which("gcc")
+        return fallback if fallback is not None and _supports_float16(fallback) else self.command[0]
 
     def compile_batch(self, kernels: Sequence[tuple[str, str]]) -> tuple[bytes, list[str]]:
         """One shared object holding every kernel of `kernels` (pairs of function name and C source).
