@@ -135,3 +135,17 @@ def test_short_file(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="does not exist"):
         safe_load_disk(tmp_path / "nope.safetensors")
+
+
+def test_loads_into_a_model(tmp_path: Path) -> None:
+    from tinycore.nn import Linear
+    from tinycore.nn.state import load_state_dict
+    path = tmp_path / "linear.safetensors"
+    weight = np.arange(6, dtype=np.float32).reshape(3, 2) / 4
+    bias = np.array([1, -1, 0.5], dtype=np.float32)
+    numpy_save({"weight": weight, "bias": bias}, str(path))
+    model = Linear(2, 3)
+    load_state_dict(model, safe_load_disk(path))
+    assert model.weight.device == "CPU"
+    got = model(Tensor([[1.0, 2.0]], device="CPU")).numpy()
+    np.testing.assert_allclose(got, np.array([[1.0, 2.0]], dtype=np.float32) @ weight.T + bias, rtol=1e-6)

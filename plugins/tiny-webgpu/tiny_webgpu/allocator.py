@@ -23,6 +23,8 @@ class WebGPUAllocator(LRUAllocator):
         self._live: dict[int, Any] = {}
 
     def _alloc(self, size: int, options: BufferSpec | None) -> WebGPUHandle:
+        from tiny_webgpu.environment import prepare_driver_environment
+        prepare_driver_environment()
         import wgpu
         if options is not None and options.external_ptr is not None:
             raise ValueError(f"{self.device}: WebGPU buffers cannot wrap external memory (external_ptr)")

@@ -32,6 +32,8 @@ def _describe(adapter: object) -> str:
 
 def _find_adapter() -> tuple[bool, str, int]:
     """Ask wgpu-native for its adapters (all of them where wgpu can enumerate, else the preferred one)."""
+    from tiny_webgpu.environment import prepare_driver_environment
+    prepare_driver_environment()
     import wgpu
 
     enumerate_adapters = getattr(wgpu.gpu, "enumerate_adapters_sync", None)

@@ -34,6 +34,8 @@ _CONTEXTS: dict[str, WebGPUContext] = {}
 
 def adapters() -> list[Any]:
     """Every adapter wgpu finds (enumerated once per process)."""
+    from tiny_webgpu.environment import prepare_driver_environment
+    prepare_driver_environment()
     import wgpu
     with _LOCK:
         if not _ADAPTERS:
@@ -84,6 +86,8 @@ class WebGPUContext:
     def synchronize(self) -> None:
         """Wait until all submitted work has finished: read back a small buffer (the queue runs in order; wgpu-py's
         on_submitted_work_done is not usable in every version)."""
+        from tiny_webgpu.environment import prepare_driver_environment
+        prepare_driver_environment()
         import wgpu
         if self.sync_buffer is None:
             self.sync_buffer = self.device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_SRC)
@@ -200,6 +204,8 @@ class WebGPUProgram:
     `program(*handles, global_size=(..), local_size=(..), vals=(ints), wait=False)`."""
 
     def __init__(self, context: WebGPUContext, name: str, lib: bytes):
+        from tiny_webgpu.environment import prepare_driver_environment
+        prepare_driver_environment()
         import wgpu
         self.context, self.name = context, name
         source = lib.decode()
@@ -324,6 +330,8 @@ class WebGPUProgram:
         return time.perf_counter() - started
 
     def _queries(self) -> tuple[Any, Any]:
+        from tiny_webgpu.environment import prepare_driver_environment
+        prepare_driver_environment()
         import wgpu
         context = self.context
         if context.query_set is None:
