@@ -41,7 +41,8 @@ INT_CLIP = 1000.0
 MAX_NUMEL = 3000
 DIM_POOL = (1, 1, 2, 3, 4, 5, 7)
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int32): "int32", np.dtype(np.bool_): "bool"}
-DTYPE_ALIASES = {"float": "float32", "int": "int32"}  # tinygrad's short names, for the oracle check
+# tinygrad's names, for the oracle check (--tinygrad)
+DTYPE_ALIASES = {"float": "float32", "int": "int32", "weakfloat": "float32", "weakint": "int32"}
 RANK = {"bool": 0, "int32": 1, "float32": 2}
 
 
@@ -191,6 +192,7 @@ class GraphBuilder:
             if ties:
                 values = (np.round(values * 2) / 2).astype(np.float32)
             bound = 3.0
+        values = np.asarray(values, dtype=np.dtype(dtype))
         name = f"t{len(self.nodes)}"
         self.lines.append(f"{name} = Tensor(np.array({values.tolist()!r}, dtype=np.{dtype}).reshape({shape}))")
         tensor = self.tensor_class(values.copy())
@@ -253,6 +255,11 @@ class GraphBuilder:
         target = "float32" if node.dtype == "int32" or self.rng.random() < 0.5 else "int32"
         return self.add(f"{node.name}.cast('{target}')", f"{node.name}.astype(np.{target})", node.shape, target,
                         max(node.bound, 1.0), node.error)
+
+    def cast_any(self) -> Node | None:
+        """A cast of any value, booleans included."""
+        node = self.pick()
+        return None if node is None else self.cast(node)
 
     def _broadcast_partner(self, node: Node) -> Node | None:
         """Another numeric node whose shape broadcasts with `node`'s (or `node` itself)."""
@@ -495,7 +502,8 @@ class GraphBuilder:
                 start = self.rng.randint(0, size)
                 bounds.append((start, self.rng.randint(start, size)) if self.rng.random() < 0.7 else None)
             slices = ", ".join(":" if pair is None else f"{pair[0]}:{pair[1]}" for pair in bounds)
-            new_shape = tuple(size if pair is None else pair[1] - pair[0] for size, pair in zip(shape, bounds))
+            new_shape = tuple(size if pair is None else pair[1] - pair[0]
+                              for size, pair in zip(shape, bounds, strict=True))
             return self.add(f"{name}.shrink({tuple(bounds)!r})", f"{name}[{slices}]", new_shape, *keep)
         if choice == "flip" and rank >= 1:
             axes = tuple(self.rng.sample(range(-rank, rank), self.rng.randint(1, rank)))
@@ -528,7 +536,8 @@ class GraphBuilder:
         new_shape_tuple = tuple(new_shape)
         if math.prod(new_shape_tuple) > MAX_NUMEL or new_shape_tuple == node.shape:
             return None
-        written = [-1 if len(new_shape) - len(node.shape) <= index and self.rng.random() < 0.2 else size
+        offset = len(new_shape) - len(node.shape)
+        written = [-1 if index >= offset and node.shape[index - offset] == size and self.rng.random() < 0.3 else size
                    for index, size in enumerate(new_shape)]
         return self.add(f"{node.name}.expand({tuple(written)})", f"np.broadcast_to({node.name}, {new_shape_tuple})",
                         new_shape_tuple, node.dtype, node.bound, node.error)
@@ -547,11 +556,11 @@ class GraphBuilder:
                 limit = {"reflect": size - 1, "replicate": 2 if size else 0, "circular": size}[mode]
                 before, after = self.rng.randint(0, min(limit, 2)), self.rng.randint(0, min(limit, 2))
             pairs.append((before, after))
-        new_shape = tuple(size + before + after for size, (before, after) in zip(node.shape, pairs))
+        new_shape = tuple(size + before + after for size, (before, after) in zip(node.shape, pairs, strict=True))
         if math.prod(new_shape) > MAX_NUMEL:
             return None
         cut = ", ".join(f"{max(-before, 0)}:{size - max(-after, 0)}" for size, (before, after) in
-                        zip(node.shape, pairs))
+                        zip(node.shape, pairs, strict=True))
         grow = tuple((max(before, 0), max(after, 0)) for before, after in pairs)
         numpy_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
         value = 0
@@ -611,7 +620,8 @@ class GraphBuilder:
                 return False
             if stack:
                 return candidate.shape == first.shape
-            return all(a == b for index, (a, b) in enumerate(zip(candidate.shape, first.shape)) if index != axis)
+            return all(a == b for index, (a, b) in enumerate(zip(candidate.shape, first.shape, strict=True))
+                       if index != axis)
         second = self.pick(fits)
         if second is None or self.rng.random() < 0.2:
             size = first.shape[axis if not stack else 0]
@@ -629,7 +639,7 @@ class GraphBuilder:
             new_shape = first.shape[:axis] + (2,) + first.shape[axis:]
         else:
             new_shape = tuple(a + b if index == axis else a for index, (a, b) in
-                              enumerate(zip(first.shape, second.shape)))
+                              enumerate(zip(first.shape, second.shape, strict=True)))
         if math.prod(new_shape) > MAX_NUMEL:
             return None
         function = "stack" if stack else "cat"
@@ -652,7 +662,7 @@ class GraphBuilder:
         self.add_inputs()
         inputs = len(self.nodes)
         operations = [self.unary] * 5 + [self.binary] * 5 + [self.compare_where] * 2 + [self.reduce] * 4 + [
-            self.reduce_broadcast] + [self.movement] * 6 + [self.join] * 2 + [self.materialize]
+            self.reduce_broadcast] + [self.movement] * 6 + [self.join] * 2 + [self.materialize, self.cast_any]
         target = self.rng.randint(3, 12)
         applied, attempts = 0, 0
         while applied < target and attempts < 200:

@@ -8,14 +8,18 @@ from codegen_kernels import (
     GPURenderer,
     ScalarRenderer,
     VectorCPURenderer,
+    buffer,
     cast_int_to_float,
     compare_to_bool,
     elementwise_broadcast,
+    flat_index,
     full_reduce,
     integer_arithmetic,
+    loop,
     matmul,
     padded,
     padded_rows,
+    random_array,
     reduce_inner,
     reduce_outer,
     softmax_numerator,
@@ -161,11 +165,40 @@ def test_reduce_over_contiguous_axis_gets_vector_accumulators() -> None:
 def test_matmul_gets_register_tile() -> None:
     uops = linearize(matmul(64, 64, 64).ast, VectorCPURenderer())
     registers = [u for u in uops if u.op is Ops.DEFINE_REG]
-    # an 8 x 8 tile: 8 rows of one 8-wide vector, each row's value of `a` broadcast
+    # an 8 x 16 tile: 8 rows of two 8-wide vectors (16 accumulators), each row's value of `a` broadcast
+    assert len(registers) == 16 and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
+    assert len(vector_loads(uops)) == 2  # two vectors of b per reduce step, the reduce not unrolled
+    broadcasts = [u for u in uops if u.op is Ops.VECTORIZE and len(set(u.src)) == 1 and u.src[0].op is Ops.LOAD]
+    assert len(broadcasts) == 8
+
+
+def test_narrow_matmul_gets_one_vector_tile_and_unrolled_reduce() -> None:
+    uops = linearize(matmul(64, 64, 8).ast, VectorCPURenderer())
+    registers = [u for u in uops if u.op is Ops.DEFINE_REG]
+    # 8 columns: an 8 x 8 tile of one vector per row, the reduce unrolled by 4
     assert len(registers) == 8 and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
-    assert len(vector_loads(uops)) == 4  # one vector of b per reduce step, reduce unrolled by 4
+    assert len(vector_loads(uops)) == 4
     broadcasts = [u for u in uops if u.op is Ops.VECTORIZE and len(set(u.src)) == 1 and u.src[0].op is Ops.LOAD]
     assert len(broadcasts) == 8 * 4
+
+
+def test_small_axes_expansion_is_bounded() -> None:
+    from tinycore.codegen.optimize import SMALL_AXES_EXPANSION
+    # a 3x3 convolution-like reduce over 4x4 output tiles: upcasting and unrolling every small axis would copy the
+    # body 4*4*3*3 = 144 times; the heuristic stops at SMALL_AXES_EXPANSION copies
+    rows, columns, window = loop(4, 0), loop(4, 1), [loop(3, 2), loop(3, 3)]
+    out, image = buffer(0, dtypes.float32, 16), buffer(1, dtypes.float32, 36)
+    value = image.index(flat_index([rows, columns], [6, 1]) + flat_index(window, [6, 1])).load()
+    ast = out.index(flat_index([rows, columns], [4, 1])).store(UOp(Ops.REDUCE, dtypes.float32, (value, *window),
+                                                                  Ops.ADD)).sink()
+    uops = linearize(ast, ScalarRenderer())
+    loads = [u for u in uops if u.op is Ops.LOAD and u.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+    assert 1 < len(loads) <= SMALL_AXES_EXPANSION
+    image_values = random_array((6, 6), dtypes.float32, 3)
+    expected = np.array([[image_values[r:r + 3, c:c + 3].sum() for c in range(4)] for r in range(4)])
+    output = np.zeros(16, np.float32)
+    run_linear(uops, [output, image_values.reshape(-1).copy()])
+    np.testing.assert_allclose(output.reshape(4, 4), expected, rtol=1e-5)
 
 
 def test_big_kernel_is_split_across_workers() -> None:
@@ -272,3 +305,15 @@ def test_random_opt_sequences_match_numpy(seed: int) -> None:
             break
     assert chosen, "at least one opt applies to every fuzz kernel"
     check(case, VectorCPURenderer(), chosen)
+
+
+def test_substitute_fold_rebuilds_only_what_depends_on_the_keys() -> None:
+    from tinycore.codegen.simplify import substitute_fold
+    first, second = loop(8, 0), loop(8, 1)
+    untouched = second * 5 + 1
+    expression = (first * 4 + 3) * untouched
+    result = substitute_fold(expression, {first: UOp.const(dtypes.int32, 2)})
+    # the part without `first` is the same node; the folded constant moves to the right of the product
+    assert result.op is Ops.MUL and result.src[0] is untouched
+    assert result.src[1].op is Ops.CONST and result.src[1].arg == 2 * 4 + 3
+    assert substitute_fold(expression, {expression: untouched}) is untouched

@@ -351,3 +351,25 @@ def test_random_graphs_on_the_device_match_numpy(seed):
         if builder.value.size > 200:
             break
     np.testing.assert_allclose(host(builder.node + 0), builder.value, rtol=1e-4, atol=1e-5)
+
+
+def test_new_kernels_of_a_schedule_compile_together(monkeypatch):
+    import os
+    import random as python_random
+
+    from tinycore.device.registry import Device
+    compiler = Device["CPU"].compiler
+    calls = []
+    original = compiler.compile
+    monkeypatch.setattr(compiler, "compile", lambda src: calls.append(src) or original(src))
+    array = random(6, 5)
+    constants = [python_random.uniform(1, 2) for _ in range(4)]  # never seen before: no cache can answer
+    node = tensor(array)
+    outputs = [node * constants[0], node + constants[1], (node * constants[2]).r(Ops.ADD, (1,)),
+               (node - constants[3]).r(Ops.MAX, (0,))]
+    results = realize_uops(outputs)
+    assert len(calls) == min(4, os.cpu_count() or 1)  # one compiler run per batch, not one per kernel
+    np.testing.assert_allclose(host(results[0]), array * constants[0], rtol=1e-6)
+    np.testing.assert_allclose(host(results[1]), array + constants[1], rtol=1e-6)
+    np.testing.assert_allclose(host(results[2]), (array * constants[2]).sum(1, keepdims=True), rtol=1e-5)
+    np.testing.assert_allclose(host(results[3]), (array - constants[3]).max(0, keepdims=True), rtol=1e-6)

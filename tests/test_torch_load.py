@@ -207,3 +207,12 @@ def test_not_a_torch_file(tmp_path: Path) -> None:
     path.write_bytes(buffer.getvalue())
     with pytest.raises(TorchFormatError, match="magic"):
         torch_load(path)
+
+
+def test_expanded_tensor_larger_than_the_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "expanded.pt"
+    torch.save({"small": torch.ones(1).expand(8), "huge": torch.ones(1).expand(1 << 40)}, path)
+    with pytest.raises(TorchFormatError, match="more than the whole file"):
+        torch_load(path)
+    torch.save({"small": torch.arange(2.0).reshape(2, 1).expand(2, 3)}, path)
+    np.testing.assert_array_equal(torch_load(path)["small"].numpy(), [[0, 0, 0], [1, 1, 1]])

@@ -6,6 +6,8 @@ file has the constructor, the primitive node builders the mixins share, realizat
 """
 from __future__ import annotations
 
+import pathlib
+
 import struct
 import weakref
 from collections.abc import Sequence
@@ -70,6 +72,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         wanted = None if dtype is None else to_dtype(dtype)
         self.grad: Tensor | None = None
         self._unrealized: UOp | None = None
+        if isinstance(data, pathlib.Path):
+            data, wanted = self._uop_from_path(data, wanted), None
         if isinstance(data, UOp):
             if wanted is not None and wanted != data.dtype:
                 data = data.cast(wanted)
@@ -80,6 +84,21 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             self.uop = self._uop_from_data(data, canonical_device(device), wanted)
         self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
+
+    @staticmethod
+    def _uop_from_path(path: pathlib.Path, dtype: DType | None) -> UOp:
+        """A DISK buffer over the whole file at `path` (uint8 unless `dtype` is given); nothing is read yet."""
+        from tinycore.device.registry import Device
+        from tinycore.engine.memory import new_buffer_uop
+        storage = dtype or dtypes.uint8
+        if not path.is_file():
+            raise FileNotFoundError(f"Tensor(Path): {str(path)!r} does not exist or is not a regular file")
+        size = path.stat().st_size
+        if size % storage.itemsize:
+            raise ValueError(f"Tensor(Path): {str(path)!r} has {size} bytes, not a whole number of {storage} items "
+                             f"({storage.itemsize} bytes each)")
+        device = Device.canonicalize(f"DISK:{path.resolve()}")
+        return new_buffer_uop(device, storage, size // storage.itemsize)
 
     @staticmethod
     def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:

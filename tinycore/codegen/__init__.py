@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.codegen.expand import expand
+from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import AxisType, Kernel, Opt, OptOps
-from tinycore.codegen.optimize import hand_coded_optimizations, map_global_dims, vector_width
+from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
 from tinycore.codegen.simplify import simplify_indices
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
@@ -30,7 +31,7 @@ def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> K
     else:
         notes = hand_coded_optimizations(kernel, renderer)
     if getattr(renderer, "has_local", False) and not getattr(renderer, "has_threads", False):
-        map_global_dims(kernel, renderer)
+        notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
     if DEBUG >= 3:
         print(f"{kernel.name()}: " + (", ".join(notes) if notes else "no optimizations"))
     return kernel

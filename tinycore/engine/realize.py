@@ -96,30 +96,31 @@ def prepare_runners(items: Sequence[ScheduleItem]) -> None:
         if (item.ast, device) not in _runners:
             pending.setdefault(device, {})[item.ast] = None
     for device, asts in pending.items():
-        if len(asts) < 2:
-            continue
-        from tinycore.device.registry import Device
-        opened = Device[device]
-        batch = getattr(opened.compiler, "compile_batch", None)
-        if batch is None:
-            continue
-        from tinycore.codegen import lower_to_program
-        # sorted by source: the batches (and so their disk cache keys) do not depend on the schedule's order
-        specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
-        chunk_count = min(_compile_workers(), len(specs))
-        chunks = [specs[start::chunk_count] for start in range(chunk_count)]
+        if len(asts) >= 2:
+            _compile_together(device, list(asts))
 
-        def compile_chunk(chunk: list[tuple[UOp, Any]]) -> tuple[bytes, list[str]]:
-            return batch([(spec.function_name, spec.src) for _, spec in chunk])
 
-        if chunk_count == 1:
-            results = [compile_chunk(chunks[0])]
-        else:
-            with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
-                results = list(pool.map(compile_chunk, chunks))
-        for chunk, (library, symbols) in zip(chunks, results, strict=True):
-            for (ast, spec), symbol in zip(chunk, symbols, strict=True):
-                _runners[(ast, device)] = Runner(ast, device, (spec, library, symbol))
+def _compile_together(device: str, asts: list[UOp]) -> None:
+    """Runners for `asts` on `device` compiled in batches, when its compiler has `compile_batch`."""
+    from tinycore.device.registry import Device
+    opened = Device[device]
+    batch = getattr(opened.compiler, "compile_batch", None)
+    if batch is None:
+        return
+    from tinycore.codegen import lower_to_program
+    # sorted by source: the batches (and so their disk cache keys) do not depend on the schedule's order
+    specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
+    chunk_count = min(_compile_workers(), len(specs))
+    chunks = [specs[start::chunk_count] for start in range(chunk_count)]
+    sources = [[(spec.function_name, spec.src) for _, spec in chunk] for chunk in chunks]
+    if chunk_count == 1:
+        results = [batch(sources[0])]
+    else:
+        with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
+            results = list(pool.map(batch, sources))
+    for chunk, (library, symbols) in zip(chunks, results, strict=True):
+        for (ast, spec), symbol in zip(chunk, symbols, strict=True):
+            _runners[(ast, device)] = Runner(ast, device, (spec, library, symbol))
 
 
 def _run_copy(item: ScheduleItem) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
+from tinycore.nn.safetensors_disk import SafetensorsFormatError
 from tinycore.tensor import Tensor
 
 SAFETENSORS_DTYPES: dict[str, DType] = {
@@ -32,8 +33,35 @@ _MAX_HEADER_BYTES = 100 * 1024 * 1024
 _UNSIGNED_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
 
 
-class SafetensorsError(ValueError):
-    """A safetensors file (or the tensors to save) does not follow the format."""
+SafetensorsError = SafetensorsFormatError
+"""A safetensors file (or the tensors to save) does not follow the format (one class for every loader)."""
+
+
+def _disk_available() -> bool:
+    """True when a plugin provides the DISK device (tiny-disk)."""
+    from tinycore.device.registry import Device
+    try:
+        return bool(Device.probe("DISK")[0])
+    except Exception:  # noqa: BLE001 - a missing or broken plugin means Python I/O
+        return False
+
+
+def _default_device() -> str:
+    from tinycore.device.registry import Device
+    return str(Device.DEFAULT)
+
+
+def gguf_load(fn: Any, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """(metadata, tensors) of a GGUF file; quantized tensors are dequantized on `device` (see tinycore.nn.gguf)."""
+    from tinycore.nn.gguf import gguf_load as load
+    return load(fn, device=device)
+
+
+def torch_load(fn: Any) -> Any:
+    """The tensors and containers of a torch .pt/.pth file, through a restricted unpickler (tinycore.nn.torch_load).
+    """
+    from tinycore.nn.torch_load import torch_load as load
+    return load(fn)
 
 
 # ---- state dicts ----
@@ -249,9 +277,17 @@ def safe_load_metadata(t: Tensor | str | os.PathLike[str]) -> tuple[Tensor, int,
 
 
 def safe_load(fn: Tensor | str | os.PathLike[str], device: str | None = None) -> dict[str, Tensor]:
-    """The tensors of a safetensors file, by name (realized in memory on `device`, the default device if None)."""
+    """The tensors of a safetensors file, by name, on `device` (the default device if None).
+
+    A file given by path is read through the DISK device when tiny-disk is installed: the header is validated
+    first, then only each tensor's own bytes are copied to `device`, in bounded chunks.
+    """
     name, size, read = _source(fn)
     header_length, entries, _ = _parse_header(name, size, read)
+    if not isinstance(fn, Tensor) and _disk_available():
+        from tinycore.nn.safetensors_disk import safe_load_disk
+        target = device if device is not None else _default_device()
+        return {key: value.to(target) for key, value in safe_load_disk(fn).items()}
     data_start = 8 + header_length
     return {key: _tensor_from_bytes(read(data_start + start, end - start), dtype, shape, device)
             for key, (dtype, shape, start, end) in entries.items()}

@@ -83,16 +83,17 @@ class _Loader:
     # ---- the allowed globals ----
 
     def rebuild_tensor(self, storage: Any, storage_offset: Any, size: Any, stride: Any, *_rest: Any,
-                       **_kwargs: Any) -> Tensor:
+                       **_kwargs: Any) -> _PendingTensor:
         """torch._utils._rebuild_tensor_v2: a tensor of `size` and `stride` over `storage` from `storage_offset`."""
         if not isinstance(storage, _Storage):
             raise self.error(f"a tensor is rebuilt from {type(storage).__name__}, not a storage")
         if not isinstance(size, (tuple, list)) or not isinstance(stride, (tuple, list)) or len(size) != len(stride):
-            raise self.error(f"a tensor has size {size!r} and stride {stride!r}, expected tuples of equal length")
+            raise self.error(f"a tensor has size {size!r:.200} and stride {stride!r:.200}, expected tuples of equal "
+                             "length")
         for value in (storage_offset, *size, *stride):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise self.error(f"a tensor has offset {storage_offset!r}, size {size!r}, stride {stride!r}: "
-                                 "expected non-negative integers")
+                raise self.error(f"a tensor has offset {storage_offset!r:.100}, size {size!r:.200}, stride "
+                                 f"{stride!r:.200}: expected non-negative integers")
         shape = tuple(size)
         if len(shape) > 64:
             raise self.error(f"a tensor has {len(shape)} dimensions")
@@ -100,7 +101,12 @@ class _Loader:
         if storage_offset + extent > storage.count:
             raise self.error(f"a tensor of size {list(shape)} and stride {list(stride)} at element {storage_offset} "
                              f"reaches past its storage of {storage.count} elements")
-        return _PendingTensor(storage, storage_offset, shape, tuple(stride), extent)  # type: ignore[return-value]
+        contiguous = tuple(prod(shape[axis + 1:]) for axis in range(len(shape)))
+        if not all(length == 1 or step == want for length, step, want in zip(shape, stride, contiguous, strict=True)) \
+                and prod(shape) * storage.dtype.itemsize > self.source.size:
+            raise self.error(f"a strided tensor of size {list(shape)} and stride {list(stride)} would take "
+                             f"{prod(shape) * storage.dtype.itemsize} bytes, more than the whole file")
+        return _PendingTensor(storage, storage_offset, shape, tuple(stride), extent)
 
     def materialize(self, pending: _PendingTensor) -> Tensor:
         """The tensor of a rebuilt placeholder, now that its storage's place in the file is known."""

@@ -391,3 +391,31 @@ def test_no_files_left_behind(device, tmp_path):
         import gc
         gc.collect()
         assert len(set(os.listdir("/proc/self/fd")) - before) <= 1
+
+
+def test_compile_batch_keeps_same_named_kernels_apart():
+    compiler = ClangCompiler()
+    kernels = [("tc_same", "void tc_same(float* restrict data0) { data0[0] = 1.5f; }\n"),
+               ("tc_same", "void tc_same(float* restrict data0) { data0[0] = -2.0f; }\n"),
+               ("tc_other", "void tc_other(float* restrict data0, const int core_id) { data0[core_id] = 7.0f; }\n")]
+    library, symbols = compiler.compile_batch(kernels)
+    assert len(set(symbols)) == 3 and all(symbol.startswith(name) for symbol, (name, _) in
+                                          zip(symbols, kernels, strict=True))
+    buffer = Buffer("CPU", 2, F32, allocator=CPUAllocator()).ensure_allocated()
+    for symbol, expected in zip(symbols[:2], (1.5, -2.0), strict=True):
+        CPUProgram(symbol, library)(buffer._buf)
+        assert buffer.numpy()[0] == expected
+    CPUProgram(symbols[2], library)(buffer._buf, global_size=(2, 1, 1))
+    np.testing.assert_array_equal(buffer.numpy(), [7.0, 7.0])
+    with pytest.raises(CompileError, match="expected once"):
+        compiler.compile_batch([("tc_missing", "void tc_elsewhere(float* data0) { }\n")])
+
+
+def test_launcher_runs_one_and_several_workers():
+    source = "void tc_fill(float* restrict data0, const int core_id) { data0[core_id] = (float)(core_id + 1); }\n"
+    program = CPUProgram("tc_fill", ClangCompiler().compile_cached(source))
+    buffer = Buffer("CPU", 4, F32, allocator=CPUAllocator()).ensure_allocated()
+    program.launcher((1, 1, 1))([buffer._buf])
+    np.testing.assert_array_equal(buffer.numpy(), [1.0, 0.0, 0.0, 0.0])
+    program.launcher((4, 1, 1))([buffer._buf])
+    np.testing.assert_array_equal(buffer.numpy(), [1.0, 2.0, 3.0, 4.0])

@@ -1,0 +1,205 @@
+"""GPU codegen: the heuristic for renderers with work-groups (`has_local`) and the mapping of axes to SPECIALs.
+
+Launch contract: a GPU program's `global_size` counts work-groups and `local_size` work-items per group; the kernel
+runs over global x local work-items. SPECIAL "gidxN" is the work-group index along dimension N and "lidxN" the
+index inside the group. A program without lidx indices runs groups of one work-item, so its gidx is also the global
+index (renderers may read it as such).
+
+The heuristic, in this order:
+1. reduce kernels with few outputs (at most GROUP_MAX_OUTPUTS) and a reduce axis of at least GROUP_MIN_REDUCE
+   elements get a group reduce on their largest reduce axis: the group's work-items each reduce a strided slice and
+   combine the partials through local memory (local_memory.py); no other opt is applied to them;
+2. matmul-like kernels (a sum of a product of two loads) get a register tile: each work-item computes TILE x TILE
+   outputs (the column axis, contiguous in the output, becomes vector lanes);
+3. output axes, innermost first, are split into a group index and a local index (LOCAL): the local size is the
+   largest power of two dividing the axis within the renderer's `local_max` for that dimension and the work-group
+   limit `max_local_total` (DEFAULT_MAX_LOCAL_TOTAL when the renderer has none).
+Remaining output axes become gidx0..2 (optimize.map_global_dims); LOCAL axes become lidx0..2.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce, nested_reduces
+from tinycore.codegen.opt import AxisType, Kernel, KernelOptError, axis_id, range_size, replace_range
+from tinycore.codegen.optimize import axis_stride, map_global_dims
+from tinycore.dtype import dtypes
+from tinycore.helpers import getenv, prod
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+DEFAULT_MAX_LOCAL_TOTAL = 256
+"""Work-items per work-group when the renderer sets no `max_local_total`."""
+DEFAULT_LOCAL_MAX = (256, 256, 64)
+"""Per-dimension work-group limits when the renderer sets no `local_max`."""
+GROUP_MIN_REDUCE = 128
+"""Reduce axes shorter than this are reduced by one work-item."""
+GROUP_MAX_OUTPUTS = 65536
+"""Kernels with more outputs than this have enough work-items without splitting their reduces."""
+TILE = 4
+"""Rows and columns of the register tile of matmul-like kernels."""
+GROUP_REDUCE = getenv("GROUP_REDUCE", 1)
+"""Set GROUP_REDUCE=0 to turn group reduces off (reduces then run one work-item per output)."""
+
+
+def local_limits(renderer: Any) -> tuple[tuple[int, ...], int]:
+    """(per-dimension local size limits, work-items per group limit) of `renderer`."""
+    per_axis = tuple(int(size) for size in (getattr(renderer, "local_max", None) or DEFAULT_LOCAL_MAX))
+    total = int(getattr(renderer, "max_local_total", None) or DEFAULT_MAX_LOCAL_TOTAL)
+    return per_axis, total
+
+
+def largest_power_of_two_divisor(size: int, limit: int) -> int:
+    """The largest power of two dividing `size` and at most `limit` (1 when none above 1)."""
+    amount = 1
+    while amount * 2 <= limit and size % (amount * 2) == 0:
+        amount *= 2
+    return amount
+
+
+def _strip(node: UOp) -> UOp:
+    while node.op is Ops.CAST or (node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0):
+        node = node.src[0] if node.op is Ops.CAST else node.src[1]
+    return node
+
+
+class GpuHeuristic:
+    """Chooses GPU opts for one kernel; `apply` maps the axes to SPECIALs and lowers a chosen group reduce."""
+
+    def __init__(self, kernel: Kernel, renderer: Any):
+        self.kernel, self.renderer = kernel, renderer
+        self.notes: list[str] = []
+        self.local_axes: list[UOp] = []  # LOCAL ranges, in lidx dimension order
+        self.group: tuple[UOp, int] | None = None  # (reduce range, group size)
+
+    def loop_axes(self) -> list[UOp]:
+        """Output loop axes still open to opts, outermost first."""
+        return [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.LOOP)]
+
+    def split(self, range_node: UOp, amount: int, kind: AxisType, why: str) -> UOp | None:
+        """Split off an inner axis of `amount` of kind `kind` from `range_node`; the new RANGE, None if it fails."""
+        try:
+            self.kernel._split(self.kernel.axes.index(range_node), amount, kind)
+        except (KernelOptError, ValueError):
+            return None
+        self.notes.append(f"{kind.name} {amount} ({why})")
+        return self.kernel.axes[-1]
+
+    # ---- choices ----
+
+    def choose(self) -> None:
+        """Pick and apply the opts (see the module docstring)."""
+        if not self.register_tile() and GROUP_REDUCE and self.choose_group():
+            return
+        self.locals()
+
+    def choose_group(self) -> bool:
+        """Pick a group reduce; True when one was chosen."""
+        reduces = self.kernel.reduce_ops
+        if not reduces or any(node.dtype.count != 1 for node in reduces):
+            return False
+        outputs = prod(range_size(r) or 1 for r in self.loop_axes())
+        if outputs > GROUP_MAX_OUTPUTS or any(range_size(r) is None for r in self.loop_axes()):
+            return False
+        candidates = [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.REDUCE)]
+        candidates = [r for r in candidates if (range_size(r) or 0) >= GROUP_MIN_REDUCE]
+        if not candidates:
+            return False
+        grouped = max(candidates, key=lambda r: range_size(r) or 0)
+        users = [node for node in reduces if grouped in node.src[1:]]
+        if nested_reduces(self.kernel.ast) & set(users):
+            return False
+        per_axis, total = local_limits(self.renderer)
+        size = range_size(grouped) or 0
+        group = 1
+        while group * 2 <= min(per_axis[0], total, size):
+            group *= 2
+        itemsize = max(node.dtype.itemsize for node in users)
+        shared = getattr(self.renderer, "shared_max", None)
+        if group < 2 or (shared is not None and group * itemsize * len(users) > int(shared)):
+            return False
+        self.group = (grouped, group)
+        self.notes.append(f"GROUP {group} (reduce axis {axis_id(grouped)} of {size})")
+        return True
+
+    def register_tile(self) -> bool:
+        """TILE x TILE outputs per work-item for a sum over a product of two loads; True when applied."""
+        ast, reduces = self.kernel.ast, self.kernel.reduce_ops
+        if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+            return False
+        product = _strip(reduces[0].src[0])
+        if product.op is not Ops.MUL:
+            return False
+        loads = [_strip(source) for source in product.src]
+        if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in loads):
+            return False
+        store_index = ast.src[0].src[0].src[1]
+        for first, second in (loads, loads[::-1]):
+            columns = rows = None
+            for range_node in self.loop_axes():
+                in_store = axis_stride(store_index, range_node)
+                in_first = axis_stride(first.src[0].src[1], range_node)
+                in_second = axis_stride(second.src[0].src[1], range_node)
+                if in_store == 1 and in_first == 0 and in_second == 1:
+                    columns = range_node
+                elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
+                    rows = range_node
+            if columns is None or rows is None or (range_size(columns) or 1) % TILE or (range_size(rows) or 1) % TILE:
+                continue
+            self.split(columns, TILE, AxisType.UPCAST, "register tile columns")
+            self.split(rows, TILE, AxisType.UPCAST, "register tile rows")
+            return True
+        return False
+
+    def locals(self) -> None:
+        """Split output axes, innermost first, into group and local indices."""
+        per_axis, total = local_limits(self.renderer)
+        budget = total
+        for range_node in reversed(self.loop_axes()):
+            dimension = len(self.local_axes)
+            if dimension >= min(3, len(per_axis)) or budget < 2:
+                break
+            size = range_size(range_node)
+            if size is None:
+                continue
+            amount = largest_power_of_two_divisor(size, min(per_axis[dimension], budget))
+            if amount < 2:
+                continue
+            local = self.split(range_node, amount, AxisType.LOCAL, f"lidx{dimension}")
+            if local is not None:
+                self.local_axes.append(local)
+                budget //= amount
+
+    # ---- lowering ----
+
+    def apply(self) -> None:
+        """Map the output loops to gidx, the LOCAL axes to lidx, and lower the chosen group reduce."""
+        map_global_dims(self.kernel, self.renderer)
+        for dimension, local in enumerate(self.local_axes):
+            special = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, range_size(local) or 1),),
+                          f"lidx{dimension}")
+            self.kernel.ast = replace_range(self.kernel.ast, local, special, ())
+            self.kernel.axes.remove(local)
+        if self.group is None:
+            return
+        if self.kernel.axes_of(AxisType.LOOP):
+            self.notes.append("no group reduce: an output loop is left and its barrier would run in a loop")
+            return
+        grouped, group = self.group
+        special = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, group),), "lidx0")
+        try:
+            ast, self.kernel.next_id = lower_group_reduce(self.kernel.ast, grouped, special, self.kernel.next_id)
+        except GroupReduceError as error:
+            self.notes.append(f"no group reduce: {error}")
+            return
+        self.kernel.ast = ast
+        self.kernel.axes.remove(grouped)
+
+
+def gpu_optimize(kernel: Kernel, renderer: Any, choose: bool = True) -> list[str]:
+    """Apply the GPU heuristic (when `choose`) and map `kernel`'s axes to SPECIALs; returns a note per choice."""
+    heuristic = GpuHeuristic(kernel, renderer)
+    if choose:
+        heuristic.choose()
+    heuristic.apply()
+    return heuristic.notes

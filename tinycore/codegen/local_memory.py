@@ -1,0 +1,100 @@
+"""Lowering of a group reduce into local memory, barriers and a gated store.
+
+A group reduce splits one reduce axis of size N across the L work-items of a work-group (SPECIAL lidx0):
+
+1. work-item `lidx` reduces the elements lidx, lidx + L, lidx + 2L, ... below N into a register (a loop of
+   ceil((N - lidx) / L) steps, so sizes that L does not divide need no masks);
+2. it stores that partial result at `local[lidx]` (a DEFINE_LOCAL of L elements per REDUCE), then a BARRIER;
+3. the L partials are combined from local memory (a loop over L loads ordered after the barrier): by work-item 0
+   alone when the result only reaches stores (the loop runs zero times in the others), by every work-item when later
+   reduces of the kernel use the result (so each work-item knows it);
+4. every global STORE is gated to work-item 0 (`lidx == 0`), so each output is written once.
+
+The program must not run the barrier inside a loop that not all work-items of the group enter: the caller groups
+only kernels whose output axes all became SPECIAL indices and whose grouped REDUCEs are not nested in other REDUCEs.
+"""
+from __future__ import annotations
+
+from tinycore.codegen.opt import AxisType, new_range, range_size
+from tinycore.codegen.simplify import simplify
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+class GroupReduceError(ValueError):
+    """A group reduce that does not apply to the kernel (see `lower_group_reduce`)."""
+
+
+def nested_reduces(ast: UOp) -> set[UOp]:
+    """The REDUCE nodes that appear inside another REDUCE's reduced value."""
+    inside: set[UOp] = set()
+    for node in ast.toposort:
+        if node.op is Ops.REDUCE:
+            inside.update(n for n in node.src[0].toposort if n.op is Ops.REDUCE)
+    return inside
+
+
+def group_partial_end(size: int, group: int, local_index: UOp) -> UOp:
+    """The trip count of work-item `local_index` over elements local_index, +group, ... below `size`."""
+    if size % group == 0:
+        return UOp.const(dtypes.int32, size // group)
+    # simplified here so the index simplification later finds the same RANGE node in values and REDUCEs
+    return simplify((UOp.const(dtypes.int32, size - 1) - local_index) // group + 1)
+
+
+def lower_group_reduce(ast: UOp, grouped: UOp, local_index: UOp, next_id: int) -> tuple[UOp, int]:
+    """`ast` with every REDUCE over the RANGE `grouped` reduced by the work-group of SPECIAL `local_index`.
+
+    Returns the new AST and the next free axis id. `local_index` is a SPECIAL "lidxN" whose size (the group size)
+    is a constant no larger than the grouped range's size.
+    """
+    size, group = range_size(grouped), local_index.src[0].arg if local_index.src[0].op is Ops.CONST else None
+    if size is None or group is None or not 1 <= group <= size:
+        raise GroupReduceError(f"a group reduce needs a constant range and group size with 1 <= group <= range, got "
+                               f"range {size} and group {group}: pick a smaller group")
+    users = [node for node in ast.toposort if node.op is Ops.REDUCE and grouped in node.src[1:]]
+    if not users:
+        raise GroupReduceError("no REDUCE reduces over the grouped range: group a reduce axis of the kernel")
+    if nested_reduces(ast) & set(users):
+        raise GroupReduceError("a grouped REDUCE sits inside another REDUCE: its barrier would run in a loop")
+    if any(node.dtype.count != 1 for node in users):
+        raise GroupReduceError("a grouped REDUCE has a vector dtype: group before vector accumulators are made")
+    partial_end = group_partial_end(size, group, local_index)
+    # a result that only reaches stores is combined by work-item 0 alone (the others loop zero times and their
+    # stores are gated off); a result later reduces use is combined by every work-item
+    feeds_reduce = {node for reduce in ast.toposort if reduce.op is Ops.REDUCE
+                    for node in reduce.src[0].toposort if node.op is Ops.REDUCE}
+    first = local_index.eq(0)
+    first_only_end = simplify(first.where(UOp.const(dtypes.int32, group), UOp.const(dtypes.int32, 0)))
+    partial_ranges: dict[tuple[tuple[UOp, ...], bool], tuple[UOp, UOp]] = {}
+    locals_made = 0
+    memo: dict[UOp, UOp] = {}
+    for node in ast.toposort:
+        new_src = tuple(memo[source] for source in node.src)
+        rebuilt = node if new_src == node.src else node.replace(src=new_src)
+        if node.op is not Ops.REDUCE or grouped not in node.src[1:]:
+            memo[node] = rebuilt
+            continue
+        key = (node.src[1:], node in feeds_reduce)
+        if key not in partial_ranges:
+            partial_ranges[key] = (new_range(partial_end, next_id, AxisType.REDUCE),
+                                   new_range(group if key[1] else first_only_end, next_id + 1, AxisType.REDUCE))
+            next_id += 2
+        inner, combine = partial_ranges[key]
+        value = rebuilt.src[0].substitute({grouped: inner * group + local_index})
+        others = tuple(source for source in rebuilt.src[1:] if source is not grouped)
+        partial = UOp(Ops.REDUCE, node.dtype, (value,) + others + (inner,), node.arg)
+        shared = UOp(Ops.DEFINE_LOCAL, node.dtype.ptr(group, "local"), (), locals_made)
+        locals_made += 1
+        barrier = UOp(Ops.BARRIER, dtypes.void, (shared.index(local_index).store(partial),))
+        read = UOp(Ops.LOAD, node.dtype, (shared.index(combine), barrier))
+        memo[node] = UOp(Ops.REDUCE, node.dtype, (read, combine), node.arg)
+    stores = []
+    for store in memo[ast].src:
+        address = store.src[0]
+        if address.op is not Ops.INDEX:
+            raise GroupReduceError(f"a kernel store writes through {address.op}, not an INDEX: it cannot be gated")
+        valid = first if len(address.src) < 3 else address.src[2] & first
+        stores.append(store.replace(src=(address.replace(src=address.src[:2] + (valid,)),) + store.src[1:]))
+    return memo[ast].replace(src=tuple(stores)), next_id
