@@ -39,6 +39,8 @@ FLOAT_CLIP = 100.0
 INT_LIMIT = 100_000.0
 INT_CLIP = 1000.0
 MAX_NUMEL = 3000
+LARGE_GRAPH_CHANCE = 0.05  # graphs allowed to expand to sizes that split kernels across CPU workers
+LARGE_MAX_NUMEL = 150_000
 DIM_POOL = (1, 1, 2, 3, 4, 5, 7)
 DTYPE_NAMES = {np.dtype(np.float32): "float32", np.dtype(np.int32): "int32", np.dtype(np.bool_): "bool"}
 # tinygrad's names, for the oracle check (--tinygrad)
@@ -113,6 +115,8 @@ class GraphBuilder:
         self.data_rng = np.random.default_rng(data_seed)
         self.nodes: list[Node] = []
         self.lines: list[str] = []
+        self.large = self.rng.random() < LARGE_GRAPH_CHANCE
+        self.max_numel = LARGE_MAX_NUMEL if self.large else MAX_NUMEL
 
     # ---- bookkeeping ----
 
@@ -270,7 +274,7 @@ class GraphBuilder:
                 shape = np.broadcast_shapes(candidate.shape, node.shape)
             except ValueError:
                 return False
-            return math.prod(shape) <= MAX_NUMEL
+            return math.prod(shape) <= self.max_numel
         return self.pick(fits)
 
     def binary(self) -> Node | None:
@@ -361,8 +365,11 @@ class GraphBuilder:
             return found.name, found.name, found.dtype, found.shape, found.bound, found.error
         first, second = operand(), operand()
         dtype = promote(first[2], second[2])
-        shape = tuple(np.broadcast_shapes(condition.shape, first[3], second[3]))
-        if math.prod(shape) > MAX_NUMEL:
+        try:
+            shape = tuple(np.broadcast_shapes(condition.shape, first[3], second[3]))
+        except ValueError:
+            return None
+        if math.prod(shape) > self.max_numel:
             return None
         first_numpy = first[1] if first[2] == dtype else f"{first[1]}.astype(np.{dtype})"
         second_numpy = second[1] if second[2] == dtype else f"{second[1]}.astype(np.{dtype})"
@@ -414,9 +421,9 @@ class GraphBuilder:
             return self.add(f"{node.name}.mean({arguments})",
                             f"np.mean({node.name}, {numpy_arguments}, dtype=np.float32).astype(np.float32)", shape,
                             "float32", node.bound, error)
-        bound = node.bound ** count if count else 1.0
-        if bound > 1e4:
+        if count * math.log(max(node.bound, 1.0)) > math.log(1e4):
             return None
+        bound = max(node.bound, 1.0) ** count
         error = 0.0
         if node.dtype == "float32":
             error = count * node.error * node.bound ** max(count - 1, 0) + count * FLOAT_ROUNDING * bound
@@ -527,14 +534,26 @@ class GraphBuilder:
             return self.add(f"{name}.unsqueeze({dim})", f"np.expand_dims({name}, {dim})", new_shape, *keep)
         return None
 
+    def widen(self) -> Node | None:
+        """A new leading axis expanded so far that kernels over it split across CPU workers."""
+        node = self.pick(lambda candidate: 0 < candidate.numel <= 64 and len(candidate.shape) < 4)
+        if node is None:
+            return None
+        size = self.rng.randint(70_000 // node.numel + 1, self.max_numel // node.numel)
+        new_shape = (size, *node.shape)
+        return self.add(f"{node.name}.unsqueeze(0).expand({new_shape})",
+                        f"np.broadcast_to({node.name}[None], {new_shape})", new_shape, node.dtype, node.bound,
+                        node.error)
+
     def _expand(self, node: Node) -> Node | None:
         ones = [index for index, size in enumerate(node.shape) if size == 1]
-        new_shape = [self.rng.choice((2, 3, 4)) if index in ones and self.rng.random() < 0.7 else size
+        sizes = (2, 3, 4, 97, 1000, 20000) if self.large else (2, 3, 4)
+        new_shape = [self.rng.choice(sizes) if index in ones and self.rng.random() < 0.7 else size
                      for index, size in enumerate(node.shape)]
         if self.rng.random() < 0.3 and len(new_shape) < 4:
-            new_shape.insert(0, self.rng.choice((1, 2, 3)))
+            new_shape.insert(0, self.rng.choice(sizes))
         new_shape_tuple = tuple(new_shape)
-        if math.prod(new_shape_tuple) > MAX_NUMEL or new_shape_tuple == node.shape:
+        if math.prod(new_shape_tuple) > self.max_numel or new_shape_tuple == node.shape:
             return None
         offset = len(new_shape) - len(node.shape)
         written = [-1 if index >= offset and node.shape[index - offset] == size and self.rng.random() < 0.3 else size
@@ -554,10 +573,11 @@ class GraphBuilder:
                     before, after = 0, 1
             else:
                 limit = {"reflect": size - 1, "replicate": 2 if size else 0, "circular": size}[mode]
-                before, after = self.rng.randint(0, min(limit, 2)), self.rng.randint(0, min(limit, 2))
+                limit = min(max(limit, 0), 2)
+                before, after = self.rng.randint(0, limit), self.rng.randint(0, limit)
             pairs.append((before, after))
         new_shape = tuple(size + before + after for size, (before, after) in zip(node.shape, pairs, strict=True))
-        if math.prod(new_shape) > MAX_NUMEL:
+        if math.prod(new_shape) > self.max_numel:
             return None
         cut = ", ".join(f"{max(-before, 0)}:{size - max(-after, 0)}" for size, (before, after) in
                         zip(node.shape, pairs, strict=True))
@@ -640,7 +660,7 @@ class GraphBuilder:
         else:
             new_shape = tuple(a + b if index == axis else a for index, (a, b) in
                               enumerate(zip(first.shape, second.shape, strict=True)))
-        if math.prod(new_shape) > MAX_NUMEL:
+        if math.prod(new_shape) > self.max_numel:
             return None
         function = "stack" if stack else "cat"
         numpy_function = "np.stack" if stack else "np.concatenate"
@@ -661,6 +681,8 @@ class GraphBuilder:
         """Inputs, then 3-12 operations; returns the nodes to check."""
         self.add_inputs()
         inputs = len(self.nodes)
+        if self.large:
+            self.widen()
         operations = [self.unary] * 5 + [self.binary] * 5 + [self.compare_where] * 2 + [self.reduce] * 4 + [
             self.reduce_broadcast] + [self.movement] * 6 + [self.join] * 2 + [self.materialize, self.cast_any]
         target = self.rng.randint(3, 12)

@@ -317,3 +317,18 @@ def test_substitute_fold_rebuilds_only_what_depends_on_the_keys() -> None:
     assert result.op is Ops.MUL and result.src[0] is untouched
     assert result.src[1].op is Ops.CONST and result.src[1].arg == 2 * 4 + 3
     assert substitute_fold(expression, {expression: untouched}) is untouched
+
+
+@pytest.mark.parametrize("opts", [None, [Opt(OptOps.UNROLL, 1, 2)],
+                                  [Opt(OptOps.UNROLL, 1, 3), Opt(OptOps.UPCAST, 0, 4)]])
+@pytest.mark.parametrize("reduce_op", [Ops.ADD, Ops.MAX])
+def test_reduce_of_a_value_invariant_along_the_loop(opts: list[Opt] | None, reduce_op: Ops) -> None:
+    # out[i] = reduce over j < 6 of a[i]: the value does not change along j (an average pool's element count)
+    rows, window = loop(8, 0), loop(6, 1)
+    out, source = buffer(0, dtypes.float32, 8), buffer(1, dtypes.float32, 8)
+    value = source.index(flat_index([rows], [1])).load()
+    ast = out.index(flat_index([rows], [1])).store(UOp(Ops.REDUCE, dtypes.float32, (value, window), reduce_op)).sink()
+    values = random_array((8,), dtypes.float32, 5)
+    output = np.zeros(8, np.float32)
+    run_linear(linearize(ast, ScalarRenderer(), opts), [output, values.copy()])
+    np.testing.assert_allclose(output, values * 6 if reduce_op is Ops.ADD else values, rtol=1e-6)

@@ -206,9 +206,9 @@ def test_unknown_device_fails_clearly(plugin_path: str) -> None:
 
 
 def test_pytest_pyargs_entry(plugin_path: str) -> None:
-    """`pytest -p tinycore.testing.plugin --pyargs tinycore.testing --tiny-device=PYTHON` runs the suite and prints
-    the summary."""
-    result = run_module(plugin_path, ["-m", "pytest", "-p", "tinycore.testing.plugin", "--pyargs", "tinycore.testing",
+    """`pytest --pyargs tinycore.testing --tiny-device=PYTHON` runs the suite and prints the summary (the core
+    declares the suite's pytest plugin as a `pytest11` entry point)."""
+    result = run_module(plugin_path, ["-m", "pytest", "--pyargs", "tinycore.testing",
                                       "--tiny-device=PYTHON", "-k", "test_where", "-q", "-p", "no:cacheprovider"])
     assert result.returncode == 0, result.stdout + result.stderr
     assert "tinycore conformance: PYTHON" in result.stdout

@@ -207,7 +207,8 @@ def _fuzz(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, original: 
         if measure:
             assert used <= 64 * len(mutated) + (4 << 20), f"{name} iteration {iteration}: {used} bytes allocated"
     assert guard.violations == [], guard.violations[:5]
-    assert slowest < 10.0, f"a {name} load took {slowest:.1f} s"
+    # a hang guard, not a speed check: generous enough for a loaded CI machine compiling a first kernel
+    assert slowest < 120.0, f"a {name} load took {slowest:.1f} s (a loop the file's counts drive?)"
     assert 0 < outcomes["loaded"] < count, outcomes  # the mutations break files, and not all of them
     assert sum(outcomes.values()) == count
 

@@ -19,7 +19,7 @@ from tinycore import Tensor  # noqa: E402
 
 LONG_RUN = os.environ.get("TINYCORE_FUZZ_LONG", "") == "1"
 GRAPHS = 20_000 if LONG_RUN else 1_000
-DATA_PER_STRUCTURE = 4
+DATA_PER_STRUCTURE = 3
 SEED = 20240
 
 

@@ -78,6 +78,15 @@ class Expander:
         loops = [r for r in ranges if r not in unrolled and r not in accumulators]
         if unrolled:
             value = combine(op, [_substitute(value, mapping) for mapping in lane_values(unrolled)])
+        invariant = [r for r in loops if r not in value.toposort and range_size(r) is not None]
+        if invariant and op in (Ops.ADD, Ops.MAX):
+            # a value that does not change along a loop: the loop's result is known (n copies summed, or the value)
+            loops = [r for r in loops if r not in invariant]
+            if op is Ops.ADD:
+                count = 1
+                for range_node in invariant:
+                    count *= range_size(range_node) or 1
+                value = value * UOp.const(value.dtype, count)
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
         lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]

@@ -7,13 +7,15 @@ index (renderers may read it as such).
 
 The heuristic, in this order:
 1. reduce kernels with few outputs (at most GROUP_MAX_OUTPUTS) and a reduce axis of at least GROUP_MIN_REDUCE
-   elements get a group reduce on their largest reduce axis: the group's work-items each reduce a strided slice and
-   combine the partials through local memory (local_memory.py); no other opt is applied to them;
+   elements get a group reduce on their largest reduce axis: the group's work-items (the renderer's `group_size`,
+   else DEFAULT_GROUP_SIZE, within the local limits) each reduce a strided slice and combine the partials through
+   local memory (local_memory.py); no other opt is applied to them;
 2. matmul-like kernels (a sum of a product of two loads) get a register tile: each work-item computes TILE x TILE
    outputs (the column axis, contiguous in the output, becomes vector lanes);
 3. output axes, innermost first, are split into a group index and a local index (LOCAL): the local size is the
    largest power of two dividing the axis within the renderer's `local_max` for that dimension and the work-group
-   limit `max_local_total` (DEFAULT_MAX_LOCAL_TOTAL when the renderer has none).
+   limit `max_local_total` (DEFAULT_MAX_LOCAL_TOTAL when the renderer has none), unless the innermost axis would
+   still need more than `max_groups` (MAX_GROUPS_PER_DIMENSION) work-groups.
 Remaining output axes become gidx0..2 (optimize.map_global_dims); LOCAL axes become lidx0..2.
 """
 from __future__ import annotations
@@ -32,9 +34,15 @@ DEFAULT_MAX_LOCAL_TOTAL = 256
 """Work-items per work-group when the renderer sets no `max_local_total`."""
 DEFAULT_LOCAL_MAX = (256, 256, 64)
 """Per-dimension work-group limits when the renderer sets no `local_max`."""
+DEFAULT_GROUP_SIZE = 16
+"""Work-items sharing one group reduce when the renderer sets no `group_size` (16 measured best on PoCL's CPU
+device, where larger groups serialise the combine; GPUs may set more)."""
 GROUP_MIN_REDUCE = 128
 """Reduce axes shorter than this are reduced by one work-item."""
-GROUP_MAX_OUTPUTS = 65536
+MAX_GROUPS_PER_DIMENSION = 65535
+"""Work-groups along one launch dimension when the renderer sets no `max_groups` (WebGPU's and CUDA's y/z limit):
+kernels using local indices keep every gidx within it."""
+GROUP_MAX_OUTPUTS = MAX_GROUPS_PER_DIMENSION
 """Kernels with more outputs than this have enough work-items without splitting their reduces."""
 TILE = 4
 """Rows and columns of the register tile of matmul-like kernels."""
@@ -96,23 +104,26 @@ class GpuHeuristic:
     def choose_group(self) -> bool:
         """Pick a group reduce; True when one was chosen."""
         reduces = self.kernel.reduce_ops
-        if not reduces or any(node.dtype.count != 1 for node in reduces):
+        if not getattr(self.renderer, "has_shared", True) or not reduces or \
+                any(node.dtype.count != 1 for node in reduces):
             return False
         outputs = prod(range_size(r) or 1 for r in self.loop_axes())
-        if outputs > GROUP_MAX_OUTPUTS or any(range_size(r) is None for r in self.loop_axes()):
+        output_limit = min(GROUP_MAX_OUTPUTS, int(getattr(self.renderer, "max_groups", None) or GROUP_MAX_OUTPUTS))
+        if outputs > output_limit or any(range_size(r) is None for r in self.loop_axes()):
             return False
+        nested = nested_reduces(self.kernel.ast)
         candidates = [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.REDUCE)]
-        candidates = [r for r in candidates if (range_size(r) or 0) >= GROUP_MIN_REDUCE]
+        candidates = [r for r in candidates if (range_size(r) or 0) >= GROUP_MIN_REDUCE and
+                      not any(node in nested for node in reduces if r in node.src[1:])]
         if not candidates:
             return False
         grouped = max(candidates, key=lambda r: range_size(r) or 0)
         users = [node for node in reduces if grouped in node.src[1:]]
-        if nested_reduces(self.kernel.ast) & set(users):
-            return False
         per_axis, total = local_limits(self.renderer)
         size = range_size(grouped) or 0
+        wanted = int(getattr(self.renderer, "group_size", None) or DEFAULT_GROUP_SIZE)
         group = 1
-        while group * 2 <= min(per_axis[0], total, size):
+        while group * 2 <= min(per_axis[0], total, size, wanted):
             group *= 2
         itemsize = max(node.dtype.itemsize for node in users)
         shared = getattr(self.renderer, "shared_max", None)
@@ -155,7 +166,12 @@ class GpuHeuristic:
         """Split output axes, innermost first, into group and local indices."""
         per_axis, total = local_limits(self.renderer)
         budget = total
-        for range_node in reversed(self.loop_axes()):
+        max_groups = int(getattr(self.renderer, "max_groups", None) or MAX_GROUPS_PER_DIMENSION)
+        loops = self.loop_axes()
+        if loops and (range_size(loops[-1]) or 0) > max_groups * largest_power_of_two_divisor(
+                range_size(loops[-1]) or 1, min(per_axis[0], total)):
+            return  # gidx0 would exceed the work-group count of a dimension: one work-item per group instead
+        for range_node in reversed(loops):
             dimension = len(self.local_axes)
             if dimension >= min(3, len(per_axis)) or budget < 2:
                 break

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes, truncate
@@ -75,12 +75,19 @@ class Program:
         import numpy
         var_vals = dict(var_vals or {})
         lists = [numpy.asarray(b).reshape(-1).tolist() if isinstance(b, numpy.ndarray) else b for b in buffers]
-        sizes = []
-        for special in self.specials:
-            size = self._evaluate_size(special.src[0], var_vals) if special.src else 1
-            sizes.append(range(size))
-        for thread in itertools.product(*sizes):
-            self._run_thread(lists, var_vals, dict(zip(self.specials, thread, strict=True)))
+        sizes = {special: range(self._evaluate_size(special.src[0], var_vals) if special.src else 1)
+                 for special in self.specials}
+        # the work-items of one work-group (its lidx values) run together: each runs up to its next BARRIER, and
+        # none goes past it before all have reached it; DEFINE_LOCAL memory is shared by the group
+        locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
+        groups = [special for special in self.specials if special not in locals_]
+        for group in itertools.product(*(sizes[special] for special in groups)):
+            shared: dict[UOp, list[Any]] = {}
+            members = itertools.product(*(sizes[special] for special in locals_))
+            threads = [self._run_thread(lists, var_vals, dict(zip(groups + locals_, group + local, strict=True)),
+                                        shared) for local in members]
+            while threads:
+                threads = [thread for thread in threads if next(thread, None) is not None]
         for original, values in zip(buffers, lists, strict=True):
             if isinstance(original, numpy.ndarray):
                 flat = original.reshape(-1)
@@ -100,7 +107,9 @@ class Program:
                 raise InterpreterError(f"cannot evaluate {item.op} in a thread count")
         return int(values[node])
 
-    def _run_thread(self, lists: list[Any], var_vals: Mapping[str, int], thread: dict[UOp, int]) -> None:
+    def _run_thread(self, lists: list[Any], var_vals: Mapping[str, int], thread: dict[UOp, int],
+                    shared: dict[UOp, list[Any]]) -> Iterator[bool]:
+        """Run one work-item, yielding True at each BARRIER (a generator: the caller resumes it)."""
         values: dict[UOp, Any] = {}
         uops, position, count = self.uops, 0, len(self.uops)
         while position < count:
@@ -117,8 +126,13 @@ class Program:
                 if values[loop] < values[loop.src[0]]:
                     position = self.start_of[position] + 1
                     continue
+            elif op is Ops.DEFINE_LOCAL:
+                size = uop.dtype.size if isinstance(uop.dtype, PtrDType) and uop.dtype.size > 0 else 1
+                values[uop] = shared.setdefault(uop, [None] * size)
             else:
                 values[uop] = self._step(uop, values, lists, var_vals, thread)
+                if op is Ops.BARRIER:
+                    yield True
             position += 1
 
     def _step(self, uop: UOp, values: dict[UOp, Any], lists: list[Any], var_vals: Mapping[str, int],

@@ -5,9 +5,9 @@ A group reduce splits one reduce axis of size N across the L work-items of a wor
 1. work-item `lidx` reduces the elements lidx, lidx + L, lidx + 2L, ... below N into a register (a loop of
    ceil((N - lidx) / L) steps, so sizes that L does not divide need no masks);
 2. it stores that partial result at `local[lidx]` (a DEFINE_LOCAL of L elements per REDUCE), then a BARRIER;
-3. the L partials are combined from local memory (a loop over L loads ordered after the barrier): by work-item 0
-   alone when the result only reaches stores (the loop runs zero times in the others), by every work-item when later
-   reduces of the kernel use the result (so each work-item knows it);
+3. work-item 0 combines the L partials from local memory (a loop over L loads ordered after the barrier, whose trip
+   count is 0 in the other work-items); the result reaches only stores, since a grouped REDUCE may not sit inside
+   another REDUCE;
 4. every global STORE is gated to work-item 0 (`lidx == 0`), so each output is written once.
 
 The program must not run the barrier inside a loop that not all work-items of the group enter: the caller groups
@@ -61,13 +61,11 @@ def lower_group_reduce(ast: UOp, grouped: UOp, local_index: UOp, next_id: int) -
     if any(node.dtype.count != 1 for node in users):
         raise GroupReduceError("a grouped REDUCE has a vector dtype: group before vector accumulators are made")
     partial_end = group_partial_end(size, group, local_index)
-    # a result that only reaches stores is combined by work-item 0 alone (the others loop zero times and their
-    # stores are gated off); a result later reduces use is combined by every work-item
-    feeds_reduce = {node for reduce in ast.toposort if reduce.op is Ops.REDUCE
-                    for node in reduce.src[0].toposort if node.op is Ops.REDUCE}
+    # no grouped result feeds another REDUCE (checked above), so only stores use it: work-item 0 combines the
+    # partials alone (the others loop zero times and their stores are gated off)
     first = local_index.eq(0)
     first_only_end = simplify(first.where(UOp.const(dtypes.int32, group), UOp.const(dtypes.int32, 0)))
-    partial_ranges: dict[tuple[tuple[UOp, ...], bool], tuple[UOp, UOp]] = {}
+    partial_ranges: dict[tuple[UOp, ...], tuple[UOp, UOp]] = {}
     locals_made = 0
     memo: dict[UOp, UOp] = {}
     for node in ast.toposort:
@@ -76,12 +74,11 @@ def lower_group_reduce(ast: UOp, grouped: UOp, local_index: UOp, next_id: int) -
         if node.op is not Ops.REDUCE or grouped not in node.src[1:]:
             memo[node] = rebuilt
             continue
-        key = (node.src[1:], node in feeds_reduce)
-        if key not in partial_ranges:
-            partial_ranges[key] = (new_range(partial_end, next_id, AxisType.REDUCE),
-                                   new_range(group if key[1] else first_only_end, next_id + 1, AxisType.REDUCE))
+        if node.src[1:] not in partial_ranges:
+            partial_ranges[node.src[1:]] = (new_range(partial_end, next_id, AxisType.REDUCE),
+                                            new_range(first_only_end, next_id + 1, AxisType.REDUCE))
             next_id += 2
-        inner, combine = partial_ranges[key]
+        inner, combine = partial_ranges[node.src[1:]]
         value = rebuilt.src[0].substitute({grouped: inner * group + local_index})
         others = tuple(source for source in rebuilt.src[1:] if source is not grouped)
         partial = UOp(Ops.REDUCE, node.dtype, (value,) + others + (inner,), node.arg)

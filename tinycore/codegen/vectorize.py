@@ -47,6 +47,7 @@ class Packer:
     def __init__(self, vector_ok: Callable[[DType, int], bool]):
         self.vector_ok = vector_ok
         self.memo: dict[tuple[UOp, ...], UOp] = {}
+        self.lane_memo: dict[tuple[UOp, ...], tuple[UOp, ...]] = {}
 
     def pack(self, lanes: tuple[UOp, ...]) -> UOp:
         """One vector node whose lane k equals lanes[k] (lanes are scalar nodes of one dtype)."""
@@ -66,8 +67,10 @@ class Packer:
             return broadcast(first, len(lanes))
         same_shape = all(lane.op is first.op and lane.dtype == first.dtype and lane.arg == first.arg and
                          len(lane.src) == len(first.src) for lane in lanes)
-        if not same_shape or not self.vector_ok(first.dtype, len(lanes)):
+        if not same_shape:
             return gather(lanes)
+        if not self.vector_ok(first.dtype, len(lanes)):
+            return self._lanewise(lanes) if first.op in PACKABLE_OPS else gather(lanes)
         width = len(lanes)
         if first.op is Ops.LOAD:
             return self._pack_load(lanes)
@@ -82,11 +85,51 @@ class Packer:
                 source_lanes = tuple(lane.src[position] for lane in lanes)
                 if not self.vector_ok(source_lanes[0].dtype, width) and \
                         not all(source is source_lanes[0] for source in source_lanes):
-                    return gather(lanes)
+                    return self._lanewise(lanes)
                 sources.append(self.pack(source_lanes))
             dtype = dtypes.bool.vec(width) if first.op in GroupOp.Comparison else first.dtype.vec(width)
             return UOp(first.op, dtype, tuple(sources), first.arg)
         return gather(lanes)
+
+    def lanes_of(self, lanes: tuple[UOp, ...]) -> tuple[UOp, ...]:
+        """`lanes` recomputed lane by lane over vector sources where possible (see _lanewise)."""
+        found = self.lane_memo.get(lanes)
+        if found is None:
+            first = lanes[0]
+            same_shape = all(lane.op is first.op and lane.dtype == first.dtype and lane.arg == first.arg and
+                             len(lane.src) == len(first.src) for lane in lanes)
+            rebuilt = self._lanewise(lanes) if same_shape else gather(lanes)
+            found = self.lane_memo[lanes] = rebuilt.src if rebuilt.op is Ops.VECTORIZE and \
+                len(rebuilt.src) == len(lanes) else lanes
+        return found
+
+    def _lanewise(self, lanes: tuple[UOp, ...]) -> UOp:
+        """Lanes of an op that cannot be a vector op (a comparison, a bool source) computed one by one, from vector
+        sources where those pack into real vector work (loads, arithmetic), so only this op is scalar."""
+        first, width = lanes[0], len(lanes)
+        columns: list[tuple[UOp, ...]] = []
+        packed_any = False
+        for position in range(len(first.src)):
+            source_lanes = tuple(lane.src[position] for lane in lanes)
+            if self.vector_ok(source_lanes[0].dtype, width) and \
+                    not all(source is source_lanes[0] for source in source_lanes):
+                vector = self.pack(source_lanes)
+                if vector.op is not Ops.VECTORIZE:
+                    columns.append(tuple(vector.gep(lane) for lane in range(width)))
+                    packed_any = True
+                    continue
+            elif source_lanes[0].op in PACKABLE_OPS and source_lanes[0].dtype.count == 1 and \
+                    not all(source is source_lanes[0] for source in source_lanes):
+                rebuilt = self.lanes_of(source_lanes)
+                if rebuilt != source_lanes:
+                    columns.append(rebuilt)
+                    packed_any = True
+                    continue
+            columns.append(source_lanes)
+        if not packed_any:
+            return gather(lanes)
+        return gather(tuple(UOp(first.op, first.dtype, tuple(column[lane] for column in columns), first.arg)
+                            for lane in range(width)))
 
     def _pack_load(self, lanes: tuple[UOp, ...]) -> UOp:
         first = lanes[0]

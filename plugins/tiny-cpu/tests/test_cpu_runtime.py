@@ -415,6 +415,7 @@ def test_launcher_runs_one_and_several_workers():
     source = "void tc_fill(float* restrict data0, const int core_id) { data0[core_id] = (float)(core_id + 1); }\n"
     program = CPUProgram("tc_fill", ClangCompiler().compile_cached(source))
     buffer = Buffer("CPU", 4, F32, allocator=CPUAllocator()).ensure_allocated()
+    buffer.copyin(memoryview(np.zeros(4, np.float32).tobytes()))
     program.launcher((1, 1, 1))([buffer._buf])
     np.testing.assert_array_equal(buffer.numpy(), [1.0, 0.0, 0.0, 0.0])
     program.launcher((4, 1, 1))([buffer._buf])

@@ -85,10 +85,11 @@ class ClangCompiler(Compiler):
                                                   ["-march=native"])
         # no -ffast-math: it breaks nan and inf; -fno-math-errno lets sqrt and friends compile inline;
         # -ffp-contract=off keeps a*b+c rounded twice, as numpy and torch compute it; -nostdlib skips the C runtime's
-        # start files and libc at link time (a third of a small kernel's compile time): libm is linked, anything
-        # else a kernel calls (memset, memcpy) resolves against the already loaded libc when the library is opened
+        # start files and libc at link time (a third of a small kernel's compile time): libm and libgcc (half
+        # conversions) are linked, anything else a kernel calls (memset, memcpy) resolves against the already loaded
+        # libc when the library is opened
         self.flags = (*self.command[1:], "-O3", *target, "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off",
-                      "-nostdlib", "-lm")
+                      "-nostdlib", "-lm", "-lgcc")
 
     def version(self) -> str:
         """The compiler's --version line and, for native code, the host CPU."""
@@ -98,8 +99,9 @@ class ClangCompiler(Compiler):
         """The shared object built from C source `src`; CompileError with the compiler's log on failure."""
         with tempfile.TemporaryDirectory(prefix="tinycore-cc-") as directory:
             output = os.path.join(directory, "kernel.so")
-            flags = [flag for flag in self.flags if flag != "-lm"]
-            command = [self._executable_for(src), *flags, "-x", "c", "-", "-o", output, "-lm"]
+            libraries = [flag for flag in self.flags if flag.startswith("-l")]  # after the input, as linkers want
+            flags = [flag for flag in self.flags if not flag.startswith("-l")]
+            command = [self._executable_for(src), *flags, "-x", "c", "-", "-o", output, *libraries]
             try:
                 result = subprocess.run(command, input=src, capture_output=True, text=True, timeout=300)
             except (OSError, subprocess.SubprocessError) as error:
