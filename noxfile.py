@@ -39,7 +39,7 @@ def tests(session: nox.Session) -> None:
 
     Arguments after `--` replace the test path: `nox -s tests -- tests/test_cli.py -x`."""
     session.install("-e", ".[test]", "-e", "plugins/tiny-cpu", TORCH)
-    session.run("pytest", *(session.posargs or ["tests"]))
+    session.run("pytest", *(session.posargs or ["-n", "auto", "tests"]))
 
 
 @nox.session

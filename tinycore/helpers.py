@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import pathlib
 import sys
-from typing import Any, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -35,7 +35,7 @@ class ContextVar:
     Integer settings (DEBUG, BEAM, ...) compare like ints: `if DEBUG >= 2:`. String settings (DEV) hold strings.
     """
 
-    _cache: dict[str, "ContextVar"] = {}
+    _cache: dict[str, ContextVar] = {}
     value: Any
     key: str
 
@@ -81,7 +81,7 @@ class Context(contextlib.ContextDecorator):
         self.kwargs = kwargs
         self.saved: list[dict[str, Any]] = []
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Context:
         self.saved.append({key: ContextVar._cache[key].value for key in self.kwargs})
         for key, value in self.kwargs.items():
             ContextVar._cache[key].value = value

@@ -7,7 +7,6 @@ file has the constructor, the primitive node builders the mixins share, realizat
 from __future__ import annotations
 
 import pathlib
-
 import struct
 import weakref
 from collections.abc import Sequence

@@ -11,7 +11,8 @@ temporaries are never alive at the same time share memory.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from tinycore.helpers import JIT
 

@@ -3,9 +3,9 @@
 Options: `--tiny-device=DEVICE` (default: $TINY_DEVICE, else the default device) and `--tiny-json=PATH` (write the
 JSON summary there). Each test module marks its category with `pytest.mark.conformance_category(NAME)`.
 
-The core declares it as a `pytest11` entry point, so `pytest --pyargs tinycore.testing --tiny-device=CPU` loads
-it (where entry points are disabled, pass `-p tinycore.testing.plugin`). The summary report is registered only for runs that collect the suite's checks, so the
-plugin is harmless in other test runs.
+The core declares it as a `pytest11` entry point, so `pytest --pyargs tinycore.testing --tiny-device=CPU`
+loads it (where entry points are disabled, pass `-p tinycore.testing.plugin`). The summary report is registered
+only for runs that collect the suite's checks, so the plugin is harmless in other test runs.
 """
 from __future__ import annotations
 

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import tiny_disk.hooks as hooks
 
 from tinycore.plugins import PLUGIN_API_LEVEL, load_object
