@@ -452,9 +452,9 @@ class GraphBuilder:
     def _random_reshape(self, numel: int) -> tuple[int, ...]:
         rank = self.rng.choice((0, 1, 2, 2, 3, 3, 4))
         if numel == 0:
-            shape = [self.rng.choice((1, 2, 3)) for _ in range(max(rank, 1))]
-            shape[self.rng.randrange(len(shape))] = 0
-            return tuple(shape)
+            empty = [self.rng.choice((1, 2, 3)) for _ in range(max(rank, 1))]
+            empty[self.rng.randrange(len(empty))] = 0
+            return tuple(empty)
         shape: list[int] = []
         remaining = numel
         for _ in range(max(rank - 1, 0)):
@@ -516,8 +516,8 @@ class GraphBuilder:
             axes = tuple(self.rng.sample(range(-rank, rank), self.rng.randint(1, rank)))
             if len({axis % rank for axis in axes}) != len(axes):
                 return None
-            written = axes[0] if len(axes) == 1 and self.rng.random() < 0.5 else axes
-            return self.add(f"{name}.flip({written!r})", f"np.flip({name}, {written!r})", shape, *keep)
+            flip_axes = axes[0] if len(axes) == 1 and self.rng.random() < 0.5 else axes
+            return self.add(f"{name}.flip({flip_axes!r})", f"np.flip({name}, {flip_axes!r})", shape, *keep)
         if choice == "squeeze":
             if rank == 0 or self.rng.random() < 0.3:
                 new_shape = tuple(size for size in shape if size != 1)
@@ -583,7 +583,7 @@ class GraphBuilder:
                         zip(node.shape, pairs, strict=True))
         grow = tuple((max(before, 0), max(after, 0)) for before, after in pairs)
         numpy_mode = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}[mode]
-        value = 0
+        value: float = 0
         if mode == "constant" and node.dtype == "float32" and self.rng.random() < 0.2:
             value = -1.5
         value_argument = f", value={value}" if value else ""

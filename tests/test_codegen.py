@@ -321,7 +321,7 @@ def test_substitute_fold_rebuilds_only_what_depends_on_the_keys() -> None:
 
 @pytest.mark.parametrize("opts", [None, [Opt(OptOps.UNROLL, 1, 2)],
                                   [Opt(OptOps.UNROLL, 1, 3), Opt(OptOps.UPCAST, 0, 4)]])
-@pytest.mark.parametrize("reduce_op", [Ops.ADD, Ops.MAX])
+@pytest.mark.parametrize("reduce_op", [Ops.ADD, Ops.MAX, Ops.MUL])
 def test_reduce_of_a_value_invariant_along_the_loop(opts: list[Opt] | None, reduce_op: Ops) -> None:
     # out[i] = reduce over j < 6 of a[i]: the value does not change along j (an average pool's element count)
     rows, window = loop(8, 0), loop(6, 1)
@@ -331,4 +331,5 @@ def test_reduce_of_a_value_invariant_along_the_loop(opts: list[Opt] | None, redu
     values = random_array((8,), dtypes.float32, 5)
     output = np.zeros(8, np.float32)
     run_linear(linearize(ast, ScalarRenderer(), opts), [output, values.copy()])
-    np.testing.assert_allclose(output, values * 6 if reduce_op is Ops.ADD else values, rtol=1e-6)
+    expected = {Ops.ADD: values * 6, Ops.MAX: values, Ops.MUL: values.astype(np.float64) ** 6}[reduce_op]
+    np.testing.assert_allclose(output, expected, rtol=1e-5)

@@ -120,6 +120,33 @@ def test_no_local_ids_when_the_groups_would_exceed_a_dimension():
     assert sizes["lidx0"] == 256 and sizes["gidx0"] == 16
 
 
+def matmul_ast(rows: int, inner: int, columns: int) -> UOp:
+    """out[r, c] = sum_k a[r, k] * b[k, c]."""
+    out = UOp(Ops.DEFINE_GLOBAL, F32.ptr(rows * columns), (), 0)
+    left = UOp(Ops.DEFINE_GLOBAL, F32.ptr(rows * inner), (), 1)
+    right = UOp(Ops.DEFINE_GLOBAL, F32.ptr(inner * columns), (), 2)
+    row, column = new_range(rows, 0, AxisType.LOOP), new_range(columns, 1, AxisType.LOOP)
+    step = new_range(inner, 2, AxisType.REDUCE)
+    product = left.index(row * inner + step).load() * right.index(step * columns + column).load()
+    return out.index(row * columns + column).store(UOp(Ops.REDUCE, F32, (product, step), Ops.ADD)).sink()
+
+
+def test_matmul_gets_a_register_tile_and_local_sizes():
+    renderer = GpuRenderer(vector_widths={F32: (2, 4)})
+    program = linearize(matmul_ast(64, 32, 128), renderer)
+    sizes = specials(program)
+    assert sizes == {"gidx0": 1, "gidx1": 1, "lidx0": 16, "lidx1": 8} or \
+        sizes["lidx0"] * sizes.get("gidx0", 1) * 8 == 128 and sizes["lidx1"] * sizes.get("gidx1", 1) * 8 == 64
+    accumulators = [node for node in program if node.op is Ops.DEFINE_REG]
+    assert sum(node.dtype.base.count for node in accumulators) == 64  # 8 x 8 outputs per work-item
+    output = numpy.zeros(64 * 128, dtype=numpy.float32)
+    rng = numpy.random.default_rng(12)
+    left, right = rng.standard_normal((64, 32), dtype=numpy.float32), rng.standard_normal((32, 128),
+                                                                                          dtype=numpy.float32)
+    run_linear(program, [output, left, right])
+    numpy.testing.assert_allclose(output.reshape(64, 128), left @ right, rtol=1e-4, atol=1e-4)
+
+
 def test_given_opts_and_noopt_keep_one_work_item_per_output():
     sizes = specials(linearize(row_sum_ast(64, 4096), GpuRenderer(), opts=[]))
     assert sizes == {"gidx0": 64}
@@ -217,7 +244,7 @@ def test_row_max_and_integer_sum_with_group_reduce(device):
     numpy.testing.assert_array_equal(run_on(device, lambda a: a.sum(1), integers), integers.sum(1))
 
 
-@pytest.mark.parametrize("sizes", [(64, 128, 96), (33, 70, 19), (128, 256, 128)])
+@pytest.mark.parametrize("sizes", [(64, 128, 96), (33, 70, 19), (128, 256, 128), (12, 20, 36)])
 def test_matmul_with_register_tiles(device, sizes):
     rows, inner, columns = sizes
     rng = numpy.random.default_rng(5)

@@ -3,7 +3,9 @@
 After this pass the only RANGEs left are loops (LOOP, THREAD, REDUCE kinds): every UPCAST range has been replaced by
 its values, one copy of each store per value (grouped into vector stores along the innermost upcast axis when the
 addresses are consecutive); every UNROLL range inside a REDUCE became several values combined in the loop body; every
-ACCUMULATOR range became independent accumulators (packed into vector accumulators) combined after the loop.
+ACCUMULATOR range became independent accumulators (packed into vector accumulators) combined after the loop. A reduce
+loop its value does not depend on is replaced by its known result (n * value for a sum, the value for a max, a power
+for a product), and a reduce over an empty loop by the op's identity.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import functools
 import itertools
 from collections.abc import Callable
 
+from tinycore.codegen.linearize import reduce_identity
 from tinycore.codegen.opt import AxisType, axis_id, axis_kind, range_size
 from tinycore.codegen.simplify import constant_difference, fold, substitute_fold
 from tinycore.codegen.vectorize import Packer, consecutive
@@ -22,6 +25,24 @@ from tinycore.uop.uop import UOp
 def combine(op: Ops, values: list[UOp]) -> UOp:
     """`values` folded with the reduce op `op`, left to right."""
     return functools.reduce(lambda left, right: left.alu(op, right), values)
+
+
+def repeated(op: Ops, value: UOp, count: int) -> UOp:
+    """`value` combined with itself `count` times by the reduce op `op` (count >= 1): value * count for ADD, the
+    value for MAX, a power by repeated squaring for MUL."""
+    if op is Ops.ADD:
+        return value * UOp.const(value.dtype, count) if count != 1 else value
+    if op is Ops.MUL:
+        result: UOp | None = None
+        power = value
+        while count:
+            if count & 1:
+                result = power if result is None else result * power
+            count >>= 1
+            if count:
+                power = power * power
+        return result if result is not None else value
+    return value
 
 
 def lane_values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
@@ -78,15 +99,16 @@ class Expander:
         loops = [r for r in ranges if r not in unrolled and r not in accumulators]
         if unrolled:
             value = combine(op, [_substitute(value, mapping) for mapping in lane_values(unrolled)])
+        if any(range_size(r) == 0 for r in loops):
+            return UOp.const(node.dtype, reduce_identity(op, node.dtype))  # nothing to reduce
         invariant = [r for r in loops if r not in value.toposort and range_size(r) is not None]
-        if invariant and op in (Ops.ADD, Ops.MAX):
-            # a value that does not change along a loop: the loop's result is known (n copies summed, or the value)
+        if invariant:
+            # a value that does not change along a loop: the loop's result is known from the trip count
             loops = [r for r in loops if r not in invariant]
-            if op is Ops.ADD:
-                count = 1
-                for range_node in invariant:
-                    count *= range_size(range_node) or 1
-                value = value * UOp.const(value.dtype, count)
+            count = 1
+            for range_node in invariant:
+                count *= range_size(range_node) or 1
+            value = repeated(op, value, count)
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
         lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]

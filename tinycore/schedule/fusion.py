@@ -80,16 +80,30 @@ def _buffer_under(node: UOp) -> UOp:
     return node
 
 
-def _reads_target_elsewhere(value: UOp, target: UOp) -> bool:
-    """True when `value` reads the buffer an ASSIGN writes at other elements than the one being written: through
-    another view, or inside a reduce (the in-place write would race with those reads)."""
+def _inlined_nodes(value: UOp, roots: dict[UOp, None]) -> list[UOp]:
+    """The nodes of `value` computed inside its kernel: the walk stops at other roots (their own kernels)."""
+    found: dict[UOp, None] = {}
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found[node] = None
+        stack.extend(source for source in node.src if source not in roots and source not in found)
+    return list(found)
+
+
+def _reads_target_elsewhere(value: UOp, target: UOp, roots: dict[UOp, None]) -> bool:
+    """True when the kernel computing `value` reads the buffer an ASSIGN writes at other elements than the one being
+    written: through another view, or inside a reduce (the in-place write would race with those reads). Reads
+    inside other roots happen in earlier kernels and do not count."""
     target_view = assign_target_view(target)
     buffer_node = view_base(target_view)
     if buffer_node not in value.toposort:
         return False
     if _buffer_under(value) is buffer_node:
         return assign_target_view(value) is not target_view
-    for node in value.toposort:
+    for node in _inlined_nodes(value, roots):
         if node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
             continue
         for source in node.src:
@@ -120,6 +134,7 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
     everything: dict[UOp, None] = {}
     for output in outputs:
         everything.update(output.toposort)
+    assigns = []
     for node in everything:
         if node.op not in ALWAYS_ROOTS:
             continue
@@ -127,10 +142,15 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
         if node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0]):
             roots[strip_identity(node.src[0])] = None
         if node.op is Ops.ASSIGN:
-            value = strip_identity(node.src[1])
-            if _reads_target_elsewhere(value, node.src[0]):
-                roots[value] = None
+            assigns.append(node)
     _add_reduce_roots(roots)
+    # an ASSIGN whose kernel would read the target where it is not writing computes its value into a buffer of its
+    # own first; reads inside other kernels (a gradient's reduce that reads the parameter) do not force that
+    racing = [strip_identity(node.src[1]) for node in assigns
+              if _reads_target_elsewhere(strip_identity(node.src[1]), node.src[0], roots)]
+    if racing:
+        roots.update(dict.fromkeys(racing))
+        _add_reduce_roots(roots)
     return roots
 
 
