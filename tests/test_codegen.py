@@ -215,14 +215,14 @@ def test_small_kernel_is_not_split() -> None:
 
 
 def test_gpu_renderer_maps_output_axes_to_thread_indices() -> None:
-    uops = linearize(elementwise_broadcast(8, 32).ast, GPURenderer())
+    uops = linearize(elementwise_broadcast(8, 32).ast, GPURenderer(), opts=[])
     specials = {u.arg: u.src[0].arg for u in uops if u.op is Ops.SPECIAL}
     assert specials == {"gidx0": 32, "gidx1": 8}
     assert not any(u.op is Ops.RANGE for u in uops)
 
 
 def test_gpu_renderer_keeps_axes_beyond_global_max_as_loops() -> None:
-    uops = linearize(elementwise_broadcast(4, 1024).ast, GPURenderer())
+    uops = linearize(elementwise_broadcast(4, 1024).ast, GPURenderer(), opts=[])
     specials = {u.arg: u.src[0].arg for u in uops if u.op is Ops.SPECIAL}
     assert specials == {"gidx0": 4}
     assert sum(u.op is Ops.RANGE for u in uops) == 1

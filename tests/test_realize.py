@@ -373,3 +373,20 @@ def test_new_kernels_of_a_schedule_compile_together(monkeypatch):
     np.testing.assert_allclose(host(results[1]), array + constants[1], rtol=1e-6)
     np.testing.assert_allclose(host(results[2]), (array * constants[2]).sum(1, keepdims=True), rtol=1e-5)
     np.testing.assert_allclose(host(results[3]), (array - constants[3]).max(0, keepdims=True), rtol=1e-6)
+
+
+def test_assign_reading_its_target_only_in_an_earlier_kernel_is_in_place():
+    # an optimizer-like update: the gradient reads the parameter inside a reduce, in a kernel of its own (two
+    # assigns use it); the parameter's update then reads the parameter only where it writes, so no temporary
+    weights, state = random(4, 4, seed=1), random(4, 4, seed=2)
+    parameter, moment = tensor(weights), tensor(state)
+    gradient = (parameter.reshape((4, 4, 1)).expand((4, 4, 4)) *
+                parameter.permute((1, 0)).reshape((1, 4, 4)).expand((4, 4, 4))).r(Ops.ADD, (1,)).reshape((4, 4))
+    new_moment = moment.assign(moment * 0.5 + gradient)
+    new_parameter = parameter.assign(parameter - gradient * 0.25)
+    schedule = create_schedule([new_moment, new_parameter])
+    assert len([item for item in schedule.items if not item.is_copy]) == 3  # gradient, moment, parameter
+    realize_uops([new_moment, new_parameter])
+    expected_gradient = weights @ weights.T
+    np.testing.assert_allclose(host(moment), state * 0.5 + expected_gradient, rtol=1e-5)
+    np.testing.assert_allclose(host(parameter), weights - expected_gradient * 0.25, rtol=1e-5)

@@ -1,4 +1,5 @@
-"""A Python interpreter of linear programs: runs the UOp list codegen produces, one thread id at a time.
+"""A Python interpreter of linear programs: runs the UOp list codegen produces, one thread id at a time (the
+work-items of a work-group take turns between BARRIERs and share its DEFINE_LOCAL memory).
 
 It is slow (one Python step per UOp executed) and meant for tests and as the core of a pure-Python device. ALU ops are
 evaluated with `exec_alu`, so integer wrap-around and float32 rounding follow the generated code.

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore.counters import GlobalCounters
+from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import buffer_of
 from tinycore.helpers import DEBUG
 from tinycore.schedule.cache import schedule_cached
@@ -113,11 +114,14 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
     chunk_count = min(_compile_workers(), len(specs))
     chunks = [specs[start::chunk_count] for start in range(chunk_count)]
     sources = [[(spec.function_name, spec.src) for _, spec in chunk] for chunk in chunks]
-    if chunk_count == 1:
-        results = [batch(sources[0])]
-    else:
-        with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
-            results = list(pool.map(batch, sources))
+    try:
+        if chunk_count == 1:
+            results = [batch(sources[0])]
+        else:
+            with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
+                results = list(pool.map(batch, sources))
+    except CompileError:
+        return  # each kernel compiles on its own at launch, so the error names the kernel that failed
     for chunk, (library, symbols) in zip(chunks, results, strict=True):
         for (ast, spec), symbol in zip(chunk, symbols, strict=True):
             _runners[(ast, device)] = Runner(ast, device, (spec, library, symbol))

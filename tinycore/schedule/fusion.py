@@ -8,7 +8,8 @@ Rules:
   elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
   only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
 - the source of a COPY is a root unless it is already a contiguous buffer; the value of an ASSIGN is a root when
-  it reads the target buffer through a different view (the write would race with the reads).
+  its kernel reads the target buffer through a different view or inside a reduce (the write would race with the
+  reads); reads inside other roots' kernels, which run earlier, do not count.
 """
 from __future__ import annotations
 

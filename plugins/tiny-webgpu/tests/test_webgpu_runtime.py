@@ -81,12 +81,13 @@ def test_dispatch_split_respects_workgroups_per_dimension(webgpu: Any) -> None:
 
 
 def webgpu_programs(webgpu: Any) -> list[WebGPUProgram]:
-    """A compiled elementwise program on the device."""
+    """The compiled programs of a flat (no local index) elementwise kernel on the device."""
     renderer = webgpu.renderer
     assert isinstance(renderer, WGSLRenderer)
     from tinycore.engine.realize import _runners
     (Tensor(np.ones(8, np.float32), device="WEBGPU") * 3).realize()
-    return [runner.program for (_ast, device), runner in _runners.items() if device == "WEBGPU"]
+    return [runner.program for (_ast, device), runner in _runners.items()
+            if device == "WEBGPU" and "lidx" not in runner.spec.src]
 
 
 def test_large_launch_over_the_per_dimension_limit(webgpu: Any) -> None:
