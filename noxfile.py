@@ -47,8 +47,10 @@ def tests(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("name", PLUGINS, ids=PLUGINS)
 def plugin(session: nox.Session, name: str) -> None:
-    """One plugin's own tests, with only the core and that plugin installed."""
-    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]")
+    """One plugin's own tests, with the core and that plugin installed, plus tiny-cpu as the host device that copy
+    tests move data to and from (no other plugin)."""
+    host = [] if name == "cpu" else ["-e", "plugins/tiny-cpu"]
+    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]", *host)
     session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)
 
 

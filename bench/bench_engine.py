@@ -50,6 +50,14 @@ def best_time(function: Callable[[], Any], repeats: int, clock: Callable[[], flo
     return min(timings)
 
 
+def repeat(function: Callable[[], None], times: int) -> Callable[[], None]:
+    """A function calling `function` `times` times."""
+    def repeated() -> None:
+        for _ in range(times):
+            function()
+    return repeated
+
+
 class Side:
     """One library's way of building and running the benchmark graphs."""
 
@@ -137,13 +145,14 @@ class TensorLibrarySide(Side):
 
     def __init__(self, name: str):
         self.name = name
+        library: Any
         if name == "tinycore":
-            from tinycore import Tensor, TinyJit
+            import tinycore as library
         else:
-            from tinygrad import Tensor, TinyJit
-        self.Tensor, self.TinyJit = Tensor, TinyJit
+            import tinygrad as library
+        self.Tensor, self.TinyJit = library.Tensor, library.TinyJit
         started = time.perf_counter()
-        (Tensor([random.random()]) + 1).realize()
+        (self.Tensor([random.random()]) + 1).realize()
         self.cold_first_op = time.perf_counter() - started
 
     def setup(self, arrays: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> None:
@@ -204,12 +213,11 @@ def run(rounds: int) -> dict[str, dict[str, float]]:
         "fused Gelem/s": lambda side: ELEMENTS / best_time(side.fused, 3) / 1e9,
         "fused+sum Gelem/s": lambda side: ELEMENTS / best_time(side.fused_sum, 3) / 1e9,
         "matmul GFLOPS": lambda side: 2 * MATMUL_SIZE ** 3 / best_time(side.matmul, 3) / 1e9,
-        "eager us": lambda side: best_time(lambda: [side.eager() for _ in range(EAGER_OPS)], 3) / EAGER_OPS * 1e6,
-        "eager cpu us": lambda side: best_time(lambda: [side.eager() for _ in range(EAGER_OPS)], 3,
-                                               time.process_time) / EAGER_OPS * 1e6,
-        "jit call us": lambda side: best_time(lambda: [side.jit_call() for _ in range(JIT_CALLS)], 3) / JIT_CALLS * 1e6,
-        "jit call cpu us": lambda side: best_time(lambda: [side.jit_call() for _ in range(JIT_CALLS)], 3,
-                                                  time.process_time) / JIT_CALLS * 1e6,
+        "eager us": lambda side: best_time(repeat(side.eager, EAGER_OPS), 3) / EAGER_OPS * 1e6,
+        "eager cpu us": lambda side: best_time(repeat(side.eager, EAGER_OPS), 3, time.process_time) / EAGER_OPS * 1e6,
+        "jit call us": lambda side: best_time(repeat(side.jit_call, JIT_CALLS), 3) / JIT_CALLS * 1e6,
+        "jit call cpu us": lambda side: best_time(repeat(side.jit_call, JIT_CALLS), 3, time.process_time) / JIT_CALLS
+        * 1e6,
     }
     higher_is_better = {"fused Gelem/s", "fused+sum Gelem/s", "matmul GFLOPS"}
     for _ in range(rounds):

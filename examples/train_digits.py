@@ -84,9 +84,10 @@ def main() -> int:
         loss = logits.sparse_categorical_crossentropy(labels)
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
         accuracy = (logits.argmax(axis=1) == labels).float().mean()
-        return loss.realize(), accuracy.realize()
+        # one schedule: the loss and accuracy of this batch, then the parameter updates
+        Tensor.realize(loss, accuracy, *optimizer.schedule_step())
+        return loss, accuracy
 
     rng = np.random.default_rng(args.seed)
     started = time.perf_counter()

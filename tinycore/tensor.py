@@ -16,6 +16,7 @@ from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype
 from tinycore.helpers import all_int, fully_flatten, get_shape
 from tinycore.tensor_creation import CreationMixin
 from tinycore.tensor_elementwise import ElementwiseMixin
+from tinycore.tensor_extras import ExtrasMixin
 from tinycore.tensor_indexing import IndexingMixin
 from tinycore.tensor_movement import MovementMixin
 from tinycore.tensor_nn import NNMixin
@@ -57,7 +58,7 @@ def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
         return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin):
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin):
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or

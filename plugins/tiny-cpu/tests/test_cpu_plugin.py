@@ -71,14 +71,14 @@ def test_probe_uses_cc_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (ok, count) == (False, 0) and "CC='/nonexistent/compiler-xyz'" in reason
 
 
-def test_probe_prefers_clang_then_gcc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_prefers_gcc_then_clang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert hooks.probe() == (False, "no C compiler found: install clang or gcc, or set CC", 0)
-    gcc = make_program(tmp_path, "gcc")
-    assert hooks.probe() == (True, f"C compiler {gcc}", 1)
+    assert hooks.probe() == (False, "no C compiler found: install gcc or clang, or set CC", 0)
     clang = make_program(tmp_path, "clang")
     assert hooks.probe() == (True, f"C compiler {clang}", 1)
+    gcc = make_program(tmp_path, "gcc")
+    assert hooks.probe() == (True, f"C compiler {gcc}", 1)
 
 
 def test_tiny_devices_lists_cpu_consistently_with_its_probe() -> None:

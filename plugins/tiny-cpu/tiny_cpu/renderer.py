@@ -147,6 +147,6 @@ class CRenderer(CStyleLanguage):
 
 
 def make_c_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
-    """The CPU's C renderer and its compiler ($CC, clang or gcc), for `device` and an optional -march `arch`."""
+    """The CPU's C renderer and its compiler ($CC, gcc or clang), for `device` and an optional -march `arch`."""
     from tiny_cpu.compiler import ClangCompiler
     return CRenderer(device, arch), ClangCompiler(arch)
