@@ -18,6 +18,7 @@ from tinycore.tensor_creation import CreationMixin
 from tinycore.tensor_elementwise import ElementwiseMixin
 from tinycore.tensor_extras import ExtrasMixin
 from tinycore.tensor_indexing import IndexingMixin
+from tinycore.tensor_linalg import LinalgMixin
 from tinycore.tensor_movement import MovementMixin
 from tinycore.tensor_nn import NNMixin
 from tinycore.tensor_reduce import ReduceMixin
@@ -58,7 +59,8 @@ def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
         return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin):
+class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin,
+             LinalgMixin):
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or

@@ -111,7 +111,7 @@ class LinalgMixin:
         rows, kept = int(self.shape[-2]), int(self.shape[-1])
         identity = type(self).eye(rows, dtype=self.dtype, device=self.device).expand(*self.shape[:-2], rows, rows)
         basis, upper = self.cat(identity, dim=-1).qr()
-        diagonal = upper[..., :kept, :kept].diagonal(dim1=-2, dim2=-1) if hasattr(upper, "diagonal") else None
+        diagonal = upper[..., :kept, :kept].diagonal(dim1=-2, dim2=-1)
         signs = (diagonal < 0).where(-1.0, 1.0)
         scale = signs.pad(((0, 0),) * (signs.ndim - 1) + ((0, rows - kept),), value=1.0)
         return basis * scale.unsqueeze(-2)
@@ -127,14 +127,15 @@ def _jacobi_round(work: Tensor, vectors: Tensor, permutation: Tensor) -> tuple[T
     first, second = paired.reshape(shape)[..., 0], paired.reshape(shape)[..., 1]
     alpha, beta = (first * first).sum(-2), (second * second).sum(-2)
     gamma = (first * second).sum(-2)
-    negligible = gamma.abs() <= 1e-30 + 0 * alpha
+    negligible = gamma.abs() <= 1e-30
     safe_gamma = negligible.where(1.0, gamma)
     zeta = (beta - alpha) / (2 * safe_gamma)
     tangent = (zeta >= 0).where(1.0, -1.0) / (zeta.abs() + (1 + zeta * zeta).sqrt())
     tangent = negligible.where(0.0, tangent)
     cosine = 1 / (1 + tangent * tangent).sqrt()
     sine = cosine * tangent
-    coupling = (gamma.abs() / ((alpha * beta).sqrt() + 1e-300)).max()
+    scale = (alpha * beta).sqrt()
+    coupling = (negligible | (scale == 0)).where(0.0, gamma.abs() / (scale == 0).where(1.0, scale)).max()
 
     def rotate(matrix: Tensor) -> Tensor:
         pair_shape = (*matrix.shape[:-1], half, 2)

@@ -31,7 +31,7 @@ def _find_compiler() -> list[str]:
     if found is None:
         if configured and configured.strip():
             raise RuntimeError(f"CC={configured!r} is not an executable on PATH: set CC to a C compiler")
-        raise RuntimeError("no C compiler found for the CPU device: install clang or gcc, or set CC")
+        raise RuntimeError("no C compiler found for the CPU device: install gcc or clang, or set CC")
     extra = shlex.split(configured)[1:] if configured and configured.strip() else []
     return [found, *extra]
 

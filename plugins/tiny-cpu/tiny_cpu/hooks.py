@@ -51,8 +51,8 @@ def tiny_devices() -> list[DeviceSpec]:
 
 @hookimpl
 def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The C renderer for CPU (compiled by $CC, clang or gcc)."""
+    """The C renderer for CPU (compiled by $CC, gcc or clang)."""
     if device != DEVICE_NAME:
         return []
     return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
-                         "C source compiled to a shared object by $CC, clang or gcc")]
+                         "C source compiled to a shared object by $CC, gcc or clang")]
