@@ -19,6 +19,8 @@ _LAZY_NAMES = {
     "TinyJit": ("tinycore.engine.jit", "TinyJit"),
     "Variable": ("tinycore.uop.symbolic", "Variable"),
     "nn": ("tinycore.nn", None),
+    "fetch": ("tinycore.download", "fetch"),
+    "function": ("tinycore.tensor_extras", "function"),
 }
 
 __all__ = ["Tensor", "dtypes", "Device", "TinyJit", "Context", "getenv", "Variable", "nn", "GlobalCounters", "UOp"]
