@@ -80,7 +80,8 @@ class ExtrasMixin:
         joined again (low word first) into a uint64 result.
         """
         if self.dtype != dtypes.uint64:
-            raise TypeError(f"threefry needs a uint64 counter tensor, got {self.dtype}: cast it with .cast(dtypes.uint64)")
+            raise TypeError(f"threefry needs a uint64 counter tensor, got {self.dtype}: "
+                            "cast it with .cast(dtypes.uint64)")
         key = seed.cast(dtypes.uint64)
         key0, key1 = (key & _MASK32).cast(dtypes.uint32), (key >> 32).cast(dtypes.uint32)
         low, high = (self & _MASK32).cast(dtypes.uint32), (self >> 32).cast(dtypes.uint32)
@@ -113,7 +114,8 @@ class ExtrasMixin:
             raise ValueError(f"random_bits needs a key of shape (2,) and a counter of shape (1,), got key {key.shape} "
                              f"and counter {counter.shape}")
         key = key.cast(dtypes.uint32)
-        counters = cls._indices(num, key.device).bitcast(dtypes.uint32) + counter.reshape(1).cast(dtypes.uint32)  # type: ignore[attr-defined]
+        start = counter.reshape(1).cast(dtypes.uint32)
+        counters = cls._indices(num, key.device).bitcast(dtypes.uint32) + start  # type: ignore[attr-defined]
         bits, _ = cls._threefry_tensor_key(counters, counters.zeros_like(), key[0:1], key[1:2])
         return bits
 

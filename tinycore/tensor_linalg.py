@@ -18,7 +18,8 @@ def _round_robin_orders(count: int) -> list[list[int]]:
     orders = []
     for _ in range(count - 1):
         ring = [0] + others
-        orders.append([value for pair in zip(ring[:count // 2], reversed(ring[count // 2:])) for value in pair])
+        pairs = zip(ring[:count // 2], reversed(ring[count // 2:]), strict=True)
+        orders.append([value for pair in pairs for value in pair])
         others = others[-1:] + others[:-1]
     return orders
 
@@ -79,7 +80,7 @@ class LinalgMixin:
     def _jacobi_svd(self: Any) -> tuple[Tensor, Tensor, Tensor]:
         """Thin SVD of a tall (m >= n) matrix: U (..., m, n), S (..., n) descending, Vh (..., n, n)."""
         tensor_type = type(self)
-        rows, columns = int(self.shape[-2]), int(self.shape[-1])
+        columns = int(self.shape[-1])
         batch = tuple(self.shape[:-2])
         padded = columns + columns % 2
         work = self.pad(((0, 0),) * (len(batch) + 1) + ((0, padded - columns),)).contiguous().realize()

@@ -1,7 +1,8 @@
 """Realize: schedule tensor-level graphs, compile their kernels (once per AST) and run them in order.
 
 DEBUG levels: 1 prints the kernel and copy counts of each realize, 2 one line per kernel (name, time, GFLOPS,
-GB/s; kernels then run synchronously to be timed), 5 each kernel's AST when it is first compiled.
+GB/s; kernels then run synchronously to be timed), 3 the optimizations applied, 4 each kernel's source and 5 its
+AST when it is first compiled.
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ class Runner:
             library, symbol = opened.compiler.compile_cached(self.spec.src), self.spec.function_name
         else:
             self.spec, library, symbol = prepared
+        if DEBUG >= 4:
+            print(self.spec.src)
         self.program = opened.runtime(symbol, library)
         self.compile_seconds = time.perf_counter() - started
         self.name = self.spec.name
