@@ -23,7 +23,8 @@ _LAZY_NAMES = {
     "function": ("tinycore.tensor_extras", "function"),
 }
 
-__all__ = ["Tensor", "dtypes", "Device", "TinyJit", "Context", "getenv", "Variable", "nn", "GlobalCounters", "UOp"]
+__all__ = ["Tensor", "dtypes", "Device", "TinyJit", "Context", "getenv", "Variable", "nn", "GlobalCounters", "UOp",
+           "fetch", "function"]
 
 
 def __getattr__(name: str) -> Any:

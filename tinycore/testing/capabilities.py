@@ -37,6 +37,8 @@ class DeviceCapabilities:
     threads: kernels are split across CPU-style workers (SPECIAL "core_id").
     symbolic: kernels take integer parameters (DEFINE_VAR) so one kernel serves every value of a variable.
     large_grids: the device runs kernels over a million elements in reasonable time (False on interpreters).
+    kernels: the device runs kernels at all (False for storage devices such as DISK: only the memory and copy
+      checks that need no kernel on the device apply).
     out_of_memory_bytes: an allocation size the device must refuse with a MemoryError (default 2**62 bytes; None:
       not checked, e.g. when the device would swap instead of refusing).
     """
@@ -47,6 +49,7 @@ class DeviceCapabilities:
     threads: bool = False
     symbolic: bool = True
     large_grids: bool = True
+    kernels: bool = True
     out_of_memory_bytes: int | None = 1 << 62
     inferred: bool = field(default=False, compare=False)
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tinycore.testing.support import not_applicable
 from tinycore.testing.capabilities import DeviceCapabilities, capabilities_of
 from tinycore.testing.report import ConformanceReport
 
@@ -77,3 +78,21 @@ def device(pytestconfig: Any) -> str:
 def capabilities(device: str) -> DeviceCapabilities:
     """The declared (or inferred) capabilities of the device under test."""
     return _open(device)
+
+
+KERNEL_CATEGORIES = frozenset({"ops", "dtypes", "autograd", "jit", "renderers"})
+"""Categories whose every check runs kernels on the device under test."""
+
+
+@pytest.fixture(autouse=True)
+def _kernels_apply(request: Any) -> None:
+    """Checks that run kernels do not apply to a device that declares it runs none (DISK)."""
+    marker = request.node.get_closest_marker("conformance_category")
+    if marker is None or marker.args[0] not in KERNEL_CATEGORIES:
+        return
+    try:
+        declared = _open(_device_name(request.config))
+    except Exception:  # noqa: BLE001 - the device fixture reports the error itself
+        return
+    if not declared.kernels:
+        not_applicable("the device runs no kernels (declared kernels=False)")

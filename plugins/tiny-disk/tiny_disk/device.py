@@ -59,6 +59,9 @@ class DiskDevice(Compiled):
     """One file (or shared memory object) as a device. `Device["DISK"]` opens without a file and can allocate
     nothing; `Device["DISK:/path"]` allocates byte ranges of /path."""
 
+    capabilities = {"kernels": False, "symbolic": False, "large_grids": False, "out_of_memory_bytes": None}
+    """For the conformance suite: DISK runs no kernels, so only its memory and copy checks apply."""
+
     def __init__(self, device: str = "DISK"):
         def runtime(name: str, lib: bytes) -> NoReturn:
             _refuse(device, f"load the program {name!r}")
