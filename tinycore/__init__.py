@@ -1,6 +1,7 @@
 """tinycore: a small deep-learning compiler whose device backends are separately installed plugins.
 
-Public API: `from tinycore import Tensor, dtypes, Device, TinyJit, Context, getenv, Variable, nn, GlobalCounters, UOp`.
+Public API: `from tinycore import Tensor, dtypes, Device, TinyJit, Context, getenv, Variable, nn, GlobalCounters, UOp,
+fetch, function`.
 Names whose modules are heavy (the device registry, the JIT, nn) are imported on first use.
 """
 from __future__ import annotations

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tinycore.testing.support import not_applicable
 from tinycore.testing.capabilities import DeviceCapabilities, capabilities_of
 from tinycore.testing.report import ConformanceReport
+from tinycore.testing.support import not_applicable
 
 REPORT_PLUGIN_NAME = "tinycore-conformance-report"
 
