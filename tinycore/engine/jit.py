@@ -88,10 +88,8 @@ class _Replay:
             self.buffer_objects[call_number][argument_number] = buffer
         for call, handles, buffers in zip(self.calls, self.arguments, self.buffer_objects, strict=True):
             if call.runner is None:
-                destination, source = buffers
-                staging = memoryview(bytearray(source.nbytes))
-                source.copyout(staging)
-                destination.copyin(staging)
+                from tinycore.engine.realize import copy_buffers
+                copy_buffers(*buffers)
             else:
                 call.runner(handles, call.var_vals)
 

@@ -30,6 +30,18 @@ def _allocator_of(device: Any) -> Any:
     return found
 
 
+def supports_views(device: Any) -> bool:
+    """True when `device`'s allocator can make buffers that are views (sub-ranges) of other buffers."""
+    if not isinstance(device, str):
+        return False
+    from tinycore.device.allocator import Allocator
+    try:
+        allocator = _allocator_of(device)
+    except Exception:  # noqa: BLE001 - a device that cannot open supports nothing; the copy reports the error
+        return False
+    return type(allocator)._offset is not Allocator._offset
+
+
 def device_node(device: Any) -> UOp:
     """The DEVICE node of a canonical device name (kept alive, so building graphs does not recreate it)."""
     node = _device_nodes.get(device)

@@ -134,12 +134,30 @@ def _run_copy(item: ScheduleItem) -> None:
     destination, source = (buffer_of(node) for node in item.buffers)
     if _capturing:
         _capturing[-1].append(CapturedCall(None, [destination.ensure_allocated(), source.ensure_allocated()], {}))
-    staging = memoryview(bytearray(source.nbytes))
-    source.copyout(staging)
-    destination.copyin(staging)
+    copy_buffers(destination, source)
     GlobalCounters.global_mem += source.nbytes
     if DEBUG >= 2:
         print(f"copy   {source.nbytes:>10} bytes {source.device} -> {destination.device}")
+
+
+def copy_buffers(destination: Any, source: Any) -> None:
+    """Copy the device Buffer `source` into `destination` (same byte count, any two devices).
+
+    A source allocator with `copy_to_buffer` (DISK) moves the data itself with bounded memory; otherwise the bytes
+    go through host memory: read into a host-visible destination directly, or staged in one host buffer.
+    """
+    if source.nbytes != destination.nbytes:
+        raise ValueError(f"copy of {source.nbytes} bytes from {source.device} into a {destination.nbytes} byte "
+                         f"buffer on {destination.device}: the sizes must match")
+    if source.nbytes == 0:
+        return
+    copier = getattr(source.allocator, "copy_to_buffer", None)
+    if copier is not None:
+        copier(source.ensure_allocated()._buf, destination)
+        return
+    staging = memoryview(bytearray(source.nbytes))
+    source.copyout(staging)
+    destination.copyin(staging)
 
 
 def _release_points(items: Sequence[ScheduleItem], temporaries: Sequence[UOp]) -> dict[int, list[UOp]]:

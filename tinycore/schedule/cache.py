@@ -17,6 +17,9 @@ from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
+_VIEW = object()
+"""Marks a template slot that is a BUFFER_VIEW of an earlier slot rather than a new buffer."""
+
 CACHE_LIMIT = 4096
 """How many distinct graph structures the cache remembers (the oldest is forgotten first)."""
 
@@ -65,7 +68,7 @@ class _Template:
     """A schedule with buffers replaced by slots: inputs first (by position), then new buffers."""
 
     items: list[tuple[UOp, tuple[int, ...], dict[UOp, int]]]
-    new_buffers: list[tuple[Any, Any, int]]
+    new_buffers: list[tuple[Any, Any, Any]]
     results: list[tuple[str, Any, Any]]
     input_count: int
     has_assign: bool
@@ -73,7 +76,13 @@ class _Template:
 
     def instantiate(self, outputs: Sequence[UOp], inputs: list[UOp]) -> Schedule:
         """This schedule for graphs of the same structure reading `inputs`."""
-        slots = inputs + [new_buffer_uop(device, dtype, size) for device, dtype, size in self.new_buffers]
+        slots = list(inputs)
+        for device, dtype, size in self.new_buffers:
+            if device is _VIEW:
+                base_slot, view_arg = size
+                slots.append(UOp(Ops.BUFFER_VIEW, dtype, (slots[base_slot],), view_arg))
+            else:
+                slots.append(new_buffer_uop(device, dtype, size))
         items = [ScheduleItem(ast, tuple(slots[slot] for slot in buffer_slots), var_vals)
                  for ast, buffer_slots, var_vals in self.items]
         results = []
@@ -91,13 +100,17 @@ class _Template:
 def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]) -> _Template:
     """`schedule` with its buffers turned into slots."""
     slot_of: dict[UOp, int] = {buffer: position for position, buffer in enumerate(inputs)}
-    new_buffers: list[tuple[Any, Any, int]] = []
+    new_buffers: list[tuple[Any, Any, Any]] = []
 
     def slot(buffer: UOp) -> int:
         found = slot_of.get(buffer)
         if found is None:
+            if buffer.op is Ops.BUFFER_VIEW:  # a range of another slot's buffer, rebuilt over that slot
+                entry: tuple[Any, Any, Any] = (_VIEW, buffer.dtype, (slot(buffer.src[0]), buffer.arg))
+            else:
+                entry = (buffer.src[0].arg, buffer.dtype, buffer.arg[1])
             found = slot_of[buffer] = len(inputs) + len(new_buffers)
-            new_buffers.append((buffer.src[0].arg, buffer.dtype, buffer.arg[1]))
+            new_buffers.append(entry)
         return found
 
     items = [(item.ast, tuple(slot(buffer) for buffer in item.buffers), item.var_vals) for item in schedule.items]

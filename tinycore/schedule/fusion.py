@@ -7,9 +7,11 @@ Rules:
 - a REDUCE_AXIS is computed inside its consumer's kernel when it is reached from that kernel's root through
   elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
   only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
-- the source of a COPY is a root unless it is already a contiguous buffer; the value of an ASSIGN is a root when
-  its kernel reads the target buffer through a different view or inside a reduce (the write would race with the
-  reads); reads inside other roots' kernels, which run earlier, do not count.
+- the source of a COPY is a root unless it is already a contiguous buffer or one contiguous range of a buffer
+  (copied through a BUFFER_VIEW, see views.py); a COPY that is the value of an ASSIGN into a contiguous range is
+  no root: it copies straight into the target; non-contiguous views of DISK buffers are refused;
+- the value of an ASSIGN is a root when its kernel reads the target buffer through a different view or inside a
+  reduce (the write would race with the reads); reads inside other roots' kernels, which run earlier, do not count.
 """
 from __future__ import annotations
 
@@ -136,11 +138,12 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
     for output in outputs:
         everything.update(output.toposort)
     assigns = []
+    folded = _copies_into_ranges(everything, outputs)
     for node in everything:
-        if node.op not in ALWAYS_ROOTS:
+        if node.op not in ALWAYS_ROOTS or node in folded:
             continue
         roots[node] = None
-        if node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0]):
+        if node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0]) and not _copies_as_range(node.src[0]):
             roots[strip_identity(node.src[0])] = None
         if node.op is Ops.ASSIGN:
             assigns.append(node)
@@ -153,6 +156,51 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
         roots.update(dict.fromkeys(racing))
         _add_reduce_roots(roots)
     return roots
+
+
+def _copies_as_range(source: UOp) -> bool:
+    """True when a COPY of `source` moves one contiguous range of an existing buffer (no kernel gathers it first).
+
+    A non-contiguous view of a DISK buffer raises here: gathering it would need a kernel on DISK."""
+    from tinycore.engine.memory import supports_views
+    from tinycore.schedule.views import contiguous_range, is_buffer_view, is_disk_device, leaf_device
+    found = contiguous_range(strip_identity(source))
+    if found is not None and supports_views(found[0].device):
+        return True
+    if is_buffer_view(source) and is_disk_device(leaf_device(source)):
+        from tinycore.schedule.views import non_contiguous_disk_error
+        raise non_contiguous_disk_error(source, "copy")
+    return False
+
+
+def _copies_into_ranges(everything: dict[UOp, None], outputs: Sequence[UOp]) -> set[UOp]:
+    """The COPY nodes that are the value of an ASSIGN into a contiguous range of a buffer and used nowhere else:
+    they copy straight into the target (no buffer of their own, no kernel writing the target).
+
+    An ASSIGN into a non-contiguous view of a DISK buffer raises here: it would need a kernel on DISK."""
+    from tinycore.engine.memory import supports_views
+    from tinycore.schedule.views import contiguous_range, is_buffer_view, is_disk_device, leaf_device
+    assigns = [node for node in everything if node.op is Ops.ASSIGN]
+    if not assigns:
+        return set()
+    users: dict[UOp, int] = {}
+    for node in everything:
+        for source in node.src:
+            users[source] = users.get(source, 0) + 1
+    output_set = {strip_identity(output) for output in outputs}
+    folded: set[UOp] = set()
+    for assign in assigns:
+        target = assign_target_view(assign.src[0])
+        value = strip_identity(assign.src[1])
+        found = contiguous_range(target)
+        if found is None or not supports_views(found[0].device):
+            if is_buffer_view(target) and is_disk_device(leaf_device(target)):
+                from tinycore.schedule.views import non_contiguous_disk_error
+                raise non_contiguous_disk_error(target, "write")
+            continue
+        if value.op is Ops.COPY and value not in output_set and users.get(value, 0) == 1:
+            folded.add(value)
+    return folded
 
 
 def _add_reduce_roots(roots: dict[UOp, None]) -> None:

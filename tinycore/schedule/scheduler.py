@@ -11,10 +11,12 @@ from tinycore.schedule.fusion import (
     assign_target_view,
     earlier_assigns,
     find_roots,
+    is_contiguous_buffer_view,
     strip_identity,
     view_base,
 )
 from tinycore.schedule.lower import lower_kernel
+from tinycore.schedule.views import range_node
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -24,7 +26,8 @@ class ScheduleItem(NamedTuple):
 
     A kernel: `ast` is its kernel AST (a SINK) and `buffers` its BUFFER nodes, outputs first then inputs, in
     DEFINE_GLOBAL order; `var_vals` the values of its DEFINE_VARs. A copy: `ast` is a COPY node with no sources
-    and `buffers` is (destination, source).
+    and `buffers` is (destination, source), each a BUFFER or a BUFFER_VIEW (a contiguous range of a buffer: a
+    slice, reshape or same-size bitcast of it is copied without a kernel and without touching the rest).
     """
 
     ast: UOp
@@ -86,20 +89,49 @@ def create_schedule(outputs: Sequence[UOp]) -> Schedule:
 def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | None, tuple[UOp, ...]]:
     """The item that computes `root` (None when there is nothing to do) and the roots it reads."""
     if root.op is Ops.COPY:
-        source = strip_identity(root.src[0])
-        source_view = realized.get(source, source)
-        destination = view_base(realized[root])
-        source_buffer = view_base(source_view)
-        copy = UOp(Ops.COPY, dtypes.void, (), (source_buffer.device, destination.device))
-        return ScheduleItem(copy, (destination, source_buffer)), ((source,) if source in realized else ())
+        return _copy_item(root.src[0], view_base(realized[root]), realized)
     if root.size == 0:
         return None, ()
     if root.op is Ops.ASSIGN and strip_identity(root.src[1]) is strip_identity(root.src[0]):
         return None, tuple(earlier_assigns(root.src[0]))
+    value = strip_identity(root.src[1]) if root.op is Ops.ASSIGN else root
+    if root.op is Ops.ASSIGN and value.op is Ops.COPY and value not in realized:
+        # a copy folded into the assign (see fusion.find_roots): it writes the target's range directly
+        destination = range_node(assign_target_view(root.src[0]))
+        if destination is None:
+            raise RuntimeError(f"an ASSIGN of a copy into {assign_target_view(root.src[0]).op} is not a range")
+        item, reads = _copy_item(value.src[0], destination, realized)
+        return item, reads + tuple(earlier_assigns(root.src[0]))
     ast, buffers, reads, var_vals = lower_kernel(root, realized)
     if root.op is Ops.ASSIGN:
         reads = reads + tuple(earlier_assigns(root.src[0]))
     return ScheduleItem(ast, buffers, var_vals), reads
+
+
+def _copy_item(source: UOp, destination: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem, tuple[UOp, ...]]:
+    """The copy of `source` into the BUFFER / BUFFER_VIEW `destination`, and the roots it reads.
+
+    A source that is a root reads its new buffer; a contiguous range of an existing buffer is read through a
+    BUFFER_VIEW of that range (nothing else of the buffer is touched)."""
+    source = strip_identity(source)
+    if source in realized:
+        source_buffer = view_base(realized[source])
+    elif is_contiguous_buffer_view(source):
+        source_buffer = view_base(source)
+    else:
+        found = range_node(source)
+        if found is None:
+            raise RuntimeError(f"the source of a copy ({source.op}) is neither realized nor a range of a buffer")
+        source_buffer = found
+    copy = UOp(Ops.COPY, dtypes.void, (), (source_buffer.device, destination.device))
+    return ScheduleItem(copy, (destination, source_buffer)), ((source,) if source in realized else ())
+
+
+def _whole_buffer(node: UOp) -> UOp:
+    """The BUFFER under BUFFER_VIEW nodes."""
+    while node.op is Ops.BUFFER_VIEW:
+        node = node.src[0]
+    return node
 
 
 def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], realized: dict[UOp, UOp],
@@ -121,9 +153,9 @@ def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], rea
         for root, item in steps.items():
             if item is not None:
                 for buffer in item.buffers[1:]:
-                    readers.setdefault(buffer, []).append(root)
+                    readers.setdefault(_whole_buffer(buffer), []).append(root)
         for assign in assigns:
-            for reader in readers.get(view_base(realized[assign]), ()):
+            for reader in readers.get(_whole_buffer(view_base(realized[assign])), ()):
                 if reader is not assign and reader not in upstream(assign) and assign not in upstream(reader):
                     edges[assign].add(reader)
     order: list[UOp] = []

@@ -72,10 +72,10 @@ def _strided_view(node: UOp) -> tuple[UOp, _Strided] | None:
             return None
         node = node.src[0]
     base = node
-    shape = tuple(base.shape)
-    if not all(isinstance(size, int) for size in shape):
+    shape: tuple[int, ...] = tuple(size for size in base.shape if isinstance(size, int))
+    if len(shape) != len(base.shape):
         return None
-    strides = tuple(prod(shape[axis + 1:]) for axis in range(len(shape)))
+    strides: tuple[int, ...] = tuple(prod(shape[axis + 1:]) for axis in range(len(shape)))
     offset = 0
     for movement in reversed(chain):
         op, arg = movement.op, movement.arg
@@ -85,7 +85,7 @@ def _strided_view(node: UOp) -> tuple[UOp, _Strided] | None:
             new_shape = tuple(arg)
             if not all(isinstance(size, int) for size in new_shape):
                 return None
-            found = _reshape_strides(shape, strides, new_shape)
+            found = _reshape_strides(shape, strides, new_shape) if prod(shape) else (0,) * len(new_shape)
             if found is None:
                 return None
             shape, strides = new_shape, found
@@ -112,7 +112,15 @@ def _strided_view(node: UOp) -> tuple[UOp, _Strided] | None:
 
 def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
     """(leaf buffer, element offset, element count) when `node`'s elements in C order are one contiguous range of
-    the buffer's elements (movement ops selecting a range, same-size bitcasts), else None."""
+    the buffer's elements (movement ops selecting a range, same-size bitcasts), else None.
+
+    The chain is followed as one strided view; a chain that leaves that form (a reshape across a flipped or
+    permuted axis, a real pad) is reported as no range even when later ops would select a range again."""
+    leaf = _leaf_under(node)
+    if leaf is None:
+        return None
+    if any(isinstance(size, int) and size == 0 for size in node.shape):  # no elements: an empty range
+        return leaf, 0, 0
     found = _strided_view(node)
     if found is None:
         return None
@@ -132,7 +140,7 @@ def contiguous_range(node: UOp) -> tuple[UOp, int, int] | None:
 
 def is_buffer_view(node: UOp) -> bool:
     """True when `node` only reads a buffer through movement, identity and bitcast ops (no computation)."""
-    return _strided_view(node) is not None or _leaf_under(node) is not None
+    return _leaf_under(node) is not None
 
 
 def _leaf_under(node: UOp) -> UOp | None:
@@ -172,5 +180,12 @@ def non_contiguous_disk_error(node: UOp, what: str) -> RuntimeError:
         f"cannot {what} a non-contiguous view of a tensor on {leaf_device(node)} (shape {tuple(node.shape)}: a "
         "permute, strided slice, flip, pad or expand of its elements): DISK holds data and runs no kernels, so only "
         "a contiguous range of its elements (a slice of the flattened order, a reshape, a same-size bitcast) can be "
-        "moved. Copy the contiguous range to a compute device first, then index there, e.g. "
-        "tensor[start:end].to('CPU') followed by the permute or strided slice")
+        f"moved. {_WAY_OUT[what]}")
+
+
+_WAY_OUT = {
+    "copy": "Copy the contiguous range to a compute device first, then index there, e.g. "
+            "tensor[start:end].to('CPU') followed by the permute or strided slice",
+    "write": "Build the whole contiguous range on a compute device first (read it with .to('CPU'), update it there), "
+             "then assign that range back, e.g. disk[start:end].assign(updated.to(disk.device))",
+}
