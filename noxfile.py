@@ -70,4 +70,6 @@ def conformance(session: nox.Session, name: str) -> None:
         session.log(f"{device} does not run on this machine ({str(output).strip()}); its plugin(NAME) tests ran")
         return
     session.install("-e", ".[test]", TORCH)
+    if device == "DISK":  # DISK devices are files: check one in the session's scratch directory
+        device = f"DISK:{session.create_tmp()}/conformance.bin"
     session.run("tiny", "conformance", device, *session.posargs)

@@ -41,6 +41,7 @@ def _device_name(config: Any) -> str:
 def pytest_configure(config: Any) -> None:
     """Register the category marker."""
     config.addinivalue_line("markers", "conformance_category(name): the conformance summary category of a test")
+    config.addinivalue_line("markers", "runs_kernels: a memory or copy check that also runs kernels on the device")
 
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
@@ -88,7 +89,8 @@ KERNEL_CATEGORIES = frozenset({"ops", "dtypes", "autograd", "jit", "renderers"})
 def _kernels_apply(request: Any) -> None:
     """Checks that run kernels do not apply to a device that declares it runs none (DISK)."""
     marker = request.node.get_closest_marker("conformance_category")
-    if marker is None or marker.args[0] not in KERNEL_CATEGORIES:
+    runs_kernels = request.node.get_closest_marker("runs_kernels") is not None
+    if marker is None or (marker.args[0] not in KERNEL_CATEGORIES and not runs_kernels):
         return
     try:
         declared = _open(_device_name(request.config))

@@ -27,6 +27,7 @@ def test_bytes_round_trip(device: str, capabilities: DeviceCapabilities) -> None
     assert_matches(result, numpy.frombuffer(payload, numpy.uint8), f"{len(payload)} bytes to {device} and back")
 
 
+@pytest.mark.runs_kernels
 def test_device_to_cpu_and_back(device: str) -> None:
     """Computed values copied to CPU, changed there and copied back keep their values."""
     data = sample((3, 7), seed=121)
@@ -41,6 +42,7 @@ def test_device_to_cpu_and_back(device: str) -> None:
                    f"a kernel on {device} reading a buffer copied from CPU")
 
 
+@pytest.mark.runs_kernels
 def test_copy_of_non_contiguous_view(device: str) -> None:
     """A transposed, strided view copied to CPU arrives in C order."""
     data = sample((4, 6), seed=122)
@@ -58,6 +60,7 @@ def test_large_copy(device: str, capabilities: DeviceCapabilities) -> None:
     assert_matches(Tensor(data, device=device), data, f"{data.nbytes} bytes host -> {device} -> host")
 
 
+@pytest.mark.runs_kernels
 def test_disk_both_ways(device: str, tmp_path: object) -> None:
     """Values written to a DISK tensor from the device read back on the device."""
     from tinycore.device.registry import Device

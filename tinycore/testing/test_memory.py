@@ -104,6 +104,7 @@ def test_views_and_offsets(device: str) -> None:
     assert_matches(base.numpy(), expected, f"base after writing through the view at offset 7 on {device}")
 
 
+@pytest.mark.runs_kernels
 def test_kernels_read_buffer_views(device: str) -> None:
     """A kernel reading a view at an offset of a realized buffer sees the view's elements."""
     data = sample((24,), seed=111)
@@ -116,6 +117,7 @@ def test_kernels_read_buffer_views(device: str) -> None:
                    f"kernel reading a view of 9 elements at offset 11 on {device}")
 
 
+@pytest.mark.runs_kernels
 def test_assign_into_a_slice(device: str) -> None:
     """assign() into a slice of a realized tensor changes only that slice."""
     data = sample((4, 5), seed=112)
