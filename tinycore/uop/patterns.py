@@ -77,7 +77,8 @@ class UPat:
         # ops that must be among the direct sources of a matching UOp (a cheap test before the full match)
         required: set[Ops] = set()
         if self.src_kind in ("sequence", "permutation"):
-            required = {child.op[0] for child in self.src if child.op is not None and len(child.op) == 1}  # type: ignore
+            required = {child.op[0] for child in self.src  # type: ignore
+                        if child.op is not None and len(child.op) == 1}
         self.early_reject = frozenset(required)
 
     # ---- constructors ----
