@@ -57,11 +57,13 @@ def plugin(session: nox.Session, name: str) -> None:
 @nox.session
 @nox.parametrize("name", PLUGINS, ids=PLUGINS)
 def conformance(session: nox.Session, name: str) -> None:
-    """`tiny conformance DEVICE` for one plugin's device, with only the core and that plugin installed.
+    """`tiny conformance DEVICE` for one plugin's device, with the core, that plugin and the host devices installed.
 
     A device that cannot run on this machine (no GPU, no driver) is reported and the session ends without failing:
     its compile-only tests run in `plugin(NAME)`."""
-    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]")
+    # tiny-cpu and tiny-disk are the host and file devices the copy checks move data to and from
+    hosts = [argument for host in ("cpu", "disk") if host != name for argument in ("-e", f"plugins/tiny-{host}")]
+    session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]", *hosts)
     device = DEVICES[name]
     output = session.run("python", "-c", "import sys; from tinycore.device.registry import Device; "
                          f"ok, reason, _ = Device.probe({device!r}); print('ok' if ok else 'unavailable: ' + reason)",
