@@ -15,6 +15,7 @@ the first three, time ratios (lower is better) for the others.
 """
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import os
@@ -58,34 +59,34 @@ def repeat(function: Callable[[], None], times: int) -> Callable[[], None]:
     return repeated
 
 
-class Side:
+class Side(abc.ABC):
     """One library's way of building and running the benchmark graphs."""
 
     name = ""
 
+    @abc.abstractmethod
     def setup(self, arrays: list[np.ndarray], left: np.ndarray, right: np.ndarray) -> None:
         """Move the inputs onto the library's device."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def fused(self) -> None:
         """relu(a*b+c)*d, computed to completion."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def fused_sum(self) -> None:
         """relu(a*b+c)*d summed to a scalar, computed to completion."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def matmul(self) -> None:
         """left @ right, computed to completion."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def eager(self) -> None:
         """One tiny operation on new tensors."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def jit_call(self) -> None:
         """One call of the jitted 10-kernel function (None when the library has no JIT)."""
-        raise NotImplementedError
 
 
 class NumpySide(Side):
