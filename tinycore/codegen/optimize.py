@@ -43,6 +43,8 @@ SMALL_AXES_EXPANSION = 32
 more copies cost codegen and compile time for little speed on axes this small."""
 
 
+DOT_TILE = 8
+"""Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
 """The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
 
@@ -112,7 +114,7 @@ class Heuristic:
         """Choose and apply the opts; returns the applied list."""
         if getattr(self.renderer, "has_local", False) and not getattr(self.renderer, "has_threads", False):
             return list(self.kernel.applied)
-        if not self.matmul_tile():
+        if not self.matmul_tile() and not self.dot_tile():
             self.vectorize()
         self.threads()
         self.small_axes()
@@ -170,6 +172,58 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _product_loads(self) -> tuple[UOp, UOp] | None:
+        """The two loads of a kernel that is one sum over a product of two loads, else None."""
+        reduces = self.kernel.reduce_ops
+        if len(self.kernel.ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+            return None
+        product = _strip_casts(reduces[0].src[0])
+        if product.op is not Ops.MUL:
+            return None
+        left, right = (_strip_casts(source) for source in product.src)
+        if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in (left, right)):
+            return None
+        return left, right
+
+    def dot_tile(self) -> bool:
+        """Register-tile a matmul whose two inputs are both contiguous along the reduce (A @ B.T); True when applied.
+
+        DOT_TILE rows of the larger input get a vector accumulator each along the reduce; one vector of the smaller
+        input's row serves all of them. The smaller input's rows are the innermost loop, so it stays in cache while
+        the larger input is read from memory once (measured on AVX2: 75-95 GFLOPS where one dot product per output
+        reached 45)."""
+        loads = self._product_loads()
+        reduces = self.reduce_axes()
+        width = vector_width(self.renderer, self.store_dtype())
+        if loads is None or not reduces or width < 2:
+            return False
+        reduce_range = reduces[-1]
+        reduce_size = range_size(reduce_range)
+        if reduce_size is None or reduce_size % width != 0 or \
+                any(axis_stride(load.src[0].src[1], reduce_range) != 1 for load in loads):
+            return False
+        owners: list[UOp | None] = [None, None]  # the output axis indexing only the first / only the second load
+        for range_node in self.output_axes():
+            strides = [axis_stride(load.src[0].src[1], range_node) for load in loads]
+            if range_size(range_node) is None or None in strides:
+                continue
+            if strides[0] != 0 and strides[1] == 0:
+                owners[0] = range_node
+            elif strides[0] == 0 and strides[1] != 0:
+                owners[1] = range_node
+        first_owner, second_owner = owners
+        if first_owner is None or second_owner is None:
+            return False
+        larger, smaller = sorted((first_owner, second_owner), key=lambda node: -(range_size(node) or 0))
+        tile = next((t for t in (DOT_TILE, DOT_TILE // 2) if (range_size(larger) or 0) % t == 0), None)
+        if tile is None:
+            return False
+        self.attempt(larger, OptOps.UPCAST, tile, "dot tile")
+        self.attempt(self.reduce_axes()[-1], OptOps.ACCUMULATORS, width, "dot reduce")
+        self.kernel.nest_inside(self.kernel.axes.index(smaller))
+        self.notes.append("smaller input innermost")
+        return True
 
     def vectorize(self) -> None:
         """Vector lanes on the innermost contiguous output axis, else vector accumulators on the reduce axis.

@@ -232,5 +232,52 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
                         continue
                 stack.append((node.src[0], False))
                 continue
+            if node.op is Ops.EXPAND and not direct:
+                computed = _broadcast_worth_computing_once(node, roots)
+                if computed is not None:
+                    roots[computed] = None
+                    worklist.append(computed)
+                    continue
             next_direct = direct and node.op not in _BROADCASTING
             stack.extend((source, next_direct) for source in node.src)
+
+
+RECOMPUTE_LIMIT = 64
+"""Broadcast work a kernel may repeat: ALU ops of the broadcast subgraph times its expansion factor."""
+_COSTLY_OPS = frozenset({Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.RECIPROCAL, Ops.FDIV, Ops.IDIV, Ops.MOD, Ops.POW})
+
+
+def _broadcast_worth_computing_once(expand: UOp, roots: dict[UOp, None]) -> UOp | None:
+    """The computed node under `expand` when a kernel would otherwise repeat it too often, else None.
+
+    An EXPAND reached below a reduce makes the kernel compute its source once per broadcast element: a softmax
+    gradient broadcast into a matmul's reduce would be recomputed for every output column. When the inlined work
+    (ALU ops, costly ones counted 8 times, times the expansion factor) passes RECOMPUTE_LIMIT, or the source holds a
+    reduce (which gets a buffer anyway, so the ops above it join its kernel), the source gets a buffer of its own.
+    Sources that read no buffer (index arithmetic, constants) are always recomputed.
+    """
+    base = expand.src[0]
+    while base.op in GroupOp.Movement or base.op in IDENTITY_OPS:
+        base = base.src[0]
+    if base in roots or base.op not in GroupOp.Elementwise:
+        return None
+    work, reads_memory, has_reduce = 0, False, False
+    for node in _inlined_nodes(base, roots):
+        if node in roots or node.op in LEAF_BUFFERS:
+            reads_memory = True
+        elif node.op is Ops.REDUCE_AXIS:
+            has_reduce = reads_memory = True
+        elif node.op in GroupOp.ALU:
+            work += 8 if node.op in _COSTLY_OPS else 1
+    if not reads_memory:
+        return None
+    if has_reduce:
+        return base
+    expanded, source = expand.shape, expand.src[0].shape
+    factor = 1
+    for size, source_size in zip(expanded, source, strict=False):
+        if isinstance(size, int) and isinstance(source_size, int) and source_size == 1:
+            factor *= size
+        elif not isinstance(size, int) and source_size == 1:
+            factor *= RECOMPUTE_LIMIT
+    return base if work * factor >= RECOMPUTE_LIMIT else None

@@ -5,6 +5,7 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -134,7 +135,8 @@ class ClangCompiler(Compiler):
                 raise CompileError(f"cannot batch kernel {name!r}: its source declares `{signature}` "
                                    f"{src.count(signature)} times, expected once")
             symbol = f"{name}_{hashlib.sha256(src.encode()).hexdigest()[:16]}"
-            parts.append(src.replace(signature, f"void {symbol}(", 1))
+            # the kernel, its pool entry point NAME_entry and the entry's call of the kernel
+            parts.append(re.sub(rf"\b{re.escape(name)}(?=(?:_entry)?\()", symbol, src))
             symbols.append(symbol)
         return self.compile_cached("\n".join(parts)), symbols
 

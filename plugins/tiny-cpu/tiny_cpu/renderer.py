@@ -141,9 +141,26 @@ class CRenderer(CStyleLanguage):
         return lines
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
-        """An exported C function."""
+        """An exported C function, and for a kernel split across workers its pool entry point (see entry_point)."""
         signature = f"void {name}({', '.join(parameters)}) {{"
-        return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
+        lines = prelude + [signature] + body + ["}"]
+        if parameters and parameters[-1] == "const int core_id":
+            lines.append(entry_point(name, parameters[:-1]))
+        return "\n".join(lines) + "\n"
+
+
+def entry_point(name: str, parameters: list[str]) -> str:
+    """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its buffer addresses and
+    variable values unpacked from one array (the C worker pool's uniform calling convention, see pool.py)."""
+    arguments = []
+    for position, parameter in enumerate(parameters):
+        declared_type = parameter.rsplit(" ", 1)[0].replace(" restrict", "")
+        if declared_type.endswith("*"):
+            arguments.append(f"({declared_type})(__INTPTR_TYPE__)arguments[{position}]")
+        else:
+            arguments.append(f"(int)arguments[{position}]")
+    unpacked = ", ".join([*arguments, "core_id"])
+    return f"void {name}_entry(const long long *arguments, const int core_id) {{ {name}({unpacked}); }}"
 
 
 def make_c_renderer(device: str, arch: str | None) -> tuple[Any, Any]:

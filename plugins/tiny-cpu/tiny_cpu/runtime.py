@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tiny_cpu.pool import parallel_runner
 from tinycore.helpers import NUM_CPU_THREADS, cache_dir
 
 _dlclose: Callable[[int], None] | None
@@ -157,6 +158,8 @@ class CPUProgram:
             raise RuntimeError(f"the compiled library has no function {name!r}") from error
         self._function.restype = None
         self._signature: tuple[int, int] | None = None
+        entry = getattr(self._library, f"{name}_entry", None)
+        self._entry: int | None = ctypes.cast(entry, ctypes.c_void_p).value if entry is not None else None
 
     def _set_signature(self, buffer_count: int, value_count: int) -> None:
         signature = (buffer_count, value_count)
@@ -172,9 +175,17 @@ class CPUProgram:
         if workers <= 1:
             self._function(*buffers, *vals, 0)
         else:
-            calls = [(*buffers, *vals, core_id) for core_id in range(workers)]
-            _POOL.run(self._function, calls, worker_count())
+            self._run_parallel((*buffers, *vals), workers)
         return time.perf_counter() - start if wait else None
+
+    def _run_parallel(self, arguments: tuple[Any, ...], workers: int) -> None:
+        """Run the kernel once per core_id 0..workers-1: on the C pool when it and the entry point exist."""
+        runner = parallel_runner() if self._entry is not None else None
+        if runner is not None and self._entry is not None:
+            packed = (ctypes.c_longlong * max(1, len(arguments)))(*(int(argument or 0) for argument in arguments))
+            runner(self._entry, packed, workers, worker_count())
+            return
+        _POOL.run(self._function, [(*arguments, core_id) for core_id in range(workers)], worker_count())
 
     def launcher(self, global_size: Sequence[int]) -> Callable[[Sequence[Any]], None]:
         """A function launching this program on a list of buffer addresses (no variables) with `global_size`.
@@ -189,7 +200,14 @@ class CPUProgram:
                 self._set_signature(len(buffers), 0)
             function(*buffers, 0)
 
+        runner = parallel_runner() if self._entry is not None else None
+        entry, threads = self._entry or 0, worker_count()
+
         def launch_many(buffers: Sequence[Any]) -> None:
+            if runner is not None:
+                packed = (ctypes.c_longlong * max(1, len(buffers)))(*(address or 0 for address in buffers))
+                runner(entry, packed, workers, threads)
+                return
             if self._signature != (len(buffers), 0):
                 self._set_signature(len(buffers), 0)
             _POOL.run(function, [(*buffers, core_id) for core_id in range(workers)], worker_count())
