@@ -1,8 +1,12 @@
 """Training-step speed: an MLP 784-512-512-10 (batch 128) with SGD and Adam, and TinyJit replay overhead.
 
 Side by side in one process: tinycore's jitted step, torch's eager step and tinygrad's jitted step (DEV=CPU), each
-the median of N steps after warm-up; then the per-call time of a jitted function of 10 tiny kernels in tinycore and
-tinygrad. Prints a table of milliseconds and ratios. Not run by CI: `python bench/bench_train.py [--steps N]`.
+the median of N steps after warm-up. The jitted steps realize the loss together with the optimizer's updates
+(`loss.realize(*optimizer.schedule_step())`, the idiom both libraries document): realizing the loss after `step()`
+would compute the forward pass a second time, with the updated weights. The three libraries take turns, a few
+steps each per round, so that load from other processes affects them alike. Then the per-call time of a jitted
+function of 10 tiny kernels in tinycore and tinygrad. Prints a table of milliseconds and ratios. Not run by CI:
+`python bench/bench_train.py [--steps N]`.
 """
 from __future__ import annotations
 
@@ -51,8 +55,8 @@ def _forward(x: Any, weights: list[Any]) -> Any:
     return hidden
 
 
-def tinycore_step(optimizer_name: str, steps: int) -> float:
-    """Median ms of a jitted tinycore training step."""
+def tinycore_step(optimizer_name: str) -> Callable[[], Any]:
+    """A jitted tinycore training step."""
     from tinycore import Context, Tensor, TinyJit, nn
     x_np, y_np, weights_np = data()
     weights = [Tensor(weight, requires_grad=True) for weight in weights_np]
@@ -63,16 +67,18 @@ def tinycore_step(optimizer_name: str, steps: int) -> float:
         loss = _forward(x, weights).sparse_categorical_crossentropy(y)
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        return loss.realize()
+        return loss.realize(*optimizer.schedule_step())
 
     x, y = Tensor(x_np), Tensor(y_np)
-    with Context(TRAINING=1):
-        return median_ms(lambda: step(x, y), steps)
+
+    def train() -> Any:
+        with Context(TRAINING=1):
+            return step(x, y)
+    return train
 
 
-def torch_step(optimizer_name: str, steps: int) -> float:
-    """Median ms of an eager torch training step."""
+def torch_step(optimizer_name: str) -> Callable[[], Any]:
+    """An eager torch training step."""
     import torch
     x_np, y_np, weights_np = data()
     weights = [torch.tensor(weight, requires_grad=True) for weight in weights_np]
@@ -87,11 +93,11 @@ def torch_step(optimizer_name: str, steps: int) -> float:
         optimizer.step()
         loss.item()
 
-    return median_ms(step, steps)
+    return step
 
 
-def tinygrad_step(optimizer_name: str, steps: int) -> float:
-    """Median ms of a jitted tinygrad training step."""
+def tinygrad_step(optimizer_name: str) -> Callable[[], Any]:
+    """A jitted tinygrad training step."""
     from tinygrad import Context as TgContext
     from tinygrad import Tensor as TgTensor
     from tinygrad import TinyJit as TgJit
@@ -107,12 +113,30 @@ def tinygrad_step(optimizer_name: str, steps: int) -> float:
         loss = _forward(x, weights).sparse_categorical_crossentropy(y)
         optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        return loss.realize()
+        return loss.realize(*optimizer.schedule_step())
 
     x, y = TgTensor(x_np), TgTensor(y_np)
-    with TgContext(TRAINING=1):
-        return median_ms(lambda: step(x, y), steps)
+
+    def train() -> Any:
+        with TgContext(TRAINING=1):
+            return step(x, y)
+    return train
+
+
+def interleaved_median_ms(steps: dict[str, Callable[[], Any]], total: int, per_round: int = 5,
+                          warmup: int = 3) -> dict[str, float]:
+    """Median ms per call of each of `steps`, timed in rounds of `per_round` calls each until `total` calls."""
+    for step in steps.values():
+        for _ in range(warmup):
+            step()
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    while min(len(values) for values in times.values()) < total:
+        for name, step in steps.items():
+            for _ in range(per_round):
+                started = time.perf_counter()
+                step()
+                times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) * 1000 for name, values in times.items()}
 
 
 def replay_overhead(library: str, calls: int) -> float:
@@ -135,15 +159,15 @@ def replay_overhead(library: str, calls: int) -> float:
 def main() -> None:
     """Run every case and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--calls", type=int, default=300)
     arguments = parser.parse_args()
     print(f"MLP {'-'.join(map(str, SIZES))}, batch {BATCH}: median ms per training step ({arguments.steps} steps)")
     print(f"{'optimizer':10} {'tinycore':>10} {'torch':>10} {'tinygrad':>10} {'tc/torch':>9} {'tinygrad/tc':>12}")
     for optimizer_name in ("SGD", "Adam"):
-        ours = tinycore_step(optimizer_name, arguments.steps)
-        theirs = torch_step(optimizer_name, arguments.steps)
-        peer = tinygrad_step(optimizer_name, arguments.steps)
+        figures = interleaved_median_ms({"tinycore": tinycore_step(optimizer_name), "torch": torch_step(optimizer_name),
+                                         "tinygrad": tinygrad_step(optimizer_name)}, arguments.steps)
+        ours, theirs, peer = figures["tinycore"], figures["torch"], figures["tinygrad"]
         print(f"{optimizer_name:10} {ours:10.2f} {theirs:10.2f} {peer:10.2f} {ours / theirs:9.2f} {peer / ours:12.2f}")
     ours_us = replay_overhead("tinycore", arguments.calls)
     peer_us = replay_overhead("tinygrad", arguments.calls)

@@ -182,6 +182,19 @@ def matmul(rows: int, inner: int, columns: int, dtype: DType = dtypes.float32) -
                 lambda x, y: x @ y)
 
 
+def matmul_transposed(rows: int, inner: int, columns: int) -> Case:
+    """out[i, j] = sum_k a[i, k] * b[j, k]: both inputs contiguous along the reduce (A @ B.T)."""
+    i, j, k = loop(rows, 0), loop(columns, 1), loop(inner, 2)
+    out, a = buffer(0, dtypes.float32, rows * columns), buffer(1, dtypes.float32, rows * inner)
+    b = buffer(2, dtypes.float32, columns * inner)
+    product = a.index(flat_index([i, k], [inner, 1])).load() * b.index(flat_index([j, k], [inner, 1])).load()
+    ast = out.index(flat_index([i, j], [columns, 1])).store(UOp(Ops.REDUCE, dtypes.float32, (product, k),
+                                                                   Ops.ADD)).sink()
+    inputs = [random_array((rows, inner), dtypes.float32, 14), random_array((columns, inner), dtypes.float32, 15)]
+    return Case(f"matmul_transposed_{rows}x{inner}x{columns}", ast, inputs, (rows, columns), dtypes.float32,
+                lambda x, y: x @ y.T)
+
+
 def softmax_numerator(rows: int, columns: int) -> Case:
     """out[i, j] = exp2(a[i, j] - max_k a[i, k]) (a reduce used by an elementwise consumer in one kernel)."""
     i, j, k = loop(rows, 0), loop(columns, 1), loop(columns, 2)

@@ -17,6 +17,7 @@ from codegen_kernels import (
     integer_arithmetic,
     loop,
     matmul,
+    matmul_transposed,
     padded,
     padded_rows,
     random_array,
@@ -64,7 +65,8 @@ CASES = [
     reduce_outer(16, 8), reduce_outer(7, 24), full_reduce(256), full_reduce(100, dtypes.int32),
     padded(10, 2, 3), padded(16, 8, 8), padded_rows(5, 16, 2, 1), matmul(8, 32, 16), matmul(5, 7, 3),
     matmul(12, 16, 8),
-    matmul(6, 12, 16, dtypes.int32), softmax_numerator(4, 16), integer_arithmetic(64),
+    matmul(6, 12, 16, dtypes.int32), matmul_transposed(16, 32, 64), matmul_transposed(64, 16, 8),
+    matmul_transposed(5, 24, 7), matmul_transposed(12, 8, 4), softmax_numerator(4, 16), integer_arithmetic(64),
     symbolic_elementwise(40, 29), compare_to_bool(40), cast_int_to_float(6, 16), symbolic_reduce(4, 48, 37),
 ]
 RENDERERS = {"vector_cpu": VectorCPURenderer(), "scalar": ScalarRenderer(), "gpu": GPURenderer()}
@@ -182,6 +184,22 @@ def test_narrow_matmul_gets_one_vector_tile_and_unrolled_reduce() -> None:
     assert len(broadcasts) == 8 * 4
 
 
+def test_transposed_matmul_gets_dot_tile() -> None:
+    from tinycore.codegen.optimize import DOT_TILE
+    case = matmul_transposed(24, 64, 128)
+    with Context(NUM_CPU_THREADS=1):
+        uops = linearize(case.ast, VectorCPURenderer())
+    registers = [u for u in uops if u.op is Ops.DEFINE_REG]
+    # DOT_TILE rows of the larger input (b, 128 rows), one 8-wide vector accumulator each along the reduce
+    assert len(registers) == DOT_TILE and all(r.dtype.base == dtypes.float32.vec(8) for r in registers)
+    assert len(vector_loads(uops)) == DOT_TILE + 1  # DOT_TILE vectors of b, one of a, per reduce step
+    # the loops: blocks of the larger input outside, the smaller input's 24 rows inside, then the reduce
+    assert [u.src[0].arg for u in uops if u.op is Ops.RANGE] == [128 // DOT_TILE, 24, 64 // 8]
+    output = np.zeros(24 * 128, np.float32)
+    run_linear(uops, [output] + [array.copy() for array in case.inputs])
+    np.testing.assert_allclose(output.reshape(24, 128), case.expected(), rtol=1e-5, atol=1e-5)
+
+
 def test_small_axes_expansion_is_bounded() -> None:
     from tinycore.codegen.optimize import SMALL_AXES_EXPANSION
     # a 3x3 convolution-like reduce over 4x4 output tiles: upcasting and unrolling every small axis would copy the
@@ -265,7 +283,8 @@ def test_cpu_device_explicit_opts_match_numpy(case: Case, opts: list[Opt]) -> No
 
 
 @pytest.mark.parametrize("case", [elementwise_broadcast(512, 256), matmul(96, 64, 128), reduce_inner(512, 256),
-                                  reduce_outer(256, 512), softmax_numerator(256, 256), padded(100000, 7, 9)],
+                                  reduce_outer(256, 512), softmax_numerator(256, 256), padded(100000, 7, 9),
+                                  matmul_transposed(64, 128, 96), matmul_transposed(200, 64, 24)],
                          ids=lambda case: case.name)
 def test_cpu_device_multicore_matches_numpy(case: Case) -> None:
     with Context(NUM_CPU_THREADS=3):

@@ -198,6 +198,62 @@ def test_realized_view_needs_no_kernel():
     assert schedule.items == [] and schedule.outputs[0] is node.permute((1, 0))
 
 
+def matmul_graph(left: UOp, right: UOp) -> UOp:
+    """left (m, k) @ right (k, n) as a broadcast product reduced over k."""
+    (rows, inner), columns = left.shape, right.shape[1]
+    product = left.reshape((rows, inner, 1)).expand((rows, inner, columns)) * \
+        right.reshape((1, inner, columns)).expand((rows, inner, columns))
+    return product.r(Ops.ADD, (1,)).reshape((rows, columns))
+
+
+def test_costly_broadcast_into_a_reduce_is_computed_once():
+    memory = FakeMemory()
+    values, weights = random(6, 4), random(4, 32, seed=1)
+    node = memory.buffer(values)
+    costly = (node * 0.5).exp2().reciprocal() + node.sqrt()  # 2 costly ops on each of 24 elements
+    items = kernels(matmul_graph(costly, memory.buffer(weights)))
+    assert len(items) == 2
+    # the matmul reads the computed values instead of evaluating exp2 once per output column
+    assert not any(node.op is Ops.EXP2 for node in items[1].ast.toposort)
+    (result,) = memory.realize(matmul_graph(costly, memory.buffer(weights)))
+    with np.errstate(invalid="ignore"):
+        expected = (1 / np.exp2(values * 0.5) + np.sqrt(values)) @ weights
+    np.testing.assert_allclose(result, expected, rtol=1e-5, equal_nan=True)
+
+
+def test_cheap_broadcast_into_a_reduce_stays_inlined():
+    memory = FakeMemory()
+    values, weights = random(6, 4), random(4, 8, seed=1)
+    items = kernels(matmul_graph(memory.buffer(values) * 2.0, memory.buffer(weights)))
+    assert len(items) == 1
+    (result,) = memory.realize(matmul_graph(memory.buffer(values) * 2.0, memory.buffer(weights)))
+    np.testing.assert_allclose(result, (values * 2) @ weights, rtol=1e-5)
+
+
+def test_activation_after_a_reduce_joins_the_reduce_kernel():
+    memory = FakeMemory()
+    inputs, first, second = random(5, 8), random(8, 16, seed=1), random(16, 4, seed=2)
+    hidden = matmul_graph(memory.buffer(inputs), memory.buffer(first))
+    activated = (hidden < 0.0).where(0.0, hidden)
+    output = matmul_graph(activated, memory.buffer(second))
+    items = kernels(output)
+    # two kernels: the first matmul with its activation, then the second matmul reading the activated values
+    assert len(items) == 2
+    assert not any(node.op is Ops.CMPLT for node in items[1].ast.toposort)
+    (result,) = memory.realize(output)
+    np.testing.assert_allclose(result, np.maximum(inputs @ first, 0) @ second, rtol=1e-4, atol=1e-5)
+
+
+def test_constant_broadcast_into_a_reduce_is_recomputed():
+    memory = FakeMemory()
+    weights = random(8, 16)
+    constants = UOp.const_on(dtypes.float32, 2.0, "CPU", (4, 1)).expand((4, 8))
+    costly = (constants * 3.0 + 1.0).exp2()  # reads no buffer: cheaper to recompute than to store and load
+    assert len(kernels(matmul_graph(costly, memory.buffer(weights)))) == 1
+    (result,) = memory.realize(matmul_graph(costly, memory.buffer(weights)))
+    np.testing.assert_allclose(result, np.full((4, 8), 128.0, np.float32) @ weights, rtol=1e-5)
+
+
 # ---- values: the ASTs computed with the reference interpreter against numpy ----
 
 def test_elementwise_values():

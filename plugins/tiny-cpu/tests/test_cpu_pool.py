@@ -1,0 +1,128 @@
+"""The C worker pool: kernels split across workers run every share once, from any thread, after fork, with or without
+the pool."""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+import tiny_cpu.pool as pool_module
+from tiny_cpu.allocator import CPUAllocator
+from tiny_cpu.compiler import ClangCompiler
+from tiny_cpu.renderer import entry_point
+from tiny_cpu.runtime import CPUProgram
+
+from tinycore.device.buffer import Buffer
+from tinycore.dtype import dtypes
+
+SCALE_SOURCE = """void tc_scale(float* restrict data0, const float* restrict data1, const int count, const int core_id) {
+  for (int i = core_id * count; i < (core_id + 1) * count; i++) data0[i] = data1[i] * 3.0f + (float)core_id;
+}
+""" + entry_point("tc_scale", ["float* restrict data0", "const float* restrict data1", "const int count"]) + "\n"
+
+
+def buffer_from(array: np.ndarray) -> Buffer:
+    """A CPU buffer holding `array` (float32)."""
+    buffer = Buffer("CPU", array.size, dtypes.float32, allocator=CPUAllocator()).ensure_allocated()
+    buffer.copyin(memoryview(np.ascontiguousarray(array, np.float32).tobytes()))
+    return buffer
+
+
+def expected_scale(source: np.ndarray, shares: int, count: int) -> np.ndarray:
+    """What tc_scale writes: 3 x + the share's number, share by share."""
+    return source * 3 + np.repeat(np.arange(shares, dtype=np.float32), count)
+
+
+def run_scale(shares: int, count: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Launch tc_scale over `shares` workers; returns (output, numpy's answer)."""
+    source = np.random.default_rng(seed).standard_normal(shares * count).astype(np.float32)
+    output, data = buffer_from(np.zeros_like(source)), buffer_from(source)
+    program = CPUProgram("tc_scale", ClangCompiler().compile_cached(SCALE_SOURCE))
+    program(output._buf, data._buf, global_size=(shares, 1, 1), vals=(count,))
+    return output.numpy(), expected_scale(source, shares, count)
+
+
+def test_entry_point_unpacks_buffers_and_values() -> None:
+    text = entry_point("kernel_a", ["float* restrict data0", "const int* restrict data1", "const int n"])
+    assert text.startswith("void kernel_a_entry(const long long *arguments, const int core_id)")
+    assert "(float*)(__INTPTR_TYPE__)arguments[0]" in text and "(const int*)(__INTPTR_TYPE__)arguments[1]" in text
+    assert "(int)arguments[2], core_id);" in text
+
+
+def test_pool_is_built_here() -> None:
+    assert pool_module.parallel_runner() is not None
+
+
+@pytest.mark.parametrize("shares", [2, 3, 7, 16])
+def test_every_share_runs_once(shares: int) -> None:
+    got, expected = run_scale(shares, 257, seed=shares)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_more_shares_than_threads_and_one_thread() -> None:
+    runner = pool_module.parallel_runner()
+    assert runner is not None
+    program = CPUProgram("tc_scale", ClangCompiler().compile_cached(SCALE_SOURCE))
+    for threads in (1, 3):
+        source = np.arange(40, dtype=np.float32)
+        output, data = buffer_from(np.zeros(40, np.float32)), buffer_from(source)
+        arguments = (ctypes.c_longlong * 3)(output._buf, data._buf, 4)
+        assert runner(program._entry, arguments, 10, threads) == 0
+        np.testing.assert_allclose(output.numpy(), expected_scale(source, 10, 4))
+
+
+def test_launches_from_several_threads_at_once() -> None:
+    failures: list[BaseException] = []
+
+    def launch(seed: int) -> None:
+        try:
+            for round_number in range(20):
+                got, expected = run_scale(4, 1000, seed=seed * 100 + round_number)
+                np.testing.assert_allclose(got, expected, rtol=1e-6)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=launch, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads) and failures == []
+
+
+def _child_launch(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    got, expected = run_scale(4, 64, seed=9)
+    queue.put(bool(np.allclose(got, expected)))
+
+
+def test_forked_child_gets_a_fresh_pool() -> None:
+    run_scale(4, 64)  # the parent's worker threads exist now; a forked child has none of them
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child_launch, args=(queue,))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0, "the child hung or crashed launching on the pool after fork"
+    assert queue.get(timeout=5) is True
+
+
+def test_without_the_pool_python_threads_run_the_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(pool_module._state, "runner", None)
+    got, expected = run_scale(5, 100, seed=3)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_batch_compile_renames_entry_points() -> None:
+    compiler = ClangCompiler()
+    other = SCALE_SOURCE.replace("* 3.0f", "* 5.0f")
+    library, symbols = compiler.compile_batch([("tc_scale", SCALE_SOURCE), ("tc_scale", other)])
+    assert len(set(symbols)) == 2
+    source = np.arange(8, dtype=np.float32)
+    for symbol, factor in zip(symbols, (3, 5), strict=True):
+        program = CPUProgram(symbol, library)
+        assert program._entry is not None
+        output, data = buffer_from(np.zeros(8, np.float32)), buffer_from(source)
+        program(output._buf, data._buf, global_size=(2, 1, 1), vals=(4,))
+        np.testing.assert_allclose(output.numpy(), source * factor + np.repeat([0.0, 1.0], 4))
