@@ -281,3 +281,45 @@ def test_bad_arguments() -> None:
         optim.SGD([np.zeros(3)])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="nesterov"):
         optim.SGD([Tensor([1.0], requires_grad=True)], nesterov=True)
+
+
+# ---- fused optimizers: one flattened vector of all parameters ----
+
+FUSED_CASES: dict[str, Callable[[list[Tensor]], optim.Optimizer]] = {
+    "sgd": lambda p: optim.SGD(p, lr=0.1, fused=True),
+    "sgd_momentum": lambda p: optim.SGD(p, lr=0.05, momentum=0.9, fused=True),
+    "sgd_nesterov": lambda p: optim.SGD(p, lr=0.05, momentum=0.8, nesterov=True, fused=True),
+    "sgd_weight_decay": lambda p: optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1, fused=True),
+    "adam": lambda p: optim.Adam(p, lr=0.01, fused=True),
+    "adamw_decay": lambda p: optim.AdamW(p, lr=0.01, weight_decay=0.3, fused=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED_CASES))
+def test_fused_elementwise_optimizers_match_torch(name: str) -> None:
+    params, grads = _problem(seed=4)
+    assert_all_close(run_ours(FUSED_CASES[name], params, grads), run_torch(TORCH_CASES[name][1], params, grads))
+
+
+def test_fused_lamb_takes_norms_over_all_parameters() -> None:
+    params, grads = _problem(seed=5)
+    ours = run_ours(lambda p: optim.LAMB(p, lr=0.01, weight_decay=0.1, fused=True), params, grads)
+    flat = lamb_reference([np.concatenate([param.reshape(-1) for param in params])],
+                          [[np.concatenate([grad.reshape(-1) for grad in step])] for step in grads],
+                          lr=0.01, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.1)[0]
+    offsets = np.cumsum([0] + [param.size for param in params])
+    expected = [flat[start:end].reshape(param.shape) for param, start, end in zip(params, offsets[:-1], offsets[1:],
+                                                                                   strict=True)]
+    assert_all_close(ours, expected)
+
+
+def test_fused_keeps_one_state_vector_and_rejects_what_it_cannot_do() -> None:
+    tensors = [Tensor(np.ones((3, 2), np.float32), requires_grad=True), Tensor(np.ones(4, np.float32),
+                                                                             requires_grad=True)]
+    adam = optim.Adam(tensors, fused=True)
+    assert [state.shape for state in adam.m] == [(10,)] and [state.shape for state in adam.v] == [(10,)]
+    with pytest.raises(ValueError, match="Muon orthogonalizes"):
+        optim.Muon(tensors, fused=True)
+    mixed = [Tensor(np.ones(2, np.float32), requires_grad=True), Tensor(np.ones(2, np.float16), requires_grad=True)]
+    with pytest.raises(ValueError, match="one dtype"):
+        optim.SGD(mixed, fused=True)

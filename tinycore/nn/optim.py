@@ -4,7 +4,9 @@ An optimizer holds the parameters it trains (`params`, tensors with requires_gra
 realized with them (`buffers`, such as BatchNorm running statistics). `step()` builds each parameter's update from
 its `.grad`, writes it into the parameter with `assign`, and realizes everything in one schedule. The learning rate
 `lr` is a one-element Tensor, so a schedule that changes it (`optimizer.lr.assign(...)`) does not change the
-compiled kernels. Stepping is only allowed in training mode, `Context(TRAINING=1)`.
+compiled kernels. Stepping is only allowed in training mode, `Context(TRAINING=1)`. With `fused=True` the
+parameters and gradients are flattened into one vector and the update (and its state) is computed on that vector:
+norms (LARS, LAMB) are then taken over all parameters together, as tinygrad's fused optimizers do.
 """
 from __future__ import annotations
 
@@ -36,8 +38,6 @@ class Optimizer:
     """The base class: owns params, buffers and lr, and turns `_step`'s new values into assignments."""
 
     def __init__(self, params: list[Tensor], lr: float, device: str | None = None, fused: bool = False):
-        if fused:
-            raise NotImplementedError("fused optimizers are not implemented; construct the optimizer with fused=False")
         for tensor in params:
             if not isinstance(tensor, Tensor):
                 raise TypeError(f"the optimizer's parameters must be Tensors, got {type(tensor).__name__}")
@@ -54,6 +54,17 @@ class Optimizer:
             raise ValueError("none of the optimizer's tensors requires a gradient (all have requires_grad=False)")
         self.device = device if device is not None else self.params[0].device
         self.lr = Tensor([lr], requires_grad=False, device=self.device).contiguous().realize()
+        self.fused = bool(fused)
+        if self.fused:
+            dtypes_seen = {param.dtype for param in self.params}
+            if len(dtypes_seen) > 1:
+                raise ValueError(f"a fused optimizer keeps its parameters in one vector, which needs one dtype; got "
+                                 f"{sorted(str(dtype) for dtype in dtypes_seen)}: use fused=False or one optimizer "
+                                 "per dtype in an OptimizerGroup")
+        # with `fused`, parameter i is elements offsets[i]:offsets[i+1] of the concatenated, flattened parameters
+        self.offsets = [0]
+        for param in self.params:
+            self.offsets.append(self.offsets[-1] + param.numel())
 
     def zero_grad(self) -> None:
         """Forget every parameter's gradient (the next backward() starts from zero)."""
@@ -77,7 +88,14 @@ class Optimizer:
                                "before step(), and check that the loss depends on every parameter passed to the "
                                "optimizer")
         gradients = [param.grad for param in self.params if param.grad is not None]
-        new_values, extra = self._step(self.params, gradients)
+        if self.fused:
+            flat_params = [Tensor.cat(*[param.detach().flatten() for param in self.params])]
+            flat_gradients = [Tensor.cat(*[gradient.flatten() for gradient in gradients])]
+            (flat_value,), extra = self._step(flat_params, flat_gradients)
+            new_values = [flat_value[start:end].reshape(param.shape) for param, start, end in
+                          zip(self.params, self.offsets[:-1], self.offsets[1:], strict=True)]
+        else:
+            new_values, extra = self._step(self.params, gradients)
         for param, value in zip(self.params, new_values, strict=True):
             param.assign(value.cast(param.dtype))
         return self.params + self.buffers + extra
@@ -91,7 +109,10 @@ class Optimizer:
         raise NotImplementedError(f"{type(self).__name__} does not define _step")
 
     def _zeros_like_params(self) -> list[Tensor]:
-        """One zero-filled state tensor per parameter (momentum buffers, moments)."""
+        """One zero-filled state tensor per parameter (momentum buffers, moments); one vector of them all when
+        fused."""
+        if self.fused:
+            return [_untrained(filled_buffer((self.offsets[-1],), 0, self.params[0].dtype, self.device))]
         return [_untrained(filled_buffer(param.shape, 0, param.dtype, param.device)) for param in self.params]
 
 
@@ -150,6 +171,9 @@ class LARS(Optimizer):
                  classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None,
                  fused: bool = False):
         super().__init__(params, lr, device, fused)
+        if fused and ns_steps:
+            raise ValueError("Muon orthogonalizes each parameter as a matrix, which a fused (flattened) optimizer "
+                             "cannot do: use fused=False")
         if nesterov and momentum <= 0:
             raise ValueError(f"nesterov momentum needs momentum > 0, got momentum={momentum}")
         if ns_steps and ns_coefficients is None:
