@@ -20,7 +20,8 @@ class Renderer:
     `has_threads` (CPU-style worker split through SPECIAL "core_id"), `global_max` / `local_max` (largest launch
     dimensions), `shared_max` (bytes of shared memory), `vector_widths` (for each scalar dtype, the vector widths
     loads, stores and ALU ops may use), `supports_float4` (any vectors at all). `suffix` is the source language
-    ("c", "cl", "cu", ...).
+    ("c", "cl", "cu", ...). The scheduler reads `max_buffers`: the most buffers, outputs and inputs together, one
+    kernel may take on the device (None: no limit); kernels that would take more are split (schedule/split.py).
     """
 
     device: str = ""
@@ -34,6 +35,7 @@ class Renderer:
     supports_float4: bool = True
     vector_widths: dict[DType, tuple[int, ...]] = {}
     tensor_cores: list[Any] = []
+    max_buffers: int | None = None
 
     def render(self, uops: list[UOp]) -> str:
         """The source of the kernel `uops` (a linear program, see docs/architecture.md)."""

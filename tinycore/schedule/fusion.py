@@ -12,6 +12,8 @@ Rules:
   no root: it copies straight into the target; non-contiguous views of DISK buffers are refused;
 - the value of an ASSIGN is a root when its kernel reads the target buffer through a different view or inside a
   reduce (the write would race with the reads); reads inside other roots' kernels, which run earlier, do not count.
+- a kernel that would take more buffers than its device's renderer allows (`max_buffers`) gets inner nodes as roots
+  of their own until it fits (split.py).
 """
 from __future__ import annotations
 
@@ -155,6 +157,8 @@ def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
     if racing:
         roots.update(dict.fromkeys(racing))
         _add_reduce_roots(roots)
+    from tinycore.schedule.split import split_kernels_over_limit
+    split_kernels_over_limit(roots, _add_reduce_roots)
     return roots
 
 

@@ -60,14 +60,52 @@ def test_64_bit_dtypes_are_refused_naming_dtype_and_device(webgpu: Any, dtype: A
         (tensor + 1).numpy()
 
 
-def test_too_many_storage_buffers_is_refused(webgpu: Any) -> None:
+def storage_buffer_limit(webgpu: Any) -> int:
+    """maxStorageBuffersPerShaderStage as the adapter reports it (and the GPU device was created with)."""
+    adapter_limit = int(webgpu.context.adapter.limits["max-storage-buffers-per-shader-stage"])
+    assert webgpu.context.limit("max-storage-buffers-per-shader-stage") <= adapter_limit
+    return webgpu.context.limit("max-storage-buffers-per-shader-stage")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_a_sum_of_more_tensors_than_storage_buffers_is_split(webgpu: Any, dtype: Any) -> None:
+    from tinycore.schedule import create_schedule
+    limit = storage_buffer_limit(webgpu)
+    assert webgpu.renderer.max_buffers == limit
+    arrays = [(RNG.standard_normal(37) * 10).astype(dtype) for _ in range(limit + 9)]
+    tensors = [Tensor(array, device="WEBGPU").realize() for array in arrays]
+    total, expected = tensors[0], arrays[0]
+    for tensor, array in zip(tensors[1:], arrays[1:], strict=True):
+        total, expected = total + tensor, expected + array
+    kernels = [item for item in create_schedule([total.uop]).items if not item.is_copy]
+    assert len(kernels) == 2 and all(len(item.buffers) <= limit for item in kernels)
+    np.testing.assert_array_equal(total.numpy(), expected)  # the same adds in the same order as numpy's
+
+
+def test_a_reduce_of_more_tensors_than_storage_buffers_is_split(webgpu: Any) -> None:
+    limit = storage_buffer_limit(webgpu)
+    arrays = [RNG.integers(-20, 20, (6, 9)).astype(np.int32) for _ in range(limit + 3)]
+    tensors = [Tensor(array, device="WEBGPU").realize() for array in arrays]
+    total, expected = tensors[0] * tensors[1], arrays[0] * arrays[1]
+    for tensor, array in zip(tensors[2:], arrays[2:], strict=True):
+        total, expected = total + tensor, expected + array
+    np.testing.assert_array_equal(total.sum(axis=1).numpy(), expected.sum(axis=1))
+
+
+def test_the_renderer_still_refuses_a_kernel_over_the_limit(webgpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tinycore.schedule import clear_schedule_cache
     limit = webgpu.renderer.max_storage_buffers
     inputs = [Tensor(np.full(4, index, np.float32), device="WEBGPU").realize() for index in range(limit + 1)]
     total = inputs[0]
     for tensor in inputs[1:]:
-        total = total + tensor
-    with pytest.raises(Exception, match="storage buffers.*maxStorageBuffersPerShaderStage"):
-        total.numpy()
+        total = total - tensor
+    monkeypatch.setattr(webgpu.renderer, "max_buffers", None)  # the scheduler no longer splits for this device
+    clear_schedule_cache()
+    try:
+        with pytest.raises(Exception, match="storage buffers.*maxStorageBuffersPerShaderStage"):
+            total.numpy()
+    finally:
+        clear_schedule_cache()
 
 
 def test_dispatch_split_respects_workgroups_per_dimension(webgpu: Any) -> None:

@@ -93,7 +93,8 @@ class WGSLRenderer(Renderer):
     """WGSL compute shaders for WebGPU adapters.
 
     `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
-    maxStorageBuffersPerShaderStage (a kernel with more buffers is refused); `max_workgroup_storage` bytes of
+    maxStorageBuffersPerShaderStage, also `max_buffers`, which the scheduler reads to split kernels that would take
+    more (outputs counted; the uniform parameters are not a storage buffer); `max_workgroup_storage` bytes of
     workgroup memory; `max_loop_iterations`: the most iterations the driver runs of one loop (Mesa's llvmpipe and
     lavapipe stop loops after 65535), longer loops are rendered as blocks of unrolled steps. No vectors are used
     (scalar code only).
@@ -117,6 +118,7 @@ class WGSLRenderer(Renderer):
         self.max_loop_iterations = max_loop_iterations
         self.has_f16 = has_f16
         self.max_storage_buffers = max_storage_buffers
+        self.max_buffers: int | None = max_storage_buffers
         self.shared_max = max_workgroup_storage
         self.adapter_name = adapter_name
 
@@ -284,8 +286,9 @@ class _WGSLWalk:
             raise RuntimeError(
                 f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} "
                 f"({renderer.adapter_name}) allows {renderer.max_storage_buffers} per shader stage "
-                f"(maxStorageBuffersPerShaderStage); the scheduler must split kernels with more inputs than that "
-                f"(realize intermediate results first), or run this kernel on another device")
+                f"(maxStorageBuffersPerShaderStage); the scheduler splits the kernels it makes to fit (the renderer's "
+                f"max_buffers), so this kernel was built elsewhere: realize intermediate results first, or run it "
+                f"on another device")
         workgroup = (WORKGROUP_SIZE, 1, 1)
         if self.local_mode:
             sizes = [1, 1, 1]
