@@ -139,13 +139,18 @@ class Heuristic:
             return False
         store_index = ast.src[0].src[0]
         width = vector_width(self.renderer, self.store_dtype())
-        for first, second in ((left, right), (right, left)):
+        # the vector columns should also be contiguous in the output; failing that (x.T @ y with a narrow y), the
+        # tile's vectors are stored lane by lane once after the whole reduce
+        orders = [(first, second, contiguous_store) for contiguous_store in (True, False)
+                  for first, second in ((left, right), (right, left))]
+        for first, second, contiguous_store in orders:
             columns = rows = None
             for range_node in self.output_axes():
                 in_store = axis_stride(store_index.src[1], range_node)
                 in_first = axis_stride(first.src[0].src[1], range_node)
                 in_second = axis_stride(second.src[0].src[1], range_node)
-                if in_store == 1 and in_first == 0 and in_second == 1:
+                if (in_store == 1 if contiguous_store else in_store not in (0, None)) and in_first == 0 and \
+                        in_second == 1:
                     columns = range_node
                 elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
                     rows = range_node
