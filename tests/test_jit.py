@@ -1,4 +1,7 @@
-"""TinyJit: capture on the second call, replay afterwards; results checked against numpy."""
+"""TinyJit: capture on the second call, replay afterwards; results checked against numpy.
+
+Replay on a device (new inputs, captured weights, state updated through assign) is checked on each device by the
+conformance suite, tinycore/testing/test_jit.py; these tests are about TinyJit itself."""
 from __future__ import annotations
 
 import gc
@@ -15,22 +18,6 @@ RNG = np.random.default_rng(0)
 
 def _random(*shape: int) -> np.ndarray:
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def test_replay_matches_numpy_over_many_calls() -> None:
-    weight_np = _random(4, 5)
-    weight = Tensor(weight_np)
-
-    @TinyJit
-    def step(x: Tensor, y: Tensor) -> Tensor:
-        return ((x @ weight).relu() + y).sum(axis=1).realize()
-
-    for _ in range(8):
-        x_np, y_np = _random(3, 4), _random(3, 5)
-        result = step(Tensor(x_np), Tensor(y_np))
-        np.testing.assert_allclose(result.numpy(), (np.maximum(x_np @ weight_np, 0) + y_np).sum(axis=1),
-                                   rtol=1e-5, atol=1e-5)
-    assert step.captured_kernel_count > 0
 
 
 def test_captured_kernel_count_equals_eager_count() -> None:
@@ -145,22 +132,6 @@ def test_jit_off_runs_the_function_every_time() -> None:
             values = _random(3)
             np.testing.assert_allclose(negate(Tensor(values)).numpy(), -values)
     assert len(calls) == 4
-
-
-def test_assign_inside_the_jit_updates_state_every_replay() -> None:
-    counter = Tensor.zeros(2).contiguous().realize()
-
-    @TinyJit
-    def accumulate(x: Tensor) -> Tensor:
-        counter.assign(counter + x).realize()
-        return counter
-
-    total = np.zeros(2, dtype=np.float32)
-    for _ in range(6):
-        values = _random(2)
-        total += values
-        accumulate(Tensor(values))
-    np.testing.assert_allclose(counter.numpy(), total, rtol=1e-5)
 
 
 def test_temporaries_share_memory_and_replays_do_not_grow() -> None:

@@ -1,4 +1,7 @@
-"""Realize end to end on the CPU device: schedule, compile, run, read back; results compared with numpy."""
+"""Realize end to end on the CPU device: schedule, compile, run, read back; results compared with numpy.
+
+These tests are about the engine (kernel counts, caches, buffers, assign); op values, views, reductions, symbolic
+shapes and copies between devices are checked on each device by the conformance suite, tinycore/testing/."""
 from __future__ import annotations
 
 import gc
@@ -50,50 +53,7 @@ def test_fused_elementwise_matches_numpy():
     np.testing.assert_allclose(host(node), (first + second) * third, rtol=1e-6)
 
 
-def test_unary_and_ternary_ops():
-    array = np.abs(random(3, 4)) + 0.5
-    node = tensor(array)
-    checks = [
-        (node.exp2(), np.exp2(array)), (node.log2(), np.log2(array)), (node.sqrt(), np.sqrt(array)),
-        (node.reciprocal(), 1 / array), (node.sin(), np.sin(array)), (-node, -array),
-        ((node < 1.0).where(node, node * 3), np.where(array < 1.0, array, array * 3)),
-        (node.maximum(node * 0 + 1.2), np.maximum(array, 1.2)),
-    ]
-    realized = realize_uops([graph for graph, _ in checks])
-    for result, (_, expected) in zip(realized, checks, strict=True):
-        np.testing.assert_allclose(host(result), expected, rtol=1e-5)
-
-
-def test_integer_ops_and_casts():
-    array = np.arange(-6, 6, dtype=np.int32).reshape(3, 4)
-    node = tensor(array)
-    divided = node // UOp.const_on(dtypes.int32, 4, "CPU", (3, 4))
-    remainder = node % UOp.const_on(dtypes.int32, 4, "CPU", (3, 4))
-    as_float = node.cast(dtypes.float32) * 0.5
-    # C semantics: truncation toward zero
-    np.testing.assert_array_equal(host(divided, np.int32), np.trunc(array / 4).astype(np.int32))
-    np.testing.assert_array_equal(host(remainder, np.int32), np.fmod(array, 4))
-    np.testing.assert_allclose(host(as_float), array.astype(np.float32) * 0.5)
-
-
-def test_constant_output():
-    filled = UOp.const_on(dtypes.float32, 2.5, "CPU", (3, 2))
-    np.testing.assert_array_equal(host(filled), np.full((3, 2), 2.5, dtype=np.float32))
-
-
 # ---- reduce ----
-
-@pytest.mark.parametrize("op,axes,reference", [
-    (Ops.ADD, (0, 1), lambda a: a.sum(keepdims=True)),
-    (Ops.ADD, (1,), lambda a: a.sum(axis=1, keepdims=True)),
-    (Ops.MAX, (0,), lambda a: a.max(axis=0, keepdims=True)),
-    (Ops.MUL, (1,), lambda a: a.prod(axis=1, keepdims=True)),
-    (Ops.MAX, (0, 1), lambda a: a.max(keepdims=True)),
-])
-def test_reduce_matches_numpy(op, axes, reference):
-    array = random(6, 7)
-    np.testing.assert_allclose(host(tensor(array).r(op, axes)), reference(array), rtol=1e-5, atol=1e-6)
-
 
 def test_sum_of_product_is_one_kernel():
     first, second = random(8, 9), random(8, 9, seed=1)
@@ -121,12 +81,6 @@ def test_softmax_last_axis():
     np.testing.assert_allclose(host(graph), expected / expected.sum(axis=1, keepdims=True), rtol=1e-5)
 
 
-def test_large_reduce():
-    array = random(1000, 300)
-    np.testing.assert_allclose(host(tensor(array).r(Ops.ADD, (0,))), array.sum(axis=0, keepdims=True),
-                               rtol=1e-4, atol=1e-4)
-
-
 # ---- movement ----
 
 MOVEMENTS = [
@@ -150,12 +104,6 @@ def test_movement_then_elementwise(build, reference):
     graph = build(tensor(array)) + 1
     assert count_kernels(graph) == 1
     np.testing.assert_allclose(host(graph), reference(array) + 1, rtol=1e-6)
-
-
-@pytest.mark.parametrize("build,reference", MOVEMENTS)
-def test_view_read_back(build, reference):
-    array = random(2, 3, 4)
-    np.testing.assert_allclose(host(build(tensor(array))), reference(array), rtol=1e-6)
 
 
 def test_reshape_permute_add_reads_input_without_copy():
@@ -201,15 +149,6 @@ def test_contiguous_and_clone_make_new_buffers():
     np.testing.assert_allclose(host(cloned), array)
 
 
-def test_copy_between_devices():
-    array = random(3, 4)
-    node = tensor(array)
-    copied = node.permute((1, 0)).copy_to_device("CPU:1")
-    (result,) = realize_uops([copied * 2])
-    assert result.device == "CPU:1"
-    np.testing.assert_allclose(host(result), array.T * 2, rtol=1e-6)
-
-
 def test_multiple_outputs_share_work():
     first, second = random(3, 3), random(3, 3, seed=1)
     total = tensor(first) + tensor(second)
@@ -218,13 +157,6 @@ def test_multiple_outputs_share_work():
     results = realize_uops([total * 3, total - 1])
     np.testing.assert_allclose(host(results[0]), (first + second) * 3, rtol=1e-6)
     np.testing.assert_allclose(host(results[1]), first + second - 1, rtol=1e-6)
-
-
-def test_size_zero_outputs():
-    node = tensor(np.zeros((0, 3), dtype=np.float32))
-    (result,) = realize_uops([node + 1])
-    assert result.shape == (0, 3)
-    assert host(result).shape == (0, 3)
 
 
 # ---- caches, memory and debug output ----
@@ -315,22 +247,6 @@ def test_temporary_buffers_are_released_after_their_last_use():
     shifted_reference = array - array.max(axis=1, keepdims=True)
     expected = shifted_reference * shifted_reference.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(host(schedule.outputs[0]), expected, rtol=1e-5)
-
-
-def test_symbolic_shape_kernel_runs_with_bound_values():
-    from tinycore.schedule.fusion import view_base
-    array = random(4, 10)
-    node = tensor(array)
-    variable = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("width", 1, 10))
-    asts = []
-    for width in (3, 7):
-        graph = node.shrink(((0, 4), (0, variable.bind(width)))) * 2
-        schedule = create_schedule([graph])
-        asts.append(schedule.items[0].ast)
-        (result,) = realize_uops([graph])
-        stored = buffer_of(view_base(result)).numpy()[: 4 * width].reshape(4, width)
-        np.testing.assert_allclose(stored, array[:, :width] * 2, rtol=1e-6)
-    assert asts[0] is asts[1]  # one kernel for every value of the variable
 
 
 class _DeviceMemory:

@@ -118,32 +118,7 @@ def test_eye_matches_numpy(sizes: tuple[int, ...]) -> None:
 
 
 # ---- random numbers ----
-
-def _threefry_reference(x0: int, x1: int, k0: int, k1: int) -> tuple[int, int]:
-    """Known-answer vectors of Threefry-2x32-20 from the Random123 distribution (kat_vectors)."""
-    table = {(0, 0, 0, 0): (0x6B200159, 0x99BA4EFE),
-             (0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF): (0x1CB996FC, 0xBB002BE7),
-             (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344): (0xC4923A9C, 0x483DF7A0)}
-    return table[(x0, x1, k0, k1)]
-
-
-@pytest.mark.parametrize("words", [(0, 0, 0, 0), (0xFFFFFFFF,) * 4, (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344)])
-def test_threefry_known_answers(words: tuple[int, int, int, int]) -> None:
-    x0, x1, k0, k1 = words
-    out0, out1 = Tensor._threefry(Tensor([x0], dtype=dtypes.uint32), Tensor([x1], dtype=dtypes.uint32), k0, k1)
-    assert (out0.item(), out1.item()) == _threefry_reference(*words)
-
-
-def test_manual_seed_reproduces() -> None:
-    Tensor.manual_seed(1234)
-    first = Tensor.rand(64).numpy(), Tensor.randn(3, 5).numpy()
-    Tensor.manual_seed(1234)
-    second = Tensor.rand(64).numpy(), Tensor.randn(3, 5).numpy()
-    np.testing.assert_array_equal(first[0], second[0])
-    np.testing.assert_array_equal(first[1], second[1])
-    Tensor.manual_seed(1235)
-    assert not np.array_equal(Tensor.rand(64).numpy(), first[0])
-
+# Threefry's known answers and same seed, same numbers: on each device in tinycore/testing/test_ops.py.
 
 def test_uniform_statistics() -> None:
     Tensor.manual_seed(0)

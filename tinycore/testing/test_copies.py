@@ -1,4 +1,5 @@
-"""Conformance, copies: data between the host, CPU (and DISK, when it works) and the device, both ways."""
+"""Conformance, copies: data between the host, CPU (and DISK, when it works), two instances of the device and the
+device, both ways."""
 from __future__ import annotations
 
 import numpy
@@ -7,7 +8,7 @@ import pytest
 from tinycore.dtype import dtypes
 from tinycore.tensor import Tensor
 from tinycore.testing.capabilities import DeviceCapabilities
-from tinycore.testing.support import assert_matches, not_built, require_dtype, sample
+from tinycore.testing.support import assert_matches, not_applicable, not_built, require_dtype, sample
 
 pytestmark = pytest.mark.conformance_category("copies")
 
@@ -49,6 +50,34 @@ def test_copy_of_non_contiguous_view(device: str) -> None:
     source = Tensor(data, device=device).realize()
     assert_matches(source.T[::2].to("CPU"), data.T[::2], f"x.T[::2] from {device} to CPU")
     assert_matches(Tensor(data, device="CPU").T[1:].to(device), data.T[1:], f"x.T[1:] from CPU to {device}")
+
+
+def _second_instance(device: str) -> str:
+    """Another instance of the device under test: index 1 (index 0 when the device under test is index 1)."""
+    base, _, index = device.partition(":")
+    return f"{base}:{0 if index == '1' else 1}"
+
+
+@pytest.mark.runs_kernels
+def test_between_two_instances_of_the_device(device: str) -> None:
+    """A transposed view copied to a second instance of the device (DEVICE:1) arrives in C order, and a kernel on the
+    second instance reads it."""
+    from tinycore.device.registry import Device
+    other = _second_instance(device)
+    try:
+        Device[other]
+    except Exception as error:  # noqa: BLE001 - a device with one instance here has nothing to copy between
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        not_applicable(f"a second instance {other} does not open here: {reason[:160]}")
+    data = sample((3, 4), seed=125)
+    source = Tensor(data, device=device).realize()
+    copied = source.T.to(other)
+    result = (copied * 2.0).realize()
+    if result.device != other:
+        raise AssertionError(f"a kernel on the copy from {device} to {other} ran on {result.device}")
+    assert_matches(copied, data.T, f"x.T from {device} to {other}")
+    assert_matches(result, data.T * numpy.float32(2.0), f"a kernel on {other} reading a buffer copied from {device}")
+    assert_matches(result.to(device), data.T * numpy.float32(2.0), f"{device} -> {other} -> {device}")
 
 
 def test_large_copy(device: str, capabilities: DeviceCapabilities) -> None:

@@ -98,6 +98,50 @@ def test_integer_division_bitwise_and_shifts(device: str, capabilities: DeviceCa
                    f"(a << 3) + (a >> 2) in {dtype_name(dtype)} on {device}")
 
 
+SIGNED_DIVISION = [dtypes.int8, dtypes.int32, dtypes.int64]
+DIVIDENDS, DIVISORS = [-7, 7, -8, 9, 0, 5, -100], [2, -2, 3, 3, 4, -5, -7]
+
+
+@pytest.mark.parametrize("dtype", SIGNED_DIVISION, ids=[dtype_name(dtype) for dtype in SIGNED_DIVISION])
+def test_signed_division_and_remainder(device: str, capabilities: DeviceCapabilities, dtype: DType) -> None:
+    """With negative operands: // and % round toward minus infinity (Python's rule), div(rounding_mode="trunc")
+    and fmod toward zero (C's rule), so the device's integer division must truncate toward zero as the IR says."""
+    require_dtype(capabilities, dtype)
+    numpy_dtype = to_numpy_dtype(dtype)
+    left, right = numpy.array(DIVIDENDS, numpy_dtype), numpy.array(DIVISORS, numpy_dtype)
+    device_left, device_right = Tensor(left, device=device), Tensor(right, device=device)
+    name = dtype_name(dtype)
+    assert_matches(device_left // device_right, left // right, f"a // b in {name} on {device} (a={DIVIDENDS}, "
+                   f"b={DIVISORS})")
+    assert_matches(device_left % device_right, left % right, f"a % b in {name} on {device}")
+    truncated = numpy.array([int(a / b) for a, b in zip(DIVIDENDS, DIVISORS, strict=True)], numpy_dtype)
+    assert_matches(device_left.div(device_right, rounding_mode="trunc"), truncated,
+                   f"a.div(b, rounding_mode='trunc') in {name} on {device}")
+    assert_matches(device_left.fmod(device_right), numpy.fmod(left, right), f"a.fmod(b) in {name} on {device}")
+
+
+CAST_SOURCES = [dtypes.float32, dtypes.int32, dtypes.bool, dtypes.uint8, dtypes.float16]
+CAST_TARGETS = [dtypes.float32, dtypes.int32, dtypes.bool, dtypes.int8, dtypes.float64]
+
+
+@pytest.mark.parametrize("target", CAST_TARGETS, ids=[dtype_name(dtype) for dtype in CAST_TARGETS])
+@pytest.mark.parametrize("source", CAST_SOURCES, ids=[dtype_name(dtype) for dtype in CAST_SOURCES])
+def test_casts_between_dtypes(device: str, capabilities: DeviceCapabilities, source: DType, target: DType) -> None:
+    """Direct casts between pairs of dtypes (not through float32): floats to integers truncate toward zero, anything
+    non-zero is True, bool is 0 or 1, against numpy."""
+    require_dtype(capabilities, source, target)
+    if source == dtypes.uint8:
+        values = numpy.array([0, 1, 2, 3, 100], numpy.uint8)
+    else:
+        values = numpy.array([0, 1, 2.75, -3.5, 100], numpy.float64).astype(to_numpy_dtype(source))
+    expected = values.astype(to_numpy_dtype(target))
+    result = Tensor(values, device=device).cast(target)
+    if result.dtype != target:
+        raise AssertionError(f"cast to {dtype_name(target)} gave a tensor of dtype {dtype_name(result.dtype)}")
+    assert_matches(result, expected, f"cast {dtype_name(source)} {values.tolist()} -> {dtype_name(target)} on {device}",
+                   rtol=0, atol=0)
+
+
 def _round_to_bfloat16(values: numpy.ndarray) -> numpy.ndarray:
     """float32 values rounded to the nearest bfloat16 (ties to even), returned as float32."""
     bits = values.astype(numpy.float32).view(numpy.uint32).astype(numpy.uint64)

@@ -56,3 +56,39 @@ def test_replay_with_two_outputs(device: str) -> None:
         assert_matches(doubled, data * numpy.float32(2.0), f"first output, call {call + 1}, on {device}")
         assert_matches(second, numpy.exp(data * numpy.float32(2.0)) - data, f"second output, call {call + 1}, on "
                        f"{device}", rtol=1e-5)
+
+
+def test_replay_reads_a_captured_weight(device: str) -> None:
+    """A realized tensor that the jitted function reads but does not take as an input (a weight) is read by every
+    replay: ((x @ w).relu() + y).sum(1) matches numpy for eight calls."""
+    jit = _tiny_jit()
+    weight_data = sample((4, 5), seed=105)
+    weight = Tensor(weight_data, device=device).realize()
+
+    @jit
+    def step(inputs: Tensor, bias: Tensor) -> Tensor:
+        return ((inputs @ weight).relu() + bias).sum(1).realize()
+
+    for call in range(8):
+        inputs, bias = sample((3, 4), seed=106 + call), sample((3, 5), seed=116 + call)
+        expected = (numpy.maximum(inputs @ weight_data, 0) + bias).sum(axis=1)
+        assert_matches(step(Tensor(inputs, device=device).realize(), Tensor(bias, device=device).realize()), expected,
+                       f"jitted ((x @ w).relu() + y).sum(1), call {call + 1}, on {device}", rtol=1e-5, atol=1e-5)
+
+
+def test_replay_updates_state_through_assign(device: str) -> None:
+    """A jitted function that assigns into a realized state tensor updates it on every replay (a running sum)."""
+    jit = _tiny_jit()
+    total = Tensor(numpy.zeros(3, numpy.float32), device=device).contiguous().realize()
+
+    @jit
+    def accumulate(value: Tensor) -> Tensor:
+        total.assign(total + value).realize()
+        return total
+
+    expected = numpy.zeros(3, numpy.float32)
+    for call in range(6):
+        value = sample((3,), seed=126 + call)
+        expected = expected + value
+        accumulate(Tensor(value, device=device).realize())
+        assert_matches(total, expected, f"state after {call + 1} jitted assigns of state + x on {device}", rtol=1e-5)

@@ -1,5 +1,6 @@
 """Conformance, ops: Tensor ops forward against numpy in float32: elementwise ops, broadcasting, odd shapes
-(size 0 and 1), non-contiguous views, movement ops, fused and unfused graphs, symbolic shapes, random numbers."""
+(size 0 and 1), non-contiguous views, movement ops, fused and unfused graphs, symbolic shapes, random numbers,
+NaN and infinity."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -11,7 +12,7 @@ import pytest
 from tinycore.dtype import dtypes
 from tinycore.tensor import Tensor
 from tinycore.testing.capabilities import DeviceCapabilities
-from tinycore.testing.support import assert_matches, not_applicable, not_built, sample
+from tinycore.testing.support import assert_matches, not_applicable, not_built, require_dtype, sample
 
 pytestmark = pytest.mark.conformance_category("ops")
 
@@ -122,14 +123,21 @@ VIEWS: list[tuple[str, Callable[[Any], Any]]] = [
      numpy.pad(x, ((0, 0), (1, 2), (0, 1)))),
     ("reshape_of_permute", lambda x: x.permute(2, 0, 1).reshape(4, 6) if isinstance(x, Tensor) else
      x.transpose(2, 0, 1).reshape(4, 6)),
+    ("transpose_of_reshape", lambda x: x.reshape(6, 4).T),
+    ("pad_flip_shrink", lambda x: x.pad(((1, 1), (1, 0), (0, 0))).flip(0, 1)[0:3, 1:4, 1:4] if isinstance(x, Tensor)
+     else numpy.pad(x, ((1, 1), (1, 0), (0, 0)))[::-1, ::-1, :][0:3, 1:4, 1:4]),
+    ("pad_reshape_permute", lambda x: x.pad(((0, 0), (2, 2), (0, 0))).reshape(2, 7, 2, 2).permute(3, 1, 0, 2)
+     if isinstance(x, Tensor) else numpy.pad(x, ((0, 0), (2, 2), (0, 0))).reshape(2, 7, 2, 2).transpose(3, 1, 0, 2)),
 ]
 
 
 @pytest.mark.parametrize("name,view", VIEWS, ids=[item[0] for item in VIEWS])
 def test_non_contiguous_views(device: str, name: str, view: Callable[[Any], Any]) -> None:
-    """Ops read non-contiguous views (permuted, flipped, strided, expanded, padded) of realized buffers."""
+    """Non-contiguous views (permuted, flipped, strided, expanded, padded, and chains of them) of realized buffers
+    read back on their own, and read by an elementwise kernel."""
     data = sample((2, 3, 4), seed=13)
     source = Tensor(data, device=device).realize()
+    assert_matches(view(source), view(data), f"{name} view of a realized (2, 3, 4) buffer read back from {device}")
     assert_matches(view(source) * 2.0 + 1.0, view(data) * numpy.float32(2.0) + numpy.float32(1.0),
                    f"{name} view of a realized (2, 3, 4) buffer, times 2 plus 1, on {device}")
 
@@ -174,27 +182,42 @@ def test_cat_and_creation(device: str) -> None:
 
 
 def test_symbolic_shapes(device: str, capabilities: DeviceCapabilities) -> None:
-    """A kernel over a shape with a bound Variable runs for two values (one compiled kernel serves both)."""
+    """A kernel over a shape with a bound Variable runs for two values, and one kernel serves both (the value is a
+    kernel parameter, not baked into the code)."""
     if not capabilities.symbolic:
         not_applicable("the device does not declare symbolic (integer kernel parameters)")
+    from tinycore.schedule.cache import create_schedule
+    from tinycore.uop.ops import Ops
     from tinycore.uop.symbolic import Variable
     data = sample((4, 10), seed=21)
     source = Tensor(data, device=device).realize()
     width = Variable("conformance_width", 1, 10)
+    kernels = []
     for value in (3, 7):
         bound: Any = width.bind(value)
         result = (source.shrink(((0, 4), (0, bound))) * 2.0).sum(1)
+        kernels.append([item.ast for item in create_schedule([result.uop]).items if item.ast.op is not Ops.COPY])
         assert_matches(result, (data[:, :value] * numpy.float32(2.0)).sum(axis=1),
                        f"(x[:, :w] * 2).sum(1) with w bound to {value} on {device}", rtol=1e-5)
+    if len(kernels[0]) != 1 or len(kernels[1]) != 1 or kernels[0][0] is not kernels[1][0]:
+        raise AssertionError(f"(x[:, :w] * 2).sum(1) on {device} scheduled {len(kernels[0])} and {len(kernels[1])} "
+                             "kernel(s) for w = 3 and w = 7, and not one shared kernel: the variable must be a kernel "
+                             "parameter")
 
 
 def test_random_same_seed_same_numbers(device: str) -> None:
-    """Tensor.rand after manual_seed gives the same numbers again after reseeding, distinct and in [0, 1)."""
+    """rand and randn after manual_seed give the same numbers again after reseeding (another seed gives others);
+    rand's are distinct and in [0, 1)."""
     Tensor.manual_seed(1234)
-    first = Tensor.rand(4, 8, device=device).numpy()
+    first, first_normal = Tensor.rand(4, 8, device=device).numpy(), Tensor.randn(3, 5, device=device).numpy()
     Tensor.manual_seed(1234)
-    again = Tensor.rand(4, 8, device=device).numpy()
+    again, again_normal = Tensor.rand(4, 8, device=device).numpy(), Tensor.randn(3, 5, device=device).numpy()
     assert_matches(again, first, f"rand(4, 8) on {device} twice with seed 1234", rtol=0, atol=0)
+    assert_matches(again_normal, first_normal, f"randn(3, 5) on {device} twice with seed 1234", rtol=0, atol=0)
+    Tensor.manual_seed(1235)
+    other = Tensor.rand(4, 8, device=device).numpy()
+    if numpy.array_equal(other, first):
+        raise AssertionError(f"rand(4, 8) on {device} gave the same numbers with seeds 1234 and 1235")
     if not (numpy.all(first >= 0) and numpy.all(first < 1)):
         raise AssertionError(f"rand on {device} gave values outside [0, 1): min {first.min()}, max {first.max()}")
     if len(numpy.unique(first)) < first.size - 1:
@@ -217,3 +240,61 @@ def test_random_matches_cpu(device: str) -> None:
     assert_matches(results[0][0], results[1][0], f"rand(4, 8) with seed 99 on {device} against CPU", rtol=0, atol=0)
     assert_matches(results[0][1], results[1][1], f"randn(3, 5) with seed 99 on {device} against CPU", rtol=1e-6,
                    atol=1e-6)
+
+
+THREEFRY_ANSWERS: list[tuple[tuple[int, int, int, int], tuple[int, int]]] = [
+    ((0, 0, 0, 0), (0x6B200159, 0x99BA4EFE)),
+    ((0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF), (0x1CB996FC, 0xBB002BE7)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xC4923A9C, 0x483DF7A0)),
+]
+"""Known answers of Threefry-2x32-20 (Salmon et al. 2011, the Random123 kat_vectors): (counter word 0, counter word 1,
+key 0, key 1) -> (output word 0, output word 1)."""
+
+
+@pytest.mark.parametrize("words,answer", THREEFRY_ANSWERS, ids=["zeros", "ones", "pi"])
+def test_threefry_known_answers(device: str, capabilities: DeviceCapabilities, words: tuple[int, int, int, int],
+                                answer: tuple[int, int]) -> None:
+    """The uint32 Threefry rounds behind rand and randn (additions that wrap, rotations, xor) give the published
+    answers on the device."""
+    require_dtype(capabilities, dtypes.uint32)
+    counter0, counter1, key0, key1 = words
+    word0 = Tensor(numpy.array([counter0], numpy.uint32), device=device)
+    word1 = Tensor(numpy.array([counter1], numpy.uint32), device=device)
+    output0, output1 = Tensor._threefry(word0, word1, key0, key1)  # type: ignore[attr-defined]
+    expected = numpy.array(answer, numpy.uint32).reshape(2, 1)
+    assert_matches(numpy.stack([output0.numpy(), output1.numpy()]), expected,
+                   f"Threefry-2x32-20 of counter ({counter0:#x}, {counter1:#x}) under key ({key0:#x}, {key1:#x}) "
+                   f"on {device}")
+
+
+def test_threefry_uint64_known_answers(device: str, capabilities: DeviceCapabilities) -> None:
+    """Tensor.threefry on uint64 counters and keys (split into words and joined again) gives the published answers."""
+    require_dtype(capabilities, dtypes.uint64, dtypes.uint32)
+    counters = [words[0] | words[1] << 32 for words, _ in THREEFRY_ANSWERS]
+    keys = [words[2] | words[3] << 32 for words, _ in THREEFRY_ANSWERS]
+    expected = numpy.array([answer[0] | answer[1] << 32 for _, answer in THREEFRY_ANSWERS], numpy.uint64)
+    result = Tensor(numpy.array(counters, numpy.uint64), device=device).threefry(
+        Tensor(numpy.array(keys, numpy.uint64), device=device))
+    assert_matches(result, expected, f"Tensor.threefry of three uint64 counters on {device}")
+
+
+SPECIAL_VALUES = numpy.array([numpy.nan, 1.0, numpy.inf, -numpy.inf, 0.0, -2.5], numpy.float32)
+SPECIAL_OPERANDS = numpy.array([2.0, 0.0, 0.0, numpy.inf, -numpy.inf, 0.0], numpy.float32)
+
+
+def test_nan_and_infinity_follow_ieee(device: str) -> None:
+    """NaN compares unequal and unordered and propagates through arithmetic; inf - inf and inf * 0 are NaN, 1 / 0 is
+    inf; isnan and isinf find them (a renderer compiled with fast-math flags fails here). The operands are data, not
+    literals, so no compiler may fold them away."""
+    values, operands = Tensor(SPECIAL_VALUES, device=device), Tensor(SPECIAL_OPERANDS, device=device)
+    data, other = SPECIAL_VALUES, SPECIAL_OPERANDS
+    with numpy.errstate(invalid="ignore", divide="ignore"):
+        checks = [("x <= 2", values <= 2.0, data <= 2.0), ("x >= 0", values >= 0.0, data >= 0.0),
+                  ("x < y", values < operands, data < other), ("x == x", values == values, data == data),
+                  ("x != x", values != values, data != data), ("x + y", values + operands, data + other),
+                  ("x * y", values * operands, data * other), ("x / y", values / operands, data / other),
+                  ("1 / x", values.reciprocal(), numpy.float32(1) / data),
+                  ("isnan(x)", values.isnan(), numpy.isnan(data)), ("isinf(x)", values.isinf(), numpy.isinf(data))]
+    for what, got, expected in checks:
+        assert_matches(got, expected, f"{what} for x = {data.tolist()}, y = {other.tolist()} on {device}", rtol=0,
+                       atol=0)

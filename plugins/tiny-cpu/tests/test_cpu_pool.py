@@ -17,7 +17,8 @@ from tiny_cpu.runtime import CPUProgram
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import dtypes
 
-SCALE_SOURCE = """void tc_scale(float* restrict data0, const float* restrict data1, const int count, const int core_id) {
+SCALE_SOURCE = """void tc_scale(float* restrict data0, const float* restrict data1, const int count,
+              const int core_id) {
   for (int i = core_id * count; i < (core_id + 1) * count; i++) data0[i] = data1[i] * 3.0f + (float)core_id;
 }
 """ + entry_point("tc_scale", ["float* restrict data0", "const float* restrict data1", "const int count"]) + "\n"
