@@ -221,9 +221,17 @@ def test_small_axes_expansion_is_bounded() -> None:
 
 def test_big_kernel_is_split_across_workers() -> None:
     with Context(NUM_CPU_THREADS=4):
+        for case in (elementwise_broadcast(1024, 1024), reduce_inner(512, 256)):
+            uops = linearize(case.ast, VectorCPURenderer())
+            specials = [u for u in uops if u.op is Ops.SPECIAL]
+            assert len(specials) == 1 and specials[0].arg == "core_id" and specials[0].src[0].arg == 4
+
+
+def test_small_elementwise_kernel_stays_on_one_worker() -> None:
+    # 131,072 outputs without a reduce: memory-bound, waking a worker costs about what the kernel takes
+    with Context(NUM_CPU_THREADS=4):
         uops = linearize(elementwise_broadcast(512, 256).ast, VectorCPURenderer())
-    specials = [u for u in uops if u.op is Ops.SPECIAL]
-    assert len(specials) == 1 and specials[0].arg == "core_id" and specials[0].src[0].arg == 4
+    assert not any(u.op is Ops.SPECIAL for u in uops)
 
 
 def test_small_kernel_is_not_split() -> None:
@@ -282,8 +290,8 @@ def test_cpu_device_explicit_opts_match_numpy(case: Case, opts: list[Opt]) -> No
     check_on_cpu(case, opts)
 
 
-@pytest.mark.parametrize("case", [elementwise_broadcast(512, 256), matmul(96, 64, 128), reduce_inner(512, 256),
-                                  reduce_outer(256, 512), softmax_numerator(256, 256), padded(100000, 7, 9),
+@pytest.mark.parametrize("case", [elementwise_broadcast(1024, 1024), matmul(96, 64, 128), reduce_inner(512, 256),
+                                  reduce_outer(256, 512), softmax_numerator(1024, 1024), padded(1 << 20, 7, 9),
                                   matmul_transposed(64, 128, 96), matmul_transposed(200, 64, 24)],
                          ids=lambda case: case.name)
 def test_cpu_device_multicore_matches_numpy(case: Case) -> None:

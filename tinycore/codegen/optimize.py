@@ -7,8 +7,8 @@ CPU kernels, in this order:
    a one-vector tile the reduce is unrolled by 4;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
-3. kernels with at least MIN_THREAD_WORK elements of work are split across the CPU workers on the outermost axis
-   that is big enough;
+3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are
+   split across the CPU workers on the outermost axis that is big enough;
 4. small output axes are upcast and small reduce axes unrolled completely.
 """
 from __future__ import annotations
@@ -33,7 +33,10 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 MIN_THREAD_WORK = 65536
-"""Kernels with less work than this many elements stay on one CPU worker."""
+"""Kernels with a reduce and less work than this many elements (all axes) stay on one CPU worker."""
+MIN_THREAD_ELEMENTWISE = 1 << 20
+"""Kernels without a reduce (memory-bound) and fewer output elements than this stay on one CPU worker: waking a
+worker costs tens of microseconds, about what one core takes to stream a million floats."""
 SMALL_UPCAST = 4
 """Output axes up to this size are upcast completely."""
 SMALL_UNROLL = 8
@@ -287,7 +290,8 @@ class Heuristic:
 
     def threads(self) -> None:
         """Split the outermost big enough output axis across the CPU workers."""
-        if not getattr(self.renderer, "has_threads", True) or self.kernel.work() < MIN_THREAD_WORK:
+        minimum = MIN_THREAD_WORK if self.kernel.reduce_ops else MIN_THREAD_ELEMENTWISE
+        if not getattr(self.renderer, "has_threads", True) or self.kernel.work() < minimum:
             return
         workers = default_worker_count()
         candidates = [(r, range_size(r) or 0) for r in self.output_axes() if (range_size(r) or 0) >= 2]
