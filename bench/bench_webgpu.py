@@ -81,6 +81,12 @@ def measure(workload: Workload, device: str, arrays: list[numpy.ndarray], repeat
             "gbps": workload.bytes_moved / median / 1e9}
 
 
+def codegen_tuning(renderer: Any) -> dict[str, Any]:
+    """The GPU codegen settings the WGSL renderer took from its adapter (None where the core's default applies)."""
+    return {name: getattr(renderer, name, None) for name in ("max_local_total", "local_max", "register_tile",
+                                                             "group_size", "group_max_outputs", "shared_max")}
+
+
 def main() -> None:
     """Run every workload on CPU and WEBGPU and print a table (or JSON) with the WEBGPU / CPU ratios."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -97,10 +103,12 @@ def main() -> None:
         row["ratio"] = row["WEBGPU"]["median_s"] / row["CPU"]["median_s"]
         rows.append(row)
     adapter = getattr(Device["WEBGPU"], "description", "?")
+    tuning = codegen_tuning(Device["WEBGPU"].renderer)
     if arguments.json:
-        print(json.dumps({"adapter": adapter, "results": rows}, indent=2))
+        print(json.dumps({"adapter": adapter, "codegen": tuning, "results": rows}, indent=2))
         return
     print(f"WEBGPU adapter: {adapter}")
+    print("WEBGPU codegen: " + ", ".join(f"{key} {value}" for key, value in tuning.items()))
     print(f"{'case':<24} {'CPU ms':>9} {'WEBGPU ms':>10} {'ratio':>7} {'WEBGPU GFLOPS':>14} {'first ms':>9}")
     for row in rows:
         print(f"{row['case']:<24} {row['CPU']['median_s'] * 1e3:9.2f} {row['WEBGPU']['median_s'] * 1e3:10.2f} "

@@ -6,13 +6,13 @@ index inside the group. A program without lidx indices runs groups of one work-i
 index (renderers may read it as such).
 
 The heuristic, in this order:
-1. reduce kernels with few outputs (at most GROUP_MAX_OUTPUTS) and a reduce axis of at least GROUP_MIN_REDUCE
-   elements get a group reduce on their largest reduce axis: the group's work-items (the renderer's `group_size`,
-   else DEFAULT_GROUP_SIZE, within the local limits) each reduce a strided slice and combine the partials through
-   local memory (local_memory.py); no other opt is applied to them;
+1. reduce kernels with few outputs (at most the renderer's `group_max_outputs`, else GROUP_MAX_OUTPUTS) and a reduce
+   axis of at least GROUP_MIN_REDUCE elements get a group reduce on their largest reduce axis: the group's work-items
+   (the renderer's `group_size`, else DEFAULT_GROUP_SIZE, within the local limits) each reduce a strided slice and
+   combine the partials through local memory (local_memory.py); no other opt is applied to them;
 2. matmul-like kernels (a sum of a product of two loads) get a register tile: each work-item computes TILE_ROWS x
-   TILE_COLUMNS outputs, 4 where the size does not allow 8 (the column axis, contiguous in the output, becomes vector
-   lanes);
+   TILE_COLUMNS outputs (the renderer's `register_tile` when it sets one), halved down to 4 where the size does not
+   allow more (the column axis, contiguous in the output, becomes vector lanes);
 3. output axes, innermost first, are split into a group index and a local index (LOCAL): the local size is the
    largest power of two dividing the axis within the renderer's `local_max` for that dimension and the work-group
    limit `max_local_total` (DEFAULT_MAX_LOCAL_TOTAL when the renderer has none), unless the innermost axis would
@@ -66,6 +66,14 @@ def largest_power_of_two_divisor(size: int, limit: int) -> int:
     return amount
 
 
+def tile_sizes(preferred: int) -> list[int]:
+    """Register tile sizes to try along one axis: `preferred`, then halved down to 4 (just 4 when it is smaller)."""
+    sizes = [int(preferred)]
+    while sizes[-1] // 2 >= 4:
+        sizes.append(sizes[-1] // 2)
+    return sizes if 4 in sizes else sizes + [4]
+
+
 def _strip(node: UOp) -> UOp:
     while node.op is Ops.CAST or (node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0):
         node = node.src[0] if node.op is Ops.CAST else node.src[1]
@@ -109,7 +117,8 @@ class GpuHeuristic:
                 any(node.dtype.count != 1 for node in reduces):
             return False
         outputs = prod(range_size(r) or 1 for r in self.loop_axes())
-        output_limit = min(GROUP_MAX_OUTPUTS, int(getattr(self.renderer, "max_groups", None) or GROUP_MAX_OUTPUTS))
+        output_limit = min(int(getattr(self.renderer, "group_max_outputs", None) or GROUP_MAX_OUTPUTS),
+                           int(getattr(self.renderer, "max_groups", None) or GROUP_MAX_OUTPUTS))
         if outputs > output_limit or any(range_size(r) is None for r in self.loop_axes()):
             return False
         nested = nested_reduces(self.kernel.ast)
@@ -158,8 +167,10 @@ class GpuHeuristic:
                     rows = range_node
             if columns is None or rows is None:
                 continue
-            column_tile = next((t for t in (TILE_COLUMNS, 4) if (range_size(columns) or 1) % t == 0), None)
-            row_tile = next((t for t in (TILE_ROWS, 4) if (range_size(rows) or 1) % t == 0), None)
+            preferred_rows, preferred_columns = getattr(self.renderer, "register_tile", None) or (TILE_ROWS,
+                                                                                                 TILE_COLUMNS)
+            column_tile = next((t for t in tile_sizes(preferred_columns) if (range_size(columns) or 1) % t == 0), None)
+            row_tile = next((t for t in tile_sizes(preferred_rows) if (range_size(rows) or 1) % t == 0), None)
             if column_tile is None or row_tile is None:
                 continue
             self.split(columns, column_tile, AxisType.UPCAST, "register tile columns")

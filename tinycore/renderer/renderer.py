@@ -21,7 +21,9 @@ class Renderer:
     dimensions), `shared_max` (bytes of shared memory), `vector_widths` (for each scalar dtype, the vector widths
     loads, stores and ALU ops may use), `supports_float4` (any vectors at all). `suffix` is the source language
     ("c", "cl", "cu", ...). The scheduler reads `max_buffers`: the most buffers, outputs and inputs together, one
-    kernel may take on the device (None: no limit); kernels that would take more are split (schedule/split.py).
+    kernel may take on the device (None: no limit); kernels that would take more are split (schedule/split.py). GPU
+    codegen (codegen/gpu.py) reads the optional `group_size`, `group_max_outputs` (group reduces only for kernels with
+    at most that many outputs) and `register_tile` (preferred rows, columns of a matmul's per-thread tile).
     """
 
     device: str = ""

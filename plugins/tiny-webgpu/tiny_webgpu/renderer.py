@@ -11,9 +11,13 @@ Memory layout of a kernel (the runtime reads the layout from the header comment 
   `array<f16>` (with `shader-f16`); bool, int8, uint8, int16 and uint16 are packed into `array<atomic<u32>>` words
   (byte addressing, atomic read-modify-write stores so neighbouring threads never lose each other's bytes).
 
-Thread mapping: codegen's SPECIAL gidx0..2 are decoded from one flat thread number (workgroups of `workgroup_size`
-threads, the dispatch spread over x/y/z so no dimension exceeds maxComputeWorkgroupsPerDimension); threads past the
-end return at once. Programs with lidx SPECIALs use the hardware workgroup layout instead (workgroup_id, local id).
+Thread mapping: programs with lidx SPECIALs (what the core's GPU codegen makes of most kernels: workgroups, group
+reduces, register tiles; see tinycore/codegen/gpu.py) use the hardware layout: gidxN is workgroup_id, lidxN the local
+invocation id, and the lidx sizes become the shader's fixed `@workgroup_size` (the launch's local size must match
+it). Programs without lidx decode gidx0..2 from one flat invocation number (workgroups of WORKGROUP_SIZE, the
+dispatch spread over x/y/z so no dimension exceeds maxComputeWorkgroupsPerDimension); invocations past the end
+return at once. Group reduces keep their partial results in `var<workgroup>` arrays and synchronise with
+`workgroupBarrier()`.
 """
 from __future__ import annotations
 
@@ -43,6 +47,21 @@ _WRAP: dict[DType, Callable[[str], str]] = {
 
 WORKGROUP_SIZE = 64
 """Threads per workgroup for flat-mapped kernels."""
+
+PREFERRED_INVOCATIONS = 256
+"""Invocations per workgroup codegen aims at on GPU adapters (within maxComputeInvocationsPerWorkgroup)."""
+CPU_PREFERRED_INVOCATIONS = 64
+"""Invocations per workgroup on CPU adapters: a workgroup runs on one driver thread, so smaller groups spread a kernel
+over more of them (a 256x256 matmul with 16x16 tiles is 256 invocations: as one workgroup it ran 1.9x slower on
+lavapipe's 2 threads than as four)."""
+CPU_REGISTER_TILE = (16, 16)
+"""Outputs per invocation (rows, columns) of matmul-like kernels on CPU adapters: lavapipe's loads are loops over the
+SIMD lanes, so 16x16 (32 loads per 256 multiply-adds) beats 8x8 (16 per 64) by 1.7x (2 driver threads) to 1.9x (one) at
+256x256x256."""
+CPU_GROUP_MAX_OUTPUTS = 256
+"""Reduces with more outputs than this skip the group reduce on CPU adapters: one invocation per output already
+fills the SIMD lanes and threads, and the group's barrier and workgroup memory only add work (1024 row sums of 1024:
+about 25% faster without)."""
 
 MAX_UNROLL = 32
 """The longest constant-trip loop the drivers with a loop limit (llvmpipe) unroll, used to stretch long loops."""
@@ -95,9 +114,22 @@ class WGSLRenderer(Renderer):
     `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
     maxStorageBuffersPerShaderStage, also `max_buffers`, which the scheduler reads to split kernels that would take
     more (outputs counted; the uniform parameters are not a storage buffer); `max_workgroup_storage` bytes of
-    workgroup memory; `max_loop_iterations`: the most iterations the driver runs of one loop (Mesa's llvmpipe and
-    lavapipe stop loops after 65535), longer loops are rendered as blocks of unrolled steps. No vectors are used
-    (scalar code only).
+    workgroup memory (maxComputeWorkgroupStorageSize, the core's `shared_max`); `max_loop_iterations`: the most
+    iterations the driver runs of one loop (Mesa's llvmpipe and lavapipe stop loops after 65535), longer loops are
+    rendered as blocks of unrolled steps. No vectors are used (scalar code only).
+
+    Workgroups (the core's GPU codegen, tinycore/codegen/gpu.py, reads these): `max_workgroup_size` is
+    maxComputeWorkgroupSizeX/Y/Z (the core's `local_max`), `max_workgroup_invocations` is
+    maxComputeInvocationsPerWorkgroup and `max_workgroups_per_dimension` maxComputeWorkgroupsPerDimension (the core's
+    `max_groups` and the y/z entries of `global_max`); the defaults are WebGPU's guaranteed minimums. Kernels whose
+    workgroup exceeds them are refused with the limit named. Within them codegen aims at `max_local_total`
+    invocations per workgroup (PREFERRED_INVOCATIONS, CPU_PREFERRED_INVOCATIONS on CPU adapters).
+
+    `cpu_adapter` (a software adapter such as Mesa's lavapipe) tunes codegen for SIMD lanes on CPU cores, where every
+    storage or workgroup memory access is a loop over the lanes and so costs far more than arithmetic:
+    `register_tile` CPU_REGISTER_TILE (fewer loads per multiply-add), `group_size` one SIMD vector (`simd_lanes`),
+    `group_max_outputs` CPU_GROUP_MAX_OUTPUTS (reduces with more outputs fill the lanes without a group reduce), and
+    smaller workgroups so the driver's threads get several each.
     """
 
     device = "WEBGPU"
@@ -113,7 +145,9 @@ class WGSLRenderer(Renderer):
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
-                 max_loop_iterations: int | None = None):
+                 max_loop_iterations: int | None = None, max_workgroup_size: tuple[int, int, int] = (256, 256, 64),
+                 max_workgroup_invocations: int = 256, max_workgroups_per_dimension: int = 65535,
+                 cpu_adapter: bool = False, simd_lanes: int = 8):
         self.device = device
         self.max_loop_iterations = max_loop_iterations
         self.has_f16 = has_f16
@@ -121,6 +155,30 @@ class WGSLRenderer(Renderer):
         self.max_buffers: int | None = max_storage_buffers
         self.shared_max = max_workgroup_storage
         self.adapter_name = adapter_name
+        self.max_workgroup_size = (int(max_workgroup_size[0]), int(max_workgroup_size[1]),
+                                   int(max_workgroup_size[2]))
+        self.max_workgroup_invocations = int(max_workgroup_invocations)
+        self.local_max = self.max_workgroup_size
+        self.max_groups = int(max_workgroups_per_dimension)
+        self.global_max = (2 ** 31 - 1, self.max_groups, self.max_groups)
+        self.cpu_adapter = cpu_adapter
+        preferred = CPU_PREFERRED_INVOCATIONS if cpu_adapter else PREFERRED_INVOCATIONS
+        self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
+        self.register_tile: tuple[int, int] | None = CPU_REGISTER_TILE if cpu_adapter else None
+        self.group_size: int | None = max(2, simd_lanes) if cpu_adapter else None
+        self.group_max_outputs: int | None = CPU_GROUP_MAX_OUTPUTS if cpu_adapter else None
+
+    def check_workgroup(self, sizes: tuple[int, int, int], name: str) -> None:
+        """Raise a ValueError naming the adapter limit when a kernel's workgroup of `sizes` does not fit it."""
+        for axis, (size, limit) in enumerate(zip(sizes, self.max_workgroup_size, strict=True)):
+            if size > limit:
+                raise ValueError(f"kernel {name}: workgroup size {size} along {'xyz'[axis]} is more than "
+                                 f"{self.adapter_name} allows (maxComputeWorkgroupSize{'XYZ'[axis]} = {limit}); "
+                                 f"pick smaller LOCAL/GROUP opts")
+        if sizes[0] * sizes[1] * sizes[2] > self.max_workgroup_invocations:
+            raise ValueError(f"kernel {name}: a workgroup of {sizes[0]}x{sizes[1]}x{sizes[2]} invocations is more than "
+                             f"{self.adapter_name} allows (maxComputeInvocationsPerWorkgroup = "
+                             f"{self.max_workgroup_invocations}); pick smaller LOCAL/GROUP opts")
 
     def value_type(self, dtype: DType) -> str:
         """The WGSL type holding a value of scalar `dtype`; UnsupportedDTypeError naming dtype and device if none."""
@@ -201,6 +259,7 @@ class _WGSLWalk:
         self.uses_f16 = False
         self.closing: dict[UOp, int] = {}
         self.open_ranges: list[int | None] = []
+        self.workgroup_bytes = 0
         for uop in uops:
             for source in uop.src:
                 self.uses[source] = self.uses.get(source, 0) + 1
@@ -289,7 +348,8 @@ class _WGSLWalk:
                 f"(maxStorageBuffersPerShaderStage); the scheduler splits the kernels it makes to fit (the renderer's "
                 f"max_buffers), so this kernel was built elsewhere: realize intermediate results first, or run it "
                 f"on another device")
-        workgroup = (WORKGROUP_SIZE, 1, 1)
+        workgroup = (max(1, min(WORKGROUP_SIZE, renderer.max_workgroup_size[0], renderer.max_workgroup_invocations)),
+                     1, 1)
         if self.local_mode:
             sizes = [1, 1, 1]
             for uop in self.uops:
@@ -299,6 +359,11 @@ class _WGSLWalk:
                         raise ValueError(f"{uop.arg} needs a constant size to be a WGSL workgroup size")
                     sizes[int(str(uop.arg)[-1])] = int(size.arg)
             workgroup = (sizes[0], sizes[1], sizes[2])
+            renderer.check_workgroup(workgroup, name)
+        if self.workgroup_bytes > renderer.shared_max:
+            raise ValueError(f"kernel {name} declares {self.workgroup_bytes} bytes of workgroup memory, more than "
+                             f"{renderer.adapter_name} allows (maxComputeWorkgroupStorageSize = "
+                             f"{renderer.shared_max}); pick a smaller GROUP opt")
         layout = KernelLayout([self.globals[position].itemsize for position in positions],
                               [self.globals[position] in PACKED_DTYPES for position in positions],
                               [key for key in sorted(self.variables)], workgroup, not self.local_mode)
@@ -363,6 +428,7 @@ class _WGSLWalk:
         pointer = uop.dtype
         assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
         name = self.fresh("temp")
+        self.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
         self.module_lines.append(f"var<workgroup> {name}: array<{self.type_of(pointer.base)}, "
                                  f"{max(pointer.size, 1)}>;")
         self.names[uop] = name

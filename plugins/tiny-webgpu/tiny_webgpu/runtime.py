@@ -7,6 +7,7 @@ adapter's own limits (storage buffers per stage, binding and buffer sizes) and t
 """
 from __future__ import annotations
 
+import re
 import struct
 import threading
 import time
@@ -175,8 +176,14 @@ class WGSLCompiler(Compiler):
         return src.encode()
 
 
+def simd_lanes(description: str) -> int:
+    """32-bit SIMD lanes of a CPU adapter from its name ('llvmpipe (LLVM 15.0.6, 256 bits)' -> 8); 8 when unnamed."""
+    found = re.search(r"(\d+) bits", description)
+    return max(1, int(found.group(1)) // 32) if found else 8
+
+
 def make_wgsl_renderer(device: str, arch: str | None) -> tuple[WGSLRenderer, WGSLCompiler]:
-    """The WGSL renderer and compiler for `device`, configured from its adapter's features and limits."""
+    """The WGSL renderer and compiler for `device`, configured from its adapter's features, limits and type."""
     if arch:
         raise ValueError(f"the WGSL renderer takes no arch (got {arch!r}); WebGPU adapters compile WGSL themselves")
     context = context_for(device)
@@ -184,9 +191,13 @@ def make_wgsl_renderer(device: str, arch: str | None) -> tuple[WGSLRenderer, WGS
                             max_storage_buffers=context.limit("max-storage-buffers-per-shader-stage"),
                             max_workgroup_storage=context.limit("max-compute-workgroup-storage-size"),
                             adapter_name=context.description,
-                            max_loop_iterations=LLVMPIPE_LOOP_LIMIT if "llvmpipe" in context.description else None)
-    limit = context.limit("max-compute-workgroups-per-dimension")
-    renderer.global_max = (2 ** 31 - 1, limit, limit)
+                            max_loop_iterations=LLVMPIPE_LOOP_LIMIT if "llvmpipe" in context.description else None,
+                            max_workgroup_size=(context.limit("max-compute-workgroup-size-x"),
+                                                context.limit("max-compute-workgroup-size-y"),
+                                                context.limit("max-compute-workgroup-size-z")),
+                            max_workgroup_invocations=context.limit("max-compute-invocations-per-workgroup"),
+                            max_workgroups_per_dimension=context.limit("max-compute-workgroups-per-dimension"),
+                            cpu_adapter=context.adapter_type == "CPU", simd_lanes=simd_lanes(context.description))
     return renderer, WGSLCompiler(context)
 
 
@@ -268,6 +279,12 @@ class WebGPUProgram:
         sizes = [int(size) for size in (list(global_size) + [1, 1, 1])[:3]]
         limit = self.max_groups
         if not self.layout.flat:
+            if local_size is not None:
+                launched = tuple(int(size) for size in (list(local_size) + [1, 1, 1])[:3])
+                if launched != self.layout.workgroup:
+                    raise RuntimeError(f"kernel {self.name} was compiled for workgroups of "
+                                       f"{'x'.join(map(str, self.layout.workgroup))} (WGSL fixes @workgroup_size in "
+                                       f"the shader) but is launched with local size {'x'.join(map(str, launched))}")
             if any(size > limit for size in sizes):
                 raise RuntimeError(f"kernel {self.name}: {sizes} workgroups exceed the adapter's "
                                    f"maxComputeWorkgroupsPerDimension ({limit})")
