@@ -5,6 +5,9 @@ Run it with `tiny conformance DEVICE` (a summary by category, `--json` for tools
 renderers. A device declares what it supports (`tinycore.testing.capabilities.DeviceCapabilities`); checks that do
 not apply are reported as "not applicable (declared)", separately from failures.
 
+`tinycore.testing.registration` holds the checks a plugin's own tests make of its registration (API level,
+pyproject entry point, installed distribution, device spec, probe, `tiny devices` row).
+
 Importing this package is cheap and does not import pytest.
 """
 from __future__ import annotations

@@ -2,45 +2,31 @@
 the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import tiny_amd.hooks as hooks
 
-from tinycore.plugins import PLUGIN_API_LEVEL, load_object
+from tinycore.plugins import load_object
+from tinycore.testing import registration
 
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_api_level_matches_the_core() -> None:
-    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+    registration.check_api_level(hooks)
 
 
 def test_pyproject_declares_entry_point_and_core_range() -> None:
-    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
-    assert 'name = "tiny-amd"' in text
-    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
-    assert '[project.entry-points."tinycore.plugins"]\namd = "tiny_amd.hooks"' in text
+    registration.check_pyproject(PLUGIN_ROOT, "tiny-amd", "amd", "tiny_amd.hooks")
 
 
 def test_installed_entry_point() -> None:
-    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
-    assert "amd" in points, "tiny-amd is not installed: pip install -e plugins/tiny-amd"
-    assert points["amd"].value == "tiny_amd.hooks"
-    assert points["amd"].dist is not None and points["amd"].dist.metadata["Name"] == "tiny-amd"
+    registration.check_installed_entry_point("amd", "tiny_amd.hooks", "tiny-amd", plugin_root=PLUGIN_ROOT)
 
 
 def test_device_spec() -> None:
-    (spec,) = hooks.tiny_devices()
-    assert (spec.name, spec.device_class, spec.probe) == (
-        "AMD", "tiny_amd.device:AMDDevice", "tiny_amd.hooks:probe")
-    assert load_object(spec.probe) is hooks.probe
+    registration.check_device_spec(hooks, "AMD", "tiny_amd.device:AMDDevice", "tiny_amd.hooks:probe")
 
 
 def test_opening_says_not_built_yet() -> None:
@@ -51,26 +37,11 @@ def test_opening_says_not_built_yet() -> None:
 
 
 def test_real_probe_answers_quickly() -> None:
-    started = time.perf_counter()
-    ok, reason, count = hooks.probe()
-    assert time.perf_counter() - started < 15
-    assert isinstance(ok, bool) and isinstance(reason, str) and reason and isinstance(count, int)
-    assert (count > 0) == ok
+    registration.check_probe_is_quick(hooks.probe)
 
 
 def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
-    environment = {**os.environ, "TINYCORE_PLUGINS": "amd", "NO_COLOR": "1"}
-    environment.pop("DEV", None)
-    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
-                            text=True, env=environment, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "AMD"]
-    assert (device["distribution"], device["plugin"]) == ("tiny-amd", "amd")
-    ok, reason, _count = hooks.probe()
-    if ok:
-        assert device["status"] == "fails to open" and "not built yet" in device["reason"]
-    else:
-        assert (device["status"], device["reason"]) == ("unavailable", reason)
+    registration.check_tiny_devices_row("amd", "AMD", "tiny-amd", hooks.probe, fails_to_open_with="not built yet")
 
 
 class FakeHip:

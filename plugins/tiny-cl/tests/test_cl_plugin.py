@@ -3,45 +3,32 @@ the availability probe (checked against fakes of the driver, and on this machine
 from __future__ import annotations
 
 import ctypes
-import importlib.metadata
-import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import tiny_cl.hooks as hooks
 
-from tinycore.plugins import PLUGIN_API_LEVEL, load_object
+from tinycore.plugins import load_object
+from tinycore.testing import registration
 
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_api_level_matches_the_core() -> None:
-    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+    registration.check_api_level(hooks)
 
 
 def test_pyproject_declares_entry_point_and_core_range() -> None:
-    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
-    assert 'name = "tiny-cl"' in text
-    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
-    assert '[project.entry-points."tinycore.plugins"]\ncl = "tiny_cl.hooks"' in text
+    registration.check_pyproject(PLUGIN_ROOT, "tiny-cl", "cl", "tiny_cl.hooks")
 
 
 def test_installed_entry_point() -> None:
-    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
-    assert "cl" in points, "tiny-cl is not installed: pip install -e plugins/tiny-cl"
-    assert points["cl"].value == "tiny_cl.hooks"
-    assert points["cl"].dist is not None and points["cl"].dist.metadata["Name"] == "tiny-cl"
+    registration.check_installed_entry_point("cl", "tiny_cl.hooks", "tiny-cl", plugin_root=PLUGIN_ROOT)
 
 
 def test_device_spec() -> None:
-    (spec,) = hooks.tiny_devices()
-    assert (spec.name, spec.device_class, spec.probe) == (
-        "CL", "tiny_cl.device:CLDevice", "tiny_cl.hooks:probe")
-    assert load_object(spec.probe) is hooks.probe
+    registration.check_device_spec(hooks, "CL", "tiny_cl.device:CLDevice", "tiny_cl.hooks:probe")
 
 
 def test_device_class_and_renderer_are_named_by_import_path() -> None:
@@ -54,27 +41,13 @@ def test_device_class_and_renderer_are_named_by_import_path() -> None:
 
 
 def test_real_probe_answers_quickly() -> None:
-    started = time.perf_counter()
-    ok, reason, count = hooks.probe()
-    assert time.perf_counter() - started < 15
-    assert isinstance(ok, bool) and isinstance(reason, str) and reason and isinstance(count, int)
-    assert (count > 0) == ok
+    registration.check_probe_is_quick(hooks.probe)
 
 
 def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
-    environment = {**os.environ, "TINYCORE_PLUGINS": "cl", "NO_COLOR": "1"}
-    environment.pop("DEV", None)
-    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
-                            text=True, env=environment, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "CL"]
-    assert (device["distribution"], device["plugin"]) == ("tiny-cl", "cl")
-    ok, reason, _count = hooks.probe()
-    if ok:
-        assert device["status"] == "ok", device["reason"]
+    device = registration.check_tiny_devices_row("cl", "CL", "tiny-cl", hooks.probe)
+    if device["status"] == "ok":
         assert [row["name"] for row in device["renderers"] if row["selected"]] == ["OPENCL"]
-    else:
-        assert (device["status"], device["reason"]) == ("unavailable", reason)
 
 
 class FakeOpenCL:

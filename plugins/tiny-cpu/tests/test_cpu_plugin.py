@@ -1,18 +1,16 @@
 """The CPU plugin's registration: entry point, API level, device and renderer specs, and the C-compiler probe."""
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import os
+import importlib.util
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import tiny_cpu.hooks as hooks
 
-from tinycore.plugins import PLUGIN_API_LEVEL, DeviceSpec, RendererSpec, load_object
+from tinycore.plugins import RendererSpec
+from tinycore.testing import registration
 
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,28 +24,19 @@ def make_program(directory: Path, name: str) -> Path:
 
 
 def test_api_level_matches_the_core() -> None:
-    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+    registration.check_api_level(hooks)
 
 
 def test_pyproject_declares_entry_point_and_core_range() -> None:
-    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
-    assert 'name = "tiny-cpu"' in text
-    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
-    assert '[project.entry-points."tinycore.plugins"]\ncpu = "tiny_cpu.hooks"' in text
+    registration.check_pyproject(PLUGIN_ROOT, "tiny-cpu", "cpu", "tiny_cpu.hooks")
 
 
 def test_installed_entry_point() -> None:
-    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
-    assert "cpu" in points, "tiny-cpu is not installed: pip install -e plugins/tiny-cpu"
-    assert points["cpu"].value == "tiny_cpu.hooks"
-    assert points["cpu"].dist is not None and points["cpu"].dist.metadata["Name"] == "tiny-cpu"
+    registration.check_installed_entry_point("cpu", "tiny_cpu.hooks", "tiny-cpu", plugin_root=PLUGIN_ROOT)
 
 
 def test_device_spec() -> None:
-    (spec,) = hooks.tiny_devices()
-    assert spec == DeviceSpec("CPU", spec.priority, "tiny_cpu.device:CPUDevice", spec.description,
-                              probe="tiny_cpu.hooks:probe")
-    assert load_object(spec.probe) is hooks.probe
+    registration.check_device_spec(hooks, "CPU", "tiny_cpu.device:CPUDevice", "tiny_cpu.hooks:probe")
 
 
 def test_cpu_has_the_highest_priority_of_the_installed_devices() -> None:
@@ -82,18 +71,7 @@ def test_probe_prefers_gcc_then_clang(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def test_tiny_devices_lists_cpu_consistently_with_its_probe() -> None:
-    environment = {**os.environ, "TINYCORE_PLUGINS": "cpu", "NO_COLOR": "1"}
-    environment.pop("DEV", None)
-    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
-                            text=True, env=environment, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (cpu,) = [device for device in json.loads(result.stdout)["devices"] if device["name"] == "CPU"]
-    assert (cpu["distribution"], cpu["plugin"]) == ("tiny-cpu", "cpu")
+    device_missing = importlib.util.find_spec("tiny_cpu.device") is None
+    missing_reason = "No module named 'tiny_cpu.device'" if device_missing else None
+    cpu = registration.check_tiny_devices_row("cpu", "CPU", "tiny-cpu", hooks.probe, fails_to_open_with=missing_reason)
     assert [row["dev"] for row in cpu["renderers"]][0] == "DEV=CPU:C"
-    ok, reason, _count = hooks.probe()
-    if not ok:
-        assert (cpu["status"], cpu["reason"]) == ("unavailable", reason)
-    elif importlib.util.find_spec("tiny_cpu.device") is None:
-        assert cpu["status"] == "fails to open" and "No module named 'tiny_cpu.device'" in cpu["reason"]
-    else:
-        assert cpu["status"] == "ok", cpu["reason"]

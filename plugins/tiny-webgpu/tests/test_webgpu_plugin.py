@@ -2,45 +2,32 @@
 availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
 from __future__ import annotations
 
-import importlib.metadata
-import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import tiny_webgpu.hooks as hooks
 
-from tinycore.plugins import PLUGIN_API_LEVEL, load_object
+from tinycore.plugins import load_object
+from tinycore.testing import registration
 
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_api_level_matches_the_core() -> None:
-    assert hooks.TINYCORE_PLUGIN_API == PLUGIN_API_LEVEL
+    registration.check_api_level(hooks)
 
 
 def test_pyproject_declares_entry_point_and_core_range() -> None:
-    text = (PLUGIN_ROOT / "pyproject.toml").read_text()
-    assert 'name = "tiny-webgpu"' in text
-    assert 'dependencies = ["tinycore>=0.1,<0.2"]' in text
-    assert '[project.entry-points."tinycore.plugins"]\nwebgpu = "tiny_webgpu.hooks"' in text
+    registration.check_pyproject(PLUGIN_ROOT, "tiny-webgpu", "webgpu", "tiny_webgpu.hooks")
 
 
 def test_installed_entry_point() -> None:
-    points = {point.name: point for point in importlib.metadata.entry_points(group="tinycore.plugins")}
-    assert "webgpu" in points, "tiny-webgpu is not installed: pip install -e plugins/tiny-webgpu"
-    assert points["webgpu"].value == "tiny_webgpu.hooks"
-    assert points["webgpu"].dist is not None and points["webgpu"].dist.metadata["Name"] == "tiny-webgpu"
+    registration.check_installed_entry_point("webgpu", "tiny_webgpu.hooks", "tiny-webgpu", plugin_root=PLUGIN_ROOT)
 
 
 def test_device_spec() -> None:
-    (spec,) = hooks.tiny_devices()
-    assert (spec.name, spec.device_class, spec.probe) == (
-        "WEBGPU", "tiny_webgpu.device:WebGPUDevice", "tiny_webgpu.hooks:probe")
-    assert load_object(spec.probe) is hooks.probe
+    registration.check_device_spec(hooks, "WEBGPU", "tiny_webgpu.device:WebGPUDevice", "tiny_webgpu.hooks:probe")
 
 
 def test_device_opens_when_an_adapter_is_found() -> None:
@@ -55,26 +42,11 @@ def test_device_opens_when_an_adapter_is_found() -> None:
 
 
 def test_real_probe_answers_quickly() -> None:
-    started = time.perf_counter()
-    ok, reason, count = hooks.probe()
-    assert time.perf_counter() - started < 15
-    assert isinstance(ok, bool) and isinstance(reason, str) and reason and isinstance(count, int)
-    assert (count > 0) == ok
+    registration.check_probe_is_quick(hooks.probe)
 
 
 def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
-    environment = {**os.environ, "TINYCORE_PLUGINS": "webgpu", "NO_COLOR": "1"}
-    environment.pop("DEV", None)
-    result = subprocess.run([sys.executable, "-m", "tinycore.cli", "devices", "--json"], capture_output=True,
-                            text=True, env=environment, timeout=120)
-    assert result.returncode == 0, result.stderr
-    (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "WEBGPU"]
-    assert (device["distribution"], device["plugin"]) == ("tiny-webgpu", "webgpu")
-    ok, reason, _count = hooks.probe()
-    if ok:
-        assert device["status"] == "ok"
-    else:
-        assert (device["status"], device["reason"]) == ("unavailable", reason)
+    registration.check_tiny_devices_row("webgpu", "WEBGPU", "tiny-webgpu", hooks.probe)
 
 
 def fake_wgpu(adapter: object) -> object:
