@@ -6,12 +6,14 @@ library built here runs `entry(arguments, core_id)` for every core_id on persist
 thread takes a share itself, and the call returns once every share is done. One ctypes call per launch: a
 Python-level pool costs a lock, a queue and a thread switch per worker, more than a small kernel's own run time.
 
-The pool is compiled on first use with the CPU device's compiler (and cached like any kernel). Where that fails
+The pool is compiled on first use with the CPU device's compiler (and cached like any kernel). A forked child
+(os.fork, multiprocessing) starts from an empty pool: the parent's threads do not exist there. Where that fails
 (no POSIX threads), `parallel_runner()` returns None and the runtime falls back to Python threads.
 """
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +30,6 @@ static tc_entry tc_job_entry;
 static const long long *tc_job_arguments;
 static int tc_job_shares, tc_next_share, tc_finished_shares, tc_active, tc_started;
 static unsigned long tc_generation;
-static int tc_fork_handler_set;
 
 /* claim shares of the current job until none are left; called with tc_lock held, returns with it held */
 static void tc_work(void) {
@@ -58,8 +59,9 @@ static void *tc_worker(void *start) {
   return 0;
 }
 
-/* after fork() only the forking thread exists: start from an empty pool with fresh locks */
-static void tc_after_fork(void) {
+/* after fork() only the forking thread exists: start from an empty pool with fresh locks (called by Python's
+   os.register_at_fork in the child) */
+void tinycore_pool_after_fork(void) {
   pthread_mutex_init(&tc_lock, 0);
   pthread_mutex_init(&tc_launch, 0);
   pthread_cond_init(&tc_wake, 0);
@@ -74,10 +76,6 @@ int tinycore_parallel(tc_entry entry, const long long *arguments, int shares, in
   int status = 0;
   pthread_mutex_lock(&tc_launch);
   pthread_mutex_lock(&tc_lock);
-  if (!tc_fork_handler_set) {
-    pthread_atfork(0, 0, tc_after_fork);
-    tc_fork_handler_set = 1;
-  }
   if (threads > TC_MAX_THREADS) threads = TC_MAX_THREADS;
   while (tc_started < threads - 1 && tc_started < shares - 1) {
     pthread_t thread;
@@ -127,5 +125,8 @@ def _build() -> Callable[[int, Any, int, int], int] | None:
         return None
     function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     function.restype = ctypes.c_int
+    after_fork = library.tinycore_pool_after_fork
+    after_fork.restype = None
+    os.register_at_fork(after_in_child=after_fork)
     _state["library"] = library  # kept loaded for the life of the process
     return function  # type: ignore[no-any-return]
