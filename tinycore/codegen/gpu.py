@@ -25,7 +25,7 @@ from typing import Any
 
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce, nested_reduces
 from tinycore.codegen.opt import AxisType, Kernel, KernelOptError, axis_id, range_size, replace_range
-from tinycore.codegen.optimize import axis_stride, map_global_dims
+from tinycore.codegen.optimize import axis_stride, map_global_dims, strip_casts
 from tinycore.dtype import dtypes
 from tinycore.helpers import getenv, prod
 from tinycore.uop.ops import Ops
@@ -72,12 +72,6 @@ def tile_sizes(preferred: int) -> list[int]:
     while sizes[-1] // 2 >= 4:
         sizes.append(sizes[-1] // 2)
     return sizes if 4 in sizes else sizes + [4]
-
-
-def _strip(node: UOp) -> UOp:
-    while node.op is Ops.CAST or (node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0):
-        node = node.src[0] if node.op is Ops.CAST else node.src[1]
-    return node
 
 
 class GpuHeuristic:
@@ -148,10 +142,10 @@ class GpuHeuristic:
         ast, reduces = self.kernel.ast, self.kernel.reduce_ops
         if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
             return False
-        product = _strip(reduces[0].src[0])
+        product = strip_casts(reduces[0].src[0])
         if product.op is not Ops.MUL:
             return False
-        loads = [_strip(source) for source in product.src]
+        loads = [strip_casts(source) for source in product.src]
         if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in loads):
             return False
         store_index = ast.src[0].src[0].src[1]

@@ -79,7 +79,7 @@ def _global_accesses(ast: UOp) -> tuple[list[UOp], list[UOp]]:
     return stores, loads
 
 
-def _strip_casts(node: UOp) -> UOp:
+def strip_casts(node: UOp) -> UOp:
     """The value under CASTs and padding masks (WHERE(valid, x, 0))."""
     while node.op is Ops.CAST or (node.op is Ops.WHERE and node.src[2].op is Ops.CONST and node.src[2].arg == 0):
         node = node.src[0] if node.op is Ops.CAST else node.src[1]
@@ -129,18 +129,11 @@ class Heuristic:
 
     def matmul_tile(self) -> bool:
         """Register-tile a sum over a product of two loads; True when applied."""
-        ast = self.kernel.ast
-        reduces = self.kernel.reduce_ops
-        if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+        loads = self._product_loads()
+        if loads is None:
             return False
-        product = _strip_casts(reduces[0].src[0])
-        if product.op is not Ops.MUL:
-            return False
-        left, right = (_strip_casts(source) for source in product.src)
-        if left.op is not Ops.LOAD or right.op is not Ops.LOAD or left.src[0].op is not Ops.INDEX or \
-                right.src[0].op is not Ops.INDEX:
-            return False
-        store_index = ast.src[0].src[0]
+        left, right = loads
+        store_index = self.kernel.ast.src[0].src[0]
         width = vector_width(self.renderer, self.store_dtype())
         # the vector columns should also be contiguous in the output; failing that (x.T @ y with a narrow y), the
         # tile's vectors are stored lane by lane once after the whole reduce
@@ -186,10 +179,10 @@ class Heuristic:
         reduces = self.kernel.reduce_ops
         if len(self.kernel.ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
             return None
-        product = _strip_casts(reduces[0].src[0])
+        product = strip_casts(reduces[0].src[0])
         if product.op is not Ops.MUL:
             return None
-        left, right = (_strip_casts(source) for source in product.src)
+        left, right = (strip_casts(source) for source in product.src)
         if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in (left, right)):
             return None
         return left, right
