@@ -23,6 +23,9 @@ class CLDevice(Compiled):
 
         super().__init__(device, CLAllocator(device, opened), renderer, compiler, runtime)
         self.capabilities = self._capabilities()
+        if getattr(self.renderer, "max_buffers", None) is None:
+            # the scheduler splits kernels that would pass more buffer arguments than the driver accepts
+            self.renderer.max_buffers = self.capabilities["max_buffers"]
 
     def _capabilities(self) -> dict[str, Any]:
         """What this device supports, for the conformance suite: the dtypes its renderer has types for (half and
