@@ -5,6 +5,7 @@ adapter; without a GPU, Mesa's lavapipe from mesa-vulkan-drivers). Each case ass
 output, so every repeat launches the compiled kernel again; the time is the median wall time of a
 repeat, device synchronisation included. The first run (schedule, WGSL compile, pipeline creation) is reported
 apart. Every result is checked against numpy. The ratio is WEBGPU time / CPU time (below 1: WEBGPU is faster).
+The "launch" row times a TinyJit replay of ten tiny kernels per call (median of 200 calls), the per-launch cost.
 Not part of the test suite.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tinycore.device.registry import Device  # noqa: E402
+from tinycore.engine.jit import TinyJit  # noqa: E402
 from tinycore.tensor import Tensor  # noqa: E402
 
 DEVICES = ("CPU", "WEBGPU")
@@ -81,6 +83,30 @@ def measure(workload: Workload, device: str, arrays: list[numpy.ndarray], repeat
             "gbps": workload.bytes_moved / median / 1e9}
 
 
+def measure_launch(device: str, calls: int = 200, kernels: int = 10) -> dict[str, Any]:
+    """Median time of one call of a TinyJit function launching `kernels` tiny kernels on `device`, checked against
+    numpy: the per-launch overhead (bind groups, uniform writes, submits) with next to no work per kernel."""
+    array = numpy.arange(16, dtype=numpy.float32)
+    source = Tensor(array, device=device).realize()
+
+    def step(value: Tensor) -> Tensor:
+        for _ in range(kernels):
+            value = (value + 1).realize()
+        return value
+
+    jitted = TinyJit(step)
+    opened = Device[device]
+    times = []
+    for _ in range(calls + 3):
+        started = time.perf_counter()
+        result = jitted(source)
+        opened.synchronize()
+        times.append(time.perf_counter() - started)
+    numpy.testing.assert_allclose(result.numpy(), array + kernels)
+    median = statistics.median(times[3:])
+    return {"median_s": median, "per_kernel_s": median / kernels}
+
+
 def codegen_tuning(renderer: Any) -> dict[str, Any]:
     """The GPU codegen settings the WGSL renderer took from its adapter (None where the core's default applies)."""
     return {name: getattr(renderer, name, None) for name in ("max_local_total", "local_max", "register_tile",
@@ -102,10 +128,11 @@ def main() -> None:
             row[device] = measure(workload, device, arrays, arguments.repeats)
         row["ratio"] = row["WEBGPU"]["median_s"] / row["CPU"]["median_s"]
         rows.append(row)
+    launch = {device: measure_launch(device) for device in DEVICES}
     adapter = getattr(Device["WEBGPU"], "description", "?")
     tuning = codegen_tuning(Device["WEBGPU"].renderer)
     if arguments.json:
-        print(json.dumps({"adapter": adapter, "codegen": tuning, "results": rows}, indent=2))
+        print(json.dumps({"adapter": adapter, "codegen": tuning, "results": rows, "launch": launch}, indent=2))
         return
     print(f"WEBGPU adapter: {adapter}")
     print("WEBGPU codegen: " + ", ".join(f"{key} {value}" for key, value in tuning.items()))
@@ -113,6 +140,9 @@ def main() -> None:
     for row in rows:
         print(f"{row['case']:<24} {row['CPU']['median_s'] * 1e3:9.2f} {row['WEBGPU']['median_s'] * 1e3:10.2f} "
               f"{row['ratio']:7.2f} {row['WEBGPU']['gflops']:14.2f} {row['WEBGPU']['first_s'] * 1e3:9.1f}")
+    print(f"{'launch (jit, 10 kernels)':<24} {launch['CPU']['median_s'] * 1e3:9.3f} "
+          f"{launch['WEBGPU']['median_s'] * 1e3:10.3f} {launch['WEBGPU']['median_s'] / launch['CPU']['median_s']:7.2f}"
+          f"   ({launch['WEBGPU']['per_kernel_s'] * 1e6:.0f} us per WEBGPU kernel, median of 200 calls)")
 
 
 if __name__ == "__main__":

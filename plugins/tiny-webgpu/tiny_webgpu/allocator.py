@@ -40,6 +40,7 @@ class WebGPUAllocator(LRUAllocator):
 
     def _free(self, opaque: WebGPUHandle, size: int, options: BufferSpec | None) -> None:
         self._live.pop(id(opaque.buffer), None)
+        self.context.forget_buffer(opaque.buffer)
         opaque.buffer.destroy()
 
     def _copyin(self, dest: WebGPUHandle, src: memoryview) -> None:

@@ -11,6 +11,8 @@ import re
 import struct
 import threading
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,8 @@ LLVMPIPE_LOOP_LIMIT = 65535
 """Mesa's llvmpipe (OpenGL) and lavapipe (Vulkan) end any loop after this many iterations."""
 _FEATURES = ("shader-f16", "timestamp-query")
 _LOCK = threading.RLock()
+BIND_GROUP_CACHE_SIZE = 16
+"""Bind groups kept per program (least recently used dropped first)."""
 _ADAPTERS: list[Any] = []
 _CONTEXTS: dict[str, WebGPUContext] = {}
 
@@ -64,6 +68,14 @@ class WebGPUContext:
     query_set: Any = None
     query_buffer: Any = None
     sync_buffer: Any = None
+    bind_group_users: dict[int, weakref.WeakSet[BindGroupCache]] = field(default_factory=dict)
+
+    def forget_buffer(self, buffer: Any) -> None:
+        """Drop every cached bind group that binds `buffer` (called when the allocator frees it)."""
+        with _LOCK:
+            users = self.bind_group_users.pop(id(buffer), None)
+            for cache in list(users or ()):
+                cache.drop(buffer)
 
     @property
     def description(self) -> str:
@@ -201,6 +213,51 @@ def make_wgsl_renderer(device: str, arch: str | None) -> tuple[WGSLRenderer, WGS
     return renderer, WGSLCompiler(context)
 
 
+class BindGroupCache:
+    """A bounded LRU of one program's bind groups, keyed by the (id(buffer), byte offset, size) of every handle.
+
+    Each entry holds its wgpu buffer objects, so an id in a key cannot be reused by another buffer while the entry
+    lives; the allocator also drops the entries of a buffer it frees (`WebGPUContext.forget_buffer`).
+    """
+
+    def __init__(self, context: WebGPUContext, capacity: int = BIND_GROUP_CACHE_SIZE):
+        self.context, self.capacity = context, capacity
+        self.entries: OrderedDict[tuple[tuple[int, int, int], ...], tuple[Any, list[int], tuple[Any, ...]]] = \
+            OrderedDict()
+        self.created = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def get(self, key: tuple[tuple[int, int, int], ...]) -> tuple[Any, list[int]] | None:
+        """The (bind group, buffer starts) cached under `key`, marked most recently used; None when absent."""
+        with _LOCK:
+            found = self.entries.get(key)
+            if found is None:
+                return None
+            self.entries.move_to_end(key)
+            return found[0], found[1]
+
+    def put(self, key: tuple[tuple[int, int, int], ...], group: Any, starts: list[int], buffers: tuple[Any, ...]
+            ) -> None:
+        """Cache `group` (binding `buffers`) under `key`, evicting the least recently used entry beyond capacity."""
+        with _LOCK:
+            self.created += 1
+            self.entries[key] = (group, starts, buffers)
+            self.entries.move_to_end(key)
+            for buffer in buffers:
+                self.context.bind_group_users.setdefault(id(buffer), weakref.WeakSet()).add(self)
+            while len(self.entries) > self.capacity:
+                self.entries.popitem(last=False)
+
+    def drop(self, buffer: Any) -> None:
+        """Remove every entry that binds `buffer`."""
+        with _LOCK:
+            for key in [key for key, (_group, _starts, buffers) in self.entries.items()
+                        if any(bound is buffer for bound in buffers)]:
+                del self.entries[key]
+
+
 @dataclass
 class WebGPUHandle:
     """A buffer argument: `nbytes` bytes starting `byte_offset` into the GPU buffer `buffer` (views share it)."""
@@ -249,6 +306,7 @@ class WebGPUProgram:
             if "min-storage-buffer-offset-alignment" in context.limits else 256
         self.max_binding = context.limit("max-storage-buffer-binding-size")
         self.max_groups = context.limit("max-compute-workgroups-per-dimension")
+        self.bind_groups = BindGroupCache(context)
 
     def _binding(self, position: int, handle: WebGPUHandle) -> tuple[dict[str, Any], int]:
         """The bind group entry of buffer `position` and its start (elements for word arrays, bytes for packed)."""
@@ -272,6 +330,16 @@ class WebGPUProgram:
             start = skipped // element_size
         return {"binding": position + 1, "resource": {"buffer": handle.buffer, "offset": bind_offset,
                                                       "size": size}}, start
+
+    def _bind_group(self, handles: Sequence[Any]) -> tuple[Any, list[int]]:
+        """A new bind group for the uniform parameters and `handles`, and the buffer starts the kernel reads."""
+        entries, starts = [], []
+        for position, handle in enumerate(handles):
+            entry, start = self._binding(position, handle)
+            entries.append(entry)
+            starts.append(start)
+        params = {"binding": 0, "resource": {"buffer": self.params, "offset": 0, "size": self.params_size}}
+        return self.context.device.create_bind_group(layout=self.bind_group_layout, entries=[params] + entries), starts
 
     def dispatch_size(self, global_size: Sequence[int], local_size: Sequence[int] | None
                       ) -> tuple[tuple[int, int, int], int, int, int]:
@@ -308,19 +376,22 @@ class WebGPUProgram:
             raise TypeError(f"kernel {self.name} takes {len(self.layout.variables)} variables "
                             f"({', '.join(self.layout.variables)}), got {len(vals)}")
         device = self.context.device
-        entries, starts = [], []
-        for position, handle in enumerate(handles):
-            entry, start = self._binding(position, handle)
-            entries.append(entry)
-            starts.append(start)
+        try:
+            key = tuple((id(handle.buffer), handle.byte_offset, handle.nbytes) for handle in handles)
+        except AttributeError:
+            key = None
+        cached = self.bind_groups.get(key) if key is not None else None
+        if cached is None:
+            group, starts = self._bind_group(handles)
+            if key is not None:
+                self.bind_groups.put(key, group, starts, tuple(handle.buffer for handle in handles))
+        else:
+            group, starts = cached
         groups, total, stride_y, stride_z = self.dispatch_size(global_size, local_size)
         sizes = [int(size) for size in (list(global_size) + [1, 1, 1])[:3]]
         data = struct.pack(f"<6I{len(starts)}i{len(vals)}i", total, stride_y, stride_z, *sizes, *starts,
                            *[int(value) for value in vals])
         device.queue.write_buffer(self.params, 0, data + bytes(self.params_size - len(data)))
-        group = device.create_bind_group(layout=self.bind_group_layout,
-                                         entries=[{"binding": 0, "resource": {"buffer": self.params, "offset": 0,
-                                                                              "size": self.params_size}}] + entries)
         timed = wait and "timestamp-query" in self.context.features
         encoder = device.create_command_encoder()
         writes = None
