@@ -82,6 +82,29 @@ def test_large_grid(device: str, capabilities: DeviceCapabilities) -> None:
                    rtol=1e-4, atol=1e-3)
 
 
+def test_more_buffers_than_a_kernel_takes_are_split(device: str) -> None:
+    """A sum of more tensors than the renderer's `max_buffers` allows runs as several kernels, each within the
+    limit, with numpy's exact answer (the same adds in the same order)."""
+    from tinycore.device.registry import Device
+    from tinycore.schedule import create_schedule
+    limit = getattr(Device[device].renderer, "max_buffers", None)
+    if limit is None:
+        not_applicable("the renderer declares no max_buffers (no limit on buffers per kernel)")
+    if limit > 200:
+        not_applicable(f"the renderer allows {limit} buffers per kernel; the check stays below 200 tensors")
+    arrays = [sample((33,), seed=300 + index) for index in range(limit + 5)]
+    tensors = [Tensor(array, device=device).realize() for array in arrays]
+    total, expected = tensors[0], arrays[0]
+    for tensor, array in zip(tensors[1:], arrays[1:], strict=True):
+        total, expected = total + tensor, expected + array
+    kernels = [item for item in create_schedule([total.uop]).items if not item.is_copy]
+    if len(kernels) < 2 or any(len(item.buffers) > limit for item in kernels):
+        raise AssertionError(f"the sum of {limit + 5} tensors on {device} (max_buffers={limit}) was scheduled as "
+                             f"kernels taking {[len(item.buffers) for item in kernels]} buffers: the scheduler must "
+                             f"split it into kernels of at most {limit}")
+    assert_matches(total, expected, f"sum of {limit + 5} buffers on {device}", rtol=0, atol=0)
+
+
 def test_many_buffers_in_one_kernel(device: str, capabilities: DeviceCapabilities) -> None:
     """A sum of many realized tensors runs as one kernel taking them all (up to the declared max_buffers)."""
     count = min(capabilities.max_buffers or 32, 32) - 1

@@ -57,20 +57,6 @@ def test_renderer_capabilities_come_from_the_device(cl_device):
     assert renderer.max_buffers == hardware.max_parameter_size // 8 - 8
 
 
-def test_a_sum_of_more_tensors_than_kernel_arguments_is_split(cl_device):
-    from tinycore.schedule import create_schedule
-    from tinycore.tensor import Tensor
-    limit = cl_device.renderer.max_buffers
-    arrays = [numpy.random.default_rng(index).standard_normal(33).astype(numpy.float32) for index in range(limit + 5)]
-    tensors = [Tensor(array, device="CL").realize() for array in arrays]
-    total, expected = tensors[0], arrays[0]
-    for tensor, array in zip(tensors[1:], arrays[1:], strict=True):
-        total, expected = total + tensor, expected + array
-    kernels = [item for item in create_schedule([total.uop]).items if not item.is_copy]
-    assert len(kernels) == 2 and all(len(item.buffers) <= limit for item in kernels)
-    numpy.testing.assert_array_equal(total.numpy(), expected)  # the same adds in the same order as numpy's
-
-
 def test_binary_cache_is_keyed_by_source_and_driver_and_reused_from_disk(cl_device, tmp_path, monkeypatch):
     monkeypatch.setattr("tinycore.device.compiler.cache_dir", lambda: tmp_path / "tinycore")
     first = CLCompiler(cl_device.opened)
