@@ -88,8 +88,9 @@ def test_more_buffers_than_a_kernel_takes_are_split(device: str) -> None:
     from tinycore.device.registry import Device
     from tinycore.schedule import create_schedule
     limit = getattr(Device[device].renderer, "max_buffers", None)
-    if limit is None:
+    if not isinstance(limit, int):
         not_applicable("the renderer declares no max_buffers (no limit on buffers per kernel)")
+        return
     if limit > 200:
         not_applicable(f"the renderer allows {limit} buffers per kernel; the check stays below 200 tensors")
     arrays = [sample((33,), seed=300 + index) for index in range(limit + 5)]
