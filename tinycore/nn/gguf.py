@@ -31,8 +31,9 @@ _SCALARS: dict[int, tuple[str, int]] = {0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3
 _STRING, _ARRAY = 8, 9
 
 GGML_TYPES: dict[int, tuple[str, int, int]] = {
-    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 8: ("Q8_0", 32, 34),
-    12: ("Q4_K", 256, 144), 14: ("Q6_K", 256, 210), 30: ("BF16", 1, 2)}
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    30: ("BF16", 1, 2)}
 """Supported ggml tensor types: type id -> (name, elements per block, bytes per block)."""
 _PLAIN: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 30: dtypes.bfloat16}
 
@@ -199,6 +200,29 @@ def _q4_1(blocks: Tensor) -> Tensor:
     return low.cat(high, dim=1).cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
 
 
+def _fifth_bits(blocks: Tensor, start: int) -> tuple[Tensor, Tensor]:
+    """The 32 single high bits stored little-endian in the 4 bytes at `start` (bit j belongs to element j), split
+    into the first and second 16 elements, each shifted to bit 4 (int32, (n, 16) each)."""
+    count = blocks.shape[0]
+    packed = blocks[:, start:start + 4].cast(dtypes.int32).reshape(count, 4, 1)
+    shifts = Tensor.arange(8, device=blocks.device, dtype=dtypes.int32).reshape(1, 1, 8)
+    bits = ((packed >> shifts) & 1).reshape(count, 32) << 4
+    return bits[:, :16], bits[:, 16:]
+
+
+def _q5_0(blocks: Tensor) -> Tensor:
+    low, high = _nibbles(blocks[:, 6:22])
+    first_bits, second_bits = _fifth_bits(blocks, 2)
+    return ((low | first_bits).cat(high | second_bits, dim=1) - 16).cast(dtypes.float32) * _half(blocks, 0)
+
+
+def _q5_1(blocks: Tensor) -> Tensor:
+    low, high = _nibbles(blocks[:, 8:24])
+    first_bits, second_bits = _fifth_bits(blocks, 4)
+    quants = (low | first_bits).cat(high | second_bits, dim=1).cast(dtypes.float32)
+    return quants * _half(blocks, 0) + _half(blocks, 2)
+
+
 def _q8_0(blocks: Tensor) -> Tensor:
     return blocks[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _half(blocks, 0)
 
@@ -209,16 +233,33 @@ def _per_group(values: Tensor, group: int) -> Tensor:
     return values.reshape(count, groups, 1).expand(count, groups, group).reshape(count, groups * group)
 
 
-def _q4_k(blocks: Tensor) -> Tensor:
-    count = blocks.shape[0]
+def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
+    """The eight 6-bit scales and minimums of a Q4_K or Q5_K block (bytes 4..16), each times its block's float16
+    factor (bytes 0..2 and 2..4): float32, (n, 8) each."""
     scales = blocks[:, 4:16].cast(dtypes.int32)
     first, second, third = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
     scale = (first & 63).cat((third & 0xF) | ((first >> 6) << 4), dim=1).cast(dtypes.float32)
     minimum = (second & 63).cat((third >> 4) | ((second >> 6) << 4), dim=1).cast(dtypes.float32)
+    return scale * _half(blocks, 0), minimum * _half(blocks, 2)
+
+
+def _q4_k(blocks: Tensor) -> Tensor:
+    count = blocks.shape[0]
+    scale, minimum = _k_scales(blocks)
     low, high = _nibbles(blocks[:, 16:144].reshape(count, 4, 32))
     quants = low.reshape(count, 4, 1, 32).cat(high.reshape(count, 4, 1, 32), dim=2).reshape(count, 256)
-    return quants.cast(dtypes.float32) * _per_group(scale * _half(blocks, 0), 32) - \
-        _per_group(minimum * _half(blocks, 2), 32)
+    return quants.cast(dtypes.float32) * _per_group(scale, 32) - _per_group(minimum, 32)
+
+
+def _q5_k(blocks: Tensor) -> Tensor:
+    count = blocks.shape[0]
+    scale, minimum = _k_scales(blocks)
+    low, high = _nibbles(blocks[:, 48:176].reshape(count, 4, 32))
+    quants = low.reshape(count, 4, 1, 32).cat(high.reshape(count, 4, 1, 32), dim=2).reshape(count, 8, 32)
+    shifts = Tensor.arange(8, device=blocks.device, dtype=dtypes.int32).reshape(1, 8, 1)
+    fifth = ((blocks[:, 16:48].cast(dtypes.int32).reshape(count, 1, 32) >> shifts) & 1) << 4
+    return (quants | fifth).reshape(count, 256).cast(dtypes.float32) * _per_group(scale, 32) - \
+        _per_group(minimum, 32)
 
 
 def _q6_k(blocks: Tensor) -> Tensor:
@@ -234,7 +275,44 @@ def _q6_k(blocks: Tensor) -> Tensor:
     return quants * _per_group(scales, 16) * _half(blocks, 208)
 
 
-_DEQUANTIZE: dict[int, Callable[[Tensor], Tensor]] = {2: _q4_0, 3: _q4_1, 8: _q8_0, 12: _q4_k, 14: _q6_k}
+_DEQUANTIZE: dict[int, Callable[[Tensor], Tensor]] = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k,
+                                                      13: _q5_k, 14: _q6_k}
+
+
+def dequantize(blocks: Tensor, ggml_type: int) -> Tensor:
+    """Quantized ggml blocks (uint8, (block count, bytes per block)) as float32 values, (block count * elements per
+    block,), built from Tensor ops only so the scheduler can fuse them into the kernel that reads the values."""
+    if ggml_type not in _DEQUANTIZE:
+        raise NotImplementedError(f"ggml type {GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]} is not a quantized "
+                                  f"type; quantized types: {', '.join(GGML_TYPES[kind][0] for kind in _DEQUANTIZE)}")
+    return _DEQUANTIZE[ggml_type](blocks).reshape(-1)
+
+
+GGUFTensorInfo = tuple[int, tuple[int, ...], Tensor]
+"""(ggml type, shape in the file's order, data): data in its dtype and shape for F32/F16/BF16, else uint8 blocks."""
+
+
+def gguf_load_blocks(fn: Tensor | str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
+                                                                                             dict[str, GGUFTensorInfo]]:
+    """The metadata and the tensors of a GGUF file without dequantizing: for each name, (ggml type, shape, data) where
+    data is the tensor itself for F32, F16 and BF16 and the raw uint8 blocks (block count, bytes per block) for the
+    quantized types, moved lazily from the file to `device` (see gguf_load for the default device)."""
+    if sys.byteorder != "little":
+        raise NotImplementedError("GGUF loading needs a little-endian machine")
+    source = ByteSource(fn, KIND, GGUFFormatError)
+    metadata, infos, data_start = _parse(source)
+    target = device if device is not None else source.device
+    tensors: dict[str, GGUFTensorInfo] = {}
+    for name, shape, ggml_type, offset in infos:
+        what = f"tensor {name!r}"
+        if ggml_type in _PLAIN:
+            data = source.tensor_at(data_start + offset, _PLAIN[ggml_type], shape, what).to(target)
+        else:
+            _kind, block_elements, block_bytes = GGML_TYPES[ggml_type]
+            block_count = (prod(shape) if shape else 1) // block_elements
+            data = source.tensor_at(data_start + offset, dtypes.uint8, (block_count, block_bytes), what).to(target)
+        tensors[name] = (ggml_type, shape, data)
+    return metadata, tensors
 
 
 def gguf_load(fn: Tensor | str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
@@ -242,23 +320,10 @@ def gguf_load(fn: Tensor | str | os.PathLike[str], device: str | None = None) ->
     """The metadata and the tensors (by name, in the file's shape order) of a GGUF file.
 
     `fn` is a path or a 1-D uint8 Tensor of the file. F32, F16 and BF16 tensors keep their dtype; quantized ones
-    (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) are dequantized to float32 by Tensor ops on `device` (for a Tensor input on a
-    compute device, that device; otherwise the default device). The whole header is validated first; tensors are
-    read lazily from the file.
+    (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) are dequantized to float32 by Tensor ops on `device` (for a
+    Tensor input on a compute device, that device; otherwise the default device). The whole header is validated
+    first; tensors are read lazily from the file.
     """
-    if sys.byteorder != "little":
-        raise NotImplementedError("GGUF loading needs a little-endian machine")
-    source = ByteSource(fn, KIND, GGUFFormatError)
-    metadata, infos, data_start = _parse(source)
-    target = device if device is not None else source.device
-    tensors: dict[str, Tensor] = {}
-    for name, shape, ggml_type, offset in infos:
-        what = f"tensor {name!r}"
-        if ggml_type in _PLAIN:
-            tensors[name] = source.tensor_at(data_start + offset, _PLAIN[ggml_type], shape, what).to(target)
-            continue
-        _kind, block_elements, block_bytes = GGML_TYPES[ggml_type]
-        block_count = (prod(shape) if shape else 1) // block_elements
-        raw = source.tensor_at(data_start + offset, dtypes.uint8, (block_count, block_bytes), what).to(target)
-        tensors[name] = _DEQUANTIZE[ggml_type](raw).reshape(shape)
-    return metadata, tensors
+    metadata, blocks = gguf_load_blocks(fn, device)
+    return metadata, {name: data if ggml_type in _PLAIN else dequantize(data, ggml_type).reshape(shape)
+                      for name, (ggml_type, shape, data) in blocks.items()}

@@ -1,0 +1,65 @@
+"""Dequantization of every supported ggml type against the `gguf` package's numpy dequantization, on random blocks,
+and the fusion of a quantized weight into the matmul that reads it."""
+from __future__ import annotations
+
+import numpy
+import pytest
+from llm_fixtures import random_blocks
+
+from tinycore import Tensor, dtypes
+from tinycore.nn.gguf import GGML_TYPES, dequantize
+
+QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+TYPE_IDS = {name: kind for kind, (name, _, _) in GGML_TYPES.items()}
+
+
+@pytest.mark.parametrize("type_name", QUANTIZED)
+def test_dequantize_matches_gguf(type_name: str) -> None:
+    """Random blocks dequantize to what gguf.quants.dequantize gives, exactly (both are float32 arithmetic of the
+    same integers and float16 factors)."""
+    import gguf
+    blocks = random_blocks(type_name, 6, seed=len(type_name) * 7 + TYPE_IDS[type_name])
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(-1)
+    got = dequantize(Tensor(blocks), TYPE_IDS[type_name]).numpy()
+    numpy.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("type_name", ["F16", "BF16"])
+def test_plain_types_match_gguf(type_name: str) -> None:
+    """F16 and BF16 weights are read as their dtype and widened to float32 as gguf's dequantization does."""
+    import gguf
+
+    from tinycore.llm.weights import GGUFWeight
+    generator = numpy.random.default_rng(3)
+    raw = generator.integers(0, 1 << 14, size=(4, 8), dtype=numpy.uint16)  # finite, positive bit patterns
+    dtype = dtypes.float16 if type_name == "F16" else dtypes.bfloat16
+    weight = GGUFWeight("w", TYPE_IDS[type_name], (4, 8), Tensor(raw).bitcast(dtype))
+    expected = gguf.quants.dequantize(raw.view(numpy.uint8), gguf.GGMLQuantizationType[type_name])
+    numpy.testing.assert_allclose(weight.float().numpy(), expected.reshape(4, 8), rtol=0, atol=0)
+
+
+def test_dequantize_rejects_plain_type() -> None:
+    """Asking to dequantize a type that is not block-quantized names the quantized types."""
+    with pytest.raises(NotImplementedError, match="Q4_K"):
+        dequantize(Tensor.zeros(1, 2, dtype=dtypes.uint8), 0)
+
+
+@pytest.mark.parametrize("type_name", ["Q8_0", "Q4_0", "Q4_K", "Q6_K"])
+def test_decode_matmul_does_not_materialize_weight(type_name: str) -> None:
+    """x @ W.T for one row x and a quantized W: no kernel of the schedule writes a buffer as large as W (the
+    dequantized values live only inside the matmul kernel); the result matches numpy on gguf's dequantization."""
+    import gguf
+
+    from tinycore.llm.weights import GGUFWeight
+    from tinycore.schedule.cache import create_schedule
+    rows, columns = 64, 512
+    block_elements = GGML_TYPES[TYPE_IDS[type_name]][1]
+    blocks = random_blocks(type_name, rows * columns // block_elements, seed=11)
+    weight = GGUFWeight("w", TYPE_IDS[type_name], (rows, columns), Tensor(blocks).realize())
+    x = numpy.random.default_rng(5).standard_normal((1, columns)).astype(numpy.float32)
+    result = weight.linear(Tensor(x).realize())
+    schedule = create_schedule([result.uop]).items
+    written = [item.buffers[0].arg[1] for item in schedule if not item.is_copy]
+    assert max(written) < rows * columns // 8, f"a kernel writes {max(written)} elements: the weight was materialized"
+    expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
+    numpy.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-3)

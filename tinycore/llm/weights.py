@@ -1,0 +1,77 @@
+"""Model weights as stored in a GGUF file: quantized blocks stay raw bytes (uint8) on the device and are dequantized
+by Tensor ops inside the kernels that read them, so resident weight memory stays near the file's size."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tinycore.dtype import dtypes
+from tinycore.helpers import prod
+from tinycore.nn.gguf import GGML_TYPES, dequantize, gguf_load_blocks
+from tinycore.tensor import Tensor
+
+PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
+"""ggml types held as tensors of their own dtype."""
+
+
+class GGUFWeight:
+    """One weight tensor of a GGUF file: `data` holds the file's bytes on the device (the tensor itself for F32, F16
+    and BF16; uint8 blocks (block count, bytes per block) for quantized types), `shape` its logical shape."""
+
+    def __init__(self, name: str, ggml_type: int, shape: tuple[int, ...], data: Tensor):
+        self.name, self.ggml_type, self.shape, self.data = name, ggml_type, tuple(shape), data
+
+    @property
+    def type_name(self) -> str:
+        """The ggml type's name ("Q4_K", "F16", ...)."""
+        return GGML_TYPES[self.ggml_type][0]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes this weight takes on the device."""
+        return int(self.data.nbytes())
+
+    def float(self) -> Tensor:
+        """The weight as float32 of its logical shape (lazy: fused into whatever consumes it)."""
+        if self.ggml_type in PLAIN_TYPES:
+            return self.data.cast(dtypes.float32).reshape(self.shape)
+        return dequantize(self.data, self.ggml_type).reshape(self.shape)
+
+    def rows(self, start: int | Any, count: int) -> Tensor:
+        """Rows [start, start + count) of a 2-D weight as float32 (count, columns), dequantizing only those rows'
+        blocks. `start` may be a bound Variable."""
+        rows, columns = self.shape[0], prod(self.shape[1:])
+        if self.ggml_type in PLAIN_TYPES:
+            flat = self.data.reshape(rows, columns)
+            return flat.shrink(((start, start + count), None)).cast(dtypes.float32)
+        blocks_per_row = columns // GGML_TYPES[self.ggml_type][1]
+        per_row = self.data.reshape(rows, blocks_per_row * self.data.shape[1])
+        chosen = per_row.shrink(((start, start + count), None)).reshape(count * blocks_per_row, self.data.shape[1])
+        return dequantize(chosen, self.ggml_type).reshape(count, columns)
+
+    def gather_rows(self, indices: Tensor) -> Tensor:
+        """Rows `indices` (an integer tensor of any shape) of the leading axis, as float32 of shape
+        indices.shape + the remaining axes; only the chosen rows' blocks are dequantized."""
+        rest = self.shape[1:]
+        if self.ggml_type in PLAIN_TYPES:
+            return self.data.reshape(self.shape[0], prod(rest))[indices].cast(dtypes.float32).reshape(
+                *indices.shape, *rest)
+        per_row = self.data.reshape(self.shape[0], -1)
+        chosen = per_row[indices].reshape(-1, self.data.shape[1])
+        return dequantize(chosen, self.ggml_type).reshape(*indices.shape, *rest)
+
+    def linear(self, x: Tensor) -> Tensor:
+        """x @ weight.T for a weight of shape (out, in): the dequantization is part of the matmul's graph."""
+        return x.matmul(self.float().T)
+
+    def __repr__(self) -> str:
+        return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"
+
+
+def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
+                                                                                       dict[str, GGUFWeight]]:
+    """The metadata and the weights of a GGUF file, each weight's bytes moved from the file (through DISK) to
+    `device` without dequantizing."""
+    metadata, tensors = gguf_load_blocks(os.fspath(path), device)
+    return metadata, {name: GGUFWeight(name, ggml_type, shape, data)
+                      for name, (ggml_type, shape, data) in tensors.items()}
