@@ -129,13 +129,15 @@ def kernel_sources(root: UOp) -> tuple[UOp, ...]:
     return (root,)
 
 
-def find_roots(outputs: Sequence[UOp]) -> dict[UOp, None]:
-    """The nodes that become buffers when `outputs` are realized together (an ordered set)."""
+def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = ()) -> dict[UOp, None]:
+    """The nodes that become buffers when `outputs` are realized together (an ordered set). `forced` are nodes the
+    scheduler asks to be roots as well (ASSIGN values computed before any assign writes, to order the writes)."""
     roots: dict[UOp, None] = {}
     for output in outputs:
         output = strip_identity(output)
         if not is_realized_view(output):
             roots[output] = None
+    roots.update(dict.fromkeys(forced))
     everything: dict[UOp, None] = {}
     for output in outputs:
         everything.update(output.toposort)

@@ -12,6 +12,7 @@ from tinycore.schedule.fusion import (
     earlier_assigns,
     find_roots,
     is_contiguous_buffer_view,
+    is_realized_view,
     strip_identity,
     view_base,
 )
@@ -67,14 +68,30 @@ def _output_view(root: UOp) -> UOp:
 
 
 def create_schedule(outputs: Sequence[UOp]) -> Schedule:
-    """The kernels and copies that realize `outputs` together, in dependency order."""
-    roots = find_roots(outputs)
-    realized = {root: _output_view(root) for root in roots}
-    steps: dict[UOp, ScheduleItem | None] = {}
-    dependencies: dict[UOp, tuple[UOp, ...]] = {}
-    for root in roots:
-        steps[root], dependencies[root] = _schedule_root(root, realized)
-    order = _order(roots, dependencies, realized, steps)
+    """The kernels and copies that realize `outputs` together, in dependency order.
+
+    Two ASSIGNs may each read, inside their kernels, the buffer the other overwrites (a step updating `x` and `W`
+    of `x @ W` together: each gradient reads the other parameter). No order of the two kernels is right, so the
+    value of an ASSIGN on such a cycle is computed into a buffer of its own first, and the write only copies it.
+    """
+    forced: dict[UOp, None] = {}
+    while True:
+        roots = find_roots(outputs, tuple(forced))
+        realized = {root: _output_view(root) for root in roots}
+        steps: dict[UOp, ScheduleItem | None] = {}
+        dependencies: dict[UOp, tuple[UOp, ...]] = {}
+        for root in roots:
+            steps[root], dependencies[root] = _schedule_root(root, realized)
+        try:
+            order = _order(roots, dependencies, realized, steps)
+            break
+        except _AssignCycleError as cycle:
+            values = [strip_identity(assign.src[1]) for assign in cycle.assigns]
+            splittable = [value for value in values if value not in roots and not is_realized_view(value)]
+            if not splittable:
+                raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on reads that must follow "
+                                   "it") from None
+            forced.update(dict.fromkeys(splittable))
     items = [item for item in (steps[root] for root in order) if item is not None]
     results = []
     for output in outputs:
@@ -84,6 +101,15 @@ def create_schedule(outputs: Sequence[UOp]) -> Schedule:
     temporaries = tuple(view_base(realized[root]) for root in roots if root.op is not Ops.ASSIGN
                         and view_base(realized[root]) not in kept)
     return Schedule(items, results, any(root.op is Ops.ASSIGN for root in roots), temporaries)
+
+
+class _AssignCycleError(Exception):
+    """Raised by _order: `assigns` must each follow a reader of the buffer it overwrites that (through the others)
+    depends on it."""
+
+    def __init__(self, assigns: list[UOp]):
+        super().__init__("the schedule has a cycle through ASSIGNs")
+        self.assigns = assigns
 
 
 def _schedule_root(root: UOp, realized: dict[UOp, UOp]) -> tuple[ScheduleItem | None, tuple[UOp, ...]]:
@@ -137,8 +163,10 @@ def _whole_buffer(node: UOp) -> UOp:
 def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], realized: dict[UOp, UOp],
            steps: dict[UOp, ScheduleItem | None]) -> list[UOp]:
     """The roots in an order where each comes after the roots it reads, and an ASSIGN after the other items that
-    read the buffer it overwrites (they read the old value)."""
+    read the buffer it overwrites (they read the old value). Raises _AssignCycleError, naming the ASSIGNs whose kernels
+    read a buffer another ASSIGN on the cycle overwrites, when no such order exists."""
     edges: dict[UOp, set[UOp]] = {root: set(dependencies[root]) for root in roots}
+    after_readers: dict[UOp, set[UOp]] = {}
     assigns = [root for root in roots if root.op is Ops.ASSIGN]
     if assigns:
         upstream_cache: dict[UOp, set[UOp]] = {}
@@ -158,9 +186,10 @@ def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], rea
             for reader in readers.get(_whole_buffer(view_base(realized[assign])), ()):
                 if reader is not assign and reader not in upstream(assign) and assign not in upstream(reader):
                     edges[assign].add(reader)
+                    after_readers.setdefault(assign, set()).add(reader)
     order: list[UOp] = []
     placed: set[UOp] = set()
-    visiting: set[UOp] = set()
+    path: dict[UOp, None] = {}  # the nodes being visited, in the order they were entered
     for start in roots:
         stack = [(start, False)]
         while stack:
@@ -169,15 +198,27 @@ def _order(roots: dict[UOp, None], dependencies: dict[UOp, tuple[UOp, ...]], rea
                 continue
             if children_done:
                 placed.add(node)
-                visiting.discard(node)
+                del path[node]
                 order.append(node)
                 continue
-            if node in visiting:
-                raise RuntimeError("the schedule has a cycle: an ASSIGN's value depends on reads that must follow it")
-            visiting.add(node)
+            if node in path:
+                raise _AssignCycleError(_readers_on_cycle(list(path), node, after_readers))
+            path[node] = None
             stack.append((node, True))
             stack.extend((dependency, False) for dependency in edges[node] if dependency not in placed)
     return order
+
+
+def _readers_on_cycle(path: list[UOp], entry: UOp, after_readers: dict[UOp, set[UOp]]) -> list[UOp]:
+    """The ASSIGNs on the cycle `path[path.index(entry):]` (closed by an edge back to `entry`) that a
+    must-follow-the-readers edge of the cycle points at: they read a buffer another ASSIGN overwrites."""
+    cycle = path[path.index(entry):]
+    found = []
+    for position, node in enumerate(cycle):
+        following = cycle[position + 1] if position + 1 < len(cycle) else entry
+        if following.op is Ops.ASSIGN and following in after_readers.get(node, ()):
+            found.append(following)
+    return found
 
 
 def _upstream(root: UOp, dependencies: dict[UOp, tuple[UOp, ...]]) -> set[UOp]:
