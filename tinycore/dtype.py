@@ -232,18 +232,21 @@ dtypes.fp8_fnuz = dtypes.fp8s  # type: ignore[attr-defined]
 _FLOAT_SET = frozenset(dtypes.floats)
 
 
-def _default_from_environment(key: str, fallback: DType, allowed: tuple[DType, ...]) -> DType:
-    """The dtype named by environment variable `key` (DEFAULT_FLOAT=half, DEFAULT_INT=int64), else `fallback`."""
-    from tinycore.helpers import getenv
-    name = getenv(key, "")
-    if not name:
+def _default_dtype(key: str, value: Any, fallback: DType, allowed: tuple[DType, ...]) -> DType:
+    """The dtype a DEFAULT_FLOAT / DEFAULT_INT setting names ("half", "float32", a DType), `fallback` when empty."""
+    if isinstance(value, DType):
+        chosen: DType | None = value
+    elif not value:
         return fallback
-    found = {dtype_name: value for dtype_name, value in vars(dtypes).items() if isinstance(value, DType)}
-    chosen = found.get(name.lower())
+    else:
+        found = {dtype_name: item for dtype_name, item in vars(dtypes).items() if isinstance(item, DType)}
+        chosen = found.get(str(value).lower())
     if chosen is None or chosen not in allowed:
-        raise ValueError(f"{key}={name} is not a dtype of that kind; use one of "
-                         f"{sorted(INVERSE_NAMES.get(value, value.name) for value in allowed)}")
+        raise ValueError(f"{key}={value} is not a dtype of that kind; use one of "
+                         f"{sorted(INVERSE_NAMES.get(item, item.name) for item in allowed)}")
     return chosen
+
+
 _INT_SET = frozenset(dtypes.ints)
 _UINT_SET = frozenset(dtypes.uints)
 
@@ -258,8 +261,23 @@ INVERSE_NAMES: dict[DType, str] = {}
 for _name in ("void", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "fp8e4m3",
               "fp8e5m2", "float16", "bfloat16", "float32", "float64"):
     INVERSE_NAMES[DTYPES_DICT[_name]] = _name
-dtypes.default_float = _default_from_environment("DEFAULT_FLOAT", dtypes.float32, dtypes.floats)
-dtypes.default_int = _default_from_environment("DEFAULT_INT", dtypes.int32, dtypes.ints)
+
+
+def _follow_default_settings() -> None:
+    """Keep dtypes.default_float/default_int equal to the DEFAULT_FLOAT/DEFAULT_INT settings (environment, Context)."""
+    from tinycore.helpers import DEFAULT_FLOAT, DEFAULT_INT
+
+    def set_float(value: Any) -> None:
+        dtypes.default_float = _default_dtype("DEFAULT_FLOAT", value, dtypes.float32, dtypes.floats)
+
+    def set_int(value: Any) -> None:
+        dtypes.default_int = _default_dtype("DEFAULT_INT", value, dtypes.int32, dtypes.ints)
+
+    DEFAULT_FLOAT.watch(set_float)
+    DEFAULT_INT.watch(set_int)
+
+
+_follow_default_settings()
 
 DTypeLike = Union[str, DType]
 

@@ -1,16 +1,22 @@
 """Small shared helpers: environment variables, Context/ContextVar, shape utilities, the disk cache directory.
 
-This is the one module that reads environment variables; everything else asks it.
+This is the one module that reads environment variables; everything else asks it. `GlobalCounters` is re-exported
+here because tinygrad programs import it from `helpers` (it lives in the leaf module `tinycore.counters`).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import getpass
 import os
 import pathlib
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
+
+from tinycore.counters import GlobalCounters as GlobalCounters
 
 T = TypeVar("T")
 
@@ -36,15 +42,32 @@ class ContextVar:
     """
 
     _cache: dict[str, ContextVar] = {}
-    value: Any
     key: str
 
     def __init__(self, key: str, default_value: Any):
         if key in ContextVar._cache:
             raise RuntimeError(f"ContextVar {key} is already defined")
         self.key = key
-        self.value = getenv(key, default_value)
+        self._value = getenv(key, default_value)
+        self._watchers: list[Callable[[Any], None]] = []
         ContextVar._cache[key] = self
+
+    @property
+    def value(self) -> Any:
+        """The current setting."""
+        return self._value
+
+    @value.setter
+    def value(self, new_value: Any) -> None:
+        # watchers check the value first (and may raise), so a refused value is never stored
+        for watcher in self._watchers:
+            watcher(new_value)
+        self._value = new_value
+
+    def watch(self, watcher: Callable[[Any], None]) -> None:
+        """Call `watcher(new_value)` before every change (a module that mirrors the setting elsewhere keeps up)."""
+        self._watchers.append(watcher)
+        watcher(self._value)
 
     def __bool__(self) -> bool:
         return bool(self.value)
@@ -82,9 +105,15 @@ class Context(contextlib.ContextDecorator):
         self.saved: list[dict[str, Any]] = []
 
     def __enter__(self) -> Context:
-        self.saved.append({key: ContextVar._cache[key].value for key in self.kwargs})
-        for key, value in self.kwargs.items():
-            ContextVar._cache[key].value = value
+        saved = {key: ContextVar._cache[key].value for key in self.kwargs}
+        try:
+            for key, value in self.kwargs.items():
+                ContextVar._cache[key].value = value
+        except BaseException:
+            for key, value in saved.items():
+                ContextVar._cache[key].value = value
+            raise
+        self.saved.append(saved)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -101,6 +130,9 @@ JIT = ContextVar("JIT", 1)
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
+# the default dtypes by name ("float32", "half", "int64"); tinycore.dtype keeps dtypes.default_float/int in step
+DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "")
+DEFAULT_INT = ContextVar("DEFAULT_INT", "")
 
 
 def prod(items: Iterable[Any], start: Any = 1) -> Any:
@@ -236,3 +268,18 @@ def polyfn(x: Any, coefficients: Sequence[float]) -> Any:
     return functools.reduce(lambda acc, c: acc * x + c, coefficients, 0.0)
 
 
+
+
+def temp(name: str, append_user: bool = False) -> str:
+    """The path `name` inside the system's temporary directory (with `.<user>` appended when `append_user`)."""
+    file_name = f"{name}.{getpass.getuser()}" if append_user else name
+    return (pathlib.Path(tempfile.gettempdir()) / file_name).as_posix()
+
+
+def mv_address(view: memoryview) -> int:
+    """The address of the first byte of the writable, C-contiguous memoryview `view` (for passing it to C)."""
+    if view.readonly:
+        raise ValueError("mv_address needs a writable memoryview (e.g. memoryview(bytearray(n)))")
+    if not view.c_contiguous:
+        raise ValueError("mv_address needs a C-contiguous memoryview")
+    return ctypes.addressof(ctypes.c_char.from_buffer(view))

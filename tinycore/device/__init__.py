@@ -4,6 +4,10 @@ Importing this package is cheap: plugins are discovered, and device code importe
 """
 from __future__ import annotations
 
+from tinycore.device.allocator import Allocator, BufferSpec, LRUAllocator
+from tinycore.device.buffer import Buffer
+from tinycore.device.compiled import Compiled
+from tinycore.device.compiler import CompileError, Compiler
 from tinycore.device.registry import (
     KNOWN_DISTRIBUTIONS,
     Device,
@@ -20,6 +24,7 @@ from tinycore.device.registry import (
 )
 from tinycore.device.target import DevError, Target, canonicalize, format_dev, parse_dev
 
-__all__ = ["Device", "Target", "DevError", "DeviceNotInstalledError", "DeviceOpenError", "SelectionError",
+__all__ = ["Device", "Buffer", "BufferSpec", "Allocator", "LRUAllocator", "Compiled", "Compiler", "CompileError",
+           "Target", "DevError", "DeviceNotInstalledError", "DeviceOpenError", "SelectionError",
            "KNOWN_DISTRIBUTIONS", "canonicalize", "parse_dev", "format_dev", "target_for", "select_renderer",
            "select_interface", "select_allocator", "hcq_queues", "renderer_specs", "interface_specs"]

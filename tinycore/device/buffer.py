@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinycore.counters import GlobalCounters
 from tinycore.device.allocator import Allocator, BufferSpec
 from tinycore.dtype import DType, PtrDType
 
@@ -103,7 +104,15 @@ class Buffer:
             # zero-size buffers still get a (one byte) allocation so that programs receive a valid pointer
             self._buf = self.allocator.alloc(max(self.nbytes, 1), self.options)
             self._owns_memory = True
+            self._count_memory(self.nbytes)
         return self
+
+    def _count_memory(self, change: int) -> None:
+        """Keep GlobalCounters.mem_used in step with this buffer's own allocation (files and external memory aside)."""
+        if self.device.startswith("DISK") or (self.options is not None and self.options.external_ptr is not None):
+            return
+        GlobalCounters.mem_used += change
+        GlobalCounters.mem_used_per_device[self.device] += change
 
     def ensure_allocated(self) -> Buffer:
         """Allocate if not yet allocated."""
@@ -115,6 +124,7 @@ class Buffer:
             return
         if self._base is None and self._owns_memory and self._allocator is not None:
             self._allocator.free(self._buf, max(self.nbytes, 1), self.options)
+            self._count_memory(-self.nbytes)
         self._buf = None
 
     def __del__(self) -> None:

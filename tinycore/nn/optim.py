@@ -38,6 +38,8 @@ class Optimizer:
     """The base class: owns params, buffers and lr, and turns `_step`'s new values into assignments."""
 
     def __init__(self, params: list[Tensor], lr: float, device: str | None = None, fused: bool = False):
+        if lr < 0:
+            raise ValueError(f"Invalid learning rate: {lr} (the learning rate must be >= 0)")
         for tensor in params:
             if not isinstance(tensor, Tensor):
                 raise TypeError(f"the optimizer's parameters must be Tensors, got {type(tensor).__name__}")

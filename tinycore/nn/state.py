@@ -137,6 +137,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         source = state_dict[key]
         if not isinstance(source, Tensor):
             raise TypeError(f"load_state_dict: state dict entry {key!r} is a {type(source).__name__}, not a Tensor")
+        if tuple(source.shape) != tuple(target.shape) and {tuple(source.shape), tuple(target.shape)} == {(), (1,)}:
+            # one-element counters (BatchNorm's num_batches_tracked) are saved as () or (1,) by different writers
+            source = source.reshape(target.shape)
         if tuple(source.shape) != tuple(target.shape):
             raise ValueError(f"load_state_dict: shape mismatch for {key!r}: the model has {tuple(target.shape)}, "
                              f"the state dict has {tuple(source.shape)}")

@@ -1,7 +1,29 @@
-"""The operations of the UOp IR, from tensor-level graphs down to linearized kernels, and their groups."""
+"""The operations of the UOp IR, from tensor-level graphs down to linearized kernels, and their groups.
+
+tinygrad programs import the IR's classes from this module (`from tinygrad.uop.ops import UOp, Ops, GroupOp,
+sym_infer`), so the names of `tinycore.uop.uop`, `tinycore.uop.patterns` and `tinycore.uop.symbolic` are offered here
+too. They are loaded on first access: those modules import this one, so importing them at the top would be circular.
+"""
 from __future__ import annotations
 
+import importlib
 from enum import Enum, auto
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+    from tinycore.uop.symbolic import Variable, resolve, sint, smax, smin, ssimplify, sym_infer
+    from tinycore.uop.uop import UOp, exec_alu
+
+# name -> module that defines it (the re-exports of tinygrad's `uop.ops` that live elsewhere here)
+_REEXPORTS = {"UOp": "tinycore.uop.uop", "exec_alu": "tinycore.uop.uop", "UPat": "tinycore.uop.patterns",
+              "PatternMatcher": "tinycore.uop.patterns", "graph_rewrite": "tinycore.uop.patterns",
+              "Variable": "tinycore.uop.symbolic", "sym_infer": "tinycore.uop.symbolic",
+              "resolve": "tinycore.uop.symbolic", "smax": "tinycore.uop.symbolic", "smin": "tinycore.uop.symbolic",
+              "ssimplify": "tinycore.uop.symbolic", "sint": "tinycore.uop.symbolic"}
+
+__all__ = ["Ops", "GroupOp", "UOp", "exec_alu", "UPat", "PatternMatcher", "graph_rewrite", "Variable", "sym_infer",
+           "resolve", "smax", "smin", "ssimplify", "sint"]
 
 
 class Ops(Enum):
@@ -112,3 +134,17 @@ class GroupOp:
     Defines = frozenset({Ops.DEFINE_GLOBAL, Ops.DEFINE_LOCAL, Ops.DEFINE_REG})
     # ops whose result does not depend on the order of their sources
     Irreducible = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.RANGE})
+
+
+def __getattr__(name: str) -> Any:
+    """The re-exported IR names (UOp, sym_infer, ...), imported from their defining module on first access."""
+    module_name = _REEXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'tinycore.uop.ops' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_REEXPORTS))

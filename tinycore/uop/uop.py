@@ -106,8 +106,20 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     # ---- constants ----
 
     @staticmethod
-    def const(dtype: DType, value: Any, src: tuple[UOp, ...] = ()) -> UOp:
-        """A constant of `dtype` (a VCONST for a tuple value, a broadcast vector for a vector dtype)."""
+    def const(b: Any, dtype: Any = None, src: tuple[UOp, ...] = ()) -> UOp:
+        """A constant: `UOp.const(value, dtype=None)` as tinygrad spells it, or `UOp.const(dtype, value)`.
+
+        The order is told apart by which argument is a DType; without a dtype, the value's Python type picks one
+        (`dtypes.from_py`). A tuple value gives a VCONST, a vector dtype a broadcast VECTORIZE.
+        """
+        if isinstance(b, DType):
+            value: Any = dtype
+            dtype = b
+        else:
+            value = b
+            dtype = dtypes.from_py(value) if dtype is None else dtype
+        if not isinstance(dtype, DType):
+            raise TypeError(f"UOp.const needs a DType, got {dtype!r}: call UOp.const(value, dtypes.X)")
         if isinstance(value, UOp):
             return value
         if isinstance(value, tuple):
@@ -341,6 +353,12 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         """The simplified graph, or its Python value when it simplifies to a constant."""
         from tinycore.uop.symbolic import ssimplify
         return ssimplify(self)
+
+    @staticmethod
+    def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int) -> UOp:
+        """A symbolic integer `name` in [min_val, max_val] (a DEFINE_VAR), as tinygrad's `UOp.variable` spells it."""
+        from tinycore.uop.symbolic import Variable
+        return Variable(name, min_val, max_val, dtype)
 
     def bind(self, value: int) -> UOp:
         """This DEFINE_VAR bound to `value` (a BIND node), checked against the variable's bounds."""
