@@ -159,3 +159,35 @@ def test_devices_with_a_malformed_dev_still_lists_devices(tmp_path: Path) -> Non
     assert report["default"] is None and "malformed DEV='GOOD;;': empty target" in report["default_error"]
     good = report["by_name"]["GOOD"]
     assert good["status"] == "fails to open" and "DevError: malformed DEV='GOOD;;'" in good["reason"]
+
+
+def test_a_device_that_cannot_run_gets_the_fix_not_make_it_the_default(tmp_path: Path) -> None:
+    """An unavailable device or one that fails to open is listed with its reason and what fixes it; only a device
+    that runs is offered as the default."""
+    output = tiny(write_test_plugins(tmp_path), "devices", TINYCORE_PLUGINS="good")
+    report = devices_json(write_test_plugins(tmp_path), TINYCORE_PLUGINS="good")["by_name"]
+    assert report["ABSENT"]["dev"] is None and report["FLAKY"]["dev"] is None
+    assert "install or enable what the reason above names" in report["ABSENT"]["fix"]
+    assert report["GOOD"]["dev"] == "DEV=GOOD" and report["GOOD"]["fix"] is None
+    assert "make it the default: DEV=ABSENT" not in output and "make it the default: DEV=FLAKY" not in output
+    absent = output.split("ABSENT: unavailable: the test hardware is unplugged\n", 1)[1].splitlines()[0]
+    assert absent.startswith("    cannot run here; to fix: install or enable") and "DEV=ABSENT" in absent
+    assert "    make it the default: DEV=GOOD" in output
+
+
+@pytest.mark.parametrize("command", ["plugins", "devices"])
+def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
+    """`tiny plugins | head -1`: the reader has gone before the table is written; no traceback, status 0."""
+    import os
+    import subprocess
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to the pipe now fails with EPIPE, as after `head -1` exits
+    env = {key: value for key, value in os.environ.items() if key != "DEV"}
+    env["PYTHONPATH"] = str(REPOSITORY_ROOT)
+    try:
+        result = subprocess.run([sys.executable, "-m", "tinycore.cli", command], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, env=env, timeout=120)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
+    assert result.returncode == 0

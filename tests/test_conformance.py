@@ -132,7 +132,7 @@ def test_cpu_conforms(plugin_path: str) -> None:
     assert result.returncode == 0 and summary["ok"]
     for category, counts in summary["categories"].items():
         assert counts["passed"] > 0, f"no {category} check passed on CPU"
-    assert summary["capabilities"]["inferred"] is True
+    assert summary["capabilities"]["inferred"] is False, "the reference device declares its capabilities"
     not_applicable = [item["test"].split("::")[-1] for item in summary["not_applicable"]]
     # CPU kernels take any number of buffers (no max_buffers), so there is nothing to split
     assert sorted(not_applicable) == ["test_more_buffers_than_a_kernel_takes_are_split",
@@ -203,14 +203,6 @@ def test_passing_run_exits_zero_and_says_conforms(plugin_path: str) -> None:
     assert "PYTHON: CONFORMS (2 passed, 0 failed, 0 not applicable)" in result.stdout.splitlines()
 
 
-def test_unknown_device_fails_clearly(plugin_path: str) -> None:
-    """A device nobody provides fails every check with the registry's message, and the command exits 1."""
-    result = conformance(plugin_path, "NOSUCHDEVICE", "--json", "-k", "test_where")
-    summary = summary_of(result)
-    assert result.returncode == 1 and not summary["ok"]
-    assert summary["failures"] and "NOSUCHDEVICE" in summary["failures"][0]["message"]
-
-
 def test_pytest_pyargs_entry(plugin_path: str) -> None:
     """`pytest --pyargs tinycore.testing --tiny-device=PYTHON` runs the suite and prints the summary (the core
     declares the suite's pytest plugin as a `pytest11` entry point)."""
@@ -234,3 +226,56 @@ def test_report_counts_and_formats() -> None:
     text = format_summary(summary).splitlines()
     assert "ops        1     1     0" in text and "      add: wrong" in text
     assert "  [dtypes] not applicable (declared): no bfloat16" in text
+
+
+def test_a_device_that_cannot_open_fails_once_up_front(plugin_path: str) -> None:
+    """A device nobody provides (or that cannot open) is one error line and exit status 2, before any check runs."""
+    result = conformance(plugin_path, "NOSUCHDEVICE")
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("tiny conformance: NOSUCHDEVICE cannot be checked: "
+                                                     "DeviceNotInstalledError: no installed plugin provides")
+    assert "passed" not in result.stdout and "DeviceNotInstalledError" not in result.stdout
+    as_json = summary_of(conformance(plugin_path, "NOSUCHDEVICE", "--json"))
+    assert as_json["ok"] is False and "NOSUCHDEVICE" in as_json["error"]
+
+
+def test_missing_requirements_name_the_testing_extra(plugin_path: str, tmp_path: Any) -> None:
+    """Without pytest, `tiny conformance` says in one line which extra installs it (no traceback)."""
+    blocker = tmp_path / "blocker"
+    blocker.mkdir()
+    # a finder that hides pytest the way an environment without it would
+    (blocker / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'pytest':\n"
+        "            raise ModuleNotFoundError(f\"No module named {name!r}\", name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n")
+    result = run_module(os.pathsep.join([str(blocker), plugin_path]), ["-m", "tinycore.cli", "conformance", "PYTHON"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "needs pytest" in lines[0] and "[testing]" in lines[0], lines
+
+
+def test_output_speaks_dtype_names() -> None:
+    """Gaps are named as `dtypes` spells them (int64, uint8, float16), never in C (long, unsigned char, half)."""
+    from tinycore.dtype import dtypes
+    from tinycore.testing.capabilities import DeviceCapabilities, dtype_name
+    names = {dtype_name(dtype) for dtype in (dtypes.int64, dtypes.uint64, dtypes.uint8, dtypes.int8, dtypes.float16,
+                                             dtypes.bfloat16, dtypes.float64, dtypes.int32)}
+    assert names == {"int64", "uint64", "uint8", "int8", "float16", "bfloat16", "float64", "int32"}
+    assert dtype_name(dtypes.float32.vec(4)) == "float32x4"
+    declared = DeviceCapabilities(dtypes=frozenset({dtypes.float32, dtypes.int32, dtypes.bool}))
+    assert declared.as_dict()["dtypes"] == ["bool", "float32", "int32"]
+
+
+def test_reference_device_declares_its_capabilities(plugin_path: str) -> None:
+    """CPU, the reference device, declares what it supports: the summary does not call its capabilities inferred,
+    and a device missing int64 is reported with the dtype's name."""
+    result = conformance(plugin_path, "CPU", "-k", "test_where")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "tinycore conformance: CPU\n" in result.stdout and "inferred" not in result.stdout
+    narrow = conformance(plugin_path, "PYTHON", "-k", "bfloat16")
+    assert "does not declare bfloat16" in narrow.stdout, narrow.stdout
+    assert "long" not in narrow.stdout and "unsigned" not in narrow.stdout and "__bf16" not in narrow.stdout

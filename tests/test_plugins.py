@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from plugin_builder import run_python, write_distribution, write_test_plugins
+from plugin_builder import REPOSITORY_ROOT, run_python, write_distribution, write_test_plugins
 
 from tinycore.plugins import PLUGIN_API_LEVEL, DeviceSpec, InterfaceSpec, RendererSpec, hookimpl, load_object
+from tinycore.plugins.install import install_command
 from tinycore.plugins.manager import PluginManager
 from tinycore.plugins.probing import bounded_probe
 
@@ -69,7 +70,7 @@ def test_unsupported_api_level_is_refused_with_the_fix(plugin_dir: Path) -> None
     assert future.status == "refused" and future.api_level == 99
     assert "plugin API level 99" in future.reason and f"supports plugin API level {PLUGIN_API_LEVEL}" in future.reason
     assert "tiny-future 9.0.0" in future.reason
-    assert "pip install --upgrade tinycore" in future.reason
+    assert install_command("tinycore", upgrade=True) in future.reason
     assert "tp_future.hooks" in sys.modules, "its module was read for the level"
 
 
@@ -241,7 +242,7 @@ def test_fresh_interpreter_isolates_every_kind_of_failure(tmp_path: Path) -> Non
     records = report["records"]
     assert records["good"] == ["ok", ""]
     assert records["broken"][0] == "broken" and "broken on purpose" in records["broken"][1]
-    assert records["future"][0] == "refused" and "pip install --upgrade tinycore" in records["future"][1]
+    assert records["future"][0] == "refused" and "pip install --upgrade" in records["future"][1]
     assert records["hookfail"][0] == "broken" and "tiny_devices failed on purpose" in records["hookfail"][1]
     assert records["blocked"] == ["ok", ""]
     assert report["renderer"] == "GR" and report["interface"] == "REAL"
@@ -276,7 +277,8 @@ def test_dev_naming_a_missing_device_fails_with_the_distribution(tmp_path: Path)
     assert "installed devices: FLAKY (tiny-good 1.2.3), ABSENT (tiny-good 1.2.3), GOOD" in result.stderr
     # Where tiny-webgpu is not installed the error says how to get it; where it is, that the allow list left it out.
     left_out = "tiny-webgpu is installed but its plugin is not allowed: not listed in TINYCORE_PLUGINS"
-    assert "pip install tiny-webgpu" in result.stderr or left_out in result.stderr
+    assert "pip install -e " + str(REPOSITORY_ROOT / "plugins" / "tiny-webgpu") in result.stderr \
+        or left_out in result.stderr, "from a checkout, the hint installs the plugin's folder"
 
 
 def test_import_tinycore_imports_no_plugin_device_module(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -37,6 +38,25 @@ def _interface_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
     return [{"name": spec.name, "distribution": record.install_name, "description": spec.description,
              "is_mock": spec.is_mock, "selected": spec.name == selected, "dev": f"DEV={spec.name}+{name}"}
             for spec, record in interface_specs(name)]
+
+
+def _fix_for(name: str, status: str) -> str | None:
+    """What makes a device that cannot run here usable (None for a device that runs)."""
+    if status == "unavailable":
+        return (f"install or enable what the reason above names, then check with `tiny devices`; "
+                f"select it with DEV={name}")
+    if status == "fails to open":
+        return (f"the device is present but its plugin could not open it: fix the error above (or report it to the "
+                f"plugin's authors); select it with DEV={name} once it opens")
+    return None
+
+
+def _plugin_fix(status: str, distribution: str) -> str:
+    """What makes a plugin that did not load usable."""
+    from tinycore.plugins.install import install_command
+    if status in ("disabled", "not allowed"):
+        return "change TINYCORE_PLUGINS / TINYCORE_DISABLE_PLUGINS to load it"
+    return f"reinstall or upgrade it: {install_command(distribution, upgrade=True)}"
 
 
 def collect_devices() -> dict[str, Any]:
@@ -79,14 +99,15 @@ def collect_devices() -> dict[str, Any]:
                         "priority": spec.priority, "description": spec.description, "plugin": record.name,
                         "distribution": record.install_name, "version": record.version,
                         "default": spec.name == (default or "").split(":", 1)[0],
-                        "dev": f"DEV={spec.name}" if spec.priority >= 0 else None,
-                        "renderers": renderers, "interfaces": interfaces})
+                        "dev": f"DEV={spec.name}" if spec.priority >= 0 and status == "ok" else None,
+                        "fix": _fix_for(spec.name, status), "renderers": renderers, "interfaces": interfaces})
     for record in manager.records:
         if record.status != "ok":
             devices.append({"name": None, "status": _plugin_status_label(record.status), "reason": record.reason,
                             "count": 0, "priority": None, "description": "", "plugin": record.name,
                             "distribution": record.install_name, "version": record.version, "default": False,
-                            "dev": None, "renderers": [], "interfaces": []})
+                            "dev": None, "fix": _plugin_fix(record.status, record.install_name),
+                            "renderers": [], "interfaces": []})
     return {"dev": str(DEV.value), "default": default, "default_error": default_error, "devices": devices}
 
 
@@ -126,7 +147,9 @@ def format_devices(report: dict[str, Any]) -> str:
     for device in report["devices"]:
         label = device["name"] or f"plugin {device['plugin']}"
         lines.append(f"{label}: {device['status']}" + (f": {device['reason']}" if device["reason"] else ""))
-        if device["dev"]:
+        if device["fix"]:
+            lines.append(f"    cannot run here; to fix: {device['fix']}")
+        elif device["dev"]:
             lines.append(f"    make it the default: {device['dev']}")
         elif device["name"]:
             lines.append(f"    never the default (priority {device['priority']}); opened by name: {device['name']}:...")
@@ -163,7 +186,9 @@ def format_plugins(plugins: list[dict[str, Any]], show_tracebacks: bool = False)
         if show_tracebacks and plugin["traceback"]:
             lines.append("    " + plugin["traceback"].rstrip().replace("\n", "\n    "))
     if not plugins:
-        lines.append("no plugins found in the entry-point group 'tinycore.plugins'; install one: pip install tiny-cpu")
+        from tinycore.plugins.install import install_command
+        lines.append("no plugins found in the entry-point group 'tinycore.plugins'; install one: "
+                     + install_command("tiny-cpu"))
     return "\n".join(lines)
 
 
@@ -181,7 +206,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the `tiny` command; returns the exit status."""
+    """Run the `tiny` command; returns the exit status.
+
+    A reader that closes the pipe early (`tiny plugins | head -1`) ends the command quietly with status 0."""
+    try:
+        status = _run(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush of a closed pipe raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (captured): nothing is left to flush
+        pass
+    finally:
+        os.close(devnull)
+
+
+def _run(argv: Sequence[str] | None) -> int:
+    """Parse `argv` and run the chosen subcommand."""
     parser = build_parser()
     arguments = parser.parse_args(argv)
     if arguments.command == "devices":

@@ -19,9 +19,7 @@ if TYPE_CHECKING:
     from tinycore.plugins.manager import PluginManager, PluginRecord
     from tinycore.plugins.specs import DeviceSpec, InterfaceSpec, RendererSpec
 
-KNOWN_DISTRIBUTIONS = {"CPU": "tiny-cpu", "DISK": "tiny-disk", "CL": "tiny-cl", "WEBGPU": "tiny-webgpu",
-                       "NV": "tiny-nv", "AMD": "tiny-amd"}
-"""The distribution that provides each device family shipped with tinycore (for "pip install ..." hints)."""
+from tinycore.plugins.install import KNOWN_DISTRIBUTIONS, install_command
 
 
 class DeviceNotInstalledError(RuntimeError):
@@ -105,7 +103,7 @@ class _DeviceRegistry:
             return message + (f"; {distribution} is installed but its plugin is {records[0].status}: "
                               f"{records[0].reason}")
         if distribution:
-            return message + f"; to get {family}: pip install {distribution}"
+            return message + f"; to get {family}: {install_command(distribution)}"
         return message + (f"; no distribution shipped with tinycore provides {family}: install the plugin that does "
                           "(it registers an entry point in the group 'tinycore.plugins'), or pick an installed device")
 
@@ -234,7 +232,8 @@ class _DeviceRegistry:
             return spec.name
         if not reasons:
             return self._raise_no_devices()
-        hint = "" if any(spec.name == "CPU" for spec, _record in self.specs()) else " or pip install tiny-cpu"
+        hint = "" if any(spec.name == "CPU" for spec, _record in self.specs()) else \
+            f" or install the CPU device: {install_command('tiny-cpu')}"
         raise DeviceOpenError("no device could be opened as the default: " + "; ".join(reasons) +
                               f". Fix the reason of the device you want, choose one with DEV (e.g. DEV=CPU){hint}")
 
@@ -244,7 +243,7 @@ class _DeviceRegistry:
                    for record in _manager().records if record.status != "ok"]
         detail = f"; plugins not loaded: {'; '.join(skipped)}" if skipped else ""
         raise DeviceNotInstalledError("no device plugin is installed" + detail +
-                                      "; install one, e.g. pip install tiny-cpu")
+                                      f"; install one, e.g. {install_command('tiny-cpu')}")
 
     def reset(self) -> None:
         """Forget opened devices, probe results and the chosen default (for tests and tools)."""

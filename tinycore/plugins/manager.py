@@ -175,15 +175,16 @@ class PluginManager:
     def _api_message(record: PluginRecord, level: Any) -> str:
         """Why a plugin of API level `level` is refused, and the pip command that fixes it."""
         from tinycore.plugins import core_version
+        from tinycore.plugins.install import install_command
         source = f"plugin {record.name!r} ({record.install_name} {record.version or '(unknown version)'})"
         if not isinstance(level, int):
             return (f"{source} does not declare TINYCORE_PLUGIN_API (an int) in {record.module_path}; this tinycore "
-                    f"{core_version()} supports plugin API level {PLUGIN_API_LEVEL}; fix: pip install --upgrade "
-                    f"{record.install_name}")
+                    f"{core_version()} supports plugin API level {PLUGIN_API_LEVEL}; fix: "
+                    f"{install_command(record.install_name, upgrade=True)}")
         if level > PLUGIN_API_LEVEL:
-            fix = "pip install --upgrade tinycore"
+            fix = install_command("tinycore", upgrade=True)
         else:
-            fix = f"pip install --upgrade {record.install_name}"
+            fix = install_command(record.install_name, upgrade=True)
         return (f"{source} was written for plugin API level {level}, but this tinycore {core_version()} supports "
                 f"plugin API level {PLUGIN_API_LEVEL}; fix: {fix}")
 

@@ -97,10 +97,18 @@ def _from_declaration(declared: Any, where: str) -> DeviceCapabilities:
     raise TypeError(f"{where}.capabilities must be a DeviceCapabilities or a dict, got {type(declared).__name__}")
 
 
+USER_DTYPE_NAMES = ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "fp8e4m3",
+                    "fp8e5m2", "float16", "bfloat16", "float32", "float64")
+"""The `dtypes` attribute names users write; a DType's own `name` is its C spelling ("long", "unsigned char")."""
+
+
 def dtype_name(dtype: DType) -> str:
-    """The name a user writes for `dtype` (float16 rather than half, bfloat16 rather than __bf16)."""
-    return {dtypes.float16: "float16", dtypes.bfloat16: "bfloat16", dtypes.float32: "float32",
-            dtypes.float64: "float64"}.get(dtype, dtype.name)
+    """The name a user writes for `dtype`, as `dtypes.<name>` spells it: int64 rather than long, float16 rather than
+    half, bfloat16 rather than __bf16 (vector dtypes keep their count: float32x4)."""
+    scalar = dtype.scalar if hasattr(dtype, "scalar") else dtype
+    name = next((name for name in USER_DTYPE_NAMES if getattr(dtypes, name, None) == scalar), scalar.name)
+    count = getattr(dtype, "count", 1)
+    return f"{name}x{count}" if count > 1 else name
 
 
 def infer_capabilities(device: Any) -> DeviceCapabilities:

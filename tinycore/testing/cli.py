@@ -1,6 +1,7 @@
 """`tiny conformance DEVICE [--json] [-k EXPR]`: run the conformance suite on one device and print the summary.
 
-Exit status 0 when every applicable check passed, 1 when any failed (or nothing ran), 2 on bad arguments.
+Exit status 0 when every applicable check passed, 1 when any failed (or nothing ran), 2 on bad arguments, a missing
+requirement (the `testing` extra: pytest and torch) or a device that cannot be opened (reported once, up front).
 """
 from __future__ import annotations
 
@@ -46,8 +47,59 @@ def pytest_arguments(device: str, json_path: str, keyword: str | None, verbose: 
     return arguments
 
 
+TESTING_REQUIREMENTS = ("pytest", "torch")
+"""The modules the suite needs beyond the core (pytest runs it, torch is the oracle of the autograd checks); the
+core's `testing` extra installs them."""
+
+
+def _importable(name: str) -> bool:
+    """True when module `name` can be found (without importing it: torch is slow to import)."""
+    from importlib.util import find_spec
+    try:
+        return find_spec(name) is not None
+    except ImportError:
+        return False
+
+
+def missing_requirement() -> str | None:
+    """A one-line error naming the `testing` extra when a module the suite needs is not installed, else None."""
+    missing = [name for name in TESTING_REQUIREMENTS if not _importable(name)]
+    if not missing:
+        return None
+    from tinycore.plugins.install import install_command
+    return (f"tiny conformance needs {' and '.join(missing)}, which the 'testing' extra of tinycore installs: "
+            f"{install_command('tinycore[testing]')}")
+
+
+def device_error(device: str) -> str | None:
+    """Why `device` cannot be checked (a malformed name, no plugin provides it, it does not open), or None."""
+    from tinycore.device.registry import Device
+    try:
+        Device[device]
+    except Exception as error:  # noqa: BLE001 - any failure to open is reported once, up front
+        return f"{type(error).__name__}: {error}"
+    return None
+
+
+def _fail_up_front(args: argparse.Namespace, message: str) -> int:
+    """Report an error that stops the suite before it runs (one line, or a JSON document) and return status 2."""
+    if args.json:
+        print(json.dumps({"device": args.device, "ok": False, "error": message}, indent=2))
+    else:
+        print(f"tiny conformance: {message}", file=sys.stderr)
+    return 2
+
+
 def run_conformance(args: argparse.Namespace) -> int:
-    """Run the suite as asked by the parsed `tiny conformance` arguments; returns the exit status."""
+    """Run the suite as asked by the parsed `tiny conformance` arguments; returns the exit status (2, with one
+    error, when the suite's requirements are missing or the device cannot be opened)."""
+    problem = missing_requirement()
+    if problem is None:
+        problem = device_error(args.device)
+        if problem is not None:
+            problem = f"{args.device} cannot be checked: {problem}"
+    if problem is not None:
+        return _fail_up_front(args, problem)
     import pytest
     descriptor, json_path = tempfile.mkstemp(prefix="tinycore-conformance-", suffix=".json")
     os.close(descriptor)

@@ -11,6 +11,10 @@ from tinycore.device.compiled import Compiled
 class CPUDevice(Compiled):
     """The CPU device. Its renderer and compiler come from the registry's selection (DEV=CPU:RENDERER:ARCH)."""
 
+    capabilities = {"threads": True}
+    """What the conformance suite checks: every dtype, integer kernel parameters, large grids and worker threads
+    (the reference device declares everything; no shared memory)."""
+
     def __init__(self, device: str = "CPU"):
         select_renderer: Any
         try:

@@ -1,0 +1,47 @@
+"""Packaging: the core's extras install every shipped backend pinned to the core's plugin API level, each backend
+pins the core the other way, and `tiny conformance`'s requirements are the `testing` extra."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+from packaging.requirements import Requirement
+from packaging.version import Version
+from plugin_builder import REPOSITORY_ROOT
+
+from tinycore.plugins.install import KNOWN_DISTRIBUTIONS
+from tinycore.testing.cli import TESTING_REQUIREMENTS
+
+
+def project(path: Path) -> dict:
+    """The [project] table of the pyproject.toml in `path`."""
+    return tomllib.loads((path / "pyproject.toml").read_text())["project"]
+
+
+CORE = project(REPOSITORY_ROOT)
+EXTRAS = CORE["optional-dependencies"]
+
+
+@pytest.mark.parametrize("family, distribution", sorted(KNOWN_DISTRIBUTIONS.items()))
+def test_each_backend_is_an_extra_pinned_both_ways(family: str, distribution: str) -> None:
+    plugin = project(REPOSITORY_ROOT / "plugins" / distribution)
+    core_version, plugin_version = Version(CORE["version"]), Version(plugin["version"])
+    requirements = [Requirement(text) for text in EXTRAS[family.lower()]]
+    assert [requirement.name for requirement in requirements] == [distribution]
+    pin = requirements[0].specifier
+    assert plugin_version in pin, f"tinycore[{family.lower()}] must accept the plugin's own version"
+    assert Version(f"{plugin_version.major}.{plugin_version.minor + 1}") not in pin, "the next API level is refused"
+    back = [Requirement(text) for text in plugin["dependencies"] if Requirement(text).name == "tinycore"]
+    assert len(back) == 1 and core_version in back[0].specifier
+    assert Version(f"{core_version.major}.{core_version.minor + 1}") not in back[0].specifier
+    assert str(pin) in {str(Requirement(text).specifier) for text in EXTRAS["all"]
+                        if Requirement(text).name == distribution}, "tinycore[all] pins it the same way"
+
+
+def test_all_is_every_backend() -> None:
+    assert sorted(Requirement(text).name for text in EXTRAS["all"]) == sorted(KNOWN_DISTRIBUTIONS.values())
+
+
+def test_testing_extra_holds_what_conformance_needs() -> None:
+    assert sorted(Requirement(text).name for text in EXTRAS["testing"]) == sorted(TESTING_REQUIREMENTS)

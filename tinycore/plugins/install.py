@@ -1,0 +1,100 @@
+"""Install hints that work: the pip command for a backend, matched to how tinycore itself was installed.
+
+tinycore may come from a package index (`pip install tinycore`), from a directory of built wheels
+(`pip install --find-links dist tinycore`) or from a checkout (`pip install -e .`). A hint that says
+`pip install tiny-nv` is wrong for the last two, so every error naming a missing backend asks this module.
+
+How tinycore was installed is read from its distribution's `direct_url.json` (PEP 610): none means an index,
+a local wheel file means a wheel directory, a directory (editable or not) means a checkout. Running from a source
+tree that is not installed at all counts as a checkout.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+KNOWN_DISTRIBUTIONS = {"CPU": "tiny-cpu", "DISK": "tiny-disk", "CL": "tiny-cl", "WEBGPU": "tiny-webgpu",
+                       "NV": "tiny-nv", "AMD": "tiny-amd"}
+"""The distribution that provides each device family shipped with tinycore; each is also an extra of tinycore
+(`tinycore[nv]` installs tiny-nv pinned to this core's plugin API level)."""
+
+
+@dataclass(frozen=True)
+class InstallSource:
+    """Where tinycore came from: kind is "index", "wheels" or "checkout"; location is the wheel directory or the
+    checkout's root (None for an index)."""
+
+    kind: str
+    location: Path | None = None
+
+
+def _source_from_direct_url(text: str) -> InstallSource | None:
+    """The install source described by a PEP 610 direct_url.json document, or None when it names none we use."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return None
+    parsed = urlparse(str(document.get("url", "")))
+    if parsed.scheme != "file":
+        return None
+    path = Path(unquote(parsed.path))
+    if "dir_info" in document:
+        return InstallSource("checkout", path)
+    if path.suffix == ".whl":
+        return InstallSource("wheels", path.parent)
+    return None
+
+
+@functools.cache
+def install_source() -> InstallSource:
+    """How this tinycore was installed (read once per process)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+    package_root = Path(__file__).resolve().parent.parent.parent
+    try:
+        found = distribution("tinycore")
+    except PackageNotFoundError:
+        return InstallSource("checkout", package_root)
+    direct_url = found.read_text("direct_url.json")
+    source = _source_from_direct_url(direct_url) if direct_url else None
+    return source or InstallSource("index")
+
+
+def _pip() -> str:
+    """The pip that installs into this interpreter's environment."""
+    return f"{shlex.quote(sys.executable)} -m pip install"
+
+
+def install_command(distribution: str, upgrade: bool = False, source: InstallSource | None = None) -> str:
+    """The command that installs (or upgrades) `distribution` (extras allowed: "tinycore[testing]") for the way
+    tinycore was installed.
+
+    A distribution shipped with tinycore is installed through tinycore's extra from an index or a wheel directory
+    (so its version matches the core's), and from its folder under plugins/ in a checkout.
+    """
+    source = source or install_source()
+    name, _, extras = distribution.partition("[")
+    extras = f"[{extras}" if extras else ""
+    extra = next((family.lower() for family, known in KNOWN_DISTRIBUTIONS.items() if known == name), None)
+    flag = " --upgrade" if upgrade else ""
+    if source.kind == "checkout" and source.location is not None:
+        folder = source.location if name == "tinycore" else source.location / "plugins" / name
+        if (folder / "pyproject.toml").is_file():
+            return f"{_pip()}{flag} -e {shlex.quote(str(folder) + extras)}"
+    requirement = f"tinycore[{extra}]" if extra and not extras else distribution
+    if source.kind == "wheels" and source.location is not None:
+        return f"{_pip()}{flag} --find-links {shlex.quote(str(source.location))} {shlex.quote(requirement)}"
+    return f"{_pip()}{flag} {shlex.quote(requirement)}"
+
+
+def device_install_command(family: str) -> str | None:
+    """The command that installs the distribution shipped with tinycore that provides device `family`, or None."""
+    distribution = KNOWN_DISTRIBUTIONS.get(family.upper())
+    return install_command(distribution) if distribution else None
+
+
+__all__ = ["KNOWN_DISTRIBUTIONS", "InstallSource", "install_source", "install_command", "device_install_command"]
