@@ -1,5 +1,5 @@
-"""The NV plugin's registration: entry point, API level, device spec, the "not built yet" device class and
-the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
+"""The NV plugin's registration: entry point, API level, device spec, renderers and interfaces, and the availability
+probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -29,11 +29,13 @@ def test_device_spec() -> None:
     registration.check_device_spec(hooks, "NV", "tiny_nv.device:NVDevice", "tiny_nv.hooks:probe")
 
 
-def test_opening_says_not_built_yet() -> None:
-    device_class = load_object(hooks.tiny_devices()[0].device_class)
-    with pytest.raises(RuntimeError) as caught:
-        device_class("NV")
-    assert str(caught.value).startswith("tiny-nv is installed but its NV device is not built yet")
+def test_renderers_and_interfaces() -> None:
+    assert [spec.name for spec in hooks.tiny_renderers("NV")][:1] == ["CUDA"]
+    assert hooks.tiny_renderers("CPU") == [] and hooks.tiny_interfaces("CPU") == []
+    interfaces = {spec.name: spec for spec in hooks.tiny_interfaces("NV")}
+    assert not interfaces["CUDA"].is_mock
+    for spec in [*hooks.tiny_renderers("NV"), *interfaces.values()]:
+        assert callable(load_object(spec.factory))
 
 
 def test_real_probe_answers_quickly() -> None:
@@ -41,7 +43,9 @@ def test_real_probe_answers_quickly() -> None:
 
 
 def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
-    registration.check_tiny_devices_row("nv", "NV", "tiny-nv", hooks.probe, fails_to_open_with="not built yet")
+    row = registration.check_tiny_devices_row("nv", "NV", "tiny-nv", hooks.probe)
+    if row["status"] == "unavailable":
+        assert "DEV=NV::sm_90" in row["reason"]
 
 
 class FakeCuda:
@@ -66,12 +70,16 @@ class FakeCuda:
 def test_probe_with_a_fake_driver(monkeypatch: pytest.MonkeyPatch, library: FakeCuda,
                                   expected: tuple[bool, str, int]) -> None:
     monkeypatch.setattr(hooks, "load_library", lambda names: (library, "fake"))
+    monkeypatch.setattr(hooks, "_nvrtc_note", lambda: "")
     assert hooks.probe() == expected
 
 
 def test_probe_without_the_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hooks, "load_library", lambda names: (None, "libcuda.so.1: not found"))
-    assert hooks.probe() == (False, "the CUDA driver library (libcuda) is not installed (libcuda.so.1: not found)", 0)
+    monkeypatch.setattr(hooks, "_nvrtc_note", lambda: "; NVRTC is not installed (x); pip install 'tiny-nv[nvrtc]'")
+    assert hooks.probe() == (False, "the CUDA driver library (libcuda) is not installed (libcuda.so.1: not found); "
+                                    "DEV=NV::sm_90 compiles kernels without a GPU, DEV=MOCK+NV runs them on the "
+                                    "simulated GPU; NVRTC is not installed (x); pip install 'tiny-nv[nvrtc]'", 0)
 
 
 def test_priority_is_not_negative() -> None:

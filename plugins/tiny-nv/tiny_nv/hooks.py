@@ -1,30 +1,41 @@
-"""The hooks of the NVIDIA plugin: the NV device. The probe loads the CUDA driver library and counts devices."""
+"""The hooks of the NVIDIA plugin: the NV device, its renderers (CUDA C through NVRTC; PTX) and its interfaces (the
+CUDA driver API; the MOCK GPU, only when DEV names it). The probe loads the CUDA driver library and counts devices;
+when there is none it says why and how to compile without a GPU."""
 from __future__ import annotations
 
 import ctypes
 
-from tinycore.plugins import DeviceSpec, hookimpl
+from tinycore.plugins import DeviceSpec, InterfaceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
 
 DEVICE_NAME = "NV"
 PRIORITY = 80
+COMPILE_ONLY_HINT = "DEV=NV::sm_90 compiles kernels without a GPU, DEV=MOCK+NV runs them on the simulated GPU"
+
+
+def _nvrtc_note() -> str:
+    """'' when NVRTC is installed, else the command that adds it."""
+    from tiny_nv.nvrtc import nvrtc_status
+    ok, detail = nvrtc_status()
+    return "" if ok else f"; {detail}"
 
 
 def _count_cuda_devices() -> tuple[bool, str, int]:
     """cuInit and cuDeviceGetCount through libcuda."""
     library, detail = load_library(["libcuda.so.1", "cuda"])
     if library is None:
-        return (False, f"the CUDA driver library (libcuda) is not installed ({detail})", 0)
+        return (False, f"the CUDA driver library (libcuda) is not installed ({detail}); {COMPILE_ONLY_HINT}"
+                       f"{_nvrtc_note()}", 0)
     status = library.cuInit(0)
     if status != 0:
-        return (False, f"cuInit failed with CUDA error {status} (driver loaded from {detail})", 0)
+        return (False, f"cuInit failed with CUDA error {status} (driver loaded from {detail}){_nvrtc_note()}", 0)
     count = ctypes.c_int(0)
     status = library.cuDeviceGetCount(ctypes.byref(count))
     if status != 0 or count.value == 0:
-        return (False, f"the CUDA driver reports no device (cuDeviceGetCount status {status})", 0)
-    return (True, f"{count.value} CUDA device(s)", count.value)
+        return (False, f"the CUDA driver reports no device (cuDeviceGetCount status {status}){_nvrtc_note()}", 0)
+    return (True, f"{count.value} CUDA device(s){_nvrtc_note()}", count.value)
 
 
 def probe() -> tuple[bool, str, int]:
@@ -38,3 +49,20 @@ def tiny_devices() -> list[DeviceSpec]:
     return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_nv.device:NVDevice",
                        "NVIDIA GPUs through the CUDA driver API (CUDA C compiled by NVRTC)",
                        probe="tiny_nv.hooks:probe")]
+
+
+@hookimpl
+def tiny_renderers(device: str) -> list[RendererSpec]:
+    """CUDA C compiled by NVRTC (the default)."""
+    if device != DEVICE_NAME:
+        return []
+    return [RendererSpec("CUDA", "tiny_nv.renderer:make_cuda_renderer",
+                         "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')")]
+
+
+@hookimpl
+def tiny_interfaces(device: str) -> list[InterfaceSpec]:
+    """The CUDA driver API."""
+    if device != DEVICE_NAME:
+        return []
+    return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda")]

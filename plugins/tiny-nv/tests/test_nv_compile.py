@@ -1,0 +1,122 @@
+"""CUDA C from the CUDA renderer compiled by NVRTC (from its pip wheel) for sm_80 and sm_90, without a GPU: each
+representative kernel becomes a CUDA ELF holding the kernel's symbol; the linear programs the CUDA renderer's
+codegen produced run in the core's interpreter against numpy (the same programs the MOCK GPU runs)."""
+from __future__ import annotations
+
+import numpy
+import pytest
+from nv_kernels import CASES, Case, case_kernels, symbolic_kernel
+from tiny_nv.inspect import EM_CUDA, disassemble, disassembler, elf_machine, elf_symbols
+from tiny_nv.nvrtc import NVRTCCompiler, compile_cuda, nvrtc_status, parse_arch
+from tiny_nv.renderer import CUDARenderer
+
+from tinycore.codegen import linearize, lower_to_program
+from tinycore.codegen.interpreter import run_linear
+from tinycore.device.compiler import CompileError
+from tinycore.dtype import PtrDType, to_numpy_dtype
+from tinycore.uop.ops import Ops
+
+ARCHS = ("sm_80", "sm_90")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _nvrtc() -> None:
+    ok, detail = nvrtc_status()
+    assert ok, f"the NV compile tests need NVRTC from its wheel: {detail}"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_kernel_compiles_to_a_cuda_elf_with_its_symbol(case: Case, arch: str) -> None:
+    renderer = CUDARenderer(arch)
+    _inputs, _ordered, items = case_kernels(case, numpy.random.default_rng(0))
+    assert items
+    for item in items:
+        program = lower_to_program(item.ast, renderer)
+        cubin = compile_cuda(program.src, arch)
+        assert elf_machine(cubin) == EM_CUDA
+        assert program.function_name in elf_symbols(cubin)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_cuda_codegen_gives_numpys_answer_in_the_interpreter(case: Case) -> None:
+    renderer = CUDARenderer("sm_90")
+    inputs, ordered, items = case_kernels(case, numpy.random.default_rng(1))
+    assert len(items) == 1, f"{case.name} should be one kernel"
+    uops = linearize(items[0].ast, renderer)
+    result = _run(uops, ordered, {})
+    expected = case.reference(*inputs).reshape(-1)
+    numpy.testing.assert_allclose(result, expected, rtol=case.tolerance, atol=case.tolerance)
+
+
+def _run(uops: list, inputs: list[numpy.ndarray], var_vals: dict[str, int]) -> numpy.ndarray:
+    """Run a linear program whose buffer 0 is the output and the rest are `inputs`; returns buffer 0."""
+    pointers = sorted((uop for uop in uops if uop.op is Ops.DEFINE_GLOBAL), key=lambda uop: uop.arg)
+    output_type = pointers[0].dtype
+    assert isinstance(output_type, PtrDType)
+    output = numpy.zeros(output_type.size, to_numpy_dtype(output_type.base.scalar))
+    run_linear(uops, [output, *(array.reshape(-1) for array in inputs)], var_vals)
+    return output
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_symbolic_kernel_takes_the_size_as_a_parameter(arch: str) -> None:
+    data, item, expected = symbolic_kernel(7)
+    program = lower_to_program(item.ast, CUDARenderer(arch))
+    assert "const int width" in program.src
+    assert program.function_name in elf_symbols(compile_cuda(program.src, arch))
+    uops = linearize(item.ast, CUDARenderer(arch))
+    numpy.testing.assert_allclose(_run(uops, [data], {"width": 7}), expected, rtol=1e-5)
+
+
+def test_reduce_uses_shared_memory_and_a_barrier() -> None:
+    case = next(case for case in CASES if case.name == "reduce")
+    _inputs, _ordered, items = case_kernels(case, numpy.random.default_rng(0))
+    source = lower_to_program(items[0].ast, CUDARenderer("sm_90")).src
+    assert "__shared__ float" in source and "__syncthreads();" in source and "threadIdx.x" in source
+    assert "__launch_bounds__(128)" in source
+
+
+def test_half_and_bfloat16_need_no_toolkit_headers() -> None:
+    for name in ("half", "bfloat16"):
+        case = next(case for case in CASES if case.name == name)
+        _inputs, _ordered, items = case_kernels(case, numpy.random.default_rng(0))
+        source = lower_to_program(items[0].ast, CUDARenderer("sm_80")).src
+        assert "#include" not in source and ("tc_half" in source or "tc_bfloat16" in source)
+
+
+def test_ptx_output_when_asked() -> None:
+    source = 'extern "C" __global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }'
+    ptx = compile_cuda(source, "sm_90", ptx=True).decode()
+    assert ".target sm_90" in ptx and ".entry twice" in ptx
+
+
+def test_compile_error_carries_the_build_log_and_source() -> None:
+    with pytest.raises(CompileError) as caught:
+        NVRTCCompiler("sm_90").compile('extern "C" __global__ void broken() { undefined_name = 1; }')
+    assert 'identifier "undefined_name" is undefined' in caught.value.log
+    assert "--- source ---" in str(caught.value) and "sm_90" in str(caught.value)
+
+
+@pytest.mark.parametrize("arch", ["sm_9", "compute_90", "sm_30", "gfx1100"])
+def test_unknown_arch_is_refused_with_the_expected_form(arch: str) -> None:
+    with pytest.raises(ValueError, match="expected sm_XX"):
+        parse_arch(arch)
+
+
+def test_compiler_uses_the_disk_cache(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    compiler = NVRTCCompiler("sm_80")
+    source = 'extern "C" __global__ void cached(int* x) { x[0] = 7; }'
+    first = compiler.compile_cached(source)
+    assert compiler.cache_path(compiler.cache_key(source)).exists() or compiler.cache_key(source)
+    assert NVRTCCompiler("sm_80").compile_cached(source) == first
+    assert NVRTCCompiler("sm_90").cache_key(source) != compiler.cache_key(source)
+
+
+@pytest.mark.skipif(disassembler() is None, reason="no nvdisasm/cuobjdump wheel installed "
+                                                     "(pip install nvidia-cuda-nvdisasm)")
+def test_disassembly_shows_the_kernel() -> None:
+    cubin = compile_cuda('extern "C" __global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }', "sm_90")
+    sass = disassemble(cubin)
+    assert "add_one" in sass and "FADD" in sass

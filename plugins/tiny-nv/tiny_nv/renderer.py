@@ -1,0 +1,222 @@
+"""The CUDA C renderer: the core's C-like family with CUDA's thread indices, shared memory and types.
+
+- SPECIAL gidxN is `blockIdx.{x,y,z}`, lidxN `threadIdx.{x,y,z}` (the core's launch contract: global_size counts
+  blocks, local_size threads per block); kernels with thread indices get `__launch_bounds__` of their block size.
+- DEFINE_LOCAL is `__shared__` memory (group reduces), BARRIER is `__syncthreads()`.
+- half and bfloat16 are small structs declared in the kernel's prelude (no cuda_fp16.h / cuda_bf16.h, so NVRTC
+  needs no toolkit headers): 16 bits in memory, converted to float for arithmetic and rounded back after each op
+  (round to nearest even; half through PTX's cvt.rn.f16.f32), which gives the per-op rounding of the IEEE types.
+- Vector values use CUDA's built-in float2/float4, int4, ... (make_float4(...), .x .y .z .w). Vector memory
+  accesses are rendered lane by lane: a buffer view may start at any element, and CUDA's 8- and 16-byte vector
+  loads fault on addresses that are not aligned to their size.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage, _Pointer, _Walk
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+CUDA_TYPE_MAP: dict[DType, str] = {
+    **BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
+    dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
+
+_AXES = "xyz"
+_VECTOR_WIDTHS = (2, 4)
+_VECTOR_SCALARS = (dtypes.float32, dtypes.int32, dtypes.uint32)
+_LANES = "xyzw"
+
+
+def _pow(base: str, exponent: str, dtype: DType) -> str:
+    """pow for floats (float or double overload); integers through float and back."""
+    if dtype.scalar == dtypes.float64:
+        return f"pow({base},{exponent})"
+    if dtypes.is_float(dtype):
+        return f"powf((float)({base}),(float)({exponent}))"
+    return f"(({CUDA_TYPE_MAP[dtype.scalar]})powf((float)({base}),(float)({exponent})))"
+
+
+def _float_math(name: str) -> CodeForOp:
+    """A unary math builtin: the f-suffixed float version except for double (half and bfloat16 go through float)."""
+    def code(operand: str, dtype: DType) -> str:
+        if dtype.scalar == dtypes.float64:
+            return f"{name}({operand})"
+        return f"{name}f((float)({operand}))"
+    return code
+
+
+CUDA_CODE_FOR_OP: dict[Ops, CodeForOp] = {
+    **BASE_CODE_FOR_OP, Ops.POW: _pow, Ops.EXP2: _float_math("exp2"), Ops.LOG2: _float_math("log2"),
+    Ops.SIN: _float_math("sin"), Ops.SQRT: _float_math("sqrt"), Ops.TRUNC: _float_math("trunc")}
+
+PRELUDE = r"""#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+struct __align__(2) tc_half {
+  unsigned short bits;
+  tc_half() = default;
+  __device__ __forceinline__ tc_half(float value) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(value)); }
+  __device__ __forceinline__ operator float() const { float out; asm("cvt.f32.f16 %0, %1;" : "=f"(out) : "h"(bits));
+    return out; }
+};
+struct __align__(2) tc_bfloat16 {
+  unsigned short bits;
+  tc_bfloat16() = default;
+  __device__ __forceinline__ tc_bfloat16(float value) {
+    unsigned int word = __float_as_uint(value);
+    bits = ((word & 0x7fffffffu) > 0x7f800000u) ? (unsigned short)((word >> 16) | 64u)
+                                                 : (unsigned short)((word + 0x7fffu + ((word >> 16) & 1u)) >> 16); }
+  __device__ __forceinline__ operator float() const { return __uint_as_float(((unsigned int)bits) << 16); }
+};
+template <class To, class From> __device__ __forceinline__ To tc_bitcast(From value) {
+  static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
+  union { From from; To to; } both; both.from = value; return both.to; }"""
+
+
+class _CUDAWalk(_Walk):
+    """The C-like walk with vector memory accesses split into lanes (no alignment is assumed)."""
+
+    def _lane_addresses(self, pointer: _Pointer, value_dtype: DType) -> list[str] | None:
+        """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
+        if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
+            return None
+        base = pointer.buffer
+        index = pointer.index if pointer.index not in (None, "0") else None
+        return [f"{base}[{index}+{lane}]" if index is not None else f"{base}[{lane}]"
+                for lane in range(value_dtype.count)]
+
+    def access(self, pointer: _Pointer, index_uop: UOp, value_dtype: DType) -> str:
+        """A vector read is built from its lanes; scalar reads are the base class's lvalues."""
+        lanes = self._lane_addresses(pointer, value_dtype)
+        if lanes is None:
+            return super().access(pointer, index_uop, value_dtype)
+        return self.renderer.render_vector(value_dtype, lanes)
+
+    def op_store(self, uop: UOp) -> None:
+        """A vector write stores lane by lane; scalar writes are the base class's assignments."""
+        pointer = self.pointer_of(uop.src[0])
+        value = uop.src[1]
+        lanes = self._lane_addresses(pointer, value.dtype)
+        if lanes is None:
+            super().op_store(uop)
+            return
+        if self.names.get(value, "").isidentifier():
+            source = self.names[value]
+        else:
+            source = self.fresh("vec")
+            self.emit(f"{self.renderer.render_dtype(value.dtype)} {source} = {self.expression(value)};")
+        statements = " ".join(f"{lane} = {self.renderer.render_gep(source, position, value.dtype)};"
+                              for position, lane in enumerate(lanes))
+        self.emit(f"if ({pointer.gate}) {{ {statements} }}" if pointer.gate is not None else statements)
+
+
+class CUDARenderer(CStyleLanguage):
+    """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
+
+    device = "NV"
+    suffix = "cu"
+    has_local = True
+    has_shared = True
+    has_threads = False
+    kernel_prefix = 'extern "C" __global__ '
+    smem_prefix = "__shared__ "
+    barrier = "__syncthreads();"
+    arg_int_prefix = "const int"
+    native_bfloat16 = True  # tc_bfloat16 converts itself; see PRELUDE
+    code_for_op = CUDA_CODE_FOR_OP
+    type_map = CUDA_TYPE_MAP
+    vector_alu_ops: frozenset[Ops] = frozenset()  # CUDA's vector structs have no arithmetic operators
+    global_max = (2 ** 31 - 1, 65535, 65535)
+    local_max = (1024, 1024, 64)
+    max_local_total = 256
+    shared_max = 48 * 1024
+    group_size = 128
+    register_tile = (4, 4)
+    max_buffers = 500  # 4 KB of kernel parameters at 8 bytes a pointer, with room for the integer arguments
+
+    def __init__(self, arch: str = "sm_80", device: str = "NV"):
+        self.arch, self.device = arch, device
+        self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in _VECTOR_SCALARS}
+        self._block_size: int | None = None
+
+    # ---- types and literals ----
+
+    def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
+        """Value conversions; to half and bfloat16 through float (their only constructor)."""
+        if to_dtype.scalar in (dtypes.float16, dtypes.bfloat16) and from_dtype.scalar != to_dtype.scalar:
+            return f"{self.storage_type(to_dtype.scalar)}((float)({expression}))"
+        return super().render_cast(expression, from_dtype, to_dtype)
+
+    def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
+        """A union-based bit copy (see tc_bitcast in the prelude)."""
+        return f"tc_bitcast<{self.render_dtype(to_dtype)}, {self.render_dtype(from_dtype)}>({expression})"
+
+    def render_vector(self, dtype: DType, items: list[str]) -> str:
+        """make_float4(a, b, c, d) and friends."""
+        return f"make_{self.render_dtype(dtype)}({','.join(items)})"
+
+    def render_gep(self, expression: str, lane: int, dtype: DType) -> str:
+        """Lane `lane` of a CUDA vector: .x .y .z .w."""
+        if lane >= len(_LANES):
+            raise ValueError(f"CUDA vectors have at most 4 lanes; lane {lane} of {dtype} was asked")
+        return f"({expression}).{_LANES[lane]}"
+
+    def vector_type_name(self, scalar: str, count: int) -> str:
+        """CUDA's built-in vector type names (float4, uint2, longlong2, ...)."""
+        if count not in (2, 3, 4):
+            raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}; use 2, 3 or 4")
+        short = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort",
+                 "unsigned int": "uint", "long long": "longlong", "unsigned long long": "ulonglong"}.get(scalar, scalar)
+        if short in ("tc_half", "tc_bfloat16", "bool"):
+            raise ValueError(f"CUDA has no built-in vector of {scalar}: codegen must keep it scalar")
+        return f"{short}{count}"
+
+    # ---- memory declarations and thread indices ----
+
+    def render_buffer_parameter(self, name: str, dtype: PtrDType, read_only: bool) -> str:
+        """`[const] T* name` (global memory is the default address space in CUDA)."""
+        const = self.const_buffer_prefix if read_only else ""
+        return f"{const}{self.render_dtype(dtype.base)}* {name}"
+
+    def render_special(self, name: str) -> str:
+        """blockIdx / threadIdx, or the flat global index for idxN."""
+        axis = _AXES[int(name[-1])]
+        if name.startswith("lidx"):
+            return f"(int)threadIdx.{axis}"
+        if name.startswith("gidx"):
+            return f"(int)blockIdx.{axis}"
+        if name.startswith("idx"):
+            return f"(int)(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})"
+        raise ValueError(f"CUDA has no thread index {name!r}: expected gidxN, lidxN or idxN")
+
+    # ---- the program ----
+
+    def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
+        """Infinity and NaN literals, the half and bfloat16 structs and the bitcast helper."""
+        return [PRELUDE]
+
+    def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
+        """The source with `__launch_bounds__` of the block size when the kernel has thread indices."""
+        bounds = f"__launch_bounds__({self._block_size}) " if self._block_size else ""
+        signature = f"{self.kernel_prefix}{bounds}void {name}({', '.join(parameters)}) {{"
+        return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """The CUDA C source of the linear program `uops` as a kernel called `name`."""
+        block = 1
+        for uop in uops:
+            if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
+                size = uop.src[0] if uop.src else None
+                block = block * size.arg if size is not None and size.op is Ops.CONST else 0
+        self._block_size = block if block > 1 else None
+        return _CUDAWalk(self, uops).run(name)
+
+
+def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
+    """The CUDA renderer and NVRTC compiler for `device`: the arch from DEV (NV::sm_90), else the GPU's own."""
+    from tiny_nv.nvrtc import NVRTCCompiler, parse_arch
+    from tiny_nv.target import device_arch
+    chosen = arch or device_arch(device)
+    parse_arch(chosen)
+    return CUDARenderer(chosen, device), NVRTCCompiler(chosen)
