@@ -165,3 +165,22 @@ def test_temporaries_share_memory_and_replays_do_not_grow() -> None:
     for _ in range(6):
         expected = expected * 1.5 + 1
     np.testing.assert_allclose(chain(inputs[1]).numpy(), expected.sum(), rtol=1e-4)
+
+
+def test_jit_bound_variable_argument_replays_with_new_value() -> None:
+    """A bound Variable passed to a TinyJit function replaces the captured value on every replay: one capture of
+    (x[:n] * 2).sum() serves every n, each equal to numpy's."""
+    import numpy
+
+    from tinycore import Tensor, TinyJit, Variable
+    data = numpy.arange(10, dtype=numpy.float32)
+    source = Tensor(data).realize()
+    width = Variable("jit_width", 1, 10)
+
+    @TinyJit
+    def partial_sum(scale: Tensor, bound: object) -> Tensor:
+        return (source.shrink(((0, bound),)) * scale).sum().realize()
+    for value in (2, 3, 5, 9, 1):
+        result = partial_sum(Tensor([2.0]).reshape(()), width.bind(value)).numpy()
+        assert float(result) == float(data[:value].sum() * 2), f"n={value}"
+    assert partial_sum.captured_kernel_count >= 1

@@ -36,6 +36,21 @@ def _collect_tensors(value: Any, found: list[Any]) -> None:
             _collect_tensors(item, found)
 
 
+def _collect_bindings(value: Any, found: dict[Any, int]) -> None:
+    """The bound Variables (BIND UOps) inside `value` (nested lists, tuples and dict values): variable -> value."""
+    from tinycore.uop.ops import Ops
+    from tinycore.uop.uop import UOp
+    if isinstance(value, UOp) and value.op is Ops.BIND:
+        variable, bound = value.unbind()
+        found[variable] = bound
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _collect_bindings(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_bindings(item, found)
+
+
 def _input_buffer(tensor: Any) -> Any:
     """The device Buffer holding `tensor`'s elements in C order (made contiguous and realized if needed)."""
     from tinycore.engine.memory import buffer_of
@@ -76,8 +91,9 @@ class _Replay:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
 
-    def run(self, input_buffers: list[Any]) -> None:
-        """Run every captured launch with `input_buffers` in place of the captured inputs."""
+    def run(self, input_buffers: list[Any], bindings: dict[Any, int] | None = None) -> None:
+        """Run every captured launch with `input_buffers` in place of the captured inputs and the values of
+        `bindings` (variable -> value) for the captured values of those variables."""
         views: list[Any] = []
         for call_number, argument_number, input_number, view in self.patches:
             buffer = input_buffers[input_number]
@@ -90,6 +106,9 @@ class _Replay:
             if call.runner is None:
                 from tinycore.engine.realize import copy_buffers
                 copy_buffers(*buffers)
+            elif bindings and any(variable in call.var_vals for variable in bindings):
+                values = {variable: bindings.get(variable, value) for variable, value in call.var_vals.items()}
+                call.runner(handles, values)
             else:
                 call.runner(handles, call.var_vals)
 
@@ -134,8 +153,10 @@ class TinyJit(Generic[ReturnType]):
     """Decorate a function (or method) whose work is realizing tensors, to replay its kernels on later calls.
 
     The function must take its changing data as Tensor arguments (also inside lists, tuples and dicts) and
-    return the tensors it computes, realized. Shapes, dtypes and devices of the inputs must stay the same from
-    call to call; `reset()` forgets the capture. `JIT=0` turns capturing off (every call runs the function).
+    return the tensors it computes, realized. Bound Variables passed as arguments (`Variable("n", 1, 9).bind(4)`)
+    replace the values captured for those variables on every replay, so one capture serves every value. Shapes,
+    dtypes and devices of the inputs must stay the same from call to call; `reset()` forgets the capture. `JIT=0`
+    turns capturing off (every call runs the function).
     """
 
     def __init__(self, function: Callable[..., ReturnType]):
@@ -170,7 +191,9 @@ class TinyJit(Generic[ReturnType]):
         if not JIT:
             return self.function(*args, **kwargs)
         if self.replay is not None:
-            return self._replay(inputs)
+            bindings: dict[Any, int] = {}
+            _collect_bindings(list(args) + list(kwargs.values()), bindings)
+            return self._replay(inputs, bindings)
         input_buffers = [_input_buffer(tensor) for tensor in inputs]
         self.count += 1
         if self.count == 1:
@@ -204,7 +227,7 @@ class TinyJit(Generic[ReturnType]):
             raise JitError(f"a TinyJit function must return Tensors (or None), got {type(result).__name__}: "
                            "return the tensors it computes")
 
-    def _replay(self, inputs: list[Any]) -> ReturnType:
+    def _replay(self, inputs: list[Any], bindings: dict[Any, int]) -> ReturnType:
         assert self.replay is not None and self.captured_signature is not None
         signature = _signature(inputs)
         if signature != self.captured_signature:
@@ -217,6 +240,6 @@ class TinyJit(Generic[ReturnType]):
                                    f"device={then[2]} to shape={now[0]} dtype={now[1]} device={now[2]}: "
                                    "use one TinyJit per input signature, or call reset() to capture again")
         from tinycore.engine.realize import invalidate_known_results
-        self.replay.run([_input_buffer(tensor) for tensor in inputs])
+        self.replay.run([_input_buffer(tensor) for tensor in inputs], bindings)
         invalidate_known_results()
         return self.captured_return  # type: ignore[no-any-return]

@@ -1,0 +1,109 @@
+"""Transformer.from_gguf on tiny random-weight GGUF files written with gguf.GGUFWriter, against the float32 numpy
+reference in llm_reference.py (gguf's reader and dequantization, no cache): every architecture, every weight type,
+the KV cache, the jitted decode step and generation."""
+from __future__ import annotations
+
+import os
+
+import llm_reference
+import numpy
+import pytest
+from llm_fixtures import write_model
+
+from tinycore.llm.config import UnsupportedModelError
+from tinycore.llm.model import Transformer
+
+TOKENS = [1, 5, 7, 3, 9, 2, 11]
+
+
+def _model_file(tmp_path: os.PathLike[str], name: str, **options: object) -> str:
+    path = os.path.join(os.fspath(tmp_path), f"{name}.gguf")
+    write_model(path, **options)  # type: ignore[arg-type]
+    return path
+
+
+def _check_logits(path: str, tokens: list[int] = TOKENS) -> Transformer:
+    model = Transformer.from_gguf(path)
+    expected = llm_reference.logits(path, tokens)
+    got = model([tokens], 0).numpy()
+    assert got.shape == (1, len(tokens), expected.shape[-1])
+    numpy.testing.assert_allclose(got[0], expected, rtol=1e-3, atol=1e-3)
+    return model
+
+
+@pytest.mark.parametrize("options", [
+    {"architecture": "llama"},
+    {"architecture": "llama", "tied": False, "kv_heads": 1},
+    {"architecture": "qwen2", "tied": False},
+    {"architecture": "qwen3", "head_dim": 32},
+    {"architecture": "llama", "rope_scaling": 4.0},
+    {"architecture": "llama", "rope_factors": True},
+], ids=["llama-gqa-tied", "llama-mqa-untied", "qwen2-bias", "qwen3-qknorm", "rope-linear", "rope-freqs"])
+def test_architectures_match_reference(tmp_path: os.PathLike[str], options: dict[str, object]) -> None:
+    """Logits of every position equal the numpy float32 reference within 1e-3."""
+    _check_logits(_model_file(tmp_path, "model", **options))
+
+
+@pytest.mark.parametrize("gating,normalize,bias", [(1, True, False), (1, False, False), (3, None, False),
+                                                    (2, True, True)],
+                         ids=["softmax-norm", "softmax", "softmax-topk", "sigmoid-bias"])
+def test_qwen3moe_routing_matches_reference(tmp_path: os.PathLike[str], gating: int, normalize: bool | None,
+                                            bias: bool) -> None:
+    """qwen3moe with 4 experts, 2 used: each gating function (softmax, softmax over the top-k, sigmoid with a
+    selection bias) with and without normalized top-k weights."""
+    _check_logits(_model_file(tmp_path, "moe", architecture="qwen3moe", experts=4, experts_used=2, gating=gating,
+                              normalize=normalize, selection_bias=bias, head_dim=32, layers=1))
+
+
+@pytest.mark.parametrize("matrix_type", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",
+                                         "Q6_K"])
+def test_weight_types_match_reference(tmp_path: os.PathLike[str], matrix_type: str) -> None:
+    """Every matrix (embedding included) stored as one type: logits equal the reference computed from gguf's
+    dequantization of the same bytes."""
+    block = 256 if matrix_type.endswith("_K") else 32
+    _check_logits(_model_file(tmp_path, "typed", matrix_type=matrix_type, dim=block, hidden=block, layers=1,
+                              heads=4, kv_heads=2, vocab=16), tokens=[1, 5, 7, 3])
+
+
+def test_cache_and_jitted_decode_match_reference(tmp_path: os.PathLike[str]) -> None:
+    """Prefill then positions one at a time through the jitted step (start_pos a bound Variable), and generate's
+    greedy tokens: each position's logits equal the reference's for the whole sequence."""
+    path = _model_file(tmp_path, "decode", matrix_type="Q4_0")
+    model = Transformer.from_gguf(path, max_context=32)
+    generated = list(model.generate(TOKENS[:3], max_new_tokens=6))
+    sequence = TOKENS[:3] + generated
+    expected = llm_reference.logits(path, sequence)
+    assert generated == [int(numpy.argmax(row)) for row in expected[2:-1]]
+    assert model._decode.captured_kernel_count > 0, "the decode step was not captured by TinyJit"
+    # the cache continues from start_pos: feed the rest of a sequence after a prefix
+    prefix = model([TOKENS[:4]], 0).numpy()[0]
+    rest = model([TOKENS[4:]], 4).numpy()[0]
+    full = llm_reference.logits(path, TOKENS)
+    numpy.testing.assert_allclose(numpy.concatenate([prefix, rest]), full, rtol=1e-3, atol=1e-3)
+
+
+def test_sampling_is_seeded_and_respects_top_k(tmp_path: os.PathLike[str]) -> None:
+    """The same seed gives the same tokens; top_k=1 is greedy whatever the temperature."""
+    path = _model_file(tmp_path, "sample")
+    model = Transformer.from_gguf(path, max_context=32)
+    first = list(model.generate(TOKENS[:2], 5, temperature=1.0, seed=7))
+    again = list(model.generate(TOKENS[:2], 5, temperature=1.0, seed=7))
+    greedy = list(model.generate(TOKENS[:2], 5))
+    assert first == again
+    assert list(model.generate(TOKENS[:2], 5, temperature=5.0, top_k=1, seed=1)) == greedy
+
+
+def test_unsupported_architecture_is_named(tmp_path: os.PathLike[str]) -> None:
+    """A model of another architecture raises UnsupportedModelError naming it and the supported ones."""
+    path = _model_file(tmp_path, "other", architecture="gemma")
+    with pytest.raises(UnsupportedModelError, match="'gemma'.*llama, qwen2, qwen3, qwen3moe"):
+        Transformer.from_gguf(path)
+
+
+def test_context_overflow_is_an_error(tmp_path: os.PathLike[str]) -> None:
+    """Positions past max_context are refused with what to do."""
+    model = Transformer.from_gguf(_model_file(tmp_path, "small"), max_context=4)
+    with pytest.raises(ValueError, match="larger max_context"):
+        model([TOKENS[:5]], 0)
+    with pytest.raises(ValueError, match="the context holds 4"):
+        list(model.generate(TOKENS[:5], 1))

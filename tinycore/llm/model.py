@@ -1,0 +1,319 @@
+"""The decoder-only transformer of GGUF llama, qwen2, qwen3 and qwen3moe models: RMSNorm, grouped-query attention
+with RoPE (interleaved pairs for llama, whose Q/K rows llama.cpp's converter permuted for that; halves for the qwen
+family) and a KV cache, SwiGLU feed-forward or a mixture of experts, and an output head (tied to the embedding
+when the file has no `output.weight`).
+
+`model(tokens, start_pos)` returns logits for every position and writes the keys and values of those positions into
+the cache. `generate` runs the prompt in chunks, then one jitted decode step per token whose position is a bound
+Variable, so one captured graph serves every position.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy
+
+from tinycore.dtype import dtypes
+from tinycore.engine.jit import TinyJit
+from tinycore.llm.config import TransformerConfig, UnsupportedModelError
+from tinycore.llm.weights import GGUFWeight, load_gguf_weights
+from tinycore.nn.gguf import GGML_TYPES
+from tinycore.tensor import Tensor
+from tinycore.uop.symbolic import Variable
+from tinycore.uop.uop import UOp
+
+Position = int | UOp
+"""A start position: a Python int, or a bound Variable inside the jitted decode step."""
+
+PREFILL_CHUNK = 64
+"""Prompt tokens run through the model at once while prefilling."""
+
+
+def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """x / sqrt(mean(x**2) + eps) * weight over the last axis."""
+    return x * (x.square().mean(-1, keepdim=True) + eps).rsqrt() * weight
+
+
+def rope_tables(config: TransformerConfig, length: int, frequency_factors: numpy.ndarray | None) -> numpy.ndarray:
+    """cos and sin of position * frequency for positions [0, length): float32 (length, rope_dim // 2, 2)."""
+    exponents = numpy.arange(0, config.rope_dim, 2, dtype=numpy.float64) / config.rope_dim
+    frequencies = 1.0 / config.rope_theta ** exponents
+    if frequency_factors is not None:  # llama3-style scaling: a divisor per frequency, stored as rope_freqs.weight
+        frequencies = frequencies / frequency_factors.astype(numpy.float64)
+    positions = numpy.arange(length, dtype=numpy.float64) / config.rope_linear_factor
+    angles = numpy.outer(positions, frequencies)
+    return numpy.stack([numpy.cos(angles), numpy.sin(angles)], axis=-1).astype(numpy.float32)
+
+
+def apply_rope(x: Tensor, table: Tensor, interleaved: bool) -> Tensor:
+    """Rotate the first rope_dim features of x (batch, T, heads, head_dim) by the angles in table (T, rope_dim//2, 2):
+    pairs (2i, 2i+1) when interleaved, else (i, i + rope_dim/2)."""
+    batch, length, heads, head_dim = x.shape
+    half = table.shape[1]
+    cos = table[:, :, 0].reshape(1, length, 1, half)
+    sin = table[:, :, 1].reshape(1, length, 1, half)
+    rotated, rest = x[..., :2 * half], x[..., 2 * half:]
+    if interleaved:
+        pairs = rotated.reshape(batch, length, heads, half, 2)
+        first, second = pairs[..., 0], pairs[..., 1]
+        out = (first * cos - second * sin).unsqueeze(-1).cat((first * sin + second * cos).unsqueeze(-1), dim=-1)
+        out = out.reshape(batch, length, heads, 2 * half)
+    else:
+        first, second = rotated[..., :half], rotated[..., half:]
+        out = (first * cos - second * sin).cat(second * cos + first * sin, dim=-1)
+    return out if rest.shape[-1] == 0 else out.cat(rest, dim=-1)
+
+
+class Block:
+    """One transformer layer and its KV cache."""
+
+    def __init__(self, config: TransformerConfig, weights: dict[str, GGUFWeight], index: int, max_context: int,
+                 device: str | None):
+        def weight(name: str) -> GGUFWeight:
+            full = f"blk.{index}.{name}"
+            if full not in weights:
+                raise UnsupportedModelError(f"the GGUF file lacks tensor {full!r}, which a {config.architecture} "
+                                            "model needs")
+            return weights[full]
+
+        def optional(name: str) -> GGUFWeight | None:
+            return weights.get(f"blk.{index}.{name}")
+        self.config = config
+        self.attention_norm = weight("attn_norm.weight").float()
+        self.query, self.key, self.value = weight("attn_q.weight"), weight("attn_k.weight"), weight("attn_v.weight")
+        self.output = weight("attn_output.weight")
+        self.biases = [bias.float() if bias is not None else None for bias in
+                       (optional("attn_q.bias"), optional("attn_k.bias"), optional("attn_v.bias"))]
+        query_norm, key_norm = optional("attn_q_norm.weight"), optional("attn_k_norm.weight")
+        self.query_norm = query_norm.float() if query_norm is not None else None
+        self.key_norm = key_norm.float() if key_norm is not None else None
+        self.ffn_norm = weight("ffn_norm.weight").float()
+        if config.experts:
+            self.router = weight("ffn_gate_inp.weight")
+            self.gate, self.up, self.down = (weight("ffn_gate_exps.weight"), weight("ffn_up_exps.weight"),
+                                             weight("ffn_down_exps.weight"))
+            bias = optional("exp_probs_b.bias")
+            self.selection_bias = bias.float() if bias is not None else None
+        else:
+            self.gate, self.up = weight("ffn_gate.weight"), weight("ffn_up.weight")
+            self.down = weight("ffn_down.weight")
+        # realized one at a time: identical graphs realized together would share one buffer
+        self.cache_keys = Tensor.zeros(1, max_context, config.kv_heads, config.head_dim, device=device).contiguous()
+        self.cache_keys.realize()
+        self.cache_values = Tensor.zeros(1, max_context, config.kv_heads, config.head_dim, device=device).contiguous()
+        self.cache_values.realize()
+
+    def attention(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+        config = self.config
+        batch, length, _ = x.shape
+        projected = []
+        for weight, bias in zip((self.query, self.key, self.value), self.biases, strict=True):
+            out = weight.linear(x)
+            projected.append(out + bias if bias is not None else out)
+        query = projected[0].reshape(batch, length, config.heads, config.head_dim)
+        key = projected[1].reshape(batch, length, config.kv_heads, config.head_dim)
+        value = projected[2].reshape(batch, length, config.kv_heads, config.head_dim)
+        if self.query_norm is not None and self.key_norm is not None:
+            query = rms_norm(query, self.query_norm, config.norm_eps)
+            key = rms_norm(key, self.key_norm, config.norm_eps)
+        query = apply_rope(query, rope, config.rope_interleaved)
+        key = apply_rope(key, rope, config.rope_interleaved)
+        end = start_pos + length
+        for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
+            cache.shrink(((0, batch), (start_pos, end), None, None)).assign(new).realize()  # type: ignore[arg-type]
+        group = config.heads // config.kv_heads
+        # (batch, kv_heads, group, T, head_dim) against (batch, kv_heads, 1, S, head_dim): no repeated keys
+        query = query.reshape(batch, length, config.kv_heads, group, config.head_dim).permute(0, 2, 3, 1, 4)
+        keys = self.cache_keys.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
+        values = self.cache_values.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
+        scores = query.matmul(keys.transpose(-2, -1)) * (1.0 / math.sqrt(config.head_dim))
+        if length > 1:
+            assert isinstance(start_pos, int), "several positions at once run with a concrete start position"
+            allowed = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1) <= \
+                (Tensor.arange(length, device=x.device) + start_pos).reshape(-1, 1)
+            scores = allowed.where(scores, -math.inf)
+        attended = scores.softmax(-1).matmul(values)  # (batch, kv_heads, group, T, head_dim)
+        attended = attended.permute(0, 3, 1, 2, 4).reshape(batch, length, config.heads * config.head_dim)
+        return self.output.linear(attended)
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        if not self.config.experts:
+            return self.down.linear(self.gate.linear(x).silu() * self.up.linear(x))
+        return self.mixture(x)
+
+    def routing(self, logits: Tensor) -> Tensor:
+        """Each token's weight for every expert (batch, T, experts): zero outside its top-k experts."""
+        config = self.config
+        if config.gating == "sigmoid":
+            probabilities = logits.sigmoid()
+            ranking = probabilities + self.selection_bias if self.selection_bias is not None else probabilities
+        elif config.gating == "softmax":
+            probabilities = ranking = logits.softmax(-1)
+        else:
+            probabilities = ranking = logits
+        chosen = ranking.zeros_like().cast(dtypes.bool)
+        remaining = ranking
+        for _ in range(config.experts_used):  # k rounds of "the largest one left" (no sort needed for small k)
+            best = remaining == remaining.max(-1, keepdim=True)
+            chosen = chosen | best
+            remaining = best.where(-math.inf, remaining)
+        if config.gating == "softmax_weight":
+            weights = chosen.where(logits, -math.inf).softmax(-1)
+        else:
+            weights = chosen.where(probabilities, 0.0)
+        if config.normalize_top_k:
+            weights = weights / weights.sum(-1, keepdim=True)
+        return weights * config.expert_weights_scale
+
+    def mixture(self, x: Tensor) -> Tensor:
+        """The experts' SwiGLU outputs weighted by the routing. Every expert runs on every token, its weight zero
+        outside the token's top-k: exact, and free of gathers, at experts/k times the work of gathering."""
+        batch, length, dim = x.shape
+        weights = self.routing(self.router.linear(x))
+        gate, up, down = self.gate.float(), self.up.float(), self.down.float()  # (E, hidden, dim), (E, dim, hidden)
+        rows = x.reshape(batch * length, 1, 1, dim)
+        hidden = (rows * gate.unsqueeze(0)).sum(-1).silu() * (rows * up.unsqueeze(0)).sum(-1)
+        outputs = (hidden.unsqueeze(2) * down.unsqueeze(0)).sum(-1)  # (tokens, E, dim)
+        return (outputs * weights.reshape(batch * length, -1, 1)).sum(1).reshape(batch, length, dim)
+
+    def __call__(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+        h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps), start_pos, rope)
+        return h + self.feed_forward(rms_norm(h, self.ffn_norm, self.config.norm_eps))
+
+
+class Transformer:
+    """A GGUF decoder-only language model. Build it with `Transformer.from_gguf(path)`."""
+
+    def __init__(self, config: TransformerConfig, weights: dict[str, GGUFWeight], max_context: int | None = None,
+                 device: str | None = None):
+        self.config = config
+        self.max_context = min(max_context or config.context_length, config.context_length)
+        if self.max_context < 1:
+            raise ValueError(f"max_context must be at least 1, got {self.max_context}")
+        self.device = device
+        self.embedding = weights["token_embd.weight"]
+        if "output_norm.weight" not in weights:
+            raise UnsupportedModelError("the GGUF file lacks tensor 'output_norm.weight'")
+        self.norm = weights["output_norm.weight"].float()
+        self.head = weights.get("output.weight", self.embedding)
+        factors = weights.get("rope_freqs.weight")
+        table = rope_tables(config, self.max_context, factors.float().numpy() if factors is not None else None)
+        self.rope = Tensor(table, device=device).realize()
+        self.blocks = [Block(config, weights, index, self.max_context, device) for index in range(config.layers)]
+        self.cached_tokens: list[int] = []
+        self.position = Variable("start_pos", 0, self.max_context - 1)
+        self._decode = TinyJit(self._decode_step)
+
+    @classmethod
+    def from_gguf(cls, path: str | os.PathLike[str], max_context: int | None = None,
+                  device: str | None = None) -> Transformer:
+        """The model in the GGUF file at `path`, its weights read through DISK and kept as stored (quantized blocks
+        stay bytes on `device`). `max_context` caps the KV cache (default: the model's context length)."""
+        metadata, weights = load_gguf_weights(path, device)
+        if "token_embd.weight" not in weights:
+            raise UnsupportedModelError("the GGUF file lacks tensor 'token_embd.weight'")
+        supported = {0, 1, 2, 3, 6, 7, 8, 12, 13, 14, 30}
+        for weight in weights.values():
+            if weight.ggml_type not in supported:
+                raise UnsupportedModelError(f"tensor {weight.name!r} has type {weight.type_name}, which the "
+                                            "transformer does not run; supported: "
+                                            f"{', '.join(GGML_TYPES[kind][0] for kind in sorted(supported))}")
+        config = TransformerConfig.from_metadata(metadata, vocab_size=weights["token_embd.weight"].shape[0])
+        model = cls(config, weights, max_context, device)
+        model.metadata = metadata
+        return model
+
+    metadata: dict[str, object] = {}
+
+    def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False) -> Tensor:
+        """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
+        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache."""
+        batch, length = tokens.shape
+        x = self.embedding.gather_rows(tokens)
+        # reshaped to the static length: a shrink by a bound Variable leaves the size as (start + T) - start
+        rope = self.rope.shrink(((start_pos, start_pos + length), None, None))  # type: ignore[arg-type]
+        if not isinstance(start_pos, int):
+            rope = rope.reshape(length, *self.rope.shape[1:])
+        for block in self.blocks:
+            x = block(x, start_pos, rope)
+        if last_only:
+            x = x[:, -1:]
+        return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps))
+
+    def __call__(self, tokens: Tensor | Sequence[Sequence[int]], start_pos: int = 0) -> Tensor:
+        """Logits (batch, T, vocab) of every position of `tokens` (batch, T), read after the cached positions
+        [0, start_pos) (batch 1 only: the cache holds one sequence)."""
+        tokens = tokens if isinstance(tokens, Tensor) else Tensor(list(tokens), dtype=dtypes.int32, device=self.device)
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must be (batch, T), got shape {tokens.shape}")
+        if tokens.shape[0] != 1:
+            raise ValueError(f"the KV cache holds one sequence: batch must be 1, got {tokens.shape[0]}")
+        if not isinstance(start_pos, int) or start_pos < 0 or start_pos + tokens.shape[1] > self.max_context:
+            raise ValueError(f"positions [{start_pos}, {start_pos}+{tokens.shape[1]}) do not fit the context of "
+                             f"{self.max_context} tokens: pass a larger max_context")
+        return self.forward(tokens, start_pos).realize()
+
+    def _decode_step(self, token: Tensor, start_pos: UOp) -> Tensor:
+        return self.forward(token, start_pos).reshape(1, -1).realize()
+
+    def _prefill(self, ids: Sequence[int], start_pos: int) -> numpy.ndarray:
+        """Run ids from position start_pos in chunks; the last position's logits."""
+        logits = None
+        for begin in range(0, len(ids), PREFILL_CHUNK):
+            chunk = list(ids[begin:begin + PREFILL_CHUNK])
+            tokens = Tensor([chunk], dtype=dtypes.int32, device=self.device)
+            logits = self.forward(tokens, start_pos + begin, last_only=True)
+        assert logits is not None
+        return numpy.asarray(logits.numpy()).reshape(-1)
+
+    def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None, stop: Sequence[int] = ()) -> Iterator[int]:
+        """Yield up to `max_new_tokens` new token ids after the prompt `ids` (stopping after a token in `stop`, or at
+        the end of the context). The prompt's prefix already in the cache from the last call is not run again.
+        temperature 0 picks the most likely token; otherwise tokens are sampled from the softmax at that
+        temperature, restricted to the `top_k` most likely (0: all) and to the smallest set whose probability
+        reaches `top_p`."""
+        ids = [int(token) for token in ids]
+        if not ids:
+            raise ValueError("generate needs at least one prompt token")
+        if len(ids) >= self.max_context:
+            raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {self.max_context}: pass a larger "
+                             "max_context or a shorter prompt")
+        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+            raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, "
+                             f"{top_p}, {top_k}")
+        generator = numpy.random.default_rng(seed)
+        reused = 0
+        while reused < min(len(ids) - 1, len(self.cached_tokens)) and ids[reused] == self.cached_tokens[reused]:
+            reused += 1
+        logits = self._prefill(ids[reused:], reused)
+        self.cached_tokens = list(ids)
+        for count in range(max_new_tokens):
+            token = sample(logits, temperature, top_k, top_p, generator)
+            yield token
+            if token in stop or count + 1 == max_new_tokens or len(self.cached_tokens) >= self.max_context:
+                return
+            position = len(self.cached_tokens)
+            self.cached_tokens.append(token)
+            step = self._decode(Tensor([[token]], dtype=dtypes.int32, device=self.device), self.position.bind(position))
+            logits = numpy.asarray(step.numpy()).reshape(-1)
+
+
+def sample(logits: numpy.ndarray, temperature: float, top_k: int, top_p: float,
+           generator: numpy.random.Generator) -> int:
+    """A token id from `logits`: the argmax at temperature 0, else a draw from the tempered, top-k and top-p
+    restricted softmax."""
+    if temperature == 0:
+        return int(numpy.argmax(logits))
+    scaled = logits.astype(numpy.float64) / temperature
+    order = numpy.argsort(-scaled, kind="stable")
+    if top_k:
+        order = order[:top_k]
+    probabilities = numpy.exp(scaled[order] - scaled[order[0]])
+    probabilities /= probabilities.sum()
+    if top_p < 1.0:
+        keep = int(numpy.searchsorted(numpy.cumsum(probabilities), top_p) + 1)
+        order, probabilities = order[:keep], probabilities[:keep] / probabilities[:keep].sum()
+    return int(order[generator.choice(len(order), p=probabilities)])
