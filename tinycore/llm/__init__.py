@@ -3,6 +3,8 @@
 server (chat, server)."""
 from tinycore.llm.config import TransformerConfig, UnsupportedModelError
 from tinycore.llm.model import Transformer
+from tinycore.llm.tokenizer import Tokenizer
 from tinycore.llm.weights import GGUFWeight, load_gguf_weights
 
-__all__ = ["GGUFWeight", "Transformer", "TransformerConfig", "UnsupportedModelError", "load_gguf_weights"]
+__all__ = ["GGUFWeight", "Tokenizer", "Transformer", "TransformerConfig", "UnsupportedModelError",
+           "load_gguf_weights"]
