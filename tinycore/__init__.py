@@ -18,7 +18,7 @@ _LAZY_NAMES = {
     "Variable": ("tinycore.uop.symbolic", "Variable"),
     "nn": ("tinycore.nn", None),
     "fetch": ("tinycore.download", "fetch"),
-    "function": ("tinycore.tensor_extras", "function"),
+    "function": ("tinycore.tensor.extras", "function"),
 }
 
 __all__ = ["Tensor", "dtypes", "Device", "TinyJit", "Context", "getenv", "Variable", "nn", "GlobalCounters", "UOp",

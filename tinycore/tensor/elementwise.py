@@ -8,11 +8,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
-from tinycore.tensor_support import broadcast_shape, scalar_result_dtype, scalars_dtype
+from tinycore.tensor.support import broadcast_shape, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 _LOG2_E = 1 / math.log(2)
 _LN_2 = math.log(2)

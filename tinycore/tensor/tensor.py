@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.helpers import all_int, fully_flatten, get_shape
-from tinycore.tensor_creation import CreationMixin
-from tinycore.tensor_elementwise import ElementwiseMixin
-from tinycore.tensor_extras import ExtrasMixin
-from tinycore.tensor_indexing import IndexingMixin
-from tinycore.tensor_linalg import LinalgMixin
-from tinycore.tensor_movement import MovementMixin
-from tinycore.tensor_nn import NNMixin
-from tinycore.tensor_reduce import ReduceMixin
-from tinycore.tensor_support import product
+from tinycore.tensor.creation import CreationMixin
+from tinycore.tensor.elementwise import ElementwiseMixin
+from tinycore.tensor.extras import ExtrasMixin
+from tinycore.tensor.indexing import IndexingMixin
+from tinycore.tensor.linalg import LinalgMixin
+from tinycore.tensor.movement import MovementMixin
+from tinycore.tensor.nn import NNMixin
+from tinycore.tensor.reduce import ReduceMixin
+from tinycore.tensor.support import product
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -214,7 +214,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """The shape, or the size of axis `dim`."""
         if dim is None:
             return self.shape
-        from tinycore.tensor_support import resolve_axis
+        from tinycore.tensor.support import resolve_axis
         return self.shape[resolve_axis(dim, self.ndim)]
 
     def max_numel(self) -> int:

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
-from tinycore.tensor_support import argfix, check_shape, product, resolve_axis
+from tinycore.tensor.support import argfix, check_shape, product, resolve_axis
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 
 class MovementMixin:

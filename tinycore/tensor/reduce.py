@@ -5,11 +5,11 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
-from tinycore.tensor_support import product, resolve_axes, resolve_axis
+from tinycore.tensor.support import product, resolve_axes, resolve_axis
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 AxisArg = "int | Sequence[int] | None"
 _LOW_PRECISION_FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)

@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
-from tinycore.tensor_support import broadcast_shape, resolve_axis
+from tinycore.tensor.support import broadcast_shape, resolve_axis
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 
 def _is_tensor(value: Any) -> bool:
     """True for a Tensor."""
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
     return isinstance(value, Tensor)
 
 

@@ -7,11 +7,11 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
-from tinycore.tensor_support import argfix, check_shape, optional_dtype, product
+from tinycore.tensor.support import argfix, check_shape, optional_dtype, product
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 # Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011).
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -21,7 +21,7 @@ _MASK32 = 0xFFFFFFFF
 
 def _device_of(device: str | None) -> str:
     """The canonical device name for `device` (default device for None)."""
-    from tinycore.tensor import canonical_device
+    from tinycore.tensor.tensor import canonical_device
     return canonical_device(device)
 
 

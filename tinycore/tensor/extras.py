@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes
-from tinycore.tensor_support import optional_dtype
+from tinycore.tensor.support import optional_dtype
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -91,7 +91,7 @@ class ExtrasMixin:
     @staticmethod
     def _threefry_tensor_key(word0: Tensor, word1: Tensor, key0: Tensor, key1: Tensor) -> tuple[Tensor, Tensor]:
         """Threefry-2x32-20 with the key given as uint32 tensors (broadcast against the counter words)."""
-        from tinycore.tensor_creation import _THREEFRY_PARITY, _THREEFRY_ROTATIONS
+        from tinycore.tensor.creation import _THREEFRY_PARITY, _THREEFRY_ROTATIONS
         keys = (key0, key1, key0 ^ key1 ^ _THREEFRY_PARITY)
         word0, word1 = word0 + keys[0], word1 + keys[1]
         for block in range(5):

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import dtypes
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 _MAX_JACOBI_SWEEPS = 30
 

@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.helpers import TRAINING, make_tuple
-from tinycore.tensor_support import optional_dtype, product, resolve_axes, resolve_axis
+from tinycore.tensor.support import optional_dtype, product, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
 
 _REDUCTIONS = ("none", "sum", "mean")
 
 
 def _is_tensor(value: Any) -> bool:
     """True for a Tensor."""
-    from tinycore.tensor import Tensor
+    from tinycore.tensor.tensor import Tensor
     return isinstance(value, Tensor)
 
 
