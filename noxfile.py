@@ -39,7 +39,7 @@ def tests(session: nox.Session) -> None:
     """The core and cross-plugin tests, with the core and every in-tree plugin installed (CPU is the default device;
     the tests of CL and WEBGPU kernels run on PoCL and Mesa's software adapters).
 
-    Arguments after `--` replace the test path: `nox -s tests -- tests/test_cli.py -x`."""
+    Arguments after `--` replace the test path: `nox -s tests -- tests/plugins/test_cli.py -x`."""
     plugin_arguments = [argument for name in PLUGINS for argument in ("-e", f"plugins/tiny-{name}[test]")]
     session.install("-e", ".[test]", *plugin_arguments, TORCH)
     session.run("pytest", *(session.posargs or ["-n", "auto", "tests"]))

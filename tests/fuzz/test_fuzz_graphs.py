@@ -1,7 +1,7 @@
 """Differential fuzzing of whole Tensor graphs (elementwise, reduce, movement, cat/stack) against numpy.
 
 CI checks 1,000 graphs from a fixed seed and expects 0 mismatches; TINYCORE_FUZZ_LONG=1 checks 20,000. Each graph
-structure runs on several input data sets so its kernels compile once (see tests/fuzz_graphs.py).
+structure runs on several input data sets so its kernels compile once (see tests/fuzz/fuzz_graphs.py).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ A graph is built from two seeds: the structure seed picks operations and shapes,
 Running one structure on several data seeds reuses its compiled kernels, which keeps CI runs short (each new
 kernel costs one C compiler run).
 
-Run: python tests/fuzz_graphs.py --graphs N --seed S [--data-per-structure D] [--verbose]
+Run: python tests/fuzz/fuzz_graphs.py --graphs N --seed S [--data-per-structure D] [--verbose]
 """
 from __future__ import annotations
 
@@ -794,5 +794,5 @@ def main(arguments: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
     sys.exit(main())

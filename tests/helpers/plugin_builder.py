@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
+REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
 
 
 def write_distribution(root: Path, distribution: str, version: str, entry_points: dict[str, str],

@@ -9,51 +9,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gguf_writer import BLOCKS, random_blocks, string_bytes, write_gguf
 
 from tinycore.dtype import dtypes
 from tinycore.nn.file_checks import MalformedFileError
 from tinycore.nn.gguf import GGUFFormatError, gguf_load, half_bits_to_float
 from tinycore.tensor import Tensor
-
-# ggml type id -> (elements per block, bytes per block)
-BLOCKS = {0: (1, 4), 1: (1, 2), 30: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 12: (256, 144), 14: (256, 210)}
-SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
-
-
-# ---- a GGUF writer ----
-
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack("<Q", len(raw)) + raw
-
-
-def _value(value_type: int, value: Any) -> bytes:
-    if value_type in SCALAR_FORMATS:
-        return struct.pack("<" + SCALAR_FORMATS[value_type], value)
-    if value_type == 8:
-        return _string(value)
-    element_type, items = value
-    return struct.pack("<IQ", element_type, len(items)) + b"".join(_value(element_type, item) for item in items)
-
-
-def write_gguf(path: Path, metadata: list[tuple[str, int, Any]], tensors: list[tuple[str, tuple[int, ...], int, bytes]],
-               alignment: int = 32) -> Path:
-    """A GGUF 3 file: `metadata` as (key, value type, value), `tensors` as (name, shape, ggml type, raw bytes)."""
-    header = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata))
-    for key, value_type, value in metadata:
-        header += _string(key) + struct.pack("<I", value_type) + _value(value_type, value)
-    offset, data = 0, b""
-    for name, shape, ggml_type, raw in tensors:
-        header += _string(name) + struct.pack("<I", len(shape)) + b"".join(struct.pack("<Q", size)
-                                                                             for size in reversed(shape))
-        header += struct.pack("<IQ", ggml_type, offset)
-        padded = raw + b"\0" * (-len(raw) % alignment)
-        data += padded
-        offset += len(padded)
-    header += b"\0" * (-len(header) % alignment)
-    path.write_bytes(header + data)
-    return path
-
 
 # ---- numpy references, one block at a time, from the ggml block layouts ----
 
@@ -117,17 +78,6 @@ def _reference_q6_k(block: bytes) -> np.ndarray:
 def reference(ggml_type: int, raw: bytes) -> np.ndarray:
     elements, size = BLOCKS[ggml_type]
     return np.concatenate([reference_block(ggml_type, raw[start:start + size]) for start in range(0, len(raw), size)])
-
-
-def random_blocks(ggml_type: int, count: int, rng: np.random.Generator) -> bytes:
-    """`count` blocks of random quants with finite float16 scales."""
-    _, size = BLOCKS[ggml_type]
-    blocks = rng.integers(0, 256, (count, size), dtype=np.uint8)
-    halves = {2: [0], 3: [0, 2], 8: [0], 12: [0, 2], 14: [208]}[ggml_type]
-    for position in halves:
-        scales = (rng.standard_normal(count) * 0.1).astype("<f2")
-        blocks[:, position:position + 2] = scales.view(np.uint8).reshape(-1, 2)
-    return blocks.tobytes()
 
 
 # ---- tests ----
@@ -225,9 +175,9 @@ def _bad(tmp_path: Path, **changes: Any) -> Path:
     (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1 << 60, 0)), "tensor count"),
     (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 1 << 62) + b"\0" * 16),
      "length of key 0"),
-    (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("k") +
+    (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + string_bytes("k") +
                                    struct.pack("<IIQ", 9, 4, 1 << 61)), "length of the value"),
-    (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + _string("k") + struct.pack("<I", 99)),
+    (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + string_bytes("k") + struct.pack("<I", 99)),
      "unknown value type"),
     (lambda path: path.write_bytes(b"GGUF" + struct.pack("<IQ", 3, 0)), "past the end"),
 ])

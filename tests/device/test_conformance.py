@@ -2,7 +2,7 @@
 device, and it catches deliberately broken devices in the right category with a readable message.
 
 Each suite run happens in a fresh interpreter, with throwaway plugin distributions on PYTHONPATH (written the way
-tests/plugin_builder.py writes them). PYTHON runs the whole suite: it declares `large_grids=False`, so the two
+tests/helpers/plugin_builder.py writes them). PYTHON runs the whole suite: it declares `large_grids=False`, so the two
 million-element checks are "not applicable (declared)" there, and bfloat16 is not declared.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Elementwise Tensor operations against numpy and torch: values, broadcasting, result dtypes and errors.
 
 What every device must get right (NaN and infinity, signed integer division, casts between dtypes) is checked
-on each device by the conformance suite, tinycore/testing/ (run on CPU by tests/test_conformance.py)."""
+on each device by the conformance suite, tinycore/testing/ (run on CPU by tests/device/test_conformance.py)."""
 from __future__ import annotations
 
 import math

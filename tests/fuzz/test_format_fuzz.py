@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tiny_disk.allocator as disk_allocator
 import torch
-from test_gguf import random_blocks, write_gguf
+from gguf_writer import random_blocks, write_gguf
 
 from tinycore.engine.memory import buffer_of
 from tinycore.nn.file_checks import MalformedFileError
