@@ -14,10 +14,10 @@ import itertools
 from collections.abc import Callable
 
 from tinycore.codegen.linearize import reduce_identity
-from tinycore.codegen.opt import AxisType, axis_id, axis_kind, range_size
 from tinycore.codegen.simplify import constant_difference, fold, substitute_fold
 from tinycore.codegen.vectorize import Packer, consecutive
 from tinycore.dtype import DType, dtypes
+from tinycore.uop.axis import AxisType, axis_id, axis_kind, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce, nested_reduces
-from tinycore.codegen.opt import AxisType, Kernel, KernelOptError, axis_id, range_size, replace_range
+from tinycore.codegen.opt import Kernel, KernelOptError, replace_range
 from tinycore.codegen.optimize import axis_stride, map_global_dims, strip_casts
 from tinycore.dtype import dtypes
 from tinycore.helpers import getenv, prod
+from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tinycore.codegen.devectorize import legalize
-from tinycore.codegen.opt import AxisType, axis_id, new_range
 from tinycore.dtype import DType, dtypes
+from tinycore.uop.axis import AxisType, axis_id, new_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

@@ -14,25 +14,9 @@ from enum import Enum, auto
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import NUM_CPU_THREADS, prod
+from tinycore.uop.axis import AxisType, axis_id, axis_kind, new_range, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
-
-
-class AxisType(Enum):
-    """What a kernel axis (a RANGE) becomes in the generated code."""
-
-    GLOBAL = auto()  # a hardware thread index (SPECIAL gidxN) on GPUs
-    LOCAL = auto()  # a workgroup-local index (SPECIAL lidxN) on GPUs
-    LOOP = auto()  # a loop over output elements
-    THREAD = auto()  # split across CPU workers (SPECIAL "core_id")
-    REDUCE = auto()  # a loop over the reduced elements
-    UPCAST = auto()  # an output axis expanded into copies (vector lanes when contiguous)
-    UNROLL = auto()  # a reduce axis expanded inside the loop body into one accumulator
-    ACCUMULATOR = auto()  # a reduce axis expanded into independent accumulators combined after the loop
-
-
-OUTPUT_KINDS = frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.THREAD, AxisType.UPCAST})
-REDUCE_KINDS = frozenset({AxisType.REDUCE, AxisType.UNROLL, AxisType.ACCUMULATOR})
 
 
 class OptOps(Enum):
@@ -58,29 +42,6 @@ class Opt:
 
 class KernelOptError(ValueError):
     """An Opt that does not apply to the kernel (wrong axis kind, size not divisible, ...)."""
-
-
-def axis_id(range_node: UOp) -> int:
-    """The axis id of a RANGE (its arg is `(axis id, kind)` or a bare id)."""
-    return range_node.arg[0] if isinstance(range_node.arg, tuple) else int(range_node.arg)
-
-
-def axis_kind(range_node: UOp) -> AxisType | None:
-    """The AxisType of a RANGE made by codegen, None for ranges whose arg carries another kind."""
-    kind = range_node.arg[1] if isinstance(range_node.arg, tuple) and len(range_node.arg) > 1 else None
-    return kind if isinstance(kind, AxisType) else None
-
-
-def range_size(range_node: UOp) -> int | None:
-    """The trip count of a RANGE when it is a constant, else None."""
-    end = range_node.src[0]
-    return end.arg if end.op is Ops.CONST else None
-
-
-def new_range(size: int | UOp, identifier: int, kind: AxisType) -> UOp:
-    """A RANGE over `size` with axis id `identifier` and `kind`."""
-    end = size if isinstance(size, UOp) else UOp.const(dtypes.int32, size)
-    return UOp(Ops.RANGE, dtypes.int32, (end,), (identifier, kind))
 
 
 def replace_range(root: UOp, old: UOp, expression: UOp, new_ranges: tuple[UOp, ...]) -> UOp:

@@ -15,20 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tinycore.codegen.opt import (
-    AxisType,
-    Kernel,
-    KernelOptError,
-    Opt,
-    OptOps,
-    axis_id,
-    default_worker_count,
-    range_size,
-    replace_range,
-)
+from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count, replace_range
 from tinycore.codegen.simplify import fold, linear_form
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
+from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

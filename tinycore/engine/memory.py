@@ -1,23 +1,20 @@
-"""Memory: BUFFER nodes and the device Buffers behind them.
+"""Memory: the device Buffers behind BUFFER nodes (the nodes themselves are built in `tinycore.uop.buffer`).
 
-A BUFFER node (`UOp(Ops.BUFFER, dtype, (DEVICE,), (unique id, element count))`) names device memory in tensor
-graphs. The Buffer object behind it is created on first use and lives exactly as long as the node: the registry is
+The Buffer object behind a node is created on first use and lives exactly as long as the node: the registry is
 weak (the Buffer is attached to the node itself, like a cached property), so when no graph refers to a BUFFER node
 any more its memory goes back to the device's allocator.
 """
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
+from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
-_unique_ids = itertools.count()
 _ATTRIBUTE = "_device_buffer"  # where a BUFFER node keeps its Buffer (it dies with the node)
-_device_nodes: dict[Any, UOp] = {}
 _allocators: dict[Any, Any] = {}
 
 
@@ -40,21 +37,6 @@ def supports_views(device: Any) -> bool:
     except Exception:  # noqa: BLE001 - a device that cannot open supports nothing; the copy reports the error
         return False
     return type(allocator)._offset is not Allocator._offset
-
-
-def device_node(device: Any) -> UOp:
-    """The DEVICE node of a canonical device name (kept alive, so building graphs does not recreate it)."""
-    node = _device_nodes.get(device)
-    if node is None:
-        node = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
-    return node
-
-
-def new_buffer_uop(device: Any, dtype: DType, size: int) -> UOp:
-    """A new BUFFER node of `size` elements of `dtype` on `device`; its Buffer is allocated on first use."""
-    if not isinstance(size, int) or size < 0:
-        raise ValueError(f"a buffer needs a non-negative int element count, got {size!r}")
-    return UOp(Ops.BUFFER, dtype, (device_node(device),), (next(_unique_ids), size))
 
 
 def buffer_of(uop: UOp) -> Buffer:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tinycore.engine.memory import new_buffer_uop
 from tinycore.schedule.fusion import strip_identity
 from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
+from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

@@ -13,39 +13,15 @@ node is evaluated at a tuple of index expressions (one per axis of its shape), w
 """
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import all_int
 from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity
-from tinycore.uop import ops as ops_module
+from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
-
-
-class _FallbackAxisType(enum.Enum):
-    """Kinds of loop axes in a kernel AST (used when the IR does not define AxisType)."""
-
-    LOOP = enum.auto()
-    REDUCE = enum.auto()
-
-
-def _find_axis_type() -> Any:
-    """The AxisType enum of the IR or of codegen (the kinds codegen reads from RANGE args)."""
-    found = getattr(ops_module, "AxisType", None)
-    if found is not None:
-        return found
-    try:
-        from tinycore.codegen.opt import AxisType as CodegenAxisType
-    except ImportError:
-        return _FallbackAxisType
-    return CodegenAxisType
-
-
-AxisType: Any = _find_axis_type()
-"""The axis kinds of RANGE args: AxisType.LOOP for output axes, AxisType.REDUCE for reduced axes."""
 
 INDEX_DTYPE: DType = dtypes.int32
 """The dtype of every index expression in a kernel AST."""

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tinycore.dtype import dtypes
-from tinycore.engine.memory import new_buffer_uop
 from tinycore.schedule.fusion import (
     assign_target_view,
     earlier_assigns,
@@ -18,6 +17,7 @@ from tinycore.schedule.fusion import (
 )
 from tinycore.schedule.lower import lower_kernel
 from tinycore.schedule.views import range_node
+from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

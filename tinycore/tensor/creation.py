@@ -72,7 +72,7 @@ class CreationMixin:
     def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None, **_: Any) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
-        from tinycore.engine.memory import new_buffer_uop
+        from tinycore.uop.buffer import new_buffer_uop
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
         largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in sizes)

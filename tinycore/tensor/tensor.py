@@ -91,7 +91,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _uop_from_path(path: pathlib.Path, dtype: DType | None) -> UOp:
         """A DISK buffer over the whole file at `path` (uint8 unless `dtype` is given); nothing is read yet."""
         from tinycore.device.registry import Device
-        from tinycore.engine.memory import new_buffer_uop
+        from tinycore.uop.buffer import new_buffer_uop
         storage = dtype or dtypes.uint8
         if not path.is_file():
             raise FileNotFoundError(f"Tensor(Path): {str(path)!r} does not exist or is not a regular file")

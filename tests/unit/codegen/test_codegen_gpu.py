@@ -16,9 +16,9 @@ from tinycore.codegen import linearize
 from tinycore.codegen.gpu import largest_power_of_two_divisor, local_limits
 from tinycore.codegen.interpreter import run_linear
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce
-from tinycore.codegen.opt import AxisType, new_range
 from tinycore.dtype import dtypes
 from tinycore.tensor import Tensor
+from tinycore.uop.axis import AxisType, new_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

@@ -1,0 +1,31 @@
+"""BUFFER nodes: the tensor-level names of device memory.
+
+A BUFFER node is `UOp(Ops.BUFFER, dtype, (DEVICE,), (unique id, element count))`. Building one allocates nothing;
+the device Buffer behind it is made on first use by the engine (`tinycore.engine.memory.buffer_of`) and lives as
+long as the node.
+"""
+from __future__ import annotations
+
+import itertools
+
+from tinycore.dtype import DType
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+_unique_ids = itertools.count()
+_device_nodes: dict[str, UOp] = {}
+
+
+def device_node(device: str) -> UOp:
+    """The DEVICE node of a canonical device name (kept alive, so building graphs does not recreate it)."""
+    node = _device_nodes.get(device)
+    if node is None:
+        node = _device_nodes[device] = UOp(Ops.DEVICE, arg=device)
+    return node
+
+
+def new_buffer_uop(device: str, dtype: DType, size: int) -> UOp:
+    """A new BUFFER node of `size` elements of `dtype` on `device`; its Buffer is allocated on first use."""
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"a buffer needs a non-negative int element count, got {size!r}")
+    return UOp(Ops.BUFFER, dtype, (device_node(device),), (next(_unique_ids), size))
