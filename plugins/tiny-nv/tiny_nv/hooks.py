@@ -62,7 +62,9 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
 
 @hookimpl
 def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The CUDA driver API."""
+    """The CUDA driver API; the MOCK GPU (used only when DEV names it: DEV=MOCK+NV)."""
     if device != DEVICE_NAME:
         return []
-    return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda")]
+    return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
+            InterfaceSpec("MOCK", "tiny_nv.mock:open_mock", is_mock=True,
+                          description="a simulated GPU in Python that decodes the NV command stream")]

@@ -135,8 +135,8 @@ class CUDARenderer(CStyleLanguage):
     register_tile = (4, 4)
     max_buffers = 500  # 4 KB of kernel parameters at 8 bytes a pointer, with room for the integer arguments
 
-    def __init__(self, arch: str = "sm_80", device: str = "NV"):
-        self.arch, self.device = arch, device
+    def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False):
+        self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in _VECTOR_SCALARS}
         self._block_size: int | None = None
 
@@ -210,13 +210,22 @@ class CUDARenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 block = block * size.arg if size is not None and size.op is Ops.CONST else 0
         self._block_size = block if block > 1 else None
-        return _CUDAWalk(self, uops).run(name)
+        source = _CUDAWalk(self, uops).run(name)
+        if self.embed_program:  # the MOCK GPU runs the linear program itself (see tiny_nv.mock)
+            from tiny_nv.mock import embed_program
+            source = embed_program(source, uops)
+        return source
 
 
 def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
-    """The CUDA renderer and NVRTC compiler for `device`: the arch from DEV (NV::sm_90), else the GPU's own."""
+    """The CUDA renderer and NVRTC compiler for `device`: the arch from DEV (NV::sm_90), else the GPU's own. Under
+    DEV=MOCK+NV the source also carries its linear program and the compiler packs it with the CUBIN."""
     from tiny_nv.nvrtc import NVRTCCompiler, parse_arch
     from tiny_nv.target import device_arch
+    from tinycore.device.registry import target_for
     chosen = arch or device_arch(device)
     parse_arch(chosen)
+    if target_for(device).interface == "MOCK":
+        from tiny_nv.mock import MockCompiler
+        return CUDARenderer(chosen, device, embed_program=True), MockCompiler(chosen)
     return CUDARenderer(chosen, device), NVRTCCompiler(chosen)

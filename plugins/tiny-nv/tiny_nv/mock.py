@@ -1,0 +1,448 @@
+"""The MOCK interface (DEV=MOCK+NV): a simulated NVIDIA GPU in Python, driven through the NV queues.
+
+MockGPU owns a GPU virtual address space backed by host memory. When a channel's doorbell rings it reads the
+channel's GPFIFO entries between GP_GET and GP_PUT, decodes the pushbuffer words each points at, and executes the
+methods: host-class semaphore releases (with timestamps) and acquires (a channel stalls on an acquire that is not
+satisfied yet and resumes there when a doorbell rings again), copy-engine transfers, and compute launches: the QMD
+gives the grid, the program address and constant buffer 0; the program is the kernel's linear program (packed next
+to its CUBIN by MockCompiler) run by the core's interpreter on the buffers at the addresses in constant buffer 0.
+
+This proves the host side (queue encoding, argument blocks, signals, memory handling) in CI; it says nothing about
+the CUBIN, which the NVRTC compile checks cover.
+"""
+from __future__ import annotations
+
+import base64
+import bisect
+import pickle
+import struct
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy
+
+from tiny_nv import nvcmd
+from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
+from tinycore.codegen.interpreter import Program, run_linear
+from tinycore.device.allocator import BufferSpec, LRUAllocator
+from tinycore.device.compiler import CompileError, Compiler
+from tinycore.dtype import PtrDType, dtypes, to_numpy_dtype
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+PROGRAM_MARKER = "// tinycore-program "
+"""The line of a CUDA source (rendered for the MOCK GPU) that carries its linear program, pickled and base64-coded."""
+_LIB_MAGIC = b"TCNVMOCK"
+_ADDRESS_BASE = 0x1_0000_0000
+_ALIGNMENT = 256
+
+
+def embed_program(source: str, uops: Sequence[UOp]) -> str:
+    """`source` with the linear program appended as a comment line (for MockCompiler)."""
+    packed = base64.b64encode(pickle.dumps(list(uops), protocol=pickle.HIGHEST_PROTOCOL)).decode()
+    return f"{source}{PROGRAM_MARKER}{packed}\n"
+
+
+def pack_mock_binary(uops_pickle: bytes, cubin: bytes) -> bytes:
+    """The MOCK GPU's code object: magic, the pickled linear program, then the CUBIN (possibly empty)."""
+    return _LIB_MAGIC + struct.pack("<II", len(uops_pickle), len(cubin)) + uops_pickle + cubin
+
+
+def unpack_mock_binary(data: bytes | memoryview) -> tuple[list[UOp], bytes]:
+    """(linear program, CUBIN) of a MOCK code object; ValueError when `data` is not one."""
+    raw = bytes(data[:16])
+    if not raw.startswith(_LIB_MAGIC):
+        raise ValueError("the program address does not hold a MOCK code object (no TCNVMOCK header)")
+    program_size, cubin_size = struct.unpack("<II", raw[8:16])
+    uops = pickle.loads(bytes(data[16:16 + program_size]))
+    return uops, bytes(data[16 + program_size:16 + program_size + cubin_size])
+
+
+class MockCompiler(Compiler):
+    """Packs the linear program embedded in the source with the CUBIN NVRTC makes of the same source (when NVRTC is
+    installed; without it the code object holds the program only)."""
+
+    def __init__(self, arch: str):
+        super().__init__("nv-mock-kernels")
+        self.arch = arch
+        self.name = f"nv-mock-{arch}"
+
+    def version(self) -> str:
+        """NVRTC's version when it is used."""
+        from tiny_nv.nvrtc import nvrtc_status
+        return nvrtc_status()[1]
+
+    def compile(self, src: str) -> bytes:
+        """The MOCK code object of `src`."""
+        from tiny_nv.nvrtc import compile_cuda, nvrtc_status
+        line = next((line for line in src.splitlines() if line.startswith(PROGRAM_MARKER)), None)
+        if line is None:
+            raise CompileError("the source carries no linear program: render it with the MOCK interface's CUDA "
+                               "renderer (DEV=MOCK+NV)", log=src[:2000])
+        uops_pickle = base64.b64decode(line[len(PROGRAM_MARKER):])
+        cubin = compile_cuda(src, self.arch) if nvrtc_status()[0] else b""
+        return pack_mock_binary(uops_pickle, cubin)
+
+
+class MockGPU:
+    """A simulated GPU: address space, channels and the engines that execute their commands."""
+
+    def __init__(self, name: str = "MOCK NV"):
+        self.name = name
+        self.starts: list[int] = []  # sorted allocation addresses
+        self.allocations: dict[int, bytearray] = {}
+        self.purposes: dict[int, str] = {}
+        self.next_address = _ADDRESS_BASE
+        self.channels: list[Channel] = []
+        self.resume: dict[int, tuple[int, int]] = {}  # id(channel) -> (GPFIFO index, method index) of a stalled acquire
+        self.registers: dict[int, dict[int, int]] = {}
+        self.programs: dict[int, Program] = {}
+        self.started_ns = time.perf_counter_ns()
+        self.launches = 0
+        self.copies = 0
+        self.semaphore_releases = 0
+
+    # ---- memory ----
+
+    def allocate(self, size: int, purpose: str) -> int:
+        """The address of `size` new zeroed bytes."""
+        address = self.next_address
+        self.next_address += -(-max(size, 1) // _ALIGNMENT) * _ALIGNMENT + _ALIGNMENT  # a gap catches overruns
+        self.allocations[address] = bytearray(max(size, 1))
+        self.purposes[address] = purpose
+        bisect.insort(self.starts, address)
+        return address
+
+    def free(self, address: int) -> None:
+        """Release the allocation at `address`."""
+        if address not in self.allocations:
+            raise ValueError(f"{self.name}: free of {address:#x}, which is not the start of an allocation")
+        del self.allocations[address], self.purposes[address]
+        self.starts.remove(address)
+        self.programs.pop(address, None)
+
+    def locate(self, address: int, size: int) -> tuple[bytearray, int]:
+        """(backing bytes, offset) of `size` bytes at `address`; MemoryError (a GPU fault) outside allocations."""
+        position = bisect.bisect_right(self.starts, address) - 1
+        if position >= 0:
+            start = self.starts[position]
+            backing = self.allocations[start]
+            if address + size <= start + len(backing):
+                return backing, address - start
+        raise MemoryError(f"{self.name}: access of {size} bytes at {address:#x} is outside every allocation "
+                          "(a GPU page fault)")
+
+    def view(self, address: int, size: int) -> memoryview:
+        """A writable view of `size` bytes at `address`."""
+        backing, offset = self.locate(address, size)
+        return memoryview(backing)[offset:offset + size]
+
+    def extent(self, address: int) -> int:
+        """The bytes from `address` to the end of its allocation."""
+        position = bisect.bisect_right(self.starts, address) - 1
+        if position < 0:
+            raise MemoryError(f"{self.name}: address {address:#x} is outside every allocation (a GPU page fault)")
+        start = self.starts[position]
+        remaining = start + len(self.allocations[start]) - address
+        if remaining <= 0:
+            raise MemoryError(f"{self.name}: address {address:#x} is outside every allocation (a GPU page fault)")
+        return remaining
+
+    def now_ns(self) -> int:
+        """The GPU's clock (nanoseconds since it was made)."""
+        return time.perf_counter_ns() - self.started_ns
+
+    # ---- channels ----
+
+    def ring(self, channel: Channel) -> None:
+        """A doorbell: run every channel until each is idle or stalled on an acquire."""
+        if channel not in self.channels:
+            self.channels.append(channel)
+        progress = True
+        while progress:
+            progress = any([self._run_channel(candidate) for candidate in self.channels])
+
+    def _run_channel(self, channel: Channel) -> bool:
+        """Execute the channel's new GPFIFO entries; True when anything ran."""
+        userd = self.view(channel.userd, 0x100).cast("I")
+        ran = False
+        while userd[nvcmd.USERD_GP_GET // 4] != userd[nvcmd.USERD_GP_PUT // 4]:
+            index = userd[nvcmd.USERD_GP_GET // 4]
+            entry = int(self.view(channel.gpfifo + 8 * index, 8).cast("Q")[0])
+            address, dwords = nvcmd.decode_gpfifo_entry(entry)
+            words = list(self.view(address, 4 * dwords).cast("I"))
+            methods = list(nvcmd.decode_pushbuffer(words))
+            stalled_index, first = self.resume.pop(id(channel), (index, 0))
+            start = first if stalled_index == index else 0
+            for position in range(start, len(methods)):
+                if not self._execute(channel, methods[position]):
+                    self.resume[id(channel)] = (index, position)
+                    return ran
+                ran = True
+            userd[nvcmd.USERD_GP_GET // 4] = (index + 1) % channel.gpfifo_entries
+            ran = True
+        return ran
+
+    def _execute(self, channel: Channel, method: nvcmd.Method) -> bool:
+        """Run one method write; False when it is an acquire that is not satisfied yet (the channel stalls)."""
+        registers = self.registers.setdefault(id(channel), {})
+        if method.method == nvcmd.NVC56F_SEM_EXECUTE:  # host methods (below 0x100) on any subchannel
+            return self._semaphore(registers, method.value)
+        if method.subchannel == nvcmd.SUBCHANNEL_COMPUTE and method.method == nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B:
+            if method.value != nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE:
+                raise ValueError(f"{self.name}: unknown PCAS action {method.value}")
+            self._launch(registers.get(nvcmd.NVC6C0_SEND_PCAS_A + (nvcmd.SUBCHANNEL_COMPUTE << 16), 0) << 8)
+            return True
+        if method.subchannel == nvcmd.SUBCHANNEL_COPY and method.method == nvcmd.NVC6B5_LAUNCH_DMA:
+            self._dma(registers, method.value)
+            return True
+        key = method.method + (method.subchannel << 16) if method.method >= 0x100 else method.method
+        registers[key] = method.value
+        return True
+
+    def _semaphore(self, registers: dict[int, int], execute: int) -> bool:
+        address = registers.get(nvcmd.NVC56F_SEM_ADDR_LO, 0) | (registers.get(nvcmd.NVC56F_SEM_ADDR_HI, 0) << 32)
+        payload = registers.get(nvcmd.NVC56F_SEM_PAYLOAD_LO, 0) | (registers.get(nvcmd.NVC56F_SEM_PAYLOAD_HI, 0) << 32)
+        operation, wide = execute & 7, bool(execute & nvcmd.SEM_PAYLOAD_SIZE_64BIT)
+        if operation == nvcmd.SEM_OPERATION_RELEASE:
+            if wide:
+                words = self.view(address, 16 if execute & nvcmd.SEM_RELEASE_TIMESTAMP else 8).cast("Q")
+                words[0] = payload
+                if execute & nvcmd.SEM_RELEASE_TIMESTAMP:
+                    words[1] = self.now_ns()
+            else:
+                self.view(address, 4).cast("I")[0] = payload & 0xFFFFFFFF
+            self.semaphore_releases += 1
+            return True
+        if operation in (nvcmd.SEM_OPERATION_ACQ_CIRC_GEQ, nvcmd.SEM_OPERATION_ACQ_STRICT_GEQ,
+                         nvcmd.SEM_OPERATION_ACQUIRE):
+            current = int(self.view(address, 8 if wide else 4).cast("Q" if wide else "I")[0])
+            if operation == nvcmd.SEM_OPERATION_ACQUIRE:
+                return current == payload
+            return current >= payload
+        raise ValueError(f"{self.name}: semaphore operation {operation} is not simulated")
+
+    def _dma(self, registers: dict[int, int], launch: int) -> None:
+        copy = nvcmd.SUBCHANNEL_COPY << 16
+        source = (registers.get(nvcmd.NVC6B5_OFFSET_IN_UPPER + copy, 0) << 32) | \
+            registers.get(nvcmd.NVC6B5_OFFSET_IN_LOWER + copy, 0)
+        destination = (registers.get(nvcmd.NVC6B5_OFFSET_OUT_UPPER + copy, 0) << 32) | \
+            registers.get(nvcmd.NVC6B5_OFFSET_OUT_LOWER + copy, 0)
+        length = registers.get(nvcmd.NVC6B5_LINE_LENGTH_IN + copy, 0)
+        if not launch & nvcmd.DMA_SRC_PITCH or not launch & nvcmd.DMA_DST_PITCH:
+            raise ValueError(f"{self.name}: only pitch-linear copies are simulated (LAUNCH_DMA {launch:#x})")
+        data = bytes(self.view(source, length))
+        self.view(destination, length)[:] = data
+        self.copies += 1
+        if launch & (3 << 3):
+            address = (registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_A + copy, 0) << 32) | \
+                registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_B + copy, 0)
+            self.view(address, 4).cast("I")[0] = registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_PAYLOAD + copy, 0)
+
+    def _launch(self, qmd_address: int) -> None:
+        qmd = self.view(qmd_address, nvcmd.QMD_BYTES)
+        program_address = nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_LOWER") | (nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_UPPER")
+                                                                         << 32)
+        constants = nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_ADDR_LOWER0") | \
+            (nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_ADDR_UPPER0") << 32)
+        if not nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_VALID0"):
+            raise ValueError(f"{self.name}: a launch without constant buffer 0 (its parameters)")
+        program = self.programs.get(program_address)
+        if program is None:
+            uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
+            program = self.programs[program_address] = Program(uops)
+        grid = [nvcmd.qmd_get(qmd, name) for name in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH")]
+        block = [nvcmd.qmd_get(qmd, f"CTA_THREAD_DIMENSION{axis}") for axis in range(3)]
+        self._check_launch(program, grid, block)
+        run_kernel(self, program, constants + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET)
+        self.launches += 1
+
+    def _check_launch(self, program: Program, grid: list[int], block: list[int]) -> None:
+        """The QMD's grid and block must be the sizes the program's thread indices were made for."""
+        for special in program.specials:
+            label = str(special.arg)
+            size = special.src[0] if special.src else None
+            if size is None or size.op is not Ops.CONST:
+                continue
+            launched = (block if label.startswith("lidx") else grid)[int(label[-1])]
+            if launched != size.arg:
+                raise ValueError(f"{self.name}: the QMD launches {launched} along {label}, the kernel was made for "
+                                 f"{size.arg}")
+
+
+def run_kernel(gpu: MockGPU, program: Program, arguments: int) -> None:
+    """Run `program` with its parameters read from GPU address `arguments`: an 8-byte address per buffer (in
+    DEFINE_GLOBAL order), then a 4-byte int per variable (sorted by name), as CUDA lays out kernel parameters."""
+    pointers = sorted((uop for uop in program.uops if uop.op is Ops.DEFINE_GLOBAL), key=lambda uop: uop.arg)
+    names = sorted({uop.arg[0] for uop in program.uops if uop.op is Ops.DEFINE_VAR})
+    words = gpu.view(arguments, 8 * len(pointers) + 4 * len(names))
+    addresses = struct.unpack_from(f"<{len(pointers)}Q", words, 0)
+    values = struct.unpack_from(f"<{len(names)}i", words, 8 * len(pointers))
+    buffers: list[Any] = [None] * (max((uop.arg for uop in pointers), default=-1) + 1)
+    bfloat16_buffers: list[tuple[memoryview, list[float]]] = []
+    for uop, address in zip(pointers, addresses, strict=True):
+        pointer = uop.dtype
+        assert isinstance(pointer, PtrDType)
+        element = pointer.base.scalar
+        count = min(pointer.size if pointer.size > 0 else 1 << 62, gpu.extent(address) // element.itemsize)
+        memory = gpu.view(address, count * element.itemsize)
+        if element == dtypes.bfloat16:
+            floats = (numpy.frombuffer(memory, numpy.uint16).astype(numpy.uint32) << 16).view(numpy.float32)
+            as_list = floats.tolist()
+            bfloat16_buffers.append((memory, as_list))
+            buffers[uop.arg] = as_list
+        else:
+            buffers[uop.arg] = numpy.frombuffer(memory, to_numpy_dtype(element))
+    run_linear(program.uops, buffers, dict(zip(names, values, strict=True)))
+    for memory, as_list in bfloat16_buffers:
+        bits = numpy.asarray(as_list, numpy.float32).view(numpy.uint32)
+        rounded = ((bits.astype(numpy.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(numpy.uint16)
+        memory.cast("B")[:] = rounded.tobytes()
+
+
+class MockBuffer:
+    """An allocation on the MOCK GPU: its GPU address and size (a view shares its base's memory)."""
+
+    def __init__(self, address: int, size: int, base: MockBuffer | None = None):
+        self.address, self.size, self.base = address, size, base
+
+
+class MockAllocator(LRUAllocator):
+    """GPU memory on the MOCK GPU; host copies go through a staging buffer and the copy engine, as on the GPU."""
+
+    def __init__(self, device: str, interface: MockInterface):
+        super().__init__(device)
+        self.interface = interface
+
+    def _alloc(self, size: int, options: BufferSpec | None) -> MockBuffer:
+        if size > self.interface.memory_bytes:
+            raise MemoryError(f"{size} bytes is more than the MOCK GPU's {self.interface.memory_bytes} bytes")
+        return MockBuffer(self.interface.gpu.allocate(size, f"buffer of {size} bytes"), size)
+
+    def _free(self, opaque: MockBuffer, size: int, options: BufferSpec | None) -> None:
+        self.interface.gpu.free(opaque.address)
+
+    def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
+        interface = self.interface
+        staging = interface.gpu.allocate(src.nbytes, "staging")
+        interface.gpu.view(staging, src.nbytes)[:] = src.cast("B")
+        interface.copy(dest.address, staging, src.nbytes)
+        interface.gpu.free(staging)
+
+    def _copyout(self, dest: memoryview, src: MockBuffer) -> None:
+        interface = self.interface
+        staging = interface.gpu.allocate(dest.nbytes, "staging")
+        interface.copy(staging, src.address, dest.nbytes)
+        dest.cast("B")[:] = interface.gpu.view(staging, dest.nbytes)
+        interface.gpu.free(staging)
+
+    def _offset(self, opaque: MockBuffer, size: int, offset: int) -> MockBuffer:
+        return MockBuffer(opaque.address + offset, size, opaque)
+
+
+class MockProgram:
+    """A kernel uploaded to the MOCK GPU; a call writes its parameters and QMD and submits a compute queue."""
+
+    def __init__(self, interface: MockInterface, name: str, lib: bytes):
+        self.interface, self.name = interface, name
+        uops, _cubin = unpack_mock_binary(lib)
+        self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
+        self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
+        self.shared_bytes = sum(uop.dtype.size * uop.dtype.base.itemsize for uop in uops
+                                if uop.op is Ops.DEFINE_LOCAL and isinstance(uop.dtype, PtrDType))
+        self.address = interface.gpu.allocate(len(lib), f"code of {name}")
+        interface.gpu.view(self.address, len(lib))[:] = lib
+
+    def __call__(self, *buffers: MockBuffer, global_size: Sequence[int] = (1, 1, 1),
+                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        interface = self.interface
+        if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
+            raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "
+                            f"got {len(buffers)} and {len(vals)}")
+        if any(int(size) == 0 for size in global_size):
+            return 0.0 if wait else None
+        parameters = struct.pack(f"<{len(buffers)}Q{len(vals)}i", *(buffer.address for buffer in buffers),
+                                 *(int(value) for value in vals))
+        constants_size = nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + len(parameters)
+        qmd_address = interface.kernel_arguments(nvcmd.QMD_BYTES + constants_size)
+        constants = qmd_address + nvcmd.QMD_BYTES
+        interface.gpu.view(constants + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET, len(parameters))[:] = parameters
+        queue = NVComputeQueue()
+        start = end = None
+        if wait:
+            start, end = interface.scratch_signals
+            queue.timestamp(start)
+        queue.exec(self.address, qmd_address, interface.gpu.view(qmd_address, nvcmd.QMD_BYTES), constants,
+                   constants_size, global_size, local_size or (1, 1, 1), self.shared_bytes)
+        if end is not None:
+            queue.timestamp(end)
+        queue.signal(interface.timeline, interface.next_timeline_value())
+        queue.submit(interface.compute)
+        if start is None or end is None:
+            return None
+        interface.synchronize()
+        return max(end.timestamp - start.timestamp, 0.0) / 1e6
+
+
+class MockInterface:
+    """The MOCK GPU behind one NV device: a compute and a copy channel, the timeline signal, kernel arguments."""
+
+    name = "MOCK"
+    memory_bytes = 1 << 34  # what the simulated GPU reports (16 GiB); host memory backs what is used
+    kernel_argument_bytes = 1 << 20
+
+    def __init__(self, device: str):
+        self.device = device
+        self.gpu = MockGPU(f"MOCK {device}")
+        self.compute = Channel(self.gpu, self.gpu, f"{device} compute")
+        self.copy_channel = Channel(self.gpu, self.gpu, f"{device} copy")
+        self.timeline = NVSignal(self.gpu, 0, "timeline")
+        self.timeline_value = 1
+        self.scratch_signals = (NVSignal(self.gpu, 0, "kernel start"), NVSignal(self.gpu, 0, "kernel end"))
+        self.arguments = self.gpu.allocate(self.kernel_argument_bytes, "kernel arguments")
+        self.arguments_offset = 0
+        self.allocator = MockAllocator(device, self)
+
+    @property
+    def description(self) -> str:
+        """What this is."""
+        return f"{self.device} = the MOCK GPU (simulated in Python; kernels run in tinycore's interpreter)"
+
+    def next_timeline_value(self) -> int:
+        """The timeline value the next submission signals."""
+        value = self.timeline_value
+        self.timeline_value += 1
+        return value
+
+    def kernel_arguments(self, size: int) -> int:
+        """The GPU address of `size` bytes for a QMD and its constant buffer (256-byte aligned, from a ring that
+        waits for the GPU before it wraps)."""
+        aligned = -(-size // _ALIGNMENT) * _ALIGNMENT
+        if aligned > self.kernel_argument_bytes:
+            raise ValueError(f"{self.device}: {size} bytes of kernel parameters exceed the argument area")
+        if self.arguments_offset + aligned > self.kernel_argument_bytes:
+            self.synchronize()
+            self.arguments_offset = 0
+        address = self.arguments + self.arguments_offset
+        self.arguments_offset += aligned
+        return address
+
+    def copy(self, destination: int, source: int, nbytes: int) -> None:
+        """Copy on the copy engine after every kernel queued so far, and wait for it."""
+        queue = NVCopyQueue().wait(self.timeline, self.timeline_value - 1).copy(destination, source, nbytes)
+        queue.signal(self.timeline, self.next_timeline_value()).submit(self.copy_channel)
+        self.synchronize()
+
+    def load(self, name: str, lib: bytes) -> MockProgram:
+        """Upload the code object `lib` to GPU memory."""
+        return MockProgram(self, name, lib)
+
+    def synchronize(self) -> None:
+        """Wait for the timeline to reach the last submitted value."""
+        self.timeline.wait(self.timeline_value - 1, poll=lambda: self.gpu.ring(self.compute))
+
+
+def open_mock(device: str, indices: tuple[int, ...]) -> MockInterface:
+    """The MOCK interface for `device` (one simulated GPU per device)."""
+    return MockInterface(device)

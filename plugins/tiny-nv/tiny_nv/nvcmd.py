@@ -1,0 +1,178 @@
+"""The GPU's own command format, encoded and decoded: GPFIFO entries, pushbuffer methods and the QMD.
+
+A channel reads a ring of 64-bit GPFIFO entries; each points at a run of 32-bit pushbuffer words. A pushbuffer is a
+sequence of method headers, each followed by its data words, addressed to a subchannel (the engine class bound to
+it): the host class (Ampere/Hopper GPFIFO, clc56f: semaphores), the compute class (clc6c0 and later: launches
+through a QMD) and the copy engine (clc6b5: DMA transfers). Bit positions follow NVIDIA's published class headers
+(open-gpu-doc, open-gpu-kernel-modules); only the fields used here are listed.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# ---- subchannels the queues bind their classes to ----
+SUBCHANNEL_COMPUTE = 1
+SUBCHANNEL_COPY = 4
+SUBCHANNEL_HOST = 0  # host methods (semaphores) are recognised by address on any subchannel
+
+# ---- class numbers ----
+AMPERE_CHANNEL_GPFIFO_A = 0xC56F
+AMPERE_COMPUTE_A = 0xC6C0
+AMPERE_DMA_COPY_A = 0xC6B5
+
+# ---- pushbuffer method header: SEC_OP[31:29] COUNT[28:16] SUBCHANNEL[15:13] ADDRESS[11:0] (dword address) ----
+SEC_OP_INC_METHOD = 1
+SEC_OP_NON_INC_METHOD = 3
+
+# ---- host class (clc56f) methods, byte offsets ----
+NVC56F_SET_OBJECT = 0x0000
+NVC56F_NON_STALL_INTERRUPT = 0x0020
+NVC56F_SEM_ADDR_LO = 0x005C
+NVC56F_SEM_ADDR_HI = 0x0060
+NVC56F_SEM_PAYLOAD_LO = 0x0064
+NVC56F_SEM_PAYLOAD_HI = 0x0068
+NVC56F_SEM_EXECUTE = 0x006C
+SEM_OPERATION_ACQUIRE = 0
+SEM_OPERATION_RELEASE = 1
+SEM_OPERATION_ACQ_STRICT_GEQ = 2
+SEM_OPERATION_ACQ_CIRC_GEQ = 3
+SEM_ACQUIRE_SWITCH_TSG = 1 << 12
+SEM_RELEASE_WFI = 1 << 20
+SEM_PAYLOAD_SIZE_64BIT = 1 << 24
+SEM_RELEASE_TIMESTAMP = 1 << 25
+
+# ---- compute class (clc6c0) methods ----
+NVC6C0_SET_OBJECT = 0x0000
+NVC6C0_SEND_PCAS_A = 0x02B4  # QMD address >> 8
+NVC6C0_SEND_SIGNALING_PCAS2_B = 0x02C0
+PCAS_ACTION_INVALIDATE_COPY_SCHEDULE = 9
+
+# ---- copy engine (clc6b5) methods ----
+NVC6B5_SET_OBJECT = 0x0000
+NVC6B5_SET_SEMAPHORE_A = 0x0240  # upper address bits
+NVC6B5_SET_SEMAPHORE_B = 0x0244  # lower address bits
+NVC6B5_SET_SEMAPHORE_PAYLOAD = 0x0248
+NVC6B5_LAUNCH_DMA = 0x0300
+NVC6B5_OFFSET_IN_UPPER = 0x0400
+NVC6B5_OFFSET_IN_LOWER = 0x0404
+NVC6B5_OFFSET_OUT_UPPER = 0x0408
+NVC6B5_OFFSET_OUT_LOWER = 0x040C
+NVC6B5_LINE_LENGTH_IN = 0x0418
+DMA_TRANSFER_NON_PIPELINED = 2  # DATA_TRANSFER_TYPE[1:0]
+DMA_FLUSH_ENABLE = 1 << 2
+DMA_SEMAPHORE_RELEASE_ONE_WORD = 1 << 3  # SEMAPHORE_TYPE[4:3]
+DMA_SRC_PITCH = 1 << 7
+DMA_DST_PITCH = 1 << 8
+
+# ---- the GPFIFO entry: GET[31:2], GET_HI[39:32], LEVEL (subroutine) bit 41, LENGTH[62:42] in dwords ----
+GPFIFO_LEVEL_SUBROUTINE = 1 << 41
+
+# ---- USERD (the channel's control page): GP_GET and GP_PUT indices ----
+USERD_GP_GET = 0x88
+USERD_GP_PUT = 0x8C
+
+QMD_BYTES = 0x100
+QMD_FIELDS: dict[str, tuple[int, int]] = {  # QMD V03_00: name -> (high bit, low bit)
+    "CTA_RASTER_WIDTH": (415, 384), "CTA_RASTER_HEIGHT": (431, 416), "CTA_RASTER_DEPTH": (463, 448),
+    "SHARED_MEMORY_SIZE": (561, 544), "QMD_MAJOR_VERSION": (583, 580),
+    "CTA_THREAD_DIMENSION0": (607, 592), "CTA_THREAD_DIMENSION1": (623, 608), "CTA_THREAD_DIMENSION2": (639, 624),
+    "CONSTANT_BUFFER_VALID0": (640, 640), "BARRIER_COUNT": (767, 763),
+    "RELEASE0_ADDRESS_LOWER": (799, 768), "RELEASE0_ADDRESS_UPPER": (807, 800), "RELEASE0_ENABLE": (823, 823),
+    "RELEASE0_PAYLOAD64B": (829, 829), "RELEASE0_STRUCTURE_SIZE": (831, 830),
+    "RELEASE0_PAYLOAD_LOWER": (863, 832), "RELEASE0_PAYLOAD_UPPER": (895, 864),
+    "CONSTANT_BUFFER_ADDR_LOWER0": (1055, 1024), "CONSTANT_BUFFER_ADDR_UPPER0": (1072, 1056),
+    "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (1087, 1075),
+    "PROGRAM_ADDRESS_LOWER": (1567, 1536), "PROGRAM_ADDRESS_UPPER": (1584, 1568),
+}
+QMD_RELEASE_TWO_WORDS = 2
+CONSTANT_BUFFER_ARGUMENTS_OFFSET = 0x160
+"""Where the kernel parameters start in constant buffer 0 (the driver's area before them holds launch facts)."""
+
+
+def method_header(subchannel: int, method: int, count: int, increment: bool = True) -> int:
+    """The header word of `count` data words for `method` (a byte offset) on `subchannel`."""
+    if method % 4 or not 0 <= method < 0x4000 or not 0 <= count < (1 << 13) or not 0 <= subchannel < 8:
+        raise ValueError(f"bad method header: subchannel {subchannel}, method {method:#x}, {count} words")
+    operation = SEC_OP_INC_METHOD if increment else SEC_OP_NON_INC_METHOD
+    return (operation << 29) | (count << 16) | (subchannel << 13) | (method >> 2)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One decoded method write: the subchannel, the method's byte offset and its data word."""
+
+    subchannel: int
+    method: int
+    value: int
+
+
+def decode_pushbuffer(words: list[int] | tuple[int, ...]) -> Iterator[Method]:
+    """The method writes of a pushbuffer, one per data word (incrementing methods advance by 4 bytes)."""
+    position = 0
+    while position < len(words):
+        header = words[position]
+        operation, count = header >> 29, (header >> 16) & 0x1FFF
+        subchannel, address = (header >> 13) & 7, (header & 0xFFF) << 2
+        if operation not in (SEC_OP_INC_METHOD, SEC_OP_NON_INC_METHOD):
+            raise ValueError(f"pushbuffer word {position} ({header:#010x}) is not a method header this decoder knows "
+                             f"(SEC_OP {operation})")
+        if position + 1 + count > len(words):
+            raise ValueError(f"method {address:#x} at word {position} needs {count} data words, "
+                             f"{len(words) - position - 1} remain")
+        for index in range(count):
+            step = 4 * index if operation == SEC_OP_INC_METHOD else 0
+            yield Method(subchannel, address + step, words[position + 1 + index])
+        position += 1 + count
+
+
+def gpfifo_entry(address: int, dwords: int) -> int:
+    """The GPFIFO entry that runs `dwords` pushbuffer words at GPU address `address` (4-byte aligned)."""
+    if address % 4 or not 0 < dwords < (1 << 21) or address >> 40:
+        raise ValueError(f"bad GPFIFO entry: address {address:#x}, {dwords} words")
+    return (address & 0xFFFFFFFC) | ((address >> 32) << 32) | GPFIFO_LEVEL_SUBROUTINE | (dwords << 42)
+
+
+def decode_gpfifo_entry(entry: int) -> tuple[int, int]:
+    """(pushbuffer GPU address, length in dwords) of a GPFIFO entry."""
+    return (entry & 0xFFFFFFFC) | (((entry >> 32) & 0xFF) << 32), (entry >> 42) & 0x1FFFFF
+
+
+def qmd_set(qmd: bytearray | memoryview, name: str, value: int) -> None:
+    """Write field `name` of a QMD (its bits, little-endian across the 256 bytes)."""
+    high, low = QMD_FIELDS[name]
+    width = high - low + 1
+    if not 0 <= value < (1 << width):
+        raise ValueError(f"QMD field {name} holds {width} bits; {value} does not fit")
+    first, last = low // 8, high // 8 + 1
+    chunk = int.from_bytes(bytes(qmd[first:last]), "little")
+    shift = low - first * 8
+    mask = ((1 << width) - 1) << shift
+    chunk = (chunk & ~mask) | (value << shift)
+    qmd[first:last] = chunk.to_bytes(last - first, "little")
+
+
+def qmd_get(qmd: bytes | bytearray | memoryview, name: str) -> int:
+    """Read field `name` of a QMD."""
+    high, low = QMD_FIELDS[name]
+    first, last = low // 8, high // 8 + 1
+    chunk = int.from_bytes(bytes(qmd[first:last]), "little")
+    return (chunk >> (low - first * 8)) & ((1 << (high - low + 1)) - 1)
+
+
+def semaphore_words(subchannel: int, address: int, payload: int, operation: int, timestamp: bool = False,
+                    wait_for_idle: bool = True) -> list[int]:
+    """Host-class words that release (`SEM_OPERATION_RELEASE`) or acquire a 64-bit semaphore at `address`."""
+    execute = operation | SEM_PAYLOAD_SIZE_64BIT
+    if operation == SEM_OPERATION_RELEASE:
+        execute |= (SEM_RELEASE_WFI if wait_for_idle else 0) | (SEM_RELEASE_TIMESTAMP if timestamp else 0)
+    else:
+        execute |= SEM_ACQUIRE_SWITCH_TSG
+    return [method_header(subchannel, NVC56F_SEM_ADDR_LO, 5), address & 0xFFFFFFFF, address >> 32,
+            payload & 0xFFFFFFFF, (payload >> 32) & 0xFFFFFFFF, execute]
+
+
+def pack_u64(value: int) -> bytes:
+    """Little-endian 64-bit word."""
+    return struct.pack("<Q", value & 0xFFFFFFFFFFFFFFFF)
