@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore.helpers import DEV, colored
+from tinycore.llm.cli import add_llm_parser, run_llm
 from tinycore.testing.cli import add_conformance_parser, run_conformance
 
 STATUS_COLOURS = {"ok": "green", "unavailable": "yellow", "fails to open": "red", "plugin broken": "red",
@@ -202,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON for tools")
     plugins.add_argument("--traceback", action="store_true", help="show the traceback of each broken plugin")
     add_conformance_parser(commands)
+    add_llm_parser(commands)
     return parser
 
 
@@ -243,6 +245,8 @@ def _run(argv: Sequence[str] | None) -> int:
         return 0
     if arguments.command == "conformance":
         return run_conformance(arguments)
+    if arguments.command == "llm":
+        return run_llm(arguments)
     parser.print_help()
     return 2
 

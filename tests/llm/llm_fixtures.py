@@ -49,9 +49,10 @@ def write_model(path: str, architecture: str = "llama", matrix_type: str = "F32"
                 heads: int = 4, kv_heads: int = 2, hidden: int = 96, vocab: int = 48, tied: bool = True,
                 experts: int = 0, experts_used: int = 0, gating: int = 1, normalize: bool | None = None,
                 selection_bias: bool = False, rope_scaling: float = 0.0, rope_factors: bool = False,
-                head_dim: int | None = None, seed: int = 0) -> None:
+                head_dim: int | None = None, seed: int = 0, byte_vocabulary: bool = False) -> None:
     """A tiny random-weight model of `architecture` written with gguf.GGUFWriter; matrices as `matrix_type`,
-    vectors as F32."""
+    vectors as F32. `byte_vocabulary` gives it a byte-level BPE vocabulary (the 256 byte characters, no merges) and
+    the chatml special tokens <|im_start|> and <|im_end|> (the end of turn), with a chatml chat template."""
     import gguf
     generator = numpy.random.default_rng(seed)
     head_dim = head_dim or dim // heads
@@ -78,7 +79,15 @@ def write_model(path: str, architecture: str = "llama", matrix_type: str = "F32"
         writer.add_uint32(f"{architecture}.expert_gating_func", gating)
         if normalize is not None:
             writer.add_expert_weights_norm(normalize)
-    tokens = [f"t{index}" for index in range(vocab)]
+    if byte_vocabulary:
+        from tinycore.llm.tokenizer import _byte_characters
+        tokens = [_byte_characters()[byte] for byte in range(256)] + ["<|im_start|>", "<|im_end|>"]
+        vocab = len(tokens)
+        writer.add_token_types([1] * 256 + [3, 3])
+        writer.add_eos_token_id(257)
+        writer.add_chat_template("{% for message in messages %}<|im_start|>{{ message.role }}\n...")
+    else:
+        tokens = [f"t{index}" for index in range(vocab)]
     writer.add_tokenizer_model("gpt2")
     writer.add_token_list(tokens)
     writer.add_token_merges([])
@@ -129,3 +138,22 @@ def write_model(path: str, architecture: str = "llama", matrix_type: str = "F32"
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def greedy_reference(path: str, ids: list[int], count: int, stop: tuple[int, ...] = ()) -> list[int]:
+    """The tokens greedy decoding picks after `ids`, by the numpy reference (whole sequence each step)."""
+    import llm_reference
+    sequence = list(ids)
+    generated: list[int] = []
+    for _ in range(count):
+        token = int(numpy.argmax(llm_reference.logits(path, sequence)[-1]))
+        generated.append(token)
+        if token in stop:
+            break
+        sequence.append(token)
+    return generated
+
+
+def byte_text(tokens: list[int]) -> str:
+    """The text of byte-vocabulary tokens (ids below 256 stand for the bytes of the byte-level alphabet, in order)."""
+    return bytes(token for token in tokens if token < 256).decode("utf-8", errors="replace")

@@ -17,6 +17,18 @@ def _field(reader: Any, key: str, default: Any = None) -> Any:
 
 def load(path: str) -> tuple[dict[str, Any], dict[str, numpy.ndarray]]:
     """Metadata (the keys the reference reads) and every tensor as float32 in numpy's (row-major) shape."""
+    import os
+    key = (path, os.stat(path).st_mtime_ns)
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = _read(path)
+    return _LOADED[key]
+
+
+_LOADED: dict[tuple[str, int], tuple[dict[str, Any], dict[str, numpy.ndarray]]] = {}
+
+
+def _read(path: str) -> tuple[dict[str, Any], dict[str, numpy.ndarray]]:
     import gguf
     reader = gguf.GGUFReader(path)
     architecture = _field(reader, "general.architecture")

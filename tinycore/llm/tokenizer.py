@@ -153,7 +153,8 @@ class Tokenizer:
             return int(value) if isinstance(value, int) and value >= 0 else None
         model = str(metadata["tokenizer.ggml.model"])
         return cls(model, metadata["tokenizer.ggml.tokens"], metadata.get("tokenizer.ggml.token_type"),
-                   metadata.get("tokenizer.ggml.scores"), metadata.get("tokenizer.ggml.merges"),
+                   metadata.get("tokenizer.ggml.scores"),
+                   metadata.get("tokenizer.ggml.merges", [] if model == "gpt2" else None),  # none: bytes only
                    str(metadata.get("tokenizer.ggml.pre", "default")), optional_id("bos_token_id"),
                    optional_id("eos_token_id"), optional_id("eot_token_id"), optional_id("unknown_token_id"),
                    bool(metadata.get("tokenizer.ggml.add_bos_token", model == "llama")),

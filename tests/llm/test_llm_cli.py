@@ -1,0 +1,53 @@
+"""`tiny llm` on a tiny byte-vocabulary model: --prompt streams the text greedy decoding gives by the numpy reference,
+with and without the chatml template; errors exit with status 2 and a message."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from llm_fixtures import byte_text, greedy_reference, write_model
+
+from tinycore.cli import main
+
+IM_START, IM_END = 256, 257
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = os.fspath(tmp_path_factory.mktemp("llm") / "bytes.gguf")
+    write_model(path, architecture="qwen2", byte_vocabulary=True, dim=32, hidden=64, layers=1, heads=2, kv_heads=1,
+                seed=3)
+    return path
+
+
+def test_prompt_raw_streams_reference_text(model_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--raw --prompt 'hi' encodes to the bytes of 'hi' and prints the reference's greedy continuation."""
+    assert main(["llm", "--model", model_path, "--prompt", "hi", "--raw", "--max-tokens", "6"]) == 0
+    expected = greedy_reference(model_path, [ord("h"), ord("i")], 6, stop=(IM_END,))
+    assert capsys.readouterr().out == byte_text(expected) + "\n"
+
+
+def test_prompt_uses_chatml_template(model_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --raw the prompt is wrapped as <|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n."""
+    assert main(["llm", "--model", model_path, "--prompt", "hi", "--max-tokens", "5"]) == 0
+    ids = [IM_START, *b"user\nhi", IM_END, *b"\n", IM_START, *b"assistant\n"]
+    expected = greedy_reference(model_path, ids, 5, stop=(IM_END,))
+    assert capsys.readouterr().out == byte_text(expected) + "\n"
+
+
+def test_benchmark_prints_rates(model_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """--benchmark N reports prefill and decode rates and the time to first token."""
+    assert main(["llm", "--model", model_path, "--benchmark", "3", "--max-context", "32"]) == 0
+    out = capsys.readouterr().out
+    assert "prefill:" in out and "tokens/s" in out and "decode: 3 tokens" in out and "time to first token" in out
+
+
+def test_errors_exit_2_with_a_message(model_path: str, tmp_path: os.PathLike[str],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A missing file, a prompt longer than --max-context and a bad --max-tokens each exit 2 saying why."""
+    assert main(["llm", "--model", os.path.join(os.fspath(tmp_path), "none.gguf"), "--prompt", "x"]) == 2
+    assert "no model file" in capsys.readouterr().err
+    assert main(["llm", "--model", model_path, "--prompt", "x" * 40, "--raw", "--max-context", "16"]) == 2
+    assert "--max-context is 16" in capsys.readouterr().err
+    assert main(["llm", "--model", model_path, "--max-tokens", "0", "--prompt", "x"]) == 2
+    assert "--max-tokens must be at least 1" in capsys.readouterr().err
