@@ -116,3 +116,18 @@ def test_tensor_programs_on_dev_mock_nv() -> None:
                             timeout=300)
     assert result.stdout.strip().splitlines()[-1:] == ["['half', 'matmul', 'softmax'] True True"], \
         result.stdout + result.stderr
+
+
+def test_gpu_bench_script_runs_on_the_mock(tmp_path) -> None:
+    """gpu_check.sh's bench, at tiny sizes on DEV=MOCK+NV: every figure is produced and checked against numpy."""
+    import json
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "gpu_bench.py"
+    report = tmp_path / "bench.json"
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
+    result = subprocess.run([sys.executable, str(script), "--small", "--json", str(report)], capture_output=True,
+                            text=True, env=environment, timeout=300)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    figures = json.loads(report.read_text())
+    assert figures["copies"]["host_to_device_GBps"] > 0 and figures["elementwise"]["elementwise_GBps"] > 0
+    assert figures["matmul_fp16"]["TFLOPS"] > 0 and figures["matmul_fp32"]["TFLOPS"] > 0
