@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import argsort
+from tinycore.uop.buffer import new_buffer_uop
+from tinycore.uop.indexing import gather, mapped_parallel_axes, scatter_assign
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -233,6 +235,40 @@ def _copy(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     return (grad.copy_to_device(node.src[0].device), None)
 
 
+# ---- indexing with integer tensors ----
+
+def _fresh_copy(value: UOp) -> UOp:
+    """A new buffer assigned `value` (a target a scatter may write in place)."""
+    size = value.size
+    if not isinstance(size, int):
+        raise NotImplementedError(f"gradients through indexing need a concrete shape, got {value.shape}")
+    return new_buffer_uop(value.device, value.dtype, size).reshape(value.shape).assign(value)
+
+
+def _gather(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
+    """Each gathered element's gradient is added back where it was read from (repeated reads accumulate)."""
+    source, indices = node.src[0], node.src[1:]
+    axis_map = node.arg[1]
+    target = _fresh_copy(_full(source, 0.0))
+    added = scatter_assign(target, grad, indices, axis_map, "add", mapped_parallel_axes(axis_map))
+    return (added,) + (None,) * len(indices)
+
+
+def _scatter(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
+    """Written values get the gradient of the elements they land on (a gather); the target keeps the gradient where
+    nothing overwrote it (plain assignment) or everywhere ('add')."""
+    values, indices = node.src[1], node.src[2:]
+    axis_map, reduce, parallel = node.arg
+    if reduce not in (None, "add"):
+        raise NotImplementedError(f"no gradient rule for a scatter that combines by {reduce!r}: only plain writes "
+                                  "and sums are differentiable; detach() the values if no gradient is needed")
+    values_grad = gather(grad, indices, values.shape, axis_map)
+    if reduce == "add":
+        return (grad, values_grad) + (None,) * len(indices)
+    kept = scatter_assign(_fresh_copy(grad), _full(values, 0.0), indices, axis_map, None, parallel)
+    return (kept, values_grad) + (None,) * len(indices)
+
+
 def _assign(node: UOp, grad: UOp) -> tuple[UOp | None, ...]:
     """An assignment's value is the assigned value; the overwritten target gets no gradient."""
     return (None, grad)
@@ -248,6 +284,7 @@ GRADIENT_RULES: dict[Ops, GradientRule] = {
     Ops.RESHAPE: _reshape, Ops.PERMUTE: _permute, Ops.EXPAND: _expand, Ops.PAD: _pad, Ops.SHRINK: _shrink,
     Ops.FLIP: _flip, Ops.REDUCE_AXIS: _reduce, Ops.CONTIGUOUS: _identity,
     Ops.CONTIGUOUS_BACKWARD: _contiguous_backward, Ops.DETACH: _no_gradient, Ops.COPY: _copy, Ops.ASSIGN: _assign,
+    Ops.GATHER: _gather, Ops.SCATTER: _scatter,
 }
 """One rule per differentiable (or explicitly non-differentiable) tensor-level op."""
 

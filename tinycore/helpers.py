@@ -129,6 +129,7 @@ DEV = ContextVar("DEV", "")
 JIT = ContextVar("JIT", 1)
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
+CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: index tensors are read and bounds-checked (IndexError) when used
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 # the default dtypes by name ("float32", "half", "int64"); tinycore.dtype keeps dtypes.default_float/int in step
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "")

@@ -85,11 +85,13 @@ class Kernel:
                 reduce_ranges.update(dict.fromkeys(node.src[1:]))
         all_ranges = [node for node in ast.toposort if node.op is Ops.RANGE]
         outputs = sorted((r for r in all_ranges if r not in reduce_ranges), key=axis_id)
+        sequential = {r for r in outputs if axis_kind(r) is AxisType.SEQUENTIAL}
         reduces = sorted(reduce_ranges, key=axis_id)
         self.next_id = max((axis_id(r) for r in all_ranges), default=-1) + 1
         # normalise every range to the codegen form (axis id, AxisType)
         mapping: dict[UOp, UOp] = {}
-        for range_node, kind in [(r, AxisType.LOOP) for r in outputs] + [(r, AxisType.REDUCE) for r in reduces]:
+        for range_node, kind in ([(r, AxisType.SEQUENTIAL if r in sequential else AxisType.LOOP) for r in outputs] +
+                                 [(r, AxisType.REDUCE) for r in reduces]):
             mapping[range_node] = range_node.replace(arg=(axis_id(range_node), kind))
         self.ast = self.ast.substitute(mapping)
         self.axes: list[UOp] = [mapping[r] for r in outputs + reduces]

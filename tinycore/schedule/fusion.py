@@ -12,6 +12,9 @@ Rules:
   no root: it copies straight into the target; non-contiguous views of DISK buffers are refused;
 - the value of an ASSIGN is a root when its kernel reads the target buffer through a different view or inside a
   reduce (the write would race with the reads); reads inside other roots' kernels, which run earlier, do not count.
+- a GATHER reads its source at addresses it loads: the source is reached as through a broadcast (a reduce under it
+  gets its own kernel), the index tensors as elementwise inputs; an ASSIGN whose value gathers from the target
+  buffer computes that value first (the in-place writes would race with the gathered reads);
 - a kernel that would take more buffers than its device's renderer allows (`max_buffers`) gets inner nodes as roots
   of their own until it fits (split.py).
 """
@@ -112,8 +115,10 @@ def _reads_target_elsewhere(value: UOp, target: UOp, roots: dict[UOp, None]) -> 
         if node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
             continue
         for source in node.src:
-            if _buffer_under(source) is buffer_node and (
-                    node.op is Ops.REDUCE_AXIS or assign_target_view(source) is not target_view):
+            if node.op is Ops.SCATTER and source is node.src[0]:
+                continue  # the target a SCATTER writes in place (its own ASSIGN's target)
+            if _buffer_under(source) is buffer_node and (node.op in (Ops.REDUCE_AXIS, Ops.GATHER) or
+                                                         assign_target_view(source) is not target_view):
                 return True
     return False
 
@@ -244,6 +249,10 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
                     roots[computed] = None
                     worklist.append(computed)
                     continue
+            if node.op is Ops.GATHER:
+                stack.append((node.src[0], False))
+                stack.extend((source, direct) for source in node.src[1:])
+                continue
             next_direct = direct and node.op not in _BROADCASTING
             stack.extend((source, next_direct) for source in node.src)
 

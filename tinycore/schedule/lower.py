@@ -9,7 +9,11 @@ node is evaluated at a tuple of index expressions (one per axis of its shape), w
   size-1-i, PAD subtracts the padding before and masks: the value is where(valid, value, 0) and loads under it
   carry `valid` in their INDEX;
 - REDUCE_AXIS opens a new RANGE per reduced axis and becomes REDUCE(value, *ranges);
-- a buffer (or a node realized by an earlier kernel) becomes LOAD(INDEX(DEFINE_GLOBAL(k), flat index[, valid])).
+- a buffer (or a node realized by an earlier kernel) becomes LOAD(INDEX(DEFINE_GLOBAL(k), flat index[, valid]));
+- GATHER evaluates its index tensors at the index, and its source at the coordinates they hold (a load whose address
+  contains loads), masked to zero where a coordinate is out of range;
+- an ASSIGN of a SCATTER is a kernel over the SCATTER's values that stores at the coordinates its index tensors hold
+  (the axes that may repeat an address are SEQUENTIAL ranges, run in order inside one worker).
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import all_int
-from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity
+from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
@@ -254,6 +258,8 @@ class KernelLowerer:
     def ast(self) -> UOp:
         """SINK(STORE(INDEX(DEFINE_GLOBAL(0), flat index), value)) computing the root."""
         root = self.root
+        if root.op is Ops.ASSIGN and strip_identity(root.src[1]).op is Ops.SCATTER:
+            return self.unbind(self.scatter_ast(strip_identity(root.src[1])))
         ranges = tuple(self.new_range(size, AxisType.LOOP) for size in root.shape)
         buffer, index, valid = self.view_index(self.realized[root], ranges)
         assert valid is None, "cannot store through a padded view"
@@ -265,6 +271,47 @@ class KernelLowerer:
         else:
             value = self.lower(root, ranges, None)
         return self.unbind(UOp(Ops.SINK, dtypes.void, (address.store(value),)))
+
+    def mapped_coordinates(self, shape: Sequence[Any], axis_map: Sequence[int], index: Index,
+                           index_values: Sequence[UOp]) -> tuple[Index, UOp | None]:
+        """The coordinates an axis map (see tinycore.uop.indexing) gives at `index`, and the mask of those in range."""
+        coordinates: list[UOp] = []
+        in_range: UOp | None = None
+        for axis, entry in enumerate(axis_map):
+            if entry >= 0:
+                coordinates.append(index[entry])
+                continue
+            value = index_values[-1 - entry]
+            value = value if value.dtype == INDEX_DTYPE else value.cast(INDEX_DTYPE)
+            coordinates.append(value)
+            in_range = idx_and(in_range, (index_const(-1) < value) & (value < _as_index(shape[axis])))
+        return tuple(coordinates), in_range
+
+    def lower_gather(self, node: UOp, index: Index, valid: UOp | None, index_values: list[UOp]) -> UOp:
+        """GATHER at `index`: its source at the coordinates the index tensors hold, zero where out of range."""
+        source = node.src[0]
+        coordinates, in_range = self.mapped_coordinates(source.shape, node.arg[1], index, index_values)
+        value = self.lower(source, coordinates, idx_and(valid, in_range))
+        if in_range is None:
+            return value
+        return UOp(Ops.WHERE, value.dtype, (in_range, value, UOp.const(value.dtype, 0)))
+
+    def scatter_ast(self, scatter: UOp) -> UOp:
+        """The kernel of ASSIGN(target, SCATTER(target, values, *indices)): stores into the target in place."""
+        axis_map, reduce, parallel = scatter.arg
+        values, indices = scatter.src[1], scatter.src[2:]
+        self.define_global(view_base(self.realized[self.root]))  # the output is DEFINE_GLOBAL 0
+        ranges = tuple(self.new_range(size, AxisType.LOOP if axis in parallel else AxisType.SEQUENTIAL)
+                       for axis, size in enumerate(values.shape))
+        index_values = [self.lower(index, ranges, None) for index in indices]
+        coordinates, in_range = self.mapped_coordinates(scatter.shape, axis_map, ranges, index_values)
+        buffer, flat, mask = self.view_index(self.realized[self.root], coordinates)
+        assert mask is None, "cannot scatter through a padded view"
+        address = self.define_global(buffer).index(flat, valid=in_range)
+        value = self.lower(values, ranges, None)
+        if reduce is not None:
+            value = _combine(reduce, address.load(), value)
+        return UOp(Ops.SINK, dtypes.void, (address.store(value),))
 
     def view_index(self, view: UOp, index: Index) -> tuple[UOp, UOp, UOp | None]:
         """The buffer under the movement chain `view`, the flat index and the validity mask at `index`."""
@@ -359,6 +406,9 @@ class KernelLowerer:
             masked = mask
             return ([(node.src[0], source_index, idx_and(valid, mask))],
                     lambda values: UOp(Ops.WHERE, values[0].dtype, (masked, values[0], UOp.const(values[0].dtype, 0))))
+        if op is Ops.GATHER:
+            return ([(source, index, valid) for source in node.src[1:]],
+                    lambda values: self.lower_gather(node, index, valid, values))
         if op is Ops.CONST:
             return [], lambda _: UOp.const(node.dtype, node.arg)
         if op is Ops.BIND or op is Ops.DEFINE_VAR:
@@ -383,6 +433,17 @@ class KernelLowerer:
             return ([(source, tuple(reduce_index), valid)],
                     lambda values: UOp(Ops.REDUCE, node.dtype, (values[0], *ranges), reduce_op))
         raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
+
+
+def _combine(reduce: str, old: UOp, new: UOp) -> UOp:
+    """A SCATTER reduction of the element already stored (`old`) with a value landing on it (`new`)."""
+    if reduce == "add":
+        return UOp(Ops.OR if old.dtype == dtypes.bool else Ops.ADD, old.dtype, (old, new))
+    if reduce == "mul":
+        return UOp(Ops.AND if old.dtype == dtypes.bool else Ops.MUL, old.dtype, (old, new))
+    if reduce == "max":
+        return UOp(Ops.MAX, old.dtype, (old, new))
+    return UOp(Ops.WHERE, old.dtype, (UOp(Ops.CMPLT, dtypes.bool, (new, old)), new, old))
 
 
 def simplify_indices(ast: UOp) -> UOp:

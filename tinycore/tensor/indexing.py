@@ -1,15 +1,23 @@
 """Indexing Tensor operations: __getitem__/__setitem__, gather, scatter, masked selection, sorting.
 
-Basic indices (ints, slices, None, Ellipsis) become movement ops. Index tensors become one-hot masks that select
-by comparison with a range, so they stay lazy; index lists known on the host become shrinks and a concatenation.
-Selections whose size depends on the data (bool masks, nonzero, masked_select) read the mask to the host.
+Basic indices (ints, slices, None, Ellipsis) become movement ops. Index tensors become GATHER nodes (a load at the
+address read from the index: cost proportional to the result), or one-hot masks that select by comparison with a
+range when the indexed axes are tiny; short runs of host-known indices become shrinks and a concatenation.
+Assignment through index tensors (__setitem__, scatter, scatter_reduce) becomes a SCATTER written in place (see
+tinycore/uop/indexing.py for what repeated indices do). Selections whose size depends on the data (bool masks,
+nonzero, masked_select) read the mask to the host.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
+from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor.support import broadcast_shape, resolve_axis
+from tinycore.uop.indexing import gather as gather_node
+from tinycore.uop.indexing import scatter_assign, writes_in_place
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
@@ -31,6 +39,26 @@ def _is_int(value: Any) -> bool:
 def _axis_bounds(ndim: int, axis: int, start: int, end: int) -> tuple[tuple[int, int] | None, ...]:
     """Shrink bounds that keep every axis except `axis`, which is cut to [start, end)."""
     return tuple((start, end) if position == axis else None for position in range(ndim))
+
+
+ONEHOT_MAX_ELEMENTS = 4
+"""Indexed axes holding at most this many elements together are selected by a one-hot mask (compare and reduce,
+vectorizable, no dependent load); larger ones by a GATHER."""
+HOST_RUNS_MAX = 4
+"""Host index lists with more runs of consecutive values than this become a GATHER rather than a concatenation."""
+
+
+def _index_position(axes: list[int]) -> int:
+    """Where numpy puts the broadcast index axes: at the first indexed axis when the indexed axes are consecutive,
+    else in front."""
+    return axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
+
+
+def _buffer_below(node: UOp) -> UOp:
+    """The BUFFER under movement ops and ASSIGN chains."""
+    while node.op is not Ops.BUFFER:
+        node = node.src[0]
+    return node
 
 
 class _HostIndex:
@@ -200,22 +228,34 @@ class IndexingMixin:
 
     # ---- advanced indexing ----
 
-    def _index_tensor(self: Any, index: Any, size: int) -> Tensor:
-        """An index (host or tensor) as an int32 tensor with negative values wrapped."""
+    def _index_tensor(self: Any, index: Any, size: int, axis: int | None = None) -> Tensor:
+        """An index (host or tensor) as an int32 tensor with negative values wrapped.
+
+        With CHECK_INDEX=1 an index tensor is read to the host and an out-of-range value raises IndexError naming
+        the value and the axis; otherwise out-of-range values select zeros (and scatters skip them)."""
+        where = f"dimension {axis}" if axis is not None else "dimension"
         if isinstance(index, _HostIndex):
             for value in index.values:
                 if not -size <= value < size:
-                    raise IndexError(f"index {value} is out of bounds for dimension with size {size}")
+                    raise IndexError(f"index {value} is out of bounds for {where} with size {size}")
             values = [value + size if value < 0 else value for value in index.values]
             tensor = type(self)(values, device=self.device, dtype=dtypes.int32) if values else \
                 type(self).full((0,), 0, dtypes.int32, self.device)
             return tensor.reshape(index.shape)
+        if CHECK_INDEX.value and index.numel():
+            import numpy
+            host = index.numpy()
+            bad = (host < -size) | (host >= size)
+            if bad.any():
+                position = tuple(int(coordinate) for coordinate in numpy.argwhere(bad)[0])
+                raise IndexError(f"index {int(host[position])} (at position {position} of the index tensor) is out "
+                                 f"of bounds for {where} with size {size}")
         tensor = index.cast(dtypes.int32) if index.dtype != dtypes.int32 else index
         return (tensor < 0).where(tensor + size, tensor)
 
     def _take_host(self: Any, axis: int, index: _HostIndex) -> Tensor:
         """Rows of `axis` picked by host-known indices, as shrinks joined by cat (runs of consecutive indices
-        become one shrink)."""
+        become one shrink); more than a few runs become a gather."""
         size = self.shape[axis]
         values = []
         for value in index.values:
@@ -232,6 +272,8 @@ class IndexingMixin:
                 runs[-1][1] += 1
             else:
                 runs.append([value, value + 1])
+        if len(runs) > HOST_RUNS_MAX:
+            return self._gather_axes([axis], [self._index_tensor(index, size, axis)])
         pieces = []
         for low, high in runs:
             pieces.append(self.shrink(_axis_bounds(self.ndim, axis, low, high)))
@@ -243,7 +285,34 @@ class IndexingMixin:
         if len(advanced) == 1 and isinstance(advanced[0][1], _HostIndex):
             return self._take_host(*advanced[0])
         axes = [axis for axis, _ in advanced]
-        indices = [self._index_tensor(index, self.shape[axis]) for axis, index in advanced]
+        indices = [self._index_tensor(index, self.shape[axis], axis) for axis, index in advanced]
+        if prod(self.shape[axis] for axis in axes) > ONEHOT_MAX_ELEMENTS:
+            return self._gather_axes(axes, indices)
+        return self._one_hot_axes(axes, indices)
+
+    def _gather_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
+        """A GATHER of `axes` at the wrapped int32 `indices` (numpy placement of the broadcast index shape)."""
+        index_shape = broadcast_shape(*(index.shape for index in indices))
+        rest = [axis for axis in range(self.ndim) if axis not in axes]
+        before = _index_position(axes)
+        shape = tuple(self.shape[axis] for axis in rest[:before]) + tuple(index_shape) + \
+            tuple(self.shape[axis] for axis in rest[before:])
+        placed = [index._broadcast_to(index_shape).reshape((1,) * before + tuple(index_shape) +
+                                                           (1,) * (len(rest) - before))._broadcast_to(shape)
+                  for index in indices]
+        axis_map = []
+        for axis in range(self.ndim):
+            if axis in axes:
+                axis_map.append(-1 - axes.index(axis))
+            else:
+                position = rest.index(axis)
+                axis_map.append(position if position < before else position + len(index_shape))
+        node = gather_node(self.uop, [index.uop for index in placed], shape, axis_map)
+        return self._result(node)
+
+    def _one_hot_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
+        """The selection of `_gather_axes` by comparison with a range and a reduce (cheaper for tiny axes, where the
+        mask fuses into the consumer's kernel)."""
         index_shape = broadcast_shape(*(index.shape for index in indices))
         rest = [axis for axis in range(self.ndim) if axis not in axes]
         moved = self.permute(rest + axes)
@@ -262,15 +331,10 @@ class IndexingMixin:
             picked = mask.where(view, False).any(reduce_axes)
         else:
             picked = mask.where(view, view._const(0, shape=())).sum(reduce_axes).cast(self.dtype)
-        consecutive = axes == list(range(axes[0], axes[0] + len(axes)))
-        if consecutive and axes[0] > 0:
-            first = axes[0]
-            count = len(index_shape)
-            order = list(range(len(rest_shape)))
-            order = order[:first] + list(range(len(rest_shape), len(rest_shape) + count)) + order[first:]
-            return picked.permute(order)
-        return picked.permute(list(range(len(rest_shape), len(rest_shape) + len(index_shape))) +
-                              list(range(len(rest_shape))))
+        before = _index_position(axes)
+        order = list(range(len(rest_shape)))
+        order = order[:before] + list(range(len(rest_shape), len(rest_shape) + len(index_shape))) + order[before:]
+        return picked.permute(order)
 
     def __getitem__(self: Any, indices: Any) -> Tensor:
         """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
@@ -293,17 +357,40 @@ class IndexingMixin:
             selected = type(self).full(view.shape, True, dtypes.bool, self.device)._invert_basic(steps, False)
             self.assign(selected.where(placed, self))
             return
-        positions = type(self).arange(self.numel(), dtype=dtypes.int32, device=self.device).reshape(self.shape)
-        chosen = positions[indices].flatten()
-        values = value._broadcast_to(positions[indices].shape).flatten()
-        every = type(self).arange(self.numel(), dtype=dtypes.int32, device=self.device)
-        hits = chosen.unsqueeze(-1).eq(every)
-        hit_any = hits.any(0)
-        if self.dtype == dtypes.bool:
-            merged = hits.where(values.unsqueeze(-1), False).any(0)
+        # every element of self[indices] names the element of self it came from: one coordinate per axis of self,
+        # each an arange along that axis indexed like self (plus one, so an index out of range gives -1: no write)
+        coordinates = []
+        for axis, size in enumerate(self.shape):
+            along = [1] * self.ndim
+            along[axis] = size
+            arange = type(self).arange(1, size + 1, dtype=dtypes.int32, device=self.device).reshape(along)
+            coordinate_view, _, coordinate_advanced = arange._broadcast_to(self.shape)._apply_basic(items)
+            coordinates.append(coordinate_view._apply_advanced(coordinate_advanced) - 1)
+        shape = coordinates[0].shape
+        index_ndim = len(broadcast_shape(*(getattr(index, "shape", ()) for _, index in advanced)))
+        before = _index_position([axis for axis, _ in advanced])
+        parallel = [axis for axis in range(len(shape)) if not before <= axis < before + index_ndim]
+        values = value._broadcast_to(shape)
+        self.uop = self._scatter_into(values, coordinates, tuple(-1 - axis for axis in range(self.ndim)), None,
+                                      parallel, in_place=True)
+
+    def _scatter_into(self: Any, values: Tensor, indices: list[Tensor], axis_map: tuple[int, ...],
+                      reduce: str | None, parallel: list[int], in_place: bool) -> Any:
+        """The node of this tensor with `values` scattered at the wrapped int32 `indices` (see uop/indexing.py):
+        written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""
+        if values.numel() == 0:
+            return self.uop
+        if in_place and writes_in_place(self.uop):
+            target = self.uop
+            buffer = _buffer_below(self.uop)
+            if any(buffer in tensor.uop.toposort for tensor in [values, *indices]):
+                # reading the buffer being written would see earlier writes of the same kernel
+                values = values.contiguous()
+                indices = [index.contiguous() for index in indices]
         else:
-            merged = hits.where(values.unsqueeze(-1), values._const(0, shape=())).sum(0).cast(self.dtype)
-        self.assign(hit_any.where(merged, self.flatten()).reshape(self.shape))
+            fresh = type(self).empty(self.shape, dtype=self.dtype, device=self.device)
+            target = fresh.uop.assign(self.uop)
+        return scatter_assign(target, values.uop, [index.uop for index in indices], axis_map, reduce, parallel)
 
     # ---- gather and scatter ----
 
@@ -322,83 +409,63 @@ class IndexingMixin:
         return axis
 
     def gather(self: Any, dim: int, index: Tensor) -> Tensor:
-        """out[i][j][k] = self[index[i][j][k]][j][k] (for dim 0), through a one-hot comparison."""
+        """out[i][j][k] = self[index[i][j][k]][j][k] (for dim 0): a load at the address read from `index`."""
         axis = self._check_index_like(dim, index, "gather")
-        size = self.shape[axis]
         bounds = tuple(None if position == axis else (0, wanted) for position, wanted in enumerate(index.shape))
-        source = self.shrink(bounds).unsqueeze(-1).transpose(axis, -1)
-        arange = type(self).arange(size, dtype=dtypes.int32, device=self.device)
-        wrapped = self._index_tensor(index, size)
-        hits = wrapped.unsqueeze(-1).eq(arange)
-        if self.dtype == dtypes.bool:
-            return hits.where(source, False).any(-1)
-        return hits.where(source, source._const(0, shape=())).sum(-1).cast(self.dtype)
+        source = self.shrink(bounds)
+        wrapped = self._index_tensor(index, self.shape[axis], axis)
+        axis_map = [-1 if position == axis else position for position in range(self.ndim)]
+        return source._result(gather_node(source.uop, [wrapped.uop], index.shape, axis_map))
 
-    def _scatter_parts(self: Any, axis: int, index: Tensor, src: Any) -> tuple[Tensor, Tensor, Tensor]:
-        """(one-hot hits of shape index.shape + (n,), the source values shaped like hits, the hit count per target
-        shaped like self)."""
-        size = self.shape[axis]
-        wrapped = self._index_tensor(index, size)
-        arange = type(self).arange(size, dtype=dtypes.int32, device=self.device)
-        hits = wrapped.unsqueeze(-1).eq(arange)
+    def _scatter_values(self: Any, index: Tensor, src: Any) -> Tensor:
+        """`src` (a tensor covering index's shape, or a scalar) as values shaped like `index` in this dtype."""
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
                 raise ValueError(f"scatter src shape {src.shape} must cover index shape {index.shape}")
-            values = src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
-        else:
-            values = self._const(src, self.dtype, index.shape)
-        return hits, values.unsqueeze(-1)._broadcast_to(hits.shape), wrapped
+            return src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
+        return self._const(src, self.dtype, index.shape)
 
-    def _place(self: Any, axis: int, reduced: Tensor, fill: Any) -> Tensor:
-        """A per-target tensor of shape index.shape[:axis] + (1,) + ... + (n,) moved and padded to self's shape."""
-        moved = reduced.transpose(axis, -1).squeeze(-1)
-        pairs = [(0, have - got) for have, got in zip(self.shape, moved.shape, strict=True)]
-        return moved._pad_with(pairs, fill)
+    def _scatter_along(self: Any, axis: int, index: Tensor, values: Tensor, reduce: str | None) -> Tensor:
+        """A new tensor: this one with `values` scattered along `axis` at `index` (`reduce` as in uop/indexing.py)."""
+        wrapped = self._index_tensor(index, self.shape[axis], axis)
+        axis_map = tuple(-1 if position == axis else position for position in range(self.ndim))
+        parallel = [position for position in range(self.ndim) if position != axis]
+        return self._result(self._scatter_into(values, [wrapped], axis_map, reduce, parallel, in_place=False), values)
 
     def scatter(self: Any, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
-        """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead."""
+        """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead.
+
+        Where indices repeat, the write of the last position (in C order of `index`) wins."""
         axis = self._check_index_like(dim, index, "scatter")
         if reduce not in (None, "add", "multiply"):
             raise ValueError(f"scatter reduce must be None, 'add' or 'multiply', got {reduce!r}")
-        hits, values, _ = self._scatter_parts(axis, index, src)
-        hit_any = self._place(axis, hits.any(axis, keepdim=True), False)
-        if reduce == "multiply":
-            combined = self._place(axis, hits.where(values, 1).prod(axis, keepdim=True).cast(self.dtype), 1)
-            return hit_any.where(self * combined, self)
-        if self.dtype == dtypes.bool:
-            combined = self._place(axis, hits.where(values, False).any(axis, keepdim=True), False)
-        else:
-            combined = self._place(axis, hits.where(values, 0).sum(axis, keepdim=True).cast(self.dtype), 0)
-        if reduce == "add":
-            return hit_any.where(self + combined, self)
-        return hit_any.where(combined, self)
+        values = self._scatter_values(index, src)
+        return self._scatter_along(axis, index, values, {None: None, "add": "add", "multiply": "mul"}[reduce])
 
     def scatter_reduce(self: Any, dim: int, index: Tensor, src: Tensor, reduce: str,
                        include_self: bool = True) -> Tensor:
-        """self combined with src at index by 'sum', 'prod', 'mean', 'amax' or 'amin'."""
+        """self combined with src at index by 'sum', 'prod', 'mean', 'amax' or 'amin' (every value counts, repeated
+        indices included)."""
         axis = self._check_index_like(dim, index, "scatter_reduce")
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
             raise ValueError(f"scatter_reduce reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
-        hits, values, _ = self._scatter_parts(axis, index, src)
-        hit_any = self._place(axis, hits.any(axis, keepdim=True), False)
-        if reduce in ("sum", "mean"):
-            total = self._place(axis, hits.where(values, 0).sum(axis, keepdim=True), 0)
-            if reduce == "sum":
-                result = (total + self) if include_self else total
-                return hit_any.where(result.cast(self.dtype), self)
-            count = self._place(axis, hits.sum(axis, keepdim=True), 0)
-            if include_self:
-                total, count = total + self, count + 1
-            mean = total / count if dtypes.is_float(self.dtype) else total // count
-            return hit_any.where(mean.cast(self.dtype), self)
-        if reduce == "prod":
-            total = self._place(axis, hits.where(values, 1).prod(axis, keepdim=True), 1)
-            return hit_any.where((total * self if include_self else total).cast(self.dtype), self)
-        if reduce == "amax":
-            top = self._place(axis, hits.where(values, dtypes.min(self.dtype)).max(axis, keepdim=True), 0)
-            return hit_any.where(top.maximum(self) if include_self else top, self)
-        bottom = self._place(axis, hits.where(values, dtypes.max(self.dtype)).min(axis, keepdim=True), 0)
-        return hit_any.where(bottom.minimum(self) if include_self else bottom, self)
+        values = self._scatter_values(index, src)
+        base = self
+        if not include_self:
+            hit = self._const(False, dtypes.bool)._scatter_along(axis, index, self._const(True, dtypes.bool,
+                                                                                            index.shape), None)
+            identity = {"sum": 0, "mean": 0, "prod": 1, "amax": dtypes.min(self.dtype),
+                        "amin": dtypes.max(self.dtype)}[reduce]
+            base = hit.where(self._const(identity, shape=()), self)
+        if reduce != "mean":
+            kind = {"sum": "add", "prod": "mul", "amax": "max", "amin": "min"}[reduce]
+            return base._scatter_along(axis, index, values, kind)
+        total = base._scatter_along(axis, index, values, "add")
+        counts = self._const(1 if include_self else 0, dtypes.int32)._scatter_along(
+            axis, index, self._const(1, dtypes.int32, index.shape), "add")
+        divisor = counts.maximum(1).cast(self.dtype)
+        mean = total / divisor if dtypes.is_float(self.dtype) else total // divisor
+        return counts.eq(0).where(self, mean.cast(self.dtype))
 
     # ---- data-dependent selections ----
 

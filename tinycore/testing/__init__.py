@@ -12,7 +12,7 @@ Importing this package is cheap and does not import pytest.
 """
 from __future__ import annotations
 
-CATEGORIES = ("ops", "dtypes", "autograd", "jit", "memory", "copies", "renderers")
+CATEGORIES = ("ops", "dtypes", "autograd", "indexing", "jit", "memory", "copies", "renderers")
 """The summary categories, in the order they are printed."""
 
 NOT_APPLICABLE = "not applicable (declared)"

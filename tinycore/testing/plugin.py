@@ -81,7 +81,7 @@ def capabilities(device: str) -> DeviceCapabilities:
     return _open(device)
 
 
-KERNEL_CATEGORIES = frozenset({"ops", "dtypes", "autograd", "jit", "renderers"})
+KERNEL_CATEGORIES = frozenset({"ops", "dtypes", "autograd", "indexing", "jit", "renderers"})
 """Categories whose every check runs kernels on the device under test."""
 
 

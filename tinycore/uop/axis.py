@@ -1,6 +1,6 @@
 """Kernel axes: the kinds a RANGE can take in generated code, and the helpers that build and read RANGE nodes.
 
-The scheduler makes LOOP and REDUCE ranges; codegen splits them into the other kinds (see codegen/opt.py).
+The scheduler makes LOOP, SEQUENTIAL and REDUCE ranges; codegen splits them into the other kinds (see codegen/opt.py).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class AxisType(Enum):
     UPCAST = auto()  # an output axis expanded into copies (vector lanes when contiguous)
     UNROLL = auto()  # a reduce axis expanded inside the loop body into one accumulator
     ACCUMULATOR = auto()  # a reduce axis expanded into independent accumulators combined after the loop
+    SEQUENTIAL = auto()  # an output loop run in order inside one worker (scatters whose addresses may repeat)
 
 
 OUTPUT_KINDS = frozenset({AxisType.GLOBAL, AxisType.LOCAL, AxisType.LOOP, AxisType.THREAD, AxisType.UPCAST})

@@ -60,6 +60,10 @@ class Ops(Enum):
     CONTIGUOUS_BACKWARD = auto()  # identity forwards, CONTIGUOUS on the gradient
     DETACH = auto()  # identity forwards, stops gradients
     KERNEL = auto()  # a scheduled kernel: arg holds its AST
+    # integer-tensor indexing (see tinycore/uop/indexing.py): GATHER src (x, *index tensors), arg (shape, axis map);
+    # SCATTER src (target, values, *index tensors), arg (axis map, reduce op or None, parallel axes)
+    GATHER = auto()
+    SCATTER = auto()
 
     # unary ALU
     EXP2 = auto()

@@ -22,7 +22,7 @@ sint = Union[int, "UOp"]
 
 # ops whose shape is the shape of their first source
 _SAME_SHAPE_AS_FIRST = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH,
-                                                        Ops.COPY, Ops.ASSIGN})
+                                                        Ops.COPY, Ops.ASSIGN, Ops.SCATTER})
 # ops that are scalars
 _SCALAR_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
 # the reduce operations REDUCE_AXIS accepts
@@ -106,6 +106,8 @@ class ShapeMixin:
         if op is Ops.REDUCE_AXIS:
             axes = self.arg[1]
             return tuple(1 if axis in axes else size for axis, size in enumerate(self.src[0].shape))
+        if op is Ops.GATHER:
+            return self.arg[0]
         if op is Ops.BUFFER:
             return (self.arg[1],)
         if op is Ops.BUFFER_VIEW:

@@ -210,3 +210,57 @@ def test_topk(k: int, largest: bool) -> None:
     np.testing.assert_array_equal(got_indices.numpy(), expected_indices.numpy())
     with pytest.raises(ValueError, match="topk"):
         Tensor(values).topk(6)
+
+
+def test_check_index_raises_naming_index_and_axis() -> None:
+    """With CHECK_INDEX=1 an out-of-range index tensor raises IndexError naming the value and the axis; without it,
+    out-of-range rows read zeros (tinygrad's semantics)."""
+    from tinycore import Context
+    data = np.arange(40, dtype=np.float32).reshape(8, 5)
+    index = Tensor(np.array([1, 9, -2], np.int32))
+    expected = np.stack([data[1], np.zeros(5, np.float32), data[-2]])
+    _equal(Tensor(data)[index], expected)
+    with Context(CHECK_INDEX=1), pytest.raises(IndexError, match=r"index 9 .* dimension 0 with size 8"):
+        Tensor(data)[index]
+    with Context(CHECK_INDEX=1), pytest.raises(IndexError, match=r"index -6 .* dimension 1 with size 5"):
+        Tensor(data).gather(1, Tensor(np.array([[0, -6]] * 8, np.int32)))
+    with Context(CHECK_INDEX=1):
+        _equal(Tensor(data)[:, Tensor(np.array([4, -5], np.int32))], data[:, [4, -5]])
+
+
+def test_gather_kernel_loads_at_loaded_addresses() -> None:
+    """x[idx] over a long axis is one kernel without a reduce whose address holds a load of the index (cost
+    proportional to the output); a scatter's repeatable axis is a SEQUENTIAL loop, its one-to-one axis a LOOP."""
+    from tinycore.codegen.opt import AxisType
+    from tinycore.schedule import create_schedule
+    from tinycore.uop.ops import Ops
+    table = Tensor.empty(100000, 64)
+    rows = Tensor.empty(512, dtype=dtypes.int32)
+    items = create_schedule([table[rows].uop]).items
+    assert len(items) == 1
+    nodes = items[0].ast.toposort
+    assert not any(node.op is Ops.REDUCE for node in nodes)
+    addresses = [node for node in nodes if node.op is Ops.INDEX and
+                 any(inner.op is Ops.LOAD for inner in node.src[1].toposort)]
+    assert addresses, "the table is read at an address computed from a loaded index"
+    added = table.scatter_reduce(0, rows.reshape(512, 1).expand(512, 64), Tensor.empty(512, 64), "sum")
+    kernels = [item for item in create_schedule([added.uop]).items if not item.is_copy]
+    scatter_ast = kernels[-1].ast
+    kinds = {node.arg[1] for node in scatter_ast.toposort if node.op is Ops.RANGE}
+    assert kinds == {AxisType.SEQUENTIAL, AxisType.LOOP}
+
+
+def test_embedding_and_its_gradient_match_torch() -> None:
+    """nn.Embedding is a gather: values and the weight gradient (repeated tokens accumulate) equal torch's."""
+    from tinycore import nn
+    embedding = nn.Embedding(30, 6)
+    tokens = np.array([[3, 29, 3], [0, 3, 7]], np.int32)
+    reference = torch.nn.Embedding(30, 6)
+    reference.weight.data = torch.tensor(embedding.weight.numpy())
+    embedding.weight.requires_grad = True
+    scale = RNG.uniform(-1, 1, (2, 3, 6)).astype(np.float32)
+    (embedding(Tensor(tokens)) * Tensor(scale)).sum().backward()
+    (reference(torch.tensor(tokens, dtype=torch.int64)) * torch.tensor(scale)).sum().backward()
+    _equal(embedding(Tensor(tokens)), reference(torch.tensor(tokens, dtype=torch.int64)).detach())
+    assert embedding.weight.grad is not None
+    _equal(embedding.weight.grad, reference.weight.grad)

@@ -1,0 +1,84 @@
+"""Tensor-level nodes for indexing with integer tensors: GATHER (a load at an address read from memory) and SCATTER
+(stores at addresses read from memory).
+
+Both describe, for each axis of the indexed tensor, where its coordinate comes from: an `axis map` entry `k >= 0`
+takes the coordinate from axis `k` of the iteration space (the output of a GATHER, the values of a SCATTER), an
+entry `-1 - j` takes it from index tensor `j`, an int32 tensor shaped like the iteration space. Indices are already
+wrapped (negative values made positive) by the Tensor layer; an index outside `[0, size)` reads zero (GATHER) or
+writes nothing (SCATTER).
+
+SCATTER is the value of an ASSIGN into its own target, `ASSIGN(target, SCATTER(target, values, *indices))`: its
+kernel writes the target's buffer in place. Writes whose coordinates all come from index tensors may repeat an
+address; the kernel runs the iteration axes not listed as `parallel` in order, inside one worker, so the last write
+wins for plain assignment and reductions see every value (no lost updates). Parallel axes must map one-to-one onto
+target coordinates (two iterations that differ on a parallel axis never write the same element).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import Ops
+from tinycore.uop.shape import sint
+from tinycore.uop.uop import UOp
+
+SCATTER_REDUCES = (None, "add", "mul", "max", "min")
+"""How a SCATTER combines a value with the element it lands on: None overwrites."""
+
+
+def _check_map(axis_map: Sequence[int], ndim: int, index_count: int, iteration_ndim: int) -> None:
+    if len(axis_map) != ndim:
+        raise ValueError(f"an axis map needs one entry per indexed axis ({ndim}), got {len(axis_map)}")
+    for entry in axis_map:
+        if entry >= iteration_ndim or (entry < 0 and -1 - entry >= index_count):
+            raise ValueError(f"axis map entry {entry} names neither an iteration axis (< {iteration_ndim}) nor one "
+                             f"of {index_count} index tensors")
+
+
+def gather(source: UOp, indices: Sequence[UOp], shape: Sequence[sint], axis_map: Sequence[int]) -> UOp:
+    """A node of `shape` whose element at `o` is `source` at the coordinates the axis map gives for `o`."""
+    _check_map(axis_map, len(source.shape), len(indices), len(shape))
+    for index in indices:
+        if index.dtype != dtypes.int32 or tuple(index.shape) != tuple(shape):
+            raise ValueError(f"gather indices must be int32 of shape {tuple(shape)}, got {index.dtype} "
+                             f"{tuple(index.shape)}")
+    return UOp(Ops.GATHER, source.dtype, (source, *indices), (tuple(shape), tuple(axis_map)))
+
+
+def scatter(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[int], reduce: str | None,
+            parallel: Sequence[int]) -> UOp:
+    """`target` with `values` written (or combined by `reduce`) at the coordinates the axis map gives."""
+    _check_map(axis_map, len(target.shape), len(indices), len(values.shape))
+    if reduce not in SCATTER_REDUCES:
+        raise ValueError(f"scatter reduce must be one of {SCATTER_REDUCES}, got {reduce!r}")
+    if values.dtype != target.dtype:
+        raise ValueError(f"scatter values of dtype {values.dtype} into a target of dtype {target.dtype}")
+    for index in indices:
+        if index.dtype != dtypes.int32 or tuple(index.shape) != tuple(values.shape):
+            raise ValueError(f"scatter indices must be int32 of shape {tuple(values.shape)}, got {index.dtype} "
+                             f"{tuple(index.shape)}")
+    return UOp(Ops.SCATTER, target.dtype, (target, values, *indices), (tuple(axis_map), reduce, tuple(parallel)))
+
+
+def mapped_parallel_axes(axis_map: Sequence[int]) -> tuple[int, ...]:
+    """The iteration axes an axis map uses directly (each one-to-one onto a target axis)."""
+    return tuple(sorted(entry for entry in axis_map if entry >= 0))
+
+
+def writes_in_place(node: UOp) -> bool:
+    """True when `node` is a buffer, a view of one or a chain of ASSIGNs into one (a SCATTER can write it)."""
+    while True:
+        node = node.base
+        if node.op is Ops.BUFFER:
+            return True
+        if node.op not in (Ops.ASSIGN, Ops.DETACH):
+            return False
+        node = node.src[0]
+
+
+def scatter_assign(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[int], reduce: str | None,
+                   parallel: Sequence[int]) -> UOp:
+    """ASSIGN(target, SCATTER(target, ...)): the scatter written into `target`'s buffer in place."""
+    if not writes_in_place(target):
+        raise ValueError(f"a scatter writes into a realized buffer (or a view of one), got {target.base.op}")
+    return target.assign(scatter(target, values, indices, axis_map, reduce, parallel))
