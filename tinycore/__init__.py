@@ -8,9 +8,34 @@ import importlib as _importlib
 
 from tinycore.counters import GlobalCounters
 from tinycore.dtype import dtypes
+from tinycore.helpers import DEV as _DEV
 from tinycore.helpers import Context, getenv
 from tinycore.tensor import Tensor
 from tinycore.uop.uop import UOp
+
+
+def _check_dev(targets: tuple[object, ...]) -> None:
+    """Check a new DEV against the installed plugins when it is set (the device layer loads only when DEV names
+    something, so an unset DEV keeps `import tinycore` free of plugin discovery)."""
+    if targets:
+        from tinycore.device.registry import check_dev_targets
+        check_dev_targets(targets)  # type: ignore[arg-type]
+
+
+def _in_tiny_command() -> bool:
+    """True in the `tiny` command, which reports a bad DEV itself (`tiny devices` still lists the devices)."""
+    import os
+    import sys
+    arguments = getattr(sys, "orig_argv", sys.argv)
+    return os.path.basename(sys.argv[0]) == "tiny" or "tinycore.cli" in arguments[:4]
+
+
+# DEV from the environment is parsed and checked here, at import; Context(DEV=...) and DEV.value = ... when set
+if _in_tiny_command():
+    _DEV.watch(_check_dev, check_now=False)
+else:
+    _DEV.check()
+    _DEV.watch(_check_dev)
 
 _LAZY_NAMES = {
     "Device": ("tinycore.device.registry", "Device"),

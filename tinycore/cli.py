@@ -109,7 +109,7 @@ def collect_devices() -> dict[str, Any]:
                             "distribution": record.install_name, "version": record.version, "default": False,
                             "dev": None, "fix": _plugin_fix(record.status, record.install_name),
                             "renderers": [], "interfaces": []})
-    return {"dev": str(DEV.value), "default": default, "default_error": default_error, "devices": devices}
+    return {"dev": DEV.raw, "default": default, "default_error": default_error, "devices": devices}
 
 
 def _table(headers: list[str], rows: list[list[str]], colours: list[list[str | None]]) -> str:

@@ -14,9 +14,11 @@ import pathlib
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from tinycore.counters import GlobalCounters as GlobalCounters
+from tinycore.target import DevError, Target, find_target, format_dev, parse_dev
 
 T = TypeVar("T")
 
@@ -125,7 +127,151 @@ DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 NOOPT = ContextVar("NOOPT", 0)
 TRAINING = ContextVar("TRAINING", 0)
-DEV = ContextVar("DEV", "")
+
+
+class DevTargets(list):  # type: ignore[type-arg]
+    """DEV's value: the parsed targets in order (a list of Target, as tinygrad keeps it). `str()` gives the DEV
+    string, and it compares equal to any DEV string that parses to the same targets."""
+
+    def __str__(self) -> str:
+        return format_dev(self)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            try:
+                return list(parse_dev(other)) == list(self)
+            except DevError:
+                return False
+        return list.__eq__(self, other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class DevVar(ContextVar):
+    """The DEV setting as an object: `DEV.device`, `DEV.renderer`, `DEV.arch`, `DEV.interface`, `DEV.indices` (of the
+    first target), `DEV.target(name)` (the parsed target for one device), `DEV.value` (every target, a list).
+
+    It is set like any setting (`Context(DEV="CL:1")`, `DEV.value = "CPU:LLVM"`) from a string, a Target or a list
+    of them, and parsed when set: a malformed value raises DevError there and is not stored. Checks that need the
+    installed plugins (that the device exists, that it has the renderer or interface named) are watchers the device
+    layer adds. A malformed DEV in the environment is kept until `check()` (tinycore's import runs it) raises it.
+    """
+
+    def __init__(self, key: str, default_value: str):
+        super().__init__(key, default_value)
+        self._targets: tuple[Target, ...] = ()
+        self._error: DevError | None = None
+        try:
+            self._targets = self._parse(self._value)
+        except DevError as error:
+            self._error = error
+
+    @staticmethod
+    def _parse(value: object) -> tuple[Target, ...]:
+        """The targets of a DEV value given as a string, a Target or a sequence of Targets."""
+        if isinstance(value, Target):
+            return (value,)
+        if isinstance(value, (list, tuple)) and all(isinstance(item, Target) for item in value):
+            return parse_dev(format_dev(list(value)))  # the same checks as for a string (one target per device)
+        if isinstance(value, str):
+            return parse_dev(value)
+        raise DevError(f"DEV must be a string like 'CPU' or 'CPU:LLVM', a Target or a list of Targets, got {value!r}")
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        """The parsed targets (raises the DevError of a malformed DEV from the environment)."""
+        if self._error is not None:
+            raise self._error
+        return self._targets
+
+    @property
+    def value(self) -> DevTargets:
+        """Every target, in order (tinygrad's `DEV.value`); empty when DEV is not set."""
+        return DevTargets(self.targets)
+
+    @value.setter
+    def value(self, new_value: object) -> None:
+        targets = self._parse(new_value)
+        for watcher in self._watchers:  # the device layer checks the devices named exist (and may raise)
+            watcher(targets)
+        self._targets, self._error, self._value = targets, None, format_dev(targets)
+
+    def watch(self, watcher: Callable[[Any], None], check_now: bool = True) -> None:
+        """Call `watcher(targets)` before every change, and now for the current value unless `check_now` is False
+        (or the value is malformed)."""
+        self._watchers.append(watcher)
+        if check_now and self._error is None:
+            watcher(self._targets)
+
+    def check(self) -> None:
+        """Raise the DevError of a malformed DEV from the environment (nothing when DEV is well formed)."""
+        self.targets  # noqa: B018 - raises the stored error
+
+    @property
+    def raw(self) -> str:
+        """The DEV string as it was set, even when malformed (for messages)."""
+        return str(self._value)
+
+    @property
+    def text(self) -> str:
+        """The DEV string ("" when unset)."""
+        return format_dev(self.targets)
+
+    def _first(self) -> Target:
+        return self.targets[0] if self.targets else Target()
+
+    @property
+    def device(self) -> str:
+        """The device of the first target ("" when DEV names none)."""
+        return self._first().device
+
+    @property
+    def renderer(self) -> str:
+        """The renderer of the first target ("" when not given)."""
+        return self._first().renderer
+
+    @property
+    def arch(self) -> str:
+        """The architecture of the first target ("" when not given)."""
+        return self._first().arch
+
+    @property
+    def interface(self) -> str:
+        """The interface of the first target ("" when not given)."""
+        return self._first().interface
+
+    @property
+    def indices(self) -> tuple[int, ...]:
+        """The interface indices of the first target (empty when not given)."""
+        return self._first().indices
+
+    def target(self, device: str, **defaults: str) -> Target:
+        """The parsed target for `device`: DEV's target for it (or its family, or every device), with the fields it
+        leaves empty taken from `defaults` (renderer=, arch=, interface=)."""
+        found = find_target(self.targets, device)
+        unknown = sorted(set(defaults) - {"renderer", "arch", "interface"})
+        if unknown:
+            raise TypeError(f"DEV.target() got unknown field(s) {unknown}; give renderer=, arch= or interface=")
+        filled: dict[str, Any] = {key: value for key, value in defaults.items() if value and not getattr(found, key)}
+        return replace(found, **filled)
+
+    def __bool__(self) -> bool:
+        return bool(self.targets)
+
+    def __eq__(self, other: object) -> bool:
+        return bool(self.value == other)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"DEV={self._value!r}"
+
+
+DEV = DevVar("DEV", "")
 JIT = ContextVar("JIT", 1)
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tinycore.device.target import DevError, Target, canonicalize, format_dev, parse_dev, target_for
+from tinycore.device.target import DevError, Target, canonicalize, find_target, format_dev, parse_dev, target_for
 from tinycore.helpers import DEV, Context
 
 PARSED = {
@@ -112,25 +112,115 @@ def test_canonicalize_rejects_bad_names(name: str) -> None:
         canonicalize(name)
 
 
+def test_find_target_prefers_device_then_family_then_every_device() -> None:
+    targets = parse_dev("CPU:LLVM;CL:1;MOCK+NV::sm_90")
+    assert find_target(targets, "cpu") == Target(device="CPU", renderer="LLVM")
+    assert find_target(targets, "CL:1") == Target(device="CL:1")
+    assert find_target(targets, "CL") == Target(device="CL"), "no target for CL itself: an empty one"
+    assert find_target(targets, "nv:3") == Target(device="NV:3", arch="sm_90", interface="MOCK")
+    assert find_target(parse_dev(":LLVM"), "CL:1") == Target(device="CL:1", renderer="LLVM")
+    assert find_target(parse_dev("CL:OPENCL;:LLVM"), "CL:2") == Target(device="CL:2", renderer="OPENCL")
+    assert find_target(parse_dev("CL:OPENCL;:LLVM"), "CPU") == Target(device="CPU", renderer="LLVM")
+
+
 def test_target_for_follows_context() -> None:
-    with Context(DEV="CPU:LLVM;CL:1;MOCK+NV::sm_90"):
-        assert target_for("cpu") == Target(device="CPU", renderer="LLVM")
+    with Context(DEV="CPU:C;CL:1"):
+        assert target_for("cpu") == Target(device="CPU", renderer="C")
         assert target_for("CL:1") == Target(device="CL:1")
-        assert target_for("CL") == Target(device="CL"), "no target for CL itself: an empty one"
-        assert target_for("nv:3") == Target(device="NV:3", arch="sm_90", interface="MOCK")
-        with Context(DEV=":LLVM"):
-            assert target_for("CL:1") == Target(device="CL:1", renderer="LLVM")
-            assert target_for("AMD") == Target(device="AMD", renderer="LLVM")
-        assert target_for("AMD") == Target(device="AMD")
-    with Context(DEV="CL:OPENCL;:LLVM"):
-        assert target_for("CL:2") == Target(device="CL:2", renderer="OPENCL"), "family target beats the wildcard"
-        assert target_for("CPU") == Target(device="CPU", renderer="LLVM")
+        with Context(DEV="CL"):
+            assert target_for("CPU") == Target(device="CPU")
+        assert target_for("CPU") == Target(device="CPU", renderer="C")
+    assert target_for("CPU") == Target(device="CPU")
 
 
-def test_malformed_dev_in_context_raises_at_use() -> None:
-    with Context(DEV="CPU;;"), pytest.raises(DevError, match="empty target"):
-        target_for("CPU")
+def test_malformed_dev_in_context_raises_when_set() -> None:
+    """A malformed DEV is refused by Context itself (not at the next Tensor), and DEV keeps its old value."""
+    with pytest.raises(DevError, match="empty target"), Context(DEV="CPU;;"):
+        pytest.fail("a malformed DEV is refused when set")
+    assert DEV.value == [] and DEV.text == ""
+    with pytest.raises(DevError, match="too many ':'"):
+        DEV.value = "CPU:C:x:y"
+    with pytest.raises(RuntimeError):  # tinygrad raises RuntimeError for a malformed target: so does DevError
+        DEV.value = "A+B+CPU"
 
 
-def test_dev_is_a_string_setting() -> None:
-    assert isinstance(DEV.value, str)
+def test_dev_naming_what_is_not_installed_raises_when_set() -> None:
+    """A device no plugin provides, or a renderer or interface its device does not offer, fails at the Context."""
+    from tinycore.device.registry import DeviceNotInstalledError, SelectionError
+    with pytest.raises(SelectionError, match="CPU has no renderer 'NOPE'.*available: C"), Context(DEV="CPU:NOPE"):
+        pytest.fail("checked when set")
+    with pytest.raises(DeviceNotInstalledError, match="no installed plugin provides device 'NOSUCH'"), \
+            Context(DEV="CPU;NOSUCH"):
+        pytest.fail("checked when set")
+    with pytest.raises(SelectionError, match="no installed device offers renderer 'NOPE'"), Context(DEV=":NOPE"):
+        pytest.fail("checked when set")
+    assert DEV.text == ""
+
+
+def test_dev_is_an_object_like_tinygrads() -> None:
+    """DEV.device, .renderer, .arch, .interface of the first target; DEV.value the list of targets; DEV.target()."""
+    assert DEV.value == [] and not DEV and DEV.device == "" and DEV.renderer == ""
+    with Context(DEV="GL+WEBGPU;CPU:C"):
+        assert (DEV.device, DEV.interface, DEV.renderer, DEV.arch) == ("WEBGPU", "GL", "", "")
+        assert DEV.value == [Target(device="WEBGPU", interface="GL"), Target(device="CPU", renderer="C")]
+        assert isinstance(DEV.value, list) and DEV.value == "gl+webgpu;cpu:c" and str(DEV) == "GL+WEBGPU;CPU:C"
+        assert DEV.target("CPU") == Target(device="CPU", renderer="C")
+        assert DEV.target("CL:1", renderer="OPENCL") == Target(device="CL:1", renderer="OPENCL")
+        assert DEV.target("CPU", renderer="LLVM") == Target(device="CPU", renderer="C"), "given fields stay"
+    with Context(DEV=Target(device="CPU", renderer="C")):
+        assert DEV.value == "CPU:C" and DEV.renderer == "C"
+    with Context(DEV=[Target(device="CPU"), Target(device="CL")]):
+        assert DEV.value == "CPU;CL"
+    assert DEV.text == ""
+
+
+def test_dev_from_the_environment_is_checked_at_import() -> None:
+    """`DEV=... python -c "import tinycore"` fails at the import with the clear error, not at the first Tensor."""
+    import subprocess
+    import sys
+    for value, expected in (("CPU;;", "DevError: malformed DEV='CPU;;': empty target"),
+                            ("CPU:NOPE", "SelectionError: CPU has no renderer 'NOPE'"),
+                            ("NOSUCH", "DeviceNotInstalledError: no installed plugin provides device 'NOSUCH'")):
+        result = subprocess.run([sys.executable, "-c", "import tinycore"], capture_output=True, text=True,
+                                timeout=120, env={**__import__("os").environ, "DEV": value})
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.returncode == 1 and expected in last, result.stderr
+
+
+def test_tensor_to_accepts_every_form_dev_accepts() -> None:
+    """`Tensor.to()` takes an interface, renderer or arch with the device, as DEV does."""
+    from tinycore import Device, Tensor
+    assert Tensor([1.0, 2.0]).to("CPU:C").device == "CPU"
+    assert Tensor([1.0, 2.0]).to("cpu:0:c").device == "CPU"
+    moved = Tensor([1.0, 2.0]).to("GL+WEBGPU")
+    assert moved.device == "WEBGPU" and moved.tolist() == [1.0, 2.0]
+    assert Device.selected_interfaces["WEBGPU"] == "GL"
+    from tinycore.device.registry import SelectionError
+    with pytest.raises(SelectionError, match="WEBGPU is already open with interface GL"):
+        Tensor([1.0]).to("VULKAN+WEBGPU")
+    with pytest.raises(SelectionError, match="CPU has no renderer 'NOPE'"):
+        Tensor([1.0]).to("CPU:NOPE")
+    with pytest.raises(DevError, match="names no device"):
+        Tensor([1.0]).to(":C")
+
+
+def test_dev_is_a_list_of_targets() -> None:
+    assert isinstance(DEV.value, list)
+
+
+def test_readme_dev_examples_work_or_say_what_is_available() -> None:
+    """Every DEV example of README.md is accepted when set, or refused right there with what is installed or
+    available (never accepted and then failing deep inside the first Tensor as "not built yet")."""
+    import re
+    from pathlib import Path
+
+    from tinycore.device.registry import DeviceNotInstalledError, SelectionError
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    examples = re.findall(r"^\| `DEV=([^`]*)` \|", readme, flags=re.MULTILINE)
+    assert len(examples) >= 5, examples
+    for example in examples:
+        try:
+            with Context(DEV=example):
+                assert DEV.value == example
+        except (SelectionError, DeviceNotInstalledError) as error:
+            assert "available" in str(error) or "offered" in str(error) or "install" in str(error), str(error)

@@ -99,8 +99,8 @@ def test_default_setter_puts_the_device_first_in_dev(manager: PluginManager) -> 
 
 
 def test_dev_naming_an_unknown_device_lists_installed_ones(manager: PluginManager) -> None:
-    with Context(DEV="CL"), pytest.raises(DeviceNotInstalledError) as caught:
-        _ = Device.DEFAULT
+    with pytest.raises(DeviceNotInstalledError) as caught, Context(DEV="CL"):
+        pytest.fail("DEV is checked when it is set")
     message = str(caught.value)
     assert "no installed plugin provides device 'CL'" in message and "DEV='CL'" in message
     assert "GOOD (tiny-good 1.2.3)" in message and "FLAKY (tiny-good 1.2.3)" in message
@@ -139,14 +139,16 @@ def test_dev_selects_renderer_and_arch(manager: PluginManager) -> None:
 
 def test_renderer_added_to_another_plugins_device(manager: PluginManager) -> None:
     assert [(spec.name, record.install_name) for spec, record in renderer_specs("CPU")] == [("XR", "tiny-good")]
-    with Context(DEV="CPU:XR"):
-        renderer, _compiler, spec = select_renderer("cpu")
+    renderer, _compiler, spec = select_renderer("cpu")
     assert spec.name == "XR" and renderer == ("renderer", "CPU", None)
+    with pytest.raises(DeviceNotInstalledError, match="no installed plugin provides device 'CPU'"), \
+            Context(DEV="CPU:XR"):
+        pytest.fail("DEV naming a device no plugin provides is refused when set, even with a renderer for it")
 
 
 def test_unknown_renderer_says_did_you_mean(manager: PluginManager) -> None:
-    with Context(DEV="GOOD:broken"), pytest.raises(SelectionError) as caught:
-        select_renderer("GOOD")
+    with pytest.raises(SelectionError) as caught, Context(DEV="GOOD:broken"):
+        pytest.fail("DEV is checked when it is set")
     message = str(caught.value)
     assert "GOOD has no renderer 'BROKEN'" in message
     assert "available: BROKENR, GR, GR2, BR" in message
@@ -173,8 +175,8 @@ def test_interface_selection_never_falls_back_to_a_mock(manager: PluginManager) 
     with pytest.raises(SelectionError) as caught:
         select_interface("FILES")
     assert "used only when DEV names them, e.g. DEV=FAKE+FILES" in str(caught.value)
-    with Context(DEV="FAK+GOOD"), pytest.raises(SelectionError, match="did you mean 'FAKE'"):
-        select_interface("GOOD")
+    with pytest.raises(SelectionError, match="did you mean 'FAKE'"), Context(DEV="FAK+GOOD"):
+        pytest.fail("DEV is checked when it is set")
 
 
 def test_device_class_sees_its_dev_target(manager: PluginManager) -> None:

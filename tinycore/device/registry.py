@@ -9,9 +9,10 @@ from __future__ import annotations
 import difflib
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from tinycore.device.target import Target, canonicalize, current_targets, dev_default_device, format_dev
+from tinycore.device.target import DevError, Target, canonicalize, current_targets, dev_default_device, format_dev
 from tinycore.device.target import target_for as _dev_target_for
 from tinycore.helpers import DEV
 
@@ -41,8 +42,8 @@ def _manager() -> PluginManager:
 
 
 def _dev_text() -> str:
-    """The current DEV value, for messages."""
-    return str(DEV.value)
+    """The current DEV value, for messages (as written, even when malformed)."""
+    return DEV.raw
 
 
 def _describe_error(error: BaseException) -> str:
@@ -64,6 +65,7 @@ class _DeviceRegistry:
         self._open_errors: dict[str, str] = {}
         self._probes: dict[str, tuple[bool, str, int]] = {}
         self._auto_default: str | None = None
+        self._requested: dict[str, Target] = {}
         self._lock = threading.RLock()
         self.selected_renderers: dict[str, str] = {}
         """Canonical device name -> name of the renderer that `select_renderer` chose for it."""
@@ -72,10 +74,63 @@ class _DeviceRegistry:
 
     # ---- names and specs ---------------------------------------------------------------------------------------
 
-    @staticmethod
-    def canonicalize(name: str) -> str:
-        """The canonical device name ("cpu" -> "CPU", "CL:0" -> "CL", "cl:1" -> "CL:1")."""
-        return canonicalize(name)
+    def canonicalize(self, name: str) -> str:
+        """The canonical device name ("cpu" -> "CPU", "CL:0" -> "CL", "cl:1" -> "CL:1").
+
+        Every form DEV accepts for one device is accepted ("GL+WEBGPU", "CPU:C", "NV::sm_90"): the device's name is
+        returned and the interface, renderer and arch are used when the device is opened (an error now when the
+        device is already open with other ones, or does not offer them)."""
+        target = self._target_in_name(name)
+        if target is None:
+            return canonicalize(name)
+        self.request(target)
+        return target.device
+
+    def _target_in_name(self, name: str) -> Target | None:
+        """The DEV target a device name spells, or None for a plain name (or a DISK path, which has a ':' but names
+        no renderer)."""
+        if not isinstance(name, str):
+            return None
+        text = name.strip()
+        family, _, rest = text.partition(":")
+        if "+" not in text and (not rest or rest.isdigit()):
+            return None
+        try:
+            target = Target.parse(text)
+        except DevError:
+            if "+" in text:
+                raise
+            return None  # "DISK:/tmp/file": a name with a path, not a target
+        if not target.device:
+            raise DevError(f"{name!r} names no device (a renderer for every device is a DEV setting, not a device); "
+                           "give a device, e.g. 'CPU' or 'CPU:C'")
+        if target.renderer and not target.interface and not target.arch and \
+                not renderer_specs(target.device) and not text.count(":") > 1:
+            return None  # a device without renderers (DISK) takes the rest of its name as a path
+        return target
+
+    def request(self, target: Target) -> None:
+        """Use `target`'s interface, renderer and arch when its device is opened (from `Tensor.to("GL+WEBGPU")`).
+
+        Raises SelectionError when the device is already open with another renderer or interface (a device is
+        opened once per process), or does not offer the ones named."""
+        canonical = target.device
+        check_dev_targets((target,), str(target))
+        opened = self._opened.get(canonical)
+        if opened is None:
+            with self._lock:
+                self._requested[canonical] = target
+            return
+        for kind, wanted, chosen in (("renderer", target.renderer, self.selected_renderers.get(canonical)),
+                                     ("interface", target.interface, self.selected_interfaces.get(canonical))):
+            if wanted and chosen and wanted != chosen:
+                raise SelectionError(f"{canonical} is already open with {kind} {chosen}, so {str(target)!r} cannot be "
+                                     f"used in this process: a device is opened once; set DEV={target} before its "
+                                     "first use")
+
+    def requested_target(self, canonical: str) -> Target | None:
+        """The target asked for through a device name (`Tensor.to("GL+WEBGPU")`) before `canonical` was opened."""
+        return self._requested.get(canonical)
 
     def specs(self) -> list[tuple[DeviceSpec, PluginRecord]]:
         """Every device of every loaded plugin with its plugin record, highest priority first."""
@@ -89,12 +144,13 @@ class _DeviceRegistry:
                 return spec, record
         raise DeviceNotInstalledError(self._not_installed_message(name, family))
 
-    def _not_installed_message(self, name: str, family: str) -> str:
+    def _not_installed_message(self, name: str, family: str, dev_text: str | None = None) -> str:
         """Why device `name` is not available: what is installed and what to install."""
         installed = ", ".join(f"{spec.name} ({record.install_name} {record.version or ''})".replace(" )", ")")
                               for spec, record in self.specs()) or "none"
         message = f"no installed plugin provides device {family!r} (asked for {name!r}"
-        message += f", DEV={_dev_text()!r})" if _dev_text() else ")"
+        dev_text = _dev_text() if dev_text is None else dev_text
+        message += f", DEV={dev_text!r})" if dev_text else ")"
         message += f"; installed devices: {installed}"
         distribution = KNOWN_DISTRIBUTIONS.get(family)
         records = [record for record in _manager().records if distribution and record.distribution
@@ -252,6 +308,7 @@ class _DeviceRegistry:
             self._open_errors.clear()
             self._probes.clear()
             self._auto_default = None
+            self._requested.clear()
             self.selected_renderers.clear()
             self.selected_interfaces.clear()
 
@@ -266,8 +323,44 @@ Device = _DeviceRegistry()
 # ---- parts of a device, asked for by device classes -----------------------------------------------------------
 
 def target_for(device: str) -> Target:
-    """The parsed DEV target that applies to `device` (renderer, arch, interface and indices as DEV gives them)."""
-    return _dev_target_for(device)
+    """The parsed DEV target that applies to `device` (renderer, arch, interface and indices as DEV gives them), with
+    the parts a device name asked for (`Tensor.to("GL+WEBGPU")`) taking precedence."""
+    found = _dev_target_for(device)
+    requested = Device.requested_target(found.device)
+    if requested is None:
+        return found
+    return replace(found, **{key: getattr(requested, key) for key in ("renderer", "arch", "interface", "indices")
+                             if getattr(requested, key)})
+
+
+def check_dev_targets(targets: tuple[Target, ...], dev_text: str | None = None) -> None:
+    """Check DEV targets against the installed plugins when DEV is set: every device named is provided, and offers
+    the renderer and interface named (a renderer for every device, DEV=:LLVM, must be offered by one of them).
+
+    Raises DeviceNotInstalledError (with what to install) or SelectionError (with what is available)."""
+    shown = dev_text if dev_text is not None else format_dev(targets)
+    for target in targets:
+        if not target.device:
+            every_renderer = sorted({spec.name for device_spec, _record in Device.specs()
+                                     for spec, _offered in renderer_specs(device_spec.name)})
+            if target.renderer and target.renderer not in every_renderer:
+                offered = every_renderer
+                raise SelectionError(f"no installed device offers renderer {target.renderer!r} (DEV={shown!r}); "
+                                     f"renderers offered: {', '.join(offered) or 'none'}"
+                                     f"{_did_you_mean(target.renderer, offered)}")
+            continue
+        family = target.family
+        try:
+            Device.spec(target.device)
+        except DeviceNotInstalledError:
+            raise DeviceNotInstalledError(Device._not_installed_message(target.device, family, shown)) from None
+        renderer_names = [spec.name for spec, _record in renderer_specs(target.device)]
+        interface_names = [spec.name for spec, _record in interface_specs(target.device)]
+        for kind, wanted, names in (("renderer", target.renderer, renderer_names),
+                                    ("interface", target.interface, interface_names)):
+            if wanted and wanted not in names:
+                raise SelectionError(f"{family} has no {kind} {wanted!r} (DEV={shown!r}); available: "
+                                     f"{', '.join(names) or 'none'}{_did_you_mean(wanted, names)}")
 
 
 def renderer_specs(device: str) -> list[tuple[RendererSpec, PluginRecord]]:
