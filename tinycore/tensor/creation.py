@@ -25,6 +25,14 @@ def _device_of(device: str | None) -> str:
     return canonical_device(device)
 
 
+def _creates_leaf(method: Any) -> Any:
+    """Marks what a creation class method returns as a leaf tensor (see Tensor._mark_leaf)."""
+    @functools.wraps(method)
+    def create(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        return method(cls, *args, **kwargs)._mark_leaf()
+    return create
+
+
 @functools.lru_cache(maxsize=64)
 def _index_buffer(count: int, device: str) -> UOp:
     """A realized int32 buffer holding 0, 1, ..., count-1 on `device` (cached: ranges are built from it)."""
@@ -46,6 +54,7 @@ class CreationMixin:
     # ---- constants ----
 
     @classmethod
+    @_creates_leaf
     def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
              requires_grad: bool | None = None, **_: Any) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
@@ -69,6 +78,7 @@ class CreationMixin:
         return cls.full(argfix(*shape), 1, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
+    @_creates_leaf
     def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None, **_: Any) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
@@ -108,6 +118,7 @@ class CreationMixin:
         return cls._wrap(_index_buffer(count, _device_of(device)))  # type: ignore[attr-defined]
 
     @classmethod
+    @_creates_leaf
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
                dtype: DTypeLike | None = None, device: str | None = None, **_: Any) -> Tensor:
         """Values from `start` (inclusive) to `stop` (exclusive) spaced by `step`."""
@@ -128,6 +139,7 @@ class CreationMixin:
         return result
 
     @classmethod
+    @_creates_leaf
     def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None,
                  device: str | None = None) -> Tensor:
         """`steps` evenly spaced values from `start` to `stop`, both included."""
@@ -141,6 +153,7 @@ class CreationMixin:
         return values.cast(target)
 
     @classmethod
+    @_creates_leaf
     def eye(cls, n: int, m: int | None = None, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
         """The `n` x `m` identity matrix."""
         columns = n if m is None else m
@@ -188,6 +201,7 @@ class CreationMixin:
         return bits
 
     @classmethod
+    @_creates_leaf
     def rand(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, contiguous: bool = True,
              requires_grad: bool | None = None, **_: Any) -> Tensor:
         """Uniform random values in [0, 1)."""
@@ -213,6 +227,7 @@ class CreationMixin:
         return type(self).rand(*self.shape, **kwargs)
 
     @classmethod
+    @_creates_leaf
     def randn(cls, *shape: Any, dtype: DTypeLike | None = None, requires_grad: bool | None = None,
               **kwargs: Any) -> Tensor:
         """Standard normal random values (Box-Muller transform of uniform values)."""
@@ -244,6 +259,7 @@ class CreationMixin:
         return (values * (high - low)).floor().cast(dtypes.int64).add(low).cast(target)
 
     @classmethod
+    @_creates_leaf
     def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
                **kwargs: Any) -> Tensor:
         """Normal random values with the given mean and standard deviation."""
@@ -253,6 +269,7 @@ class CreationMixin:
         return result
 
     @classmethod
+    @_creates_leaf
     def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
                 requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
         """Uniform random values in [low, high)."""
@@ -263,12 +280,14 @@ class CreationMixin:
         return result
 
     @classmethod
+    @_creates_leaf
     def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
         sizes = argfix(*shape)
         return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(max(product(sizes), 1) ** -0.5)
 
     @classmethod
+    @_creates_leaf
     def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
         """Glorot (Xavier) uniform initialisation: bound sqrt(6 / (fan_in + fan_out))."""
         sizes = argfix(*shape)
@@ -276,6 +295,7 @@ class CreationMixin:
         return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(bound)
 
     @classmethod
+    @_creates_leaf
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He uniform initialisation for a leaky ReLU of slope `a`: bound sqrt(3) * gain / sqrt(fan_in)."""
         sizes = argfix(*shape)
@@ -283,6 +303,7 @@ class CreationMixin:
         return cls.uniform(*sizes, low=-bound, high=bound, **kwargs)
 
     @classmethod
+    @_creates_leaf
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He normal initialisation: standard deviation gain / sqrt(fan_in)."""
         sizes = argfix(*shape)
@@ -308,6 +329,7 @@ class CreationMixin:
         return samples.squeeze(0) if self.ndim == 1 else samples
 
     @classmethod
+    @_creates_leaf
     def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Any) -> Tensor:
         """A tensor holding a copy of the `shape` elements at host address `ptr` (dtype= and device= as keywords)."""
         import ctypes

@@ -253,7 +253,8 @@ class ElementwiseMixin:
         """|self|."""
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
-        return (self < 0).where(-self, self)
+        # the middle branch makes the gradient at 0 zero (as torch's sign(x)); it is x * 0 so nan stays nan
+        return (self < 0).where(-self, (self > 0).where(self, self * 0))
 
     def sign(self: Any) -> Tensor:
         """-1, 0 or 1 by the sign of each element (nan stays nan)."""
@@ -712,9 +713,13 @@ class ElementwiseMixin:
         return (self > 0).where(self, self._const(0))
 
     def sigmoid(self: Any) -> Tensor:
-        """1 / (1 + exp(-self))."""
+        """1 / (1 + exp(-self)), computed from z = exp(-|self|) (never overflows): 1 / (1 + z) for self >= 0 and
+        z / (1 + z) below, so values far below zero keep their precision and gradients stay finite everywhere."""
         x = self._float()
-        return (1.0 + (x * -_LOG2_E)._alu(Ops.EXP2))._alu(Ops.RECIPROCAL)
+        negative = x < 0
+        z = (negative.where(x, -x) * _LOG2_E)._alu(Ops.EXP2)
+        positive_branch = (1.0 + z)._alu(Ops.RECIPROCAL)
+        return negative.where(z * positive_branch, positive_branch)
 
     def logsigmoid(self: Any) -> Tensor:
         """log(sigmoid(self))."""

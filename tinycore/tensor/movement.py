@@ -131,10 +131,6 @@ class MovementMixin:
         """Constant padding (zero directly, other values through a mask)."""
         if all(before == 0 and after == 0 for before, after in pairs):
             return self
-        if self.numel() == 0:
-            grown = tuple(size + before + after for size, (before, after) in zip(self.shape, pairs, strict=True))
-            filled = type(self).full(grown, value, self.dtype, self.device)
-            return self._result(filled.uop, self)
         padded = self._result(self.uop.pad(tuple(pairs)))
         if value == 0:
             return padded

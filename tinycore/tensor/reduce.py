@@ -21,13 +21,9 @@ class ReduceMixin:
     def _reduce(self: Any, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
         """The reduction `op` (ADD, MUL or MAX) over `axis`."""
         axes = resolve_axes(axis, self.ndim)
-        kept = tuple(1 if index in axes else size for index, size in enumerate(self.shape))
-        if any(self.shape[index] == 0 for index in axes):
-            identity = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(self.dtype)}[op]
-            result = type(self).full(kept, identity, self.dtype, self.device)
-            result = self._result(result.uop, self)
-        else:
-            result = self._result(self.uop.r(op, axes)) if axes else self
+        # a reduce over an empty axis gives the identity of `op`; the node stays in the graph so gradients reach
+        # the empty input (zeros of its shape, as torch)
+        result = self._result(self.uop.r(op, axes)) if axes else self
         if keepdim:
             return result
         return result.reshape(tuple(size for index, size in enumerate(self.shape) if index not in axes))

@@ -29,8 +29,12 @@ from tinycore.uop.uop import UOp
 if TYPE_CHECKING:
     import numpy
 
-_GRAD_TENSORS: weakref.WeakSet[Tensor] = weakref.WeakSet()
+# Both registries are keyed by id(): a WeakSet would compare tensors with ==, which is elementwise for a Tensor.
+_GRAD_TENSORS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 """Every live tensor with requires_grad=True: the candidates for `backward`."""
+_UNDECIDED_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+"""Live tensors made from data or by a creation method (Tensor(...), empty, uniform, ...) whose requires_grad is
+None ("not decided"): as in tinygrad, `backward` gives them gradients too. Results of operations are not leaves."""
 
 
 def canonical_device(device: str | None) -> str:
@@ -46,6 +50,11 @@ def canonical_device(device: str | None) -> str:
 def _uses(graph: dict[UOp, None], node: UOp) -> bool:
     """True when `graph` reads `node` (a realized buffer view counts when the graph reads its buffer)."""
     return node in graph or (node.is_contiguous_buffer and node.base in graph)
+
+
+def _reads_memory(node: UOp) -> bool:
+    """True when `node` reads a buffer (it is not a graph of constants only)."""
+    return any(source.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for source in node.toposort)
 
 
 def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
@@ -86,6 +95,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             self.uop = self._uop_from_data(data, canonical_device(device), wanted)
         self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
+        if requires_grad is None:
+            _UNDECIDED_LEAVES[id(self)] = self
 
     @staticmethod
     def _uop_from_path(path: pathlib.Path, dtype: DType | None) -> UOp:
@@ -148,8 +159,15 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         tensor.uop, tensor.grad, tensor._unrealized, tensor._requires_grad = uop, None, None, None
         if requires_grad:
             tensor._requires_grad = True
-            _GRAD_TENSORS.add(tensor)
+            _GRAD_TENSORS[id(tensor)] = tensor
         return tensor
+
+    def _mark_leaf(self) -> Tensor:
+        """Record this tensor, made by a creation method, as a leaf that backward gives a gradient unless its
+        requires_grad is False; returns self."""
+        if self._requires_grad is None:
+            _UNDECIDED_LEAVES[id(self)] = self
+        return self
 
     def _result(self, uop: UOp, *others: Any) -> Tensor:
         """A new Tensor over `uop`, which was built from this tensor and `others` (gradients flow if any needs)."""
@@ -174,9 +192,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             self.uop = fresh.assign(self.detach()).realize().uop
         self._requires_grad = value
         if value:
-            _GRAD_TENSORS.add(self)
+            _GRAD_TENSORS[id(self)] = self
         else:
-            _GRAD_TENSORS.discard(self)
+            _GRAD_TENSORS.pop(id(self), None)
+        if value is not None:
+            _UNDECIDED_LEAVES.pop(id(self), None)
 
     @property
     def shape(self) -> tuple[Any, ...]:
@@ -289,7 +309,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             from tinycore.engine.realize import realize_uops
             realized = realize_uops([tensor.uop for tensor in pending])
             for tensor, uop in zip(pending, realized, strict=True):
-                if tensor._requires_grad and tensor._unrealized is None:
+                if tensor._unrealized is None and (tensor._requires_grad or (
+                        tensor._requires_grad is None and _UNDECIDED_LEAVES.get(id(tensor)) is tensor)):
                     tensor._unrealized = tensor.uop
                 tensor.uop = uop
         return self
@@ -407,12 +428,22 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return self._unrealized if self._unrealized is not None else self.uop
 
     def _grad_targets(self, root: UOp) -> dict[Tensor, UOp]:
-        """Tensors requiring gradients that the graph of `root` uses, with their node in it."""
+        """The tensors that the graph of `root` uses and that receive gradients, with their node in it: those with
+        requires_grad=True, and floating-point leaves whose requires_grad is None (tinygrad's "not decided")."""
         graph = root.toposort
         found: dict[Tensor, UOp] = {}
-        for tensor in list(_GRAD_TENSORS):
+        undecided = [tensor for tensor in list(_UNDECIDED_LEAVES.values())
+                     if tensor._requires_grad is None and dtypes.is_float(tensor.dtype)]
+        for tensor in list(_GRAD_TENSORS.values()):
             for candidate in (tensor.uop, tensor._unrealized):
                 if candidate is not None and _uses(graph, candidate):
+                    found[tensor] = candidate
+                    break
+        for tensor in undecided:
+            for candidate in (tensor.uop, tensor._unrealized):
+                # a lazy constant (Tensor.zeros(3)) is the very node every equal constant is, so its gradient
+                # would mix in every other use: only leaves over memory of their own are told apart
+                if candidate is not None and _uses(graph, candidate) and _reads_memory(candidate):
                     found[tensor] = candidate
                     break
         return found
@@ -440,10 +471,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         results = []
         for target, uop in zip(targets, target_uops, strict=True):
             found = grads.get(uop)
-            if found is None:
-                raise RuntimeError(f"this tensor does not depend on the target of shape {target.shape}")
-            results.append(type(self)._wrap(found))
+            # no differentiable path (a zero-size input, a sign-only use, an unused target): zeros, as tinygrad
+            results.append(type(self)._wrap(found) if found is not None else target._zero_gradient())
         return results
+
+    def _zero_gradient(self) -> Tensor:
+        """The gradient of a tensor the differentiated value does not depend on: zeros of its shape."""
+        return self._const(0.0, self.dtype if dtypes.is_float(self.dtype) else dtypes.default_float)
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate into `.grad` the gradient of this tensor for every tensor with requires_grad that it uses."""
@@ -452,13 +486,14 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         root = self._graph_root()
         targets = self._grad_targets(root)
         if not targets:
-            raise RuntimeError("backward found no tensor with requires_grad=True in this tensor's graph")
+            raise RuntimeError("backward found no floating-point tensor in this tensor's graph that takes a gradient "
+                               "(every one has requires_grad=False)")
         grads = compute_gradient(root, seed.uop, set(targets.values()))
         for tensor, uop in targets.items():
             found = grads.get(uop)
-            if found is None:
+            if found is None and not dtypes.is_float(tensor.dtype):
                 continue
-            new_grad = type(self)._wrap(found)
+            new_grad = type(self)._wrap(found) if found is not None else tensor._zero_gradient()
             if tuple(new_grad.shape) != tuple(tensor.shape):
                 raise RuntimeError(f"gradient shape {new_grad.shape} does not match tensor shape {tensor.shape}")
             tensor.grad = new_grad if tensor.grad is None else tensor.grad + new_grad
