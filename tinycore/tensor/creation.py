@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _THREEFRY_PARITY = 0x1BD11BDA
 _MASK32 = 0xFFFFFFFF
+_MASK64 = 0xFFFFFFFFFFFFFFFF
 
 
 def _device_of(device: str | None) -> str:
@@ -48,15 +50,16 @@ def _index_buffer(count: int, device: str) -> UOp:
 class CreationMixin:
     """Constructors (class methods) and *_like methods of Tensor."""
 
-    _seed: ClassVar[int | None] = None
-    _rng_counter: ClassVar[int] = 0
+    _seed: ClassVar[int] = int(time.time())
+    _device_keys: ClassVar[dict[str, int]] = {}
+    _device_counters: ClassVar[dict[str, int]] = {}
 
     # ---- constants ----
 
     @classmethod
     @_creates_leaf
     def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
-             requires_grad: bool | None = None, **_: Any) -> Tensor:
+             requires_grad: bool | None = None) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
         sizes = check_shape(argfix(shape) if not isinstance(shape, int) else (shape,))
         if not isinstance(fill_value, (int, float, bool)):
@@ -80,7 +83,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
-              requires_grad: bool | None = None, **_: Any) -> Tensor:
+              requires_grad: bool | None = None) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
         from tinycore.uop.buffer import new_buffer_uop
         sizes = check_shape(argfix(*shape))
@@ -163,57 +166,126 @@ class CreationMixin:
                                                                                   dtypes.default_float)
 
     # ---- random ----
+    # The stream is tinygrad 0.14's, so seeded programs draw the same numbers in both: each device gets the key
+    # (low 32 bits of sha256 of the order in which it was first used since the seed, low 32 bits of the seed) and a
+    # 64-bit counter that advances by the number of 32-bit words each call draws. A call's words come from a key
+    # derived by encrypting its start counter, then from encrypting counters (i, i + half) for i < half.
 
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed the random number generator: the same seed gives the same numbers on every device."""
+        """Seed the random number generator: the same seed gives tinygrad 0.14's numbers, on every device."""
         CreationMixin._seed = int(seed)
-        CreationMixin._rng_counter = 0
-
-    @classmethod
-    def _next_key(cls) -> tuple[int, int]:
-        """The (key0, key1) pair of the next random call."""
-        if CreationMixin._seed is None:
-            CreationMixin._seed = int(time.time())
-        counter = CreationMixin._rng_counter
-        CreationMixin._rng_counter += 1
-        return CreationMixin._seed & _MASK32, (counter + ((CreationMixin._seed >> 32) << 16)) & _MASK32
+        CreationMixin._device_keys = {}
+        CreationMixin._device_counters = {}
 
     @staticmethod
-    def _threefry(word0: Tensor, word1: Tensor, key0: int, key1: int) -> tuple[Tensor, Tensor]:
-        """Threefry-2x32-20 of the uint32 counter words (word0, word1) under the key (key0, key1)."""
-        keys = (key0 & _MASK32, key1 & _MASK32, (key0 ^ key1 ^ _THREEFRY_PARITY) & _MASK32)
-        word0, word1 = word0 + keys[0], word1 + keys[1]
+    def _next_counter(device: str, words: int) -> tuple[int, int, int]:
+        """(key word 0, key word 1, start counter) of the next `words` random words on `device`."""
+        keys = CreationMixin._device_keys
+        if device not in keys:
+            digest = hashlib.sha256(len(keys).to_bytes(4, "big")).digest()
+            keys[device] = int.from_bytes(digest, "big") & _MASK32
+            CreationMixin._device_counters[device] = 0
+        start = CreationMixin._device_counters[device]
+        CreationMixin._device_counters[device] = (start + words) & _MASK64
+        return keys[device], CreationMixin._seed & _MASK32, start
+
+    @staticmethod
+    def _threefry(word0: Any, word1: Any, key0: Any, key1: Any) -> tuple[Any, Any]:
+        """Threefry-2x32-20 of the counter words (word0, word1) under the key (key0, key1).
+
+        Words and keys are uint32 Tensors (broadcast together) or Python ints, in any mix; Python ints are reduced
+        to 32 bits after every step, so the same function derives keys on the host and draws numbers on devices.
+        """
+        def wrap(value: Any) -> Any:
+            return value & _MASK32 if isinstance(value, int) else value
+
+        keys = (wrap(key0), wrap(key1), wrap(key0 ^ key1 ^ _THREEFRY_PARITY))
+        word0, word1 = wrap(word0 + keys[0]), wrap(word1 + keys[1])
         for block in range(5):
             for rotation in _THREEFRY_ROTATIONS[block % 2]:
-                word0 = word0 + word1
-                word1 = ((word1 << rotation) | (word1 >> (32 - rotation))) ^ word0
-            word0 = word0 + keys[(block + 1) % 3]
-            word1 = word1 + ((keys[(block + 2) % 3] + block + 1) & _MASK32)
+                word0 = wrap(word0 + word1)
+                word1 = wrap((wrap(word1 << rotation) | (word1 >> (32 - rotation))) ^ word0)
+            word0 = wrap(word0 + keys[(block + 1) % 3])
+            word1 = wrap(wrap(word1 + keys[(block + 2) % 3]) + (block + 1))
         return word0, word1
 
     @classmethod
+    def _stream_words(cls, key0: Any, key1: Any, counter_low: Any, counter_high: Any, count: int,
+                      device: str) -> Tensor:
+        """`count` uint32 words of the stream with key (key0, key1) from the 64-bit counter (low, high word).
+
+        Keys and counter words are Python ints (rand: the key is derived on the host, no kernel work) or uint32
+        Tensors of shape (1,) (`random_bits`). Words are drawn in chunks of 2**32 - 1, each under its own key.
+        """
+        chunks = []
+        for offset in range(0, count, _MASK32):
+            chunk = min(count - offset, _MASK32)
+            if isinstance(counter_low, int):
+                total = ((counter_high << 32) | counter_low) + offset
+                chunk_low: Any = total & _MASK32
+                chunk_high: Any = (total >> 32) & _MASK32
+            else:
+                chunk_low = counter_low + (offset & _MASK32)
+                chunk_high = counter_high + (offset >> 32) + (chunk_low < counter_low).cast(dtypes.uint32)
+            derived0, derived1 = cls._threefry(chunk_low, chunk_high, key0, key1)
+            half = (chunk + 1) // 2
+            first_counters = cls._indices(half, device).bitcast(dtypes.uint32)  # type: ignore[attr-defined]
+            first, second = cls._threefry(first_counters, first_counters + half, derived0, derived1)
+            chunks.append(first.cat(second)[:chunk])
+        if not chunks:
+            return cls.full((0,), 0, dtypes.uint32, device)
+        return chunks[0].cat(*chunks[1:]) if len(chunks) > 1 else chunks[0]
+
+    @classmethod
     def _random_bits(cls, count: int, device: str | None) -> Tensor:
-        """`count` random uint32 values from the generator."""
-        key0, key1 = cls._next_key()
-        counters = cls._indices(count, device).bitcast(dtypes.uint32)  # type: ignore[attr-defined]
-        bits, _ = cls._threefry(counters, counters._const(0), key0, key1)  # type: ignore[attr-defined]
-        return bits
+        """The next `count` uint32 words of `device`'s stream (the counter advances by `count`)."""
+        canonical = _device_of(device)
+        key0, key1, start = cls._next_counter(canonical, count)
+        return cls._stream_words(key0, key1, start & _MASK32, start >> 32, count, canonical)
+
+    @staticmethod
+    def _words_to_floats(words: Tensor, count: int, dtype: Any) -> Tensor:
+        """`count` floats of `dtype` in [0, 1) from uint32 `words` (one per `dtype.itemsize` bytes, little-endian).
+
+        Each element's top mantissa-many bits become the mantissa of a number in [1, 2); 1 is then subtracted.
+        """
+        exponent, mantissa = dtypes.finfo(dtype)
+        bits = dtype.itemsize * 8
+        one = ((1 << (exponent - 1)) - 1) << mantissa  # the bits of 1.0: the exponent bias, a zero mantissa
+        if dtype.itemsize == 4:
+            elements = words
+        elif dtype.itemsize == 8:
+            pairs = words.reshape(-1, 2).cast(dtypes.uint64)
+            elements = pairs[:, 0] | (pairs[:, 1] << 32)
+        else:
+            per_word = 4 // dtype.itemsize
+            shifts = [position * bits for position in range(per_word)]
+            parts = [(words >> shift) & ((1 << bits) - 1) for shift in shifts]
+            elements = parts[0].stack(*parts[1:], dim=1).flatten()
+        unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}[dtype.itemsize]
+        floats = ((elements.cast(unsigned) >> (bits - mantissa)) | one).bitcast(dtype)
+        return floats[:count] - 1
 
     @classmethod
     @_creates_leaf
     def rand(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, contiguous: bool = True,
-             requires_grad: bool | None = None, **_: Any) -> Tensor:
-        """Uniform random values in [0, 1)."""
+             requires_grad: bool | None = None) -> Tensor:
+        """Uniform random values in [0, 1), tinygrad 0.14's values after the same `manual_seed` (lazy until read).
+
+        `requires_grad` is tinycore's addition; an unknown keyword is a TypeError, as in tinygrad.
+        """
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
         if not dtypes.is_float(target):
-            raise TypeError(f"rand needs a floating point dtype, got {target}")
-        mantissa = min(dtypes.finfo(target)[1] + 1, 32)
-        bits = cls._random_bits(product(sizes), device)
-        compute = dtypes.float64 if mantissa > 24 else dtypes.float32
-        values = (bits >> (32 - mantissa)).cast(compute) * (2.0 ** -mantissa)
-        result = values.cast(target).reshape(sizes)
+            raise ValueError(f"rand only supports float dtypes, got {target}")
+        if not all(isinstance(size, int) for size in sizes):
+            raise ValueError(f"rand needs a concrete shape, got {sizes}")
+        if device is not None and not isinstance(device, str):
+            raise ValueError(f"rand only supports a single device, got device={device!r}")
+        count = product(sizes)
+        words = cls._random_bits((count * target.itemsize + 3) // 4, device)
+        result = cls._words_to_floats(words, count, target).reshape(sizes)
         if contiguous:
             result = result.contiguous()
         if requires_grad is not None:
@@ -221,49 +293,48 @@ class CreationMixin:
         return result
 
     def rand_like(self: Any, **kwargs: Any) -> Tensor:
-        """Uniform random values shaped like this tensor."""
-        kwargs.setdefault("dtype", self.dtype if dtypes.is_float(self.dtype) else None)
-        kwargs.setdefault("device", self.device)
-        return type(self).rand(*self.shape, **kwargs)
+        """Uniform random values shaped like this tensor (its dtype and device unless given)."""
+        return type(self).rand(*self.shape, device=kwargs.pop("device", self.device),
+                               dtype=kwargs.pop("dtype", self.dtype), **kwargs)
 
     @classmethod
     @_creates_leaf
     def randn(cls, *shape: Any, dtype: DTypeLike | None = None, requires_grad: bool | None = None,
               **kwargs: Any) -> Tensor:
-        """Standard normal random values (Box-Muller transform of uniform values)."""
-        sizes = check_shape(argfix(*shape))
-        uniform = cls.rand(2, *sizes, dtype=dtypes.float32, contiguous=False, **kwargs)
-        radius = (1 - uniform[0]).log().mul(-2).sqrt()  # type: ignore[attr-defined]
-        result = (radius * (uniform[1] * (2 * math.pi)).cos()).cast(optional_dtype(dtype) or dtypes.default_float)
-        result = result.contiguous()
+        """Standard normal random values: the Box-Muller transform of two uniform float32 draws, as tinygrad."""
+        result = cls.empty(*shape, **kwargs).randn_like(dtype=dtype)
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
 
     def randn_like(self: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
-        """Standard normal values shaped like this tensor."""
-        kwargs.setdefault("device", self.device)
-        return type(self).randn(*self.shape, dtype=dtype or (self.dtype if dtypes.is_float(self.dtype) else None),
-                                **kwargs)
+        """Standard normal values shaped like this tensor (this tensor's dtype unless given)."""
+        target = to_dtype(dtype or self.dtype)
+        uniform = self.stack(self).rand_like(**{**kwargs, "dtype": dtypes.float32})
+        radius = (1 - uniform[1]).log().mul(-2).sqrt()
+        return (uniform[0] * (2 * math.pi)).cos().mul(radius).cast(target)
 
     @classmethod
     def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
                 **kwargs: Any) -> Tensor:
-        """Random integers in [low, high)."""
-        if not isinstance(low, int) or not isinstance(high, int) or high <= low:
-            raise ValueError(f"randint needs int bounds with low < high, got low={low!r}, high={high!r}")
+        """Random integers in [low, high): the uniform float draw scaled by high - low and truncated, as tinygrad."""
+        if not isinstance(low, int) or not isinstance(high, int):
+            raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
         target = to_dtype(dtype)
         if not dtypes.is_int(target):
             raise TypeError(f"randint needs an integer dtype, got {target}")
-        values = cls.rand(*shape, dtype=dtypes.float64 if high - low > 2 ** 24 else dtypes.float32, **kwargs)
-        return (values * (high - low)).floor().cast(dtypes.int64).add(low).cast(target)
+        if low >= high:
+            raise ValueError(f"randint needs low < high, got low={low}, high={high}")
+        return cls.uniform(*shape, low=low, high=high, dtype=target, **kwargs)
 
     @classmethod
     @_creates_leaf
     def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
                **kwargs: Any) -> Tensor:
-        """Normal random values with the given mean and standard deviation."""
-        result = (std * cls.randn(*shape, **kwargs) + mean)
+        """Normal random values with the given mean and standard deviation (std >= 0)."""
+        if std < 0:
+            raise ValueError(f"normal needs std >= 0, got std={std}")
+        result = std * cls.randn(*shape, **kwargs) + mean
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
@@ -272,9 +343,11 @@ class CreationMixin:
     @_creates_leaf
     def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
                 requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
-        """Uniform random values in [low, high)."""
+        """Uniform random values in [low, high): a default-float draw scaled, cast to `dtype`, then shifted."""
+        if low >= high:
+            raise ValueError(f"uniform needs low < high, got low={low}, high={high}")
         target = optional_dtype(dtype) or dtypes.default_float
-        result = ((high - low) * cls.rand(*shape, **kwargs) + low).cast(target)
+        result = ((high - low) * cls.rand(*shape, **kwargs)).cast(target) + low
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
@@ -289,44 +362,55 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
-        """Glorot (Xavier) uniform initialisation: bound sqrt(6 / (fan_in + fan_out))."""
+        """Glorot (Xavier) uniform initialisation: uniform in +-sqrt(6 / (fan_in + fan_out))."""
         sizes = argfix(*shape)
-        bound = math.sqrt(6 / max(sizes[0] + product(sizes[1:]), 1))
-        return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(bound)
+        bound = (6 / max(sizes[0] + product(sizes[1:]), 1)) ** 0.5
+        return cls.uniform(*sizes, low=-bound, high=bound, **kwargs)
 
     @classmethod
     @_creates_leaf
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He uniform initialisation for a leaky ReLU of slope `a`: bound sqrt(3) * gain / sqrt(fan_in)."""
+        """He uniform initialisation for a leaky ReLU of slope `a`: uniform in +-sqrt(6 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
-        bound = math.sqrt(3.0) * math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(max(product(sizes[1:]), 1))
+        bound = (6 / (1 + a ** 2) / max(product(sizes[1:]), 1)) ** 0.5
         return cls.uniform(*sizes, low=-bound, high=bound, **kwargs)
 
     @classmethod
     @_creates_leaf
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
-        """He normal initialisation: standard deviation gain / sqrt(fan_in)."""
+        """He normal initialisation: standard deviation sqrt(2 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
-        std = math.sqrt(2.0 / (1 + a ** 2)) / math.sqrt(max(product(sizes[1:]), 1))
+        std = (2 / (1 + a ** 2) / max(product(sizes[1:]), 1)) ** 0.5
         return cls.normal(*sizes, mean=0.0, std=std, **kwargs)
 
     @classmethod
     def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kwargs: Any) -> Tensor:
-        """A random permutation of 0..n-1."""
+        """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
         return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
 
     def multinomial(self: Any, num_samples: int = 1, replacement: bool = False) -> Tensor:
-        """Indices sampled from the (unnormalised) probabilities along the last axis of a 1-D or 2-D tensor."""
+        """`num_samples` indices drawn from the (unnormalised) weights along the last axis of a 1-D or 2-D tensor.
+
+        With replacement (or one sample), each draw counts the cumulative probabilities it reaches; without, the
+        weights' Efraimidis-Spirakis keys (log2 of a uniform draw over the weight) pick the top `num_samples`.
+        """
         if not 1 <= self.ndim <= 2:
             raise ValueError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
-        if not replacement and num_samples != 1:
-            raise ValueError("multinomial without replacement supports only num_samples=1")
+        if not isinstance(num_samples, int) or num_samples <= 0:
+            raise ValueError(f"multinomial needs a positive number of samples, got {num_samples!r}")
         weights = self.unsqueeze(0) if self.ndim == 1 else self
-        cumulative = weights.float().cumsum(1)
-        cumulative = (cumulative / cumulative[:, -1:]).unsqueeze(1)
-        draws = type(self).rand(weights.shape[0], num_samples, 1, device=self.device)
-        samples = (cumulative < draws).sum(2).cast(dtypes.int32).minimum(weights.shape[1] - 1)
-        return samples.squeeze(0) if self.ndim == 1 else samples
+        if not replacement and num_samples > weights.shape[1]:
+            raise ValueError(f"multinomial without replacement cannot draw {num_samples} samples from "
+                             f"{weights.shape[1]} weights: pass replacement=True or fewer samples")
+        if replacement or num_samples == 1:
+            cumulative = weights.cumsum(1).float()
+            cumulative = cumulative / cumulative[:, -1].unsqueeze(1)
+            draws = type(self).rand(num_samples, cumulative.shape[0], 1).to(self.device)
+            indices = (draws >= cumulative).sum(2).permute((1, 0))
+        else:
+            keys = weights.rand_like(dtype=dtypes.float32).log2() / weights
+            indices = keys.topk(num_samples, dim=1)[1]
+        return (indices.squeeze(0) if self.ndim == 1 else indices).cast(dtypes.int32)
 
     @classmethod
     @_creates_leaf

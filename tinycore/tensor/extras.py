@@ -85,39 +85,22 @@ class ExtrasMixin:
         key = seed.cast(dtypes.uint64)
         key0, key1 = (key & _MASK32).cast(dtypes.uint32), (key >> 32).cast(dtypes.uint32)
         low, high = (self & _MASK32).cast(dtypes.uint32), (self >> 32).cast(dtypes.uint32)
-        out_low, out_high = type(self)._threefry_tensor_key(low, high, key0, key1)
+        out_low, out_high = type(self)._threefry(low, high, key0, key1)
         return out_low.cast(dtypes.uint64) | (out_high.cast(dtypes.uint64) << 32)
-
-    @staticmethod
-    def _threefry_tensor_key(word0: Tensor, word1: Tensor, key0: Tensor, key1: Tensor) -> tuple[Tensor, Tensor]:
-        """Threefry-2x32-20 with the key given as uint32 tensors (broadcast against the counter words)."""
-        from tinycore.tensor.creation import _THREEFRY_PARITY, _THREEFRY_ROTATIONS
-        keys = (key0, key1, key0 ^ key1 ^ _THREEFRY_PARITY)
-        word0, word1 = word0 + keys[0], word1 + keys[1]
-        for block in range(5):
-            for rotation in _THREEFRY_ROTATIONS[block % 2]:
-                word0 = word0 + word1
-                word1 = ((word1 << rotation) | (word1 >> (32 - rotation))) ^ word0
-            word0 = word0 + keys[(block + 1) % 3]
-            word1 = word1 + keys[(block + 2) % 3] + (block + 1)
-        return word0, word1
 
     @classmethod
     def random_bits(cls, key: Tensor, counter: Tensor, num: int) -> Tensor:
-        """`num` random uint32 values from the uint32 `key` (two words) and uint32 `counter` (one word).
-
-        Value i is the first output word of Threefry-2x32-20 applied to the counter pair (counter + i, 0).
+        """`num` uint32 words of the Threefry stream with the uint32 `key` (two words) from the 64-bit `counter`
+        (two uint32 words, low first), as tinygrad's `Tensor.random_bits` (the stream `rand` draws from).
         """
         if not isinstance(num, int) or num < 0:
             raise ValueError(f"random_bits num must be a non-negative int, got {num!r}")
-        if tuple(key.shape) != (2,) or tuple(counter.shape) not in ((1,), ()):
-            raise ValueError(f"random_bits needs a key of shape (2,) and a counter of shape (1,), got key {key.shape} "
-                             f"and counter {counter.shape}")
-        key = key.cast(dtypes.uint32)
-        start = counter.reshape(1).cast(dtypes.uint32)
-        counters = cls._indices(num, key.device).bitcast(dtypes.uint32) + start  # type: ignore[attr-defined]
-        bits, _ = cls._threefry_tensor_key(counters, counters.zeros_like(), key[0:1], key[1:2])
-        return bits
+        if tuple(key.shape) != (2,) or tuple(counter.shape) != (2,):
+            raise ValueError(f"random_bits needs a key and a counter of shape (2,) (uint32 words, low first), got "
+                             f"key {key.shape} and counter {counter.shape}")
+        key, counter = key.cast(dtypes.uint32), counter.cast(dtypes.uint32)
+        return cls._stream_words(key[0:1], key[1:2], counter[0:1], counter[1:2], num,  # type: ignore[attr-defined]
+                                 key.device)
 
     # ---- hashing ----
 

@@ -431,8 +431,8 @@ class NNMixin:
             return self
         if p == 1:
             return self.zeros_like()
-        keep = type(self).rand(*self.shape, device=self.device, contiguous=False) >= p
-        return keep.where(self, 0) * (1 / (1 - p))
+        keep = (self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
+        return keep.where(self, 0) / (1.0 - p)
 
     def triu(self: Any, diagonal: int = 0) -> Tensor:
         """Elements on and above the `diagonal`-th diagonal of the last two axes; zeros below."""

@@ -80,16 +80,18 @@ def test_threefry_rejects_non_uint64() -> None:
 
 
 def test_random_bits_counter_offsets() -> None:
+    # tinygrad's stream: a key derived by encrypting the counter (low, high), then words i and i + half of the
+    # encrypted pairs (i, i + half); the counter's low word carries into the high word
     key = Tensor([0x13198A2E, 0x03707344], dtype=dtypes.uint32)
-    bits = Tensor.random_bits(key, Tensor([0x243F6A88], dtype=dtypes.uint32), 3)
+    bits = Tensor.random_bits(key, Tensor([0xFFFFFFFF, 0], dtype=dtypes.uint32), 3)
     assert bits.dtype == dtypes.uint32 and bits.shape == (3,)
-    # the first value equals Threefry's first output word for the counter pair (0x243f6a88, 0)
-    counters = Tensor([0x243F6A88, 0x243F6A89, 0x243F6A8A], dtype=dtypes.uint64)
     packed_key = Tensor([0x0370734413198A2E], dtype=dtypes.uint64)
-    expected = [value & 0xFFFFFFFF for value in counters.threefry(packed_key).tolist()]
-    assert bits.tolist() == expected
+    derived = Tensor([0x00000000FFFFFFFF], dtype=dtypes.uint64).threefry(packed_key)
+    pairs = Tensor([0 | (2 << 32), 1 | (3 << 32)], dtype=dtypes.uint64).threefry(derived)
+    words = pairs.tolist()
+    assert bits.tolist() == [words[0] & 0xFFFFFFFF, words[1] & 0xFFFFFFFF, words[0] >> 32]
     with pytest.raises(ValueError, match="shape"):
-        Tensor.random_bits(Tensor([1], dtype=dtypes.uint32), Tensor([0], dtype=dtypes.uint32), 3)
+        Tensor.random_bits(Tensor([1], dtype=dtypes.uint32), Tensor([0, 0], dtype=dtypes.uint32), 3)
 
 
 # ---- hashing ----
