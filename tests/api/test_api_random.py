@@ -1,6 +1,6 @@
-"""Random streams against tinygrad 0.14.0's own outputs (tests/data/random_known_answers.json).
+"""Random streams against tinygrad 0.14.0's own outputs (tests/api/data/random_known_answers.json).
 
-The table was generated once with tinygrad 0.14.0 by tests/data/make_random_known_answers.py (not run in CI).
+The table was generated once with tinygrad 0.14.0 by tests/api/data/make_random_known_answers.py (not run in CI).
 Uniform draws, integers, permutations, samples and dropout masks must match bit for bit. Values computed from the
 draws with float arithmetic may differ in the last units: tinygrad's CPU device lets clang fuse `a * b + c` into one
 rounding (FMA) where tinycore's rounds twice, as numpy does (uniform, the initialisers), and each library has its

@@ -1,9 +1,9 @@
-"""Write tests/data/random_known_answers.json: tinygrad 0.14.0's random streams, the reference test_api_random checks.
+"""Write tests/api/data/random_known_answers.json: tinygrad 0.14.0's random streams, for test_api_random.
 
 Run once by hand, never in CI (it needs tinygrad==0.14.0 and a C compiler for its CPU device):
 
     pip install tinygrad==0.14.0
-    DEV=CPU python tests/data/make_random_known_answers.py
+    DEV=CPU python tests/api/data/make_random_known_answers.py
 
 Each case is a sequence of calls after one `Tensor.manual_seed`, so the table also pins how the counter advances
 from call to call and how a second device gets its own stream.
