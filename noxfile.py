@@ -15,8 +15,9 @@ PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 
 DEVICES = {"cpu": "CPU", "disk": "DISK", "cl": "CL", "webgpu": "WEBGPU", "nv": "NV", "amd": "AMD"}
 """The device each plugin provides, for its conformance session."""
-MOCKS = {"nv": "MOCK+NV"}
-"""Plugins whose device has a simulated GPU: without the hardware, conformance runs on it (DEV=MOCK+NV)."""
+MOCKS = {"nv": ("MOCK+NV", "MOCK+NV:PTX")}
+"""Plugins whose device has a simulated GPU: without the hardware, conformance runs on it once per renderer (each
+kernel is also compiled: CUDA C by NVRTC, PTX by ptxas)."""
 
 TORCH = "torch==2.13.0"
 """The only torch the test environments may install (the core's and tiny-cpu's `test` extras pin the same)."""
@@ -71,17 +72,19 @@ def conformance(session: nox.Session, name: str) -> None:
     output = session.run("python", "-c", "import sys; from tinycore.device.registry import Device; "
                          f"ok, reason, _ = Device.probe({device!r}); print('ok' if ok else 'unavailable: ' + reason)",
                          silent=True)
-    environment = {}
+    environments: list[dict[str, str]] = [{}]
     if not str(output).strip().startswith("ok") and name in MOCKS:
-        session.log(f"{device} has no hardware here ({str(output).strip()}): checking its MOCK GPU, DEV={MOCKS[name]}")
-        environment = {"DEV": MOCKS[name]}
+        session.log(f"{device} has no hardware here ({str(output).strip()}): checking its MOCK GPU, "
+                    f"DEV={' and DEV='.join(MOCKS[name])}")
+        environments = [{"DEV": dev} for dev in MOCKS[name]]
     elif not str(output).strip().startswith("ok"):
         session.log(f"{device} does not run on this machine ({str(output).strip()}); its plugin(NAME) tests ran")
         return
     session.install("-e", ".[test]", TORCH)
     if device == "DISK":  # DISK devices are files: check one in the session's scratch directory
         device = f"DISK:{session.create_tmp()}/conformance.bin"
-    session.run("tiny", "conformance", device, *session.posargs, env=environment)
+    for environment in environments:
+        session.run("tiny", "conformance", device, *session.posargs, env=environment)
 
 
 @nox.session

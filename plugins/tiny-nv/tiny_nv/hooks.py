@@ -53,11 +53,13 @@ def tiny_devices() -> list[DeviceSpec]:
 
 @hookimpl
 def tiny_renderers(device: str) -> list[RendererSpec]:
-    """CUDA C compiled by NVRTC (the default)."""
+    """CUDA C compiled by NVRTC (the default); PTX rendered directly (DEV=NV:PTX), assembled by the driver."""
     if device != DEVICE_NAME:
         return []
     return [RendererSpec("CUDA", "tiny_nv.renderer:make_cuda_renderer",
-                         "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')")]
+                         "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')"),
+            RendererSpec("PTX", "tiny_nv.ptx:make_ptx_renderer",
+                         "PTX rendered from the linear program (no NVRTC), assembled by the CUDA driver")]
 
 
 @hookimpl

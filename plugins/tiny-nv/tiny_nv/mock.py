@@ -60,13 +60,13 @@ def unpack_mock_binary(data: bytes | memoryview) -> tuple[list[UOp], bytes]:
 
 
 class MockCompiler(Compiler):
-    """Packs the linear program embedded in the source with the CUBIN NVRTC makes of the same source (when NVRTC is
-    installed; without it the code object holds the program only)."""
+    """Packs the linear program embedded in the source with the CUBIN NVRTC (CUDA C) or ptxas (PTX) makes of the same
+    source, when they are installed; without them the code object holds the program only."""
 
-    def __init__(self, arch: str):
+    def __init__(self, arch: str, language: str = "cuda"):
         super().__init__("nv-mock-kernels")
-        self.arch = arch
-        self.name = f"nv-mock-{arch}"
+        self.arch, self.language = arch, language
+        self.name = f"nv-mock-{language}-{arch}"
 
     def version(self) -> str:
         """NVRTC's version when it is used."""
@@ -81,7 +81,11 @@ class MockCompiler(Compiler):
             raise CompileError("the source carries no linear program: render it with the MOCK interface's CUDA "
                                "renderer (DEV=MOCK+NV)", log=src[:2000])
         uops_pickle = base64.b64decode(line[len(PROGRAM_MARKER):])
-        cubin = compile_cuda(src, self.arch) if nvrtc_status()[0] else b""
+        if self.language == "cuda":
+            cubin = compile_cuda(src, self.arch) if nvrtc_status()[0] else b""
+        else:
+            from tiny_nv.ptx import assemble_with_ptxas
+            cubin = assemble_with_ptxas(src, self.arch) or b""
         return pack_mock_binary(uops_pickle, cubin)
 
 

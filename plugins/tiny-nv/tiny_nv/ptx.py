@@ -1,0 +1,522 @@
+"""The PTX renderer (DEV=NV:PTX): PTX assembly written straight from the linear program, no NVRTC.
+
+Every value gets a virtual register of its class (%p predicates, %h 16-bit, %r 32-bit, %rd 64-bit, %f / %fd
+floats); ptxas (or the driver, at load time) allocates the real ones. Buffers are kernel parameters converted to
+global addresses; accumulators (DEFINE_REG) are .local arrays, which ptxas keeps in registers when their indices are
+constant; group-reduce partials (DEFINE_LOCAL) are .shared arrays. Loops are a compare, a branch and a back edge.
+Integers narrower than 32 bits live in 32-bit registers and are sign- or zero-extended after each op (per-op
+wrap-around); half and bfloat16 values are 16-bit registers widened to float for arithmetic and rounded back after
+each op (per-op rounding, as the IEEE types). Vectors are not used: codegen keeps this renderer's programs scalar.
+exp2, log2 and sin use the hardware's approximations (ex2/lg2/sin.approx.f32), like CUDA's fast-math intrinsics.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from tinycore.device.compiler import CompileError, Compiler
+from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.renderer.renderer import Renderer
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.uop import UOp
+
+_AXES = "xyz"
+# dtype -> (register class, arithmetic type suffix, memory type suffix)
+_TYPES: dict[DType, tuple[str, str, str]] = {
+    dtypes.bool: ("p", "pred", "u8"), dtypes.int8: ("r", "s32", "s8"), dtypes.uint8: ("r", "u32", "u8"),
+    dtypes.int16: ("r", "s32", "s16"), dtypes.uint16: ("r", "u32", "u16"), dtypes.int32: ("r", "s32", "s32"),
+    dtypes.uint32: ("r", "u32", "u32"), dtypes.int64: ("rd", "s64", "s64"), dtypes.uint64: ("rd", "u64", "u64"),
+    dtypes.float16: ("h", "f16", "b16"), dtypes.bfloat16: ("h", "bf16", "b16"), dtypes.float32: ("f", "f32", "f32"),
+    dtypes.float64: ("fd", "f64", "f64")}
+_REGISTER_TYPES = {"p": "pred", "h": "b16", "r": "b32", "rd": "b64", "f": "f32", "fd": "f64"}
+_NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16"}
+_HALVES = (dtypes.float16, dtypes.bfloat16)
+
+
+def _info(dtype: DType) -> tuple[str, str, str]:
+    if dtype.count != 1:
+        raise ValueError(f"the PTX renderer renders scalar programs only, got {dtype}: vectors should not reach it")
+    found = _TYPES.get(dtype.scalar)
+    if found is None:
+        raise ValueError(f"the PTX renderer has no type for {dtype}")
+    return found
+
+
+class _Program:
+    """The state of rendering one linear program into PTX."""
+
+    def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
+        self.renderer, self.uops = renderer, uops
+        self.counts: dict[str, int] = {name: 0 for name in _REGISTER_TYPES}
+        self.values: dict[UOp, str] = {}
+        self.addresses: dict[UOp, tuple[str, str | None, str]] = {}  # INDEX -> (address register, gate, space)
+        self.lines: list[str] = []
+        self.declarations: list[str] = []
+        self.parameters: list[str] = []
+        self.labels = 0
+        self.loops: dict[UOp, tuple[str, str, str]] = {}  # RANGE -> (counter, head label, exit label)
+        self.branches: list[str] = []  # IF exit labels, innermost last
+
+    # ---- registers and instructions ----
+
+    def new(self, kind: str) -> str:
+        number = self.counts[kind]
+        self.counts[kind] = number + 1
+        return f"%{kind}{number}"
+
+    def emit(self, line: str) -> None:
+        self.lines.append(f"\t{line}")
+
+    def label(self, prefix: str) -> str:
+        self.labels += 1
+        return f"{prefix.upper()}_{self.labels}"
+
+    def constant(self, value: Any, dtype: DType) -> str:
+        """A register holding the constant `value` of `dtype`."""
+        kind, _arithmetic, _memory = _info(dtype)
+        register = self.new(kind)
+        scalar = dtype.scalar
+        if scalar == dtypes.bool:
+            self.emit(f"setp.ne.u32 {register}, {1 if value else 0}, 0;")
+        elif scalar == dtypes.float32:
+            self.emit(f"mov.b32 {register}, 0f{struct.unpack('<I', struct.pack('<f', float(value)))[0]:08X};")
+        elif scalar == dtypes.float64:
+            self.emit(f"mov.b64 {register}, 0d{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X};")
+        elif scalar == dtypes.float16:
+            self.emit(f"mov.b16 {register}, 0x{struct.unpack('<H', struct.pack('<e', float(value)))[0]:04X};")
+        elif scalar == dtypes.bfloat16:
+            from tinycore.renderer.cstyle import bfloat16_bits
+            self.emit(f"mov.b16 {register}, 0x{bfloat16_bits(float(value)):04X};")
+        else:
+            bits = 64 if kind == "rd" else 32
+            self.emit(f"mov.b{bits} {register}, {int(value) & ((1 << bits) - 1)};")
+        return register
+
+    def value(self, uop: UOp) -> str:
+        """The register holding `uop`'s value (constants are materialised where they are used)."""
+        if uop in self.values:
+            return self.values[uop]
+        if uop.op is Ops.CONST:
+            return self.constant(uop.arg, uop.dtype)
+        raise ValueError(f"the PTX renderer met {uop.op} before it was rendered: the linear program is out of order")
+
+    def widen(self, register: str, dtype: DType) -> str:
+        """A float32 register holding the half or bfloat16 value in `register`."""
+        widened = self.new("f")
+        if dtype.scalar == dtypes.float16:
+            self.emit(f"cvt.f32.f16 {widened}, {register};")
+        else:
+            bits = self.new("r")
+            self.emit(f"cvt.u32.u16 {bits}, {register};")
+            self.emit(f"shl.b32 {bits}, {bits}, 16;")
+            self.emit(f"mov.b32 {widened}, {bits};")
+        return widened
+
+    def narrow(self, register: str, dtype: DType) -> str:
+        """A 16-bit register holding the float32 in `register` rounded to half or bfloat16."""
+        narrowed = self.new("h")
+        self.emit(f"cvt.rn.{'f16' if dtype.scalar == dtypes.float16 else 'bf16'}.f32 {narrowed}, {register};")
+        return narrowed
+
+    def wrap(self, register: str, dtype: DType) -> str:
+        """Sign- or zero-extend the low bits of a narrow integer result (per-op wrap-around)."""
+        narrow = _NARROW.get(dtype.scalar)
+        if narrow is None:
+            return register
+        self.emit(f"cvt.{'s' if narrow[0] == 's' else 'u'}32.{narrow} {register}, {register};")
+        return register
+
+    # ---- the walk ----
+
+    def run(self, name: str) -> str:
+        for uop in self.uops:
+            handler = getattr(self, f"op_{uop.op.name.lower()}", None)
+            if uop.op in GroupOp.ALU:
+                self.op_alu(uop)
+            elif handler is not None:
+                handler(uop)
+            elif uop.op in (Ops.SINK, Ops.GROUP, Ops.CONST):
+                continue
+            else:
+                raise ValueError(f"the PTX renderer cannot render {uop.op} (dtype {uop.dtype})")
+        registers = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items()
+                     if count]
+        header = [f".version {self.renderer.ptx_version}", f".target {self.renderer.arch}", ".address_size 64", "",
+                  f".visible .entry {name}(", ",\n".join(f"\t{parameter}" for parameter in self.parameters), ")",
+                  "{"]
+        return "\n".join(header + registers + self.declarations + self.lines + ["\tret;", "}"]) + "\n"
+
+    def op_define_global(self, uop: UOp) -> None:
+        parameter = f"data{uop.arg}"
+        self.parameters.append(f".param .u64 {parameter}")
+        register = self.new("rd")
+        self.emit(f"ld.param.u64 {register}, [{parameter}];")
+        self.emit(f"cvta.to.global.u64 {register}, {register};")
+        self.values[uop] = register
+
+    def op_define_var(self, uop: UOp) -> None:
+        parameter = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
+        self.parameters.append(f".param .s32 {parameter}")
+        register = self.new("r")
+        self.emit(f"ld.param.s32 {register}, [{parameter}];")
+        self.values[uop] = register
+
+    def _array(self, uop: UOp, space: str, prefix: str) -> None:
+        pointer = uop.dtype
+        assert isinstance(pointer, PtrDType)
+        name = f"{prefix}{len(self.declarations)}"
+        size = max(pointer.size, 1) * max(pointer.base.itemsize, 1)
+        self.declarations.append(f"\t.{space} .align 16 .b8 {name}[{size}];")
+        register = self.new("rd")
+        self.emit(f"mov.u64 {register}, {name};")
+        self.values[uop] = register
+
+    def op_define_reg(self, uop: UOp) -> None:
+        self._array(uop, "local", "acc")
+
+    def op_define_local(self, uop: UOp) -> None:
+        self._array(uop, "shared", "temp")
+
+    def op_special(self, uop: UOp) -> None:
+        label = str(uop.arg)
+        axis = _AXES[int(label[-1])]
+        register = self.new("r")
+        if label.startswith("gidx"):
+            self.emit(f"mov.u32 {register}, %ctaid.{axis};")
+        elif label.startswith("lidx"):
+            self.emit(f"mov.u32 {register}, %tid.{axis};")
+        else:
+            raise ValueError(f"the PTX renderer has no thread index {label!r}: expected gidxN or lidxN")
+        self.values[uop] = register
+
+    def op_index(self, uop: UOp) -> None:
+        buffer = uop.src[0]
+        pointer = buffer.dtype
+        assert isinstance(pointer, PtrDType)
+        space = {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global")
+        base = self.value(buffer)
+        address = base
+        if len(uop.src) > 1:
+            index = uop.src[1]
+            offset = self.new("rd")
+            if index.dtype.scalar in (dtypes.int64, dtypes.uint64):
+                self.emit(f"mul.lo.s64 {offset}, {self.value(index)}, {pointer.base.itemsize};")
+            else:
+                self.emit(f"mul.wide.s32 {offset}, {self.value(index)}, {pointer.base.itemsize};")
+            address = self.new("rd")
+            self.emit(f"add.s64 {address}, {base}, {offset};")
+        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
+        self.addresses[uop] = (address, gate, space)
+
+    def op_load(self, uop: UOp) -> None:
+        if uop.src[0] not in self.addresses:
+            raise ValueError(f"LOAD needs an INDEX as its first source, got {uop.src[0].op}")
+        address, gate, space = self.addresses[uop.src[0]]
+        kind, _arithmetic, memory = _info(uop.dtype)
+        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+        target = self.new("r" if kind == "p" else kind)
+        if gate is not None:
+            alternative = self.value(alternatives[0]) if alternatives else None
+            if kind == "p":
+                self.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
+            else:
+                zero = alternative or self.constant(0, uop.dtype)
+                self.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {zero};")
+        predicate = f"@{gate} " if gate is not None else ""
+        self.emit(f"{predicate}ld.{space}.{memory} {target}, [{address}];")
+        if kind == "p":
+            flag = self.new("p")
+            self.emit(f"setp.ne.u32 {flag}, {target}, 0;")
+            target = flag
+        self.values[uop] = target
+
+    def op_store(self, uop: UOp) -> None:
+        if uop.src[0] not in self.addresses:
+            raise ValueError(f"STORE needs an INDEX as its first source, got {uop.src[0].op}")
+        address, gate, space = self.addresses[uop.src[0]]
+        value = uop.src[1]
+        kind, _arithmetic, memory = _info(value.dtype)
+        register = self.value(value)
+        if kind == "p":
+            byte = self.new("r")
+            self.emit(f"selp.u32 {byte}, 1, 0, {register};")
+            register = byte
+        predicate = f"@{gate} " if gate is not None else ""
+        self.emit(f"{predicate}st.{space}.{memory} [{address}], {register};")
+
+    def op_range(self, uop: UOp) -> None:
+        counter, head, exit_ = self.new("r"), self.label("loop"), self.label("end_loop")
+        done = self.new("p")
+        self.emit(f"mov.u32 {counter}, 0;")
+        self.lines.append(f"{head}:")
+        self.emit(f"setp.ge.s32 {done}, {counter}, {self.value(uop.src[0])};")
+        self.emit(f"@{done} bra {exit_};")
+        self.loops[uop] = (counter, head, exit_)
+        self.values[uop] = counter
+
+    def op_end(self, uop: UOp) -> None:
+        for source in uop.src:
+            if source.op is not Ops.RANGE:
+                continue
+            counter, head, exit_ = self.loops[source]
+            self.emit(f"add.s32 {counter}, {counter}, 1;")
+            self.emit(f"bra {head};")
+            self.lines.append(f"{exit_}:")
+
+    def op_if(self, uop: UOp) -> None:
+        exit_ = self.label("end_if")
+        self.emit(f"@!{self.value(uop.src[0])} bra {exit_};")
+        self.branches.append(exit_)
+
+    def op_endif(self, uop: UOp) -> None:
+        self.lines.append(f"{self.branches.pop()}:")
+
+    def op_barrier(self, uop: UOp) -> None:
+        self.emit("bar.sync 0;")
+
+    def op_noop(self, uop: UOp) -> None:
+        self.values[uop] = self.value(uop.src[0])
+
+    op_precast = op_noop
+    op_bind = op_noop
+
+    def op_bitcast(self, uop: UOp) -> None:
+        source = uop.src[0]
+        if source.dtype.itemsize != uop.dtype.itemsize:
+            raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
+        kind = _info(uop.dtype)[0]
+        target = self.new(kind)
+        self.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {self.value(source)};")
+        self.values[uop] = target
+
+    def op_cast(self, uop: UOp) -> None:
+        self.values[uop] = self.cast(self.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar)
+
+    def cast(self, register: str, source: DType, target: DType) -> str:
+        """`register` (of `source`) converted to `target` the way C converts."""
+        if source == target:
+            return register
+        if source in _HALVES:
+            return self.cast(self.widen(register, source), dtypes.float32, target)
+        if target in _HALVES:
+            return self.narrow(self.cast(register, source, dtypes.float32), target)
+        source_kind, source_type, _ = _info(source)
+        target_kind, target_type, _ = _info(target)
+        result = self.new(target_kind)
+        if target == dtypes.bool:
+            zero = self.constant(0, source)
+            self.emit(f"setp.ne.{source_type} {result}, {register}, {zero};" if source_kind != "p" else
+                      f"mov.pred {result}, {register};")
+            return result
+        if source == dtypes.bool:
+            self.emit(f"selp.{target_type} {result}, {self.constant(1, target)}, {self.constant(0, target)}, "
+                      f"{register};")
+            return result
+        source_float, target_float = dtypes.is_float(source), dtypes.is_float(target)
+        if source_float and target_float:
+            rounding = ".rn" if target.itemsize < source.itemsize else ""
+            self.emit(f"cvt{rounding}.{target_type}.{source_type} {result}, {register};")
+        elif source_float:
+            self.emit(f"cvt.rzi.{target_type}.{source_type} {result}, {register};")
+            self.wrap(result, target)
+        elif target_float:
+            self.emit(f"cvt.rn.{target_type}.{source_type} {result}, {register};")
+        else:
+            if source_kind == target_kind:
+                self.emit(f"mov.b{64 if source_kind == 'rd' else 32} {result}, {register};")
+            else:
+                self.emit(f"cvt.{target_type}.{source_type} {result}, {register};")
+            self.wrap(result, target)
+        return result
+
+    # ---- arithmetic ----
+
+    def op_alu(self, uop: UOp) -> None:
+        operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
+        registers = [self.value(source) for source in uop.src]
+        if operand_dtype in _HALVES:  # computed in float32, rounded back to the 16-bit type
+            widened = [register if source.dtype.scalar == dtypes.bool else self.widen(register, source.dtype)
+                       for register, source in zip(registers, uop.src, strict=True)]
+            result = self.alu(uop.op, widened, dtypes.float32, uop.dtype.scalar == dtypes.bool)
+            self.values[uop] = result if uop.dtype.scalar == dtypes.bool else self.narrow(result, operand_dtype)
+            return
+        self.values[uop] = self.alu(uop.op, registers, operand_dtype, uop.dtype.scalar == dtypes.bool)
+        if uop.dtype.scalar in _NARROW:
+            self.wrap(self.values[uop], uop.dtype.scalar)
+
+    def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
+        """One scalar ALU op over registers of `dtype` (for WHERE, the value type); returns the result register."""
+        kind, arithmetic, _ = _info(dtype)
+        integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
+        result = self.new("p" if boolean_result else kind)
+        a = operands[0]
+        b = operands[1] if len(operands) > 1 else ""
+        bits = {"p": "pred", "r": "b32", "rd": "b64"}.get(kind, "")
+        if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
+            if kind == "p":
+                if op is Ops.CMPNE:
+                    self.emit(f"xor.pred {result}, {a}, {b};")
+                elif op is Ops.CMPEQ:
+                    self.emit(f"xor.pred {result}, {a}, {b};")
+                    self.emit(f"not.pred {result}, {result};")
+                else:  # false < true
+                    self.emit(f"not.pred {result}, {a};")
+                    self.emit(f"and.pred {result}, {result}, {b};")
+                return result
+            comparison = {Ops.CMPLT: "lt", Ops.CMPEQ: "eq", Ops.CMPNE: "neu" if not integer else "ne"}[op]
+            self.emit(f"setp.{comparison}.{arithmetic} {result}, {a}, {b};")
+            return result
+        if op is Ops.WHERE:
+            condition, yes, no = operands
+            if kind == "p":
+                other = self.new("p")
+                self.emit(f"and.pred {result}, {condition}, {yes};")
+                self.emit(f"not.pred {other}, {condition};")
+                self.emit(f"and.pred {other}, {other}, {no};")
+                self.emit(f"or.pred {result}, {result}, {other};")
+            else:
+                self.emit(f"selp.{_REGISTER_TYPES[kind]} {result}, {yes}, {no}, {condition};")
+            return result
+        if op is Ops.MAX and kind == "p":
+            self.emit(f"or.pred {result}, {a}, {b};")
+            return result
+        if op is Ops.MAX:  # C's (a<b)?b:a, which keeps a NaN first operand
+            less = self.new("p")
+            self.emit(f"setp.lt.{arithmetic} {less}, {a}, {b};")
+            self.emit(f"selp.{_REGISTER_TYPES[kind]} {result}, {b}, {a}, {less};")
+            return result
+        if op in (Ops.AND, Ops.OR, Ops.XOR):
+            self.emit(f"{op.name.lower()}.{bits} {result}, {a}, {b};")
+            return result
+        if op is Ops.NEG:
+            signed = arithmetic.replace("u", "s")  # two's complement negation is the same bits for unsigned types
+            self.emit(f"not.pred {result}, {a};" if kind == "p" else f"neg.{signed} {result}, {a};")
+            return result
+        if op in (Ops.IDIV, Ops.MOD) and integer:  # a zero divisor gives 0, as the constant folder does
+            zero_divisor, quotient = self.new("p"), self.new(kind)
+            self.emit(f"setp.eq.{arithmetic} {zero_divisor}, {b}, 0;")
+            self.emit(f"{'div' if op is Ops.IDIV else 'rem'}.{arithmetic} {quotient}, {a}, {b};")
+            self.emit(f"selp.{bits} {result}, 0, {quotient}, {zero_divisor};")
+            return result
+        simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul.lo" if integer else "mul", Ops.SHL: "shl",
+                  Ops.SHR: "shr"}
+        if op in simple:
+            type_name = bits if op is Ops.SHL else arithmetic
+            if op in (Ops.SHL, Ops.SHR):
+                shift = self.new("r")
+                self.emit(f"cvt.u32.{arithmetic} {shift}, {b};" if kind == "rd" else f"mov.b32 {shift}, {b};")
+                b = shift
+            self.emit(f"{simple[op]}.{type_name} {result}, {a}, {b};")
+            return result
+        if op is Ops.MULACC:
+            instruction = "mad.lo" if integer else "fma.rn"
+            self.emit(f"{instruction}.{arithmetic} {result}, {a}, {b}, {operands[2]};")
+            return result
+        if integer:
+            raise ValueError(f"the PTX renderer has no integer {op}")
+        if op is Ops.FDIV:
+            self.emit(f"div.rn.{arithmetic} {result}, {a}, {b};")
+        elif op is Ops.SQRT:
+            self.emit(f"sqrt.rn.{arithmetic} {result}, {a};")
+        elif op is Ops.RECIPROCAL:
+            self.emit(f"rcp.rn.{arithmetic} {result}, {a};")
+        elif op is Ops.TRUNC:
+            self.emit(f"cvt.rzi.{arithmetic}.{arithmetic} {result}, {a};")
+        elif op in (Ops.EXP2, Ops.LOG2, Ops.SIN):
+            if dtype != dtypes.float32:
+                raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or "
+                                 "use the CUDA renderer (DEV=NV:CUDA)")
+            instruction = {Ops.EXP2: "ex2", Ops.LOG2: "lg2", Ops.SIN: "sin"}[op]
+            self.emit(f"{instruction}.approx.f32 {result}, {a};")
+        else:
+            raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
+        return result
+
+
+class PTXRenderer(Renderer):
+    """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
+
+    device = "NV"
+    suffix = "ptx"
+    has_local = True
+    has_shared = True
+    has_threads = False
+    global_max = (2 ** 31 - 1, 65535, 65535)
+    local_max = (1024, 1024, 64)
+    max_local_total = 256
+    shared_max = 48 * 1024
+    group_size = 128
+    register_tile = (4, 4)
+    max_buffers = 500
+
+    def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False):
+        from tiny_nv.nvrtc import parse_arch
+        self.arch, self.device, self.embed_program = arch, device, embed_program
+        self.ptx_version = "7.8" if parse_arch(arch) <= 90 else "8.6"
+        self.vector_widths = {}
+
+    def render(self, uops: list[UOp]) -> str:
+        """The PTX of `uops` (entry named after the SINK)."""
+        from tinycore.renderer.renderer import kernel_name
+        return self.render_named(uops, kernel_name(uops))
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """The PTX module of the linear program `uops` with one entry called `name`."""
+        source = _Program(self, uops).run(name)
+        if self.embed_program:
+            from tiny_nv.mock import embed_program
+            source = embed_program(source, uops)
+        return source
+
+
+class PTXCompiler(Compiler):
+    """The PTX text itself is the binary: the CUDA driver assembles it when the module is loaded."""
+
+    def __init__(self, arch: str):
+        super().__init__("nv-ptx")
+        self.arch = arch
+        self.name = f"ptx-{arch}"
+
+    def compile(self, src: str) -> bytes:
+        """The NUL-terminated PTX (checked to be one module for this arch)."""
+        if f".target {self.arch}" not in src or ".entry" not in src:
+            raise CompileError(f"not a PTX module for {self.arch} (no '.target {self.arch}' or no .entry)",
+                               log=src[:2000])
+        return src.encode() + b"\0"
+
+    def compile_cached(self, src: str) -> bytes:
+        """Nothing to cache: the driver assembles (and caches) PTX itself."""
+        return self.compile(src)
+
+
+def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
+    """The CUBIN ptxas (from the nvidia-cuda-nvcc wheel) makes of `source`, None when ptxas is not installed;
+    CompileError with ptxas's messages when it refuses the PTX."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tiny_nv.toolkit import find_tool
+    ptxas = find_tool("ptxas")
+    if ptxas is None:
+        return None
+    with tempfile.TemporaryDirectory() as directory:
+        source_path, output = Path(directory) / "kernel.ptx", Path(directory) / "kernel.cubin"
+        source_path.write_text(source)
+        finished = subprocess.run([ptxas, f"-arch={arch}", str(source_path), "-o", str(output)], capture_output=True,
+                                  text=True, timeout=120, check=False)
+        if finished.returncode != 0:
+            raise CompileError(f"ptxas refused the PTX for {arch} (exit {finished.returncode})",
+                               log=finished.stderr + "\n--- source ---\n" + source)
+        return output.read_bytes()
+
+
+def make_ptx_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
+    """The PTX renderer and its (pass-through) compiler for `device` (DEV=NV:PTX, NV:PTX:sm_90)."""
+    from tiny_nv.target import device_arch
+    from tinycore.device.registry import target_for
+    chosen = arch or device_arch(device)
+    if target_for(device).interface == "MOCK":  # the MOCK GPU runs the linear program carried in the source
+        from tiny_nv.mock import MockCompiler
+        return PTXRenderer(chosen, device, embed_program=True), MockCompiler(chosen, language="ptx")
+    return PTXRenderer(chosen, device), PTXCompiler(chosen)
