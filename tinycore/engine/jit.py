@@ -2,8 +2,9 @@
 
 Call 1 runs the function as written. Call 2 runs it again while recording every kernel launch and copy that
 realize performs. Later calls skip the Python function, scheduling and codegen entirely: they point the recorded
-launches at the new inputs' buffers and run them in order. The function's return value is the one captured on
-call 2; its tensors' buffers are overwritten by every replay (as in tinygrad).
+launches at the new inputs' buffers and run them in order. The tensors the function returns are realized on calls 1
+and 2 (so a function may return them lazy); the return value is the one captured on call 2, and its tensors'
+buffers are overwritten by every replay (as in tinygrad).
 
 Intermediate buffers that the captured launches use only between two of them are planned: launches whose
 temporaries are never alive at the same time share memory.
@@ -153,8 +154,9 @@ class TinyJit(Generic[ReturnType]):
     """Decorate a function (or method) whose work is realizing tensors, to replay its kernels on later calls.
 
     The function must take its changing data as Tensor arguments (also inside lists, tuples and dicts) and
-    return the tensors it computes, realized. Bound Variables passed as arguments (`Variable("n", 1, 9).bind(4)`)
-    replace the values captured for those variables on every replay, so one capture serves every value. Shapes,
+    return the tensors it computes (realized by the jit if they are not). Bound Variables passed as arguments
+    (`Variable("n", 1, 9).bind(4)`) replace the values captured for those variables on every replay, so one capture
+    serves every value. Shapes,
     dtypes and devices of the inputs must stay the same from call to call; `reset()` forgets the capture. `JIT=0`
     turns capturing off (every call runs the function).
     """
@@ -197,20 +199,13 @@ class TinyJit(Generic[ReturnType]):
         input_buffers = [_input_buffer(tensor) for tensor in inputs]
         self.count += 1
         if self.count == 1:
-            result = self.function(*args, **kwargs)
-            self._check_return(result)
-            return result
+            return self._call_and_realize(args, kwargs)
         from tinycore.engine.realize import capture_begin, capture_end
         recorded = capture_begin()
         try:
-            result = self.function(*args, **kwargs)
+            result = self._call_and_realize(args, kwargs)
         finally:
             capture_end()
-        self._check_return(result)
-        outputs: list[Any] = []
-        _collect_tensors(result, outputs)
-        for tensor in outputs:
-            tensor.realize()
         if not recorded:
             raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
                            "it must realize tensors (return them realized, or call .realize())")
@@ -218,6 +213,18 @@ class TinyJit(Generic[ReturnType]):
         self.replay = _Replay(recorded, input_buffers, pools)
         self.captured_signature = _signature(inputs)
         self.captured_return = result
+        return result
+
+    def _call_and_realize(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run the function and realize the tensors it returns (together, as tinygrad does), so a function that
+        returns lazy tensors is captured with the kernels that compute them."""
+        from tinycore.tensor import Tensor
+        result = self.function(*args, **kwargs)
+        self._check_return(result)
+        outputs: list[Any] = []
+        _collect_tensors(result, outputs)
+        if outputs:
+            Tensor.realize(*outputs)
         return result
 
     def _check_return(self, result: Any) -> None:

@@ -242,7 +242,12 @@ class KernelLowerer:
             return index_const(0)
         axis_id = self.range_count
         self.range_count += 1
-        return UOp(Ops.RANGE, INDEX_DTYPE, (self.unbind(_as_index(size)),), (axis_id, axis_type))
+        end = self.unbind(_as_index(size))
+        if end.op is not Ops.CONST:
+            # simplified now, as simplify_indices will simplify it inside each INDEX: a RANGE whose end is written
+            # two ways would be two loops (a REDUCE over one, loads over the other)
+            end = end.simplify()
+        return UOp(Ops.RANGE, INDEX_DTYPE, (end,), (axis_id, axis_type))
 
     def unbind(self, node: UOp) -> UOp:
         """`node` with every BIND replaced by its DEFINE_VAR (the bound values go to var_vals)."""

@@ -36,9 +36,28 @@ def _is_int(value: Any) -> bool:
                                                                         getattr(value, "ndim", 1) == 0))
 
 
-def _axis_bounds(ndim: int, axis: int, start: int, end: int) -> tuple[tuple[int, int] | None, ...]:
+def _axis_bounds(ndim: int, axis: int, start: int | UOp, end: int | UOp) -> tuple[tuple[Any, Any] | None, ...]:
     """Shrink bounds that keep every axis except `axis`, which is cut to [start, end)."""
     return tuple((start, end) if position == axis else None for position in range(ndim))
+
+
+def _symbolic_slice(item: slice, size: Any) -> tuple[Any, Any]:
+    """The [start, end) of a step-1 slice with a Variable (or an expression of them) as start or stop; a negative int
+    counts from the end as usual."""
+    if item.step not in (None, 1):
+        raise TypeError(f"a slice with a Variable needs step 1, got step {item.step}: shrink with Variables, then "
+                        "slice with an int step")
+
+    def position(value: Any, default: Any) -> Any:
+        if value is None:
+            return default
+        if _is_int(value) and int(value) < 0:
+            if not isinstance(size, int):
+                raise TypeError(f"a negative slice bound {value} on an axis of symbolic size {size} is not supported")
+            return max(int(value) + size, 0)
+        return min(int(value), size) if _is_int(value) and isinstance(size, int) else value
+
+    return position(item.start, 0), position(item.stop, size)
 
 
 ONEHOT_MAX_ELEMENTS = 4
@@ -102,6 +121,8 @@ class IndexingMixin:
                     normalized.append(item)
             elif item is None or item is Ellipsis or isinstance(item, slice) or _is_int(item):
                 normalized.append(int(item) if _is_int(item) else item)
+            elif isinstance(item, UOp) and dtypes.is_int(item.dtype) and item.shape == ():
+                normalized.append(item)  # a (bound) Variable or an expression of them: a symbolic position
             else:
                 raise IndexError(f"unsupported index {item!r} of type {type(item).__name__}: use ints, slices, "
                                  "None, Ellipsis, lists or tensors")
@@ -199,6 +220,14 @@ class IndexingMixin:
                 result = result._slice_axis(axis, position, position + 1, 1)
                 result = result.reshape(result.shape[:axis] + result.shape[axis + 1:])
                 steps.append(("int", axis, position, size))
+            elif isinstance(item, UOp):
+                result = result.shrink(_axis_bounds(result.ndim, axis, item, item + 1))
+                result = result.reshape(result.shape[:axis] + result.shape[axis + 1:])
+                steps.append(("symbolic", axis))
+            elif isinstance(item, slice) and any(isinstance(part, UOp) for part in (item.start, item.stop)):
+                result = result.shrink(_axis_bounds(result.ndim, axis, *_symbolic_slice(item, result.shape[axis])))
+                steps.append(("symbolic", axis))
+                axis += 1
             elif isinstance(item, slice):
                 size = result.shape[axis]
                 if item.step == 0:
@@ -216,6 +245,9 @@ class IndexingMixin:
         """This tensor (shaped like a basic-indexed view) placed back into the original shape, `fill` elsewhere."""
         result = self
         for step in reversed(steps):
+            if step[0] == "symbolic":
+                raise TypeError(f"assignment through an index with Variables (axis {step[1]}) is not supported: "
+                                "index with ints, or assign into a shrink of a realized tensor")
             if step[0] == "new":
                 result = result.reshape(result.shape[:step[1]] + result.shape[step[1] + 1:])
             elif step[0] == "int":
