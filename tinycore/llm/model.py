@@ -179,8 +179,10 @@ class Block:
         return (outputs * weights.reshape(batch * length, -1, 1)).sum(1).reshape(batch, length, dim)
 
     def __call__(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
-        h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps), start_pos, rope)
-        return h + self.feed_forward(rms_norm(h, self.ffn_norm, self.config.norm_eps))
+        # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
+        # norm's reduction would be recomputed for every output element
+        h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps).contiguous(), start_pos, rope)
+        return h + self.feed_forward(rms_norm(h, self.ffn_norm, self.config.norm_eps).contiguous())
 
 
 class Transformer:
@@ -238,9 +240,11 @@ class Transformer:
             rope = rope.reshape(length, *self.rope.shape[1:])
         for block in self.blocks:
             x = block(x, start_pos, rope)
+            if length > 1:  # a layer at a time: its dequantized weights are freed before the next layer's
+                x = x.realize()
         if last_only:
             x = x[:, -1:]
-        return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps))
+        return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps).contiguous())
 
     def __call__(self, tokens: Tensor | Sequence[Sequence[int]], start_pos: int = 0) -> Tensor:
         """Logits (batch, T, vocab) of every position of `tokens` (batch, T), read after the cached positions

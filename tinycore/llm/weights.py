@@ -61,8 +61,14 @@ class GGUFWeight:
         return dequantize(chosen, self.ggml_type).reshape(*indices.shape, *rest)
 
     def linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for a weight of shape (out, in): the dequantization is part of the matmul's graph."""
-        return x.matmul(self.float().T)
+        """x @ weight.T for a weight of shape (out, in). For one row of x (decode) the dequantization is part of
+        the matmul's kernel, so no float copy of the weight is written; for several rows (prefill) the weight is
+        dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
+        again for every row."""
+        rows = prod(x.shape[:-1])
+        if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows == 1:
+            return x.matmul(self.float().T)
+        return x.matmul(self.float().contiguous().T)
 
     def __repr__(self) -> str:
         return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"
@@ -70,8 +76,10 @@ class GGUFWeight:
 
 def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
                                                                                        dict[str, GGUFWeight]]:
-    """The metadata and the weights of a GGUF file, each weight's bytes moved from the file (through DISK) to
-    `device` without dequantizing."""
+    """The metadata and the weights of a GGUF file, each weight's bytes copied from the file (through DISK) to
+    `device` now, without dequantizing."""
     metadata, tensors = gguf_load_blocks(os.fspath(path), device)
-    return metadata, {name: GGUFWeight(name, ggml_type, shape, data)
-                      for name, (ggml_type, shape, data) in tensors.items()}
+    weights = {name: GGUFWeight(name, ggml_type, shape, data) for name, (ggml_type, shape, data) in tensors.items()}
+    for weight in weights.values():  # one at a time: peak memory stays one tensor above the weights
+        weight.data.realize()
+    return metadata, weights
