@@ -277,12 +277,17 @@ class KernelLowerer:
             value = self.lower(root, ranges, None)
         return self.unbind(UOp(Ops.SINK, dtypes.void, (address.store(value),)))
 
-    def mapped_coordinates(self, shape: Sequence[Any], axis_map: Sequence[int], index: Index,
+    def mapped_coordinates(self, shape: Sequence[Any], axis_map: Sequence[Any], index: Index,
                            index_values: Sequence[UOp]) -> tuple[Index, UOp | None]:
         """The coordinates an axis map (see tinycore.uop.indexing) gives at `index`, and the mask of those in range."""
         coordinates: list[UOp] = []
         in_range: UOp | None = None
         for axis, entry in enumerate(axis_map):
+            if isinstance(entry, tuple):
+                iteration_axis, start, step = entry
+                offset = index_const(0) if iteration_axis is None else idx_mul(index[iteration_axis], step)
+                coordinates.append(idx_add(offset, start))
+                continue
             if entry >= 0:
                 coordinates.append(index[entry])
                 continue

@@ -379,34 +379,74 @@ class IndexingMixin:
     def __setitem__(self: Any, indices: Any, value: Any) -> None:
         """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
         items = self._normalize_indices(indices)
-        view, steps, advanced = self._apply_basic(items)
         if not _is_tensor(value):
             value = type(self)(value, device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple)) \
                 else self._const(value, self.dtype, ())
         value = value.cast(self.dtype)
-        if not advanced:
+        if all(item is None or isinstance(item, (int, slice)) for item in items):
+            view, steps, _ = self._apply_basic(items)
             placed = value._broadcast_to(view.shape)._invert_basic(steps, 0)
             selected = type(self).full(view.shape, True, dtypes.bool, self.device)._invert_basic(steps, False)
             self.assign(selected.where(placed, self))
-            return
-        # every element of self[indices] names the element of self it came from: one coordinate per axis of self,
-        # each an arange along that axis indexed like self (plus one, so an index out of range gives -1: no write)
-        coordinates = []
-        for axis, size in enumerate(self.shape):
-            along = [1] * self.ndim
-            along[axis] = size
-            arange = type(self).arange(1, size + 1, dtype=dtypes.int32, device=self.device).reshape(along)
-            coordinate_view, _, coordinate_advanced = arange._broadcast_to(self.shape)._apply_basic(items)
-            coordinates.append(coordinate_view._apply_advanced(coordinate_advanced) - 1)
-        shape = coordinates[0].shape
-        index_ndim = len(broadcast_shape(*(getattr(index, "shape", ()) for _, index in advanced)))
-        before = _index_position([axis for axis, _ in advanced])
-        parallel = [axis for axis in range(len(shape)) if not before <= axis < before + index_ndim]
-        values = value._broadcast_to(shape)
-        self.uop = self._scatter_into(values, coordinates, tuple(-1 - axis for axis in range(self.ndim)), None,
-                                      parallel, in_place=True)
+        else:
+            self._assign_advanced(items, value)
 
-    def _scatter_into(self: Any, values: Tensor, indices: list[Tensor], axis_map: tuple[int, ...],
+    def _assign_advanced(self: Any, items: list[Any], value: Tensor) -> None:
+        """`self[items] = value` for items with index tensors or lists: one SCATTER into this tensor's buffer whose
+        axis map follows numpy's placement of the result (the shape self[items] has)."""
+        entries: list[tuple[Any, ...]] = []  # per axis of self: ("int", p) / ("slice", view axis, start, step, count)
+        advanced: list[tuple[int, Any]] = []  # (view axis, index) / ("index", view axis, number)
+        view_sizes: list[int] = []
+        axis = 0
+        for item in items:
+            if item is None:
+                view_sizes.append(1)
+                continue
+            size = self.shape[axis]
+            if isinstance(item, int):
+                if not -size <= item < size:
+                    raise IndexError(f"index {item} is out of bounds for dimension {axis} with size {size}")
+                entries.append(("int", item + size if item < 0 else item))
+            elif isinstance(item, slice):
+                if item.step == 0:
+                    raise ValueError("slice step cannot be zero")
+                start, stop, step = item.indices(size)
+                entries.append(("slice", len(view_sizes), start, step))
+                view_sizes.append(len(range(start, stop, step)))
+            else:
+                entries.append(("index", len(view_sizes), len(advanced)))
+                advanced.append((len(view_sizes), self._index_tensor(item, size, axis)))
+                view_sizes.append(size)
+            axis += 1
+        index_axes = [view_axis for view_axis, _ in advanced]
+        index_shape = tuple(broadcast_shape(*(index.shape for _, index in advanced)))
+        rest = [view_axis for view_axis in range(len(view_sizes)) if view_axis not in index_axes]
+        before = _index_position(index_axes)
+        shape = tuple(view_sizes[view_axis] for view_axis in rest[:before]) + index_shape + \
+            tuple(view_sizes[view_axis] for view_axis in rest[before:])
+
+        def result_axis(view_axis: int) -> int:
+            position = rest.index(view_axis)
+            return position if position < before else position + len(index_shape)
+
+        axis_map: list[Any] = []
+        for entry in entries:
+            if entry[0] == "int":
+                axis_map.append((None, entry[1], 0))
+            elif entry[0] == "slice":
+                _, view_axis, start, step = entry
+                axis_map.append(result_axis(view_axis) if (start, step) == (0, 1) else
+                                (result_axis(view_axis), start, step))
+            else:
+                axis_map.append(-1 - entry[2])
+        placed = [index._broadcast_to(index_shape).reshape((1,) * before + index_shape +
+                                                           (1,) * (len(rest) - before))._broadcast_to(shape)
+                  for _, index in advanced]
+        parallel = [result_axis(view_axis) for view_axis in rest]
+        self.uop = self._scatter_into(value._broadcast_to(shape), placed, tuple(axis_map), None, parallel,
+                                      in_place=True)
+
+    def _scatter_into(self: Any, values: Tensor, indices: list[Tensor], axis_map: tuple[Any, ...],
                       reduce: str | None, parallel: list[int], in_place: bool) -> Any:
         """The node of this tensor with `values` scattered at the wrapped int32 `indices` (see uop/indexing.py):
         written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""

@@ -3,7 +3,9 @@
 
 Both describe, for each axis of the indexed tensor, where its coordinate comes from: an `axis map` entry `k >= 0`
 takes the coordinate from axis `k` of the iteration space (the output of a GATHER, the values of a SCATTER), an
-entry `-1 - j` takes it from index tensor `j`, an int32 tensor shaped like the iteration space. Indices are already
+entry `-1 - j` takes it from index tensor `j`, an int32 tensor shaped like the iteration space, and an entry
+`(k, start, step)` is `start + step * i` for position `i` of iteration axis `k` (`k` None: the constant `start`;
+what a slice or an int in a setitem gives). Indices are already
 wrapped (negative values made positive) by the Tensor layer; an index outside `[0, size)` reads zero (GATHER) or
 writes nothing (SCATTER).
 
@@ -16,6 +18,7 @@ target coordinates (two iterations that differ on a parallel axis never write th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Union
 
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops
@@ -26,16 +29,24 @@ SCATTER_REDUCES = (None, "add", "mul", "max", "min")
 """How a SCATTER combines a value with the element it lands on: None overwrites."""
 
 
-def _check_map(axis_map: Sequence[int], ndim: int, index_count: int, iteration_ndim: int) -> None:
+AxisEntry = Union[int, tuple[Union[int, None], int, int]]
+"""Where one coordinate comes from (see the module docstring)."""
+
+
+def _check_map(axis_map: Sequence[AxisEntry], ndim: int, index_count: int, iteration_ndim: int) -> None:
     if len(axis_map) != ndim:
         raise ValueError(f"an axis map needs one entry per indexed axis ({ndim}), got {len(axis_map)}")
     for entry in axis_map:
+        if isinstance(entry, tuple):
+            if entry[0] is not None and not 0 <= entry[0] < iteration_ndim:
+                raise ValueError(f"axis map entry {entry} names no iteration axis (< {iteration_ndim})")
+            continue
         if entry >= iteration_ndim or (entry < 0 and -1 - entry >= index_count):
             raise ValueError(f"axis map entry {entry} names neither an iteration axis (< {iteration_ndim}) nor one "
                              f"of {index_count} index tensors")
 
 
-def gather(source: UOp, indices: Sequence[UOp], shape: Sequence[sint], axis_map: Sequence[int]) -> UOp:
+def gather(source: UOp, indices: Sequence[UOp], shape: Sequence[sint], axis_map: Sequence[AxisEntry]) -> UOp:
     """A node of `shape` whose element at `o` is `source` at the coordinates the axis map gives for `o`."""
     _check_map(axis_map, len(source.shape), len(indices), len(shape))
     for index in indices:
@@ -45,7 +56,7 @@ def gather(source: UOp, indices: Sequence[UOp], shape: Sequence[sint], axis_map:
     return UOp(Ops.GATHER, source.dtype, (source, *indices), (tuple(shape), tuple(axis_map)))
 
 
-def scatter(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[int], reduce: str | None,
+def scatter(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[AxisEntry], reduce: str | None,
             parallel: Sequence[int]) -> UOp:
     """`target` with `values` written (or combined by `reduce`) at the coordinates the axis map gives."""
     _check_map(axis_map, len(target.shape), len(indices), len(values.shape))
@@ -60,9 +71,12 @@ def scatter(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence
     return UOp(Ops.SCATTER, target.dtype, (target, values, *indices), (tuple(axis_map), reduce, tuple(parallel)))
 
 
-def mapped_parallel_axes(axis_map: Sequence[int]) -> tuple[int, ...]:
+def mapped_parallel_axes(axis_map: Sequence[AxisEntry]) -> tuple[int, ...]:
     """The iteration axes an axis map uses directly (each one-to-one onto a target axis)."""
-    return tuple(sorted(entry for entry in axis_map if entry >= 0))
+    found = [entry if isinstance(entry, int) else entry[0] for entry in axis_map
+             if (isinstance(entry, int) and entry >= 0) or (isinstance(entry, tuple) and entry[0] is not None and
+                                                           entry[2] != 0)]
+    return tuple(sorted(axis for axis in found if axis is not None))
 
 
 def writes_in_place(node: UOp) -> bool:
@@ -76,7 +90,7 @@ def writes_in_place(node: UOp) -> bool:
         node = node.src[0]
 
 
-def scatter_assign(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[int], reduce: str | None,
+def scatter_assign(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[AxisEntry], reduce: str | None,
                    parallel: Sequence[int]) -> UOp:
     """ASSIGN(target, SCATTER(target, ...)): the scatter written into `target`'s buffer in place."""
     if not writes_in_place(target):
