@@ -264,3 +264,73 @@ def test_embedding_and_its_gradient_match_torch() -> None:
     _equal(embedding(Tensor(tokens)), reference(torch.tensor(tokens, dtype=torch.int64)).detach())
     assert embedding.weight.grad is not None
     _equal(embedding.weight.grad, reference.weight.grad)
+
+
+SETITEM_KEYS = [
+    ("ints_and_index", lambda i: (1, i)),
+    ("negative_step_slice", lambda i: (slice(None, None, -2), i)),
+    ("index_then_strided", lambda i: (i, slice(1, 5, 3))),
+    ("none_and_ellipsis", lambda i: (None, Ellipsis, i)),
+    ("two_separated", lambda i: (i, slice(None), i % 5)),
+    ("host_list", lambda i: ([0, 2, 2, -1, 1, 0], slice(None), 3)),
+    ("bool_mask", lambda i: (np.array([True, False, True]),)),
+]
+
+
+@pytest.mark.parametrize("name,key", SETITEM_KEYS, ids=[name for name, _ in SETITEM_KEYS])
+def test_setitem_with_index_tensors_matches_numpy(name: str, key: Any) -> None:
+    """x[key] = v for keys mixing index tensors with ints, strided and reversed slices, None, Ellipsis, host lists
+    and bool masks (numpy's placement rules, repeated indices: last write wins)."""
+    data = RNG.uniform(-5, 5, (3, 6, 5)).astype(np.float32)
+    index = np.array([[2, -1], [0, 2]], np.int32)
+    numpy_key = key(index)
+    expected = data.copy()
+    values = RNG.uniform(-5, 5, expected[numpy_key].shape).astype(np.float32)
+    expected[numpy_key] = values
+    tensor_key = key(Tensor(index))
+    tensor = Tensor(data).realize()
+    tensor[tensor_key] = Tensor(values)
+    _equal(tensor, expected)
+
+
+def test_assign_of_a_gather_from_itself() -> None:
+    """x.assign(x[perm]) reads the old rows (the gathered value is computed before the in-place write)."""
+    data = RNG.uniform(-5, 5, (8, 3)).astype(np.float32)
+    permutation = np.array([7, 0, 6, 1, 5, 2, 4, 3], np.int32)
+    tensor = Tensor(data).realize()
+    tensor.assign(tensor[Tensor(permutation)]).realize()
+    _equal(tensor, data[permutation])
+
+
+def test_jitted_lookup_takes_new_indices() -> None:
+    """A TinyJit-captured embedding lookup and scatter-add reads each call's index buffer."""
+    from tinycore import TinyJit
+    table = Tensor(RNG.uniform(-1, 1, (20, 4)).astype(np.float32)).realize()
+
+    @TinyJit
+    def step(tokens: Tensor) -> Tensor:
+        return (table[tokens] * 2).realize()
+
+    for call in range(4):
+        tokens = np.random.default_rng(call).integers(0, 20, (5,)).astype(np.int32)
+        _equal(step(Tensor(tokens)), table.numpy()[tokens] * 2)
+
+
+def test_setitem_gradients_match_torch() -> None:
+    """Through x[idx] = v on a computed x: overwritten elements of x get no gradient, v gets the gradient of the
+    elements it was written to (torch's rule, repeated rows included)."""
+    base = RNG.uniform(-1, 1, (6, 4)).astype(np.float32)
+    values = RNG.uniform(-1, 1, (3, 4)).astype(np.float32)
+    weights = RNG.uniform(-1, 1, (6, 4)).astype(np.float32)
+    index = np.array([1, 4, 1], np.int64)
+    torch_base, torch_values = torch.tensor(base, requires_grad=True), torch.tensor(values, requires_grad=True)
+    reference = torch_base * 2
+    reference[torch.tensor(index)] = torch_values
+    (reference * torch.tensor(weights)).sum().backward()
+    ours_base, ours_values = Tensor(base, requires_grad=True), Tensor(values, requires_grad=True)
+    ours = ours_base * 2
+    ours[Tensor(index.astype(np.int32))] = ours_values
+    (ours * Tensor(weights)).sum().backward()
+    assert ours_base.grad is not None and ours_values.grad is not None
+    _equal(ours_base.grad, torch_base.grad)
+    _equal(ours_values.grad, torch_values.grad)
