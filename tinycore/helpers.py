@@ -280,6 +280,9 @@ CACHELEVEL = ContextVar("CACHELEVEL", 2)
 # the default dtypes by name ("float32", "half", "int64"); tinycore.dtype keeps dtypes.default_float/int in step
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "")
 DEFAULT_INT = ContextVar("DEFAULT_INT", "")
+PROFILE = ContextVar("PROFILE", 0)
+PROFILE_PATH = ContextVar("PROFILE_PATH", "")
+HCQ_TIMEOUT_MS = ContextVar("HCQ_TIMEOUT_MS", 30000)
 
 
 def prod(items: Iterable[Any], start: Any = 1) -> Any:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,16 @@ class Allocator:
     optional. An `opaque` handle is whatever the device's programs take as a buffer argument.
     """
 
+    before_host_access: Callable[[], None] | None = None
+    """Set by a queue-based device to its `synchronize`: called before the host reads or writes device memory or
+    releases it, so that no queued command still uses it."""
+
     def __init__(self, device: str = "?"):
         self.device = device
+
+    def _settle(self) -> None:
+        if self.before_host_access is not None:
+            self.before_host_access()
 
     def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
         """A new allocation of `size` bytes (size > 0), or a clear MemoryError."""
@@ -46,14 +55,17 @@ class Allocator:
 
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         """Release an allocation made by `alloc` with the same size and options."""
+        self._settle()
         self._free(opaque, size, options)
 
     def copyin(self, dest: Any, src: memoryview) -> None:
         """Copy host bytes `src` into the device allocation `dest`."""
+        self._settle()
         self._copyin(dest, src)
 
     def copyout(self, dest: memoryview, src: Any) -> None:
         """Copy the device allocation `src` into the writable host memoryview `dest`."""
+        self._settle()
         self._copyout(dest, src)
 
     def offset(self, opaque: Any, size: int, offset: int) -> Any:
@@ -62,6 +74,7 @@ class Allocator:
 
     def as_memoryview(self, opaque: Any, size: int) -> memoryview:
         """The host-visible bytes of `opaque` as a writable memoryview (only on devices with host memory)."""
+        self._settle()
         return self._as_memoryview(opaque, size)
 
     # ---- the device-specific part ----
@@ -116,12 +129,14 @@ class LRUAllocator(Allocator):
     def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
         """Keep the allocation for reuse (unless options forbid it)."""
         if options is not None and (options.nolru or options.external_ptr is not None):
+            self._settle()
             self._free(opaque, size, options)
             return
         self.cache[(size, options)].append(opaque)
 
     def free_cache(self) -> None:
         """Release every cached allocation to the device."""
+        self._settle()
         for (size, options), handles in self.cache.items():
             for opaque in handles:
                 self._free(opaque, size, options)

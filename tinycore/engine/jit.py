@@ -111,7 +111,7 @@ class _Replay:
                 values = {variable: bindings.get(variable, value) for variable, value in call.var_vals.items()}
                 call.runner(handles, values)
             else:
-                call.runner(handles, call.var_vals)
+                call.runner(handles, {**call.var_vals, **var_vals} if var_vals else call.var_vals)
 
 
 def _plan_temporaries(calls: list[Any]) -> list[Any]:
@@ -171,7 +171,7 @@ class TinyJit(Generic[ReturnType]):
     def reset(self) -> None:
         """Forget the captured launches: the next call runs the function, the one after captures again."""
         self.count = 0
-        self.replay: _Replay | None = None
+        self.replay: Any = None  # a _Replay, or an HCQGraph on a queue device
         self.captured_signature: list[tuple[Any, ...]] | None = None
         self.captured_return: Any = None
 
@@ -210,7 +210,12 @@ class TinyJit(Generic[ReturnType]):
             raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
                            "it must realize tensors (return them realized, or call .realize())")
         pools = _plan_temporaries(recorded)
-        self.replay = _Replay(recorded, input_buffers, pools)
+        from tinycore.hcq.graph import HCQGraph, graph_device
+        device = graph_device(recorded, input_buffers)
+        if device is not None:
+            self.replay = HCQGraph(device, recorded, input_buffers, pools)
+        else:
+            self.replay = _Replay(recorded, input_buffers, pools)
         self.captured_signature = _signature(inputs)
         self.captured_return = result
         return result

@@ -53,7 +53,7 @@ class Runner:
         self._launch: Any = getattr(self.program, "launcher", None)
         self._fast = None
         if self.static_dims is not None and self._launch is not None:
-            self._fast = self._launch(self.static_dims[0])
+            self._fast = self._launch(*self.static_dims)
 
     def __call__(self, buffers: Sequence[Any], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
         """Launch on the device handles `buffers` (in the AST's DEFINE_GLOBAL order)."""

@@ -85,10 +85,29 @@ def tiny_interfaces(device: str) -> list[InterfaceSpec]:
 
 @hookspec(firstresult=True)
 def tiny_hcq_queues(device: Any) -> HCQQueues | None:
-    """For a queue-based (HCQ) device object `device`: its compute queue, copy queue and signal types.
+    """For a queue-based (HCQ) device object `device`: the queue and signal types the core's HCQ machinery drives.
 
-    Called by the core's HCQ machinery when it drives the opened device.
-    Returns an HCQQueues, or None when the device is not queue-based (the first non-None result wins).
-    Must not create queues or signals: it returns their types.
+    Called once by `tinycore.hcq.HCQCompiled.__init__` while the device is being constructed (the device class
+    derives from HCQCompiled; its `.device` attribute is the canonical name). Returns an HCQQueues, or None when
+    this plugin does not drive `device` (the first non-None result wins). Must not create queues or signals, open
+    hardware or start threads: it returns types, which the core instantiates.
+
+    What the returned HCQQueues holds:
+      compute_queue: a subclass of `tinycore.hcq.HWQueue`, constructed with no arguments, one per submission or
+        graph. It implements the encoding hooks `_encode_wait(signal, value)`, `_encode_signal(signal, value)`,
+        `_encode_timestamp(signal)`, `_encode_exec(program, arguments, global_size, local_size)`, optionally
+        `_encode_copy` and `_encode_memory_barrier`, each appending its hardware's words with `self.emit(...)`;
+        and `_submit(device)`, which hands `self.words` to the hardware. A queue that is resubmitted (a TinyJit
+        graph) is bound once: `_bind(device)` may copy the words to where the hardware reads them, and
+        `_patch(position, value)` then rewrites one symbolic word (a Variable's value, resolved at submit) there.
+        A submission must not wait for its commands to finish: the core waits on signals.
+      copy_queue: the same for a copy engine (`_encode_copy`, waits, signals, timestamps), or None to copy on
+        the compute queue.
+      signal: a subclass of `tinycore.hcq.HCQSignal`, constructed as `signal(device, value=0, name="...")`, whose
+        value and timestamp the hardware writes (`timestamp_divider`: raw ticks per microsecond) and the host
+        reads; its `address` is what the encodings put in commands.
+    The device's programs derive from `tinycore.hcq.HCQProgram`; their argument blocks (`HCQArguments`) come from
+    the device's kernarg memory. tiny-cpu (a command ring run by C threads) and the template plugin (a Python
+    thread) are complete examples.
     """
     raise NotImplementedError("a hook specification is never called; plugins implement it")

@@ -105,7 +105,11 @@ class InterfaceSpec:
 
 @dataclass(frozen=True)
 class HCQQueues:
-    """The queue and signal types of a queue-based (HCQ) device, driven by the core's HCQ machinery."""
+    """The queue and signal types of a queue-based (HCQ) device, driven by the core's HCQ machinery.
+
+    compute_queue and copy_queue are `tinycore.hcq.HWQueue` subclasses (copy_queue None: copies go on the compute
+    queue), signal an `tinycore.hcq.HCQSignal` subclass; see the `tiny_hcq_queues` hook for what each must do.
+    """
 
     compute_queue: type
     copy_queue: type | None

@@ -1,0 +1,163 @@
+"""The core's queue machinery (tinycore.hcq) on a queue executed in Python by the test: signals, waits that time
+out, symbolic words resolved at submit, bound queues patched on resubmission, launches on the timeline."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from tinycore.device.allocator import Allocator
+from tinycore.hcq import DeviceTimeoutError, HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
+from tinycore.plugins.specs import HCQQueues
+from tinycore.uop.symbolic import Variable
+
+
+class ListQueue(HWQueue):
+    """Four words per command; `_submit` runs them at once in Python (waits must already be satisfied)."""
+
+    def _encode_wait(self, signal: HCQSignal, value: Any) -> None:
+        self.emit("wait", signal, value, 0)
+
+    def _encode_signal(self, signal: HCQSignal, value: Any) -> None:
+        self.emit("signal", signal, value, 0)
+
+    def _encode_timestamp(self, signal: HCQSignal) -> None:
+        self.emit("timestamp", signal, 0, 0)
+
+    def _encode_exec(self, program: Any, arguments: HCQArguments, global_size: Any, local_size: Any) -> None:
+        self.emit("exec", program, arguments, global_size[0])
+
+    def _encode_copy(self, destination: Any, source: Any, nbytes: Any) -> None:
+        self.emit("copy", destination, source, nbytes)
+
+    def _submit(self, device: Any) -> None:
+        device.submitted.append(list(self.words))
+        for position in range(0, len(self.words), 4):
+            operation, first, second, third = self.words[position:position + 4]
+            if operation == "wait" and first.value < second:
+                raise AssertionError(f"wait for {second} on {first.name} submitted before it can be met")
+            if operation == "signal":
+                first._words[1] = time.perf_counter_ns()
+                first.value = second
+            elif operation == "timestamp":
+                first._words[1] = time.perf_counter_ns()
+            elif operation == "exec":
+                first.run(second, third)
+            elif operation == "copy":
+                first[:third] = second[:third]
+
+
+class ByteAllocator(Allocator):
+    def _alloc(self, size: int, options: Any) -> memoryview:
+        return memoryview(bytearray(size))
+
+    def _copyin(self, dest: memoryview, src: memoryview) -> None:
+        dest[:src.nbytes] = src
+
+
+class RecordingProgram(HCQProgram):
+    """Records the argument words and the number of groups of every launch."""
+
+    def __init__(self, device: HCQCompiled, name: str, lib: bytes):
+        super().__init__(device, name, lib)
+        self.launches: list[tuple[list[int], Any]] = []
+
+    def run(self, arguments: HCQArguments, groups: Any) -> None:
+        words = arguments.memory[arguments.offset:arguments.offset + 16].cast("q").tolist()
+        self.launches.append((words, groups))
+
+
+class ListDevice(HCQCompiled):
+    kernarg_ring_bytes = 256
+
+    def __init__(self) -> None:
+        self.submitted: list[list[Any]] = []
+        super().__init__("LIST", ByteAllocator("LIST"), None, None, RecordingProgram,  # type: ignore[arg-type]
+                         queues=HCQQueues(ListQueue, None, HCQSignal))
+
+
+def test_signal_holds_a_value_and_a_timestamp_in_microseconds() -> None:
+    device = ListDevice()
+    signal = device.new_signal(3, name="probe")
+    assert signal.value == 3 and signal.timestamp == 0
+    before = time.perf_counter_ns()
+    device.compute_queue().signal(signal, 9).submit(device)
+    assert signal.value == 9
+    assert before / 1000 <= signal.timestamp <= time.perf_counter_ns() / 1000
+
+
+def test_wait_past_its_timeout_names_device_signal_and_value_and_breaks_the_device() -> None:
+    device = ListDevice()
+    signal = device.new_signal(1, name="never")
+    started = time.perf_counter()
+    with pytest.raises(DeviceTimeoutError, match=r"LIST: signal 'never' did not reach 5 within 0.05 s \(it holds 1\)"):
+        signal.wait(5, timeout_s=0.05)
+    assert time.perf_counter() - started < 5
+    with pytest.raises(RuntimeError, match="marked broken"):
+        device.compute_queue().signal(signal, 2).submit(device)
+    with pytest.raises(RuntimeError, match="marked broken"):
+        device.synchronize()
+    device.recover()
+    device.compute_queue().signal(signal, 5).submit(device)
+    signal.wait(5, timeout_s=0.05)
+
+
+def test_symbolic_words_are_resolved_at_submit() -> None:
+    device = ListDevice()
+    signal, count = device.new_signal(), Variable("count", 0, 100)
+    queue = device.compute_queue().signal(signal, count * 2 + 1)
+    queue.submit(device, {count: 4})
+    assert signal.value == 9
+    with pytest.raises(KeyError, match="count"):
+        device.compute_queue().signal(signal, count).submit(device, {})
+
+
+def test_a_bound_queue_is_resubmitted_with_only_its_symbolic_words_patched() -> None:
+    device = ListDevice()
+    signal, value = device.new_signal(), Variable("value", 0, 1000)
+    queue = device.compute_queue().signal(signal, value).bind(device)
+    for number in (5, 17, 3):
+        queue.submit(device, {value: number})
+        assert signal.value == number
+    assert len(device.submitted) == 3
+    with pytest.raises(RuntimeError, match="bound"):
+        queue.signal(signal, 1)
+
+
+def test_launch_writes_arguments_signals_the_timeline_and_times_the_kernel() -> None:
+    device = ListDevice()
+    program: RecordingProgram = device.runtime("kernel", b"")
+    program(1234, 99, global_size=(4, 1, 1))
+    assert program.launches == [([1234, 99], 4)]
+    assert device.timeline_signal.value == 1 and device.timeline_value == 2
+    device.synchronize()
+    seconds = program(5, 6, global_size=(2, 1, 1), wait=True)
+    assert seconds is not None and 0 <= seconds < 1
+    assert device.timeline_signal.value == 2
+
+
+def test_argument_ring_wraps_after_the_device_is_done() -> None:
+    device = ListDevice()
+    program: RecordingProgram = device.runtime("kernel", b"")
+    for number in range(10):  # 64 bytes a block, 256 in the ring: it wraps twice
+        program(number, number + 1, global_size=(1, 1, 1))
+    assert [words for words, _ in program.launches] == [[number, number + 1] for number in range(10)]
+    assert device.kernargs.offset <= 256
+
+
+def test_host_access_to_memory_waits_for_the_queues() -> None:
+    device = ListDevice()
+    waited = []
+    device.allocator.before_host_access = lambda: waited.append(True)
+    handle = device.allocator.alloc(8)
+    device.allocator.copyin(handle, memoryview(b"12345678"))
+    assert waited == [True]
+    assert bytes(handle) == b"12345678"
+
+
+def test_copy_goes_through_the_copy_queue() -> None:
+    device = ListDevice()
+    source, destination = memoryview(bytearray(b"abcdefgh")), memoryview(bytearray(8))
+    device.copy_queue().copy(destination, source, 5).submit(device)
+    assert bytes(destination) == b"abcde\x00\x00\x00"

@@ -1,0 +1,223 @@
+"""The base of queue-based (HCQ) devices: a timeline signal, kernel argument blocks, launches through queues.
+
+A plugin's device class derives from HCQCompiled, its kernels from HCQProgram, and its plugin answers the
+`tiny_hcq_queues` hook with the queue and signal types (see tinycore.plugins.hookspecs). Every kernel then runs as
+commands: `exec` on an argument block, then a signal of the timeline, whose value says how far the device got.
+"""
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tinycore.device.allocator import Allocator
+from tinycore.device.compiled import Compiled
+from tinycore.device.compiler import Compiler
+from tinycore.hcq import profile
+from tinycore.hcq.queue import HWQueue
+from tinycore.hcq.signal import HCQSignal
+from tinycore.helpers import PROFILE
+
+if TYPE_CHECKING:
+    from tinycore.plugins.specs import HCQQueues
+
+
+class HCQArguments:
+    """A kernel's argument block: buffer handles, then integer values, one signed 64-bit word each.
+
+    `memory` holds the block at byte `offset`; `address` is where the device finds it (None where it needs none).
+    A plugin whose hardware wants another layout subclasses it and overrides `set_buffer` and `set_value`.
+    """
+
+    def __init__(self, memory: memoryview, offset: int, address: int | None, buffer_count: int):
+        self.memory, self.offset, self.address, self.buffer_count = memory, offset, address, buffer_count
+
+    def set_buffer(self, index: int, handle: Any) -> None:
+        """Put the allocator handle of buffer argument `index` in the block."""
+        struct.pack_into("q", self.memory, self.offset + 8 * index, handle)
+
+    def set_value(self, index: int, value: int) -> None:
+        """Put the value of integer argument `index` (a Variable's value) in the block."""
+        struct.pack_into("q", self.memory, self.offset + 8 * (self.buffer_count + index), value)
+
+
+class KernargRing:
+    """Argument blocks handed out in turn from one area; when it wraps, the device first finishes what it queued."""
+
+    alignment = 64
+
+    def __init__(self, device: HCQCompiled, memory: memoryview, address: int | None):
+        self.device, self.memory, self.address = device, memory, address
+        self.size, self.offset = memory.nbytes, 0
+
+    def allocate(self, nbytes: int) -> tuple[int, int | None]:
+        """(offset into `memory`, device address) of `nbytes` of argument memory."""
+        aligned = -(-max(nbytes, 8) // self.alignment) * self.alignment
+        if aligned > self.size:
+            raise ValueError(f"{self.device.device}: a {nbytes} byte argument block exceeds the {self.size} byte "
+                             "argument area: pass fewer buffers to one kernel")
+        if self.offset + aligned > self.size:
+            self.device.synchronize()  # every block in the ring may be reused once the queued work is done
+            self.offset = 0
+        offset = self.offset
+        self.offset += aligned
+        return offset, None if self.address is None else self.address + offset
+
+
+class HCQProgram:
+    """A kernel of a queue-based device: `program(*buffers, global_size=.., local_size=.., vals=.., wait=False)`
+    writes an argument block and submits `exec` plus a timeline signal on the device's compute queue.
+
+    Subclasses load the binary in `__init__(device, name, lib)` (calling this one) and may override
+    `new_arguments` for another argument layout.
+    """
+
+    def __init__(self, device: HCQCompiled, name: str, lib: bytes):
+        self.device, self.name, self.lib = device, name, lib
+
+    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
+        """An argument block holding `buffers` then `values`, in the kernarg ring (or, `persistent`, in memory
+        of its own that stays valid for a graph's life)."""
+        words = len(buffers) + len(values)
+        if persistent:
+            memory, address = self.device.kernarg_memory(max(8, 8 * words))
+            offset = 0
+        else:
+            ring = self.device.kernargs
+            offset, address = ring.allocate(8 * words)
+            memory = ring.memory
+        if words:
+            struct.pack_into(f"{words}q", memory, offset, *buffers, *values)
+        return HCQArguments(memory, offset, address, len(buffers))
+
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None) -> Any:
+        """A function launching this program on a list of buffer handles (no variables) over `global_size` groups
+        of `local_size`: the engine's path for kernels whose sizes are fixed."""
+        sizes, local = tuple(global_size), None if local_size is None else tuple(local_size)
+        device = self.device
+
+        def launch(buffers: Sequence[Any]) -> None:
+            if device.profiling:
+                self(*buffers, global_size=sizes, local_size=local)
+                return
+            queue = device.compute_queue()
+            queue.exec(self, self.new_arguments(buffers, ()), sizes, local)
+            queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+        return launch
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """Launch on `buffers` with the integer arguments `vals`; with `wait`, the kernel's device time in seconds."""
+        device = self.device
+        arguments = self.new_arguments(buffers, vals)
+        queue = device.compute_queue()
+        if not (wait or device.profiling):
+            queue.exec(self, arguments, global_size, local_size)
+            queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+            return None
+        start, end = device.new_signal(name=f"{self.name} start"), device.new_signal(name=f"{self.name} end")
+        queue.timestamp(start).exec(self, arguments, global_size, local_size).timestamp(end)
+        queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+        device.synchronize()
+        if device.profiling:
+            profile.record(self.name, device.device, "compute", start.timestamp, end.timestamp)
+        return (end.timestamp - start.timestamp) / 1e6 if wait else None
+
+
+class HCQCompiled(Compiled):
+    """A device whose kernels, copies and synchronisation are commands in queues.
+
+    `program_type` is the device's HCQProgram subclass; `queues` the HCQQueues its plugin returns from the
+    `tiny_hcq_queues` hook (asked when not given). The device keeps a timeline signal: every submission that
+    finishes work signals the next timeline value, and `synchronize` waits for the last one.
+
+    Hooks for a plugin: `kernarg_memory(nbytes)` (memory for argument blocks; default: host memory with its
+    address) and `_recover()` (reset the hardware's queues after a timeout).
+    """
+
+    kernarg_ring_bytes = 1 << 20
+
+    def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+                 program_type: type[HCQProgram], queues: HCQQueues | None = None):
+        super().__init__(device, allocator, renderer, compiler, self._load_program, graph=None)
+        self.program_type = program_type
+        if queues is None:
+            from tinycore.device.registry import hcq_queues
+            queues = hcq_queues(self)
+        if queues is None:
+            raise RuntimeError(f"{device} is a queue device but no installed plugin answered tiny_hcq_queues for it: "
+                               "reinstall the device's plugin")
+        self.queues: HCQQueues = queues
+        self.broken: str | None = None
+        self.submissions = 0
+        self.profiling = bool(PROFILE)
+        self.timeline_signal = self.new_signal(0, name="timeline")
+        self.timeline_value = 1
+        memory, address = self.kernarg_memory(self.kernarg_ring_bytes)
+        self.kernargs = KernargRing(self, memory, address)
+        allocator.before_host_access = self.synchronize
+        if self.profiling:
+            profile.enable()
+
+    def _load_program(self, name: str, lib: bytes) -> HCQProgram:
+        return self.program_type(self, name, lib)
+
+    # ---- queues and signals ----
+
+    def new_signal(self, value: int = 0, name: str = "signal") -> HCQSignal:
+        """A new signal of this device holding `value`."""
+        signal: HCQSignal = self.queues.signal(self, value=value, name=name)
+        return signal
+
+    def compute_queue(self) -> HWQueue:
+        """A new, empty compute queue."""
+        queue: HWQueue = self.queues.compute_queue()
+        return queue
+
+    def copy_queue(self) -> HWQueue:
+        """A new, empty copy queue (the compute queue where the device has no copy engine)."""
+        queue: HWQueue = (self.queues.copy_queue or self.queues.compute_queue)()
+        return queue
+
+    def next_timeline_value(self) -> int:
+        """The timeline value for the next submission to signal (each call takes a new one)."""
+        value = self.timeline_value
+        self.timeline_value = value + 1
+        return value
+
+    def synchronize(self) -> None:
+        """Wait until everything submitted to this device so far is done (raises DeviceTimeoutError past
+        HCQ_TIMEOUT_MS)."""
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
+        self.timeline_signal.wait(self.timeline_value - 1)
+
+    # ---- failure ----
+
+    def mark_broken(self, reason: str) -> None:
+        """Refuse every later submission (a wait timed out: results can no longer be trusted)."""
+        self.broken = reason
+
+    def check_usable(self) -> None:
+        """Raise the reason the device is broken, if it is."""
+        if self.broken is not None:
+            raise RuntimeError(self.broken)
+
+    def recover(self, timeout_s: float = 1.0) -> None:
+        """Use the device again after a timeout, once the cause is gone: its queues are reset and its timeline
+        must reach the last submitted value within `timeout_s` (else DeviceTimeoutError, and it stays broken)."""
+        self.broken = None
+        self._recover()
+        self.timeline_signal.wait(self.timeline_value - 1, timeout_s)
+
+    def _recover(self) -> None:
+        """Default: nothing to reset."""
+
+    # ---- memory ----
+
+    def kernarg_memory(self, nbytes: int) -> tuple[memoryview, int | None]:
+        """`nbytes` of memory for argument blocks, and its device address. Default: host memory, kept alive by
+        its memoryview (for devices that read host memory, like the CPU)."""
+        block = (ctypes.c_uint8 * nbytes)()  # the memoryview keeps it alive
+        return memoryview(block).cast("B"), ctypes.addressof(block)
