@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import shlex
 import shutil
+from typing import Any
 
 from tinycore.helpers import environ
-from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, RendererSpec, hookimpl
 
 TINYCORE_PLUGIN_API = 1
 
@@ -56,3 +57,12 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
         return []
     return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
                          "C source compiled to a shared object by $CC, gcc or clang")]
+
+
+@hookimpl
+def tiny_hcq_queues(device: Any) -> HCQQueues | None:
+    """The CPU device's queues: command words for its C queues, signals in host memory."""
+    if str(getattr(device, "device", "")).split(":")[0] != DEVICE_NAME:
+        return None
+    from tiny_cpu.queue import CPUComputeQueue, CPUCopyQueue, CPUSignal
+    return HCQQueues(CPUComputeQueue, CPUCopyQueue, CPUSignal)

@@ -6,6 +6,10 @@ library built here runs `entry(arguments, core_id)` for every core_id on persist
 thread takes a share itself, and the call returns once every share is done. One ctypes call per launch: a
 Python-level pool costs a lock, a queue and a thread switch per worker, more than a small kernel's own run time.
 
+The same library holds the CPU device's command queues (QUEUE_SOURCE): a submission of commands (exec, signal,
+wait, copy, timestamp) runs on the calling thread in C until a wait must block, and the rest on the queue's own
+thread, so a queue never returns to Python between commands.
+
 The pool is compiled on first use with the CPU device's compiler (and cached like any kernel). A forked child
 (os.fork, multiprocessing) starts from an empty pool: the parent's threads do not exist there. Where that fails
 (no POSIX threads), `parallel_runner()` returns None and the runtime falls back to Python threads.
@@ -59,6 +63,8 @@ static void *tc_worker(void *start) {
   return 0;
 }
 
+static void tc_queues_after_fork(void);
+
 /* after fork() only the forking thread exists: start from an empty pool with fresh locks (called by Python's
    os.register_at_fork in the child) */
 void tinycore_pool_after_fork(void) {
@@ -68,6 +74,7 @@ void tinycore_pool_after_fork(void) {
   pthread_cond_init(&tc_done, 0);
   tc_started = 0;
   tc_active = 0;
+  tc_queues_after_fork();
 }
 
 /* run entry(arguments, share) for share = 0 .. shares-1 on up to `threads` threads (the caller included);
@@ -102,6 +109,179 @@ int tinycore_parallel(tc_entry entry, const long long *arguments, int shares, in
 }
 """
 
+QUEUE_SOURCE = r"""
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sched.h>
+/* The command queues of the CPU device. A command is TC_WORDS 64-bit words: an opcode and its operands.
+   A signal is two 64-bit words in host memory: the value, then the timestamp (CLOCK_MONOTONIC nanoseconds). */
+enum { TC_EXEC = 1, TC_SIGNAL = 2, TC_WAIT = 3, TC_COPY = 4, TC_TIMESTAMP = 5, TC_BARRIER = 6 };
+#define TC_WORDS 6
+#define TC_MAX_QUEUES 64
+typedef unsigned long long tc_u64;
+typedef struct {
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  long long *pending;          /* commands handed to the queue's thread, owned by the queue */
+  long long pending_words, pending_capacity;
+  int busy, thread_started, broken;
+  long long submissions, wait_timeout_ns;
+} tc_queue;
+static tc_queue *tc_queues[TC_MAX_QUEUES];
+static int tc_queue_count;
+
+static long long tc_now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (long long)now.tv_sec * 1000000000LL + now.tv_nsec;
+}
+
+static tc_u64 *tc_signal(long long address) { return (tc_u64 *)(__INTPTR_TYPE__)address; }
+
+/* run `count` words of commands; a wait whose value has not come stops the run (returns its position) unless
+   `block`, in which case it waits up to the queue's timeout (returns -1 and marks the queue broken past it) */
+static long long tc_run(tc_queue *queue, const long long *commands, long long count, int block) {
+  for (long long at = 0; at < count; at += TC_WORDS) {
+    const long long *word = commands + at;
+    switch (word[0]) {
+    case TC_EXEC:
+      if (word[3] <= 1) ((tc_entry)(__INTPTR_TYPE__)word[1])((const long long *)(__INTPTR_TYPE__)word[2], 0);
+      else tinycore_parallel((tc_entry)(__INTPTR_TYPE__)word[1], (const long long *)(__INTPTR_TYPE__)word[2],
+                             (int)word[3], (int)word[4]);
+      break;
+    case TC_SIGNAL:
+      __atomic_store_n(&tc_signal(word[1])[1], (tc_u64)tc_now_ns(), __ATOMIC_RELAXED);
+      __atomic_store_n(&tc_signal(word[1])[0], (tc_u64)word[2], __ATOMIC_RELEASE);
+      break;
+    case TC_WAIT: {
+      tc_u64 *signal = tc_signal(word[1]);
+      if (__atomic_load_n(&signal[0], __ATOMIC_ACQUIRE) >= (tc_u64)word[2]) break;
+      if (!block) return at;
+      long long deadline = tc_now_ns() + queue->wait_timeout_ns;
+      for (int spins = 0; __atomic_load_n(&signal[0], __ATOMIC_ACQUIRE) < (tc_u64)word[2]; spins++) {
+        if (spins < 200) { sched_yield(); continue; }
+        if (tc_now_ns() > deadline) { queue->broken = 1; return -1; }
+        struct timespec pause = {0, 20000};
+        nanosleep(&pause, 0);
+      }
+      break;
+    }
+    case TC_COPY:
+      memcpy((void *)(__INTPTR_TYPE__)word[1], (const void *)(__INTPTR_TYPE__)word[2], (size_t)word[3]);
+      break;
+    case TC_TIMESTAMP:
+      __atomic_store_n(&tc_signal(word[1])[1], (tc_u64)tc_now_ns(), __ATOMIC_RELEASE);
+      break;
+    case TC_BARRIER:
+      __atomic_thread_fence(__ATOMIC_SEQ_CST);
+      break;
+    }
+  }
+  return count;
+}
+
+/* the queue's thread: runs what submissions could not finish at once (they stopped at a wait), in order */
+static void *tc_queue_thread(void *argument) {
+  tc_queue *queue = (tc_queue *)argument;
+  pthread_mutex_lock(&queue->lock);
+  for (;;) {
+    while (queue->pending_words == 0 || queue->busy) pthread_cond_wait(&queue->wake, &queue->lock);
+    long long *batch = queue->pending, count = queue->pending_words;
+    queue->pending = 0;
+    queue->pending_words = queue->pending_capacity = 0;
+    queue->busy = 1;
+    pthread_mutex_unlock(&queue->lock);
+    long long done = tc_run(queue, batch, count, 1);
+    free(batch);
+    pthread_mutex_lock(&queue->lock);
+    queue->busy = 0;
+    if (done < 0) { free(queue->pending); queue->pending = 0; queue->pending_words = queue->pending_capacity = 0; }
+    if (queue->pending_words) pthread_cond_signal(&queue->wake);
+  }
+  return 0;
+}
+
+static void tc_queue_init(tc_queue *queue) {
+  pthread_mutex_init(&queue->lock, 0);
+  pthread_cond_init(&queue->wake, 0);
+  queue->pending = 0;
+  queue->pending_words = queue->pending_capacity = 0;
+  queue->busy = queue->thread_started = 0;
+}
+
+/* a new queue whose device-side waits give up after `wait_timeout_ns` (0 when no more queues can be made) */
+void *tinycore_queue_create(long long wait_timeout_ns) {
+  pthread_mutex_lock(&tc_launch);
+  tc_queue *queue = tc_queue_count < TC_MAX_QUEUES ? (tc_queue *)calloc(1, sizeof(tc_queue)) : 0;
+  if (queue) {
+    tc_queue_init(queue);
+    queue->wait_timeout_ns = wait_timeout_ns;
+    tc_queues[tc_queue_count++] = queue;
+  }
+  pthread_mutex_unlock(&tc_launch);
+  return queue;
+}
+
+/* run `count` words of commands after everything submitted before: on the calling thread while nothing is
+   pending and no wait blocks, the rest on the queue's thread. Returns 0, -1 for a broken queue, -2 when the
+   queue's thread cannot start. */
+int tinycore_queue_submit(tc_queue *queue, const long long *commands, long long count) {
+  long long start = 0;
+  int status = 0;
+  pthread_mutex_lock(&queue->lock);
+  queue->submissions++;
+  if (queue->broken) { pthread_mutex_unlock(&queue->lock); return -1; }
+  if (!queue->busy && queue->pending_words == 0) {
+    queue->busy = 1;
+    pthread_mutex_unlock(&queue->lock);
+    start = tc_run(queue, commands, count, 0);
+    pthread_mutex_lock(&queue->lock);
+    queue->busy = 0;
+  }
+  if (start < count) {
+    long long needed = queue->pending_words + count - start;
+    if (needed > queue->pending_capacity) {
+      long long capacity = needed * 2;
+      long long *grown = (long long *)realloc(queue->pending, (size_t)capacity * sizeof(long long));
+      if (!grown) { pthread_mutex_unlock(&queue->lock); return -2; }
+      queue->pending = grown;
+      queue->pending_capacity = capacity;
+    }
+    memcpy(queue->pending + queue->pending_words, commands + start, (size_t)(count - start) * sizeof(long long));
+    queue->pending_words = needed;
+    if (!queue->thread_started) {
+      pthread_t thread;
+      pthread_attr_t attributes;
+      pthread_attr_init(&attributes);
+      pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+      if (pthread_create(&thread, &attributes, tc_queue_thread, queue) == 0) queue->thread_started = 1;
+      else status = -2;
+      pthread_attr_destroy(&attributes);
+    }
+  }
+  if (queue->pending_words) pthread_cond_signal(&queue->wake);
+  pthread_mutex_unlock(&queue->lock);
+  return status;
+}
+
+/* submissions so far, and whether a device-side wait timed out */
+long long tinycore_queue_submissions(tc_queue *queue) { return queue->submissions; }
+int tinycore_queue_broken(tc_queue *queue) { return queue->broken; }
+
+/* accept submissions again after a timeout */
+void tinycore_queue_reset(tc_queue *queue) {
+  pthread_mutex_lock(&queue->lock);
+  queue->broken = 0;
+  pthread_mutex_unlock(&queue->lock);
+}
+
+/* after fork(): the queues' threads are gone, their pending commands dropped */
+static void tc_queues_after_fork(void) {
+  for (int index = 0; index < tc_queue_count; index++) tc_queue_init(tc_queues[index]);
+}
+"""
+
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
@@ -119,7 +299,7 @@ def _build() -> Callable[[int, Any, int, int], int] | None:
     try:
         from tiny_cpu.compiler import ClangCompiler
         from tiny_cpu.runtime import _load
-        library, _ = _load(ClangCompiler().compile_cached(POOL_SOURCE))
+        library, _ = _load(ClangCompiler().compile_cached(POOL_SOURCE + QUEUE_SOURCE))
         function = library.tinycore_parallel
     except Exception:  # noqa: BLE001 - any failure means: use the Python pool
         return None
@@ -128,5 +308,24 @@ def _build() -> Callable[[int, Any, int, int], int] | None:
     after_fork = library.tinycore_pool_after_fork
     after_fork.restype = None
     os.register_at_fork(after_in_child=after_fork)
+    library.tinycore_queue_create.argtypes = [ctypes.c_longlong]
+    library.tinycore_queue_create.restype = ctypes.c_void_p
+    library.tinycore_queue_submit.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+    library.tinycore_queue_submit.restype = ctypes.c_int
+    library.tinycore_queue_submissions.argtypes = [ctypes.c_void_p]
+    library.tinycore_queue_submissions.restype = ctypes.c_longlong
+    library.tinycore_queue_broken.argtypes = [ctypes.c_void_p]
+    library.tinycore_queue_broken.restype = ctypes.c_int
+    library.tinycore_queue_reset.argtypes = [ctypes.c_void_p]
+    library.tinycore_queue_reset.restype = None
     _state["library"] = library  # kept loaded for the life of the process
     return function  # type: ignore[no-any-return]
+
+
+def pool_library() -> ctypes.CDLL:
+    """The pool and queue library (built on first use); RuntimeError when it cannot be built here."""
+    if parallel_runner() is None or "library" not in _state:
+        raise RuntimeError("the CPU worker pool could not be built (it needs a C compiler and POSIX threads): "
+                           "install gcc or clang, or set CC")
+    library: ctypes.CDLL = _state["library"]
+    return library

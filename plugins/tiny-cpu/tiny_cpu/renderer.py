@@ -141,17 +141,20 @@ class CRenderer(CStyleLanguage):
         return lines
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
-        """An exported C function, and for a kernel split across workers its pool entry point (see entry_point)."""
+        """An exported C function and its entry point for the command queue and the worker pool (see entry_point)."""
         signature = f"void {name}({', '.join(parameters)}) {{"
         lines = prelude + [signature] + body + ["}"]
         if parameters and parameters[-1] == "const int core_id":
             lines.append(entry_point(name, parameters[:-1]))
+        else:
+            lines.append(entry_point(name, parameters, takes_core_id=False))
         return "\n".join(lines) + "\n"
 
 
-def entry_point(name: str, parameters: list[str]) -> str:
+def entry_point(name: str, parameters: list[str], takes_core_id: bool = True) -> str:
     """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its buffer addresses and
-    variable values unpacked from one array (the C worker pool's uniform calling convention, see pool.py)."""
+    variable values unpacked from one array (the uniform calling convention of the command queue and the worker
+    pool, see pool.py); `core_id` is passed on when the kernel takes it."""
     arguments = []
     for position, parameter in enumerate(parameters):
         declared_type = parameter.rsplit(" ", 1)[0].replace(" restrict", "")
@@ -159,7 +162,7 @@ def entry_point(name: str, parameters: list[str]) -> str:
             arguments.append(f"({declared_type})(__INTPTR_TYPE__)arguments[{position}]")
         else:
             arguments.append(f"(int)arguments[{position}]")
-    unpacked = ", ".join([*arguments, "core_id"])
+    unpacked = ", ".join([*arguments, "core_id"] if takes_core_id else arguments)
     return f"void {name}_entry(const long long *arguments, const int core_id) {{ {name}({unpacked}); }}"
 
 

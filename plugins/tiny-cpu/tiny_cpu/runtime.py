@@ -134,9 +134,12 @@ class _Completion:
 _POOL = _WorkerPool()
 
 
+_CPU_COUNT = os.cpu_count() or 1
+
+
 def worker_count() -> int:
     """The most CPU workers a kernel may use: NUM_CPU_THREADS, or the number of CPUs when it is 0."""
-    return max(1, NUM_CPU_THREADS.value or os.cpu_count() or 1)
+    return max(1, NUM_CPU_THREADS.value or _CPU_COUNT)
 
 
 class CPUProgram:
@@ -187,7 +190,8 @@ class CPUProgram:
             return
         _POOL.run(self._function, [(*arguments, core_id) for core_id in range(workers)], worker_count())
 
-    def launcher(self, global_size: Sequence[int]) -> Callable[[Sequence[Any]], None]:
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
+                 ) -> Callable[[Sequence[Any]], None]:
         """A function launching this program on a list of buffer addresses (no variables) with `global_size`.
 
         The per-call work is the ctypes call itself: one worker calls the kernel directly on this thread.

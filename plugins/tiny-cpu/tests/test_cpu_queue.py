@@ -1,0 +1,87 @@
+"""The CPU as a queue device: kernels and TinyJit replays as submissions to its C command queues."""
+from __future__ import annotations
+
+import numpy as np
+
+from tinycore import Tensor, TinyJit, Variable
+from tinycore.device.registry import Device
+from tinycore.hcq import HCQCompiled
+
+
+def cpu() -> HCQCompiled:
+    device = Device["CPU"]
+    assert isinstance(device, HCQCompiled)
+    return device
+
+
+def test_an_eager_kernel_is_one_submission() -> None:
+    device = cpu()
+    data = np.arange(6, dtype=np.float32)
+    source = Tensor(data).realize()
+    before, hardware_before = device.submissions, device.hardware_submissions()  # type: ignore[attr-defined]
+    result = (source * 3 + 1).realize()
+    assert device.submissions - before == 1
+    assert device.hardware_submissions() - hardware_before == 1  # type: ignore[attr-defined]
+    np.testing.assert_allclose(result.numpy(), data * 3 + 1)
+
+
+def test_a_replay_is_one_submission_whatever_the_kernel_count() -> None:
+    device = cpu()
+
+    @TinyJit
+    def ten_kernels(value: Tensor) -> Tensor:
+        for _ in range(10):
+            value = (value * 2 + 1).contiguous()
+        return value.realize()
+
+    for call in range(5):
+        data = np.full(4, call, dtype=np.float32)
+        source = Tensor(data).realize()
+        before, hardware_before = device.submissions, device.hardware_submissions()  # type: ignore[attr-defined]
+        result = ten_kernels(source)
+        if call >= 2:
+            assert ten_kernels.captured_kernel_count == 10
+            assert device.submissions - before == 1
+            assert device.hardware_submissions() - hardware_before == 1  # type: ignore[attr-defined]
+        expected = data.copy()
+        for _ in range(10):
+            expected = expected * 2 + 1
+        np.testing.assert_allclose(result.numpy(), expected)
+
+
+def test_replay_with_new_inputs_and_new_variable_values() -> None:
+    length = Variable("length", 1, 16)
+
+    @TinyJit
+    def prefix_sum(values: Tensor, count: object) -> Tensor:
+        return (values.shrink(((0, count),)) * 2).sum().realize()
+
+    for call, count in enumerate((3, 5, 9, 16, 1, 7)):
+        data = np.random.default_rng(call).standard_normal(16).astype(np.float32)
+        result = prefix_sum(Tensor(data).realize(), length.bind(count))
+        np.testing.assert_allclose(result.numpy(), (data[:count] * 2).sum(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_wait_blocks_its_queue_not_the_host() -> None:
+    device = cpu()
+    gate, done = device.new_signal(0, name="gate"), device.new_signal(0, name="done")
+    device.compute_queue().wait(gate, 1).signal(done, 7).submit(device)
+    assert done.value == 0  # the queue's thread waits for the gate; submit returned
+    device.copy_queue().signal(gate, 1).submit(device)
+    done.wait(7, timeout_s=10)
+    assert gate.timestamp <= done.timestamp
+
+
+def test_copy_command_copies_bytes() -> None:
+    device = cpu()
+    source = Tensor(np.arange(8, dtype=np.float32)).realize()
+    destination = Tensor.empty(8).realize()
+    from tinycore.engine.memory import buffer_of
+    from tinycore.schedule.fusion import view_base
+    source_buffer, destination_buffer = (buffer_of(view_base(tensor.uop)) for tensor in (source, destination))
+    done = device.new_signal(0)
+    queue = device.copy_queue().copy(destination_buffer.ensure_allocated()._buf, source_buffer.ensure_allocated()._buf,
+                                     32)
+    queue.signal(done, 1).submit(device)
+    done.wait(1, timeout_s=10)
+    np.testing.assert_array_equal(destination.numpy(), np.arange(8, dtype=np.float32))
