@@ -111,7 +111,7 @@ class _Replay:
                 values = {variable: bindings.get(variable, value) for variable, value in call.var_vals.items()}
                 call.runner(handles, values)
             else:
-                call.runner(handles, {**call.var_vals, **var_vals} if var_vals else call.var_vals)
+                call.runner(handles, call.var_vals)
 
 
 def _plan_temporaries(calls: list[Any]) -> list[Any]:
