@@ -135,11 +135,15 @@ class CreationMixin:
         count = max(math.ceil((stop - start) / step), 0)
         target = optional_dtype(dtype) or (dtypes.default_float if any(isinstance(value, float) for value in
                                                                          (start, stop, step)) else dtypes.default_int)
+        if dtype is None and target == dtypes.default_int and count and not all(
+                dtypes.min(target) <= value <= dtypes.max(target) for value in (start, start + (count - 1) * step)):
+            target = dtypes.int64  # as tinygrad: a range past the default int's limits is int64
         indices = cls._indices(count, device)
         if dtypes.is_float(target):
             return (indices.cast(target) * step + start).cast(target)  # type: ignore[attr-defined]
-        result = (indices * step + start).cast(target) if (step, start) != (1, 0) else indices.cast(target)
-        return result
+        if (step, start) == (1, 0):
+            return indices.cast(target)  # type: ignore[attr-defined]
+        return indices.cast(target) * step + start  # type: ignore[attr-defined]
 
     @classmethod
     @_creates_leaf

@@ -549,12 +549,14 @@ class ElementwiseMixin:
         return (self.isinf() | self.isnan()).logical_not()
 
     def isclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
-        """True where |self - other| <= atol + rtol * |other| (or equal infinities; nans if equal_nan)."""
+        """True where self == other or, both finite, |self - other| <= atol + rtol * |other| (as torch: an infinity is
+        close only to itself); nan is close to nan only with equal_nan."""
         first, second = self._broadcasted(other)
-        close = first.eq(second) | ((first - second).abs() <= (second.abs() * rtol + atol))
+        close = first.eq(second) | (first.isfinite() & second.isfinite() &
+                                    ((first - second).abs() <= (second.abs() * rtol + atol)))
         if equal_nan:
             close = close | (first.isnan() & second.isnan())
-        return close & ~(first.isnan() | second.isnan()) | (close & first.eq(second)) if not equal_nan else close
+        return close
 
     def allclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
         """True when isclose holds everywhere."""

@@ -274,7 +274,11 @@ class MovementMixin:
     # ---- joining and splitting ----
 
     def cat(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
-        """This tensor and `args` joined along `dim` (dtypes promoted)."""
+        """This tensor and `args` joined along `dim` (dtypes promoted); `Tensor.cat((a, b))` works too."""
+        if isinstance(self, (list, tuple)):
+            if not self:
+                raise ValueError("cat needs at least one tensor")
+            return self[0].cat(*self[1:], *args, dim=dim)  # type: ignore[no-any-return]
         tensors = [self, *args]
         if any(tensor.ndim == 0 for tensor in tensors):
             raise ValueError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
@@ -305,7 +309,12 @@ class MovementMixin:
         return result
 
     def stack(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
-        """This tensor and `args` (of one shape) joined along a new axis `dim`."""
+        """This tensor and `args` (of one shape) joined along a new axis `dim`; `Tensor.stack((a, b))` (a sequence
+        as the one argument) works too."""
+        if isinstance(self, (list, tuple)):
+            if not self:
+                raise ValueError("stack needs at least one tensor")
+            return self[0].stack(*self[1:], *args, dim=dim)  # type: ignore[no-any-return]
         tensors = [self, *args]
         for tensor in tensors:
             if tuple(tensor.shape) != tuple(self.shape):

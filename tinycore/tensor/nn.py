@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
+from tinycore.errors import ArgumentError
 from tinycore.helpers import TRAINING, make_tuple
 from tinycore.tensor.support import optional_dtype, product, resolve_axes, resolve_axis
 
@@ -105,6 +106,10 @@ class NNMixin:
         specs = inputs_text.split(",")
         if len(specs) != len(tensors):
             raise ValueError(f"einsum formula {formula!r} names {len(specs)} operands, {len(tensors)} were given")
+        for spec in specs + ([output_text] if output_text is not None else []):
+            if spec.count("...") > 1 or spec.replace("...", "").count("."):
+                raise ArgumentError(f"einsum operand {spec!r} of {formula!r} has more than one '...' (or a stray "
+                                    "'.'): each operand may hold one ellipsis")
         ellipsis_letters = [chr(0x3B1 + index) for index in range(16)]
         ellipsis_dims = 0
         expanded_specs = []
@@ -405,8 +410,15 @@ class NNMixin:
         return result + bias.reshape(shape) if bias is not None else result
 
     def normalize(self: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
-        """self divided by its p-norm along `dim` (at least eps)."""
-        norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
+        """self divided by its p-norm along `dim` (at least eps); as torch, p=0 counts the non-zero elements and
+        p=inf takes the largest magnitude."""
+        if p == 0:
+            norm = self.ne(0).sum(dim, keepdim=True).cast(self.dtype if dtypes.is_float(self.dtype)
+                                                           else dtypes.default_float)
+        elif p == math.inf:
+            norm = self.abs().max(dim, keepdim=True)
+        else:
+            norm = (self.abs() ** p).sum(dim, keepdim=True) ** (1 / p)
         return self / norm.maximum(eps)
 
     # ---- encodings, dropout, masks ----

@@ -346,7 +346,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             return self.cast(dtypes.float32).tolist()
         if self.numel() == 0:
             return self.numpy().tolist()
-        flat = self._host_view().cast("B").cast(self.dtype.fmt).tolist()  # type: ignore[call-overload]
+        view = self._host_view().cast("B")
+        if self.dtype.fmt == "e":  # memoryview casts to half only from Python 3.12 on: unpack with struct
+            flat = list(struct.unpack(f"@{self.numel()}e", view))
+        else:
+            flat = view.cast(self.dtype.fmt).tolist()  # type: ignore[call-overload]
         if not self.shape:
             return flat[0]
         for size in reversed(self.shape[1:]):
