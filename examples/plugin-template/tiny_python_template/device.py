@@ -1,8 +1,9 @@
-"""The PYTHON device: the UOPS renderer, the interpreter runtime and bytearray memory, with its capabilities."""
+"""The PYTHON device: the UOPS renderer and the interpreter runtime (or the optional C renderer and its shared
+objects), bytearray memory, and its capabilities."""
 from __future__ import annotations
 
 from tiny_python_template.allocator import PythonAllocator
-from tiny_python_template.runtime import PythonProgram
+from tiny_python_template.runtime import CProgram, PythonProgram
 from tinycore.device.compiled import Compiled
 from tinycore.dtype import dtypes
 from tinycore.testing.capabilities import DeviceCapabilities
@@ -21,5 +22,9 @@ class PythonDevice(Compiled):
 
     def __init__(self, device: str = "PYTHON"):
         from tinycore.device.registry import select_renderer
-        renderer, compiler, _spec = select_renderer(device)
-        super().__init__(device, PythonAllocator(device), renderer, compiler, PythonProgram)
+        renderer, compiler, spec = select_renderer(device)
+        # each renderer's binaries need their own runtime; a renderer may declare its own capabilities (C has no
+        # float16), which then replace the device's
+        runtime = CProgram if spec.name == "C" else PythonProgram
+        self.capabilities = getattr(renderer, "capabilities", None) or type(self).capabilities
+        super().__init__(device, PythonAllocator(device), renderer, compiler, runtime)

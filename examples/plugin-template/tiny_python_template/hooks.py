@@ -11,27 +11,47 @@ TINYCORE_PLUGIN_API = 1
 """The plugin API level this plugin was written for (tinycore refuses plugins from a future level)."""
 
 DEVICE_NAME = "PYTHON"
+"""The device's name, as DEV and Device[...] spell it."""
+
+DESCRIPTION = "the template device: kernels interpreted as UOps, or compiled as C by the system compiler"
+"""The one line `tiny devices` shows for the device."""
+
 PRIORITY = 1
 """Low: PYTHON is the default device only when no faster device is installed. Use it with DEV=PYTHON."""
 
+C_RENDERER = False
+"""Offer the C renderer (c_renderer.py: C compiled by the system compiler) ahead of the UOps interpreter."""
+
 
 def probe() -> tuple[bool, str, int]:
-    """PYTHON needs nothing but the interpreter: always available, one device."""
-    return (True, "runs in the Python interpreter", 1)
+    """Always available, one device: the UOps interpreter needs nothing but Python (the probe is cheap: it only
+    looks for the C compiler on PATH, it does not run it)."""
+    if C_RENDERER:
+        from tiny_python_template.c_renderer import find_c_compiler
+        compiler = find_c_compiler()
+        if compiler is not None:
+            return (True, f"C compiler {compiler}", 1)
+        return (True, "no C compiler found (install cc, gcc or clang, or set CC): kernels run in the interpreter", 1)
+    return (True, "kernels run in the UOps interpreter", 1)
 
 
 @hookimpl
 def tiny_devices() -> list[DeviceSpec]:
-    """The PYTHON device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_python_template.device:PythonDevice",
-                       "pure-Python device: linear UOps run in an interpreter (slow; a second opinion on codegen)",
+    """The device this plugin provides."""
+    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_python_template.device:PythonDevice", DESCRIPTION,
                        probe="tiny_python_template.hooks:probe")]
 
 
 @hookimpl
 def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The UOPS renderer for PYTHON (its 'compiler' checks the program and packs it; nothing is compiled)."""
+    """The renderers for the device, preferred first: C when enabled (its factory raises without a compiler, and
+    the next one is used), then UOPS (the interpreter's packed program; nothing is compiled)."""
     if device != DEVICE_NAME:
         return []
-    return [RendererSpec("UOPS", "tiny_python_template.renderer:make_renderer",
-                         "the linear UOps as a listing plus a packed copy the interpreter runs")]
+    uops = RendererSpec("UOPS", "tiny_python_template.renderer:make_renderer",
+                        "the linear UOps as a listing plus a packed copy the interpreter runs")
+    if not C_RENDERER:
+        return [uops]
+    c = RendererSpec("C", "tiny_python_template.c_renderer:make_c_renderer",
+                     "portable C compiled to a shared object by the system C compiler")
+    return [c, uops]
