@@ -45,3 +45,14 @@ def test_all_is_every_backend() -> None:
 
 def test_testing_extra_holds_what_conformance_needs() -> None:
     assert sorted(Requirement(text).name for text in EXTRAS["testing"]) == sorted(TESTING_REQUIREMENTS)
+
+
+@pytest.mark.parametrize("family, distribution", sorted(KNOWN_DISTRIBUTIONS.items()))
+def test_each_plugin_readme_says_how_to_install_it(family: str, distribution: str) -> None:
+    """From an index, from a wheel directory, from a checkout, and what the system must provide."""
+    readme = (REPOSITORY_ROOT / "plugins" / distribution / "README.md").read_text()
+    install = readme.split("## Install\n", 1)[1].split("\n## ", 1)[0]
+    extra = f"'tinycore[{family.lower()}]'"
+    assert f"pip install {extra}" in install and f"pip install --find-links dist {extra}" in install
+    assert f"pip install -e . -e plugins/{distribution}" in install and "System pieces:" in install
+    assert family.lower() in EXTRAS, "the extra the README names exists"

@@ -4,9 +4,10 @@ tinycore may come from a package index (`pip install tinycore`), from a director
 (`pip install --find-links dist tinycore`) or from a checkout (`pip install -e .`). A hint that says
 `pip install tiny-nv` is wrong for the last two, so every error naming a missing backend asks this module.
 
-How tinycore was installed is read from its distribution's `direct_url.json` (PEP 610): none means an index,
-a local wheel file means a wheel directory, a directory (editable or not) means a checkout. Running from a source
-tree that is not installed at all counts as a checkout.
+How tinycore was installed is read from its distribution's `direct_url.json` (PEP 610): a local wheel file means
+a wheel directory, a directory (editable or not) means a checkout, none means an index (or `--find-links DIR`,
+which pip does not record: the hint then mentions that form too). Running from a source tree that is not installed
+at all counts as a checkout.
 """
 from __future__ import annotations
 
@@ -88,7 +89,9 @@ def install_command(distribution: str, upgrade: bool = False, source: InstallSou
     requirement = f"tinycore[{extra}]" if extra and not extras else distribution
     if source.kind == "wheels" and source.location is not None:
         return f"{_pip()}{flag} --find-links {shlex.quote(str(source.location))} {shlex.quote(requirement)}"
-    return f"{_pip()}{flag} {shlex.quote(requirement)}"
+    command = f"{_pip()}{flag} {shlex.quote(requirement)}"
+    # pip records nothing for `--find-links DIR` installs, which then look like index installs
+    return command + (" (from a directory of wheels, add --find-links DIR)" if extra else "")
 
 
 def device_install_command(family: str) -> str | None:
