@@ -221,3 +221,22 @@ def test_gradients_match_torch(device: str) -> None:
               else Tensor(array, device=device), lambda array: Tensor(array, device=device))
     for name, value, reference in zip(("x", "src"), got, expected, strict=True):
         assert_matches(value, reference, f"gradient of {name} through indexing on {device}", rtol=1e-5, atol=1e-5)
+
+
+def test_gathers_inside_larger_graphs(device: str) -> None:
+    """Gathers of computed values, of a reduce, of a gather, and feeding a reduce and a matmul, against numpy."""
+    first, second = sample((40, 16), seed=33), sample((40, 16), seed=34)
+    weights = sample((16, 8), seed=35)
+    index = numpy.random.default_rng(36).integers(0, 40, (24,)).astype(numpy.int32)
+    x, y, w, i = (Tensor(first, device=device), Tensor(second, device=device), Tensor(weights, device=device),
+                  Tensor(index, device=device))
+    cases = [
+        ("(x + y)[i]", (x + y)[i], (first + second)[index]),
+        ("x.sum(1)[i]", x.sum(1)[i], first.sum(1)[index]),
+        ("x[i].sum(0)", x[i].sum(0), first[index].sum(0)),
+        ("x[i] @ w", x[i] @ w, first[index] @ weights),
+        ("x[i][i % 24]", x[i][i % 24], first[index][index % 24]),
+        ("x[(i * 7) % 40]", x[(i * 7) % 40], first[(index * 7) % 40]),
+    ]
+    for name, got, expected in cases:
+        assert_matches(got, expected, f"{name} on {device}", rtol=1e-4, atol=1e-4)
