@@ -97,3 +97,22 @@ def conformance_template(session: nox.Session) -> None:
     session.install("-e", ".[test]", TORCH, "-e", "examples/plugin-template", "-e", "plugins/tiny-cpu",
                     "-e", "plugins/tiny-disk")
     session.run("tiny", "conformance", "PYTHON", *session.posargs)
+
+
+@nox.session
+def llm_reference(session: nox.Session) -> None:
+    """tinycore.llm against transformers' GGUF loader: logits of llama, qwen2, qwen3 and qwen3moe files and the
+    tokenization of SentencePiece and byte-level BPE vocabularies. Not run by default: transformers and accelerate
+    take minutes to install (tests/llm/reference is collected only with TINYCORE_LLM_REFERENCE=1)."""
+    session.install("-e", ".[test]", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk", TORCH, "transformers",
+                    "accelerate")
+    session.run("pytest", "tests/llm/reference", *session.posargs, env={"TINYCORE_LLM_REFERENCE": "1"})
+
+
+@nox.session
+def bench_llm(session: nox.Session) -> None:
+    """bench/bench_llm.py: a ~1B llama with random Q8_0 and Q4_0 weights, prefill and decode tokens/s and peak
+    memory, beside llama.cpp when `llama-cpp-python` is installed (`nox -s bench_llm -- --size small` for a smaller
+    model). Not run by default."""
+    session.install("-e", ".[llm]", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk", "gguf")
+    session.run("python", "bench/bench_llm.py", *session.posargs)

@@ -1,0 +1,199 @@
+"""Language-model speed: a llama-architecture model with random weights, written by this script as Q8_0 and Q4_0 GGUF
+files, run by tinycore.llm (and by llama.cpp through llama-cpp-python when it is installed): prefill and decode
+tokens/s, time to first token and peak resident memory (also less the process's memory before the model loads,
+as a ratio to the file's size), each runner in a fresh process.
+
+    python bench/bench_llm.py                      # the ~1B model (dim 2048, 16 layers, vocab 32000)
+    python bench/bench_llm.py --size small         # ~40M parameters, for a loaded or small machine
+    python bench/bench_llm.py --size small --decode 32 --prompt 64 --types Q8_0
+
+Files are cached in --directory (default: the system temp directory); they are rewritten only when missing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = {
+    # name: dim, layers, heads, kv heads, hidden, vocab
+    "1b": (2048, 16, 32, 8, 8192, 32000),
+    "small": (512, 8, 8, 4, 1536, 8192),
+    "tiny": (256, 2, 4, 2, 768, 2048),
+}
+
+
+def write_model(path: str, size: str, type_name: str) -> None:
+    """A llama GGUF of `size` with every matrix as `type_name`: random quantized blocks whose float16 scales keep
+    activations near unit scale; norms as F32; an untied output head."""
+    import gguf
+    import numpy
+    dim, layers, heads, kv_heads, hidden, vocab = SIZES[size]
+    kind = gguf.GGMLQuantizationType[type_name]
+    block_elements, block_bytes = gguf.GGML_QUANT_SIZES[kind]
+    generator = numpy.random.default_rng(0)
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(4096)
+    writer.add_embedding_length(dim)
+    writer.add_feed_forward_length(hidden)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(500000.0)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list([f"<0x{index:02X}>" if index < 256 else f"t{index}" for index in range(vocab)])
+    writer.add_token_scores([0.0] * vocab)
+    writer.add_token_types([6] * 256 + [1] * (vocab - 256))
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+
+    def matrix(name: str, rows: int, columns: int) -> None:
+        count = rows * columns // block_elements
+        blocks = generator.integers(0, 256, size=(count, block_bytes), dtype=numpy.uint8)
+        scale = numpy.float16(0.5 / numpy.sqrt(columns) / (8 if type_name == "Q4_0" else 64))
+        blocks[:, 0:2] = numpy.frombuffer(scale.tobytes(), dtype=numpy.uint8)
+        writer.add_tensor(name, blocks.reshape(rows, columns // block_elements * block_bytes), raw_dtype=kind)
+    matrix("token_embd.weight", vocab, dim)
+    matrix("output.weight", vocab, dim)
+    writer.add_tensor("output_norm.weight", numpy.ones(dim, dtype=numpy.float32))
+    head_dim = dim // heads
+    for layer in range(layers):
+        prefix = f"blk.{layer}."
+        writer.add_tensor(prefix + "attn_norm.weight", numpy.ones(dim, dtype=numpy.float32))
+        writer.add_tensor(prefix + "ffn_norm.weight", numpy.ones(dim, dtype=numpy.float32))
+        matrix(prefix + "attn_q.weight", heads * head_dim, dim)
+        matrix(prefix + "attn_k.weight", kv_heads * head_dim, dim)
+        matrix(prefix + "attn_v.weight", kv_heads * head_dim, dim)
+        matrix(prefix + "attn_output.weight", dim, heads * head_dim)
+        matrix(prefix + "ffn_gate.weight", hidden, dim)
+        matrix(prefix + "ffn_up.weight", hidden, dim)
+        matrix(prefix + "ffn_down.weight", dim, hidden)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_tinycore(path: str, prompt_length: int, decode: int) -> dict[str, float]:
+    """Load, prefill `prompt_length` tokens, decode `decode` tokens (after one warm-up pass that compiles and
+    captures the jitted step)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tinycore.llm.model import Transformer
+    base = _peak_rss_mb()  # the interpreter, numpy and tinycore before any weight
+    start = time.perf_counter()
+    model = Transformer.from_gguf(path, max_context=prompt_length + decode + 8)
+    load = time.perf_counter() - start
+    prompt = [3 + (index * 7919) % (model.config.vocab_size - 3) for index in range(prompt_length)]
+    result: dict[str, float] = {"load_s": load, "base_rss_mb": base}
+    for attempt in ("warm-up", "measured"):
+        model.cached_tokens = []
+        start = time.perf_counter()
+        first = end = start
+        count = 0
+        for _ in model.generate(prompt, decode + 1 if attempt == "measured" else 3):
+            if count == 0:
+                first = time.perf_counter()
+            count += 1
+        end = time.perf_counter()
+        if attempt == "measured":
+            result.update(prefill_tps=prompt_length / (first - start), ttft_s=first - start,
+                          decode_tps=(count - 1) / (end - first))
+    result["peak_rss_mb"] = _peak_rss_mb()
+    return result
+
+
+def run_llama_cpp(path: str, prompt_length: int, decode: int) -> dict[str, float]:
+    """The same measurement with llama.cpp (llama-cpp-python), 2 threads."""
+    from llama_cpp import Llama
+    base = _peak_rss_mb()
+    start = time.perf_counter()
+    model = Llama(model_path=path, n_ctx=prompt_length + decode + 8, n_threads=os.cpu_count() or 2, verbose=False)
+    load = time.perf_counter() - start
+    prompt = [3 + (index * 7919) % (model.n_vocab() - 3) for index in range(prompt_length)]
+    model.reset()
+    model.eval(prompt[:4])  # warm-up
+    model.reset()
+    start = time.perf_counter()
+    model.eval(prompt)
+    first = time.perf_counter()
+    token = int(model.scores[model.n_tokens - 1].argmax())
+    for _ in range(decode):
+        model.eval([token])
+        token = int(model.scores[model.n_tokens - 1].argmax())
+    end = time.perf_counter()
+    return {"load_s": load, "prefill_tps": prompt_length / (first - start), "ttft_s": first - start,
+            "decode_tps": decode / (end - first), "peak_rss_mb": _peak_rss_mb(), "base_rss_mb": base}
+
+
+RUNNERS = {"tinycore": run_tinycore, "llama.cpp": run_llama_cpp}
+
+
+def _available(runner: str) -> bool:
+    if runner == "llama.cpp":
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            return False
+    return True
+
+
+def main() -> None:
+    """Write the models if needed, run each runner on each in a child process, print a table (and JSON)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", choices=sorted(SIZES), default="1b")
+    parser.add_argument("--types", default="Q8_0,Q4_0")
+    parser.add_argument("--prompt", type=int, default=32, help="prompt tokens to prefill")
+    parser.add_argument("--decode", type=int, default=16, help="tokens to decode")
+    parser.add_argument("--directory", default=tempfile.gettempdir())
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", nargs=2, metavar=("RUNNER", "PATH"), help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.child:
+        runner, path = arguments.child
+        print(json.dumps(RUNNERS[runner](path, arguments.prompt, arguments.decode)))
+        return
+    rows = []
+    for type_name in arguments.types.split(","):
+        path = os.path.join(arguments.directory, f"bench_llm_{arguments.size}_{type_name}.gguf")
+        if not os.path.exists(path):
+            print(f"writing {path} ...", file=sys.stderr)
+            write_model(path + ".partial", arguments.size, type_name)
+            os.replace(path + ".partial", path)
+        file_mb = os.path.getsize(path) / 2**20
+        for runner in RUNNERS:
+            if not _available(runner):
+                print(f"{runner}: not installed, skipped", file=sys.stderr)
+                continue
+            command = [sys.executable, os.path.abspath(__file__), "--child", runner, path, "--prompt",
+                       str(arguments.prompt), "--decode", str(arguments.decode)]
+            finished = subprocess.run(command, capture_output=True, text=True)
+            if finished.returncode != 0:
+                print(f"{runner} on {type_name} failed:\n{finished.stderr[-2000:]}", file=sys.stderr)
+                continue
+            figures = json.loads(finished.stdout.strip().splitlines()[-1])
+            rows.append({"type": type_name, "runner": runner, "file_mb": file_mb, **figures})
+    if arguments.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"model: llama {arguments.size} {SIZES[arguments.size]} (dim, layers, heads, kv heads, hidden, vocab); "
+          f"prompt {arguments.prompt}, decode {arguments.decode}")
+    print(f"{'type':6} {'runner':10} {'file MB':>8} {'load s':>7} {'prefill tok/s':>14} {'TTFT s':>7} "
+          f"{'decode tok/s':>13} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
+    for row in rows:
+        print(f"{row['type']:6} {row['runner']:10} {row['file_mb']:8.0f} {row['load_s']:7.1f} "
+              f"{row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
+              f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}")
+
+
+if __name__ == "__main__":
+    main()
