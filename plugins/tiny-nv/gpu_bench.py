@@ -124,7 +124,8 @@ def main() -> None:
         report["elementwise"]["fraction_of_device_copy"] = report["elementwise"]["elementwise_GBps"] / device_copy
     for name, dtype in (("fp16", dtypes.float16), ("fp32", dtypes.float32)):
         try:
-            report[f"matmul_{name}"] = matmul("NV", arguments.size, dtype, max(2, arguments.repeats // 2))
+            repeats = arguments.repeats if arguments.small else max(2, arguments.repeats // 2)
+            report[f"matmul_{name}"] = matmul("NV", arguments.size, dtype, repeats)
         except Exception as error:  # noqa: BLE001 - one failing figure must not lose the others
             report[f"matmul_{name}"] = {"error": f"{type(error).__name__}: {error}"[:2000]}
     report["torch"] = {"available": False, "reason": "--small"} if arguments.small else \
