@@ -15,6 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
+from tinycore.counters import GlobalCounters
 from tinycore.helpers import JIT
 
 ReturnType = TypeVar("ReturnType")
@@ -92,6 +93,12 @@ class _Replay:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
 
+    def _refresh_handles(self) -> None:
+        """Device handles for every argument again, after free_intermediates released the intermediates."""
+        for handles, buffers in zip(self.arguments, self.buffer_objects, strict=True):
+            for position, buffer in enumerate(buffers):
+                handles[position] = buffer.ensure_allocated()._buf
+
     def run(self, input_buffers: list[Any], bindings: dict[Any, int] | None = None) -> None:
         """Run every captured launch with `input_buffers` in place of the captured inputs and the values of
         `bindings` (variable -> value) for the captured values of those variables."""
@@ -107,11 +114,134 @@ class _Replay:
             if call.runner is None:
                 from tinycore.engine.realize import copy_buffers
                 copy_buffers(*buffers)
-            elif bindings and any(variable in call.var_vals for variable in bindings):
+                continue
+            if bindings and any(variable in call.var_vals for variable in bindings):
                 values = {variable: bindings.get(variable, value) for variable, value in call.var_vals.items()}
                 call.runner(handles, values)
             else:
                 call.runner(handles, call.var_vals)
+
+
+def _intermediates(calls: list[Any], kept: set[int]) -> list[Any]:
+    """The base buffers that `calls` write before reading them (their values never outlive a replay), except those
+    whose id is in `kept`."""
+    first_written: dict[int, bool] = {}
+    bases: dict[int, Any] = {}
+    for call in calls:
+        buffers = call.buffers
+        if call.runner is None:
+            writes, reads = [buffers[0]], [buffers[1]]
+        else:
+            writes = [buffers[position] for position in call.runner.spec.outs]
+            reads = [buffers[position] for position in call.runner.spec.ins]
+        for buffer in reads:
+            first_written.setdefault(id(buffer.base), False)
+        for buffer in writes:
+            first_written.setdefault(id(buffer.base), True)
+            bases[id(buffer.base)] = buffer.base
+    return [bases[identity] for identity, written in first_written.items() if written and identity not in kept]
+
+
+class CapturedJit:
+    """What TinyJit captured (`TinyJit.captured`, as tinygrad names it): the launches, the return value, and a way to
+    release the replay's intermediate memory between calls."""
+
+    def __init__(self, replay: Any, ret: Any, pruned_count: int, input_buffers: list[Any]):
+        self.replay, self.ret, self.pruned_count = replay, ret, pruned_count
+        self.input_buffers = input_buffers
+        self.released = False
+
+    @property
+    def jit_cache(self) -> list[Any]:
+        """The captured launches in replay order: CapturedCall objects with `runner` (None for a copy), `buffers`
+        and `var_vals`. Launches dropped by `prune=True` are not in it (`pruned_count` says how many were)."""
+        return list(self.replay.calls)
+
+    def free_intermediates(self) -> None:
+        """Give the memory of the replay's intermediate buffers back to the allocator until the next replay.
+
+        Intermediates are the buffers a replay writes before it reads them. Inputs, buffers whose first use is a
+        read (weights, state updated in place) and the returned tensors keep their memory; the next replay
+        allocates the intermediates again (and a queue device rebuilds its command queue for the new addresses).
+        """
+        from tinycore.engine.memory import buffer_of
+        from tinycore.engine.realize import invalidate_known_results
+        from tinycore.schedule.fusion import is_realized_view, view_base
+        kept = {id(buffer.base) for buffer in self.input_buffers}
+        returned: list[Any] = []
+        _collect_tensors(self.ret, returned)
+        kept |= {id(buffer_of(view_base(tensor.uop)).base) for tensor in returned if is_realized_view(tensor.uop)}
+        freed = _intermediates(self.replay.calls, kept)
+        from tinycore.device.registry import Device
+        for device in sorted({base.device for base in freed}):
+            Device[device].synchronize()  # a replay still running must be done with the memory
+        freed_ids = {id(base) for base in freed}
+        views = [buffer for call in self.replay.calls for buffer in call.buffers
+                 if buffer._base is not None and id(buffer._base) in freed_ids]
+        views += [buffer for buffers in getattr(self.replay, "buffer_objects", []) for buffer in buffers
+                  if buffer._base is not None and id(buffer._base) in freed_ids]
+        for view in views:
+            view.deallocate()
+        for base in freed:
+            base.deallocate()
+        invalidate_known_results()
+        self.released = bool(freed)
+
+    def prepare(self) -> None:
+        """Before a replay after free_intermediates: allocate the intermediates again and point the replay at them."""
+        if not self.released:
+            return
+        for call in self.replay.calls:
+            for buffer in call.buffers:
+                buffer.ensure_allocated()
+        refresh = getattr(self.replay, "_refresh_handles", None)
+        if refresh is not None:
+            refresh()
+        else:  # a queue device's graph holds addresses in its command queue: build it again
+            self.replay = type(self.replay)(self.replay.device, self.replay.calls, self.input_buffers,
+                                            self.replay.keep_alive)
+        self.released = False
+
+    def count(self) -> None:
+        """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
+        for call in self.replay.calls:
+            if call.runner is None:
+                GlobalCounters.global_mem += call.buffers[1].nbytes
+                continue
+            GlobalCounters.kernel_count += 1
+            GlobalCounters.global_ops += call.runner.spec.estimates.ops
+            GlobalCounters.global_mem += call.runner.spec.estimates.mem
+
+
+def _prune(calls: list[Any], input_buffers: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(kept, pruned): a launch is kept when it touches a buffer an input reaches (the inputs, and every buffer of
+    a kept launch before it) or takes variables; the others compute the same thing on every call."""
+    reached = {id(buffer.base) for buffer in input_buffers}
+    kept: list[Any] = []
+    pruned: list[Any] = []
+    for call in calls:
+        touched = {id(buffer.base) for buffer in call.buffers}
+        if touched & reached or call.var_vals:
+            kept.append(call)
+            reached |= touched
+        else:
+            pruned.append(call)
+    return kept, pruned
+
+
+def _settle_pruned(pruned: list[Any]) -> None:
+    """Give the temporaries that pruned launches touch memory of their own and run those launches once more, so the
+    kept launches read what they computed (during capture the temporaries went back to the allocator)."""
+    from tinycore.engine.realize import copy_buffers
+    rerun = [call for call in pruned if any(buffer._base is None and buffer._buf is None for buffer in call.buffers)]
+    for call in rerun:
+        for buffer in call.buffers:
+            buffer.ensure_allocated()
+    for call in rerun:
+        if call.runner is None:
+            copy_buffers(*call.buffers)
+        else:
+            call.runner([buffer._buf for buffer in call.buffers], call.var_vals)
 
 
 def _plan_temporaries(calls: list[Any]) -> list[Any]:
@@ -161,9 +291,18 @@ class TinyJit(Generic[ReturnType]):
     turns capturing off (every call runs the function).
     """
 
-    def __init__(self, function: Callable[..., ReturnType]):
+    def __new__(cls, function: Callable[..., ReturnType] | None = None, *, prune: bool = False) -> Any:
+        """`TinyJit(f)`, `@TinyJit`, or `@TinyJit(prune=True)` (without a function: a decorator)."""
+        if function is None:
+            return functools.partial(cls, prune=prune)
+        return super().__new__(cls)
+
+    def __init__(self, function: Callable[..., ReturnType], *, prune: bool = False):
+        """`prune=True` drops the launches that do not depend on the inputs from the replay (they run at capture,
+        and their results stay in place), as tinygrad's `TinyJit(prune=True)`."""
         if not callable(function):
             raise TypeError(f"TinyJit needs a function, got {type(function).__name__}")
+        self.prune = bool(prune)
         self.function = function
         functools.update_wrapper(self, function)  # type: ignore[arg-type]
         self.reset()
@@ -172,6 +311,7 @@ class TinyJit(Generic[ReturnType]):
         """Forget the captured launches: the next call runs the function, the one after captures again."""
         self.count = 0
         self.replay: Any = None  # a _Replay, or an HCQGraph on a queue device
+        self._captured: CapturedJit | None = None
         self.captured_signature: list[tuple[Any, ...]] | None = None
         self.captured_return: Any = None
 
@@ -179,6 +319,11 @@ class TinyJit(Generic[ReturnType]):
         if instance is None:
             return self
         return functools.partial(self.__call__, instance)
+
+    @property
+    def captured(self) -> CapturedJit | None:
+        """The capture (None before the second call): `jit_cache` (the launches), `free_intermediates()`, `ret`."""
+        return self._captured
 
     @property
     def captured_kernel_count(self) -> int:
@@ -209,6 +354,10 @@ class TinyJit(Generic[ReturnType]):
         if not recorded:
             raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
                            "it must realize tensors (return them realized, or call .realize())")
+        pruned: list[Any] = []
+        if self.prune:
+            recorded, pruned = _prune(recorded, input_buffers)
+            _settle_pruned(pruned)
         pools = _plan_temporaries(recorded)
         from tinycore.hcq.graph import HCQGraph, graph_device
         device = graph_device(recorded, input_buffers)
@@ -216,6 +365,7 @@ class TinyJit(Generic[ReturnType]):
             self.replay = HCQGraph(device, recorded, input_buffers, pools)
         else:
             self.replay = _Replay(recorded, input_buffers, pools)
+        self._captured = CapturedJit(self.replay, result, len(pruned), input_buffers)
         self.captured_signature = _signature(inputs)
         self.captured_return = result
         return result
@@ -252,6 +402,10 @@ class TinyJit(Generic[ReturnType]):
                                    f"device={then[2]} to shape={now[0]} dtype={now[1]} device={now[2]}: "
                                    "use one TinyJit per input signature, or call reset() to capture again")
         from tinycore.engine.realize import invalidate_known_results
+        assert self._captured is not None
+        self._captured.prepare()
+        self.replay = self._captured.replay
         self.replay.run([_input_buffer(tensor) for tensor in inputs], bindings)
+        self._captured.count()
         invalidate_known_results()
         return self.captured_return  # type: ignore[no-any-return]
