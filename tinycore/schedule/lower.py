@@ -293,6 +293,8 @@ class KernelLowerer:
                 continue
             value = index_values[-1 - entry]
             value = value if value.dtype == INDEX_DTYPE else value.cast(INDEX_DTYPE)
+            # negative indices count from the end
+            value = UOp(Ops.WHERE, INDEX_DTYPE, (value < index_const(0), idx_add(value, _as_index(shape[axis])), value))
             coordinates.append(value)
             in_range = idx_and(in_range, (index_const(-1) < value) & (value < _as_index(shape[axis])))
         return tuple(coordinates), in_range

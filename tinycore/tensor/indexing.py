@@ -260,8 +260,9 @@ class IndexingMixin:
 
     # ---- advanced indexing ----
 
-    def _index_tensor(self: Any, index: Any, size: int, axis: int | None = None) -> Tensor:
-        """An index (host or tensor) as an int32 tensor with negative values wrapped.
+    def _index_tensor(self: Any, index: Any, size: int, axis: int | None = None, wrap: bool = False) -> Tensor:
+        """An index (host or tensor) as an int32 tensor; negative host values are wrapped, negative tensor values
+        only when `wrap` (GATHER and SCATTER kernels wrap them themselves).
 
         With CHECK_INDEX=1 an index tensor is read to the host and an out-of-range value raises IndexError naming
         the value and the axis; otherwise out-of-range values select zeros (and scatters skip them)."""
@@ -283,7 +284,7 @@ class IndexingMixin:
                 raise IndexError(f"index {int(host[position])} (at position {position} of the index tensor) is out "
                                  f"of bounds for {where} with size {size}")
         tensor = index.cast(dtypes.int32) if index.dtype != dtypes.int32 else index
-        return (tensor < 0).where(tensor + size, tensor)
+        return (tensor < 0).where(tensor + size, tensor) if wrap else tensor
 
     def _take_host(self: Any, axis: int, index: _HostIndex) -> Tensor:
         """Rows of `axis` picked by host-known indices, as shrinks joined by cat (runs of consecutive indices
@@ -317,13 +318,18 @@ class IndexingMixin:
         if len(advanced) == 1 and isinstance(advanced[0][1], _HostIndex):
             return self._take_host(*advanced[0])
         axes = [axis for axis, _ in advanced]
-        indices = [self._index_tensor(index, self.shape[axis], axis) for axis, index in advanced]
-        if prod(self.shape[axis] for axis in axes) > ONEHOT_MAX_ELEMENTS:
-            return self._gather_axes(axes, indices)
-        return self._one_hot_axes(axes, indices)
+        one_hot = prod(self.shape[axis] for axis in axes) <= ONEHOT_MAX_ELEMENTS
+        indices = [self._index_tensor(index, self.shape[axis], axis, wrap=one_hot) for axis, index in advanced]
+        return self._one_hot_axes(axes, indices) if one_hot else self._gather_axes(axes, indices)
 
     def _gather_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
-        """A GATHER of `axes` at the wrapped int32 `indices` (numpy placement of the broadcast index shape)."""
+        """A GATHER of `axes` at the int32 `indices` (numpy placement of the broadcast index shape)."""
+        if len(indices) == 1 and axes == [0]:
+            only = indices[0]
+            only_shape = tuple(only.shape) + tuple(self.shape[1:])
+            spread = only.reshape(tuple(only.shape) + (1,) * (self.ndim - 1))._broadcast_to(only_shape)
+            only_map = [-1] + [only.ndim + position for position in range(self.ndim - 1)]
+            return self._result(gather_node(self.uop, [spread.uop], only_shape, only_map))
         index_shape = broadcast_shape(*(index.shape for index in indices))
         rest = [axis for axis in range(self.ndim) if axis not in axes]
         before = _index_position(axes)
@@ -370,6 +376,9 @@ class IndexingMixin:
 
     def __getitem__(self: Any, indices: Any) -> Tensor:
         """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
+        if _is_tensor(indices) and dtypes.is_int(indices.dtype) and self.ndim and \
+                isinstance(self.shape[0], int) and self.shape[0] > ONEHOT_MAX_ELEMENTS:
+            return self._gather_axes([0], [self._index_tensor(indices, self.shape[0], 0)])
         items = self._normalize_indices(indices)
         result, _, advanced = self._apply_basic(items)
         if advanced:

@@ -5,9 +5,9 @@ Both describe, for each axis of the indexed tensor, where its coordinate comes f
 takes the coordinate from axis `k` of the iteration space (the output of a GATHER, the values of a SCATTER), an
 entry `-1 - j` takes it from index tensor `j`, an int32 tensor shaped like the iteration space, and an entry
 `(k, start, step)` is `start + step * i` for position `i` of iteration axis `k` (`k` None: the constant `start`;
-what a slice or an int in a setitem gives). Indices are already
-wrapped (negative values made positive) by the Tensor layer; an index outside `[0, size)` reads zero (GATHER) or
-writes nothing (SCATTER).
+what a slice or an int in a setitem gives). A negative index
+counts from the end (`value + size`, as numpy); an index still outside `[0, size)` reads zero (GATHER) or writes
+nothing (SCATTER).
 
 SCATTER is the value of an ASSIGN into its own target, `ASSIGN(target, SCATTER(target, values, *indices))`: its
 kernel writes the target's buffer in place. Writes whose coordinates all come from index tensors may repeat an
