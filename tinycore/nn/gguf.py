@@ -184,47 +184,44 @@ def half_bits_to_float(bits: Tensor) -> Tensor:
     return (exponent == 0).where(subnormal, normal)
 
 
-def _nibbles(packed: Tensor) -> tuple[Tensor, Tensor]:
-    """The low and high 4 bits of each byte, as int32."""
-    values = packed.cast(dtypes.int32)
-    return values & 0xF, values >> 4
+def _shifted(packed: Tensor, shifts: int, step: int, mask: int) -> Tensor:
+    """Fields of `mask` bits of each byte of packed (n, ..., m): (n, ..., shifts, m), field k taken at bit k * step.
+    A broadcast shift instead of a concatenation, so a kernel computes any value from one byte without branches."""
+    values = packed.cast(dtypes.int32).unsqueeze(-2)
+    amounts = (Tensor.arange(shifts, device=packed.device, dtype=dtypes.int32) * step).reshape(shifts, 1)
+    return (values >> amounts) & mask
 
 
 def _q4_0(blocks: Tensor) -> Tensor:
-    low, high = _nibbles(blocks[:, 2:18])
-    return (low.cat(high, dim=1) - 8).cast(dtypes.float32) * _half(blocks, 0)
+    quants = _shifted(blocks[:, 2:18], 2, 4, 0xF).reshape(blocks.shape[0], 32)
+    return (quants - 8).cast(dtypes.float32) * _half(blocks, 0)
 
 
 def _q4_1(blocks: Tensor) -> Tensor:
-    low, high = _nibbles(blocks[:, 4:20])
-    return low.cat(high, dim=1).cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
+    quants = _shifted(blocks[:, 4:20], 2, 4, 0xF).reshape(blocks.shape[0], 32)
+    return quants.cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
 
 
-def _fifth_bits(blocks: Tensor, start: int) -> tuple[Tensor, Tensor]:
-    """The 32 single high bits stored little-endian in the 4 bytes at `start` (bit j belongs to element j), split
-    into the first and second 16 elements, each shifted to bit 4 (int32, (n, 16) each)."""
-    count = blocks.shape[0]
-    packed = blocks[:, start:start + 4].cast(dtypes.int32).reshape(count, 4, 1)
-    shifts = Tensor.arange(8, device=blocks.device, dtype=dtypes.int32).reshape(1, 1, 8)
-    bits = ((packed >> shifts) & 1).reshape(count, 32) << 4
-    return bits[:, :16], bits[:, 16:]
+def _fifth_bits(blocks: Tensor, start: int) -> Tensor:
+    """The 32 single high bits stored little-endian in the 4 bytes at `start` (bit j belongs to element j), moved
+    to bit 4: int32 (n, 32)."""
+    return _shifted(blocks[:, start:start + 4].reshape(-1, 4, 1), 8, 1, 1).reshape(blocks.shape[0], 32) << 4
 
 
 def _q5_0(blocks: Tensor) -> Tensor:
-    low, high = _nibbles(blocks[:, 6:22])
-    first_bits, second_bits = _fifth_bits(blocks, 2)
-    return ((low | first_bits).cat(high | second_bits, dim=1) - 16).cast(dtypes.float32) * _half(blocks, 0)
+    quants = _shifted(blocks[:, 6:22], 2, 4, 0xF).reshape(blocks.shape[0], 32) | _fifth_bits(blocks, 2)
+    return (quants - 16).cast(dtypes.float32) * _half(blocks, 0)
 
 
 def _q5_1(blocks: Tensor) -> Tensor:
-    low, high = _nibbles(blocks[:, 8:24])
-    first_bits, second_bits = _fifth_bits(blocks, 4)
-    quants = (low | first_bits).cat(high | second_bits, dim=1).cast(dtypes.float32)
-    return quants * _half(blocks, 0) + _half(blocks, 2)
+    quants = _shifted(blocks[:, 8:24], 2, 4, 0xF).reshape(blocks.shape[0], 32) | _fifth_bits(blocks, 4)
+    return quants.cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
 
 
 def _q8_0(blocks: Tensor) -> Tensor:
-    return blocks[:, 2:34].bitcast(dtypes.int8).cast(dtypes.float32) * _half(blocks, 0)
+    # sign-extended by arithmetic rather than a bitcast to int8, which C renderers emit one lane at a time
+    quants = (blocks[:, 2:34].cast(dtypes.int32) ^ 0x80) - 0x80
+    return quants.cast(dtypes.float32) * _half(blocks, 0)
 
 
 def _per_group(values: Tensor, group: int) -> Tensor:
@@ -246,32 +243,24 @@ def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
 def _q4_k(blocks: Tensor) -> Tensor:
     count = blocks.shape[0]
     scale, minimum = _k_scales(blocks)
-    low, high = _nibbles(blocks[:, 16:144].reshape(count, 4, 32))
-    quants = low.reshape(count, 4, 1, 32).cat(high.reshape(count, 4, 1, 32), dim=2).reshape(count, 256)
+    quants = _shifted(blocks[:, 16:144].reshape(count, 4, 32), 2, 4, 0xF).reshape(count, 256)
     return quants.cast(dtypes.float32) * _per_group(scale, 32) - _per_group(minimum, 32)
 
 
 def _q5_k(blocks: Tensor) -> Tensor:
     count = blocks.shape[0]
     scale, minimum = _k_scales(blocks)
-    low, high = _nibbles(blocks[:, 48:176].reshape(count, 4, 32))
-    quants = low.reshape(count, 4, 1, 32).cat(high.reshape(count, 4, 1, 32), dim=2).reshape(count, 8, 32)
-    shifts = Tensor.arange(8, device=blocks.device, dtype=dtypes.int32).reshape(1, 8, 1)
-    fifth = ((blocks[:, 16:48].cast(dtypes.int32).reshape(count, 1, 32) >> shifts) & 1) << 4
-    return (quants | fifth).reshape(count, 256).cast(dtypes.float32) * _per_group(scale, 32) - \
-        _per_group(minimum, 32)
+    quants = _shifted(blocks[:, 48:176].reshape(count, 4, 32), 2, 4, 0xF).reshape(count, 256)
+    fifth = _shifted(blocks[:, 16:48], 8, 1, 1).reshape(count, 256) << 4
+    return (quants | fifth).cast(dtypes.float32) * _per_group(scale, 32) - _per_group(minimum, 32)
 
 
 def _q6_k(blocks: Tensor) -> Tensor:
-    pieces = []
-    for half in range(2):
-        first_low, first_high = _nibbles(blocks[:, 64 * half:64 * half + 32])
-        second_low, second_high = _nibbles(blocks[:, 64 * half + 32:64 * half + 64])
-        upper = blocks[:, 128 + 32 * half:160 + 32 * half].cast(dtypes.int32)
-        for nibble, shift in ((first_low, 0), (second_low, 2), (first_high, 4), (second_high, 6)):
-            pieces.append((nibble | (((upper >> shift) & 3) << 4)) - 32)
-    quants = pieces[0].cat(*pieces[1:], dim=1).cast(dtypes.float32)
-    scales = blocks[:, 192:208].bitcast(dtypes.int8).cast(dtypes.float32)
+    count = blocks.shape[0]
+    low = _shifted(blocks[:, 0:128].reshape(count, 2, 64), 2, 4, 0xF).reshape(count, 8, 32)
+    high = _shifted(blocks[:, 128:192].reshape(count, 2, 32), 4, 2, 3).reshape(count, 8, 32)
+    quants = ((low | (high << 4)) - 32).reshape(count, 256).cast(dtypes.float32)
+    scales = ((blocks[:, 192:208].cast(dtypes.int32) ^ 0x80) - 0x80).cast(dtypes.float32)
     return quants * _per_group(scales, 16) * _half(blocks, 208)
 
 
