@@ -1,6 +1,8 @@
 """Sessions: lint (ruff), typecheck (mypy), tests (the core tests with tiny-cpu), plugin(NAME) for each
 in-tree plugin (the core and that plugin only, in its own environment), conformance(NAME) for each plugin's device and
-conformance_template for the PYTHON device of examples/plugin-template. `nox` runs them all; `nox -s tests`,
+conformance_template for the PYTHON device of examples/plugin-template, wheels (install from built wheels only, run
+the demo and `tiny conformance CPU`), vendor_template (a plugin made from the template README, with its C renderer)
+and build (wheels and sdists into dist/, not run by default). `nox` runs the others; `nox -s tests`,
 `nox -s "plugin(cl)"` run one. tox.ini offers the same matrix to tox users."""
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["lint", "typecheck", "tests", "plugin", "conformance", "conformance_template"]
+nox.options.sessions = ["lint", "typecheck", "tests", "plugin", "conformance", "conformance_template", "wheels",
+                        "vendor_template"]
 
 PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 """The in-tree plugins: plugins/tiny-NAME, distribution tiny-NAME. The one list every session reads."""
@@ -116,3 +119,94 @@ def bench_llm(session: nox.Session) -> None:
     model). Not run by default."""
     session.install("-e", ".[llm]", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk", "gguf")
     session.run("python", "bench/bench_llm.py", *session.posargs)
+
+
+DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
+"""The source folders of every distribution built for release: tinycore and each in-tree plugin."""
+
+
+def _build(session: nox.Session, output: str) -> None:
+    """Build an sdist of each distribution and a wheel from that sdist (so a file missing from the sdist fails here)
+    into `output`, emptied first."""
+    import shutil
+    shutil.rmtree(output, ignore_errors=True)
+    session.install("build", "setuptools>=64", "wheel")
+    for folder in DISTRIBUTIONS:
+        session.run("python", "-m", "build", "--no-isolation", "--outdir", output, folder, silent=True)
+    session.log(f"built into {output}: " + ", ".join(sorted(__import__("os").listdir(output))))
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Wheels and sdists of tinycore and every in-tree plugin into dist/ (`pip install --find-links dist
+    'tinycore[all]'` installs from there)."""
+    _build(session, session.posargs[0] if session.posargs else "dist")
+
+
+@nox.session(reuse_venv=False)
+def wheels(session: nox.Session) -> None:
+    """Install from the built wheels only, as a user would, and run the demo and `tiny conformance CPU`.
+
+    A fresh environment; third-party requirements come from the index first, then tinycore[cpu,disk,testing] from
+    the wheel directory alone (--no-index), so tinycore and its plugins can only come from the wheels. Everything
+    runs in a temporary directory, so the source tree is not on sys.path: a module, entry point or data file missing
+    from a wheel fails here. About two minutes on two cores (most of it installing torch)."""
+    import shutil
+    scratch = session.create_tmp()
+    dist = f"{scratch}/dist"
+    _build(session, dist)
+    session.install("pluggy>=1.3", "numpy>=1.24", "pytest>=7", TORCH, "scikit-learn", "tqdm")
+    # the core by its wheel's path (pip records it, so install hints name this directory), the plugins through the
+    # core's extras from the same directory
+    core_wheel = next(name for name in __import__("os").listdir(dist) if name.startswith("tinycore-")
+                      and name.endswith(".whl"))
+    session.run("python", "-m", "pip", "install", "--no-index", "--find-links", dist,
+                f"{dist}/{core_wheel}[cpu,disk,testing]", silent=True)
+    run_directory = f"{scratch}/run"
+    shutil.rmtree(run_directory, ignore_errors=True)
+    __import__("os").makedirs(run_directory)
+    shutil.copy("examples/train_digits.py", run_directory)
+    with session.chdir(run_directory):
+        session.run("python", "-c", "import tinycore, tiny_cpu, sys\n"
+                    "from tinycore.plugins.install import install_source\n"
+                    "for module in (tinycore, tiny_cpu):\n"
+                    "    assert 'site-packages' in module.__file__, f'{module.__name__} is not the installed wheel: '"
+                    " + module.__file__\n"
+                    "source = install_source()\n"
+                    "assert source.kind == 'wheels', source\n"
+                    "print('installed from the wheels in', source.location)")
+        session.run("python", "train_digits.py", "--steps", "150", "--min-accuracy", "0.9")
+        session.run("tiny", "conformance", "CPU")
+
+
+def readme_setup_block(readme: str) -> str:
+    """The shell block of section 1 of the template README: the commands that copy, rename and install a plugin."""
+    section = readme.split("\n## 1.", 1)[1].split("\n## 2.", 1)[0]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+@nox.session
+def vendor_template(session: nox.Session) -> None:
+    """A vendor's plugin built from the template README alone: section 1's commands run in a temporary directory
+    (copy examples/plugin-template, rename it to tiny-mydev providing MYDEV, enable the C renderer, pip install),
+    then `tiny conformance MYDEV` with DEV=MYDEV:C, so every kernel is C compiled by the system compiler.
+
+    About three minutes on two cores: one compiler call per kernel."""
+    import shutil
+    from pathlib import Path
+    session.install("-e", ".[testing]", TORCH, "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk")
+    block = readme_setup_block(Path("examples/plugin-template/README.md").read_text())
+    block = block.replace("path/to/tinycore", str(Path.cwd()))
+    work = Path(session.create_tmp()) / "vendor"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with session.chdir(str(work)):
+        session.run("bash", "-euxc", block, external=True)
+        row = session.run("python", "-c", "import json, subprocess; report = json.loads(subprocess.run(['tiny', "
+                          "'devices', '--json'], capture_output=True, text=True, check=True).stdout); "
+                          "row = next(d for d in report['devices'] if d['name'] == 'MYDEV'); "
+                          "assert row['status'] == 'ok' and 'PYTHON' not in json.dumps(row), row; "
+                          "assert [r['name'] for r in row['renderers']] == ['C', 'UOPS'], row; print(row)",
+                          silent=True)
+        session.log(str(row).strip())
+        session.run("tiny", "conformance", "MYDEV", *session.posargs, env={"DEV": "MYDEV:C"})
