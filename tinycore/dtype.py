@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Final, Union
 
+from tinycore.errors import UnknownDTypeError
+
 ConstType = Union[float, int, bool]
 
 
@@ -288,7 +290,7 @@ def to_dtype(x: DTypeLike) -> DType:
         return x
     if isinstance(x, str) and x in DTYPES_DICT:
         return DTYPES_DICT[x]
-    raise TypeError(f"unknown dtype {x!r}: use a tinycore.dtypes member such as dtypes.float32, or one of "
+    raise UnknownDTypeError(f"unknown dtype {x!r}: use a tinycore.dtypes member such as dtypes.float32, or one of "
                     f"{sorted(INVERSE_NAMES.values())}")
 
 

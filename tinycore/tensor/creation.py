@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
+from tinycore.errors import ArgumentError
 from tinycore.tensor.support import argfix, check_shape, optional_dtype, product
 from tinycore.uop.uop import UOp
 
@@ -151,7 +152,7 @@ class CreationMixin:
                  device: str | None = None) -> Tensor:
         """`steps` evenly spaced values from `start` to `stop`, both included."""
         if not isinstance(steps, int) or steps < 0:
-            raise ValueError(f"linspace steps must be a non-negative int, got {steps!r}")
+            raise ArgumentError(f"linspace steps must be a non-negative int, got {steps!r}")
         target = optional_dtype(dtype) or dtypes.default_float
         if steps == 1:
             return cls.full((1,), start, target, device)

@@ -8,6 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tinycore.errors import BroadcastError, DTypeMismatchError
 from tinycore.tensor.support import broadcast_shape, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 
@@ -34,9 +35,9 @@ class ElementwiseMixin:
             return self
         shape = tuple(shape)
         if len(shape) < self.ndim:
-            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}: the target has fewer dimensions")
+            raise BroadcastError(f"cannot broadcast shape {self.shape} to {shape}: the target has fewer dimensions")
         if broadcast_shape(self.shape, shape) != shape:
-            raise ValueError(f"cannot broadcast shape {self.shape} to {shape}")
+            raise BroadcastError(f"cannot broadcast shape {self.shape} to {shape}")
         padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
         return self._result(self.uop.reshape(padded).expand(shape))
 
@@ -160,6 +161,9 @@ class ElementwiseMixin:
 
     def pow(self: Any, x: Any, reverse: bool = False) -> Tensor:
         """self ** x (x ** self when `reverse`)."""
+        if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and dtypes.is_int(self.dtype):
+            raise DTypeMismatchError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not an "
+                                     "integer: cast the base to float first (.float())")
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and not _is_tensor(x):
             special = self._pow_scalar(x)
             if special is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
+from tinycore.errors import ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
@@ -481,11 +482,11 @@ class IndexingMixin:
         if not _is_tensor(index) or not dtypes.is_int(index.dtype):
             raise TypeError(f"{name} index must be an integer Tensor")
         if index.ndim != self.ndim:
-            raise ValueError(f"{name} index must have the same number of dimensions as the tensor: "
+            raise ShapeError(f"{name} index must have the same number of dimensions as the tensor: "
                              f"{index.ndim} vs {self.ndim}")
         for position, (have, wanted) in enumerate(zip(self.shape, index.shape, strict=True)):
             if position != axis and wanted > have:
-                raise ValueError(f"{name} index shape {index.shape} is larger than tensor shape {self.shape} "
+                raise ShapeError(f"{name} index shape {index.shape} is larger than tensor shape {self.shape} "
                                  f"on dimension {position}")
         return axis
 
@@ -502,7 +503,7 @@ class IndexingMixin:
         """`src` (a tensor covering index's shape, or a scalar) as values shaped like `index` in this dtype."""
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
-                raise ValueError(f"scatter src shape {src.shape} must cover index shape {index.shape}")
+                raise ShapeError(f"scatter src shape {src.shape} must cover index shape {index.shape}")
             return src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
         return self._const(src, self.dtype, index.shape)
 

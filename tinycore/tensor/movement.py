@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
+from tinycore.errors import ShapeError
 from tinycore.tensor.support import argfix, check_shape, product, resolve_axis
 
 if TYPE_CHECKING:
@@ -22,18 +23,18 @@ class MovementMixin:
         if not all(isinstance(size, int) for size in sizes + list(self.shape)):
             return self._result(self.uop.reshape(tuple(sizes)))
         if sum(1 for size in sizes if size == -1) > 1:
-            raise ValueError(f"reshape to {tuple(sizes)}: only one size can be -1")
+            raise ShapeError(f"reshape to {tuple(sizes)}: only one size can be -1")
         for size in sizes:
             if not isinstance(size, int) or isinstance(size, bool) or size < -1:
                 raise ValueError(f"reshape to {tuple(sizes)}: sizes must be ints >= 0 (or a single -1)")
         if -1 in sizes:
             known = product([size for size in sizes if size != -1])
             if known == 0 or self.numel() % known != 0:
-                raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
+                raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
                                  f"{tuple(sizes)}")
             sizes[sizes.index(-1)] = self.numel() // known
         if product(sizes) != self.numel():
-            raise ValueError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
+            raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
                              f"{tuple(sizes)} ({product(sizes)} elements)")
         return self._result(self.uop.reshape(tuple(sizes)))
 
@@ -45,7 +46,7 @@ class MovementMixin:
         """The axes reordered: axis i of the result is axis order[i] of this tensor."""
         axes = tuple(resolve_axis(axis, self.ndim) for axis in argfix(order, *args))
         if sorted(axes) != list(range(self.ndim)):
-            raise ValueError(f"permute order {argfix(order, *args)} is not a permutation of the {self.ndim} axes "
+            raise ShapeError(f"permute order {argfix(order, *args)} is not a permutation of the {self.ndim} axes "
                              f"of shape {self.shape}")
         return self._result(self.uop.permute(axes))
 
@@ -53,12 +54,12 @@ class MovementMixin:
         """Broadcast to `shape` (size-1 axes stretch, new axes are added on the left, -1 keeps a size)."""
         sizes = argfix(shape, *args)
         if len(sizes) < self.ndim:
-            raise ValueError(f"expand of shape {self.shape} to {sizes}: the target has fewer dimensions")
+            raise ShapeError(f"expand of shape {self.shape} to {sizes}: the target has fewer dimensions")
         current = (1,) * (len(sizes) - self.ndim) + tuple(self.shape)
         target = tuple(old if new == -1 else new for old, new in zip(current, sizes, strict=True))
         for old, new in zip(current, target, strict=True):
             if old != new and old != 1:
-                raise ValueError(f"cannot expand shape {self.shape} to {sizes}: axis of size {old} can only "
+                raise ShapeError(f"cannot expand shape {self.shape} to {sizes}: axis of size {old} can only "
                                  f"become {old} (only size-1 axes can be expanded)")
         check_shape(target)
         return self._result(self.uop.reshape(current).expand(target))
@@ -67,13 +68,13 @@ class MovementMixin:
         """The part [start, end) of each axis (None keeps the whole axis)."""
         bounds = tuple(arg)
         if len(bounds) != self.ndim:
-            raise ValueError(f"shrink needs one (start, end) or None per axis: got {len(bounds)} for shape "
+            raise ShapeError(f"shrink needs one (start, end) or None per axis: got {len(bounds)} for shape "
                              f"{self.shape}")
         resolved = []
         for size, bound in zip(self.shape, bounds, strict=True):
             start, end = (0, size) if bound is None else bound
             if not 0 <= start <= end <= size:
-                raise ValueError(f"shrink {bounds} is out of bounds for shape {self.shape}")
+                raise ShapeError(f"shrink {bounds} is out of bounds for shape {self.shape}")
             resolved.append((start, end))
         return self._result(self.uop.shrink(tuple(resolved)))
 
@@ -81,7 +82,7 @@ class MovementMixin:
         """The elements reversed along the given axes."""
         axes = [resolve_axis(item, self.ndim) for item in argfix(axis, *args)]
         if len(set(axes)) != len(axes):
-            raise ValueError(f"flip axes {argfix(axis, *args)} repeat a dimension")
+            raise ShapeError(f"flip axes {argfix(axis, *args)} repeat a dimension")
         return self._result(self.uop.flip(tuple(index in axes for index in range(self.ndim))))
 
     # ---- pad ----
@@ -91,14 +92,14 @@ class MovementMixin:
         items = list(padding)
         if all(isinstance(item, int) and not isinstance(item, bool) for item in items):
             if len(items) % 2 != 0 or len(items) // 2 > self.ndim:
-                raise ValueError(f"flat padding {tuple(items)} needs an even number of values, at most "
+                raise ShapeError(f"flat padding {tuple(items)} needs an even number of values, at most "
                                  f"{2 * self.ndim} for shape {self.shape}")
             pairs = [(0, 0)] * self.ndim
             for index in range(len(items) // 2):
                 pairs[self.ndim - 1 - index] = (items[2 * index], items[2 * index + 1])
             return pairs
         if len(items) != self.ndim:
-            raise ValueError(f"padding {tuple(items)} needs one (before, after) pair or None per axis of shape "
+            raise ShapeError(f"padding {tuple(items)} needs one (before, after) pair or None per axis of shape "
                              f"{self.shape}")
         return [(0, 0) if item is None else (int(item[0]), int(item[1])) for item in items]
 
@@ -115,7 +116,7 @@ class MovementMixin:
         for size, (before, after) in zip(self.shape, pairs, strict=True):
             start, end = max(-before, 0), size - max(-after, 0)
             if start > end:
-                raise ValueError(f"negative padding {pairs} removes more than the axis of size {size} holds")
+                raise ShapeError(f"negative padding {pairs} removes more than the axis of size {size} holds")
             bounds.append((start, end))
         shrunk = self.shrink(tuple(bounds))
         grow = [(max(before, 0), max(after, 0)) for before, after in pairs]
@@ -256,7 +257,7 @@ class MovementMixin:
         shift_list = [shifts] if isinstance(shifts, int) else list(shifts)
         dim_list = [dims] if isinstance(dims, int) else list(dims)
         if len(shift_list) != len(dim_list):
-            raise ValueError(f"roll needs as many shifts as dims, got {shift_list} and {dim_list}")
+            raise ShapeError(f"roll needs as many shifts as dims, got {shift_list} and {dim_list}")
         result = self
         for shift, dim in zip(shift_list, dim_list, strict=True):
             axis = resolve_axis(dim, self.ndim)
@@ -281,13 +282,13 @@ class MovementMixin:
             return self[0].cat(*self[1:], *args, dim=dim)  # type: ignore[no-any-return]
         tensors = [self, *args]
         if any(tensor.ndim == 0 for tensor in tensors):
-            raise ValueError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
+            raise ShapeError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
         axis = resolve_axis(dim, self.ndim)
         for tensor in tensors:
             mismatched = tensor.ndim != self.ndim or any(
                 a != b for index, (a, b) in enumerate(zip(tensor.shape, self.shape, strict=True)) if index != axis)
             if mismatched:
-                raise ValueError(f"cat along dim {dim} needs equal sizes on the other axes: {self.shape} and "
+                raise ShapeError(f"cat along dim {dim} needs equal sizes on the other axes: {self.shape} and "
                                  f"{tensor.shape}")
             if tensor.device != self.device:
                 raise ValueError(f"cat of tensors on different devices: {self.device} and {tensor.device}")
@@ -318,7 +319,7 @@ class MovementMixin:
         tensors = [self, *args]
         for tensor in tensors:
             if tuple(tensor.shape) != tuple(self.shape):
-                raise ValueError(f"stack needs tensors of one shape, got {self.shape} and {tensor.shape}")
+                raise ShapeError(f"stack needs tensors of one shape, got {self.shape} and {tensor.shape}")
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return tensors[0].unsqueeze(axis).cat(*(tensor.unsqueeze(axis) for tensor in tensors[1:]), dim=axis)
 
@@ -333,7 +334,7 @@ class MovementMixin:
         else:
             pieces = list(sizes)
             if sum(pieces) != length:
-                raise ValueError(f"split sizes {pieces} sum to {sum(pieces)}, but dim {dim} has size {length}")
+                raise ShapeError(f"split sizes {pieces} sum to {sum(pieces)}, but dim {dim} has size {length}")
         result = []
         offset = 0
         for piece in pieces:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
-from tinycore.errors import ArgumentError
+from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
 from tinycore.tensor.support import optional_dtype, product, resolve_axes, resolve_axis
 
@@ -30,6 +30,12 @@ def _check_reduction(reduction: str) -> None:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
 
 
+def _check_smoothing(label_smoothing: float) -> None:
+    """A clear error for a label smoothing outside [0, 1]."""
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ArgumentError(f"label_smoothing must be in [0.0, 1.0], got {label_smoothing}")
+
+
 class NNMixin:
     """Neural-network building blocks of Tensor."""
 
@@ -40,11 +46,11 @@ class NNMixin:
         if not _is_tensor(w):
             raise TypeError(f"matmul needs a Tensor operand, got {type(w).__name__}")
         if self.ndim == 0 or w.ndim == 0:
-            raise ValueError(f"matmul needs tensors with at least 1 dimension, got shapes {self.shape} and {w.shape}")
+            raise ShapeError(f"matmul needs tensors with at least 1 dimension, got shapes {self.shape} and {w.shape}")
         left = self.unsqueeze(0) if self.ndim == 1 else self
         right = w.unsqueeze(-1) if w.ndim == 1 else w
         if left.shape[-1] != right.shape[-2]:
-            raise ValueError(f"cannot matmul shapes {self.shape} and {w.shape}: inner sizes {left.shape[-1]} and "
+            raise ShapeError(f"cannot matmul shapes {self.shape} and {w.shape}: inner sizes {left.shape[-1]} and "
                              f"{right.shape[-2]} differ")
         accumulate = optional_dtype(dtype)
         result_dtype = accumulate or least_upper_dtype(self.dtype, w.dtype)
@@ -105,7 +111,7 @@ class NNMixin:
         inputs_text, output_text = text.split("->") if "->" in text else (text, None)
         specs = inputs_text.split(",")
         if len(specs) != len(tensors):
-            raise ValueError(f"einsum formula {formula!r} names {len(specs)} operands, {len(tensors)} were given")
+            raise ArgumentError(f"einsum formula {formula!r} names {len(specs)} operands, {len(tensors)} were given")
         for spec in specs + ([output_text] if output_text is not None else []):
             if spec.count("...") > 1 or spec.replace("...", "").count("."):
                 raise ArgumentError(f"einsum operand {spec!r} of {formula!r} has more than one '...' (or a stray "
@@ -120,7 +126,7 @@ class NNMixin:
                 expanded_specs.append((spec, count))
             else:
                 if len(spec) != tensor.ndim:
-                    raise ValueError(f"einsum operand {spec!r} has {len(spec)} indices but the tensor has "
+                    raise ArgumentError(f"einsum operand {spec!r} has {len(spec)} indices but the tensor has "
                                      f"{tensor.ndim} dimensions (shape {tensor.shape})")
                 expanded_specs.append((spec, 0))
         letters_of = []
@@ -151,12 +157,12 @@ class NNMixin:
         all_letters = list(dict.fromkeys(letter for spec, _ in prepared for letter in spec))
         for letter in output:
             if letter not in all_letters:
-                raise ValueError(f"einsum output index {letter!r} does not appear in the inputs of {formula!r}")
+                raise ArgumentError(f"einsum output index {letter!r} does not appear in the inputs of {formula!r}")
         sizes: dict[str, int] = {}
         for spec, tensor in prepared:
             for letter, size in zip(spec, tensor.shape, strict=True):
                 if letter in sizes and size != sizes[letter] and 1 not in (size, sizes[letter]):
-                    raise ValueError(f"einsum index {letter!r} has sizes {sizes[letter]} and {size} in {formula!r}")
+                    raise ArgumentError(f"einsum index {letter!r} has sizes {sizes[letter]} and {size} in {formula!r}")
                 sizes[letter] = max(sizes.get(letter, size), size)
         aligned = []
         for spec, tensor in prepared:
@@ -181,7 +187,7 @@ class NNMixin:
         length = self.shape[-1]
         span = dilation * (kernel - 1) + 1
         if span > length:
-            raise ValueError(f"window of {kernel} with dilation {dilation} (span {span}) does not fit an axis of "
+            raise ShapeError(f"window of {kernel} with dilation {dilation} (span {span}) does not fit an axis of "
                              f"size {length}")
         out = (length - span) // stride + 1
         lead = list(self.shape[:-1])
@@ -203,7 +209,7 @@ class NNMixin:
         """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel)."""
         count = len(kernel)
         if self.ndim < count:
-            raise ValueError(f"pooling window {tuple(kernel)} needs at least {count} dimensions, got {self.shape}")
+            raise ShapeError(f"pooling window {tuple(kernel)} needs at least {count} dimensions, got {self.shape}")
         strides, dilations = make_tuple(stride, count), make_tuple(dilation, count)
         if len(strides) != count or len(dilations) != count:
             raise ValueError(f"stride {stride} and dilation {dilation} need {count} values")
@@ -236,16 +242,16 @@ class NNMixin:
         (out_channels, in_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
         if spatial < 1 or self.ndim != weight.ndim:
-            raise ValueError(f"conv2d input {self.shape} and weight {weight.shape} need the same number (>= 3) of "
+            raise ShapeError(f"conv2d input {self.shape} and weight {weight.shape} need the same number (>= 3) of "
                              "dimensions: (batch, channels, *spatial) and (out, in / groups, *kernel)")
         batch, in_channels = self.shape[:2]
         out_channels, group_channels = weight.shape[:2]
         kernel = tuple(weight.shape[2:])
         if in_channels != groups * group_channels:
-            raise ValueError(f"conv2d input has {in_channels} channels but weight {weight.shape} with groups={groups}"
+            raise ShapeError(f"conv2d input has {in_channels} channels but weight {weight.shape} with groups={groups}"
                              f" expects {groups * group_channels}")
         if out_channels % groups != 0:
-            raise ValueError(f"conv2d out_channels {out_channels} is not divisible by groups={groups}")
+            raise ShapeError(f"conv2d out_channels {out_channels} is not divisible by groups={groups}")
         padded = self.pad(self._flat_padding(padding, spatial))
         windows = padded._pool(kernel, stride, dilation)  # (batch, in, *out, *kernel)
         outs = list(windows.shape[2:2 + spatial])
@@ -266,11 +272,11 @@ class NNMixin:
         """Transposed convolution with weight (in_channels, out_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
         if spatial < 1 or self.ndim != weight.ndim:
-            raise ValueError(f"conv_transpose2d input {self.shape} and weight {weight.shape} need the same number "
+            raise ShapeError(f"conv_transpose2d input {self.shape} and weight {weight.shape} need the same number "
                              "(>= 3) of dimensions")
         in_channels = weight.shape[0]
         if self.shape[1] != in_channels or in_channels % groups != 0:
-            raise ValueError(f"conv_transpose2d input has {self.shape[1]} channels, weight {weight.shape} expects "
+            raise ShapeError(f"conv_transpose2d input has {self.shape[1]} channels, weight {weight.shape} expects "
                              f"{in_channels} (divisible by groups={groups})")
         kernel = weight.shape[2:]
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
@@ -426,11 +432,11 @@ class NNMixin:
     def one_hot(self: Any, num_classes: int = -1) -> Tensor:
         """A new last axis of `num_classes` with 1 at each element's class (int32)."""
         if not dtypes.is_int(self.dtype):
-            raise TypeError(f"one_hot needs an integer tensor, got {self.dtype}")
+            raise DTypeMismatchError(f"one_hot needs an integer tensor, got {self.dtype}")
         if num_classes == -1:
             num_classes = int(self.max().item()) + 1
         if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f"one_hot num_classes must be a non-negative int, got {num_classes!r}")
+            raise ArgumentError(f"one_hot num_classes must be a non-negative int, got {num_classes!r}")
         classes = type(self).arange(num_classes, dtype=self.dtype, device=self.device)
         return self.unsqueeze(-1).eq(classes).where(1, 0)
 
@@ -477,9 +483,10 @@ class NNMixin:
                                         label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
         """Cross-entropy of logits (classes on the last axis) against integer labels Y."""
         _check_reduction(reduction)
+        _check_smoothing(label_smoothing)
         if tuple(Y.shape) != tuple(self.shape[:-1]):
-            raise ValueError(f"labels of shape {Y.shape} do not match logits of shape {self.shape} "
-                             "(expected the logits' shape without the last axis)")
+            raise BroadcastError(f"labels of shape {Y.shape} do not match logits of shape {self.shape} "
+                                 "(expected the logits' shape without the last axis)")
         log_probs = self.log_softmax()
         keep = Y.ne(ignore_index)
         classes = type(self).arange(self.shape[-1], dtype=dtypes.int32, device=self.device)
@@ -497,6 +504,7 @@ class NNMixin:
                       label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (classes on axis 1) against class indices or probabilities Y."""
         _check_reduction(reduction)
+        _check_smoothing(label_smoothing)
         classes = self.shape[1] if self.ndim > 1 else self.shape[0]
         axis = 1 if self.ndim > 1 else 0
         if Y.ndim < self.ndim:

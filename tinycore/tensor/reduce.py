@@ -137,6 +137,7 @@ class ReduceMixin:
     def _scan(self: Any, axis: int, op: Ops, identity: Any) -> Tensor:
         """The inclusive scan of `op` along `axis`."""
         if self.ndim == 0:
+            resolve_axis(axis, 0)  # a 0-d tensor takes axis 0 or -1, as tinygrad
             return self
         dim = resolve_axis(axis, self.ndim)
         moved = self.transpose(dim, -1)
@@ -160,6 +161,7 @@ class ReduceMixin:
     def _cum_extreme(self: Any, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
         """Running maximum (or minimum) along `axis` and the index where it was last reached."""
         if self.ndim == 0:
+            resolve_axis(axis, 0)
             return self, self._const(0, dtypes.int32)
         dim = resolve_axis(axis, self.ndim)
         source = self if largest else self._inverse()
@@ -182,6 +184,7 @@ class ReduceMixin:
     def logcumsumexp(self: Any, axis: int = 0) -> Tensor:
         """log of the running sum of exp along `axis`, computed stably."""
         if self.ndim == 0:
+            resolve_axis(axis, 0)
             return self
         top = self.max(axis, keepdim=True)
         top = top.isinf().where(top._const(0.0, top.dtype), top)

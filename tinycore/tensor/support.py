@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, to_dtype
+from tinycore.errors import BroadcastError
 
 
 def argfix(*args: Any) -> tuple[Any, ...]:
@@ -54,7 +55,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     for sizes in zip(*padded, strict=True):
         others = {size for size in sizes if size != 1}
         if len(others) > 1:
-            raise ValueError(f"shapes {' and '.join(str(tuple(shape)) for shape in shapes)} cannot be broadcast "
+            raise BroadcastError(f"shapes {' and '.join(str(tuple(shape)) for shape in shapes)} cannot be broadcast "
                              f"together: sizes {sorted(others)} conflict (each size must match or be 1)")
         result.append(others.pop() if others else 1)
     return tuple(result)

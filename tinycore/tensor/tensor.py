@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
+from tinycore.errors import ShapeError
 from tinycore.helpers import all_int, fully_flatten, get_shape
 from tinycore.tensor.creation import CreationMixin
 from tinycore.tensor.elementwise import ElementwiseMixin
@@ -360,7 +361,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def item(self) -> ConstType:
         """The single value of a one-element tensor as a Python scalar."""
         if self.numel() != 1:
-            raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape} "
+            raise ShapeError(f"item() needs a tensor with one element, this one has shape {self.shape} "
                              f"({self.numel()} elements)")
         return self.reshape(()).tolist()
 
