@@ -189,9 +189,10 @@ def test_text_output_is_a_table_by_category(plugin_path: str) -> None:
     lines = result.stdout.splitlines()
     header = next(position for position, line in enumerate(lines) if line.split() == ["CATEGORY", "PASS", "FAIL",
                                                                                       "N/A"])
-    rows = {line.split()[0]: line.split()[1:] for line in lines[header + 1:header + 10] if line.strip()}
+    rows = {line.split()[0]: line.split()[1:] for line in lines[header + 1:header + 11] if line.strip()}
     assert rows["ops"] == ["1", "1", "0"] and rows["total"] == ["1", "1", "0"], rows
-    assert set(rows) == {"ops", "dtypes", "autograd", "indexing", "jit", "memory", "copies", "renderers", "total"}
+    assert set(rows) == {"ops", "dtypes", "autograd", "indexing", "jit", "memory", "copies", "renderers", "queues",
+                         "total"}
     assert "  [ops] test_ops.py::test_binary[add]" in lines
     assert "BADADD: FAILS (1 passed, 1 failed, 0 not applicable)" in lines
 

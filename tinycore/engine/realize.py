@@ -46,6 +46,8 @@ class Runner:
         if DEBUG >= 4:
             print(self.spec.src)
         self.program = opened.runtime(symbol, library)
+        if hasattr(self.program, "display_name"):  # queue devices name kernels in profiles
+            self.program.display_name = self.spec.name
         self.compile_seconds = time.perf_counter() - started
         self.name = self.spec.name
         self.globals = tuple(self.spec.globals)

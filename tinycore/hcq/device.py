@@ -75,6 +75,7 @@ class HCQProgram:
 
     def __init__(self, device: HCQCompiled, name: str, lib: bytes):
         self.device, self.name, self.lib = device, name, lib
+        self.display_name = name  # the kernel's name in profiles (the engine sets the unrenamed one)
 
     def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
         """An argument block holding `buffers` then `values`, in the kernarg ring (or, `persistent`, in memory
@@ -121,7 +122,7 @@ class HCQProgram:
         queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
         device.synchronize()
         if device.profiling:
-            profile.record(self.name, device.device, "compute", start.timestamp, end.timestamp)
+            profile.record(self.display_name, device.device, "compute", start.timestamp, end.timestamp)
         return (end.timestamp - start.timestamp) / 1e6 if wait else None
 
 

@@ -89,6 +89,9 @@ class HCQSignal:
             now = time.perf_counter()
             if now > deadline:
                 self._timed_out(value, limit)
+            broken = getattr(self.device, "broken", None)
+            if broken is not None:
+                raise RuntimeError(broken)
             # spin first (a CPU queue finishes in microseconds), then back off to at most a millisecond
             if now - started > 0.0002:
                 pause = min(0.001, pause * 2 or 0.00002)

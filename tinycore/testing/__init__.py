@@ -2,8 +2,9 @@
 
 Run it with `tiny conformance DEVICE` (a summary by category, `--json` for tools) or
 `pytest --pyargs tinycore.testing --tiny-device=DEVICE`. Categories: ops, dtypes, autograd, jit, memory, copies,
-renderers. A device declares what it supports (`tinycore.testing.capabilities.DeviceCapabilities`); checks that do
-not apply are reported as "not applicable (declared)", separately from failures.
+renderers, queues (devices whose plugin answers tiny_hcq_queues). A device declares what it supports
+(`tinycore.testing.capabilities.DeviceCapabilities`); checks that do not apply are reported as "not applicable
+(declared)", separately from failures.
 
 `tinycore.testing.registration` holds the checks a plugin's own tests make of its registration (API level,
 pyproject entry point, installed distribution, device spec, probe, `tiny devices` row).
@@ -12,7 +13,7 @@ Importing this package is cheap and does not import pytest.
 """
 from __future__ import annotations
 
-CATEGORIES = ("ops", "dtypes", "autograd", "indexing", "jit", "memory", "copies", "renderers")
+CATEGORIES = ("ops", "dtypes", "autograd", "indexing", "jit", "memory", "copies", "renderers", "queues")
 """The summary categories, in the order they are printed."""
 
 NOT_APPLICABLE = "not applicable (declared)"

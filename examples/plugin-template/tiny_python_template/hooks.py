@@ -5,7 +5,9 @@ every class is named by an import path string and loaded only when the device is
 """
 from __future__ import annotations
 
-from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
+from typing import Any
+
+from tinycore.plugins import DeviceSpec, HCQQueues, RendererSpec, hookimpl
 
 TINYCORE_PLUGIN_API = 1
 """The plugin API level this plugin was written for (tinycore refuses plugins from a future level)."""
@@ -55,3 +57,12 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
     c = RendererSpec("C", "tiny_python_template.c_renderer:make_c_renderer",
                      "portable C compiled to a shared object by the system C compiler")
     return [c, uops]
+
+
+@hookimpl
+def tiny_hcq_queues(device: Any) -> HCQQueues | None:
+    """The device's queues: tuples run by a Python thread per queue (tiny_python_template.queue)."""
+    if str(getattr(device, "device", "")).split(":")[0] != DEVICE_NAME:
+        return None
+    from tiny_python_template.queue import PythonCopyQueue, PythonQueue, PythonSignal
+    return HCQQueues(PythonQueue, PythonCopyQueue, PythonSignal)
