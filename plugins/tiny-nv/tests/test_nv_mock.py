@@ -105,7 +105,7 @@ checks = {
     "softmax": numpy.abs(x.softmax(1).numpy() - numpy.exp(a) / numpy.exp(a).sum(1, keepdims=True)).max() < 1e-5,
     "half": numpy.abs((x.cast(dtypes.float16) * 2).numpy() - (a.astype(numpy.float16) * 2)).max() == 0,
 }
-gpu = Device["NV"].interface.gpu
+gpu = Device["NV"].gpu
 print(sorted(name for name, ok in checks.items() if ok), gpu.launches > 0, gpu.copies > 0)
 """
 
@@ -131,3 +131,63 @@ def test_gpu_bench_script_runs_on_the_mock(tmp_path) -> None:
     figures = json.loads(report.read_text())
     assert figures["copies"]["host_to_device_GBps"] > 0 and figures["elementwise"]["elementwise_GBps"] > 0
     assert figures["matmul_fp16"]["TFLOPS"] > 0 and figures["matmul_fp32"]["TFLOPS"] > 0
+
+
+JIT_SCRIPT = """
+import numpy
+from tinycore import Tensor, TinyJit
+from tinycore.device.registry import Device
+device = Device["NV"]
+
+@TinyJit
+def step(x, y):
+    return ((x @ y).relu() + 1).sum(1)
+
+rng = numpy.random.default_rng(0)
+for attempt in range(4):
+    a, b = rng.standard_normal((8, 16)).astype(numpy.float32), rng.standard_normal((16, 8)).astype(numpy.float32)
+    submissions, launches = device.submissions, device.gpu.launches
+    error = numpy.abs(step(Tensor(a), Tensor(b)).numpy() - (numpy.maximum(a @ b, 0) + 1).sum(1)).max()
+    print(type(device).__name__, attempt, bool(error < 1e-4), device.submissions - submissions,
+          device.gpu.launches - launches)
+"""
+
+
+def test_tinyjit_replays_one_queue_submission_on_the_mock() -> None:
+    """On DEV=MOCK+NV the core's HCQ machinery drives the NV queues: a replay of a captured two-kernel function is
+    one compute submission (the graph), besides the two input copies and the output copy on the copy queue."""
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
+    result = subprocess.run([sys.executable, "-c", JIT_SCRIPT], capture_output=True, text=True, env=environment,
+                            timeout=300)
+    lines = result.stdout.strip().splitlines()
+    assert lines[-2:] == ["NVMockQueueDevice 2 True 4 2", "NVMockQueueDevice 3 True 4 2"], \
+        result.stdout + result.stderr
+
+
+def test_symbolic_launch_sizes_are_written_into_the_qmd_at_submit() -> None:
+    from tiny_nv.nv_hcq import NVArguments, NVQueueComputeQueue
+
+    from tinycore.uop.symbolic import Variable
+
+    class Program:
+        address, shared_bytes, parameters_size = 0x1234_5600, 0, 0x170
+
+    class Device:
+        device, submissions, gpu = "NV", 0, MockGPU()
+        channels: dict = {}
+
+        def check_usable(self) -> None:
+            pass
+
+    device = Device()
+    block = device.gpu.allocate(0x400, "arguments")
+    device.channels["compute"] = Channel(device.gpu, device.gpu, "compute")
+    arguments = NVArguments(device.gpu.view(block, 0x400), 0, block, 1)
+    width = Variable("width", 1, 1000)
+    queue = NVQueueComputeQueue()
+    queue.exec(Program(), arguments, (width * 2, 1, 1), (32, 1, 1))
+    qmd = device.gpu.view(block, nvcmd.QMD_BYTES)
+    with pytest.raises(MemoryError, match="0x12345600 is outside every allocation"):
+        queue.submit(device, {width: 21})  # nothing is mapped at the program address: the GPU faults on the launch
+    assert nvcmd.qmd_get(qmd, "CTA_RASTER_WIDTH") == 42 and nvcmd.qmd_get(qmd, "CTA_THREAD_DIMENSION0") == 32
+    assert nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_LOWER") == 0x1234_5600

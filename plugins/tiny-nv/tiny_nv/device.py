@@ -45,8 +45,24 @@ def open_interface(device: str) -> tuple[str, NVInterface]:
     return spec.name, interface
 
 
+def _capabilities(renderer: Any, mock: bool) -> DeviceCapabilities:
+    """What NV supports, for the conformance suite."""
+    return DeviceCapabilities(
+        dtypes=NV_DTYPES, max_buffers=getattr(renderer, "max_buffers", None),
+        local_memory=bool(getattr(renderer, "has_shared", True)), threads=False, symbolic=True,
+        large_grids=not mock,  # the MOCK GPU interprets kernels in Python
+        out_of_memory_bytes=1 << 62)
+
+
 class NVDevice(Compiled):
-    """One NVIDIA GPU (NV, NV:1, ...)."""
+    """One NVIDIA GPU (NV, NV:1, ...). Under DEV=MOCK+NV it is a queue device (NVMockQueueDevice): the core's HCQ
+    machinery drives the NV queues, which the MOCK GPU executes."""
+
+    def __new__(cls, device: str = "NV") -> Any:
+        from tinycore.device.registry import target_for
+        if cls is NVDevice and target_for(device).interface == "MOCK":
+            return NVMockQueueDevice(device)  # not an NVDevice, so Python does not call NVDevice.__init__ on it
+        return object.__new__(cls)
 
     def __init__(self, device: str = "NV"):
         from tinycore.device.registry import select_renderer
@@ -54,12 +70,7 @@ class NVDevice(Compiled):
         renderer, compiler, _spec = select_renderer(device)
         interface = self.interface
         super().__init__(device, interface.allocator, renderer, compiler, interface.load)
-        local_memory = bool(getattr(renderer, "has_shared", True))
-        mock = self.interface_name == "MOCK"
-        self.capabilities = DeviceCapabilities(
-            dtypes=NV_DTYPES, max_buffers=getattr(renderer, "max_buffers", None), local_memory=local_memory,
-            threads=False, symbolic=True, large_grids=not mock,  # the MOCK GPU interprets kernels in Python
-            out_of_memory_bytes=1 << 62)
+        self.capabilities = _capabilities(renderer, self.interface_name == "MOCK")
 
     @property
     def description(self) -> str:
@@ -69,3 +80,27 @@ class NVDevice(Compiled):
     def synchronize(self) -> None:
         """Wait for every kernel and copy queued on this GPU."""
         self.interface.synchronize()
+
+
+def _queue_device_base() -> type:
+    from tiny_nv.nv_hcq import NVQueueDevice
+    return NVQueueDevice
+
+
+class NVMockQueueDevice(_queue_device_base()):  # type: ignore[misc]
+    """NV on the MOCK GPU through the core's queue machinery (HCQ): signals, argument blocks, TinyJit graphs."""
+
+    def __init__(self, device: str = "NV"):
+        from tinycore.device.registry import select_interface, select_renderer
+        spec, _interface = select_interface(device)  # records the MOCK selection (tiny devices shows it)
+        self.interface_name = spec.name
+        renderer, compiler, _spec = select_renderer(device)
+        super().__init__(device, renderer, compiler, f"{device} = the MOCK GPU (simulated in Python, driven through "
+                                                     "the core's HCQ queues; kernels run in tinycore's interpreter)")
+        self.capabilities = _capabilities(renderer, True)
+
+    @property
+    def description(self) -> str:
+        """What this device is."""
+        return self.interface_description
+

@@ -1,0 +1,261 @@
+"""NV as a queue (HCQ) device on the core's machinery: the core builds and submits the queues, these classes encode
+them in the GPU's command format (tiny_nv.nvcmd) and hand them to the GPU's channels.
+
+Used with the MOCK GPU (DEV=MOCK+NV): NVQueueDevice owns a MockGPU, a compute and a copy channel; its signals, its
+argument blocks (a QMD followed by constant buffer 0) and its buffers are GPU memory. Launch sizes given as
+Variables (TinyJit graphs of symbolic kernels) are written into the QMD at submit, the other symbolic words (the
+timeline values of a graph) are the core's.
+"""
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tiny_nv import nvcmd
+from tiny_nv.mock import MockBuffer, MockGPU, unpack_mock_binary
+from tiny_nv.nvqueue import Channel
+from tinycore.device.allocator import BufferSpec, LRUAllocator
+from tinycore.dtype import PtrDType
+from tinycore.hcq import HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
+from tinycore.plugins import HCQQueues
+from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import sym_infer
+from tinycore.uop.uop import UOp
+
+ARGUMENTS_AT = nvcmd.QMD_BYTES + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET
+"""Where the kernel parameters start in an argument block (after the QMD and the head of constant buffer 0)."""
+
+
+def _split(value: int | UOp) -> tuple[int | UOp, int | UOp]:
+    """(low, high) 32-bit words of a 64-bit value (symbolic values stay expressions)."""
+    if isinstance(value, UOp):
+        return value % (1 << 32), value // (1 << 32)
+    return value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF
+
+
+class NVQueueSignal(HCQSignal):
+    """A semaphore in GPU memory: the value, then the nanosecond timestamp the release writes."""
+
+    timestamp_divider = 1000.0
+
+    def __init__(self, device: Any = None, value: int = 0, name: str = "signal"):
+        gpu: MockGPU = device.gpu
+        address = gpu.allocate(16, f"signal {name}")
+        super().__init__(device, value, gpu.view(address, 16), address, name)
+
+
+class NVArguments(HCQArguments):
+    """An argument block: a QMD, then constant buffer 0 whose parameters are an 8-byte address per buffer and a
+    4-byte int per variable (CUDA's parameter layout)."""
+
+    def set_buffer(self, index: int, handle: Any) -> None:
+        """The GPU address of buffer argument `index`."""
+        struct.pack_into("<Q", self.memory, self.offset + ARGUMENTS_AT + 8 * index, getattr(handle, "address", handle))
+
+    def set_value(self, index: int, value: int) -> None:
+        """The value of integer argument `index`."""
+        struct.pack_into("<i", self.memory, self.offset + ARGUMENTS_AT + 8 * self.buffer_count + 4 * index, value)
+
+    def parameters_size(self, values: int) -> int:
+        """Bytes of constant buffer 0 in use."""
+        return nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + 8 * self.buffer_count + 4 * values
+
+
+class _NVQueue(HWQueue):
+    """Semaphores (host-class methods) on the queue's subchannel, and submission to the device's channel."""
+
+    subchannel = 0
+    engine = "compute"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qmd_patches: list[tuple[memoryview, str, UOp]] = []
+
+    def _semaphore(self, signal: HCQSignal, value: int | UOp, operation: int, timestamp: bool) -> None:
+        if signal.address is None:
+            raise ValueError(f"signal {signal.name!r} has no GPU address: make it with the NV device's new_signal")
+        execute = operation | nvcmd.SEM_PAYLOAD_SIZE_64BIT
+        execute |= (nvcmd.SEM_RELEASE_WFI | (nvcmd.SEM_RELEASE_TIMESTAMP if timestamp else 0)) \
+            if operation == nvcmd.SEM_OPERATION_RELEASE else nvcmd.SEM_ACQUIRE_SWITCH_TSG
+        low, high = _split(value)
+        self.emit(nvcmd.method_header(self.subchannel, nvcmd.NVC56F_SEM_ADDR_LO, 5), signal.address & 0xFFFFFFFF,
+                  signal.address >> 32, low, high, execute)
+
+    def _encode_wait(self, signal: HCQSignal, value: int | UOp) -> None:
+        self._semaphore(signal, value, nvcmd.SEM_OPERATION_ACQ_CIRC_GEQ, False)
+
+    def _encode_signal(self, signal: HCQSignal, value: int | UOp) -> None:
+        self._semaphore(signal, value, nvcmd.SEM_OPERATION_RELEASE, True)
+
+    def _encode_timestamp(self, signal: HCQSignal) -> None:
+        # a semaphore release always writes its payload: the signal's value becomes 0 (timestamp signals are fresh)
+        self._semaphore(signal, 0, nvcmd.SEM_OPERATION_RELEASE, True)
+
+    def submit(self, device: Any, var_vals: Mapping[Any, int] | None = None) -> Any:
+        """Write symbolic launch sizes into their QMDs, then the core's submit (symbolic words, then _submit)."""
+        values = dict(var_vals or {})
+        for qmd, field, expression in self.qmd_patches:
+            value = values.get(expression) if expression.op is Ops.DEFINE_VAR else None
+            nvcmd.qmd_set(qmd, field, int(value if value is not None else sym_infer(expression, values)))
+        return super().submit(device, var_vals)
+
+    def _submit(self, device: Any) -> None:
+        words = [int(word) & 0xFFFFFFFF for word in self.words]
+        device.channels[self.engine].submit(words)
+
+
+class NVQueueComputeQueue(_NVQueue):
+    """Launches through QMDs in the argument blocks, and semaphores."""
+
+    subchannel = nvcmd.SUBCHANNEL_COMPUTE
+    engine = "compute"
+
+    def _encode_exec(self, program: Any, arguments: HCQArguments, global_size: tuple[int | UOp, ...],
+                     local_size: tuple[int | UOp, ...] | None) -> None:
+        if arguments.address is None or arguments.address % 256:
+            raise ValueError("an NV argument block needs a 256-byte aligned GPU address (it starts with the QMD)")
+        qmd = arguments.memory[arguments.offset:arguments.offset + nvcmd.QMD_BYTES]
+        qmd[:] = bytes(nvcmd.QMD_BYTES)
+        grid = list(global_size) + [1] * (3 - len(global_size))
+        block = list(local_size or (1, 1, 1)) + [1] * (3 - len(local_size or (1, 1, 1)))
+        constants = arguments.address + nvcmd.QMD_BYTES
+        constants_size = getattr(program, "parameters_size", 0x1000)
+        fields: list[tuple[str, int | UOp]] = [
+            ("CTA_RASTER_WIDTH", grid[0]), ("CTA_RASTER_HEIGHT", grid[1]), ("CTA_RASTER_DEPTH", grid[2]),
+            ("CTA_THREAD_DIMENSION0", block[0]), ("CTA_THREAD_DIMENSION1", block[1]),
+            ("CTA_THREAD_DIMENSION2", block[2]), ("QMD_MAJOR_VERSION", 3), ("BARRIER_COUNT", 1),
+            ("SHARED_MEMORY_SIZE", program.shared_bytes),
+            ("PROGRAM_ADDRESS_LOWER", program.address & 0xFFFFFFFF), ("PROGRAM_ADDRESS_UPPER", program.address >> 32),
+            ("CONSTANT_BUFFER_VALID0", 1), ("CONSTANT_BUFFER_ADDR_LOWER0", constants & 0xFFFFFFFF),
+            ("CONSTANT_BUFFER_ADDR_UPPER0", constants >> 32),
+            ("CONSTANT_BUFFER_SIZE_SHIFTED4_0", -(-constants_size // 16))]
+        for field, value in fields:
+            if isinstance(value, UOp):
+                self.qmd_patches.append((qmd, field, value))
+            else:
+                nvcmd.qmd_set(qmd, field, int(value))
+        self.emit(nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_PCAS_A, 1), arguments.address >> 8,
+                  nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B, 1),
+                  nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
+
+
+class NVQueueCopyQueue(_NVQueue):
+    """Copy-engine transfers between allocations, and semaphores."""
+
+    subchannel = nvcmd.SUBCHANNEL_COPY
+    engine = "copy"
+
+    def _encode_copy(self, destination: Any, source: Any, nbytes: int | UOp) -> None:
+        target, origin = getattr(destination, "address", destination), getattr(source, "address", source)
+        header = nvcmd.method_header
+        self.emit(header(self.subchannel, nvcmd.NVC6B5_OFFSET_IN_UPPER, 4), origin >> 32, origin & 0xFFFFFFFF,
+                  target >> 32, target & 0xFFFFFFFF, header(self.subchannel, nvcmd.NVC6B5_LINE_LENGTH_IN, 1), nbytes,
+                  header(self.subchannel, nvcmd.NVC6B5_LAUNCH_DMA, 1),
+                  nvcmd.DMA_TRANSFER_NON_PIPELINED | nvcmd.DMA_FLUSH_ENABLE | nvcmd.DMA_SRC_PITCH |
+                  nvcmd.DMA_DST_PITCH)
+
+
+QUEUES = HCQQueues(NVQueueComputeQueue, NVQueueCopyQueue, NVQueueSignal)
+
+
+class NVQueueProgram(HCQProgram):
+    """A kernel uploaded to GPU memory; its argument blocks hold its QMD and constant buffer 0."""
+
+    def __init__(self, device: Any, name: str, lib: bytes):
+        super().__init__(device, name, lib)
+        uops, _cubin = unpack_mock_binary(lib)
+        self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
+        self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
+        self.shared_bytes = sum(uop.dtype.size * uop.dtype.base.itemsize for uop in uops
+                                if uop.op is Ops.DEFINE_LOCAL and isinstance(uop.dtype, PtrDType))
+        self.parameters_size = nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + 8 * self.buffer_count + 4 * self.variable_count
+        self.address = device.gpu.allocate(len(lib), f"code of {name}")
+        device.gpu.view(self.address, len(lib))[:] = lib
+
+    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
+        """A QMD-and-constants block (256-byte aligned) with `buffers` and `values` written in."""
+        size = ARGUMENTS_AT + 8 * len(buffers) + 4 * len(values)
+        if persistent:
+            memory, address = self.device.kernarg_memory(size)
+            offset = 0
+        else:
+            offset, address = self.device.kernargs.allocate(size)
+            memory = self.device.kernargs.memory
+        arguments = NVArguments(memory, offset, address, len(buffers))
+        for index, buffer in enumerate(buffers):
+            arguments.set_buffer(index, buffer)
+        for index, value in enumerate(values):
+            arguments.set_value(index, int(value))
+        return arguments
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """Check the arguments, then the core's launch (exec and a timeline signal)."""
+        if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
+            raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "
+                            f"got {len(buffers)} and {len(vals)}")
+        if any(int(size) == 0 for size in global_size):
+            return 0.0 if wait else None
+        return super().__call__(*buffers, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+
+
+class NVQueueAllocator(LRUAllocator):
+    """GPU memory; host copies go through a staging allocation and the copy queue, ordered after queued kernels."""
+
+    def __init__(self, device_name: str, gpu: MockGPU, memory_bytes: int):
+        super().__init__(device_name)
+        self.gpu, self.memory_bytes = gpu, memory_bytes
+        self.owner: NVQueueDevice | None = None  # set once the device exists (`device` is the allocator's name)
+
+    def _alloc(self, size: int, options: BufferSpec | None) -> MockBuffer:
+        if size > self.memory_bytes:
+            raise MemoryError(f"{size} bytes is more than the GPU's {self.memory_bytes} bytes")
+        return MockBuffer(self.gpu.allocate(size, f"buffer of {size} bytes"), size)
+
+    def _free(self, opaque: MockBuffer, size: int, options: BufferSpec | None) -> None:
+        self.gpu.free(opaque.address)
+
+    def _copy(self, destination: int, source: int, nbytes: int) -> None:
+        device = self.owner
+        assert device is not None, "the allocator is used before its device is made"
+        queue = device.copy_queue().wait(device.timeline_signal, device.timeline_value - 1)
+        queue.copy(destination, source, nbytes)
+        queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+        device.synchronize()
+
+    def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
+        staging = self.gpu.allocate(src.nbytes, "staging")
+        self.gpu.view(staging, src.nbytes)[:] = src.cast("B")
+        self._copy(dest.address, staging, src.nbytes)
+        self.gpu.free(staging)
+
+    def _copyout(self, dest: memoryview, src: MockBuffer) -> None:
+        staging = self.gpu.allocate(dest.nbytes, "staging")
+        self._copy(staging, src.address, dest.nbytes)
+        dest.cast("B")[:] = self.gpu.view(staging, dest.nbytes)
+        self.gpu.free(staging)
+
+    def _offset(self, opaque: MockBuffer, size: int, offset: int) -> MockBuffer:
+        return MockBuffer(opaque.address + offset, size, opaque)
+
+
+class NVQueueDevice(HCQCompiled):
+    """NV on the core's queue machinery, reaching the MOCK GPU through its channels."""
+
+    memory_bytes = 1 << 34
+
+    def __init__(self, device: str, renderer: Any, compiler: Any, description: str):
+        self.gpu = MockGPU(f"MOCK {device}")
+        self.channels = {"compute": Channel(self.gpu, self.gpu, f"{device} compute"),
+                         "copy": Channel(self.gpu, self.gpu, f"{device} copy")}
+        allocator = NVQueueAllocator(device, self.gpu, self.memory_bytes)
+        super().__init__(device, allocator, renderer, compiler, NVQueueProgram, QUEUES)
+        allocator.owner = self
+        self.kernargs.alignment = 256  # each block starts with a QMD, which SEND_PCAS_A addresses in 256-byte units
+        self.interface_description = description
+
+    def kernarg_memory(self, nbytes: int) -> tuple[memoryview, int | None]:
+        """Argument memory in the GPU's address space (256-byte aligned)."""
+        address = self.gpu.allocate(nbytes, "kernel arguments")
+        return self.gpu.view(address, nbytes), address
