@@ -74,6 +74,15 @@ def _index_position(axes: list[int]) -> int:
     return axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
 
 
+def _placed_index(index: UOp, index_shape: tuple[Any, ...], before: int, shape: tuple[Any, ...]) -> UOp:
+    """An index of a shape that broadcasts to `index_shape`, expanded to the result `shape` where the index axes
+    start at axis `before`."""
+    own = tuple(index.shape)
+    full = (1,) * before + (1,) * (len(index_shape) - len(own)) + own
+    full = full + (1,) * (len(shape) - len(full))
+    return index.reshape(full).expand(shape)
+
+
 def _buffer_below(node: UOp) -> UOp:
     """The BUFFER under movement ops and ASSIGN chains."""
     while node.op is not Ops.BUFFER:
@@ -98,24 +107,27 @@ class IndexingMixin:
         """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
-        for item in items:
-            position = sum(1 for done in normalized if done is not None and done is not Ellipsis)
+        def position() -> int:
+            """The axis the next item indexes (-1 after an Ellipsis: unknown); only bool masks need it."""
             if any(done is Ellipsis for done in normalized):
-                position = -1
+                return -1
+            return sum(1 for done in normalized if done is not None)
+
+        for item in items:
             if _is_int(item):
                 normalized.append(int(item))
             elif isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
                 import numpy
                 array = numpy.asarray(item)
                 if array.dtype == numpy.bool_:
-                    normalized.extend(self._bool_mask_indices(type(self)(array, device=self.device), position))
+                    normalized.extend(self._bool_mask_indices(type(self)(array, device=self.device), position()))
                     continue
                 if array.size and array.dtype.kind not in "iu":
                     raise IndexError(f"index lists must hold ints or bools, got {array.dtype}")
                 normalized.append(_HostIndex([int(value) for value in array.reshape(-1)], tuple(array.shape)))
             elif _is_tensor(item):
                 if item.dtype == dtypes.bool:
-                    normalized.extend(self._bool_mask_indices(item, position))
+                    normalized.extend(self._bool_mask_indices(item, position()))
                 elif not dtypes.is_int(item.dtype):
                     raise IndexError(f"index tensors must have an integer or bool dtype, got {item.dtype}")
                 else:
@@ -134,8 +146,8 @@ class IndexingMixin:
             raise IndexError(f"too many indices for tensor of dimension {self.ndim}: {consumed} were given")
         fill = [slice(None)] * (self.ndim - consumed)
         if any(item is Ellipsis for item in normalized):
-            position = next(index for index, item in enumerate(normalized) if item is Ellipsis)
-            normalized[position:position + 1] = fill
+            found = next(index for index, item in enumerate(normalized) if item is Ellipsis)
+            normalized[found:found + 1] = fill
         else:
             normalized.extend(fill)
         return normalized
@@ -328,17 +340,15 @@ class IndexingMixin:
         if len(indices) == 1 and axes == [0]:
             only = indices[0]
             only_shape = tuple(only.shape) + tuple(self.shape[1:])
-            spread = only.reshape(tuple(only.shape) + (1,) * (self.ndim - 1))._broadcast_to(only_shape)
+            spread = _placed_index(only.uop, tuple(only.shape), 0, only_shape)
             only_map = [-1] + [only.ndim + position for position in range(self.ndim - 1)]
-            return self._result(gather_node(self.uop, [spread.uop], only_shape, only_map))
+            return self._result(gather_node(self.uop, [spread], only_shape, only_map))
         index_shape = broadcast_shape(*(index.shape for index in indices))
         rest = [axis for axis in range(self.ndim) if axis not in axes]
         before = _index_position(axes)
         shape = tuple(self.shape[axis] for axis in rest[:before]) + tuple(index_shape) + \
             tuple(self.shape[axis] for axis in rest[before:])
-        placed = [index._broadcast_to(index_shape).reshape((1,) * before + tuple(index_shape) +
-                                                           (1,) * (len(rest) - before))._broadcast_to(shape)
-                  for index in indices]
+        placed = [_placed_index(index.uop, tuple(index_shape), before, shape) for index in indices]
         axis_map = []
         for axis in range(self.ndim):
             if axis in axes:
@@ -346,7 +356,7 @@ class IndexingMixin:
             else:
                 position = rest.index(axis)
                 axis_map.append(position if position < before else position + len(index_shape))
-        node = gather_node(self.uop, [index.uop for index in placed], shape, axis_map)
+        node = gather_node(self.uop, placed, shape, axis_map)
         return self._result(node)
 
     def _one_hot_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
@@ -393,7 +403,7 @@ class IndexingMixin:
             value = type(self)(value, device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple)) \
                 else self._const(value, self.dtype, ())
         value = value.cast(self.dtype)
-        if all(item is None or isinstance(item, (int, slice)) for item in items):
+        if all(item is None or isinstance(item, (int, slice, UOp)) for item in items):
             view, steps, _ = self._apply_basic(items)
             placed = value._broadcast_to(view.shape)._invert_basic(steps, 0)
             selected = type(self).full(view.shape, True, dtypes.bool, self.device)._invert_basic(steps, False)
@@ -413,6 +423,10 @@ class IndexingMixin:
                 view_sizes.append(1)
                 continue
             size = self.shape[axis]
+            if isinstance(item, UOp) or (isinstance(item, slice) and
+                                         any(isinstance(part, UOp) for part in (item.start, item.stop))):
+                raise NotImplementedError("assignment through index tensors next to a symbolic position or slice is "
+                                          "not supported: use a plain int or slice on that axis")
             if isinstance(item, int):
                 if not -size <= item < size:
                     raise IndexError(f"index {item} is out of bounds for dimension {axis} with size {size}")
@@ -449,9 +463,7 @@ class IndexingMixin:
                                 (result_axis(view_axis), start, step))
             else:
                 axis_map.append(-1 - entry[2])
-        placed = [index._broadcast_to(index_shape).reshape((1,) * before + index_shape +
-                                                           (1,) * (len(rest) - before))._broadcast_to(shape)
-                  for _, index in advanced]
+        placed = [type(self)._wrap(_placed_index(index.uop, index_shape, before, shape)) for _, index in advanced]
         parallel = [result_axis(view_axis) for view_axis in rest]
         self.uop = self._scatter_into(value._broadcast_to(shape), placed, tuple(axis_map), None, parallel,
                                       in_place=True)

@@ -226,6 +226,16 @@ def test_check_index_raises_naming_index_and_axis() -> None:
         Tensor(data).gather(1, Tensor(np.array([[0, -6]] * 8, np.int32)))
     with Context(CHECK_INDEX=1):
         _equal(Tensor(data)[:, Tensor(np.array([4, -5], np.int32))], data[:, [4, -5]])
+    with Context(CHECK_INDEX=1), pytest.raises(IndexError, match=r"index 5 .* dimension 1 with size 5"):
+        target = Tensor(data).realize()
+        target[:, Tensor(np.array([5], np.int32))] = 1.0
+    with Context(CHECK_INDEX=1), pytest.raises(IndexError, match=r"index -9 .* dimension 0 with size 8"):
+        Tensor(data).scatter(0, Tensor(np.array([[-9, 0, 0, 0, 0]], np.int32)), 1.0)
+    skipped = Tensor(data).realize()
+    skipped[Tensor(np.array([8, -9, 3], np.int32))] = -1.0  # out of range: nothing written there
+    expected_written = data.copy()
+    expected_written[3] = -1.0
+    _equal(skipped, expected_written)
 
 
 def test_gather_kernel_loads_at_loaded_addresses() -> None:
