@@ -50,6 +50,7 @@ def test_decode_matmul_does_not_materialize_weight(type_name: str) -> None:
     dequantized values live only inside the matmul kernel); the result matches numpy on gguf's dequantization."""
     import gguf
 
+    from tinycore.engine.memory import device_facts
     from tinycore.llm.weights import GGUFWeight
     from tinycore.schedule.cache import create_schedule
     rows, columns = 64, 512
@@ -58,7 +59,7 @@ def test_decode_matmul_does_not_materialize_weight(type_name: str) -> None:
     weight = GGUFWeight("w", TYPE_IDS[type_name], (rows, columns), Tensor(blocks).realize())
     x = numpy.random.default_rng(5).standard_normal((1, columns)).astype(numpy.float32)
     result = weight.linear(Tensor(x).realize())
-    schedule = create_schedule([result.uop]).items
+    schedule = create_schedule([result.uop], device_facts).items
     written = [item.buffers[0].arg[1] for item in schedule if not item.is_copy]
     assert max(written) < rows * columns // 8, f"a kernel writes {max(written)} elements: the weight was materialized"
     expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T

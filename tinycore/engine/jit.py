@@ -56,7 +56,7 @@ def _collect_bindings(value: Any, found: dict[Any, int]) -> None:
 def _input_buffer(tensor: Any) -> Any:
     """The device Buffer holding `tensor`'s elements in C order (made contiguous and realized if needed)."""
     from tinycore.engine.memory import buffer_of
-    from tinycore.schedule.fusion import is_contiguous_buffer_view, view_base
+    from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
     tensor.realize()
     if not is_contiguous_buffer_view(tensor.uop):
         tensor.replace(tensor.contiguous().realize())

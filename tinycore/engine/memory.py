@@ -1,20 +1,24 @@
 """Memory: the device Buffers behind BUFFER nodes (the nodes themselves are built in `tinycore.uop.buffer`).
 
-The Buffer object behind a node is created on first use and lives exactly as long as the node: the registry is
-weak (the Buffer is attached to the node itself, like a cached property), so when no graph refers to a BUFFER node
-any more its memory goes back to the device's allocator.
+The Buffer object behind a node is created on first use and lives exactly as long as the node: the side table that
+holds it is keyed weakly by the node, so when no graph refers to a BUFFER node any more its memory goes back to the
+device's allocator. This module also tells the scheduler the facts of an opened device (`device_facts`).
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
+from tinycore.renderer.renderer import Renderer
+from tinycore.schedule.device_facts import DeviceFacts
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
-_ATTRIBUTE = "_device_buffer"  # where a BUFFER node keeps its Buffer (it dies with the node)
+_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
+"""The Buffer behind each BUFFER / BUFFER_VIEW node that was used (an entry dies with its node)."""
 _allocators: dict[Any, Any] = {}
 
 
@@ -39,9 +43,24 @@ def supports_views(device: Any) -> bool:
     return type(allocator)._offset is not Allocator._offset
 
 
+def device_facts(device: object) -> DeviceFacts:
+    """What the scheduler needs to know about `device` (opened on first use): its renderer's buffer limit and
+    whether its allocator makes views. A device that cannot open gets no limit and no views (realize reports why
+    when it runs anything there). Read each time: the scheduler asks only when a schedule is not cached."""
+    if not isinstance(device, str):
+        return DeviceFacts()
+    from tinycore.device.registry import Device
+    try:
+        renderer = Device[device].renderer
+    except Exception:  # noqa: BLE001 - the failure is reported by realize, which needs the device to run anything
+        return DeviceFacts()
+    limit = renderer.max_buffers if isinstance(renderer, Renderer) else None
+    return DeviceFacts(limit, supports_views(device), type(renderer).__name__)
+
+
 def buffer_of(uop: UOp) -> Buffer:
     """The device Buffer behind the BUFFER (or BUFFER_VIEW) node `uop`, created (not yet allocated) on first use."""
-    found = uop.__dict__.get(_ATTRIBUTE)
+    found = _buffers.get(uop)
     if found is not None:
         return found
     if uop.op is Ops.BUFFER:
@@ -52,7 +71,7 @@ def buffer_of(uop: UOp) -> Buffer:
         found = buffer_of(uop.src[0]).view(count, uop.dtype, offset)
     else:
         raise ValueError(f"buffer_of needs a BUFFER or BUFFER_VIEW node, got {uop.op}; realize the tensor first")
-    uop.__dict__[_ATTRIBUTE] = found
+    _buffers[uop] = found
     return found
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
-from tinycore.engine.memory import buffer_of
+from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.helpers import DEBUG
 from tinycore.schedule.cache import schedule_cached
-from tinycore.schedule.fusion import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
+from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -240,8 +241,9 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
 
 # ---- realized results: a node realized once is read from its buffer by later graphs ----
 
-_REALIZED = "_realized_as"  # on a computed node: (the realized view holding its value, the epoch it was computed in)
-_epoch = [0]  # advanced by every schedule that overwrites a buffer: results of earlier epochs may be stale
+_known_results: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
+"""Computed node -> the realized view holding its value, since the last schedule that overwrote a buffer (after
+one, every remembered result may be stale and the table is emptied). An entry dies with its node."""
 
 
 def _with_known_results(uop: UOp) -> UOp:
@@ -250,31 +252,33 @@ def _with_known_results(uop: UOp) -> UOp:
     The root itself is never replaced: two tensors with identical graphs get buffers of their own, so writing into
     one (assign) never changes the other.
     """
-    mapping = {}
-    epoch = _epoch[0]
-    for node in uop.toposort:
-        if node is uop:
-            continue
-        known = node.__dict__.get(_REALIZED)
-        if known is not None and known[1] == epoch:
-            mapping[node] = known[0]
+    if not _known_results:
+        return uop
+    graph = uop.toposort
+    if len(_known_results) < len(graph):
+        mapping = {node: result for node, result in _known_results.items() if node in graph and node is not uop}
+    else:
+        mapping = {}
+        for node in graph:
+            result = _known_results.get(node)
+            if result is not None and node is not uop:
+                mapping[node] = result
     return uop.substitute(mapping) if mapping else uop
 
 
 def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool) -> None:
     """Record the results of `computed`; after a schedule that overwrote buffers, forget everything instead."""
     if has_assign:
-        _epoch[0] += 1
+        _known_results.clear()
         return
-    entry_epoch = _epoch[0]
     for node, result in zip(computed, results, strict=True):
         if result is not node:
-            node.__dict__[_REALIZED] = (result, entry_epoch)
+            _known_results[node] = result
 
 
 def invalidate_known_results() -> None:
     """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
-    _epoch[0] += 1
+    _known_results.clear()
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
@@ -288,7 +292,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     if not pending:
         return list(uops)
     to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
-    schedule = schedule_cached(to_schedule)
+    schedule = schedule_cached(to_schedule, device_facts)
     if DEBUG >= 1:
         kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
         print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "

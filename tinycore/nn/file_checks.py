@@ -105,7 +105,7 @@ class ByteSource:
         buffer.allocate(opaque=opener(self.size)) if opener is not None else buffer.ensure_allocated()
 
     def _init_tensor(self, tensor: Tensor) -> None:
-        from tinycore.schedule.fusion import is_contiguous_buffer_view, view_base
+        from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
         if tensor.dtype != dtypes.uint8 or tensor.ndim != 1:
             raise TypeError(f"a {self.kind} file as a Tensor must be 1-D uint8 bytes, got {tensor.dtype} "
                             f"{tensor.shape}")

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tinycore.schedule.fusion import strip_identity
+from tinycore.schedule.device_facts import DeviceFactsLookup, no_device_facts
+from tinycore.schedule.nodes import strip_identity
 from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
@@ -135,13 +136,14 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
 _cache: dict[tuple[Any, ...], _Template] = {}
 
 
-def schedule_cached(outputs: Sequence[UOp]) -> Schedule:
-    """`create_schedule(outputs)`, reusing the schedule of an earlier graph of the same structure."""
+def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts) -> Schedule:
+    """`create_schedule(outputs, facts)`, reusing the schedule of an earlier graph of the same structure (a device's
+    facts must not change once its schedules are cached)."""
     key, inputs = structure_key(outputs)
     template = _cache.get(key)
     if template is not None:
         return template.instantiate(outputs, inputs)
-    schedule = create_schedule(outputs)
+    schedule = create_schedule(outputs, facts)
     if len(_cache) >= CACHE_LIMIT:
         del _cache[next(iter(_cache))]
     _cache[key] = _make_template(schedule, outputs, inputs)

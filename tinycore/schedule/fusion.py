@@ -22,70 +22,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from tinycore.schedule.device_facts import DeviceFactsLookup, no_device_facts
+from tinycore.schedule.nodes import (
+    ALWAYS_ROOTS,
+    IDENTITY_OPS,
+    LEAF_BUFFERS,
+    LEAF_VALUES,
+    assign_target_view,
+    buffer_under,
+    is_contiguous_buffer_view,
+    is_realized_view,
+    kernel_sources,
+    strip_identity,
+    view_base,
+)
+from tinycore.schedule.split import split_kernels_over_limit
+from tinycore.schedule.views import (
+    contiguous_range,
+    is_buffer_view,
+    is_disk_device,
+    leaf_device,
+    non_contiguous_disk_error,
+)
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
-LEAF_BUFFERS = frozenset({Ops.BUFFER, Ops.BUFFER_VIEW})
-"""Nodes that are device memory already."""
-IDENTITY_OPS = frozenset({Ops.DETACH, Ops.CONTIGUOUS_BACKWARD})
-"""Nodes that pass their source through unchanged in the forward pass."""
-LEAF_VALUES = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND, Ops.DEVICE})
-"""Nodes that are values known without memory."""
-ALWAYS_ROOTS = frozenset({Ops.CONTIGUOUS, Ops.COPY, Ops.ASSIGN})
-"""Nodes that always get their own buffer."""
 _BROADCASTING = frozenset({Ops.EXPAND, Ops.PAD})
-
-
-def strip_identity(node: UOp) -> UOp:
-    """`node` with DETACH / CONTIGUOUS_BACKWARD wrappers removed."""
-    while node.op in IDENTITY_OPS:
-        node = node.src[0]
-    return node
-
-
-def view_base(node: UOp) -> UOp:
-    """The node under `node`'s movement and identity ops."""
-    while node.op in GroupOp.Movement or node.op in IDENTITY_OPS:
-        node = node.src[0]
-    return node
-
-
-def is_realized_view(node: UOp) -> bool:
-    """True when `node` is a buffer or movement ops over one (nothing to compute)."""
-    return view_base(node).op in LEAF_BUFFERS
-
-
-def is_contiguous_buffer_view(node: UOp) -> bool:
-    """True when `node`'s elements in C order are exactly a whole buffer's elements."""
-    node = strip_identity(node)
-    while node.op is Ops.RESHAPE:
-        node = strip_identity(node.src[0])
-    return node.op in LEAF_BUFFERS
-
-
-def assign_target_view(target: UOp) -> UOp:
-    """The view an ASSIGN writes through: `target` with earlier ASSIGNs in its chain replaced by their targets."""
-    chain: list[UOp] = []
-    node = strip_identity(target)
-    while node.op not in LEAF_BUFFERS:
-        if node.op is not Ops.ASSIGN:
-            chain.append(node)
-        node = strip_identity(node.src[0])
-    for movement in reversed(chain):
-        node = movement.replace(src=(node,))
-    return node
-
-
-def earlier_assigns(target: UOp) -> list[UOp]:
-    """The ASSIGN nodes in the chain of an ASSIGN target (writes that must happen first)."""
-    return [node for node in target.toposort if node.op is Ops.ASSIGN]
-
-
-def _buffer_under(node: UOp) -> UOp:
-    """The node under a chain of movement ops, identity ops and ASSIGNs (through their targets)."""
-    while node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
-        node = node.src[0]
-    return node
 
 
 def _inlined_nodes(value: UOp, roots: dict[UOp, None]) -> list[UOp]:
@@ -109,7 +71,7 @@ def _reads_target_elsewhere(value: UOp, target: UOp, roots: dict[UOp, None]) -> 
     buffer_node = view_base(target_view)
     if buffer_node not in value.toposort:
         return False
-    if _buffer_under(value) is buffer_node:
+    if buffer_under(value) is buffer_node:
         return assign_target_view(value) is not target_view
     for node in _inlined_nodes(value, roots):
         if node.op in GroupOp.Movement or node.op in IDENTITY_OPS or node.op is Ops.ASSIGN:
@@ -117,26 +79,17 @@ def _reads_target_elsewhere(value: UOp, target: UOp, roots: dict[UOp, None]) -> 
         for source in node.src:
             if node.op is Ops.SCATTER and source is node.src[0]:
                 continue  # the target a SCATTER writes in place (its own ASSIGN's target)
-            if _buffer_under(source) is buffer_node and (node.op in (Ops.REDUCE_AXIS, Ops.GATHER) or
+            if buffer_under(source) is buffer_node and (node.op in (Ops.REDUCE_AXIS, Ops.GATHER) or
                                                          assign_target_view(source) is not target_view):
                 return True
     return False
 
 
-def kernel_sources(root: UOp) -> tuple[UOp, ...]:
-    """The nodes a root's kernel computes from: the value of an ASSIGN, the source of CONTIGUOUS, else the root."""
-    if root.op is Ops.ASSIGN:
-        return (root.src[1],)
-    if root.op is Ops.CONTIGUOUS:
-        return (root.src[0],)
-    if root.op is Ops.COPY:
-        return ()
-    return (root,)
-
-
-def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = ()) -> dict[UOp, None]:
+def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = (),
+               facts: DeviceFactsLookup = no_device_facts) -> dict[UOp, None]:
     """The nodes that become buffers when `outputs` are realized together (an ordered set). `forced` are nodes the
-    scheduler asks to be roots as well (ASSIGN values computed before any assign writes, to order the writes)."""
+    scheduler asks to be roots as well (ASSIGN values computed before any assign writes, to order the writes);
+    `facts` tells the buffer limit and view support of each device."""
     roots: dict[UOp, None] = {}
     for output in outputs:
         output = strip_identity(output)
@@ -147,12 +100,13 @@ def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = ()) -> dict[UOp, 
     for output in outputs:
         everything.update(output.toposort)
     assigns = []
-    folded = _copies_into_ranges(everything, outputs)
+    folded = _copies_into_ranges(everything, outputs, facts)
     for node in everything:
         if node.op not in ALWAYS_ROOTS or node in folded:
             continue
         roots[node] = None
-        if node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0]) and not _copies_as_range(node.src[0]):
+        if (node.op is Ops.COPY and not is_contiguous_buffer_view(node.src[0])
+                and not _copies_as_range(node.src[0], facts)):
             roots[strip_identity(node.src[0])] = None
         if node.op is Ops.ASSIGN:
             assigns.append(node)
@@ -164,33 +118,27 @@ def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = ()) -> dict[UOp, 
     if racing:
         roots.update(dict.fromkeys(racing))
         _add_reduce_roots(roots)
-    from tinycore.schedule.split import split_kernels_over_limit
-    split_kernels_over_limit(roots, _add_reduce_roots)
+    split_kernels_over_limit(roots, _add_reduce_roots, facts)
     return roots
 
 
-def _copies_as_range(source: UOp) -> bool:
+def _copies_as_range(source: UOp, facts: DeviceFactsLookup) -> bool:
     """True when a COPY of `source` moves one contiguous range of an existing buffer (no kernel gathers it first).
 
     A non-contiguous view of a DISK buffer raises here: gathering it would need a kernel on DISK."""
-    from tinycore.engine.memory import supports_views
-    from tinycore.schedule.views import contiguous_range, is_buffer_view, is_disk_device, leaf_device
     found = contiguous_range(strip_identity(source))
-    if found is not None and supports_views(found[0].device):
+    if found is not None and _supports_views(facts, found[0].device):
         return True
     if is_buffer_view(source) and is_disk_device(leaf_device(source)):
-        from tinycore.schedule.views import non_contiguous_disk_error
         raise non_contiguous_disk_error(source, "copy")
     return False
 
 
-def _copies_into_ranges(everything: dict[UOp, None], outputs: Sequence[UOp]) -> set[UOp]:
+def _copies_into_ranges(everything: dict[UOp, None], outputs: Sequence[UOp], facts: DeviceFactsLookup) -> set[UOp]:
     """The COPY nodes that are the value of an ASSIGN into a contiguous range of a buffer and used nowhere else:
     they copy straight into the target (no buffer of their own, no kernel writing the target).
 
     An ASSIGN into a non-contiguous view of a DISK buffer raises here: it would need a kernel on DISK."""
-    from tinycore.engine.memory import supports_views
-    from tinycore.schedule.views import contiguous_range, is_buffer_view, is_disk_device, leaf_device
     assigns = [node for node in everything if node.op is Ops.ASSIGN]
     if not assigns:
         return set()
@@ -204,14 +152,18 @@ def _copies_into_ranges(everything: dict[UOp, None], outputs: Sequence[UOp]) -> 
         target = assign_target_view(assign.src[0])
         value = strip_identity(assign.src[1])
         found = contiguous_range(target)
-        if found is None or not supports_views(found[0].device):
+        if found is None or not _supports_views(facts, found[0].device):
             if is_buffer_view(target) and is_disk_device(leaf_device(target)):
-                from tinycore.schedule.views import non_contiguous_disk_error
                 raise non_contiguous_disk_error(target, "write")
             continue
         if value.op is Ops.COPY and value not in output_set and users.get(value, 0) == 1:
             folded.add(value)
     return folded
+
+
+def _supports_views(facts: DeviceFactsLookup, device: object) -> bool:
+    """True when `device` (one device name; a node on several devices has none) can hold buffer views."""
+    return isinstance(device, str) and facts(device).supports_views
 
 
 def _add_reduce_roots(roots: dict[UOp, None]) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import all_int
-from tinycore.schedule.fusion import LEAF_BUFFERS, strip_identity, view_base
+from tinycore.schedule.nodes import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp

@@ -6,16 +6,17 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from tinycore.dtype import dtypes
-from tinycore.schedule.fusion import (
+from tinycore.schedule.device_facts import DeviceFactsLookup, no_device_facts
+from tinycore.schedule.fusion import find_roots
+from tinycore.schedule.lower import lower_kernel
+from tinycore.schedule.nodes import (
     assign_target_view,
     earlier_assigns,
-    find_roots,
     is_contiguous_buffer_view,
     is_realized_view,
     strip_identity,
     view_base,
 )
-from tinycore.schedule.lower import lower_kernel
 from tinycore.schedule.views import range_node
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
@@ -67,8 +68,9 @@ def _output_view(root: UOp) -> UOp:
     return new_buffer_uop(device, root.dtype, largest).shrink(((0, size),)).reshape(root.shape)
 
 
-def create_schedule(outputs: Sequence[UOp]) -> Schedule:
-    """The kernels and copies that realize `outputs` together, in dependency order.
+def create_schedule(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts) -> Schedule:
+    """The kernels and copies that realize `outputs` together, in dependency order; `facts` gives each device's
+    buffer limit and view support (the engine passes the opened devices' facts).
 
     Two ASSIGNs may each read, inside their kernels, the buffer the other overwrites (a step updating `x` and `W`
     of `x @ W` together: each gradient reads the other parameter). No order of the two kernels is right, so the
@@ -76,7 +78,7 @@ def create_schedule(outputs: Sequence[UOp]) -> Schedule:
     """
     forced: dict[UOp, None] = {}
     while True:
-        roots = find_roots(outputs, tuple(forced))
+        roots = find_roots(outputs, tuple(forced), facts)
         realized = {root: _output_view(root) for root in roots}
         steps: dict[UOp, ScheduleItem | None] = {}
         dependencies: dict[UOp, tuple[UOp, ...]] = {}

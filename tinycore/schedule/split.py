@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
 
-from tinycore.schedule.fusion import (
+from tinycore.schedule.device_facts import DeviceFactsLookup
+from tinycore.schedule.nodes import (
     IDENTITY_OPS,
     LEAF_BUFFERS,
     LEAF_VALUES,
@@ -41,34 +41,29 @@ class KernelBufferLimitError(RuntimeError):
     """A kernel needs more buffers than its device allows, and no split of it into several kernels fits."""
 
 
-def device_buffer_limit(device: Any) -> int | None:
-    """The most buffers (outputs and inputs) one kernel may take on `device`: its renderer's `max_buffers`.
+def device_buffer_limit(device: object, facts: DeviceFactsLookup) -> int | None:
+    """The most buffers (outputs and inputs) one kernel may take on `device`: its `max_buffers` fact.
 
-    None means no limit: a device that declares none, several devices (a sharded node), or a device that does not
-    open (realize reports why when it runs the kernel there)."""
+    None means no limit: a device that declares none, or several devices (a sharded node)."""
     if not isinstance(device, str):
         return None
-    from tinycore.device.registry import Device
-    try:
-        opened = Device[device]
-    except Exception:  # noqa: BLE001 - the failure is reported by realize, which needs the device to run anything
-        return None
-    limit = getattr(getattr(opened, "renderer", None), "max_buffers", None)
-    return limit if isinstance(limit, int) else None
+    return facts(device).max_buffers
 
 
-def split_kernels_over_limit(roots: dict[UOp, None], add_reduce_roots: Callable[[dict[UOp, None]], None]) -> None:
+def split_kernels_over_limit(roots: dict[UOp, None], add_reduce_roots: Callable[[dict[UOp, None]], None],
+                             facts: DeviceFactsLookup) -> None:
     """Add to `roots` the inner nodes that must get buffers of their own so that every kernel fits its device's
-    buffer limit; `add_reduce_roots` is fusion's rule for reduces, applied again after each round of new roots.
+    buffer limit (from `facts`); `add_reduce_roots` is fusion's rule for reduces, applied again after each round of
+    new roots.
 
     Rounds repeat until a round adds nothing: a new root changes what other kernels read (one buffer in place of
     the new root's inputs), so every kernel is checked again with exact counts."""
-    limits: dict[Any, int | None] = {}
+    limits: dict[object, int | None] = {}
 
     def limit_of(root: UOp) -> int | None:
         device = root.device
         if device not in limits:
-            limits[device] = device_buffer_limit(device)
+            limits[device] = device_buffer_limit(device, facts)
         return limits[device]
 
     while True:
@@ -77,7 +72,7 @@ def split_kernels_over_limit(roots: dict[UOp, None], add_reduce_roots: Callable[
             if not _has_kernel(root, roots):
                 continue
             limit = limit_of(root)
-            if limit is not None and _split_kernel(root, roots, limit):
+            if limit is not None and _split_kernel(root, roots, limit, facts(root.device).renderer_name):
                 added = True
         if not added:
             return
@@ -102,14 +97,7 @@ def buffer_key(root: UOp) -> UOp:
     return root
 
 
-def _computed_base(node: UOp) -> UOp:
-    """The node under `node`'s movement and identity ops (without passing a root's boundary)."""
-    while node.op in GroupOp.Movement or node.op in IDENTITY_OPS:
-        node = node.src[0]
-    return node
-
-
-def _split_kernel(root: UOp, roots: dict[UOp, None], limit: int) -> bool:
+def _split_kernel(root: UOp, roots: dict[UOp, None], limit: int, renderer_name: str) -> bool:
     """Make inner nodes of `root`'s kernel roots until the kernel takes at most `limit` buffers; True when any
     node was added to `roots`."""
     output = buffer_key(root)
@@ -133,7 +121,7 @@ def _split_kernel(root: UOp, roots: dict[UOp, None], limit: int) -> bool:
             continue
         cuts, found = _choose_cuts(node, roots, reads_of, output, limit)
         if cuts is None:
-            raise _limit_error(root, node, found, limit)
+            raise _limit_error(root, node, found, limit, renderer_name)
         for cut in cuts:
             roots[cut] = None
         added = added or bool(cuts)
@@ -141,7 +129,7 @@ def _split_kernel(root: UOp, roots: dict[UOp, None], limit: int) -> bool:
     for top in kernel_sources(root):
         total = reads_of(top) | {output}
         if len(total) > limit:
-            raise _limit_error(root, top, reads_of(top), limit)
+            raise _limit_error(root, top, reads_of(top), limit, renderer_name)
     return added
 
 
@@ -150,7 +138,7 @@ def _choose_cuts(node: UOp, roots: dict[UOp, None], reads_of: Callable[[UOp], fr
     """The fewest computed sources of `node` to make roots so that its reads and the output fit in `limit`
     (among those, the choice leaving the fewest reads), and the reads that remain; (None, all its reads) when no
     choice fits."""
-    bases = [_computed_base(source) for source in node.src]
+    bases = [view_base(source) for source in node.src]
     candidates = [base for base in dict.fromkeys(bases)
                   if base.op in _CUTTABLE and base not in roots and len(reads_of(base)) >= 2]
     everything = frozenset().union(*(reads_of(base) for base in bases))
@@ -185,13 +173,12 @@ def _inlined_postorder(root: UOp, roots: dict[UOp, None]) -> list[UOp]:
     return order
 
 
-def _limit_error(root: UOp, node: UOp, found: frozenset[UOp], limit: int) -> KernelBufferLimitError:
+def _limit_error(root: UOp, node: UOp, found: frozenset[UOp], limit: int,
+                 renderer_name: str) -> KernelBufferLimitError:
     """The error for a node that cannot be computed within `limit` buffers however its kernel is split."""
-    from tinycore.device.registry import Device
     device = root.device
-    renderer = getattr(Device[device], "renderer", None)
     return KernelBufferLimitError(
         f"{node.op.name} on {device} reads {len(found)} different buffers and needs one more for its result, but "
-        f"kernels on {device} take at most {limit} buffers ({type(renderer).__name__}.max_buffers), and splitting "
+        f"kernels on {device} take at most {limit} buffers ({renderer_name}.max_buffers), and splitting "
         f"off its computed inputs does not bring it under that limit; move its inputs to a device that allows "
         f"more buffers per kernel (Tensor.to) and compute it there")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from math import prod
 
-from tinycore.schedule.fusion import IDENTITY_OPS, LEAF_BUFFERS
+from tinycore.schedule.nodes import IDENTITY_OPS, LEAF_BUFFERS
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 

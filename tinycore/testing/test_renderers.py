@@ -32,9 +32,10 @@ def _renderers(device: str) -> list[tuple[str, Any]]:
 
 
 def _schedule_asts(graph: Tensor) -> list[Any]:
+    from tinycore.engine.memory import device_facts
     from tinycore.schedule.cache import create_schedule
     from tinycore.uop.ops import Ops
-    return [item.ast for item in create_schedule([graph.uop]).items if item.ast.op is not Ops.COPY]
+    return [item.ast for item in create_schedule([graph.uop], device_facts).items if item.ast.op is not Ops.COPY]
 
 
 @pytest.mark.parametrize("name,build", GRAPHS, ids=[item[0] for item in GRAPHS])
@@ -86,6 +87,7 @@ def test_more_buffers_than_a_kernel_takes_are_split(device: str) -> None:
     """A sum of more tensors than the renderer's `max_buffers` allows runs as several kernels, each within the
     limit, with numpy's exact answer (the same adds in the same order)."""
     from tinycore.device.registry import Device
+    from tinycore.engine.memory import device_facts
     from tinycore.schedule import create_schedule
     limit = getattr(Device[device].renderer, "max_buffers", None)
     if not isinstance(limit, int):
@@ -98,7 +100,7 @@ def test_more_buffers_than_a_kernel_takes_are_split(device: str) -> None:
     total, expected = tensors[0], arrays[0]
     for tensor, array in zip(tensors[1:], arrays[1:], strict=True):
         total, expected = total + tensor, expected + array
-    kernels = [item for item in create_schedule([total.uop]).items if not item.is_copy]
+    kernels = [item for item in create_schedule([total.uop], device_facts).items if not item.is_copy]
     if len(kernels) < 2 or any(len(item.buffers) > limit for item in kernels):
         raise AssertionError(f"the sum of {limit + 5} tensors on {device} (max_buffers={limit}) was scheduled as "
                              f"kernels taking {[len(item.buffers) for item in kernels]} buffers: the scheduler must "

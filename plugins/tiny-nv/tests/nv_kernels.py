@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy
 
 from tinycore.dtype import dtypes
+from tinycore.engine.memory import device_facts
 from tinycore.schedule.scheduler import ScheduleItem, create_schedule
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
@@ -60,7 +61,7 @@ CASES = [
 
 def kernels_of(tensor: Tensor) -> list[ScheduleItem]:
     """The kernel steps (not copies) of realizing `tensor`."""
-    return [item for item in create_schedule([tensor.uop]).items if not item.is_copy]
+    return [item for item in create_schedule([tensor.uop], device_facts).items if not item.is_copy]
 
 
 def case_kernels(case: Case, rng: numpy.random.Generator) -> tuple[list[numpy.ndarray], list[numpy.ndarray],

@@ -13,6 +13,7 @@ from tiny_webgpu.runtime import simd_lanes
 
 from tinycore.codegen import lower_to_program
 from tinycore.dtype import dtypes
+from tinycore.engine.memory import device_facts
 from tinycore.schedule.scheduler import create_schedule
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
@@ -28,7 +29,7 @@ def on_webgpu(array: np.ndarray) -> Tensor:
 
 def kernel_sources(tensor: Tensor, renderer: Any) -> list[str]:
     """The WGSL of every kernel that realizing `tensor` runs, rendered by `renderer`."""
-    schedule = create_schedule([tensor.uop])
+    schedule = create_schedule([tensor.uop], device_facts)
     return [lower_to_program(item.ast, renderer).src for item in schedule.items if item.ast.op is not Ops.COPY]
 
 

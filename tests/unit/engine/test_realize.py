@@ -13,7 +13,7 @@ import pytest
 
 from tinycore.counters import GlobalCounters
 from tinycore.dtype import dtypes, from_numpy_dtype
-from tinycore.engine.memory import buffer_of, new_buffer_uop, uop_from_bytes
+from tinycore.engine.memory import buffer_of, device_facts, new_buffer_uop, uop_from_bytes
 from tinycore.engine.realize import get_runner, realize_uops, to_host
 from tinycore.helpers import Context
 from tinycore.schedule import create_schedule
@@ -110,7 +110,7 @@ def test_reshape_permute_add_reads_input_without_copy():
     array = random(2, 3, 4)
     node = tensor(array)
     graph = node.reshape((6, 4)).permute((1, 0)) + 1
-    schedule = create_schedule([graph])
+    schedule = create_schedule([graph], device_facts)
     assert len(schedule.items) == 1 and schedule.items[0].buffers[1] is node.base
 
 
@@ -169,7 +169,7 @@ def test_eager_loop_on_new_buffers_uses_the_schedule_cache():
 
 
 def test_programs_are_compiled_once_per_ast():
-    schedule = create_schedule([tensor(random(2, 2)) * 3])
+    schedule = create_schedule([tensor(random(2, 2)) * 3], device_facts)
     ast = schedule.items[0].ast
     assert get_runner(ast, "CPU") is get_runner(ast, "CPU")
 
@@ -240,7 +240,7 @@ def test_temporary_buffers_are_released_after_their_last_use():
     maximum = node.r(Ops.MAX, (1,)).expand((4, 6))
     shifted = node - maximum
     graph = shifted * shifted.r(Ops.ADD, (1,)).expand((4, 6))
-    schedule = create_schedule([graph])
+    schedule = create_schedule([graph], device_facts)
     assert len(schedule.temporaries) == 2
     run_schedule(schedule.items, schedule.temporaries)
     assert not any(buffer_of(temporary).is_allocated() for temporary in schedule.temporaries)
@@ -300,7 +300,7 @@ def test_assign_reading_its_target_only_in_an_earlier_kernel_is_in_place():
                 parameter.permute((1, 0)).reshape((1, 4, 4)).expand((4, 4, 4))).r(Ops.ADD, (1,)).reshape((4, 4))
     new_moment = moment.assign(moment * 0.5 + gradient)
     new_parameter = parameter.assign(parameter - gradient * 0.25)
-    schedule = create_schedule([new_moment, new_parameter])
+    schedule = create_schedule([new_moment, new_parameter], device_facts)
     assert len([item for item in schedule.items if not item.is_copy]) == 3  # gradient, moment, parameter
     realize_uops([new_moment, new_parameter])
     expected_gradient = weights @ weights.T

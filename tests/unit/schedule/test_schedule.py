@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from tinycore.dtype import dtypes, to_numpy_dtype
+from tinycore.engine.memory import device_facts
 from tinycore.schedule import ScheduleItem, create_schedule, schedule_cached
 from tinycore.schedule.cache import structure_key
 from tinycore.uop.ops import GroupOp, Ops
@@ -119,13 +120,13 @@ class FakeMemory:
         raise AssertionError(f"unexpected view op {view.op}")
 
     def realize(self, *outputs: UOp) -> list[np.ndarray]:
-        schedule = create_schedule(list(outputs))
+        schedule = create_schedule(list(outputs), device_facts)
         self.run(schedule.items)
         return [self.read(result) for result in schedule.outputs]
 
 
 def kernels(*outputs: UOp) -> list[ScheduleItem]:
-    return [item for item in create_schedule(list(outputs)).items if not item.is_copy]
+    return [item for item in create_schedule(list(outputs), device_facts).items if not item.is_copy]
 
 
 def random(*shape: int, seed: int = 0) -> np.ndarray:
@@ -194,7 +195,7 @@ def test_shared_subgraph_is_computed_once():
 def test_realized_view_needs_no_kernel():
     memory = FakeMemory()
     node = memory.buffer(random(2, 3))
-    schedule = create_schedule([node.permute((1, 0))])
+    schedule = create_schedule([node.permute((1, 0))], device_facts)
     assert schedule.items == [] and schedule.outputs[0] is node.permute((1, 0))
 
 
@@ -365,7 +366,7 @@ def test_assign_in_place():
     memory = FakeMemory()
     array = random(2, 3)
     target = memory.buffer(array)
-    schedule = create_schedule([target.assign(target * 2 + 1)])
+    schedule = create_schedule([target.assign(target * 2 + 1)], device_facts)
     assert len(schedule.items) == 1 and schedule.items[0].buffers == (target.base,)
     memory.run(schedule.items)
     np.testing.assert_allclose(memory.read(schedule.outputs[0]), array * 2 + 1, rtol=1e-6)
@@ -396,7 +397,7 @@ def test_readers_run_before_an_assign_that_overwrites_their_input():
     array = random(3,)
     target = memory.buffer(array)
     doubled = target * 2
-    schedule = create_schedule([doubled, target.assign(target + 10)])
+    schedule = create_schedule([doubled, target.assign(target + 10)], device_facts)
     memory.run(schedule.items)
     np.testing.assert_allclose(memory.read(schedule.outputs[0]), array * 2, rtol=1e-6)
     np.testing.assert_allclose(memory.read(schedule.outputs[1]), array + 10, rtol=1e-6)
@@ -405,7 +406,7 @@ def test_readers_run_before_an_assign_that_overwrites_their_input():
 def test_copy_between_devices():
     memory = FakeMemory()
     node = memory.buffer(random(2, 3))
-    schedule = create_schedule([node.permute((1, 0)).copy_to_device("DISK")])
+    schedule = create_schedule([node.permute((1, 0)).copy_to_device("DISK")], device_facts)
     kinds = [item.is_copy for item in schedule.items]
     assert kinds == [False, True]  # a kernel makes the permuted view contiguous, then one copy
     destination, source = schedule.items[1].buffers
@@ -432,9 +433,9 @@ def test_schedule_cache_reuses_asts_with_new_buffers():
     memory = FakeMemory()
     first = memory.buffer(np.array([1.0, 2.0], dtype=np.float32))
     one = UOp.const_on(dtypes.float32, 1.0, "CPU", (2,))
-    schedule = schedule_cached([first + one])
+    schedule = schedule_cached([first + one], device_facts)
     second = memory.buffer(np.array([5.0, 7.0], dtype=np.float32))
-    again = schedule_cached([second + one])
+    again = schedule_cached([second + one], device_facts)
     assert again.items[0].ast is schedule.items[0].ast
     assert again.items[0].buffers[1] is second.base
     assert again.items[0].buffers[0] is not schedule.items[0].buffers[0]
@@ -446,17 +447,17 @@ def test_schedule_cache_hit_skips_scheduling(monkeypatch: pytest.MonkeyPatch) ->
     import tinycore.schedule.cache as cache_module
     memory = FakeMemory()
     one = UOp.const_on(dtypes.float32, 1.0, "CPU", (1,))
-    schedule_cached([memory.buffer(np.ones(1, dtype=np.float32)) + one])
+    schedule_cached([memory.buffer(np.ones(1, dtype=np.float32)) + one], device_facts)
     calls = []
-    monkeypatch.setattr(cache_module, "create_schedule", lambda outputs: calls.append(outputs) or create_schedule(
-        outputs))
+    monkeypatch.setattr(cache_module, "create_schedule",
+                        lambda outputs, facts: calls.append(outputs) or create_schedule(outputs, facts))
     hits = [memory.buffer(np.full(1, float(value), dtype=np.float32)) + one for value in range(20)]
     for value, graph in enumerate(hits):
-        schedule = schedule_cached([graph])
+        schedule = schedule_cached([graph], device_facts)
         memory.run(schedule.items)
         np.testing.assert_allclose(memory.read(schedule.outputs[0]), [value + 1.0])
     assert calls == []
-    schedule_cached([memory.buffer(np.ones(1, dtype=np.float32)) * one])
+    schedule_cached([memory.buffer(np.ones(1, dtype=np.float32)) * one], device_facts)
     assert len(calls) == 1
 
 
@@ -464,7 +465,7 @@ def test_assign_of_a_flipped_view_goes_through_a_temporary():
     memory = FakeMemory()
     array = random(2, 3)
     target = memory.buffer(array)
-    schedule = create_schedule([target.assign(target.flip((True, True)))])
+    schedule = create_schedule([target.assign(target.flip((True, True)))], device_facts)
     assert len(schedule.items) == 2
     memory.run(schedule.items)
     np.testing.assert_allclose(memory.read(schedule.outputs[0]), array[::-1, ::-1])
@@ -476,7 +477,7 @@ def test_chained_assigns_write_in_order():
     target = memory.buffer(array)
     first = target.assign(target * 2)
     second = first.shrink(((0, 2), (0, 4))).assign(first.shrink(((0, 2), (0, 4))) + 1)
-    schedule = create_schedule([second])
+    schedule = create_schedule([second], device_facts)
     memory.run(schedule.items)
     expected = array * 2
     expected[0:2] += 1

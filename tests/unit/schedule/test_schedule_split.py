@@ -13,6 +13,7 @@ import pytest
 
 from tinycore import Tensor
 from tinycore.counters import GlobalCounters
+from tinycore.engine.memory import device_facts
 from tinycore.schedule import ScheduleItem, clear_schedule_cache, create_schedule
 from tinycore.schedule.split import KernelBufferLimitError, device_buffer_limit
 from tinycore.uop.ops import Ops
@@ -41,7 +42,8 @@ def set_limit(patch: pytest.MonkeyPatch, limit: int | None) -> None:
 
 def kernels(*tensors: Tensor) -> list[ScheduleItem]:
     """The kernels (not copies) of the schedule realizing `tensors` together."""
-    return [item for item in create_schedule([tensor.uop for tensor in tensors]).items if item.ast.op is not Ops.COPY]
+    schedule = create_schedule([tensor.uop for tensor in tensors], device_facts)
+    return [item for item in schedule.items if item.ast.op is not Ops.COPY]
 
 
 def realized(*arrays: np.ndarray) -> list[Tensor]:
@@ -69,7 +71,7 @@ def total(items: list) -> object:
 def test_the_cpu_renderer_declares_no_limit() -> None:
     from tinycore.device.registry import Device
     assert getattr(type(Device["CPU"].renderer), "max_buffers", "missing") is None
-    assert device_buffer_limit(("CPU", "CPU")) is None
+    assert device_buffer_limit(("CPU", "CPU"), device_facts) is None
 
 
 def test_sum_of_twelve_buffers_is_one_kernel_without_a_limit(buffer_limit: pytest.MonkeyPatch) -> None:
