@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from typing import ClassVar
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
@@ -58,8 +59,9 @@ def bfloat16_bits(value: float) -> int:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
-class _Pointer:
-    """A rendered INDEX: the buffer expression, the element index expression and the optional gate."""
+class RenderedPointer:
+    """A rendered INDEX: the buffer expression, the element index expression, the optional gate, the element dtype
+    and the vector-pointer cast if any (what `CStyleWalk.access` receives)."""
 
     def __init__(self, buffer: str, index: str | None, gate: str | None, element: DType, cast: str | None = None):
         self.buffer, self.index, self.gate, self.element, self.cast = buffer, index, gate, element, cast
@@ -102,6 +104,8 @@ class CStyleLanguage(Renderer):
     # wrap results of these dtypes in a cast after each op so C's integer promotion and excess float precision
     # give the same value as a per-op rounded computation
     narrow_dtypes: tuple[DType, ...] = _NARROW_RESULTS + (dtypes.float16,)
+    # the walk that renders one program; a subclass of CStyleWalk changes how memory is accessed
+    walk_class: ClassVar[type[CStyleWalk]]
 
     # ---------------------------------------------------------------- hooks
 
@@ -249,16 +253,19 @@ class CStyleLanguage(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The source of the linear program `uops` as a function called `name`."""
-        return _Walk(self, uops).run(name)
+        return self.walk_class(self, uops).run(name)
 
 
-class _Walk:
-    """The state of rendering one linear program."""
+class CStyleWalk:
+    """The state of rendering one linear program: names given to values, rendered pointers, the lines so far.
+
+    Public so that renderers of C-like languages can override how memory is accessed (`access`, `pointer_of`) or
+    how single ops are written; set the subclass as the renderer's `walk_class`."""
 
     def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
         self.renderer, self.uops = renderer, uops
         self.names: dict[UOp, str] = {}
-        self.pointers: dict[UOp, _Pointer] = {}
+        self.pointers: dict[UOp, RenderedPointer] = {}
         self.counters: dict[str, int] = {}
         self.lines: list[str] = []
         self.depth = 1
@@ -421,7 +428,7 @@ class _Walk:
         index = self.expression(uop.src[1]) if len(uop.src) > 1 else None
         gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
         element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
-        self.pointers[uop] = _Pointer(buffer_text, index, gate, element)
+        self.pointers[uop] = RenderedPointer(buffer_text, index, gate, element)
         self.names[uop] = self.pointers[uop].address()
 
     def op_cast(self, uop: UOp) -> None:
@@ -431,7 +438,7 @@ class _Walk:
             if pointer is None:
                 raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
             cast = self.renderer.render_pointer_type(uop.dtype.base, uop.dtype.addrspace)
-            self.pointers[uop] = _Pointer(pointer.buffer, pointer.index, pointer.gate, uop.dtype.base, cast)
+            self.pointers[uop] = RenderedPointer(pointer.buffer, pointer.index, pointer.gate, uop.dtype.base, cast)
             self.names[uop] = self.pointers[uop].address()
             return
         self.bind(uop, self.render_cast(source, uop.dtype))
@@ -551,7 +558,7 @@ class _Walk:
 
     # ---- memory ----
 
-    def pointer_of(self, uop: UOp) -> _Pointer:
+    def pointer_of(self, uop: UOp) -> RenderedPointer:
         pointer = self.pointers.get(uop)
         if pointer is None and uop.op in (Ops.INDEX, Ops.CAST):
             raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
@@ -559,7 +566,7 @@ class _Walk:
             raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got {uop.op}")
         return pointer
 
-    def access(self, pointer: _Pointer, index_uop: UOp, value_dtype: DType) -> str:
+    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """The lvalue reading or writing `value_dtype` at `pointer` (a vector access through a cast if needed)."""
         if pointer.cast is None and value_dtype.count > pointer.element.count:
             address = pointer.address()
@@ -595,3 +602,6 @@ class _Walk:
         value = uop.src[1]
         statement = f"{self.access(pointer, uop.src[0], value.dtype)} = {self.expression(value)};"
         self.emit(f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement)
+
+
+CStyleLanguage.walk_class = CStyleWalk

@@ -11,7 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage, _Pointer, _Walk
+from tinycore.renderer.cstyle import (
+    BASE_CODE_FOR_OP,
+    BASE_TYPE_MAP,
+    CodeForOp,
+    CStyleLanguage,
+    CStyleWalk,
+    RenderedPointer,
+)
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -41,10 +48,10 @@ inline ushort tc_f32_to_bf16(float value) {
 }"""
 
 
-class _CLWalk(_Walk):
+class CLWalk(CStyleWalk):
     """The C-like walk with vector memory accesses through vloadN / vstoreN."""
 
-    def _vector_address(self, pointer: _Pointer, value_dtype: DType) -> str | None:
+    def _vector_address(self, pointer: RenderedPointer, value_dtype: DType) -> str | None:
         """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
         if value_dtype.count <= 1 or value_dtype.count <= pointer.element.count:
             return None
@@ -52,7 +59,7 @@ class _CLWalk(_Walk):
             return pointer.buffer if pointer.index in (None, "0") else f"({pointer.buffer}+{pointer.index})"
         return pointer.address()
 
-    def access(self, pointer: _Pointer, index_uop: UOp, value_dtype: DType) -> str:
+    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """A vector read is vloadN(0, address); scalar reads and writes are the base class's lvalues."""
         address = self._vector_address(pointer, value_dtype)
         if address is None:
@@ -73,6 +80,8 @@ class _CLWalk(_Walk):
 
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
+
+    walk_class = CLWalk
 
     device = "CL"
     suffix = "cl"
@@ -186,7 +195,7 @@ class OpenCLRenderer(CStyleLanguage):
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The OpenCL C source of the linear program `uops` as a kernel called `name`."""
         self._uses_local_ids = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
-        return _CLWalk(self, uops).run(name)
+        return super().render_named(uops, name)
 
 
 def make_cl_renderer(device: str, arch: str | None) -> tuple[Any, Any]:

@@ -15,7 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage, _Pointer, _Walk
+from tinycore.renderer.cstyle import (
+    BASE_CODE_FOR_OP,
+    BASE_TYPE_MAP,
+    CodeForOp,
+    CStyleLanguage,
+    CStyleWalk,
+    RenderedPointer,
+)
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -74,10 +81,10 @@ template <class To, class From> __device__ __forceinline__ To tc_bitcast(From va
   union { From from; To to; } both; both.from = value; return both.to; }"""
 
 
-class _CUDAWalk(_Walk):
+class CUDAWalk(CStyleWalk):
     """The C-like walk with vector memory accesses split into lanes (no alignment is assumed)."""
 
-    def _lane_addresses(self, pointer: _Pointer, value_dtype: DType) -> list[str] | None:
+    def _lane_addresses(self, pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
         """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
         if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
             return None
@@ -86,7 +93,7 @@ class _CUDAWalk(_Walk):
         return [f"{base}[{index}+{lane}]" if index is not None else f"{base}[{lane}]"
                 for lane in range(value_dtype.count)]
 
-    def access(self, pointer: _Pointer, index_uop: UOp, value_dtype: DType) -> str:
+    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """A vector read is built from its lanes; scalar reads are the base class's lvalues."""
         lanes = self._lane_addresses(pointer, value_dtype)
         if lanes is None:
@@ -210,7 +217,7 @@ class CUDARenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 block = block * size.arg if size is not None and size.op is Ops.CONST else 0
         self._block_size = block if block > 1 else None
-        source = _CUDAWalk(self, uops).run(name)
+        source = CUDAWalk(self, uops).run(name)
         if self.embed_program:  # the MOCK GPU runs the linear program itself (see tiny_nv.mock)
             from tiny_nv.mock import embed_program
             source = embed_program(source, uops)

@@ -1,0 +1,143 @@
+"""Layering of the core: every import in tinycore/ points to a module of the same or a lower layer.
+
+The order is written here and in docs/architecture.md ("Layers"); a module belongs to the layer of the longest
+prefix listed for it. Imports inside functions and under TYPE_CHECKING count like the others: a lazy import is still
+a dependency.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+CORE = Path(__file__).resolve().parents[2] / "tinycore"
+
+LAYERS: list[tuple[str, ...]] = [
+    ("tinycore.counters",),
+    ("tinycore.helpers",),
+    ("tinycore.dtype", "tinycore.download"),
+    ("tinycore.uop",),
+    ("tinycore.renderer", "tinycore.codegen", "tinycore.schedule", "tinycore.gradient"),
+    ("tinycore.plugins",),
+    ("tinycore.device",),
+    ("tinycore.engine",),
+    ("tinycore.tensor",),
+    ("tinycore.engine.jit",),
+    ("tinycore.nn",),
+    ("tinycore.llm",),
+    ("tinycore.testing",),
+    ("tinycore.cli", "tinycore"),
+]
+"""Lowest first. Packages in one tuple share a layer: they may not import each other (checked below) but each may
+import any lower layer."""
+
+
+def module_name(path: Path) -> str:
+    """The dotted module name of a file under tinycore/."""
+    parts = path.relative_to(CORE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(layer number, the prefix that placed `module` there): the longest listed prefix wins."""
+    best: tuple[int, str] | None = None
+    for number, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > len(best[1])):
+                best = (number, prefix)
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add it to LAYERS here and to docs/architecture.md")
+    return best
+
+
+def imported_modules(path: Path) -> list[tuple[int, str]]:
+    """(line, module) for every tinycore module `path` imports (`from tinycore import helpers` names the module
+    tinycore.helpers when that is a module)."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names if alias.name.startswith("tinycore"))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None \
+                and node.module.startswith("tinycore"):
+            module = node.module
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                location = CORE.parent / candidate.replace(".", "/")
+                is_module = location.with_suffix(".py").exists() or location.is_dir()
+                found.append((node.lineno, candidate if is_module else module))
+    return found
+
+
+def import_problems(path: Path, importer: str) -> list[str]:
+    """The imports of the file `path` (module `importer`) that point to a higher layer or a sibling package."""
+    problems = []
+    own_layer, own_prefix = layer_of(importer)
+    for line, imported in imported_modules(path):
+        layer, prefix = layer_of(imported)
+        if layer > own_layer or (layer == own_layer and prefix != own_prefix):
+            problems.append(f"{importer}:{line} ({own_prefix}, layer {own_layer}) imports {imported} "
+                            f"({prefix}, layer {layer})")
+    return problems
+
+
+def upward_imports() -> list[str]:
+    """Every import in the core that points to a higher layer, or to another package of the same layer."""
+    return [problem for path in sorted(CORE.rglob("*.py")) for problem in import_problems(path, module_name(path))]
+
+
+def test_every_core_import_points_down() -> None:
+    problems = upward_imports()
+    assert not problems, "imports that point up or sideways:\n" + "\n".join(problems)
+
+
+def test_every_core_module_has_a_layer() -> None:
+    for path in CORE.rglob("*.py"):
+        layer_of(module_name(path))
+
+
+def test_the_doc_lists_the_same_layers() -> None:
+    text = (CORE.parent / "docs" / "architecture.md").read_text()
+    for prefixes in LAYERS:
+        for prefix in prefixes:
+            shown = prefix.replace(".", "/") + ("/" if (CORE.parent / prefix.replace(".", "/")).is_dir() else ".py")
+            assert f"`{shown}`" in text or prefix == "tinycore", f"docs/architecture.md does not place {shown}"
+
+
+@pytest.mark.parametrize(("importer", "source", "expected"), [
+    ("tinycore.schedule.fusion", "def f():\n    from tinycore.engine.memory import buffer_of\n", 1),
+    ("tinycore.codegen.opt", "from tinycore.schedule import nodes\n", 1),
+    ("tinycore.uop.uop", "if TYPE_CHECKING:\n    from tinycore.tensor import Tensor\n", 1),
+    ("tinycore.engine.realize", "from tinycore import helpers\nfrom tinycore.schedule import cache\n", 0),
+])
+def test_the_check_finds_upward_and_sideways_imports(tmp_path: Path, importer: str, source: str, expected: int) -> None:
+    path = tmp_path / "module.py"
+    path.write_text(source)
+    assert len(import_problems(path, importer)) == expected
+
+
+def private_core_imports(path: Path) -> list[str]:
+    """`from tinycore... import _name` (or a `_module` in the path) in the file `path`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("tinycore"):
+            module = node.module or ""
+            names = [alias.name for alias in node.names if alias.name.startswith("_")]
+            if names or any(part.startswith("_") for part in module.split(".")):
+                found.append(f"{path}:{node.lineno} from {module} import {', '.join(names) or '...'}")
+    return found
+
+
+def test_plugins_import_no_private_core_name() -> None:
+    repository = CORE.parent
+    packages = [*repository.glob("plugins/tiny-*/tiny_*"), *repository.glob("examples/plugin-template/tiny_*")]
+    assert packages
+    problems = [problem for package in packages for path in sorted(package.rglob("*.py"))
+                for problem in private_core_imports(path)]
+    assert not problems, "plugins importing private names of the core:\n" + "\n".join(problems)
+
+
+def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
+    path = tmp_path / "renderer.py"
+    path.write_text("from tinycore.renderer.cstyle import CStyleLanguage, _Walk\n")
+    assert len(private_core_imports(path)) == 1
