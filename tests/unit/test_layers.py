@@ -14,7 +14,7 @@ import pytest
 CORE = Path(__file__).resolve().parents[2] / "tinycore"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("tinycore.counters",),
+    ("tinycore.counters", "tinycore.target"),
     ("tinycore.helpers",),
     ("tinycore.dtype", "tinycore.download"),
     ("tinycore.uop",),
