@@ -195,6 +195,9 @@ def test_tensor_to_accepts_every_form_dev_accepts() -> None:
     moved = Tensor([1.0, 2.0]).to("GL+WEBGPU")
     assert moved.device == "WEBGPU" and moved.tolist() == [1.0, 2.0]
     assert Device.selected_interfaces["WEBGPU"] == "GL"
+    assert Device["GL+WEBGPU"] is Device["WEBGPU"] and Device["cpu:c"] is Device["CPU"], "Device[] takes them too"
+    for path in ("disk:shm:name", "DISK:/tmp/a:b", "disk:file.bin"):  # a device without renderers keeps its path
+        assert Device.canonicalize(path) == "DISK:" + path.split(":", 1)[1]
     from tinycore.device.registry import SelectionError
     with pytest.raises(SelectionError, match="WEBGPU is already open with interface GL"):
         Tensor([1.0]).to("VULKAN+WEBGPU")

@@ -104,9 +104,8 @@ class _DeviceRegistry:
         if not target.device:
             raise DevError(f"{name!r} names no device (a renderer for every device is a DEV setting, not a device); "
                            "give a device, e.g. 'CPU' or 'CPU:C'")
-        if target.renderer and not target.interface and not target.arch and \
-                not renderer_specs(target.device) and not text.count(":") > 1:
-            return None  # a device without renderers (DISK) takes the rest of its name as a path
+        if "+" not in text and not renderer_specs(target.device):
+            return None  # a device without renderers (DISK) takes the rest of its name as a path: DISK:shm:name
         return target
 
     def request(self, target: Target) -> None:
@@ -201,8 +200,9 @@ class _DeviceRegistry:
     # ---- opening -----------------------------------------------------------------------------------------------
 
     def __getitem__(self, name: str) -> Any:
-        """The opened device `name` (canonicalized), constructed on first use and then shared."""
-        canonical = canonicalize(name)
+        """The opened device `name` (canonicalized; every form DEV accepts for one device, e.g. "GL+WEBGPU"),
+        constructed on first use and then shared."""
+        canonical = self.canonicalize(name)
         opened = self._opened.get(canonical)
         if opened is not None:
             return opened
