@@ -121,6 +121,14 @@ def bench_llm(session: nox.Session) -> None:
     session.run("python", "bench/bench_llm.py", *session.posargs)
 
 
+@nox.session
+def bench_indexing(session: nox.Session) -> None:
+    """bench/bench_indexing.py: x[idx] over 1,000 to 1,000,000 rows and numpy's setitem example up to (10, 20, 30,
+    40, 50), beside torch and tinygrad 0.14 (its CPU device needs `clang`). Not run by default."""
+    session.install("-e", ".", "-e", "plugins/tiny-cpu", TORCH, "tinygrad==0.14.0")
+    session.run("python", "bench/bench_indexing.py", *session.posargs)
+
+
 DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
 """The source folders of every distribution built for release: tinycore and each in-tree plugin."""
 
