@@ -239,9 +239,9 @@ class Transformer:
         if not isinstance(start_pos, int):
             rope = rope.reshape(length, *self.rope.shape[1:])
         for block in self.blocks:
-            x = block(x, start_pos, rope)
-            if length > 1:  # a layer at a time: its dequantized weights are freed before the next layer's
-                x = x.realize()
+            # realized at every layer: each layer's cache write realizes its keys and values, and without this it
+            # would recompute every earlier layer (lazy x) again; in prefill it also frees each layer's temporaries
+            x = block(x, start_pos, rope).realize()
         if last_only:
             x = x[:, -1:]
         return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps).contiguous())
