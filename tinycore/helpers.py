@@ -125,6 +125,7 @@ class Context(contextlib.ContextDecorator):
 
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
+IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: a BEAM search does not reuse results cached on disk
 NOOPT = ContextVar("NOOPT", 0)
 TRAINING = ContextVar("TRAINING", 0)
 

@@ -1,6 +1,7 @@
 """Compiled: the base class of every device that runs compiled programs."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +25,11 @@ class Compiled:
         self.compiler = compiler
         self.runtime = runtime
         self.graph = graph
+        if renderer is not None:
+            try:  # Renderer.supported_dtypes reads the capabilities this device declares
+                renderer._device = weakref.ref(self)
+            except (AttributeError, TypeError):
+                pass  # a renderer object that takes no attributes: it answers from its own declarations
 
     def synchronize(self) -> None:
         """Wait until every launched program and copy on this device has finished (default: all are synchronous)."""

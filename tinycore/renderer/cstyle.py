@@ -118,6 +118,14 @@ class CStyleLanguage(Renderer):
             return scalar
         return self.vector_type_name(scalar, dtype.count)
 
+    def spelled_dtypes(self) -> set[DType]:
+        """The dtypes `type_map` has names for, and bfloat16 wherever uint16 is (stored as its bits when the language
+        has no bfloat16, computed in float32)."""
+        spelled = super().spelled_dtypes()
+        if not self.native_bfloat16 and dtypes.uint16 in self.type_map:
+            spelled.add(dtypes.bfloat16)
+        return spelled
+
     def storage_type(self, dtype: DType) -> str:
         """The scalar type name of `dtype` (bfloat16 without native support is stored as its 16 bits)."""
         if dtype == dtypes.bfloat16 and not self.native_bfloat16:

@@ -5,7 +5,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tinycore.dtype import DType, PtrDType
+from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import to_function_name
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp, exec_alu
@@ -43,6 +43,27 @@ class Renderer:
         """The source of the kernel `uops` (a linear program, see docs/architecture.md)."""
         raise NotImplementedError(f"{type(self).__name__} must implement render")
 
+    def supported_dtypes(self) -> set[DType]:
+        """The scalar dtypes this renderer's kernels can load, compute with and store (tinygrad's
+        `Renderer.supported_dtypes`): the `dtypes` of the `capabilities` this renderer, or else the device it renders
+        for, declares; without a declaration, those of `dtypes.all` its `type_map` spells (C-like renderers), or all
+        of them."""
+        declared = _declared_dtypes(getattr(self, "capabilities", None))
+        if declared is None:
+            device_reference = self.__dict__.get("_device")
+            device = device_reference() if device_reference is not None else None
+            declared = _declared_dtypes(getattr(device, "capabilities", None))
+        if declared is not None:
+            return {dtype.scalar for dtype in declared}
+        return self.spelled_dtypes()
+
+    def spelled_dtypes(self) -> set[DType]:
+        """The dtypes of `dtypes.all` this renderer has a type for (its `type_map`; all of them without one)."""
+        type_map = getattr(self, "type_map", None)
+        if type_map:
+            return {dtype for dtype in dtypes.all if dtype in type_map}
+        return set(dtypes.all)
+
     def supports_vector(self, dtype: DType, width: int) -> bool:
         """True when `width` lanes of scalar `dtype` may be used in one load, store or ALU op."""
         return width == 1 or width in self.vector_widths.get(dtype.scalar, ())
@@ -55,6 +76,15 @@ class Renderer:
     def render_named(self, uops: list[UOp], name: str) -> str:
         """`render(uops)` with the function called `name` (renderers that take a name override this)."""
         return self.render(uops)
+
+
+def _declared_dtypes(capabilities: Any) -> Any:
+    """The `dtypes` field of a capabilities declaration (a DeviceCapabilities or a dict), or None."""
+    if capabilities is None:
+        return None
+    if isinstance(capabilities, Mapping):
+        return capabilities.get("dtypes")
+    return getattr(capabilities, "dtypes", None)
 
 
 def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
