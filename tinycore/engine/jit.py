@@ -150,6 +150,7 @@ class CapturedJit:
         self.replay, self.ret, self.pruned_count = replay, ret, pruned_count
         self.input_buffers = input_buffers
         self.released = False
+        self._totals: tuple[Any, Any, Any, Any] | None = None  # (replay, kernels, ops, bytes) of one replay
 
     @property
     def jit_cache(self) -> list[Any]:
@@ -204,13 +205,20 @@ class CapturedJit:
 
     def count(self) -> None:
         """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
-        for call in self.replay.calls:
-            if call.runner is None:
-                GlobalCounters.global_mem += call.buffers[1].nbytes
-                continue
-            GlobalCounters.kernel_count += 1
-            GlobalCounters.global_ops += call.runner.spec.estimates.ops
-            GlobalCounters.global_mem += call.runner.spec.estimates.mem
+        totals = self._totals
+        if totals is None or totals[0] is not self.replay:  # the sums of a replay's calls do not change
+            kernels = ops = mem = 0
+            for call in self.replay.calls:
+                if call.runner is None:
+                    mem += call.buffers[1].nbytes
+                    continue
+                kernels += 1
+                ops += call.runner.spec.estimates.ops
+                mem += call.runner.spec.estimates.mem
+            totals = self._totals = (self.replay, kernels, ops, mem)
+        GlobalCounters.kernel_count += totals[1]
+        GlobalCounters.global_ops += totals[2]
+        GlobalCounters.global_mem += totals[3]
 
 
 def _prune(calls: list[Any], input_buffers: list[Any]) -> tuple[list[Any], list[Any]]:

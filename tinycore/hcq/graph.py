@@ -109,7 +109,7 @@ class HCQGraph:
         device = self.device
         # the previous replay must be done with the argument blocks before they change
         device.timeline_signal.wait(self.last_value)
-        values: dict[UOp, int] = dict(self.captured_values)
+        values: dict[UOp, int] = dict(self.captured_values) if self.value_patches or var_vals else {}
         if var_vals:
             values.update(var_vals)
         views: list[Any] = []

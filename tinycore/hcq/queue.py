@@ -43,7 +43,7 @@ class HWQueue:
 
     def __init__(self) -> None:
         self.words: list[Word] = []
-        self.symbolic: list[tuple[int, UOp]] = []
+        self.symbolic: list[tuple[int, UOp, bool]] = []  # (position, expression, whether it is a bare Variable)
         self.command_count = 0
         self.bound_to: HCQCompiled | None = None
 
@@ -56,7 +56,7 @@ class HWQueue:
         if UOp in map(type, words):
             for offset, word in enumerate(words):
                 if isinstance(word, UOp):
-                    self.symbolic.append((start + offset, word))
+                    self.symbolic.append((start + offset, word, word.op is Ops.DEFINE_VAR))
                     self.words[start + offset] = 0
         self.command_count += 1
 
@@ -117,8 +117,8 @@ class HWQueue:
         if self.symbolic:
             values = var_vals or {}
             patch = self._patch if self.bound_to is not None else self._write_word
-            for position, expression in self.symbolic:
-                value = values.get(expression) if expression.op is Ops.DEFINE_VAR else None
+            for position, expression, is_variable in self.symbolic:
+                value = values.get(expression) if is_variable else None
                 patch(position, value if value is not None else sym_infer(expression, dict(values)))
         device.submissions += 1
         self._submit(device)
