@@ -1,5 +1,6 @@
-"""Queue-device launch overhead on CPU: an eager op, a TinyJit replay of 10 tiny kernels, a jitted MLP step, and
-the share of that step which is not kernel time (launch overhead).
+"""Queue-device launch overhead on CPU: an eager op, TinyJit replays of 10 and 100 tiny kernels (their difference
+over 90 is the cost of one more kernel in a replay), a jitted MLP step, and the share of that step which is not
+kernel time (launch overhead).
 
 Kernel time comes from the queue timestamps: steps replayed with profiling on sum their kernels' device times, and
 the rest of each step's wall time is launch overhead. `--tree PATH` measures another checkout of tinycore and
@@ -40,19 +41,25 @@ def measure() -> dict[str, float]:
     (Tensor([1.0]) + 1).realize()
     eager = best_us(lambda: (Tensor([1.0]) + 1).realize(), 300)
 
-    @TinyJit
-    def ten_kernels(x: Any) -> Any:
-        for _ in range(10):
-            x = (x + 1).contiguous()
-        return x.realize()
+    def chain(length: int) -> Any:
+        @TinyJit
+        def kernels(x: Any) -> Any:
+            for _ in range(length):
+                x = (x + 1).contiguous()
+            return x.realize()
+        return kernels
 
     x = Tensor([1.0]).realize()
+    ten_kernels, hundred_kernels = chain(10), chain(100)
     for _ in range(5):
         ten_kernels(x)
+        hundred_kernels(x)
     replay = best_us(lambda: ten_kernels(x), 300)
+    replay_100 = best_us(lambda: hundred_kernels(x), 100)
     step = tinycore_step("SGD")
     step_ms = median_ms(step, 40, warmup=5)
     return {"eager_us": eager, "replay_us_per_call": replay, "replay_us_per_kernel": replay / 10,
+            "replay_100_us_per_call": replay_100, "replay_marginal_us_per_kernel": (replay_100 - replay) / 90,
             "mlp_sgd_step_ms": step_ms}
 
 

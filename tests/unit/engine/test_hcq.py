@@ -62,9 +62,11 @@ class RecordingProgram(HCQProgram):
     def __init__(self, device: HCQCompiled, name: str, lib: bytes):
         super().__init__(device, name, lib)
         self.launches: list[tuple[list[int], Any]] = []
+        self.words_per_launch = 2
 
     def run(self, arguments: HCQArguments, groups: Any) -> None:
-        words = arguments.memory[arguments.offset:arguments.offset + 16].cast("q").tolist()
+        end = arguments.offset + 8 * self.words_per_launch
+        words = arguments.memory[arguments.offset:end].cast("q").tolist()
         self.launches.append((words, groups))
 
 
@@ -161,3 +163,65 @@ def test_copy_goes_through_the_copy_queue() -> None:
     source, destination = memoryview(bytearray(b"abcdefgh")), memoryview(bytearray(8))
     device.copy_queue().copy(destination, source, 5).submit(device)
     assert bytes(destination) == b"abcde\x00\x00\x00"
+
+
+def test_trace_events_are_chrome_complete_events_named_by_device_and_queue(tmp_path: Any) -> None:
+    from tinycore.hcq import profile
+    events = [profile.ProfileEvent("E_4", "CPU", "compute", 10.0, 12.5),
+              profile.ProfileEvent("copy 16 bytes", "CPU", "copy", 13.0, 13.25),
+              profile.ProfileEvent("r_3_4", "PYTHON", "compute", 20.0, 21.0)]
+    document: list[Any] = profile.trace_events(events)["traceEvents"]
+    complete = [event for event in document if event["ph"] == "X"]
+    assert [(event["name"], event["ts"], event["dur"]) for event in complete] == [
+        ("E_4", 10.0, 2.5), ("copy 16 bytes", 13.0, 0.25), ("r_3_4", 20.0, 1.0)]
+    names = {(event["pid"], event.get("tid")): event["args"]["name"] for event in document if event["ph"] == "M"}
+    assert names[(complete[0]["pid"], None)] == "CPU" and names[(complete[2]["pid"], None)] == "PYTHON"
+    assert names[(complete[0]["pid"], complete[0]["tid"])] == "compute"
+    assert names[(complete[1]["pid"], complete[1]["tid"])] == "copy"
+    saved = profile.EVENTS[:]
+    try:
+        profile.EVENTS[:] = events
+        path = profile.write(str(tmp_path / "trace.json"))
+        import json
+        with open(path) as file:
+            assert json.load(file)["traceEvents"] == json.loads(json.dumps(document))
+    finally:
+        profile.EVENTS[:] = saved
+
+
+class FakeBuffer:
+    """What the graph runner reads of a Buffer: its handle, base and device."""
+
+    def __init__(self, handle: int):
+        self._buf, self.device, self.nbytes, self._base = handle, "LIST", 8, None
+
+    @property
+    def base(self) -> FakeBuffer:
+        return self
+
+    def ensure_allocated(self) -> FakeBuffer:
+        return self
+
+
+def test_graph_replay_patches_inputs_and_variables_and_submits_once() -> None:
+    from types import SimpleNamespace
+
+    from tinycore.hcq.graph import HCQGraph
+    device = ListDevice()
+    program: RecordingProgram = device.runtime("kernel", b"")
+    program.words_per_launch = 3  # two buffers and the value of `count`
+    count = Variable("count", 1, 64)
+    spec = SimpleNamespace(name="kernel", vars=[count], global_size=(count * 2, 1, 1), local_size=None,
+                           vals=lambda var_vals: (var_vals[count],))
+    runner = SimpleNamespace(program=program, spec=spec, globals=(0, 1), name="kernel", device="LIST")
+    captured_input, output = FakeBuffer(1000), FakeBuffer(2000)
+    calls = [SimpleNamespace(runner=runner, buffers=[output, captured_input], var_vals={count: 3})]
+    graph = HCQGraph(device, calls, [captured_input], [])
+    assert graph.kernel_count == 1 and program.launches == []
+    for replay, (handle, value) in enumerate([(5000, 4), (6000, 9), (7000, 1)]):
+        before = len(device.submitted)
+        graph.run([FakeBuffer(handle)], {count: value})
+        assert len(device.submitted) - before == 1
+        # the new input's address and the new value in the argument block; the symbolic size resolved at submit
+        assert program.launches[-1] == ([2000, handle, value], value * 2)
+        assert device.timeline_signal.value == replay + 1
