@@ -344,3 +344,36 @@ def test_setitem_gradients_match_torch() -> None:
     assert ours_base.grad is not None and ours_values.grad is not None
     _equal(ours_base.grad, torch_base.grad)
     _equal(ours_values.grad, torch_values.grad)
+
+
+def test_jitted_setitem_and_gather_gradient() -> None:
+    """TinyJit replays an in-place x[pos] = v with new positions, and a gather's gradient (a scatter-add into a
+    fresh buffer) with new indices; values against numpy."""
+    from tinycore import TinyJit
+    cache = Tensor.zeros(16, 4).contiguous().realize()
+    expected_cache = np.zeros((16, 4), np.float32)
+
+    @TinyJit
+    def write(positions: Tensor, values: Tensor) -> Tensor:
+        cache[positions] = values
+        return cache.realize()
+
+    weight = Tensor(np.ones((10, 3), np.float32), requires_grad=True).realize()
+
+    @TinyJit
+    def gradient(indices: Tensor) -> Tensor:
+        weight.grad = None
+        (weight[indices] * 2).sum().backward()
+        assert weight.grad is not None
+        return weight.grad.realize()
+
+    for call in range(4):
+        generator = np.random.default_rng(call)
+        positions = generator.integers(0, 16, (3,)).astype(np.int32)
+        values = generator.standard_normal((3, 4)).astype(np.float32)
+        expected_cache[positions] = values
+        _equal(write(Tensor(positions), Tensor(values)), expected_cache)
+        indices = generator.integers(0, 10, (5,)).astype(np.int32)
+        expected_gradient = np.zeros((10, 3), np.float32)
+        np.add.at(expected_gradient, indices, 2.0)
+        _equal(gradient(Tensor(indices)), expected_gradient)
