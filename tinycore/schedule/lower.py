@@ -28,7 +28,9 @@ from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
 INDEX_DTYPE: DType = dtypes.int32
-"""The dtype of every index expression in a kernel AST."""
+"""The dtype of every index expression in the kernel AST being built: int32, or int64 for a kernel that touches
+a buffer or a shape of 2**31 elements or more (set by lower_kernel for each kernel)."""
+_INT32_LIMIT = 2 ** 31 - 1
 
 Index = tuple[UOp, ...]
 """One index expression per axis of a node's shape."""
@@ -470,8 +472,45 @@ def simplify_indices(ast: UOp) -> UOp:
     return ast.substitute(mapping)
 
 
+def _element_count(node: UOp) -> int:
+    """The most elements `node` (a tensor-level node) can have, 0 for nodes without a shape."""
+    if node.op is Ops.BUFFER:
+        size = node.arg[1]
+        return size if isinstance(size, int) else int(size.vmax)
+    shape = node._shape
+    if shape is None:
+        return 0
+    count = 1
+    for size in shape:
+        count *= size if isinstance(size, int) else int(size.vmax)
+    return count
+
+
+def needs_wide_index(root: UOp, realized: dict[UOp, UOp]) -> bool:
+    """True when the kernel computing `root` touches 2**31 elements or more (a buffer, a view or a loop over them),
+    so its index arithmetic must be int64. Nodes computed by other kernels are read through their realized views."""
+    stack, seen = [root], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if _element_count(node) > _INT32_LIMIT:
+            return True
+        if node is not root and node in realized:
+            stack.append(realized[node])
+            continue
+        stack.extend(node.src)
+    return False
+
+
 def lower_kernel(root: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, ...], tuple[UOp, ...], dict[UOp, int]]:
     """The AST of the kernel computing `root`, its BUFFERs (output first), the roots it reads and its var values."""
-    lowerer = KernelLowerer(root, realized)
-    ast = simplify_indices(lowerer.ast())
+    global INDEX_DTYPE
+    INDEX_DTYPE = dtypes.int64 if needs_wide_index(root, realized) else dtypes.int32
+    try:
+        lowerer = KernelLowerer(root, realized)
+        ast = simplify_indices(lowerer.ast())
+    finally:
+        INDEX_DTYPE = dtypes.int32
     return ast, tuple(lowerer.buffers), tuple(lowerer.dependencies), lowerer.var_vals

@@ -20,6 +20,8 @@ _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _THREEFRY_PARITY = 0x1BD11BDA
 _MASK32 = 0xFFFFFFFF
 _MASK64 = 0xFFFFFFFFFFFFFFFF
+_INDEX_BLOCK = 1 << 16  # the longest range kept as one index buffer
+_INT32_MAX = 2 ** 31 - 1
 
 
 def _device_of(device: str | None) -> str:
@@ -116,10 +118,20 @@ class CreationMixin:
 
     @classmethod
     def _indices(cls, count: int, device: str | None = None) -> Tensor:
-        """0, 1, ..., count-1 as int32."""
+        """0, 1, ..., count-1 as int32 (int64 from 2**31 elements on), lazily.
+
+        Up to _INDEX_BLOCK elements come from a cached index buffer; longer ranges are row * _INDEX_BLOCK + column
+        over two such buffers, so no buffer of `count` elements exists until the range is realized.
+        """
         if count == 0:
             return cls.full((0,), 0, dtypes.int32, device)
-        return cls._wrap(_index_buffer(count, _device_of(device)))  # type: ignore[attr-defined]
+        if count <= _INDEX_BLOCK:
+            return cls._wrap(_index_buffer(count, _device_of(device)))  # type: ignore[attr-defined]
+        target = dtypes.int64 if count - 1 > _INT32_MAX else dtypes.int32
+        rows = (count + _INDEX_BLOCK - 1) // _INDEX_BLOCK
+        row_starts = cls._indices(rows, device).cast(target).reshape(rows, 1) * _INDEX_BLOCK  # type: ignore[attr-defined]
+        columns = cls._indices(_INDEX_BLOCK, device).cast(target).reshape(1, _INDEX_BLOCK)  # type: ignore[attr-defined]
+        return (row_starts + columns).flatten()[:count]
 
     @classmethod
     @_creates_leaf
