@@ -377,3 +377,11 @@ def test_jitted_setitem_and_gather_gradient() -> None:
         expected_gradient = np.zeros((10, 3), np.float32)
         np.add.at(expected_gradient, indices, 2.0)
         _equal(gradient(Tensor(indices)), expected_gradient)
+
+
+def test_long_host_lists_gather() -> None:
+    """Host index lists with many runs (a GATHER rather than a concatenation of slices) equal numpy."""
+    data = RNG.uniform(-5, 5, (12, 3)).astype(np.float32)
+    rows = [5, 1, 7, 2, 9, 0, -1, 11]
+    _equal(Tensor(data)[rows], data[rows])
+    _equal(Tensor(data)[:, [2, 0, 1, 0, 2, 1]], data[:, [2, 0, 1, 0, 2, 1]])
