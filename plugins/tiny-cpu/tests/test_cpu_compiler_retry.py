@@ -1,0 +1,63 @@
+"""A C compiler that crashes at -O3 (some gcc releases do, in the vectorizer, on particular kernels) still gives a
+working kernel: the compile is retried at -O2. The crash is reproduced by a wrapper script around the real gcc."""
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import stat
+
+import numpy as np
+import pytest
+from tiny_cpu.compiler import ClangCompiler
+
+from tinycore.device.compiler import CompileError
+
+SOURCE = "void scale(float* restrict out, const float* restrict in) { for (int i = 0; i < 8; i++) out[i] = in[i] * 3; }"
+
+
+def _wrapper(tmp_path, crash_always: bool) -> str:
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.fail("the CPU plugin's tests need gcc on PATH")
+    script = tmp_path / "crashing-cc"
+    condition = "true" if crash_always else 'case " $* " in *" -O3 "*) true;; *) false;; esac'
+    script.write_text("#!/bin/sh\n"
+                      f"if {condition}; then echo 'kernel.c:1:1: internal compiler error: Segmentation fault' >&2; "
+                      f"exit 1; fi\nexec {gcc} \"$@\"\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script)
+
+
+def test_an_internal_compiler_error_at_O3_is_retried_at_O2(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", _wrapper(tmp_path, crash_always=False))
+    library_path = tmp_path / "kernel.so"
+    library_path.write_bytes(ClangCompiler().compile(SOURCE))
+    library = ctypes.CDLL(os.fspath(library_path))
+    source = np.arange(8, dtype=np.float32)
+    result = np.zeros(8, dtype=np.float32)
+    library.scale(result.ctypes.data_as(ctypes.c_void_p), source.ctypes.data_as(ctypes.c_void_p))
+    np.testing.assert_array_equal(result, source * 3)
+
+
+def test_a_compiler_that_crashes_at_every_level_reports_both_logs(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", _wrapper(tmp_path, crash_always=True))
+    with pytest.raises(CompileError) as raised:
+        ClangCompiler().compile(SOURCE)
+    assert "retried at -O2" in str(raised.value.log) and "-O2" in str(raised.value)
+
+
+@pytest.mark.parametrize("version, flags, expected", [
+    ("gcc (Debian 12.2.0-14+deb12u1) 12.2.0", "fpu avx2 avx512f avx512vl", ["-mno-avx512vl"]),
+    ("gcc (GCC) 13.2.0", "fpu avx2 avx512f avx512vl", []),
+    ("gcc (Debian 12.2.0-14+deb12u1) 12.2.0", "fpu avx2 fma", []),
+    ("Debian clang version 15.0.6", "fpu avx2 avx512f avx512vl", []),
+])
+def test_gcc_12_on_avx512vl_hosts_leaves_out_the_evex_forms(monkeypatch, version, flags, expected):
+    """gcc 12 miscompiles vector selects with AVX-512VL at -O2 and crashes at -O3 (seen on a Zen 4 host taken
+    for znver3): those hosts compile without the 128/256-bit EVEX forms."""
+    import tiny_cpu.compiler as compiler
+    monkeypatch.setattr(compiler, "_host_identity", lambda: f"x86_64 | AMD EPYC | {flags}")
+    monkeypatch.setattr(compiler, "_compiler_version", lambda executable: version)
+    assert compiler._workarounds("cc", None) == expected
+    assert compiler._workarounds("cc", "x86-64-v3") == []
