@@ -81,6 +81,15 @@ def write_model(path: str, size: str, type_name: str) -> None:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM (ru_maxrss would carry over the parent's peak through fork and
+    exec on Linux)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
