@@ -11,7 +11,7 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage
+from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -68,6 +68,43 @@ def _cpu_count() -> int:
     return NUM_CPU_THREADS.value or os.cpu_count() or 1
 
 
+class CWalk(CStyleWalk):
+    """The C walk, with one change: lanes selected under one scalar condition are written as a select of whole
+    vectors, `(c ? v : (float4){1,1,1,1})`, rather than as a vector literal of per-lane selects. gcc 12 with AVX-512
+    (-march=native) crashes on, or miscompiles, the per-lane form (a cumulative product's masked lanes came out 1)."""
+
+    def op_vectorize(self, uop: UOp) -> None:
+        """A vector of WHEREs sharing one scalar condition as one whole-vector select; other vectors as usual."""
+        whole = self._whole_vector_select(uop)
+        if whole is None:
+            super().op_vectorize(uop)
+        else:
+            self.bind(uop, whole)
+
+    def _whole_vector_select(self, uop: UOp) -> str | None:
+        sources = uop.src
+        if uop.dtype.scalar in (dtypes.bool, dtypes.bfloat16) or uop.dtype.scalar in self.renderer.narrow_dtypes:
+            return None
+        if not all(source.op is Ops.WHERE for source in sources):
+            return None
+        condition = sources[0].src[0]
+        if condition.dtype.count != 1 or any(source.src[0] is not condition for source in sources):
+            return None
+        branches = []
+        for position in (1, 2):
+            values = [source.src[position] for source in sources]
+            if all(value is values[0] for value in values):
+                branches.append(self.renderer.render_vector(uop.dtype, [self.expression(values[0])] * len(values)))
+                continue
+            vector = values[0].src[0] if values[0].op is Ops.GEP else None
+            if vector is None or vector.dtype != uop.dtype or any(
+                    value.op is not Ops.GEP or value.src[0] is not vector or value.arg != (lane,)
+                    for lane, value in enumerate(values)):
+                return None
+            branches.append(self.expression(vector))
+        return f"({self.expression(condition)}?{branches[0]}:{branches[1]})"
+
+
 class CRenderer(CStyleLanguage):
     """GNU C for the host CPU: vector_size vectors, _Float16 halves, bfloat16 as bits, restrict pointers."""
 
@@ -85,6 +122,7 @@ class CRenderer(CStyleLanguage):
     nan = "__builtin_nanf(\"\")"
     type_map = C_TYPE_MAP
     code_for_op = C_CODE_FOR_OP
+    walk_class = CWalk
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR})
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
