@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tinycore import Context, Tensor, dtypes
+from tinycore import Context, Tensor, TinyJit, dtypes
 
 TABLE = json.loads(pathlib.Path(__file__).with_name("data").joinpath("random_known_answers.json").read_text())
 # call -> the most float units (eps of the dtype, times the largest magnitude in the result) a value may differ by
@@ -36,6 +36,13 @@ def decode(result: dict[str, Any]) -> np.ndarray:
 def run_call(call: str, args: list[Any], kwargs: dict[str, Any]) -> np.ndarray:
     """The same call in tinycore, realized."""
     kwargs = {key: getattr(dtypes, value) if key == "dtype" else value for key, value in kwargs.items()}
+    if call == "jit_calls":  # random draws inside a jitted function: each replay draws new numbers
+        @TinyJit
+        def step(x: Tensor) -> list[Tensor]:
+            with Context(TRAINING=1):
+                return [x.dropout(0.5).realize(), Tensor.rand(4).realize()]
+        results = [[part.numpy().copy() for part in step(Tensor.ones(6).contiguous())] for _ in range(5)]
+        return np.concatenate([np.concatenate(parts) for parts in results])
     if call == "random_bits_call":
         key = Tensor([0x12345678, 0x9ABCDEF0], dtype=dtypes.uint32)
         counter = Tensor([0xFFFFFFFE, 3], dtype=dtypes.uint32)

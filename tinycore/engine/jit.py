@@ -147,9 +147,12 @@ class CapturedJit:
     release the replay's intermediate memory between calls."""
 
     def __init__(self, replay: Any, ret: Any, pruned_count: int, input_buffers: list[Any]):
+        from tinycore.tensor.creation import random_key_buffers
         self.replay, self.ret, self.pruned_count = replay, ret, pruned_count
         self.input_buffers = input_buffers
         self.released = False
+        # the key buffers of random draws made inside the function: each replay draws the next keys, as tinygrad
+        self.random_keys = random_key_buffers([buffer for call in replay.calls for buffer in call.buffers])
         self._totals: tuple[Any, Any, Any, Any] | None = None  # (replay, kernels, ops, bytes) of one replay
 
     @property
@@ -202,6 +205,17 @@ class CapturedJit:
             self.replay = type(self.replay)(self.replay.device, self.replay.calls, self.input_buffers,
                                             self.replay.keep_alive)
         self.released = False
+
+    def next_random_keys(self) -> None:
+        """Write the next keys of each captured random draw into its key buffer (the streams advance)."""
+        if not self.random_keys:
+            return
+        from tinycore.device.registry import Device
+        from tinycore.tensor.creation import draw_random_keys
+        for device in sorted({device for _, device, _ in self.random_keys}):
+            Device[device].synchronize()  # the previous replay must be done reading the keys
+        for buffer, device, count in self.random_keys:
+            buffer.copyin(memoryview(draw_random_keys(device, count)))
 
     def count(self) -> None:
         """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
@@ -412,6 +426,7 @@ class TinyJit(Generic[ReturnType]):
         from tinycore.engine.realize import invalidate_known_results
         assert self._captured is not None
         self._captured.prepare()
+        self._captured.next_random_keys()
         self.replay = self._captured.replay
         self.replay.run([_input_buffer(tensor) for tensor in inputs], bindings)
         self._captured.count()

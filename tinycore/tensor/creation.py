@@ -1,10 +1,13 @@
 """Tensor creation: constants, ranges, identity, and the counter-based random number generator."""
 from __future__ import annotations
 
+import array
 import functools
 import hashlib
+import itertools
 import math
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
@@ -48,6 +51,29 @@ def _index_buffer(count: int, device: str) -> UOp:
         raise ValueError(f"arange of {count} elements does not fit int32 indices")
     values = array.array("i", range(count))
     return uop_from_bytes(values.tobytes(), dtypes.int32, device)
+
+
+# key buffers of random draws -> (creation order, device, words drawn); TinyJit refreshes them on every replay
+_random_key_buffers: weakref.WeakKeyDictionary[Any, tuple[int, str, int]] = weakref.WeakKeyDictionary()
+_key_sequence = itertools.count()
+
+
+def _key_words(device: str, count: int) -> bytes:
+    """The chunk keys of the next `count` words of `device`'s stream, as uint32 words (the counter advances)."""
+    key0, key1, start = CreationMixin._next_counter(device, count)
+    derived = CreationMixin._derived_keys(key0, key1, start & _MASK32, start >> 32, count)
+    return array.array("I", [word for pair in derived for word in pair]).tobytes()
+
+
+def random_key_buffers(buffers: list[Any]) -> list[tuple[Any, str, int]]:
+    """The random key buffers among `buffers`, in the order they were drawn: (buffer, device, words) each."""
+    found = {id(buffer): (buffer, _random_key_buffers[buffer]) for buffer in buffers if buffer in _random_key_buffers}
+    return [(buffer, device, count) for buffer, (_, device, count) in sorted(found.values(), key=lambda x: x[1][0])]
+
+
+def draw_random_keys(device: str, count: int) -> bytes:
+    """The next chunk keys for a draw of `count` words on `device` (TinyJit writes them into a captured key buffer)."""
+    return _key_words(device, count)
 
 
 class CreationMixin:
@@ -228,16 +254,11 @@ class CreationMixin:
         return word0, word1
 
     @classmethod
-    def _stream_words(cls, key0: Any, key1: Any, counter_low: Any, counter_high: Any, count: int,
-                      device: str) -> Tensor:
-        """`count` uint32 words of the stream with key (key0, key1) from the 64-bit counter (low, high word).
-
-        Keys and counter words are Python ints (rand: the key is derived on the host, no kernel work) or uint32
-        Tensors of shape (1,) (`random_bits`). Words are drawn in chunks of 2**32 - 1, each under its own key.
-        """
-        chunks = []
+    def _derived_keys(cls, key0: Any, key1: Any, counter_low: Any, counter_high: Any, count: int) -> list[Any]:
+        """The (word 0, word 1) key of each chunk of 2**32 - 1 words: the chunk's start counter encrypted under the
+        stream's key. Python ints in, ints out (rand); uint32 Tensors of shape (1,) in, Tensors out (random_bits)."""
+        keys = []
         for offset in range(0, count, _MASK32):
-            chunk = min(count - offset, _MASK32)
             if isinstance(counter_low, int):
                 total = ((counter_high << 32) | counter_low) + offset
                 chunk_low: Any = total & _MASK32
@@ -245,7 +266,17 @@ class CreationMixin:
             else:
                 chunk_low = counter_low + (offset & _MASK32)
                 chunk_high = counter_high + (offset >> 32) + (chunk_low < counter_low).cast(dtypes.uint32)
-            derived0, derived1 = cls._threefry(chunk_low, chunk_high, key0, key1)
+            keys.append(cls._threefry(chunk_low, chunk_high, key0, key1))
+        return keys
+
+    @classmethod
+    def _stream_words(cls, derived: list[Any], count: int, device: str) -> Tensor:
+        """`count` uint32 words under the chunk keys `derived` ((word 0, word 1) uint32 Tensors of shape (1,)): word
+        i of a chunk of n is the first output of Threefry on the counter pair (i, i + half) for i < half = ceil(n / 2),
+        the second output after that."""
+        chunks = []
+        for number, (derived0, derived1) in enumerate(derived):
+            chunk = min(count - number * _MASK32, _MASK32)
             half = (chunk + 1) // 2
             first_counters = cls._indices(half, device).bitcast(dtypes.uint32)  # type: ignore[attr-defined]
             first, second = cls._threefry(first_counters, first_counters + half, derived0, derived1)
@@ -256,10 +287,22 @@ class CreationMixin:
 
     @classmethod
     def _random_bits(cls, count: int, device: str | None) -> Tensor:
-        """The next `count` uint32 words of `device`'s stream (the counter advances by `count`)."""
+        """The next `count` uint32 words of `device`'s stream (the counter advances by `count`).
+
+        The chunk keys are derived on the host and passed to the kernel in a small buffer, not as constants: every
+        draw of the same size is then the same kernel (compiled once), and TinyJit refreshes the buffer with the next
+        keys on each replay, so a jitted function draws new numbers every call, as in tinygrad.
+        """
+        from tinycore.engine.memory import buffer_of, uop_from_bytes
         canonical = _device_of(device)
-        key0, key1, start = cls._next_counter(canonical, count)
-        return cls._stream_words(key0, key1, start & _MASK32, start >> 32, count, canonical)
+        if count == 0:
+            return cls.full((0,), 0, dtypes.uint32, canonical)
+        key_node = uop_from_bytes(_key_words(canonical, count), dtypes.uint32, canonical)
+        _random_key_buffers[buffer_of(key_node)] = (next(_key_sequence), canonical, count)
+        keys = cls._wrap(key_node)  # type: ignore[attr-defined]
+        derived = [(keys[2 * number:2 * number + 1], keys[2 * number + 1:2 * number + 2])
+                   for number in range((count + _MASK32 - 1) // _MASK32)]
+        return cls._stream_words(derived, count, canonical)
 
     @staticmethod
     def _words_to_floats(words: Tensor, count: int, dtype: Any) -> Tensor:

@@ -99,8 +99,8 @@ class ExtrasMixin:
             raise ValueError(f"random_bits needs a key and a counter of shape (2,) (uint32 words, low first), got "
                              f"key {key.shape} and counter {counter.shape}")
         key, counter = key.cast(dtypes.uint32), counter.cast(dtypes.uint32)
-        return cls._stream_words(key[0:1], key[1:2], counter[0:1], counter[1:2], num,  # type: ignore[attr-defined]
-                                 key.device)
+        derived = cls._derived_keys(key[0:1], key[1:2], counter[0:1], counter[1:2], num)  # type: ignore[attr-defined]
+        return cls._stream_words(derived, num, key.device)  # type: ignore[attr-defined]
 
     # ---- hashing ----
 

@@ -15,7 +15,7 @@ import pathlib
 from typing import Any
 
 import numpy as np
-from tinygrad import Context, Tensor, dtypes
+from tinygrad import Context, Tensor, TinyJit, dtypes
 
 OUTPUT = pathlib.Path(__file__).with_name("random_known_answers.json")
 
@@ -54,6 +54,7 @@ CASES: list[tuple[str, int, list[tuple[str, list[Any], dict[str, Any]]]]] = [
     ("multinomial_no_replacement", 42, [("weights.multinomial", [3], {"replacement": False})]),
     ("dropout", 13, [("ones.dropout", [], {"p": 0.5}), ("ones.dropout", [], {"p": 0.25})]),
     ("random_bits", 0, [("random_bits_call", [], {})]),
+    ("jit_replays", 21, [("rand", [2], {}), ("jit_calls", [], {}), ("rand", [3], {})]),
 ]
 
 FIXED = {"weights": [1.0, 2.0, 3.0, 4.0], "weights2d": [[1.0, 0.0, 3.0], [0.5, 0.5, 1.0]], "ones": [[1.0] * 8] * 4}
@@ -62,6 +63,13 @@ FIXED = {"weights": [1.0, 2.0, 3.0, 4.0], "weights2d": [[1.0, 0.0, 3.0], [0.5, 0
 def run_call(call: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """One call's realized numpy result."""
     kwargs = {key: getattr(dtypes, value) if key == "dtype" else value for key, value in kwargs.items()}
+    if call == "jit_calls":  # random draws inside a jitted function: each replay draws new numbers
+        @TinyJit
+        def step(x: Tensor) -> list[Tensor]:
+            with Context(TRAINING=1):
+                return [x.dropout(0.5).realize(), Tensor.rand(4).realize()]
+        results = [[part.numpy().copy() for part in step(Tensor.ones(6).contiguous())] for _ in range(5)]
+        return np.concatenate([np.concatenate(parts) for parts in results])
     if call == "random_bits_call":
         key = Tensor([0x12345678, 0x9ABCDEF0], dtype=dtypes.uint32)
         counter = Tensor([0xFFFFFFFE, 3], dtype=dtypes.uint32)
