@@ -13,6 +13,7 @@ import os
 import pathlib
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -434,3 +435,63 @@ def mv_address(view: memoryview) -> int:
     if not view.c_contiguous:
         raise ValueError("mv_address needs a C-contiguous memoryview")
     return ctypes.addressof(ctypes.c_char.from_buffer(view))
+
+
+def round_down(value: int, multiple: int) -> int:
+    """`value` rounded down to a multiple of `multiple`."""
+    return value - value % multiple
+
+
+def partition(items: Iterable[T], predicate: Callable[[T], bool]) -> tuple[list[T], list[T]]:
+    """(the items for which `predicate` holds, the others), each in order."""
+    chosen: list[T] = []
+    others: list[T] = []
+    for item in items:
+        (chosen if predicate(item) else others).append(item)
+    return chosen, others
+
+
+def merge_dicts(dicts: Iterable[dict[Any, Any]]) -> dict[Any, Any]:
+    """One dict with every key of `dicts`; a key given two different values is a RuntimeError naming it."""
+    merged: dict[Any, Any] = {}
+    for mapping in dicts:
+        for key, value in mapping.items():
+            if key in merged and merged[key] != value:
+                raise RuntimeError(f"merge_dicts: key {key!r} has two values, {merged[key]!r} and {value!r}")
+            merged[key] = value
+    return merged
+
+
+def flat_mv(view: memoryview) -> memoryview:
+    """`view` as a flat memoryview of bytes (an empty view is returned as is)."""
+    return view if len(view) == 0 else view.cast("B", shape=(view.nbytes,))
+
+
+def to_mv(address: int, size: int) -> memoryview:
+    """A writable memoryview of the `size` bytes at host address `address` (no copy: the memory must stay alive)."""
+    return memoryview((ctypes.c_uint8 * size).from_address(address)).cast("B")
+
+
+def from_mv(view: memoryview, element_type: Any = ctypes.c_char) -> Any:
+    """The writable memoryview `view` as a ctypes array of `element_type` over the same memory (no copy)."""
+    array_type = element_type * len(view)
+    return array_type.from_address(mv_address(view))
+
+
+class Timing(contextlib.ContextDecorator):
+    """Print how long a block took: `with Timing("load: "):` prints `load:   12.34 ms` (plus `on_exit(nanoseconds)`
+    when given); `enabled=False` only measures. The time in nanoseconds is kept in `.et`."""
+
+    def __init__(self, prefix: str = "", on_exit: Callable[[int], str] | None = None, enabled: bool = True):
+        self.prefix, self.on_exit, self.enabled = prefix, on_exit, enabled
+        self.et = 0
+
+    def __enter__(self) -> Timing:
+        self.started = time.perf_counter_ns()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.et = time.perf_counter_ns() - self.started
+        if self.enabled:
+            suffix = self.on_exit(self.et) if self.on_exit is not None else ""
+            print(f"{self.prefix}{self.et * 1e-6:6.2f} ms{suffix}")

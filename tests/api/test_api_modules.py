@@ -18,7 +18,8 @@ TINYGRAD_PATHS = [
                           "Variable", "resolve", "smax", "smin", "ssimplify", "exec_alu"]),
     ("tinycore.helpers", ["getenv", "Context", "DEBUG", "GlobalCounters", "prod", "temp", "mv_address", "dedup",
                           "flatten", "all_int", "all_same", "round_up", "ceildiv", "colored", "unwrap",
-                          "DEFAULT_FLOAT", "BEAM", "JIT"]),
+                          "DEFAULT_FLOAT", "BEAM", "JIT", "Timing", "partition",
+                          "merge_dicts", "flat_mv", "to_mv", "from_mv", "round_down"]),
     ("tinycore.engine.jit", ["TinyJit"]),
     ("tinycore.nn.state", ["safe_load", "safe_save", "get_state_dict", "get_parameters", "load_state_dict",
                            "torch_load", "gguf_load"]),
@@ -150,3 +151,24 @@ def test_load_state_dict_accepts_a_one_element_counter_of_either_shape() -> None
     state["num_batches_tracked"] = Tensor([12, 13], dtype=dtypes.int64)
     with pytest.raises(ValueError, match="num_batches_tracked"):
         load_state_dict(norm, state, verbose=False)
+
+
+def test_small_helpers_tinygrad_programs_use(capsys: pytest.CaptureFixture[str]) -> None:
+    from tinycore.helpers import Timing, flat_mv, from_mv, merge_dicts, partition, round_down, to_mv
+    assert round_down(17, 8) == 16 and round_down(16, 8) == 16
+    assert partition([1, 2, 3, 4, 5], lambda value: value % 2 == 1) == ([1, 3, 5], [2, 4])
+    assert merge_dicts([{"a": 1}, {"b": 2}, {"a": 1}]) == {"a": 1, "b": 2}
+    with pytest.raises(RuntimeError, match="'a'"):
+        merge_dicts([{"a": 1}, {"a": 2}])
+    grid = memoryview(bytearray(range(12))).cast("B", shape=(3, 4))
+    assert flat_mv(grid).shape == (12,) and flat_mv(grid).tolist() == list(range(12))
+    data = bytearray(b"abcdef")
+    view = to_mv(ctypes.addressof(ctypes.c_char.from_buffer(data)), 6)
+    view[0] = ord("z")  # the same memory, not a copy
+    assert data == bytearray(b"zbcdef")
+    array = from_mv(memoryview(data))
+    assert len(array) == 6 and array.raw == b"zbcdef"
+    with Timing("step: ", on_exit=lambda nanoseconds: f" ({nanoseconds >= 0})") as timer:
+        sum(range(1000))
+    printed = capsys.readouterr().out
+    assert printed.startswith("step: ") and printed.rstrip().endswith("ms (True)") and timer.et >= 0
