@@ -51,3 +51,20 @@ def test_errors_exit_2_with_a_message(model_path: str, tmp_path: os.PathLike[str
     assert "--max-context is 16" in capsys.readouterr().err
     assert main(["llm", "--model", model_path, "--max-tokens", "0", "--prompt", "x"]) == 2
     assert "--max-tokens must be at least 1" in capsys.readouterr().err
+
+
+def test_interactive_chat_keeps_the_conversation(model_path: str, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Two chat turns read from input: the second prompt holds the first question and the first answer in chatml,
+    and each answer is the reference's greedy text for its whole conversation."""
+    lines = iter(["hi", "ok", ""])
+    monkeypatch.setattr("builtins.input", lambda prompt="": next(lines))
+    assert main(["llm", "--model", model_path, "--max-tokens", "4"]) == 0
+    first_ids = [IM_START, *b"user\nhi", IM_END, *b"\n", IM_START, *b"assistant\n"]
+    first = greedy_reference(model_path, first_ids, 4, stop=(IM_END,))
+    # the history holds the answer's text (invalid UTF-8 already replaced by U+FFFD), encoded again
+    answer = list(byte_text([token for token in first if token != IM_END]).encode("utf-8"))
+    second_ids = [*first_ids[:-len(b"assistant\n") - 1], IM_START, *b"assistant\n", *answer, IM_END, *b"\n",
+                  IM_START, *b"user\nok", IM_END, *b"\n", IM_START, *b"assistant\n"]
+    second = greedy_reference(model_path, second_ids, 4, stop=(IM_END,))
+    assert capsys.readouterr().out == byte_text(first) + "\n" + byte_text(second) + "\n"

@@ -107,3 +107,20 @@ def test_context_overflow_is_an_error(tmp_path: os.PathLike[str]) -> None:
         model([TOKENS[:5]], 0)
     with pytest.raises(ValueError, match="the context holds 4"):
         list(model.generate(TOKENS[:5], 1))
+
+
+def test_unsupported_tensor_type_is_named(tmp_path: os.PathLike[str]) -> None:
+    """A Q2_K tensor is refused naming the type and listing the supported ones."""
+    import gguf
+    import numpy as np
+
+    from tinycore.nn.gguf import GGUFFormatError
+    path = os.path.join(os.fspath(tmp_path), "q2k.gguf")
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((4, 84), dtype=np.uint8), raw_dtype=gguf.GGMLQuantizationType.Q2_K)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GGUFFormatError, match=r"type 10 \(Q2_K\); supported: .*Q4_K"):
+        Transformer.from_gguf(path)

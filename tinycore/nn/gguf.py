@@ -35,6 +35,10 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
     7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
     30: ("BF16", 1, 2)}
 """Supported ggml tensor types: type id -> (name, elements per block, bytes per block)."""
+_OTHER_GGML_TYPES = {9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS",
+                     19: "IQ1_S", 20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16", 26: "I32",
+                     27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0", 39: "MXFP4"}
+"""ggml types this reader does not load, by name, for the error that refuses them."""
 _PLAIN: dict[int, DType] = {0: dtypes.float32, 1: dtypes.float16, 30: dtypes.bfloat16}
 
 
@@ -142,7 +146,8 @@ def _check_tensors(parser: _Parser, infos: list[tuple[str, tuple[int, ...], int,
     ranges = []
     for name, shape, ggml_type, offset in infos:
         if ggml_type not in GGML_TYPES:
-            raise parser.error(f"tensor {name!r} has unsupported ggml type {ggml_type}; supported: "
+            known = _OTHER_GGML_TYPES.get(ggml_type, "unknown")
+            raise parser.error(f"tensor {name!r} has unsupported ggml type {ggml_type} ({known}); supported: "
                                f"{', '.join(kind for kind, _, _ in GGML_TYPES.values())}")
         kind, block_elements, block_bytes = GGML_TYPES[ggml_type]
         elements = prod(shape) if shape else 1
