@@ -6,6 +6,8 @@ index inside the group. A program without lidx indices runs groups of one work-i
 index (renderers may read it as such).
 
 The heuristic, in this order:
+0. a renderer with matrix units may set `tensor_core_opt(kernel, notes) -> bool`: it gets the kernel first and, when
+   it returns True, has rewritten it (e.g. into warps of tensor-core instructions) and nothing else is chosen;
 1. reduce kernels with few outputs (at most the renderer's `group_max_outputs`, else GROUP_MAX_OUTPUTS) and a reduce
    axis of at least GROUP_MIN_REDUCE elements get a group reduce on their largest reduce axis: the group's work-items
    (the renderer's `group_size`, else DEFAULT_GROUP_SIZE, within the local limits) each reduce a strided slice and
@@ -101,6 +103,9 @@ class GpuHeuristic:
 
     def choose(self) -> None:
         """Pick and apply the opts (see the module docstring)."""
+        rewrite = getattr(self.renderer, "tensor_core_opt", None)
+        if callable(rewrite) and rewrite(self.kernel, self.notes):
+            return  # the renderer rewrote the kernel for its matrix units (it made its own thread indices)
         if not self.register_tile() and GROUP_REDUCE and self.choose_group():
             return
         self.locals()

@@ -23,7 +23,8 @@ class Renderer:
     ("c", "cl", "cu", ...). The scheduler reads `max_buffers`: the most buffers, outputs and inputs together, one
     kernel may take on the device (None: no limit); kernels that would take more are split (schedule/split.py). GPU
     codegen (codegen/gpu.py) reads the optional `group_size`, `group_max_outputs` (group reduces only for kernels with
-    at most that many outputs) and `register_tile` (preferred rows, columns of a matmul's per-thread tile).
+    at most that many outputs), `register_tile` (preferred rows, columns of a matmul's per-thread tile) and
+    `tensor_core_opt` (a function given each kernel first, which may rewrite it for the device's matrix units).
     """
 
     device: str = ""

@@ -1,6 +1,7 @@
 """CUDA C from the CUDA renderer compiled by NVRTC (from its pip wheel) for sm_80 and sm_90, without a GPU: each
 representative kernel becomes a CUDA ELF holding the kernel's symbol; the linear programs the CUDA renderer's
-codegen produced run in the core's interpreter against numpy (the same programs the MOCK GPU runs)."""
+codegen produced run in the core's interpreter against numpy (the same programs the MOCK GPU runs; tensor-core ops
+through its warp-aware interpreter); the half matmul is chosen for the tensor cores and its SASS has HMMA."""
 from __future__ import annotations
 
 import numpy
@@ -9,9 +10,10 @@ from nv_kernels import CASES, Case, case_kernels, symbolic_kernel
 from tiny_nv.inspect import EM_CUDA, disassemble, disassembler, elf_machine, elf_symbols
 from tiny_nv.nvrtc import NVRTCCompiler, compile_cuda, nvrtc_status, parse_arch
 from tiny_nv.renderer import CUDARenderer
+from tiny_nv.tensor_core import uses_tensor_cores
+from tiny_nv.warp import WarpProgram
 
 from tinycore.codegen import linearize, lower_to_program
-from tinycore.codegen.interpreter import run_linear
 from tinycore.device.compiler import CompileError
 from tinycore.dtype import PtrDType, to_numpy_dtype
 from tinycore.uop.ops import Ops
@@ -55,7 +57,7 @@ def _run(uops: list, inputs: list[numpy.ndarray], var_vals: dict[str, int]) -> n
     output_type = pointers[0].dtype
     assert isinstance(output_type, PtrDType)
     output = numpy.zeros(output_type.size, to_numpy_dtype(output_type.base.scalar))
-    run_linear(uops, [output, *(array.reshape(-1) for array in inputs)], var_vals)
+    WarpProgram(uops)([output, *(array.reshape(-1) for array in inputs)], var_vals)
     return output
 
 
@@ -120,3 +122,26 @@ def test_disassembly_shows_the_kernel() -> None:
     cubin = compile_cuda('extern "C" __global__ void add_one(float* x) { x[threadIdx.x] += 1.0f; }', "sm_90")
     sass = disassemble(cubin)
     assert "add_one" in sass and "FADD" in sass
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_half_matmul_runs_on_the_tensor_cores(arch: str) -> None:
+    case = next(case for case in CASES if case.name == "half_matmul")
+    inputs, ordered, items = case_kernels(case, numpy.random.default_rng(2))
+    renderer = CUDARenderer(arch)
+    uops = linearize(items[0].ast, renderer)
+    assert uses_tensor_cores(uops), "a 16x32 @ 32x16 half matmul should be chosen for the tensor cores"
+    program = lower_to_program(items[0].ast, renderer)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in program.src and "#include" not in program.src
+    assert program.local_size == [32, 1, 1] and program.global_size == [2, 1, 1]  # 16x16 output: 2 tiles of 16x8
+    cubin = compile_cuda(program.src, arch)
+    if disassembler() is not None:
+        assert "HMMA.16816.F32" in disassemble(cubin)
+    numpy.testing.assert_allclose(_run(uops, ordered, {}), case.reference(*inputs).reshape(-1), rtol=2e-2, atol=2e-2)
+    without = linearize(items[0].ast, CUDARenderer(arch, tensor_cores=False))
+    assert not uses_tensor_cores(without)
+
+
+def test_tensor_cores_need_sm_80() -> None:
+    assert getattr(CUDARenderer("sm_75"), "tensor_core_opt", None) is None
+    assert getattr(CUDARenderer("sm_80"), "tensor_core_opt", None) is not None

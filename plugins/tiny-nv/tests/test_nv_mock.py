@@ -155,12 +155,12 @@ for attempt in range(4):
 
 def test_tinyjit_replays_one_queue_submission_on_the_mock() -> None:
     """On DEV=MOCK+NV the core's HCQ machinery drives the NV queues: a replay of a captured two-kernel function is
-    one compute submission (the graph), besides the two input copies and the output copy on the copy queue."""
+    one compute submission (the graph); host copies go to the copy channel without being queue submissions."""
     environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
     result = subprocess.run([sys.executable, "-c", JIT_SCRIPT], capture_output=True, text=True, env=environment,
                             timeout=300)
     lines = result.stdout.strip().splitlines()
-    assert lines[-2:] == ["NVMockQueueDevice 2 True 4 2", "NVMockQueueDevice 3 True 4 2"], \
+    assert lines[-2:] == ["NVMockQueueDevice 2 True 1 2", "NVMockQueueDevice 3 True 1 2"], \
         result.stdout + result.stderr
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from tinycore.plugins import DeviceSpec, InterfaceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -70,3 +70,12 @@ def tiny_interfaces(device: str) -> list[InterfaceSpec]:
     return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
             InterfaceSpec("MOCK", "tiny_nv.mock:open_mock", is_mock=True,
                           description="a simulated GPU in Python that decodes the NV command stream")]
+
+
+@hookimpl
+def tiny_hcq_queues(device: object) -> HCQQueues | None:
+    """NV's queues (the NV command format) for the queue device DEV=MOCK+NV opens; None for other devices."""
+    if type(device).__name__ != "NVMockQueueDevice":
+        return None
+    from tiny_nv.nv_hcq import QUEUES
+    return QUEUES

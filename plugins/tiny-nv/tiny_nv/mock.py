@@ -24,7 +24,7 @@ import numpy
 
 from tiny_nv import nvcmd
 from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
-from tinycore.codegen.interpreter import Program, run_linear
+from tinycore.codegen.interpreter import Program
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import PtrDType, dtypes, to_numpy_dtype
@@ -106,6 +106,7 @@ class MockGPU:
         self.launches = 0
         self.copies = 0
         self.semaphore_releases = 0
+        self.running = False
 
     # ---- memory ----
 
@@ -163,9 +164,19 @@ class MockGPU:
         """A doorbell: run every channel until each is idle or stalled on an acquire."""
         if channel not in self.channels:
             self.channels.append(channel)
-        progress = True
-        while progress:
-            progress = any([self._run_channel(candidate) for candidate in self.channels])
+        self.running = True
+        try:
+            progress = True
+            while progress:
+                progress = any([self._run_channel(candidate) for candidate in self.channels])
+        finally:
+            self.running = False
+
+    def poll(self) -> None:
+        """Let the GPU run: channels stalled on an acquire look at their semaphore again (a real GPU keeps polling;
+        the host calls this whenever it reads a signal, so a value the host writes releases a waiting queue)."""
+        if self.channels and not self.running:
+            self.ring(self.channels[0])
 
     def _run_channel(self, channel: Channel) -> bool:
         """Execute the channel's new GPFIFO entries; True when anything ran."""
@@ -255,7 +266,8 @@ class MockGPU:
         program = self.programs.get(program_address)
         if program is None:
             uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
-            program = self.programs[program_address] = Program(uops)
+            from tiny_nv.warp import WarpProgram
+            program = self.programs[program_address] = WarpProgram(uops)
         grid = [nvcmd.qmd_get(qmd, name) for name in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH")]
         block = [nvcmd.qmd_get(qmd, f"CTA_THREAD_DIMENSION{axis}") for axis in range(3)]
         self._check_launch(program, grid, block)
@@ -298,7 +310,7 @@ def run_kernel(gpu: MockGPU, program: Program, arguments: int) -> None:
             buffers[uop.arg] = as_list
         else:
             buffers[uop.arg] = numpy.frombuffer(memory, to_numpy_dtype(element))
-    run_linear(program.uops, buffers, dict(zip(names, values, strict=True)))
+    program(buffers, dict(zip(names, values, strict=True)))
     for memory, as_list in bfloat16_buffers:
         bits = numpy.asarray(as_list, numpy.float32).view(numpy.uint32)
         rounded = ((bits.astype(numpy.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(numpy.uint16)

@@ -14,7 +14,7 @@ from typing import Any
 
 from tiny_nv import nvcmd
 from tiny_nv.mock import MockBuffer, MockGPU, unpack_mock_binary
-from tiny_nv.nvqueue import Channel
+from tiny_nv.nvqueue import Channel, NVCopyQueue
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.dtype import PtrDType
 from tinycore.hcq import HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
@@ -40,9 +40,13 @@ class NVQueueSignal(HCQSignal):
     timestamp_divider = 1000.0
 
     def __init__(self, device: Any = None, value: int = 0, name: str = "signal"):
-        gpu: MockGPU = device.gpu
-        address = gpu.allocate(16, f"signal {name}")
-        super().__init__(device, value, gpu.view(address, 16), address, name)
+        self.gpu: MockGPU = device.gpu
+        address = self.gpu.allocate(16, f"signal {name}")
+        super().__init__(device, value, self.gpu.view(address, 16), address, name)
+
+    def _read_value(self) -> int:
+        self.gpu.poll()  # the GPU runs beside the host: a queue stalled on a signal the host set moves on
+        return super()._read_value()
 
 
 class NVArguments(HCQArguments):
@@ -219,9 +223,13 @@ class NVQueueAllocator(LRUAllocator):
     def _copy(self, destination: int, source: int, nbytes: int) -> None:
         device = self.owner
         assert device is not None, "the allocator is used before its device is made"
-        queue = device.copy_queue().wait(device.timeline_signal, device.timeline_value - 1)
+        # the same copy-engine commands as the HCQ copy queue, handed to the copy channel directly: host copies are
+        # the allocator's, not submissions of the core's queues (device.submissions counts those)
+        queue = NVCopyQueue().wait(device.timeline_signal, device.timeline_value - 1)  # type: ignore[arg-type]
         queue.copy(destination, source, nbytes)
-        queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+        queue.signal(device.timeline_signal, device.next_timeline_value())  # type: ignore[arg-type]
+        queue.submit(device.channels["copy"])
+        device.host_copies += 1
         device.synchronize()
 
     def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
@@ -254,6 +262,7 @@ class NVQueueDevice(HCQCompiled):
         allocator.owner = self
         self.kernargs.alignment = 256  # each block starts with a QMD, which SEND_PCAS_A addresses in 256-byte units
         self.interface_description = description
+        self.host_copies = 0
 
     def kernarg_memory(self, nbytes: int) -> tuple[memoryview, int | None]:
         """Argument memory in the GPU's address space (256-byte aligned)."""

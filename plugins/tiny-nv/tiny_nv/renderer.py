@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.helpers import ContextVar
 from tinycore.renderer.cstyle import (
     BASE_CODE_FOR_OP,
     BASE_TYPE_MAP,
@@ -30,6 +31,8 @@ CUDA_TYPE_MAP: dict[DType, str] = {
     **BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
     dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
 
+NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
+"""NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
 _AXES = "xyz"
 _VECTOR_WIDTHS = (2, 4)
 _VECTOR_SCALARS = (dtypes.float32, dtypes.int32, dtypes.uint32)
@@ -142,8 +145,14 @@ class CUDARenderer(CStyleLanguage):
     register_tile = (4, 4)
     max_buffers = 500  # 4 KB of kernel parameters at 8 bytes a pointer, with room for the integer arguments
 
-    def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False):
+    def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False,
+                 tensor_cores: bool | None = None):
         self.arch, self.device, self.embed_program = arch, device, embed_program
+        number = int(arch[3:5]) if arch[3:5].isdigit() else 0
+        wanted = NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores
+        if wanted and number >= 80:  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
+            from tiny_nv.tensor_core import tensor_core_opt
+            self.tensor_core_opt = tensor_core_opt
         self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in _VECTOR_SCALARS}
         self._block_size: int | None = None
 
@@ -200,8 +209,10 @@ class CUDARenderer(CStyleLanguage):
     # ---- the program ----
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
-        """Infinity and NaN literals, the half and bfloat16 structs and the bitcast helper."""
-        return [PRELUDE]
+        """Infinity and NaN literals, the half and bfloat16 structs and the bitcast helper (and the mma helper for
+        tensor-core kernels)."""
+        from tiny_nv.tensor_core import MMA_PRELUDE, uses_tensor_cores
+        return [PRELUDE, MMA_PRELUDE] if uses_tensor_cores(uops) else [PRELUDE]
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
         """The source with `__launch_bounds__` of the block size when the kernel has thread indices."""
