@@ -44,15 +44,19 @@ def test_architectures_match_reference(tmp_path: os.PathLike[str], options: dict
     _check_logits(_model_file(tmp_path, "model", **options))
 
 
-@pytest.mark.parametrize("gating,normalize,bias", [(1, True, False), (1, False, False), (3, None, False),
-                                                    (2, True, True)],
-                         ids=["softmax-norm", "softmax", "softmax-topk", "sigmoid-bias"])
+@pytest.mark.parametrize("gating,normalize,bias,matrix_type", [(1, True, False, "F32"), (1, False, False, "F32"),
+                                                                (3, None, False, "F32"), (2, True, True, "Q8_0")],
+                         ids=["softmax-norm", "softmax", "softmax-topk", "sigmoid-bias-q8_0"])
 def test_qwen3moe_routing_matches_reference(tmp_path: os.PathLike[str], gating: int, normalize: bool | None,
-                                            bias: bool) -> None:
+                                            bias: bool, matrix_type: str) -> None:
     """qwen3moe with 4 experts, 2 used: each gating function (softmax, softmax over the top-k, sigmoid with a
-    selection bias) with and without normalized top-k weights."""
-    _check_logits(_model_file(tmp_path, "moe", architecture="qwen3moe", experts=4, experts_used=2, gating=gating,
-                              normalize=normalize, selection_bias=bias, head_dim=32, layers=1))
+    selection bias) with and without normalized top-k weights, for a prompt (dense) and one token (gathered)."""
+    path = _model_file(tmp_path, "moe", architecture="qwen3moe", experts=4, experts_used=2, gating=gating,
+                       normalize=normalize, selection_bias=bias, head_dim=32, layers=1, matrix_type=matrix_type)
+    model = _check_logits(path)  # 7 tokens x 2 experts: every expert runs on every token
+    # one token (2 chosen of 4): only the chosen experts' blocks are gathered
+    last = model([TOKENS[-1:]], len(TOKENS) - 1).numpy()[0, -1]
+    numpy.testing.assert_allclose(last, llm_reference.logits(path, TOKENS)[-1], rtol=1e-3, atol=1e-3)
 
 
 @pytest.mark.parametrize("matrix_type", ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K",

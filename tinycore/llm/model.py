@@ -170,15 +170,39 @@ class Block:
         return weights * config.expert_weights_scale
 
     def mixture(self, x: Tensor) -> Tensor:
-        """The experts' SwiGLU outputs weighted by the routing. Every expert runs on every token, its weight zero
-        outside the token's top-k: exact, and free of gathers, at experts/k times the work of gathering."""
+        """The experts' SwiGLU outputs weighted by the routing. With fewer chosen (token, expert) pairs than experts
+        (decode) only the chosen experts' blocks are gathered and dequantized; otherwise (prefill) every expert runs
+        on every token with weight zero outside its top-k, which dequantizes each expert once instead of once per
+        token."""
         batch, length, dim = x.shape
-        weights = self.routing(self.router.linear(x))
-        gate, up, down = self.gate.float(), self.up.float(), self.down.float()  # (E, hidden, dim), (E, dim, hidden)
-        rows = x.reshape(batch * length, 1, 1, dim)
-        hidden = (rows * gate.unsqueeze(0)).sum(-1).silu() * (rows * up.unsqueeze(0)).sum(-1)
-        outputs = (hidden.unsqueeze(2) * down.unsqueeze(0)).sum(-1)  # (tokens, E, dim)
-        return (outputs * weights.reshape(batch * length, -1, 1)).sum(1).reshape(batch, length, dim)
+        tokens, used = batch * length, self.config.experts_used
+        weights = self.routing(self.router.linear(x)).reshape(tokens, -1)
+        rows = x.reshape(tokens, 1, 1, dim)
+        if tokens * used < self.config.experts:
+            chosen = self.chosen_experts(weights)  # (tokens, k)
+            gate, up = self.gate.gather_rows(chosen), self.up.gather_rows(chosen)  # (tokens, k, hidden, dim)
+            down = self.down.gather_rows(chosen)  # (tokens, k, dim, hidden)
+            hidden = (rows * gate).sum(-1).contiguous().silu() * (rows * up).sum(-1)
+            outputs = (hidden.unsqueeze(2) * down).sum(-1)  # (tokens, k, dim)
+            share = weights.gather(-1, chosen)
+        else:
+            gate, up, down = self.gate.float(), self.up.float(), self.down.float()  # (E, hidden, dim), (E, dim, hidden)
+            hidden = (rows * gate.unsqueeze(0)).sum(-1).silu() * (rows * up.unsqueeze(0)).sum(-1)
+            outputs = (hidden.unsqueeze(2) * down.unsqueeze(0)).sum(-1)  # (tokens, E, dim)
+            share = weights
+        return (outputs * share.unsqueeze(-1)).sum(1).reshape(batch, length, dim)
+
+    def chosen_experts(self, weights: Tensor) -> Tensor:
+        """The indices (tokens, k) of the experts with nonzero routing weight: the chosen ones have positive weight
+        and the others zero, so k rounds of argmax find them (an expert whose weight underflowed to zero may be
+        replaced by another of weight zero, which changes nothing)."""
+        experts = Tensor.arange(self.config.experts, device=weights.device).reshape(1, -1)
+        remaining, found = weights, []
+        for _ in range(self.config.experts_used):
+            index = remaining.argmax(-1).reshape(-1, 1)
+            found.append(index)
+            remaining = (experts == index).where(-1.0, remaining)
+        return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
     def __call__(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
