@@ -23,7 +23,8 @@ TINYGRAD_PATHS = [
     ("tinycore.engine.jit", ["TinyJit"]),
     ("tinycore.nn.state", ["safe_load", "safe_save", "get_state_dict", "get_parameters", "load_state_dict",
                            "torch_load", "gguf_load"]),
-    ("tinycore.device", ["Device", "Buffer", "BufferSpec", "Allocator", "LRUAllocator", "Compiled", "Compiler",
+    ("tinycore.device", ["Device", "canonicalize_device", "Buffer", "BufferSpec", "Allocator", "LRUAllocator",
+                         "Compiled", "Compiler",
                          "CompileError"]),
 ]
 
@@ -172,3 +173,10 @@ def test_small_helpers_tinygrad_programs_use(capsys: pytest.CaptureFixture[str])
         sum(range(1000))
     printed = capsys.readouterr().out
     assert printed.startswith("step: ") and printed.rstrip().endswith("ms (True)") and timer.et >= 0
+
+
+def test_canonicalize_device_as_tinygrad() -> None:
+    from tinycore.device import Device, canonicalize_device
+    assert canonicalize_device("cpu") == "CPU" and canonicalize_device("CPU:0") == "CPU"
+    assert canonicalize_device("cpu:1") == "CPU:1" and canonicalize_device(None) == Device.DEFAULT
+    assert canonicalize_device(("cpu", "CPU:1")) == ("CPU", "CPU:1") and canonicalize_device(["cpu"]) == "CPU"
