@@ -217,6 +217,11 @@ class HCQCompiled(Compiled):
 
     # ---- memory ----
 
+    def shares_memory_with(self, other: HCQCompiled) -> bool:
+        """Whether this device's queues can copy to and from `other`'s memory with the allocator handles (TinyJit
+        graphs then keep copies between the two in their queues). Default: only its own."""
+        return other is self
+
     def kernarg_memory(self, nbytes: int) -> tuple[memoryview, int | None]:
         """`nbytes` of memory for argument blocks, and its device address. Default: host memory, kept alive by
         its memoryview (for devices that read host memory, like the CPU)."""

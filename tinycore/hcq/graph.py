@@ -1,9 +1,14 @@
-"""The graph runner of queue devices: a TinyJit capture built into one compute queue, patched and resubmitted.
+"""The graph runner of queue devices: a TinyJit capture built into one compute queue per device, patched and
+resubmitted.
 
-At capture every kernel gets an argument block of its own (kept for the graph's life) and one `exec` in a queue
-that first waits for the device's timeline and ends by signalling it; the queue is bound to the device once. A
-replay writes only what changed into that memory (the addresses of the new input buffers, the values of the
-Variables) and submits the queue once: the timeline values and any symbolic launch sizes are resolved at submit.
+At capture every kernel gets an argument block of its own (kept for the graph's life) and one `exec` in its
+device's queue; each queue first waits for its device's timeline and ends by signalling it, and is bound to the
+device once. Where the capture passes from one device to another, the first device's queue signals a graph signal
+of its own and the next device's queue waits for it, so the calls keep their captured order; a copy between two
+devices that share memory (`HCQCompiled.shares_memory_with`) is a copy command in the destination's queue. A replay
+writes only what changed into the argument blocks (the addresses of the new input buffers, the values of the
+Variables) and submits each queue once: the timeline and graph-signal values and any symbolic launch sizes are
+resolved at submit. A capture on one device is one submission.
 """
 from __future__ import annotations
 
@@ -21,34 +26,44 @@ from tinycore.uop.uop import UOp
 
 TIMELINE_WAIT = Variable("hcq_timeline_wait", 0, 2**62, dtypes.int64)
 TIMELINE_SIGNAL = Variable("hcq_timeline_signal", 0, 2**62, dtypes.int64)
+SYNC_BASE = Variable("hcq_graph_sync_base", 0, 2**62, dtypes.int64)
+
+
+def _call_device(call: Any) -> str:
+    """The device a captured call runs on: its kernel's, or a copy's destination."""
+    return str(call.runner.device if call.runner is not None else call.buffers[0].device)
 
 
 def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> HCQCompiled | None:
-    """The queue device that can run every one of the captured `calls` as one queue, or None.
+    """The first queue device of the captured `calls` when the queues of their devices can run all of them, else
+    None (TinyJit then replays call by call).
 
-    That is the case when every call runs on one queue device: its kernels, and copies between two of its buffers
-    that are not inputs (an input copy needs the host). Otherwise TinyJit replays call by call.
+    That is the case when every kernel runs on a queue device and every copy is between two buffers that are not
+    inputs (an input copy needs the host) on queue devices that share memory.
     """
     from tinycore.device.registry import Device
-    devices = {call.runner.device for call in calls if call.runner is not None}
-    if len(devices) != 1:
-        return None
-    device = Device[next(iter(devices))]
-    if not isinstance(device, HCQCompiled):
+    if not calls:
         return None
     inputs = {id(buffer) for buffer in input_buffers}
     for call in calls:
+        devices = [call.runner.device] if call.runner is not None else [buffer.device for buffer in call.buffers]
+        opened = [Device[name] for name in devices]
+        if not all(isinstance(device, HCQCompiled) for device in opened):
+            return None
         if call.runner is None:
-            if any(buffer.device != device.device or id(buffer) in inputs or id(buffer.base) in inputs
-                   for buffer in call.buffers):
+            if any(id(buffer) in inputs or id(buffer.base) in inputs for buffer in call.buffers):
                 return None
-    return device
+            if not opened[0].shares_memory_with(opened[1]):
+                return None
+    first: HCQCompiled = Device[_call_device(calls[0])]
+    return first
 
 
 class HCQGraph:
-    """Captured calls of one queue device as one bound compute queue (see the module docstring)."""
+    """Captured calls of queue devices as one bound compute queue per device (see the module docstring)."""
 
     def __init__(self, device: HCQCompiled, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
+        from tinycore.device.registry import Device
         self.device, self.calls, self.keep_alive = device, calls, keep_alive
         input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
         # (argument block, argument number, input number, view (size, dtype, offset) or None for the whole buffer)
@@ -56,22 +71,45 @@ class HCQGraph:
         # (argument block, value number, the Variable or expression whose value goes there)
         self.value_patches: list[tuple[HCQArguments, int, UOp]] = []
         self.captured_values: dict[UOp, int] = {}
-        self.argument_blocks: list[HCQArguments] = []  # the queue holds only their addresses
-        self.timed: list[tuple[str, HCQSignal, HCQSignal]] = []
-        queue = device.compute_queue().wait(device.timeline_signal, TIMELINE_WAIT)
+        self.argument_blocks: list[HCQArguments] = []  # the queues hold only their addresses
+        self.timed: list[tuple[HCQCompiled, str, HCQSignal, HCQSignal]] = []
+        self.devices: list[HCQCompiled] = [device]
+        self.queues: dict[HCQCompiled, HWQueue] = {}
+        self.sync_signals: dict[HCQCompiled, HCQSignal] = {}
+        syncs = 0
+        previous: HCQCompiled | None = None
         for call in calls:
             self.captured_values.update(call.var_vals)
+            name = _call_device(call)
+            current: HCQCompiled = device if name == device.device else Device[name]
+            if current not in self.queues:
+                if current not in self.devices:
+                    self.devices.append(current)
+                self.queues[current] = current.compute_queue().wait(current.timeline_signal, TIMELINE_WAIT)
+            queue = self.queues[current]
+            if previous is not None and previous is not current:
+                # the order of the capture across devices: the next device waits for the previous one's signal
+                syncs += 1
+                signal = self.sync_signals.get(previous) or self.sync_signals.setdefault(
+                    previous, previous.new_signal(0, name="graph sync"))
+                self.queues[previous].signal(signal, SYNC_BASE + syncs)
+                queue.wait(signal, SYNC_BASE + syncs)
+            previous = current
             if call.runner is None:
                 destination, source = call.buffers
-                self._timed(queue, f"copy {source.nbytes} bytes", queue.copy, destination.ensure_allocated()._buf,
-                            source.ensure_allocated()._buf, source.nbytes)
-                continue
-            self._add_kernel(queue, call, input_index)
-        queue.signal(device.timeline_signal, TIMELINE_SIGNAL)
-        self.queue: HWQueue = queue.bind(device)
-        self.last_value = 0
+                self._timed(current, queue, f"copy {source.nbytes} bytes", queue.copy,
+                            destination.ensure_allocated()._buf, source.ensure_allocated()._buf, source.nbytes)
+            else:
+                self._add_kernel(current, queue, call, input_index)
+        self.devices = [device for device in self.devices if device in self.queues]
+        for current, queue in self.queues.items():
+            queue.signal(current.timeline_signal, TIMELINE_SIGNAL).bind(current)
+        self.sync_stride = syncs + 1
+        self.replays = 0
+        self.last_values: dict[HCQCompiled, int] = {current: 0 for current in self.queues}
+        self.queue = self.queues[self.devices[0]] if self.devices else None
 
-    def _add_kernel(self, queue: HWQueue, call: Any, input_index: dict[int, int]) -> None:
+    def _add_kernel(self, device: HCQCompiled, queue: HWQueue, call: Any, input_index: dict[int, int]) -> None:
         runner = call.runner
         buffers = [call.buffers[position] for position in runner.globals] if runner.globals else list(call.buffers)
         spec = runner.spec
@@ -85,18 +123,19 @@ class HCQGraph:
                 self.input_patches.append((arguments, number, input_index[id(owner)], view))
         for number, variable in enumerate(spec.vars):
             self.value_patches.append((arguments, number, variable))
-        self._timed(queue, runner.name, queue.exec, runner.program, arguments, spec.global_size, spec.local_size)
+        self._timed(device, queue, runner.name, queue.exec, runner.program, arguments, spec.global_size,
+                    spec.local_size)
 
-    def _timed(self, queue: HWQueue, name: str, add: Any, *arguments: Any) -> None:
+    def _timed(self, device: HCQCompiled, queue: HWQueue, name: str, add: Any, *arguments: Any) -> None:
         """Add a command (`add(*arguments)`), between two timestamps when the device is profiling."""
-        if not self.device.profiling:
+        if not device.profiling:
             add(*arguments)
             return
-        start, end = self.device.new_signal(name=f"{name} start"), self.device.new_signal(name=f"{name} end")
+        start, end = device.new_signal(name=f"{name} start"), device.new_signal(name=f"{name} end")
         queue.timestamp(start)
         add(*arguments)
         queue.timestamp(end)
-        self.timed.append((name, start, end))
+        self.timed.append((device, name, start, end))
 
     @property
     def kernel_count(self) -> int:
@@ -105,10 +144,10 @@ class HCQGraph:
 
     def run(self, input_buffers: Sequence[Any], var_vals: Mapping[UOp, int] | None = None) -> None:
         """Replay with `input_buffers` in place of the captured inputs and `var_vals` for the Variables: patch the
-        argument blocks in place, then one submission."""
-        device = self.device
-        # the previous replay must be done with the argument blocks before they change
-        device.timeline_signal.wait(self.last_value)
+        argument blocks in place, then one submission per device."""
+        for device, last in self.last_values.items():
+            # the previous replay must be done with the argument blocks before they change
+            device.timeline_signal.wait(last)
         values: dict[UOp, int] = dict(self.captured_values) if self.value_patches or var_vals else {}
         if var_vals:
             values.update(var_vals)
@@ -122,11 +161,17 @@ class HCQGraph:
         for arguments, number, variable in self.value_patches:
             value = values.get(variable)
             arguments.set_value(number, value if value is not None else evaluate(variable, values))
-        values[TIMELINE_WAIT] = device.timeline_value - 1
-        values[TIMELINE_SIGNAL] = self.last_value = device.next_timeline_value()
-        self.queue.submit(device, values)
+        self.replays += 1
+        if len(self.queues) > 1:
+            values[SYNC_BASE] = self.replays * self.sync_stride  # graph signals only grow from replay to replay
+        # devices in reverse order: a queue that waits for an earlier device is already submitted when it signals
+        for device in reversed(self.devices):
+            values[TIMELINE_WAIT] = device.timeline_value - 1
+            values[TIMELINE_SIGNAL] = self.last_values[device] = device.next_timeline_value()
+            self.queues[device].submit(device, values)
         if self.timed:
-            device.synchronize()
-            for name, start, end in self.timed:
+            for device in self.devices:
+                device.synchronize()
+            for device, name, start, end in self.timed:
                 profile.record(name, device.device, "compute", start.timestamp, end.timestamp)
         self.keep_alive_views = views

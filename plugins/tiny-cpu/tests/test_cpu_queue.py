@@ -85,3 +85,25 @@ def test_copy_command_copies_bytes() -> None:
     queue.signal(done, 1).submit(device)
     done.wait(1, timeout_s=10)
     np.testing.assert_array_equal(destination.numpy(), np.arange(8, dtype=np.float32))
+
+
+def test_a_capture_over_two_devices_replays_as_one_submission_per_device() -> None:
+    from tinycore.hcq.graph import HCQGraph
+    first, second = cpu(), Device["CPU:1"]
+    assert isinstance(second, HCQCompiled)
+
+    @TinyJit
+    def across(value: Tensor) -> Tensor:
+        moved = (value * 2 + 1).contiguous().to("CPU:1")
+        return ((moved.exp() - 1).sum() + moved.max()).realize()
+
+    for call in range(5):
+        data = np.random.default_rng(call).standard_normal(8).astype(np.float32)
+        before = (first.submissions, second.submissions)
+        result = across(Tensor(data).realize())
+        if call >= 2:
+            assert isinstance(across._captured.replay, HCQGraph)  # type: ignore[attr-defined]
+            assert (first.submissions - before[0], second.submissions - before[1]) == (1, 1)
+        doubled = data * 2 + 1
+        np.testing.assert_allclose(result.numpy(), (np.exp(doubled) - 1).sum() + doubled.max(), rtol=1e-5)
+        assert result.device == "CPU:1"

@@ -107,6 +107,10 @@ class CPUDevice(HCQCompiled):
         """How many submissions the C queue `hardware` received."""
         return int(self.library.tinycore_queue_submissions(self.hardware_queues[hardware]))
 
+    def shares_memory_with(self, other: HCQCompiled) -> bool:
+        """Every CPU device's buffers are host memory at plain addresses."""
+        return isinstance(other, CPUDevice)
+
     def _recover(self) -> None:
         for queue in self.hardware_queues.values():
             self.library.tinycore_queue_reset(queue)
