@@ -1,4 +1,4 @@
-"""The AMD plugin's registration: entry point, API level, device spec, the "not built yet" device class and
+"""The AMD plugin's registration: entry point, API level, device and renderer specs, opening AMD without a GPU and
 the availability probe (checked against fakes of the driver, and on this machine for a quick, well-formed answer)."""
 from __future__ import annotations
 
@@ -29,11 +29,18 @@ def test_device_spec() -> None:
     registration.check_device_spec(hooks, "AMD", "tiny_amd.device:AMDDevice", "tiny_amd.hooks:probe")
 
 
-def test_opening_says_not_built_yet() -> None:
+def test_renderer_spec() -> None:
+    (spec,) = hooks.tiny_renderers("AMD")
+    assert spec.name == "HIP" and load_object(spec.factory).__name__ == "make_hip_renderer"
+    assert hooks.tiny_renderers("NV") == []
+
+
+def test_opening_without_a_gpu_says_how_to_compile_only() -> None:
+    if hooks.probe()[0]:
+        pytest.skip("an AMD GPU is present")
     device_class = load_object(hooks.tiny_devices()[0].device_class)
-    with pytest.raises(RuntimeError) as caught:
+    with pytest.raises(RuntimeError, match="DEV=AMD::gfx1100 .*renders and compiles kernels only"):
         device_class("AMD")
-    assert str(caught.value).startswith("tiny-amd is installed but its AMD device is not built yet")
 
 
 def test_real_probe_answers_quickly() -> None:
@@ -41,7 +48,7 @@ def test_real_probe_answers_quickly() -> None:
 
 
 def test_tiny_devices_lists_the_device_consistently_with_its_probe() -> None:
-    registration.check_tiny_devices_row("amd", "AMD", "tiny-amd", hooks.probe, fails_to_open_with="not built yet")
+    registration.check_tiny_devices_row("amd", "AMD", "tiny-amd", hooks.probe)
 
 
 class FakeHip:
@@ -77,7 +84,9 @@ def test_probe_falls_back_to_hip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(hooks, "load_library", lambda names: (FakeHip(3), "fake"))
     assert hooks.probe() == (True, "3 GPU(s) through the HIP runtime", 3)
     monkeypatch.setattr(hooks, "load_library", lambda names: (FakeHip(0), "fake"))
-    assert hooks.probe() == (False, "the HIP runtime reports no device (hipGetDeviceCount status 0)", 0)
+    ok, reason, count = hooks.probe()
+    assert (ok, count) == (False, 0) and reason.startswith("the HIP runtime reports no device (hipGetDeviceCount "
+                                                            "status 0); DEV=AMD::gfx1100")
 
 
 def test_probe_with_neither(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -85,3 +94,14 @@ def test_probe_with_neither(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(hooks, "load_library", lambda names: (None, "amdhip64: not found"))
     ok, reason, count = hooks.probe()
     assert (ok, count) == (False, 0) and "HIP runtime (libamdhip64)" in reason and "amdhip64: not found" in reason
+    assert "amdgpu kernel driver" in reason and "DEV=AMD::gfx1100" in reason
+
+
+def test_probe_says_whether_kernels_can_be_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tiny_amd import compiler
+    monkeypatch.setattr(hooks, "KFD_PATH", str(tmp_path / "no-kfd"))
+    monkeypatch.setattr(hooks, "load_library", lambda names: (None, "amdhip64: not found"))
+    monkeypatch.setattr(compiler, "toolchains", lambda: ())
+    assert "no clang-N with a matching ld.lld-N" in hooks.probe()[1]
+    monkeypatch.setattr(compiler, "toolchains", lambda: ((19, "/usr/bin/clang-19", "/usr/bin/ld.lld-19"),))
+    assert "clang 19 (/usr/bin/clang-19) compiles for gfx90a, gfx942, gfx1100, gfx1201" in hooks.probe()[1]

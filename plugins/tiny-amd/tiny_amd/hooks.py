@@ -1,10 +1,12 @@
-"""The hooks of the AMD plugin: the AMD device. The probe looks for /dev/kfd, else the HIP runtime."""
+"""The hooks of the AMD plugin: the AMD device and its renderer (HIP-style C compiled by clang to a code object).
+The probe looks for /dev/kfd, else the HIP runtime; when neither is here it says why, how to add them, whether clang
+and ld.lld are here to compile kernels, and how to compile without a GPU."""
 from __future__ import annotations
 
 import ctypes
 import os
 
-from tinycore.plugins import DeviceSpec, hookimpl
+from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -13,6 +15,15 @@ DEVICE_NAME = "AMD"
 PRIORITY = 70
 KFD_PATH = "/dev/kfd"
 KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
+COMPILE_ONLY_HINT = "DEV=AMD::gfx1100 (or gfx90a, gfx942, gfx1201) compiles kernels without a GPU"
+SYSTEM_HINT = ("for a GPU install the amdgpu kernel driver (it creates /dev/kfd; add the user to the render and video "
+               "groups) or ROCm's HIP runtime (apt-get install rocm-hip-runtime)")
+
+
+def _toolchain_note() -> str:
+    """'; <what compiles AMD kernels here, or what to install>'."""
+    from tiny_amd.compiler import toolchain_status
+    return f"; {toolchain_status()[1]}"
 
 
 def _count_kfd_gpus() -> int:
@@ -35,11 +46,13 @@ def _find_amd() -> tuple[bool, str, int]:
             return (True, f"{count} GPU(s) through {KFD_PATH}", count)
     library, detail = load_library(["libamdhip64.so", "amdhip64"])
     if library is None:
-        return (False, f"neither {KFD_PATH} with a GPU nor the HIP runtime (libamdhip64) is present ({detail})", 0)
+        return (False, f"neither {KFD_PATH} with a GPU nor the HIP runtime (libamdhip64) is present ({detail}): "
+                       f"{SYSTEM_HINT}; {COMPILE_ONLY_HINT}{_toolchain_note()}", 0)
     count_value = ctypes.c_int(0)
     status = library.hipGetDeviceCount(ctypes.byref(count_value))
     if status != 0 or count_value.value == 0:
-        return (False, f"the HIP runtime reports no device (hipGetDeviceCount status {status})", 0)
+        return (False, f"the HIP runtime reports no device (hipGetDeviceCount status {status}); {COMPILE_ONLY_HINT}"
+                       f"{_toolchain_note()}", 0)
     return (True, f"{count_value.value} GPU(s) through the HIP runtime", count_value.value)
 
 
@@ -54,3 +67,12 @@ def tiny_devices() -> list[DeviceSpec]:
     return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_amd.device:AMDDevice",
                        "AMD GPUs through KFD or the HIP runtime (code objects built by clang or LLVM)",
                        probe="tiny_amd.hooks:probe")]
+
+
+@hookimpl
+def tiny_renderers(device: str) -> list[RendererSpec]:
+    """HIP-style C compiled to an HSA code object by clang and ld.lld (no ROCm install needed)."""
+    if device != DEVICE_NAME:
+        return []
+    return [RendererSpec("HIP", "tiny_amd.renderer:make_hip_renderer",
+                         "HIP-style C compiled to a code object by clang and ld.lld (apt-get install clang-19 lld-19)")]

@@ -1,68 +1,16 @@
-"""Compile-only use of NV (DEV=NV::sm_90 on a machine without an NVIDIA GPU): every kernel is rendered and compiled
-by NVRTC for the named architecture, buffers live in host memory so copies work, and the first launch raises
-NoGPUForLaunchError saying the kernel was compiled but cannot run here."""
+"""Compile-only use of NV (DEV=NV::sm_90 on a machine without an NVIDIA GPU): the core's compile-only stand-in
+(tinycore.device.compile_only) with NVIDIA's names in its messages."""
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from tinycore.device.compile_only import CompiledOnlyProgram, HostAllocator, NoGPUForLaunchError
+from tinycore.device.compile_only import CompileOnlyInterface as _CoreCompileOnlyInterface
 
-from tinycore.device.allocator import Allocator, BufferSpec
-
-
-class NoGPUForLaunchError(RuntimeError):
-    """A kernel was launched on NV in compile-only mode (no GPU to run it)."""
+__all__ = ["CompileOnlyInterface", "CompiledOnlyProgram", "HostAllocator", "NoGPUForLaunchError"]
 
 
-class HostAllocator(Allocator):
-    """Buffers as host memoryviews (bytearrays), so compile-only programs can copy data in and out."""
-
-    def _alloc(self, size: int, options: BufferSpec | None) -> memoryview:
-        return memoryview(bytearray(size))
-
-    def _copyin(self, dest: memoryview, src: memoryview) -> None:
-        dest[:len(src)] = src.cast("B")
-
-    def _copyout(self, dest: memoryview, src: memoryview) -> None:
-        dest.cast("B")[:] = src[:dest.nbytes]
-
-    def _offset(self, opaque: memoryview, size: int, offset: int) -> memoryview:
-        return opaque[offset:offset + size]
-
-    def _as_memoryview(self, opaque: memoryview, size: int) -> memoryview:
-        return opaque[:size]
-
-
-class CompiledOnlyProgram:
-    """A compiled kernel that refuses to launch: `program(...)` raises NoGPUForLaunchError with the reason."""
-
-    def __init__(self, device: str, arch: str, name: str, lib: bytes, reason: str):
-        self.device, self.arch, self.name, self.lib, self.reason = device, arch, name, lib, reason
-
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1),
-                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> Any:
-        raise NoGPUForLaunchError(
-            f"{self.device} is compile-only here: kernel {self.name!r} was rendered and compiled for {self.arch} "
-            f"({len(self.lib)} bytes of CUBIN) but there is no NVIDIA GPU to launch it ({self.reason}). Run it on a "
-            "machine with an NVIDIA GPU and driver, or use DEV=MOCK+NV to run kernels on the simulated GPU")
-
-
-class CompileOnlyInterface:
-    """The stand-in for a GPU in compile-only mode: host buffers and programs that refuse to launch."""
-
-    name = "COMPILE-ONLY"
+class CompileOnlyInterface(_CoreCompileOnlyInterface):
+    """Host buffers and programs that refuse to launch, saying a CUBIN was built but no NVIDIA GPU is here."""
 
     def __init__(self, device: str, arch: str, reason: str):
-        self.device, self.arch, self.reason = device, arch, reason
-        self.allocator = HostAllocator(device)
-
-    @property
-    def description(self) -> str:
-        """What this device is."""
-        return f"{self.device} compile-only for {self.arch} (no GPU: {self.reason})"
-
-    def load(self, name: str, lib: bytes) -> CompiledOnlyProgram:
-        """A program that raises at launch."""
-        return CompiledOnlyProgram(self.device, self.arch, name, lib, self.reason)
-
-    def synchronize(self) -> None:
-        """Nothing runs, so nothing to wait for."""
+        super().__init__(device, arch, reason, binary_kind="CUBIN", hardware="NVIDIA GPU",
+                         elsewhere=", or use DEV=MOCK+NV to run kernels on the simulated GPU")
