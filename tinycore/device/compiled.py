@@ -27,7 +27,7 @@ class Compiled:
         self.graph = graph
         if renderer is not None:
             try:  # Renderer.supported_dtypes reads the capabilities this device declares
-                renderer._device = weakref.ref(self)
+                renderer._opened_device = weakref.ref(self)
             except (AttributeError, TypeError):
                 pass  # a renderer object that takes no attributes: it answers from its own declarations
 

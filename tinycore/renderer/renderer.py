@@ -51,7 +51,7 @@ class Renderer:
         of them."""
         declared = _declared_dtypes(getattr(self, "capabilities", None))
         if declared is None:
-            device_reference = self.__dict__.get("_device")
+            device_reference = self.__dict__.get("_opened_device")
             device = device_reference() if device_reference is not None else None
             declared = _declared_dtypes(getattr(device, "capabilities", None))
         if declared is not None:

@@ -178,3 +178,18 @@ def test_tiny_devices_shows_disk_ok() -> None:
     assert result.returncode == 0, result.stderr
     (device,) = [row for row in json.loads(result.stdout)["devices"] if row["name"] == "DISK"]
     assert device["status"] == "ok", device
+
+
+def test_computing_on_disk_names_the_file_in_the_error(tmp_path):
+    """A kernel that reaches DISK is refused with the device's name and the way out (not an internal object)."""
+    import numpy as np
+    import pytest
+    from tiny_disk.device import DiskKernelError
+
+    from tinycore import Tensor
+    path = tmp_path / "values.bin"
+    np.arange(8, dtype=np.float32).tofile(path)
+    with pytest.raises(DiskKernelError) as raised:
+        (Tensor(path) + 1).numpy()
+    assert f"DISK:{path}" in str(raised.value) and "weakref" not in str(raised.value)
+    assert ".to('CPU')" in str(raised.value)
