@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -102,24 +103,29 @@ class HCQProgram:
             if device.profiling:
                 self(*buffers, global_size=sizes, local_size=local)
                 return
-            queue = device.compute_queue()
-            queue.exec(self, self.new_arguments(buffers, ()), sizes, local)
-            queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+            with device.submit_lock:
+                queue = device.compute_queue()
+                queue.exec(self, self.new_arguments(buffers, ()), sizes, local)
+                queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
         return launch
 
     def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
                  vals: Sequence[int] = (), wait: bool = False) -> float | None:
         """Launch on `buffers` with the integer arguments `vals`; with `wait`, the kernel's device time in seconds."""
         device = self.device
-        arguments = self.new_arguments(buffers, vals)
-        queue = device.compute_queue()
-        if not (wait or device.profiling):
-            queue.exec(self, arguments, global_size, local_size)
+        timed = wait or device.profiling
+        if timed:
+            start, end = device.new_signal(name=f"{self.name} start"), device.new_signal(name=f"{self.name} end")
+        with device.submit_lock:  # argument memory, timeline value and submission order stay together
+            arguments = self.new_arguments(buffers, vals)
+            queue = device.compute_queue()
+            if timed:
+                queue.timestamp(start).exec(self, arguments, global_size, local_size).timestamp(end)
+            else:
+                queue.exec(self, arguments, global_size, local_size)
             queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
+        if not timed:
             return None
-        start, end = device.new_signal(name=f"{self.name} start"), device.new_signal(name=f"{self.name} end")
-        queue.timestamp(start).exec(self, arguments, global_size, local_size).timestamp(end)
-        queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
         device.synchronize()
         if device.profiling:
             profile.record(self.display_name, device.device, "compute", start.timestamp, end.timestamp)
@@ -152,6 +158,9 @@ class HCQCompiled(Compiled):
         self.queues: HCQQueues = queues
         self.broken: str | None = None
         self.submissions = 0
+        # held while a launch takes argument memory and a timeline value and submits, so that threads launching
+        # at once signal the timeline in order
+        self.submit_lock = threading.Lock()
         self.profiling = bool(PROFILE)
         self.timeline_signal = self.new_signal(0, name="timeline")
         self.timeline_value = 1

@@ -145,30 +145,31 @@ class HCQGraph:
     def run(self, input_buffers: Sequence[Any], var_vals: Mapping[UOp, int] | None = None) -> None:
         """Replay with `input_buffers` in place of the captured inputs and `var_vals` for the Variables: patch the
         argument blocks in place, then one submission per device."""
-        for device, last in self.last_values.items():
-            # the previous replay must be done with the argument blocks before they change
-            device.timeline_signal.wait(last)
         values: dict[UOp, int] = dict(self.captured_values) if self.value_patches or var_vals else {}
         if var_vals:
             values.update(var_vals)
-        views: list[Any] = []
-        for arguments, number, input_number, view in self.input_patches:
-            buffer = input_buffers[input_number]
-            if view is not None:
-                buffer = buffer.view(*view).ensure_allocated()
-                views.append(buffer)
-            arguments.set_buffer(number, buffer._buf)
-        for arguments, number, variable in self.value_patches:
-            value = values.get(variable)
-            arguments.set_value(number, value if value is not None else evaluate(variable, values))
-        self.replays += 1
-        if len(self.queues) > 1:
-            values[SYNC_BASE] = self.replays * self.sync_stride  # graph signals only grow from replay to replay
-        # devices in reverse order: a queue that waits for an earlier device is already submitted when it signals
-        for device in reversed(self.devices):
-            values[TIMELINE_WAIT] = device.timeline_value - 1
-            values[TIMELINE_SIGNAL] = self.last_values[device] = device.next_timeline_value()
-            self.queues[device].submit(device, values)
+        with self.device.submit_lock:  # one replay's patches and submissions at a time (the first device's lock)
+            for device, last in self.last_values.items():
+                # the previous replay must be done with the argument blocks before they change
+                device.timeline_signal.wait(last)
+            views: list[Any] = []
+            for arguments, number, input_number, view in self.input_patches:
+                buffer = input_buffers[input_number]
+                if view is not None:
+                    buffer = buffer.view(*view).ensure_allocated()
+                    views.append(buffer)
+                arguments.set_buffer(number, buffer._buf)
+            for arguments, number, variable in self.value_patches:
+                value = values.get(variable)
+                arguments.set_value(number, value if value is not None else evaluate(variable, values))
+            self.replays += 1
+            if len(self.queues) > 1:
+                values[SYNC_BASE] = self.replays * self.sync_stride  # graph signals only grow from replay to replay
+            # devices in reverse order: a queue that waits for an earlier device is already submitted when it signals
+            for device in reversed(self.devices):
+                values[TIMELINE_WAIT] = device.timeline_value - 1
+                values[TIMELINE_SIGNAL] = self.last_values[device] = device.next_timeline_value()
+                self.queues[device].submit(device, values)
         if self.timed:
             for device in self.devices:
                 device.synchronize()

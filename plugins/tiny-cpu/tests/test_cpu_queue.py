@@ -107,3 +107,37 @@ def test_a_capture_over_two_devices_replays_as_one_submission_per_device() -> No
         doubled = data * 2 + 1
         np.testing.assert_allclose(result.numpy(), (np.exp(doubled) - 1).sum() + doubled.max(), rtol=1e-5)
         assert result.device == "CPU:1"
+
+
+def test_threads_launching_at_once_get_right_results_and_an_ordered_timeline() -> None:
+    import threading
+
+    from tinycore.device.buffer import Buffer
+    from tinycore.dtype import dtypes
+    from tinycore.engine.realize import _runners
+    device = cpu()
+    source_data = np.arange(64, dtype=np.float32)
+    (Tensor(source_data).realize() * 2.5).realize()
+    runner = [runner for (_, name), runner in _runners.items() if name == "CPU" and runner.name.startswith("E_")][-1]
+    wrong: list[int] = []
+
+    def launch_many(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        source = Buffer("CPU", 64, dtypes.float32).ensure_allocated()
+        destination = Buffer("CPU", 64, dtypes.float32).ensure_allocated()
+        for _ in range(200):
+            data = rng.standard_normal(64).astype(np.float32)
+            source.copyin(memoryview(data.tobytes()))
+            runner([destination._buf, source._buf], {})
+            got = np.frombuffer(destination.copyout(memoryview(bytearray(256))), np.float32)
+            if not np.allclose(got, data * np.float32(2.5)):
+                wrong.append(seed)
+
+    threads = [threading.Thread(target=launch_many, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    device.synchronize()
+    assert wrong == []
+    assert device.timeline_signal.value == device.timeline_value - 1

@@ -42,26 +42,29 @@ class CPUQueueProgram(HCQProgram):
         assert base is not None, "CPU argument memory is host memory with an address"
         submit, hardware = device.library.tinycore_queue_submit, device.hardware_queues["compute"]
         formats: dict[int, str] = {}
+        lock = device.submit_lock
 
         def launch(buffers: Sequence[Any]) -> None:
             if device.broken is not None:
                 device.check_usable()
             count = len(buffers)
             layout = formats.get(count) or formats.setdefault(count, f"{12 + count}q")
-            # the two commands, then the argument block they point at, in one kernarg slot
-            offset = ring.offset
-            if offset + 256 <= ring.size and count <= 20:
-                ring.offset = offset + 256
-                address = base + offset
-            else:
-                offset, slot = ring.allocate(8 * (12 + count))
-                address = base + offset if slot is None else slot
-            value = device.timeline_value
-            device.timeline_value = value + 1
-            device.submissions += 1
-            struct.pack_into(layout, ring.memory, offset, EXEC, entry, address + 96, shares, threads, 0,
-                             SIGNAL, timeline, value, 0, 0, 0, *buffers)
-            if submit(hardware, address, 12):
+            with lock:  # the slot, the timeline value and the submission stay in one order across threads
+                # the two commands, then the argument block they point at, in one kernarg slot
+                offset = ring.offset
+                if offset + 256 <= ring.size and count <= 20:
+                    ring.offset = offset + 256
+                    address = base + offset
+                else:
+                    offset, slot = ring.allocate(8 * (12 + count))
+                    address = base + offset if slot is None else slot
+                value = device.timeline_value
+                device.timeline_value = value + 1
+                device.submissions += 1
+                struct.pack_into(layout, ring.memory, offset, EXEC, entry, address + 96, shares, threads, 0,
+                                 SIGNAL, timeline, value, 0, 0, 0, *buffers)
+                status = submit(hardware, address, 12)
+            if status:
                 device.submit_words("compute", b"", 0)  # reports the queue's state
         return launch
 
