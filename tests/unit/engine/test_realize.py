@@ -10,6 +10,7 @@ import weakref
 
 import numpy as np
 import pytest
+from schedule_graphs import GraphBuilder
 
 from tinycore.counters import GlobalCounters
 from tinycore.dtype import dtypes, from_numpy_dtype
@@ -259,7 +260,6 @@ class _DeviceMemory:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_random_graphs_on_the_device_match_numpy(seed):
-    from test_schedule import GraphBuilder
     rng = np.random.default_rng(1000 + seed)
     builder = GraphBuilder(_DeviceMemory(), rng)  # type: ignore[arg-type]
     for _ in range(int(rng.integers(2, 7))):
