@@ -7,8 +7,6 @@ See docs/architecture.md, "Kernel-level graph", for the input and output contrac
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tinycore.codegen.expand import expand
 from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
@@ -17,11 +15,13 @@ from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
 from tinycore.codegen.simplify import simplify_indices
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
+from tinycore.plugins.contract import RendererContract
+from tinycore.renderer.renderer import ProgramSpec, Renderer
 from tinycore.uop.axis import AxisType
 from tinycore.uop.uop import UOp
 
 
-def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> Kernel:
+def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> Kernel:
     """The kernel of `ast` with `opts` applied, or the heuristic's choice when `opts` is None (none with NOOPT=1)."""
     kernel = Kernel(ast)
     if opts is not None:
@@ -31,14 +31,14 @@ def optimize_kernel(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> K
         notes = []
     else:
         notes = hand_coded_optimizations(kernel, renderer)
-    if getattr(renderer, "has_local", False) and not getattr(renderer, "has_threads", False):
+    if renderer.has_local and not renderer.has_threads:
         notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
     if DEBUG >= 3:
         print(f"{kernel.name()}: " + (", ".join(notes) if notes else "no optimizations"))
     return kernel
 
 
-def linearize(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UOp]:
+def linearize(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> list[UOp]:
     """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
     kernel = optimize_kernel(ast, renderer, opts)
     stores = expand(simplify_indices(kernel.ast), lambda dtype: vector_width(renderer, dtype),
@@ -46,12 +46,9 @@ def linearize(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> list[UO
     return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
 
 
-def renderer_supports_vector(renderer: Any, dtype: DType, width: int) -> bool:
+def renderer_supports_vector(renderer: RendererContract, dtype: DType, width: int) -> bool:
     """True when the renderer declares vectors of `width` lanes of scalar `dtype` (Renderer.supports_vector)."""
-    check = getattr(renderer, "supports_vector", None)
-    if callable(check):
-        return bool(check(dtype, width))
-    return width == 1 or width in (getattr(renderer, "vector_widths", {}) or {}).get(dtype.scalar, ())
+    return renderer.supports_vector(dtype, width)
 
 
 def _kernel_name(ast: UOp, kernel: Kernel) -> str:
@@ -60,7 +57,7 @@ def _kernel_name(ast: UOp, kernel: Kernel) -> str:
     return given if isinstance(given, str) and given else kernel.name()
 
 
-def lower_to_program(ast: UOp, renderer: Any, opts: list[Opt] | None = None) -> Any:
+def lower_to_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """The ProgramSpec of the kernel `ast` rendered by `renderer` (see linearize for `opts`)."""
     uops = linearize(ast, renderer, opts)
     return renderer.to_program(uops, uops[-1].arg)

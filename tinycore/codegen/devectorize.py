@@ -8,10 +8,9 @@ stays scalar.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tinycore.codegen.simplify import fold_node
 from tinycore.dtype import DType, dtypes
+from tinycore.plugins.contract import RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
@@ -19,9 +18,9 @@ DEFAULT_VECTOR_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.FD
 DEFAULT_VECTOR_INT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR})
 
 
-def vector_alu_supported(renderer: Any, op: Ops, dtype: DType) -> bool:
-    """True when `renderer` can emit `op` on vectors of scalar `dtype` (its `vector_ops` or the defaults)."""
-    declared = getattr(renderer, "vector_alu_ops", None) or getattr(renderer, "vector_ops", None)
+def vector_alu_supported(renderer: RendererContract, op: Ops, dtype: DType) -> bool:
+    """True when `renderer` can emit `op` on vectors of scalar `dtype` (its `vector_alu_ops` or the defaults)."""
+    declared = renderer.vector_alu_ops
     if declared is not None:
         allowed = declared.get(dtype.scalar, ()) if isinstance(declared, dict) else declared
         return op in allowed
@@ -41,7 +40,7 @@ def _split_lanes(node: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, node.dtype, tuple(lanes))
 
 
-def legalize(roots: list[UOp], renderer: Any) -> dict[UOp, UOp]:
+def legalize(roots: list[UOp], renderer: RendererContract) -> dict[UOp, UOp]:
     """The rewritten form of every node under `roots` (a mapping old node -> legal node)."""
     memo: dict[UOp, UOp] = {}
     for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort:

@@ -23,13 +23,12 @@ Remaining output axes become gidx0..2 (optimize.map_global_dims); LOCAL axes bec
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce, nested_reduces
 from tinycore.codegen.opt import Kernel, KernelOptError, replace_range
 from tinycore.codegen.optimize import axis_stride, map_global_dims, strip_casts
 from tinycore.dtype import dtypes
 from tinycore.helpers import getenv, prod
+from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -54,10 +53,10 @@ GROUP_REDUCE = getenv("GROUP_REDUCE", 1)
 """Set GROUP_REDUCE=0 to turn group reduces off (reduces then run one work-item per output)."""
 
 
-def local_limits(renderer: Any) -> tuple[tuple[int, ...], int]:
+def local_limits(renderer: RendererContract) -> tuple[tuple[int, ...], int]:
     """(per-dimension local size limits, work-items per group limit) of `renderer`."""
-    per_axis = tuple(int(size) for size in (getattr(renderer, "local_max", None) or DEFAULT_LOCAL_MAX))
-    total = int(getattr(renderer, "max_local_total", None) or DEFAULT_MAX_LOCAL_TOTAL)
+    per_axis = tuple(int(size) for size in (renderer.local_max or DEFAULT_LOCAL_MAX))
+    total = int(renderer.max_local_total or DEFAULT_MAX_LOCAL_TOTAL)
     return per_axis, total
 
 
@@ -80,7 +79,7 @@ def tile_sizes(preferred: int) -> list[int]:
 class GpuHeuristic:
     """Chooses GPU opts for one kernel; `apply` maps the axes to SPECIALs and lowers a chosen group reduce."""
 
-    def __init__(self, kernel: Kernel, renderer: Any):
+    def __init__(self, kernel: Kernel, renderer: RendererContract):
         self.kernel, self.renderer = kernel, renderer
         self.notes: list[str] = []
         self.local_axes: list[UOp] = []  # LOCAL ranges, in lidx dimension order
@@ -103,7 +102,7 @@ class GpuHeuristic:
 
     def choose(self) -> None:
         """Pick and apply the opts (see the module docstring)."""
-        rewrite = getattr(self.renderer, "tensor_core_opt", None)
+        rewrite = self.renderer.tensor_core_opt
         if callable(rewrite) and rewrite(self.kernel, self.notes):
             return  # the renderer rewrote the kernel for its matrix units (it made its own thread indices)
         if not self.register_tile() and GROUP_REDUCE and self.choose_group():
@@ -113,12 +112,12 @@ class GpuHeuristic:
     def choose_group(self) -> bool:
         """Pick a group reduce; True when one was chosen."""
         reduces = self.kernel.reduce_ops
-        if not getattr(self.renderer, "has_shared", True) or not reduces or \
+        if not self.renderer.has_shared or not reduces or \
                 any(node.dtype.count != 1 for node in reduces):
             return False
         outputs = prod(range_size(r) or 1 for r in self.loop_axes())
-        output_limit = min(int(getattr(self.renderer, "group_max_outputs", None) or GROUP_MAX_OUTPUTS),
-                           int(getattr(self.renderer, "max_groups", None) or GROUP_MAX_OUTPUTS))
+        output_limit = min(int(self.renderer.group_max_outputs or GROUP_MAX_OUTPUTS),
+                           int(self.renderer.max_groups or GROUP_MAX_OUTPUTS))
         if outputs > output_limit or any(range_size(r) is None for r in self.loop_axes()):
             return False
         nested = nested_reduces(self.kernel.ast)
@@ -131,12 +130,12 @@ class GpuHeuristic:
         users = [node for node in reduces if grouped in node.src[1:]]
         per_axis, total = local_limits(self.renderer)
         size = range_size(grouped) or 0
-        wanted = int(getattr(self.renderer, "group_size", None) or DEFAULT_GROUP_SIZE)
+        wanted = int(self.renderer.group_size or DEFAULT_GROUP_SIZE)
         group = 1
         while group * 2 <= min(per_axis[0], total, size, wanted):
             group *= 2
         itemsize = max(node.dtype.itemsize for node in users)
-        shared = getattr(self.renderer, "shared_max", None)
+        shared = self.renderer.shared_max
         if group < 2 or (shared is not None and group * itemsize * len(users) > int(shared)):
             return False
         self.group = (grouped, group)
@@ -167,8 +166,7 @@ class GpuHeuristic:
                     rows = range_node
             if columns is None or rows is None:
                 continue
-            preferred_rows, preferred_columns = getattr(self.renderer, "register_tile", None) or (TILE_ROWS,
-                                                                                                 TILE_COLUMNS)
+            preferred_rows, preferred_columns = self.renderer.register_tile or (TILE_ROWS, TILE_COLUMNS)
             column_tile = next((t for t in tile_sizes(preferred_columns) if (range_size(columns) or 1) % t == 0), None)
             row_tile = next((t for t in tile_sizes(preferred_rows) if (range_size(rows) or 1) % t == 0), None)
             if column_tile is None or row_tile is None:
@@ -182,7 +180,7 @@ class GpuHeuristic:
         """Split output axes, innermost first, into group and local indices."""
         per_axis, total = local_limits(self.renderer)
         budget = total
-        max_groups = int(getattr(self.renderer, "max_groups", None) or MAX_GROUPS_PER_DIMENSION)
+        max_groups = int(self.renderer.max_groups or MAX_GROUPS_PER_DIMENSION)
         loops = self.loop_axes()
         if loops and (range_size(loops[-1]) or 0) > max_groups * largest_power_of_two_divisor(
                 range_size(loops[-1]) or 1, min(per_axis[0], total)):
@@ -228,7 +226,7 @@ class GpuHeuristic:
         self.kernel.axes.remove(grouped)
 
 
-def gpu_optimize(kernel: Kernel, renderer: Any, choose: bool = True) -> list[str]:
+def gpu_optimize(kernel: Kernel, renderer: RendererContract, choose: bool = True) -> list[str]:
     """Apply the GPU heuristic (when `choose`) and map `kernel`'s axes to SPECIALs; returns a note per choice."""
     heuristic = GpuHeuristic(kernel, renderer)
     if choose:

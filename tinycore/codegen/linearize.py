@@ -18,6 +18,7 @@ from typing import Any
 
 from tinycore.codegen.devectorize import legalize
 from tinycore.dtype import DType, dtypes
+from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, new_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -112,7 +113,7 @@ def _range_dependencies(sink: UOp) -> dict[UOp, frozenset[UOp]]:
 class Linearizer:
     """Builds the linear program of one kernel from its expanded stores."""
 
-    def __init__(self, stores: list[UOp], renderer: Any):
+    def __init__(self, stores: list[UOp], renderer: RendererContract):
         self.renderer = renderer
         self.sink = _rename_shared_ranges(UOp(Ops.SINK, dtypes.void, tuple(stores)))
         self.tree = LoopTree()
@@ -334,7 +335,7 @@ class Linearizer:
         return program
 
 
-def linearize_stores(stores: list[UOp], renderer: Any, name: str = "kernel") -> list[UOp]:
+def linearize_stores(stores: list[UOp], renderer: RendererContract, name: str = "kernel") -> list[UOp]:
     """The linear program computing `stores` (expanded stores whose values may hold REDUCEs over RANGEs)."""
     linearizer = Linearizer(stores, renderer)
     linearizer.build_tree()

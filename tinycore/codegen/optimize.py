@@ -13,12 +13,11 @@ CPU kernels, in this order:
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count, replace_range
 from tinycore.codegen.simplify import fold, linear_form
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
+from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -43,12 +42,12 @@ PREFERRED_VECTOR_BYTES = 32
 """The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
 
 
-def vector_width(renderer: Any, dtype: DType) -> int:
+def vector_width(renderer: RendererContract, dtype: DType) -> int:
     """The widest vector of scalar `dtype` the renderer supports, up to one preferred-size register (1: none)."""
     if dtypes.is_bool(dtype) or dtype.count != 1:
         return 1
-    widths = getattr(renderer, "vector_widths", {}) or {}
-    limit = max(1, getattr(renderer, "preferred_vector_bytes", PREFERRED_VECTOR_BYTES) // dtype.itemsize)
+    widths = renderer.vector_widths or {}
+    limit = max(1, (renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) // dtype.itemsize)
     return max((width for width in widths.get(dtype.scalar, ()) if width <= limit), default=1)
 
 
@@ -80,7 +79,7 @@ def strip_casts(node: UOp) -> UOp:
 class Heuristic:
     """Chooses and applies opts to one kernel for one renderer; `applied` lists them."""
 
-    def __init__(self, kernel: Kernel, renderer: Any):
+    def __init__(self, kernel: Kernel, renderer: RendererContract):
         self.kernel, self.renderer = kernel, renderer
         self.notes: list[str] = []
         self.original_sizes = {axis_id(r): range_size(r) for r in kernel.axes}
@@ -106,7 +105,7 @@ class Heuristic:
 
     def run(self) -> list[Opt]:
         """Choose and apply the opts; returns the applied list."""
-        if getattr(self.renderer, "has_local", False) and not getattr(self.renderer, "has_threads", False):
+        if self.renderer.has_local and not self.renderer.has_threads:
             return list(self.kernel.applied)
         if not self.matmul_tile() and not self.dot_tile():
             self.vectorize()
@@ -275,7 +274,7 @@ class Heuristic:
     def threads(self) -> None:
         """Split the outermost big enough output axis across the CPU workers."""
         minimum = MIN_THREAD_WORK if self.kernel.reduce_ops else MIN_THREAD_ELEMENTWISE
-        if not getattr(self.renderer, "has_threads", True) or self.kernel.work() < minimum:
+        if not self.renderer.has_threads or self.kernel.work() < minimum:
             return
         workers = default_worker_count()
         candidates = [(r, range_size(r) or 0) for r in self.output_axes() if (range_size(r) or 0) >= 2]
@@ -285,19 +284,19 @@ class Heuristic:
         self.attempt(chosen[0], OptOps.THREAD, min(workers, chosen[1]), "multi-core")
 
 
-def hand_coded_optimizations(kernel: Kernel, renderer: Any) -> list[str]:
+def hand_coded_optimizations(kernel: Kernel, renderer: RendererContract) -> list[str]:
     """Apply the heuristic's opts to `kernel`; returns a readable line per opt applied."""
     heuristic = Heuristic(kernel, renderer)
     heuristic.run()
     return heuristic.notes
 
 
-def map_global_dims(kernel: Kernel, renderer: Any) -> None:
+def map_global_dims(kernel: Kernel, renderer: RendererContract) -> None:
     """On GPUs: one thread per output element; output loop axes become SPECIAL gidx0..2 (innermost is gidx0).
 
     Axes beyond three are merged into gidx2; an axis larger than the renderer's `global_max` stays a loop.
     """
-    limits = tuple(getattr(renderer, "global_max", None) or (2 ** 31 - 1,) * 3)
+    limits = tuple(renderer.global_max or (2 ** 31 - 1,) * 3)
     axes = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
     axes = [r for r in axes if range_size(r) is not None]
     if not axes:

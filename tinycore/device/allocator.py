@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from tinycore.plugins.contract import AllocatorContract
 
 
 @dataclass(frozen=True)
@@ -24,17 +25,13 @@ class BufferSpec:
     external_ptr: int | None = None
 
 
-class Allocator:
+class Allocator(AllocatorContract):
     """The memory interface of one device.
 
     Subclasses implement `_alloc(size, options)` and `_free(opaque, size, options)` and the copies
-    `_copyin(dest, src)` / `_copyout(dest, src)`; `_offset` (views) and `_as_memoryview` (host-visible memory) are
-    optional. An `opaque` handle is whatever the device's programs take as a buffer argument.
+    `_copyin(dest, src)` / `_copyout(dest, src)`; `_offset` (views), `_as_memoryview` (host-visible memory) and
+    `copy_to_buffer` are optional (see `tinycore.plugins.contract.AllocatorContract`).
     """
-
-    before_host_access: Callable[[], None] | None = None
-    """Set by a queue-based device to its `synchronize`: called before the host reads or writes device memory or
-    releases it, so that no queued command still uses it."""
 
     def __init__(self, device: str = "?"):
         self.device = device
@@ -76,26 +73,6 @@ class Allocator:
         """The host-visible bytes of `opaque` as a writable memoryview (only on devices with host memory)."""
         self._settle()
         return self._as_memoryview(opaque, size)
-
-    # ---- the device-specific part ----
-
-    def _alloc(self, size: int, options: BufferSpec | None) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
-
-    def _free(self, opaque: Any, size: int, options: BufferSpec | None) -> None:
-        """Default: nothing to release (memory owned by Python objects)."""
-
-    def _copyin(self, dest: Any, src: memoryview) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement _copyin")
-
-    def _copyout(self, dest: memoryview, src: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} must implement _copyout")
-
-    def _offset(self, opaque: Any, size: int, offset: int) -> Any:
-        raise NotImplementedError(f"{self.device} does not support buffer views (sub-buffers at an offset)")
-
-    def _as_memoryview(self, opaque: Any, size: int) -> memoryview:
-        raise NotImplementedError(f"{self.device} memory is not host visible: use copyout instead")
 
 
 class LRUAllocator(Allocator):

@@ -7,9 +7,10 @@ from typing import Any
 
 from tinycore.device.allocator import Allocator
 from tinycore.device.compiler import Compiler
+from tinycore.plugins.contract import DeviceContract
 
 
-class Compiled:
+class Compiled(DeviceContract):
     """A device: its canonical name, allocator, renderer, compiler and runtime.
 
     `runtime(name, lib)` loads a compiled binary and returns a program, called as
@@ -30,9 +31,6 @@ class Compiled:
                 renderer._opened_device = weakref.ref(self)
             except (AttributeError, TypeError):
                 pass  # a renderer object that takes no attributes: it answers from its own declarations
-
-    def synchronize(self) -> None:
-        """Wait until every launched program and copy on this device has finished (default: all are synchronous)."""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device}>"

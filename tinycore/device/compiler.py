@@ -7,6 +7,7 @@ import pathlib
 import tempfile
 
 from tinycore.helpers import CACHELEVEL, DEBUG, cache_dir
+from tinycore.plugins.contract import CompilerContract
 
 # A cache entry is MAGIC + sha256(payload) + payload; anything else is treated as a miss.
 _MAGIC = b"TINYCORE-BIN1\n"
@@ -21,27 +22,17 @@ class CompileError(RuntimeError):
         self.log = log
 
 
-class Compiler:
-    """Turns source into a binary the device's runtime loads.
+class Compiler(CompilerContract):
+    """Turns source into a binary the device's runtime loads, with a memory and disk cache.
 
     Subclasses implement `compile(src) -> bytes` and describe themselves with `name`, `version()` and `flags`,
-    which (with the source) key the disk cache, so a different compiler or different flags never reuse a binary.
+    which (with the source) key the disk cache, so a different compiler or different flags never reuse a binary
+    (see `tinycore.plugins.contract.CompilerContract`).
     """
-
-    name: str = "compiler"
-    flags: tuple[str, ...] = ()
 
     def __init__(self, cache_subdir: str = "kernels"):
         self.cache_subdir = cache_subdir
         self._memory_cache: dict[str, bytes] = {}
-
-    def version(self) -> str:
-        """A string identifying the exact compiler build (part of the cache key)."""
-        return ""
-
-    def compile(self, src: str) -> bytes:
-        """Compile `src` to a binary; raise CompileError with the compiler's log on failure."""
-        raise NotImplementedError(f"{type(self).__name__} must implement compile")
 
     def disassemble(self, lib: bytes) -> str:
         """Human-readable machine code of a binary (optional)."""

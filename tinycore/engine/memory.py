@@ -11,7 +11,7 @@ from typing import Any
 
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
-from tinycore.renderer.renderer import Renderer
+from tinycore.plugins.contract import RendererContract, makes_views
 from tinycore.schedule.device_facts import DeviceFacts
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
@@ -35,12 +35,11 @@ def supports_views(device: Any) -> bool:
     """True when `device`'s allocator can make buffers that are views (sub-ranges) of other buffers."""
     if not isinstance(device, str):
         return False
-    from tinycore.device.allocator import Allocator
     try:
         allocator = _allocator_of(device)
     except Exception:  # noqa: BLE001 - a device that cannot open supports nothing; the copy reports the error
         return False
-    return type(allocator)._offset is not Allocator._offset
+    return makes_views(allocator)
 
 
 def device_facts(device: object) -> DeviceFacts:
@@ -54,7 +53,7 @@ def device_facts(device: object) -> DeviceFacts:
         renderer = Device[device].renderer
     except Exception:  # noqa: BLE001 - the failure is reported by realize, which needs the device to run anything
         return DeviceFacts()
-    limit = renderer.max_buffers if isinstance(renderer, Renderer) else None
+    limit = renderer.max_buffers if isinstance(renderer, RendererContract) else None
     return DeviceFacts(limit, supports_views(device), type(renderer).__name__)
 
 

@@ -17,6 +17,7 @@ from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.helpers import DEBUG
+from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
 from tinycore.schedule.cache import schedule_cached
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
@@ -53,7 +54,7 @@ class Runner:
         self.name = self.spec.name
         self.globals = tuple(self.spec.globals)
         self.static_dims = None if self.spec.vars else self.spec.launch_dims()
-        self._launch: Any = getattr(self.program, "launcher", None)
+        self._launch: Any = launcher_of(self.program)
         self._fast = None
         if self.static_dims is not None and self._launch is not None:
             self._fast = self._launch(*self.static_dims)
@@ -111,9 +112,9 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
     """Runners for `asts` on `device` compiled in batches, when its compiler has `compile_batch`."""
     from tinycore.device.registry import Device
     opened = Device[device]
-    batch = getattr(opened.compiler, "compile_batch", None)
-    if batch is None:
+    if not compiles_in_batches(opened.compiler):
         return
+    batch = opened.compiler.compile_batch
     from tinycore.codegen import lower_to_program
     # sorted by source: the batches (and so their disk cache keys) do not depend on the schedule's order
     specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
@@ -154,9 +155,8 @@ def copy_buffers(destination: Any, source: Any) -> None:
                          f"buffer on {destination.device}: the sizes must match")
     if source.nbytes == 0:
         return
-    copier = getattr(source.allocator, "copy_to_buffer", None)
-    if copier is not None:
-        copier(source.ensure_allocated()._buf, destination)
+    if copies_to_buffer(source.allocator):
+        source.allocator.copy_to_buffer(source.ensure_allocated()._buf, destination)
         return
     staging = memoryview(bytearray(source.nbytes))
     source.copyout(staging)

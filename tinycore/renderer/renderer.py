@@ -7,42 +7,17 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import to_function_name
+from tinycore.plugins.contract import RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp, exec_alu
 
 Sizes = tuple["int | UOp", ...]
 
 
-class Renderer:
-    """Turns a linearized kernel (a list of kernel-level UOps in execution order) into source code.
-
-    Capabilities that codegen reads: `has_local` (workgroups with local ids), `has_shared` (shared/local memory),
-    `has_threads` (CPU-style worker split through SPECIAL "core_id"), `global_max` / `local_max` (largest launch
-    dimensions), `shared_max` (bytes of shared memory), `vector_widths` (for each scalar dtype, the vector widths
-    loads, stores and ALU ops may use), `supports_float4` (any vectors at all). `suffix` is the source language
-    ("c", "cl", "cu", ...). The scheduler reads `max_buffers`: the most buffers, outputs and inputs together, one
-    kernel may take on the device (None: no limit); kernels that would take more are split (schedule/split.py). GPU
-    codegen (codegen/gpu.py) reads the optional `group_size`, `group_max_outputs` (group reduces only for kernels with
-    at most that many outputs), `register_tile` (preferred rows, columns of a matmul's per-thread tile) and
-    `tensor_core_opt` (a function given each kernel first, which may rewrite it for the device's matrix units).
-    """
-
-    device: str = ""
-    suffix: str = ""
-    has_local: bool = True
-    has_shared: bool = True
-    has_threads: bool = False
-    global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
-    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
-    shared_max: int = 32768
-    supports_float4: bool = True
-    vector_widths: dict[DType, tuple[int, ...]] = {}
-    tensor_cores: list[Any] = []
-    max_buffers: int | None = None
-
-    def render(self, uops: list[UOp]) -> str:
-        """The source of the kernel `uops` (a linear program, see docs/architecture.md)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement render")
+class Renderer(RendererContract):
+    """Turns a linearized kernel (a list of kernel-level UOps in execution order) into source code and describes it
+    in a ProgramSpec. Every attribute the core reads, with its default, is declared in
+    `tinycore.plugins.contract.RendererContract`."""
 
     def supported_dtypes(self) -> set[DType]:
         """The scalar dtypes this renderer's kernels can load, compute with and store (tinygrad's
@@ -65,18 +40,10 @@ class Renderer:
             return {dtype for dtype in dtypes.all if dtype in type_map}
         return set(dtypes.all)
 
-    def supports_vector(self, dtype: DType, width: int) -> bool:
-        """True when `width` lanes of scalar `dtype` may be used in one load, store or ALU op."""
-        return width == 1 or width in self.vector_widths.get(dtype.scalar, ())
-
     def to_program(self, uops: list[UOp], name: str | None = None) -> ProgramSpec:
         """Render `uops` and describe the result (launch sizes, arguments, estimates) in a ProgramSpec."""
         function_name = name if name is not None else kernel_name(uops)
         return ProgramSpec.from_uops(function_name, self.render_named(uops, function_name), self.device, uops)
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """`render(uops)` with the function called `name` (renderers that take a name override this)."""
-        return self.render(uops)
 
 
 def _declared_dtypes(capabilities: Any) -> Any:

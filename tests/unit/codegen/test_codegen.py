@@ -4,13 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from codegen_kernels import (
+    CASES,
     Case,
     GPURenderer,
     ScalarRenderer,
     VectorCPURenderer,
     buffer,
-    cast_int_to_float,
-    compare_to_bool,
     elementwise_broadcast,
     flat_index,
     full_reduce,
@@ -24,9 +23,6 @@ from codegen_kernels import (
     reduce_inner,
     reduce_outer,
     softmax_numerator,
-    symbolic_elementwise,
-    symbolic_reduce,
-    transposed_copy,
     two_outputs,
 )
 
@@ -57,18 +53,6 @@ def check(case: Case, renderer: object, opts: list[Opt] | None) -> None:
         np.testing.assert_array_equal(result, expected)
 
 
-CASES = [
-    elementwise_broadcast(4, 16), elementwise_broadcast(3, 5), elementwise_broadcast(1, 1),
-    elementwise_broadcast(6, 24, dtypes.int32), transposed_copy(8, 16), transposed_copy(3, 5),
-    reduce_inner(4, 64), reduce_inner(3, 7), reduce_inner(5, 32, Ops.MAX), reduce_inner(2, 16, Ops.MUL),
-    reduce_inner(4, 48, Ops.ADD, dtypes.int32), reduce_inner(3, 40, Ops.MAX, dtypes.int32),
-    reduce_outer(16, 8), reduce_outer(7, 24), full_reduce(256), full_reduce(100, dtypes.int32),
-    padded(10, 2, 3), padded(16, 8, 8), padded_rows(5, 16, 2, 1), matmul(8, 32, 16), matmul(5, 7, 3),
-    matmul(12, 16, 8),
-    matmul(6, 12, 16, dtypes.int32), matmul_transposed(16, 32, 64), matmul_transposed(64, 16, 8),
-    matmul_transposed(5, 24, 7), matmul_transposed(12, 8, 4), softmax_numerator(4, 16), integer_arithmetic(64),
-    symbolic_elementwise(40, 29), compare_to_bool(40), cast_int_to_float(6, 16), symbolic_reduce(4, 48, 37),
-]
 RENDERERS = {"vector_cpu": VectorCPURenderer(), "scalar": ScalarRenderer(), "gpu": GPURenderer()}
 
 

@@ -17,6 +17,7 @@ from tinycore.codegen.gpu import largest_power_of_two_divisor, local_limits
 from tinycore.codegen.interpreter import run_linear
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce
 from tinycore.dtype import dtypes
+from tinycore.plugins.contract import RendererContract
 from tinycore.tensor import Tensor
 from tinycore.uop.axis import AxisType, new_range
 from tinycore.uop.ops import Ops
@@ -27,13 +28,13 @@ GPU_DEVICES = ("CL", "WEBGPU")
 
 
 @dataclass
-class GpuRenderer:
+class GpuRenderer(RendererContract):
     """The parts of a GPU renderer codegen reads."""
 
     has_local: bool = True
     has_threads: bool = False
-    local_max: tuple[int, ...] = (256, 256, 64)
-    max_local_total: int = 256
+    local_max: tuple[int, ...] | None = (256, 256, 64)
+    max_local_total: int | None = 256
     global_max: tuple[int, ...] = (2 ** 31 - 1, 65535, 65535)
     shared_max: int = 32768
     max_groups: int = 65535
@@ -41,7 +42,7 @@ class GpuRenderer:
 
 
 @dataclass
-class CpuRenderer:
+class CpuRenderer(RendererContract):
     """The parts of a CPU renderer codegen reads."""
 
     has_local: bool = False
@@ -156,7 +157,7 @@ def test_local_limit_helpers():
     assert largest_power_of_two_divisor(4096, 256) == 256
     assert largest_power_of_two_divisor(7, 256) == 1
     assert local_limits(GpuRenderer(local_max=(8, 4, 2), max_local_total=16)) == ((8, 4, 2), 16)
-    assert local_limits(object()) == ((256, 256, 64), 256)
+    assert local_limits(GpuRenderer(local_max=None, max_local_total=None)) == ((256, 256, 64), 256)
 
 
 def test_group_reduce_rejects_a_group_larger_than_the_range():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from codegen_kernels import (
+    CASES,
     ScalarRenderer,
     VectorCPURenderer,
     buffer,
@@ -15,7 +16,6 @@ from codegen_kernels import (
     reduce_inner,
     softmax_numerator,
 )
-from test_codegen import CASES
 
 from tinycore.codegen import linearize
 from tinycore.codegen.interpreter import InterpreterError, run_linear

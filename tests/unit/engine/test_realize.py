@@ -261,7 +261,7 @@ class _DeviceMemory:
 @pytest.mark.parametrize("seed", range(12))
 def test_random_graphs_on_the_device_match_numpy(seed):
     rng = np.random.default_rng(1000 + seed)
-    builder = GraphBuilder(_DeviceMemory(), rng)  # type: ignore[arg-type]
+    builder = GraphBuilder(_DeviceMemory(), rng)
     for _ in range(int(rng.integers(2, 7))):
         builder.step()
         if builder.value.size > 200:

@@ -1,0 +1,209 @@
+"""The backend contract: everything the core reads from what a device plugin provides, in one place.
+
+A device plugin returns (through the hooks in `hookspecs.py`) a device class, renderers, an allocator, a compiler
+and programs. The classes below declare every attribute and method the core reads from each, with its type, its
+default and what the core does with it. The base classes a plugin subclasses derive from them:
+
+    RendererContract  <- tinycore.renderer.Renderer (and CStyleLanguage, the C-like base)
+    AllocatorContract <- tinycore.device.Allocator (LRUAllocator)
+    CompilerContract  <- tinycore.device.Compiler
+    DeviceContract    <- tinycore.device.Compiled
+    ProgramContract, LaunchableProgram: what `Compiled.runtime(name, binary)` returns (any callable of that shape)
+
+Optional methods are found by the helpers at the end (`makes_views`, `copies_to_buffer`, `compiles_in_batches`,
+`launcher_of`), never by `getattr` with a default.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from tinycore.dtype import DType
+    from tinycore.uop.ops import Ops
+    from tinycore.uop.uop import UOp
+
+
+class RendererContract:
+    """What codegen, the scheduler and the engine read from a renderer. Attributes whose default is None mean "the
+    core's default" (written next to each)."""
+
+    device: str = ""
+    """The device family this renderer renders for ("CPU", "CL", ...)."""
+    suffix: str = ""
+    """The source language's file suffix ("c", "cl", "cu", "wgsl"), part of the compiler cache key."""
+    has_local: bool = True
+    """Workgroups with local ids (GPUs). With `has_threads` False, codegen takes the GPU path (codegen/gpu.py)."""
+    has_shared: bool = True
+    """Shared (local) memory: group reduces through it are allowed."""
+    has_threads: bool = False
+    """CPU-style split of output axes across workers through SPECIAL "core_id"."""
+    global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    """Largest launch grid per dimension (None: 2**31 - 1 each)."""
+    local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
+    """Largest workgroup per dimension (None: codegen.gpu.DEFAULT_LOCAL_MAX)."""
+    max_local_total: int | None = None
+    """Most work-items in one workgroup (None: codegen.gpu.DEFAULT_MAX_LOCAL_TOTAL)."""
+    shared_max: int = 32768
+    """Bytes of shared memory one workgroup may use."""
+    max_groups: int | None = None
+    """Most workgroups per grid dimension (None: codegen.gpu.MAX_GROUPS_PER_DIMENSION)."""
+    group_size: int | None = None
+    """Work-items of a group reduce (None: codegen.gpu.DEFAULT_GROUP_SIZE)."""
+    group_max_outputs: int | None = None
+    """Group reduces only for kernels with at most this many outputs (None: codegen.gpu.GROUP_MAX_OUTPUTS)."""
+    register_tile: tuple[int, int] | None = None
+    """Preferred (rows, columns) of a matmul's per-work-item register tile on GPUs (None: codegen.gpu's)."""
+    supports_float4: bool = True
+    """Any vector types at all."""
+    vector_widths: dict[DType, tuple[int, ...]] = {}
+    """For each scalar dtype, the vector widths loads, stores and ALU ops may use."""
+    preferred_vector_bytes: int | None = None
+    """Bytes of the vectors the CPU heuristics aim for (None: codegen.optimize.PREFERRED_VECTOR_BYTES)."""
+    vector_alu_ops: frozenset[Ops] | dict[DType, frozenset[Ops]] | None = None
+    """The ALU ops the language applies to vectors lane-wise (or such a set per scalar dtype); the others are
+    devectorized (None: codegen.devectorize's defaults)."""
+    tensor_cores: list[Any] = []
+    """Matrix units codegen may use (none are used yet)."""
+    tensor_core_opt: Callable[[Any, list[str]], bool] | None = None
+    """`tensor_core_opt(kernel, notes)`: given each GPU kernel first; it may rewrite the kernel for the device's
+    matrix units and return True (codegen/gpu.py)."""
+    max_buffers: int | None = None
+    """Most buffers (outputs and inputs together) one kernel may take (None: no limit); the scheduler splits kernels
+    that would take more (schedule/split.py), reading it through `tinycore.engine.memory.device_facts`."""
+    capabilities: ClassVar[Any] = None
+    """What the conformance suite may check (a dict or tinycore.testing DeviceCapabilities); None: every check."""
+
+    def render(self, uops: list[UOp]) -> str:
+        """The source of the linear program `uops` (see docs/architecture.md, "Kernel-level graph")."""
+        raise NotImplementedError(f"{type(self).__name__} must implement render")
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """`render(uops)` with the function called `name` (renderers that take a name override this)."""
+        return self.render(uops)
+
+    def supports_vector(self, dtype: DType, width: int) -> bool:
+        """True when `width` lanes of scalar `dtype` may be used in one load, store or ALU op."""
+        return width == 1 or width in self.vector_widths.get(dtype.scalar, ())
+
+
+class AllocatorContract:
+    """What Buffer and the engine call on a device's allocator. Subclasses implement the underscored methods; the
+    public ones (in tinycore.device.Allocator) wrap them. An `opaque` handle is whatever the device's programs take
+    as a buffer argument."""
+
+    device: str = "?"
+    """The canonical name of the device the allocator serves."""
+    before_host_access: Callable[[], None] | None = None
+    """Set by a queue-based device to its `synchronize`: called before the host reads or writes device memory or
+    releases it, so that no queued command still uses it."""
+
+    def _alloc(self, size: int, options: Any) -> Any:
+        """Allocate `size` bytes (options: a BufferSpec); return the opaque handle. Required."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
+
+    def _free(self, opaque: Any, size: int, options: Any) -> None:
+        """Release a handle from `_alloc` (default: nothing to release, memory owned by Python objects)."""
+
+    def _copyin(self, dest: Any, src: memoryview) -> None:
+        """Copy host bytes `src` into device memory `dest`. Required."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyin")
+
+    def _copyout(self, dest: memoryview, src: Any) -> None:
+        """Copy device memory `src` into the host buffer `dest`. Required."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _copyout")
+
+    def _offset(self, opaque: Any, size: int, offset: int) -> Any:
+        """Optional: a handle for `size` bytes starting `offset` bytes into `opaque` (a view sharing its memory).
+        A device that overrides it gets buffer views and copies of contiguous ranges without a kernel."""
+        raise NotImplementedError(f"{self.device} does not support buffer views (sub-buffers at an offset)")
+
+    def _as_memoryview(self, opaque: Any, size: int) -> memoryview:
+        """Optional: the host-visible memory of a handle (zero-copy reads and writes)."""
+        raise NotImplementedError(f"{self.device} memory is not host visible: use copyout instead")
+
+    def copy_to_buffer(self, source: Any, destination: Any) -> None:
+        """Optional: copy the handle `source` of this device straight into the Buffer `destination` of another
+        device (no host bounce). The engine uses it when overridden (see `copies_to_buffer`)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot copy to another device's buffer")
+
+
+class CompilerContract:
+    """What the engine calls on a device's compiler. `name`, `flags` and `version()` key the disk cache with the
+    source, so a different compiler or flags never reuse a binary."""
+
+    name: str = "compiler"
+    """The compiler's name (part of the cache key)."""
+    flags: tuple[str, ...] = ()
+    """Its flags (part of the cache key)."""
+
+    def version(self) -> str:
+        """A string identifying the exact compiler build (part of the cache key)."""
+        return ""
+
+    def compile(self, src: str) -> bytes:
+        """Compile `src` to a binary; raise CompileError with the compiler's log on failure. Required."""
+        raise NotImplementedError(f"{type(self).__name__} must implement compile")
+
+    def compile_batch(self, kernels: Sequence[tuple[str, str]]) -> tuple[bytes, list[str]]:
+        """Optional: compile several (name, source) kernels into one binary; returns it and the symbol of each.
+        The engine compiles all new kernels of a schedule together when this is overridden."""
+        raise NotImplementedError(f"{type(self).__name__} compiles one kernel at a time")
+
+
+@runtime_checkable
+class ProgramContract(Protocol):
+    """A loaded kernel, as `Compiled.runtime(name, binary)` returns it."""
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = ..., local_size: Sequence[int] | None = ...,
+                 vals: Sequence[int] = ..., wait: bool = ...) -> float | None:
+        """Launch on the opaque buffer handles; with `wait` block until done and return the kernel time (s)."""
+
+
+@runtime_checkable
+class LaunchableProgram(ProgramContract, Protocol):
+    """A program that can prepare a launch once: `launcher(global_size, local_size)` returns a callable taking only
+    the buffer handles (and `vals`), which the engine then calls for every launch of that kernel."""
+
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None) -> Any:
+        """A fast launch function for these launch dimensions."""
+
+
+class DeviceContract:
+    """An opened device, as the device class named by `tiny_devices` builds it (subclass tinycore.device.Compiled)."""
+
+    device: str
+    """The canonical name ("CPU", "CL:1")."""
+    allocator: AllocatorContract
+    """Its memory."""
+    renderer: RendererContract
+    """The renderer chosen for it (DEV=DEVICE:RENDERER, or the first the plugins offer)."""
+    compiler: CompilerContract
+    """The compiler for its renderer's source."""
+    runtime: Callable[[str, bytes], Any]
+    """`runtime(function name, binary)` loads a program (ProgramContract)."""
+    graph: Any
+    """A graph runner class for TinyJit replays, or None."""
+
+    def synchronize(self) -> None:
+        """Wait until every launched program and copy on this device has finished (default: all are synchronous)."""
+
+
+def makes_views(allocator: AllocatorContract) -> bool:
+    """True when `allocator` overrides `_offset` (buffers that are views of other buffers)."""
+    return type(allocator)._offset is not AllocatorContract._offset
+
+
+def copies_to_buffer(allocator: AllocatorContract) -> bool:
+    """True when `allocator` overrides `copy_to_buffer` (direct copies to another device's Buffer)."""
+    return type(allocator).copy_to_buffer is not AllocatorContract.copy_to_buffer
+
+
+def compiles_in_batches(compiler: CompilerContract) -> bool:
+    """True when `compiler` overrides `compile_batch`."""
+    return type(compiler).compile_batch is not CompilerContract.compile_batch
+
+
+def launcher_of(program: object) -> Callable[..., Any] | None:
+    """The program's `launcher` method when it is a LaunchableProgram, else None."""
+    return program.launcher if isinstance(program, LaunchableProgram) else None
