@@ -95,8 +95,9 @@ def evaluate(uop: UOp | int, var_vals: Mapping[Any, int] | None = None) -> int:
 
 @dataclass
 class Estimates:
-    """Rough costs of one launch: `ops` arithmetic operations, `lds` bytes loaded and stored, `mem` bytes of the
-    global buffers touched (each counted once). Loops with non-constant trip counts count once."""
+    """Rough costs of one launch: `ops` arithmetic operations on values (what GFLOPS figures divide; index and
+    address arithmetic is not counted), `lds` bytes loaded and stored, `mem` bytes of the global buffers touched
+    (each counted once). Loops with non-constant trip counts count once."""
 
     ops: int = 0
     lds: int = 0
@@ -109,9 +110,37 @@ def _trip_count(size: UOp | int) -> int:
     return size.arg if size.op is Ops.CONST else 1
 
 
+_INDEX_LEAVES = frozenset({Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
+_INDEX_CARRIERS = frozenset({Ops.CAST, Ops.VECTORIZE, Ops.GEP})
+
+
+def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
+    """The integer and boolean ALU ops computed only from loop counters, thread ids, variables and constants: the
+    address arithmetic and bounds checks around the values, which a FLOP count must leave out. An op that reads a
+    loaded value (a gather's index, say) or yields a float is arithmetic on values."""
+    index_ops: set[UOp] = set()
+    for uop in uops:  # sources come before their users in a linear program
+        if uop.op not in _INDEX_CARRIERS and uop.op not in GroupOp.ALU or dtypes.is_float(uop.dtype.scalar):
+            continue
+        if all(source in index_ops or source.op in _INDEX_LEAVES for source in uop.src):
+            index_ops.add(uop)
+    return index_ops
+
+
+def _is_read_mask(uop: UOp, index_ops: set[UOp]) -> bool:
+    """A select on a bounds check between a value and a constant: the masking of a padded or gated read (what a
+    gated load does for free), not arithmetic on the value."""
+    if uop.op is not Ops.WHERE or not (uop.src[0] in index_ops or uop.src[0].op in _INDEX_LEAVES):
+        return False
+    return any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
+
+
 def estimate(uops: list[UOp]) -> Estimates:
-    """Estimates for a linear program, multiplying each op by the trip counts of the loops and threads around it."""
+    """Estimates for a linear program, multiplying each op by the trip counts of the loops and threads around it.
+    `ops` counts only arithmetic on values (see `_index_arithmetic` and `_is_read_mask`): a matmul of (M, K) by
+    (K, N) counts 2*M*N*K."""
     result = Estimates()
+    index_ops = _index_arithmetic(uops)
     multiplier = 1
     open_ranges: list[int] = []
     thread_count = 1
@@ -127,7 +156,7 @@ def estimate(uops: list[UOp]) -> Estimates:
             for source in uop.src:
                 if source.op is Ops.RANGE and open_ranges:
                     multiplier //= max(open_ranges.pop(), 1)
-        elif uop.op in GroupOp.ALU:
+        elif uop.op in GroupOp.ALU and uop not in index_ops and not _is_read_mask(uop, index_ops):
             lanes = uop.src[0].dtype.count if uop.src else 1
             result.ops += multiplier * lanes * (2 if uop.op is Ops.MULACC else 1)
         elif uop.op in (Ops.LOAD, Ops.STORE):
