@@ -18,7 +18,7 @@ PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 
 DEVICES = {"cpu": "CPU", "disk": "DISK", "cl": "CL", "webgpu": "WEBGPU", "nv": "NV", "amd": "AMD"}
 """The device each plugin provides, for its conformance session."""
-MOCKS = {"nv": ("MOCK+NV", "MOCK+NV:PTX")}
+MOCKS = {"nv": ("MOCK+NV", "MOCK+NV:PTX"), "amd": ("MOCK+AMD",)}
 """Plugins whose device has a simulated GPU: without the hardware, conformance runs on it once per renderer (each
 kernel is also compiled: CUDA C by NVRTC, PTX by ptxas)."""
 

@@ -35,6 +35,13 @@ def test_renderer_spec() -> None:
     assert hooks.tiny_renderers("NV") == []
 
 
+def test_interface_and_queue_specs() -> None:
+    hip, mock = hooks.tiny_interfaces("AMD")
+    assert hip.name == "HIP" and not hip.is_mock and load_object(hip.factory).__name__ == "open_hip"
+    assert mock.name == "MOCK" and mock.is_mock and load_object(mock.factory).__name__ == "open_mock"
+    assert hooks.tiny_interfaces("NV") == [] and hooks.tiny_hcq_queues(object()) is None
+
+
 def test_opening_without_a_gpu_says_how_to_compile_only() -> None:
     if hooks.probe()[0]:
         pytest.skip("an AMD GPU is present")

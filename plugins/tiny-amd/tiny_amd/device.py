@@ -30,17 +30,29 @@ def open_interface(device: str) -> tuple[str, Any]:
     return spec.name, interface
 
 
+def _capabilities(renderer: Any, mock: bool) -> DeviceCapabilities:
+    """What AMD supports, for the conformance suite."""
+    return DeviceCapabilities(dtypes=AMD_DTYPES, max_buffers=renderer.max_buffers, local_memory=True, threads=False,
+                              symbolic=True, large_grids=not mock,  # the MOCK GPU interprets kernels in Python
+                              out_of_memory_bytes=1 << 62)
+
+
 class AMDDevice(Compiled):
-    """One AMD GPU (AMD, AMD:1, ...)."""
+    """One AMD GPU (AMD, AMD:1, ...). Under DEV=MOCK+AMD it is a queue device (AMDMockQueueDevice): the core's HCQ
+    machinery drives the AMD queues, which the MOCK GPU executes."""
+
+    def __new__(cls, device: str = "AMD") -> Any:
+        from tinycore.device.registry import target_for
+        if cls is AMDDevice and target_for(device).interface == "MOCK":
+            return AMDMockQueueDevice(device)  # not an AMDDevice, so Python does not call AMDDevice.__init__ on it
+        return object.__new__(cls)
 
     def __init__(self, device: str = "AMD"):
         from tinycore.device.registry import select_renderer
         self.interface_name, self.interface = open_interface(device)
         renderer, compiler, _spec = select_renderer(device)
         super().__init__(device, self.interface.allocator, renderer, compiler, self.interface.load)
-        self.capabilities = DeviceCapabilities(
-            dtypes=AMD_DTYPES, max_buffers=renderer.max_buffers, local_memory=True, threads=False, symbolic=True,
-            large_grids=True, out_of_memory_bytes=1 << 62)
+        self.capabilities = _capabilities(renderer, False)
 
     @property
     def description(self) -> str:
@@ -50,3 +62,27 @@ class AMDDevice(Compiled):
     def synchronize(self) -> None:
         """Wait for every kernel and copy queued on this GPU."""
         self.interface.synchronize()
+
+
+def _queue_device_base() -> type:
+    from tiny_amd.amd_hcq import AMDQueueDevice
+    return AMDQueueDevice
+
+
+class AMDMockQueueDevice(_queue_device_base()):  # type: ignore[misc]
+    """AMD on the MOCK GPU through the core's queue machinery (HCQ): signals, kernarg blocks, TinyJit graphs."""
+
+    def __init__(self, device: str = "AMD"):
+        from tinycore.device.registry import select_interface, select_renderer
+        spec, _interface = select_interface(device)  # records the MOCK selection (tiny devices shows it)
+        self.interface_name = spec.name
+        renderer, compiler, _spec = select_renderer(device)
+        super().__init__(device, renderer, compiler, f"{device} = the MOCK GPU (AQL, PM4 and SDMA simulated in "
+                                                     "Python, driven through the core's HCQ queues; kernels run in "
+                                                     "tinycore's interpreter)")
+        self.capabilities = _capabilities(renderer, True)
+
+    @property
+    def description(self) -> str:
+        """What this device is."""
+        return str(self.interface_description)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -76,3 +76,22 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
         return []
     return [RendererSpec("HIP", "tiny_amd.renderer:make_hip_renderer",
                          "HIP-style C compiled to a code object by clang and ld.lld (apt-get install clang-19 lld-19)")]
+
+
+@hookimpl
+def tiny_interfaces(device: str) -> list[InterfaceSpec]:
+    """The HIP runtime; the MOCK GPU (used only when DEV names it: DEV=MOCK+AMD)."""
+    if device != DEVICE_NAME:
+        return []
+    return [InterfaceSpec("HIP", "tiny_amd.hip:open_hip", description="ROCm's HIP runtime through libamdhip64"),
+            InterfaceSpec("MOCK", "tiny_amd.amd_mock:open_mock", is_mock=True,
+                          description="a simulated GPU in Python that decodes the AMD queues' AQL, PM4 and SDMA")]
+
+
+@hookimpl
+def tiny_hcq_queues(device: object) -> HCQQueues | None:
+    """AMD's queues (AQL, PM4, SDMA) for the queue device DEV=MOCK+AMD opens; None for other devices."""
+    if type(device).__name__ != "AMDMockQueueDevice":
+        return None
+    from tiny_amd.amd_hcq import QUEUES
+    return QUEUES

@@ -98,10 +98,10 @@ class HIPRenderer(CStyleLanguage):
     register_tile = (4, 4)
     max_buffers = 200  # kernarg segments stay well under the 4 KB the AQL path preloads
 
-    def __init__(self, arch: str = "gfx1100", device: str = "AMD"):
+    def __init__(self, arch: str = "gfx1100", device: str = "AMD", embed_program: bool = False):
         from tiny_amd.target import parse_target
         self.target = parse_target(arch)
-        self.arch, self.device = arch, device
+        self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
         self._group_size: int | None = None
 
@@ -140,12 +140,22 @@ class HIPRenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 group = group * size.arg if size is not None and size.op is Ops.CONST else 1024
         self._group_size = min(group, 1024)
-        return CStyleWalk(self, uops).run(name)
+        source = CStyleWalk(self, uops).run(name)
+        if self.embed_program:  # the MOCK GPU runs the linear program itself (see tinycore.hcq.mock)
+            from tinycore.hcq.mock import embed_program
+            source = embed_program(source, uops)
+        return source
 
 
 def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
-    """The HIP renderer and clang compiler for `device`: the target from DEV (AMD::gfx1100), else the GPU's own."""
+    """The HIP renderer and clang compiler for `device`: the target from DEV (AMD::gfx1100), else the GPU's own. Under
+    DEV=MOCK+AMD the source also carries its linear program and the compiler packs it with the code object."""
     from tiny_amd.compiler import AMDCompiler
-    from tiny_amd.target import device_target
+    from tiny_amd.target import device_target, parse_target
+    from tinycore.device.registry import target_for
     chosen = arch or device_target(device)
+    parse_target(chosen)
+    if target_for(device).interface == "MOCK":
+        from tiny_amd.amd_mock import MockCompiler
+        return HIPRenderer(chosen, device, embed_program=True), MockCompiler(chosen)
     return HIPRenderer(chosen, device), AMDCompiler(chosen)

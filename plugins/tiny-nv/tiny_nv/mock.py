@@ -12,52 +12,29 @@ the CUBIN, which the NVRTC compile checks cover.
 """
 from __future__ import annotations
 
-import base64
-import bisect
-import pickle
 import struct
-import time
 from collections.abc import Sequence
-from typing import Any
-
-import numpy
 
 from tiny_nv import nvcmd
 from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
 from tinycore.codegen.interpreter import Program
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.device.compiler import CompileError, Compiler
-from tinycore.dtype import PtrDType, dtypes, to_numpy_dtype
+from tinycore.hcq.mock import (
+    ALIGNMENT,
+    MockBuffer,
+    MockMemory,
+    embed_program,
+    pack_mock_binary,
+    program_from_source,
+    run_kernel,
+    shared_bytes,
+    unpack_mock_binary,
+)
 from tinycore.uop.ops import Ops
-from tinycore.uop.uop import UOp
 
-PROGRAM_MARKER = "// tinycore-program "
-"""The line of a CUDA source (rendered for the MOCK GPU) that carries its linear program, pickled and base64-coded."""
-_LIB_MAGIC = b"TCNVMOCK"
-_ADDRESS_BASE = 0x1_0000_0000
-_ALIGNMENT = 256
-
-
-def embed_program(source: str, uops: Sequence[UOp]) -> str:
-    """`source` with the linear program appended as a comment line (for MockCompiler)."""
-    packed = base64.b64encode(pickle.dumps(list(uops), protocol=pickle.HIGHEST_PROTOCOL)).decode()
-    return f"{source}{PROGRAM_MARKER}{packed}\n"
-
-
-def pack_mock_binary(uops_pickle: bytes, cubin: bytes) -> bytes:
-    """The MOCK GPU's code object: magic, the pickled linear program, then the CUBIN (possibly empty)."""
-    return _LIB_MAGIC + struct.pack("<II", len(uops_pickle), len(cubin)) + uops_pickle + cubin
-
-
-def unpack_mock_binary(data: bytes | memoryview) -> tuple[list[UOp], bytes]:
-    """(linear program, CUBIN) of a MOCK code object; ValueError when `data` is not one."""
-    raw = bytes(data[:16])
-    if not raw.startswith(_LIB_MAGIC):
-        raise ValueError("the program address does not hold a MOCK code object (no TCNVMOCK header)")
-    program_size, cubin_size = struct.unpack("<II", raw[8:16])
-    uops = pickle.loads(bytes(data[16:16 + program_size]))
-    return uops, bytes(data[16 + program_size:16 + program_size + cubin_size])
-
+__all__ = ["MockBuffer", "MockCompiler", "MockGPU", "MockInterface", "embed_program", "open_mock", "pack_mock_binary",
+           "run_kernel", "unpack_mock_binary"]
 
 class MockCompiler(Compiler):
     """Packs the linear program embedded in the source with the CUBIN NVRTC (CUDA C) or ptxas (PTX) makes of the same
@@ -76,11 +53,10 @@ class MockCompiler(Compiler):
     def compile(self, src: str) -> bytes:
         """The MOCK code object of `src`."""
         from tiny_nv.nvrtc import compile_cuda, nvrtc_status
-        line = next((line for line in src.splitlines() if line.startswith(PROGRAM_MARKER)), None)
-        if line is None:
+        uops_pickle = program_from_source(src)
+        if uops_pickle is None:
             raise CompileError("the source carries no linear program: render it with the MOCK interface's CUDA "
                                "renderer (DEV=MOCK+NV)", log=src[:2000])
-        uops_pickle = base64.b64decode(line[len(PROGRAM_MARKER):])
         if self.language == "cuda":
             cubin = compile_cuda(src, self.arch) if nvrtc_status()[0] else b""
         else:
@@ -89,74 +65,18 @@ class MockCompiler(Compiler):
         return pack_mock_binary(uops_pickle, cubin)
 
 
-class MockGPU:
-    """A simulated GPU: address space, channels and the engines that execute their commands."""
+class MockGPU(MockMemory):
+    """A simulated GPU: the core's mock address space, channels and the engines that execute their commands."""
 
     def __init__(self, name: str = "MOCK NV"):
-        self.name = name
-        self.starts: list[int] = []  # sorted allocation addresses
-        self.allocations: dict[int, bytearray] = {}
-        self.purposes: dict[int, str] = {}
-        self.next_address = _ADDRESS_BASE
+        super().__init__(name)
         self.channels: list[Channel] = []
         self.resume: dict[int, tuple[int, int]] = {}  # id(channel) -> (GPFIFO index, method index) of a stalled acquire
         self.registers: dict[int, dict[int, int]] = {}
-        self.programs: dict[int, Program] = {}
-        self.started_ns = time.perf_counter_ns()
         self.launches = 0
         self.copies = 0
         self.semaphore_releases = 0
         self.running = False
-
-    # ---- memory ----
-
-    def allocate(self, size: int, purpose: str) -> int:
-        """The address of `size` new zeroed bytes."""
-        address = self.next_address
-        self.next_address += -(-max(size, 1) // _ALIGNMENT) * _ALIGNMENT + _ALIGNMENT  # a gap catches overruns
-        self.allocations[address] = bytearray(max(size, 1))
-        self.purposes[address] = purpose
-        bisect.insort(self.starts, address)
-        return address
-
-    def free(self, address: int) -> None:
-        """Release the allocation at `address`."""
-        if address not in self.allocations:
-            raise ValueError(f"{self.name}: free of {address:#x}, which is not the start of an allocation")
-        del self.allocations[address], self.purposes[address]
-        self.starts.remove(address)
-        self.programs.pop(address, None)
-
-    def locate(self, address: int, size: int) -> tuple[bytearray, int]:
-        """(backing bytes, offset) of `size` bytes at `address`; MemoryError (a GPU fault) outside allocations."""
-        position = bisect.bisect_right(self.starts, address) - 1
-        if position >= 0:
-            start = self.starts[position]
-            backing = self.allocations[start]
-            if address + size <= start + len(backing):
-                return backing, address - start
-        raise MemoryError(f"{self.name}: access of {size} bytes at {address:#x} is outside every allocation "
-                          "(a GPU page fault)")
-
-    def view(self, address: int, size: int) -> memoryview:
-        """A writable view of `size` bytes at `address`."""
-        backing, offset = self.locate(address, size)
-        return memoryview(backing)[offset:offset + size]
-
-    def extent(self, address: int) -> int:
-        """The bytes from `address` to the end of its allocation."""
-        position = bisect.bisect_right(self.starts, address) - 1
-        if position < 0:
-            raise MemoryError(f"{self.name}: address {address:#x} is outside every allocation (a GPU page fault)")
-        start = self.starts[position]
-        remaining = start + len(self.allocations[start]) - address
-        if remaining <= 0:
-            raise MemoryError(f"{self.name}: address {address:#x} is outside every allocation (a GPU page fault)")
-        return remaining
-
-    def now_ns(self) -> int:
-        """The GPU's clock (nanoseconds since it was made)."""
-        return time.perf_counter_ns() - self.started_ns
 
     # ---- channels ----
 
@@ -287,43 +207,6 @@ class MockGPU:
                                  f"{size.arg}")
 
 
-def run_kernel(gpu: MockGPU, program: Program, arguments: int) -> None:
-    """Run `program` with its parameters read from GPU address `arguments`: an 8-byte address per buffer (in
-    DEFINE_GLOBAL order), then a 4-byte int per variable (sorted by name), as CUDA lays out kernel parameters."""
-    pointers = sorted((uop for uop in program.uops if uop.op is Ops.DEFINE_GLOBAL), key=lambda uop: uop.arg)
-    names = sorted({uop.arg[0] for uop in program.uops if uop.op is Ops.DEFINE_VAR})
-    words = gpu.view(arguments, 8 * len(pointers) + 4 * len(names))
-    addresses = struct.unpack_from(f"<{len(pointers)}Q", words, 0)
-    values = struct.unpack_from(f"<{len(names)}i", words, 8 * len(pointers))
-    buffers: list[Any] = [None] * (max((uop.arg for uop in pointers), default=-1) + 1)
-    bfloat16_buffers: list[tuple[memoryview, list[float]]] = []
-    for uop, address in zip(pointers, addresses, strict=True):
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType)
-        element = pointer.base.scalar
-        count = min(pointer.size if pointer.size > 0 else 1 << 62, gpu.extent(address) // element.itemsize)
-        memory = gpu.view(address, count * element.itemsize)
-        if element == dtypes.bfloat16:
-            floats = (numpy.frombuffer(memory, numpy.uint16).astype(numpy.uint32) << 16).view(numpy.float32)
-            as_list = floats.tolist()
-            bfloat16_buffers.append((memory, as_list))
-            buffers[uop.arg] = as_list
-        else:
-            buffers[uop.arg] = numpy.frombuffer(memory, to_numpy_dtype(element))
-    program(buffers, dict(zip(names, values, strict=True)))
-    for memory, as_list in bfloat16_buffers:
-        bits = numpy.asarray(as_list, numpy.float32).view(numpy.uint32)
-        rounded = ((bits.astype(numpy.uint64) + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(numpy.uint16)
-        memory.cast("B")[:] = rounded.tobytes()
-
-
-class MockBuffer:
-    """An allocation on the MOCK GPU: its GPU address and size (a view shares its base's memory)."""
-
-    def __init__(self, address: int, size: int, base: MockBuffer | None = None):
-        self.address, self.size, self.base = address, size, base
-
-
 class MockAllocator(LRUAllocator):
     """GPU memory on the MOCK GPU; host copies go through a staging buffer and the copy engine, as on the GPU."""
 
@@ -365,8 +248,7 @@ class MockProgram:
         uops, _cubin = unpack_mock_binary(lib)
         self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
         self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
-        self.shared_bytes = sum(uop.dtype.size * uop.dtype.base.itemsize for uop in uops
-                                if uop.op is Ops.DEFINE_LOCAL and isinstance(uop.dtype, PtrDType))
+        self.shared_bytes = shared_bytes(uops)
         self.address = interface.gpu.allocate(len(lib), f"code of {name}")
         interface.gpu.view(self.address, len(lib))[:] = lib
 
@@ -434,7 +316,7 @@ class MockInterface:
     def kernel_arguments(self, size: int) -> int:
         """The GPU address of `size` bytes for a QMD and its constant buffer (256-byte aligned, from a ring that
         waits for the GPU before it wraps)."""
-        aligned = -(-size // _ALIGNMENT) * _ALIGNMENT
+        aligned = -(-size // ALIGNMENT) * ALIGNMENT
         if aligned > self.kernel_argument_bytes:
             raise ValueError(f"{self.device}: {size} bytes of kernel parameters exceed the argument area")
         if self.arguments_offset + aligned > self.kernel_argument_bytes:
