@@ -106,6 +106,8 @@ class Block:
         self.cache_values.realize()
 
     def attention(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+        """Grouped-query attention of x (batch, T, dim) over the cached positions and its own, after writing its
+        keys and values into the cache at start_pos."""
         config = self.config
         batch, length, _ = x.shape
         projected = []
@@ -139,6 +141,7 @@ class Block:
         return self.output.linear(attended)
 
     def feed_forward(self, x: Tensor) -> Tensor:
+        """The SwiGLU feed-forward network (or the mixture of experts) of x (batch, T, dim)."""
         if not self.config.experts:
             # the gate's product stored first: a kernel holding both matmuls' reductions is optimized as neither
             gate = self.gate.linear(x).contiguous()
@@ -205,6 +208,7 @@ class Block:
         return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
     def __call__(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+        """The layer's output for x (batch, T, dim) at positions start_pos.. (pre-norm residual blocks)."""
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
         # norm's reduction would be recomputed for every output element
         h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps).contiguous(), start_pos, rope)
@@ -215,8 +219,9 @@ class Transformer:
     """A GGUF decoder-only language model. Build it with `Transformer.from_gguf(path)`."""
 
     def __init__(self, config: TransformerConfig, weights: dict[str, GGUFWeight], max_context: int | None = None,
-                 device: str | None = None):
+                 device: str | None = None, metadata: dict[str, object] | None = None):
         self.config = config
+        self.metadata = metadata or {}
         self.max_context = min(max_context or config.context_length, config.context_length)
         if self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
@@ -249,11 +254,7 @@ class Transformer:
                                             "transformer does not run; supported: "
                                             f"{', '.join(GGML_TYPES[kind][0] for kind in sorted(supported))}")
         config = TransformerConfig.from_metadata(metadata, vocab_size=weights["token_embd.weight"].shape[0])
-        model = cls(config, weights, max_context, device)
-        model.metadata = metadata
-        return model
-
-    metadata: dict[str, object] = {}
+        return cls(config, weights, max_context, device, metadata)
 
     def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False) -> Tensor:
         """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
