@@ -129,6 +129,15 @@ def bench_indexing(session: nox.Session) -> None:
     session.run("python", "bench/bench_indexing.py", *session.posargs)
 
 
+@nox.session
+def bench(session: nox.Session) -> None:
+    """bench/bench_cpu.py: the CPU speed rows (matmul, softmax, conv2d, MLP SGD/Adam step, fused elementwise and +sum,
+    eager op, TinyJit replay, import time, cold first op) beside torch, numpy and tinygrad 0.14 (its CPU device needs
+    `clang`); writes bench/results/bench_cpu.md and .json (`-- --out DIR` elsewhere). Not run by default."""
+    session.install("-e", ".", "-e", "plugins/tiny-cpu", TORCH, "tinygrad==0.14.0")
+    session.run("python", "bench/bench_cpu.py", *session.posargs)
+
+
 DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
 """The source folders of every distribution built for release: tinycore and each in-tree plugin."""
 

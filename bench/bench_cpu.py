@@ -1,0 +1,165 @@
+"""CPU speed side by side: tinycore against torch, numpy and tinygrad (DEV=CPU) on the rows of the speed goals.
+
+Run: `nox -s bench` (not in the default sessions), or `python bench/bench_cpu.py [--rounds N] [--steps N]
+[--out DIRECTORY]` from the repository root. Writes DIRECTORY/bench_cpu.md (a table) and DIRECTORY/bench_cpu.json
+(every figure), DIRECTORY defaulting to bench/results/.
+
+Rows: matmul 1024^2 and 2048^2 (GFLOPS), softmax over (4096, 1024) (ms), conv2d 32x16x64x64 * 32x16x3x3
+(GFLOPS), an MLP 784-512-512-10 training step with SGD and with Adam (ms, from bench_train.py), fused
+`relu(a*b+c)*d` and the same + sum over 16M floats, eager op, TinyJit replay and cold first op (from
+bench_engine.py), and `import` time in fresh interpreters (from bench_import.py). Libraries take turns within each
+round so that load from other processes hits all alike; the best round counts (medians for the training steps).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_engine  # noqa: E402
+import bench_import  # noqa: E402
+import bench_train  # noqa: E402
+import numpy as np  # noqa: E402
+
+LIBRARIES = ("tinycore", "torch", "numpy", "tinygrad")
+SOFTMAX_SHAPE = (4096, 1024)
+CONV_INPUT, CONV_WEIGHT = (32, 16, 64, 64), (32, 16, 3, 3)
+CONV_FLOPS = 2 * CONV_INPUT[0] * CONV_WEIGHT[0] * (CONV_INPUT[2] - 2) * (CONV_INPUT[3] - 2) * CONV_WEIGHT[1] * 9
+HIGHER_IS_BETTER = ("GFLOPS", "Gelem/s")
+
+
+def _tensor_cases(library: str, inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
+    """The extra rows (matmul 2048, softmax, conv2d) for tinycore or tinygrad: realized calls on realized inputs."""
+    if library == "tinycore":
+        from tinycore import Tensor
+    else:
+        from tinygrad import Tensor  # type: ignore[no-redef]
+    held = {name: Tensor(array).realize() for name, array in inputs.items()}
+    return {"matmul 2048 GFLOPS": lambda: (held["left2048"] @ held["right2048"]).realize(),
+            "softmax ms": lambda: held["logits"].softmax(-1).realize(),
+            "conv2d GFLOPS": lambda: held["image"].conv2d(held["kernel"]).realize()}
+
+
+def _torch_cases(inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
+    import torch
+    held = {name: torch.from_numpy(array) for name, array in inputs.items()}
+    return {"matmul 2048 GFLOPS": lambda: held["left2048"] @ held["right2048"],
+            "softmax ms": lambda: torch.softmax(held["logits"], -1),
+            "conv2d GFLOPS": lambda: torch.nn.functional.conv2d(held["image"], held["kernel"])}
+
+
+def _numpy_cases(inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
+    def softmax() -> np.ndarray:
+        shifted = np.exp(inputs["logits"] - inputs["logits"].max(-1, keepdims=True))
+        return shifted / shifted.sum(-1, keepdims=True)
+    return {"matmul 2048 GFLOPS": lambda: inputs["left2048"] @ inputs["right2048"], "softmax ms": softmax}
+
+
+def _as_figure(measure: str, seconds: float) -> float:
+    if measure.startswith("matmul 2048"):
+        return 2 * 2048 ** 3 / seconds / 1e9
+    if measure.startswith("conv2d"):
+        return CONV_FLOPS / seconds / 1e9
+    return seconds * 1e3
+
+
+def kernel_rows(rounds: int) -> dict[str, dict[str, float]]:
+    """matmul 2048, softmax and conv2d for every library (numpy has no conv2d), best of `rounds` interleaved."""
+    generator = np.random.default_rng(1)
+    inputs = {"left2048": generator.standard_normal((2048, 2048), dtype=np.float32),
+              "right2048": generator.standard_normal((2048, 2048), dtype=np.float32),
+              "logits": generator.standard_normal(SOFTMAX_SHAPE, dtype=np.float32),
+              "image": generator.standard_normal(CONV_INPUT, dtype=np.float32),
+              "kernel": generator.standard_normal(CONV_WEIGHT, dtype=np.float32)}
+    cases = {"tinycore": _tensor_cases("tinycore", inputs), "torch": _torch_cases(inputs),
+             "numpy": _numpy_cases(inputs), "tinygrad": _tensor_cases("tinygrad", inputs)}
+    results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
+    for _ in range(rounds):
+        for measure in cases["tinycore"]:
+            for library in LIBRARIES:
+                if measure not in cases[library]:
+                    continue
+                figure = _as_figure(measure, bench_engine.best_time(cases[library][measure], 2))
+                previous = results[library].get(measure)
+                better = measure.endswith(HIGHER_IS_BETTER)
+                if previous is None or (figure > previous if better else figure < previous):
+                    results[library][measure] = figure
+    return results
+
+
+def training_rows(steps: int) -> dict[str, dict[str, float]]:
+    """The MLP training step (SGD and Adam) in ms: tinycore and tinygrad jitted, torch eager (bench_train.py)."""
+    results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
+    for optimizer_name in ("SGD", "Adam"):
+        figures = bench_train.interleaved_median_ms({
+            "tinycore": bench_train.tinycore_step(optimizer_name), "torch": bench_train.torch_step(optimizer_name),
+            "tinygrad": bench_train.tinygrad_step(optimizer_name)}, steps)
+        for library, milliseconds in figures.items():
+            results[library][f"MLP {optimizer_name} step ms"] = milliseconds
+    return results
+
+
+def import_rows(runs: int) -> dict[str, dict[str, float]]:
+    """Median `import` time in fresh interpreters (bench_import.py), tinycore without and numpy for scale."""
+    timings = bench_import.measure(runs)
+    return {"tinycore": {"import ms": statistics.median(timings["import tinycore"]) * 1e3},
+            "numpy": {"import ms": statistics.median(timings["import numpy"]) * 1e3}}
+
+
+def run(rounds: int, steps: int, import_runs: int) -> dict[str, dict[str, float]]:
+    """Every row for every library: {library: {measure: figure}}."""
+    results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
+    for part in (bench_engine.run(rounds), kernel_rows(rounds), training_rows(steps), import_rows(import_runs)):
+        for library, figures in part.items():
+            results[library].update(figures)
+    return results
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    """A markdown table: a row per measure, a column per library, and tinycore against the best peer."""
+    measures = list(dict.fromkeys(measure for figures in results.values() for measure in figures))
+    lines = ["| measure | " + " | ".join(LIBRARIES) + " | best peer | tinycore / best peer |", "|---" * 7 + "|"]
+    for measure in measures:
+        cells = [f"{results[library][measure]:.3g}" if measure in results[library] else "-" for library in LIBRARIES]
+        better = measure.endswith(HIGHER_IS_BETTER)
+        peers = {library: figures[measure] for library, figures in results.items()
+                 if library != "tinycore" and measure in figures}
+        ours = results["tinycore"].get(measure)
+        if not peers or ours is None:
+            lines.append(f"| {measure} | " + " | ".join(cells) + " | - | - |")
+            continue
+        best = (max if better else min)(peers, key=lambda library: peers[library])
+        # speed ratio: above 1 means tinycore is faster, whichever way the measure runs
+        ratio = ours / peers[best] if better else peers[best] / max(ours, 1e-12)
+        lines.append(f"| {measure} | " + " | ".join(cells) + f" | {best} | {ratio:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    """Run every row and write the markdown and JSON reports."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=30, help="training steps per library and optimizer")
+    parser.add_argument("--import-runs", type=int, default=7)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    arguments = parser.parse_args()
+    started = time.perf_counter()
+    results = run(arguments.rounds, arguments.steps, arguments.import_runs)
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    markdown = table(results)
+    (arguments.out / "bench_cpu.md").write_text(markdown + "\n")
+    (arguments.out / "bench_cpu.json").write_text(json.dumps(results, indent=1) + "\n")
+    print(markdown)
+    print(f"wrote {arguments.out / 'bench_cpu.md'} and bench_cpu.json in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
