@@ -186,4 +186,4 @@ def test_compile_only_compiles_then_refuses_the_launch(tmp_path: object) -> None
                               env=environment, check=False)
     output = finished.stdout + finished.stderr
     assert "error NoGPUForLaunchError AMD is compile-only here" in output
-    assert "compiled for gfx1100" in output and "bytes of code object" in output
+    assert "compiled for gfx1100" in output and "bytes of code object" in output and "DEV=MOCK+AMD" in output

@@ -23,10 +23,11 @@ def open_interface(device: str) -> tuple[str, Any]:
         spec, interface = select_interface(device)
     except SelectionError as error:
         if target.arch and not target.interface:
-            return CompileOnlyInterface.name, CompileOnlyInterface(device, target.arch, str(error), "code object",
-                                                                   "AMD GPU")
+            return CompileOnlyInterface.name, CompileOnlyInterface(
+                device, target.arch, str(error), "code object", "AMD GPU",
+                elsewhere=", or use DEV=MOCK+AMD to run kernels on the simulated GPU")
         raise RuntimeError(f"{error}. Without a GPU, DEV={device}::gfx1100 (or gfx90a, gfx942, gfx1201) renders and "
-                           "compiles kernels only") from error
+                           "compiles kernels only, and DEV=MOCK+AMD runs them on the simulated GPU") from error
     return spec.name, interface
 
 

@@ -15,7 +15,8 @@ DEVICE_NAME = "AMD"
 PRIORITY = 70
 KFD_PATH = "/dev/kfd"
 KFD_TOPOLOGY = "/sys/devices/virtual/kfd/kfd/topology/nodes"
-COMPILE_ONLY_HINT = "DEV=AMD::gfx1100 (or gfx90a, gfx942, gfx1201) compiles kernels without a GPU"
+COMPILE_ONLY_HINT = ("DEV=AMD::gfx1100 (or gfx90a, gfx942, gfx1201) compiles kernels without a GPU, DEV=MOCK+AMD runs "
+                     "them on the simulated GPU")
 SYSTEM_HINT = ("for a GPU install the amdgpu kernel driver (it creates /dev/kfd; add the user to the render and video "
                "groups) or ROCm's HIP runtime (apt-get install rocm-hip-runtime)")
 
