@@ -275,6 +275,8 @@ class DevVar(ContextVar):
 
 DEV = DevVar("DEV", "")
 JIT = ContextVar("JIT", 1)
+RING = ContextVar("RING", 1)  # allreduce: 0 never ring, 1 ring above a size, 2 always ring
+ALL2ALL = ContextVar("ALL2ALL", 0)  # allreduce: 1 all-to-all above a size, 2 always all-to-all
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
 CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: index tensors are read and bounds-checked (IndexError) when used

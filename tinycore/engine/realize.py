@@ -288,6 +288,8 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     the input already was one. Nodes realized by earlier calls are read from their buffers, not recomputed, until
     a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
+    if any(uop.op is Ops.MULTI for uop in uops):
+        return _realize_multi(uops)
     pending = [uop for uop in uops if not is_realized_view(uop)]
     if not pending:
         return list(uops)
@@ -303,8 +305,27 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     return [replacement.get(uop, uop) for uop in uops]
 
 
+def _realize_multi(uops: Sequence[UOp]) -> list[UOp]:
+    """realize_uops where some inputs are MULTI nodes: every device's graph realized in one schedule."""
+    flat: list[UOp] = []
+    for uop in uops:
+        flat.extend(uop.src if uop.op is Ops.MULTI else (uop,))
+    realized = iter(realize_uops(flat))
+    results = []
+    for uop in uops:
+        if uop.op is Ops.MULTI:
+            results.append(UOp(Ops.MULTI, uop.dtype, tuple(next(realized) for _ in uop.src), uop.arg))
+        else:
+            results.append(next(realized))
+    return results
+
+
 def to_host(uop: UOp) -> memoryview:
-    """The value of `uop` (realized first if needed) as host bytes in C order of its shape."""
+    """The value of `uop` (realized first if needed) as host bytes in C order of its shape (a multi-device value
+    is gathered onto its first device)."""
+    if uop.op is Ops.MULTI:
+        from tinycore.uop.multi import gather
+        uop = gather(uop, uop.src[0].device)
     realized = strip_identity(realize_uops([uop])[0])
     if not is_contiguous_buffer_view(realized):
         realized = realize_uops([realized.clone()])[0]

@@ -30,7 +30,11 @@ _INT32_MAX = 2 ** 31 - 1
 def _device_of(device: str | None) -> str:
     """The canonical device name for `device` (default device for None)."""
     from tinycore.tensor.tensor import canonical_device
-    return canonical_device(device)
+    name = canonical_device(device)
+    if isinstance(name, tuple):
+        raise ValueError(f"this creation method makes a tensor on one device, got {name}: create it on one device "
+                         "and .shard(devices, axis) or .to(devices) it")
+    return name
 
 
 def _creates_leaf(method: Any) -> Any:
@@ -87,14 +91,15 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
+    def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: Any = None,
              requires_grad: bool | None = None) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
         sizes = check_shape(argfix(shape) if not isinstance(shape, int) else (shape,))
         if not isinstance(fill_value, (int, float, bool)):
             raise TypeError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
         target = optional_dtype(dtype) or dtypes.from_py(fill_value)
-        result = cls._wrap(UOp.const_on(target, fill_value, _device_of(device), sizes))  # type: ignore[attr-defined]
+        from tinycore.tensor.tensor import canonical_device
+        result = cls._wrap(UOp.const_on(target, fill_value, canonical_device(device), sizes))  # type: ignore[attr-defined]
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
@@ -111,14 +116,20 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def empty(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None,
+    def empty(cls, *shape: Any, device: Any = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
         from tinycore.uop.buffer import new_buffer_uop
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
         largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in sizes)
-        node = new_buffer_uop(_device_of(device), target, product(largest)).reshape(largest)
+        from tinycore.tensor.tensor import canonical_device
+        where = canonical_device(device)
+        if isinstance(where, tuple):  # a buffer on each device (replicated)
+            from tinycore.uop.multi import multi
+            node = multi([new_buffer_uop(name, target, product(largest)).reshape(largest) for name in where], None)
+        else:
+            node = new_buffer_uop(where, target, product(largest)).reshape(largest)
         if largest != sizes:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]

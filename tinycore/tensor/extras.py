@@ -1,6 +1,6 @@
 """Tensor extras: public random-bit generation, Keccak/SHA-3 hashing, `const`, image-layout aliases of conv2d/dot,
-and clear errors for the names whose features (parameters slots, custom kernels, sharding, video decoding) the
-engine does not provide."""
+sharding over several devices, and clear errors for the names whose features (parameters slots, custom kernels,
+video decoding) the engine does not provide."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -225,20 +225,34 @@ class ExtrasMixin:
         _not_available("custom_kernel", "the scheduler does not accept user-written UOp kernels",
                        "Express the computation with Tensor operations")
 
-    def shard(self: Any, devices: tuple[str, ...], axis: int | None = None) -> NoReturn:
-        """Not available: the engine runs each graph on a single device."""
-        _not_available("shard", "the engine has no multi-device execution",
-                       "Move the tensor to one device with .to(device), or split it with .chunk() and move the parts")
+    def shard(self: Any, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+        """This tensor over several devices: split into equal blocks along `axis` (device i holds block i), or
+        copied whole to every device when `axis` is None. Operations then run on every device's part."""
+        from tinycore.tensor.support import resolve_axis
+        from tinycore.tensor.tensor import canonical_device
+        from tinycore.uop.multi import shard
+        from tinycore.uop.ops import Ops
+        if not isinstance(devices, (tuple, list)):
+            raise TypeError(f"shard needs a tuple of devices, got {type(devices).__name__} {devices!r}")
+        names = canonical_device(tuple(devices))
+        if self.uop.op is Ops.MULTI:
+            raise RuntimeError(f"this tensor is already on {self.device}: gather it with .to(device) before sharding "
+                               "it again")
+        dim = None if axis is None else resolve_axis(axis, self.ndim)
+        return self._result(shard(self.uop, names, dim))
 
-    def shard_(self: Any, devices: tuple[str, ...], axis: int | None = None) -> NoReturn:
-        """Not available: the engine runs each graph on a single device."""
-        _not_available("shard_", "the engine has no multi-device execution",
-                       "Move the tensor to one device with .to_(device) instead")
+    def shard_(self: Any, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+        """Shard this tensor in place (see shard); returns self."""
+        return self.replace(self.shard(devices, axis))
 
-    def shard_like(self: Any, y: Tensor) -> NoReturn:
-        """Not available: the engine runs each graph on a single device."""
-        _not_available("shard_like", "the engine has no multi-device execution",
-                       "Move the tensor to y's device with .to(y.device) instead")
+    def shard_like(self: Any, y: Tensor) -> Tensor:
+        """This tensor sharded as `y` is (same devices, same axis); itself when it already is."""
+        from tinycore.uop.ops import Ops
+        if y.uop.op is not Ops.MULTI:
+            raise ValueError(f"shard_like needs a multi-device tensor to copy the sharding of, got one on {y.device}")
+        if self.uop.op is Ops.MULTI and (self.device, self.uop.arg) == (y.device, y.uop.arg):
+            return self
+        return self.shard(y.device, y.uop.arg)
 
     def decode_hevc_frame(self: Any, frame_pos: Any, shape: tuple[int, ...], state: Tensor,
                           ref_frames: list[Tensor] | None = None) -> NoReturn:

@@ -38,19 +38,74 @@ _UNDECIDED_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueD
 None ("not decided"): as in tinygrad, `backward` gives them gradients too. Results of operations are not leaves."""
 
 
-def canonical_device(device: str | None) -> str:
-    """The canonical name of `device` (the default device for None), through the device registry."""
+def canonical_device(device: str | tuple[str, ...] | None) -> Any:
+    """The canonical name of `device` (the default device for None), through the device registry; a tuple or list
+    of names (several devices) gives a tuple of canonical names."""
     from tinycore.device.registry import Device
     if device is None:
         return Device.DEFAULT
+    if isinstance(device, (tuple, list)):
+        names = tuple(canonical_device(name) for name in device)
+        if not names or len(set(names)) != len(names):
+            raise ValueError(f"a multi-device tensor needs one or more distinct devices, got {tuple(device)}")
+        return names
     if not isinstance(device, str):
         raise TypeError(f"device must be a device name such as 'CPU', got {type(device).__name__} {device!r}")
     return Device.canonicalize(device)
 
 
 def _uses(graph: dict[UOp, None], node: UOp) -> bool:
-    """True when `graph` reads `node` (a realized buffer view counts when the graph reads its buffer)."""
+    """True when `graph` reads `node` (a realized buffer view counts when the graph reads its buffer; a multi-device
+    value counts when the graph reads any device's part)."""
+    if node.op is Ops.MULTI:
+        return any(_uses(graph, source) for source in node.src)
     return node in graph or (node.is_contiguous_buffer and node.base in graph)
+
+
+def _graph_of(root: UOp) -> dict[UOp, None]:
+    """Every node `root` depends on; for a multi-device root, every device's graph."""
+    if root.op is not Ops.MULTI:
+        return root.toposort
+    graph: dict[UOp, None] = {}
+    for source in root.src:
+        graph.update(source.toposort)
+    return graph
+
+
+def _gradients(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]:
+    """compute_gradient for `targets`, where the root and targets may be multi-device values.
+
+    A replicated value is one value with a copy per device: its gradient is seeded on the first device's copy only
+    (the others receive theirs through the copies that joined them). A replicated target's gradient is the sum of
+    the gradients of its copies, on every device (an allreduce); a sharded target's is the gradient of each block.
+    """
+    from tinycore.gradient import compute_gradient
+    from tinycore.uop.multi import allreduce, multi
+    if root.op is Ops.MULTI:
+        seeds = seed.src if seed.op is Ops.MULTI else tuple(seed.copy_to_device(d) for d in root.device)
+        pairs = list(zip(root.src, seeds, strict=True))
+        if root.arg is None:
+            pairs = pairs[:1]
+    else:
+        pairs = [(root, seed)]
+    inner = {source for target in targets for source in (target.src if target.op is Ops.MULTI else (target,))}
+    found: dict[UOp, UOp] = {}
+    for part_root, part_seed in pairs:
+        for node, grad in compute_gradient(part_root, part_seed, inner).items():
+            found[node] = grad if node not in found else found[node] + grad
+    results: dict[UOp, UOp] = {}
+    for target in targets:
+        if target.op is not Ops.MULTI:
+            if target in found:
+                results[target] = found[target]
+            continue
+        if not any(source in found for source in target.src):
+            continue
+        parts = [found[source] if source in found else
+                 UOp.const_on(found[next(s for s in target.src if s in found)].dtype, 0, source.device, source.shape)
+                 for source in target.src]
+        results[target] = multi(allreduce(Ops.ADD, parts) if target.arg is None else parts, target.arg)
+    return results
 
 
 def _reads_memory(node: UOp) -> bool:
@@ -93,7 +148,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 data = data.copy_to_device(canonical_device(device))
             self.uop: UOp = data
         else:
-            self.uop = self._uop_from_data(data, canonical_device(device), wanted)
+            where = canonical_device(device)
+            if isinstance(where, tuple):  # made on the first device, then copied to every one
+                self.uop = self._uop_from_data(data, where[0], wanted).copy_to_device(where)
+            else:
+                self.uop = self._uop_from_data(data, where, wanted)
         self._requires_grad: bool | None = None
         self.requires_grad = requires_grad
         if requires_grad is None:
@@ -188,7 +247,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         shared between equal computations, so only a buffer identifies this tensor."""
         if value is not None and not isinstance(value, bool):
             raise TypeError(f"requires_grad must be True, False or None, got {value!r}")
-        if value and not self._is_realized():
+        if value and not self._is_realized() and self.uop.op is Ops.MULTI:
+            self.uop = type(self)._wrap(self.uop.contiguous()).realize().uop
+        elif value and not self._is_realized():
             fresh = type(self).empty(*self.shape, dtype=self.dtype, device=self.device)
             self.uop = fresh.assign(self.detach()).realize().uop
         self._requires_grad = value
@@ -210,8 +271,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return self.uop.dtype
 
     @property
-    def device(self) -> str:
-        """The canonical name of the device the data lives on."""
+    def device(self) -> Any:
+        """The canonical name of the device the data lives on (a tuple of names for a multi-device tensor)."""
         return self.uop.device
 
     @property
@@ -300,7 +361,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     # ---- realization ----
 
     def _is_realized(self) -> bool:
-        """True when the value sits in a device buffer (possibly behind movement ops)."""
+        """True when the value sits in a device buffer (possibly behind movement ops), on every device."""
+        if self.uop.op is Ops.MULTI:
+            return all(source.base.op is Ops.BUFFER for source in self.uop.src)
         return self.uop.base.op is Ops.BUFFER
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
@@ -365,17 +428,19 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                              f"({self.numel()} elements)")
         return self.reshape(()).tolist()
 
-    def to(self, device: str | None) -> Tensor:
-        """This tensor on `device` (itself when it is already there)."""
+    def to(self, device: str | tuple[str, ...] | None) -> Tensor:
+        """This tensor on `device` (itself when it is already there); a tuple of devices replicates it on each."""
         target = canonical_device(device)
         if target == self.device:
             return self
+        if isinstance(target, tuple) and self.uop.op is Ops.MULTI and self.uop.arg is not None:
+            return self.to(self.device[0]).to(target)  # a sharded tensor replicated: gathered first
         result = self._result(self.uop.copy_to_device(target))
         if self.grad is not None:
             result.grad = self.grad.to(target)
         return result
 
-    def to_(self, device: str | None) -> Tensor:
+    def to_(self, device: str | tuple[str, ...] | None) -> Tensor:
         """Move this tensor to `device` in place."""
         moved = self.to(device)
         self.uop = moved.uop
@@ -413,7 +478,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 raise ValueError(f"assign of shape {value.shape} into a tensor of shape {self.shape}") from error
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
-        if self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop:
+        if self.uop.op is Ops.MULTI and self._is_realized() and value.uop is not self.uop:
+            self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))  # one ASSIGN per device
+        elif self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop:
             self.uop = self.uop.assign(value.uop)
         else:
             self.uop = value.uop
@@ -435,7 +502,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _grad_targets(self, root: UOp) -> dict[Tensor, UOp]:
         """The tensors that the graph of `root` uses and that receive gradients, with their node in it: those with
         requires_grad=True, and floating-point leaves whose requires_grad is None (tinygrad's "not decided")."""
-        graph = root.toposort
+        graph = _graph_of(root)
         found: dict[Tensor, UOp] = {}
         undecided = [tensor for tensor in list(_UNDECIDED_LEAVES.values())
                      if tensor._requires_grad is None and dtypes.is_float(tensor.dtype)]
@@ -466,13 +533,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def gradient(self, *targets: Tensor, gradient: Tensor | None = None) -> list[Tensor]:
         """The gradients of this tensor with respect to `targets` (no tensor's .grad is changed)."""
-        from tinycore.gradient import compute_gradient
         seed = self._seed_gradient(gradient)
         root = self._graph_root()
-        graph = root.toposort
+        graph = _graph_of(root)
         target_uops = [target._unrealized if not _uses(graph, target.uop) and target._unrealized is not None
                        else target.uop for target in targets]
-        grads = compute_gradient(root, seed.uop, set(target_uops))
+        grads = _gradients(root, seed.uop, target_uops)
         results = []
         for target, uop in zip(targets, target_uops, strict=True):
             found = grads.get(uop)
@@ -486,14 +552,13 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def backward(self, gradient: Tensor | None = None) -> Tensor:
         """Accumulate into `.grad` the gradient of this tensor for every tensor with requires_grad that it uses."""
-        from tinycore.gradient import compute_gradient
         seed = self._seed_gradient(gradient)
         root = self._graph_root()
         targets = self._grad_targets(root)
         if not targets:
             raise RuntimeError("backward found no floating-point tensor in this tensor's graph that takes a gradient "
                                "(every one has requires_grad=False)")
-        grads = compute_gradient(root, seed.uop, set(targets.values()))
+        grads = _gradients(root, seed.uop, list(targets.values()))
         for tensor, uop in targets.items():
             found = grads.get(uop)
             if found is None and not dtypes.is_float(tensor.dtype):

@@ -55,6 +55,7 @@ class Ops(Enum):
     # tensor level: realization and effects
     REDUCE_AXIS = auto()  # arg: (reduce Ops (ADD, MUL, MAX), axes); reduced axes keep size 1
     COPY = auto()  # src: (x, DEVICE): x copied to another device
+    MULTI = auto()  # src: one graph per device; arg: the sharded axis (None: every device holds the whole value)
     ASSIGN = auto()  # src: (target, value): value written into target's buffer
     CONTIGUOUS = auto()  # src: (x,): x must be realized into its own buffer
     CONTIGUOUS_BACKWARD = auto()  # identity forwards, CONTIGUOUS on the gradient

@@ -108,6 +108,11 @@ class ShapeMixin:
             return tuple(1 if axis in axes else size for axis, size in enumerate(self.src[0].shape))
         if op is Ops.GATHER:
             return self.arg[0]
+        if op is Ops.MULTI:
+            first = self.src[0].shape
+            if self.arg is None:
+                return first
+            return first[:self.arg] + (sum(source.shape[self.arg] for source in self.src),) + first[self.arg + 1:]
         if op is Ops.BUFFER:
             return (self.arg[1],)
         if op is Ops.BUFFER_VIEW:
@@ -143,6 +148,8 @@ class ShapeMixin:
             return self.arg
         if op is Ops.COPY:
             return self.src[1].arg
+        if op is Ops.MULTI:
+            return tuple(source.device for source in self.src)
         for source in self.src:
             found = source.device
             if found is not None:

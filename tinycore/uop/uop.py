@@ -23,12 +23,24 @@ def _arg_key(arg: Any) -> Any:
     return arg
 
 
+def _touches_several_devices(op: Ops, src: tuple[UOp, ...]) -> bool:
+    """True when a node over `src` is a multi-device value: a source is MULTI, or a constant or copy names a tuple
+    of devices. Such nodes are built one per device (tinycore.uop.multi), never as one node."""
+    for source in src:
+        if source.op is Ops.MULTI or (source.op is Ops.DEVICE and isinstance(source.arg, tuple)):
+            return True
+    return False
+
+
 class UOpMetaClass(type):
     """Hash-consing: constructing a UOp equal to a live one returns that same object."""
 
     ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+        if src and op is not Ops.MULTI and _touches_several_devices(op, src):
+            from tinycore.uop.multi import map_multi
+            return map_multi(op, dtype, src, arg)
         key = (op, dtype, src, _arg_key(arg))
         found = UOpMetaClass.ucache.get(key)
         if found is not None:

@@ -182,9 +182,6 @@ def test_fetch_gunzip_and_errors(tmp_path: pathlib.Path, monkeypatch: pytest.Mon
 # ---- names the engine cannot provide ----
 
 @pytest.mark.parametrize("call", [
-    lambda tensor: tensor.shard(("CPU:0", "CPU:1")),
-    lambda tensor: tensor.shard_(("CPU:0", "CPU:1")),
-    lambda tensor: tensor.shard_like(tensor),
     lambda tensor: tensor.as_param(0),
     lambda tensor: tensor.is_param_(),
     lambda tensor: tensor.custom_kernel(fxn=lambda *args: None),

@@ -1,0 +1,306 @@
+"""Multi-device values: a MULTI node holds one tensor-level graph per device.
+
+`MULTI(src=(graph on device 0, graph on device 1, ...), arg=axis)`: with axis None every device holds the whole
+value (replicated); with an axis, device i holds the i-th block of that axis, in device order. An operation on a
+MULTI node is never one node: the UOp constructor sends it here (`map_multi`), which builds the operation on each
+device's graph and wraps the results in a new MULTI node. So every later stage (scheduling, autograd, codegen) sees
+ordinary single-device graphs joined by COPY nodes; a reduction over the sharded axis becomes an allreduce, built
+here from copies and elementwise nodes.
+"""
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from tinycore.dtype import DType, dtypes
+from tinycore.helpers import ALL2ALL, RING, getenv, prod
+from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.shape import sint
+
+if TYPE_CHECKING:
+    from tinycore.uop.uop import UOp
+
+RING_ALLREDUCE_THRESHOLD = 256_000
+"""Elements above which an allreduce over more than two devices goes around a ring (RING=1) or all-to-all
+(ALL2ALL=1); the RING_ALLREDUCE_THRESHOLD environment variable overrides it."""
+
+# ops applied to each device's graph with the same arg: their sources are aligned to one sharding first
+_PER_SHARD = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.ASSIGN})
+
+
+def _uop_class() -> Any:
+    from tinycore.uop.uop import UOp
+    return UOp
+
+
+def multi(sources: Sequence[UOp], axis: int | None) -> UOp:
+    """The MULTI node over one graph per device (every source on a different device)."""
+    devices = [source.device for source in sources]
+    if len(set(devices)) != len(devices):
+        raise ValueError(f"a multi-device tensor needs distinct devices, got {tuple(devices)}")
+    return _uop_class()(Ops.MULTI, sources[0].dtype, tuple(sources), axis)
+
+
+def shard_bounds(node: UOp) -> list[tuple[int, int]]:
+    """(start, end) of each device's block along a sharded MULTI node's axis."""
+    bounds, start = [], 0
+    for source in node.src:
+        size = source.shape[node.arg]
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def split_sizes(size: sint, count: int, axis: int) -> list[int]:
+    """The block sizes of an axis of `size` sharded over `count` devices: equal blocks, as tinygrad 0.14 requires."""
+    if not isinstance(size, int):
+        raise ValueError(f"cannot shard a symbolic axis {axis} (size {size}) over {count} devices: bind it first")
+    if size % count:
+        raise RuntimeError(f"cannot shard axis {axis} of size {size} evenly over {count} devices: sharded axes must "
+                           f"divide evenly (pad the tensor to a multiple of {count} or shard another axis)")
+    return [size // count] * count
+
+
+def shard(node: UOp, devices: tuple[str, ...], axis: int | None) -> UOp:
+    """`node` (on one device) split along `axis` over `devices`, or copied whole to each for axis None."""
+    if axis is None:
+        return multi([node.copy_to_device(device) for device in devices], None)
+    shape = node.shape
+    sizes = split_sizes(shape[axis], len(devices), axis)
+    pieces, start = [], 0
+    for device, size in zip(devices, sizes, strict=True):
+        bounds = tuple((start, start + size) if index == axis else (0, extent) for index, extent in enumerate(shape))
+        piece = node.shrink(bounds)
+        pieces.append(piece.contiguous().copy_to_device(device) if piece is not node else node.copy_to_device(device))
+        start += size
+    return multi(pieces, axis)
+
+
+def _ints(sizes: Sequence[sint], what: str) -> list[int]:
+    """`sizes` as ints, or a ValueError saying that `what` needs concrete sizes."""
+    concrete = [size for size in sizes if isinstance(size, int)]
+    if len(concrete) != len(sizes):
+        raise ValueError(f"{what} needs concrete sizes, got {tuple(sizes)}: bind the variables first")
+    return concrete
+
+
+def _shrink_axis(node: UOp, axis: int, start: int, end: int) -> UOp:
+    return node.shrink(tuple((start, end) if index == axis else (0, size) for index, size in enumerate(node.shape)))
+
+
+def _pad_axis(node: UOp, axis: int, before: int, after: int) -> UOp:
+    return node.pad(tuple((before, after) if index == axis else (0, 0) for index in range(len(node.shape))))
+
+
+def concatenate(pieces: Sequence[UOp], axis: int) -> UOp:
+    """`pieces` (all on one device) joined along `axis`: each padded to the full size, then summed (OR for bool)."""
+    sizes = _ints([piece.shape[axis] for piece in pieces], f"joining blocks along axis {axis}")
+    total = sum(sizes)
+    padded, start = [], 0
+    for piece, size in zip(pieces, sizes, strict=True):
+        if size:
+            padded.append(_pad_axis(piece, axis, start, total - start - size))
+        start += size
+    combine = Ops.OR if pieces[0].dtype == dtypes.bool else Ops.ADD
+    return functools.reduce(lambda left, right: left.alu(combine, right), padded)
+
+
+def gather(node: UOp, device: str) -> UOp:
+    """The whole value of a MULTI node on `device` (one copy, or every block copied there and joined)."""
+    if node.arg is None:
+        for source in node.src:
+            if source.device == device:
+                return source
+        return node.src[0].copy_to_device(device)
+    return concatenate([source.copy_to_device(device) for source in node.src], node.arg)
+
+
+def _combine(op: Ops, values: Sequence[UOp]) -> UOp:
+    """values[0] op values[1] op ..., left to right (so every device gets the same rounding)."""
+    return functools.reduce(lambda left, right: left.alu(op, right), values)
+
+
+def _chunks(numel: int, count: int) -> list[tuple[int, int]]:
+    base, left = divmod(numel, count)
+    bounds, start = [], 0
+    for index in range(count):
+        size = base + (1 if index < left else 0)
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def allreduce_method(count: int, numel: int) -> str:
+    """Which allreduce `allreduce` uses for `count` devices and `numel` elements: naive, ring or all2all."""
+    threshold = getenv("RING_ALLREDUCE_THRESHOLD", RING_ALLREDUCE_THRESHOLD)
+    large = count > 2 and numel > threshold
+    if ALL2ALL.value >= 2 or (large and ALL2ALL.value >= 1):
+        return "all2all"
+    if RING.value >= 2 or (large and RING.value >= 1):
+        return "ring"
+    return "naive"
+
+
+def allreduce(op: Ops, values: Sequence[UOp]) -> list[UOp]:
+    """For one value per device (same shape), the combination by `op` (ADD, MUL, MAX) of all of them, on each device.
+
+    naive: every device copies every other's value. ring: each value in `count` chunks; a reduce-scatter passes each
+    chunk once around the ring, adding as it goes, then an all-gather passes the finished chunks around again
+    (2 * (count - 1) chunk copies per device). all2all: device i gathers chunk i from every device and combines it,
+    then every device gathers the finished chunks.
+    """
+    count, shape = len(values), values[0].shape
+    numel = prod(shape)
+    method = allreduce_method(count, numel) if isinstance(numel, int) else "naive"
+    devices = [value.device for value in values]
+    if method == "naive" or numel < count:
+        values = [value.contiguous() for value in values]
+        return [_combine(op, [value.copy_to_device(device) for value in values]) for device in devices]
+    flat = [value.contiguous().reshape((numel,)) for value in values]
+    bounds = _chunks(numel, count)
+    reduced: list[UOp] = []
+    if method == "all2all":
+        for index, (start, end) in enumerate(bounds):
+            reduced.append(_combine(op, [piece.shrink(((start, end),)).copy_to_device(devices[index])
+                                         for piece in flat]))
+        finished = [[chunk.copy_to_device(device) for chunk in reduced] for device in devices]
+    else:
+        # chunk c starts on device c, travels c -> c+1 -> ... and is complete on device c-1
+        for index, (start, end) in enumerate(bounds):
+            partial = flat[index].shrink(((start, end),))
+            for step in range(1, count):
+                here = (index + step) % count
+                partial = partial.copy_to_device(devices[here]).alu(op, flat[here].shrink(((start, end),)))
+            reduced.append(partial)
+        finished = [[] for _ in devices]
+        for index, chunk in enumerate(reduced):
+            owner = (index + count - 1) % count
+            copies = {owner: chunk}
+            for step in range(1, count):
+                here = (owner + step) % count
+                copies[here] = copies[(here - 1) % count].copy_to_device(devices[here])
+            for device_index in range(count):
+                finished[device_index].append(copies[device_index])
+    return [concatenate(chunks, 0).reshape(shape) for chunks in finished]
+
+
+# ---- mapping one operation over the devices ----
+
+def _aligned(src: tuple[UOp, ...]) -> tuple[list[tuple[UOp, ...]], int | None, tuple[str, ...]]:
+    """The sources of a per-shard op, one tuple per device, all split along one axis (replicated ones are cut)."""
+    multis = [source for source in src if source.op is Ops.MULTI]
+    devices = multis[0].device
+    for other in multis[1:]:
+        if other.device != devices:
+            raise ValueError(f"operands live on different device tuples {devices} and {other.device}: "
+                             "shard both on the same devices")
+    axes = {source.arg for source in multis if source.arg is not None}
+    if len(axes) > 1:
+        raise ValueError(f"operands are sharded on different axes {sorted(axes)}: reshard one with "
+                         ".shard(devices, axis) or replicate it with .to(devices)")
+    axis = axes.pop() if axes else None
+    bounds = shard_bounds(next(source for source in multis if source.arg == axis)) if axis is not None else None
+    per_device: list[list[UOp]] = [[] for _ in devices]
+    for source in src:
+        if source.op is not Ops.MULTI:
+            if source.device is not None:
+                raise ValueError(f"an operand on {source.device} meets one on {devices}: move it with "
+                                 ".to(devices) or .shard(devices, axis) first")
+            for row in per_device:
+                row.append(source)
+            continue
+        for index, row in enumerate(per_device):
+            piece = source.src[index]
+            if axis is not None and source.arg is None and bounds is not None:
+                piece = _shrink_axis(piece, axis, *bounds[index])
+            row.append(piece)
+    return [tuple(row) for row in per_device], axis, devices
+
+
+def _reshape_axis(old: tuple[int, ...], new: tuple[int, ...], axis: int, sizes: list[int]) -> tuple[int, list[int]]:
+    """Where a sharded axis goes under a reshape and each device's block size on it, or a ValueError."""
+    before, after = prod(old[:axis]), prod(old[axis + 1:])
+    for position in range(len(new)):
+        if prod(new[:position]) != before:
+            continue
+        inner = prod(new[position + 1:])
+        if inner and all((size * after) % inner == 0 for size in sizes):
+            return position, [size * after // inner for size in sizes]
+    raise ValueError(f"reshape from {old} to {new} splits sharded axis {axis} across device blocks: reshape so "
+                     "the sharded axis stays whole (or merges with the axes after it), or gather with .to(device)")
+
+
+def _map_movement(op: Ops, node: UOp, arg: Any) -> UOp:
+    axis = node.arg
+    if axis is None:
+        return multi([_apply_movement(op, source, arg) for source in node.src], None)
+    sizes = [source.shape[axis] for source in node.src]
+    if op is Ops.RESHAPE:
+        what = "reshape of a sharded tensor"
+        new_axis, new_sizes = _reshape_axis(tuple(_ints(node.shape, what)), tuple(_ints(tuple(arg), what)), axis,
+                                            _ints(sizes, what))
+        return multi([source.reshape(arg[:new_axis] + (size,) + arg[new_axis + 1:])
+                      for source, size in zip(node.src, new_sizes, strict=True)], new_axis)
+    if op is Ops.PERMUTE:
+        return multi([source.permute(arg) for source in node.src], tuple(arg).index(axis))
+    if op is Ops.EXPAND:
+        if arg[axis] != node.shape[axis]:
+            raise ValueError(f"cannot expand sharded axis {axis} from {node.shape[axis]} to {arg[axis]}")
+        return multi([source.expand(arg[:axis] + (size,) + arg[axis + 1:])
+                      for source, size in zip(node.src, sizes, strict=True)], axis)
+    if op is Ops.PAD:
+        if tuple(arg[axis]) != (0, 0):
+            raise ValueError(f"cannot pad sharded axis {axis} by {arg[axis]}: pad before sharding, or gather with "
+                             ".to(device) first")
+        return multi([source.pad(arg) for source in node.src], axis)
+    if op is Ops.SHRINK:
+        if tuple(arg[axis]) != (0, node.shape[axis]):
+            raise ValueError(f"cannot shrink sharded axis {axis} to {arg[axis]}: only whole axes of a sharded tensor "
+                             "can be sliced; gather with .to(device) first")
+        return multi([source.shrink(tuple((0, size) if index == axis else bound for index, bound in enumerate(arg)))
+                      for source, size in zip(node.src, sizes, strict=True)], axis)
+    if arg[axis]:
+        raise ValueError(f"cannot flip sharded axis {axis}: gather with .to(device) first")
+    return multi([source.flip(arg) for source in node.src], axis)
+
+
+def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:
+    method = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
+              Ops.SHRINK: "shrink", Ops.FLIP: "flip"}[op]
+    result: UOp = getattr(source, method)(arg)
+    return result
+
+
+def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
+    """The node `op(src)` where a source is multi-device: built on each device's graph (see the module docstring)."""
+    node_class = _uop_class()
+    if op is Ops.CONST:  # a constant on a tuple of devices: one constant per device
+        return multi([node_class(Ops.CONST, dtype, (node_class(Ops.DEVICE, arg=device),), arg)
+                      for device in src[0].arg], None)
+    if op is Ops.COPY:
+        source, target = src[0], src[1].arg
+        if source.op is not Ops.MULTI:
+            return shard(source, tuple(target), None)
+        if not isinstance(target, tuple):
+            return gather(source, target)
+        if tuple(target) == source.device:
+            return source
+        if len(target) != len(source.src):
+            raise ValueError(f"cannot move a tensor on {len(source.src)} devices to {len(target)} devices: gather it "
+                             "with .to(device) and shard again")
+        return multi([piece.copy_to_device(device) for piece, device in zip(source.src, target, strict=True)],
+                     source.arg)
+    if op in _PER_SHARD:
+        rows, axis, _ = _aligned(src)
+        return multi([node_class(op, dtype, row, arg) for row in rows], axis)
+    if op in GroupOp.Movement:
+        return _map_movement(op, src[0], arg)
+    if op is Ops.REDUCE_AXIS:
+        node = src[0]
+        reduced = [source.r(arg[0], arg[1]) for source in node.src]
+        if node.arg is None or node.arg not in arg[1]:
+            return multi(reduced, node.arg)
+        return multi(allreduce(arg[0], reduced), None)
+    raise NotImplementedError(f"{op.name} is not supported on a multi-device tensor yet: gather it to one device "
+                              "with .to(device) first")
