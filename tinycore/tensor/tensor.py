@@ -371,8 +371,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         pending = [tensor for tensor in (self,) + lst if not tensor._is_realized()]
         if pending:
             from tinycore.engine.realize import realize_uops
-            realized = realize_uops([tensor.uop for tensor in pending])
-            for tensor, uop in zip(pending, realized, strict=True):
+            # equal lazy graphs are one hash-consed node; computed together they would share one buffer, so a
+            # later assign to one would show in the other: each repeat gets a buffer of its own (graphs that
+            # assign are the same write and keep sharing it)
+            first: dict[UOp, Tensor] = {}
+            repeats = [tensor for tensor in pending if first.setdefault(tensor.uop, tensor) is not tensor
+                       and not any(node.op is Ops.ASSIGN for node in tensor.uop.toposort)]
+            together = [tensor for tensor in pending if all(tensor is not repeat for repeat in repeats)]
+            realized = realize_uops([tensor.uop for tensor in together])
+            for repeat in repeats:
+                realized.extend(realize_uops([repeat.uop]))
+            for tensor, uop in zip(together + repeats, realized, strict=True):
                 if tensor._unrealized is None and (tensor._requires_grad or (
                         tensor._requires_grad is None and _UNDECIDED_LEAVES.get(id(tensor)) is tensor)):
                     tensor._unrealized = tensor.uop
