@@ -11,7 +11,7 @@ import nox
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "typecheck", "tests", "plugin", "conformance", "conformance_template", "wheels",
-                        "vendor_template"]
+                        "vendor_template", "plugin_torch"]
 
 PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 """The in-tree plugins: plugins/tiny-NAME, distribution tiny-NAME. The one list every session reads."""
@@ -88,6 +88,14 @@ def conformance(session: nox.Session, name: str) -> None:
         device = f"DISK:{session.create_tmp()}/conformance.bin"
     for environment in environments:
         session.run("tiny", "conformance", device, *session.posargs, env=environment)
+
+
+@nox.session
+def plugin_torch(session: nox.Session) -> None:
+    """tiny-torch (tinycore as the PyTorch device `tiny`) in its own environment: it is the only distribution that
+    needs torch at run time, and installing it makes every `import torch` there load the tiny device."""
+    session.install("-e", ".", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-torch[test]", TORCH)
+    session.run("pytest", "plugins/tiny-torch/tests", *session.posargs)
 
 
 @nox.session

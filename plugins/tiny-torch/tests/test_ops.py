@@ -1,0 +1,209 @@
+"""The tiny device against PyTorch on the CPU: values, dtypes, shapes, view strides, aliasing, gradients and the
+CPU fallback."""
+from __future__ import annotations
+
+import pytest
+import tiny_torch  # noqa: F401  (registers the device)
+import torch
+
+torch.manual_seed(0)
+
+
+def tiny(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to("tiny")
+
+
+def close(result: torch.Tensor, expected: torch.Tensor, atol: float = 1e-5) -> None:
+    assert result.device.type == "tiny"
+    assert result.dtype == expected.dtype and result.shape == expected.shape
+    torch.testing.assert_close(result.cpu(), expected, atol=atol, rtol=1e-4)
+
+
+UNARY = [torch.neg, torch.abs, torch.exp, torch.tanh, torch.sigmoid, torch.relu, torch.sin, torch.cos, torch.floor,
+         torch.sign, torch.erf, lambda x: torch.nn.functional.gelu(x), lambda x: torch.nn.functional.silu(x),
+         lambda x: torch.nn.functional.leaky_relu(x, 0.1), lambda x: x.square(), lambda x: x.clamp(-0.5, 0.5)]
+
+
+@pytest.mark.parametrize("function", UNARY)
+def test_unary(function) -> None:
+    x = torch.randn(4, 5)
+    close(function(tiny(x)), function(x))
+
+
+def test_binary_and_promotion() -> None:
+    a, b = torch.randn(3, 4), torch.randn(4)
+    ints = torch.arange(12).reshape(3, 4)
+    close(tiny(a) + tiny(b), a + b)
+    close(tiny(a) * 2.5 - tiny(b) / 3, a * 2.5 - b / 3)
+    close(tiny(ints) + 1.5, ints + 1.5)
+    close(tiny(ints) / 4, ints / 4)
+    close(tiny(ints) // 5, ints // 5)
+    close(tiny(a) > tiny(b), a > b)
+    close(torch.where(tiny(a) > 0, tiny(a), tiny(b)), torch.where(a > 0, a, b))
+    close(torch.maximum(tiny(a), tiny(b)), torch.maximum(a, b))
+    close(tiny(a) ** 2, a ** 2)
+
+
+def test_reductions() -> None:
+    x = torch.randn(3, 4, 5)
+    close(tiny(x).sum(), x.sum())
+    close(tiny(x).sum((0, 2), keepdim=True), x.sum((0, 2), keepdim=True))
+    close(tiny(x).mean(1), x.mean(1))
+    close(tiny(x).amax(-1), x.amax(-1))
+    close(tiny(x).var(1), x.var(1))
+    values, indices = tiny(x).max(1)
+    close(values, x.max(1).values)
+    close(indices, x.max(1).indices)
+    close(tiny(x).argmax(-1), x.argmax(-1))
+    close(tiny(x > 0).sum(), (x > 0).sum())
+    close(tiny(x).cumsum(2), x.cumsum(2))
+
+
+def test_matmul_family() -> None:
+    a, b, bias = torch.randn(5, 3), torch.randn(3, 4), torch.randn(4)
+    close(tiny(a) @ tiny(b), a @ b)
+    close(torch.addmm(tiny(bias), tiny(a), tiny(b), beta=0.5, alpha=2), torch.addmm(bias, a, b, beta=0.5, alpha=2))
+    batch_a, batch_b = torch.randn(2, 5, 3), torch.randn(2, 3, 4)
+    close(torch.bmm(tiny(batch_a), tiny(batch_b)), torch.bmm(batch_a, batch_b))
+    linear = torch.nn.Linear(3, 4)
+    close(torch.nn.functional.linear(tiny(a), tiny(linear.weight.detach()), tiny(linear.bias.detach())),
+          linear(a).detach())
+
+
+def test_views_strides_and_aliasing() -> None:
+    base = torch.arange(24.0).reshape(4, 6)
+    on_tiny = tiny(base)
+    for make in [lambda t: t.t(), lambda t: t[1:3, ::2], lambda t: t[2], lambda t: t.unsqueeze(1).expand(4, 3, 6),
+                 lambda t: t.view(2, 12), lambda t: t.as_strided((3, 3), (5, 1), 2), lambda t: t.permute(1, 0)[1:]]:
+        view, expected = make(on_tiny), make(base)
+        assert view.shape == expected.shape and view.stride() == expected.stride()
+        assert view.storage_offset() == expected.storage_offset()
+        close(view, expected)
+    # in-place on a view writes through to the base and to other views of it
+    column = on_tiny[:, 1]
+    other = on_tiny.t()
+    column.mul_(10)
+    base[:, 1].mul_(10)
+    close(on_tiny, base)
+    close(other, base.t())
+    on_tiny[1:3, 2:5] = 0.5
+    base[1:3, 2:5] = 0.5
+    close(on_tiny, base)
+    on_tiny.t()[0].add_(1)
+    base.t()[0].add_(1)
+    close(on_tiny, base)
+
+
+def test_copies_across_devices_and_dtypes() -> None:
+    x = torch.randn(3, 4)
+    on_tiny = tiny(x)
+    close(on_tiny.to(torch.float16), x.to(torch.float16), atol=1e-3)
+    close(on_tiny.to(torch.int32), x.to(torch.int32))
+    destination = torch.zeros(3, 4, device="tiny")
+    destination.copy_(x)
+    close(destination, x)
+    host = torch.empty(3, 4)
+    host.copy_(on_tiny)
+    torch.testing.assert_close(host, x)
+    assert (on_tiny.cpu().numpy() == x.numpy()).all()
+    assert tiny(torch.tensor([1, 2], dtype=torch.int64)).dtype == torch.int64
+    close(tiny(x.bfloat16()), x.bfloat16())
+    with pytest.raises(TypeError, match="no dtype torch.complex64"):
+        torch.zeros(2, dtype=torch.complex64).to("tiny")
+
+
+def test_factories_and_item() -> None:
+    close(torch.zeros(2, 3, device="tiny"), torch.zeros(2, 3))
+    close(torch.full((2,), 7, device="tiny"), torch.full((2,), 7))
+    close(torch.arange(5, device="tiny"), torch.arange(5))
+    assert torch.ones(3, device="tiny").sum().item() == 3.0
+    permutation = torch.randperm(10, device="tiny").cpu()
+    assert sorted(permutation.tolist()) == list(range(10))
+    samples = torch.rand(2000, device="tiny").cpu()
+    assert 0.0 <= samples.min() and samples.max() < 1.0 and abs(samples.mean().item() - 0.5) < 0.05
+
+
+def test_indexing_cat_stack_split() -> None:
+    x = torch.randn(5, 4)
+    index = torch.tensor([3, 0, 3])
+    close(tiny(x)[tiny(index)], x[index])
+    close(torch.gather(tiny(x), 1, tiny(torch.tensor([[0], [1], [2], [3], [0]]))),
+          torch.gather(x, 1, torch.tensor([[0], [1], [2], [3], [0]])))
+    close(torch.cat([tiny(x), tiny(x) * 2], 1), torch.cat([x, x * 2], 1))
+    close(torch.stack([tiny(x), tiny(x)], 0), torch.stack([x, x], 0))
+    for part, expected in zip(tiny(x).split(2), x.split(2), strict=False):
+        close(part, expected)
+    close(tiny(x).masked_fill(tiny(x > 0), 0.0), x.masked_fill(x > 0, 0.0))
+
+
+def _gradients(build, inputs: list[torch.Tensor], device: str) -> list[torch.Tensor]:
+    leaves = [value.detach().to(device).requires_grad_() for value in inputs]
+    build(*leaves).backward()
+    return [leaf.grad.cpu() for leaf in leaves]
+
+
+GRADIENT_CASES = [
+    ("conv2d", lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding=1).square().sum(),
+     [torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(4)]),
+    ("max_pool2d", lambda x: torch.nn.functional.max_pool2d(x, 2).square().sum(), [torch.randn(2, 3, 6, 6)]),
+    ("avg_pool2d", lambda x: torch.nn.functional.avg_pool2d(x, 2).square().sum(), [torch.randn(2, 3, 6, 6)]),
+    ("batch_norm", lambda x, w, b: torch.nn.functional.batch_norm(x, None, None, w, b, training=True).square()
+     .mul(torch.arange(6.0, device=x.device).reshape(1, 1, 1, 6)).sum(),
+     [torch.randn(4, 3, 2, 6), torch.randn(3), torch.randn(3)]),
+    ("layer_norm", lambda x, w, b: torch.nn.functional.layer_norm(x, (5,), w, b).square()
+     .mul(torch.arange(5.0, device=x.device)).sum(), [torch.randn(3, 5), torch.randn(5), torch.randn(5)]),
+    ("cross_entropy", lambda x: torch.nn.functional.cross_entropy(x, torch.tensor([1, 0, 3]).to(x.device)),
+     [torch.randn(3, 4)]),
+    ("softmax", lambda x: torch.softmax(x, 1).square().sum(), [torch.randn(3, 4)]),
+    ("mse", lambda x, y: torch.nn.functional.mse_loss(x, y), [torch.randn(3, 4), torch.randn(3, 4)]),
+    ("embedding", lambda w: torch.nn.functional.embedding(torch.tensor([[1, 2], [2, 0]]).to(w.device), w).square()
+     .sum(), [torch.randn(4, 3)]),
+    ("gelu_tanh_sigmoid", lambda x: (torch.nn.functional.gelu(x) + x.tanh() + x.sigmoid()).square().sum(),
+     [torch.randn(3, 4)]),
+]
+
+
+@pytest.mark.parametrize("name,build,inputs", GRADIENT_CASES, ids=[case[0] for case in GRADIENT_CASES])
+def test_gradients_match_cpu(name: str, build, inputs: list[torch.Tensor]) -> None:
+    expected = _gradients(build, inputs, "cpu")
+    result = _gradients(build, inputs, "tiny")
+    for got, want in zip(result, expected, strict=False):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_optimizer_foreach_step_matches_cpu() -> None:
+    weights = torch.randn(4, 3)
+    results = []
+    for device in ("cpu", "tiny"):
+        parameter = torch.nn.Parameter(weights.clone().to(device))
+        optimizer = torch.optim.Adam([parameter], lr=0.1)
+        for _ in range(3):
+            optimizer.zero_grad()
+            (parameter * torch.arange(3.0).to(device)).square().sum().backward()
+            optimizer.step()
+        results.append(parameter.detach().cpu())
+    torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
+
+
+def test_fallback_warns_once_and_can_be_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = torch.randn(4, 4)
+    with pytest.warns(UserWarning, match="aten.kthvalue") as record:
+        result = torch.kthvalue(tiny(x), 2, 1)
+        torch.kthvalue(tiny(x), 2, 1)
+    assert sum("kthvalue" in str(item.message) for item in record) == 1
+    assert "aten.kthvalue.default" in tiny_torch.fallbacks_hit()
+    expected = torch.kthvalue(x, 2, 1)
+    close(result.values, expected.values)
+    close(result.indices, expected.indices)
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    with pytest.raises(NotImplementedError, match="TINY_TORCH_FALLBACK=0"):
+        torch.kthvalue(tiny(x), 2, 1)
+
+
+def test_device_module() -> None:
+    assert torch.tiny.is_available() and torch.tiny.device_count() >= 1
+    torch.tiny.synchronize()
+    torch.manual_seed(3)
+    first = torch.randn(5, device="tiny").cpu()
+    torch.manual_seed(3)
+    torch.testing.assert_close(torch.randn(5, device="tiny").cpu(), first)

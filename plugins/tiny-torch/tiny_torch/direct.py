@@ -1,0 +1,303 @@
+"""Operators handled on the tiny tensors themselves: copies across devices, scalars, fills, random in-place
+fills, batch norm (which updates running statistics in place) and the factories that take a tiny tensor."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from tiny_torch.dispatch import aten, commit, register
+from tiny_torch.dtypes import to_tiny_dtype
+from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
+from tinycore import Tensor, dtypes
+
+
+def _index(tensor: torch.Tensor) -> int:
+    return tensor.device.index or 0
+
+
+def _fresh(shape: Sequence[int], dtype: torch.dtype, index: int, fill: float = 0) -> TinyTensor:
+    value = Tensor.full(tuple(int(s) for s in shape), fill, dtype=to_tiny_dtype(dtype), device=tinycore_device(index))
+    return wrap(value, index)
+
+
+@register(aten.copy_.default, direct=True)
+def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """Copy src into self across devices (tiny <- CPU, CPU <- tiny, tiny <- tiny), casting to self's dtype."""
+    if not isinstance(self, TinyTensor):
+        assert isinstance(src, TinyTensor)
+        with torch._C.DisableTorchFunctionSubclass():
+            return self.copy_(to_cpu(src.tiny_value(), src.dtype))
+    if isinstance(src, TinyTensor):
+        value = src.tiny_value()
+        if _index(src) != _index(self):
+            value = value.to(tinycore_device(_index(self)))
+    else:
+        value = from_cpu(src, _index(self))
+    self.tiny_write(value.cast(to_tiny_dtype(self.dtype)))
+    commit(self)
+    return self
+
+
+@register(aten._to_copy.default, direct=True)
+def to_copy(self: torch.Tensor, dtype: torch.dtype | None = None, layout: object = None,
+            device: torch.device | None = None, pin_memory: bool | None = None, non_blocking: bool = False,
+            memory_format: object = None) -> torch.Tensor:
+    """`.to(device, dtype)` and `.cpu()` of a tiny tensor."""
+    assert isinstance(self, TinyTensor)
+    dtype = dtype or self.dtype
+    target = torch.device(device) if device is not None else self.device
+    value = self.tiny_value()
+    if target.type != "tiny":
+        return to_cpu(value, self.dtype).to(device=target, dtype=dtype)
+    if (target.index or 0) != _index(self):
+        value = value.to(tinycore_device(target.index or 0))
+    return wrap(value.cast(to_tiny_dtype(dtype)), target.index or 0)
+
+
+@register(aten._local_scalar_dense.default, direct=True)
+def local_scalar_dense(self: TinyTensor) -> object:
+    """`.item()`."""
+    return to_cpu(self.tiny_value(), self.dtype).item()
+
+
+@register(aten.fill_.Scalar, aten.fill_.Tensor, direct=True)
+def fill_(self: TinyTensor, value: object) -> TinyTensor:
+    """Every element of the view set to value."""
+    fill = value.item() if isinstance(value, torch.Tensor) else value
+    self.tiny_write(Tensor.full(tuple(self.shape), fill, dtype=to_tiny_dtype(self.dtype),
+                                device=self.tiny_storage.flat.device))
+    commit(self)
+    return self
+
+
+@register(aten.zero_.default, direct=True)
+def zero_(self: TinyTensor) -> TinyTensor:
+    """Every element of the view set to zero."""
+    return fill_(self, 0)
+
+
+@register(aten.fill.Scalar, direct=True)
+def fill(self: TinyTensor, value: float) -> TinyTensor:
+    """A new tensor like self filled with value."""
+    return _fresh(self.shape, self.dtype, _index(self), value)
+
+
+def _random_write(self: TinyTensor, value: Tensor) -> TinyTensor:
+    self.tiny_write(value.cast(to_tiny_dtype(self.dtype)))
+    commit(self)
+    return self
+
+
+@register(aten.uniform_.default, direct=True)
+def uniform_(self: TinyTensor, from_: float = 0.0, to: float = 1.0, generator: object = None) -> TinyTensor:
+    """Uniform samples in [from, to) from tinycore's generator (Tensor.manual_seed / torch.manual_seed)."""
+    device = self.tiny_storage.flat.device
+    return _random_write(self, Tensor.uniform(*self.shape, low=from_, high=to, device=device))
+
+
+@register(aten.normal_.default, direct=True)
+def normal_(self: TinyTensor, mean: float = 0.0, std: float = 1.0, generator: object = None) -> TinyTensor:
+    """Normal samples from tinycore's generator."""
+    device = self.tiny_storage.flat.device
+    return _random_write(self, Tensor.normal(*self.shape, mean=mean, std=std, device=device))
+
+
+@register(aten.bernoulli_.float, direct=True)
+def bernoulli_(self: TinyTensor, p: float = 0.5, generator: object = None) -> TinyTensor:
+    """1 with probability p, else 0."""
+    device = self.tiny_storage.flat.device
+    return _random_write(self, Tensor.rand(*self.shape, device=device) < p)
+
+
+@register(getattr(aten.random_, "from"), aten.random_.to, direct=True)
+def random_(self: TinyTensor, from_: int = 0, to: int | None = None, generator: object = None) -> TinyTensor:
+    """Integers uniform in [from, to)."""
+    if to is None:
+        raise NotImplementedError("random_ without an upper bound on the tiny device; pass to=")
+    device = self.tiny_storage.flat.device
+    return _random_write(self, Tensor.randint(*self.shape, low=from_, high=to, device=device))
+
+
+@register(aten.native_dropout.default, direct=True)
+def native_dropout(input: TinyTensor, p: float, train: bool | None) -> tuple[TinyTensor, TinyTensor]:  # noqa: A002
+    """Dropout: (output, keep mask)."""
+    value = input.tiny_value()
+    if not train or p == 0:
+        return wrap(value.contiguous(), _index(input)), _fresh(input.shape, torch.bool, _index(input), True)
+    keep = Tensor.rand(*value.shape, device=value.device) >= p
+    return wrap(keep.where(value / (1 - p), 0).cast(value.dtype), _index(input)), wrap(keep, _index(input))
+
+
+@register(aten.native_batch_norm.default, aten._native_batch_norm_legit_no_training.default, direct=True)
+def native_batch_norm(input: TinyTensor, weight: TinyTensor | None, bias: TinyTensor | None,  # noqa: A002
+                      running_mean: TinyTensor | None, running_var: TinyTensor | None, training: bool = False,
+                      momentum: float = 0.1, eps: float = 1e-5) -> tuple[TinyTensor, TinyTensor, TinyTensor]:
+    """Batch norm over all dims but 1: (output, batch mean, batch inverse std); in training the running statistics
+    are updated in place with the unbiased variance, as PyTorch does."""
+    if not isinstance(training, bool):  # the no_training overload has (momentum, eps) where training would be
+        training, momentum, eps = False, training, momentum
+    value = input.tiny_value()
+    axes = tuple(axis for axis in range(value.ndim) if axis != 1)
+    shape = [1] * value.ndim
+    shape[1] = value.shape[1]
+    if training or running_mean is None or running_var is None:
+        mean = value.mean(axes)
+        variance = (value - mean.reshape(shape)).square().mean(axes)
+    else:
+        mean, variance = running_mean.tiny_value(), running_var.tiny_value()
+    invstd = (variance + eps).rsqrt()
+    output = (value - mean.reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        output = output * weight.tiny_value().reshape(shape)
+    if bias is not None:
+        output = output + bias.tiny_value().reshape(shape)
+    index = _index(input)
+    if training and running_mean is not None and running_var is not None:
+        count = value.numel() // value.shape[1]
+        running_mean.tiny_write(running_mean.tiny_value() * (1 - momentum) + mean * momentum)
+        unbiased = variance * (count / max(count - 1, 1))
+        running_var.tiny_write(running_var.tiny_value() * (1 - momentum) + unbiased * momentum)
+        commit(running_mean, running_var)
+    if not training:
+        empty = Tensor.zeros(0, dtype=value.dtype, device=value.device)
+        return wrap(output, index), wrap(empty, index), wrap(empty, index)
+    return wrap(output, index), wrap(mean, index), wrap(invstd, index)
+
+
+@register(aten.native_batch_norm_backward.default, direct=True)
+def native_batch_norm_backward(grad_out: TinyTensor, input: TinyTensor, weight: TinyTensor | None,  # noqa: A002
+                               running_mean: TinyTensor | None, running_var: TinyTensor | None,
+                               save_mean: TinyTensor | None, save_invstd: TinyTensor | None, train: bool, eps: float,
+                               output_mask: Sequence[bool]) -> tuple[TinyTensor | None, ...]:
+    """Gradients of batch norm for input, weight and bias, by tinycore's autograd over the forward."""
+    from tiny_torch.ops import _vjp
+    value, grad = input.tiny_value(), grad_out.tiny_value()
+    axes = tuple(axis for axis in range(value.ndim) if axis != 1)
+    shape = [1] * value.ndim
+    shape[1] = value.shape[1]
+    fixed_mean = None if train else running_mean.tiny_value()  # type: ignore[union-attr]
+    fixed_var = None if train else running_var.tiny_value()  # type: ignore[union-attr]
+
+    def forward(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+        mean = x.mean(axes) if train else fixed_mean
+        variance = (x - mean.reshape(shape)).square().mean(axes) if train else fixed_var  # type: ignore[union-attr]
+        output = (x - mean.reshape(shape)) * (variance + eps).rsqrt().reshape(shape)  # type: ignore[union-attr]
+        output = output * w.reshape(shape) if w is not None else output
+        return output + b.reshape(shape) if b is not None else output
+    bias = Tensor.zeros(value.shape[1], dtype=value.dtype, device=value.device)
+    grads = _vjp(forward, [value, weight.tiny_value() if weight is not None else None, bias], grad, output_mask)
+    index = _index(input)
+    return tuple(wrap(part, index) if part is not None else None for part in grads)
+
+
+@register(aten.empty_like.default, aten.zeros_like.default, direct=True)
+def empty_like(self: torch.Tensor, dtype: torch.dtype | None = None, layout: object = None,
+               device: torch.device | None = None, pin_memory: bool | None = None,
+               memory_format: object = None) -> torch.Tensor:
+    """A zero-filled tensor shaped like self (empty_like's contents are unspecified; zeros are one choice)."""
+    return full_like(self, 0, dtype=dtype, device=device)
+
+
+@register(aten.ones_like.default, direct=True)
+def ones_like(self: torch.Tensor, dtype: torch.dtype | None = None, layout: object = None,
+              device: torch.device | None = None, pin_memory: bool | None = None,
+              memory_format: object = None) -> torch.Tensor:
+    """A tensor of ones shaped like self."""
+    return full_like(self, 1, dtype=dtype, device=device)
+
+
+@register(aten.full_like.default, direct=True)
+def full_like(self: torch.Tensor, fill_value: float, dtype: torch.dtype | None = None, layout: object = None,
+              device: torch.device | None = None, pin_memory: bool | None = None,
+              memory_format: object = None) -> torch.Tensor:
+    """A tensor filled with fill_value shaped like self."""
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type != "tiny":
+        return torch.full(tuple(self.shape), fill_value, dtype=dtype, device=target)
+    return _fresh(self.shape, dtype, target.index or 0, fill_value)
+
+
+@register(aten.new_empty.default, aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+          aten.new_empty_strided.default, direct=True)
+def new_factory(self: torch.Tensor, size: Sequence[int], *rest: object, dtype: torch.dtype | None = None,
+                layout: object = None, device: torch.device | None = None, pin_memory: bool | None = None) -> object:
+    """self.new_empty / new_zeros / new_ones / new_full / new_empty_strided (contents zero unless a fill)."""
+    fill: float = 0
+    if rest and not isinstance(rest[0], (list, tuple)):
+        fill = rest[0]  # type: ignore[assignment]
+    target = torch.device(device) if device is not None else self.device
+    dtype = dtype or self.dtype
+    if target.type != "tiny":
+        return torch.full(tuple(size), fill, dtype=dtype, device=target)
+    return _fresh(size, dtype, target.index or 0, fill)
+
+
+@register(aten.resize_.default, direct=True)
+def resize_(self: TinyTensor, size: Sequence[int], memory_format: object = None) -> TinyTensor:
+    """Resizing is supported only when the shape already matches (out= tensors of the right shape)."""
+    if tuple(int(extent) for extent in size) != tuple(self.shape):
+        raise NotImplementedError(f"resizing a tiny tensor from {tuple(self.shape)} to {tuple(size)}: pass an out= "
+                                  f"tensor of the result's shape, or no out= tensor")
+    return self
+
+
+def arange(start: float, end: float | None = None, step: float = 1, *, dtype: torch.dtype | None = None,
+           layout: object = None, device: torch.device | None = None, pin_memory: bool | None = None) -> TinyTensor:
+    """torch.arange(..., device="tiny"): int64 for integer bounds, the default float dtype otherwise."""
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        integral = all(isinstance(bound, int) for bound in (start, end, step))
+        dtype = torch.int64 if integral else torch.get_default_dtype()
+    index = (torch.device(device).index or 0) if device is not None else 0
+    value = Tensor.arange(start, end, step, device=tinycore_device(index)).cast(to_tiny_dtype(dtype))
+    return wrap(value, index)
+
+
+def randperm(n: int, *, generator: object = None, dtype: torch.dtype | None = None, layout: object = None,
+             device: torch.device | None = None, pin_memory: bool | None = None) -> TinyTensor:
+    """torch.randperm(n, device="tiny") from tinycore's generator."""
+    index = (torch.device(device).index or 0) if device is not None else 0
+    value = Tensor.randperm(n, device=tinycore_device(index)).cast(to_tiny_dtype(dtype or torch.int64))
+    return wrap(value, index)
+
+
+FACTORIES = {"arange": arange, "arange.start": arange, "arange.start_step": arange, "randperm": randperm,
+             "randperm.generator": randperm}
+"""Factories registered for the PrivateUse1 key (they take no tensor, so only the device argument routes them)."""
+
+
+@register(aten.lift_fresh.default, aten.alias.default, direct=True)
+def lift_fresh(self: TinyTensor) -> TinyTensor:
+    """The same tensor (PyTorch's marker that a constant became a tensor)."""
+    return TinyTensor(self.tiny_storage, tuple(self.shape), tuple(self.stride()), self.storage_offset(), _index(self))
+
+
+@register(aten.view.dtype, direct=True)
+def view_dtype(self: TinyTensor, dtype: torch.dtype) -> TinyTensor:
+    """Reinterpreting elements as another dtype is supported only when the dtype does not change."""
+    if dtype != self.dtype:
+        raise NotImplementedError(f"tensor.view({dtype}) on the tiny device: reinterpreting {self.dtype} storage "
+                                  f"is not supported; use .to({dtype}) (a converting copy)")
+    return lift_fresh(self)
+
+
+@register(aten.set_.source_Tensor, direct=True)
+def set_(self: TinyTensor, source: TinyTensor) -> TinyTensor:
+    """Make self share source's storage and view (used by module.to and parameter swaps)."""
+    self.tiny_storage = source.tiny_storage
+    with torch.utils._mode_utils.no_dispatch():
+        torch.Tensor.as_strided_(self, tuple(source.shape), tuple(source.stride()),  # type: ignore[attr-defined]
+                                 source.storage_offset())
+    return self
+
+
+@register(aten.nonzero.default, direct=True)
+def nonzero(self: TinyTensor) -> TinyTensor:
+    """Indices of the nonzero elements (a data-dependent shape: the mask is read back to the host)."""
+    mask = to_cpu(self.tiny_value(), self.dtype).numpy() != 0
+    indices = np.stack(np.nonzero(mask), axis=-1).astype(np.int64).reshape(-1, self.ndim)
+    return wrap(Tensor(indices, device=self.tiny_storage.flat.device, dtype=dtypes.int64), _index(self))

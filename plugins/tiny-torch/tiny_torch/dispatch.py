@@ -1,0 +1,235 @@
+"""How an aten operator on tiny tensors runs: views share storage, in-place and out= operators write through
+their functional form, mapped operators run on tinycore, the rest decompose (PyTorch's own decompositions) or,
+as a last resort, run on the CPU with a warning naming the operator once (TINY_TORCH_FALLBACK=0: an error)."""
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable
+
+import torch
+from torch._decomp import decomposition_table
+from torch.utils._pytree import tree_flatten, tree_map
+
+from tiny_torch.dtypes import to_tiny_dtype
+from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
+from tinycore import Tensor
+
+aten = torch.ops.aten
+OPERATORS: dict[torch._ops.OpOverload, Callable[..., object]] = {}
+"""The aten overloads mapped onto tinycore: functional forms, called with tinycore Tensors for tensor arguments."""
+DIRECT: dict[torch._ops.OpOverload, Callable[..., object]] = {}
+"""Overloads handled on the TinyTensors themselves (copies across devices, storage-level and random in-place ops)."""
+FALLBACKS_HIT: set[str] = set()
+"""Every operator that ran on the CPU fallback in this process (each warned about once)."""
+
+
+def register(*overloads: torch._ops.OpOverload, direct: bool = False) -> Callable[[Callable[..., object]],
+                                                                                    Callable[..., object]]:
+    """Map the given aten overloads onto the decorated function (`direct`: it receives the PyTorch tensors)."""
+    def decorate(function: Callable[..., object]) -> Callable[..., object]:
+        for overload in overloads:
+            (DIRECT if direct else OPERATORS)[overload] = function
+        return function
+    return decorate
+
+
+def device_index(args: object) -> int:
+    """The tiny device index of the first tiny tensor among `args` (0 when there is none)."""
+    for leaf in tree_flatten(args)[0]:
+        if isinstance(leaf, TinyTensor):
+            return leaf.device.index or 0
+    return 0
+
+
+def to_meta(value: object) -> object:
+    """A tensor's metadata twin on the meta device (same size, stride, storage offset and dtype)."""
+    if isinstance(value, TinyTensor):
+        base = torch.empty(value.tiny_storage.numel, dtype=value.dtype, device="meta")
+        return base.as_strided(value.shape, value.stride(), value.storage_offset())
+    if isinstance(value, torch.Tensor):
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+    return value
+
+
+def meta_result(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """What PyTorch's meta kernel says the result is (shapes, dtypes, strides), or None when it has none."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
+    except Exception:
+        return None
+
+
+def _unwrap(index: int) -> Callable[[object], object]:
+    def unwrap(value: object) -> object:
+        if isinstance(value, TinyTensor):
+            return value.tiny_value()
+        if isinstance(value, torch.Tensor):
+            return from_cpu(value, index)
+        if isinstance(value, torch.dtype):
+            return to_tiny_dtype(value)
+        return value
+    return unwrap
+
+
+def _is_pointwise(func: torch._ops.OpOverload) -> bool:
+    return torch.Tag.pointwise in func.tags
+
+
+def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """Run a mapped functional operator on tinycore and wrap its results, checked against the meta kernel."""
+    index = device_index((args, kwargs))
+    meta = meta_result(func, args, kwargs)
+    tiny_args, tiny_kwargs = tree_map(_unwrap(index), args), tree_map(_unwrap(index), kwargs)
+    if _is_pointwise(func) and isinstance(meta, torch.Tensor) and meta.dtype != torch.bool:
+        # PyTorch's type promotion decides the computing dtype, not tinycore's
+        dtype = to_tiny_dtype(meta.dtype)
+        cast = lambda value: value.cast(dtype) if isinstance(value, Tensor) and value.dtype != dtype else value  # noqa: E731
+        tiny_args, tiny_kwargs = tree_map(cast, tiny_args), tree_map(cast, tiny_kwargs)
+    result = OPERATORS[func](*tiny_args, **tiny_kwargs)
+    return _wrap_results(func, result, meta, index)
+
+
+def _wrap_results(func: torch._ops.OpOverload, result: object, meta: object, index: int) -> object:
+    if isinstance(result, Tensor):
+        return _wrap_one(func, result, meta, index)
+    if isinstance(result, (tuple, list)):
+        metas = meta if isinstance(meta, (tuple, list)) else [None] * len(result)
+        wrapped = [_wrap_one(func, part, part_meta, index) if isinstance(part, Tensor) else part
+                   for part, part_meta in zip(result, metas, strict=False)]
+        return tuple(wrapped) if isinstance(result, tuple) else wrapped
+    return result
+
+
+def _wrap_one(func: torch._ops.OpOverload, value: Tensor, meta: object, index: int) -> TinyTensor:
+    if isinstance(meta, torch.Tensor):
+        if tuple(value.shape) != tuple(meta.shape):
+            raise RuntimeError(f"tiny device: {func} produced shape {tuple(value.shape)} where PyTorch expects "
+                               f"{tuple(meta.shape)}; please report this with the call that caused it")
+        dtype = to_tiny_dtype(meta.dtype)
+        if value.dtype != dtype:
+            value = value.cast(dtype)
+    return wrap(value, index)
+
+
+def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """A view operator: PyTorch's meta kernel computes sizes, strides and offset; the result shares storage."""
+    base = next(leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, TinyTensor))
+    meta = meta_result(func, args, kwargs)
+    if meta is None:
+        raise RuntimeError(f"tiny device: the view operator {func} has no meta kernel to compute its strides")
+
+    def share(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return TinyTensor(base.tiny_storage, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
+                              base.device.index or 0)
+        return value
+    return tree_map(share, meta)
+
+
+def commit(*tensors: TinyTensor) -> None:
+    """Realize the storages just written in place, together: keeps graphs of values updated every step bounded."""
+    flats = []
+    for tensor in tensors:
+        tensor.tiny_storage.flat = tensor.tiny_storage.flat.contiguous()
+        flats.append(tensor.tiny_storage.flat)
+    if flats:
+        flats[0].realize(*flats[1:])
+
+
+def functional_of(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The functional overload of an in-place aten operator (add_.Tensor -> add.Tensor), if PyTorch has one."""
+    name = func._schema.name.split("::")[1]
+    if not name.endswith("_") or name.startswith("_foreach"):
+        return None
+    packet = getattr(aten, name[:-1], None)
+    return getattr(packet, func._overloadname, None) if packet is not None else None
+
+
+def _has_out(func: torch._ops.OpOverload) -> bool:
+    return any(argument.is_out for argument in func._schema.arguments)
+
+
+def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """Run one aten operator whose arguments include a tiny tensor."""
+    if func in DIRECT:
+        return DIRECT[func](*args, **kwargs)
+    if func in OPERATORS:
+        return run_mapped(func, args, kwargs)
+    if func.is_view:
+        return run_view(func, args, kwargs)
+    functional = functional_of(func)
+    if functional is not None and (functional in OPERATORS or functional in decomposition_table):
+        result = dispatch(functional, args, kwargs)
+        target = args[0]
+        target.tiny_write(result.tiny_value())  # type: ignore[union-attr]
+        commit(target)
+        return target
+    if func._schema.name.startswith("aten::_foreach_"):
+        from tiny_torch.foreach import run_foreach
+        handled = run_foreach(func, args, kwargs)
+        if handled is not NotImplemented:
+            return handled
+    if func in decomposition_table and not _has_out(func):
+        return decomposition_table[func](*args, **kwargs)
+    decomposed = func.decompose(*args, **kwargs)
+    if decomposed is not NotImplemented:
+        return decomposed
+    return run_on_cpu(func, args, kwargs)
+
+
+def fallback_allowed() -> bool:
+    """False when TINY_TORCH_FALLBACK=0 asks for an error instead of running unmapped operators on the CPU."""
+    return os.environ.get("TINY_TORCH_FALLBACK", "1") != "0"
+
+
+def run_on_cpu(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """The CPU fallback: copy tiny arguments to the CPU, run PyTorch's kernel, copy results and mutated arguments
+    back. Warns once per operator."""
+    name = str(func)
+    if not fallback_allowed():
+        raise NotImplementedError(f"aten operator {name} is not mapped onto tinycore for the tiny device; unset "
+                                  f"TINY_TORCH_FALLBACK=0 to run it on the CPU (copies in and out)")
+    if name not in FALLBACKS_HIT:
+        FALLBACKS_HIT.add(name)
+        warnings.warn(f"tiny device: aten operator {name} is not mapped onto tinycore and runs on the CPU "
+                      f"(copies in and out); TINY_TORCH_FALLBACK=0 makes this an error", stacklevel=3)
+    index = device_index((args, kwargs))
+    originals: dict[int, TinyTensor] = {}
+
+    def to_host(value: object) -> object:
+        if isinstance(value, TinyTensor):
+            host = to_cpu(value.tiny_value(), value.dtype)
+            originals[id(host)] = value
+            return host
+        if isinstance(value, torch.device) and value.type == "tiny":
+            return torch.device("cpu")
+        return value
+    host_args, host_kwargs = tree_map(to_host, args), tree_map(to_host, kwargs)
+    host_kwargs = {key: (torch.device("cpu") if key == "device" and value is not None else value)
+                   for key, value in host_kwargs.items()}
+    result = func(*host_args, **host_kwargs)
+    written: list[TinyTensor] = []
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        host = host_kwargs.get(argument.name) if argument.kwarg_only or position >= len(host_args) \
+            else host_args[position]
+        for leaf in tree_flatten(host)[0]:
+            if isinstance(leaf, torch.Tensor) and id(leaf) in originals:
+                originals[id(leaf)].tiny_write(from_cpu(leaf, index))
+                written.append(originals[id(leaf)])
+    commit(*written)
+
+    def to_device(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return originals[id(value)] if id(value) in originals else wrap(from_cpu(value, index), index)
+        return value
+    return tree_map(to_device, result)
+
+
+def cpu_device_of(index: int) -> str:
+    """The tinycore device name for tiny:index (re-exported for the operator modules)."""
+    return tinycore_device(index)

@@ -1,0 +1,41 @@
+"""The optimizers' fused `_foreach_*` operators: each element runs through the matching single-tensor operator,
+and every storage written is realized in one schedule at the end."""
+from __future__ import annotations
+
+import torch
+
+from tiny_torch.dispatch import aten, commit, dispatch
+from tiny_torch.wrapper import TinyTensor
+
+_ELEMENT_OVERLOAD = {"List": "Tensor", "Scalar": "Scalar", "ScalarList": "Scalar", "Tensor": "Tensor",
+                     "default": "default", "ScalarAndTensor": "Tensor"}
+
+
+def _element_overload(name: str, overload: str) -> torch._ops.OpOverload | None:
+    packet = getattr(aten, name, None)
+    if packet is None:
+        return None
+    for candidate in (_ELEMENT_OVERLOAD.get(overload, overload), "default", "Tensor", "Scalar"):
+        if candidate in packet.overloads():
+            return getattr(packet, candidate)
+    return None
+
+
+def run_foreach(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """Run `_foreach_NAME[_]` element by element through aten.NAME[_], or NotImplemented when there is none."""
+    name = func._schema.name.split("::")[1].removeprefix("_foreach_")
+    element = _element_overload(name, func._overloadname)
+    if element is None:
+        return NotImplemented
+    count = len(args[0])
+    per_element = [[arg[position] if isinstance(arg, (list, tuple)) else arg for arg in args]
+                   for position in range(count)]
+    element_kwargs = [{key: value[position] if isinstance(value, (list, tuple)) else value
+                       for key, value in kwargs.items()} for position in range(count)]
+    # the in-place element op commits each tensor itself; commit all again at once is cheap (already realized)
+    results = [dispatch(element, tuple(element_args), element_kw)
+               for element_args, element_kw in zip(per_element, element_kwargs, strict=False)]
+    if name.endswith("_"):
+        commit(*[tensor for tensor in args[0] if isinstance(tensor, TinyTensor)])
+        return None
+    return results

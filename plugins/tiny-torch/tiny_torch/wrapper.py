@@ -1,0 +1,80 @@
+"""TinyTensor: the PyTorch tensor of the tiny device, a wrapper subclass holding a TinyStorage and a view of it."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tiny_torch.dtypes import to_tiny_dtype, to_torch_dtype
+from tiny_torch.storage import TinyStorage
+from tinycore import Device, Tensor
+
+DEVICE_NAME = "tiny"
+
+
+def tinycore_device(index: int | None) -> str:
+    """The tinycore device behind `tiny:index`: instance `index` of DEV's default device."""
+    return Device.DEFAULT if not index else f"{Device.DEFAULT}:{index}"
+
+
+class TinyTensor(torch.Tensor):
+    """A tensor on `tiny:N`: sizes, strides and storage offset as PyTorch sees them, values in a TinyStorage."""
+
+    tiny_storage: TinyStorage
+
+    @staticmethod
+    def __new__(cls, storage: TinyStorage, size: tuple[int, ...], stride: tuple[int, ...], offset: int,
+                index: int = 0, requires_grad: bool = False) -> TinyTensor:
+        """Wrap `storage` viewed as (size, stride, offset) on tiny:index."""
+        result = torch.Tensor._make_wrapper_subclass(
+            cls, size, strides=stride, storage_offset=offset, dtype=to_torch_dtype(storage.dtype),
+            device=torch.device(DEVICE_NAME, index), requires_grad=requires_grad)
+        result.tiny_storage = storage
+        return result
+
+    def tiny_value(self) -> Tensor:
+        """The current value of this view as a lazy tinycore Tensor."""
+        return self.tiny_storage.read(tuple(self.shape), tuple(self.stride()), self.storage_offset())
+
+    def tiny_write(self, value: Tensor) -> None:
+        """Store `value` (broadcast to this view's shape, cast to its dtype) into the viewed elements."""
+        shape = tuple(self.shape)
+        if tuple(value.shape) != shape:
+            value = value.reshape((1,) * (len(shape) - len(value.shape)) + tuple(value.shape)).expand(shape)
+        self.tiny_storage.write(shape, tuple(self.stride()), self.storage_offset(), value)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        """Every aten operator on a tiny tensor arrives here (below autograd): see tiny_torch.dispatch."""
+        from tiny_torch.dispatch import dispatch
+        return dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents: object = None) -> str:  # type: ignore[override]
+        return f"{self.cpu()!r}".replace("tensor(", "tiny_tensor(", 1)[:-1] + f", device='{self.device}')"
+
+
+def wrap(value: Tensor, index: int = 0) -> TinyTensor:
+    """A new contiguous tiny tensor owning a storage with `value`'s elements."""
+    shape = tuple(int(extent) for extent in value.shape)
+    stride, running = [], 1
+    for extent in reversed(shape):
+        stride.append(running)
+        running *= max(extent, 1)
+    numel = int(np.prod(shape)) if shape else 1
+    return TinyTensor(TinyStorage(value.reshape(numel)), shape, tuple(reversed(stride)), 0, index)
+
+
+def from_cpu(tensor: torch.Tensor, index: int = 0) -> Tensor:
+    """A CPU PyTorch tensor as a tinycore Tensor on the tinycore device of tiny:index."""
+    dtype = to_tiny_dtype(tensor.dtype)
+    data = tensor.detach().resolve_conj().resolve_neg().contiguous()
+    if tensor.dtype == torch.bfloat16:
+        return Tensor(data.float().numpy(), device=tinycore_device(index)).cast(dtype)
+    return Tensor(data.numpy(), device=tinycore_device(index), dtype=dtype)
+
+
+def to_cpu(value: Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A tinycore Tensor's values as a new CPU PyTorch tensor of `dtype`."""
+    shape = tuple(int(extent) for extent in value.shape)
+    source = value.float() if dtype == torch.bfloat16 else value
+    # np.ascontiguousarray would turn a 0-d array into a 1-d one
+    return torch.from_numpy(np.array(source.numpy(), copy=True).reshape(shape)).to(dtype)
