@@ -14,7 +14,7 @@ import pathlib
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -337,16 +337,6 @@ def ceildiv(numerator: Any, denominator: Any) -> Any:
     return -(numerator // -denominator)
 
 
-def strides_for_shape(shape: Sequence[Any]) -> tuple[Any, ...]:
-    """Row-major (C order) strides of `shape`, with 0 for size-1 dimensions."""
-    strides: list[Any] = []
-    running: Any = 1
-    for size in reversed(shape):
-        strides.append(running if size != 1 else 0)
-        running = running * size
-    return tuple(reversed(strides))
-
-
 def cache_dir() -> pathlib.Path:
     """The directory for on-disk caches (compiled kernels): $TINYCORE_CACHE_DIR, else XDG or ~/.cache."""
     base = os.environ.get("TINYCORE_CACHE_DIR")
@@ -365,34 +355,10 @@ def colored(text: str, color: str | None, stream: Any = None) -> str:
     return f"\x1b[{codes[color]}m{text}\x1b[0m"
 
 
-@contextlib.contextmanager
-def temporary_environ(**values: str | None) -> Iterator[None]:
-    """Set (or unset with None) environment variables for the duration of a block."""
-    saved = {key: os.environ.get(key) for key in values}
-    try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def unwrap(value: T | None) -> T:
     """`value`, asserting it is not None."""
     assert value is not None
     return value
-
-
-def is_power_of_two(value: int) -> bool:
-    """True for 1, 2, 4, 8, ..."""
-    return value > 0 and value & (value - 1) == 0
 
 
 def to_function_name(name: str) -> str:
@@ -415,13 +381,6 @@ def get_shape(value: Any) -> tuple[int, ...]:
     if not all_same(shapes):
         raise ValueError(f"inhomogeneous shape: nested lists have sub-shapes {dedup(shapes)}")
     return (len(shapes),) + (shapes[0] if shapes else ())
-
-
-def polyfn(x: Any, coefficients: Sequence[float]) -> Any:
-    """Horner evaluation of a polynomial with the highest-order coefficient first."""
-    return functools.reduce(lambda acc, c: acc * x + c, coefficients, 0.0)
-
-
 
 
 def temp(name: str, append_user: bool = False) -> str:

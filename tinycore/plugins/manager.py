@@ -22,7 +22,8 @@ from tinycore.plugins import PLUGIN_API_LEVEL, hookspecs
 from tinycore.plugins.specs import DeviceSpec, InterfaceSpec, RendererSpec
 
 ENTRY_POINT_GROUP = "tinycore.plugins"
-HOOK_NAMES = ("tiny_devices", "tiny_renderers", "tiny_allocator", "tiny_interfaces", "tiny_hcq_queues")
+HOOK_NAMES = tuple(name for name, value in vars(hookspecs).items() if name.startswith("tiny_") and callable(value))
+"""The hooks, in the order the spec module declares them (read from it, so a new spec needs no second list)."""
 
 OK = "ok"
 BROKEN = "broken"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
 from tinycore.errors import ArgumentError
-from tinycore.tensor.support import argfix, check_shape, optional_dtype, product
+from tinycore.tensor.support import argfix, check_shape, optional_dtype
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -127,9 +127,9 @@ class CreationMixin:
         where = canonical_device(device)
         if isinstance(where, tuple):  # a buffer on each device (replicated)
             from tinycore.uop.multi import multi
-            node = multi([new_buffer_uop(name, target, product(largest)).reshape(largest) for name in where], None)
+            node = multi([new_buffer_uop(name, target, math.prod(largest)).reshape(largest) for name in where], None)
         else:
-            node = new_buffer_uop(where, target, product(largest)).reshape(largest)
+            node = new_buffer_uop(where, target, math.prod(largest)).reshape(largest)
         if largest != sizes:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
@@ -354,7 +354,7 @@ class CreationMixin:
             raise ValueError(f"rand needs a concrete shape, got {sizes}")
         if device is not None and not isinstance(device, str):
             raise ValueError(f"rand only supports a single device, got device={device!r}")
-        count = product(sizes)
+        count = math.prod(sizes)
         words = cls._random_bits((count * target.itemsize + 3) // 4, device)
         result = cls._words_to_floats(words, count, target).reshape(sizes)
         if contiguous:
@@ -428,14 +428,14 @@ class CreationMixin:
     def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
         sizes = argfix(*shape)
-        return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(max(product(sizes), 1) ** -0.5)
+        return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(max(math.prod(sizes), 1) ** -0.5)
 
     @classmethod
     @_creates_leaf
     def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
         """Glorot (Xavier) uniform initialisation: uniform in +-sqrt(6 / (fan_in + fan_out))."""
         sizes = argfix(*shape)
-        bound = (6 / max(sizes[0] + product(sizes[1:]), 1)) ** 0.5
+        bound = (6 / max(sizes[0] + math.prod(sizes[1:]), 1)) ** 0.5
         return cls.uniform(*sizes, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -443,7 +443,7 @@ class CreationMixin:
     def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He uniform initialisation for a leaky ReLU of slope `a`: uniform in +-sqrt(6 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
-        bound = (6 / (1 + a ** 2) / max(product(sizes[1:]), 1)) ** 0.5
+        bound = (6 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
         return cls.uniform(*sizes, low=-bound, high=bound, **kwargs)
 
     @classmethod
@@ -451,7 +451,7 @@ class CreationMixin:
     def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
         """He normal initialisation: standard deviation sqrt(2 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
-        std = (2 / (1 + a ** 2) / max(product(sizes[1:]), 1)) ** 0.5
+        std = (2 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
         return cls.normal(*sizes, mean=0.0, std=std, **kwargs)
 
     @classmethod
@@ -492,7 +492,7 @@ class CreationMixin:
         from tinycore.engine.memory import uop_from_bytes
         dtype = optional_dtype(kwargs.pop("dtype", None)) or dtypes.default_float
         sizes = check_shape(shape)
-        data = ctypes.string_at(ptr, product(sizes) * dtype.itemsize)
+        data = ctypes.string_at(ptr, math.prod(sizes) * dtype.itemsize)
         node = uop_from_bytes(data, dtype, _device_of(kwargs.pop("device", None))).reshape(sizes)
         return cls._wrap(node)  # type: ignore[attr-defined]
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
 from tinycore.errors import ShapeError
-from tinycore.tensor.support import argfix, check_shape, product, resolve_axis
+from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
@@ -28,14 +28,14 @@ class MovementMixin:
             if not isinstance(size, int) or isinstance(size, bool) or size < -1:
                 raise ValueError(f"reshape to {tuple(sizes)}: sizes must be ints >= 0 (or a single -1)")
         if -1 in sizes:
-            known = product([size for size in sizes if size != -1])
+            known = math.prod([size for size in sizes if size != -1])
             if known == 0 or self.numel() % known != 0:
                 raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
                                  f"{tuple(sizes)}")
             sizes[sizes.index(-1)] = self.numel() // known
-        if product(sizes) != self.numel():
+        if math.prod(sizes) != self.numel():
             raise ShapeError(f"cannot reshape tensor of shape {self.shape} ({self.numel()} elements) to "
-                             f"{tuple(sizes)} ({product(sizes)} elements)")
+                             f"{tuple(sizes)} ({math.prod(sizes)} elements)")
         return self._result(self.uop.reshape(tuple(sizes)))
 
     def view(self: Any, shape: Any, *args: Any) -> Tensor:
@@ -203,7 +203,7 @@ class MovementMixin:
         if start > end:
             raise ValueError(f"flatten start_dim {start_dim} comes after end_dim {end_dim}")
         shape = self.shape
-        return self.reshape(shape[:start] + (product(shape[start:end + 1]),) + shape[end + 1:])
+        return self.reshape(shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
 
     def unflatten(self: Any, dim: int, sizes: Sequence[int]) -> Tensor:
         """Axis `dim` split into `sizes`."""
@@ -395,7 +395,7 @@ class MovementMixin:
         known = dict(sizes)
         for group, size in zip(source_groups, self.shape, strict=True):
             unknown = [name for name in group if name not in known]
-            rest = product([known[name] for name in group if name in known])
+            rest = math.prod([known[name] for name in group if name in known])
             if len(unknown) > 1:
                 raise ValueError(f"rearrange cannot infer the sizes of {unknown} in {group}: give them as keywords")
             if unknown:
@@ -406,7 +406,7 @@ class MovementMixin:
                 raise ValueError(f"rearrange group {group} has size {rest}, the axis has {size}")
         split = self.reshape([known[name] for name in source_names])
         moved = split.permute([source_names.index(name) for name in target_names])
-        return moved.reshape([product([known[name] for name in group]) for group in target_groups])
+        return moved.reshape([math.prod([known[name] for name in group]) for group in target_groups])
 
 
 def _parse_pattern(text: str) -> list[list[str]]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
-from tinycore.tensor.support import optional_dtype, product, resolve_axes, resolve_axis
+from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
@@ -340,11 +340,11 @@ class NNMixin:
         if not return_indices:
             return result
         spatial = self.shape[-count:]
-        positions = type(self).arange(product(spatial), dtype=dtypes.int32, device=self.device).reshape(spatial)
+        positions = type(self).arange(math.prod(spatial), dtype=dtypes.int32, device=self.device).reshape(spatial)
         positions = positions.pad(flat, value=-1).pad(self._extra_flat(extra), value=-1)._pool(kernel, strides,
                                                                                                 dilations)
         matches = windows.eq(result.reshape(result.shape + (1,) * count))
-        big = product(spatial) + 1
+        big = math.prod(spatial) + 1
         indices = matches.where(positions._broadcast_to(windows.shape), big).min(window_axes)
         return result, indices
 
@@ -372,7 +372,7 @@ class NNMixin:
             output_size = tuple((size - 1) * strides[i] - 2 * paddings[i] + dilations[i] * (kernel[i] - 1) + 1
                                 for i, size in enumerate(self.shape[-count:]))
         spatial = tuple(output_size)[-count:]
-        total = product(spatial)
+        total = math.prod(spatial)
         flat_values = self.flatten(-count)
         flat_indices = indices.flatten(-count)
         positions = type(self).arange(total, dtype=dtypes.int32, device=self.device)

@@ -5,7 +5,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
-from tinycore.tensor.support import product, resolve_axes, resolve_axis
+from tinycore.tensor.support import resolve_axes, resolve_axis
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class ReduceMixin:
 
     def _reduced_count(self: Any, axis: Any) -> int:
         """How many elements each output of a reduction over `axis` combines."""
-        return product([self.shape[index] for index in resolve_axes(axis, self.ndim)])
+        return math.prod([self.shape[index] for index in resolve_axes(axis, self.ndim)])
 
     def mean(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
         """Arithmetic mean over `axis` (float result; nan for an empty axis)."""

@@ -1,7 +1,6 @@
 """Argument handling shared by the Tensor mixins: shapes, axes, devices, dtypes of Python scalars."""
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,7 +100,3 @@ def check_shape(shape: Sequence[Any], what: str = "shape") -> tuple[int, ...]:
             raise ValueError(f"{what} {result} has a negative size {size}; sizes must be >= 0")
     return result
 
-
-def product(values: Sequence[int]) -> int:
-    """The product of ints (1 for an empty sequence)."""
-    return math.prod(values)

@@ -6,6 +6,7 @@ file has the constructor, the primitive node builders the mixins share, realizat
 """
 from __future__ import annotations
 
+import math
 import pathlib
 import struct
 import weakref
@@ -19,11 +20,11 @@ from tinycore.tensor.creation import CreationMixin
 from tinycore.tensor.elementwise import ElementwiseMixin
 from tinycore.tensor.extras import ExtrasMixin
 from tinycore.tensor.indexing import IndexingMixin
+from tinycore.tensor.keccak import KeccakMixin
 from tinycore.tensor.linalg import LinalgMixin
 from tinycore.tensor.movement import MovementMixin
 from tinycore.tensor.nn import NNMixin
 from tinycore.tensor.reduce import ReduceMixin
-from tinycore.tensor.support import product
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -125,7 +126,7 @@ def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
 
 
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin,
-             LinalgMixin):
+             KeccakMixin, LinalgMixin):
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or
@@ -282,7 +283,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def numel(self) -> int:
         """The number of elements."""
-        return product(self.shape)
+        return math.prod(self.shape)
 
     def element_size(self) -> int:
         """Bytes per element."""
@@ -301,7 +302,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def max_numel(self) -> int:
         """The largest element count the shape can take (the element count for a concrete shape)."""
-        return product(self.max_shape)
+        return math.prod(self.max_shape)
 
     @property
     def max_shape(self) -> tuple[int, ...]:
