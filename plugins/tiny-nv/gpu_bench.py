@@ -19,6 +19,7 @@ import numpy
 
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes
+from tinycore.plugins.contract import copies_to_buffer
 from tinycore.tensor import Tensor
 
 
@@ -45,8 +46,8 @@ def copy_bandwidth(device: Any, nbytes: int, repeats: int) -> dict[str, float]:
     to_device = timed(lambda: allocator.copyin(first, memoryview(host)), repeats, synchronize)
     to_host = timed(lambda: allocator.copyout(memoryview(back), first), repeats, synchronize)
     result = {"host_to_device_GBps": nbytes / to_device / 1e9, "device_to_host_GBps": nbytes / to_host / 1e9}
-    copier = getattr(allocator, "copy_to_buffer", None)
-    if copier is not None:
+    if copies_to_buffer(allocator):
+        copier = allocator.copy_to_buffer
         from tinycore.device.buffer import Buffer
         target = Buffer(device.device, nbytes, dtypes.uint8).allocate()
         within = timed(lambda: copier(first, target), repeats, synchronize)

@@ -48,8 +48,10 @@ fold_empty_rules = PatternMatcher([
 def fold_empty(outputs: Sequence[UOp]) -> list[UOp]:
     """`outputs` with every reduce and pad over a zero-size source folded to a constant (the same nodes when the
     graph has none)."""
+    # each output's own toposort: a SINK over them would be hash-consed and keep the outputs (and so their
+    # buffers) alive after the schedule is done with them
     if not any(node.op in (Ops.REDUCE_AXIS, Ops.PAD) and _empty(node.src[0])
-               for node in UOp(Ops.SINK, dtypes.void, tuple(outputs)).toposort):
+               for output in outputs for node in output.toposort):
         return list(outputs)
     sink = graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(outputs)), fold_empty_rules, name="fold empty")
     return list(sink.src)
