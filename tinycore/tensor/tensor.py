@@ -100,10 +100,13 @@ def _gradients(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]:
             if target in found:
                 results[target] = found[target]
             continue
-        if not any(source in found for source in target.src):
+        # a copy made lazily from another device's copy passes its gradient on to that one: count it there only
+        counted = [source for source in target.src if source in found and not any(
+            other is not source and other in source.toposort for other in target.src)]
+        if not counted:
             continue
-        parts = [found[source] if source in found else
-                 UOp.const_on(found[next(s for s in target.src if s in found)].dtype, 0, source.device, source.shape)
+        dtype = found[counted[0]].dtype
+        parts = [found[source] if source in counted else UOp.const_on(dtype, 0, source.device, source.shape)
                  for source in target.src]
         results[target] = multi(allreduce(Ops.ADD, parts) if target.arg is None else parts, target.arg)
     return results
