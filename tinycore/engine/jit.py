@@ -53,18 +53,27 @@ def _collect_bindings(value: Any, found: dict[Any, int]) -> None:
             _collect_bindings(item, found)
 
 
-def _input_buffer(tensor: Any) -> Any:
-    """The device Buffer holding `tensor`'s elements in C order (made contiguous and realized if needed)."""
+def _input_buffers(tensors: list[Any]) -> list[Any]:
+    """The device Buffers holding the tensors' elements in C order (made contiguous and realized if needed); a
+    multi-device tensor gives one Buffer per device, in device order."""
     from tinycore.engine.memory import buffer_of
     from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
-    tensor.realize()
-    if not is_contiguous_buffer_view(tensor.uop):
-        tensor.replace(tensor.contiguous().realize())
-    return buffer_of(view_base(tensor.uop)).ensure_allocated()
+    from tinycore.uop.ops import Ops
+    buffers: list[Any] = []
+    for tensor in tensors:
+        tensor.realize()
+        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        if not all(is_contiguous_buffer_view(part) for part in parts):
+            tensor.replace(tensor.contiguous().realize())
+            parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
+    return buffers
 
 
 def _signature(tensors: list[Any]) -> list[tuple[Any, ...]]:
-    return [(tuple(tensor.shape), tensor.dtype, tensor.device) for tensor in tensors]
+    from tinycore.uop.ops import Ops
+    return [(tuple(tensor.shape), tensor.dtype, tensor.device, tensor.uop.arg if tensor.uop.op is Ops.MULTI else None)
+            for tensor in tensors]
 
 
 class _Replay:
@@ -363,7 +372,7 @@ class TinyJit(Generic[ReturnType]):
             bindings: dict[Any, int] = {}
             _collect_bindings(list(args) + list(kwargs.values()), bindings)
             return self._replay(inputs, bindings)
-        input_buffers = [_input_buffer(tensor) for tensor in inputs]
+        input_buffers = _input_buffers(inputs)
         self.count += 1
         if self.count == 1:
             return self._call_and_realize(args, kwargs)
@@ -421,14 +430,15 @@ class TinyJit(Generic[ReturnType]):
             for position, (now, then) in enumerate(zip(signature, self.captured_signature, strict=True)):
                 if now != then:
                     raise JitError(f"TinyJit input {position} changed from shape={then[0]} dtype={then[1]} "
-                                   f"device={then[2]} to shape={now[0]} dtype={now[1]} device={now[2]}: "
+                                   f"device={then[2]} (sharded axis {then[3]}) to shape={now[0]} dtype={now[1]} "
+                                   f"device={now[2]} (sharded axis {now[3]}): "
                                    "use one TinyJit per input signature, or call reset() to capture again")
         from tinycore.engine.realize import invalidate_known_results
         assert self._captured is not None
         self._captured.prepare()
         self._captured.next_random_keys()
         self.replay = self._captured.replay
-        self.replay.run([_input_buffer(tensor) for tensor in inputs], bindings)
+        self.replay.run(_input_buffers(inputs), bindings)
         self._captured.count()
         invalidate_known_results()
         return self.captured_return  # type: ignore[no-any-return]

@@ -59,3 +59,33 @@ def test_mlp_step_matches_single_device(parallel: str) -> None:
     assert abs(loss - expected_loss) < 1e-5
     np.testing.assert_allclose(first_tensor.numpy(), expected_first, atol=1e-5)
     np.testing.assert_allclose(second_tensor.numpy(), expected_second, atol=1e-5)
+
+
+def test_jit_replays_a_data_parallel_step() -> None:
+    from tinycore import TinyJit
+    first = RNG.standard_normal((FEATURES, HIDDEN)).astype(np.float32)
+    second = RNG.standard_normal((HIDDEN, OUTPUTS)).astype(np.float32)
+    first_tensor, second_tensor = Tensor(first, requires_grad=True), Tensor(second, requires_grad=True)
+    first_tensor.to_(DEVICES)
+    second_tensor.to_(DEVICES)
+    optimizer = nn.optim.SGD([first_tensor, second_tensor], lr=0.1)
+
+    @TinyJit
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        loss = ((x @ first_tensor).relu() @ second_tensor - y).square().mean().realize()  # before the step
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        Tensor.realize(*optimizer.params)
+        return loss
+
+    with Context(TRAINING=1):
+        for _ in range(4):  # call 1 runs, call 2 captures, calls 3 and 4 replay
+            x = RNG.standard_normal((BATCH, FEATURES)).astype(np.float32)
+            y = RNG.standard_normal((BATCH, OUTPUTS)).astype(np.float32)
+            first, second, expected_loss = numpy_step(x, y, first, second, 0.1)
+            loss = step(Tensor(x).shard(DEVICES, 0), Tensor(y).shard(DEVICES, 0))
+            assert abs(loss.item() - expected_loss) < 1e-5
+            np.testing.assert_allclose(first_tensor.numpy(), first, atol=1e-5)
+            np.testing.assert_allclose(second_tensor.numpy(), second, atol=1e-5)
+    assert step.count >= 2
