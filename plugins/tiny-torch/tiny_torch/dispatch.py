@@ -12,6 +12,7 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_flatten, tree_map
 
 from tiny_torch.dtypes import to_tiny_dtype
+from tiny_torch.storage import TinyStorage
 from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
 from tinycore import Tensor
 
@@ -129,12 +130,44 @@ def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     return tree_map(share, meta)
 
 
-def commit(*tensors: TinyTensor) -> None:
-    """Realize the storages just written in place, together: keeps graphs of values updated every step bounded."""
-    flats = []
+PENDING: dict[int, TinyStorage] = {}
+"""Storages written in place since the last flush (realized together, so shared subgraphs are computed once)."""
+MAX_PENDING_WRITES = 1
+"""Writes a storage may pile up lazily before every pending storage is realized (bounds the graph behind values
+that are updated every step, like parameters and optimizer state)."""
+
+
+DEFERRED: list[bool] = []
+"""Non-empty while a `_foreach_*` operator runs: its element writes are realized together when it ends."""
+
+
+def commit(*tensors: TinyTensor, sources: tuple = ()) -> None:
+    """Note in-place writes; realize all pending storages together once one was written MAX_PENDING_WRITES times.
+    The tiny tensors among `sources` (the operands of the in-place operator, such as gradients) are realized with
+    them, so later in-place operators that read them again do not recompute their graphs."""
+    for leaf in tree_flatten(sources)[0]:
+        if isinstance(leaf, TinyTensor) and not leaf.tiny_storage.realized:
+            PENDING[id(leaf.tiny_storage)] = leaf.tiny_storage
     for tensor in tensors:
-        tensor.tiny_storage.flat = tensor.tiny_storage.flat.contiguous()
-        flats.append(tensor.tiny_storage.flat)
+        storage = tensor.tiny_storage
+        storage.pending_writes += 1
+        PENDING[id(storage)] = storage
+    if DEFERRED:
+        return
+    if any(storage.pending_writes >= MAX_PENDING_WRITES for storage in PENDING.values()) or len(PENDING) > 512:
+        flush()
+
+
+def flush() -> None:
+    """Realize every storage written in place since the last flush, in one schedule."""
+    storages = list(PENDING.values())
+    PENDING.clear()
+    flats = []
+    for storage in storages:
+        storage.pending_writes = 0
+        storage.realized = True
+        storage.flat = storage.flat.contiguous()
+        flats.append(storage.flat)
     if flats:
         flats[0].realize(*flats[1:])
 
@@ -165,7 +198,7 @@ def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
         result = dispatch(functional, args, kwargs)
         target = args[0]
         target.tiny_write(result.tiny_value())  # type: ignore[union-attr]
-        commit(target)
+        commit(target, sources=(args[1:], kwargs))
         return target
     if func._schema.name.startswith("aten::_foreach_"):
         from tiny_torch.foreach import run_foreach

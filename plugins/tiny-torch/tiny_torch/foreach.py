@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tiny_torch.dispatch import aten, commit, dispatch
-from tiny_torch.wrapper import TinyTensor
+from tiny_torch.dispatch import DEFERRED, PENDING, aten, dispatch, flush
 
 _ELEMENT_OVERLOAD = {"List": "Tensor", "Scalar": "Scalar", "ScalarList": "Scalar", "Tensor": "Tensor",
                      "default": "default", "ScalarAndTensor": "Tensor"}
@@ -32,10 +31,15 @@ def run_foreach(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> objec
                    for position in range(count)]
     element_kwargs = [{key: value[position] if isinstance(value, (list, tuple)) else value
                        for key, value in kwargs.items()} for position in range(count)]
-    # the in-place element op commits each tensor itself; commit all again at once is cheap (already realized)
-    results = [dispatch(element, tuple(element_args), element_kw)
-               for element_args, element_kw in zip(per_element, element_kwargs, strict=False)]
+    DEFERRED.append(True)
+    try:
+        results = [dispatch(element, tuple(element_args), element_kw)
+                   for element_args, element_kw in zip(per_element, element_kwargs, strict=False)]
+    finally:
+        DEFERRED.pop()
     if name.endswith("_"):
-        commit(*[tensor for tensor in args[0] if isinstance(tensor, TinyTensor)])
+        flush()
         return None
+    if not DEFERRED and PENDING:
+        flush()
     return results

@@ -64,6 +64,8 @@ class TinyStorage:
     def __init__(self, flat: Tensor):
         self.flat = flat
         self.version = 0
+        self.pending_writes = 0
+        self.realized = False
 
     @property
     def numel(self) -> int:
@@ -98,6 +100,7 @@ class TinyStorage:
         """Replace the elements of the view (size, stride, offset) by `value` (already of that shape and dtype)."""
         numel = int(np.prod(size)) if size else 1
         self.version += 1
+        self.realized = False
         if numel == 0:
             return
         value = value.cast(self.dtype) if value.dtype != self.dtype else value
@@ -131,6 +134,7 @@ class TinyStorage:
     def realize(self) -> None:
         """Compute the pending value now (bounds the lazy graph behind a storage written every step)."""
         self.flat = self.flat.contiguous().realize()
+        self.realized = True
 
 
 def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
