@@ -80,6 +80,26 @@ def test_between_two_instances_of_the_device(device: str) -> None:
     assert_matches(result.to(device), data.T * numpy.float32(2.0), f"{device} -> {other} -> {device}")
 
 
+@pytest.mark.runs_kernels
+def test_sharded_over_two_instances(device: str) -> None:
+    """A tensor sharded over two instances of the device (rows split in two) gathers back unchanged, computes per
+    shard, and its sum over the sharded axis (an allreduce across the instances) equals numpy's on both."""
+    from tinycore.device.registry import Device
+    other = _second_instance(device)
+    try:
+        Device[other]
+    except Exception as error:  # noqa: BLE001 - a device with one instance here has nothing to shard over
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        not_applicable(f"a second instance {other} does not open here: {reason[:160]}")
+    data = sample((6, 5), seed=126)
+    sharded = Tensor(data, device=device).shard((device, other), axis=0)
+    assert_matches(sharded, data, f"rows sharded over {device} and {other}, gathered")
+    assert_matches(sharded * 2.0 + 1.0, data * numpy.float32(2.0) + numpy.float32(1.0), "a kernel on each shard")
+    total = sharded.sum(axis=0).realize()
+    for part in total.uop.src:
+        assert_matches(Tensor(part), data.sum(axis=0), f"the allreduced sum on {part.device}", atol=1e-5)
+
+
 def test_large_copy(device: str, capabilities: DeviceCapabilities) -> None:
     """Four MiB to the device and back."""
     if not capabilities.large_grids:
