@@ -251,18 +251,26 @@ def _map_movement(op: Ops, node: UOp, arg: Any) -> UOp:
                       for source, size in zip(node.src, sizes, strict=True)], axis)
     if op is Ops.PAD:
         if tuple(arg[axis]) != (0, 0):
-            raise ValueError(f"cannot pad sharded axis {axis} by {arg[axis]}: pad before sharding, or gather with "
-                             ".to(device) first")
+            return _through_one_device(op, node, arg)
         return multi([source.pad(arg) for source in node.src], axis)
     if op is Ops.SHRINK:
         if tuple(arg[axis]) != (0, node.shape[axis]):
-            raise ValueError(f"cannot shrink sharded axis {axis} to {arg[axis]}: only whole axes of a sharded tensor "
-                             "can be sliced; gather with .to(device) first")
+            return _through_one_device(op, node, arg)
         return multi([source.shrink(tuple((0, size) if index == axis else bound for index, bound in enumerate(arg)))
                       for source, size in zip(node.src, sizes, strict=True)], axis)
     if arg[axis]:
-        raise ValueError(f"cannot flip sharded axis {axis}: gather with .to(device) first")
+        return _through_one_device(op, node, arg)
     return multi([source.flip(arg) for source in node.src], axis)
+
+
+def _through_one_device(op: Ops, node: UOp, arg: Any) -> UOp:
+    """A pad, shrink or flip that moves values across the blocks of the sharded axis: the blocks are gathered on the
+    first device, the op applied there, and the result sharded again on the same axis (replicated when its new size
+    does not divide evenly over the devices). Correct for any bounds, at the cost of the copies."""
+    axis, devices = node.arg, node.device
+    moved = _apply_movement(op, gather(node, devices[0]), arg)
+    size = moved.shape[axis]
+    return shard(moved, devices, axis if isinstance(size, int) and size % len(devices) == 0 else None)
 
 
 def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:

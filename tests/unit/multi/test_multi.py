@@ -78,16 +78,18 @@ def test_movement_per_shard(axis: int) -> None:
     np.testing.assert_array_equal(tensor.flip(other).numpy(), np.flip(data, other))
 
 
-def test_movement_of_sharded_axis_raises_clearly() -> None:
-    tensor = Tensor(values(8, 6)).shard(DEVICES[2], 0)
-    with pytest.raises(ValueError, match="sharded axis 0"):
-        tensor[1:5].numpy()
-    with pytest.raises(ValueError, match="sharded axis 0"):
-        tensor.pad(((1, 1), (0, 0)))
-    with pytest.raises(ValueError, match="sharded axis 0"):
-        tensor.flip(0)
+@pytest.mark.parametrize("count", [2, 3])
+def test_movement_across_shards(count: int) -> None:
+    data = values(12, 4)
+    tensor = Tensor(data).shard(DEVICES[count], 0)
+    np.testing.assert_array_equal(tensor[1:5].numpy(), data[1:5])  # inside and across blocks
+    np.testing.assert_array_equal(tensor[6:12].numpy(), data[6:12])
+    np.testing.assert_array_equal(tensor.pad(((1, 2), (0, 0))).numpy(), np.pad(data, ((1, 2), (0, 0))))
+    np.testing.assert_array_equal(tensor.flip(0).numpy(), np.flip(data, 0))
+    np.testing.assert_allclose((tensor.flip(0) + tensor).sum(0).numpy(), (np.flip(data, 0) + data).sum(0),
+                               rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="sharded axis"):
-        tensor.reshape(3, 16)  # a block of 4 rows (24 values) is not a whole number of rows of 16
+        tensor.reshape((3, 16) if count == 2 else (4, 12))  # blocks of 24 (16) values are no whole rows of 16 (12)
 
 
 def test_uneven_and_bad_shards_raise() -> None:
