@@ -163,3 +163,17 @@ def test_allreduce_default_choice_around_the_threshold(numel: int) -> None:
     data = RNG.integers(-100, 100, (3, numel)).astype(np.float32)
     total = Tensor(data).shard(DEVICES[3], 0).sum(axis=0)
     np.testing.assert_array_equal(total.numpy(), data.sum(0))
+
+
+@pytest.mark.parametrize("method", ["naive", "ring", "all2all"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float16", "uint8"])
+def test_allreduce_dtypes(method: str, dtype: str) -> None:
+    data = RNG.integers(0, 50, (3, 10)).astype(dtype)
+    settings = {"naive": {"RING": 0, "ALL2ALL": 0}, "ring": {"RING": 2, "ALL2ALL": 0},
+                "all2all": {"RING": 0, "ALL2ALL": 2}}[method]
+    with Context(**settings):
+        tensor = Tensor(data).shard(DEVICES[3], 0)
+        np.testing.assert_array_equal(tensor.max(axis=0).numpy(), data.max(0))
+        total = tensor.sum(axis=0, dtype=dtype)
+        assert total.numpy().dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(total.numpy(), data.sum(0, dtype=dtype))
