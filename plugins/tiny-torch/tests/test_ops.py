@@ -207,3 +207,35 @@ def test_device_module() -> None:
     first = torch.randn(5, device="tiny").cpu()
     torch.manual_seed(3)
     torch.testing.assert_close(torch.randn(5, device="tiny").cpu(), first)
+
+
+def test_autoload_entry_point_registers_tiny_without_import() -> None:
+    import subprocess
+    import sys
+    script = "import torch; x = torch.ones(2, device='tiny') * 3; print(x.device, x.cpu().tolist())"
+    output = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert output.stdout.strip() == "tiny:0 [3.0, 3.0]"
+
+
+def test_compile_backend_runs_a_graph_and_its_backward() -> None:
+    import torch._dynamo
+    torch._dynamo.reset()
+    calls: list[int] = []
+    from tiny_torch.compiler import tiny_backend
+
+    def counting_backend(graph_module, example_inputs):  # type: ignore[no-untyped-def]
+        calls.append(len(graph_module.graph.nodes))
+        return tiny_backend(graph_module, example_inputs)
+
+    def function(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w).sum(1).softmax(0)
+    x, w = torch.randn(4, 3), torch.randn(3, 5)
+    expected = function(x, w)
+    leaf = tiny(w).requires_grad_()
+    result = torch.compile(function, backend=counting_backend)(tiny(x), leaf)
+    close(result.detach(), expected)
+    assert calls, "torch.compile did not hand a graph to the tiny backend"
+    (result * torch.arange(4.0).to("tiny")).sum().backward()
+    reference = w.clone().requires_grad_()
+    (function(x, reference) * torch.arange(4.0)).sum().backward()
+    torch.testing.assert_close(leaf.grad.cpu(), reference.grad, atol=1e-5, rtol=1e-4)

@@ -23,6 +23,7 @@ def _realize_outputs(outputs: object) -> None:
 
 def _compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """One aten graph: its operators only add nodes to the lazy tinycore graph; the outputs realize together."""
+    @torch._dynamo.disable  # the graph runs tinycore code, which dynamo must not trace again
     def run(*inputs: torch.Tensor) -> object:
         outputs = graph_module(*inputs)
         _realize_outputs(outputs)
