@@ -47,19 +47,26 @@ def _compiler_version(executable: str) -> str:
 
 
 def _workarounds(executable: str, arch: str | None) -> list[str]:
-    """Flags that keep a known-broken compiler from miscompiling kernels for the host CPU.
+    """Flags that keep a known-broken compiler from miscompiling kernels.
 
-    gcc 12 with -march=native on a CPU with AVX-512VL (Zen 4 is taken for znver3 plus AVX-512) miscompiles the
-    128-bit selects of vectorized kernels at -O2 (wrong values) and crashes at -O3; without the 128/256-bit
-    EVEX forms it is correct, and the kernels' float4/float8 code keeps AVX2, so nothing measurable is lost.
+    - gcc (seen with 12.2 at -O3, -march=native and -march=x86-64-v3): the loop vectorizer's if-conversion turns
+      a padded read (`valid ? data[i - 3] : 0`) into AVX2 masked loads with wrong lanes, so a pad returned zeros
+      where input values belong. Without loop if-conversion gcc is correct; our codegen vectorizes kernels
+      itself (float4/float8), so only gcc's own vectorization of masked scalar loops is lost.
+    - gcc 12 with -march=native on a CPU with AVX-512VL (Zen 4 is taken for znver3 plus AVX-512) miscompiles the
+      128-bit selects of vectorized kernels at -O2 and crashes at -O3; without the 128/256-bit EVEX forms it is
+      correct, and the kernels' float4/float8 code keeps AVX2.
     """
-    if arch is not None or "avx512vl" not in _host_identity().split():
-        return []
     version = _compiler_version(executable)
+    if "clang" in version.lower():
+        return []
     match = re.search(r"\bgcc\b.*?\s(\d+)\.\d+", version, re.IGNORECASE) or re.search(r"^gcc.*?(\d+)\.\d+", version)
-    if match is not None and "clang" not in version.lower() and int(match.group(1)) <= 12:
-        return ["-mno-avx512vl"]
-    return []
+    if match is None:
+        return []
+    flags = ["-fno-tree-loop-if-convert"]
+    if arch is None and "avx512vl" in _host_identity().split() and int(match.group(1)) <= 12:
+        flags.append("-mno-avx512vl")
+    return flags
 
 
 @functools.cache
