@@ -137,6 +137,21 @@ class HCQGraph:
         queue.timestamp(end)
         self.timed.append((device, name, start, end))
 
+    def wait_idle(self) -> None:
+        """Return once every device has finished this graph's last replay (its argument blocks, and the buffers its
+        queues read and write, may then be released)."""
+        for device, last in self.last_values.items():
+            if last:
+                device.timeline_signal.wait(last)
+
+    def __del__(self) -> None:
+        # queues of other devices may still run the last replay on their own threads: the argument blocks and
+        # buffers this graph holds must outlive it, or those threads write into freed memory
+        try:
+            self.wait_idle()
+        except Exception:  # noqa: BLE001 - a broken device already reported its timeout; never raise from __del__
+            pass
+
     @property
     def kernel_count(self) -> int:
         """How many kernel launches (not copies) a replay runs."""
