@@ -9,16 +9,13 @@ symbolic words of the dispatch packet, resolved by the core at submit.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 from tiny_amd import amdcmd
 from tiny_amd.amd_mock import MockAMDGPU, Ring, write_ring
-from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.hcq import HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
-from tinycore.hcq.mock import MockBuffer, shared_bytes, unpack_mock_binary
+from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
+from tinycore.hcq.mock_queue import MockQueueAllocator, MockQueueProgram
 from tinycore.plugins import HCQQueues
-from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 KERNARG_ALIGNMENT = 64
@@ -112,60 +109,18 @@ class AMDCopyQueue(HWQueue):
 QUEUES = HCQQueues(AMDComputeQueue, AMDCopyQueue, AMDSignal)
 
 
-class AMDQueueProgram(HCQProgram):
+class AMDQueueProgram(MockQueueProgram):
     """A code object uploaded to GPU memory; its kernarg blocks follow the HIP renderer's parameter layout."""
 
-    def __init__(self, device: Any, name: str, lib: bytes):
-        super().__init__(device, name, lib)
-        uops, _binary = unpack_mock_binary(lib)
-        self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
-        self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
-        self.shared_bytes = shared_bytes(uops)
-        self.address = device.gpu.allocate(len(lib), f"code of {name}")
-        device.gpu.view(self.address, len(lib))[:] = lib
+    arguments_class = AMDArguments
 
-    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
-        """A kernarg block (64-byte aligned) with `buffers` and `values` written in."""
-        size = max(8 * len(buffers) + 4 * len(values), 8)
-        if persistent:
-            memory, address = self.device.kernarg_memory(size)
-            offset = 0
-        else:
-            offset, address = self.device.kernargs.allocate(size)
-            memory = self.device.kernargs.memory
-        arguments = AMDArguments(memory, offset, address, len(buffers))
-        for index, buffer in enumerate(buffers):
-            arguments.set_buffer(index, buffer)
-        for index, value in enumerate(values):
-            arguments.set_value(index, int(value))
-        return arguments
-
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        """Check the arguments, then the core's launch (a dispatch and a timeline signal)."""
-        if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
-            raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "
-                            f"got {len(buffers)} and {len(vals)}")
-        if any(int(size) == 0 for size in global_size):
-            return 0.0 if wait else None
-        return super().__call__(*buffers, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    def argument_block_size(self, buffer_count: int, value_count: int) -> int:
+        """8 bytes a buffer address, then 4 a value (64-byte aligned by the kernarg ring)."""
+        return max(8 * buffer_count + 4 * value_count, 8)
 
 
-class AMDQueueAllocator(LRUAllocator):
+class AMDQueueAllocator(MockQueueAllocator):
     """GPU memory; host copies go through a staging allocation and the SDMA ring, ordered after queued kernels."""
-
-    def __init__(self, device_name: str, gpu: MockAMDGPU, memory_bytes: int):
-        super().__init__(device_name)
-        self.gpu, self.memory_bytes = gpu, memory_bytes
-        self.owner: AMDQueueDevice | None = None
-
-    def _alloc(self, size: int, options: BufferSpec | None) -> MockBuffer:
-        if size > self.memory_bytes:
-            raise MemoryError(f"{size} bytes is more than the GPU's {self.memory_bytes} bytes")
-        return MockBuffer(self.gpu.allocate(size, f"buffer of {size} bytes"), size)
-
-    def _free(self, opaque: MockBuffer, size: int, options: BufferSpec | None) -> None:
-        self.gpu.free(opaque.address)
 
     def _copy(self, destination: int, source: int, nbytes: int) -> None:
         device = self.owner
@@ -178,21 +133,6 @@ class AMDQueueAllocator(LRUAllocator):
         queue._submit(device)
         device.host_copies += 1
         device.synchronize()
-
-    def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
-        staging = self.gpu.allocate(src.nbytes, "staging")
-        self.gpu.view(staging, src.nbytes)[:] = src.cast("B")
-        self._copy(dest.address, staging, src.nbytes)
-        self.gpu.free(staging)
-
-    def _copyout(self, dest: memoryview, src: MockBuffer) -> None:
-        staging = self.gpu.allocate(dest.nbytes, "staging")
-        self._copy(staging, src.address, dest.nbytes)
-        dest.cast("B")[:] = self.gpu.view(staging, dest.nbytes)
-        self.gpu.free(staging)
-
-    def _offset(self, opaque: MockBuffer, size: int, offset: int) -> MockBuffer:
-        return MockBuffer(opaque.address + offset, size, opaque)
 
 
 class AMDQueueDevice(HCQCompiled):

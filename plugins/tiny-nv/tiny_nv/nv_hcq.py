@@ -9,15 +9,14 @@ timeline values of a graph) are the core's.
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from tiny_nv import nvcmd
-from tiny_nv.mock import MockBuffer, MockGPU, unpack_mock_binary
+from tiny_nv.mock import MockGPU
 from tiny_nv.nvqueue import Channel, NVCopyQueue
-from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.dtype import PtrDType
-from tinycore.hcq import HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
+from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
+from tinycore.hcq.mock_queue import MockQueueAllocator, MockQueueProgram
 from tinycore.plugins import HCQQueues
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import sym_infer
@@ -163,62 +162,23 @@ class NVQueueCopyQueue(_NVQueue):
 QUEUES = HCQQueues(NVQueueComputeQueue, NVQueueCopyQueue, NVQueueSignal)
 
 
-class NVQueueProgram(HCQProgram):
+class NVQueueProgram(MockQueueProgram):
     """A kernel uploaded to GPU memory; its argument blocks hold its QMD and constant buffer 0."""
+
+    arguments_class = NVArguments
 
     def __init__(self, device: Any, name: str, lib: bytes):
         super().__init__(device, name, lib)
-        uops, _cubin = unpack_mock_binary(lib)
-        self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
-        self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
-        self.shared_bytes = sum(uop.dtype.size * uop.dtype.base.itemsize for uop in uops
-                                if uop.op is Ops.DEFINE_LOCAL and isinstance(uop.dtype, PtrDType))
         self.parameters_size = nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + 8 * self.buffer_count + 4 * self.variable_count
-        self.address = device.gpu.allocate(len(lib), f"code of {name}")
-        device.gpu.view(self.address, len(lib))[:] = lib
 
-    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
-        """A QMD-and-constants block (256-byte aligned) with `buffers` and `values` written in."""
-        size = ARGUMENTS_AT + 8 * len(buffers) + 4 * len(values)
-        if persistent:
-            memory, address = self.device.kernarg_memory(size)
-            offset = 0
-        else:
-            offset, address = self.device.kernargs.allocate(size)
-            memory = self.device.kernargs.memory
-        arguments = NVArguments(memory, offset, address, len(buffers))
-        for index, buffer in enumerate(buffers):
-            arguments.set_buffer(index, buffer)
-        for index, value in enumerate(values):
-            arguments.set_value(index, int(value))
-        return arguments
-
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        """Check the arguments, then the core's launch (exec and a timeline signal)."""
-        if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
-            raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "
-                            f"got {len(buffers)} and {len(vals)}")
-        if any(int(size) == 0 for size in global_size):
-            return 0.0 if wait else None
-        return super().__call__(*buffers, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+    def argument_block_size(self, buffer_count: int, value_count: int) -> int:
+        """The QMD, constant buffer 0's fixed part, then 8 bytes a buffer address and 4 a value (256-byte aligned
+        by the kernarg ring)."""
+        return ARGUMENTS_AT + 8 * buffer_count + 4 * value_count
 
 
-class NVQueueAllocator(LRUAllocator):
+class NVQueueAllocator(MockQueueAllocator):
     """GPU memory; host copies go through a staging allocation and the copy queue, ordered after queued kernels."""
-
-    def __init__(self, device_name: str, gpu: MockGPU, memory_bytes: int):
-        super().__init__(device_name)
-        self.gpu, self.memory_bytes = gpu, memory_bytes
-        self.owner: NVQueueDevice | None = None  # set once the device exists (`device` is the allocator's name)
-
-    def _alloc(self, size: int, options: BufferSpec | None) -> MockBuffer:
-        if size > self.memory_bytes:
-            raise MemoryError(f"{size} bytes is more than the GPU's {self.memory_bytes} bytes")
-        return MockBuffer(self.gpu.allocate(size, f"buffer of {size} bytes"), size)
-
-    def _free(self, opaque: MockBuffer, size: int, options: BufferSpec | None) -> None:
-        self.gpu.free(opaque.address)
 
     def _copy(self, destination: int, source: int, nbytes: int) -> None:
         device = self.owner
@@ -231,21 +191,6 @@ class NVQueueAllocator(LRUAllocator):
         queue.submit(device.channels["copy"])
         device.host_copies += 1
         device.synchronize()
-
-    def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
-        staging = self.gpu.allocate(src.nbytes, "staging")
-        self.gpu.view(staging, src.nbytes)[:] = src.cast("B")
-        self._copy(dest.address, staging, src.nbytes)
-        self.gpu.free(staging)
-
-    def _copyout(self, dest: memoryview, src: MockBuffer) -> None:
-        staging = self.gpu.allocate(dest.nbytes, "staging")
-        self._copy(staging, src.address, dest.nbytes)
-        dest.cast("B")[:] = self.gpu.view(staging, dest.nbytes)
-        self.gpu.free(staging)
-
-    def _offset(self, opaque: MockBuffer, size: int, offset: int) -> MockBuffer:
-        return MockBuffer(opaque.address + offset, size, opaque)
 
 
 class NVQueueDevice(HCQCompiled):
