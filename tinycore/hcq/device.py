@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import struct
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,9 @@ from tinycore.helpers import PROFILE
 if TYPE_CHECKING:
     from tinycore.plugins.specs import HCQQueues
 
+
+_OPENED: weakref.WeakSet[HCQCompiled] = weakref.WeakSet()
+"""Every opened queue device (host access to one settles the queues of those sharing its memory)."""
 
 class HCQArguments:
     """A kernel's argument block: buffer handles, then integer values, one signed 64-bit word each.
@@ -166,7 +170,8 @@ class HCQCompiled(Compiled):
         self.timeline_value = 1
         memory, address = self.kernarg_memory(self.kernarg_ring_bytes)
         self.kernargs = KernargRing(self, memory, address)
-        allocator.before_host_access = self.synchronize
+        allocator.before_host_access = self._settle_shared_memory
+        _OPENED.add(self)
         if self.profiling:
             profile.enable()
 
@@ -202,6 +207,15 @@ class HCQCompiled(Compiled):
         if self.broken is not None:
             raise RuntimeError(self.broken)
         self.timeline_signal.wait(self.timeline_value - 1)
+
+    def _settle_shared_memory(self) -> None:
+        # the host is about to read, write or free this device's memory: the queues of every device that shares
+        # memory with it may be reading it too (a TinyJit graph's copy from CPU to CPU:1 runs in CPU:1's queue),
+        # so all of them must be done, not only this device's own
+        self.synchronize()
+        for other in list(_OPENED):
+            if other is not self and other.broken is None and self.shares_memory_with(other):
+                other.synchronize()
 
     # ---- failure ----
 
