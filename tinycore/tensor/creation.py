@@ -99,7 +99,8 @@ class CreationMixin:
             raise TypeError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
         target = optional_dtype(dtype) or dtypes.from_py(fill_value)
         from tinycore.tensor.tensor import canonical_device
-        result = cls._wrap(UOp.const_on(target, fill_value, canonical_device(device), sizes))  # type: ignore[attr-defined]
+        constant = UOp.const_on(target, fill_value, canonical_device(device), sizes)
+        result = cls._wrap(constant)  # type: ignore[attr-defined]
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
@@ -166,7 +167,8 @@ class CreationMixin:
             return cls._wrap(_index_buffer(count, _device_of(device)))  # type: ignore[attr-defined]
         target = dtypes.int64 if count - 1 > _INT32_MAX else dtypes.int32
         rows = (count + _INDEX_BLOCK - 1) // _INDEX_BLOCK
-        row_starts = cls._indices(rows, device).cast(target).reshape(rows, 1) * _INDEX_BLOCK  # type: ignore[attr-defined]
+        row_indices = cls._indices(rows, device)  # type: ignore[attr-defined]
+        row_starts = row_indices.cast(target).reshape(rows, 1) * _INDEX_BLOCK
         columns = cls._indices(_INDEX_BLOCK, device).cast(target).reshape(1, _INDEX_BLOCK)  # type: ignore[attr-defined]
         return (row_starts + columns).flatten()[:count]
 

@@ -87,7 +87,8 @@ def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
     if _is_pointwise(func) and isinstance(meta, torch.Tensor) and meta.dtype != torch.bool:
         # PyTorch's type promotion decides the computing dtype, not tinycore's
         dtype = to_tiny_dtype(meta.dtype)
-        cast = lambda value: value.cast(dtype) if isinstance(value, Tensor) and value.dtype != dtype else value  # noqa: E731
+        def cast(value: object) -> object:
+            return value.cast(dtype) if isinstance(value, Tensor) and value.dtype != dtype else value
         tiny_args, tiny_kwargs = tree_map(cast, tiny_args), tree_map(cast, tiny_kwargs)
     result = OPERATORS[func](*tiny_args, **tiny_kwargs)
     return _wrap_results(func, result, meta, index)

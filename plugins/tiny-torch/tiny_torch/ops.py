@@ -423,7 +423,8 @@ def addmm(self: Tensor, mat1: Tensor, mat2: Tensor, beta: float = 1, alpha: floa
 
 
 # ---- convolution and pooling ---------------------------------------------------------------------------------------
-def _conv(input: Tensor, weight: Tensor, bias: Tensor | None, stride: Sequence[int], padding: Sequence[int],  # noqa: A002
+def _conv(input: Tensor, weight: Tensor, bias: Tensor | None,  # noqa: A002
+          stride: Sequence[int], padding: Sequence[int],
           dilation: Sequence[int], transposed: bool, output_padding: Sequence[int], groups: int) -> Tensor:
     padding = [int(p) for p in padding]
     if transposed:
@@ -762,7 +763,8 @@ def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor,
 
 
 @register(aten.topk.default)
-def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
+def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True,
+         sorted: bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002
     """The k largest (or smallest) values and indices."""
     values, indices = self.topk(k, dim, largest, sorted)
     return values, indices.cast(dtypes.int64)
