@@ -6,6 +6,11 @@ and build (wheels and sdists into dist/, not run by default). `nox` runs the oth
 `nox -s "plugin(cl)"` run one. tox.ini offers the same matrix to tox users."""
 from __future__ import annotations
 
+import functools
+import os
+import shutil
+from collections.abc import Callable
+
 import nox
 
 nox.options.default_venv_backend = "venv"
@@ -22,11 +27,32 @@ MOCKS = {"nv": ("MOCK+NV", "MOCK+NV:PTX"), "amd": ("MOCK+AMD",)}
 """Plugins whose device has a simulated GPU: without the hardware, conformance runs on it once per renderer (each
 kernel is also compiled: CUDA C by NVRTC, PTX by ptxas)."""
 
+KEEP_ENVIRONMENTS = os.environ.get("TINYCORE_NOX_KEEP", "") == "1"
+"""Each session's environment (1-2 GB: torch, compilers' wheels) is deleted when the session ends, so a full run
+needs the disk of one environment, not of nineteen. TINYCORE_NOX_KEEP=1 keeps them, for quick reruns of one session
+(`TINYCORE_NOX_KEEP=1 nox -s tests`)."""
+
+
+def frees_environment(function: Callable[..., None]) -> Callable[..., None]:
+    """Delete the session's virtual environment (and its scratch directory inside it) when the session ends, passed
+    or failed, unless TINYCORE_NOX_KEEP=1."""
+    @functools.wraps(function)
+    def session_then_free(session: nox.Session, **parameters: str) -> None:
+        try:
+            function(session, **parameters)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if not KEEP_ENVIRONMENTS and location and os.path.isdir(location):
+                shutil.rmtree(location, ignore_errors=True)
+    return session_then_free
+
+
 TORCH = "torch==2.13.0"
 """The only torch the test environments may install (the core's and tiny-cpu's `test` extras pin the same)."""
 
 
 @nox.session
+@frees_environment
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
     session.install("ruff")
@@ -34,6 +60,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def typecheck(session: nox.Session) -> None:
     """mypy over the core package."""
     session.install("mypy", "-e", ".")
@@ -41,6 +68,7 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def tests(session: nox.Session) -> None:
     """The core and cross-plugin tests, with the core and every in-tree plugin installed (CPU is the default device;
     the tests of CL and WEBGPU kernels run on PoCL and Mesa's software adapters).
@@ -53,6 +81,7 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("name", PLUGINS, ids=PLUGINS)
+@frees_environment
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin's own tests, with the core and that plugin installed, plus tiny-cpu as the host device that copy
     tests move data to and from (no other plugin)."""
@@ -63,6 +92,7 @@ def plugin(session: nox.Session, name: str) -> None:
 
 @nox.session
 @nox.parametrize("name", PLUGINS, ids=PLUGINS)
+@frees_environment
 def conformance(session: nox.Session, name: str) -> None:
     """`tiny conformance DEVICE` for one plugin's device, with the core, that plugin and the host devices installed.
 
@@ -83,7 +113,7 @@ def conformance(session: nox.Session, name: str) -> None:
     elif not str(output).strip().startswith("ok"):
         session.log(f"{device} does not run on this machine ({str(output).strip()}); its plugin(NAME) tests ran")
         return
-    session.install("-e", ".[test]", TORCH)
+    session.install("-e", ".[testing]", TORCH)
     if device == "DISK":  # DISK devices are files: check one in the session's scratch directory
         device = f"DISK:{session.create_tmp()}/conformance.bin"
     for environment in environments:
@@ -91,6 +121,7 @@ def conformance(session: nox.Session, name: str) -> None:
 
 
 @nox.session
+@frees_environment
 def plugin_torch(session: nox.Session) -> None:
     """tiny-torch (tinycore as the PyTorch device `tiny`) in its own environment: it is the only distribution that
     needs torch at run time, and installing it makes every `import torch` there load the tiny device."""
@@ -99,18 +130,20 @@ def plugin_torch(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def conformance_template(session: nox.Session) -> None:
     """`tiny conformance PYTHON`: the whole suite on the pure-Python device of examples/plugin-template, installed as a
     third-party plugin would be, with tiny-cpu and tiny-disk as the host and file devices the copy checks use.
 
     The template declares large_grids=False, so the million-element checks are "not applicable (declared)"; the rest
     runs (about 15 seconds on one core)."""
-    session.install("-e", ".[test]", TORCH, "-e", "examples/plugin-template", "-e", "plugins/tiny-cpu",
+    session.install("-e", ".[testing]", TORCH, "-e", "examples/plugin-template", "-e", "plugins/tiny-cpu",
                     "-e", "plugins/tiny-disk")
     session.run("tiny", "conformance", "PYTHON", *session.posargs)
 
 
 @nox.session
+@frees_environment
 def llm_reference(session: nox.Session) -> None:
     """tinycore.llm against transformers' GGUF loader: logits of llama, qwen2, qwen3 and qwen3moe files and the
     tokenization of SentencePiece and byte-level BPE vocabularies. Not run by default: transformers and accelerate
@@ -121,6 +154,7 @@ def llm_reference(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def bench_llm(session: nox.Session) -> None:
     """bench/bench_llm.py: a ~1B llama with random Q8_0 and Q4_0 weights, prefill and decode tokens/s and peak
     memory, beside llama.cpp when `llama-cpp-python` is installed (`nox -s bench_llm -- --size small` for a smaller
@@ -130,6 +164,7 @@ def bench_llm(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def bench_indexing(session: nox.Session) -> None:
     """bench/bench_indexing.py: x[idx] over 1,000 to 1,000,000 rows and numpy's setitem example up to (10, 20, 30,
     40, 50), beside torch and tinygrad 0.14 (its CPU device needs `clang`). Not run by default."""
@@ -138,6 +173,7 @@ def bench_indexing(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_environment
 def bench(session: nox.Session) -> None:
     """bench/bench_cpu.py: the CPU speed rows (matmul, softmax, conv2d, MLP SGD/Adam step, fused elementwise and +sum,
     eager op, TinyJit replay, import time, cold first op) beside torch, numpy and tinygrad 0.14 (its CPU device needs
@@ -153,15 +189,15 @@ DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
 def _build(session: nox.Session, output: str) -> None:
     """Build an sdist of each distribution and a wheel from that sdist (so a file missing from the sdist fails here)
     into `output`, emptied first."""
-    import shutil
     shutil.rmtree(output, ignore_errors=True)
     session.install("build", "setuptools>=64", "wheel")
     for folder in DISTRIBUTIONS:
         session.run("python", "-m", "build", "--no-isolation", "--outdir", output, folder, silent=True)
-    session.log(f"built into {output}: " + ", ".join(sorted(__import__("os").listdir(output))))
+    session.log(f"built into {output}: " + ", ".join(sorted(os.listdir(output))))
 
 
 @nox.session
+@frees_environment
 def build(session: nox.Session) -> None:
     """Wheels and sdists of tinycore and every in-tree plugin into dist/ (`pip install --find-links dist
     'tinycore[all]'` installs from there)."""
@@ -169,6 +205,7 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(reuse_venv=False)
+@frees_environment
 def wheels(session: nox.Session) -> None:
     """Install from the built wheels only, as a user would, and run the demo and `tiny conformance CPU`.
 
@@ -176,20 +213,19 @@ def wheels(session: nox.Session) -> None:
     the wheel directory alone (--no-index), so tinycore and its plugins can only come from the wheels. Everything
     runs in a temporary directory, so the source tree is not on sys.path: a module, entry point or data file missing
     from a wheel fails here. About two minutes on two cores (most of it installing torch)."""
-    import shutil
     scratch = session.create_tmp()
     dist = f"{scratch}/dist"
     _build(session, dist)
     session.install("pluggy>=1.3", "numpy>=1.24", "pytest>=7", TORCH, "scikit-learn", "tqdm")
     # the core by its wheel's path (pip records it, so install hints name this directory), the plugins through the
     # core's extras from the same directory
-    core_wheel = next(name for name in __import__("os").listdir(dist) if name.startswith("tinycore-")
+    core_wheel = next(name for name in os.listdir(dist) if name.startswith("tinycore-")
                       and name.endswith(".whl"))
     session.run("python", "-m", "pip", "install", "--no-index", "--find-links", dist,
                 f"{dist}/{core_wheel}[cpu,disk,testing]", silent=True)
     run_directory = f"{scratch}/run"
     shutil.rmtree(run_directory, ignore_errors=True)
-    __import__("os").makedirs(run_directory)
+    os.makedirs(run_directory)
     shutil.copy("examples/train_digits.py", run_directory)
     with session.chdir(run_directory):
         session.run("python", "-c", "import tinycore, tiny_cpu, sys\n"
@@ -211,13 +247,13 @@ def readme_setup_block(readme: str) -> str:
 
 
 @nox.session
+@frees_environment
 def vendor_template(session: nox.Session) -> None:
     """A vendor's plugin built from the template README alone: section 1's commands run in a temporary directory
     (copy examples/plugin-template, rename it to tiny-mydev providing MYDEV, enable the C renderer, pip install),
     then `tiny conformance MYDEV` with DEV=MYDEV:C, so every kernel is C compiled by the system compiler.
 
     About three minutes on two cores: one compiler call per kernel."""
-    import shutil
     from pathlib import Path
     session.install("-e", ".[testing]", TORCH, "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk")
     block = readme_setup_block(Path("examples/plugin-template/README.md").read_text())
