@@ -1,9 +1,9 @@
 """Sessions: lint (ruff), typecheck (mypy), tests (the core tests with tiny-cpu), plugin(NAME) for each
 in-tree plugin (the core and that plugin only, in its own environment), conformance(NAME) for each plugin's device and
 conformance_template for the PYTHON device of examples/plugin-template, wheels (install from built wheels only, run
-the demo and `tiny conformance CPU`), vendor_template (a plugin made from the template README, with its C renderer)
-and build (wheels and sdists into dist/, not run by default). `nox` runs the others; `nox -s tests`,
-`nox -s "plugin(cl)"` run one. tox.ini offers the same matrix to tox users."""
+the demo and `tiny conformance CPU`), vendor_template (a plugin made from the template README, with its C renderer),
+distributed (tinycore.distributed under mpiexec) and build (wheels and sdists into dist/, not run by default). `nox`
+runs the others; `nox -s tests`, `nox -s "plugin(cl)"` run one. tox.ini offers the same matrix to tox users."""
 from __future__ import annotations
 
 import functools
@@ -16,7 +16,7 @@ import nox
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["lint", "typecheck", "tests", "plugin", "conformance", "conformance_template", "wheels",
-                        "vendor_template", "plugin_torch"]
+                        "vendor_template", "plugin_torch", "distributed"]
 
 PLUGINS = ["cpu", "disk", "cl", "webgpu", "nv", "amd"]
 """The in-tree plugins: plugins/tiny-NAME, distribution tiny-NAME. The one list every session reads."""
@@ -127,6 +127,24 @@ def plugin_torch(session: nox.Session) -> None:
     needs torch at run time, and installing it makes every `import torch` there load the tiny device."""
     session.install("-e", ".", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-torch[test]", TORCH)
     session.run("pytest", "plugins/tiny-torch/tests", *session.posargs)
+
+
+MPI_RUN_LIMIT = {"MPIEXEC_TIMEOUT": "300"}
+"""Hydra's mpiexec ends the whole job after this many seconds: a rank left waiting in a collective cannot hang CI."""
+
+
+@nox.session
+@frees_environment
+def distributed(session: nox.Session) -> None:
+    """tinycore.distributed across processes (they stand in for hosts): MPICH and mpi4py from PyPI, the tests of
+    tests/distributed/mpi once per rank under `mpiexec -n 2` and `-n 4`, then examples/train_digits.py --distributed
+    under `mpiexec -n 2` to 90% test accuracy. About a minute on two cores, most of it installing."""
+    session.install("-e", ".", "-e", "plugins/tiny-cpu", "pytest>=7", "mpich", "mpi4py", "scikit-learn", "tqdm")
+    for processes in ("2", "4"):
+        session.run("mpiexec", "-n", processes, "python", "-m", "pytest", "tests/distributed/mpi", "-q",
+                    "-p", "no:randomly", "-p", "no:cacheprovider", *session.posargs, env=MPI_RUN_LIMIT)
+    session.run("mpiexec", "-n", "2", "python", "examples/train_digits.py", "--distributed", "--steps", "150",
+                "--min-accuracy", "0.9", env={**MPI_RUN_LIMIT, "NO_COLOR": "1"})
 
 
 @nox.session

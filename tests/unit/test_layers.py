@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tinycore.tensor",),
     ("tinycore.engine.jit",),
     ("tinycore.nn",),
-    ("tinycore.llm",),
+    ("tinycore.llm", "tinycore.distributed"),
     ("tinycore.testing",),
     ("tinycore.cli", "tinycore"),
 ]
