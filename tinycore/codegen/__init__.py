@@ -7,6 +7,7 @@ See docs/architecture.md, "Kernel-level graph", for the input and output contrac
 """
 from __future__ import annotations
 
+from tinycore.codegen.atomics import resolve_combining_stores
 from tinycore.codegen.expand import expand
 from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
@@ -23,7 +24,7 @@ from tinycore.uop.uop import UOp
 
 def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> Kernel:
     """The kernel of `ast` with `opts` applied, or the heuristic's choice when `opts` is None (none with NOOPT=1)."""
-    kernel = Kernel(ast)
+    kernel = Kernel(resolve_combining_stores(ast, renderer))
     if opts is not None:
         kernel.apply_opts(list(opts))
         notes = [repr(opt) for opt in opts]

@@ -162,7 +162,7 @@ class Expander:
         addresses = tuple(copy.src[0] for copy in copies)
         values = tuple(copy.src[1] for copy in copies)
         first = addresses[0]
-        if first.op is not Ops.INDEX or values[0].dtype.count != 1:
+        if first.op is not Ops.INDEX or values[0].dtype.count != 1 or copies[0].arg is not None:  # atomics: per lane
             return None
         if not all(a.op is Ops.INDEX and a.src[0] is first.src[0] and a.src[2:] == first.src[2:] for a in addresses):
             return None

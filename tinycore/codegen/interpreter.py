@@ -217,7 +217,18 @@ class Program:
         else:
             if not 0 <= index < len(memory):
                 raise InterpreterError(f"store at {index} outside a buffer of {len(memory)}")
+            if uop.arg is not None:  # a combining store: one work-item at a time, so read-modify-write is atomic
+                value = _combined(uop.arg, uop.src[1].dtype, memory[index], value)
             memory[index] = value
+
+
+def _combined(reduce: str, dtype: DType, old: Any, new: Any) -> Any:
+    """A scatter reduce of the stored `old` with `new` (as tinycore.uop.indexing.combine_scatter computes it)."""
+    if reduce == "min":
+        return new if exec_alu(Ops.CMPLT, dtypes.bool, [new, old]) else old
+    boolean = dtype == dtypes.bool
+    op = {"add": Ops.OR if boolean else Ops.ADD, "mul": Ops.AND if boolean else Ops.MUL, "max": Ops.MAX}[reduce]
+    return exec_alu(op, dtype, [old, new])
 
 
 def run_linear(uops: Sequence[UOp], buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:

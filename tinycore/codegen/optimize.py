@@ -273,7 +273,9 @@ class Heuristic:
 
     def threads(self) -> None:
         """Split the outermost big enough output axis across the CPU workers."""
-        minimum = MIN_THREAD_WORK if self.kernel.reduce_ops else MIN_THREAD_ELEMENTWISE
+        # atomic updates (a scatter reduction) cost a dependent load and a read-modify-write each, like a reduce
+        atomic = any(store.op is Ops.STORE and store.arg is not None for store in self.kernel.ast.src)
+        minimum = MIN_THREAD_WORK if self.kernel.reduce_ops or atomic else MIN_THREAD_ELEMENTWISE
         if not self.renderer.has_threads or self.kernel.work() < minimum:
             return
         workers = default_worker_count()

@@ -71,6 +71,11 @@ class RendererContract:
     max_buffers: int | None = None
     """Most buffers (outputs and inputs together) one kernel may take (None: no limit); the scheduler splits kernels
     that would take more (schedule/split.py), reading it through `tinycore.engine.memory.device_facts`."""
+    atomic_dtypes: frozenset[DType] = frozenset()
+    """The scalar dtypes whose global elements kernels can update atomically with each scatter reduce (add, mul, max,
+    min): a STORE whose arg is the reduce must then render as one read-modify-write that loses no concurrent update.
+    A scatter reduction of such a dtype runs all its axes in parallel; others run the axes that may repeat an
+    address in order inside one worker (codegen/atomics.py)."""
     capabilities: ClassVar[Any] = None
     """What the conformance suite may check (a dict or tinycore.testing DeviceCapabilities); None: every check."""
 

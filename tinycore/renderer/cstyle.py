@@ -608,8 +608,29 @@ class CStyleWalk:
     def op_store(self, uop: UOp) -> None:
         pointer = self.pointer_of(uop.src[0])
         value = uop.src[1]
-        statement = f"{self.access(pointer, uop.src[0], value.dtype)} = {self.expression(value)};"
+        if uop.arg is not None:
+            statement = self.atomic_update(pointer, uop.src[0], value, str(uop.arg))
+        else:
+            statement = f"{self.access(pointer, uop.src[0], value.dtype)} = {self.expression(value)};"
         self.emit(f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement)
+
+    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
+        """The statement combining `value` into the element at `pointer` atomically (a STORE whose arg is a scatter
+        reduce: add, mul, max or min). Renderers that declare `atomic_dtypes` override it."""
+        raise ValueError(f"{type(self.renderer).__name__} declares no atomic updates, got a combining store "
+                         f"({reduce}) of {value.dtype}: codegen must resolve it first (codegen/atomics.py)")
+
+    def combine_code(self, reduce: str, old: str, new: str, dtype: DType) -> str:
+        """The expression combining the stored `old` with `new` by a scatter reduce (names, evaluated once each)."""
+        renderer = self.renderer
+        if reduce == "min":
+            below = renderer.render_math(Ops.CMPLT, [new, old], dtype)
+            code = renderer.render_math(Ops.WHERE, [below, new, old], dtype)
+        else:
+            boolean = dtype == dtypes.bool
+            op = {"add": Ops.OR if boolean else Ops.ADD, "mul": Ops.AND if boolean else Ops.MUL, "max": Ops.MAX}[reduce]
+            code = renderer.render_math(op, [old, new], dtype)
+        return renderer.render_cast(code, dtype, dtype) if dtype in renderer.narrow_dtypes else code
 
 
 CStyleLanguage.walk_class = CStyleWalk

@@ -13,7 +13,8 @@ node is evaluated at a tuple of index expressions (one per axis of its shape), w
 - GATHER evaluates its index tensors at the index, and its source at the coordinates they hold (a load whose address
   contains loads), masked to zero where a coordinate is out of range;
 - an ASSIGN of a SCATTER is a kernel over the SCATTER's values that stores at the coordinates its index tensors hold
-  (the axes that may repeat an address are SEQUENTIAL ranges, run in order inside one worker).
+  (the axes that may repeat an address are SEQUENTIAL ranges; a reduction's store carries the reduce as its arg,
+  see tinycore.codegen.atomics).
 """
 from __future__ import annotations
 
@@ -323,9 +324,8 @@ class KernelLowerer:
         assert mask is None, "cannot scatter through a padded view"
         address = self.define_global(buffer).index(flat, valid=in_range)
         value = self.lower(values, ranges, None)
-        if reduce is not None:
-            value = _combine(reduce, address.load(), value)
-        return UOp(Ops.SINK, dtypes.void, (address.store(value),))
+        # a combining store (arg: the reduce); codegen makes it atomic or a load, combine and store
+        return UOp(Ops.SINK, dtypes.void, (UOp(Ops.STORE, dtypes.void, (address, value), reduce),))
 
     def view_index(self, view: UOp, index: Index) -> tuple[UOp, UOp, UOp | None]:
         """The buffer under the movement chain `view`, the flat index and the validity mask at `index`."""
@@ -447,17 +447,6 @@ class KernelLowerer:
             return ([(source, tuple(reduce_index), valid)],
                     lambda values: UOp(Ops.REDUCE, node.dtype, (values[0], *ranges), reduce_op))
         raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
-
-
-def _combine(reduce: str, old: UOp, new: UOp) -> UOp:
-    """A SCATTER reduction of the element already stored (`old`) with a value landing on it (`new`)."""
-    if reduce == "add":
-        return UOp(Ops.OR if old.dtype == dtypes.bool else Ops.ADD, old.dtype, (old, new))
-    if reduce == "mul":
-        return UOp(Ops.AND if old.dtype == dtypes.bool else Ops.MUL, old.dtype, (old, new))
-    if reduce == "max":
-        return UOp(Ops.MAX, old.dtype, (old, new))
-    return UOp(Ops.WHERE, old.dtype, (UOp(Ops.CMPLT, dtypes.bool, (new, old)), new, old))
 
 
 def simplify_indices(ast: UOp) -> UOp:

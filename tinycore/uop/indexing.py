@@ -11,9 +11,12 @@ nothing (SCATTER).
 
 SCATTER is the value of an ASSIGN into its own target, `ASSIGN(target, SCATTER(target, values, *indices))`: its
 kernel writes the target's buffer in place. Writes whose coordinates all come from index tensors may repeat an
-address; the kernel runs the iteration axes not listed as `parallel` in order, inside one worker, so the last write
-wins for plain assignment and reductions see every value (no lost updates). Parallel axes must map one-to-one onto
-target coordinates (two iterations that differ on a parallel axis never write the same element).
+address. A plain assignment's kernel runs the iteration axes not listed as `parallel` in order, inside one worker,
+so the last write wins. A reduction's kernel is a combining store (`STORE(address, value)` with the reduce as its
+arg): codegen makes it an atomic read-modify-write and runs every axis in parallel where the renderer declares
+atomics for the dtype (`atomic_dtypes`), else a load, `combine_scatter` and a store with the repeatable axes in order;
+either way every value counts (no lost updates). Parallel axes must map one-to-one onto target coordinates (two
+iterations that differ on a parallel axis never write the same element).
 """
 from __future__ import annotations
 
@@ -96,3 +99,16 @@ def scatter_assign(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: S
     if not writes_in_place(target):
         raise ValueError(f"a scatter writes into a realized buffer (or a view of one), got {target.base.op}")
     return target.assign(scatter(target, values, indices, axis_map, reduce, parallel))
+
+
+def combine_scatter(reduce: str, old: UOp, new: UOp) -> UOp:
+    """A SCATTER reduction of the element already stored (`old`) with a value landing on it (`new`)."""
+    if reduce == "add":
+        return UOp(Ops.OR if old.dtype == dtypes.bool else Ops.ADD, old.dtype, (old, new))
+    if reduce == "mul":
+        return UOp(Ops.AND if old.dtype == dtypes.bool else Ops.MUL, old.dtype, (old, new))
+    if reduce == "max":
+        return UOp(Ops.MAX, old.dtype, (old, new))
+    if reduce == "min":
+        return UOp(Ops.WHERE, old.dtype, (UOp(Ops.CMPLT, dtypes.bool, (new, old)), new, old))
+    raise ValueError(f"scatter reduce must be one of {SCATTER_REDUCES[1:]}, got {reduce!r}")

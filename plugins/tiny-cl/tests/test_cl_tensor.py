@@ -174,3 +174,28 @@ def test_kernels_read_buffer_views_at_any_offset(cl_device, offset):
         node = node.src[0]
     view = Tensor(UOp(Ops.BUFFER_VIEW, dtypes.float32, (node,), (9, offset)))
     numpy.testing.assert_array_equal((view * 3.0).numpy(), data[offset:offset + 9] * numpy.float32(3.0))
+
+
+def test_scatter_reductions_use_atomics(cl_device):
+    """float32 and int32 scatter reductions with about 500 values per element run in parallel through OpenCL's 32-bit
+    atomics (atomic_cmpxchg loops, atomic_add / max / min) and equal numpy's ufunc.at."""
+    from tinycore.codegen import lower_to_program
+    from tinycore.schedule import create_schedule
+    count = 20000
+    index = GENERATOR.integers(-37, 37, count).astype(numpy.int32)
+    renderer = cl_device.renderer
+    for numpy_dtype, reduce, ufunc, atomic in ((numpy.float32, "sum", numpy.add, "atomic_cmpxchg"),
+                                               (numpy.float32, "amax", numpy.maximum, "atomic_cmpxchg"),
+                                               (numpy.int32, "sum", numpy.add, "atomic_add"),
+                                               (numpy.int32, "amin", numpy.minimum, "atomic_min"),
+                                               (numpy.int32, "prod", numpy.multiply, "atomic_cmpxchg")):
+        values = (GENERATOR.integers(0, 2, count) * 2 - 1 if reduce == "prod" else
+                  GENERATOR.integers(-50, 50, count)).astype(numpy_dtype)
+        base = GENERATOR.integers(1, 3, 37).astype(numpy_dtype)
+        expected = base.copy()
+        ufunc.at(expected, index, values)
+        result = Tensor(base, device="CL").scatter_reduce(0, Tensor(index, device="CL"),
+                                                               Tensor(values, device="CL"), reduce)
+        kernels = [item for item in create_schedule([result.uop]).items if not item.is_copy]
+        assert atomic in lower_to_program(kernels[-1].ast, renderer).src
+        numpy.testing.assert_array_equal(result.numpy(), expected, err_msg=f"{reduce} of {numpy_dtype.__name__}")

@@ -78,6 +78,22 @@ class CLWalk(CStyleWalk):
         self.emit(f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement)
 
 
+    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
+        """OpenCL 1.1's 32-bit global atomics: atomic_add / atomic_max / atomic_min for integers, else an
+        atomic_cmpxchg loop over the element's bits (floats, and integer products)."""
+        dtype = value.dtype
+        type_name = self.renderer.render_dtype(dtype)
+        address = pointer.address()
+        if dtypes.is_int(dtype) and reduce in ("add", "max", "min"):
+            return f"atomic_{reduce}((volatile __global {type_name}*){address}, {self.expression(value)});"
+        target, operand, seen, expected = (self.fresh(prefix) for prefix in ("target", "operand", "seen", "expected"))
+        combined = self.combine_code(reduce, f"as_{type_name}({expected})", operand, dtype)
+        return (f"{{ volatile __global uint* {target} = (volatile __global uint*){address}; {type_name} {operand} = "
+                f"{self.expression(value)}; uint {seen} = *{target}, {expected}; do {{ {expected} = {seen}; "
+                f"{seen} = atomic_cmpxchg({target}, {expected}, as_uint({combined})); }} "
+                f"while ({seen} != {expected}); }}")
+
+
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
 
@@ -94,6 +110,7 @@ class OpenCLRenderer(CStyleLanguage):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     arg_int_prefix = "const int"
     code_for_op = CL_CODE_FOR_OP
+    atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # OpenCL 1.1 core 32-bit atomics
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.AND, Ops.OR, Ops.XOR})
 
     def __init__(self, device: str = "CL", extensions: frozenset[str] | set[str] = frozenset(),

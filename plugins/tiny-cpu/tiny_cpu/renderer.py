@@ -11,7 +11,7 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk
+from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk, RenderedPointer
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -105,6 +105,22 @@ class CWalk(CStyleWalk):
         return f"({self.expression(condition)}?{branches[0]}:{branches[1]})"
 
 
+    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
+        """GCC's __atomic builtins: fetch-add for integer sums, else a compare-exchange loop over the combine (the
+        generic builtins compare bytes, so floats, halves and bfloat16 bits work alike)."""
+        dtype = value.dtype
+        address = f"&{pointer.buffer}[{pointer.index}]" if pointer.index is not None else pointer.buffer
+        if reduce == "add" and dtypes.is_int(dtype) and dtype != dtypes.bool:
+            return f"__atomic_fetch_add({address}, {self.expression(value)}, __ATOMIC_RELAXED);"
+        type_name = self.renderer.render_dtype(dtype)
+        target, operand, old, new = (self.fresh(prefix) for prefix in ("target", "operand", "old", "new"))
+        combined = self.combine_code(reduce, old, operand, dtype)
+        return (f"{{ {type_name}* {target} = {address}; {type_name} {operand} = {self.expression(value)}; "
+                f"{type_name} {old}, {new}; __atomic_load({target}, &{old}, __ATOMIC_RELAXED); "
+                f"do {{ {new} = {combined}; }} while (!__atomic_compare_exchange({target}, &{old}, &{new}, 1, "
+                f"__ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}")
+
+
 class CRenderer(CStyleLanguage):
     """GNU C for the host CPU: vector_size vectors, _Float16 halves, bfloat16 as bits, restrict pointers."""
 
@@ -129,6 +145,8 @@ class CRenderer(CStyleLanguage):
         **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float16, dtypes.int16, dtypes.uint16)},
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.int8, dtypes.uint8, dtypes.bool)}}
+
+    atomic_dtypes = frozenset(dtype for dtype in C_TYPE_MAP if dtype != dtypes.void) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         self.device = device
