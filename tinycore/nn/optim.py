@@ -16,6 +16,7 @@ from tinycore import helpers
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import dedup
 from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops
 
 
 def _untrained(tensor: Tensor) -> Tensor:
@@ -63,6 +64,15 @@ class Optimizer:
                 raise ValueError(f"a fused optimizer keeps its parameters in one vector, which needs one dtype; got "
                                  f"{sorted(str(dtype) for dtype in dtypes_seen)}: use fused=False or one optimizer "
                                  "per dtype in an OptimizerGroup")
+            sharded = [(index, param.uop.arg, param.device) for index, param in enumerate(self.params)
+                       if param.uop.op is Ops.MULTI and param.uop.arg is not None]
+            devices_seen = {param.device for param in self.params}
+            if sharded or len(devices_seen) > 1:
+                where = (f"parameter {sharded[0][0]} is sharded on axis {sharded[0][1]} over {sharded[0][2]}" if sharded
+                         else f"the parameters live on {sorted(map(str, devices_seen))}")
+                raise ValueError(f"a fused optimizer keeps its parameters in one vector on one device (or replicated "
+                                 f"on one tuple of devices), but {where}: use fused=False, which keeps each "
+                                 "parameter's state on its devices, sharded like it")
         # with `fused`, parameter i is elements offsets[i]:offsets[i+1] of the concatenated, flattened parameters
         self.offsets = [0]
         for param in self.params:
