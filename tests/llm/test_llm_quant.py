@@ -64,3 +64,33 @@ def test_decode_matmul_does_not_materialize_weight(type_name: str) -> None:
     assert max(written) < rows * columns // 8, f"a kernel writes {max(written)} elements: the weight was materialized"
     expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
     numpy.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q6_K"])
+def test_prefill_matmul_dequantizes_in_slabs(type_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """x @ W.T for several rows of x dequantizes W a slab of output rows at a time (never a float32 temporary larger
+    than SLAB_BYTES); the result matches numpy on gguf's dequantization."""
+    import gguf
+
+    from tinycore.device.registry import Device
+    from tinycore.llm import weights as weights_module
+    rows, columns = 96, 512
+    monkeypatch.setattr(weights_module, "SLAB_BYTES", 32 * columns * 4)  # slabs of 32 rows: three of them
+    assert weights_module._slab_rows(rows, columns) == 32
+    block_elements = GGML_TYPES[TYPE_IDS[type_name]][1]
+    blocks = random_blocks(type_name, rows * columns // block_elements, seed=12)
+    weight = weights_module.GGUFWeight("w", TYPE_IDS[type_name], (rows, columns), Tensor(blocks).realize())
+    x = numpy.random.default_rng(6).standard_normal((1, 5, columns)).astype(numpy.float32)
+    activations = Tensor(x).realize()
+    allocator = Device[activations.device].allocator
+    largest = [0]
+    original = type(allocator).alloc
+
+    def recording(self: object, size: int, options: object = None) -> object:
+        largest[0] = max(largest[0], size)
+        return original(self, size, options)  # type: ignore[arg-type]
+    monkeypatch.setattr(type(allocator), "alloc", recording)
+    result = weight.linear(activations).numpy()
+    assert largest[0] <= 32 * columns * 4, f"a {largest[0]} byte buffer: more than one slab was dequantized at once"
+    expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
+    numpy.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3)

@@ -9,9 +9,15 @@ from tinycore.dtype import dtypes
 from tinycore.helpers import prod
 from tinycore.nn.gguf import GGML_TYPES, dequantize, gguf_load_blocks
 from tinycore.tensor import Tensor
+from tinycore.uop.symbolic import Variable
 
 PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 """ggml types held as tensors of their own dtype."""
+
+SLAB_BYTES = 8 << 20
+"""The largest float32 temporary of a dequantized weight while several rows of activations run (prefill): a larger
+weight is dequantized and multiplied a slab of output rows at a time, so the temporaries stay small beside the
+quantized weights instead of a float32 copy of the largest matrix (4-8x its quantized size)."""
 
 
 class GGUFWeight:
@@ -66,12 +72,29 @@ class GGUFWeight:
         dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
         again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows == 1:
+        if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows == 1 or len(self.shape) != 2:
             return x.matmul(self.float().T)
-        return x.matmul(self.float().contiguous().T)
+        outputs, inputs = self.shape
+        slab = _slab_rows(outputs, inputs)
+        if slab == outputs:
+            return x.matmul(self.float().contiguous().T)
+        # the slab's first row is a bound Variable: every slab runs the same two compiled kernels
+        start = Variable(f"slab_{outputs}_{slab}", 0, outputs - slab)
+        pieces = [x.matmul(self.rows(start.bind(first), slab).contiguous().T).realize()
+                  for first in range(0, outputs, slab)]
+        return pieces[0].cat(*pieces[1:], dim=-1)
 
     def __repr__(self) -> str:
         return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"
+
+
+def _slab_rows(outputs: int, inputs: int) -> int:
+    """Output rows per slab of a weight (outputs, inputs) dequantized to float32 at most SLAB_BYTES at a time: the
+    largest divisor of `outputs` within the budget (equal slabs share their kernels), at least one row."""
+    budget = max(1, SLAB_BYTES // (inputs * 4))
+    if budget >= outputs:
+        return outputs
+    return max(rows for rows in range(1, budget + 1) if outputs % rows == 0)
 
 
 def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
