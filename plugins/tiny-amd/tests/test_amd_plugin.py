@@ -36,7 +36,8 @@ def test_renderer_spec() -> None:
 
 
 def test_interface_and_queue_specs() -> None:
-    hip, mock = hooks.tiny_interfaces("AMD")
+    kfd, hip, mock = hooks.tiny_interfaces("AMD")
+    assert kfd.name == "KFD" and not kfd.is_mock and load_object(kfd.factory).__name__ == "open_kfd"
     assert hip.name == "HIP" and not hip.is_mock and load_object(hip.factory).__name__ == "open_hip"
     assert mock.name == "MOCK" and mock.is_mock and load_object(mock.factory).__name__ == "open_mock"
     assert hooks.tiny_interfaces("NV") == [] and hooks.tiny_hcq_queues(object()) is None

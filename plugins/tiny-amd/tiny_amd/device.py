@@ -39,13 +39,18 @@ def _capabilities(renderer: Any, mock: bool) -> DeviceCapabilities:
 
 
 class AMDDevice(Compiled):
-    """One AMD GPU (AMD, AMD:1, ...). Under DEV=MOCK+AMD it is a queue device (AMDMockQueueDevice): the core's HCQ
-    machinery drives the AMD queues, which the MOCK GPU executes."""
+    """One AMD GPU (AMD, AMD:1, ...). Through KFD (DEV=KFD+AMD, the default where /dev/kfd lists a GPU) or the MOCK
+    driver (DEV=MOCK+AMD) it is a queue device on the core's HCQ machinery (AMDQueueDevice); through the HIP runtime
+    or compile-only it is this class."""
 
     def __new__(cls, device: str = "AMD") -> Any:
         from tinycore.device.registry import target_for
-        if cls is AMDDevice and target_for(device).interface == "MOCK":
-            return AMDMockQueueDevice(device)  # not an AMDDevice, so Python does not call AMDDevice.__init__ on it
+        if cls is AMDDevice:
+            interface = target_for(device).interface
+            if interface == "MOCK":
+                return AMDMockQueueDevice(device)  # not an AMDDevice, so Python does not call AMDDevice.__init__
+            if interface == "KFD" or (not interface and _kfd_opens(device)):
+                return AMDKFDQueueDevice(device)
         return object.__new__(cls)
 
     def __init__(self, device: str = "AMD"):
@@ -65,23 +70,58 @@ class AMDDevice(Compiled):
         self.interface.synchronize()
 
 
+def _kfd_opens(device: str) -> bool:
+    """Whether /dev/kfd lists the GPU `device` names (then KFD is the interface DEV=AMD gets)."""
+    from tiny_amd.kfd import open_kfd
+    try:
+        open_kfd(device, ())
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def _queue_device_base() -> type:
     from tiny_amd.amd_hcq import AMDQueueDevice
     return AMDQueueDevice
 
 
 class AMDMockQueueDevice(_queue_device_base()):  # type: ignore[misc]
-    """AMD on the MOCK GPU through the core's queue machinery (HCQ): signals, kernarg blocks, TinyJit graphs."""
+    """AMD on the MOCK GPU: the KFD interface over the simulated driver (tiny_amd.kfd_mock), driven through the core's
+    queue machinery (HCQ): signals, kernarg blocks, TinyJit graphs."""
 
     def __init__(self, device: str = "AMD"):
+        from tiny_amd.kfd_mock import MockKFD
+        from tiny_amd.target import device_target, parse_target
         from tinycore.device.registry import select_interface, select_renderer
         spec, _interface = select_interface(device)  # records the MOCK selection (tiny devices shows it)
         self.interface_name = spec.name
         renderer, compiler, _spec = select_renderer(device)
-        super().__init__(device, renderer, compiler, f"{device} = the MOCK GPU (AQL, PM4 and SDMA simulated in "
-                                                     "Python, driven through the core's HCQ queues; kernels run in "
-                                                     "tinycore's interpreter)")
+        arch = device_target(device)
+        super().__init__(device, renderer, compiler, MockKFD(arch), 0,
+                         f"{device} = the MOCK GPU ({arch}; the KFD interface over a simulated amdkfd driver, AQL, "
+                         "PM4 and SDMA decoded in Python, kernels run in tinycore's interpreter)",
+                         parse_target(arch).wave_size)
         self.capabilities = _capabilities(renderer, True)
+
+    @property
+    def description(self) -> str:
+        """What this device is."""
+        return str(self.interface_description)
+
+
+class AMDKFDQueueDevice(_queue_device_base()):  # type: ignore[misc]
+    """AMD through the amdkfd kernel driver (/dev/kfd and the render node). Not run on AMD hardware here."""
+
+    def __init__(self, device: str = "AMD"):
+        from tiny_amd.target import device_target, parse_target
+        from tinycore.device.registry import select_interface, select_renderer
+        spec, selection = select_interface(device)
+        self.interface_name = spec.name
+        renderer, compiler, _spec = select_renderer(device)
+        arch = device_target(device)
+        super().__init__(device, renderer, compiler, selection.files, selection.index, selection.description,
+                         parse_target(arch).wave_size)
+        self.capabilities = _capabilities(renderer, False)
 
     @property
     def description(self) -> str:

@@ -81,18 +81,22 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
 
 @hookimpl
 def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The HIP runtime; the MOCK GPU (used only when DEV names it: DEV=MOCK+AMD)."""
+    """The amdkfd kernel driver (queues on the core's HCQ machinery); the HIP runtime; the MOCK GPU (used only when
+    DEV names it: DEV=MOCK+AMD)."""
     if device != DEVICE_NAME:
         return []
-    return [InterfaceSpec("HIP", "tiny_amd.hip:open_hip", description="ROCm's HIP runtime through libamdhip64"),
-            InterfaceSpec("MOCK", "tiny_amd.amd_mock:open_mock", is_mock=True,
-                          description="a simulated GPU in Python that decodes the AMD queues' AQL, PM4 and SDMA")]
+    return [InterfaceSpec("KFD", "tiny_amd.kfd:open_kfd",
+                          description="the amdkfd kernel driver (/dev/kfd): AQL and SDMA queues, doorbells, events"),
+            InterfaceSpec("HIP", "tiny_amd.hip:open_hip", description="ROCm's HIP runtime through libamdhip64"),
+            InterfaceSpec("MOCK", "tiny_amd.kfd_mock:open_mock", is_mock=True,
+                          description="a simulated amdkfd driver and GPU in Python that decode the KFD calls and the "
+                                      "queues' AQL, PM4 and SDMA")]
 
 
 @hookimpl
 def tiny_hcq_queues(device: object) -> HCQQueues | None:
-    """AMD's queues (AQL, PM4, SDMA) for the queue device DEV=MOCK+AMD opens; None for other devices."""
-    if type(device).__name__ != "AMDMockQueueDevice":
+    """AMD's queues (AQL, PM4, SDMA) for the queue devices KFD and DEV=MOCK+AMD open; None for other devices."""
+    if type(device).__name__ not in ("AMDMockQueueDevice", "AMDKFDQueueDevice"):
         return None
     from tiny_amd.amd_hcq import QUEUES
     return QUEUES
