@@ -13,12 +13,12 @@ from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
-from tinycore.codegen.simplify import simplify_indices
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.renderer import ProgramSpec, Renderer
 from tinycore.uop.axis import AxisType
+from tinycore.uop.symbolic import simplify_indices
 from tinycore.uop.uop import UOp
 
 

@@ -8,10 +8,10 @@ stays scalar.
 """
 from __future__ import annotations
 
-from tinycore.codegen.simplify import fold_node
 from tinycore.dtype import DType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.symbolic import fold_node
 from tinycore.uop.uop import UOp
 
 DEFAULT_VECTOR_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.FDIV})

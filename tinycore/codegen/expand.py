@@ -14,11 +14,12 @@ import itertools
 from collections.abc import Callable
 
 from tinycore.codegen.linearize import reduce_identity
-from tinycore.codegen.simplify import constant_difference, fold, substitute_fold
+from tinycore.codegen.simplify import substitute_fold
 from tinycore.codegen.vectorize import Packer, consecutive
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import constant_difference, fold
 from tinycore.uop.uop import UOp
 
 

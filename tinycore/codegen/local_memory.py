@@ -15,10 +15,10 @@ only kernels whose output axes all became SPECIAL indices and whose grouped REDU
 """
 from __future__ import annotations
 
-from tinycore.codegen.simplify import simplify
 from tinycore.dtype import dtypes
 from tinycore.uop.axis import AxisType, new_range, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import simplify
 from tinycore.uop.uop import UOp
 
 

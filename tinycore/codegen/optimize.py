@@ -14,12 +14,12 @@ CPU kernels, in this order:
 from __future__ import annotations
 
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count, replace_range
-from tinycore.codegen.simplify import fold, linear_form
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import fold, linear_terms
 from tinycore.uop.uop import UOp
 
 MIN_THREAD_WORK = 65536
@@ -53,7 +53,7 @@ def vector_width(renderer: RendererContract, dtype: DType) -> int:
 
 def axis_stride(index: UOp, range_node: UOp) -> int | None:
     """The coefficient of `range_node` in a linear index (0 if absent), None when it appears non-linearly."""
-    terms, _ = linear_form(fold(index))
+    terms, _ = linear_terms(fold(index))
     coefficient = terms.get(range_node, 0)
     for atom in terms:
         if atom is not range_node and range_node in atom.toposort:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tinycore.codegen.simplify import constant_difference
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.symbolic import constant_difference
 from tinycore.uop.uop import UOp
 
 PACKABLE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}

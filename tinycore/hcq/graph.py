@@ -20,8 +20,7 @@ from tinycore.hcq import profile
 from tinycore.hcq.device import HCQArguments, HCQCompiled
 from tinycore.hcq.queue import HWQueue
 from tinycore.hcq.signal import HCQSignal
-from tinycore.renderer.renderer import evaluate
-from tinycore.uop.symbolic import Variable
+from tinycore.uop.symbolic import Variable, sym_infer
 from tinycore.uop.uop import UOp
 
 TIMELINE_WAIT = Variable("hcq_timeline_wait", 0, 2**62, dtypes.int64)
@@ -176,7 +175,7 @@ class HCQGraph:
                 arguments.set_buffer(number, buffer._buf)
             for arguments, number, variable in self.value_patches:
                 value = values.get(variable)
-                arguments.set_value(number, value if value is not None else evaluate(variable, values))
+                arguments.set_value(number, value if value is not None else sym_infer(variable, values))
             self.replays += 1
             if len(self.queues) > 1:
                 values[SYNC_BASE] = self.replays * self.sync_stride  # graph signals only grow from replay to replay

@@ -9,7 +9,8 @@ from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import to_function_name
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.uop import UOp, exec_alu
+from tinycore.uop.symbolic import sym_infer
+from tinycore.uop.uop import UOp
 
 Sizes = tuple["int | UOp", ...]
 
@@ -64,33 +65,6 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
             if isinstance(candidate, str) and candidate:
                 return to_function_name(candidate)
     return default
-
-
-def evaluate(uop: UOp | int, var_vals: Mapping[Any, int] | None = None) -> int:
-    """The integer value of a symbolic size expression, with DEFINE_VARs looked up (by UOp or name) in var_vals."""
-    if isinstance(uop, int):
-        return uop
-    values: dict[UOp, Any] = {}
-    var_vals = var_vals or {}
-    for node in uop.toposort:
-        if node.op is Ops.CONST:
-            values[node] = node.arg
-        elif node.op is Ops.DEFINE_VAR:
-            if node in var_vals:
-                values[node] = var_vals[node]
-            elif node.arg[0] in var_vals:
-                values[node] = var_vals[node.arg[0]]
-            else:
-                raise KeyError(f"no value for variable {node.arg[0]!r}: pass it in var_vals")
-        elif node.op is Ops.BIND:
-            values[node] = values[node.src[1]]
-        elif node.op in GroupOp.ALU:
-            values[node] = exec_alu(node.op, node.dtype, [values[source] for source in node.src])
-        elif node.op is Ops.CAST:
-            values[node] = values[node.src[0]]
-        else:
-            raise ValueError(f"cannot evaluate {node.op} in a launch size expression")
-    return int(values[uop])
 
 
 @dataclass
@@ -231,13 +205,15 @@ class ProgramSpec:
 
     def launch_dims(self, var_vals: Mapping[Any, int] | None = None) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
         """The global and local sizes as ints, with symbolic sizes evaluated for `var_vals`."""
-        global_size = tuple(evaluate(size, var_vals) for size in self.global_size)
-        local_size = None if self.local_size is None else tuple(evaluate(size, var_vals) for size in self.local_size)
+        values = var_vals or {}
+        global_size = tuple(sym_infer(size, values) for size in self.global_size)
+        local_size = None if self.local_size is None else tuple(sym_infer(size, values) for size in self.local_size)
         return global_size, local_size
 
     def vals(self, var_vals: Mapping[Any, int] | None = None) -> tuple[int, ...]:
         """The integer arguments for `vars`, in parameter order, from `var_vals` (keyed by UOp or name)."""
-        return tuple(evaluate(variable, var_vals) for variable in self.vars)
+        values = var_vals or {}
+        return tuple(sym_infer(variable, values) for variable in self.vars)
 
     @property
     def function_name(self) -> str:
@@ -245,4 +221,4 @@ class ProgramSpec:
         return to_function_name(self.name)
 
 
-__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "evaluate", "kernel_name"]
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name"]

@@ -26,6 +26,7 @@ from tinycore.helpers import all_int
 from tinycore.schedule.nodes import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.symbolic import fold_node, index_folding, simplify_indices
 from tinycore.uop.uop import UOp
 
 INDEX_DTYPE: DType = dtypes.int32
@@ -39,7 +40,7 @@ LowerKey = tuple[UOp, Index, "UOp | None"]
 """A node, the index it is evaluated at, and the validity mask of the loads under it."""
 
 
-# ---- index arithmetic with the obvious simplifications done at construction ----
+# ---- index arithmetic, each new node folded by the symbolic `index_folding` rules as it is built ----
 
 def index_const(value: int) -> UOp:
     """An int32 constant for index arithmetic."""
@@ -50,86 +51,37 @@ def _as_index(value: Any) -> UOp:
     return value if isinstance(value, UOp) else index_const(value)
 
 
-def _const_value(node: UOp) -> Any:
-    return node.arg if node.op is Ops.CONST else None
-
-
 def idx_add(first: Any, second: Any) -> UOp:
-    """first + second, folding constants and zeros."""
-    first, second = _as_index(first), _as_index(second)
-    first_value, second_value = _const_value(first), _const_value(second)
-    if first_value is not None and second_value is not None:
-        return index_const(first_value + second_value)
-    if second_value == 0:
-        return first
-    if first_value == 0:
-        return second
-    return first + second
+    """first + second, folded."""
+    if second.__class__ is int and second == 0:  # adding a Python 0 (most offsets) builds nothing
+        return _as_index(first)
+    if first.__class__ is int and first == 0:
+        return _as_index(second)
+    return fold_node(_as_index(first) + _as_index(second), index_folding)
 
 
 def idx_sub(first: Any, second: Any) -> UOp:
-    """first - second, folding constants and zeros."""
-    second = _as_index(second)
-    second_value = _const_value(second)
-    if second_value is not None:
-        return idx_add(first, -second_value)
-    return idx_add(first, second * -1)
+    """first - second, built as first + second * -1 (the form the symbolic sums use), folded."""
+    return idx_add(first, idx_mul(second, -1))
 
 
 def idx_mul(first: Any, second: Any) -> UOp:
-    """first * second, folding constants, ones and zeros."""
-    first, second = _as_index(first), _as_index(second)
-    first_value, second_value = _const_value(first), _const_value(second)
-    if first_value is not None and second_value is not None:
-        return index_const(first_value * second_value)
-    if first_value == 0 or second_value == 0:
-        return index_const(0)
-    if second_value == 1:
-        return first
-    if first_value == 1:
-        return second
-    return first * second
-
-
-def _upper_bound(node: UOp) -> int | None:
-    """An exclusive upper bound of a non-negative index expression, when cheaply known."""
-    if node.op is Ops.CONST:
-        return node.arg + 1
-    if node.op is Ops.RANGE and node.src[0].op is Ops.CONST:
-        return node.src[0].arg
-    if node.op is Ops.ADD:
-        bounds = [_upper_bound(source) for source in node.src]
-        return None if None in bounds else bounds[0] + bounds[1] - 1  # type: ignore[operator]
-    if node.op is Ops.MUL and node.src[1].op is Ops.CONST and node.src[1].arg > 0:
-        bound = _upper_bound(node.src[0])
-        return None if bound is None else (bound - 1) * node.src[1].arg + 1
-    return None
+    """first * second, folded."""
+    if second.__class__ is int and second == 1:  # a Python stride of 1 builds nothing
+        return _as_index(first)
+    if first.__class__ is int and first == 1:
+        return _as_index(second)
+    return fold_node(_as_index(first) * _as_index(second), index_folding)
 
 
 def idx_div(numerator: UOp, divisor: Any) -> UOp:
-    """numerator // divisor for a non-negative numerator, folding trivial cases."""
-    if isinstance(divisor, int):
-        if divisor == 1:
-            return numerator
-        bound = _upper_bound(numerator)
-        if bound is not None and bound <= divisor:
-            return index_const(0)
-        if numerator.op is Ops.CONST:
-            return index_const(numerator.arg // divisor)
-    return numerator // _as_index(divisor)
+    """numerator // divisor, folded (0 when the bounds of a non-negative numerator lie below the divisor)."""
+    return fold_node(numerator // _as_index(divisor), index_folding)
 
 
 def idx_mod(numerator: UOp, divisor: Any) -> UOp:
-    """numerator % divisor for a non-negative numerator, folding trivial cases."""
-    if isinstance(divisor, int):
-        if divisor == 1:
-            return index_const(0)
-        bound = _upper_bound(numerator)
-        if bound is not None and bound <= divisor:
-            return numerator
-        if numerator.op is Ops.CONST:
-            return index_const(numerator.arg % divisor)
-    return numerator % _as_index(divisor)
+    """numerator % divisor, folded (the numerator itself when its bounds lie in [0, divisor))."""
+    return fold_node(numerator % _as_index(divisor), index_folding)
 
 
 def idx_and(first: UOp | None, second: UOp | None) -> UOp | None:
@@ -143,13 +95,13 @@ def idx_and(first: UOp | None, second: UOp | None) -> UOp | None:
 
 def flat_index(shape: Sequence[Any], index: Index) -> UOp:
     """The row-major element number of `index` in a contiguous array of `shape`."""
-    total = index_const(0)
+    total: Any = 0
     stride: Any = 1
     for size, axis_index in zip(reversed(shape), reversed(index), strict=True):
         if not (isinstance(size, int) and size == 1):
             total = idx_add(total, idx_mul(axis_index, stride))
         stride = stride * size
-    return total
+    return _as_index(total)
 
 
 def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
@@ -447,18 +399,6 @@ class KernelLowerer:
             return ([(source, tuple(reduce_index), valid)],
                     lambda values: UOp(Ops.REDUCE, node.dtype, (values[0], *ranges), reduce_op))
         raise NotImplementedError(f"cannot lower a tensor-level {op} inside a kernel")
-
-
-def simplify_indices(ast: UOp) -> UOp:
-    """`ast` with each INDEX (address and validity mask) simplified by the symbolic rules, values left as built.
-
-    Only addresses are simplified here: rewriting values could, for instance, drop clauses of a load's mask that an
-    enclosing where() implies, which would turn a masked load into an out-of-bounds one.
-    """
-    if not hasattr(ast, "simplify"):
-        return ast
-    mapping = {node: node.simplify() for node in ast.toposort if node.op is Ops.INDEX}
-    return ast.substitute(mapping)
 
 
 def _element_count(node: UOp) -> int:

@@ -29,6 +29,10 @@ __all__ = ["Ops", "GroupOp", "UOp", "exec_alu", "UPat", "PatternMatcher", "graph
 class Ops(Enum):
     """Every operation a UOp can have. The docstring of each group says at which level it appears."""
 
+    # members are singletons compared by identity: hashing them by identity (in C) instead of Enum's hash of the
+    # name (in Python) makes the op lookups of every pass and rule cheaper
+    __hash__ = object.__hash__
+
     # graph structure (every level)
     SINK = auto()  # the root: src are the outputs; arg may carry KernelInfo
     NOOP = auto()

@@ -13,6 +13,7 @@ Rule sets:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Union
 
 from tinycore.dtype import DType, dtypes
@@ -254,7 +255,7 @@ def Variable(name: str, min_value: int, max_value: int, dtype: DType = dtypes.in
     return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_value, max_value))
 
 
-def sym_infer(expression: sint, var_values: dict[Any, int]) -> int:
+def sym_infer(expression: sint, var_values: Mapping[Any, int]) -> int:
     """The integer value of `expression` with the variables set to `var_values`.
 
     Keys of `var_values` may be variable names or DEFINE_VAR UOps; BINDs evaluate to their bound value unless
@@ -346,10 +347,10 @@ def _is_signed_int(dtype: DType) -> bool:
     return dtype in _SIGNED_INTS
 
 
-def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
-    """`uop` as ({term: coefficient}, constant), flattening +, -, negation and multiplication by constants.
+def linear_form(uop: UOp, limit: int | None = _MAX_LINEAR_NODES) -> tuple[dict[UOp, int], int] | None:
+    """`uop` as ({term: coefficient}, constant), flattening +, -, negation and multiplication by integer constants.
 
-    Terms keep their first appearance order. None when the sum is longer than the engine handles cheaply.
+    Terms keep their first appearance order. None when the sum has more than `limit` nodes (None: no limit).
     """
     terms: dict[UOp, int] = {}
     constant = 0
@@ -358,7 +359,7 @@ def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
     while stack:
         node, multiplier = stack.pop()
         visited += 1
-        if visited > _MAX_LINEAR_NODES:
+        if limit is not None and visited > limit:
             return None
         op = node.op
         if op is Ops.ADD:
@@ -369,11 +370,11 @@ def linear_form(uop: UOp) -> tuple[dict[UOp, int], int] | None:
             stack.append((node.src[0], multiplier))
         elif op is Ops.NEG:
             stack.append((node.src[0], -multiplier))
-        elif op is Ops.CONST:
+        elif op is Ops.CONST and node.arg.__class__ is int:
             constant += multiplier * node.arg
-        elif op is Ops.MUL and node.src[1].op is Ops.CONST:
+        elif op is Ops.MUL and node.src[1].op is Ops.CONST and node.src[1].arg.__class__ is int:
             stack.append((node.src[0], multiplier * node.src[1].arg))
-        elif op is Ops.MUL and node.src[0].op is Ops.CONST:
+        elif op is Ops.MUL and node.src[0].op is Ops.CONST and node.src[0].arg.__class__ is int:
             stack.append((node.src[1], multiplier * node.src[0].arg))
         else:
             terms[node] = terms.get(node, 0) + multiplier
@@ -813,7 +814,11 @@ def _fold_constants(root: UOp) -> UOp | None:
     for source in root.src:
         if source.op is not Ops.CONST:
             return None
-    return UOp.const(root.dtype, exec_alu(root.op, root.dtype, [source.arg for source in root.src]))
+    try:
+        value = exec_alu(root.op, root.dtype, [source.arg for source in root.src])
+    except (OverflowError, ValueError, ZeroDivisionError, TypeError):
+        return None  # left for the generated code to compute, as C would (a division by zero, say)
+    return UOp.const(root.dtype, value)
 
 
 def _fold_cast(root: UOp, value: UOp) -> UOp | None:
@@ -835,6 +840,11 @@ def _fold_by_bounds(root: UOp) -> UOp | None:
     if low != high:
         return None
     return _int_const(root.dtype, low) if root.dtype in _SIGNED_INTS else UOp.const(root.dtype, low)
+
+
+def _same_if_not_float(x: UOp) -> UOp | None:
+    """x + 0 is x, except for floats where -0.0 + 0 is +0.0."""
+    return None if dtypes.is_float(x.dtype) else x
 
 
 def _zero_if_int(x: UOp) -> UOp | None:
@@ -866,12 +876,12 @@ symbolic_simple = PatternMatcher([
     (UPat(GroupOp.ALU, name="root"), _fold_constants),
     (UPat(Ops.CAST, name="root", src=(UPat(Ops.CONST, name="value"),)), _fold_cast),
     # identities
-    (_any("x") + 0, lambda x: x),
+    (_any("x") + 0, _same_if_not_float),
     (_any("x") * 1, lambda x: x),
     (_any("x") * 0, _zero_if_int),
     (_any("x") // 1, lambda x: x),
     (_any("x") % 1, _zero_if_int),
-    (_any("x") - 0, lambda x: x),
+    (_any("x") - 0, _same_if_not_float),
     (UPat(Ops.NEG, src=(UPat(Ops.NEG, src=(_any("x"),)),)), lambda x: x),
     (UPat(Ops.IDIV, src=(_any("x"), UPat.const(None, -1))), lambda x: -x if dtypes.is_int(x.dtype) else None),
     # booleans
@@ -930,4 +940,124 @@ symbolic = symbolic_simple + PatternMatcher([
 def simplify(uop: UOp) -> UOp:
     """`uop` rewritten with the `symbolic` rules to a fixpoint."""
     return graph_rewrite(uop, symbolic, name="simplify")
+
+
+def simplify_indices(root: UOp) -> UOp:
+    """`root` with each INDEX (address and validity mask) simplified by the `symbolic` rules, values left as built.
+
+    Only addresses are simplified: rewriting values could, for instance, drop clauses of a load's mask that an
+    enclosing where() implies, which would turn a masked load into an out-of-bounds one.
+    """
+    mapping = {node: simplify(node) for node in root.toposort if node.op is Ops.INDEX}
+    return root.substitute(mapping)
+
+
+# ---- folding while building: exact rules applied to one new node (its sources are already folded) ----
+
+def _constant_operand_last(root: UOp) -> UOp | None:
+    """c + x and c * x become x + c and x * c (the other rules look for constants on the right)."""
+    left, right = root.src
+    if left.op is Ops.CONST and right.op is not Ops.CONST:
+        return UOp(root.op, root.dtype, (right, left), root.arg)
+    return None
+
+
+def _regroup_constants(root: UOp, inner: UOp, x: UOp, first: UOp, second: UOp) -> UOp | None:
+    """(x + c1) + c2 -> x + (c1 + c2), and the same for *, for scalar integers (exact with wrapping)."""
+    if inner.op is not root.op or root.dtype.count != 1 or not dtypes.is_int(root.dtype):
+        return None
+    combined = _fold_constants(UOp(root.op, root.dtype, (first, second)))
+    return None if combined is None else fold_node(UOp(root.op, root.dtype, (x, combined)))
+
+
+def _lanes_of_vector(root: UOp, vector: UOp) -> UOp:
+    """GEP of a VECTORIZE picks the lanes' sources."""
+    picked = tuple(vector.src[lane] for lane in root.arg)
+    return picked[0] if len(picked) == 1 else UOp(Ops.VECTORIZE, root.dtype, picked)
+
+
+def _vector_of_own_lanes(root: UOp) -> UOp | None:
+    """VECTORIZE(GEP(v, 0), GEP(v, 1), ...) over all the lanes of v, in order, is v."""
+    sources = root.src
+    if not sources or any(source.op is not Ops.GEP or len(source.arg) != 1 for source in sources):
+        return None
+    base = sources[0].src[0]
+    if all(source.src[0] is base for source in sources) and \
+            tuple(source.arg[0] for source in sources) == tuple(range(base.dtype.count)):
+        return base
+    return None
+
+
+def _index_without_mask(root: UOp, buffer: UOp, index: UOp, valid: UOp) -> UOp | None:
+    """INDEX(buffer, index, True) is INDEX(buffer, index)."""
+    return UOp(Ops.INDEX, root.dtype, (buffer, index), root.arg) if valid.arg else None
+
+
+def _load_never_valid(root: UOp, address: UOp) -> UOp | None:
+    """A LOAD whose mask is the constant False reads its alternative (or zero)."""
+    if len(address.src) != 3 or address.src[2].op is not Ops.CONST or address.src[2].arg:
+        return None
+    return root.src[1] if len(root.src) > 1 else UOp.const(root.dtype, 0)
+
+
+def _quotient_or_remainder_by_bounds(root: UOp, x: UOp, divisor: UOp) -> UOp | None:
+    """x // d is 0 and x % d is x when 0 <= x < d (bounds only, so it stays cheap for one node)."""
+    if not _is_signed_int(root.dtype) or not isinstance(divisor.arg, int) or divisor.arg <= 0:
+        return None
+    low, high = bounds(x)
+    if low < 0 or high >= divisor.arg:
+        return None
+    return x if root.op is Ops.MOD else _int_const(root.dtype, 0)
+
+
+folding = symbolic_simple + PatternMatcher([
+    (UPat((Ops.ADD, Ops.MUL), name="root", src=(_any(), _any())), _constant_operand_last),
+    (UPat((Ops.ADD, Ops.MUL), name="root", src=(UPat((Ops.ADD, Ops.MUL), name="inner",
+                                                     src=(_any("x"), UPat.cvar("first"))), UPat.cvar("second"))),
+     _regroup_constants),
+    (UPat(Ops.GEP, name="root", src=(UPat(Ops.VECTORIZE, name="vector"),)), _lanes_of_vector),
+    (UPat(Ops.GEP, name="root", src=(_any("x"),)), lambda root, x: x if x.dtype.count == 1 and root.arg == (0,)
+     else None),
+    (UPat(Ops.VECTORIZE, name="root"), _vector_of_own_lanes),
+    (UPat(Ops.INDEX, name="root", src=(_any("buffer"), _any("index"), UPat.cvar("valid"))), _index_without_mask),
+    (UPat(Ops.LOAD, name="root", src=(UPat(Ops.INDEX, name="address"),), allow_any_len=True), _load_never_valid),
+])
+"""The exact rules (no bounds): `symbolic_simple`, constants moved right and regrouped, lanes of vectors picked,
+masks known to be true or false removed. What codegen applies to every node it builds or substitutes."""
+
+index_folding = folding + PatternMatcher([
+    (UPat((Ops.IDIV, Ops.MOD), name="root", src=(_any("x"), UPat.cvar("divisor"))), _quotient_or_remainder_by_bounds),
+])
+"""`folding` plus x // d -> 0 and x % d -> x where the bounds of x lie in [0, d): what the scheduler applies to each
+index expression as it builds one."""
+
+
+def fold_node(node: UOp, rules: PatternMatcher = folding) -> UOp:
+    """`node` rewritten at its root by `rules` until none applies; its sources are taken as already folded."""
+    rewrite = rules.rewrite
+    while (replacement := rewrite(node)) is not None:
+        node = replacement
+    return node
+
+
+def fold(root: UOp) -> UOp:
+    """`root` with the `folding` rules applied everywhere (exact: constants folded, trivial identities removed)."""
+    return graph_rewrite(root, folding, name="fold")
+
+
+def linear_terms(node: UOp) -> tuple[dict[UOp, int], int]:
+    """`node` as ({term: non-zero coefficient}, constant) however long the sum (see `linear_form`)."""
+    form = linear_form(node, limit=None)
+    assert form is not None
+    terms, constant = form
+    return {term: coefficient for term, coefficient in terms.items() if coefficient != 0}, constant
+
+
+def constant_difference(first: UOp, second: UOp) -> int | None:
+    """`second - first` when it is a provable integer constant (their linear forms differ by a constant), else None."""
+    first_terms, first_constant = linear_terms(first)
+    second_terms, second_constant = linear_terms(second)
+    if first_terms != second_terms:
+        return None
+    return second_constant - first_constant
 
