@@ -60,11 +60,22 @@ def _fill_sources(node: Any, name: str) -> None:
 
     Inference then never recurses deeper than one level, so graphs thousands of ops deep work.
     """
-    for source in node.src:
-        if name not in source.__dict__:
-            for inner in list(node.toposort)[:-1]:
-                getattr(inner, name)
-            return
+    stack: list[tuple[Any, bool]] = [(source, False) for source in node.src if name not in source.__dict__]
+    if not stack:
+        return
+    # a walk over only the nodes that lack the property (not the whole graph below `node`, which an eager
+    # program extending one lazy graph op by op would otherwise walk once per op)
+    expanded: set[int] = set()
+    while stack:
+        current, sources_done = stack.pop()
+        if name in current.__dict__:
+            continue
+        if sources_done:
+            getattr(current, name)
+        elif id(current) not in expanded:
+            expanded.add(id(current))
+            stack.append((current, True))
+            stack.extend((source, False) for source in current.src if name not in source.__dict__)
 
 
 def _is_int(value: Any) -> bool:

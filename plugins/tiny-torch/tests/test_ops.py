@@ -185,6 +185,28 @@ def test_optimizer_foreach_step_matches_cpu() -> None:
     torch.testing.assert_close(results[1], results[0], atol=1e-5, rtol=1e-5)
 
 
+def test_foreach_adam_reuses_its_kernels_across_steps() -> None:
+    # Adam's bias corrections change every step: they reach tinycore as buffers, so later steps compile nothing
+    from tinycore.engine import realize
+    weights, bias = torch.randn(5, 3), torch.randn(3)
+    results = []
+    for device in ("cpu", "tiny"):
+        parameters = [torch.nn.Parameter(weights.clone().to(device)), torch.nn.Parameter(bias.clone().to(device))]
+        optimizer = torch.optim.Adam(parameters, lr=0.05, foreach=True)
+        compiled = []
+        for _ in range(5):
+            before = len(realize._runners)
+            optimizer.zero_grad()
+            ((parameters[0] * torch.arange(3.0).to(device)).sum(0) + parameters[1]).square().sum().backward()
+            optimizer.step()
+            compiled.append(len(realize._runners) - before)
+        if device == "tiny":
+            assert compiled[3:] == [0, 0], compiled
+        results.append([parameter.detach().cpu() for parameter in parameters])
+    for got, want in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_fallback_warns_once_and_can_be_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     x = torch.randn(4, 4)
     with pytest.warns(UserWarning, match="aten.kthvalue") as record:

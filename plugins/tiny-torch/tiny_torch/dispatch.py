@@ -14,7 +14,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.storage import TinyStorage
 from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
-from tinycore import Tensor
+from tinycore import Tensor, dtypes
+from tinycore.dtype import DType
 
 aten = torch.ops.aten
 OPERATORS: dict[torch._ops.OpOverload, Callable[..., object]] = {}
@@ -53,8 +54,40 @@ def to_meta(value: object) -> object:
     return value
 
 
+_META_CACHE: dict[tuple, object] = {}
+_META_CACHE_LIMIT = 8192
+
+
+def _meta_key(value: object) -> object:
+    """A hashable stand-in for an argument that fixes what a meta kernel sees of it."""
+    if isinstance(value, TinyTensor):
+        return ("tiny", tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
+                value.tiny_storage.numel)
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device.type)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_meta_key(part) for part in value)
+    if isinstance(value, float):
+        return (float, value)  # 1.0 and 1 promote differently, and hash alike
+    return value
+
+
 def meta_result(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
-    """What PyTorch's meta kernel says the result is (shapes, dtypes, strides), or None when it has none."""
+    """What PyTorch's meta kernel says the result is (shapes, dtypes, strides), or None when it has none.
+    Cached by the arguments' metadata: the meta kernels are the dispatcher's largest fixed cost per operator."""
+    try:
+        key = (func, _meta_key(args), _meta_key(tuple(sorted(kwargs.items()))))
+        hash(key)
+    except TypeError:
+        return _run_meta(func, args, kwargs)
+    if key not in _META_CACHE:
+        if len(_META_CACHE) >= _META_CACHE_LIMIT:
+            _META_CACHE.clear()
+        _META_CACHE[key] = _run_meta(func, args, kwargs)
+    return _META_CACHE[key]
+
+
+def _run_meta(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -79,11 +112,29 @@ def _is_pointwise(func: torch._ops.OpOverload) -> bool:
     return torch.Tag.pointwise in func.tags
 
 
+SCALARS_AS_BUFFERS: list[bool] = []
+"""Non-empty while a `_foreach_*.ScalarList` operator runs: its float scalars (an optimizer's bias corrections,
+new every step) reach tinycore as one-element buffers, not constants, so each step reuses the compiled kernels."""
+
+
+def _scalars_as_buffers(values: tuple, dtype: DType, index: int) -> tuple:
+    return tuple(Tensor([value], dtype=dtype, device=tinycore_device(index)).reshape(())
+                 if isinstance(value, float) else value for value in values)
+
+
 def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     """Run a mapped functional operator on tinycore and wrap its results, checked against the meta kernel."""
     index = device_index((args, kwargs))
     meta = meta_result(func, args, kwargs)
     tiny_args, tiny_kwargs = tree_map(_unwrap(index), args), tree_map(_unwrap(index), kwargs)
+    if SCALARS_AS_BUFFERS:
+        first = next((value for value in tiny_args if isinstance(value, Tensor)), None)
+        dtype = to_tiny_dtype(meta.dtype) if isinstance(meta, torch.Tensor) else None
+        dtype = first.dtype if dtype is None and first is not None else dtype
+        if dtype is not None and dtypes.is_float(dtype):
+            tiny_args = _scalars_as_buffers(tiny_args, dtype, index)
+            tiny_kwargs = dict(zip(tiny_kwargs, _scalars_as_buffers(tuple(tiny_kwargs.values()), dtype, index),
+                                   strict=True))
     if _is_pointwise(func) and isinstance(meta, torch.Tensor) and meta.dtype != torch.bool:
         # PyTorch's type promotion decides the computing dtype, not tinycore's
         dtype = to_tiny_dtype(meta.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tiny_torch.dispatch import DEFERRED, PENDING, aten, dispatch, flush
+from tiny_torch.dispatch import DEFERRED, PENDING, SCALARS_AS_BUFFERS, aten, dispatch, flush
 
 _ELEMENT_OVERLOAD = {"List": "Tensor", "Scalar": "Scalar", "ScalarList": "Scalar", "Tensor": "Tensor",
                      "default": "default", "ScalarAndTensor": "Tensor"}
@@ -32,11 +32,16 @@ def run_foreach(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> objec
     element_kwargs = [{key: value[position] if isinstance(value, (list, tuple)) else value
                        for key, value in kwargs.items()} for position in range(count)]
     DEFERRED.append(True)
+    scalar_list = func._overloadname.endswith("ScalarList")
+    if scalar_list:
+        SCALARS_AS_BUFFERS.append(True)
     try:
         results = [dispatch(element, tuple(element_args), element_kw)
                    for element_args, element_kw in zip(per_element, element_kwargs, strict=False)]
     finally:
         DEFERRED.pop()
+        if scalar_list:
+            SCALARS_AS_BUFFERS.pop()
     if name.endswith("_"):
         flush()
         return None

@@ -166,3 +166,19 @@ def test_invalid_movement_raises(build):
 def test_kernel_level_nodes_have_no_shape():
     with pytest.raises(ValueError, match="no shape"):
         _ = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(4), (), 0).shape
+
+
+def test_inference_on_a_deep_graph_built_op_by_op():
+    # eager programs extend one lazy graph op by op: each new node infers from its sources, so a chain 20000 deep
+    # (far past Python's recursion limit) infers shape and device without walking the whole chain per node
+    node = buffer(3, 4)
+    for step in range(20000):  # built without inference (raw nodes), so the last node's query fills the chain
+        node = UOp(Ops.RESHAPE, dtypes.float32, (node,), (4, 3) if step % 2 == 0 else (3, 4))
+        node = UOp(Ops.ADD, dtypes.float32, (node, node))
+        if step == 10000:
+            assert node.shape == (4, 3)  # a query half way leaves the upper half to fill later
+    assert node.shape == np.zeros((3, 4)).shape and node.device == "CPU"
+    diamond = buffer(2, 5)
+    for _ in range(200):  # shared sources: each node is inferred once however many users it has
+        diamond = diamond.reshape((5, 2)).reshape((2, 5)) + diamond
+    assert diamond.shape == (2, 5) and diamond.device == "CPU"
