@@ -88,7 +88,7 @@ class _Template:
                  for ast, buffer_slots, var_vals in self.items]
         results = []
         for kind, first, second in self.results:
-            if kind == "new":
+            if kind == "slot":
                 results.append(slots[first] if second is None else slots[first].reshape(second))
             elif kind == "same":
                 results.append(strip_identity(outputs[first]))
@@ -119,10 +119,11 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
     for position, (output, result) in enumerate(zip(outputs, schedule.outputs, strict=True)):
         if result is strip_identity(output):
             results.append(("same", position, None))
-        elif result.op is Ops.RESHAPE and result.src[0].op is Ops.BUFFER and result.src[0] not in inputs:
-            results.append(("new", slot(result.src[0]), result.shape))
+        elif result.op is Ops.RESHAPE and result.src[0].op is Ops.BUFFER:
+            # a new buffer, or an input assigned into (every in-place write): rebuilt without walking a graph
+            results.append(("slot", slot(result.src[0]), result.shape))
         elif result.op is Ops.BUFFER and result not in inputs:
-            results.append(("new", slot(result), None))
+            results.append(("slot", slot(result), None))
         else:
             buffers = [node for node in result.toposort if node.op is Ops.BUFFER]
             mapping = {buffer: UOp(Ops.BUFFER, buffer.dtype, buffer.src, (-1 - slot(buffer), buffer.arg[1]))

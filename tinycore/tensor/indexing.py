@@ -24,10 +24,15 @@ if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
 
 
+_TENSOR_CLASS: list[type] = []  # the Tensor class, imported on first use (tensor.py imports this module)
+
+
 def _is_tensor(value: Any) -> bool:
     """True for a Tensor."""
-    from tinycore.tensor.tensor import Tensor
-    return isinstance(value, Tensor)
+    if not _TENSOR_CLASS:
+        from tinycore.tensor.tensor import Tensor
+        _TENSOR_CLASS.append(Tensor)
+    return isinstance(value, _TENSOR_CLASS[0])
 
 
 def _is_int(value: Any) -> bool:
@@ -78,9 +83,14 @@ def _placed_index(index: UOp, index_shape: tuple[Any, ...], before: int, shape: 
     """An index of a shape that broadcasts to `index_shape`, expanded to the result `shape` where the index axes
     start at axis `before`."""
     own = tuple(index.shape)
+    if own == shape:
+        return index
     full = (1,) * before + (1,) * (len(index_shape) - len(own)) + own
     full = full + (1,) * (len(shape) - len(full))
-    return index.reshape(full).expand(shape)
+    # the nodes reshape() and expand() would build, without their checks: `full` has the index's elements and
+    # broadcasts to `shape` by construction (this runs on every setitem, whose cost is per call)
+    reshaped = index if full == own else UOp(Ops.RESHAPE, index.dtype, (index,), full)
+    return reshaped if full == tuple(shape) else UOp(Ops.EXPAND, index.dtype, (reshaped,), tuple(shape))
 
 
 def _buffer_below(node: UOp) -> UOp:
@@ -114,7 +124,9 @@ class IndexingMixin:
             return sum(1 for done in normalized if done is not None)
 
         for item in items:
-            if _is_int(item):
+            if item.__class__ is slice or item is None:  # the common items first: setitem's cost is per call
+                normalized.append(item)
+            elif _is_int(item):
                 normalized.append(int(item))
             elif isinstance(item, (list, tuple)) or type(item).__module__ == "numpy":
                 import numpy
@@ -418,11 +430,12 @@ class IndexingMixin:
         advanced: list[tuple[int, Any]] = []  # (view axis, index) / ("index", view axis, number)
         view_sizes: list[int] = []
         axis = 0
+        own_shape = self.shape
         for item in items:
             if item is None:
                 view_sizes.append(1)
                 continue
-            size = self.shape[axis]
+            size = own_shape[axis]
             if isinstance(item, UOp) or (isinstance(item, slice) and
                                          any(isinstance(part, UOp) for part in (item.start, item.stop))):
                 raise NotImplementedError("assignment through index tensors next to a symbolic position or slice is "
@@ -443,15 +456,16 @@ class IndexingMixin:
                 view_sizes.append(size)
             axis += 1
         index_axes = [view_axis for view_axis, _ in advanced]
-        index_shape = tuple(broadcast_shape(*(index.shape for _, index in advanced)))
+        index_shapes = [index.shape for _, index in advanced]
+        index_shape = tuple(index_shapes[0] if all(other == index_shapes[0] for other in index_shapes) else
+                            broadcast_shape(*index_shapes))
         rest = [view_axis for view_axis in range(len(view_sizes)) if view_axis not in index_axes]
         before = _index_position(index_axes)
         shape = tuple(view_sizes[view_axis] for view_axis in rest[:before]) + index_shape + \
             tuple(view_sizes[view_axis] for view_axis in rest[before:])
-
-        def result_axis(view_axis: int) -> int:
-            position = rest.index(view_axis)
-            return position if position < before else position + len(index_shape)
+        result_axes = {view_axis: position if position < before else position + len(index_shape)
+                       for position, view_axis in enumerate(rest)}
+        result_axis = result_axes.__getitem__
 
         axis_map: list[Any] = []
         for entry in entries:

@@ -17,6 +17,8 @@ def _arg_key(arg: Any) -> Any:
     if arg.__class__ is float:
         return ("float", repr(arg))
     if arg.__class__ is tuple:
+        if all(item.__class__ is int for item in arg):  # shapes and axes: the common case, keyed without recursion
+            return ("ints", arg)
         return tuple(_arg_key(item) for item in arg)
     if arg.__class__ in (int, bool):
         return (arg.__class__, arg)
