@@ -48,11 +48,13 @@ def weight_array(type_name: str, rows: int, columns: int, generator: numpy.rando
 def write_model(path: str, architecture: str = "llama", matrix_type: str = "F32", dim: int = 64, layers: int = 2,
                 heads: int = 4, kv_heads: int = 2, hidden: int = 96, vocab: int = 48, tied: bool = True,
                 experts: int = 0, experts_used: int = 0, gating: int = 1, normalize: bool | None = None,
-                selection_bias: bool = False, rope_scaling: float = 0.0, rope_factors: bool = False,
-                head_dim: int | None = None, seed: int = 0, byte_vocabulary: bool = False) -> None:
+                selection_bias: bool = False, rope_scaling: float = 0.0, yarn_context: int = 0,
+                rope_factors: bool = False, head_dim: int | None = None, seed: int = 0,
+                byte_vocabulary: bool = False) -> None:
     """A tiny random-weight model of `architecture` written with gguf.GGUFWriter; matrices as `matrix_type`,
-    vectors as F32. `byte_vocabulary` gives it a byte-level BPE vocabulary (the 256 byte characters, no merges) and
-    the chatml special tokens <|im_start|> and <|im_end|> (the end of turn), with a chatml chat template."""
+    vectors as F32. `rope_scaling` is linear, or YaRN with `yarn_context` as the original context. `byte_vocabulary`
+    gives it a byte-level BPE vocabulary (the 256 byte characters, no merges) and the chatml special tokens
+    <|im_start|> and <|im_end|> (the end of turn), with a chatml chat template."""
     import gguf
     generator = numpy.random.default_rng(seed)
     head_dim = head_dim or dim // heads
@@ -69,8 +71,10 @@ def write_model(path: str, architecture: str = "llama", matrix_type: str = "F32"
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
     if rope_scaling:
-        writer.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_type(gguf.RopeScalingType.YARN if yarn_context else gguf.RopeScalingType.LINEAR)
         writer.add_rope_scaling_factor(rope_scaling)
+    if yarn_context:
+        writer.add_rope_scaling_orig_ctx_len(yarn_context)
     if experts:
         writer.add_expert_count(experts)
         writer.add_expert_used_count(experts_used)

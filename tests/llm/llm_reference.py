@@ -46,15 +46,42 @@ def _rms(x: numpy.ndarray, weight: numpy.ndarray, eps: float) -> numpy.ndarray:
     return x / numpy.sqrt((x * x).mean(-1, keepdims=True) + eps) * weight
 
 
+def yarn_inverse_frequencies(dim: int, base: float, factor: float, original_context: int, beta_fast: float = 32.0,
+                             beta_slow: float = 1.0) -> tuple[numpy.ndarray, float]:
+    """YaRN's inverse frequencies and attention scaling as transformers' rope initialisation computes them (its
+    `_compute_yarn_parameters` with truncation and no explicit attention factor): the interpolated frequencies
+    1 / (factor * base**(2i/d)) and the extrapolated 1 / base**(2i/d) blended by one minus a linear ramp between the
+    correction dimensions of beta_fast and beta_slow rotations."""
+    import math
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(original_context / (rotations * 2 * math.pi))) / (2 * math.log(base))
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), dim - 1)
+    if low == high:
+        high += 0.001
+    linear = numpy.clip((numpy.arange(dim // 2, dtype=numpy.float64) - low) / (high - low), 0, 1)
+    extrapolation_factor = 1 - linear
+    position_frequencies = base ** (numpy.arange(0, dim, 2, dtype=numpy.float64) / dim)
+    inverse = (1.0 / (factor * position_frequencies)) * (1 - extrapolation_factor) + \
+        (1.0 / position_frequencies) * extrapolation_factor
+    return inverse, 0.1 * math.log(factor) + 1.0
+
+
 def _rope(x: numpy.ndarray, positions: numpy.ndarray, theta: float, interleaved: bool, factor: float,
-          frequency_factors: numpy.ndarray | None) -> numpy.ndarray:
-    """x (T, heads, head_dim) rotated: pairs (2i, 2i+1) when interleaved, else (i, i + head_dim/2)."""
+          frequency_factors: numpy.ndarray | None, yarn: tuple[float, int, float] | None = None) -> numpy.ndarray:
+    """x (T, heads, head_dim) rotated: pairs (2i, 2i+1) when interleaved, else (i, i + head_dim/2). `yarn`:
+    (factor, original context, attention factor) of YaRN scaling, whose magnitude multiplies cos and sin."""
     head_dim = x.shape[-1]
     frequencies = 1.0 / theta ** (numpy.arange(0, head_dim, 2) / head_dim)
+    scaling = 1.0
+    if yarn is not None:
+        frequencies, scaling = yarn_inverse_frequencies(head_dim, theta, yarn[0], yarn[1])
+        scaling *= yarn[2]
     if frequency_factors is not None:
         frequencies = frequencies / frequency_factors
     angles = (positions[:, None] / factor) * frequencies[None, :]
-    cos, sin = numpy.cos(angles)[:, None, :], numpy.sin(angles)[:, None, :]
+    cos, sin = numpy.cos(angles)[:, None, :] * scaling, numpy.sin(angles)[:, None, :] * scaling
     if interleaved:
         first, second = x[..., 0::2], x[..., 1::2]
         out = numpy.empty_like(x)
@@ -114,6 +141,12 @@ def logits(path: str, tokens: list[int]) -> numpy.ndarray:
     eps = float(meta[f"{architecture}.attention.layer_norm_rms_epsilon"])
     theta = float(meta[f"{architecture}.rope.freq_base"])
     factor = float(meta.get(f"{architecture}.rope.scaling.factor") or 1.0)
+    yarn = None
+    if meta.get(f"{architecture}.rope.scaling.type") == "yarn":
+        original = int(meta.get(f"{architecture}.rope.scaling.original_context_length") or
+                       meta[f"{architecture}.context_length"])
+        yarn = (factor, original, float(meta.get(f"{architecture}.rope.scaling.attn_factor") or 1.0))
+        factor = 1.0
     layers = int(meta[f"{architecture}.block_count"])
     x = weights["token_embd.weight"][tokens]
     positions = numpy.arange(len(tokens), dtype=numpy.float64)
@@ -132,8 +165,8 @@ def logits(path: str, tokens: list[int]) -> numpy.ndarray:
             q = _rms(q, weights[prefix + "attn_q_norm.weight"], eps)
             k = _rms(k, weights[prefix + "attn_k_norm.weight"], eps)
         interleaved = architecture == "llama"
-        q = _rope(q, positions, theta, interleaved, factor, weights.get("rope_freqs.weight"))
-        k = _rope(k, positions, theta, interleaved, factor, weights.get("rope_freqs.weight"))
+        q = _rope(q, positions, theta, interleaved, factor, weights.get("rope_freqs.weight"), yarn)
+        k = _rope(k, positions, theta, interleaved, factor, weights.get("rope_freqs.weight"), yarn)
         repeat = heads // kv_heads
         k, v = numpy.repeat(k, repeat, axis=1), numpy.repeat(v, repeat, axis=1)
         scores = numpy.einsum("thd,shd->hts", q, k) / numpy.sqrt(head_dim)

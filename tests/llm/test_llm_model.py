@@ -38,10 +38,42 @@ def _check_logits(path: str, tokens: list[int] = TOKENS) -> Transformer:
     {"architecture": "qwen3", "head_dim": 32},
     {"architecture": "llama", "rope_scaling": 4.0},
     {"architecture": "llama", "rope_factors": True},
-], ids=["llama-gqa-tied", "llama-mqa-untied", "qwen2-bias", "qwen3-qknorm", "rope-linear", "rope-freqs"])
+    {"architecture": "llama", "rope_scaling": 4.0, "yarn_context": 4096},
+    {"architecture": "qwen3", "rope_scaling": 8.0, "yarn_context": 2048, "head_dim": 32},
+], ids=["llama-gqa-tied", "llama-mqa-untied", "qwen2-bias", "qwen3-qknorm", "rope-linear", "rope-freqs", "yarn-llama",
+        "yarn-qwen3"])
 def test_architectures_match_reference(tmp_path: os.PathLike[str], options: dict[str, object]) -> None:
     """Logits of every position equal the numpy float32 reference within 1e-3."""
     _check_logits(_model_file(tmp_path, "model", **options))
+
+
+@pytest.mark.parametrize(("factor", "original", "rope_dim"), [(4.0, 4096, 64), (8.0, 32768, 128), (2.0, 512, 32)])
+def test_yarn_rope_table_matches_transformers_formula(factor: float, original: int, rope_dim: int) -> None:
+    """cos and sin of the YaRN rope table equal the reference's transformers-style inverse frequencies (interpolated
+    and extrapolated frequencies blended by a ramp between the correction dimensions) times its attention scaling,
+    at positions far past the original context's wavelengths."""
+    from tinycore.llm.config import TransformerConfig
+    from tinycore.llm.model import rope_tables
+    metadata = {"general.architecture": "qwen3", "qwen3.embedding_length": rope_dim * 4,
+                "qwen3.attention.head_count": 4, "qwen3.block_count": 1, "qwen3.rope.freq_base": 1000000.0,
+                "qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": factor,
+                "qwen3.rope.scaling.original_context_length": original, "qwen3.context_length": int(original * factor)}
+    config = TransformerConfig.from_metadata(metadata, vocab_size=16)
+    table = rope_tables(config, 4096, None)
+    inverse, scaling = llm_reference.yarn_inverse_frequencies(rope_dim, 1000000.0, factor, original)
+    angles = numpy.outer(numpy.arange(4096, dtype=numpy.float64), inverse)
+    numpy.testing.assert_allclose(table[..., 0], numpy.cos(angles) * scaling, atol=2e-5)
+    numpy.testing.assert_allclose(table[..., 1], numpy.sin(angles) * scaling, atol=2e-5)
+    assert scaling > 1.0 and not numpy.allclose(inverse, 1.0 / 1000000.0 ** (numpy.arange(0, rope_dim, 2) / rope_dim))
+
+
+def test_unknown_rope_scaling_names_supported_ones() -> None:
+    """A rope scaling type the transformer does not implement is refused with the ones it does."""
+    from tinycore.llm.config import TransformerConfig
+    metadata = {"general.architecture": "llama", "llama.embedding_length": 64, "llama.attention.head_count": 4,
+                "llama.block_count": 1, "llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 4.0}
+    with pytest.raises(UnsupportedModelError, match="yarn"):
+        TransformerConfig.from_metadata(metadata, vocab_size=16)
 
 
 @pytest.mark.parametrize("gating,normalize,bias,matrix_type", [(1, True, False, "F32"), (1, False, False, "F32"),

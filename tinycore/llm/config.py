@@ -35,6 +35,16 @@ class TransformerConfig:
     rope_interleaved: bool
     rope_linear_factor: float
     context_length: int
+    rope_yarn_factor: float = 1.0
+    """YaRN's context extension factor (1: no YaRN); the fields below apply only when it is above 1."""
+    rope_original_context: int = 0
+    """The context length the model was trained with (`rope.scaling.original_context_length`)."""
+    rope_yarn_attention_factor: float = 1.0
+    """A multiplier of YaRN's magnitude correction 1 + 0.1 ln(factor) (`rope.scaling.attn_factor`)."""
+    rope_yarn_beta_fast: float = 32.0
+    """Rotations over the original context above which a frequency is kept as trained (extrapolated)."""
+    rope_yarn_beta_slow: float = 1.0
+    """Rotations below which a frequency is interpolated (divided by the factor); between the two, a linear ramp."""
     experts: int = 0
     experts_used: int = 0
     expert_hidden_dim: int = 0
@@ -62,10 +72,12 @@ class TransformerConfig:
             raise UnsupportedModelError("attention.value_length differs from attention.key_length: not supported")
         scaling = str(key("rope.scaling.type", "none"))
         factor = float(key("rope.scaling.factor", 1.0))
-        if scaling not in ("none", "linear") and factor != 1.0:
+        if scaling not in ("none", "linear", "yarn") and factor != 1.0:
             raise UnsupportedModelError(f"rope scaling {scaling!r} ({architecture}.rope.scaling.type) is not "
-                                        "supported; supported: none, linear, and llama3 frequency factors "
+                                        "supported; supported: none, linear, yarn, and llama3 frequency factors "
                                         "(rope_freqs.weight)")
+        yarn = scaling == "yarn" and factor > 1.0
+        context_length = int(key("context_length", 2048))
         experts = int(key("expert_count", 0))
         if architecture == "qwen3moe" and experts == 0:
             raise UnsupportedModelError("a qwen3moe model needs qwen3moe.expert_count")
@@ -81,7 +93,12 @@ class TransformerConfig:
                    rope_dim=int(key("rope.dimension_count", head_dim)),
                    rope_interleaved=architecture == "llama",
                    rope_linear_factor=factor if scaling == "linear" else 1.0,
-                   context_length=int(key("context_length", 2048)), experts=experts,
+                   rope_yarn_factor=factor if yarn else 1.0,
+                   rope_original_context=int(key("rope.scaling.original_context_length", context_length)),
+                   rope_yarn_attention_factor=float(key("rope.scaling.attn_factor", 1.0)),
+                   rope_yarn_beta_fast=float(key("rope.scaling.yarn_beta_fast", 32.0)),
+                   rope_yarn_beta_slow=float(key("rope.scaling.yarn_beta_slow", 1.0)),
+                   context_length=context_length, experts=experts,
                    experts_used=int(key("expert_used_count", 0)),
                    expert_hidden_dim=int(key("expert_feed_forward_length", 0)), gating=GATING[gating_id],
                    normalize_top_k=bool(key("expert_weights_norm", architecture == "qwen3moe")),

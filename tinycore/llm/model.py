@@ -37,14 +37,39 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float) -> Tensor:
 
 
 def rope_tables(config: TransformerConfig, length: int, frequency_factors: numpy.ndarray | None) -> numpy.ndarray:
-    """cos and sin of position * frequency for positions [0, length): float32 (length, rope_dim // 2, 2)."""
+    """cos and sin of position * frequency for positions [0, length): float32 (length, rope_dim // 2, 2), with the
+    frequencies and magnitude of YaRN when the model scales its rope that way."""
     exponents = numpy.arange(0, config.rope_dim, 2, dtype=numpy.float64) / config.rope_dim
     frequencies = 1.0 / config.rope_theta ** exponents
     if frequency_factors is not None:  # llama3-style scaling: a divisor per frequency, stored as rope_freqs.weight
         frequencies = frequencies / frequency_factors.astype(numpy.float64)
     positions = numpy.arange(length, dtype=numpy.float64) / config.rope_linear_factor
+    magnitude = 1.0
+    if config.rope_yarn_factor > 1.0:
+        frequencies, magnitude = yarn_frequencies(config, frequencies)
     angles = numpy.outer(positions, frequencies)
-    return numpy.stack([numpy.cos(angles), numpy.sin(angles)], axis=-1).astype(numpy.float32)
+    return (numpy.stack([numpy.cos(angles), numpy.sin(angles)], axis=-1) * magnitude).astype(numpy.float32)
+
+
+def yarn_frequencies(config: TransformerConfig, frequencies: numpy.ndarray) -> tuple[numpy.ndarray, float]:
+    """YaRN's rotary frequencies and the magnitude that multiplies cos and sin (so attention scores by its square).
+
+    A pair of features whose frequency turns fewer than beta_slow times over the original context is interpolated
+    (its frequency divided by the factor), one that turns more than beta_fast times is kept, and the pairs between
+    (bounded by whole pair indices, as llama.cpp rounds them) blend the two along a linear ramp; the magnitude is
+    attn_factor * (1 + 0.1 ln(factor))."""
+    factor, pairs = config.rope_yarn_factor, config.rope_dim // 2
+
+    def pair_turning(rotations: float) -> float:
+        # the pair index i whose wavelength 2*pi*theta**(2i/d) fits `rotations` times into the original context
+        return config.rope_dim * math.log(config.rope_original_context / (rotations * 2 * math.pi)) / \
+            (2 * math.log(config.rope_theta))
+    low = max(0.0, math.floor(pair_turning(config.rope_yarn_beta_fast)))
+    high = min(config.rope_dim - 1.0, math.ceil(pair_turning(config.rope_yarn_beta_slow)))
+    ramp = numpy.clip((numpy.arange(pairs, dtype=numpy.float64) - low) / max(0.001, high - low), 0.0, 1.0)
+    kept = 1.0 - ramp  # 1 for the fast (high-frequency) pairs, 0 for the interpolated slow ones
+    blended = frequencies / factor * (1.0 - kept) + frequencies * kept
+    return blended, config.rope_yarn_attention_factor * (1.0 + 0.1 * math.log(factor))
 
 
 def apply_rope(x: Tensor, table: Tensor, interleaved: bool) -> Tensor:

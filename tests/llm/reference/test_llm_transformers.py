@@ -44,6 +44,29 @@ def test_logits_match_transformers(tmp_path: os.PathLike[str], options: dict[str
     numpy.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize(("factor", "original", "head_dim"), [(4.0, 32768, 128), (8.0, 4096, 64)])
+def test_yarn_rope_matches_transformers_init(factor: float, original: int, head_dim: int) -> None:
+    """tinycore's YaRN rope table equals cos and sin of transformers' own "yarn" rope initialisation (its inverse
+    frequencies and attention scaling) for a qwen3 configuration read from the same GGUF keys."""
+    from transformers import Qwen3Config
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from tinycore.llm.config import TransformerConfig
+    from tinycore.llm.model import rope_tables
+    reference_config = Qwen3Config(head_dim=head_dim, max_position_embeddings=int(original * factor),
+                                   rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": factor,
+                                                    "original_max_position_embeddings": original})
+    inverse, scaling = ROPE_INIT_FUNCTIONS["yarn"](reference_config, "cpu")
+    metadata = {"general.architecture": "qwen3", "qwen3.embedding_length": head_dim * 4,
+                "qwen3.attention.head_count": 4, "qwen3.block_count": 1, "qwen3.rope.freq_base": 1000000.0,
+                "qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": factor,
+                "qwen3.rope.scaling.original_context_length": original, "qwen3.context_length": int(original * factor)}
+    table = rope_tables(TransformerConfig.from_metadata(metadata, vocab_size=16), 2048, None)
+    angles = numpy.outer(numpy.arange(2048, dtype=numpy.float64), inverse.double().numpy())
+    numpy.testing.assert_allclose(table[..., 0], numpy.cos(angles) * scaling, atol=1e-4)
+    numpy.testing.assert_allclose(table[..., 1], numpy.sin(angles) * scaling, atol=1e-4)
+
+
 def _write_vocabulary(path: str, model: str, tokens: list[str], types: list[int], scores: list[float] | None = None,
                       merges: list[str] | None = None, pre: str | None = None) -> None:
     import gguf
