@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The NV check for a machine with an NVIDIA GPU (under 8 minutes on an H200):
 #   1. installs tinycore, tiny-cpu, tiny-disk and tiny-nv (editable, from this checkout) and NVRTC when it can;
-#   2. `tiny conformance NV` on the CUDA interface (DEV=CUDA+NV), then on the NV queue interface (DEV=NV+NV);
+#   2. `tiny conformance NV` on the CUDA interface (DEV=CUDA+NV), then a smoke test and `tiny conformance NV` on the
+#      kernel driver interface (DEV=NV+NV: /dev/nvidiactl, UVM, GPFIFO channels, QMD V04 on Hopper), which before
+#      this has run only against the simulated driver (tiny_nv/mock_driver.py);
 #   3. gpu_bench.py: copy bandwidth host<->device and device<->device, elementwise GB/s against the device copy
 #      bandwidth, fp16 and fp32 matmul TFLOPS at 8192^2, torch + cuBLAS beside them when torch has CUDA;
 #   4. writes nv_gpu_check.json (and each step's output) under $OUT when it is set, else the current directory.
@@ -46,6 +48,16 @@ run_step tiny_devices 60 env DEV=CUDA+NV tiny devices
 
 # ---- 2. conformance on each interface ----
 run_step conformance_cuda 210 env DEV=CUDA+NV tiny conformance NV --json
+# the kernel driver interface has run only on the simulated driver before: first one small program against numpy
+# (bring-up, memory, one QMD launch, copies), so a hang costs 45 s, not the conformance step's limit
+run_step nv_interface_smoke 45 env DEV=NV+NV "$PY" -c '
+import numpy
+from tinycore import Tensor, Device
+a = numpy.arange(4096, dtype=numpy.float32).reshape(64, 64) / 4096
+print(Device["NV"].description)
+print("elementwise", bool(numpy.allclose((Tensor(a) * 2 + 1).numpy(), a * 2 + 1)))
+print("matmul", bool(numpy.allclose((Tensor(a) @ Tensor(a)).numpy(), a @ a, rtol=1e-4, atol=1e-4)))
+'
 run_step conformance_nv 90 env DEV=NV+NV tiny conformance NV --json
 
 # ---- 3. bench ----
@@ -76,6 +88,7 @@ def read_json(name):
 report = {"seconds": seconds, "exit_status": statuses,
           "gpu": (directory / "nvidia_smi.log").read_text().strip() if (directory / "nvidia_smi.log").exists() else "",
           "conformance_cuda": read_json("conformance_cuda.log"), "conformance_nv": read_json("conformance_nv.log"),
+          "nv_interface_smoke": read_json("nv_interface_smoke.log"),
           "bench": read_json("nv_bench.json")}
 bench = report["bench"]
 goals = {}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import types
 
 import numpy
 import pytest
@@ -105,7 +106,7 @@ checks = {
     "softmax": numpy.abs(x.softmax(1).numpy() - numpy.exp(a) / numpy.exp(a).sum(1, keepdims=True)).max() < 1e-5,
     "half": numpy.abs((x.cast(dtypes.float16) * 2).numpy() - (a.astype(numpy.float16) * 2)).max() == 0,
 }
-gpu = Device["NV"].gpu
+gpu = Device["NV"].gpu.driver.gpu  # the simulated GPU behind the simulated kernel driver
 print(sorted(name for name, ok in checks.items() if ok), gpu.launches > 0, gpu.copies > 0)
 """
 
@@ -146,10 +147,10 @@ def step(x, y):
 rng = numpy.random.default_rng(0)
 for attempt in range(4):
     a, b = rng.standard_normal((8, 16)).astype(numpy.float32), rng.standard_normal((16, 8)).astype(numpy.float32)
-    submissions, launches = device.submissions, device.gpu.launches
+    submissions, launches = device.submissions, device.gpu.driver.gpu.launches
     error = numpy.abs(step(Tensor(a), Tensor(b)).numpy() - (numpy.maximum(a @ b, 0) + 1).sum(1)).max()
     print(type(device).__name__, attempt, bool(error < 1e-4), device.submissions - submissions,
-          device.gpu.launches - launches)
+          device.gpu.driver.gpu.launches - launches)
 """
 
 
@@ -160,7 +161,7 @@ def test_tinyjit_replays_one_queue_submission_on_the_mock() -> None:
     result = subprocess.run([sys.executable, "-c", JIT_SCRIPT], capture_output=True, text=True, env=environment,
                             timeout=300)
     lines = result.stdout.strip().splitlines()
-    assert lines[-2:] == ["NVMockQueueDevice 2 True 1 2", "NVMockQueueDevice 3 True 1 2"], \
+    assert lines[-2:] == ["NVKernelQueueDevice 2 True 1 2", "NVKernelQueueDevice 3 True 1 2"], \
         result.stdout + result.stderr
 
 
@@ -170,7 +171,8 @@ def test_symbolic_launch_sizes_are_written_into_the_qmd_at_submit() -> None:
     from tinycore.uop.symbolic import Variable
 
     class Program:
-        address, shared_bytes, parameters_size = 0x1234_5600, 0, 0x170
+        program_address, shared_bytes, parameters_size, register_count = 0x1234_5600, 0, 0x170, 0
+        device = types.SimpleNamespace(qmd=nvcmd.QMD_V03)
 
     class Device:
         device, submissions, gpu = "NV", 0, MockGPU()

@@ -1,5 +1,6 @@
-"""NVDevice: an NVIDIA GPU reached through one interface (CUDA driver API, the NV queues, or the MOCK GPU), with the
-CUDA C renderer and NVRTC (or the PTX renderer), or compile-only when DEV names an arch and no GPU is here."""
+"""NVDevice: an NVIDIA GPU reached through one interface (CUDA driver API, the kernel driver's queues, or the MOCK
+GPU), with the CUDA C renderer and NVRTC (or the PTX renderer), or compile-only when DEV names an arch and no GPU is
+here."""
 from __future__ import annotations
 
 from typing import Any, Protocol
@@ -55,13 +56,14 @@ def _capabilities(renderer: Any, mock: bool) -> DeviceCapabilities:
 
 
 class NVDevice(Compiled):
-    """One NVIDIA GPU (NV, NV:1, ...). Under DEV=MOCK+NV it is a queue device (NVMockQueueDevice): the core's HCQ
-    machinery drives the NV queues, which the MOCK GPU executes."""
+    """One NVIDIA GPU (NV, NV:1, ...). Under DEV=NV+NV (the kernel driver) and DEV=MOCK+NV (the simulated driver and
+    GPU) it is a queue device (NVKernelQueueDevice): the core's HCQ machinery drives the NV queues on the driver's
+    channels."""
 
     def __new__(cls, device: str = "NV") -> Any:
         from tinycore.device.registry import target_for
-        if cls is NVDevice and target_for(device).interface == "MOCK":
-            return NVMockQueueDevice(device)  # not an NVDevice, so Python does not call NVDevice.__init__ on it
+        if cls is NVDevice and target_for(device).interface in ("MOCK", "NV"):
+            return NVKernelQueueDevice(device)  # not an NVDevice, so Python does not call NVDevice.__init__ on it
         return object.__new__(cls)
 
     def __init__(self, device: str = "NV"):
@@ -87,20 +89,26 @@ def _queue_device_base() -> type:
     return NVQueueDevice
 
 
-class NVMockQueueDevice(_queue_device_base()):  # type: ignore[misc]
-    """NV on the MOCK GPU through the core's queue machinery (HCQ): signals, argument blocks, TinyJit graphs."""
+class NVKernelQueueDevice(_queue_device_base()):  # type: ignore[misc]
+    """NV through the kernel driver's channels on the core's queue machinery (HCQ): signals, argument blocks,
+    TinyJit graphs. DEV=NV+NV reaches a real GPU; DEV=MOCK+NV the simulated driver and GPU."""
 
     def __init__(self, device: str = "NV"):
         from tinycore.device.registry import select_interface, select_renderer
-        spec, _interface = select_interface(device)  # records the MOCK selection (tiny devices shows it)
+        spec, gpu = select_interface(device)
         self.interface_name = spec.name
         renderer, compiler, _spec = select_renderer(device)
-        super().__init__(device, renderer, compiler, f"{device} = the MOCK GPU (simulated in Python, driven through "
-                                                     "the core's HCQ queues; kernels run in tinycore's interpreter)")
-        self.capabilities = _capabilities(renderer, True)
+        mock = spec.name == "MOCK"
+        where = ("the MOCK GPU (the kernel driver and the GPU simulated in Python; kernels run in tinycore's "
+                 "interpreter)") if mock else f"the kernel driver (/dev/nvidia{gpu.minor}, sm_{gpu.sm})"
+        super().__init__(device, renderer, compiler, f"{device} = {where}, driven through the core's HCQ queues", gpu)
+        self.capabilities = _capabilities(renderer, mock)
 
     @property
     def description(self) -> str:
         """What this device is."""
         return self.interface_description
 
+
+NVMockQueueDevice = NVKernelQueueDevice
+"""The name DEV=MOCK+NV's device had before the kernel driver interface existed."""

@@ -64,18 +64,22 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
 
 @hookimpl
 def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The CUDA driver API; the MOCK GPU (used only when DEV names it: DEV=MOCK+NV)."""
+    """The CUDA driver API; the kernel driver's queues (DEV=NV+NV); the MOCK GPU (used only when DEV names it:
+    DEV=MOCK+NV)."""
     if device != DEVICE_NAME:
         return []
     return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
-            InterfaceSpec("MOCK", "tiny_nv.mock:open_mock", is_mock=True,
-                          description="a simulated GPU in Python that decodes the NV command stream")]
+            InterfaceSpec("NV", "tiny_nv.kernel_driver:open_kernel_driver",
+                          description="the kernel driver (/dev/nvidiactl, /dev/nvidia-uvm): GPFIFO channels and QMDs"),
+            InterfaceSpec("MOCK", "tiny_nv.mock_driver:open_mock_driver", is_mock=True,
+                          description="the kernel driver and a GPU simulated in Python that decodes the NV command "
+                                      "stream")]
 
 
 @hookimpl
 def tiny_hcq_queues(device: object) -> HCQQueues | None:
-    """NV's queues (the NV command format) for the queue device DEV=MOCK+NV opens; None for other devices."""
-    if type(device).__name__ != "NVMockQueueDevice":
+    """NV's queues (the NV command format) for the queue device DEV=NV+NV and DEV=MOCK+NV open; None for others."""
+    if type(device).__name__ != "NVKernelQueueDevice":
         return None
     from tiny_nv.nv_hcq import QUEUES
     return QUEUES

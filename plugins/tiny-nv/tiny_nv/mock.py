@@ -12,6 +12,7 @@ the CUBIN, which the NVRTC compile checks cover.
 """
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Sequence
 
@@ -35,6 +36,12 @@ from tinycore.uop.ops import Ops
 
 __all__ = ["MockBuffer", "MockCompiler", "MockGPU", "MockInterface", "embed_program", "open_mock", "pack_mock_binary",
            "run_kernel", "unpack_mock_binary"]
+
+_BOUND_CLASS = 1 << 20
+"""Register key (plus the subchannel) of the class SET_OBJECT bound."""
+_COMPUTE_CLASSES = (nvcmd.AMPERE_COMPUTE_A, 0xC7C0, 0xC9C0, nvcmd.HOPPER_COMPUTE_A)
+_COPY_CLASSES = (nvcmd.AMPERE_DMA_COPY_A, 0xC7B5, nvcmd.HOPPER_DMA_COPY_A)
+
 
 class MockCompiler(Compiler):
     """Packs the linear program embedded in the source with the CUBIN NVRTC (CUDA C) or ptxas (PTX) makes of the same
@@ -77,6 +84,7 @@ class MockGPU(MockMemory):
         self.copies = 0
         self.semaphore_releases = 0
         self.running = False
+        self.last_qmd = b""  # the QMD of the latest launch (tests read its fields)
 
     # ---- channels ----
 
@@ -119,17 +127,48 @@ class MockGPU(MockMemory):
             ran = True
         return ran
 
+    def map_at(self, address: int, backing: bytearray, purpose: str) -> None:
+        """Make `backing` GPU memory at `address` (a mapping the kernel driver's UVM made)."""
+        if self.starts:
+            position = bisect.bisect_right(self.starts, address + len(backing) - 1) - 1
+            if position >= 0 and self.starts[position] + len(self.allocations[self.starts[position]]) > address:
+                raise ValueError(f"{self.name}: a mapping at {address:#x} overlaps one at {self.starts[position]:#x}")
+        self.allocations[address] = backing
+        self.purposes[address] = purpose
+        bisect.insort(self.starts, address)
+
+    def _bound_class(self, channel: Channel, registers: dict[int, int], subchannel: int, kinds: tuple[int, ...],
+                     what: str) -> int | None:
+        """The class SET_OBJECT bound to `subchannel` on a channel the kernel driver made (None on the plain
+        channels of MockInterface, which bind no classes)."""
+        if getattr(channel, "classes", None) is None:
+            return None
+        bound = registers.get(_BOUND_CLASS + subchannel)
+        if bound not in kinds:
+            raise ValueError(f"{self.name}: {what} on subchannel {subchannel}, which has no {what} class bound "
+                             f"(SET_OBJECT gave {bound if bound is None else hex(bound)})")
+        return bound
+
     def _execute(self, channel: Channel, method: nvcmd.Method) -> bool:
         """Run one method write; False when it is an acquire that is not satisfied yet (the channel stalls)."""
         registers = self.registers.setdefault(id(channel), {})
+        if method.method == nvcmd.NVC6C0_SET_OBJECT:
+            classes = getattr(channel, "classes", None)
+            if classes is not None and method.value not in classes:
+                raise ValueError(f"{self.name}: SET_OBJECT of class {method.value:#x} on subchannel "
+                                 f"{method.subchannel}, which was not allocated on this channel")
+            registers[_BOUND_CLASS + method.subchannel] = method.value
+            return True
         if method.method == nvcmd.NVC56F_SEM_EXECUTE:  # host methods (below 0x100) on any subchannel
             return self._semaphore(registers, method.value)
         if method.subchannel == nvcmd.SUBCHANNEL_COMPUTE and method.method == nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B:
             if method.value != nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE:
                 raise ValueError(f"{self.name}: unknown PCAS action {method.value}")
-            self._launch(registers.get(nvcmd.NVC6C0_SEND_PCAS_A + (nvcmd.SUBCHANNEL_COMPUTE << 16), 0) << 8)
+            bound = self._bound_class(channel, registers, method.subchannel, _COMPUTE_CLASSES, "compute")
+            self._launch(registers.get(nvcmd.NVC6C0_SEND_PCAS_A + (nvcmd.SUBCHANNEL_COMPUTE << 16), 0) << 8, bound)
             return True
         if method.subchannel == nvcmd.SUBCHANNEL_COPY and method.method == nvcmd.NVC6B5_LAUNCH_DMA:
+            self._bound_class(channel, registers, method.subchannel, _COPY_CLASSES, "copy")
             self._dma(registers, method.value)
             return True
         key = method.method + (method.subchannel << 16) if method.method >= 0x100 else method.method
@@ -175,24 +214,34 @@ class MockGPU(MockMemory):
                 registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_B + copy, 0)
             self.view(address, 4).cast("I")[0] = registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_PAYLOAD + copy, 0)
 
-    def _launch(self, qmd_address: int) -> None:
-        qmd = self.view(qmd_address, nvcmd.QMD_BYTES)
-        program_address = nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_LOWER") | (nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_UPPER")
-                                                                         << 32)
-        constants = nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_ADDR_LOWER0") | \
-            (nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_ADDR_UPPER0") << 32)
-        if not nvcmd.qmd_get(qmd, "CONSTANT_BUFFER_VALID0"):
+    def _launch(self, qmd_address: int, bound_class: int | None = None) -> None:
+        major = nvcmd.qmd_get(self.view(qmd_address, nvcmd.QMD_BYTES), "QMD_MAJOR_VERSION")
+        layout = nvcmd.qmd_layout(major)
+        if bound_class is not None and (major == 4) != (bound_class == nvcmd.HOPPER_COMPUTE_A):
+            raise ValueError(f"{self.name}: a version {major} QMD sent to compute class {bound_class:#x} (Hopper's "
+                             "class reads version 4, Ampere's and Ada's version 3)")
+        qmd = self.view(qmd_address, layout.size)
+        if not layout.get(qmd, "CONSTANT_BUFFER_VALID0"):
             raise ValueError(f"{self.name}: a launch without constant buffer 0 (its parameters)")
+        grid, block, program_address, constants = layout.decode_launch(qmd)
         program = self.programs.get(program_address)
         if program is None:
-            uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
-            from tiny_nv.warp import WarpProgram
-            program = self.programs[program_address] = WarpProgram(uops)
-        grid = [nvcmd.qmd_get(qmd, name) for name in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH")]
-        block = [nvcmd.qmd_get(qmd, f"CTA_THREAD_DIMENSION{axis}") for axis in range(3)]
+            program = self.programs[program_address] = self._load_program(program_address)
         self._check_launch(program, grid, block)
-        run_kernel(self, program, constants + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET)
+        run_kernel(self, program, constants + layout.arguments_offset)
         self.launches += 1
+        self.last_qmd = bytes(qmd)
+
+    def _load_program(self, program_address: int) -> Program:
+        """The interpreter program of the code object at `program_address`, or of the one whose CUBIN's text the
+        address points into (the kernel driver's interface points QMDs at the machine code inside the upload)."""
+        from tiny_nv.warp import WarpProgram
+        try:
+            uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
+        except ValueError:
+            start = self.starts[bisect.bisect_right(self.starts, program_address) - 1]
+            uops, _cubin = unpack_mock_binary(self.view(start, self.extent(start)))
+        return WarpProgram(uops)
 
     def _check_launch(self, program: Program, grid: list[int], block: list[int]) -> None:
         """The QMD's grid and block must be the sizes the program's thread indices were made for."""

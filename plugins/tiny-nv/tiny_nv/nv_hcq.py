@@ -1,29 +1,31 @@
 """NV as a queue (HCQ) device on the core's machinery: the core builds and submits the queues, these classes encode
 them in the GPU's command format (tiny_nv.nvcmd) and hand them to the GPU's channels.
 
-Used with the MOCK GPU (DEV=MOCK+NV): NVQueueDevice owns a MockGPU, a compute and a copy channel; its signals, its
-argument blocks (a QMD followed by constant buffer 0) and its buffers are GPU memory. Launch sizes given as
-Variables (TinyJit graphs of symbolic kernels) are written into the QMD at submit, the other symbolic words (the
-timeline values of a graph) are the core's.
+The GPU is an NVKernelGPU (tiny_nv.kernel_driver): the kernel driver's channels and memory, on real hardware
+(DEV=NV+NV) or on the simulated driver and GPU (DEV=MOCK+NV, tiny_nv.mock_driver). Its signals, its argument blocks
+(a QMD, V03 for Ampere and Ada, V04 for Hopper, followed by constant buffer 0) and its buffers are GPU memory. A
+kernel is uploaded whole; its QMD points at the CUBIN's `.text.<kernel>` and carries the CUBIN's register count.
+Launch sizes given as Variables (TinyJit graphs of symbolic kernels) are written into the QMD at submit, the other
+symbolic words (the timeline values of a graph) are the core's.
 """
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tiny_nv import nvcmd
-from tiny_nv.mock import MockGPU
-from tiny_nv.nvqueue import Channel, NVCopyQueue
+from tiny_nv.cubin import kernel_image
+from tiny_nv.kernel_driver import NVKernelGPU
+from tiny_nv.nvqueue import NVCopyQueue
 from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
+from tinycore.hcq.device import HCQProgram
+from tinycore.hcq.mock import _LIB_MAGIC, shared_bytes, unpack_mock_binary
 from tinycore.hcq.mock_queue import MockQueueAllocator, MockQueueProgram
 from tinycore.plugins import HCQQueues
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import sym_infer
 from tinycore.uop.uop import UOp
-
-ARGUMENTS_AT = nvcmd.QMD_BYTES + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET
-"""Where the kernel parameters start in an argument block (after the QMD and the head of constant buffer 0)."""
 
 
 def _split(value: int | UOp) -> tuple[int | UOp, int | UOp]:
@@ -39,7 +41,7 @@ class NVQueueSignal(HCQSignal):
     timestamp_divider = 1000.0
 
     def __init__(self, device: Any = None, value: int = 0, name: str = "signal"):
-        self.gpu: MockGPU = device.gpu
+        self.gpu: NVKernelGPU = device.gpu
         address = self.gpu.allocate(16, f"signal {name}")
         super().__init__(device, value, self.gpu.view(address, 16), address, name)
 
@@ -50,19 +52,30 @@ class NVQueueSignal(HCQSignal):
 
 class NVArguments(HCQArguments):
     """An argument block: a QMD, then constant buffer 0 whose parameters are an 8-byte address per buffer and a
-    4-byte int per variable (CUDA's parameter layout)."""
+    4-byte int per variable (CUDA's parameter layout), at the QMD version's parameter offset."""
+
+    layout: nvcmd.QMDLayout = nvcmd.QMD_V03
+
+    @classmethod
+    def arguments_at(cls) -> int:
+        """Where the parameters start in the block."""
+        return cls.layout.size + cls.layout.arguments_offset
 
     def set_buffer(self, index: int, handle: Any) -> None:
         """The GPU address of buffer argument `index`."""
-        struct.pack_into("<Q", self.memory, self.offset + ARGUMENTS_AT + 8 * index, getattr(handle, "address", handle))
+        struct.pack_into("<Q", self.memory, self.offset + self.arguments_at() + 8 * index,
+                         getattr(handle, "address", handle))
 
     def set_value(self, index: int, value: int) -> None:
         """The value of integer argument `index`."""
-        struct.pack_into("<i", self.memory, self.offset + ARGUMENTS_AT + 8 * self.buffer_count + 4 * index, value)
+        struct.pack_into("<i", self.memory, self.offset + self.arguments_at() + 8 * self.buffer_count + 4 * index,
+                         value)
 
-    def parameters_size(self, values: int) -> int:
-        """Bytes of constant buffer 0 in use."""
-        return nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + 8 * self.buffer_count + 4 * values
+
+class NVArgumentsV04(NVArguments):
+    """The argument block of Hopper (QMD V04, parameters at 0x210 of constant buffer 0)."""
+
+    layout = nvcmd.QMD_V04
 
 
 class _NVQueue(HWQueue):
@@ -73,7 +86,7 @@ class _NVQueue(HWQueue):
 
     def __init__(self) -> None:
         super().__init__()
-        self.qmd_patches: list[tuple[memoryview, str, UOp]] = []
+        self.qmd_patches: list[tuple[memoryview, str, UOp, nvcmd.QMDLayout]] = []
 
     def _semaphore(self, signal: HCQSignal, value: int | UOp, operation: int, timestamp: bool) -> None:
         if signal.address is None:
@@ -98,9 +111,9 @@ class _NVQueue(HWQueue):
     def submit(self, device: Any, var_vals: Mapping[Any, int] | None = None) -> Any:
         """Write symbolic launch sizes into their QMDs, then the core's submit (symbolic words, then _submit)."""
         values = dict(var_vals or {})
-        for qmd, field, expression in self.qmd_patches:
+        for qmd, field, expression, layout in self.qmd_patches:
             value = values.get(expression) if expression.op is Ops.DEFINE_VAR else None
-            nvcmd.qmd_set(qmd, field, int(value if value is not None else sym_infer(expression, values)))
+            layout.set(qmd, field, int(value if value is not None else sym_infer(expression, values)))
         return super().submit(device, var_vals)
 
     def _submit(self, device: Any) -> None:
@@ -118,26 +131,18 @@ class NVQueueComputeQueue(_NVQueue):
                      local_size: tuple[int | UOp, ...] | None) -> None:
         if arguments.address is None or arguments.address % 256:
             raise ValueError("an NV argument block needs a 256-byte aligned GPU address (it starts with the QMD)")
-        qmd = arguments.memory[arguments.offset:arguments.offset + nvcmd.QMD_BYTES]
-        qmd[:] = bytes(nvcmd.QMD_BYTES)
+        layout: nvcmd.QMDLayout = program.device.qmd
+        qmd = arguments.memory[arguments.offset:arguments.offset + layout.size]
+        qmd[:] = bytes(layout.size)
         grid = list(global_size) + [1] * (3 - len(global_size))
         block = list(local_size or (1, 1, 1)) + [1] * (3 - len(local_size or (1, 1, 1)))
-        constants = arguments.address + nvcmd.QMD_BYTES
-        constants_size = getattr(program, "parameters_size", 0x1000)
-        fields: list[tuple[str, int | UOp]] = [
-            ("CTA_RASTER_WIDTH", grid[0]), ("CTA_RASTER_HEIGHT", grid[1]), ("CTA_RASTER_DEPTH", grid[2]),
-            ("CTA_THREAD_DIMENSION0", block[0]), ("CTA_THREAD_DIMENSION1", block[1]),
-            ("CTA_THREAD_DIMENSION2", block[2]), ("QMD_MAJOR_VERSION", 3), ("BARRIER_COUNT", 1),
-            ("SHARED_MEMORY_SIZE", program.shared_bytes),
-            ("PROGRAM_ADDRESS_LOWER", program.address & 0xFFFFFFFF), ("PROGRAM_ADDRESS_UPPER", program.address >> 32),
-            ("CONSTANT_BUFFER_VALID0", 1), ("CONSTANT_BUFFER_ADDR_LOWER0", constants & 0xFFFFFFFF),
-            ("CONSTANT_BUFFER_ADDR_UPPER0", constants >> 32),
-            ("CONSTANT_BUFFER_SIZE_SHIFTED4_0", -(-constants_size // 16))]
+        fields = layout.launch_fields(grid, block, program.program_address, arguments.address + layout.size,
+                                      program.parameters_size, program.shared_bytes, program.register_count)
         for field, value in fields:
             if isinstance(value, UOp):
-                self.qmd_patches.append((qmd, field, value))
+                self.qmd_patches.append((qmd, field, value, layout))
             else:
-                nvcmd.qmd_set(qmd, field, int(value))
+                layout.set(qmd, field, int(value))
         self.emit(nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_PCAS_A, 1), arguments.address >> 8,
                   nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B, 1),
                   nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
@@ -163,18 +168,44 @@ QUEUES = HCQQueues(NVQueueComputeQueue, NVQueueCopyQueue, NVQueueSignal)
 
 
 class NVQueueProgram(MockQueueProgram):
-    """A kernel uploaded to GPU memory; its argument blocks hold its QMD and constant buffer 0."""
-
-    arguments_class = NVArguments
+    """A kernel uploaded to GPU memory whole (a CUBIN, or the MOCK code object that carries one); its QMD points at
+    the kernel's code inside the upload; its argument blocks hold its QMD and constant buffer 0."""
 
     def __init__(self, device: Any, name: str, lib: bytes):
-        super().__init__(device, name, lib)
-        self.parameters_size = nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + 8 * self.buffer_count + 4 * self.variable_count
+        HCQProgram.__init__(self, device, name, lib)
+        mock = lib.startswith(_LIB_MAGIC)
+        self.uops, self.binary = unpack_mock_binary(lib) if mock else ([], lib)
+        self.checked = mock  # a bare CUBIN does not say which parameters are buffers
+        self.buffer_count = sum(1 for uop in self.uops if uop.op is Ops.DEFINE_GLOBAL)
+        self.variable_count = len({uop.arg[0] for uop in self.uops if uop.op is Ops.DEFINE_VAR})
+        self.address = device.gpu.allocate(len(lib), f"code of {name}")
+        device.gpu.view(self.address, len(lib))[:] = lib
+        layout: nvcmd.QMDLayout = device.qmd
+        arguments_class = NVArgumentsV04 if layout.major_version == 4 else NVArguments
+        self.arguments_class, self.arguments_at = arguments_class, arguments_class.arguments_at()
+        image = kernel_image(self.binary, name) if self.binary else None
+        self.program_address = self.address + (len(lib) - len(self.binary) + image.text_offset if image else 0)
+        self.register_count = image.registers if image else 0
+        self.shared_bytes = image.shared_bytes if image else shared_bytes(self.uops)
+        if image is not None and image.parameters_offset not in (0, layout.arguments_offset):
+            raise ValueError(f"kernel {name}: its CUBIN reads parameters at {image.parameters_offset:#x} of constant "
+                             f"bank 0, the QMD V{layout.major_version:02d} launch writes them at "
+                             f"{layout.arguments_offset:#x}: compile for this GPU's architecture")
+        self.parameters_size = layout.arguments_offset + (
+            image.parameters_size if image and not mock else 8 * self.buffer_count + 4 * self.variable_count)
 
     def argument_block_size(self, buffer_count: int, value_count: int) -> int:
         """The QMD, constant buffer 0's fixed part, then 8 bytes a buffer address and 4 a value (256-byte aligned
         by the kernarg ring)."""
-        return ARGUMENTS_AT + 8 * buffer_count + 4 * value_count
+        return self.arguments_at + 8 * buffer_count + 4 * value_count
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """The MOCK code object's argument check, then the launch."""
+        if self.checked:
+            return super().__call__(*buffers, global_size=global_size, local_size=local_size, vals=vals, wait=wait)
+        return HCQProgram.__call__(self, *buffers, global_size=global_size, local_size=local_size, vals=vals,
+                                   wait=wait)
 
 
 class NVQueueAllocator(MockQueueAllocator):
@@ -194,20 +225,20 @@ class NVQueueAllocator(MockQueueAllocator):
 
 
 class NVQueueDevice(HCQCompiled):
-    """NV on the core's queue machinery, reaching the MOCK GPU through its channels."""
+    """NV on the core's queue machinery, reaching its GPU through the kernel driver's channels (real or MOCK)."""
 
-    memory_bytes = 1 << 34
-
-    def __init__(self, device: str, renderer: Any, compiler: Any, description: str):
-        self.gpu = MockGPU(f"MOCK {device}")
-        self.channels = {"compute": Channel(self.gpu, self.gpu, f"{device} compute"),
-                         "copy": Channel(self.gpu, self.gpu, f"{device} copy")}
-        allocator = NVQueueAllocator(device, self.gpu, self.memory_bytes)
+    def __init__(self, device: str, renderer: Any, compiler: Any, description: str, gpu: NVKernelGPU):
+        self.gpu = gpu
+        self.channels = gpu.channels
+        self.qmd = gpu.qmd
+        allocator = NVQueueAllocator(device, gpu, self.memory_bytes)  # type: ignore[arg-type]
         super().__init__(device, allocator, renderer, compiler, NVQueueProgram, QUEUES)
         allocator.owner = self
         self.kernargs.alignment = 256  # each block starts with a QMD, which SEND_PCAS_A addresses in 256-byte units
         self.interface_description = description
         self.host_copies = 0
+
+    memory_bytes = 1 << 34
 
     def kernarg_memory(self, nbytes: int) -> tuple[memoryview, int | None]:
         """Argument memory in the GPU's address space (256-byte aligned)."""

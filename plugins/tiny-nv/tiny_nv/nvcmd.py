@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 # ---- subchannels the queues bind their classes to ----
 SUBCHANNEL_COMPUTE = 1
@@ -21,6 +22,8 @@ SUBCHANNEL_HOST = 0  # host methods (semaphores) are recognised by address on an
 AMPERE_CHANNEL_GPFIFO_A = 0xC56F
 AMPERE_COMPUTE_A = 0xC6C0
 AMPERE_DMA_COPY_A = 0xC6B5
+HOPPER_COMPUTE_A = 0xCBC0
+HOPPER_DMA_COPY_A = 0xC8B5
 
 # ---- pushbuffer method header: SEC_OP[31:29] COUNT[28:16] SUBCHANNEL[15:13] ADDRESS[11:0] (dword address) ----
 SEC_OP_INC_METHOD = 1
@@ -43,8 +46,12 @@ SEM_RELEASE_WFI = 1 << 20
 SEM_PAYLOAD_SIZE_64BIT = 1 << 24
 SEM_RELEASE_TIMESTAMP = 1 << 25
 
-# ---- compute class (clc6c0) methods ----
+# ---- compute class (clc6c0; the same offsets in clcbc0) methods ----
 NVC6C0_SET_OBJECT = 0x0000
+NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A = 0x02A0  # then _B: upper, lower address bits
+NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x02E4  # _A, _B: size per TPC (upper, lower); _C: SM count
+NVC6C0_SET_SHADER_LOCAL_MEMORY_A = 0x0790  # then _B: the local memory's GPU address (upper, lower)
+NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x07B0  # then _B
 NVC6C0_SEND_PCAS_A = 0x02B4  # QMD address >> 8
 NVC6C0_SEND_SIGNALING_PCAS2_B = 0x02C0
 PCAS_ACTION_INVALIDATE_COPY_SCHEDULE = 9
@@ -89,6 +96,87 @@ QMD_FIELDS: dict[str, tuple[int, int]] = {  # QMD V03_00: name -> (high bit, low
 QMD_RELEASE_TWO_WORDS = 2
 CONSTANT_BUFFER_ARGUMENTS_OFFSET = 0x160
 """Where the kernel parameters start in constant buffer 0 (the driver's area before them holds launch facts)."""
+
+QMD_V04_FIELDS: dict[str, tuple[int, int]] = {  # QMD V04_00 (Hopper, clcbc0qmd.h): name -> (high bit, low bit)
+    "QMD_TYPE": (25, 23), "CONSTANT_BUFFER_VALID0": (416, 416),
+    "SHADER_LOCAL_MEMORY_LOW_SIZE": (535, 512), "SHADER_LOCAL_MEMORY_HIGH_SIZE": (567, 544),
+    "QMD_MINOR_VERSION": (579, 576), "QMD_MAJOR_VERSION": (583, 580), "SHARED_MEMORY_SIZE": (601, 584),
+    "GRID_WIDTH": (1055, 1024), "GRID_HEIGHT": (1071, 1056), "GRID_DEPTH": (1103, 1088),
+    "CTA_THREAD_DIMENSION0": (1167, 1152), "CTA_THREAD_DIMENSION1": (1183, 1168),
+    "CTA_THREAD_DIMENSION2": (1199, 1184), "REGISTER_COUNT": (1208, 1200), "BARRIER_COUNT": (1215, 1211),
+    "PROGRAM_ADDRESS_LOWER": (1247, 1216), "PROGRAM_ADDRESS_UPPER": (1272, 1248),
+    "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0": (1567, 1536), "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0": (1586, 1568),
+    "CONSTANT_BUFFER_SIZE_SHIFTED4_0": (1599, 1587),
+}
+QMD_TYPE_GRID_CTA = 2
+
+
+@dataclass(frozen=True)
+class QMDLayout:
+    """One QMD version: its fields, its size, and where constant buffer 0 holds the kernel parameters."""
+
+    major_version: int
+    fields: dict[str, tuple[int, int]]
+    size: int
+    arguments_offset: int
+
+    def set(self, qmd: bytearray | memoryview, name: str, value: int) -> None:
+        """Write field `name`."""
+        qmd_set(qmd, name, value, self.fields)
+
+    def get(self, qmd: bytes | bytearray | memoryview, name: str) -> int:
+        """Read field `name`."""
+        return qmd_get(qmd, name, self.fields)
+
+    def launch_fields(self, grid: list[Any], block: list[Any], program_address: int, constants_address: int,
+                      constants_size: int, shared_bytes: int, register_count: int) -> list[tuple[str, Any]]:
+        """(field, value) pairs of a grid launch; values may be symbolic (the queue writes those at submit)."""
+        if self.major_version == 4:
+            if constants_address % 64:
+                raise ValueError(f"QMD V04 addresses constant buffers in 64-byte units, got {constants_address:#x}")
+            sizes = [("GRID_WIDTH", grid[0]), ("GRID_HEIGHT", grid[1]), ("GRID_DEPTH", grid[2])]
+            constants = [("CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0", (constants_address >> 6) & 0xFFFFFFFF),
+                         ("CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0", constants_address >> 38),
+                         ("QMD_TYPE", QMD_TYPE_GRID_CTA), ("REGISTER_COUNT", register_count)]
+        else:
+            sizes = [("CTA_RASTER_WIDTH", grid[0]), ("CTA_RASTER_HEIGHT", grid[1]), ("CTA_RASTER_DEPTH", grid[2])]
+            constants = [("CONSTANT_BUFFER_ADDR_LOWER0", constants_address & 0xFFFFFFFF),
+                         ("CONSTANT_BUFFER_ADDR_UPPER0", constants_address >> 32)]
+        return sizes + constants + [
+            ("CTA_THREAD_DIMENSION0", block[0]), ("CTA_THREAD_DIMENSION1", block[1]),
+            ("CTA_THREAD_DIMENSION2", block[2]), ("QMD_MAJOR_VERSION", self.major_version), ("BARRIER_COUNT", 1),
+            ("SHARED_MEMORY_SIZE", -(-shared_bytes // 256) * 256 if self.major_version == 4 else shared_bytes),
+            ("PROGRAM_ADDRESS_LOWER", program_address & 0xFFFFFFFF), ("PROGRAM_ADDRESS_UPPER", program_address >> 32),
+            ("CONSTANT_BUFFER_VALID0", 1), ("CONSTANT_BUFFER_SIZE_SHIFTED4_0", -(-constants_size // 16))]
+
+    def decode_launch(self, qmd: bytes | bytearray | memoryview) -> tuple[list[int], list[int], int, int]:
+        """(grid, block, program address, constant buffer 0 address) of a QMD of this layout."""
+        get = self.get
+        if self.major_version == 4:
+            grid = [get(qmd, name) for name in ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")]
+            constants = (get(qmd, "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6_0") |
+                         (get(qmd, "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6_0") << 32)) << 6
+        else:
+            grid = [get(qmd, name) for name in ("CTA_RASTER_WIDTH", "CTA_RASTER_HEIGHT", "CTA_RASTER_DEPTH")]
+            constants = get(qmd, "CONSTANT_BUFFER_ADDR_LOWER0") | (get(qmd, "CONSTANT_BUFFER_ADDR_UPPER0") << 32)
+        block = [get(qmd, f"CTA_THREAD_DIMENSION{axis}") for axis in range(3)]
+        program = get(qmd, "PROGRAM_ADDRESS_LOWER") | (get(qmd, "PROGRAM_ADDRESS_UPPER") << 32)
+        return grid, block, program, constants
+
+
+QMD_V03 = QMDLayout(3, QMD_FIELDS, QMD_BYTES, CONSTANT_BUFFER_ARGUMENTS_OFFSET)
+"""Ampere and Ada compute classes (clc6c0, clc7c0, clc9c0)."""
+QMD_V04 = QMDLayout(4, QMD_V04_FIELDS, 0x180, 0x210)
+"""Hopper (clcbc0): grid and constant buffer fields moved, constant buffer addresses in 64-byte units, the
+register count in the QMD, and the kernel parameters at 0x210 of constant buffer 0."""
+
+
+def qmd_layout(major_version: int) -> QMDLayout:
+    """The layout of QMD major version `major_version` (3 or 4)."""
+    layouts = {3: QMD_V03, 4: QMD_V04}
+    if major_version not in layouts:
+        raise ValueError(f"QMD major version {major_version} is not one this plugin writes (3: Ampere/Ada, 4: Hopper)")
+    return layouts[major_version]
 
 
 def method_header(subchannel: int, method: int, count: int, increment: bool = True) -> int:
@@ -139,9 +227,10 @@ def decode_gpfifo_entry(entry: int) -> tuple[int, int]:
     return (entry & 0xFFFFFFFC) | (((entry >> 32) & 0xFF) << 32), (entry >> 42) & 0x1FFFFF
 
 
-def qmd_set(qmd: bytearray | memoryview, name: str, value: int) -> None:
-    """Write field `name` of a QMD (its bits, little-endian across the 256 bytes)."""
-    high, low = QMD_FIELDS[name]
+def qmd_set(qmd: bytearray | memoryview, name: str, value: int,
+            fields: dict[str, tuple[int, int]] | None = None) -> None:
+    """Write field `name` of a QMD (its bits, little-endian across the QMD; `fields` defaults to V03)."""
+    high, low = (fields or QMD_FIELDS)[name]
     width = high - low + 1
     if not 0 <= value < (1 << width):
         raise ValueError(f"QMD field {name} holds {width} bits; {value} does not fit")
@@ -153,9 +242,9 @@ def qmd_set(qmd: bytearray | memoryview, name: str, value: int) -> None:
     qmd[first:last] = chunk.to_bytes(last - first, "little")
 
 
-def qmd_get(qmd: bytes | bytearray | memoryview, name: str) -> int:
-    """Read field `name` of a QMD."""
-    high, low = QMD_FIELDS[name]
+def qmd_get(qmd: bytes | bytearray | memoryview, name: str, fields: dict[str, tuple[int, int]] | None = None) -> int:
+    """Read field `name` of a QMD (`fields` defaults to V03)."""
+    high, low = (fields or QMD_FIELDS)[name]
     first, last = low // 8, high // 8 + 1
     chunk = int.from_bytes(bytes(qmd[first:last]), "little")
     return (chunk >> (low - first * 8)) & ((1 << (high - low + 1)) - 1)
