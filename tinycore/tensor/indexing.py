@@ -297,9 +297,11 @@ class IndexingMixin:
                 if not -size <= value < size:
                     raise IndexError(f"index {value} is out of bounds for {where} with size {size}")
             values = [value + size if value < 0 else value for value in index.values]
-            tensor = type(self)(values, device=self.device, dtype=dtypes.int32) if values else \
-                type(self).full((0,), 0, dtypes.int32, self.device)
-            return tensor.reshape(index.shape)
+            home = self.device[0] if isinstance(self.device, tuple) else self.device
+            tensor = type(self)(values, device=home, dtype=dtypes.int32) if values else \
+                type(self).full((0,), 0, dtypes.int32, home)
+            # a multi-device tensor's host indices are copied to each of its devices
+            return tensor.reshape(index.shape).to(self.device) if home != self.device else tensor.reshape(index.shape)
         if CHECK_INDEX.value and index.numel():
             import numpy
             host = index.numpy()
@@ -309,6 +311,8 @@ class IndexingMixin:
                 raise IndexError(f"index {int(host[position])} (at position {position} of the index tensor) is out "
                                  f"of bounds for {where} with size {size}")
         tensor = index.cast(dtypes.int32) if index.dtype != dtypes.int32 else index
+        if isinstance(self.device, tuple) and not isinstance(tensor.device, tuple):
+            tensor = tensor.to(self.device)  # an index tensor on one device indexes every device's part
         return (tensor < 0).where(tensor + size, tensor) if wrap else tensor
 
     def _take_host(self: Any, axis: int, index: _HostIndex) -> Tensor:
@@ -384,7 +388,9 @@ class IndexingMixin:
         for position, (index, size) in enumerate(zip(indices, indexed_sizes, strict=True)):
             shape = [1] * len(indexed_sizes)
             shape[position] = size
-            arange = type(self).arange(size, dtype=dtypes.int32, device=self.device).reshape(shape)
+            home = self.device[0] if isinstance(self.device, tuple) else self.device
+            arange = type(self).arange(size, dtype=dtypes.int32, device=home).reshape(shape)
+            arange = arange.to(self.device) if home != self.device else arange
             hit = index._broadcast_to(index_shape).reshape(index_shape + (1,) * len(indexed_sizes)).eq(arange)
             mask = hit if mask is None else mask & hit
         reduce_axes = tuple(range(len(rest_shape) + len(index_shape), view.ndim))

@@ -273,6 +273,91 @@ def _through_one_device(op: Ops, node: UOp, arg: Any) -> UOp:
     return shard(moved, devices, axis if isinstance(size, int) and size % len(devices) == 0 else None)
 
 
+def _on_devices(node: UOp, devices: tuple[str, ...]) -> UOp:
+    """`node` as a MULTI node on `devices`: a single-device operand (an index tensor) is copied to each."""
+    if node.op is not Ops.MULTI:
+        return shard(node, devices, None)
+    if node.device != devices:
+        raise ValueError(f"operands live on different device tuples {devices} and {node.device}: put the index "
+                         "tensors on the indexed tensor's devices (.to(devices)) first")
+    return node
+
+
+def _block_of(node: UOp, index: int, axis: int, bounds: tuple[int, int]) -> UOp:
+    """Device `index`'s part of a MULTI node cut to `bounds` on `axis`: its own block when sharded there, else its
+    copy (the whole value gathered first when sharded elsewhere) shrunk."""
+    if node.arg == axis:
+        return node.src[index]
+    whole = node.src[index] if node.arg is None else gather(node, node.src[index].device)
+    return _shrink_axis(whole, axis, *bounds)
+
+
+def _map_gather(src: tuple[UOp, ...], arg: Any) -> UOp:
+    """GATHER(source, *indices) with multi-device operands (see tinycore/uop/indexing.py for the node).
+
+    A source sharded on an axis that an index tensor selects: each device gathers from its block with the indices
+    made local (an index outside the block reads zero) and the partial results are allreduced (OR for bool), giving a
+    replicated result. Otherwise the result is sharded where the source is (on the output axis its sharded axis maps
+    to) or, for a replicated source, where the index tensors are; replicated operands are cut to each block."""
+    from tinycore.uop.indexing import gather as gather_node
+    shape, axis_map = arg
+    devices = next(node.device for node in src if node.op is Ops.MULTI)
+    source, indices = _on_devices(src[0], devices), [_on_devices(node, devices) for node in src[1:]]
+    axis = source.arg
+    entry = axis_map[axis] if axis is not None else None
+    if isinstance(entry, tuple):  # a slice/constant on the sharded axis: every device reads the whole source
+        source, axis, entry = shard(gather(source, devices[0]), devices, None), None, None
+    if isinstance(entry, int) and entry < 0:
+        return _gather_across_blocks(source, indices, shape, axis_map, -1 - entry)
+    sharded_index_axes = [node.arg for node in indices if node.arg is not None]
+    out_axis = entry if entry is not None else (sharded_index_axes[0] if sharded_index_axes else None)
+    if out_axis is None:
+        return multi([gather_node(source.src[index], [node.src[index] for node in indices], shape, axis_map)
+                      for index in range(len(devices))], None)
+    if source.arg is not None:
+        bounds = shard_bounds(source)
+    else:
+        bounds = shard_bounds(next(node for node in indices if node.arg == out_axis))
+    pieces = []
+    for index, (start, end) in enumerate(bounds):
+        piece = source.src[index]
+        if source.arg is None:  # cut the source's axes that follow the output's sharded axis to this block
+            for source_axis, mapped in enumerate(axis_map):
+                if mapped == out_axis:
+                    piece = _shrink_axis(piece, source_axis, start, end)
+        local_map = [(mapped[0], mapped[1] + mapped[2] * start, mapped[2])
+                     if isinstance(mapped, tuple) and mapped[0] == out_axis else mapped for mapped in axis_map]
+        local_shape = tuple(end - start if position == out_axis else size for position, size in enumerate(shape))
+        pieces.append(gather_node(piece, [_block_of(node, index, out_axis, (start, end)) for node in indices],
+                                  local_shape, local_map))
+    return multi(pieces, out_axis)
+
+
+def _gather_across_blocks(source: UOp, indices: list[UOp], shape: Any, axis_map: Any, selector: int) -> UOp:
+    """A gather whose index tensor `selector` picks along the source's sharded axis: per device, from its block,
+    with that index made local (outside the block: the block's size, which reads zero), then allreduced."""
+    from tinycore.uop.indexing import gather as gather_node
+    axis, devices = source.arg, source.device
+    size = source.shape[axis]
+    partial = []
+    for index, (start, end) in enumerate(shard_bounds(source)):
+        local = [node.src[index] if node.arg is None else gather(node, devices[index]) for node in indices]
+        chosen = local[selector]
+
+        def constant(value: int, like: UOp = chosen) -> UOp:
+            return _uop_class().const_on(like.dtype, value, like.device, like.shape)
+        # a negative index counts from the end of the whole axis
+        wrapped = chosen.alu(Ops.CMPLT, constant(0)).alu(Ops.WHERE, chosen.alu(Ops.ADD, constant(size)), chosen)
+        below = wrapped.alu(Ops.CMPLT, constant(start))
+        within = wrapped.alu(Ops.CMPLT, constant(end))
+        outside_block = constant(end - start)
+        local[selector] = below.alu(Ops.WHERE, outside_block,
+                                    within.alu(Ops.WHERE, wrapped.alu(Ops.ADD, constant(-start)), outside_block))
+        partial.append(gather_node(source.src[index], local, shape, axis_map))
+    combine = Ops.OR if source.dtype == dtypes.bool else Ops.ADD
+    return multi(allreduce(combine, partial), None)
+
+
 def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:
     method = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
               Ops.SHRINK: "shrink", Ops.FLIP: "flip"}[op]
@@ -304,6 +389,8 @@ def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
         return multi([node_class(op, dtype, row, arg) for row in rows], axis)
     if op in GroupOp.Movement:
         return _map_movement(op, src[0], arg)
+    if op is Ops.GATHER:
+        return _map_gather(src, arg)
     if op is Ops.REDUCE_AXIS:
         node = src[0]
         reduced = [source.r(arg[0], arg[1]) for source in node.src]
