@@ -197,3 +197,28 @@ def test_opengl_interface_runs_kernels() -> None:
                             env={**os.environ, "DEV": "GL+WEBGPU"})
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OpenGL" in result.stdout
+
+
+def test_scatter_reductions_use_atomics(webgpu: Any) -> None:
+    """float32, int32 and uint32 scatter reductions with about 50 values per element run in parallel through WGSL
+    atomics (atomicAdd / atomicMax / atomicMin on atomic<i32>, compare-exchange loops on float bits and products) and
+    equal numpy's ufunc.at."""
+    from tinycore.codegen import lower_to_program
+    from tinycore.schedule import create_schedule
+    count = 2000
+    index = RNG.integers(-37, 37, count).astype(np.int32)
+    cases = ((np.float32, "sum", np.add, "atomicCompareExchangeWeak"),
+             (np.float32, "amin", np.minimum, "atomicCompareExchangeWeak"),
+             (np.int32, "sum", np.add, "atomicAdd"), (np.int32, "amax", np.maximum, "atomicMax"),
+             (np.uint32, "amin", np.minimum, "atomicMin"), (np.int32, "prod", np.multiply, "atomicCompareExchange"))
+    for numpy_dtype, reduce, ufunc, atomic in cases:
+        values = (RNG.integers(0, 2, count) * 2 - 1 if reduce == "prod" else RNG.integers(0, 50, count))
+        values = values.astype(numpy_dtype)
+        base = RNG.integers(1, 3, 37).astype(numpy_dtype)
+        expected = base.copy()
+        ufunc.at(expected, index, values)
+        result = Tensor(base, device="WEBGPU").scatter_reduce(0, Tensor(index, device="WEBGPU"),
+                                                              Tensor(values, device="WEBGPU"), reduce)
+        kernels = [item for item in create_schedule([result.uop]).items if not item.is_copy]
+        assert atomic in lower_to_program(kernels[-1].ast, webgpu.renderer).src
+        np.testing.assert_array_equal(result.numpy(), expected, err_msg=f"{reduce} of {numpy_dtype.__name__}")

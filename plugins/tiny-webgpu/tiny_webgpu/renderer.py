@@ -142,6 +142,7 @@ class WGSLRenderer(Renderer):
     shared_max = 16384
     supports_float4 = False
     vector_widths: dict[DType, tuple[int, ...]] = {}
+    atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -260,6 +261,7 @@ class _WGSLWalk:
         self.closing: dict[UOp, int] = {}
         self.open_ranges: list[int | None] = []
         self.workgroup_bytes = 0
+        self.atomic_globals: set[int] = set()
         for uop in uops:
             for source in uop.src:
                 self.uses[source] = self.uses.get(source, 0) + 1
@@ -312,6 +314,10 @@ class _WGSLWalk:
     # ---- the walk ----
 
     def run(self, name: str) -> str:
+        # buffers a combining store updates are declared as atomic words (every access to them then is atomic)
+        self.atomic_globals = {uop.src[0].src[0].arg for uop in self.uops if uop.op is Ops.STORE and
+                               uop.arg is not None and uop.src[0].op is Ops.INDEX and
+                               uop.src[0].src[0].op is Ops.DEFINE_GLOBAL}
         for uop in self.uops:
             if uop.op is Ops.DEFINE_GLOBAL:
                 pointer = uop.dtype
@@ -377,7 +383,10 @@ class _WGSLWalk:
         module.append("@group(0) @binding(0) var<uniform> params: Params;")
         for position in positions:
             element = self.globals[position]
-            array = "atomic<u32>" if element in PACKED_DTYPES else self.type_of(element)
+            if position in self.atomic_globals:
+                array = "atomic<i32>" if element == dtypes.int32 else "atomic<u32>"
+            else:
+                array = "atomic<u32>" if element in PACKED_DTYPES else self.type_of(element)
             module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: "
                           f"array<{array}>;")
         module += self.module_lines
@@ -648,6 +657,9 @@ class _WGSLWalk:
         """The expression reading the element (emitting address lets for packed buffers)."""
         if access.global_position is None:
             return f"{access.memory}[{access.index}]"
+        if access.global_position in self.atomic_globals:
+            word = f"atomicLoad(&{access.memory}[params.start{access.global_position} + {access.index}])"
+            return f"bitcast<f32>({word})" if access.element == dtypes.float32 else word
         if access.element not in PACKED_DTYPES:
             return f"{access.memory}[params.start{access.global_position} + {access.index}]"
         address = self.packed_address(access)
@@ -686,6 +698,8 @@ class _WGSLWalk:
             self.depth += 1
         if access.global_position is None:
             self.emit(f"{access.memory}[{access.index}] = {value};")
+        elif access.global_position in self.atomic_globals:
+            self.atomic_update(access, uop.src[1], value, None if uop.arg is None else str(uop.arg))
         elif access.element not in PACKED_DTYPES:
             self.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
         else:
@@ -700,6 +714,36 @@ class _WGSLWalk:
         if access.gate is not None:
             self.depth -= 1
             self.emit("}")
+
+    def atomic_update(self, access: _Access, value_uop: UOp, value: str, reduce: str | None) -> None:
+        """Combine `value` into an element of an atomic buffer: atomicAdd / atomicMax / atomicMin for integers, else
+        a compare-exchange loop over the element's bits (floats, integer products); no reduce is atomicStore."""
+        dtype = access.element
+        word = f"&{access.memory}[params.start{access.global_position} + {access.index}]"
+        bits = (lambda text: f"bitcast<u32>({text})") if dtype == dtypes.float32 else (lambda text: text)
+        if reduce is None:
+            self.emit(f"atomicStore({word}, {bits(value)});")
+            return
+        if dtype != dtypes.float32 and reduce in ("add", "max", "min"):
+            self.emit(f"atomic{reduce.capitalize()}({word}, {value});")
+            return
+        operand, old = self.fresh("operand"), self.fresh("old")
+        self.emit(f"let {operand}: {self.type_of(dtype)} = {value};")
+        self.emit(f"var {old} = atomicLoad({word});")
+        self.emit("loop {")
+        current = f"bitcast<f32>({old})" if dtype == dtypes.float32 else old
+        sources = (value_uop, value_uop, value_uop)
+        if reduce == "min":
+            below = self.alu(Ops.CMPLT, [operand, current], sources, dtypes.bool)
+            combined = self.alu(Ops.WHERE, [below, operand, current], sources, dtype)
+        else:
+            op = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce]
+            combined = self.alu(op, [current, operand], sources, dtype)
+        result = self.fresh("exchange")
+        self.emit(f"  let {result} = atomicCompareExchangeWeak({word}, {old}, {bits(combined)});")
+        self.emit(f"  if ({result}.exchanged) {{ break; }}")
+        self.emit(f"  {old} = {result}.old_value;")
+        self.emit("}")
 
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
