@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from nv_kernels import CASES, Case, case_kernels, symbolic_kernel
+from nv_kernels import CASES, Case, case_kernels, kernels_of, symbolic_kernel
 from tiny_nv.inspect import EM_CUDA, disassemble, disassembler, elf_machine, elf_symbols
 from tiny_nv.nvrtc import NVRTCCompiler, compile_cuda, nvrtc_status, parse_arch
 from tiny_nv.renderer import CUDARenderer
 from tiny_nv.tensor_core import uses_tensor_cores
 from tiny_nv.warp import WarpProgram
 
+from tinycore import Tensor
 from tinycore.codegen import linearize, lower_to_program
 from tinycore.device.compiler import CompileError
-from tinycore.dtype import PtrDType, to_numpy_dtype
+from tinycore.dtype import PtrDType, dtypes, to_numpy_dtype
 from tinycore.uop.ops import Ops
 
 ARCHS = ("sm_80", "sm_90")
@@ -145,3 +146,56 @@ def test_half_matmul_runs_on_the_tensor_cores(arch: str) -> None:
 def test_tensor_cores_need_sm_80() -> None:
     assert getattr(CUDARenderer("sm_75"), "tensor_core_opt", None) is None
     assert getattr(CUDARenderer("sm_80"), "tensor_core_opt", None) is not None
+
+
+def _bfloat16(values: numpy.ndarray) -> numpy.ndarray:
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as float32."""
+    bits = values.astype(numpy.float32).view(numpy.uint32).astype(numpy.uint64)
+    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(numpy.uint32).view(numpy.float32)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bfloat16_matmul_runs_on_the_tensor_cores(arch: str) -> None:
+    rng = numpy.random.default_rng(3)
+    a, b = rng.standard_normal((32, 48)).astype(numpy.float32), rng.standard_normal((48, 16)).astype(numpy.float32)
+    items = kernels_of((Tensor(a).cast(dtypes.bfloat16) @ Tensor(b).cast(dtypes.bfloat16)).cast(dtypes.float32))
+    renderer = CUDARenderer(arch)
+    uops = linearize(items[-1].ast, renderer)
+    assert uses_tensor_cores(uops)
+    program = lower_to_program(items[-1].ast, renderer)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in program.src and "#include" not in program.src
+    assert program.global_size == [2, 2, 1]  # a 32 x 16 output: 2 x 2 tiles of 16 x 8
+    cubin = compile_cuda(program.src, arch)
+    if disassembler() is not None:
+        assert "HMMA.16816.F32.BF16" in disassemble(cubin)
+    exact = (_bfloat16(a).astype(numpy.float64) @ _bfloat16(b).astype(numpy.float64)).astype(numpy.float32)
+    # the matmul's result is bfloat16 (then cast to float): numpy's product rounded the same way, within one unit
+    numpy.testing.assert_allclose(_run(uops, _buffer_order(uops, items[-1], [a, b]), {}),
+                                  _bfloat16(exact).reshape(-1), rtol=2 ** -7, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_batched_half_matmul_runs_on_the_tensor_cores(arch: str) -> None:
+    rng = numpy.random.default_rng(4)
+    a = rng.standard_normal((3, 16, 32)).astype(numpy.float32)
+    b = rng.standard_normal((3, 32, 24)).astype(numpy.float32)
+    items = kernels_of((Tensor(a).cast(dtypes.float16) @ Tensor(b).cast(dtypes.float16)).cast(dtypes.float32))
+    renderer = CUDARenderer(arch)
+    uops = linearize(items[-1].ast, renderer)
+    assert uses_tensor_cores(uops)
+    program = lower_to_program(items[-1].ast, renderer)
+    assert program.global_size == [3, 1, 3] and program.local_size == [32, 1, 1]  # 3 x 1 tiles, 3 matrices
+    assert program.function_name in elf_symbols(compile_cuda(program.src, arch))
+    exact = numpy.matmul(a.astype(numpy.float16).astype(numpy.float64), b.astype(numpy.float16).astype(numpy.float64))
+    # the matmul's result is half (then cast to float): numpy's product rounded the same way, within one unit
+    numpy.testing.assert_allclose(_run(uops, _buffer_order(uops, items[-1], [a, b]), {}),
+                                  exact.astype(numpy.float16).astype(numpy.float32).reshape(-1), rtol=2 ** -10,
+                                  atol=1e-6)
+
+
+def _buffer_order(uops: list, item: object, inputs: list[numpy.ndarray]) -> list[numpy.ndarray]:
+    """`inputs` in the order of the kernel's input buffers (buffer 0 is the output)."""
+    sizes = [uop.dtype.size for uop in sorted((uop for uop in uops if uop.op is Ops.DEFINE_GLOBAL),
+                                               key=lambda uop: uop.arg)][1:]
+    assert sorted(sizes) == sorted(array.size for array in inputs) and len(set(sizes)) == len(sizes)
+    return [next(array for array in inputs if array.size == size) for size in sizes]

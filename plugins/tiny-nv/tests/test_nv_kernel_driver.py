@@ -154,3 +154,31 @@ def test_host_and_gpu_see_the_same_memory() -> None:
     gpu.free(address)
     with pytest.raises(MemoryError):
         driver.gpu.view(address, 4)
+
+
+TENSOR_CORE_SCRIPT = """
+import numpy
+from tinycore import Tensor, dtypes
+from tinycore.device.registry import Device
+from tiny_nv import nvcmd
+rng = numpy.random.default_rng(5)
+a, b = rng.standard_normal((2, 32, 16)).astype(numpy.float32), rng.standard_normal((2, 16, 16)).astype(numpy.float32)
+def bfloat16(x):
+    bits = x.view(numpy.uint32).astype(numpy.uint64)
+    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(numpy.uint32).view(numpy.float32)
+result = (Tensor(a).cast(dtypes.bfloat16) @ Tensor(b).cast(dtypes.bfloat16)).cast(dtypes.float32).numpy()
+exact = numpy.matmul(bfloat16(a).astype(numpy.float64), bfloat16(b).astype(numpy.float64)).astype(numpy.float32)
+qmd = Device["NV"].gpu.driver.gpu.last_qmd
+grid = [nvcmd.QMD_V04.get(qmd, name) for name in ("GRID_WIDTH", "GRID_HEIGHT", "GRID_DEPTH")]
+print(bool(numpy.allclose(result, bfloat16(exact), rtol=2 ** -7, atol=1e-6)), grid,
+      nvcmd.QMD_V04.get(qmd, "CTA_THREAD_DIMENSION0"))
+"""
+
+
+def test_batched_bfloat16_tensor_core_matmul_runs_through_qmds() -> None:
+    """A batched bfloat16 matmul on the tensor cores (mma.m16n8k16.bf16, one warp per 16 x 8 tile, the batch on
+    gidx2) launched through a QMD V04 on DEV=MOCK+NV: the grid is written into the QMD and numpy agrees."""
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
+    result = subprocess.run([sys.executable, "-c", TENSOR_CORE_SCRIPT], capture_output=True, text=True,
+                            env=environment, timeout=300)
+    assert result.stdout.strip().splitlines()[-1:] == ["True [2, 2, 2] 32"], result.stdout + result.stderr[-3000:]

@@ -1,15 +1,17 @@
-"""Tensor-core matmul for the CUDA renderer: a codegen choice that turns a half-precision matmul kernel into warps
+"""Tensor-core matmul for the CUDA renderer: a codegen choice that turns a half or bfloat16 matmul kernel into warps
 of mma.sync.m16n8k16 (float accumulation), offered to the core's GPU heuristic as the renderer's `tensor_core_opt`.
 
-The rewritten kernel: work-group = one warp (lidx0, 32 lanes); gidx1 / gidx0 pick a 16 x 8 tile of the output; a
-loop over K in steps of 16 where every lane loads its fragment of A (8 halves) and B (4 halves) straight from global
-memory and one CUSTOM op (`tc_mma_f16`, inline PTX in the CUDA prelude) multiplies them on the tensor cores; the four
-accumulators of each lane are stored at its four output positions. Fragment positions (lane = 4 g + t): A element j
-at row g + 8 ((j >> 1) & 1), column 2 t + (j & 1) + 8 (j >> 2); B element j at row 2 t + (j & 1) + 8 (j >> 1), column
-g; accumulator i at row g + 8 (i >> 1), column 2 t + (i & 1) (PTX ISA, "Matrix fragments for mma.m16n8k16").
+The rewritten kernel: work-group = one warp (lidx0, 32 lanes); gidx1 / gidx0 pick a 16 x 8 tile of the output (gidx2
+the matrix of a batched matmul); a loop over K in steps of 16 where every lane loads its fragment of A (8 values) and
+B (4 values) straight from global memory and one CUSTOM op (`tc_mma_f16` or `tc_mma_bf16`, inline PTX in the CUDA
+prelude) multiplies them on the tensor cores; the four accumulators of each lane are stored at its four output
+positions. Fragment positions (lane = 4 g + t): A element j at row g + 8 ((j >> 1) & 1), column 2 t + (j & 1) + 8
+(j >> 2); B element j at row 2 t + (j & 1) + 8 (j >> 1), column g; accumulator i at row g + 8 (i >> 1), column
+2 t + (i & 1) (PTX ISA, "Matrix fragments for mma.m16n8k16"; the same for .f16 and .bf16).
 
-Chosen only for kernels that are exactly one sum over a product of two half loads (after casts) with two output
-axes, sizes multiples of 16 x 8 x 16 and no padding masks; everything else keeps the usual heuristic.
+Chosen only for kernels that are exactly one sum over a product of two loads of the same 16-bit float type (after
+casts) with two output axes, or three where the third (the batch) indexes the output and not the rows or columns
+alone, sizes multiples of 16 x 8 x 16 and no padding masks; everything else keeps the usual heuristic.
 """
 from __future__ import annotations
 
@@ -17,39 +19,49 @@ from typing import Any
 
 from tinycore.codegen.opt import AxisType, Kernel, axis_id, range_size
 from tinycore.codegen.optimize import axis_stride, strip_casts
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.uop.axis import new_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 TILE_M, TILE_N, TILE_K = 16, 8, 16
-MMA_HELPER = "tc_mma_f16"
-MMA_PRELUDE = r"""__device__ __forceinline__ unsigned int tc_pack_half2(tc_half low, tc_half high) {
-  return (unsigned int)low.bits | ((unsigned int)high.bits << 16); }
-__device__ __forceinline__ float4 tc_mma_f16(tc_half a0, tc_half a1, tc_half a2, tc_half a3, tc_half a4,
-    tc_half a5, tc_half a6, tc_half a7, tc_half b0, tc_half b1, tc_half b2, tc_half b3) {
+MMA_PREFIX = "tc_mma_"
+MMA_HELPERS = {dtypes.float16: ("tc_mma_f16", "tc_half", "f16"),
+               dtypes.bfloat16: ("tc_mma_bf16", "tc_bfloat16", "bf16")}
+"""The operand type -> (helper name, C type, PTX type) of the mma helpers."""
+
+
+def _mma_function(helper: str, ctype: str, ptx_type: str) -> str:
+    return rf"""__device__ __forceinline__ float4 {helper}({ctype} a0, {ctype} a1, {ctype} a2, {ctype} a3, {ctype} a4,
+    {ctype} a5, {ctype} a6, {ctype} a7, {ctype} b0, {ctype} b1, {ctype} b2, {ctype} b3) {{
   float4 d = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-               "{%0,%1,%2,%3};"
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{ptx_type}.{ptx_type}.f32 {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, "
+               "{{%8,%9}}, {{%0,%1,%2,%3}};"
                : "+f"(d.x), "+f"(d.y), "+f"(d.z), "+f"(d.w)
-               : "r"(tc_pack_half2(a0, a1)), "r"(tc_pack_half2(a2, a3)), "r"(tc_pack_half2(a4, a5)),
-                 "r"(tc_pack_half2(a6, a7)), "r"(tc_pack_half2(b0, b1)), "r"(tc_pack_half2(b2, b3)));
-  return d; }"""
+               : "r"(tc_pack2(a0.bits, a1.bits)), "r"(tc_pack2(a2.bits, a3.bits)), "r"(tc_pack2(a4.bits, a5.bits)),
+                 "r"(tc_pack2(a6.bits, a7.bits)), "r"(tc_pack2(b0.bits, b1.bits)), "r"(tc_pack2(b2.bits, b3.bits)));
+  return d; }}"""
+
+
+MMA_PRELUDE = "\n".join([
+    "__device__ __forceinline__ unsigned int tc_pack2(unsigned short low, unsigned short high) {\n"
+    "  return (unsigned int)low | ((unsigned int)high << 16); }",
+    *(_mma_function(*names) for names in MMA_HELPERS.values())])
 
 
 def _const(value: int) -> UOp:
     return UOp.const(dtypes.int32, value)
 
 
-def _matmul_parts(kernel: Kernel) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp] | None:
-    """(reduce, A value, B value, rows axis, columns axis, reduce axis) of a tensor-core-shaped kernel, else None.
-    The values are the half-precision factors (loads, or floats cast to half), whose loads index the axes."""
+def _matmul_parts(kernel: Kernel) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp, UOp | None] | None:
+    """(reduce, A value, B value, rows axis, columns axis, reduce axis, batch axis or None) of a tensor-core-shaped
+    kernel, else None. The values are the 16-bit float factors (loads, or floats cast), whose loads index the axes."""
     ast = kernel.ast
     reduces = kernel.reduce_ops
     loops = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
     reduce_axes = [kernel.axes[i] for i in kernel.axes_of(AxisType.REDUCE)]
-    if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD or len(loops) != 2 or \
-            len(reduce_axes) != 1 or len(kernel.axes) != 3 or reduces[0].src[1:] != (reduce_axes[0],):
+    if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD or len(loops) not in (2, 3) or \
+            len(reduce_axes) != 1 or len(kernel.axes) != len(loops) + 1 or reduces[0].src[1:] != (reduce_axes[0],):
         return None
     store_index = ast.src[0].src[0]
     if store_index.op is not Ops.INDEX or len(store_index.src) != 2:
@@ -57,8 +69,8 @@ def _matmul_parts(kernel: Kernel) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp] | None:
     product = strip_casts(reduces[0].src[0])
     if product.op is not Ops.MUL:
         return None
-    operands = [_half_operand(source) for source in product.src]
-    if None in operands:
+    operands = [_tensor_operand(source) for source in product.src]
+    if operands[0] is None or operands[1] is None or operands[0].dtype != operands[1].dtype:
         return None
     loads = [strip_casts(operand) for operand in operands]  # type: ignore[arg-type]
     if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2 for load in loads):
@@ -67,26 +79,31 @@ def _matmul_parts(kernel: Kernel) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp] | None:
     for (first, second), (first_value, second_value) in (((loads[0], loads[1]), (operands[0], operands[1])),
                                                          ((loads[1], loads[0]), (operands[1], operands[0]))):
         rows = columns = None
+        others = []
         for axis in loops:
             in_first, in_second = axis_stride(first.src[0].src[1], axis), axis_stride(second.src[0].src[1], axis)
             if in_first not in (0, None) and in_second == 0:
                 rows = axis
             elif in_first == 0 and in_second not in (0, None):
                 columns = axis
-        if rows is None or columns is None:
+            else:
+                others.append(axis)
+        batch = others[0] if len(others) == 1 else None
+        if rows is None or columns is None or len(others) > 1 or (batch is not None and (
+                axis_stride(store_index.src[1], batch) in (0, None) or range_size(batch) is None)):
             continue
         sizes = (range_size(rows), range_size(columns), range_size(k_axis))
         if None in sizes or sizes[0] % TILE_M or sizes[1] % TILE_N or sizes[2] % TILE_K:  # type: ignore[operator]
             return None
-        return reduces[0], first_value, second_value, rows, columns, k_axis  # type: ignore[return-value]
+        return reduces[0], first_value, second_value, rows, columns, k_axis, batch  # type: ignore[return-value]
     return None
 
 
-def _half_operand(node: UOp) -> UOp | None:
-    """The half-precision value under a factor of the product (a half load, or a float cast to half), else None."""
-    while node.dtype != dtypes.float16 and node.op is Ops.CAST:
+def _tensor_operand(node: UOp) -> UOp | None:
+    """The half or bfloat16 value under a factor of the product (a load, or a float cast to it), else None."""
+    while node.dtype not in MMA_HELPERS and node.op is Ops.CAST:
         node = node.src[0]
-    return node if node.dtype == dtypes.float16 else None
+    return node if node.dtype in MMA_HELPERS else None
 
 
 def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
@@ -94,7 +111,8 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     parts = _matmul_parts(kernel)
     if parts is None:
         return False
-    reduce, a_value, b_value, rows, columns, k_axis = parts
+    reduce, a_value, b_value, rows, columns, k_axis, batch = parts
+    operand_type: DType = a_value.dtype
     m, n, k = range_size(rows), range_size(columns), range_size(k_axis)
     assert m is not None and n is not None and k is not None
     tile_m = new_range(m // TILE_M, kernel.next_id, AxisType.LOOP)
@@ -108,7 +126,8 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     b_values = [b_value.substitute({k_axis: step * TILE_K + thread * 2 + (j & 1) + 8 * (j >> 1),
                                    columns: tile_n * TILE_N + group}) for j in range(4)]
     arguments = ",".join(f"{{{position}}}" for position in range(12))
-    mma = UOp(Ops.CUSTOM, dtypes.float32.vec(4), tuple(a_values + b_values), f"{MMA_HELPER}({arguments})")
+    helper = MMA_HELPERS[operand_type][0]
+    mma = UOp(Ops.CUSTOM, dtypes.float32.vec(4), tuple(a_values + b_values), f"{helper}({arguments})")
     store = kernel.ast.src[0]
     stores = []
     for i in range(4):
@@ -119,12 +138,13 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
         address = store.src[0].substitute(where)
         stores.append(store.replace(src=(address, value) + store.src[2:]))
     kernel.ast = kernel.ast.replace(src=tuple(stores))
-    kernel.axes = [tile_m, tile_n, step]
-    notes.append(f"TENSOR CORES mma.m16n8k16 ({m}x{n}x{k}: {m // TILE_M}x{n // TILE_N} warps, axis "
-                 f"{axis_id(rows)}/{axis_id(columns)}/{axis_id(k_axis)})")
+    kernel.axes = ([batch] if batch is not None else []) + [tile_m, tile_n, step]
+    batches = f"{range_size(batch)} x " if batch is not None else ""
+    notes.append(f"TENSOR CORES mma.m16n8k16.{MMA_HELPERS[operand_type][2]} ({batches}{m}x{n}x{k}: "
+                 f"{m // TILE_M}x{n // TILE_N} warps, axis {axis_id(rows)}/{axis_id(columns)}/{axis_id(k_axis)})")
     return True
 
 
 def uses_tensor_cores(uops: list[Any]) -> bool:
-    """True when a linear program calls the mma helper."""
-    return any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(MMA_HELPER) for uop in uops)
+    """True when a linear program calls an mma helper."""
+    return any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(MMA_PREFIX) for uop in uops)

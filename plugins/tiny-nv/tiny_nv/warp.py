@@ -1,5 +1,6 @@
 """The MOCK GPU's interpreter for kernels with tensor-core instructions: the core's interpreter, with the work-items
-of a warp meeting at each `tc_mma_f16` (a warp-collective op: every lane's result depends on every lane's fragment).
+of a warp meeting at each `tc_mma_f16` / `tc_mma_bf16` (a warp-collective op: every lane's result depends on every
+lane's fragment).
 
 Each work-item runs as a generator, as in the core's interpreter; at an mma it yields its 12 fragment values and
 waits. Once all 32 lanes of the warp are there, the 16 x 16 A tile and 16 x 8 B tile are put together from the
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy
 
-from tiny_nv.tensor_core import MMA_HELPER
+from tiny_nv.tensor_core import MMA_PREFIX
 from tinycore.codegen.interpreter import InterpreterError, Program
 from tinycore.dtype import PtrDType
 from tinycore.uop.ops import Ops
@@ -42,7 +43,7 @@ class WarpProgram(Program):
 
     def __init__(self, uops: Sequence[UOp]):
         super().__init__(uops)
-        self.has_mma = any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(MMA_HELPER) for uop in self.uops)
+        self.has_mma = any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(MMA_PREFIX) for uop in self.uops)
 
     def __call__(self, buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
         """Run every work-item; warps meet at each mma."""
@@ -105,7 +106,7 @@ class WarpProgram(Program):
             elif op is Ops.DEFINE_LOCAL:
                 size = uop.dtype.size if isinstance(uop.dtype, PtrDType) and uop.dtype.size > 0 else 1
                 values[uop] = shared.setdefault(uop, [None] * size)
-            elif op is Ops.CUSTOM and str(uop.arg).startswith(MMA_HELPER):
+            elif op is Ops.CUSTOM and str(uop.arg).startswith(MMA_PREFIX):
                 values[uop] = yield [float(values[source]) for source in uop.src]
             else:
                 values[uop] = self._step(uop, values, lists, var_vals, thread)
