@@ -269,7 +269,8 @@ def _with_known_results(uop: UOp) -> UOp:
 def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool) -> None:
     """Record the results of `computed`; after a schedule that overwrote buffers, forget everything instead."""
     if has_assign:
-        _known_results.clear()
+        if _known_results:  # clear() of an empty WeakKeyDictionary still raises and catches a KeyError
+            _known_results.clear()
         return
     for node, result in zip(computed, results, strict=True):
         if result is not node:

@@ -442,8 +442,8 @@ class IndexingMixin:
                 view_sizes.append(1)
                 continue
             size = own_shape[axis]
-            if isinstance(item, UOp) or (isinstance(item, slice) and
-                                         any(isinstance(part, UOp) for part in (item.start, item.stop))):
+            if isinstance(item, UOp) or (item.__class__ is slice and
+                                         (isinstance(item.start, UOp) or isinstance(item.stop, UOp))):
                 raise NotImplementedError("assignment through index tensors next to a symbolic position or slice is "
                                           "not supported: use a plain int or slice on that axis")
             if isinstance(item, int):
