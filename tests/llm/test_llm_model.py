@@ -8,7 +8,7 @@ import os
 import llm_reference
 import numpy
 import pytest
-from llm_fixtures import write_model
+from llm_fixtures import greedy_reference, write_model
 
 from tinycore.llm.config import UnsupportedModelError
 from tinycore.llm.model import Transformer
@@ -116,6 +116,43 @@ def test_cache_and_jitted_decode_match_reference(tmp_path: os.PathLike[str]) -> 
     rest = model([TOKENS[4:]], 4).numpy()[0]
     full = llm_reference.logits(path, TOKENS)
     numpy.testing.assert_allclose(numpy.concatenate([prefix, rest]), full, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("options", [{"matrix_type": "Q4_0"},
+                                     {"architecture": "qwen3moe", "experts": 4, "experts_used": 2, "head_dim": 32,
+                                      "layers": 1}], ids=["llama-q4_0", "qwen3moe"])
+def test_generate_batch_matches_each_prompt_alone(tmp_path: os.PathLike[str], options: dict[str, object]) -> None:
+    """Three prompts of different lengths generated together (left-padded, one jitted step per position for the
+    batch): each one's greedy tokens equal the reference's for that prompt alone, with and without a stop token;
+    a batch of equal-length rows through model(...) gives each row's reference logits."""
+    path = _model_file(tmp_path, "batch", **options)
+    model = Transformer.from_gguf(path, max_context=32, max_batch=3)
+    prompts = [TOKENS, TOKENS[2:4], [9]]
+    outputs = model.generate_batch(prompts, 5)
+    assert outputs == [greedy_reference(path, prompt, 5) for prompt in prompts]
+    assert model._batch_decodes[3].captured_kernel_count > 0, "the batched decode step was not captured by TinyJit"
+    stop = outputs[1][1]
+    stopped = model.generate_batch(prompts, 5, stop=[stop])
+    assert stopped == [greedy_reference(path, prompt, 5, stop=(stop,)) for prompt in prompts]
+    rows = [TOKENS[:4], TOKENS[3:7]]
+    logits = model(rows, 0).numpy()
+    for got, tokens in zip(logits, rows, strict=True):
+        numpy.testing.assert_allclose(got, llm_reference.logits(path, tokens), rtol=1e-3, atol=1e-3)
+    # the single-sequence generate still works after a batch (its cache row was overwritten)
+    assert list(model.generate(TOKENS[2:4], 5)) == outputs[1]
+
+
+def test_generate_batch_rejects_bad_batches(tmp_path: os.PathLike[str]) -> None:
+    """More prompts than max_batch, an empty prompt, a batch call over max_batch: errors that say what to do."""
+    model = Transformer.from_gguf(_model_file(tmp_path, "small"), max_context=16, max_batch=2)
+    with pytest.raises(ValueError, match="larger max_batch"):
+        model.generate_batch([[1], [2], [3]], 2)
+    with pytest.raises(ValueError, match="at least one token"):
+        model.generate_batch([[1], []], 2)
+    with pytest.raises(ValueError, match="larger max_batch"):
+        model([[1], [2], [3]], 0)
+    with pytest.raises(ValueError, match="max_batch must be a positive integer"):
+        Transformer.from_gguf(_model_file(tmp_path, "small"), max_batch=0)
 
 
 def test_sampling_is_seeded_and_respects_top_k(tmp_path: os.PathLike[str]) -> None:

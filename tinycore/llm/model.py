@@ -95,7 +95,7 @@ class Block:
     """One transformer layer and its KV cache."""
 
     def __init__(self, config: TransformerConfig, weights: dict[str, GGUFWeight], index: int, max_context: int,
-                 device: str | None):
+                 device: str | None, max_batch: int = 1):
         def weight(name: str) -> GGUFWeight:
             full = f"blk.{index}.{name}"
             if full not in weights:
@@ -125,14 +125,16 @@ class Block:
             self.gate, self.up = weight("ffn_gate.weight"), weight("ffn_up.weight")
             self.down = weight("ffn_down.weight")
         # realized one at a time: identical graphs realized together would share one buffer
-        self.cache_keys = Tensor.zeros(1, max_context, config.kv_heads, config.head_dim, device=device).contiguous()
+        shape = (max_batch, max_context, config.kv_heads, config.head_dim)
+        self.cache_keys = Tensor.zeros(*shape, device=device).contiguous()
         self.cache_keys.realize()
-        self.cache_values = Tensor.zeros(1, max_context, config.kv_heads, config.head_dim, device=device).contiguous()
+        self.cache_values = Tensor.zeros(*shape, device=device).contiguous()
         self.cache_values.realize()
 
-    def attention(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+    def attention(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None) -> Tensor:
         """Grouped-query attention of x (batch, T, dim) over the cached positions and its own, after writing its
-        keys and values into the cache at start_pos."""
+        keys and values into the cache at start_pos. `valid` (batch, max_context) bool marks the positions that hold
+        tokens of each sequence (False: left padding, never attended to except by the padding itself)."""
         config = self.config
         batch, length, _ = x.shape
         projected = []
@@ -156,10 +158,20 @@ class Block:
         keys = self.cache_keys.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
         values = self.cache_values.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
         scores = query.matmul(keys.transpose(-2, -1)) * (1.0 / math.sqrt(config.head_dim))
+        allowed: Tensor | None = None
         if length > 1:
             assert isinstance(start_pos, int), "several positions at once run with a concrete start position"
-            allowed = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1) <= \
-                (Tensor.arange(length, device=x.device) + start_pos).reshape(-1, 1)
+            key_positions = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1)
+            query_positions = (Tensor.arange(length, device=x.device) + start_pos).reshape(-1, 1)
+            allowed = key_positions <= query_positions
+        if valid is not None:
+            # (batch, 1, 1, 1, S): padding is no key, except each padded query's own position, so that its softmax
+            # has a finite term (its output is never read, but a NaN in the cache would spread through 0 * NaN)
+            usable = valid.shrink(((0, batch), (0, end))).unsqueeze(1).unsqueeze(1).unsqueeze(1)  # type: ignore[arg-type]
+            if allowed is not None:
+                usable = usable | (key_positions == query_positions)
+            allowed = usable if allowed is None else allowed & usable
+        if allowed is not None:
             scores = allowed.where(scores, -math.inf)
         attended = scores.softmax(-1).matmul(values)  # (batch, kv_heads, group, T, head_dim)
         attended = attended.permute(0, 3, 1, 2, 4).reshape(batch, length, config.heads * config.head_dim)
@@ -232,11 +244,12 @@ class Block:
             remaining = (experts == index).where(-1.0, remaining)
         return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
-    def __call__(self, x: Tensor, start_pos: Position, rope: Tensor) -> Tensor:
+    def __call__(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None) -> Tensor:
         """The layer's output for x (batch, T, dim) at positions start_pos.. (pre-norm residual blocks)."""
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
         # norm's reduction would be recomputed for every output element
-        h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps).contiguous(), start_pos, rope)
+        h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps).contiguous(), start_pos, rope,
+                               valid)
         return h + self.feed_forward(rms_norm(h, self.ffn_norm, self.config.norm_eps).contiguous())
 
 
@@ -244,12 +257,15 @@ class Transformer:
     """A GGUF decoder-only language model. Build it with `Transformer.from_gguf(path)`."""
 
     def __init__(self, config: TransformerConfig, weights: dict[str, GGUFWeight], max_context: int | None = None,
-                 device: str | None = None, metadata: dict[str, object] | None = None):
+                 device: str | None = None, metadata: dict[str, object] | None = None, max_batch: int = 1):
         self.config = config
         self.metadata = metadata or {}
         self.max_context = min(max_context or config.context_length, config.context_length)
         if self.max_context < 1:
             raise ValueError(f"max_context must be at least 1, got {self.max_context}")
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.max_batch = max_batch
         self.device = device
         self.embedding = weights["token_embd.weight"]
         if "output_norm.weight" not in weights:
@@ -259,16 +275,19 @@ class Transformer:
         factors = weights.get("rope_freqs.weight")
         table = rope_tables(config, self.max_context, factors.float().numpy() if factors is not None else None)
         self.rope = Tensor(table, device=device).realize()
-        self.blocks = [Block(config, weights, index, self.max_context, device) for index in range(config.layers)]
+        self.blocks = [Block(config, weights, index, self.max_context, device, max_batch)
+                       for index in range(config.layers)]
         self.cached_tokens: list[int] = []
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self._decode = TinyJit(self._decode_step)
+        self._batch_decodes: dict[int, TinyJit] = {}  # one captured step per batch size
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], max_context: int | None = None,
-                  device: str | None = None) -> Transformer:
+                  device: str | None = None, max_batch: int = 1) -> Transformer:
         """The model in the GGUF file at `path`, its weights read through DISK and kept as stored (quantized blocks
-        stay bytes on `device`). `max_context` caps the KV cache (default: the model's context length)."""
+        stay bytes on `device`). `max_context` caps the KV cache (default: the model's context length); `max_batch`
+        is the number of sequences the cache holds (for `generate_batch` and batched calls)."""
         metadata, weights = load_gguf_weights(path, device)
         if "token_embd.weight" not in weights:
             raise UnsupportedModelError("the GGUF file lacks tensor 'token_embd.weight'")
@@ -279,11 +298,13 @@ class Transformer:
                                             "transformer does not run; supported: "
                                             f"{', '.join(GGML_TYPES[kind][0] for kind in sorted(supported))}")
         config = TransformerConfig.from_metadata(metadata, vocab_size=weights["token_embd.weight"].shape[0])
-        return cls(config, weights, max_context, device, metadata)
+        return cls(config, weights, max_context, device, metadata, max_batch)
 
-    def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False) -> Tensor:
+    def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False,
+                valid: Tensor | None = None) -> Tensor:
         """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
-        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache."""
+        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache. `valid` (batch,
+        max_context) bool: the positions holding tokens (left padding excluded from attention)."""
         batch, length = tokens.shape
         x = self.embedding.gather_rows(tokens)
         # reshaped to the static length: a shrink by a bound Variable leaves the size as (start + T) - start
@@ -293,19 +314,22 @@ class Transformer:
         for block in self.blocks:
             # realized at every layer: each layer's cache write realizes its keys and values, and without this it
             # would recompute every earlier layer (lazy x) again; in prefill it also frees each layer's temporaries
-            x = block(x, start_pos, rope).realize()
+            x = block(x, start_pos, rope, valid).realize()
         if last_only:
             x = x[:, -1:]
         return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps).contiguous())
 
     def __call__(self, tokens: Tensor | Sequence[Sequence[int]], start_pos: int = 0) -> Tensor:
         """Logits (batch, T, vocab) of every position of `tokens` (batch, T), read after the cached positions
-        [0, start_pos) (batch 1 only: the cache holds one sequence)."""
+        [0, start_pos) of each of the batch's sequences (at most max_batch of them)."""
         tokens = tokens if isinstance(tokens, Tensor) else Tensor(list(tokens), dtype=dtypes.int32, device=self.device)
         if tokens.ndim != 2:
             raise ValueError(f"tokens must be (batch, T), got shape {tokens.shape}")
-        if tokens.shape[0] != 1:
-            raise ValueError(f"the KV cache holds one sequence: batch must be 1, got {tokens.shape[0]}")
+        if not 1 <= tokens.shape[0] <= self.max_batch:
+            raise ValueError(f"the KV cache holds {self.max_batch} sequence(s): batch must be 1..{self.max_batch}, got "
+                             f"{tokens.shape[0]}; load the model with a larger max_batch")
+        if tokens.shape[0] > 1:
+            self.cached_tokens = []  # the first row of the cache no longer holds generate's sequence
         if not isinstance(start_pos, int) or start_pos < 0 or start_pos + tokens.shape[1] > self.max_context:
             raise ValueError(f"positions [{start_pos}, {start_pos}+{tokens.shape[1]}) do not fit the context of "
                              f"{self.max_context} tokens: pass a larger max_context")
@@ -313,6 +337,9 @@ class Transformer:
 
     def _decode_step(self, token: Tensor, start_pos: UOp) -> Tensor:
         return self.forward(token, start_pos).reshape(1, -1).realize()
+
+    def _batch_decode_step(self, tokens: Tensor, start_pos: UOp, valid: Tensor) -> Tensor:
+        return self.forward(tokens, start_pos, valid=valid).reshape(tokens.shape[0], -1).realize()
 
     def _prefill(self, ids: Sequence[int], start_pos: int) -> numpy.ndarray:
         """Run ids from position start_pos in chunks; the last position's logits."""
@@ -337,9 +364,7 @@ class Transformer:
         if len(ids) >= self.max_context:
             raise ValueError(f"the prompt has {len(ids)} tokens; the context holds {self.max_context}: pass a larger "
                              "max_context or a shorter prompt")
-        if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
-            raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, "
-                             f"{top_p}, {top_k}")
+        _checked_sampling(temperature, top_k, top_p)
         generator = numpy.random.default_rng(seed)
         reused = 0
         while reused < min(len(ids) - 1, len(self.cached_tokens)) and ids[reused] == self.cached_tokens[reused]:
@@ -355,6 +380,63 @@ class Transformer:
             self.cached_tokens.append(token)
             step = self._decode(Tensor([[token]], dtype=dtypes.int32, device=self.device), self.position.bind(position))
             logits = numpy.asarray(step.numpy()).reshape(-1)
+
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, temperature: float = 0.0,
+                       top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                       stop: Sequence[int] = ()) -> list[list[int]]:
+        """The new tokens of each of `prompts` (at most max_batch of them, of any lengths), generated together: up to
+        `max_new_tokens` each, a sequence ending after a token in `stop` or at the end of the context. Shorter
+        prompts are left-padded, and the padding is masked out of attention, so each sequence gets what it would get
+        alone (rope rotations depend only on the distance between positions). Sampling as in `generate`, one draw
+        per sequence and step from one generator seeded by `seed`."""
+        sequences = [[int(token) for token in prompt] for prompt in prompts]
+        if not 1 <= len(sequences) <= self.max_batch:
+            raise ValueError(f"generate_batch takes 1..{self.max_batch} prompts (max_batch), got {len(sequences)}; "
+                             "load the model with a larger max_batch")
+        if any(not sequence for sequence in sequences):
+            raise ValueError("generate_batch needs at least one token in every prompt")
+        longest = max(len(sequence) for sequence in sequences)
+        if longest >= self.max_context:
+            raise ValueError(f"the longest prompt has {longest} tokens; the context holds {self.max_context}: pass a "
+                             "larger max_context or shorter prompts")
+        _checked_sampling(temperature, top_k, top_p)
+        generator = numpy.random.default_rng(seed)
+        batch = len(sequences)
+        if max_new_tokens < 1:
+            return [[] for _ in sequences]
+        self.cached_tokens = []  # the cache's rows are overwritten: nothing is reused by the next generate
+        valid_rows = numpy.zeros((batch, self.max_context), dtype=bool)
+        for row, sequence in enumerate(sequences):
+            valid_rows[row, longest - len(sequence):] = True
+        valid = Tensor(valid_rows, device=self.device).realize()
+        padded = [[0] * (longest - len(sequence)) + sequence for sequence in sequences]
+        logits = None
+        for begin in range(0, longest, PREFILL_CHUNK):
+            chunk = Tensor([row[begin:begin + PREFILL_CHUNK] for row in padded], dtype=dtypes.int32, device=self.device)
+            logits = self.forward(chunk, begin, last_only=True, valid=valid)
+        assert logits is not None
+        rows = numpy.asarray(logits.numpy()).reshape(batch, -1)
+        outputs: list[list[int]] = [[] for _ in sequences]
+        finished = [False] * batch
+        step = self._batch_decodes.setdefault(batch, TinyJit(self._batch_decode_step))
+        position = longest
+        while True:
+            chosen = [sample(rows[row], temperature, top_k, top_p, generator) for row in range(batch)]
+            for row, token in enumerate(chosen):
+                if not finished[row]:
+                    outputs[row].append(token)
+                    finished[row] = token in stop or len(outputs[row]) == max_new_tokens
+            if all(finished) or position >= self.max_context:
+                return outputs
+            tokens = Tensor([[token] for token in chosen], dtype=dtypes.int32, device=self.device)
+            rows = numpy.asarray(step(tokens, self.position.bind(position), valid).numpy()).reshape(batch, -1)
+            position += 1
+
+
+def _checked_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    if temperature < 0 or not 0 < top_p <= 1 or top_k < 0:
+        raise ValueError(f"sampling needs temperature >= 0, 0 < top_p <= 1, top_k >= 0; got {temperature}, "
+                         f"{top_p}, {top_k}")
 
 
 def sample(logits: numpy.ndarray, temperature: float, top_k: int, top_p: float,
