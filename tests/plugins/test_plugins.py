@@ -98,6 +98,53 @@ def test_plugin_raising_in_a_hook_is_marked_broken(plugin_dir: Path) -> None:
     assert "ValueError" in hookfail.traceback
 
 
+def _allocator_plugin(root: Path, name: str, body: str, marker: str = "@hookimpl") -> None:
+    """A distribution tiny-NAME whose tiny_allocator hook notes its call in tp_calls.CALLS and then runs `body`."""
+    source = ("import tp_calls\nfrom tinycore.plugins import hookimpl\nTINYCORE_PLUGIN_API = 1\n"
+              f"{marker}\ndef tiny_allocator(device):\n    tp_calls.CALLS.append({name!r})\n    {body}\n")
+    write_distribution(root, f"tiny-{name}", "1.0", {name: f"tp_{name}.hooks"}, {f"tp_{name}.hooks": source})
+
+
+def test_firstresult_hook_stops_at_the_first_answer_in_discovery_order(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tp_calls.py").write_text("CALLS = []\n")
+    _allocator_plugin(tmp_path, "anone", "return None")
+    _allocator_plugin(tmp_path, "braise", "raise OSError('no memory on purpose')")
+    _allocator_plugin(tmp_path, "canswer", "return ('allocator of', device)")
+    _allocator_plugin(tmp_path, "dlater", "return ('should not be asked', device)")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        manager = PluginManager(entry_points=entry_points_in(tmp_path))
+        assert manager.call_first("tiny_allocator", device="DEV0") == ("allocator of", "DEV0")
+        import tp_calls
+        assert tp_calls.CALLS == ["anone", "braise", "canswer"], "pluggy stops at the first non-None answer"
+        records = by_name(manager)
+        assert records["braise"].status == "broken"
+        assert records["braise"].reason == "hook tiny_allocator raised OSError: no memory on purpose"
+        assert records["dlater"].status == "ok" and records["dlater"].hooks == ("tiny_allocator",)
+        tp_calls.CALLS.clear()
+        assert manager.call_first("tiny_allocator", device="DEV1") == ("allocator of", "DEV1")
+        assert tp_calls.CALLS == ["anone", "canswer"], "a broken plugin is not called again"
+    finally:
+        for module in [name for name in sys.modules if name.startswith("tp_")]:
+            del sys.modules[module]
+
+
+def test_hook_options_of_pluggy_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "tp_calls.py").write_text("CALLS = []\n")
+    _allocator_plugin(tmp_path, "aplain", "return 'plain'")
+    _allocator_plugin(tmp_path, "zeager", "return 'eager'", marker="@hookimpl(tryfirst=True)")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        manager = PluginManager(entry_points=entry_points_in(tmp_path))
+        assert manager.call_first("tiny_allocator", device="DEV0") == "eager", "tryfirst outranks discovery order"
+        import tp_calls
+        assert tp_calls.CALLS == ["zeager"]
+    finally:
+        for module in [name for name in sys.modules if name.startswith("tp_")]:
+            del sys.modules[module]
+
+
 def test_hook_returning_the_wrong_type_is_marked_broken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = ("from tinycore.plugins import hookimpl\nTINYCORE_PLUGIN_API = 1\n"
               "@hookimpl\ndef tiny_devices():\n    return ['CPU']\n")

@@ -1,5 +1,7 @@
-"""Plugin discovery and isolation: find the `tinycore.plugins` entry points once, load each, check its API level,
-register it with pluggy, and call hooks one plugin at a time so that a failing plugin is recorded and skipped.
+"""Plugin discovery and isolation: find the `tinycore.plugins` entry points once, load each, check its API level and
+register its hooks with pluggy. Hooks are called through pluggy (`firstresult` specs stop at the first answer); each
+implementation is registered wrapped, so that one that raises marks its plugin broken (reason and traceback kept)
+and the call goes on with the other plugins.
 
 Controls (read when discovery runs):
   TINYCORE_PLUGINS=cpu,cl         only these plugins (entry-point or distribution names); set but empty: none
@@ -8,9 +10,12 @@ Controls (read when discovery runs):
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,6 +145,11 @@ class PluginManager:
                     self._load(record, entry_point)
                 seen.setdefault(record.name, record)
                 self._records.append(record)
+            # pluggy calls the implementation registered last first: registering in reverse makes every hook call
+            # visit the plugins in discovery order
+            for record in reversed(self._records):
+                if record.status == OK and record.module is not None:
+                    self._register(record)
             self._discovered = True
 
     @staticmethod
@@ -151,7 +161,7 @@ class PluginManager:
         return PluginRecord(entry_point.name, entry_point.value, distribution_name, version)
 
     def _load(self, record: PluginRecord, entry_point: Any) -> None:
-        """Import the plugin module, check its API level and register its hooks; failures mark the record."""
+        """Import the plugin module and check its API level; failures mark the record."""
         try:
             module = entry_point.load()
         except (Exception, SystemExit) as error:
@@ -162,15 +172,44 @@ class PluginManager:
         if level != PLUGIN_API_LEVEL:
             record.status, record.reason = REFUSED, self._api_message(record, level)
             return
+        record.module = module
+
+    def _register(self, record: PluginRecord) -> None:
+        """Register the hook implementations of `record`'s module with pluggy, each wrapped by `_isolated`."""
+        module = record.module
+        implementations = types.SimpleNamespace()
+        for name in dir(module):
+            if self._pluggy.parse_hookimpl_opts(module, name) is not None:
+                setattr(implementations, name, self._isolated(record, name, getattr(module, name)))
         try:
-            self._pluggy.register(module, name=record.name)
+            self._pluggy.register(implementations, name=record.name)
         except Exception as error:
             self._mark_broken(record, f"hooks of {record.module_path!r} are invalid: {type(error).__name__}: {error}")
             return
-        record.module = module
-        record.hooks = tuple(name for name in HOOK_NAMES
-                             if any(impl.plugin_name == record.name
-                                    for impl in getattr(self._pluggy.hook, name).get_hookimpls()))
+        record.hooks = tuple(name for name in HOOK_NAMES if hasattr(implementations, name))
+
+    def _isolated(self, record: PluginRecord, hook_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        """`function` (a hook implementation of `record`) answering `(record, result)`, or None when it returns
+        None, raises (the plugin is then marked broken) or its plugin is broken already. pluggy reads the
+        implementation's argument names and hookimpl options through the wrapper (functools.wraps)."""
+        parameter_names = tuple(inspect.signature(function).parameters)
+
+        @functools.wraps(function)
+        def isolated(*arguments: Any, **keywords: Any) -> tuple[PluginRecord, Any] | None:
+            if record.status != OK:
+                return None
+            try:
+                result = function(*arguments, **keywords)
+            except Exception as error:
+                self._mark_broken(record, f"hook {hook_name} raised {type(error).__name__}: {error}")
+                return None
+            if self.trace:
+                shown = ", ".join(f"{key}={_format_value(value)}" for key, value in
+                                  [*zip(parameter_names, arguments, strict=False), *keywords.items()])
+                print(f"tinycore.plugins: {record.name}.{hook_name}({shown}) -> {_format_value(result)}",
+                      file=sys.stderr)
+            return None if result is None else (record, result)
+        return isolated
 
     @staticmethod
     def _api_message(record: PluginRecord, level: Any) -> str:
@@ -192,46 +231,30 @@ class PluginManager:
     def _mark_broken(self, record: PluginRecord, reason: str) -> None:
         """Record the exception being handled against `record` and stop calling its hooks."""
         record.status, record.reason, record.traceback = BROKEN, reason, traceback.format_exc()
-        if record.module is not None and self._pluggy.is_registered(record.module):
-            self._pluggy.unregister(record.module)
+        if self._pluggy.get_plugin(record.name) is not None:
+            self._pluggy.unregister(name=record.name)
         record.module = None
         if self.trace:
             print(f"tinycore.plugins: {record.name} is broken: {reason}", file=sys.stderr)
 
     # ---- hook calls --------------------------------------------------------------------------------------------
 
-    def call(self, hook_name: str, first_only: bool = False, **arguments: Any) -> list[tuple[PluginRecord, Any]]:
-        """Call hook `hook_name` on every loaded plugin, one at a time, in discovery order.
+    def call(self, hook_name: str, **arguments: Any) -> list[tuple[PluginRecord, Any]]:
+        """Call hook `hook_name` through pluggy: every loaded plugin's implementation, in discovery order.
 
-        Returns (record, result) for each plugin whose implementation returned something other than None (only the
-        first such with `first_only`). A plugin whose implementation raises is marked broken (reason and traceback
-        kept) and left out.
+        Returns (record, result) for each plugin whose implementation returned something other than None; for a
+        `firstresult` hook, only the first such. A plugin whose implementation raises is marked broken (reason and
+        traceback kept) and left out.
         """
         self.discover()
-        implementations = {impl.plugin_name: impl for impl in getattr(self._pluggy.hook, hook_name).get_hookimpls()}
-        results: list[tuple[PluginRecord, Any]] = []
-        for record in self._records:
-            implementation = implementations.get(record.name)
-            if record.status != OK or implementation is None:
-                continue
-            try:
-                result = implementation.function(*[arguments[name] for name in implementation.argnames])
-            except Exception as error:
-                self._mark_broken(record, f"hook {hook_name} raised {type(error).__name__}: {error}")
-                continue
-            if self.trace:
-                shown = ", ".join(f"{key}={_format_value(value)}" for key, value in arguments.items())
-                print(f"tinycore.plugins: {record.name}.{hook_name}({shown}) -> {_format_value(result)}",
-                      file=sys.stderr)
-            if result is not None:
-                results.append((record, result))
-                if first_only:
-                    break
-        return results
+        answer = getattr(self._pluggy.hook, hook_name)(**arguments)
+        if answer is None:
+            return []
+        return [answer] if isinstance(answer, tuple) else list(answer)
 
     def call_first(self, hook_name: str, **arguments: Any) -> Any:
-        """The first non-None result of hook `hook_name` (for firstresult hooks), or None."""
-        results = self.call(hook_name, first_only=True, **arguments)
+        """The first non-None result of hook `hook_name` (pluggy's answer for a `firstresult` hook), or None."""
+        results = self.call(hook_name, **arguments)
         return results[0][1] if results else None
 
     def _checked_calls(self, hook_name: str, is_valid: Callable[[Any], bool], expected: str,
