@@ -24,7 +24,8 @@ from tinycore.uop.uop import UOp
 
 PROGRAM_MARKER = "// tinycore-program "
 """The line of a kernel source (rendered for a MOCK GPU) that carries its linear program, pickled and base64-coded."""
-_LIB_MAGIC = b"TCNVMOCK"
+MOCK_BINARY_MAGIC = b"TCNVMOCK"
+"""The first bytes of a compiled binary made for a MOCK GPU (what a plugin checks to tell one apart)."""
 _ADDRESS_BASE = 0x1_0000_0000
 ALIGNMENT = 256
 """Every allocation starts on a multiple of this many bytes."""
@@ -38,13 +39,13 @@ def embed_program(source: str, uops: Sequence[UOp]) -> str:
 
 def pack_mock_binary(uops_pickle: bytes, binary: bytes) -> bytes:
     """The MOCK GPU's code object: magic, the pickled linear program, then the device binary (possibly empty)."""
-    return _LIB_MAGIC + struct.pack("<II", len(uops_pickle), len(binary)) + uops_pickle + binary
+    return MOCK_BINARY_MAGIC + struct.pack("<II", len(uops_pickle), len(binary)) + uops_pickle + binary
 
 
 def unpack_mock_binary(data: bytes | memoryview) -> tuple[list[UOp], bytes]:
     """(linear program, device binary) of a MOCK code object; ValueError when `data` is not one."""
     raw = bytes(data[:16])
-    if not raw.startswith(_LIB_MAGIC):
+    if not raw.startswith(MOCK_BINARY_MAGIC):
         raise ValueError("the program address does not hold a MOCK code object (no TCNVMOCK header)")
     program_size, binary_size = struct.unpack("<II", raw[8:16])
     uops = pickle.loads(bytes(data[16:16 + program_size]))

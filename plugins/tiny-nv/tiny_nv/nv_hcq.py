@@ -20,7 +20,7 @@ from tiny_nv.kernel_driver import NVKernelGPU
 from tiny_nv.nvqueue import NVCopyQueue
 from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
 from tinycore.hcq.device import HCQProgram
-from tinycore.hcq.mock import _LIB_MAGIC, shared_bytes, unpack_mock_binary
+from tinycore.hcq.mock import MOCK_BINARY_MAGIC, shared_bytes, unpack_mock_binary
 from tinycore.hcq.mock_queue import MockQueueAllocator, MockQueueProgram
 from tinycore.plugins import HCQQueues
 from tinycore.uop.ops import Ops
@@ -173,7 +173,7 @@ class NVQueueProgram(MockQueueProgram):
 
     def __init__(self, device: Any, name: str, lib: bytes):
         HCQProgram.__init__(self, device, name, lib)
-        mock = lib.startswith(_LIB_MAGIC)
+        mock = lib.startswith(MOCK_BINARY_MAGIC)
         self.uops, self.binary = unpack_mock_binary(lib) if mock else ([], lib)
         self.checked = mock  # a bare CUBIN does not say which parameters are buffers
         self.buffer_count = sum(1 for uop in self.uops if uop.op is Ops.DEFINE_GLOBAL)
