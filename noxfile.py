@@ -27,6 +27,10 @@ MOCKS = {"nv": ("MOCK+NV", "MOCK+NV:PTX"), "amd": ("MOCK+AMD",)}
 """Plugins whose device has a simulated GPU: without the hardware, conformance runs on it once per renderer (each
 kernel is also compiled: CUDA C by NVRTC, PTX by ptxas)."""
 
+INSTANCES = {"cl": {"POCL_DEVICES": "pthread pthread"}}
+"""Environment under which a plugin's software driver reports two devices, so conformance checks copies between two
+instances and a tensor sharded over them (PoCL reads POCL_DEVICES; other OpenCL drivers ignore it)."""
+
 KEEP_ENVIRONMENTS = os.environ.get("TINYCORE_NOX_KEEP", "") == "1"
 """Each session's environment (1-2 GB: torch, compilers' wheels) is deleted when the session ends, so a full run
 needs the disk of one environment, not of nineteen. TINYCORE_NOX_KEEP=1 keeps them, for quick reruns of one session
@@ -117,7 +121,7 @@ def conformance(session: nox.Session, name: str) -> None:
     if device == "DISK":  # DISK devices are files: check one in the session's scratch directory
         device = f"DISK:{session.create_tmp()}/conformance.bin"
     for environment in environments:
-        session.run("tiny", "conformance", device, *session.posargs, env=environment)
+        session.run("tiny", "conformance", device, *session.posargs, env={**INSTANCES.get(name, {}), **environment})
 
 
 @nox.session

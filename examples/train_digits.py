@@ -108,6 +108,7 @@ def train_distributed(args: argparse.Namespace, data: tuple[np.ndarray, ...], na
 
     rng = np.random.default_rng(args.seed + rank)
     local_batch = args.batch // world
+    pending: distributed.PendingAllreduce | None = None  # last step's gradients, in flight while a batch is drawn
     warmup = min(2, args.steps - 1)  # the jit compiles on its first two calls: time the steps after them
     started = time.perf_counter()
     with Context(TRAINING=1):
@@ -118,10 +119,15 @@ def train_distributed(args: argparse.Namespace, data: tuple[np.ndarray, ...], na
                 distributed.reset_stats()
                 started = time.perf_counter()
             indices = rng.integers(0, len(x_local), size=local_batch)
-            loss, accuracy, gradients = compute_gradients(Tensor(x_local[indices]), Tensor(y_local[indices]))
-            apply_gradients(*distributed.allreduce_many(gradients, "mean", check_shapes=step == 0))
+            images, labels = Tensor(x_local[indices]), Tensor(y_local[indices])  # while the last reduction flies
+            if pending is not None:
+                apply_gradients(*pending.wait())
+            loss, accuracy, gradients = compute_gradients(images, labels)
+            pending = distributed.start_allreduce(gradients, "mean", check_shapes=step == 0)
             if step % 10 == 0 or step == args.steps - 1:
                 progress.set_postfix(loss=f"{loss.item():.3f}", acc=f"{accuracy.item():.2f}")
+        if pending is not None:
+            apply_gradients(*pending.wait())
     train_seconds = time.perf_counter() - started
     timed_steps = args.steps - warmup
     communication = distributed.stats.seconds

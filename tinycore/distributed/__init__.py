@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -230,6 +230,63 @@ def allreduce(tensor: Tensor, op: str = "sum") -> Tensor:
     return allreduce_many([tensor], op)[0]
 
 
+class PendingAllreduce:
+    """An allreduce in flight (from `start_allreduce`): `wait()` gives the reduced tensors. Work done between the
+    two (drawing the next batch, say) overlaps the transfer as far as the MPI library progresses on its own (MPICH:
+    inside MPI calls, or always with MPIR_CVAR_ASYNC_PROGRESS=1)."""
+
+    def __init__(self, group: _Group, op: str, tensors: list[Tensor],
+                 buckets: list[tuple[Any, numpy.ndarray, list[int], list[numpy.ndarray]]]):
+        self._group, self._op, self._tensors, self._buckets = group, op, tensors, buckets
+        self._results: list[Tensor] | None = None
+        self.on_done: Callable[[list[Tensor]], None] | None = None
+        """Called once with the reduced tensors when they arrive (allreduce_gradients assigns the .grad there)."""
+
+    def wait(self) -> list[Tensor]:
+        """Wait for every bucket; the reduced tensors, in the order given (a second call returns the same)."""
+        if self._results is not None:
+            return self._results
+        values: list[numpy.ndarray] = [numpy.empty(0)] * len(self._tensors)
+        for request, flat, indices, arrays in self._buckets:
+            started = time.perf_counter()
+            request.Wait()
+            # what counts is the time spent starting and waiting; a bucket in flight behind other work costs nothing
+            stats.add("allreduce", time.perf_counter() - started, 0, call=False)
+            if self._op == "mean":
+                flat /= self._group.comm.Get_size()
+            for index, piece in zip(indices, _unpack(flat, arrays), strict=True):
+                values[index] = piece
+        self._results = [_like(piece, tensor) for piece, tensor in zip(values, self._tensors, strict=True)]
+        if self.on_done is not None:
+            self.on_done(self._results)
+        return self._results
+
+
+def start_allreduce(tensors: Sequence[Tensor], op: str = "sum", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                    check_shapes: bool = True) -> PendingAllreduce:
+    """Start `allreduce_many` and return at once with the transfers in flight; `.wait()` for the results."""
+    group = _require()
+    mpi_op = _mpi_op(group, op)
+    tensors = list(tensors)
+    if check_shapes and tensors:
+        _check_same_shapes(tensors, f"allreduce({op!r})")
+    integers = sorted({tensor.dtype.name for tensor in tensors if _wire_dtype(tensor.dtype).kind not in "fc"})
+    if op == "mean" and integers:
+        raise TypeError(f"allreduce 'mean' of {', '.join(integers)} tensors would round: use 'sum' and divide, or "
+                        "cast to a float dtype first")
+    if tensors:
+        Tensor.realize(*tensors)
+    buckets = []
+    for indices in _buckets(tensors, bucket_bytes):
+        arrays = [_host_array(tensors[index]) for index in indices]
+        flat = _pack(arrays)
+        started = time.perf_counter()
+        request = group.comm.Iallreduce(group.mpi.IN_PLACE, flat, op=mpi_op)
+        stats.add("allreduce", time.perf_counter() - started, flat.nbytes)
+        buckets.append((request, flat, indices, arrays))
+    return PendingAllreduce(group, op, tensors, buckets)
+
+
 def allreduce_many(tensors: Sequence[Tensor], op: str = "sum", bucket_bytes: int = DEFAULT_BUCKET_BYTES,
                    check_shapes: bool = True) -> list[Tensor]:
     """`allreduce` of several tensors, realized together and sent in buckets of about `bucket_bytes`.
@@ -237,55 +294,36 @@ def allreduce_many(tensors: Sequence[Tensor], op: str = "sum", bucket_bytes: int
     Each bucket is one non-blocking MPI allreduce: while it is in flight the next bucket is copied out of the
     devices, so communication overlaps the host copies. `check_shapes=False` skips the (one small message) check
     that every rank passed the same shapes, for loops that already know it."""
-    group = _require()
-    mpi_op = _mpi_op(group, op)
-    tensors = list(tensors)
-    if not tensors:
-        return []
-    if check_shapes:
-        _check_same_shapes(tensors, f"allreduce({op!r})")
-    integers = sorted({tensor.dtype.name for tensor in tensors if _wire_dtype(tensor.dtype).kind not in "fc"})
-    if op == "mean" and integers:
-        raise TypeError(f"allreduce 'mean' of {', '.join(integers)} tensors would round: use 'sum' and divide, or "
-                        "cast to a float dtype first")
-    Tensor.realize(*tensors)
-    results: list[numpy.ndarray | None] = [None] * len(tensors)
-    pending: list[tuple[Any, numpy.ndarray, list[int], list[numpy.ndarray]]] = []
-    for indices in _buckets(tensors, bucket_bytes):
-        arrays = [_host_array(tensors[index]) for index in indices]
-        flat = _pack(arrays)
-        started = time.perf_counter()
-        request = group.comm.Iallreduce(group.mpi.IN_PLACE, flat, op=mpi_op)
-        stats.add("allreduce", time.perf_counter() - started, flat.nbytes)
-        pending.append((request, flat, indices, arrays))
-    for request, flat, indices, arrays in pending:
-        started = time.perf_counter()
-        request.Wait()
-        # what counts is the time spent starting and waiting; a bucket in flight behind other work costs nothing
-        stats.add("allreduce", time.perf_counter() - started, 0, call=False)
-        if op == "mean":
-            flat /= group.comm.Get_size()
-        for index, values in zip(indices, _unpack(flat, arrays), strict=True):
-            results[index] = values
-    return [_like(values, tensor) for values, tensor in zip(results, tensors, strict=True) if values is not None]
+    return start_allreduce(tensors, op, bucket_bytes, check_shapes).wait()
 
 
-def allreduce_gradients(params: Sequence[Tensor], average: bool = True,
-                        bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
-    """Replace each parameter's `.grad` by its mean (or sum, `average=False`) over the ranks.
-
-    Call it after `loss.backward()` and before `optimizer.step()`: with every rank's loss a mean over its part of
-    the batch, the mean of the gradients is the gradient of the loss over the whole (global) batch. Buckets are
-    filled from the last parameter backwards, the order in which backward finishes them in a model's usual layout."""
-    params = list(params)
+def _gradients_of(params: list[Tensor]) -> list[Tensor]:
     missing = [index for index, param in enumerate(params) if param.grad is None]
     if missing:
         raise DistributedError(f"parameter(s) {missing} have no gradient: call loss.backward() before "
                                "allreduce_gradients(), and pass only parameters the loss depends on")
-    gradients = [param.grad for param in reversed(params) if param.grad is not None]
-    reduced = allreduce_many(gradients, "mean" if average else "sum", bucket_bytes)
-    for param, gradient in zip(reversed(params), reduced, strict=True):
-        param.grad = gradient
+    return [param.grad for param in reversed(params) if param.grad is not None]
+
+
+def allreduce_gradients(params: Sequence[Tensor], average: bool = True, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                        wait: bool = True) -> PendingAllreduce:
+    """Replace each parameter's `.grad` by its mean (or sum, `average=False`) over the ranks.
+
+    Call it after `loss.backward()` and before `optimizer.step()`: with every rank's loss a mean over its part of
+    the batch, the mean of the gradients is the gradient of the loss over the whole (global) batch. Buckets are
+    filled from the last parameter backwards, the order in which backward finishes them in a model's usual layout.
+    With `wait=False` it returns with the transfers in flight and the gradients are replaced when the returned
+    handle's `wait()` is called (do other work in between, and call it before the optimizer steps)."""
+    params = list(params)
+    pending = start_allreduce(_gradients_of(params), "mean" if average else "sum", bucket_bytes)
+
+    def assign(reduced: list[Tensor]) -> None:
+        for param, gradient in zip(reversed(params), reduced, strict=True):
+            param.grad = gradient
+    pending.on_done = assign
+    if wait:
+        pending.wait()
+    return pending
 
 
 def shard_indices(length: int, rank_index: int | None = None, size: int | None = None) -> range:
@@ -335,5 +373,6 @@ def _unpack(flat: numpy.ndarray, arrays: Sequence[numpy.ndarray]) -> list[numpy.
 
 
 __all__ = ["init", "is_initialized", "launched", "rank", "world_size", "barrier", "broadcast", "broadcast_many",
-           "broadcast_parameters", "allreduce", "allreduce_many", "allreduce_gradients", "shard_indices", "stats",
+           "broadcast_parameters", "allreduce", "allreduce_many", "start_allreduce", "PendingAllreduce",
+           "allreduce_gradients", "shard_indices", "stats",
            "reset_stats", "CommunicationStats", "DistributedError", "MPIUnavailableError"]

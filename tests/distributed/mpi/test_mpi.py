@@ -185,3 +185,19 @@ def test_a_plain_process_may_run_as_a_group_of_one() -> None:
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.split("\n")[-2] == "0 1 [1.5, 2.5]"
     distributed.barrier()
+
+
+def test_gradients_reduced_while_other_work_runs() -> None:
+    """allreduce_gradients(wait=False): the gradients are replaced only at wait(), with the same values."""
+    x, y, weight = global_batch()
+    param = Tensor(weight, requires_grad=True)
+    local_loss(param).backward()
+    local = param.grad
+    pending = distributed.allreduce_gradients([param], wait=False)
+    assert param.grad is local  # nothing replaced yet
+    overlapped = (Tensor(x) * 2).sum().numpy()  # other work while the transfer is in flight
+    pending.wait()
+    assert param.grad is not None and param.grad is not local
+    np.testing.assert_allclose(param.grad.numpy(), numpy_gradient(x, y, weight), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(overlapped, (x * 2).sum(), rtol=1e-5)
+    assert pending.wait()[0] is param.grad  # a second wait gives the same tensors
