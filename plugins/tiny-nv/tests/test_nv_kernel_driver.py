@@ -182,3 +182,34 @@ def test_batched_bfloat16_tensor_core_matmul_runs_through_qmds() -> None:
     result = subprocess.run([sys.executable, "-c", TENSOR_CORE_SCRIPT], capture_output=True, text=True,
                             env=environment, timeout=300)
     assert result.stdout.strip().splitlines()[-1:] == ["True [2, 2, 2] 32"], result.stdout + result.stderr[-3000:]
+
+
+WRONG_QMD_SCRIPT = """
+import sys
+import numpy
+from tinycore import Tensor
+import tiny_nv.nv_hcq as nv_hcq
+loaded = nv_hcq.NVQueueProgram.__init__
+def wrong(self, device, name, lib):
+    loaded(self, device, name, lib)
+    if sys.argv[1] == "registers":
+        self.register_count += 1
+    else:
+        self.parameters_size -= 16
+nv_hcq.NVQueueProgram.__init__ = wrong
+try:
+    (Tensor(numpy.ones((4, 4), numpy.float32)) * 3).numpy()
+except Exception as error:
+    print(type(error).__name__, str(error).splitlines()[-1])
+"""
+
+
+@pytest.mark.parametrize(("change", "message"), [("registers", "registers, the kernel uses"),
+                                                 ("parameters", "the kernel's parameters end at")])
+def test_the_mock_gpu_refuses_a_qmd_that_does_not_fit_the_kernel(change: str, message: str) -> None:
+    """A QMD whose register count differs from the CUBIN's, or whose constant buffer 0 does not cover the
+    parameters, is refused by the simulated GPU (it would fault or compute garbage on hardware)."""
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
+    result = subprocess.run([sys.executable, "-c", WRONG_QMD_SCRIPT, change], capture_output=True, text=True,
+                            env=environment, timeout=300)
+    assert message in result.stdout, result.stdout + result.stderr[-3000:]

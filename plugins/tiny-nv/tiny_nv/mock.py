@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from tiny_nv import nvcmd
 from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
@@ -85,6 +86,7 @@ class MockGPU(MockMemory):
         self.semaphore_releases = 0
         self.running = False
         self.last_qmd = b""  # the QMD of the latest launch (tests read its fields)
+        self.images: dict[int, Any] = {}  # program address -> the CUBIN facts of the kernel there
 
     # ---- channels ----
 
@@ -228,6 +230,7 @@ class MockGPU(MockMemory):
         if program is None:
             program = self.programs[program_address] = self._load_program(program_address)
         self._check_launch(program, grid, block)
+        self._check_qmd(layout, qmd, program_address, program)
         run_kernel(self, program, constants + layout.arguments_offset)
         self.launches += 1
         self.last_qmd = bytes(qmd)
@@ -235,13 +238,43 @@ class MockGPU(MockMemory):
     def _load_program(self, program_address: int) -> Program:
         """The interpreter program of the code object at `program_address`, or of the one whose CUBIN's text the
         address points into (the kernel driver's interface points QMDs at the machine code inside the upload)."""
+        from tiny_nv.cubin import _sections, kernel_image
         from tiny_nv.warp import WarpProgram
         try:
             uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
+            return WarpProgram(uops)
         except ValueError:
             start = self.starts[bisect.bisect_right(self.starts, program_address) - 1]
-            uops, _cubin = unpack_mock_binary(self.view(start, self.extent(start)))
+        data = self.view(start, self.extent(start))
+        uops, cubin = unpack_mock_binary(data)
+        cubin_at = start + 16 + int.from_bytes(bytes(data[8:12]), "little")
+        kernels = [name[6:] for name in _sections(cubin) if name.startswith(".text.")] if cubin else []
+        image = next((image for image in (kernel_image(cubin, name) for name in kernels)
+                      if cubin_at + image.text_offset == program_address), None)
+        if image is None:
+            raise ValueError(f"{self.name}: the QMD's program address {program_address:#x} is not the start of a "
+                             "kernel's code in the upload")
+        self.images[program_address] = image
         return WarpProgram(uops)
+
+    def _check_qmd(self, layout: nvcmd.QMDLayout, qmd: memoryview, program_address: int, program: Program) -> None:
+        """What the hardware would need of the QMD beyond the grid: constant buffer 0 covering the parameters, and
+        (when the kernel's CUBIN is known) its register count and shared memory."""
+        buffers = sum(1 for uop in program.uops if uop.op is Ops.DEFINE_GLOBAL)
+        values = len({uop.arg[0] for uop in program.uops if uop.op is Ops.DEFINE_VAR})
+        needed, size = layout.arguments_offset + 8 * buffers + 4 * values, 16 * layout.get(
+            qmd, "CONSTANT_BUFFER_SIZE_SHIFTED4_0")
+        if size < needed:
+            raise ValueError(f"{self.name}: constant buffer 0 is {size} bytes, the kernel's parameters end at {needed}")
+        image = self.images.get(program_address)
+        if image is None:
+            return
+        if layout.major_version == 4 and layout.get(qmd, "REGISTER_COUNT") != image.registers:
+            raise ValueError(f"{self.name}: the QMD gives {layout.get(qmd, 'REGISTER_COUNT')} registers, the kernel "
+                             f"uses {image.registers}")
+        if layout.get(qmd, "SHARED_MEMORY_SIZE") < image.shared_bytes:
+            raise ValueError(f"{self.name}: the QMD gives {layout.get(qmd, 'SHARED_MEMORY_SIZE')} bytes of shared "
+                             f"memory, the kernel declares {image.shared_bytes}")
 
     def _check_launch(self, program: Program, grid: list[int], block: list[int]) -> None:
         """The QMD's grid and block must be the sizes the program's thread indices were made for."""
