@@ -135,20 +135,20 @@ class CreationMixin:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
-    def full_like(self: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
+    def full_like(self: Tensor, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
                   **kw: Any) -> Tensor:
         """A tensor shaped like this one filled with `fill_value` (this tensor's dtype and device by default)."""
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kw)
 
-    def zeros_like(self: Any, **kwargs: Any) -> Tensor:
+    def zeros_like(self: Tensor, **kwargs: Any) -> Tensor:
         """Zeros shaped like this tensor."""
         return self.full_like(0, **kwargs)
 
-    def ones_like(self: Any, **kwargs: Any) -> Tensor:
+    def ones_like(self: Tensor, **kwargs: Any) -> Tensor:
         """Ones shaped like this tensor."""
         return self.full_like(1, **kwargs)
 
-    def empty_like(self: Any, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+    def empty_like(self: Tensor, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
         """An uninitialised tensor shaped like this one."""
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
@@ -365,7 +365,7 @@ class CreationMixin:
             result.requires_grad = requires_grad
         return result
 
-    def rand_like(self: Any, **kwargs: Any) -> Tensor:
+    def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
         """Uniform random values shaped like this tensor (its dtype and device unless given)."""
         return type(self).rand(*self.shape, device=kwargs.pop("device", self.device),
                                dtype=kwargs.pop("dtype", self.dtype), **kwargs)
@@ -380,7 +380,7 @@ class CreationMixin:
             result.requires_grad = requires_grad
         return result
 
-    def randn_like(self: Any, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
         """Standard normal values shaped like this tensor (this tensor's dtype unless given)."""
         target = to_dtype(dtype or self.dtype)
         uniform = self.stack(self).rand_like(**{**kwargs, "dtype": dtypes.float32})
@@ -461,7 +461,7 @@ class CreationMixin:
         """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
         return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
 
-    def multinomial(self: Any, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
         """`num_samples` indices drawn from the (unnormalised) weights along the last axis of a 1-D or 2-D tensor.
 
         With replacement (or one sample), each draw counts the cumulative probabilities it reaches; without, the

@@ -29,7 +29,7 @@ class ElementwiseMixin:
 
     # ---- broadcasting and promotion ----
 
-    def _broadcast_to(self: Any, shape: tuple[int, ...]) -> Tensor:
+    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
         """This tensor broadcast to `shape` (new axes on the left, size-1 axes stretched)."""
         if self.shape == shape:
             return self
@@ -41,7 +41,7 @@ class ElementwiseMixin:
         padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
         return self._result(self.uop.reshape(padded).expand(shape))
 
-    def _operand(self: Any, value: Any, dtype: DType | None = None) -> Tensor:
+    def _operand(self: Tensor, value: Any, dtype: DType | None = None) -> Tensor:
         """`value` as a tensor on this device (scalars become constants of `dtype` or their own dtype)."""
         if _is_tensor(value):
             if value.device != self.device:
@@ -54,7 +54,8 @@ class ElementwiseMixin:
             return type(self)(value, device=self.device)
         raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__} {value!r}")
 
-    def _broadcasted(self: Any, other: Any, reverse: bool = False, match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    def _broadcasted(self: Tensor, other: Any, reverse: bool = False,
+                     match_dtype: bool = True) -> tuple[Tensor, Tensor]:
         """This tensor and `other` broadcast to one shape and promoted to one dtype (swapped if `reverse`)."""
         if _is_tensor(other):
             first, second = self, self._operand(other)
@@ -72,12 +73,12 @@ class ElementwiseMixin:
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
         return (second, first) if reverse else (first, second)
 
-    def _binary(self: Any, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    def _binary(self: Tensor, op: Ops, other: Any, reverse: bool = False) -> Tensor:
         """The ALU op `op` on this tensor and `other` broadcast and promoted."""
         first, second = self._broadcasted(other, reverse)
         return first._alu(op, second)
 
-    def _require(self: Any, kinds: str, name: str) -> None:
+    def _require(self: Tensor, kinds: str, name: str) -> None:
         """An error unless this tensor's dtype is of one of `kinds` ('f' float, 'i' int, 'b' bool)."""
         kind = "f" if dtypes.is_float(self.dtype) else "b" if self.dtype == dtypes.bool else "i"
         if kind not in kinds:
@@ -85,34 +86,34 @@ class ElementwiseMixin:
             raise TypeError(f"{name} is not defined for {self.dtype} tensors; it needs "
                             f"{' or '.join(wanted[k] for k in kinds)} dtypes")
 
-    def _float(self: Any) -> Tensor:
+    def _float(self: Tensor) -> Tensor:
         """This tensor cast to a floating point dtype (int and bool to the default float)."""
         return self.cast(least_upper_float(self.dtype))
 
     # ---- arithmetic ----
 
-    def add(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def add(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self + x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.ADD, second)
 
-    def sub(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def sub(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self - x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^ instead")
         return first._alu(Ops.ADD, second._alu(Ops.NEG))
 
-    def mul(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def mul(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self * x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
         return first._alu(Ops.MUL, second)
 
-    def div(self: Any, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    def div(self: Tensor, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """self / x: true division, or rounded with rounding_mode 'trunc' or 'floor'."""
         first, second = self._broadcasted(x, reverse)
         if rounding_mode is None:
@@ -126,7 +127,7 @@ class ElementwiseMixin:
             return first._floordiv(second)
         raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
-    def _floordiv(self: Any, other: Tensor) -> Tensor:
+    def _floordiv(self: Tensor, other: Tensor) -> Tensor:
         """Floor division of two broadcast tensors of one dtype."""
         if dtypes.is_int(self.dtype):
             quotient = self._alu(Ops.IDIV, other)
@@ -137,7 +138,7 @@ class ElementwiseMixin:
             raise TypeError("floor division of bool tensors is not supported: cast to int first")
         return self._alu(Ops.FDIV, other).floor()
 
-    def _mod(self: Any, other: Tensor) -> Tensor:
+    def _mod(self: Tensor, other: Tensor) -> Tensor:
         """Python-style remainder (sign of the divisor) of two broadcast tensors of one dtype."""
         if dtypes.is_int(self.dtype):
             remainder = self._alu(Ops.MOD, other)
@@ -147,19 +148,19 @@ class ElementwiseMixin:
             raise TypeError("remainder of bool tensors is not supported: cast to int first")
         return self - other * self._alu(Ops.FDIV, other).floor()
 
-    def mod(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def mod(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self % x with the sign of x (Python and torch.remainder semantics)."""
         first, second = self._broadcasted(x, reverse)
         return first._mod(second)
 
-    def fmod(self: Any, x: Any) -> Tensor:
+    def fmod(self: Tensor, x: Any) -> Tensor:
         """Remainder with the sign of self (C fmod semantics)."""
         first, second = self._broadcasted(x)
         if dtypes.is_int(first.dtype):
             return first._alu(Ops.MOD, second)
         return first - second * first._alu(Ops.FDIV, second).trunc()
 
-    def pow(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self ** x (x ** self when `reverse`)."""
         if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and dtypes.is_int(self.dtype):
             raise DTypeMismatchError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not an "
@@ -187,7 +188,7 @@ class ElementwiseMixin:
             return result.round().cast(result_dtype)
         return result.cast(result_dtype)
 
-    def _pow_scalar(self: Any, exponent: int | float) -> Tensor | None:
+    def _pow_scalar(self: Tensor, exponent: int | float) -> Tensor | None:
         """Exact shortcuts for small integer exponents and 0.5 (None: use the general formula)."""
         if exponent == 0.5 and isinstance(exponent, float):
             return self._float().sqrt()
@@ -212,21 +213,21 @@ class ElementwiseMixin:
             return self.ones_like()
         return result.reciprocal() if exponent < 0 else result
 
-    def maximum(self: Any, x: Any) -> Tensor:
+    def maximum(self: Tensor, x: Any) -> Tensor:
         """Elementwise maximum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.MAX, second)
 
-    def minimum(self: Any, x: Any) -> Tensor:
+    def minimum(self: Tensor, x: Any) -> Tensor:
         """Elementwise minimum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
         return first._inverse()._alu(Ops.MAX, second._inverse())._inverse()
 
-    def _inverse(self: Any) -> Tensor:
+    def _inverse(self: Tensor) -> Tensor:
         """An order-reversing bijection (neg for floats, bitwise not for ints, logical not for bool)."""
         if dtypes.is_float(self.dtype):
             return self._alu(Ops.NEG)
@@ -234,7 +235,7 @@ class ElementwiseMixin:
             return self.logical_not()
         return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
 
-    def clip(self: Any, min_: Any = None, max_: Any = None) -> Tensor:
+    def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """Values limited to [min_, max_] (either bound may be None, not both)."""
         if min_ is None and max_ is None:
             raise ValueError("clip needs at least one of min_ and max_")
@@ -245,29 +246,29 @@ class ElementwiseMixin:
             result = result.minimum(max_)
         return result
 
-    def clamp(self: Any, min_: Any = None, max_: Any = None) -> Tensor:
+    def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """Alias of clip."""
         return self.clip(min_, max_)
 
-    def neg(self: Any) -> Tensor:
+    def neg(self: Tensor) -> Tensor:
         """-self (logical not for bool)."""
         return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
 
-    def abs(self: Any) -> Tensor:
+    def abs(self: Tensor) -> Tensor:
         """|self|."""
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
         # the middle branch makes the gradient at 0 zero (as torch's sign(x)); it is x * 0 so nan stays nan
         return (self < 0).where(-self, (self > 0).where(self, self * 0))
 
-    def sign(self: Any) -> Tensor:
+    def sign(self: Tensor) -> Tensor:
         """-1, 0 or 1 by the sign of each element (nan stays nan)."""
         if self.dtype == dtypes.bool:
             return self
         result = (self < 0).where(self._const(-1), self.ne(0).where(self._const(1), self._const(0)))
         return result + self * 0 if dtypes.is_float(self.dtype) else result
 
-    def copysign(self: Any, other: Any) -> Tensor:
+    def copysign(self: Tensor, other: Any) -> Tensor:
         """|self| with the sign of `other`."""
         first, second = self._broadcasted(other)
         first = first._float()
@@ -275,250 +276,250 @@ class ElementwiseMixin:
             else second < 0
         return negative.where(-first.abs(), first.abs())
 
-    def square(self: Any) -> Tensor:
+    def square(self: Tensor) -> Tensor:
         """self * self."""
         return self * self
 
-    def lerp(self: Any, end: Any, weight: Any) -> Tensor:
+    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
         """self + (end - self) * weight."""
         return self + (end - self) * weight
 
     # ---- operators ----
 
-    def __neg__(self: Any) -> Tensor:
+    def __neg__(self: Tensor) -> Tensor:
         """-self."""
         return self.neg()
 
-    def __add__(self: Any, x: Any) -> Tensor:
+    def __add__(self: Tensor, x: Any) -> Tensor:
         """self + x."""
         return self.add(x)
 
-    def __radd__(self: Any, x: Any) -> Tensor:
+    def __radd__(self: Tensor, x: Any) -> Tensor:
         """x + self."""
         return self.add(x, True)
 
-    def __sub__(self: Any, x: Any) -> Tensor:
+    def __sub__(self: Tensor, x: Any) -> Tensor:
         """self - x."""
         return self.sub(x)
 
-    def __rsub__(self: Any, x: Any) -> Tensor:
+    def __rsub__(self: Tensor, x: Any) -> Tensor:
         """x - self."""
         return self.sub(x, True)
 
-    def __mul__(self: Any, x: Any) -> Tensor:
+    def __mul__(self: Tensor, x: Any) -> Tensor:
         """self * x."""
         return self.mul(x)
 
-    def __rmul__(self: Any, x: Any) -> Tensor:
+    def __rmul__(self: Tensor, x: Any) -> Tensor:
         """x * self."""
         return self.mul(x, True)
 
-    def __truediv__(self: Any, x: Any) -> Tensor:
+    def __truediv__(self: Tensor, x: Any) -> Tensor:
         """self / x (true division)."""
         return self.div(x)
 
-    def __rtruediv__(self: Any, x: Any) -> Tensor:
+    def __rtruediv__(self: Tensor, x: Any) -> Tensor:
         """x / self (true division)."""
         return self.div(x, True)
 
-    def __floordiv__(self: Any, x: Any) -> Tensor:
+    def __floordiv__(self: Tensor, x: Any) -> Tensor:
         """self // x (floor division)."""
         return self.div(x, rounding_mode="floor")
 
-    def __rfloordiv__(self: Any, x: Any) -> Tensor:
+    def __rfloordiv__(self: Tensor, x: Any) -> Tensor:
         """x // self (floor division)."""
         return self.div(x, True, rounding_mode="floor")
 
-    def __mod__(self: Any, x: Any) -> Tensor:
+    def __mod__(self: Tensor, x: Any) -> Tensor:
         """self % x."""
         return self.mod(x)
 
-    def __rmod__(self: Any, x: Any) -> Tensor:
+    def __rmod__(self: Tensor, x: Any) -> Tensor:
         """x % self."""
         return self.mod(x, True)
 
-    def __pow__(self: Any, x: Any) -> Tensor:
+    def __pow__(self: Tensor, x: Any) -> Tensor:
         """self ** x."""
         return self.pow(x)
 
-    def __rpow__(self: Any, x: Any) -> Tensor:
+    def __rpow__(self: Tensor, x: Any) -> Tensor:
         """x ** self."""
         return self.pow(x, True)
 
-    def __and__(self: Any, x: Any) -> Tensor:
+    def __and__(self: Tensor, x: Any) -> Tensor:
         """self & x."""
         return self.bitwise_and(x)
 
-    def __rand__(self: Any, x: Any) -> Tensor:
+    def __rand__(self: Tensor, x: Any) -> Tensor:
         """x & self."""
         return self.bitwise_and(x, True)
 
-    def __or__(self: Any, x: Any) -> Tensor:
+    def __or__(self: Tensor, x: Any) -> Tensor:
         """self | x."""
         return self.bitwise_or(x)
 
-    def __ror__(self: Any, x: Any) -> Tensor:
+    def __ror__(self: Tensor, x: Any) -> Tensor:
         """x | self."""
         return self.bitwise_or(x, True)
 
-    def __xor__(self: Any, x: Any) -> Tensor:
+    def __xor__(self: Tensor, x: Any) -> Tensor:
         """self ^ x."""
         return self.bitwise_xor(x)
 
-    def __rxor__(self: Any, x: Any) -> Tensor:
+    def __rxor__(self: Tensor, x: Any) -> Tensor:
         """x ^ self."""
         return self.bitwise_xor(x, True)
 
-    def __lshift__(self: Any, x: Any) -> Tensor:
+    def __lshift__(self: Tensor, x: Any) -> Tensor:
         """self << x."""
         return self.lshift(x)
 
-    def __rshift__(self: Any, x: Any) -> Tensor:
+    def __rshift__(self: Tensor, x: Any) -> Tensor:
         """self >> x."""
         return self.rshift(x)
 
-    def __rlshift__(self: Any, x: Any) -> Tensor:
+    def __rlshift__(self: Tensor, x: Any) -> Tensor:
         """x << self."""
         return self.lshift(x, True)
 
-    def __rrshift__(self: Any, x: Any) -> Tensor:
+    def __rrshift__(self: Tensor, x: Any) -> Tensor:
         """x >> self."""
         return self.rshift(x, True)
 
-    def __invert__(self: Any) -> Tensor:
+    def __invert__(self: Tensor) -> Tensor:
         """~self (bitwise not)."""
         return self.bitwise_not()
 
-    def __lt__(self: Any, x: Any) -> Tensor:
+    def __lt__(self: Tensor, x: Any) -> Tensor:
         """self < x as bool."""
         return self._binary(Ops.CMPLT, x)
 
-    def __gt__(self: Any, x: Any) -> Tensor:
+    def __gt__(self: Tensor, x: Any) -> Tensor:
         """self > x as bool."""
         return self._binary(Ops.CMPLT, x, True)
 
-    def __le__(self: Any, x: Any) -> Tensor:
+    def __le__(self: Tensor, x: Any) -> Tensor:
         """self <= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return first._alu(Ops.CMPLT, second) | first._alu(Ops.CMPEQ, second)
 
-    def __ge__(self: Any, x: Any) -> Tensor:
+    def __ge__(self: Tensor, x: Any) -> Tensor:
         """self >= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return second._alu(Ops.CMPLT, first) | first._alu(Ops.CMPEQ, second)
 
-    def __eq__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+    def __eq__(self: Tensor, x: Any) -> Tensor:  # type: ignore[override]
         """self == x as a bool tensor (not a Python bool)."""
         return self.eq(x)
 
-    def __ne__(self: Any, x: Any) -> Tensor:  # type: ignore[override]
+    def __ne__(self: Tensor, x: Any) -> Tensor:  # type: ignore[override]
         """self != x as a bool tensor (not a Python bool)."""
         return self.ne(x)
 
-    def _inplace(self: Any, result: Tensor) -> Tensor:
+    def _inplace(self: Tensor, result: Tensor) -> Tensor:
         """self == x as a bool tensor."""
         return self.assign(result)
 
-    def __iadd__(self: Any, x: Any) -> Tensor:
+    def __iadd__(self: Tensor, x: Any) -> Tensor:
         """self += x (assigns)."""
         return self._inplace(self + x)
 
-    def __isub__(self: Any, x: Any) -> Tensor:
+    def __isub__(self: Tensor, x: Any) -> Tensor:
         """self -= x (assigns)."""
         return self._inplace(self - x)
 
-    def __imul__(self: Any, x: Any) -> Tensor:
+    def __imul__(self: Tensor, x: Any) -> Tensor:
         """self *= x (assigns)."""
         return self._inplace(self * x)
 
-    def __itruediv__(self: Any, x: Any) -> Tensor:
+    def __itruediv__(self: Tensor, x: Any) -> Tensor:
         """self /= x (assigns)."""
         return self._inplace(self / x)
 
-    def __ifloordiv__(self: Any, x: Any) -> Tensor:
+    def __ifloordiv__(self: Tensor, x: Any) -> Tensor:
         """self //= x (assigns)."""
         return self._inplace(self // x)
 
-    def __imod__(self: Any, x: Any) -> Tensor:
+    def __imod__(self: Tensor, x: Any) -> Tensor:
         """self %= x (assigns)."""
         return self._inplace(self % x)
 
-    def __ipow__(self: Any, x: Any) -> Tensor:
+    def __ipow__(self: Tensor, x: Any) -> Tensor:
         """self **= x (assigns)."""
         return self._inplace(self ** x)
 
-    def __iand__(self: Any, x: Any) -> Tensor:
+    def __iand__(self: Tensor, x: Any) -> Tensor:
         """self &= x (assigns)."""
         return self._inplace(self & x)
 
-    def __ior__(self: Any, x: Any) -> Tensor:
+    def __ior__(self: Tensor, x: Any) -> Tensor:
         """self |= x (assigns)."""
         return self._inplace(self | x)
 
-    def __ixor__(self: Any, x: Any) -> Tensor:
+    def __ixor__(self: Tensor, x: Any) -> Tensor:
         """self ^= x (assigns)."""
         return self._inplace(self ^ x)
 
-    def __ilshift__(self: Any, x: Any) -> Tensor:
+    def __ilshift__(self: Tensor, x: Any) -> Tensor:
         """self <<= x (assigns)."""
         return self._inplace(self << x)
 
-    def __irshift__(self: Any, x: Any) -> Tensor:
+    def __irshift__(self: Tensor, x: Any) -> Tensor:
         """self >>= x (assigns)."""
         return self._inplace(self >> x)
 
     # ---- comparison and logic ----
 
-    def eq(self: Any, x: Any) -> Tensor:
+    def eq(self: Tensor, x: Any) -> Tensor:
         """self == x as bool."""
         return self._binary(Ops.CMPEQ, x)
 
-    def ne(self: Any, x: Any) -> Tensor:
+    def ne(self: Tensor, x: Any) -> Tensor:
         """self != x as bool."""
         return self._binary(Ops.CMPNE, x)
 
-    def logical_not(self: Any) -> Tensor:
+    def logical_not(self: Tensor) -> Tensor:
         """True where self is zero/False."""
         if self.dtype == dtypes.bool:
             return self._alu(Ops.CMPNE, self._const(True))
         return self.eq(0)
 
-    def _bitwise(self: Any, op: Ops, x: Any, reverse: bool, name: str) -> Tensor:
+    def _bitwise(self: Tensor, op: Ops, x: Any, reverse: bool, name: str) -> Tensor:
         """The bitwise op `op` on broadcast integer or bool operands."""
         first, second = self._broadcasted(x, reverse)
         first._require("ib", name)
         return first._alu(op, second)
 
-    def bitwise_and(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) and."""
         return self._bitwise(Ops.AND, x, reverse, "bitwise_and")
 
-    def bitwise_or(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) or."""
         return self._bitwise(Ops.OR, x, reverse, "bitwise_or")
 
-    def bitwise_xor(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) exclusive or."""
         return self._bitwise(Ops.XOR, x, reverse, "bitwise_xor")
 
-    def bitwise_not(self: Any) -> Tensor:
+    def bitwise_not(self: Tensor) -> Tensor:
         """Bitwise not (logical not for bool)."""
         self._require("ib", "bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._inverse()
 
-    def lshift(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def lshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self << x (integers)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "lshift")
         return first._alu(Ops.SHL, second)
 
-    def rshift(self: Any, x: Any, reverse: bool = False) -> Tensor:
+    def rshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
         """self >> x (integers; arithmetic shift for signed types)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "rshift")
         return first._alu(Ops.SHR, second)
 
-    def where(self: Any, x: Any, y: Any) -> Tensor:
+    def where(self: Tensor, x: Any, y: Any) -> Tensor:
         """x where self is true, else y (broadcast together)."""
         condition = self if self.dtype == dtypes.bool else self.ne(0)
         if _is_tensor(x):
@@ -532,15 +533,15 @@ class ElementwiseMixin:
         condition, x_tensor, y_tensor = (tensor._broadcast_to(shape) for tensor in (condition, x_tensor, y_tensor))
         return condition._alu(Ops.WHERE, x_tensor, y_tensor)
 
-    def masked_fill(self: Any, mask: Any, value: Any) -> Tensor:
+    def masked_fill(self: Tensor, mask: Any, value: Any) -> Tensor:
         """`value` where mask is true, else self."""
         return mask.where(value, self)
 
-    def isnan(self: Any) -> Tensor:
+    def isnan(self: Tensor) -> Tensor:
         """True where the value is nan."""
         return self.ne(self) if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
 
-    def isinf(self: Any, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
         """True where the value is +inf (detect_positive) or -inf (detect_negative)."""
         if not dtypes.is_float(self.dtype):
             return self._const(False, dtypes.bool)
@@ -548,11 +549,11 @@ class ElementwiseMixin:
         negative = self.eq(-math.inf) if detect_negative else self._const(False, dtypes.bool)
         return positive | negative
 
-    def isfinite(self: Any) -> Tensor:
+    def isfinite(self: Tensor) -> Tensor:
         """True where the value is neither inf nor nan."""
         return (self.isinf() | self.isnan()).logical_not()
 
-    def isclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
         """True where self == other or, both finite, |self - other| <= atol + rtol * |other| (as torch: an infinity is
         close only to itself); nan is close to nan only with equal_nan."""
         first, second = self._broadcasted(other)
@@ -562,65 +563,65 @@ class ElementwiseMixin:
             close = close | (first.isnan() & second.isnan())
         return close
 
-    def allclose(self: Any, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
         """True when isclose holds everywhere."""
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
     # ---- math ----
 
-    def exp(self: Any) -> Tensor:
+    def exp(self: Tensor) -> Tensor:
         """e ** self."""
         return (self._float() * _LOG2_E)._alu(Ops.EXP2)
 
-    def exp2(self: Any) -> Tensor:
+    def exp2(self: Tensor) -> Tensor:
         """2 ** self."""
         return self._float()._alu(Ops.EXP2)
 
-    def log(self: Any) -> Tensor:
+    def log(self: Tensor) -> Tensor:
         """Natural logarithm."""
         return self._float()._alu(Ops.LOG2) * _LN_2
 
-    def log2(self: Any) -> Tensor:
+    def log2(self: Tensor) -> Tensor:
         """Base-2 logarithm."""
         return self._float()._alu(Ops.LOG2)
 
-    def log10(self: Any) -> Tensor:
+    def log10(self: Tensor) -> Tensor:
         """Base-10 logarithm."""
         return self.log2() * (1 / math.log2(10))
 
-    def log1p(self: Any) -> Tensor:
+    def log1p(self: Tensor) -> Tensor:
         """log(1 + self)."""
         return (self._float() + 1).log()
 
-    def expm1(self: Any) -> Tensor:
+    def expm1(self: Tensor) -> Tensor:
         """exp(self) - 1."""
         return self.exp() - 1
 
-    def sqrt(self: Any) -> Tensor:
+    def sqrt(self: Tensor) -> Tensor:
         """Square root."""
         return self._float()._alu(Ops.SQRT)
 
-    def rsqrt(self: Any) -> Tensor:
+    def rsqrt(self: Tensor) -> Tensor:
         """1 / sqrt(self)."""
         return self.sqrt().reciprocal()
 
-    def reciprocal(self: Any) -> Tensor:
+    def reciprocal(self: Tensor) -> Tensor:
         """1 / self."""
         return self._float()._alu(Ops.RECIPROCAL)
 
-    def sin(self: Any) -> Tensor:
+    def sin(self: Tensor) -> Tensor:
         """Sine."""
         return self._float()._alu(Ops.SIN)
 
-    def cos(self: Any) -> Tensor:
+    def cos(self: Tensor) -> Tensor:
         """Cosine (as sin(pi/2 - x))."""
         return ((math.pi / 2) - self._float())._alu(Ops.SIN)
 
-    def tan(self: Any) -> Tensor:
+    def tan(self: Tensor) -> Tensor:
         """Tangent."""
         return self.sin() / self.cos()
 
-    def atan(self: Any) -> Tensor:
+    def atan(self: Tensor) -> Tensor:
         """Inverse tangent, by range reduction to |t| <= tan(pi/8) and its Taylor series."""
         x = self._float()
         magnitude = x.abs()
@@ -637,62 +638,62 @@ class ElementwiseMixin:
         angle = large.where(math.pi / 2 - angle, angle)
         return (x < 0).where(-angle, angle)
 
-    def asin(self: Any) -> Tensor:
+    def asin(self: Tensor) -> Tensor:
         """Inverse sine."""
         x = self._float()
         return (x / (1 - x * x).sqrt()).atan()
 
-    def acos(self: Any) -> Tensor:
+    def acos(self: Tensor) -> Tensor:
         """Inverse cosine."""
         return math.pi / 2 - self.asin()
 
-    def sinh(self: Any) -> Tensor:
+    def sinh(self: Tensor) -> Tensor:
         """Hyperbolic sine."""
         return (self.exp() - self.neg().exp()) / 2
 
-    def cosh(self: Any) -> Tensor:
+    def cosh(self: Tensor) -> Tensor:
         """Hyperbolic cosine."""
         return (self.exp() + self.neg().exp()) / 2
 
-    def tanh(self: Any) -> Tensor:
+    def tanh(self: Tensor) -> Tensor:
         """Hyperbolic tangent (as 2 * sigmoid(2x) - 1)."""
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
-    def asinh(self: Any) -> Tensor:
+    def asinh(self: Tensor) -> Tensor:
         """Inverse hyperbolic sine."""
         x = self._float()
         magnitude = (x.abs() + (x * x + 1).sqrt()).log()
         return (x < 0).where(-magnitude, magnitude)
 
-    def acosh(self: Any) -> Tensor:
+    def acosh(self: Tensor) -> Tensor:
         """Inverse hyperbolic cosine."""
         x = self._float()
         return (x + (x * x - 1).sqrt()).log()
 
-    def atanh(self: Any) -> Tensor:
+    def atanh(self: Tensor) -> Tensor:
         """Inverse hyperbolic tangent."""
         x = self._float()
         return ((1 + x) / (1 - x)).log() * 0.5
 
-    def trunc(self: Any) -> Tensor:
+    def trunc(self: Tensor) -> Tensor:
         """Rounding toward zero."""
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
-    def floor(self: Any) -> Tensor:
+    def floor(self: Tensor) -> Tensor:
         """Rounding toward -inf."""
         if not dtypes.is_float(self.dtype):
             return self
         truncated = self.trunc()
         return (self < truncated).where(truncated - 1, truncated)
 
-    def ceil(self: Any) -> Tensor:
+    def ceil(self: Tensor) -> Tensor:
         """Rounding toward +inf."""
         if not dtypes.is_float(self.dtype):
             return self
         truncated = self.trunc()
         return (self > truncated).where(truncated + 1, truncated)
 
-    def round(self: Any) -> Tensor:
+    def round(self: Tensor) -> Tensor:
         """Rounding to the nearest integer, halves to even."""
         if not dtypes.is_float(self.dtype):
             return self
@@ -704,7 +705,7 @@ class ElementwiseMixin:
         at_half = fraction.abs().eq(0.5)
         return (fraction.abs() > 0.5).where(away, at_half.where(truncated_is_even.where(truncated, away), truncated))
 
-    def erf(self: Any) -> Tensor:
+    def erf(self: Tensor) -> Tensor:
         """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
         x = self._float()
         t = 1.0 / (1.0 + 0.3275911 * x.abs())
@@ -714,11 +715,11 @@ class ElementwiseMixin:
 
     # ---- activations ----
 
-    def relu(self: Any) -> Tensor:
+    def relu(self: Tensor) -> Tensor:
         """max(self, 0)."""
         return (self > 0).where(self, self._const(0))
 
-    def sigmoid(self: Any) -> Tensor:
+    def sigmoid(self: Tensor) -> Tensor:
         """1 / (1 + exp(-self)), computed from z = exp(-|self|) (never overflows): 1 / (1 + z) for self >= 0 and
         z / (1 + z) below, so values far below zero keep their precision and gradients stay finite everywhere."""
         x = self._float()
@@ -727,35 +728,35 @@ class ElementwiseMixin:
         positive_branch = (1.0 + z)._alu(Ops.RECIPROCAL)
         return negative.where(z * positive_branch, positive_branch)
 
-    def logsigmoid(self: Any) -> Tensor:
+    def logsigmoid(self: Tensor) -> Tensor:
         """log(sigmoid(self))."""
         return -(-self).softplus()
 
-    def hardsigmoid(self: Any, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
         """max(0, min(1, alpha * self + beta))."""
         return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
 
-    def leaky_relu(self: Any, neg_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
         """self where positive, else neg_slope * self."""
         return (self < 0).where(self * neg_slope, self)
 
-    def relu6(self: Any) -> Tensor:
+    def relu6(self: Tensor) -> Tensor:
         """min(max(self, 0), 6)."""
         return self.relu() - (self - 6).relu()
 
-    def elu(self: Any, alpha: float = 1.0) -> Tensor:
+    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """self where positive, else alpha * (exp(self) - 1)."""
         return self.relu() - alpha * (1 - self.exp()).relu()
 
-    def celu(self: Any, alpha: float = 1.0) -> Tensor:
+    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
         """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
         return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
 
-    def selu(self: Any, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
         """gamma * (x where positive, else alpha * (exp(x) - 1))."""
         return gamma * (self >= 0).where(self._float(), alpha * (self.exp() - 1))
 
-    def gelu(self: Any, approximate: str = "tanh") -> Tensor:
+    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
         """Gaussian error linear unit ('tanh' approximation or exact 'none')."""
         if approximate == "tanh":
             return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
@@ -763,53 +764,53 @@ class ElementwiseMixin:
             return 0.5 * self * (1 + (self / math.sqrt(2)).erf())
         raise ValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
 
-    def quick_gelu(self: Any) -> Tensor:
+    def quick_gelu(self: Tensor) -> Tensor:
         """self * sigmoid(1.702 * self)."""
         return self * (self * 1.702).sigmoid()
 
-    def silu(self: Any) -> Tensor:
+    def silu(self: Tensor) -> Tensor:
         """self * sigmoid(self)."""
         return self * self.sigmoid()
 
-    def swish(self: Any) -> Tensor:
+    def swish(self: Tensor) -> Tensor:
         """Alias of silu."""
         return self.silu()
 
-    def softplus(self: Any, beta: float = 1.0) -> Tensor:
+    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta (linear above beta * self = 20, like torch)."""
         scaled = self._float() * beta
         return (scaled > 20).where(self._float(), (1 + scaled.exp()).log() * (1 / beta))
 
-    def mish(self: Any) -> Tensor:
+    def mish(self: Tensor) -> Tensor:
         """self * tanh(softplus(self))."""
         return self * self.softplus().tanh()
 
-    def hardtanh(self: Any, min_val: float = -1, max_val: float = 1) -> Tensor:
+    def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
         """self limited to [min_val, max_val]."""
         return self.clip(min_val, max_val)
 
-    def hardswish(self: Any) -> Tensor:
+    def hardswish(self: Tensor) -> Tensor:
         """self * relu6(self + 3) / 6."""
         return self * (self + 3).relu6() * (1 / 6)
 
-    def softsign(self: Any) -> Tensor:
+    def softsign(self: Tensor) -> Tensor:
         """self / (1 + |self|)."""
         return self / (1 + self.abs())
 
-    def logaddexp(self: Any, other: Any) -> Tensor:
+    def logaddexp(self: Tensor, other: Any) -> Tensor:
         """log(exp(self) + exp(other)) computed stably."""
         first, second = self._broadcasted(other)
         top = first.maximum(second)
         safe_top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top
         return ((first - safe_top).exp() + (second - safe_top).exp()).log() + safe_top
 
-    def ufix(self: Any, x: Any) -> Tensor:
+    def ufix(self: Tensor, x: Any) -> Tensor:
         """`x` as a tensor usable with this one (a Python scalar becomes a constant of the promoted dtype)."""
         if _is_tensor(x):
             return x
         return self._const(x, scalar_result_dtype(self.dtype, x), ())
 
-    def alu(self: Any, op: Ops, *src: Any) -> Tensor:
+    def alu(self: Tensor, op: Ops, *src: Any) -> Tensor:
         """The ALU operation `op` applied to this tensor and `src` (broadcast and promoted together)."""
         if op in (Ops.WHERE,):
             return self.where(*src)
@@ -821,34 +822,34 @@ class ElementwiseMixin:
 
     # ---- dtype shortcuts ----
 
-    def float(self: Any) -> Tensor:
+    def float(self: Tensor) -> Tensor:
         """Cast to float32."""
         return self.cast(dtypes.float32)
 
-    def half(self: Any) -> Tensor:
+    def half(self: Tensor) -> Tensor:
         """Cast to float16."""
         return self.cast(dtypes.float16)
 
-    def double(self: Any) -> Tensor:
+    def double(self: Tensor) -> Tensor:
         """Cast to float64."""
         return self.cast(dtypes.float64)
 
-    def bfloat16(self: Any) -> Tensor:
+    def bfloat16(self: Tensor) -> Tensor:
         """Cast to bfloat16."""
         return self.cast(dtypes.bfloat16)
 
-    def int(self: Any) -> Tensor:
+    def int(self: Tensor) -> Tensor:
         """Cast to int32."""
         return self.cast(dtypes.int32)
 
-    def long(self: Any) -> Tensor:
+    def long(self: Tensor) -> Tensor:
         """Cast to int64."""
         return self.cast(dtypes.int64)
 
-    def short(self: Any) -> Tensor:
+    def short(self: Tensor) -> Tensor:
         """Cast to int16."""
         return self.cast(dtypes.int16)
 
-    def bool(self: Any) -> Tensor:
+    def bool(self: Tensor) -> Tensor:
         """Cast to bool."""
         return self.cast(dtypes.bool)

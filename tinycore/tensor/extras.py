@@ -23,7 +23,7 @@ class ExtrasMixin:
 
     # ---- random bits ----
 
-    def threefry(self: Any, seed: Tensor) -> Tensor:
+    def threefry(self: Tensor, seed: Tensor) -> Tensor:
         """Threefry-2x32-20 of this uint64 counter tensor under the uint64 key `seed` (low word is key 0).
 
         Each 64-bit counter is split into its low and high 32-bit words, encrypted, and the two output words are
@@ -61,59 +61,59 @@ class ExtrasMixin:
             raise TypeError(f"Tensor.const needs a Python number, got {type(b).__name__}: use Tensor(...) for data")
         return cls.full((), b, optional_dtype(dtype))  # type: ignore[attr-defined]
 
-    def image_conv2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+    def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                      dilation: Any = 1, padding: Any = 0, dtype: DTypeLike | None = None) -> Tensor:
         """2D convolution with the image-texture argument layout (NCHW input, OIHW weight); same math as conv2d."""
         result = self.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
         return result.cast(dtype) if dtype is not None else result
 
-    def image_dot(self: Any, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+    def image_dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
         """Matrix product computed as for image-texture devices; same math as dot."""
         return self.dot(w, dtype=dtype)
 
     # ---- features the engine does not provide ----
 
-    def as_param(self: Any, slot: int) -> Tensor:
+    def as_param(self: Tensor, slot: int) -> Tensor:
         """Not available: marking a tensor as a function parameter slot needs the function-call engine."""
         _not_available("as_param", "the engine has no parameter slots for callable graphs",
                        "Pass tensors as ordinary inputs to a TinyJit-decorated function instead")
 
     @property
-    def is_param(self: Any) -> bool:
+    def is_param(self: Tensor) -> bool:
         """Whether this tensor is a parameter slot: never, since the engine has no parameter slots."""
         return False
 
-    def is_param_(self: Any, *args: Any, **kwargs: Any) -> Tensor:
+    def is_param_(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         """Not available: parameter slots need the function-call engine."""
         _not_available("is_param_", "the engine has no parameter slots for callable graphs",
                        "Pass tensors as ordinary inputs to a TinyJit-decorated function instead")
 
-    def linear_with_vars(self: Any, *lst: Tensor) -> NoReturn:
+    def linear_with_vars(self: Tensor, *lst: Tensor) -> NoReturn:
         """Not available: the engine exposes no LINEAR program graph."""
         _not_available("linear_with_vars", "the engine does not expose a linearized program graph",
                        "Call .realize() on the tensors, or use TinyJit to capture and replay the kernels")
 
-    def schedule_linear(self: Any, *lst: Tensor) -> NoReturn:
+    def schedule_linear(self: Tensor, *lst: Tensor) -> NoReturn:
         """Not available: the engine exposes no LINEAR schedule graph."""
         _not_available("schedule_linear", "the engine does not expose a linearized schedule graph",
                        "Call .realize() on the tensors, or use TinyJit to capture and replay the kernels")
 
-    def call(self: Any, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
+    def call(self: Tensor, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
         """Not available: calling a graph function needs the function-call engine."""
         _not_available("call", "the engine cannot call a graph function on tensors",
                        "Apply the Python function to the tensors directly, or wrap it in TinyJit")
 
-    def callify(self: Any, *lst: Tensor) -> NoReturn:
+    def callify(self: Tensor, *lst: Tensor) -> NoReturn:
         """Not available: turning tensors into a callable graph needs the function-call engine."""
         _not_available("callify", "the engine cannot turn a tensor graph into a callable",
                        "Wrap the computation in a TinyJit-decorated function instead")
 
-    def custom_kernel(self: Any, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
+    def custom_kernel(self: Tensor, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
         """Not available: user-written UOp kernels are not accepted by the scheduler."""
         _not_available("custom_kernel", "the scheduler does not accept user-written UOp kernels",
                        "Express the computation with Tensor operations")
 
-    def shard(self: Any, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    def shard(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
         """This tensor over several devices: split into equal blocks along `axis` (device i holds block i), or
         copied whole to every device when `axis` is None. Operations then run on every device's part."""
         from tinycore.tensor.support import resolve_axis
@@ -129,11 +129,11 @@ class ExtrasMixin:
         dim = None if axis is None else resolve_axis(axis, self.ndim)
         return self._result(shard(self.uop, names, dim))
 
-    def shard_(self: Any, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
+    def shard_(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
         """Shard this tensor in place (see shard); returns self."""
         return self.replace(self.shard(devices, axis))
 
-    def shard_like(self: Any, y: Tensor) -> Tensor:
+    def shard_like(self: Tensor, y: Tensor) -> Tensor:
         """This tensor sharded as `y` is (same devices, same axis); itself when it already is."""
         from tinycore.uop.ops import Ops
         if y.uop.op is not Ops.MULTI:
@@ -142,7 +142,7 @@ class ExtrasMixin:
             return self
         return self.shard(y.device, y.uop.arg)
 
-    def decode_hevc_frame(self: Any, frame_pos: Any, shape: tuple[int, ...], state: Tensor,
+    def decode_hevc_frame(self: Tensor, frame_pos: Any, shape: tuple[int, ...], state: Tensor,
                           ref_frames: list[Tensor] | None = None) -> NoReturn:
         """Not available: decoding HEVC needs a hardware video decoder, which no device plugin provides."""
         _not_available("decode_hevc_frame", "no device plugin drives a hardware HEVC video decoder",

@@ -113,7 +113,7 @@ class IndexingMixin:
 
     # ---- index normalisation ----
 
-    def _normalize_indices(self: Any, indices: Any) -> list[Any]:
+    def _normalize_indices(self: Tensor, indices: Any) -> list[Any]:
         """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
@@ -164,7 +164,7 @@ class IndexingMixin:
             normalized.extend(fill)
         return normalized
 
-    def _bool_mask_indices(self: Any, mask: Tensor, position: int) -> list[_HostIndex]:
+    def _bool_mask_indices(self: Tensor, mask: Tensor, position: int) -> list[_HostIndex]:
         """A bool mask index at axis `position` (-1: unknown) turned into one host index per masked axis (reads the
         mask)."""
         if position >= 0 and tuple(mask.shape) != tuple(self.shape[position:position + mask.ndim]):
@@ -176,7 +176,7 @@ class IndexingMixin:
 
     # ---- basic indexing ----
 
-    def _slice_axis(self: Any, axis: int, start: int, stop: int, step: int) -> Tensor:
+    def _slice_axis(self: Tensor, axis: int, start: int, stop: int, step: int) -> Tensor:
         """Elements start, start+step, ... (before stop) of `axis`."""
         count = len(range(start, stop, step))
         if count == 0:
@@ -196,7 +196,7 @@ class IndexingMixin:
             result = picked.reshape(shape[:axis] + [count] + shape[axis + 1:])
         return result
 
-    def _unslice_axis(self: Any, axis: int, size: int, start: int, stop: int, step: int, fill: Any) -> Tensor:
+    def _unslice_axis(self: Tensor, axis: int, size: int, start: int, stop: int, step: int, fill: Any) -> Tensor:
         """The inverse placement of `_slice_axis`: this tensor's axis spread back into `size` slots (rest `fill`)."""
         count = len(range(start, stop, step))
         pairs = [(0, 0)] * self.ndim
@@ -219,13 +219,13 @@ class IndexingMixin:
         pairs[axis] = (low, size - low - result.shape[axis])
         return result._pad_with(pairs, fill)
 
-    def _pad_with(self: Any, pairs: list[tuple[int, int]], fill: Any) -> Tensor:
+    def _pad_with(self: Tensor, pairs: list[tuple[int, int]], fill: Any) -> Tensor:
         """Constant padding with `fill` (bool False/True included)."""
         if fill is False or fill == 0:
             return self._pad_constant(pairs, 0)
         return self._pad_constant(pairs, fill)
 
-    def _apply_basic(self: Any, items: list[Any]) -> tuple[Tensor, list[tuple[Any, ...]], list[tuple[int, Any]]]:
+    def _apply_basic(self: Tensor, items: list[Any]) -> tuple[Tensor, list[tuple[Any, ...]], list[tuple[int, Any]]]:
         """Basic indices applied; returns the view, the steps taken (to invert them) and the advanced indices with
         the axis of the view they index."""
         result = self
@@ -266,7 +266,7 @@ class IndexingMixin:
                 axis += 1
         return result, steps, advanced
 
-    def _invert_basic(self: Any, steps: list[tuple[Any, ...]], fill: Any) -> Tensor:
+    def _invert_basic(self: Tensor, steps: list[tuple[Any, ...]], fill: Any) -> Tensor:
         """This tensor (shaped like a basic-indexed view) placed back into the original shape, `fill` elsewhere."""
         result = self
         for step in reversed(steps):
@@ -285,7 +285,7 @@ class IndexingMixin:
 
     # ---- advanced indexing ----
 
-    def _index_tensor(self: Any, index: Any, size: int, axis: int | None = None, wrap: bool = False) -> Tensor:
+    def _index_tensor(self: Tensor, index: Any, size: int, axis: int | None = None, wrap: bool = False) -> Tensor:
         """An index (host or tensor) as an int32 tensor; negative host values are wrapped, negative tensor values
         only when `wrap` (GATHER and SCATTER kernels wrap them themselves).
 
@@ -315,7 +315,7 @@ class IndexingMixin:
             tensor = tensor.to(self.device)  # an index tensor on one device indexes every device's part
         return (tensor < 0).where(tensor + size, tensor) if wrap else tensor
 
-    def _take_host(self: Any, axis: int, index: _HostIndex) -> Tensor:
+    def _take_host(self: Tensor, axis: int, index: _HostIndex) -> Tensor:
         """Rows of `axis` picked by host-known indices, as shrinks joined by cat (runs of consecutive indices
         become one shrink); more than a few runs become a gather."""
         size = self.shape[axis]
@@ -342,7 +342,7 @@ class IndexingMixin:
         joined = pieces[0].cat(*pieces[1:], dim=axis) if len(pieces) > 1 else pieces[0]
         return joined.reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
 
-    def _apply_advanced(self: Any, advanced: list[tuple[int, Any]]) -> Tensor:
+    def _apply_advanced(self: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
         """Index tensors applied to their axes (numpy placement rules for the broadcast index shape)."""
         if len(advanced) == 1 and isinstance(advanced[0][1], _HostIndex):
             return self._take_host(*advanced[0])
@@ -351,7 +351,7 @@ class IndexingMixin:
         indices = [self._index_tensor(index, self.shape[axis], axis, wrap=one_hot) for axis, index in advanced]
         return self._one_hot_axes(axes, indices) if one_hot else self._gather_axes(axes, indices)
 
-    def _gather_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
+    def _gather_axes(self: Tensor, axes: list[int], indices: list[Tensor]) -> Tensor:
         """A GATHER of `axes` at the int32 `indices` (numpy placement of the broadcast index shape)."""
         if len(indices) == 1 and axes == [0]:
             only = indices[0]
@@ -375,7 +375,7 @@ class IndexingMixin:
         node = gather_node(self.uop, placed, shape, axis_map)
         return self._result(node)
 
-    def _one_hot_axes(self: Any, axes: list[int], indices: list[Tensor]) -> Tensor:
+    def _one_hot_axes(self: Tensor, axes: list[int], indices: list[Tensor]) -> Tensor:
         """The selection of `_gather_axes` by comparison with a range and a reduce (cheaper for tiny axes, where the
         mask fuses into the consumer's kernel)."""
         index_shape = broadcast_shape(*(index.shape for index in indices))
@@ -403,7 +403,7 @@ class IndexingMixin:
         order = order[:before] + list(range(len(rest_shape), len(rest_shape) + len(index_shape))) + order[before:]
         return picked.permute(order)
 
-    def __getitem__(self: Any, indices: Any) -> Tensor:
+    def __getitem__(self: Tensor, indices: Any) -> Tensor:
         """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
         if _is_tensor(indices) and dtypes.is_int(indices.dtype) and self.ndim and \
                 isinstance(self.shape[0], int) and self.shape[0] > ONEHOT_MAX_ELEMENTS:
@@ -414,7 +414,7 @@ class IndexingMixin:
             result = result._apply_advanced(advanced)
         return result
 
-    def __setitem__(self: Any, indices: Any, value: Any) -> None:
+    def __setitem__(self: Tensor, indices: Any, value: Any) -> None:
         """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
         items = self._normalize_indices(indices)
         if not _is_tensor(value):
@@ -429,7 +429,7 @@ class IndexingMixin:
         else:
             self._assign_advanced(items, value)
 
-    def _assign_advanced(self: Any, items: list[Any], value: Tensor) -> None:
+    def _assign_advanced(self: Tensor, items: list[Any], value: Tensor) -> None:
         """`self[items] = value` for items with index tensors or lists: one SCATTER into this tensor's buffer whose
         axis map follows numpy's placement of the result (the shape self[items] has)."""
         entries: list[tuple[Any, ...]] = []  # per axis of self: ("int", p) / ("slice", view axis, start, step, count)
@@ -488,7 +488,7 @@ class IndexingMixin:
         self.uop = self._scatter_into(value._broadcast_to(shape), placed, tuple(axis_map), None, parallel,
                                       in_place=True)
 
-    def _scatter_into(self: Any, values: Tensor, indices: list[Tensor], axis_map: tuple[Any, ...],
+    def _scatter_into(self: Tensor, values: Tensor, indices: list[Tensor], axis_map: tuple[Any, ...],
                       reduce: str | None, parallel: list[int], in_place: bool) -> Any:
         """The node of this tensor with `values` scattered at the wrapped int32 `indices` (see uop/indexing.py):
         written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""
@@ -508,7 +508,7 @@ class IndexingMixin:
 
     # ---- gather and scatter ----
 
-    def _check_index_like(self: Any, dim: int, index: Tensor, name: str) -> int:
+    def _check_index_like(self: Tensor, dim: int, index: Tensor, name: str) -> int:
         """Validate a gather/scatter index and return the resolved axis."""
         axis = resolve_axis(dim, self.ndim)
         if not _is_tensor(index) or not dtypes.is_int(index.dtype):
@@ -522,7 +522,7 @@ class IndexingMixin:
                                  f"on dimension {position}")
         return axis
 
-    def gather(self: Any, dim: int, index: Tensor) -> Tensor:
+    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
         """out[i][j][k] = self[index[i][j][k]][j][k] (for dim 0): a load at the address read from `index`."""
         axis = self._check_index_like(dim, index, "gather")
         bounds = tuple(None if position == axis else (0, wanted) for position, wanted in enumerate(index.shape))
@@ -531,7 +531,7 @@ class IndexingMixin:
         axis_map = [-1 if position == axis else position for position in range(self.ndim)]
         return source._result(gather_node(source.uop, [wrapped.uop], index.shape, axis_map))
 
-    def _scatter_values(self: Any, index: Tensor, src: Any) -> Tensor:
+    def _scatter_values(self: Tensor, index: Tensor, src: Any) -> Tensor:
         """`src` (a tensor covering index's shape, or a scalar) as values shaped like `index` in this dtype."""
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
@@ -539,14 +539,14 @@ class IndexingMixin:
             return src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
         return self._const(src, self.dtype, index.shape)
 
-    def _scatter_along(self: Any, axis: int, index: Tensor, values: Tensor, reduce: str | None) -> Tensor:
+    def _scatter_along(self: Tensor, axis: int, index: Tensor, values: Tensor, reduce: str | None) -> Tensor:
         """A new tensor: this one with `values` scattered along `axis` at `index` (`reduce` as in uop/indexing.py)."""
         wrapped = self._index_tensor(index, self.shape[axis], axis)
         axis_map = tuple(-1 if position == axis else position for position in range(self.ndim))
         parallel = [position for position in range(self.ndim) if position != axis]
         return self._result(self._scatter_into(values, [wrapped], axis_map, reduce, parallel, in_place=False), values)
 
-    def scatter(self: Any, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
         """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead.
 
         Where indices repeat, the write of the last position (in C order of `index`) wins."""
@@ -556,7 +556,7 @@ class IndexingMixin:
         values = self._scatter_values(index, src)
         return self._scatter_along(axis, index, values, {None: None, "add": "add", "multiply": "mul"}[reduce])
 
-    def scatter_reduce(self: Any, dim: int, index: Tensor, src: Tensor, reduce: str,
+    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
                        include_self: bool = True) -> Tensor:
         """self combined with src at index by 'sum', 'prod', 'mean', 'amax' or 'amin' (every value counts, repeated
         indices included)."""
@@ -583,7 +583,7 @@ class IndexingMixin:
 
     # ---- data-dependent selections ----
 
-    def nonzero(self: Any, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The (count, ndim) int32 coordinates of the nonzero elements (reads the tensor to the host)."""
         import numpy
         positions = numpy.argwhere(self.numpy()).astype(numpy.int32).reshape(-1, self.ndim)
@@ -595,7 +595,7 @@ class IndexingMixin:
             return type(self).full(positions.shape, 0, dtypes.int32, self.device)
         return type(self)(positions, device=self.device)
 
-    def masked_select(self: Any, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
         """The elements where `mask` (broadcast) is true, as a 1-D tensor (reads the mask to the host)."""
         import numpy
         shape = broadcast_shape(self.shape, mask.shape)
@@ -611,7 +611,7 @@ class IndexingMixin:
 
     # ---- sorting ----
 
-    def sort(self: Any, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
         """(values, int32 indices) sorted along `dim`; equal values keep their order (stable)."""
         if self.ndim == 0:
             return self, self._const(0, dtypes.int32)
@@ -632,11 +632,11 @@ class IndexingMixin:
         indices = onehot.where(positions.reshape(length, 1), 0).sum(-2).cast(dtypes.int32)
         return values.transpose(axis, -1), indices.transpose(axis, -1)
 
-    def argsort(self: Any, dim: int = -1, descending: bool = False) -> Tensor:
+    def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
         """The int32 indices that sort the tensor along `dim`."""
         return self.sort(dim, descending)[1]
 
-    def topk(self: Any, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
         """(values, int32 indices) of the k largest (or smallest) elements along `dim`."""
         axis = resolve_axis(dim, self.ndim) if self.ndim else 0
         length = self.shape[axis] if self.ndim else 1

@@ -62,7 +62,7 @@ class KeccakMixin:
     """Keccak hashing of Tensor bytes."""
 
 
-    def keccak(self: Any, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
+    def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
         """Keccak hash of the uint8 bytes along the last dimension (SHA-3 "sha3_256" by default).
 
         `cfg` is a name (sha3_224, sha3_256, sha3_384, sha3_512, shake_128, shake_256) or a (rate in bytes,
@@ -83,7 +83,7 @@ class KeccakMixin:
                             f"{self.shape}: bitcast the data to uint8 first")
         return self._keccak_bytes(rate, suffix, out_length)
 
-    def _keccak_bytes(self: Any, rate: int, suffix: int, out_length: int) -> Tensor:
+    def _keccak_bytes(self: Tensor, rate: int, suffix: int, out_length: int) -> Tensor:
         """The sponge construction over uint8 rows: pad, absorb block by block, squeeze `out_length` bytes."""
         tensor_type = type(self)
         batch, length = tuple(self.shape[:-1]), int(self.shape[-1])
@@ -108,7 +108,7 @@ class KeccakMixin:
         squeezed = (state[..., :out_lanes].unsqueeze(-1) >> shifts) & 0xFF
         return squeezed.cast(dtypes.uint8).reshape(*batch, out_lanes * 8)[..., :out_length]
 
-    def hash(self: Any) -> Tensor:
+    def hash(self: Tensor) -> Tensor:
         """A 16-byte hash of the tensor's contents: the first 16 bytes of SHA3-256 over its raw bytes."""
         flat = self.flatten() if self.ndim else self.reshape(1)
         size = self.dtype.itemsize

@@ -1,7 +1,7 @@
 """Linear algebra on Tensors: Householder QR and one-sided Jacobi SVD over the last two dimensions."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tinycore.dtype import dtypes
 
@@ -27,14 +27,14 @@ def _round_robin_orders(count: int) -> list[list[int]]:
 class LinalgMixin:
     """QR and SVD decompositions of Tensor (batched over leading dimensions)."""
 
-    def _check_matrix(self: Any, name: str) -> None:
+    def _check_matrix(self: Tensor, name: str) -> None:
         """Raise unless this is a floating point tensor with at least two dimensions."""
         if self.ndim < 2:
             raise ValueError(f"{name} needs a tensor with at least 2 dimensions, got shape {self.shape}")
         if not dtypes.is_float(self.dtype):
             raise TypeError(f"{name} needs a floating point tensor, got {self.dtype}: cast it with .float() first")
 
-    def qr(self: Any) -> tuple[Tensor, Tensor]:
+    def qr(self: Tensor) -> tuple[Tensor, Tensor]:
         """Householder QR of the last two dimensions: Q (..., m, m) orthogonal and R (..., m, n) upper triangular
         with A = Q @ R. Columns of Q and rows of R are unique up to sign."""
         self._check_matrix("qr")
@@ -60,7 +60,7 @@ class LinalgMixin:
             tensor_type.arange(columns, device=self.device)
         return orthogonal, below.where(0.0, upper).cast(self.dtype)
 
-    def svd(self: Any, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
         """Singular value decomposition of the last two dimensions by one-sided Jacobi rotations.
 
         Returns (U, S, V) with A = U[..., :k] * S @ V[..., :k, :] for k = min(m, n): S descending, V holds the
@@ -77,7 +77,7 @@ class LinalgMixin:
             left = left._complete_basis()
         return left, values, right
 
-    def _jacobi_svd(self: Any) -> tuple[Tensor, Tensor, Tensor]:
+    def _jacobi_svd(self: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Thin SVD of a tall (m >= n) matrix: U (..., m, n), S (..., n) descending, Vh (..., n, n)."""
         tensor_type = type(self)
         columns = int(self.shape[-1])
@@ -106,7 +106,7 @@ class LinalgMixin:
         right = (vectors @ selector)[..., :columns, :].transpose(-1, -2)
         return left.cast(self.dtype), values.cast(self.dtype), right.cast(self.dtype)
 
-    def _complete_basis(self: Any) -> Tensor:
+    def _complete_basis(self: Tensor) -> Tensor:
         """Extend orthonormal columns (..., m, k) to an orthogonal (..., m, m) matrix keeping the first k columns
         (columns that are all zero are replaced by new basis vectors)."""
         rows, kept = int(self.shape[-2]), int(self.shape[-1])

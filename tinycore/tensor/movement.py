@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 class MovementMixin:
     """reshape, permute, expand, pad, shrink, flip and the operations built from them."""
 
-    def reshape(self: Any, shape: Any, *args: Any) -> Tensor:
+    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """The same elements viewed with a new shape (one size may be -1; None keeps that axis' size)."""
         sizes = list(argfix(shape, *args))
         sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
@@ -38,11 +38,11 @@ class MovementMixin:
                              f"{tuple(sizes)} ({math.prod(sizes)} elements)")
         return self._result(self.uop.reshape(tuple(sizes)))
 
-    def view(self: Any, shape: Any, *args: Any) -> Tensor:
+    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Alias of reshape."""
         return self.reshape(shape, *args)
 
-    def permute(self: Any, order: Any, *args: Any) -> Tensor:
+    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
         """The axes reordered: axis i of the result is axis order[i] of this tensor."""
         axes = tuple(resolve_axis(axis, self.ndim) for axis in argfix(order, *args))
         if sorted(axes) != list(range(self.ndim)):
@@ -50,7 +50,7 @@ class MovementMixin:
                              f"of shape {self.shape}")
         return self._result(self.uop.permute(axes))
 
-    def expand(self: Any, shape: Any, *args: Any) -> Tensor:
+    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """Broadcast to `shape` (size-1 axes stretch, new axes are added on the left, -1 keeps a size)."""
         sizes = argfix(shape, *args)
         if len(sizes) < self.ndim:
@@ -64,7 +64,7 @@ class MovementMixin:
         check_shape(target)
         return self._result(self.uop.reshape(current).expand(target))
 
-    def shrink(self: Any, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         """The part [start, end) of each axis (None keeps the whole axis)."""
         bounds = tuple(arg)
         if len(bounds) != self.ndim:
@@ -78,7 +78,7 @@ class MovementMixin:
             resolved.append((start, end))
         return self._result(self.uop.shrink(tuple(resolved)))
 
-    def flip(self: Any, axis: Any, *args: Any) -> Tensor:
+    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
         """The elements reversed along the given axes."""
         axes = [resolve_axis(item, self.ndim) for item in argfix(axis, *args)]
         if len(set(axes)) != len(axes):
@@ -87,7 +87,7 @@ class MovementMixin:
 
     # ---- pad ----
 
-    def _pad_pairs(self: Any, padding: Sequence[Any]) -> list[tuple[int, int]]:
+    def _pad_pairs(self: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
         """Per-axis (before, after) pairs from either form of `padding`."""
         items = list(padding)
         if all(isinstance(item, int) and not isinstance(item, bool) for item in items):
@@ -103,7 +103,7 @@ class MovementMixin:
                              f"{self.shape}")
         return [(0, 0) if item is None else (int(item[0]), int(item[1])) for item in items]
 
-    def pad(self: Any, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
+    def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
         """Padding per axis: a flat (left, right, top, bottom, ...) sequence starting from the last axis, or one
         (before, after) pair or None per axis. Modes: constant (with `value`), reflect, replicate, circular.
         Negative amounts remove elements."""
@@ -128,7 +128,7 @@ class MovementMixin:
                 result = result._pad_axis(axis, before, after, mode)
         return result
 
-    def _pad_constant(self: Any, pairs: list[tuple[int, int]], value: Any) -> Tensor:
+    def _pad_constant(self: Tensor, pairs: list[tuple[int, int]], value: Any) -> Tensor:
         """Constant padding (zero directly, other values through a mask)."""
         if all(before == 0 and after == 0 for before, after in pairs):
             return self
@@ -139,7 +139,7 @@ class MovementMixin:
         mask = type(self)._wrap(inside.uop.pad(tuple(pairs)))
         return mask.where(padded, value)
 
-    def _pad_axis(self: Any, axis: int, before: int, after: int, mode: str) -> Tensor:
+    def _pad_axis(self: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
         """Reflect, replicate or circular padding of one axis."""
         size = self.shape[axis]
         if mode == "reflect" and (before >= size or after >= size):
@@ -166,7 +166,7 @@ class MovementMixin:
             pieces = [part(size - before, size), self, part(0, after)]
         return pieces[0].cat(*pieces[1:], dim=axis)
 
-    def pad_to(self: Any, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+    def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
         """Padding at the end of each axis up to `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -174,7 +174,7 @@ class MovementMixin:
         return self.pad(tuple((0, 0 if new is None else new - old) for old, new in zip(self.shape, sizes, strict=True)),
                         value=value)
 
-    def shrink_to(self: Any, shape: Any, *args: Any) -> Tensor:
+    def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
         """The leading part of each axis, of `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -183,7 +183,7 @@ class MovementMixin:
 
     # ---- derived views ----
 
-    def transpose(self: Any, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
         """Axes dim0 and dim1 swapped."""
         first, second = resolve_axis(dim0, self.ndim), resolve_axis(dim1, self.ndim)
         order = list(range(self.ndim))
@@ -191,11 +191,11 @@ class MovementMixin:
         return self.permute(order)
 
     @property
-    def T(self: Any) -> Tensor:
+    def T(self: Tensor) -> Tensor:
         """The first two axes swapped (the matrix transpose)."""
         return self.transpose()
 
-    def flatten(self: Any, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         """Axes start_dim..end_dim merged into one."""
         if self.ndim == 0:
             return self.reshape(1)
@@ -205,12 +205,12 @@ class MovementMixin:
         shape = self.shape
         return self.reshape(shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
 
-    def unflatten(self: Any, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
         """Axis `dim` split into `sizes`."""
         axis = resolve_axis(dim, self.ndim)
         return self.reshape(self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:])
 
-    def squeeze(self: Any, dim: int | None = None) -> Tensor:
+    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
         """Size-1 axes removed (only axis `dim` when given, and only if it has size 1)."""
         if dim is None:
             return self.reshape(tuple(size for size in self.shape if size != 1))
@@ -222,12 +222,12 @@ class MovementMixin:
             return self
         return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
 
-    def unsqueeze(self: Any, dim: int) -> Tensor:
+    def unsqueeze(self: Tensor, dim: int) -> Tensor:
         """A size-1 axis inserted at `dim`."""
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def repeat(self: Any, repeats: Any, *args: Any) -> Tensor:
+    def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
         """The tensor tiled `repeats[i]` times along axis i (extra leading repeats add axes)."""
         counts = argfix(repeats, *args)
         if len(counts) < self.ndim:
@@ -239,7 +239,7 @@ class MovementMixin:
         return base.reshape(interleaved).expand(expanded).reshape(tuple(c * s for c, s in
                                                                         zip(counts, base.shape, strict=True)))
 
-    def repeat_interleave(self: Any, repeats: int, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
         """Each element repeated `repeats` times along `dim` (the flattened tensor when None)."""
         source = self.flatten() if dim is None else self
         axis = 0 if dim is None else resolve_axis(dim, self.ndim)
@@ -250,7 +250,7 @@ class MovementMixin:
         target[axis + 1] = repeats
         return expanded.expand(target).flatten(axis, axis + 1)
 
-    def roll(self: Any, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
         """Elements shifted cyclically by `shifts` along `dims` (the flattened tensor when None)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
@@ -274,7 +274,7 @@ class MovementMixin:
 
     # ---- joining and splitting ----
 
-    def cat(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
+    def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `args` joined along `dim` (dtypes promoted); `Tensor.cat((a, b))` works too."""
         if isinstance(self, (list, tuple)):
             if not self:
@@ -309,7 +309,7 @@ class MovementMixin:
                 result = result + padded
         return result
 
-    def stack(self: Any, *args: Tensor, dim: int = 0) -> Tensor:
+    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `args` (of one shape) joined along a new axis `dim`; `Tensor.stack((a, b))` (a sequence
         as the one argument) works too."""
         if isinstance(self, (list, tuple)):
@@ -323,7 +323,7 @@ class MovementMixin:
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return tensors[0].unsqueeze(axis).cat(*(tensor.unsqueeze(axis) for tensor in tensors[1:]), dim=axis)
 
-    def split(self: Any, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Pieces along `dim`: of `sizes` each (the last may be smaller) or of the listed sizes."""
         axis = resolve_axis(dim, self.ndim)
         length = self.shape[axis]
@@ -343,7 +343,7 @@ class MovementMixin:
             offset += piece
         return tuple(result)
 
-    def chunk(self: Any, chunks: int, dim: int = 0) -> list[Tensor]:
+    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
         """`chunks` pieces of (nearly) equal size along `dim`."""
         if not isinstance(chunks, int) or chunks <= 0:
             raise ValueError(f"chunk count must be a positive int, got {chunks!r}")
@@ -353,7 +353,7 @@ class MovementMixin:
             return [self] * chunks
         return list(self.split(math.ceil(length / chunks), dim=axis))
 
-    def unfold(self: Any, dim: int, size: int, step: int) -> Tensor:
+    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Windows of `size` elements taken every `step` along `dim`, as a new last axis."""
         axis = resolve_axis(dim, self.ndim)
         if size > self.shape[axis] or size <= 0 or step <= 0:
@@ -361,7 +361,7 @@ class MovementMixin:
         windows = self.transpose(axis, -1)._pool((size,), step, 1)
         return windows.transpose(axis, -2)
 
-    def meshgrid(self: Any, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids from 1-D tensors ('ij' or 'xy' indexing)."""
         if indexing not in ("ij", "xy"):
             raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
@@ -379,7 +379,7 @@ class MovementMixin:
             grids.append(tensor.reshape(view).expand(shape))
         return tuple(grids)
 
-    def rearrange(self: Any, formula: str, **sizes: int) -> Tensor:
+    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
         """einops-style rearrangement, e.g. 'b c (h p) w -> b (c p) h w' with p=2 given as a keyword size."""
         if "->" not in formula:
             raise ValueError(f"rearrange formula {formula!r} needs '->' between the input and output patterns")

@@ -41,7 +41,7 @@ class NNMixin:
 
     # ---- matrix products ----
 
-    def dot(self: Any, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+    def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
         """Matrix product with numpy's rules for 1-D operands and broadcast batch axes."""
         if not _is_tensor(w):
             raise TypeError(f"matmul needs a Tensor operand, got {type(w).__name__}")
@@ -62,24 +62,24 @@ class NNMixin:
             result = result.squeeze(-1)
         return result
 
-    def matmul(self: Any, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """self @ x (x @ self when `reverse`)."""
         return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
-    def __matmul__(self: Any, x: Tensor) -> Tensor:
+    def __matmul__(self: Tensor, x: Tensor) -> Tensor:
         """self @ x."""
         return self.matmul(x)
 
-    def __rmatmul__(self: Any, x: Tensor) -> Tensor:
+    def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
         """x @ self."""
         return self.matmul(x, True)
 
-    def linear(self: Any, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
+    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
         """self @ weight + bias, with weight of shape (in, out) (or elementwise for a 1-D weight)."""
         result = self * weight if weight.ndim == 1 else self.dot(weight, dtype=dtype)
         return result if bias is None else result + bias
 
-    def diagonal(self: Any, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
         """The diagonal over axes dim1 and dim2 (shifted by `offset`), as a new last axis."""
         first, second = resolve_axis(dim1, self.ndim), resolve_axis(dim2, self.ndim)
         if first == second:
@@ -94,7 +94,7 @@ class NNMixin:
         start = offset if offset >= 0 else -offset * columns
         return flat._slice_axis(flat.ndim - 1, start, start + (length - 1) * (columns + 1) + 1, columns + 1)
 
-    def diag(self: Any) -> Tensor:
+    def diag(self: Tensor) -> Tensor:
         """A square matrix with this 1-D tensor on its diagonal."""
         if self.ndim != 1:
             raise ValueError(f"diag needs a 1-D tensor, got shape {self.shape}")
@@ -182,7 +182,7 @@ class NNMixin:
 
     # ---- pooling windows ----
 
-    def _pool_last(self: Any, kernel: int, stride: int, dilation: int) -> Tensor:
+    def _pool_last(self: Tensor, kernel: int, stride: int, dilation: int) -> Tensor:
         """Sliding windows over the last axis: (..., n) -> (..., out, kernel), as movement ops only."""
         length = self.shape[-1]
         span = dilation * (kernel - 1) + 1
@@ -204,7 +204,7 @@ class NNMixin:
         strided = rows._slice_axis(rows.ndim - 1, 0, (out - 1) * stride + 1, stride)
         return strided.transpose(-1, -2)
 
-    def _pool(self: Any, kernel: Sequence[int], stride: int | Sequence[int] = 1,
+    def _pool(self: Tensor, kernel: Sequence[int], stride: int | Sequence[int] = 1,
               dilation: int | Sequence[int] = 1) -> Tensor:
         """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel)."""
         count = len(kernel)
@@ -236,7 +236,7 @@ class NNMixin:
 
     # ---- convolution ----
 
-    def conv2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                dilation: Any = 1, padding: Any = 0, dtype: DTypeLike | None = None) -> Tensor:
         """Convolution (any number of spatial axes) of (batch, in_channels, *spatial) with weight
         (out_channels, in_channels / groups, *kernel)."""
@@ -267,7 +267,7 @@ class NNMixin:
         result = result.reshape([batch, out_channels] + outs)
         return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
 
-    def conv_transpose2d(self: Any, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
+    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                          dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:
         """Transposed convolution with weight (in_channels, out_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
@@ -300,7 +300,7 @@ class NNMixin:
 
     # ---- pooling ----
 
-    def _pool_setup(self: Any, kernel_size: Any, stride: Any, dilation: Any, padding: Any,
+    def _pool_setup(self: Tensor, kernel_size: Any, stride: Any, dilation: Any, padding: Any,
                     ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int], list[int]]:
         """Kernel, stride, dilation, explicit flat padding and the extra right padding that ceil_mode needs."""
         kernel = make_tuple(kernel_size, 2)
@@ -327,7 +327,7 @@ class NNMixin:
         """Right-only padding for the last axes as a flat pad list."""
         return [value for amount in reversed(extra) for value in (0, amount)]
 
-    def max_pool2d(self: Any, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
+    def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
                    ceil_mode: bool = False, return_indices: bool = False) -> Any:
         """Maximum over sliding windows of the last len(kernel_size) axes (optionally with flat indices)."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
@@ -348,7 +348,7 @@ class NNMixin:
         indices = matches.where(positions._broadcast_to(windows.shape), big).min(window_axes)
         return result, indices
 
-    def avg_pool2d(self: Any, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
+    def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
                    ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
         """Mean over sliding windows of the last len(kernel_size) axes."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
@@ -361,7 +361,7 @@ class NNMixin:
         divisor = ones._pool(kernel, strides, dilations).sum(tuple(range(count, 2 * count)))
         return windows.sum(window_axes) / divisor
 
-    def max_unpool2d(self: Any, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
                      padding: Any = 0, output_size: Any = None) -> Tensor:
         """The inverse of max_pool2d with return_indices: values placed at their flat indices, zeros elsewhere."""
         kernel = make_tuple(kernel_size, 2)
@@ -382,29 +382,29 @@ class NNMixin:
 
     # ---- normalisation and softmax ----
 
-    def softmax(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """exp(self) normalised to sum 1 along `axis`."""
-        source = self.cast(optional_dtype(dtype)) if dtype is not None else self._float()
+        source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
         exponent = shifted.exp()
         return exponent / exponent.sum(axis, keepdim=True)
 
-    def log_softmax(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """log(softmax(self)) along `axis`, computed stably."""
-        source = self.cast(optional_dtype(dtype)) if dtype is not None else self._float()
+        source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
-    def softmin(self: Any, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """softmax(-self)."""
         return (-self._float()).softmax(axis, dtype)
 
-    def layernorm(self: Any, axis: int | tuple[int, ...] = -1, eps: float = 1e-05) -> Tensor:
+    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-05) -> Tensor:
         """(self - mean) / sqrt(var + eps) over `axis` (no affine parameters)."""
         centered = self - self.mean(axis, keepdim=True)
         return centered * (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
 
-    def batchnorm(self: Any, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
+    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                   axis: int | tuple[int, ...] = 1) -> Tensor:
         """(self - mean) * invstd * weight + bias with the statistics laid along `axis`."""
         axes = resolve_axes(axis, self.ndim)
@@ -415,7 +415,7 @@ class NNMixin:
         result = result * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return result + bias.reshape(shape) if bias is not None else result
 
-    def normalize(self: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
         """self divided by its p-norm along `dim` (at least eps); as torch, p=0 counts the non-zero elements and
         p=inf takes the largest magnitude."""
         if p == 0:
@@ -429,7 +429,7 @@ class NNMixin:
 
     # ---- encodings, dropout, masks ----
 
-    def one_hot(self: Any, num_classes: int = -1) -> Tensor:
+    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
         """A new last axis of `num_classes` with 1 at each element's class (int32)."""
         if not dtypes.is_int(self.dtype):
             raise DTypeMismatchError(f"one_hot needs an integer tensor, got {self.dtype}")
@@ -440,7 +440,7 @@ class NNMixin:
         classes = type(self).arange(num_classes, dtype=self.dtype, device=self.device)
         return self.unsqueeze(-1).eq(classes).where(1, 0)
 
-    def dropout(self: Any, p: float = 0.5) -> Tensor:
+    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
         """Zero each element with probability p and scale the rest by 1/(1-p) when training
         (Context(TRAINING=1)); the identity otherwise."""
         if not 0 <= p <= 1:
@@ -452,15 +452,15 @@ class NNMixin:
         keep = (self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
         return keep.where(self, 0) / (1.0 - p)
 
-    def triu(self: Any, diagonal: int = 0) -> Tensor:
+    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
         """Elements on and above the `diagonal`-th diagonal of the last two axes; zeros below."""
         return self._triangle(diagonal, upper=True)
 
-    def tril(self: Any, diagonal: int = 0) -> Tensor:
+    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
         """Elements on and below the `diagonal`-th diagonal of the last two axes; zeros above."""
         return self._triangle(diagonal, upper=False)
 
-    def _triangle(self: Any, diagonal: int, upper: bool) -> Tensor:
+    def _triangle(self: Tensor, diagonal: int, upper: bool) -> Tensor:
         """The upper or lower triangle of the last two axes."""
         if self.ndim < 2:
             raise ValueError(f"triu/tril need at least 2 dimensions, got shape {self.shape}")
@@ -472,14 +472,14 @@ class NNMixin:
 
     # ---- losses ----
 
-    def _do_reduction(self: Any, reduction: str) -> Tensor:
+    def _do_reduction(self: Tensor, reduction: str) -> Tensor:
         """The loss values reduced by 'mean', 'sum' or 'none'."""
         _check_reduction(reduction)
         if reduction == "mean":
             return self.mean()
         return self.sum() if reduction == "sum" else self
 
-    def sparse_categorical_crossentropy(self: Any, Y: Tensor, ignore_index: int = -1,  # noqa: N803
+    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1,  # noqa: N803
                                         label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
         """Cross-entropy of logits (classes on the last axis) against integer labels Y."""
         _check_reduction(reduction)
@@ -500,7 +500,7 @@ class NNMixin:
             return losses.sum()
         return losses.sum() / keep.sum().cast(losses.dtype)
 
-    def cross_entropy(self: Any, Y: Tensor, reduction: str = "mean",  # noqa: N803
+    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean",  # noqa: N803
                       label_smoothing: float = 0.0) -> Tensor:
         """Cross-entropy of logits (classes on axis 1) against class indices or probabilities Y."""
         _check_reduction(reduction)
@@ -517,7 +517,7 @@ class NNMixin:
         losses = -(self.log_softmax(axis) * target).sum(axis)
         return losses._do_reduction(reduction)
 
-    def nll_loss(self: Any, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # noqa: N803
+    def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # noqa: N803
                  reduction: str = "mean") -> Tensor:
         """Negative log likelihood of log-probabilities (classes on axis 1) at integer labels Y."""
         _check_reduction(reduction)
@@ -536,12 +536,12 @@ class NNMixin:
             return losses.sum() / weights.sum()
         return losses.sum() if reduction == "sum" else losses
 
-    def binary_crossentropy(self: Any, Y: Tensor, reduction: str = "mean") -> Tensor:  # noqa: N803
+    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:  # noqa: N803
         """Binary cross-entropy of probabilities against targets Y (logs limited at -100, like torch)."""
         losses = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return losses._do_reduction(reduction)
 
-    def binary_crossentropy_logits(self: Any, Y: Tensor, reduction: str = "mean",  # noqa: N803
+    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",  # noqa: N803
                                    pos_weight: Tensor | None = None) -> Tensor:
         """Binary cross-entropy of logits against targets Y, computed stably (optional positive weight)."""
         softplus_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
@@ -553,7 +553,7 @@ class NNMixin:
 
     # ---- interpolation and attention ----
 
-    def interpolate(self: Any, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
         """Resize the last len(size) axes to `size` ('linear', 'nearest' or 'nearest-exact')."""
         if mode not in ("linear", "nearest", "nearest-exact"):
             raise ValueError(f"interpolate mode must be 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
@@ -575,7 +575,7 @@ class NNMixin:
             result = combined.transpose(axis, -1)
         return result
 
-    def scaled_dot_product_attention(self: Any, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
                                      enable_gqa: bool = False) -> Tensor:
         """softmax(self @ key^T / sqrt(d) + mask) @ value."""
@@ -592,7 +592,7 @@ class NNMixin:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p) @ value
 
-    def newton_schulz(self: Any, steps: int, params: tuple[float, ...], eps: float = 1e-07) -> Tensor:
+    def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-07) -> Tensor:
         """The Newton-Schulz iteration toward the nearest semi-orthogonal matrix of the last two axes
         (X <- a X + (b A + c A A) X with A = X X^T), as the Muon optimizer uses it."""
         if self.ndim < 2:
@@ -606,7 +606,7 @@ class NNMixin:
             matrix = first * matrix + (second * gram + third * (gram @ gram)) @ matrix
         return matrix.transpose(-2, -1) if wide else matrix
 
-    def sequential(self: Any, ll: list[Callable[[Any], Any]]) -> Tensor:
+    def sequential(self: Tensor, ll: list[Callable[[Any], Any]]) -> Tensor:
         """The functions of `ll` applied in order."""
         return functools.reduce(lambda value, function: function(value), ll, self)
 

@@ -18,7 +18,7 @@ _LOW_PRECISION_FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes
 class ReduceMixin:
     """Reductions over axes (int, tuple, negative or None for all) with keepdim."""
 
-    def _reduce(self: Any, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
         """The reduction `op` (ADD, MUL or MAX) over `axis`."""
         axes = resolve_axes(axis, self.ndim)
         # a reduce over an empty axis gives the identity of `op`; the node stays in the graph so gradients reach
@@ -28,41 +28,41 @@ class ReduceMixin:
             return result
         return result.reshape(tuple(size for index, size in enumerate(self.shape) if index not in axes))
 
-    def sum(self: Any, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """Sum over `axis` (accumulated in int32/uint32 for small ints and bool, like tinygrad)."""
         if dtype is not None:
             return self.cast(to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
         result = self.cast(sum_acc_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
         return result.cast(self.dtype) if self.dtype in _LOW_PRECISION_FLOATS else result
 
-    def prod(self: Any, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """Product over `axis` (in this tensor's dtype unless `dtype` is given)."""
         source = self if dtype is None else self.cast(to_dtype(dtype))
         if source.dtype == dtypes.bool:
             return source.all(axis, keepdim)
         return source._reduce(Ops.MUL, axis, keepdim)
 
-    def max(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """Maximum over `axis` (-inf / the dtype's minimum for an empty axis)."""
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """Minimum over `axis`."""
         return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
 
-    def any(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """True where any element along `axis` is nonzero."""
         return self.bool()._reduce(Ops.MAX, axis, keepdim)
 
-    def all(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def all(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero."""
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def _reduced_count(self: Any, axis: Any) -> int:
+    def _reduced_count(self: Tensor, axis: Any) -> int:
         """How many elements each output of a reduction over `axis` combines."""
         return math.prod([self.shape[index] for index in resolve_axes(axis, self.ndim)])
 
-    def mean(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """Arithmetic mean over `axis` (float result; nan for an empty axis)."""
         output_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         count = self._reduced_count(axis)
@@ -72,25 +72,25 @@ class ReduceMixin:
         compute = total.dtype if dtypes.is_float(total.dtype) else dtypes.float32
         return (total.cast(compute) / count).cast(output_dtype)
 
-    def var(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def var(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Variance over `axis` with `correction` (1: the unbiased estimator)."""
         squares = (self - self.mean(axis, keepdim=True)).square()
         divisor = max(0, self._reduced_count(axis) - correction)
         return squares.sum(axis, keepdim) / divisor if divisor else squares.sum(axis, keepdim) * math.nan
 
-    def std(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Standard deviation over `axis`."""
         return self.var(axis, keepdim, correction).sqrt()
 
-    def var_mean(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(variance, mean) over `axis`."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def std_mean(self: Any, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
         """(standard deviation, mean) over `axis`."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def logsumexp(self: Any, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(self))) over `axis`, computed stably."""
         top = self.max(axis, keepdim=True)
         top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top.float()
@@ -100,7 +100,7 @@ class ReduceMixin:
         axes = resolve_axes(axis, self.ndim)
         return result.reshape(tuple(size for index, size in enumerate(result.shape) if index not in axes))
 
-    def _arg_extreme(self: Any, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
+    def _arg_extreme(self: Tensor, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
         """Index of the first maximum (largest) or minimum along `axis`."""
         if axis is None:
             return self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim if keepdim else ())
@@ -119,22 +119,22 @@ class ReduceMixin:
             return result.reshape(())
         return result if keepdim else result.squeeze(dim)
 
-    def argmax(self: Any, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmax(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first maximum along `axis` (of the flattened tensor when None), as int32."""
         return self._arg_extreme(axis, keepdim, True)
 
-    def argmin(self: Any, axis: int | None = None, keepdim: bool = False) -> Tensor:
+    def argmin(self: Tensor, axis: int | None = None, keepdim: bool = False) -> Tensor:
         """Index of the first minimum along `axis`, as int32."""
         return self._arg_extreme(axis, keepdim, False)
 
     # ---- scans ----
 
-    def _scan_mask(self: Any, length: int) -> Tensor:
+    def _scan_mask(self: Tensor, length: int) -> Tensor:
         """The (length, length) bool matrix with [i, j] = j <= i."""
         indices = type(self).arange(length, dtype=dtypes.int32, device=self.device)
         return indices.reshape(length, 1) >= indices.reshape(1, length)
 
-    def _scan(self: Any, axis: int, op: Ops, identity: Any) -> Tensor:
+    def _scan(self: Tensor, axis: int, op: Ops, identity: Any) -> Tensor:
         """The inclusive scan of `op` along `axis`."""
         if self.ndim == 0:
             resolve_axis(axis, 0)  # a 0-d tensor takes axis 0 or -1, as tinygrad
@@ -148,17 +148,17 @@ class ReduceMixin:
         masked = self._scan_mask(length).where(rows, identity)
         return masked._reduce(op, -1).transpose(dim, -1)
 
-    def cumsum(self: Any, axis: int = 0) -> Tensor:
+    def cumsum(self: Tensor, axis: int = 0) -> Tensor:
         """Running sum along `axis`."""
         source = self.cast(sum_acc_dtype(self.dtype))
         result = source._scan(axis, Ops.ADD, 0)
         return result.cast(self.dtype) if self.dtype in _LOW_PRECISION_FLOATS else result
 
-    def cumprod(self: Any, axis: int) -> Tensor:
+    def cumprod(self: Tensor, axis: int) -> Tensor:
         """Running product along `axis`."""
         return self._scan(axis, Ops.MUL, 1)
 
-    def _cum_extreme(self: Any, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
+    def _cum_extreme(self: Tensor, axis: int, largest: bool) -> tuple[Tensor, Tensor]:
         """Running maximum (or minimum) along `axis` and the index where it was last reached."""
         if self.ndim == 0:
             resolve_axis(axis, 0)
@@ -173,15 +173,15 @@ class ReduceMixin:
         indices = hits._scan(dim, Ops.MAX, -1)
         return (values if largest else values._inverse()), indices
 
-    def cummax(self: Any, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummax(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running maximum, its index) along `axis`."""
         return self._cum_extreme(axis, True)
 
-    def cummin(self: Any, axis: int = 0) -> tuple[Tensor, Tensor]:
+    def cummin(self: Tensor, axis: int = 0) -> tuple[Tensor, Tensor]:
         """(running minimum, its index) along `axis`."""
         return self._cum_extreme(axis, False)
 
-    def logcumsumexp(self: Any, axis: int = 0) -> Tensor:
+    def logcumsumexp(self: Tensor, axis: int = 0) -> Tensor:
         """log of the running sum of exp along `axis`, computed stably."""
         if self.ndim == 0:
             resolve_axis(axis, 0)
@@ -190,14 +190,14 @@ class ReduceMixin:
         top = top.isinf().where(top._const(0.0, top.dtype), top)
         return (self - top).exp().cumsum(axis).log() + top
 
-    def usum(self: Any, *others: Tensor) -> Tensor:
+    def usum(self: Tensor, *others: Tensor) -> Tensor:
         """The sum of this tensor and `others`."""
         result = self
         for other in others:
             result = result + other
         return result
 
-    def uprod(self: Any, *others: Tensor) -> Tensor:
+    def uprod(self: Tensor, *others: Tensor) -> Tensor:
         """The product of this tensor and `others`."""
         result = self
         for other in others:
