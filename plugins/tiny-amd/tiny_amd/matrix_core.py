@@ -8,15 +8,27 @@ wavefront per 16 x 16 tile of C, the product of each 16 x 16 x 16 step done by t
 - gfx90a / gfx942 (CDNA, wave64): V_MFMA_F32_16X16X16{F16,BF16_1K}; lane holds K 4 (lane / 16) .. + 3 of its row /
   column and C's element (4 (lane / 16) + i, lane % 16) in slot i.
 
-The generic codegen has no matrix-instruction op yet, so these kernels are rendered here from the target and the
-dtype (`matrix_core_matmul`), compiled like any other and inspected by the tests (the instruction is in the code
-object); running them needs the hardware.
+Two ways in: `matrix_core_matmul` renders such a kernel directly from the target and the dtype (half or bfloat16);
+and the codegen choice (`matrix_core_opt`, the HIP renderer's `tensor_core_opt`, asked first by the core's GPU
+heuristic) rewrites any half matmul kernel of Tensor programs into waves of the target's instruction, through a
+CUSTOM op calling a prelude helper. The MOCK GPU runs that op with a wave-collective interpreter
+(tinycore.codegen.wave_interpreter) that uses the lane layouts above; the layouts themselves follow AMD's ISA
+documents and were never checked on hardware.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy
+
 from tiny_amd.renderer import PRELUDE
 from tiny_amd.target import parse_target
+from tinycore.codegen.matrix_units import matmul_parts
+from tinycore.codegen.opt import AxisType, Kernel, axis_id, range_size
 from tinycore.dtype import DType, dtypes
+from tinycore.uop.axis import new_range
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
 
 _TILE = 16
 
@@ -78,3 +90,109 @@ void {name}(float* data0, const {storage}* data1, const {storage}* data2) {{
 }}
 """
     return source, (columns // _TILE, rows // _TILE, 1), (target.wave_size, 1, 1)
+
+
+# ---- the codegen choice: a half matmul kernel rewritten into waves of the target's matrix instruction ----
+
+@dataclass(frozen=True)
+class MatrixInstruction:
+    """One 16 x 16 x 16 half-precision matrix instruction and where its operands and results live in a wave:
+    `operands` halves of A (and of B) per lane, `results` floats of C per lane."""
+
+    kind: str
+    helper: str
+    builtin: str
+    wave_size: int
+    operands: int
+    results: int
+
+    def operand_depth(self, lane: UOp | int, slot: int) -> UOp | int:
+        """The K index (within the 16-step) of the lane's operand `slot` (row lane % 16 of A, column of B)."""
+        if self.kind == "wmma":
+            return slot
+        return lane // 16 * (8 if self.kind == "wmma-gfx12" else 4) + slot
+
+    def result_row(self, lane: UOp | int, slot: int) -> UOp | int:
+        """The row of C (within the tile) in the lane's result `slot` (its column is lane % 16)."""
+        if self.kind == "wmma":
+            return lane // 16 + 2 * slot
+        return lane // 16 * (8 if self.kind == "wmma-gfx12" else 4) + slot
+
+    def prelude(self) -> str:
+        """The helper that gathers a lane's operands into the instruction's vectors and runs it on a zero C."""
+        halves = ", ".join(f"_Float16 a{i}" for i in range(self.operands)) + ", " + \
+            ", ".join(f"_Float16 b{i}" for i in range(self.operands))
+        a_items = ", ".join(f"a{i}" for i in range(self.operands))
+        b_items = ", ".join(f"b{i}" for i in range(self.operands))
+        zero_tail = ", 0, 0, 0" if self.kind == "mfma" else ""
+        return (f"typedef _Float16 tc_half{self.operands} __attribute__((ext_vector_type({self.operands})));\n"
+                f"typedef float float{self.results} __attribute__((ext_vector_type({self.results})));\n"
+                f"TC_DEVICE float{self.results} {self.helper}({halves}) {{\n"
+                f"  tc_half{self.operands} a = {{{a_items}}}, b = {{{b_items}}};\n"
+                f"  float{self.results} c = {{}};\n"
+                f"  return {self.builtin}(a, b, c{zero_tail}); }}")
+
+    def combine(self, fragments: list[list[float]]) -> list[tuple[float, ...]]:
+        """What the wave's instruction computes from every lane's operands: every lane's results (the MOCK GPU's
+        stand-in for the matrix unit; products of halves are exact in float32, sums rounded once from float64)."""
+        a, b = numpy.zeros((_TILE, _TILE)), numpy.zeros((_TILE, _TILE))
+        for lane, values in enumerate(fragments):
+            for slot in range(self.operands):
+                depth = int(self.operand_depth(lane, slot))
+                a[lane % _TILE, depth], b[depth, lane % _TILE] = values[slot], values[self.operands + slot]
+        product = (a @ b).astype(numpy.float32)
+        return [tuple(float(product[int(self.result_row(lane, slot)), lane % _TILE]) for slot in range(self.results))
+                for lane in range(len(fragments))]
+
+
+def matrix_instruction(arch: str) -> MatrixInstruction:
+    """The half-precision matrix instruction of `arch`."""
+    target = parse_target(arch)
+    call, operands, _element, results = _instruction(target.matrix_core, dtypes.float16)
+    return MatrixInstruction(target.matrix_core, f"tc_{target.matrix_core.replace('-', '_')}_f16",
+                             call.split("(")[0], target.wave_size, operands, results)
+
+
+def matrix_core_opt(instruction: MatrixInstruction, kernel: Kernel, notes: list[str]) -> bool:
+    """Rewrite a half matmul `kernel` into one wave per 16 x 16 tile of the output, each K step of 16 one matrix
+    instruction (CUSTOM op calling `instruction.helper`), the steps summed in float32; True when done. Kernels of
+    another shape keep the usual heuristic."""
+    parts = matmul_parts(kernel, (_TILE, _TILE, _TILE))
+    if parts is None:
+        return False
+    m, n, k = range_size(parts.rows), range_size(parts.columns), range_size(parts.depth)
+    assert m is not None and n is not None and k is not None
+    tile_m = new_range(m // _TILE, kernel.next_id, AxisType.LOOP)
+    tile_n = new_range(n // _TILE, kernel.next_id + 1, AxisType.LOOP)
+    step = new_range(k // _TILE, kernel.next_id + 2, AxisType.REDUCE)
+    kernel.next_id += 3
+    lane = UOp(Ops.SPECIAL, dtypes.int32, (UOp.const(dtypes.int32, instruction.wave_size),), "lidx0")
+    a_values = [parts.a_value.substitute({parts.rows: tile_m * _TILE + lane % _TILE,
+                                          parts.depth: step * _TILE + instruction.operand_depth(lane, slot)})
+                for slot in range(instruction.operands)]
+    b_values = [parts.b_value.substitute({parts.depth: step * _TILE + instruction.operand_depth(lane, slot),
+                                          parts.columns: tile_n * _TILE + lane % _TILE})
+                for slot in range(instruction.operands)]
+    arguments = ",".join(f"{{{position}}}" for position in range(2 * instruction.operands))
+    product = UOp(Ops.CUSTOM, dtypes.float32.vec(instruction.results), tuple(a_values + b_values),
+                  f"{instruction.helper}({arguments})")
+    store = kernel.ast.src[0]
+    stores = []
+    for slot in range(instruction.results):
+        accumulated = UOp(Ops.REDUCE, dtypes.float32, (product.gep(slot), step), Ops.ADD)
+        result = accumulated if parts.reduce.dtype == dtypes.float32 else accumulated.cast(parts.reduce.dtype)
+        where = {parts.rows: tile_m * _TILE + instruction.result_row(lane, slot),
+                 parts.columns: tile_n * _TILE + lane % _TILE}
+        value = store.src[1].substitute({parts.reduce: result}).substitute(where)
+        stores.append(store.replace(src=(store.src[0].substitute(where), value) + store.src[2:]))
+    kernel.ast = kernel.ast.replace(src=tuple(stores))
+    kernel.axes = [tile_m, tile_n, step]
+    axes = f"{axis_id(parts.rows)}/{axis_id(parts.columns)}/{axis_id(parts.depth)}"
+    notes.append(f"MATRIX CORES {instruction.builtin} ({m}x{n}x{k}: {m // _TILE}x{n // _TILE} waves of "
+                 f"{instruction.wave_size}, axis {axes})")
+    return True
+
+
+def uses_matrix_cores(uops: list[UOp], instruction: MatrixInstruction) -> bool:
+    """True when a linear program calls the instruction's helper."""
+    return any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(instruction.helper) for uop in uops)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.helpers import ContextVar
 from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage, CStyleWalk
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -25,6 +26,9 @@ HIP_TYPE_MAP: dict[DType, str] = {
     **BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
     dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
 
+AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
+"""AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942; used by
+default)."""
 _AXES = "xyz"
 _NATIVE_DOUBLE = {"sqrt", "trunc"}
 
@@ -98,12 +102,20 @@ class HIPRenderer(CStyleLanguage):
     register_tile = (4, 4)
     max_buffers = 200  # kernarg segments stay well under the 4 KB the AQL path preloads
 
-    def __init__(self, arch: str = "gfx1100", device: str = "AMD", embed_program: bool = False):
+    def __init__(self, arch: str = "gfx1100", device: str = "AMD", embed_program: bool = False,
+                 matrix_cores: bool | None = None):
         from tiny_amd.target import parse_target
         self.target = parse_target(arch)
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
         self._group_size: int | None = None
+        self.matrix_instruction: Any = None
+        if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
+            from functools import partial
+
+            from tiny_amd.matrix_core import matrix_core_opt, matrix_instruction
+            self.matrix_instruction = matrix_instruction(arch)
+            self.tensor_core_opt = partial(matrix_core_opt, self.matrix_instruction)
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """clang's bit cast between types of the same size."""
@@ -122,7 +134,11 @@ class HIPRenderer(CStyleLanguage):
         return f"(int)__builtin_amdgcn_{kind}_id_{_AXES[int(name[-1])]}()"
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
-        """Infinity and NaN, the bfloat16 conversions and pow."""
+        """Infinity and NaN, the bfloat16 conversions and pow; the matrix-instruction helper when the kernel uses it."""
+        if self.matrix_instruction is not None:
+            from tiny_amd.matrix_core import uses_matrix_cores
+            if uses_matrix_cores(uops, self.matrix_instruction):
+                return [PRELUDE, self.matrix_instruction.prelude()]
         return [PRELUDE]
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:

@@ -1,0 +1,75 @@
+"""Recognising kernels that a GPU's matrix units can take (tensor cores, WMMA, MFMA): exactly one sum over the
+product of two half-precision factors (half loads, or values cast to half) with two output axes, each factor indexed
+by one output axis and the reduce axis, sizes multiples of the instruction's tile and no padding masks. A renderer's
+`tensor_core_opt` uses `matmul_parts` and then rewrites the kernel for its own instruction.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinycore.codegen.opt import AxisType, Kernel, range_size
+from tinycore.codegen.optimize import axis_stride, strip_casts
+from tinycore.dtype import dtypes
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+
+@dataclass(frozen=True)
+class MatmulParts:
+    """The pieces of a matmul kernel: the REDUCE, the half-precision factor indexed by `rows` (A) and the one indexed
+    by `columns` (B), and the three axes."""
+
+    reduce: UOp
+    a_value: UOp
+    b_value: UOp
+    rows: UOp
+    columns: UOp
+    depth: UOp
+
+
+def half_operand(node: UOp) -> UOp | None:
+    """The half-precision value under a factor of the product (a half load, or a float cast to half), else None."""
+    while node.dtype != dtypes.float16 and node.op is Ops.CAST:
+        node = node.src[0]
+    return node if node.dtype == dtypes.float16 else None
+
+
+def matmul_parts(kernel: Kernel, tile: tuple[int, int, int]) -> MatmulParts | None:
+    """The MatmulParts of `kernel` when it has the shape (module docstring) and rows, columns and depth are multiples
+    of `tile`; else None."""
+    ast = kernel.ast
+    reduces = kernel.reduce_ops
+    loops = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
+    reduce_axes = [kernel.axes[i] for i in kernel.axes_of(AxisType.REDUCE)]
+    if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD or len(loops) != 2 or \
+            len(reduce_axes) != 1 or len(kernel.axes) != 3 or reduces[0].src[1:] != (reduce_axes[0],):
+        return None
+    store_index = ast.src[0].src[0]
+    if store_index.op is not Ops.INDEX or len(store_index.src) != 2:
+        return None
+    product = strip_casts(reduces[0].src[0])
+    if product.op is not Ops.MUL:
+        return None
+    operands = [half_operand(source) for source in product.src]
+    if operands[0] is None or operands[1] is None:
+        return None
+    loads = [strip_casts(operand) for operand in operands if operand is not None]
+    if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2 for load in loads):
+        return None
+    depth = reduce_axes[0]
+    for (first, second), (first_value, second_value) in (((loads[0], loads[1]), (operands[0], operands[1])),
+                                                         ((loads[1], loads[0]), (operands[1], operands[0]))):
+        rows = columns = None
+        for axis in loops:
+            in_first, in_second = axis_stride(first.src[0].src[1], axis), axis_stride(second.src[0].src[1], axis)
+            if in_first not in (0, None) and in_second == 0:
+                rows = axis
+            elif in_first == 0 and in_second not in (0, None):
+                columns = axis
+        if rows is None or columns is None:
+            continue
+        sizes = (range_size(rows), range_size(columns), range_size(depth))
+        if any(size is None or size % step for size, step in zip(sizes, tile, strict=True)):
+            return None
+        return MatmulParts(reduces[0], first_value, second_value, rows, columns, depth)
+    return None

@@ -1,0 +1,118 @@
+"""The interpreter for kernels with wave-collective matrix instructions (tensor cores, WMMA, MFMA), used by MOCK
+GPUs: the core's interpreter, with the work-items of a wave meeting at each collective op, since every lane's result
+depends on every lane's operands.
+
+A collective op is a CUSTOM UOp whose arg starts with a registered name; its sources are the lane's operand values.
+Each work-item runs as a generator, as in the core's interpreter; at a collective op it yields its operand values and
+waits. Once all lanes of the wave are there, the op's `combine` function gets every lane's operands (in lane order)
+and returns every lane's result, which each lane receives as the op's value. A work-group is one wave (lidx0 of the
+wave's size); a collective reached by only part of the wave (divergent control flow) is an error.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any
+
+import numpy
+
+from tinycore.codegen.interpreter import InterpreterError, Program
+from tinycore.dtype import PtrDType
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+Combine = Callable[[list[list[float]]], list[tuple[float, ...]]]
+"""Every lane's operand values (lane order) -> every lane's result values."""
+
+
+def collective_name(uop: UOp, collectives: Mapping[str, Combine]) -> str | None:
+    """The registered collective that the CUSTOM `uop` calls, else None."""
+    if uop.op is not Ops.CUSTOM:
+        return None
+    return next((name for name in collectives if str(uop.arg).startswith(name)), None)
+
+
+class WaveProgram(Program):
+    """A linear program whose work-groups (one wave of `wave_size` lanes) may execute collective ops."""
+
+    def __init__(self, uops: Sequence[UOp], collectives: Mapping[str, Combine], wave_size: int):
+        super().__init__(uops)
+        self.collectives, self.wave_size = dict(collectives), wave_size
+        self.calls = {uop: name for uop in self.uops if (name := collective_name(uop, self.collectives)) is not None}
+
+    def __call__(self, buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
+        """Run every work-item; waves meet at each collective op."""
+        if not self.calls:
+            super().__call__(buffers, var_vals)
+            return
+        values = dict(var_vals or {})
+        lists = [numpy.asarray(b).reshape(-1).tolist() if isinstance(b, numpy.ndarray) else b for b in buffers]
+        sizes = {special: range(self._evaluate_size(special.src[0], values) if special.src else 1)
+                 for special in self.specials}
+        locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
+        groups = [special for special in self.specials if special not in locals_]
+        if [len(sizes[special]) for special in locals_] != [self.wave_size]:
+            raise InterpreterError(f"a kernel with wave-collective ops must run one wave (lidx0 of {self.wave_size}) "
+                                   "per work-group")
+        for group in itertools.product(*(sizes[special] for special in groups)):
+            shared: dict[UOp, list[Any]] = {}
+            lanes = [self._run_lane(lists, values, dict(zip(groups + locals_, group + (lane,), strict=True)), shared)
+                     for lane in range(self.wave_size)]
+            self._run_wave(lanes)
+        for original, result in zip(buffers, lists, strict=True):
+            if isinstance(original, numpy.ndarray):
+                original.reshape(-1)[:] = numpy.asarray(result, dtype=original.dtype)
+
+    def _run_wave(self, lanes: list[Generator[Any, Any, None]]) -> None:
+        replies: list[Any] = [None] * len(lanes)
+        while lanes:
+            requests = []
+            for lane, reply in zip(lanes, replies, strict=True):
+                try:
+                    requests.append(lane.send(reply))
+                except StopIteration:
+                    requests.append(None)
+            live = [request for request in requests if request is not None]
+            if not live:
+                return
+            calls = [request for request in live if isinstance(request, tuple)]
+            if calls:
+                names = {name for name, _operands in calls}
+                if len(calls) != self.wave_size or len(live) != self.wave_size or len(names) != 1:
+                    raise InterpreterError("a wave-collective op was reached by only part of the wave (divergent "
+                                           "control flow)")
+                replies = self.collectives[names.pop()]([operands for _name, operands in calls])
+            else:
+                replies = [None] * len(live)
+            lanes = [lane for lane, request in zip(lanes, requests, strict=True) if request is not None]
+
+    def _run_lane(self, lists: list[Any], var_vals: Mapping[str, int], thread: dict[UOp, int],
+                  shared: dict[UOp, list[Any]]) -> Generator[Any, Any, None]:
+        """One work-item: yields True at a BARRIER and (name, operands) at a collective op, then receives its
+        result."""
+        values: dict[UOp, Any] = {}
+        uops, position, count = self.uops, 0, len(self.uops)
+        while position < count:
+            uop = uops[position]
+            op = uop.op
+            if op is Ops.RANGE:
+                if values[uop.src[0]] <= 0:
+                    position = self.end_of[position] + 1
+                    continue
+                values[uop] = 0
+            elif op is Ops.END:
+                loop = uop.src[0]
+                values[loop] += 1
+                if values[loop] < values[loop.src[0]]:
+                    position = self.start_of[position] + 1
+                    continue
+            elif op is Ops.DEFINE_LOCAL:
+                size = uop.dtype.size if isinstance(uop.dtype, PtrDType) and uop.dtype.size > 0 else 1
+                values[uop] = shared.setdefault(uop, [None] * size)
+            elif uop in self.calls:
+                values[uop] = yield (self.calls[uop], [float(values[source]) for source in uop.src])
+            else:
+                values[uop] = self._step(uop, values, lists, var_vals, thread)
+                if op is Ops.BARRIER:
+                    yield True
+            position += 1
