@@ -20,7 +20,7 @@ from tiny_amd.kfd import KernelFiles, KFDDriver, KFDError, KFDMemory, KFDQueue
 from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
 from tinycore.hcq.device import HCQProgram
-from tinycore.hcq.mock import shared_bytes, unpack_mock_binary
+from tinycore.hcq.mock import MOCK_BINARY_MAGIC, shared_bytes, unpack_mock_binary
 from tinycore.hcq.signal import DeviceTimeoutError
 from tinycore.helpers import HCQ_TIMEOUT_MS
 from tinycore.plugins import HCQQueues
@@ -179,7 +179,7 @@ class AMDProgram(HCQProgram):
 
     def __init__(self, device: AMDQueueDevice, name: str, lib: bytes):
         super().__init__(device, name, lib)
-        uops, code_object = unpack_mock_binary(lib) if lib.startswith(b"TCNVMOCK") else (None, lib)
+        uops, code_object = unpack_mock_binary(lib) if lib.startswith(MOCK_BINARY_MAGIC) else (None, lib)
         if code_object:
             loaded = load_code_object(code_object, name)
         elif uops is not None:
