@@ -8,6 +8,7 @@ import ctypes
 import struct
 import subprocess
 import tempfile
+from pathlib import Path
 
 import numpy
 import pytest
@@ -17,7 +18,7 @@ from tiny_amd.amd_mock import MockCompiler
 from tiny_amd.code_object import CodeObjectError, load_code_object
 from tiny_amd.compiler import AMDCompiler, toolchain_status
 from tiny_amd.inspect import code_object_notes, readelf
-from tiny_amd.kfd import KFDDriver, KFDError
+from tiny_amd.kfd import KFDDriver, KFDError, LinuxFiles
 from tiny_amd.kfd_mock import MockKFD
 from tiny_amd.renderer import HIPRenderer
 from tiny_amd.target import parse_target
@@ -286,3 +287,26 @@ def test_the_ring_wraps_and_its_slots_are_reused() -> None:
 
 def test_queue_classes_are_the_hcq_answer() -> None:
     assert QUEUES.compute_queue.__name__ == "AMDComputeQueue" and QUEUES.signal.__name__ == "AMDSignal"
+
+
+def test_linux_files_read_the_topology_and_map_memory_at_a_reserved_address(tmp_path: Path) -> None:
+    # the real system-call layer, on a topology directory and an ordinary file instead of the GPU's
+    for node, gpu_id, properties in (("0", "0", "cpu_cores_count 8\n"),
+                                     ("1", "4660", "gfx_target_version 110000\ndrm_render_minor 129\n")):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "gpu_id").write_text(gpu_id + "\n")
+        (tmp_path / node / "properties").write_text(properties)
+    files = LinuxFiles(str(tmp_path))
+    assert files.topology() == [{"gfx_target_version": 110000, "drm_render_minor": 129, "gpu_id": 4660}]
+    backing = tmp_path / "backing"
+    backing.write_bytes(bytes(8192))
+    fd = files.open(str(backing))
+    try:
+        address = files.reserve(8192)
+        view = files.map_memory(fd, 4096, address, 4096)
+        view[:5] = b"hello"
+        assert ctypes.string_at(address, 5) == b"hello"  # the host address is the mapping's
+        files.release(address, 8192)
+    finally:
+        files.close(fd)
+    assert backing.read_bytes()[4096:4101] == b"hello"  # a shared mapping of the file at that offset
