@@ -201,3 +201,12 @@ def test_gradients_reduced_while_other_work_runs() -> None:
     np.testing.assert_allclose(param.grad.numpy(), numpy_gradient(x, y, weight), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(overlapped, (x * 2).sum(), rtol=1e-5)
     assert pending.wait()[0] is param.grad  # a second wait gives the same tensors
+
+
+def test_allreduce_of_a_sharded_tensor_keeps_its_sharding() -> None:
+    devices = ("CPU:0", "CPU:1")
+    mine = Tensor(rank_data(RANK, (4, 6), salt=50)).shard(devices, 1)
+    result = distributed.allreduce(mine, "max")
+    assert result.device == mine.device and result.uop.arg == 1
+    expected = np.max([rank_data(rank, (4, 6), salt=50) for rank in range(WORLD)], axis=0)
+    np.testing.assert_array_equal(result.numpy(), expected)
