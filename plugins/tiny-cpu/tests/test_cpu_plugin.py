@@ -52,6 +52,22 @@ def test_renderers() -> None:
     assert hooks.tiny_renderers("CL") == []
 
 
+def test_allocator_comes_through_the_tiny_allocator_hook() -> None:
+    from types import SimpleNamespace
+
+    from tiny_cpu.allocator import CPUAllocator
+
+    from tinycore import Device
+    from tinycore.device.registry import select_allocator
+    from tinycore.plugins.manager import get_plugin_manager
+    allocator = hooks.tiny_allocator(SimpleNamespace(device="CPU:2"))
+    assert isinstance(allocator, CPUAllocator) and allocator.device == "CPU:2"
+    assert hooks.tiny_allocator(SimpleNamespace(device="CL")) is None
+    assert isinstance(select_allocator(SimpleNamespace(device="CPU")), CPUAllocator), "answered through the manager"
+    assert isinstance(Device["CPU"].allocator, CPUAllocator)
+    assert "tiny_allocator" in next(record.hooks for record in get_plugin_manager().records if record.name == "cpu")
+
+
 def test_probe_uses_cc_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CC", f"{sys.executable} -O2")
     assert hooks.probe() == (True, f"C compiler {sys.executable}", 1)

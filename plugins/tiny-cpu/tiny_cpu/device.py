@@ -79,21 +79,26 @@ class CPUDevice(HCQCompiled):
 
     def __init__(self, device: str = "CPU"):
         select_renderer: Any
+        select_allocator: Any
         try:
-            from tinycore.device.registry import select_renderer
+            from tinycore.device.registry import select_allocator, select_renderer
         except ImportError:
-            select_renderer = None
+            select_renderer = select_allocator = None
         if select_renderer is not None:
             renderer, compiler, _spec = select_renderer(device)
         else:
             from tiny_cpu.renderer import make_c_renderer
             renderer, compiler = make_c_renderer(device, None)
+        self.device = device  # the name the tiny_allocator hook reads
+        # the allocator comes through the tiny_allocator hook (tiny_cpu.hooks answers for CPU), so another plugin
+        # may supply the memory of CPU buffers
+        allocator = select_allocator(self) if select_allocator is not None else CPUAllocator(device)
         self.library = pool_library()
         timeout_ns = int(HCQ_TIMEOUT_MS.value) * 1_000_000
         self.hardware_queues = {name: self.library.tinycore_queue_create(timeout_ns) for name in ("compute", "copy")}
         if not all(self.hardware_queues.values()):
             raise RuntimeError("too many CPU devices opened in this process: the C queues are used up")
-        super().__init__(device, CPUAllocator(device), renderer, compiler, CPUQueueProgram)
+        super().__init__(device, allocator, renderer, compiler, CPUQueueProgram)
 
     def submit_words(self, hardware: str, words: Any, count: int) -> None:
         """Run `count` command words on the C queue `hardware` ("compute" or "copy")."""

@@ -1,4 +1,4 @@
-"""The hooks of the CPU plugin: the CPU device and its C renderer.
+"""The hooks of the CPU plugin: the CPU device, its C renderer, its allocator and its queues.
 
 This module is imported when tinycore discovers plugins, so it imports nothing heavy: the device class, the
 renderer and the compiler are named by import path and loaded when CPU is opened.
@@ -57,6 +57,15 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
         return []
     return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
                          "C source compiled to a shared object by $CC, gcc or clang")]
+
+
+@hookimpl
+def tiny_allocator(device: Any) -> Any:
+    """Host memory for the CPU device being opened (None for any other device)."""
+    if str(getattr(device, "device", "")).split(":")[0] != DEVICE_NAME:
+        return None
+    from tiny_cpu.allocator import CPUAllocator
+    return CPUAllocator(device.device)
 
 
 @hookimpl
