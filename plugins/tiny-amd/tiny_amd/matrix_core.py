@@ -138,11 +138,17 @@ class MatrixInstruction:
         a, b = numpy.zeros((_TILE, _TILE)), numpy.zeros((_TILE, _TILE))
         for lane, values in enumerate(fragments):
             for slot in range(self.operands):
-                depth = int(self.operand_depth(lane, slot))
+                depth = self._int(self.operand_depth(lane, slot))
                 a[lane % _TILE, depth], b[depth, lane % _TILE] = values[slot], values[self.operands + slot]
         product = (a @ b).astype(numpy.float32)
-        return [tuple(float(product[int(self.result_row(lane, slot)), lane % _TILE]) for slot in range(self.results))
-                for lane in range(len(fragments))]
+        return [tuple(float(product[self._int(self.result_row(lane, slot)), lane % _TILE])
+                      for slot in range(self.results)) for lane in range(len(fragments))]
+
+    @staticmethod
+    def _int(value: UOp | int) -> int:
+        """A position computed from a concrete lane (always an int then)."""
+        assert isinstance(value, int), f"expected an int, got {value}"
+        return value
 
 
 def matrix_instruction(arch: str) -> MatrixInstruction:
