@@ -146,3 +146,18 @@ def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
     path = tmp_path / "renderer.py"
     path.write_text("from tinycore.renderer.cstyle import CStyleLanguage, _Walk\n")
     assert len(private_core_imports(path)) == 1
+
+
+def test_tensor_mixins_type_self_as_the_tensor() -> None:
+    """The Tensor's mixins annotate `self` as `Tensor` (mypy then checks their bodies), never as `Any`."""
+    untyped = []
+    for path in sorted((CORE / "tensor").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin"):
+                for method in node.body:
+                    if isinstance(method, ast.FunctionDef) and method.args.args and \
+                            method.args.args[0].arg == "self":
+                        annotation = method.args.args[0].annotation
+                        if annotation is None or ast.unparse(annotation) != "Tensor":
+                            untyped.append(f"{path.name}:{method.lineno} {node.name}.{method.name}")
+    assert not untyped, "mixin methods whose self is not typed as Tensor:\n" + "\n".join(untyped)
