@@ -13,6 +13,7 @@ from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
+from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
 from tinycore.plugins.contract import RendererContract
@@ -42,8 +43,9 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
 def linearize(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> list[UOp]:
     """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
     kernel = optimize_kernel(ast, renderer, opts)
-    stores = expand(simplify_indices(kernel.ast), lambda dtype: vector_width(renderer, dtype),
-                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width))
+    optimized = decompose_transcendentals(kernel.ast) if renderer.decompose_transcendentals else kernel.ast
+    stores = expand(simplify_indices(optimized), lambda dtype: vector_width(renderer, dtype),
+                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks)
     return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
 
 

@@ -4,7 +4,8 @@ Vector loads and stores are kept (the packer only makes them for widths the rend
 is kept only for the ops in the renderer's `vector_ops` (a set, or a dict by scalar dtype); without one, +, -, *,
 negation and float division on floats and +, -, *, negation and bitwise ops on integers. Everything else becomes a
 VECTORIZE of scalar ops over GEPs of the sources, and GEPs of VECTORIZEs fold away, so a chain of unsupported ops
-stays scalar.
+stays scalar. A renderer with `vector_masks` keeps vector comparisons (bool vectors as lane masks), logic on them and
+selects over them; a CAST of such a mask to numbers becomes a select of 1 and 0.
 """
 from __future__ import annotations
 
@@ -31,6 +32,36 @@ def vector_alu_supported(renderer: RendererContract, op: Ops, dtype: DType) -> b
     return False
 
 
+def vector_op_supported(renderer: RendererContract, node: UOp) -> bool:
+    """True when the vector ALU op, CAST or BITCAST `node` may stay one vector op for `renderer` (see
+    RendererContract.vector_alu_ops and vector_masks)."""
+    if node.op in (Ops.CAST, Ops.BITCAST):
+        source = node.src[0].dtype
+        plain = {dtypes.bool, dtypes.bfloat16}
+        return source.scalar not in plain and node.dtype.scalar not in plain and \
+            vector_alu_supported(renderer, node.op, source) and vector_alu_supported(renderer, node.op, node.dtype)
+    if node.op is Ops.WHERE:
+        return not dtypes.is_bool(node.dtype) and (renderer.vector_masks or node.src[0].dtype.count == 1) and \
+            vector_alu_supported(renderer, node.op, node.src[1].dtype)
+    if not dtypes.is_bool(node.dtype):
+        return not any(dtypes.is_bool(source.dtype) for source in node.src) and \
+            vector_alu_supported(renderer, node.op, node.src[0].dtype)
+    if not renderer.vector_masks:
+        return False
+    operand = node.src[0].dtype
+    if node.op in GroupOp.Comparison:
+        return not dtypes.is_bool(operand) and vector_alu_supported(renderer, node.op, operand)
+    return node.op in (Ops.AND, Ops.OR, Ops.XOR) and vector_alu_supported(renderer, node.op, dtypes.bool)
+
+
+def _mask_select(node: UOp) -> UOp | None:
+    """CAST of a bool vector to a number vector as WHERE(mask, 1, 0), so it stays a select of whole vectors."""
+    if node.op is not Ops.CAST or not dtypes.is_bool(node.src[0].dtype) or dtypes.is_bool(node.dtype) or \
+            node.dtype.scalar == dtypes.bfloat16:
+        return None
+    return node.src[0].where(UOp.const(node.dtype, 1), UOp.const(node.dtype, 0))
+
+
 def _split_lanes(node: UOp) -> UOp:
     lanes = []
     for lane in range(node.dtype.count):
@@ -47,10 +78,10 @@ def legalize(roots: list[UOp], renderer: RendererContract) -> dict[UOp, UOp]:
         new_src = tuple(memo[source] for source in node.src)
         rebuilt = node if new_src == node.src else node.replace(src=new_src)
         if rebuilt.dtype.count > 1 and rebuilt.op in (GroupOp.ALU | {Ops.CAST, Ops.BITCAST}):
-            operand_dtype = rebuilt.src[0].dtype if rebuilt.op is not Ops.WHERE else rebuilt.src[1].dtype
-            supported = rebuilt.op not in (Ops.CAST, Ops.BITCAST) and not dtypes.is_bool(rebuilt.dtype) and \
-                vector_alu_supported(renderer, rebuilt.op, operand_dtype)
-            if not supported:
+            select = _mask_select(rebuilt) if renderer.vector_masks else None
+            if select is not None and vector_op_supported(renderer, select):
+                rebuilt = select
+            elif not vector_op_supported(renderer, rebuilt):
                 rebuilt = _split_lanes(rebuilt)
         memo[node] = fold_node(rebuilt)
     return memo

@@ -66,16 +66,17 @@ class Expander:
     """Runs the expansion on a kernel AST.
 
     `vector_width(dtype)` is the widest vector codegen may use for scalar `dtype`; `supported(dtype, width)` says
-    whether the renderer has vectors of `width` lanes of `dtype` (default: every power of two up to the widest).
+    whether the renderer has vectors of `width` lanes of `dtype` (default: every power of two up to the widest);
+    `masks`: comparisons pack into bool vectors (RendererContract.vector_masks).
     """
 
     def __init__(self, vector_width: Callable[[DType], int],
-                 supported: Callable[[DType, int], bool] | None = None):
+                 supported: Callable[[DType, int], bool] | None = None, masks: bool = False):
         self.vector_width = vector_width
         self.supported = supported if supported is not None else \
             (lambda dtype, width: width in _powers_up_to(vector_width(dtype)))
         self.packer = Packer(lambda dtype, width: dtype.count == 1 and (width == 1 or (
-            width <= vector_width(dtype) and self.supported(dtype, width))))
+            width <= vector_width(dtype) and self.supported(dtype, width))), masks)
 
     def fitting_width(self, dtype: DType, lanes: int) -> int:
         """The widest usable vector width for `dtype` that divides `lanes` (1 when none)."""
@@ -178,7 +179,7 @@ def _powers_up_to(limit: int) -> set[int]:
 
 
 def expand(ast: UOp, vector_width: Callable[[DType], int],
-           supported: Callable[[DType, int], bool] | None = None) -> list[UOp]:
+           supported: Callable[[DType, int], bool] | None = None, masks: bool = False) -> list[UOp]:
     """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded (see Expander for the arguments)."""
-    expander = Expander(vector_width, supported)
+    expander = Expander(vector_width, supported, masks)
     return expander.expand_stores(expander.expand_reduces(ast).src)

@@ -41,11 +41,14 @@ def consecutive(indices: tuple[UOp, ...]) -> bool:
 class Packer:
     """Packs tuples of scalar lanes into vector nodes, sharing work between calls (memoised by lane tuple).
 
-    `vector_ok(dtype, width)` says whether memory and arithmetic may use `width` lanes of scalar `dtype`.
+    `vector_ok(dtype, width)` says whether memory and arithmetic may use `width` lanes of scalar `dtype`; with
+    `masks`, comparisons of such lanes and logic on their results pack into bool vectors (lane masks, see
+    RendererContract.vector_masks).
     """
 
-    def __init__(self, vector_ok: Callable[[DType, int], bool]):
+    def __init__(self, vector_ok: Callable[[DType, int], bool], masks: bool = False):
         self.vector_ok = vector_ok
+        self.masks = masks
         self.memo: dict[tuple[UOp, ...], UOp] = {}
         self.lane_memo: dict[tuple[UOp, ...], tuple[UOp, ...]] = {}
 
@@ -69,7 +72,7 @@ class Packer:
                          len(lane.src) == len(first.src) for lane in lanes)
         if not same_shape:
             return gather(lanes)
-        if not self.vector_ok(first.dtype, len(lanes)):
+        if not self.vector_ok(first.dtype, len(lanes)) and not self._mask_ok(first, len(lanes)):
             return self._lanewise(lanes) if first.op in PACKABLE_OPS else gather(lanes)
         width = len(lanes)
         if first.op is Ops.LOAD:
@@ -84,12 +87,23 @@ class Packer:
             for position in range(len(first.src)):
                 source_lanes = tuple(lane.src[position] for lane in lanes)
                 if not self.vector_ok(source_lanes[0].dtype, width) and \
+                        not (self.masks and dtypes.is_bool(source_lanes[0].dtype)) and \
                         not all(source is source_lanes[0] for source in source_lanes):
                     return self._lanewise(lanes)
                 sources.append(self.pack(source_lanes))
             dtype = dtypes.bool.vec(width) if first.op in GroupOp.Comparison else first.dtype.vec(width)
             return UOp(first.op, dtype, tuple(sources), first.arg)
         return gather(lanes)
+
+    def _mask_ok(self, first: UOp, width: int) -> bool:
+        """True when lanes like `first` pack into a lane mask: a comparison of vector-capable numbers, or logic on
+        bools."""
+        if not self.masks or not dtypes.is_bool(first.dtype):
+            return False
+        if first.op in GroupOp.Comparison:
+            operand = first.src[0].dtype
+            return not dtypes.is_bool(operand) and self.vector_ok(operand, width)
+        return first.op in (Ops.AND, Ops.OR, Ops.XOR)
 
     def lanes_of(self, lanes: tuple[UOp, ...]) -> tuple[UOp, ...]:
         """`lanes` recomputed lane by lane over vector sources where possible (see _lanewise)."""

@@ -38,6 +38,9 @@ class RendererContract:
     """Shared (local) memory: group reduces through it are allowed."""
     has_threads: bool = False
     """CPU-style split of output axes across workers through SPECIAL "core_id"."""
+    decompose_transcendentals: bool = False
+    """float32 exp2 and log2 written as arithmetic UOps (codegen/transcendental.py) instead of the renderer's
+    builtins, so they vectorize with the rest of the kernel (worth it only with `vector_masks`)."""
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     """Largest launch grid per dimension (None: 2**31 - 1 each)."""
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
@@ -62,7 +65,12 @@ class RendererContract:
     """Bytes of the vectors the CPU heuristics aim for (None: codegen.optimize.PREFERRED_VECTOR_BYTES)."""
     vector_alu_ops: frozenset[Ops] | dict[DType, frozenset[Ops]] | None = None
     """The ALU ops the language applies to vectors lane-wise (or such a set per scalar dtype); the others are
-    devectorized (None: codegen.devectorize's defaults)."""
+    devectorized (None: codegen.devectorize's defaults). CAST and BITCAST in the set keep whole-vector conversions
+    (between the non-bool dtypes the set allows)."""
+    vector_masks: bool = False
+    """Bool vectors may be lane masks: vector comparisons of the dtypes whose `vector_alu_ops` hold them, logic
+    (AND, OR, XOR) on such masks and WHERE over them stay vector ops; the renderer writes the masks and selects
+    (blends). False: every op with a bool vector source or result is computed lane by lane."""
     tensor_cores: list[Any] = []
     """Matrix units codegen may use (none are used yet)."""
     tensor_core_opt: Callable[[Any, list[str]], bool] | None = None

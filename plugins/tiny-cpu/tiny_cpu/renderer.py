@@ -12,7 +12,7 @@ from typing import Any
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk, RenderedPointer
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
 _HALF = "_Float16"
@@ -104,7 +104,6 @@ class CWalk(CStyleWalk):
             branches.append(self.expression(vector))
         return f"({self.expression(condition)}?{branches[0]}:{branches[1]})"
 
-
     def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
         """GCC's __atomic builtins: fetch-add for integer sums, else a compare-exchange loop over the combine (the
         generic builtins compare bytes, so floats, halves and bfloat16 bits work alike)."""
@@ -119,6 +118,123 @@ class CWalk(CStyleWalk):
                 f"{type_name} {old}, {new}; __atomic_load({target}, &{old}, __ATOMIC_RELAXED); "
                 f"do {{ {new} = {combined}; }} while (!__atomic_compare_exchange({target}, &{old}, &{new}, 1, "
                 f"__ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}")
+
+
+_MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+
+
+class MaskWalk(CWalk):
+    """The C walk with lane masks: a vector comparison is a GNU C vector comparison (a vector of signed integers the
+    width of the compared lanes, all ones where true), logic on masks is bitwise, and a select over a mask is a blend
+    of bits, `(a & m) | (b & ~m)`, which gcc and clang turn into one blend instruction. C has no `?:` on vectors.
+    A mask read as a bool vector (stored, converted) is converted to 0/1 bytes where it is read."""
+
+    def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
+        super().__init__(renderer, uops)
+        self.masks: dict[UOp, tuple[str, DType]] = {}
+
+    def _vector_lanes(self, dtype: DType) -> bool:
+        """True for vectors this walk blends and compares whole (not bool, bfloat16 or a narrow dtype)."""
+        scalar = dtype.scalar
+        return dtype.count > 1 and scalar not in (dtypes.bool, dtypes.bfloat16) and \
+            scalar not in self.renderer.narrow_dtypes and scalar.itemsize in _MASK_DTYPES
+
+    def whole(self, uop: UOp, count: int) -> str:
+        """`uop` as a vector expression of `count` lanes (constants and scalars broadcast)."""
+        text = self.expression(uop)
+        if uop.op is Ops.CONST or uop.dtype.count == 1:
+            return self.renderer.render_vector(uop.dtype.scalar.vec(count), [text] * count)
+        return text
+
+    def mask_of(self, uop: UOp, lane_bytes: int, count: int) -> str:
+        """A variable or expression holding `uop` (a bool vector) as a mask with lanes of `lane_bytes` bytes."""
+        mask_dtype = _MASK_DTYPES[lane_bytes].vec(count)
+        self.note(mask_dtype)
+        type_name = self.renderer.render_dtype(mask_dtype)
+        if uop in self.masks:
+            text, dtype = self.masks[uop]
+            if dtype.itemsize == lane_bytes:
+                return text
+            code = f"__builtin_convertvector({text}, {type_name})"
+        elif uop.op is Ops.CONST:
+            code = self.renderer.render_vector(mask_dtype, ["-1" if uop.arg else "0"] * count)
+        else:
+            code = f"(-__builtin_convertvector({self.whole(uop, count)}, {type_name}))"
+        name = self.fresh("mask")
+        self.emit(f"{type_name} {name} = {code};")
+        return name
+
+    def blend(self, mask: str, when_true: str, when_false: str, dtype: DType) -> str:
+        """Lanes of `when_true` where `mask` is set, of `when_false` elsewhere (bitwise, exact for every value)."""
+        bits = self.renderer.render_dtype(_MASK_DTYPES[dtype.scalar.itemsize].vec(dtype.count))
+        return f"(({self.renderer.render_dtype(dtype)})((({bits}){when_true}&{mask})|(({bits}){when_false}&~{mask})))"
+
+    def op_alu(self, uop: UOp) -> None:
+        """Vector comparisons as masks, logic on masks, MAX and WHERE as blends; everything else as the C walk."""
+        count = uop.dtype.count
+        sources = uop.src
+        if count > 1 and uop.op is Ops.WHERE and self._vector_lanes(uop.dtype):
+            condition = sources[0]
+            when_true, when_false = self.whole(sources[1], count), self.whole(sources[2], count)
+            uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
+            if condition.dtype.count == 1 or uniform:
+                scalar = condition.src[0] if uniform else condition
+                self.bind(uop, f"({self.expression(scalar)}?{when_true}:{when_false})")
+                return
+            mask = self.mask_of(condition, uop.dtype.scalar.itemsize, count)
+            self.bind(uop, self.blend(mask, when_true, when_false, uop.dtype))
+            return
+        if count > 1 and uop.op is Ops.MAX and self._vector_lanes(uop.dtype):
+            left, right = self.materialized(sources[0], count), self.materialized(sources[1], count)
+            mask = self._mask_variable(f"({left}<{right})", uop.dtype)
+            self.bind(uop, self.blend(mask, right, left, uop.dtype))
+            return
+        if count > 1 and uop.op in GroupOp.Comparison and self._vector_lanes(sources[0].dtype):
+            left, right = self.whole(sources[0], count), self.whole(sources[1], count)
+            symbol = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[uop.op]
+            self._bind_mask(uop, f"({left}{symbol}{right})", sources[0].dtype)
+            return
+        if count > 1 and uop.op in (Ops.AND, Ops.OR, Ops.XOR) and uop.dtype.scalar == dtypes.bool and \
+                any(source in self.masks for source in sources):
+            reference = next(self.masks[source][1] for source in sources if source in self.masks)
+            left, right = (self.mask_of(source, reference.itemsize, count) for source in sources)
+            symbol = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[uop.op]
+            self._bind_mask(uop, f"({left}{symbol}{right})", reference)
+            return
+        super().op_alu(uop)
+
+    def materialized(self, uop: UOp, count: int) -> str:
+        """`uop` as a vector variable (an operand the code repeats)."""
+        if uop in self.inlined:
+            self.materialize(uop)
+        text = self.whole(uop, count)
+        if uop.op is Ops.CONST or uop.dtype.count == 1:
+            name = self.fresh("alu")
+            self.emit(f"{self.renderer.render_dtype(uop.dtype.scalar.vec(count))} {name} = {text};")
+            return name
+        return text
+
+    def _mask_variable(self, code: str, lane_dtype: DType) -> str:
+        mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(lane_dtype.count)
+        self.note(mask_dtype)
+        name = self.fresh("mask")
+        self.emit(f"{self.renderer.render_dtype(mask_dtype)} {name} = {code};")
+        return name
+
+    def _bind_mask(self, uop: UOp, code: str, lane_dtype: DType) -> None:
+        """Declare the mask `code` for the bool vector `uop`; read as bools it is converted to 0/1 bytes."""
+        mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(uop.dtype.count)
+        name = self._mask_variable(code, mask_dtype)
+        self.masks[uop] = (name, mask_dtype.scalar)
+        self.names[uop] = f"__builtin_convertvector(-{name}, {self.renderer.render_dtype(uop.dtype)})"
+
+    def op_gep(self, uop: UOp) -> None:
+        """Lanes of a mask read as bools (0 or 1)."""
+        source = uop.src[0]
+        if source not in self.masks or len(uop.arg) != 1:
+            super().op_gep(uop)
+            return
+        self.names[uop] = f"(-{self.masks[source][0]}[{uop.arg[0]}])"
 
 
 class CRenderer(CStyleLanguage):
@@ -138,8 +254,12 @@ class CRenderer(CStyleLanguage):
     nan = "__builtin_nanf(\"\")"
     type_map = C_TYPE_MAP
     code_for_op = C_CODE_FOR_OP
-    walk_class = CWalk
-    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR})
+    walk_class = MaskWalk
+    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
+                                Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
+                                Ops.BITCAST})
+    vector_masks = True
+    decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
         **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},
