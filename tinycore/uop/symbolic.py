@@ -308,34 +308,32 @@ def resolve(value: Any, default: bool = True) -> bool:
     return bool(low) if low == high else default
 
 
-def smax(*values: Any) -> sint:
-    """The maximum of ints and integer UOps (an int when all are ints); accepts one iterable too."""
+def _extreme(name: str, values: tuple[Any, ...], largest: bool) -> sint:
+    """The maximum (`largest`) or minimum of ints and integer UOps, for smax and smin."""
     items = list(values[0]) if len(values) == 1 and not isinstance(values[0], (int, UOp)) else list(values)
     if not items:
-        raise ValueError("smax needs at least one value")
+        raise ValueError(f"{name} needs at least one value")
     if all(isinstance(item, int) for item in items):
-        return max(items)
+        return max(items) if largest else min(items)
     result = None
     for item in items:
-        result = item if result is None else (result.maximum(item) if isinstance(result, UOp) else
-                                              item.maximum(result))
+        if result is None:
+            result = item
+            continue
+        left, right = (result, item) if isinstance(result, UOp) else (item, result)
+        result = left.maximum(right) if largest else left.minimum(right)
     assert result is not None
     return ssimplify(result)
+
+
+def smax(*values: Any) -> sint:
+    """The maximum of ints and integer UOps (an int when all are ints); accepts one iterable too."""
+    return _extreme("smax", values, largest=True)
 
 
 def smin(*values: Any) -> sint:
     """The minimum of ints and integer UOps (an int when all are ints); accepts one iterable too."""
-    items = list(values[0]) if len(values) == 1 and not isinstance(values[0], (int, UOp)) else list(values)
-    if not items:
-        raise ValueError("smin needs at least one value")
-    if all(isinstance(item, int) for item in items):
-        return min(items)
-    result = None
-    for item in items:
-        result = item if result is None else (result.minimum(item) if isinstance(result, UOp) else
-                                              item.minimum(result))
-    assert result is not None
-    return ssimplify(result)
+    return _extreme("smin", values, largest=False)
 
 
 # ---- linear forms: sums of coefficient * term plus a constant ----
