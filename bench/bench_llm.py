@@ -93,14 +93,15 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_tinycore(path: str, prompt_length: int, decode: int) -> dict[str, float]:
+def run_tinycore(path: str, prompt_length: int, decode: int, batch: int = 1) -> dict[str, float]:
     """Load, prefill `prompt_length` tokens, decode `decode` tokens (after one warm-up pass that compiles and
-    captures the jitted step)."""
+    captures the jitted step); with `batch` > 1 also the summed decode tokens/s of `batch` sequences generated
+    together (the time of decode + 1 tokens less that of 1 token, which is the batch's prefill)."""
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from tinycore.llm.model import Transformer
     base = _peak_rss_mb()  # the interpreter, numpy and tinycore before any weight
     start = time.perf_counter()
-    model = Transformer.from_gguf(path, max_context=prompt_length + decode + 8)
+    model = Transformer.from_gguf(path, max_context=prompt_length + decode + 8, max_batch=batch)
     load = time.perf_counter() - start
     prompt = [3 + (index * 7919) % (model.config.vocab_size - 3) for index in range(prompt_length)]
     result: dict[str, float] = {"load_s": load, "base_rss_mb": base}
@@ -118,10 +119,19 @@ def run_tinycore(path: str, prompt_length: int, decode: int) -> dict[str, float]
             result.update(prefill_tps=prompt_length / (first - start), ttft_s=first - start,
                           decode_tps=(count - 1) / (end - first))
     result["peak_rss_mb"] = _peak_rss_mb()
+    if batch > 1:
+        prompts = [prompt[row:] + prompt[:row] for row in range(batch)]
+        model.generate_batch(prompts, 3)  # warm-up: compiles the batch's kernels and captures its step
+        start = time.perf_counter()
+        model.generate_batch(prompts, 1)
+        prefill = time.perf_counter() - start
+        start = time.perf_counter()
+        model.generate_batch(prompts, decode + 1)
+        result["batch_decode_tps"] = batch * decode / (time.perf_counter() - start - prefill)
     return result
 
 
-def run_llama_cpp(path: str, prompt_length: int, decode: int) -> dict[str, float]:
+def run_llama_cpp(path: str, prompt_length: int, decode: int, batch: int = 1) -> dict[str, float]:
     """The same measurement with llama.cpp (llama-cpp-python), 2 threads."""
     from llama_cpp import Llama
     base = _peak_rss_mb()
@@ -163,13 +173,14 @@ def main() -> None:
     parser.add_argument("--types", default="Q8_0,Q4_0")
     parser.add_argument("--prompt", type=int, default=32, help="prompt tokens to prefill")
     parser.add_argument("--decode", type=int, default=16, help="tokens to decode")
+    parser.add_argument("--batch", type=int, default=1, help="also decode this many sequences together (tinycore)")
     parser.add_argument("--directory", default=tempfile.gettempdir())
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", nargs=2, metavar=("RUNNER", "PATH"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
         runner, path = arguments.child
-        print(json.dumps(RUNNERS[runner](path, arguments.prompt, arguments.decode)))
+        print(json.dumps(RUNNERS[runner](path, arguments.prompt, arguments.decode, arguments.batch)))
         return
     rows = []
     for type_name in arguments.types.split(","):
@@ -184,7 +195,7 @@ def main() -> None:
                 print(f"{runner}: not installed, skipped", file=sys.stderr)
                 continue
             command = [sys.executable, os.path.abspath(__file__), "--child", runner, path, "--prompt",
-                       str(arguments.prompt), "--decode", str(arguments.decode)]
+                       str(arguments.prompt), "--decode", str(arguments.decode), "--batch", str(arguments.batch)]
             finished = subprocess.run(command, capture_output=True, text=True)
             if finished.returncode != 0:
                 print(f"{runner} on {type_name} failed:\n{finished.stderr[-2000:]}", file=sys.stderr)
@@ -201,7 +212,16 @@ def main() -> None:
     for row in rows:
         print(f"{row['type']:6} {row['runner']:10} {row['file_mb']:8.0f} {row['load_s']:7.1f} "
               f"{row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
-              f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}")
+              f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}"
+              + (f"  batch {arguments.batch}: {row['batch_decode_tps']:.3f} tok/s" if "batch_decode_tps" in row
+                 else ""))
+    for type_name in arguments.types.split(","):
+        ours = [row for row in rows if row["type"] == type_name and row["runner"] == "tinycore"]
+        peer = [row for row in rows if row["type"] == type_name and row["runner"] == "llama.cpp"]
+        if ours and peer:
+            print(f"{type_name} tinycore / llama.cpp: decode {ours[0]['decode_tps'] / peer[0]['decode_tps']:.2f}x, "
+                  f"prefill {ours[0]['prefill_tps'] / peer[0]['prefill_tps']:.2f}x, peak RSS "
+                  f"{ours[0]['peak_rss_mb'] / peer[0]['peak_rss_mb']:.2f}x")
 
 
 if __name__ == "__main__":

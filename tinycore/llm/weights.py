@@ -14,6 +14,10 @@ from tinycore.uop.symbolic import Variable
 PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 """ggml types held as tensors of their own dtype."""
 
+FUSED_ROWS = 4
+"""Rows of activations up to which a quantized matmul dequantizes inside its kernel (decode of a batch of sequences);
+above, the weight is dequantized once into slabs (prefill)."""
+
 SLAB_BYTES = 8 << 20
 """The largest float32 temporary of a dequantized weight while several rows of activations run (prefill): a larger
 weight is dequantized and multiplied a slab of output rows at a time, so the temporaries stay small beside the
@@ -72,7 +76,7 @@ class GGUFWeight:
         dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
         again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows == 1 or len(self.shape) != 2:
+        if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
             return x.matmul(self.float().T)
         outputs, inputs = self.shape
         slab = _slab_rows(outputs, inputs)
