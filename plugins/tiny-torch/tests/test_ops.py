@@ -261,3 +261,44 @@ def test_compile_backend_runs_a_graph_and_its_backward() -> None:
     reference = w.clone().requires_grad_()
     (function(x, reference) * torch.arange(4.0)).sum().backward()
     torch.testing.assert_close(leaf.grad.cpu(), reference.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_compiled_cnn_is_one_graph_replayed_by_tinyjit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the digits CNN's forward and backward through torch.compile(backend="tiny"): Dynamo captures one graph with no
+    # break, AOTAutograd splits it into a forward and a backward aten graph, and each replays in a TinyJit; losses,
+    # gradients and batch-norm running statistics equal PyTorch's on the CPU at every step
+    import sys
+    from pathlib import Path
+
+    import torch._dynamo
+    from tiny_torch.compiler import COMPILED_GRAPHS
+    from torch._dynamo.utils import counters
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "examples"))
+    from torch_digits import DigitsNet
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(1)
+    reference = DigitsNet()
+    model = DigitsNet().to("tiny")
+    model.load_state_dict(reference.state_dict())
+    compiled = torch.compile(model, backend="tiny")
+    for step in range(4):
+        images, labels = torch.randn(8, 1, 8, 8), torch.randint(0, 10, (8,))
+        loss = torch.nn.functional.cross_entropy(compiled(images.to("tiny")), labels.to("tiny"))
+        loss.backward()
+        expected = torch.nn.functional.cross_entropy(reference(images), labels)
+        expected.backward()
+        torch.testing.assert_close(loss.detach().cpu(), expected.detach(), atol=1e-5, rtol=1e-5)
+        for (name, parameter), reference_parameter in zip(model.named_parameters(), reference.parameters(),
+                                                          strict=True):
+            torch.testing.assert_close(parameter.grad.cpu(), reference_parameter.grad, atol=1e-5, rtol=1e-4,
+                                       msg=f"{name} at step {step}")
+    torch.testing.assert_close(model.features[1].running_var.cpu(), reference.features[1].running_var)
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+    assert counters["stats"]["unique_graphs"] == 1
+    runners = [runner for runner in COMPILED_GRAPHS if runner.jits]
+    assert len(runners) == 2  # forward and backward
+    for runner in runners:
+        (jit,) = runner.jits.values()
+        assert jit.captured is not None and jit.captured_kernel_count > 0

@@ -130,15 +130,11 @@ def native_dropout(input: TinyTensor, p: float, train: bool | None) -> tuple[Tin
     return wrap(keep.where(value / (1 - p), 0).cast(value.dtype), _index(input)), wrap(keep, _index(input))
 
 
-@register(aten.native_batch_norm.default, aten._native_batch_norm_legit_no_training.default, direct=True)
-def native_batch_norm(input: TinyTensor, weight: TinyTensor | None, bias: TinyTensor | None,  # noqa: A002
-                      running_mean: TinyTensor | None, running_var: TinyTensor | None, training: bool = False,
-                      momentum: float = 0.1, eps: float = 1e-5) -> tuple[TinyTensor, TinyTensor, TinyTensor]:
-    """Batch norm over all dims but 1: (output, batch mean, batch inverse std); in training the running statistics
-    are updated in place with the unbiased variance, as PyTorch does."""
-    if not isinstance(training, bool):  # the no_training overload has (momentum, eps) where training would be
-        training, momentum, eps = False, training, momentum
-    value = input.tiny_value()
+def _batch_norm(value: Tensor, weight: Tensor | None, bias: Tensor | None, running_mean: Tensor | None,
+                running_var: Tensor | None, training: bool, momentum: float,
+                eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Batch norm over all dims but 1: output, batch mean, batch inverse std and, in training, the updated running
+    statistics (with the unbiased variance, as PyTorch keeps them)."""
     axes = tuple(axis for axis in range(value.ndim) if axis != 1)
     shape = [1] * value.ndim
     shape[1] = value.shape[1]
@@ -146,24 +142,62 @@ def native_batch_norm(input: TinyTensor, weight: TinyTensor | None, bias: TinyTe
         mean = value.mean(axes)
         variance = (value - mean.reshape(shape)).square().mean(axes)
     else:
-        mean, variance = running_mean.tiny_value(), running_var.tiny_value()
+        mean, variance = running_mean, running_var
     invstd = (variance + eps).rsqrt()
     output = (value - mean.reshape(shape)) * invstd.reshape(shape)
     if weight is not None:
-        output = output * weight.tiny_value().reshape(shape)
+        output = output * weight.reshape(shape)
     if bias is not None:
-        output = output + bias.tiny_value().reshape(shape)
+        output = output + bias.reshape(shape)
+    if not (training and running_mean is not None and running_var is not None):
+        return output, mean, invstd, None, None
+    count = value.numel() // value.shape[1]
+    unbiased = variance * (count / max(count - 1, 1))
+    return (output, mean, invstd, running_mean * (1 - momentum) + mean * momentum,
+            running_var * (1 - momentum) + unbiased * momentum)
+
+
+def _value_or_none(tensor: TinyTensor | None) -> Tensor | None:
+    return tensor.tiny_value() if tensor is not None else None
+
+
+@register(aten.native_batch_norm.default, aten._native_batch_norm_legit_no_training.default, direct=True)
+def native_batch_norm(input: TinyTensor, weight: TinyTensor | None, bias: TinyTensor | None,  # noqa: A002
+                      running_mean: TinyTensor | None, running_var: TinyTensor | None, training: bool = False,
+                      momentum: float = 0.1, eps: float = 1e-5) -> tuple[TinyTensor, TinyTensor, TinyTensor]:
+    """Batch norm: (output, batch mean, batch inverse std); in training the running statistics are updated in
+    place."""
+    if not isinstance(training, bool):  # the no_training overload has (momentum, eps) where training would be
+        training, momentum, eps = False, training, momentum
+    value = input.tiny_value()
+    output, mean, invstd, new_mean, new_var = _batch_norm(
+        value, _value_or_none(weight), _value_or_none(bias), _value_or_none(running_mean),
+        _value_or_none(running_var), training, momentum, eps)
     index = _index(input)
-    if training and running_mean is not None and running_var is not None:
-        count = value.numel() // value.shape[1]
-        running_mean.tiny_write(running_mean.tiny_value() * (1 - momentum) + mean * momentum)
-        unbiased = variance * (count / max(count - 1, 1))
-        running_var.tiny_write(running_var.tiny_value() * (1 - momentum) + unbiased * momentum)
-        commit(running_mean, running_var)
+    if new_mean is not None and new_var is not None:
+        running_mean.tiny_write(new_mean)  # type: ignore[union-attr]
+        running_var.tiny_write(new_var)  # type: ignore[union-attr]
+        commit(running_mean, running_var)  # type: ignore[arg-type]
     if not training:
         empty = Tensor.zeros(0, dtype=value.dtype, device=value.device)
         return wrap(output, index), wrap(empty, index), wrap(empty, index)
     return wrap(output, index), wrap(mean, index), wrap(invstd, index)
+
+
+@register(aten._native_batch_norm_legit_functional.default, direct=True)
+def native_batch_norm_functional(input: TinyTensor, weight: TinyTensor | None,  # noqa: A002
+                                 bias: TinyTensor | None, running_mean: TinyTensor, running_var: TinyTensor,
+                                 training: bool, momentum: float, eps: float) -> tuple[TinyTensor, ...]:
+    """Batch norm as compiled graphs have it: (output, mean, inverse std, new running mean, new running var),
+    the running statistics returned instead of written in place."""
+    mean_value, var_value = running_mean.tiny_value(), running_var.tiny_value()
+    output, mean, invstd, new_mean, new_var = _batch_norm(
+        input.tiny_value(), _value_or_none(weight), _value_or_none(bias), mean_value, var_value, training,
+        momentum, eps)
+    index = _index(input)
+    return (wrap(output, index), wrap(mean, index), wrap(invstd, index),
+            wrap(new_mean if new_mean is not None else mean_value.contiguous(), index),
+            wrap(new_var if new_var is not None else var_value.contiguous(), index))
 
 
 @register(aten.native_batch_norm_backward.default, direct=True)

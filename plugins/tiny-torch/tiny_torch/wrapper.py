@@ -48,6 +48,12 @@ class TinyTensor(torch.Tensor):
         from tiny_torch.dispatch import dispatch
         return dispatch(func, args, kwargs or {})
 
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata: object,
+                                            expected_type: type | None = None) -> TinyTensor:
+        """A gradient flowing into a compiled backward graph is used as it is: the graph was traced with tiny tensors
+        taken for plain tensors on `tiny` (see tiny_torch.compiler), so there is no other metadata to match."""
+        return self
+
     def __repr__(self, *, tensor_contents: object = None) -> str:  # type: ignore[override]
         return f"{self.cpu()!r}".replace("tensor(", "tiny_tensor(", 1)[:-1] + f", device='{self.device}')"
 
