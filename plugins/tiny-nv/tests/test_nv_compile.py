@@ -164,7 +164,7 @@ def test_bfloat16_matmul_runs_on_the_tensor_cores(arch: str) -> None:
     assert uses_tensor_cores(uops)
     program = lower_to_program(items[-1].ast, renderer)
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in program.src and "#include" not in program.src
-    assert program.global_size == [2, 2, 1]  # a 32 x 16 output: 2 x 2 tiles of 16 x 8
+    assert program.global_size == [1, 1, 1] and program.local_size == [128, 1, 1]  # one staged block of 2 x 2 warps
     cubin = compile_cuda(program.src, arch)
     if disassembler() is not None:
         assert "HMMA.16816.F32.BF16" in disassemble(cubin)
@@ -199,3 +199,32 @@ def _buffer_order(uops: list, item: object, inputs: list[numpy.ndarray]) -> list
                                                key=lambda uop: uop.arg)][1:]
     assert sorted(sizes) == sorted(array.size for array in inputs) and len(set(sizes)) == len(sizes)
     return [next(array for array in inputs if array.size == size) for size in sizes]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tensor_core_blocks_share_tiles_through_shared_memory(arch: str) -> None:
+    """A 64 x 48 @ 48 x 32 half matmul: blocks of 2 x 2 warps copy each K step's A and B slices into shared memory
+    (two buffers, one barrier a step) and read their fragments there; NV_TC_STAGING=0 gives one warp a block loading
+    from global memory. Both give numpy's answer (rounded to half) and HMMA in the SASS; the staged one reads shared
+    memory (LDS)."""
+    from tiny_nv.tensor_core import NV_TC_STAGING
+
+    from tinycore.helpers import Context
+    rng = numpy.random.default_rng(6)
+    a, b = rng.standard_normal((64, 48)).astype(numpy.float32), rng.standard_normal((48, 32)).astype(numpy.float32)
+    items = kernels_of((Tensor(a).cast(dtypes.float16) @ Tensor(b).cast(dtypes.float16)).cast(dtypes.float32))
+    exact = (a.astype(numpy.float16).astype(numpy.float64) @ b.astype(numpy.float16).astype(numpy.float64))
+    expected = exact.astype(numpy.float16).astype(numpy.float32).reshape(-1)
+    for staging, sizes in ((1, ([2, 2, 1], [128, 1, 1])), (0, ([4, 4, 1], [32, 1, 1]))):
+        with Context(NV_TC_STAGING=staging):
+            renderer = CUDARenderer(arch)
+            uops = linearize(items[-1].ast, renderer)
+            program = lower_to_program(items[-1].ast, renderer)
+        assert uses_tensor_cores(uops) and (program.global_size, program.local_size) == sizes
+        assert ("__shared__ tc_half" in program.src and "__syncthreads();" in program.src) == bool(staging)
+        if disassembler() is not None:
+            sass = disassemble(compile_cuda(program.src, arch))
+            assert "HMMA.16816.F32" in sass and ("LDS" in sass) == bool(staging)
+        numpy.testing.assert_allclose(_run(uops, _buffer_order(uops, items[-1], [a, b]), {}), expected,
+                                      rtol=2 ** -10, atol=1e-5)
+    assert NV_TC_STAGING.value == 1  # staging is the default

@@ -176,12 +176,13 @@ print(bool(numpy.allclose(result, bfloat16(exact), rtol=2 ** -7, atol=1e-6)), gr
 
 
 def test_batched_bfloat16_tensor_core_matmul_runs_through_qmds() -> None:
-    """A batched bfloat16 matmul on the tensor cores (mma.m16n8k16.bf16, one warp per 16 x 8 tile, the batch on
-    gidx2) launched through a QMD V04 on DEV=MOCK+NV: the grid is written into the QMD and numpy agrees."""
+    """A batched bfloat16 matmul on the tensor cores (mma.m16n8k16.bf16, a block of 2 x 2 warps sharing its tiles
+    through shared memory, the batch on gidx2) launched through a QMD V04 on DEV=MOCK+NV: the grid and block are
+    written into the QMD and numpy agrees."""
     environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
     result = subprocess.run([sys.executable, "-c", TENSOR_CORE_SCRIPT], capture_output=True, text=True,
                             env=environment, timeout=300)
-    assert result.stdout.strip().splitlines()[-1:] == ["True [2, 2, 2] 32"], result.stdout + result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1:] == ["True [1, 1, 2] 128"], result.stdout + result.stderr[-3000:]
 
 
 WRONG_QMD_SCRIPT = """

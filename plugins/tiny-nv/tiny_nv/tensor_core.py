@@ -20,11 +20,17 @@ from typing import Any
 from tinycore.codegen.opt import AxisType, Kernel, axis_id, range_size
 from tinycore.codegen.optimize import axis_stride, strip_casts
 from tinycore.dtype import DType, dtypes
+from tinycore.helpers import ContextVar
 from tinycore.uop.axis import new_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 TILE_M, TILE_N, TILE_K = 16, 8, 16
+WARPS_M, WARPS_N = 2, 2
+BLOCK_M, BLOCK_N = TILE_M * WARPS_M, TILE_N * WARPS_N
+"""A staged block: 2 x 2 warps computing 32 x 16 outputs; each A row slice serves 2 warps, each B column slice 2."""
+NV_TC_STAGING = ContextVar("NV_TC_STAGING", 1)
+"""NV_TC_STAGING=0 keeps every tensor-core warp loading its fragments from global memory by itself."""
 MMA_PREFIX = "tc_mma_"
 MMA_HELPERS = {dtypes.float16: ("tc_mma_f16", "tc_half", "f16"),
                dtypes.bfloat16: ("tc_mma_bf16", "tc_bfloat16", "bf16")}
@@ -106,6 +112,40 @@ def _tensor_operand(node: UOp) -> UOp | None:
     return node if node.dtype in MMA_HELPERS else None
 
 
+def _staged_fragments(a_value: UOp, b_value: UOp, rows: UOp, columns: UOp, k_axis: UOp, tile_m: UOp, tile_n: UOp,
+                      step: UOp, threads: UOp, lane: UOp, warp_row: UOp, warp_column: UOp) -> tuple[list[UOp],
+                                                                                                 list[UOp]]:
+    """The fragments of a block's warps read from shared memory: each K step the block's threads copy the block's
+    BLOCK_M x 16 slice of A and 16 x BLOCK_N slice of B (consecutive elements per thread) into one of two buffers
+    (alternating by step, so one barrier a step suffices: a thread writes a buffer again only after every thread
+    passed the next step's barrier, so after every warp read it), then each warp reads its fragments there."""
+    operand = a_value.dtype
+    block_threads = WARPS_M * WARPS_N * 32
+    a_size, b_size = BLOCK_M * TILE_K, TILE_K * BLOCK_N
+    a_shared = UOp(Ops.DEFINE_LOCAL, operand.ptr(2 * a_size, "local"), (), 0)
+    b_shared = UOp(Ops.DEFINE_LOCAL, operand.ptr(2 * b_size, "local"), (), 1)
+    parity = step % 2
+    copies = []
+    for i in range(a_size // block_threads):
+        element = threads * (a_size // block_threads) + i
+        value = a_value.substitute({rows: tile_m * BLOCK_M + element // TILE_K,
+                                    k_axis: step * TILE_K + element % TILE_K})
+        copies.append(a_shared.index(parity * a_size + element).store(value))
+    for i in range(b_size // block_threads):
+        element = threads * (b_size // block_threads) + i
+        value = b_value.substitute({k_axis: step * TILE_K + element // BLOCK_N,
+                                    columns: tile_n * BLOCK_N + element % BLOCK_N})
+        copies.append(b_shared.index(parity * b_size + element).store(value))
+    barrier = UOp(Ops.BARRIER, dtypes.void, tuple(copies))
+    group, thread = lane // 4, lane % 4
+    a_values = [UOp(Ops.LOAD, operand, (a_shared.index(parity * a_size + (warp_row + group + 8 * ((j >> 1) & 1)) *
+                                                       TILE_K + thread * 2 + (j & 1) + 8 * (j >> 2)), barrier))
+                for j in range(8)]
+    b_values = [UOp(Ops.LOAD, operand, (b_shared.index(parity * b_size + (thread * 2 + (j & 1) + 8 * (j >> 1)) *
+                                                       BLOCK_N + warp_column + group), barrier)) for j in range(4)]
+    return a_values, b_values
+
+
 def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     """Rewrite `kernel` into tensor-core warps when it has the shape (see the module docstring); True when done."""
     parts = _matmul_parts(kernel)
@@ -115,16 +155,28 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     operand_type: DType = a_value.dtype
     m, n, k = range_size(rows), range_size(columns), range_size(k_axis)
     assert m is not None and n is not None and k is not None
-    tile_m = new_range(m // TILE_M, kernel.next_id, AxisType.LOOP)
-    tile_n = new_range(n // TILE_N, kernel.next_id + 1, AxisType.LOOP)
+    staged = NV_TC_STAGING.value != 0 and m % BLOCK_M == 0 and n % BLOCK_N == 0
+    block_m, block_n = (BLOCK_M, BLOCK_N) if staged else (TILE_M, TILE_N)
+    tile_m = new_range(m // block_m, kernel.next_id, AxisType.LOOP)
+    tile_n = new_range(n // block_n, kernel.next_id + 1, AxisType.LOOP)
     step = new_range(k // TILE_K, kernel.next_id + 2, AxisType.REDUCE)
     kernel.next_id += 3
-    lane = UOp(Ops.SPECIAL, dtypes.int32, (_const(32),), "lidx0")
+    if staged:
+        threads = UOp(Ops.SPECIAL, dtypes.int32, (_const(WARPS_M * WARPS_N * 32),), "lidx0")
+        warp, lane = threads // 32, threads % 32
+        warp_row, warp_column = (warp // WARPS_N) * TILE_M, (warp % WARPS_N) * TILE_N
+        row0, column0 = tile_m * BLOCK_M + warp_row, tile_n * BLOCK_N + warp_column
+        a_values, b_values = _staged_fragments(a_value, b_value, rows, columns, k_axis, tile_m, tile_n, step, threads,
+                                               lane, warp_row, warp_column)
+    else:
+        lane = UOp(Ops.SPECIAL, dtypes.int32, (_const(32),), "lidx0")
+        row0, column0 = tile_m * TILE_M, tile_n * TILE_N
+        group, thread = lane // 4, lane % 4
+        a_values = [a_value.substitute({rows: row0 + group + 8 * ((j >> 1) & 1),
+                                       k_axis: step * TILE_K + thread * 2 + (j & 1) + 8 * (j >> 2)}) for j in range(8)]
+        b_values = [b_value.substitute({k_axis: step * TILE_K + thread * 2 + (j & 1) + 8 * (j >> 1),
+                                       columns: column0 + group}) for j in range(4)]
     group, thread = lane // 4, lane % 4
-    a_values = [a_value.substitute({rows: tile_m * TILE_M + group + 8 * ((j >> 1) & 1),
-                                   k_axis: step * TILE_K + thread * 2 + (j & 1) + 8 * (j >> 2)}) for j in range(8)]
-    b_values = [b_value.substitute({k_axis: step * TILE_K + thread * 2 + (j & 1) + 8 * (j >> 1),
-                                   columns: tile_n * TILE_N + group}) for j in range(4)]
     arguments = ",".join(f"{{{position}}}" for position in range(12))
     helper = MMA_HELPERS[operand_type][0]
     mma = UOp(Ops.CUSTOM, dtypes.float32.vec(4), tuple(a_values + b_values), f"{helper}({arguments})")
@@ -133,15 +185,17 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     for i in range(4):
         accumulated = UOp(Ops.REDUCE, dtypes.float32, (mma.gep(i), step), Ops.ADD)
         result = accumulated if reduce.dtype == dtypes.float32 else accumulated.cast(reduce.dtype)
-        where = {rows: tile_m * TILE_M + group + 8 * (i >> 1), columns: tile_n * TILE_N + thread * 2 + (i & 1)}
+        where = {rows: row0 + group + 8 * (i >> 1), columns: column0 + thread * 2 + (i & 1)}
         value = store.src[1].substitute({reduce: result}).substitute(where)
         address = store.src[0].substitute(where)
         stores.append(store.replace(src=(address, value) + store.src[2:]))
     kernel.ast = kernel.ast.replace(src=tuple(stores))
     kernel.axes = ([batch] if batch is not None else []) + [tile_m, tile_n, step]
     batches = f"{range_size(batch)} x " if batch is not None else ""
+    staging = f", {WARPS_M}x{WARPS_N} warps a block sharing tiles in shared memory" if staged else ""
     notes.append(f"TENSOR CORES mma.m16n8k16.{MMA_HELPERS[operand_type][2]} ({batches}{m}x{n}x{k}: "
-                 f"{m // TILE_M}x{n // TILE_N} warps, axis {axis_id(rows)}/{axis_id(columns)}/{axis_id(k_axis)})")
+                 f"{m // TILE_M}x{n // TILE_N} warps{staging}, axis {axis_id(rows)}/{axis_id(columns)}/"
+                 f"{axis_id(k_axis)})")
     return True
 
 

@@ -56,13 +56,15 @@ class WarpProgram(Program):
                  for special in self.specials}
         locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
         groups = [special for special in self.specials if special not in locals_]
-        if [len(sizes[special]) for special in locals_] != [WARP]:
-            raise InterpreterError("a kernel with tensor-core ops must run one warp (lidx0 of 32) per work-group")
+        block = [len(sizes[special]) for special in locals_]
+        if len(block) != 1 or block[0] % WARP:
+            raise InterpreterError("a kernel with tensor-core ops must run whole warps (lidx0 a multiple of 32) per "
+                                   "work-group")
         for group in itertools.product(*(sizes[special] for special in groups)):
             shared: dict[UOp, list[Any]] = {}
             threads = [self._run_lane(lists, values, dict(zip(groups + locals_, group + (lane,), strict=True)),
-                                      shared) for lane in range(WARP)]
-            replies: list[Any] = [None] * WARP
+                                      shared) for lane in range(block[0])]
+            replies: list[Any] = [None] * block[0]
             while threads:
                 requests = []
                 for thread, reply in zip(threads, replies, strict=True):
@@ -74,12 +76,15 @@ class WarpProgram(Program):
                 if not live:
                     break
                 if any(isinstance(request, list) for request in live):
-                    if len(live) != WARP or not all(isinstance(request, list) for request in live):
-                        raise InterpreterError("an mma was reached by only part of the warp (divergent control flow)")
-                    replies = warp_mma(live)  # type: ignore[arg-type]
+                    # every thread ran to its next mma or barrier: a block's warps meet at the same mma together
+                    if len(live) != len(threads) or not all(isinstance(request, list) for request in live):
+                        raise InterpreterError("an mma was reached by only part of the block (divergent control flow)")
+                    replies = [reply for first in range(0, len(live), WARP)
+                               for reply in warp_mma(live[first:first + WARP])]  # type: ignore[arg-type]
                 else:
-                    replies = [None] * WARP
+                    replies = [None] * len(requests)
                 threads = [thread for thread, request in zip(threads, requests, strict=True) if request is not None]
+                replies = replies[:len(threads)]
         for original, result in zip(buffers, lists, strict=True):
             if isinstance(original, numpy.ndarray):
                 original.reshape(-1)[:] = numpy.asarray(result, dtype=original.dtype)
