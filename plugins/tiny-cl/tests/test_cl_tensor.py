@@ -178,17 +178,22 @@ def test_kernels_read_buffer_views_at_any_offset(cl_device, offset):
 
 def test_scatter_reductions_use_atomics(cl_device):
     """float32 and int32 scatter reductions with about 500 values per element run in parallel through OpenCL's 32-bit
-    atomics (atomic_cmpxchg loops, atomic_add / max / min) and equal numpy's ufunc.at."""
+    atomics (atomic_cmpxchg loops, atomic_add / max / min), int64 and float64 through the 64-bit ones where the device
+    reports them, and equal numpy's ufunc.at."""
     from tinycore.codegen import lower_to_program
     from tinycore.schedule import create_schedule
     count = 20000
     index = GENERATOR.integers(-37, 37, count).astype(numpy.int32)
     renderer = cl_device.renderer
-    for numpy_dtype, reduce, ufunc, atomic in ((numpy.float32, "sum", numpy.add, "atomic_cmpxchg"),
-                                               (numpy.float32, "amax", numpy.maximum, "atomic_cmpxchg"),
-                                               (numpy.int32, "sum", numpy.add, "atomic_add"),
-                                               (numpy.int32, "amin", numpy.minimum, "atomic_min"),
-                                               (numpy.int32, "prod", numpy.multiply, "atomic_cmpxchg")):
+    cases = [(numpy.float32, "sum", numpy.add, "atomic_cmpxchg"), (numpy.float32, "amax", numpy.maximum,
+                                                                     "atomic_cmpxchg"),
+             (numpy.int32, "sum", numpy.add, "atomic_add"), (numpy.int32, "amin", numpy.minimum, "atomic_min"),
+             (numpy.int32, "prod", numpy.multiply, "atomic_cmpxchg")]
+    if dtypes.int64 in renderer.atomic_dtypes:  # cl_khr_int64_base_atomics (PoCL reports it)
+        cases += [(numpy.int64, "sum", numpy.add, "atom_add"), (numpy.int64, "amax", numpy.maximum, "atom_cmpxchg")]
+    if dtypes.float64 in renderer.atomic_dtypes:
+        cases += [(numpy.float64, "sum", numpy.add, "atom_cmpxchg")]
+    for numpy_dtype, reduce, ufunc, atomic in cases:
         values = (GENERATOR.integers(0, 2, count) * 2 - 1 if reduce == "prod" else
                   GENERATOR.integers(-50, 50, count)).astype(numpy_dtype)
         base = GENERATOR.integers(1, 3, 37).astype(numpy_dtype)

@@ -30,6 +30,8 @@ _EXTENSION_OF = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
 
 _VECTOR_WIDTHS = (2, 4, 8, 16)
 
+_INT64_ATOMICS = "cl_khr_int64_base_atomics"
+
 
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats; integers go through double (or float) and back."""
@@ -79,18 +81,23 @@ class CLWalk(CStyleWalk):
 
 
     def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """OpenCL 1.1's 32-bit global atomics: atomic_add / atomic_max / atomic_min for integers, else an
-        atomic_cmpxchg loop over the element's bits (floats, and integer products)."""
+        """OpenCL 1.1's 32-bit global atomics (atomic_add / atomic_max / atomic_min for integers, else an
+        atomic_cmpxchg loop over the element's bits: floats, integer products) and, with cl_khr_int64_base_atomics,
+        their 64-bit forms (atom_add for integer sums, else an atom_cmpxchg loop)."""
         dtype = value.dtype
         type_name = self.renderer.render_dtype(dtype)
         address = pointer.address()
-        if dtypes.is_int(dtype) and reduce in ("add", "max", "min"):
-            return f"atomic_{reduce}((volatile __global {type_name}*){address}, {self.expression(value)});"
+        wide = dtype.itemsize == 8
+        if dtypes.is_int(dtype) and (reduce == "add" or (not wide and reduce in ("max", "min"))):
+            function = f"atom_{reduce}" if wide else f"atomic_{reduce}"
+            return f"{function}((volatile __global {type_name}*){address}, {self.expression(value)});"
+        bits = "ulong" if wide else "uint"
+        exchange = "atom_cmpxchg" if wide else "atomic_cmpxchg"
         target, operand, seen, expected = (self.fresh(prefix) for prefix in ("target", "operand", "seen", "expected"))
         combined = self.combine_code(reduce, f"as_{type_name}({expected})", operand, dtype)
-        return (f"{{ volatile __global uint* {target} = (volatile __global uint*){address}; {type_name} {operand} = "
-                f"{self.expression(value)}; uint {seen} = *{target}, {expected}; do {{ {expected} = {seen}; "
-                f"{seen} = atomic_cmpxchg({target}, {expected}, as_uint({combined})); }} "
+        return (f"{{ volatile __global {bits}* {target} = (volatile __global {bits}*){address}; {type_name} {operand} "
+                f"= {self.expression(value)}; {bits} {seen} = *{target}, {expected}; do {{ {expected} = {seen}; "
+                f"{seen} = {exchange}({target}, {expected}, as_{bits}({combined})); }} "
                 f"while ({seen} != {expected}); }}")
 
 
@@ -110,7 +117,6 @@ class OpenCLRenderer(CStyleLanguage):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
     arg_int_prefix = "const int"
     code_for_op = CL_CODE_FOR_OP
-    atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # OpenCL 1.1 core 32-bit atomics
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.AND, Ops.OR, Ops.XOR})
 
     def __init__(self, device: str = "CL", extensions: frozenset[str] | set[str] = frozenset(),
@@ -123,6 +129,11 @@ class OpenCLRenderer(CStyleLanguage):
         self.global_max = global_max or (2 ** 31 - 1,) * 3
         self.local_max = local_max or (256, 256, 64)
         self.shared_max = shared_max
+        # OpenCL 1.1 core 32-bit atomics; 64-bit ones with cl_khr_int64_base_atomics (float64 also needs fp64)
+        atomic = {dtypes.int32, dtypes.uint32, dtypes.float32}
+        if _INT64_ATOMICS in self.extensions:
+            atomic |= {dtype for dtype in (dtypes.int64, dtypes.uint64, dtypes.float64) if dtype in self.type_map}
+        self.atomic_dtypes = frozenset(atomic)
         self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in self.type_map
                               if dtype not in (dtypes.bool, dtypes.void, dtypes.bfloat16)}
         self._uses_local_ids = False
@@ -202,6 +213,8 @@ class OpenCLRenderer(CStyleLanguage):
             if dtype in scalars:
                 self.storage_type(dtype)
                 lines.append(f"#pragma OPENCL EXTENSION {extension} : enable")
+        if any(uop.op is Ops.STORE and uop.arg is not None and uop.src[1].dtype.itemsize == 8 for uop in uops):
+            lines.append(f"#pragma OPENCL EXTENSION {_INT64_ATOMICS} : enable")
         if dtypes.bfloat16 in scalars:
             lines.append(_BF16_HELPERS)
         for dtype in used_dtypes:
