@@ -17,6 +17,7 @@ from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
 from tinycore.uop.indexing import scatter_assign, writes_in_place
+from tinycore.uop.multi import multi
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -496,11 +497,14 @@ class IndexingMixin:
             return self.uop
         if in_place and writes_in_place(self.uop):
             target = self.uop
-            buffer = _buffer_below(self.uop)
-            if any(buffer in tensor.uop.toposort for tensor in [values, *indices]):
+            buffers = [_buffer_below(part) for part in (self.uop.src if self.uop.op is Ops.MULTI else (self.uop,))]
+            if any(buffer in tensor.uop.toposort for tensor in [values, *indices] for buffer in buffers):
                 # reading the buffer being written would see earlier writes of the same kernel
                 values = values.contiguous()
                 indices = [index.contiguous() for index in indices]
+        elif self.uop.op is Ops.MULTI:  # a new buffer per device, split like this tensor
+            parts = [type(self).empty(part.shape, dtype=self.dtype, device=part.device).uop for part in self.uop.src]
+            target = multi(parts, self.uop.arg).assign(self.uop)
         else:
             fresh = type(self).empty(self.shape, dtype=self.dtype, device=self.device)
             target = fresh.uop.assign(self.uop)

@@ -83,7 +83,10 @@ def mapped_parallel_axes(axis_map: Sequence[AxisEntry]) -> tuple[int, ...]:
 
 
 def writes_in_place(node: UOp) -> bool:
-    """True when `node` is a buffer, a view of one or a chain of ASSIGNs into one (a SCATTER can write it)."""
+    """True when `node` is a buffer, a view of one or a chain of ASSIGNs into one (a SCATTER can write it); for a
+    multi-device value, when that holds on every device."""
+    if node.op is Ops.MULTI:
+        return all(writes_in_place(source) for source in node.src)
     while True:
         node = node.base
         if node.op is Ops.BUFFER:

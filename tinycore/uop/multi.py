@@ -284,9 +284,9 @@ def _on_devices(node: UOp, devices: tuple[str, ...]) -> UOp:
 
 
 def _block_of(node: UOp, index: int, axis: int, bounds: tuple[int, int]) -> UOp:
-    """Device `index`'s part of a MULTI node cut to `bounds` on `axis`: its own block when sharded there, else its
-    copy (the whole value gathered first when sharded elsewhere) shrunk."""
-    if node.arg == axis:
+    """Device `index`'s part of a MULTI node cut to `bounds` on `axis`: its own block when sharded there with those
+    bounds, else its copy (the whole value gathered first when sharded otherwise) shrunk."""
+    if node.arg == axis and shard_bounds(node)[index] == bounds:
         return node.src[index]
     whole = node.src[index] if node.arg is None else gather(node, node.src[index].device)
     return _shrink_axis(whole, axis, *bounds)
@@ -342,20 +342,98 @@ def _gather_across_blocks(source: UOp, indices: list[UOp], shape: Any, axis_map:
     partial = []
     for index, (start, end) in enumerate(shard_bounds(source)):
         local = [node.src[index] if node.arg is None else gather(node, devices[index]) for node in indices]
-        chosen = local[selector]
-
-        def constant(value: int, like: UOp = chosen) -> UOp:
-            return _uop_class().const_on(like.dtype, value, like.device, like.shape)
-        # a negative index counts from the end of the whole axis
-        wrapped = chosen.alu(Ops.CMPLT, constant(0)).alu(Ops.WHERE, chosen.alu(Ops.ADD, constant(size)), chosen)
-        below = wrapped.alu(Ops.CMPLT, constant(start))
-        within = wrapped.alu(Ops.CMPLT, constant(end))
-        outside_block = constant(end - start)
-        local[selector] = below.alu(Ops.WHERE, outside_block,
-                                    within.alu(Ops.WHERE, wrapped.alu(Ops.ADD, constant(-start)), outside_block))
+        local[selector] = _localized(local[selector], size, start, end)
         partial.append(gather_node(source.src[index], local, shape, axis_map))
     combine = Ops.OR if source.dtype == dtypes.bool else Ops.ADD
     return multi(allreduce(combine, partial), None)
+
+
+def _localized(chosen: UOp, size: int, start: int, end: int) -> UOp:
+    """Index values over an axis of `size` made local to the block [start, end): negative ones counted from the end
+    of the whole axis first; those outside the block become end - start (out of the block's range: a gather reads
+    zero there, a scatter writes nothing)."""
+    def constant(value: int) -> UOp:
+        return _uop_class().const_on(chosen.dtype, value, chosen.device, chosen.shape)
+    wrapped = chosen.alu(Ops.CMPLT, constant(0)).alu(Ops.WHERE, chosen.alu(Ops.ADD, constant(size)), chosen)
+    below, within = wrapped.alu(Ops.CMPLT, constant(start)), wrapped.alu(Ops.CMPLT, constant(end))
+    outside_block = constant(end - start)
+    return below.alu(Ops.WHERE, outside_block, within.alu(Ops.WHERE, wrapped.alu(Ops.ADD, constant(-start)),
+                                                          outside_block))
+
+
+def _whole_on(node: UOp, index: int) -> UOp:
+    """The whole value of a MULTI node on its `index`-th device."""
+    return node.src[index] if node.arg is None else gather(node, node.src[index].device)
+
+
+def _cut_map(axis_map: Any, iteration_axis: int | None, offset: int, sharded: int, block_start: int) -> list[Any]:
+    """An axis map for iteration axis `iteration_axis` cut to start at `offset` (None: no axis cut), writing the
+    target's block that starts at `block_start` on axis `sharded` (coordinates there become local to the block)."""
+    local = []
+    for target_axis, entry in enumerate(axis_map):
+        shift = block_start if target_axis == sharded else 0
+        if isinstance(entry, int) and iteration_axis is not None and entry == iteration_axis:
+            local.append(entry if offset == shift else (entry, offset - shift, 1))
+        elif isinstance(entry, tuple) and entry[0] == iteration_axis:
+            local.append((entry[0], entry[1] + entry[2] * offset - shift, entry[2]))
+        elif isinstance(entry, tuple) and target_axis == sharded:
+            local.append((entry[0], entry[1] - shift, entry[2]))
+        else:
+            local.append(entry)
+    return local
+
+
+def _map_scatter(src: tuple[UOp, ...], arg: Any) -> UOp:
+    """SCATTER(target, values, *indices) into a multi-device target: each device writes its block (or its copy).
+
+    A replicated target: every device applies the whole scatter to its copy. A sharded target: an iteration axis
+    that runs along the sharded axis (a `:` or a slice there) is cut to the part landing in each block; an index
+    tensor that selects along it is made local to each block (values landing elsewhere are skipped); a single
+    position there is written by the device that holds it."""
+    from tinycore.uop.indexing import scatter as scatter_node
+    axis_map, reduce, parallel = arg
+    target = src[0]
+    if target.op is not Ops.MULTI:
+        raise ValueError(f"cannot scatter values on several devices into a tensor on {target.device}: move the "
+                         "values and indices to its device first")
+    devices = target.device
+    operands = [_on_devices(node, devices) for node in src[1:]]
+    axis = target.arg
+    pieces: list[UOp] = []
+    if axis is None:
+        for index in range(len(devices)):
+            whole = [_whole_on(node, index) for node in operands]
+            pieces.append(scatter_node(target.src[index], whole[0], whole[1:], axis_map, reduce, parallel))
+        return multi(pieces, None)
+    entry = axis_map[axis]
+    for index, (start, end) in enumerate(shard_bounds(target)):
+        block = target.src[index]
+        if isinstance(entry, int) and entry < 0:  # an index tensor picks positions along the sharded axis
+            whole = [_whole_on(node, index) for node in operands]
+            chosen = -1 - entry
+            whole[1 + chosen] = _localized(whole[1 + chosen], _ints([target.shape[axis]], "a scatter")[0], start, end)
+            pieces.append(scatter_node(block, whole[0], whole[1:], _cut_map(axis_map, None, 0, axis, start), reduce,
+                                       parallel))
+            continue
+        if isinstance(entry, tuple) and entry[0] is None:  # one position along the sharded axis
+            if start <= entry[1] < end:
+                whole = [_whole_on(node, index) for node in operands]
+                pieces.append(scatter_node(block, whole[0], whole[1:], _cut_map(axis_map, None, 0, axis, start),
+                                           reduce, parallel))
+            else:
+                pieces.append(block)
+            continue
+        iteration_axis, first, step = (entry, 0, 1) if isinstance(entry, int) else entry
+        count = _ints([operands[0].shape[iteration_axis]], "a scatter")[0]
+        landing = [position for position in range(count) if start <= first + step * position < end]
+        if not landing:
+            pieces.append(block)
+            continue
+        low, high = landing[0], landing[-1] + 1
+        cut = [_block_of(node, index, iteration_axis, (low, high)) for node in operands]
+        pieces.append(scatter_node(block, cut[0], cut[1:], _cut_map(axis_map, iteration_axis, low, axis, start),
+                                   reduce, parallel))
+    return multi(pieces, axis)
 
 
 def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:
@@ -391,6 +469,8 @@ def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
         return _map_movement(op, src[0], arg)
     if op is Ops.GATHER:
         return _map_gather(src, arg)
+    if op is Ops.SCATTER:
+        return _map_scatter(src, arg)
     if op is Ops.REDUCE_AXIS:
         node = src[0]
         reduced = [source.r(arg[0], arg[1]) for source in node.src]

@@ -315,6 +315,8 @@ class ShapeMixin:
         written: Any = self.base
         while written.op is Ops.ASSIGN or written.op is Ops.DETACH:
             written = written.src[0].base
+        if written.op is Ops.MULTI:  # written on each device (the constructor maps it)
+            return self._new(Ops.ASSIGN, None, (self, value))  # type: ignore[arg-type]
         assert written.op is Ops.BUFFER, f"assign target must be a realized buffer view, got {written.op}"
         assert shapes_equal(value.shape, self.shape), \
             f"assign of shape {value.shape} into shape {self.shape}"
