@@ -214,3 +214,23 @@ def test_the_mock_gpu_refuses_a_qmd_that_does_not_fit_the_kernel(change: str, me
     result = subprocess.run([sys.executable, "-c", WRONG_QMD_SCRIPT, change], capture_output=True, text=True,
                             env=environment, timeout=300)
     assert message in result.stdout, result.stdout + result.stderr[-3000:]
+
+
+def test_the_linux_driver_maps_files_and_reports_failed_ioctls(tmp_path) -> None:
+    """LinuxKernelDriver's system calls on an ordinary file (no GPU needed): a shared fixed mapping inside a reserved
+    range and a register mapping write through to the file; an ioctl the file does not know raises OSError."""
+    from tiny_nv.kernel_driver import LinuxKernelDriver
+    driver = LinuxKernelDriver()
+    backing = tmp_path / "backing"
+    backing.write_bytes(bytes(1 << 16))
+    fd = driver.open(str(backing))
+    address = driver.reserve(1 << 16)
+    view = driver.map_memory(fd, 1 << 16, 0, address)
+    view[8:12] = b"abcd"
+    registers = driver.map_registers(fd, 4096, 0)
+    registers[1] = 0x11223344
+    assert os.pread(fd, 12, 0) == bytes(4) + bytes.fromhex("44332211") + b"abcd"
+    with pytest.raises(OSError, match="ioctl 0xc020462b"):
+        driver.ioctl(fd, rmapi.nv_ioctl_request(rmapi.NV_ESC_RM_ALLOC, 32), rmapi.NVOS21Parameters())
+    driver.release(address, 1 << 16)
+    driver.close(fd)
