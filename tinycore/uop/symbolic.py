@@ -577,58 +577,57 @@ def _remainder_by_constant(numerator: UOp, divisor_uop: UOp) -> UOp | None:
 
 # ---- comparisons ----
 
+def _sum_to_compare(left: UOp) -> tuple[dict[UOp, int], int, int] | None:
+    """(terms, constant, gcd of the coefficients) of a signed integer sum compared with a constant, or None when
+    there is nothing to move or divide out."""
+    if not _is_signed_int(left.dtype):
+        return None
+    form = linear_form(left)
+    if form is None or not form[0]:
+        return None
+    terms, constant = form
+    common = math.gcd(*terms.values())
+    return None if constant == 0 and common == 1 else (terms, constant, common)
+
+
+def _reduced_comparison(op: Ops, terms: dict[UOp, int], common: int, dtype: DType, value: int) -> UOp | None:
+    """`op(sum(terms) / common, value)`, or None when `value` does not fit `dtype`."""
+    if not _DTYPE_RANGES[dtype][0] <= value <= _DTYPE_RANGES[dtype][1]:
+        return None
+    reduced = build_sum({term: coefficient // common for term, coefficient in terms.items()}, 0, dtype)
+    return UOp(op, dtypes.bool, (reduced, _int_const(dtype, value)))
+
+
 def _less_than_constant(left: UOp, limit_uop: UOp) -> UOp | None:
     """Simplify `left < limit` for a constant limit: move constants, divide out common factors, undo //."""
     dtype = left.dtype
-    if not _is_signed_int(dtype):
-        return None
     limit = limit_uop.arg
-    if left.op is Ops.IDIV and left.src[1].op is Ops.CONST and left.src[1].arg > 0:
+    if _is_signed_int(dtype) and left.op is Ops.IDIV and left.src[1].op is Ops.CONST and left.src[1].arg > 0:
         divisor = left.src[1].arg
         new_limit = limit * divisor if limit > 0 else (limit - 1) * divisor + 1
         if _DTYPE_RANGES[dtype][0] <= new_limit <= _DTYPE_RANGES[dtype][1]:
             return left.src[0] < new_limit
         return None
-    form = linear_form(left)
-    if form is None:
+    found = _sum_to_compare(left)
+    if found is None:
         return None
-    terms, constant = form
-    if not terms:
-        return None
-    common = math.gcd(*terms.values())
-    if constant == 0 and common == 1:
-        return None
+    terms, constant, common = found
     new_limit = limit - constant
     if common > 1:
         new_limit = -((-new_limit) // common)  # ceil: g*e < k  <=>  e < ceil(k / g) for g > 0
-    if not _DTYPE_RANGES[dtype][0] <= new_limit <= _DTYPE_RANGES[dtype][1]:
-        return None
-    reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
-    return UOp(Ops.CMPLT, dtypes.bool, (reduced, _int_const(dtype, new_limit)))
+    return _reduced_comparison(Ops.CMPLT, terms, common, dtype, new_limit)
 
 
 def _compare_equal_constant(root: UOp, left: UOp, value_uop: UOp) -> UOp | None:
     """Simplify `left != c` / `left == c`: move constants, divide out common factors."""
-    dtype = left.dtype
-    if not _is_signed_int(dtype):
+    found = _sum_to_compare(left)
+    if found is None:
         return None
-    form = linear_form(left)
-    if form is None:
-        return None
-    terms, constant = form
-    if not terms:
-        return None
-    common = math.gcd(*terms.values())
-    if constant == 0 and common == 1:
-        return None
+    terms, constant, common = found
     target = value_uop.arg - constant
     if target % common != 0:
         return UOp.const(dtypes.bool, root.op is Ops.CMPNE)
-    target //= common
-    if not _DTYPE_RANGES[dtype][0] <= target <= _DTYPE_RANGES[dtype][1]:
-        return None
-    reduced = build_sum({term: value // common for term, value in terms.items()}, 0, dtype)
-    return UOp(root.op, dtypes.bool, (reduced, _int_const(dtype, target)))
+    return _reduced_comparison(root.op, terms, common, left.dtype, target // common)
 
 
 # ---- boolean chains (masks) ----
