@@ -19,8 +19,10 @@ from tinycore.uop.uop import UOp
 
 F32, I32 = dtypes.float32, dtypes.int32
 _ROUNDER = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
-# 2**f = exp(f ln 2) on |f| <= 1/2: the Taylor terms through degree 7 leave a relative error below 6e-9
-_EXP2_COEFFICIENTS = tuple(math.log(2) ** k / math.factorial(k) for k in range(8))
+# 2**f on |f| <= 1/2 by a degree-6 polynomial: a least-squares fit of the relative error on 2000 Chebyshev nodes
+# (numpy.linalg.lstsq in float64), relative error below 2e-9 (0.03 ulp); one degree fewer than Taylor needs
+_EXP2_COEFFICIENTS = (1.0000000005920204, 0.6931472056005106, 0.24022646608713902, 0.055503289975178886,
+                      0.009618519534355316, 0.0013399860363039558, 0.00015337576831086252)
 
 
 def _float(value: float) -> UOp:
@@ -38,16 +40,17 @@ def _power_of_two(exponent: UOp) -> UOp:
 
 def exp2_float32(x: UOp) -> UOp:
     """2**x for float32 `x` in float32 arithmetic: x = n + f with n = round(x) and |f| <= 1/2 (exact), 2**f by a
-    degree-7 Taylor polynomial (truncation below 6e-9 relative), 2**n applied as two exact powers of two so that
-    denormal results are rounded once. Within an ulp of the correctly rounded result on the whole float32 range."""
-    # inputs past these bounds give inf or 0 anyway; nan takes a harmless path and is selected back at the end
-    clamped = (x < -151.0).where(_float(-151.0), (x > 129.0).where(_float(129.0), x))
-    clamped = x.ne(x).where(_float(0.0), clamped)
+    degree-6 polynomial, 2**n applied as two exact powers of two so that denormal results are rounded once. Within
+    an ulp of the correctly rounded result on the whole float32 range."""
+    # inputs past these bounds give inf or 0 anyway; nan fails the first comparison, takes the -151 path and is
+    # selected back at the end
+    above = (_float(-151.0) < x).where(x, _float(-151.0))
+    clamped = (above < _float(129.0)).where(above, _float(129.0))
     # adding and removing 1.5 * 2**23 rounds to the nearest integer (|clamped| < 2**22); exact, no libm round()
     whole = (clamped + _float(_ROUNDER)) - _float(_ROUNDER)
     fraction = clamped - whole
-    polynomial = _float(_EXP2_COEFFICIENTS[7])
-    for coefficient in reversed(_EXP2_COEFFICIENTS[:7]):
+    polynomial = _float(_EXP2_COEFFICIENTS[-1])
+    for coefficient in reversed(_EXP2_COEFFICIENTS[:-1]):
         polynomial = polynomial * fraction + _float(coefficient)
     exponent = whole.cast(I32)
     half = exponent >> _int(1)
