@@ -93,3 +93,15 @@ def test_values_on_several_devices_into_one_device_is_a_clear_error() -> None:
     target = Tensor(BASE.copy()).realize()
     with pytest.raises(ValueError, match="move the values and indices to its device"):
         target[Tensor(ROWS)] = Tensor(np.ones((4, 8), np.float32)).to(DEVICES)
+
+
+def test_setitem_on_three_devices() -> None:
+    """Blocks of two rows on each of three devices: a reversed slice and an index tensor along the sharded axis."""
+    on = ("CPU:0", "CPU:1", "CPU:2")
+    tensor = Tensor(BASE.copy()).shard(on, 0).realize()
+    tensor[5:0:-2, Tensor(COLUMNS)] = Tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
+    tensor[Tensor(ROWS)] = Tensor(np.full((4, 8), 4, np.float32))
+    expected = BASE.copy()
+    expected[5:0:-2, COLUMNS] = np.arange(9, dtype=np.float32).reshape(3, 3)
+    expected[ROWS] = 4
+    np.testing.assert_array_equal(tensor.numpy(), expected)
