@@ -1,5 +1,6 @@
 """Recognising kernels that a GPU's matrix units can take (tensor cores, WMMA, MFMA): exactly one sum over the
-product of two half-precision factors (half loads, or values cast to half) with two output axes, each factor indexed
+product of two factors of the instruction's input dtype (half or bfloat16 loads, or values cast to it) with two
+output axes, each factor indexed
 by one output axis and the reduce axis, sizes multiples of the instruction's tile and no padding masks. A renderer's
 `tensor_core_opt` uses `matmul_parts` and then rewrites the kernel for its own instruction.
 """
@@ -9,15 +10,15 @@ from dataclasses import dataclass
 
 from tinycore.codegen.opt import AxisType, Kernel, range_size
 from tinycore.codegen.optimize import axis_stride, strip_casts
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 
 @dataclass(frozen=True)
 class MatmulParts:
-    """The pieces of a matmul kernel: the REDUCE, the half-precision factor indexed by `rows` (A) and the one indexed
-    by `columns` (B), and the three axes."""
+    """The pieces of a matmul kernel: the REDUCE, the factor indexed by `rows` (A) and the one indexed by `columns`
+    (B), both of the asked dtype, and the three axes."""
 
     reduce: UOp
     a_value: UOp
@@ -27,16 +28,16 @@ class MatmulParts:
     depth: UOp
 
 
-def half_operand(node: UOp) -> UOp | None:
-    """The half-precision value under a factor of the product (a half load, or a float cast to half), else None."""
-    while node.dtype != dtypes.float16 and node.op is Ops.CAST:
+def matrix_operand(node: UOp, dtype: DType = dtypes.float16) -> UOp | None:
+    """The `dtype` value under a factor of the product (a load of it, or a value cast to it), else None."""
+    while node.dtype != dtype and node.op is Ops.CAST:
         node = node.src[0]
-    return node if node.dtype == dtypes.float16 else None
+    return node if node.dtype == dtype else None
 
 
-def matmul_parts(kernel: Kernel, tile: tuple[int, int, int]) -> MatmulParts | None:
-    """The MatmulParts of `kernel` when it has the shape (module docstring) and rows, columns and depth are multiples
-    of `tile`; else None."""
+def matmul_parts(kernel: Kernel, tile: tuple[int, int, int], dtype: DType = dtypes.float16) -> MatmulParts | None:
+    """The MatmulParts of `kernel` when it has the shape (module docstring) with factors of `dtype` and rows, columns
+    and depth multiples of `tile`; else None."""
     ast = kernel.ast
     reduces = kernel.reduce_ops
     loops = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
@@ -50,7 +51,7 @@ def matmul_parts(kernel: Kernel, tile: tuple[int, int, int]) -> MatmulParts | No
     product = strip_casts(reduces[0].src[0])
     if product.op is not Ops.MUL:
         return None
-    operands = [half_operand(source) for source in product.src]
+    operands = [matrix_operand(source, dtype) for source in product.src]
     if operands[0] is None or operands[1] is None:
         return None
     loads = [strip_casts(operand) for operand in operands if operand is not None]

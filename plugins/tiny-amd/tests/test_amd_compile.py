@@ -14,13 +14,13 @@ import pytest
 from tiny_amd import compiler as amd_compiler
 from tiny_amd.compiler import AMDCompiler, ToolchainMissingError, find_toolchain, toolchain_status
 from tiny_amd.inspect import code_object_notes, pack_kernargs
-from tiny_amd.matrix_core import matrix_core_matmul, matrix_instruction, uses_matrix_cores
+from tiny_amd.matrix_core import collectives, matrix_core_matmul, matrix_instruction, uses_matrix_cores
 from tiny_amd.renderer import HIPRenderer
 from tiny_amd.target import TARGETS, gfx_name, parse_target
 
 from tinycore.codegen import linearize, lower_to_program
 from tinycore.codegen.wave_interpreter import WaveProgram
-from tinycore.dtype import PtrDType, dtypes, to_numpy_dtype
+from tinycore.dtype import DType, PtrDType, dtypes, to_numpy_dtype
 from tinycore.renderer.renderer import ProgramSpec
 from tinycore.testing.kernel_cases import CASES, Case, case_kernels, symbolic_kernel
 from tinycore.uop.ops import Ops
@@ -123,8 +123,7 @@ def _run(uops: list[UOp], inputs: list[numpy.ndarray], var_vals: dict[str, int],
     output_type = pointers[0].dtype
     assert isinstance(output_type, PtrDType)
     output = numpy.zeros(output_type.size, to_numpy_dtype(output_type.base.scalar))
-    instruction = matrix_instruction(arch)
-    WaveProgram(uops, {instruction.helper: instruction.combine}, instruction.wave_size)(
+    WaveProgram(uops, collectives(arch), parse_target(arch).wave_size)(
         [output, *(array.reshape(-1) for array in inputs)], var_vals)
     return output
 
@@ -152,39 +151,52 @@ def test_matrix_core_matmul_uses_the_targets_matrix_instruction(arch: str, dtype
     assert instruction in compiler.disassemble(binary)
 
 
-def _half_matmul_kernel(arch: str, rows: int, depth: int, columns: int, matrix_cores: bool = True) -> tuple[
-        list[numpy.ndarray], numpy.ndarray, list[UOp], ProgramSpec, bool]:
-    """(inputs, numpy's answer, linear program, program spec, whether it calls the matrix instruction) of a half
-    matmul Tensor program."""
+def _representable(values: numpy.ndarray, dtype: DType) -> numpy.ndarray:
+    """float32 values that `dtype` (half or bfloat16) holds exactly."""
+    if dtype == dtypes.float16:
+        return values.astype(numpy.float16).astype(numpy.float32)
+    return (values.view(numpy.uint32) & numpy.uint32(0xFFFF0000)).view(numpy.float32)
+
+
+def _matmul_kernel(arch: str, rows: int, depth: int, columns: int, dtype: DType = dtypes.float16,
+                   matrix_cores: bool = True) -> tuple[list[numpy.ndarray], numpy.ndarray, list[UOp], ProgramSpec,
+                                                       bool]:
+    """(inputs, numpy's answer, linear program, program spec, whether it calls a matrix instruction) of a Tensor
+    matmul of `dtype` inputs with a float32 result."""
     def inputs(rng: numpy.random.Generator) -> list[numpy.ndarray]:
-        return [rng.standard_normal((rows, depth)).astype(numpy.float16),
-                rng.standard_normal((depth, columns)).astype(numpy.float16)]
-    case = Case("half_matmul", inputs, lambda a, b: (a @ b).cast(dtypes.float32),
-                lambda a, b: a.astype(numpy.float32) @ b.astype(numpy.float32))
+        return [_representable(rng.standard_normal((rows, depth)).astype(numpy.float32), dtype),
+                _representable(rng.standard_normal((depth, columns)).astype(numpy.float32), dtype)]
+    case = Case("matmul", inputs, lambda a, b: (a.cast(dtype) @ b.cast(dtype)).cast(dtypes.float32),
+                lambda a, b: a.astype(numpy.float64) @ b.astype(numpy.float64))
     arrays, ordered, (item,) = case_kernels(case, numpy.random.default_rng(7))
     renderer = HIPRenderer(arch, matrix_cores=matrix_cores)
     spec = lower_to_program(item.ast, renderer)
     uops = linearize(item.ast, renderer)
-    return ordered, case.reference(*arrays), uops, spec, uses_matrix_cores(uops, matrix_instruction(arch))
+    matrix = uses_matrix_cores(uops, matrix_instruction(arch, dtype))
+    return ordered, case.reference(*arrays), uops, spec, matrix
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-def test_codegen_puts_half_matmuls_on_the_matrix_cores(arch: str) -> None:
-    inputs, expected, uops, spec, matrix = _half_matmul_kernel(arch, 32, 48, 64)
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16], ids=["half", "bfloat16"])
+def test_codegen_puts_matmuls_on_the_matrix_cores(arch: str, dtype: DType) -> None:
+    inputs, expected, uops, spec, matrix = _matmul_kernel(arch, 32, 48, 64, dtype)
     target = parse_target(arch)
     assert matrix and spec.local_size == [target.wave_size, 1, 1] and sorted(spec.global_size) == [1, 2, 4]
     compiler = AMDCompiler(arch)
     binary = compiler.compile(spec.src)
-    assert MATRIX_INSTRUCTIONS[(target.matrix_core, "half")] in compiler.disassemble(binary)
+    dtype_name = "half" if dtype == dtypes.float16 else "bfloat16"
+    assert MATRIX_INSTRUCTIONS[(target.matrix_core, dtype_name)] in compiler.disassemble(binary)
     _check_code_object(binary, arch, spec.function_name, uops)
+    # exact products summed in float32, the result rounded once to the input dtype
+    tolerance = 1e-3 if dtype == dtypes.float16 else 8e-3
     result = _run(uops, inputs, {}, arch).reshape(expected.shape)
-    numpy.testing.assert_allclose(result, expected, rtol=1e-3, atol=1e-3)
+    numpy.testing.assert_allclose(result, expected, rtol=tolerance, atol=tolerance)
 
 
 def test_matrix_cores_are_left_out_when_asked_or_when_the_shape_does_not_fit() -> None:
-    _inputs, _expected, uops, _spec, matrix = _half_matmul_kernel("gfx1100", 32, 48, 64, matrix_cores=False)
+    _inputs, _expected, uops, _spec, matrix = _matmul_kernel("gfx1100", 32, 48, 64, matrix_cores=False)
     assert not matrix and not any(uop.op is Ops.CUSTOM for uop in uops)
-    inputs, expected, uops, _spec, matrix = _half_matmul_kernel("gfx1100", 24, 48, 64)  # 24 rows: not whole tiles
+    inputs, expected, uops, _spec, matrix = _matmul_kernel("gfx1100", 24, 48, 64)  # 24 rows: not whole tiles
     assert not matrix and not any(uop.op is Ops.CUSTOM for uop in uops)
     # the scalar kernel sums in half precision (the tolerance of the shared half_matmul case)
     numpy.testing.assert_allclose(_run(uops, inputs, {}).reshape(expected.shape), expected, rtol=2e-2, atol=2e-2)

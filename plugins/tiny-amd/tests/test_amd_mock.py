@@ -93,20 +93,25 @@ def test_tensor_programs_on_the_mock_gpu_match_numpy() -> None:
 
 MATRIX_SCRIPT = """
 import numpy
-from tinycore import Tensor
+from tinycore import Tensor, dtypes
 from tinycore.device.registry import Device
 rng = numpy.random.default_rng(4)
 a, b = rng.standard_normal((32, 48)).astype(numpy.float16), rng.standard_normal((48, 64)).astype(numpy.float16)
 out = (Tensor(a) @ Tensor(b)).float().numpy()
 expected = (a.astype(numpy.float32) @ b.astype(numpy.float32)).astype(numpy.float16).astype(numpy.float32)
 print("error", float(numpy.abs(out - expected).max()))
+x, y = [(rng.standard_normal(shape).astype(numpy.float32).view(numpy.uint32) & numpy.uint32(0xFFFF0000))
+        .view(numpy.float32) for shape in ((32, 48), (48, 64))]  # values bfloat16 holds exactly
+out = (Tensor(x).cast(dtypes.bfloat16) @ Tensor(y).cast(dtypes.bfloat16)).float().numpy()
+exact = x.astype(numpy.float64) @ y.astype(numpy.float64)
+print("bf16", float((numpy.abs(out - exact) / (numpy.abs(exact) + 1)).max()))
 device = Device["AMD"]
 print("matrix", device.renderer.arch, sum(1 for program in device.gpu.code.values() if program.calls))
 """
 
 
 @pytest.mark.parametrize("dev", ["MOCK+AMD", "MOCK+AMD::gfx942"], ids=["gfx1100-wmma", "gfx942-mfma"])
-def test_half_matmul_runs_on_the_matrix_cores_of_the_mock_gpu(dev: str) -> None:
+def test_half_and_bfloat16_matmuls_run_on_the_matrix_cores_of_the_mock_gpu(dev: str) -> None:
     environment = {**os.environ, "DEV": dev, "TINYCORE_PLUGINS": "amd,cpu"}
     finished = subprocess.run([sys.executable, "-c", MATRIX_SCRIPT], capture_output=True, text=True, env=environment,
                               timeout=240, check=False)
@@ -114,4 +119,5 @@ def test_half_matmul_runs_on_the_matrix_cores_of_the_mock_gpu(dev: str) -> None:
     results = {line.split()[0]: line.split()[1:] for line in finished.stdout.splitlines()}
     # float32 sums of exact half products, rounded once to half: numpy's answer rounded the same way
     assert float(results["error"][0]) <= 1e-3
-    assert results["matrix"] == [dev.split("::")[1] if "::" in dev else "gfx1100", "1"]
+    assert float(results["bf16"][0]) <= 8e-3  # the result rounded once to bfloat16
+    assert results["matrix"] == [dev.split("::")[1] if "::" in dev else "gfx1100", "2"]

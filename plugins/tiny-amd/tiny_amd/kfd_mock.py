@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from tiny_amd import amdcmd, kfd_ioctl
 from tiny_amd.amd_mock import MockAMDGPU, MockQueue
-from tiny_amd.matrix_core import matrix_instruction
+from tiny_amd.matrix_core import collectives
 from tiny_amd.target import parse_target
 from tinycore.codegen.wave_interpreter import WaveProgram
 from tinycore.hcq.mock import unpack_mock_binary
@@ -139,9 +139,8 @@ class MockKFD:
     def code_loaded(self, entry_address: int, code_object: bytes) -> None:
         """Register the linear program that stands in for the machine code at `entry_address`."""
         uops, _binary = unpack_mock_binary(code_object)
-        instruction = matrix_instruction(self.arch)  # the matrix unit: a wave-collective op in the interpreter
-        self.gpu.code[entry_address] = WaveProgram(uops, {instruction.helper: instruction.combine},
-                                                   instruction.wave_size)
+        # the matrix units: wave-collective ops in the interpreter
+        self.gpu.code[entry_address] = WaveProgram(uops, collectives(self.arch), self.gpu.wave_size)
 
     # ---- ioctls ----
 

@@ -23,8 +23,9 @@ import numpy
 
 from tiny_amd.renderer import PRELUDE
 from tiny_amd.target import parse_target
-from tinycore.codegen.matrix_units import matmul_parts
+from tinycore.codegen.matrix_units import MatmulParts, matmul_parts
 from tinycore.codegen.opt import AxisType, Kernel, axis_id, range_size
+from tinycore.codegen.wave_interpreter import Combine
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.axis import new_range
 from tinycore.uop.ops import Ops
@@ -96,10 +97,11 @@ void {name}(float* data0, const {storage}* data1, const {storage}* data2) {{
 
 @dataclass(frozen=True)
 class MatrixInstruction:
-    """One 16 x 16 x 16 half-precision matrix instruction and where its operands and results live in a wave:
-    `operands` halves of A (and of B) per lane, `results` floats of C per lane."""
+    """One 16 x 16 x 16 matrix instruction on `dtype` (half or bfloat16) inputs and where its operands and results live
+    in a wave: `operands` values of A (and of B) per lane, `results` floats of C per lane."""
 
     kind: str
+    dtype: DType
     helper: str
     builtin: str
     wave_size: int
@@ -119,16 +121,19 @@ class MatrixInstruction:
         return lane // 16 * (8 if self.kind == "wmma-gfx12" else 4) + slot
 
     def prelude(self) -> str:
-        """The helper that gathers a lane's operands into the instruction's vectors and runs it on a zero C."""
-        halves = ", ".join(f"_Float16 a{i}" for i in range(self.operands)) + ", " + \
-            ", ".join(f"_Float16 b{i}" for i in range(self.operands))
-        a_items = ", ".join(f"a{i}" for i in range(self.operands))
-        b_items = ", ".join(f"b{i}" for i in range(self.operands))
+        """The helper that gathers a lane's operands into the instruction's vectors and runs it on a zero C (bfloat16
+        arrives as its bits, the renderer's storage type, and goes in as the instruction's 16-bit integer lanes)."""
+        half = self.dtype == dtypes.float16
+        parameter, element = ("_Float16", "_Float16") if half else ("unsigned short", "short")
+        vector = f"tc_{'half' if half else 'short'}{self.operands}"
+        parameters = ", ".join(f"{parameter} {side}{i}" for side in "ab" for i in range(self.operands))
+        a_items = ", ".join(f"({element})a{i}" for i in range(self.operands))
+        b_items = ", ".join(f"({element})b{i}" for i in range(self.operands))
         zero_tail = ", 0, 0, 0" if self.kind == "mfma" else ""
-        return (f"typedef _Float16 tc_half{self.operands} __attribute__((ext_vector_type({self.operands})));\n"
+        return (f"typedef {element} {vector} __attribute__((ext_vector_type({self.operands})));\n"
                 f"typedef float float{self.results} __attribute__((ext_vector_type({self.results})));\n"
-                f"TC_DEVICE float{self.results} {self.helper}({halves}) {{\n"
-                f"  tc_half{self.operands} a = {{{a_items}}}, b = {{{b_items}}};\n"
+                f"TC_DEVICE float{self.results} {self.helper}({parameters}) {{\n"
+                f"  {vector} a = {{{a_items}}}, b = {{{b_items}}};\n"
                 f"  float{self.results} c = {{}};\n"
                 f"  return {self.builtin}(a, b, c{zero_tail}); }}")
 
@@ -151,21 +156,33 @@ class MatrixInstruction:
         return value
 
 
-def matrix_instruction(arch: str) -> MatrixInstruction:
-    """The half-precision matrix instruction of `arch`."""
+def matrix_instruction(arch: str, dtype: DType = dtypes.float16) -> MatrixInstruction:
+    """The matrix instruction of `arch` for `dtype` (float16 or bfloat16) inputs."""
     target = parse_target(arch)
-    call, operands, _element, results = _instruction(target.matrix_core, dtypes.float16)
-    return MatrixInstruction(target.matrix_core, f"tc_{target.matrix_core.replace('-', '_')}_f16",
+    call, operands, _element, results = _instruction(target.matrix_core, dtype)
+    suffix = "f16" if dtype == dtypes.float16 else "bf16"
+    return MatrixInstruction(target.matrix_core, dtype, f"tc_{target.matrix_core.replace('-', '_')}_{suffix}",
                              call.split("(")[0], target.wave_size, operands, results)
 
 
-def matrix_core_opt(instruction: MatrixInstruction, kernel: Kernel, notes: list[str]) -> bool:
-    """Rewrite a half matmul `kernel` into one wave per 16 x 16 tile of the output, each K step of 16 one matrix
-    instruction (CUSTOM op calling `instruction.helper`), the steps summed in float32; True when done. Kernels of
-    another shape keep the usual heuristic."""
-    parts = matmul_parts(kernel, (_TILE, _TILE, _TILE))
-    if parts is None:
-        return False
+def matrix_instructions(arch: str) -> tuple[MatrixInstruction, ...]:
+    """The half and the bfloat16 matrix instruction of `arch`."""
+    return matrix_instruction(arch, dtypes.float16), matrix_instruction(arch, dtypes.bfloat16)
+
+
+def matrix_core_opt(instructions: tuple[MatrixInstruction, ...], kernel: Kernel, notes: list[str]) -> bool:
+    """Rewrite a half or bfloat16 matmul `kernel` into one wave per 16 x 16 tile of the output, each K step of 16 one
+    matrix instruction (CUSTOM op calling the instruction's helper), the steps summed in float32; True when done.
+    Kernels of another shape keep the usual heuristic."""
+    for instruction in instructions:
+        parts = matmul_parts(kernel, (_TILE, _TILE, _TILE), instruction.dtype)
+        if parts is not None:
+            _rewrite(instruction, parts, kernel, notes)
+            return True
+    return False
+
+
+def _rewrite(instruction: MatrixInstruction, parts: MatmulParts, kernel: Kernel, notes: list[str]) -> None:
     m, n, k = range_size(parts.rows), range_size(parts.columns), range_size(parts.depth)
     assert m is not None and n is not None and k is not None
     tile_m = new_range(m // _TILE, kernel.next_id, AxisType.LOOP)
@@ -196,9 +213,13 @@ def matrix_core_opt(instruction: MatrixInstruction, kernel: Kernel, notes: list[
     axes = f"{axis_id(parts.rows)}/{axis_id(parts.columns)}/{axis_id(parts.depth)}"
     notes.append(f"MATRIX CORES {instruction.builtin} ({m}x{n}x{k}: {m // _TILE}x{n // _TILE} waves of "
                  f"{instruction.wave_size}, axis {axes})")
-    return True
 
 
 def uses_matrix_cores(uops: list[UOp], instruction: MatrixInstruction) -> bool:
     """True when a linear program calls the instruction's helper."""
     return any(uop.op is Ops.CUSTOM and str(uop.arg).startswith(instruction.helper) for uop in uops)
+
+
+def collectives(arch: str) -> dict[str, Combine]:
+    """The wave-collective ops of `arch`'s matrix instructions, for tinycore.codegen.wave_interpreter."""
+    return {instruction.helper: instruction.combine for instruction in matrix_instructions(arch)}

@@ -109,13 +109,13 @@ class HIPRenderer(CStyleLanguage):
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
         self._group_size: int | None = None
-        self.matrix_instruction: Any = None
+        self.matrix_instructions: tuple[Any, ...] = ()
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
             from functools import partial
 
-            from tiny_amd.matrix_core import matrix_core_opt, matrix_instruction
-            self.matrix_instruction = matrix_instruction(arch)
-            self.tensor_core_opt = partial(matrix_core_opt, self.matrix_instruction)
+            from tiny_amd.matrix_core import matrix_core_opt, matrix_instructions
+            self.matrix_instructions = matrix_instructions(arch)
+            self.tensor_core_opt = partial(matrix_core_opt, self.matrix_instructions)
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """clang's bit cast between types of the same size."""
@@ -135,11 +135,9 @@ class HIPRenderer(CStyleLanguage):
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Infinity and NaN, the bfloat16 conversions and pow; the matrix-instruction helper when the kernel uses it."""
-        if self.matrix_instruction is not None:
-            from tiny_amd.matrix_core import uses_matrix_cores
-            if uses_matrix_cores(uops, self.matrix_instruction):
-                return [PRELUDE, self.matrix_instruction.prelude()]
-        return [PRELUDE]
+        from tiny_amd.matrix_core import uses_matrix_cores
+        return [PRELUDE] + [instruction.prelude() for instruction in self.matrix_instructions
+                            if uses_matrix_cores(uops, instruction)]
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
         """The source, declaring the flat work-group size when the kernel has work-item ids."""
