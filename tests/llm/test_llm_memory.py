@@ -49,7 +49,10 @@ def test_peak_resident_memory_near_file_size(tmp_path: os.PathLike[str], matrix_
     write_model(path, matrix_type=matrix_type, dim=2048, layers=layers, heads=16, kv_heads=4, hidden=8192,
                 vocab=16384, tied=False)
     file_bytes = os.path.getsize(path)
-    finished = subprocess.run([sys.executable, "-c", _CHILD, path], capture_output=True, text=True, timeout=600)
+    try:
+        finished = subprocess.run([sys.executable, "-c", _CHILD, path], capture_output=True, text=True, timeout=600)
+    finally:
+        os.remove(path)  # pytest keeps recent temporary directories: 300 MB files would pile up
     assert finished.returncode == 0, finished.stderr[-3000:]
     figures = json.loads(finished.stdout.strip().splitlines()[-1])
     assert len(figures["tokens"]) == 2
