@@ -40,6 +40,9 @@ DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
 """The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
+COLUMN_VECTORS = 4
+"""Vectors of columns a reduce over a strided axis (a sum over rows) keeps as accumulators: 4 float8 read two whole
+cache lines per row and pass over the input a quarter as often as one vector does."""
 
 
 def vector_width(renderer: RendererContract, dtype: DType) -> int:
@@ -244,9 +247,20 @@ class Heuristic:
                               None)
                 reduce_candidate = (innermost_reduce, amount) if amount is not None else None
         if output_candidate is not None and not (gathers and reduce_candidate is not None):
-            self.attempt(output_candidate, OptOps.UPCAST, width, "contiguous output")
+            self.attempt(output_candidate, OptOps.UPCAST, self._column_width(output_candidate, loads, width),
+                         "contiguous output")
         elif reduce_candidate is not None:
             self.attempt(reduce_candidate[0], OptOps.ACCUMULATORS, reduce_candidate[1], "contiguous reduce")
+
+    def _column_width(self, output: UOp, loads: list[UOp], width: int) -> int:
+        """Lanes for the contiguous output axis: one vector, or COLUMN_VECTORS vectors when the kernel reduces along
+        a strided axis (a sum over rows): each step of the reduce then reads whole cache lines, and every pass over
+        the input serves that many more columns."""
+        reduces = self.reduce_axes()
+        size = range_size(output) or 0
+        if not reduces or any(axis_stride(index.src[1], reduces[-1]) in (1, None) for index in loads):
+            return width
+        return next((lanes for lanes in (COLUMN_VECTORS * width, 2 * width) if size % lanes == 0), width)
 
     def upcast_product(self) -> int:
         """How many copies the UPCAST axes make."""
