@@ -94,6 +94,11 @@ def plugin(session: nox.Session, name: str) -> None:
     session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)
 
 
+OTHER_RENDERERS = {"cpu": ["CPU:LLVM"]}
+"""Renderers besides a device's default that conformance(NAME) also runs the suite with (llvmlite comes with
+tiny-cpu[test])."""
+
+
 @nox.session
 @nox.parametrize("name", PLUGINS, ids=PLUGINS)
 @frees_environment
@@ -122,6 +127,8 @@ def conformance(session: nox.Session, name: str) -> None:
         device = f"DISK:{session.create_tmp()}/conformance.bin"
     for environment in environments:
         session.run("tiny", "conformance", device, *session.posargs, env={**INSTANCES.get(name, {}), **environment})
+    for dev in OTHER_RENDERERS.get(name, []):  # the whole suite again with each renderer the device also offers
+        session.run("tiny", "conformance", device, *session.posargs, env={**INSTANCES.get(name, {}), "DEV": dev})
 
 
 @nox.session

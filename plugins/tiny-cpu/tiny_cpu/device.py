@@ -6,11 +6,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiny_cpu.allocator import CPUAllocator
+from tiny_cpu.llvm_compiler import LLVMCompiler, LLVMProgram
 from tiny_cpu.pool import pool_library
 from tiny_cpu.queue import EXEC, SIGNAL
 from tiny_cpu.runtime import CPUProgram, worker_count
 from tinycore.hcq import HCQCompiled, HCQProgram
 from tinycore.helpers import HCQ_TIMEOUT_MS
+
+
+def _loader(device: HCQCompiled) -> Any:
+    """How the device's binaries load: LLVM objects are linked in process, C shared objects are opened."""
+    if isinstance(device.compiler, LLVMCompiler):
+        return LLVMProgram
+    return CPUProgram
 
 
 class CPUQueueProgram(HCQProgram):
@@ -19,7 +27,8 @@ class CPUQueueProgram(HCQProgram):
 
     def __init__(self, device: HCQCompiled, name: str, lib: bytes):
         super().__init__(device, name, lib)
-        self.loaded = CPUProgram(name, lib)  # keeps the library loaded while the program lives
+        # keeps the library (or the LLVM object's engine) loaded while the program lives
+        self.loaded: Any = _loader(device)(name, lib)
         if self.loaded._entry is None:
             raise RuntimeError(f"kernel {name!r} has no entry point {name}_entry: it was not rendered by the C "
                                "renderer of this tiny-cpu (clear the compile cache if it is older)")

@@ -52,11 +52,14 @@ def tiny_devices() -> list[DeviceSpec]:
 
 @hookimpl
 def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The C renderer for CPU (compiled by $CC, gcc or clang)."""
+    """The C renderer for CPU (compiled by $CC, gcc or clang), then the LLVM renderer (LLVM IR compiled in process by
+    llvmlite: DEV=CPU:LLVM, with tiny-cpu[llvm] installed)."""
     if device != DEVICE_NAME:
         return []
     return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
-                         "C source compiled to a shared object by $CC, gcc or clang")]
+                         "C source compiled to a shared object by $CC, gcc or clang"),
+            RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
+                         "LLVM IR compiled in process by llvmlite (pip install 'tiny-cpu[llvm]')")]
 
 
 @hookimpl

@@ -1,0 +1,191 @@
+"""The CPU's LLVM compiler and loader: LLVM IR to a relocatable object and the object to callable code, both in this
+process through llvmlite (no compiler subprocess, no shared object written or opened).
+
+The object is what the disk cache keeps; loading links it in memory with an MCJIT engine of its own, whose symbols
+resolve against the running process (libm for the math calls LLVM leaves as calls).
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tiny_cpu.pool import parallel_runner
+from tiny_cpu.runtime import worker_count
+from tinycore.device.compiler import CompileError, Compiler
+
+_LOCK = threading.Lock()  # llvmlite's global state (targets, the symbol table) is set up once
+
+
+@functools.cache
+def _llvm() -> Any:
+    """llvmlite.binding, with the native target and the process's math library ready; a clear error without it."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError as error:
+        raise RuntimeError("the LLVM renderer needs llvmlite: pip install 'tiny-cpu[llvm]' (or pip install llvmlite), "
+                           "or use DEV=CPU:C") from error
+    with _LOCK:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        llvm.initialize_native_asmparser()
+        _resolve_math_library(llvm)
+    return llvm
+
+
+def _resolve_math_library(llvm: Any) -> None:
+    """Make libm's functions (the calls LLVM emits for sin, pow, exp2 of doubles, ...) and libgcc's (half
+    conversions of doubles) known to the object linker. By soname: the dynamic loader finds them without running
+    ldconfig or a compiler, as ctypes.util.find_library would."""
+    for library in ("libm.so.6", "libgcc_s.so.1", "libm.dylib"):
+        try:
+            llvm.load_library_permanently(library)
+        except RuntimeError:
+            continue
+
+
+@functools.cache
+def _target_machine(arch: str | None) -> Any:
+    """The compiler's target machine for `arch` (the host CPU when None), made once."""
+    return _new_target_machine(arch)
+
+
+def _new_target_machine(arch: str | None) -> Any:
+    """A target machine of its own: an MCJIT engine takes ownership of (and frees) the one it is given."""
+    llvm = _llvm()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    cpu = arch or llvm.get_host_cpu_name()
+    features = "" if arch else llvm.get_host_cpu_features().flatten()
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+
+
+class LLVMCompiler(Compiler):
+    """LLVM IR to an object file at -O3 for the host CPU (or `arch`), in process; no fused multiply-add, so results
+    round as numpy's (as the C compiler's -ffp-contract=off)."""
+
+    def __init__(self, arch: str | None = None):
+        super().__init__("cpu-llvm")
+        llvm = _llvm()
+        self.arch = arch
+        self.name = "llvmlite"
+        self.flags = ("-O3", f"-mcpu={arch or llvm.get_host_cpu_name()}")
+        self.machine = _target_machine(arch)
+
+    def version(self) -> str:
+        """llvmlite's and LLVM's versions, and the target CPU with its features."""
+        import llvmlite
+        llvm = _llvm()
+        features = "" if self.arch else llvm.get_host_cpu_features().flatten()
+        return f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} | " \
+               f"{self.arch or llvm.get_host_cpu_name()} {features}"
+
+    def optimized(self, src: str) -> Any:
+        """The module of `src`, verified and optimized at -O3 (loop and SLP vectorizers on)."""
+        llvm = _llvm()
+        try:
+            module = llvm.parse_assembly(src)
+            module.verify()
+        except RuntimeError as error:
+            raise CompileError(f"LLVM rejected the kernel's IR: {error}", log=src) from error
+        module.triple = self.machine.triple
+        module.data_layout = str(self.machine.target_data)
+        tuning = llvm.create_pipeline_tuning_options(speed_level=3)
+        tuning.loop_vectorization = True
+        tuning.slp_vectorization = True
+        tuning.loop_unrolling = True
+        builder = llvm.create_pass_builder(self.machine, tuning)
+        builder.getModulePassManager().run(module, builder)
+        return module
+
+    def compile(self, src: str) -> bytes:
+        """The relocatable object of LLVM IR `src`; CompileError with the IR when LLVM rejects it."""
+        module = self.optimized(src)
+        return bytes(self.machine.emit_object(module))
+
+    def disassemble(self, lib: bytes) -> str:
+        """Not available for an object file here: the optimized assembly comes from `assembly(src)`."""
+        raise NotImplementedError("the LLVM compiler shows assembly with LLVMCompiler.assembly(source)")
+
+    def assembly(self, src: str) -> str:
+        """The host assembly of LLVM IR `src` after optimization (for DEBUG and tests)."""
+        return str(self.machine.emit_assembly(self.optimized(src)))
+
+
+def undefined_symbols(obj: bytes) -> list[str]:
+    """The names an ELF64 object file needs from elsewhere (its undefined global symbols)."""
+    if obj[:4] != b"\x7fELF" or obj[4] != 2:
+        return []
+    section_offset, = struct.unpack_from("<Q", obj, 0x28)
+    entry_size, count = struct.unpack_from("<HH", obj, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", obj, section_offset + number * entry_size)
+                for number in range(count)]
+    names: list[str] = []
+    for section in sections:
+        if section[1] != 2:  # SHT_SYMTAB
+            continue
+        strings = sections[section[6]]
+        for offset in range(section[4], section[4] + section[5], 24):
+            name_offset, info, _other, section_index = struct.unpack_from("<IBBH", obj, offset)
+            if section_index == 0 and name_offset and info >> 4 in (1, 2):  # SHN_UNDEF, GLOBAL or WEAK
+                start = strings[4] + name_offset
+                names.append(obj[start:obj.index(b"\0", start)].decode())
+    return names
+
+
+class LLVMProgram:
+    """A kernel object linked into this process: `program(*addresses, global_size=(N, 1, 1), vals=(ints), wait)`.
+
+    `_entry` is the address of `NAME_entry(const long long *arguments, int core_id)` that the CPU's command queue
+    and worker pool call; the engine that linked it stays alive with the program."""
+
+    def __init__(self, name: str, lib: bytes):
+        llvm = _llvm()
+        self.name = name
+        missing = [symbol for symbol in undefined_symbols(lib) if not llvm.address_of_symbol(symbol)]
+        if missing:
+            raise RuntimeError(f"kernel {name!r} calls {', '.join(missing)}, which this process does not provide; "
+                               "use DEV=CPU:C for it")
+        with _LOCK:
+            empty = llvm.parse_assembly("")
+            self._engine = llvm.create_mcjit_compiler(empty, _new_target_machine(None))
+            self._engine.add_object_file(llvm.ObjectFileRef.from_data(lib))
+            self._engine.finalize_object()
+            entry = self._engine.get_function_address(f"{name}_entry")
+        if not entry:
+            raise RuntimeError(f"kernel {name!r} has no entry point {name}_entry: it was not rendered by the LLVM "
+                               "renderer of this tiny-cpu (clear the compile cache if it is older)")
+        self._entry: int | None = entry
+        self._entry_address: int = entry
+        self._call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(entry)
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """Run the kernel on buffer addresses and variable values (once per core_id below global_size[0])."""
+        arguments = [int(argument or 0) for argument in (*buffers, *vals)]
+        packed = (ctypes.c_longlong * max(1, len(arguments)))(*arguments)
+        workers = int(global_size[0]) if global_size else 1
+        start = time.perf_counter() if wait else 0.0
+        runner = parallel_runner() if workers > 1 else None
+        if runner is not None:
+            runner(self._entry_address, packed, workers, worker_count())
+        else:
+            for core_id in range(workers):
+                self._call(ctypes.addressof(packed), core_id)
+        return time.perf_counter() - start if wait else None
+
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
+                 ) -> Callable[[Sequence[Any]], None]:
+        """A function launching this program on a list of buffer addresses with `global_size`."""
+        def launch(buffers: Sequence[Any]) -> None:
+            self(*buffers, global_size=global_size)
+        return launch
+
+
+def make_llvm_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
+    """The CPU's LLVM renderer and its in-process compiler (needs llvmlite: pip install 'tiny-cpu[llvm]')."""
+    from tiny_cpu.llvm_renderer import LLVMRenderer
+    return LLVMRenderer(device, arch), LLVMCompiler(arch)
