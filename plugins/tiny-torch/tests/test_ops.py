@@ -160,11 +160,41 @@ GRADIENT_CASES = [
      .sum(), [torch.randn(4, 3)]),
     ("gelu_tanh_sigmoid", lambda x: (torch.nn.functional.gelu(x) + x.tanh() + x.sigmoid()).square().sum(),
      [torch.randn(3, 4)]),
+    ("group_norm", lambda x, w, b: torch.nn.functional.group_norm(x, 3, w, b, eps=1e-3).square()
+     .mul(torch.arange(4.0, device=x.device)).sum(), [torch.randn(2, 6, 3, 4), torch.randn(6), torch.randn(6)]),
+    ("group_norm_no_affine", lambda x: torch.nn.functional.group_norm(x, 2).square()
+     .mul(torch.arange(5.0, device=x.device)).sum(), [torch.randn(3, 4, 5)]),
+    ("conv2d_stride_groups", lambda x, w: torch.nn.functional.conv2d(x, w, stride=2, padding=1, groups=2).square()
+     .sum(), [torch.randn(2, 4, 7, 7), torch.randn(6, 2, 3, 3)]),
+    ("conv1d_dilation", lambda x, w: torch.nn.functional.conv1d(x, w, dilation=2).square().sum(),
+     [torch.randn(2, 3, 9), torch.randn(4, 3, 3)]),
+    ("linear_addmm", lambda x, w, b: torch.nn.functional.linear(x, w, b).square().sum(),
+     [torch.randn(5, 3), torch.randn(4, 3), torch.randn(4)]),
+    ("bmm", lambda a, b: torch.bmm(a, b).square().sum(), [torch.randn(2, 3, 4), torch.randn(2, 4, 5)]),
+    ("log_softmax_nll", lambda x: torch.nn.functional.nll_loss(torch.log_softmax(x, 1),
+                                                              torch.tensor([2, 0, 1]).to(x.device)),
+     [torch.randn(3, 4)]),
+    ("binary_cross_entropy_with_logits", lambda x, y: torch.nn.functional.binary_cross_entropy_with_logits(x, y),
+     [torch.randn(3, 4), torch.rand(3, 4)]),
+    ("adaptive_avg_pool2d", lambda x: torch.nn.functional.adaptive_avg_pool2d(x, 1).square().sum(),
+     [torch.randn(2, 3, 4, 4)]),
+    ("gather", lambda x: x.gather(1, torch.tensor([[0, 2], [1, 1]]).to(x.device)).square().sum(),
+     [torch.randn(2, 3)]),
+    ("index_select_cat", lambda x: torch.cat([x[torch.tensor([2, 0]).to(x.device)], x * 2]).square().sum(),
+     [torch.randn(3, 4)]),
+    ("masked_fill_where", lambda x: x.masked_fill(x > 0.5, 0.0).square().sum() + torch.where(x < 0, x, 2 * x).sum(),
+     [torch.randn(3, 4)]),
+    ("silu_softplus_elu", lambda x: (torch.nn.functional.silu(x) + torch.nn.functional.softplus(x)
+                                     + torch.nn.functional.elu(x)).square().sum(), [torch.randn(3, 4)]),
+    ("amax_logsumexp", lambda x: x.amax(1).sum() + torch.logsumexp(x, 1).sum(), [torch.randn(3, 4)]),
+    ("dropout_p0_stack_split", lambda x: torch.stack(torch.nn.functional.dropout(x, 0.0).split(2, 1)).square()
+     .sum(), [torch.randn(3, 4)]),
 ]
 
 
 @pytest.mark.parametrize("name,build,inputs", GRADIENT_CASES, ids=[case[0] for case in GRADIENT_CASES])
-def test_gradients_match_cpu(name: str, build, inputs: list[torch.Tensor]) -> None:
+def test_gradients_match_cpu(name: str, build, inputs: list[torch.Tensor], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")  # each case runs on tinycore, forward and backward
     expected = _gradients(build, inputs, "cpu")
     result = _gradients(build, inputs, "tiny")
     for got, want in zip(result, expected, strict=False):
@@ -302,3 +332,42 @@ def test_compiled_cnn_is_one_graph_replayed_by_tinyjit(monkeypatch: pytest.Monke
     for runner in runners:
         (jit,) = runner.jits.values()
         assert jit.captured is not None and jit.captured_kernel_count > 0
+
+
+def test_several_tiny_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    # TINY_TORCH_DEVICES maps tiny:0 and tiny:1 onto two tinycore devices; a small model trains on tiny:1 with the
+    # gradients PyTorch computes on the CPU, and tensors move between the two
+    monkeypatch.setenv("TINY_TORCH_DEVICES", "CPU,CPU:1")
+    assert torch.tiny.device_count() == 2
+    x, w, b = torch.randn(5, 3), torch.randn(4, 3), torch.randn(4)
+    on_one = [value.to("tiny:1").requires_grad_() for value in (x, w, b)]
+    assert on_one[0].device == torch.device("tiny", 1) and on_one[0].tiny_storage.flat.device == "CPU:1"
+    # PyTorch's autograd engine sizes its per-device worker queues of a Python backend for one device: a backward
+    # on tiny:1 runs on the calling thread instead (README)
+    with torch.autograd.set_multithreading_enabled(False):
+        torch.nn.functional.linear(*on_one).tanh().square().sum().backward()
+    reference = [value.clone().requires_grad_() for value in (x, w, b)]
+    torch.nn.functional.linear(*reference).tanh().square().sum().backward()
+    for got, want in zip(on_one, reference, strict=True):
+        assert got.grad.device == torch.device("tiny", 1)
+        torch.testing.assert_close(got.grad.cpu(), want.grad, atol=1e-5, rtol=1e-4)
+    moved = (on_one[1].detach() * 2).to("tiny:0")
+    assert moved.device == torch.device("tiny", 0) and moved.tiny_storage.flat.device == "CPU"
+    torch.testing.assert_close(moved.cpu(), w * 2)
+    with pytest.raises(RuntimeError, match="tiny:2 does not exist"):
+        torch.ones(2, device="tiny:2")
+
+
+def test_index_put_against_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    base, values = torch.randn(4, 3), torch.randn(3, 3)
+    repeated = torch.tensor([1, -1, 1])  # repeats and a negative index: accumulate sums all three
+    close(torch.index_put(tiny(base), (tiny(repeated),), tiny(values), accumulate=True),
+          torch.index_put(base, (repeated,), values, accumulate=True))
+    rows, columns = torch.tensor([[0], [3]]), torch.tensor([1, 2])  # broadcast index tensors, a scalar value
+    close(torch.index_put(tiny(base), (tiny(rows), tiny(columns)), tiny(torch.tensor(7.0))),
+          torch.index_put(base, (rows, columns), torch.tensor(7.0)))
+    target, expected = tiny(torch.zeros(5)), torch.zeros(5)
+    target[tiny(torch.tensor([0, 3]))] = tiny(torch.tensor([1.0, 2.0]))
+    expected[torch.tensor([0, 3])] = torch.tensor([1.0, 2.0])
+    close(target, expected)

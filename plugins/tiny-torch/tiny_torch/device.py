@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from tiny_torch.dtypes import to_tiny_dtype
-from tiny_torch.wrapper import TinyTensor, tinycore_device, wrap
+from tiny_torch.wrapper import TinyTensor, configured_devices, tinycore_device, wrap
 from tinycore import Device, Tensor
 
 
@@ -21,10 +21,13 @@ class TinyModule:
 
     @staticmethod
     def device_count() -> int:
-        """Instances of DEV's default device that `tiny:N` may name (one unless tinycore reports more)."""
+        """The devices `tiny:N` may name: those TINY_TORCH_DEVICES lists, else the instances of DEV's default device
+        that its availability probe reports (at least one)."""
+        names = configured_devices()
+        if names:
+            return len(names)
         try:
-            from tinycore.device.registry import device_count
-            return max(1, int(device_count(Device.DEFAULT)))  # type: ignore[call-arg]
+            return max(1, int(Device.probe(Device.DEFAULT)[2]))
         except Exception:
             return 1
 

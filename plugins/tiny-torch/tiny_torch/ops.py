@@ -583,6 +583,48 @@ def native_layer_norm_backward(grad_out: Tensor, input: Tensor, normalized_shape
     return _vjp(forward, [input, weight, bias], grad_out, output_mask)
 
 
+def _group_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, group: int,  # noqa: A002
+                eps: float | Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Group norm of (N, C, *) over each group of C // group channels and all trailing dims: (output, mean, rstd)
+    with mean and rstd shaped (N, group)."""
+    batch, channels = int(input.shape[0]), int(input.shape[1])
+    grouped = input.reshape(batch, group, input.numel() // max(batch * group, 1))
+    mean_value = grouped.mean(-1, keepdim=True)
+    centered = grouped - mean_value
+    rstd = (centered.square().mean(-1, keepdim=True) + eps).rsqrt()
+    output = (centered * rstd).reshape(input.shape)
+    affine_shape = (1, channels) + (1,) * (input.ndim - 2)
+    if weight is not None:
+        output = output * weight.reshape(affine_shape)
+    if bias is not None:
+        output = output + bias.reshape(affine_shape)
+    return output, mean_value.reshape(batch, group), rstd.reshape(batch, group)
+
+
+@register(aten.native_group_norm.default)
+def native_group_norm(input: Tensor, weight: Tensor | None, bias: Tensor | None, N: int,  # noqa: A002,N803
+                      C: int, HxW: int, group: int, eps: float) -> tuple[Tensor, Tensor, Tensor]:  # noqa: N803
+    """Group norm (PyTorch's native form: N, C and HxW are the input's sizes): (output, mean, rstd)."""
+    return _group_norm(input, weight, bias, group, eps)
+
+
+@register(aten.native_group_norm_backward.default)
+def native_group_norm_backward(grad_out: Tensor, input: Tensor, mean: Tensor, rstd: Tensor,  # noqa: A002
+                               weight: Tensor | None, N: int, C: int, HxW: int, group: int,  # noqa: N803
+                               output_mask: Sequence[bool]) -> tuple[Tensor | None, ...]:
+    """Gradients of group norm for input, weight and bias (the forward's eps recovered from the saved rstd)."""
+    batch = int(input.shape[0])
+    grouped = input.reshape(batch, group, input.numel() // max(batch * group, 1))
+    variance = (grouped - mean.reshape(batch, group, 1)).square().mean(-1)
+    eps = (1 / rstd.square() - variance).reshape(batch, group, 1).detach()
+    channels = int(input.shape[1])
+    bias = Tensor.zeros(channels, dtype=input.dtype, device=input.device)
+
+    def forward(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
+        return _group_norm(x, w, b, group, eps)[0]
+    return _vjp(forward, [input, weight, bias], grad_out, output_mask)
+
+
 @register(aten.nll_loss_forward.default)
 def nll_loss_forward(self: Tensor, target: Tensor, weight: Tensor | None, reduction: int,
                      ignore_index: int) -> tuple[Tensor, Tensor]:
@@ -689,6 +731,38 @@ def index(self: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
         else:
             selector.append(position.cast(dtypes.int32))
     return self[tuple(selector)]
+
+
+@register(aten.index_put.default)
+def index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool = False) -> Tensor:
+    """self with values written (or, with accumulate, summed) at self[indices], for integer index tensors on the
+    leading dims (what advanced-indexing assignment and the backward of indexing give)."""
+    if any(position is None or position.dtype == dtypes.bool for position in indices):
+        raise NotImplementedError("index_put with None or boolean masks among the indices is not mapped")
+    lead = [int(extent) for extent in self.shape[:len(indices)]]
+    rest = tuple(int(extent) for extent in self.shape[len(indices):])
+    ranks = max(position.ndim for position in indices)  # type: ignore[union-attr]
+    padded = [position.reshape((1,) * (ranks - position.ndim) + tuple(position.shape))  # type: ignore[union-attr]
+              for position in indices]
+    shape = tuple(max(int(part.shape[axis]) for part in padded) for axis in range(ranks))
+    count, width = math.prod(shape), math.prod(rest)
+    if count == 0 or width == 0:
+        return self.contiguous()
+    linear: Tensor | None = None
+    stride = 1
+    for position, extent in reversed(list(zip(padded, lead, strict=True))):
+        wrapped = position.cast(dtypes.int32)
+        wrapped = (wrapped < 0).where(wrapped + extent, wrapped).expand(shape)
+        linear = wrapped * stride if linear is None else linear + wrapped * stride
+        stride *= extent
+    assert linear is not None
+    values = values.cast(self.dtype)
+    values = values.reshape((1,) * (len(shape) + len(rest) - values.ndim) + tuple(values.shape))
+    values = values.expand(shape + rest).reshape(count, width)
+    target = linear.reshape(count, 1).expand(count, width)
+    flat = self.reshape(math.prod(lead), width)
+    result = flat.scatter_reduce(0, target, values, reduce="sum") if accumulate else flat.scatter(0, target, values)
+    return result.reshape(self.shape)
 
 
 @register(aten.embedding.default)

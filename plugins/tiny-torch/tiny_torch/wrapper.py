@@ -1,6 +1,8 @@
 """TinyTensor: the PyTorch tensor of the tiny device, a wrapper subclass holding a TinyStorage and a view of it."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -11,8 +13,28 @@ from tinycore import Device, Tensor
 DEVICE_NAME = "tiny"
 
 
+DEVICES_VARIABLE = "TINY_TORCH_DEVICES"
+_parsed_devices: dict[str, tuple[str, ...]] = {}
+
+
+def configured_devices() -> tuple[str, ...]:
+    """The tinycore devices that TINY_TORCH_DEVICES names for tiny:0, tiny:1, ... (comma-separated tinycore device
+    names, such as "CPU,CPU:1" or "CL,CPU"), or () when it is not set."""
+    text = os.environ.get(DEVICES_VARIABLE, "")
+    if text not in _parsed_devices:
+        _parsed_devices[text] = tuple(name.strip() for name in text.split(",") if name.strip())
+    return _parsed_devices[text]
+
+
 def tinycore_device(index: int | None) -> str:
-    """The tinycore device behind `tiny:index`: instance `index` of DEV's default device."""
+    """The tinycore device behind `tiny:index`: the index-th device of TINY_TORCH_DEVICES when it is set, else
+    instance `index` of DEV's default device."""
+    names = configured_devices()
+    if names:
+        if (index or 0) >= len(names):
+            raise RuntimeError(f"tiny:{index} does not exist: {DEVICES_VARIABLE} names {len(names)} device(s) "
+                               f"({', '.join(names)}); use an index below {len(names)} or name more devices there")
+        return names[index or 0]
     return Device.DEFAULT if not index else f"{Device.DEFAULT}:{index}"
 
 
