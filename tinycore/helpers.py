@@ -127,6 +127,9 @@ class Context(contextlib.ContextDecorator):
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: a BEAM search does not reuse results cached on disk
+BEAM_BUDGET = ContextVar("BEAM_BUDGET", 60.0)  # seconds one kernel's BEAM search may take before it keeps its best
+BEAM_UPCAST_MAX = ContextVar("BEAM_UPCAST_MAX", 256)  # most copies of a kernel's body (upcast x unroll) BEAM tries
+BEAM_MIN_PROGRESS = ContextVar("BEAM_MIN_PROGRESS", 0.01)  # a BEAM step gaining less than this fraction ends the search
 NOOPT = ContextVar("NOOPT", 0)
 TRAINING = ContextVar("TRAINING", 0)
 

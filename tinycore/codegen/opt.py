@@ -26,6 +26,7 @@ class OptOps(Enum):
     UNROLL = auto()  # reduce axis: split off an inner axis of `amount` unrolled into the loop body
     ACCUMULATORS = auto()  # reduce axis: split off `amount` independent (vectorizable) accumulators
     THREAD = auto()  # output axis: split across `amount` CPU workers
+    NEST = auto()  # output axis: moved inside every other output loop (amount unused, 0)
 
 
 @dataclass(frozen=True)
@@ -181,12 +182,19 @@ class Kernel:
             if not output_axis:
                 raise KernelOptError(f"{opt}: THREAD applies to output loop axes, axis {opt.axis} is {kind.name}")
             self._thread(opt.axis, opt.amount)
+        elif opt.op is OptOps.NEST:
+            if kind is not AxisType.LOOP:
+                raise KernelOptError(f"{opt}: NEST applies to output loop axes, axis {opt.axis} is {kind.name}")
+            self._nest(opt.axis)
         else:
             raise KernelOptError(f"unknown opt {opt}")
         self.applied.append(opt)
 
     def nest_inside(self, axis: int) -> None:
-        """Move output loop `axis` inside every other output loop (it gets the largest axis id)."""
+        """Move output loop `axis` inside every other output loop (it gets the largest axis id): Opt NEST."""
+        self.apply_opt(Opt(OptOps.NEST, axis, 0))
+
+    def _nest(self, axis: int) -> None:
         old = self.axes[axis]
         moved = old.replace(arg=(self.next_id,) + tuple(old.arg[1:]))
         self.next_id += 1

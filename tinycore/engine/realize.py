@@ -16,7 +16,7 @@ from typing import Any
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import buffer_of, device_facts
-from tinycore.helpers import DEBUG
+from tinycore.helpers import BEAM, DEBUG
 from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
 from tinycore.schedule.cache import schedule_cached
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
@@ -29,10 +29,11 @@ class Runner:
     """A compiled kernel for one device: the program, its ProgramSpec and how to launch it.
 
     `prepared` is (spec, library, symbol) when the kernel was already rendered and compiled (with others, see
-    prepare_runners); otherwise it is rendered and compiled here.
+    prepare_runners); otherwise it is rendered with `opts` (None: the heuristic's) and compiled here.
     """
 
-    def __init__(self, ast: UOp, device: str, prepared: tuple[Any, bytes, str] | None = None):
+    def __init__(self, ast: UOp, device: str, prepared: tuple[Any, bytes, str] | None = None,
+                 opts: list[Any] | None = None):
         from tinycore.device.registry import Device
         self.device = device
         opened = Device[device]
@@ -41,7 +42,7 @@ class Runner:
         started = time.perf_counter()
         if prepared is None:
             from tinycore.codegen import lower_to_program
-            self.spec = lower_to_program(ast, opened.renderer)
+            self.spec = lower_to_program(ast, opened.renderer, opts)
             library, symbol = opened.compiler.compile_cached(self.spec.src), self.spec.function_name
         else:
             self.spec, library, symbol = prepared
@@ -75,10 +76,27 @@ class Runner:
 
 
 _runners: dict[tuple[UOp, str], Runner] = {}
+_beam_runners: dict[tuple[UOp, str, int], Runner] = {}
+"""Kernels whose opts a BEAM search chose, by (AST, device, BEAM width): a kernel compiled with another BEAM
+setting (or none) is searched, or read from the search cache, again."""
 
 
-def get_runner(ast: UOp, device: str) -> Runner:
-    """The compiled kernel for `ast` on `device` (compiled on first use, then cached by AST identity)."""
+def get_runner(ast: UOp, device: str, buffers: Sequence[Any] | None = None,
+               var_vals: dict[UOp, int] | None = None) -> Runner:
+    """The compiled kernel for `ast` on `device` (compiled on first use, then cached by AST identity).
+
+    With BEAM=N (N >= 1) and the kernel's Buffers given, its opts come from a BEAM search timed on copies of
+    `buffers` (engine/search.py), or from the search's disk cache.
+    """
+    width = int(BEAM.value)
+    if width >= 1 and buffers is not None:
+        beam_key = (ast, device, width)
+        found = _beam_runners.get(beam_key)
+        if found is None:
+            from tinycore.engine.search import beam_search
+            opts = beam_search(ast, device, buffers, var_vals or {}, width)
+            found = _beam_runners[beam_key] = Runner(ast, device, opts=opts)
+        return found
     key = (ast, device)
     runner = _runners.get(key)
     if runner is None:
@@ -96,6 +114,8 @@ def prepare_runners(items: Sequence[ScheduleItem]) -> None:
     A compiler with `compile_batch` gets every new kernel of a device at once, split into one batch per CPU
     compiled in parallel threads (the compiler runs as a subprocess); other devices compile on first launch.
     """
+    if BEAM >= 1:
+        return  # each kernel is searched (or read from the search cache) at its first launch
     pending: dict[str, dict[UOp, None]] = {}
     for item in items:
         if item.ast.op is Ops.COPY or not item.buffers:
@@ -223,7 +243,7 @@ def run_schedule(items: Sequence[ScheduleItem], temporaries: Sequence[UOp] = ())
 def _run_kernel(item: ScheduleItem, timed: bool) -> None:
     """Launch one kernel item (timed and reported at DEBUG >= 2)."""
     device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
-    runner = get_runner(item.ast, device_buffers[0].device)
+    runner = get_runner(item.ast, device_buffers[0].device, device_buffers, item.var_vals)
     if _capturing:
         _capturing[-1].append(CapturedCall(runner, device_buffers, dict(item.var_vals)))
     elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)

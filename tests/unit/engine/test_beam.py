@@ -1,0 +1,163 @@
+"""BEAM search on the CPU device: kernels it chooses compute what numpy computes, its choice is cached on disk and
+reused (no candidate compiled the second time), IGNORE_BEAM_CACHE searches again. Shapes and budgets are tiny."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from tinycore.codegen import lower_to_program, optimize_kernel
+from tinycore.codegen.opt import Kernel, Opt, OptOps
+from tinycore.device.registry import Device
+from tinycore.engine import realize, search
+from tinycore.helpers import Context
+
+pytest.importorskip("tiny_cpu", reason="the CPU device plugin (pip install -e plugins/tiny-cpu) runs these tests")
+from tinycore import Tensor  # noqa: E402
+
+FAST = {"BEAM_BUDGET": 1.5, "BEAM_UPCAST_MAX": 16}
+
+
+@pytest.fixture(autouse=True)
+def fresh_search(tmp_path, monkeypatch):
+    """An empty cache directory, no searched kernels in memory, zeroed counts (as in a new process)."""
+    monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
+    realize._beam_runners.clear()
+    search.stats.reset()
+    yield
+    realize._beam_runners.clear()
+
+
+def new_process() -> None:
+    """Forget what this process searched, as a new process would (the disk cache stays)."""
+    realize._beam_runners.clear()
+    search.stats.reset()
+
+
+def conv2d_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Direct convolution (no padding, stride 1) with float64 sums."""
+    batch, _, height, width = x.shape
+    out_channels, _, kernel_h, kernel_w = w.shape
+    out = np.zeros((batch, out_channels, height - kernel_h + 1, width - kernel_w + 1))
+    for i in range(kernel_h):
+        for j in range(kernel_w):
+            patch = x[:, :, i:i + out.shape[2], j:j + out.shape[3]].astype(np.float64)
+            out += np.einsum("bchw,oc->bohw", patch, w[:, :, i, j].astype(np.float64))
+    return out
+
+
+def test_beam_matmul_equals_numpy():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((32, 24), dtype=np.float32), rng.standard_normal((24, 16), dtype=np.float32)
+    with Context(BEAM=2, **FAST):
+        result = (Tensor(a) @ Tensor(b)).numpy()
+    np.testing.assert_allclose(result, a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+    assert search.stats.searches == 1 and search.stats.compiled > 1
+
+
+def test_beam_reductions_equal_numpy():
+    x = np.random.default_rng(1).standard_normal((16, 64), dtype=np.float32)
+    with Context(BEAM=2, **FAST):
+        sums = Tensor(x).sum(axis=1).numpy()
+        maxima = Tensor(x).max(axis=0).numpy()
+    np.testing.assert_allclose(sums, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(maxima, x.max(axis=0))
+    assert search.stats.searches == 2
+
+
+def test_beam_conv2d_equals_numpy():
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 3, 8, 8), dtype=np.float32), rng.standard_normal((4, 3, 3, 3), dtype=np.float32)
+    with Context(BEAM=2, **FAST):
+        result = Tensor(x).conv2d(Tensor(w)).numpy()
+    np.testing.assert_allclose(result, conv2d_reference(x, w), rtol=1e-4, atol=1e-4)
+    assert search.stats.searches >= 1
+
+
+def test_second_run_reads_the_cache_and_compiles_no_candidate():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((16, 32), dtype=np.float32), rng.standard_normal((32, 8), dtype=np.float32)
+    expected = a.astype(np.float64) @ b
+    with Context(BEAM=2, **FAST):
+        first = (Tensor(a) @ Tensor(b)).numpy()
+    assert search.stats.searches == 1 and search.stats.compiled > 1
+    new_process()
+    with Context(BEAM=2, **FAST):
+        second = (Tensor(a) @ Tensor(b)).numpy()
+    assert (search.stats.searches, search.stats.compiled, search.stats.cache_hits) == (0, 0, 1)
+    for result in (first, second):
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ignore_beam_cache_searches_again():
+    x = np.random.default_rng(4).standard_normal((8, 32), dtype=np.float32)
+    with Context(BEAM=1, **FAST):
+        Tensor(x).sum(axis=1).numpy()
+    new_process()
+    with Context(BEAM=1, IGNORE_BEAM_CACHE=1, **FAST):
+        result = Tensor(x).sum(axis=1).numpy()
+    assert search.stats.searches == 1 and search.stats.cache_hits == 0 and search.stats.compiled > 0
+    np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_corrupt_cache_entry_is_searched_again(tmp_path):
+    x = np.random.default_rng(5).standard_normal((8, 16), dtype=np.float32)
+    with Context(BEAM=1, **FAST):
+        Tensor(x).max(axis=1).numpy()
+    entries = list((tmp_path / "beam").glob("*.json"))
+    assert len(entries) == 1
+    entries[0].write_text('{"format": 1, "opts": [["NOT_AN_OPT", 0, 2]]}')
+    new_process()
+    with Context(BEAM=1, **FAST):
+        result = Tensor(x).max(axis=1).numpy()
+    assert search.stats.searches == 1 and search.stats.cache_hits == 0
+    np.testing.assert_array_equal(result, x.max(axis=1))
+
+
+def test_cache_key_names_kernel_device_renderer_and_width():
+    cpu = Device["CPU"]
+    a = Tensor(np.ones((4, 4), np.float32)).sum(axis=0)
+    b = Tensor(np.ones((4, 8), np.float32)).sum(axis=0)
+    from tinycore.schedule import create_schedule
+    ast_a = [item.ast for item in create_schedule([a.uop]).items if item.ast.op.name == "SINK"][0]
+    ast_b = [item.ast for item in create_schedule([b.uop]).items if item.ast.op.name == "SINK"][0]
+    key = search.cache_key(ast_a, "CPU", cpu.renderer, cpu.compiler, 2)
+    assert key == search.cache_key(ast_a, "CPU", cpu.renderer, cpu.compiler, 2)
+    assert key != search.cache_key(ast_b, "CPU", cpu.renderer, cpu.compiler, 2)
+    assert key != search.cache_key(ast_a, "CPU", cpu.renderer, cpu.compiler, 3)
+    assert key != search.cache_key(ast_a, "GPU", cpu.renderer, cpu.compiler, 2)
+
+
+def test_debug_2_prints_the_speedup_and_a_plain_progress_bar(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # no tqdm: the plain one-line bar
+    x = np.random.default_rng(6).standard_normal((8, 16), dtype=np.float32)
+    with Context(BEAM=1, DEBUG=2, **FAST):
+        result = Tensor(x).sum(axis=0).numpy()
+    captured = capsys.readouterr()
+    assert "speedup" in captured.out and "(heuristic)" in captured.out
+    assert "candidates, best" in captured.err
+    np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_heuristic_opts_replay_to_the_same_program():
+    """The heuristic's opts (its loop nesting included, as Opt NEST) give its program when applied as a list."""
+    rng = np.random.default_rng(7)
+    product = Tensor(rng.standard_normal((64, 32), dtype=np.float32)) @ \
+        Tensor(rng.standard_normal((32, 64), dtype=np.float32))
+    from tinycore.schedule import create_schedule
+    ast = [item.ast for item in create_schedule([product.uop]).items if item.ast.op.name == "SINK"][0]
+    renderer = Device["CPU"].renderer
+    applied = optimize_kernel(ast, renderer).applied
+    assert any(opt.op is OptOps.NEST for opt in applied)
+    assert lower_to_program(ast, renderer, list(applied)).src == lower_to_program(ast, renderer).src
+
+
+def test_nest_refuses_reduce_axes():
+    from tinycore.codegen.opt import KernelOptError
+    from tinycore.schedule import create_schedule
+    total = Tensor(np.ones((4, 8), np.float32)).sum(axis=1)
+    ast = [item.ast for item in create_schedule([total.uop]).items if item.ast.op.name == "SINK"][0]
+    kernel = Kernel(ast)
+    with pytest.raises(KernelOptError, match="NEST applies to output loop axes"):
+        kernel.apply_opt(Opt(OptOps.NEST, len(kernel.axes) - 1, 0))
