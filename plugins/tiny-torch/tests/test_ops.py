@@ -371,3 +371,31 @@ def test_index_put_against_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     target[tiny(torch.tensor([0, 3]))] = tiny(torch.tensor([1.0, 2.0]))
     expected[torch.tensor([0, 3])] = torch.tensor([1.0, 2.0])
     close(target, expected)
+
+
+def test_compiled_views_mutations_and_dropout_across_replays() -> None:
+    # calls 3 and later are TinyJit replays: outputs that alias inputs keep PyTorch's strides, a buffer updated in
+    # place follows the CPU run, and dropout draws a new mask on every replay
+    import torch._dynamo
+    torch._dynamo.reset()
+
+    def views(x: torch.Tensor, w: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return x.t(), (x @ w).relu(), x[1:, ::2]
+
+    def update(x: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+        buffer.mul_(0.5).add_(x.sum(0))
+        return (x * buffer).sum(1)
+    compiled_views, compiled_update = torch.compile(views, backend="tiny"), torch.compile(update, backend="tiny")
+    buffer_tiny, buffer_cpu = tiny(torch.ones(3)), torch.ones(3)
+    for _ in range(5):
+        x, w = torch.randn(4, 3), torch.randn(3, 5)
+        for got, want in zip(compiled_views(tiny(x), tiny(w)), views(x, w), strict=True):
+            close(got, want)
+            assert got.stride() == want.stride()
+        close(compiled_update(tiny(x), buffer_tiny), update(x, buffer_cpu))
+        close(buffer_tiny, buffer_cpu)
+    dropout = torch.compile(lambda x: torch.nn.functional.dropout(x, 0.5, training=True), backend="tiny")
+    masks = [dropout(tiny(torch.ones(2000))).cpu() for _ in range(5)]
+    for mask in masks:
+        assert set(mask.unique().tolist()) <= {0.0, 2.0} and 0.4 < float((mask == 0).float().mean()) < 0.6
+    assert not any(torch.equal(masks[position], masks[position + 1]) for position in range(4))
