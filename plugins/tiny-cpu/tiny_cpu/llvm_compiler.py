@@ -49,6 +49,13 @@ def _resolve_math_library(llvm: Any) -> None:
 
 
 @functools.cache
+def _host_cpu() -> tuple[str, str]:
+    """The host CPU's name and its feature string (asked once: the features take LLVM a fraction of a ms)."""
+    llvm = _llvm()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
+@functools.cache
 def _target_machine(arch: str | None) -> Any:
     """The compiler's target machine for `arch` (the host CPU when None), made once."""
     return _new_target_machine(arch)
@@ -57,9 +64,9 @@ def _target_machine(arch: str | None) -> Any:
 def _new_target_machine(arch: str | None) -> Any:
     """A target machine of its own: an MCJIT engine takes ownership of (and frees) the one it is given."""
     llvm = _llvm()
+    cpu, features = _host_cpu()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    cpu = arch or llvm.get_host_cpu_name()
-    features = "" if arch else llvm.get_host_cpu_features().flatten()
+    cpu, features = (arch, "") if arch else (cpu, features)
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
 
 
@@ -69,19 +76,19 @@ class LLVMCompiler(Compiler):
 
     def __init__(self, arch: str | None = None):
         super().__init__("cpu-llvm")
-        llvm = _llvm()
+        _llvm()  # llvmlite missing: the error with the pip command comes here, when CPU is opened
         self.arch = arch
         self.name = "llvmlite"
-        self.flags = ("-O3", f"-mcpu={arch or llvm.get_host_cpu_name()}")
+        self.flags = ("-O3", f"-mcpu={arch or _host_cpu()[0]}")
         self.machine = _target_machine(arch)
 
     def version(self) -> str:
         """llvmlite's and LLVM's versions, and the target CPU with its features."""
         import llvmlite
         llvm = _llvm()
-        features = "" if self.arch else llvm.get_host_cpu_features().flatten()
+        cpu, features = _host_cpu()
         return f"llvmlite {llvmlite.__version__} LLVM {'.'.join(map(str, llvm.llvm_version_info))} | " \
-               f"{self.arch or llvm.get_host_cpu_name()} {features}"
+               f"{self.arch or cpu} {'' if self.arch else features}"
 
     def optimized(self, src: str) -> Any:
         """The module of `src`, verified and optimized at -O3 (loop and SLP vectorizers on)."""

@@ -117,6 +117,7 @@ class LLVMRenderer(Renderer):
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
+    atomic_dtypes = frozenset(_SCALAR_TYPES)
     vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
     vector_widths: dict[DType, tuple[int, ...]] = {
@@ -608,11 +609,14 @@ class LLVMWalk:
     def op_store(self, uop: UOp) -> None:
         pointer = self.pointer_of(uop.src[0])
         value = uop.src[1]
-        if uop.arg is not None:
-            raise ValueError(f"the LLVM renderer declares no atomic updates, got a combining store ({uop.arg}) of "
-                             f"{value.dtype}: codegen must resolve it first (codegen/atomics.py)")
         dtype = value.dtype
+        if uop.arg is not None and dtype.count != 1:
+            raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
+                             f"{dtype}: codegen must split it into lanes")
         text = self.value(value)
+        if uop.arg is not None:
+            self.atomic_update(pointer, text, dtype, str(uop.arg))
+            return
         if dtype.scalar == dtypes.bool:
             text = self.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
         after = None
@@ -626,6 +630,72 @@ class LLVMWalk:
         if after is not None:
             self.emit(f"br label %{after}")
             self.label(after)
+
+
+    def atomic_update(self, pointer: Pointer, value: str, dtype: DType, reduce: str) -> None:
+        """Combine `value` into the element at `pointer` with no update lost to another worker: `atomicrmw add` for
+        integer sums, else a compare-exchange loop over the element's bits (floats, halves, bfloat16, bools)."""
+        after = None
+        if pointer.gate is not None:
+            number = self.counter = self.counter + 1
+            then, after = f"atomic_then{number}", f"atomic_end{number}"
+            self.emit(f"br i1 {pointer.gate}, label %{then}, label %{after}")
+            self.label(then)
+        address = self.address(pointer, pointer.index)
+        memory = llvm_type(dtype, memory=True)
+        bits = f"i{8 * dtype.itemsize}"
+        if reduce == "add" and dtypes.is_int(dtype):
+            self.emit(f"atomicrmw add ptr {address}, {memory} {value} monotonic, align {dtype.itemsize}")
+        else:
+            first = self.assign(f"load atomic {bits}, ptr {address} monotonic, align {dtype.itemsize}")
+            number = self.counter = self.counter + 1
+            before, retry, done = self.block, f"atomic_retry{number}", f"atomic_done{number}"
+            self.emit(f"br label %{retry}")
+            self.label(retry)
+            old_bits, seen = self.fresh("old"), self.fresh("seen")
+            self.emit(f"{old_bits} = phi {bits} [ {first}, %{before} ], [ {seen}, %{retry} ]")
+            old = self.from_bits(old_bits, dtype)
+            combined = self.to_bits(self.combine(reduce, old, value, dtype), dtype)
+            pair = self.assign(f"cmpxchg ptr {address}, {bits} {old_bits}, {bits} {combined} monotonic monotonic, "
+                               f"align {dtype.itemsize}")
+            self.emit(f"{seen} = extractvalue {{ {bits}, i1 }} {pair}, 0")
+            stored = self.assign(f"extractvalue {{ {bits}, i1 }} {pair}, 1")
+            self.emit(f"br i1 {stored}, label %{done}, label %{retry}")
+            self.label(done)
+        if after is not None:
+            self.emit(f"br label %{after}")
+            self.label(after)
+
+    def from_bits(self, bits: str, dtype: DType) -> str:
+        """An element's bits as the value computed with."""
+        if dtype == dtypes.bool:
+            return self.assign(f"icmp ne i8 {bits}, 0")
+        if _is_float(dtype):
+            return self.assign(f"bitcast i{8 * dtype.itemsize} {bits} to {llvm_type(dtype)}")
+        return bits
+
+    def to_bits(self, value: str, dtype: DType) -> str:
+        """A value as its element's bits."""
+        if dtype == dtypes.bool:
+            return self.assign(f"zext i1 {value} to i8")
+        if _is_float(dtype):
+            return self.assign(f"bitcast {llvm_type(dtype)} {value} to i{8 * dtype.itemsize}")
+        return value
+
+    def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
+        """The stored `old` combined with `new` by a scatter reduce (add, mul, max or min), as the C renderer does."""
+        if dtype == dtypes.bfloat16:
+            wide = self.combine(reduce, self.bfloat16_to_float(old, 1), self.bfloat16_to_float(new, 1),
+                                dtypes.float32)
+            return self.float_to_bfloat16(wide, 1)
+        type_text = llvm_type(dtype)
+        if reduce == "min":
+            below = self.compare(Ops.CMPLT, [new, old], type_text, dtype)
+            return self.assign(f"select i1 {below}, {type_text} {new}, {type_text} {old}")
+        op = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}.get(reduce)
+        if op is None:
+            raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
+        return self.arithmetic(op, [old, new], dtype, 1)
 
 
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:
