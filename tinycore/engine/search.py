@@ -3,10 +3,11 @@
 The search starts from two kernels, the unoptimized one and the hand-coded heuristic's (codegen/optimize.py), and
 at each step extends every kernel of the beam by one more opt (upcast, unroll, accumulators, worker split, loop
 nesting; `actions`). Candidates are rendered here, compiled in parallel (the compiler of a CPU device is a separate
-process per kernel), and timed on copies of the kernel's real buffers, so a candidate never writes a buffer the
-program reads later. The N fastest form the next beam; the search ends when a step gains less than
-BEAM_MIN_PROGRESS, when no candidate is left, or when BEAM_BUDGET seconds have passed. Opts never change what a
-kernel computes (only the order of a reduce's additions may differ), so the choice only changes speed.
+process per batch of candidates), and timed on copies of the kernel's real buffers, so a candidate never writes a
+buffer the program reads later. The N fastest (none over BEAM_PRUNE times the best) form the next beam; the search
+ends when a step gains less than BEAM_MIN_PROGRESS, when no candidate is left, or when BEAM_BUDGET seconds have
+passed. The finalists and the heuristic's choice are then timed again in turns, and the fastest is kept. Opts never
+change what a kernel computes (only the order of a reduce's additions may differ), so the choice only changes speed.
 
 The winner's opts are kept on disk (`cache_dir()/beam`), keyed by the kernel's structure, the device family, the
 renderer, the compiler with its flags and target CPU or architecture, the worker count and N; a later process
@@ -56,6 +57,9 @@ TIMING_RUNS = 3
 """Runs per candidate; the fastest counts (the machine may be shared)."""
 EARLY_STOP = 2.0
 """A candidate whose first run takes this many times the best time so far is not run again."""
+BEAM_PRUNE = 3.0
+"""Candidates slower than this many times the best stay out of the beam (the unoptimized seed of a big kernel, whose
+extensions would each take seconds to time)."""
 CONFIRM_RUNS = 5
 """Rounds in which the finalists (the beam's best and the heuristic's choice) are timed again, taking turns, before
 one is kept: a candidate that looked fast while another process held the cores must win again."""
@@ -113,18 +117,35 @@ def actions(kernel: Kernel, renderer: RendererContract) -> list[Opt]:
     return found
 
 
+def _amounts(opt: Opt, renderer: RendererContract) -> tuple[int, ...]:
+    if opt.op is OptOps.UPCAST:
+        return UPCAST_AMOUNTS
+    if opt.op is OptOps.UNROLL:
+        return UNROLL_AMOUNTS
+    if opt.op is OptOps.ACCUMULATORS:
+        return tuple(sorted({amount for widths in renderer.vector_widths.values() for width in widths if width > 1
+                             for amount in (width, 2 * width)}))
+    return ()
+
+
 def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
-    """Every opt list that extends `parent` by one applicable opt within BEAM_UPCAST_MAX copies of the body."""
+    """The neighbours of `parent` within BEAM_UPCAST_MAX copies of the body: `parent` extended by one applicable
+    opt, `parent` with one opt's amount changed (another tile size under the same worker split), and `parent` less one
+    opt."""
     base = optimize_kernel(ast, renderer, list(parent))
+    proposals = [parent + (opt,) for opt in actions(base, renderer)]
+    for position, opt in enumerate(parent):
+        proposals += [parent[:position] + (Opt(opt.op, opt.axis, amount),) + parent[position + 1:]
+                      for amount in _amounts(opt, renderer) if amount != opt.amount]
+        proposals.append(parent[:position] + parent[position + 1:])
     result = []
-    for opt in actions(base, renderer):
-        kernel = optimize_kernel(ast, renderer, list(parent))
+    for proposal in dict.fromkeys(proposals):
         try:
-            kernel.apply_opt(opt)
+            kernel = optimize_kernel(ast, renderer, list(proposal))
         except KernelOptError:
             continue
         if _expansion(kernel) <= int(BEAM_UPCAST_MAX.value):
-            result.append(parent + (opt,))
+            result.append(proposal)
     return result
 
 
@@ -359,6 +380,10 @@ class _Search:
                 self.times[opts] = by_program[id(runner)]
         return min(present, key=lambda opts: (fastest[opts], len(opts)))
 
+    def beam(self) -> list[tuple[Opt, ...]]:
+        """The `width` fastest candidates, leaving out those over BEAM_PRUNE times the best."""
+        return [opts for opts in self.ranked()[:self.width] if self.times[opts] <= BEAM_PRUNE * self.best]
+
     def ranked(self) -> list[tuple[Opt, ...]]:
         """Timed candidates, fastest first."""
         return sorted(self.times, key=lambda opts: (self.times[opts], len(opts)))
@@ -372,7 +397,7 @@ class _Search:
         winner = None
         try:
             self.measure([heuristic, ()], progress, float("inf"))
-            beam = self.ranked()[:self.width]
+            beam = self.beam()
             while beam and time.perf_counter() < deadline:
                 previous_best = self.best
                 candidates: dict[tuple[Opt, ...], None] = {}
@@ -382,7 +407,7 @@ class _Search:
                 if not candidates:
                     break
                 self.measure(list(candidates), progress, deadline)
-                beam = self.ranked()[:self.width]
+                beam = self.beam()
                 if self.best > previous_best * (1 - float(BEAM_MIN_PROGRESS.value)):
                     break
             winner = self.confirm(self.ranked()[:max(self.width, 2)] + [heuristic])

@@ -161,3 +161,38 @@ def test_nest_refuses_reduce_axes():
     kernel = Kernel(ast)
     with pytest.raises(KernelOptError, match="NEST applies to output loop axes"):
         kernel.apply_opt(Opt(OptOps.NEST, len(kernel.axes) - 1, 0))
+
+
+@pytest.mark.parametrize("case", ["matmul", "sum"])
+def test_neighbours_the_search_may_pick_equal_numpy(case, monkeypatch):
+    """Candidates the search times (a sample of the neighbours of the unoptimized kernel and of the heuristic's)
+    each compute what numpy computes: whichever one wins, BEAM never changes a result."""
+    from tinycore.schedule import create_schedule
+    rng = np.random.default_rng(8)
+    if case == "matmul":
+        a, b = rng.standard_normal((16, 24), dtype=np.float32), rng.standard_normal((24, 32), dtype=np.float32)
+        held = Tensor(a).realize(), Tensor(b).realize()
+
+        def build() -> Tensor:
+            return held[0] @ held[1]
+        expected = a.astype(np.float64) @ b
+    else:
+        x = rng.standard_normal((8, 64), dtype=np.float32)
+        held = (Tensor(x).realize(),)
+
+        def build() -> Tensor:
+            return held[0].sum(axis=1)
+        expected = x.astype(np.float64).sum(axis=1)
+    ast = [item.ast for item in create_schedule([build().uop]).items if item.ast.op.name == "SINK"][0]
+    renderer = Device["CPU"].renderer
+    heuristic = tuple(optimize_kernel(ast, renderer).applied)
+    candidates = list(dict.fromkeys(search.children(ast, renderer, heuristic) + search.children(ast, renderer, ())))
+    assert len(candidates) >= 8
+    chosen: list[tuple[Opt, ...]] = []
+    monkeypatch.setattr(search, "beam_search", lambda *arguments: list(chosen[-1]))
+    for opts in candidates[::max(1, len(candidates) // 12)]:
+        chosen.append(opts)
+        realize._beam_runners.clear()
+        with Context(BEAM=1):
+            result = build().numpy()
+        np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5, err_msg=f"opts {opts}")
