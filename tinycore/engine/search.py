@@ -1,13 +1,15 @@
 """BEAM search: choose a kernel's opts by compiling and timing candidates on the device (BEAM=N keeps N per step).
 
-The search starts from two kernels, the unoptimized one and the hand-coded heuristic's (codegen/optimize.py), and
-at each step extends every kernel of the beam by one more opt (upcast, unroll, accumulators, worker split, loop
-nesting; `actions`). Candidates are rendered here, compiled in parallel (the compiler of a CPU device is a separate
-process per batch of candidates), and timed on copies of the kernel's real buffers, so a candidate never writes a
-buffer the program reads later. The N fastest (none over BEAM_PRUNE times the best) form the next beam; the search
-ends when a step gains less than BEAM_MIN_PROGRESS, when no candidate is left, or when BEAM_BUDGET seconds have
-passed. The finalists and the heuristic's choice are then timed again in turns, and the fastest is kept. Opts never
-change what a kernel computes (only the order of a reduce's additions may differ), so the choice only changes speed.
+The search starts from the hand-coded heuristic's kernel (codegen/optimize.py) and, unless the heuristic splits it
+across CPU workers (then every candidate keeps a split), the unoptimized one; each step takes the neighbours of the
+beam's kernels: one more opt (upcast, unroll, accumulators, worker split, loop nesting; `actions`), one opt's amount
+changed, or one opt less (`children`). Candidates are rendered here, compiled in parallel (the compiler of a CPU
+device is a separate process per batch of candidates), and timed on copies of the kernel's real buffers, so a
+candidate never writes a buffer the program reads later. The N fastest (none over BEAM_PRUNE times the best) form
+the next beam; the search ends when a step gains less than BEAM_MIN_PROGRESS, when no candidate is left, or when
+BEAM_BUDGET seconds have passed. The finalists and the heuristic's choice are then timed again in turns, and the
+fastest is kept. Opts never change what a kernel computes (only the order of a reduce's additions may differ), so
+the choice only changes speed.
 
 The winner's opts are kept on disk (`cache_dir()/beam`), keyed by the kernel's structure, the device family, the
 renderer, the compiler with its flags and target CPU or architecture, the worker count and N; a later process
@@ -128,10 +130,11 @@ def _amounts(opt: Opt, renderer: RendererContract) -> tuple[int, ...]:
     return ()
 
 
-def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...]) -> list[tuple[Opt, ...]]:
-    """The neighbours of `parent` within BEAM_UPCAST_MAX copies of the body: `parent` extended by one applicable
-    opt, `parent` with one opt's amount changed (another tile size under the same worker split), and `parent` less one
-    opt."""
+def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...],
+             min_workers: int = 1) -> list[tuple[Opt, ...]]:
+    """The neighbours of `parent` within BEAM_UPCAST_MAX copies of the body and split across at least `min_workers`
+    workers: `parent` extended by one applicable opt, `parent` with one opt's amount changed (another tile size under
+    the same worker split), and `parent` less one opt."""
     base = optimize_kernel(ast, renderer, list(parent))
     proposals = [parent + (opt,) for opt in actions(base, renderer)]
     for position, opt in enumerate(parent):
@@ -144,7 +147,7 @@ def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...]) -> l
             kernel = optimize_kernel(ast, renderer, list(proposal))
         except KernelOptError:
             continue
-        if _expansion(kernel) <= int(BEAM_UPCAST_MAX.value):
+        if _expansion(kernel) <= int(BEAM_UPCAST_MAX.value) and kernel.workers >= min_workers:
             result.append(proposal)
     return result
 
@@ -392,17 +395,21 @@ class _Search:
         """(best opts, their time, the heuristic's time)."""
         started = time.perf_counter()
         deadline = started + float(BEAM_BUDGET.value)
-        heuristic = tuple(optimize_kernel(self.ast, self.renderer).applied)
+        heuristic_kernel = optimize_kernel(self.ast, self.renderer)
+        heuristic = tuple(heuristic_kernel.applied)
+        # a kernel the heuristic splits across the cores stays split: timed while other processes hold a core, one
+        # worker can look faster, and the cached choice would then halve the speed on an idle machine
+        min_workers = heuristic_kernel.workers
         progress = _Progress(name)
         winner = None
         try:
-            self.measure([heuristic, ()], progress, float("inf"))
+            self.measure([heuristic] + ([()] if min_workers == 1 else []), progress, float("inf"))
             beam = self.beam()
             while beam and time.perf_counter() < deadline:
                 previous_best = self.best
                 candidates: dict[tuple[Opt, ...], None] = {}
                 for parent in beam:
-                    candidates.update(dict.fromkeys(c for c in children(self.ast, self.renderer, parent)
+                    candidates.update(dict.fromkeys(c for c in children(self.ast, self.renderer, parent, min_workers)
                                                     if c not in self.times))
                 if not candidates:
                     break

@@ -196,3 +196,20 @@ def test_neighbours_the_search_may_pick_equal_numpy(case, monkeypatch):
         with Context(BEAM=1):
             result = build().numpy()
         np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5, err_msg=f"opts {opts}")
+
+
+def test_a_kernel_split_across_workers_stays_split():
+    """Where the heuristic splits a kernel across the CPU workers, every candidate the search may time keeps a split
+    (so a choice made while other processes hold a core never caches a single-worker kernel)."""
+    from tinycore.schedule import create_schedule
+    with Context(NUM_CPU_THREADS=2):
+        product = Tensor(np.ones((64, 64), np.float32)) @ Tensor(np.ones((64, 64), np.float32))
+        ast = [item.ast for item in create_schedule([product.uop]).items if item.ast.op.name == "SINK"][0]
+        renderer = Device["CPU"].renderer
+        heuristic_kernel = optimize_kernel(ast, renderer)
+        assert heuristic_kernel.workers == 2
+        neighbours = search.children(ast, renderer, tuple(heuristic_kernel.applied), min_workers=2)
+        assert neighbours
+        assert all(optimize_kernel(ast, renderer, list(opts)).workers == 2 for opts in neighbours)
+        unrestricted = search.children(ast, renderer, tuple(heuristic_kernel.applied))
+        assert any(optimize_kernel(ast, renderer, list(opts)).workers == 1 for opts in unrestricted)
