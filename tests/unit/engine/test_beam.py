@@ -213,3 +213,14 @@ def test_a_kernel_split_across_workers_stays_split():
         assert all(optimize_kernel(ast, renderer, list(opts)).workers == 2 for opts in neighbours)
         unrestricted = search.children(ast, renderer, tuple(heuristic_kernel.applied))
         assert any(optimize_kernel(ast, renderer, list(opts)).workers == 1 for opts in unrestricted)
+
+
+def test_cachelevel_0_searches_without_the_disk_cache(tmp_path):
+    x = np.random.default_rng(9).standard_normal((4, 32), dtype=np.float32)
+    for _ in range(2):
+        new_process()
+        with Context(BEAM=1, CACHELEVEL=0, **FAST):
+            result = Tensor(x).sum(axis=1).numpy()
+        assert search.stats.searches == 1 and search.stats.cache_hits == 0
+        np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+    assert not list((tmp_path / "beam").glob("*.json"))
