@@ -224,3 +224,13 @@ def test_cachelevel_0_searches_without_the_disk_cache(tmp_path):
         assert search.stats.searches == 1 and search.stats.cache_hits == 0
         np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
     assert not list((tmp_path / "beam").glob("*.json"))
+
+
+def test_progress_bar_uses_tqdm_when_installed(capsys):
+    pytest.importorskip("tqdm")
+    x = np.random.default_rng(10).standard_normal((4, 16), dtype=np.float32)
+    with Context(BEAM=1, DEBUG=1, **FAST):
+        result = Tensor(x).sum(axis=1).numpy()
+    err = capsys.readouterr().err
+    assert "BEAM r_" in err and "best" in err and "candidates, best" not in err
+    np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
