@@ -80,8 +80,8 @@ class CStyleLanguage(Renderer):
     (how DEFINE_VAR parameters are declared), `code_for_workitem` (SPECIAL "g"/"l"/"i" + axis -> expression),
     `barrier`, `smem_prefix` (local memory declaration), `infinity` / `nan` literals, `float_suffix`,
     `vector_alu_ops` (ALU ops the language applies lane-wise to vector types), `native_bfloat16`.
-    Hooks: `render_dtype`, `render_const`, `render_cast`, `render_bitcast`, `render_vector`, `render_gep`,
-    `render_vector_pointer`, `render_kernel`, `render_special`, `render_local`.
+    Hooks: `render_dtype`, `render_const`, `render_cast`, `render_bitcast`, `render_declaration`, `render_vector`,
+    `render_gep`, `render_vector_pointer`, `render_kernel`, `render_special`, `render_local`, `render_math`.
     """
 
     kernel_prefix: str = ""
@@ -186,6 +186,10 @@ class CStyleLanguage(Renderer):
         """Reinterpretation of the bits of an expression (GNU C statement expression with memcpy by default)."""
         return (f"({{ {self.render_dtype(from_dtype)} tc_source = {expression}; {self.render_dtype(to_dtype)} "
                 f"tc_result; __builtin_memcpy(&tc_result, &tc_source, sizeof(tc_result)); tc_result; }})")
+
+    def render_declaration(self, name: str, dtype: DType, code: str) -> str:
+        """The statement declaring the value `name` of `dtype` as `code` (the walk's named intermediate values)."""
+        return f"{self.render_dtype(dtype)} {name} = {code};"
 
     def render_vector(self, dtype: DType, items: list[str]) -> str:
         """A vector value built from scalar expressions (OpenCL syntax by default)."""
@@ -320,7 +324,7 @@ class CStyleWalk:
             self.inlined.add(uop)
             return
         name = self.fresh(prefix)
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {code};")
+        self.emit(self.renderer.render_declaration(name, uop.dtype, code))
         self.names[uop] = name
 
     def lane(self, uop: UOp, lane: int) -> str:
@@ -526,7 +530,7 @@ class CStyleWalk:
     def materialize(self, uop: UOp) -> None:
         """Give an expression rendered in place a variable of its own, declared here."""
         name = self.fresh("alu")
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {self.names[uop]};")
+        self.emit(self.renderer.render_declaration(name, uop.dtype, self.names[uop]))
         self.names[uop] = name
         self.inlined.discard(uop)
 

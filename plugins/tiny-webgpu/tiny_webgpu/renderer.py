@@ -1,8 +1,11 @@
 """The WGSL renderer of the WEBGPU device: one compute entry point per kernel.
 
-WGSL is not C, so this renderer walks the linear program itself (on the core's Renderer base) instead of reusing the
-C-style walk: values are typed `let`s, accumulators and loop counters are `var`s, buffers are storage arrays indexed
-by element (no pointer arithmetic), reinterpretation is `bitcast<T>()`, and there are no 64-bit types.
+WGSL is close enough to C for the core's C-style base (`CStyleLanguage` and its walk, `CStyleWalk`) to render the
+control flow and arithmetic; this module overrides what differs: type names (`i32`, `f32`, no 64-bit types),
+declarations (typed `let`s, `var` accumulators and loop counters), literals, casts (narrow integers wrap),
+`bitcast<T>()`, the math builtins with C / numpy semantics (`select` for the ternary), and memory: buffers are storage
+arrays indexed by element (no pointer arithmetic), packed narrow types and atomic buffers are words updated with
+atomics, and the kernel is a module with a uniform parameter struct and bindings instead of a C signature.
 
 Memory layout of a kernel (the runtime reads the layout from the header comment of the source):
 - binding 0 is a uniform `Params` struct: the thread count, the dispatch strides, each buffer's start (a view's offset,
@@ -27,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.renderer.cstyle import CStyleLanguage, CStyleWalk
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
@@ -104,12 +107,9 @@ class KernelLayout:
                             (sizes[0], sizes[1], sizes[2]), fields["mode"] == "flat")
 
 
-def _float_bits(value: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", value))[0]
-
-
-class WGSLRenderer(Renderer):
-    """WGSL compute shaders for WebGPU adapters.
+class WGSLRenderer(CStyleLanguage):
+    """WGSL compute shaders for WebGPU adapters: the C-style base with WGSL's types, declarations, literals, casts,
+    bitcasts, math and memory (see the module docstring).
 
     `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
     maxStorageBuffersPerShaderStage, also `max_buffers`, which the scheduler reads to split kernels that would take
@@ -143,6 +143,12 @@ class WGSLRenderer(Renderer):
     supports_float4 = False
     vector_widths: dict[DType, tuple[int, ...]] = {}
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
+    # the C-style base's tables: no vector ALU ops (scalar code), `render_math` wraps narrow results and guards
+    # integer division itself, the base's bfloat16 emulation is never reached (`render_dtype` refuses bfloat16)
+    vector_alu_ops: frozenset[Ops] = frozenset()
+    narrow_dtypes: tuple[DType, ...] = ()
+    guard_integer_division = False
+    barrier = "workgroupBarrier();"
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -219,14 +225,134 @@ class WGSLRenderer(Renderer):
             return "i32(-2147483647 - 1)"
         return f"{number}i" if number >= 0 else f"({number}i)"
 
-    def render(self, uops: list[UOp]) -> str:
-        """The WGSL source of the linear program `uops` (entry point named from the SINK's arg)."""
-        return self.render_named(uops, kernel_name(uops))
+    def spelled_dtypes(self) -> set[DType]:
+        """Every dtype: `value_type` refuses the ones WGSL lacks when a kernel uses them, naming the adapter."""
+        return set(dtypes.all)
 
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The WGSL source of the linear program `uops` with the entry point `name`."""
-        return _WGSLWalk(self, uops).run(name)
+    def render_dtype(self, dtype: DType) -> str:
+        """The WGSL type of a scalar dtype (scalar code only: vectors are refused)."""
+        if isinstance(dtype, PtrDType):
+            return self.render_dtype(dtype.base)
+        if dtype.count != 1:
+            raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
+        return self.value_type(dtype)
 
+    def render_declaration(self, name: str, dtype: DType, code: str) -> str:
+        """A typed `let` (values are immutable; accumulators are declared as `var` arrays by the walk)."""
+        return f"let {name}: {self.render_dtype(dtype)} = {code};"
+
+    def render_vector(self, dtype: DType, items: list[str]) -> str:
+        """Refused: WGSL kernels of this renderer are scalar code (`supports_float4` is False)."""
+        raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
+
+    def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
+        """Value conversion between scalar dtypes with C semantics (narrow integers wrap)."""
+        from_type, to_type = self.render_dtype(from_dtype), self.render_dtype(to_dtype)
+        if from_dtype == to_dtype:
+            return expression
+        if to_dtype == dtypes.bool:
+            return f"({expression} != {self.render_const(0, from_dtype)})"
+        if dtypes.is_float(from_dtype) and to_type == "u32":
+            # C converts negative floats to unsigned through the signed integer (numpy and clang agree)
+            zero = self.render_const(0, from_dtype)
+            converted = f"select(u32({expression}), bitcast<u32>(i32({expression})), {expression} < {zero})"
+        elif from_type == to_type:
+            converted = expression
+        else:
+            converted = f"{to_type}({expression})"
+        wrap = _WRAP.get(to_dtype)
+        return wrap(converted) if wrap is not None and not _fits(from_dtype, to_dtype) else converted
+
+    def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
+        """Reinterpretation of the bits of a scalar: `bitcast<T>()` for 32-bit types, through a `vec2<f16>` for
+        float16, a wrap to the other signedness between 8- or 16-bit integers."""
+        source, target = from_dtype.scalar, to_dtype.scalar
+        if source.itemsize != target.itemsize:
+            raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
+        from_type, to_type = self.render_dtype(source), self.render_dtype(target)
+        if source.itemsize == 4:
+            return expression if from_type == to_type else f"bitcast<{to_type}>({expression})"
+        if source == dtypes.float16:
+            bits = f"(bitcast<u32>(vec2<f16>({expression}, 0.0h)) & 0xFFFFu)"
+            return bits if to_type == "u32" else _WRAP[dtypes.int16](f"bitcast<i32>({bits})")
+        if target == dtypes.float16:
+            return f"bitcast<vec2<f16>>(u32({expression}) & 0xFFFFu).x"
+        return self.render_cast(expression, source, target)
+
+    def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
+        """The WGSL expression of one scalar ALU op on operands of `dtype` with C / numpy semantics (the results of
+        narrow integer types wrap; a zero integer divisor gives 0 as in the core's constant folding)."""
+        dtype = dtype.scalar
+        value_type = self.render_dtype(dtype)
+        is_float = dtypes.is_float(dtype)
+        zero = self.render_const(0, dtype)
+        nan = self.render_const(math.nan, dtype) if is_float else zero
+        code: str
+        if op is Ops.NEG:
+            code = f"(!{operands[0]})" if dtype == dtypes.bool else (
+                f"(0u - {operands[0]})" if value_type == "u32" else f"(-{operands[0]})")
+        elif op is Ops.EXP2:
+            code = f"exp2({operands[0]})"
+        elif op is Ops.LOG2:  # the adapters leave log2 of 0 and of negatives undefined
+            x = operands[0]
+            minus_inf = self.render_const(-math.inf, dtype)
+            code = f"select(select(log2({x}), {minus_inf}, {x} == {zero}), {nan}, {x} < {zero})"
+        elif op is Ops.SIN:
+            x = operands[0]
+            code = f"select(sin({x}), {nan}, abs({x}) == {self.render_const(math.inf, dtype)})"
+        elif op is Ops.SQRT:
+            code = f"select(sqrt({operands[0]}), {nan}, {operands[0]} < {zero})"
+        elif op is Ops.RECIPROCAL:
+            code = f"({self.render_const(1, dtype)} / {operands[0]})"
+        elif op is Ops.TRUNC:
+            code = f"trunc({operands[0]})" if is_float else operands[0]
+        elif op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
+            symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
+            if dtype == dtypes.bool:
+                code = {Ops.ADD: f"({operands[0]} | {operands[1]})", Ops.MUL: f"({operands[0]} & {operands[1]})",
+                        Ops.SUB: f"({operands[0]} != {operands[1]})"}.get(op, f"({operands[0]} & {operands[1]})")
+            else:
+                code = f"({operands[0]} {symbol} {operands[1]})"
+        elif op in (Ops.IDIV, Ops.MOD):
+            a, b = operands
+            if is_float:
+                code = f"({a} / {b})" if op is Ops.IDIV else f"({a} - {b} * trunc({a} / {b}))"
+            else:
+                # WGSL's integer division truncates like C; % is spelled out because some backends get negative
+                # operands wrong; a zero divisor gives 0 as in the core's constant folding
+                safe = f"select({b}, {self.render_const(1, dtype)}, {b} == {zero})"
+                quotient = f"({a} / {safe})"
+                body = quotient if op is Ops.IDIV else f"({a} - {quotient} * {safe})"
+                code = f"select({body}, {zero}, {b} == {zero})"
+        elif op is Ops.MAX:
+            a, b = operands
+            code = f"select({a}, {b}, {a} < {b})" if dtype != dtypes.bool else f"({a} | {b})"
+        elif op is Ops.POW:
+            code = f"pow({operands[0]}, {operands[1]})"
+        elif op is Ops.CMPLT:
+            a, b = operands
+            code = f"((!{a}) & {b})" if dtype == dtypes.bool else f"({a} < {b})"
+        elif op is Ops.CMPNE:
+            # ordered comparisons on some backends: x != x must be true for NaN
+            code = f"(!({operands[0]} == {operands[1]}))" if is_float else f"({operands[0]} != {operands[1]})"
+        elif op is Ops.CMPEQ:
+            code = f"({operands[0]} == {operands[1]})"
+        elif op in (Ops.AND, Ops.OR, Ops.XOR):
+            a, b = operands
+            if dtype == dtypes.bool and op is Ops.XOR:
+                code = f"({a} != {b})"
+            else:
+                code = f"({a} {'&' if op is Ops.AND else ('|' if op is Ops.OR else '^')} {b})"
+        elif op in (Ops.SHL, Ops.SHR):
+            code = f"({operands[0]} {'<<' if op is Ops.SHL else '>>'} u32({operands[1]}))"
+        elif op is Ops.WHERE:
+            code = f"select({operands[2]}, {operands[1]}, {operands[0]})"
+        elif op is Ops.MULACC:
+            code = f"(({operands[0]} * {operands[1]}) + {operands[2]})"
+        else:
+            raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
+        wrap = _WRAP.get(dtype)
+        return wrap(code) if wrap is not None and op not in GroupOp.Comparison else code
 
 @dataclass
 class _Access:
@@ -240,21 +366,17 @@ class _Access:
     global_position: int | None = None
 
 
-_INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
-
-
-class _WGSLWalk:
-    """The state of rendering one linear program into WGSL."""
+class WGSLWalk(CStyleWalk):
+    """The C-style walk over one linear program, writing WGSL: the base renders control flow, arithmetic (through
+    the renderer's `render_math`), casts and declarations; this class overrides thread indices, loops (Mesa's loop
+    limit), workgroup memory, memory accesses (element-indexed storage arrays, packed words, atomics) and the module
+    around the body."""
 
     def __init__(self, renderer: WGSLRenderer, uops: list[UOp]):
-        self.renderer, self.uops = renderer, uops
-        self.names: dict[UOp, str] = {}
+        super().__init__(renderer, uops)
+        self.wgsl = renderer
         self.accesses: dict[UOp, _Access] = {}
-        self.counters: dict[str, int] = {}
-        self.lines: list[str] = []
         self.module_lines: list[str] = []
-        self.depth = 1
-        self.uses: dict[UOp, int] = {}
         self.globals: dict[int, DType] = {}
         self.variables: dict[str, str] = {}
         self.uses_f16 = False
@@ -262,63 +384,41 @@ class _WGSLWalk:
         self.open_ranges: list[int | None] = []
         self.workgroup_bytes = 0
         self.atomic_globals: set[int] = set()
-        for uop in uops:
-            for source in uop.src:
-                self.uses[source] = self.uses.get(source, 0) + 1
         self.local_mode = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
 
     # ---- helpers ----
 
-    def fresh(self, prefix: str) -> str:
-        number = self.counters.get(prefix, 0)
-        self.counters[prefix] = number + 1
-        return f"{prefix}{number}"
-
-    def emit(self, line: str) -> None:
-        self.lines.append("  " * self.depth + line)
-
     def type_of(self, dtype: DType) -> str:
-        if dtype.count != 1:
-            raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
+        """The WGSL type of `dtype`, noting float16 (the module then enables it)."""
         if dtype.scalar == dtypes.float16:
             self.uses_f16 = True
-        return self.renderer.value_type(dtype)
+        return self.wgsl.render_dtype(dtype)
 
     def expression(self, uop: UOp) -> str:
-        if uop in self.names:
-            return self.names[uop]
-        if uop.op is Ops.CONST:
+        """The base's expression, with the dtype of a constant rendered in place checked against the adapter."""
+        if uop not in self.names and uop.op is Ops.CONST:
             self.type_of(uop.dtype)
-            return self.renderer.render_const(uop.arg, uop.dtype)
-        raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
+        return super().expression(uop)
 
     def bind(self, uop: UOp, code: str, prefix: str = "alu") -> None:
-        """Render `code` in place when it has a single use, else declare a typed `let` for it."""
-        if uop.op in _INLINE_WHEN_SINGLE_USE and self.uses.get(uop, 0) <= 1:
+        """The base's binding; a single-use bitcast is rendered in place too (WGSL's is an expression)."""
+        if uop.op is Ops.BITCAST and self.uses.get(uop, 0) <= 1:
             self.names[uop] = code
+            self.inlined.add(uop)
             return
-        name = self.fresh(prefix)
-        self.emit(f"let {name}: {self.type_of(uop.dtype)} = {code};")
-        self.names[uop] = name
-
-    def materialize(self, uop: UOp) -> str:
-        """A name for an operand that is repeated in generated code (so it is evaluated once)."""
-        text = self.expression(uop)
-        if text.isidentifier() or uop.op is Ops.CONST:
-            return text
-        name = self.fresh("alu")
-        self.emit(f"let {name}: {self.type_of(uop.dtype)} = {text};")
-        self.names[uop] = name
-        return name
+        super().bind(uop, code, prefix)
 
     # ---- the walk ----
 
     def run(self, name: str) -> str:
+        """The WGSL module of the program: the base's dispatch over the ops, with buffers and variables bound
+        through the parameter struct and storage bindings instead of a C signature."""
         # buffers a combining store updates are declared as atomic words (every access to them then is atomic)
         self.atomic_globals = {uop.src[0].src[0].arg for uop in self.uops if uop.op is Ops.STORE and
                                uop.arg is not None and uop.src[0].op is Ops.INDEX and
                                uop.src[0].src[0].op is Ops.DEFINE_GLOBAL}
         for uop in self.uops:
+            self.note(uop.dtype)
             if uop.op is Ops.DEFINE_GLOBAL:
                 pointer = uop.dtype
                 assert isinstance(pointer, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {pointer}"
@@ -343,7 +443,7 @@ class _WGSLWalk:
         return self.assemble(name)
 
     def assemble(self, name: str) -> str:
-        renderer = self.renderer
+        renderer = self.wgsl
         positions = sorted(self.globals)
         if positions != list(range(len(positions))):
             raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
@@ -377,7 +477,7 @@ class _WGSLWalk:
         fields += [f"start{position}: i32" for position in positions]
         fields += [f"{self.variables[key]}: i32" for key in sorted(self.variables)]
         module = [layout.header()]
-        if self.uses_f16:
+        if self.uses_f16 or dtypes.float16 in self.used_dtypes:
             module.append("enable f16;")
         module.append("struct Params { " + ", ".join(fields) + " }")
         module.append("@group(0) @binding(0) var<uniform> params: Params;")
@@ -403,13 +503,7 @@ class _WGSLWalk:
 
     def op_const(self, uop: UOp) -> None:
         self.type_of(uop.dtype)
-        self.names[uop] = self.renderer.render_const(uop.arg, uop.dtype)
-
-    def op_noop(self, uop: UOp) -> None:
-        self.names[uop] = self.expression(uop.src[0])
-
-    op_bind = op_noop
-    op_precast = op_noop
+        super().op_const(uop)
 
     def op_special(self, uop: UOp) -> None:
         label = str(uop.arg)
@@ -446,7 +540,7 @@ class _WGSLWalk:
         name = self.fresh("ridx")
         end = self.expression(uop.src[0])
         self.names[uop] = name
-        limit = self.renderer.max_loop_iterations
+        limit = self.wgsl.max_loop_iterations
         size = uop.src[0].arg if uop.src[0].op is Ops.CONST else None
         # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
         entries = 1
@@ -464,9 +558,12 @@ class _WGSLWalk:
         unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
         if unroll > MAX_UNROLL:
             raise RuntimeError(
-                f"a loop of this kernel runs {total} times in one thread, but {self.renderer.adapter_name} ends a "
+                f"a loop of this kernel runs {total} times in one thread, but {self.wgsl.adapter_name} ends a "
                 f"loop after {limit} iterations (even unrolled {MAX_UNROLL} times it would stop early); reduce "
                 f"in several steps (e.g. sum over a reshaped axis first) or use another device")
+        if uop.src[0] in self.inlined:  # the bound is written twice below: compute it once
+            self.materialize(uop.src[0])
+            end = self.expression(uop.src[0])
         self.emit(f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{")
         self.emit(f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{")
         self.emit(f"    let {name}: i32 = {name}_block + {name}_step;")
@@ -481,14 +578,6 @@ class _WGSLWalk:
             self.emit("}")
         del self.open_ranges[len(self.open_ranges) - len(ranges):]
 
-    def op_if(self, uop: UOp) -> None:
-        self.emit(f"if ({self.expression(uop.src[0])}) {{")
-        self.depth += 1
-
-    def op_endif(self, uop: UOp) -> None:
-        self.depth -= 1
-        self.emit("}")
-
     def op_barrier(self, uop: UOp) -> None:
         if not self.local_mode:
             raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels "
@@ -497,7 +586,7 @@ class _WGSLWalk:
 
     def op_index(self, uop: UOp) -> None:
         buffer = uop.src[0]
-        if uop.src[1] in self.names and self.uses.get(uop, 0) > 1:
+        if uop.src[1] in self.inlined and self.uses.get(uop, 0) > 1:  # an index used several times: once
             self.materialize(uop.src[1])
         index = self.expression(uop.src[1]) if len(uop.src) > 1 else "0i"
         gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
@@ -509,133 +598,12 @@ class _WGSLWalk:
     def op_cast(self, uop: UOp) -> None:
         if isinstance(uop.dtype, PtrDType):
             raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
-        self.bind(uop, self.cast(self.expression(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar))
-
-    def cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
-        """Value conversion between scalar dtypes with C semantics (narrow integers wrap)."""
-        from_type, to_type = self.type_of(from_dtype), self.type_of(to_dtype)
-        if from_dtype == to_dtype:
-            return text
-        if to_dtype == dtypes.bool:
-            zero = self.renderer.render_const(0, from_dtype)
-            return f"({text} != {zero})"
-        if dtypes.is_float(from_dtype) and to_type == "u32":
-            # C converts negative floats to unsigned through the signed integer (numpy and clang agree)
-            zero = self.renderer.render_const(0, from_dtype)
-            converted = f"select(u32({text}), bitcast<u32>(i32({text})), {text} < {zero})"
-        elif from_type == to_type:
-            converted = text
-        else:
-            converted = f"{to_type}({text})"
-        wrap = _WRAP.get(to_dtype)
-        return wrap(converted) if wrap is not None and not self._fits(from_dtype, to_dtype) else converted
-
-    @staticmethod
-    def _fits(from_dtype: DType, to_dtype: DType) -> bool:
-        """True when every value of integer `from_dtype` is a value of `to_dtype` (no wrap needed)."""
-        if from_dtype == dtypes.bool:
-            return True
-        if not (dtypes.is_int(from_dtype) and dtypes.is_int(to_dtype)):
-            return False
-        return dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
+        source = uop.src[0]
+        self.bind(uop, self.wgsl.render_cast(self.expression(source), source.dtype.scalar, uop.dtype.scalar))
 
     def op_bitcast(self, uop: UOp) -> None:
-        source, target = uop.src[0].dtype.scalar, uop.dtype.scalar
-        if source.itemsize != target.itemsize:
-            raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
-        text = self.expression(uop.src[0])
-        from_type, to_type = self.type_of(source), self.type_of(target)
-        if source.itemsize == 4:
-            code = text if from_type == to_type else f"bitcast<{to_type}>({text})"
-        elif source == dtypes.float16:
-            bits = f"(bitcast<u32>(vec2<f16>({text}, 0.0h)) & 0xFFFFu)"
-            code = bits if to_type == "u32" else _WRAP[dtypes.int16](f"bitcast<i32>({bits})")
-        elif target == dtypes.float16:
-            code = f"bitcast<vec2<f16>>(u32({text}) & 0xFFFFu).x"
-        else:  # between 8-bit or between 16-bit integers: the value wraps to the other signedness
-            code = self.cast(text, source, target)
-        self.bind(uop, code)
-
-    def op_alu(self, uop: UOp) -> None:
-        operands = [self.expression(source) for source in uop.src]
-        repeated = {Ops.MAX, Ops.IDIV, Ops.MOD, Ops.LOG2, Ops.SQRT, Ops.SIN}
-        if uop.op in repeated:
-            operands = [self.materialize(source) for source in uop.src]
-        self.bind(uop, self.alu(uop.op, operands, uop.src, uop.dtype.scalar))
-
-    def alu(self, op: Ops, operands: list[str], sources: tuple[UOp, ...], result: DType) -> str:
-        """The WGSL expression of one scalar ALU op with C / numpy semantics."""
-        dtype = sources[1].dtype.scalar if op is Ops.WHERE else sources[0].dtype.scalar
-        value_type = self.type_of(dtype)
-        is_float = dtypes.is_float(dtype)
-        zero = self.renderer.render_const(0, dtype)
-        nan = self.renderer.render_const(math.nan, dtype) if is_float else zero
-        code: str
-        if op is Ops.NEG:
-            code = f"(!{operands[0]})" if dtype == dtypes.bool else (
-                f"(0u - {operands[0]})" if value_type == "u32" else f"(-{operands[0]})")
-        elif op is Ops.EXP2:
-            code = f"exp2({operands[0]})"
-        elif op is Ops.LOG2:  # the adapters leave log2 of 0 and of negatives undefined
-            x = operands[0]
-            minus_inf = self.renderer.render_const(-math.inf, dtype)
-            code = f"select(select(log2({x}), {minus_inf}, {x} == {zero}), {nan}, {x} < {zero})"
-        elif op is Ops.SIN:
-            x = operands[0]
-            code = f"select(sin({x}), {nan}, abs({x}) == {self.renderer.render_const(math.inf, dtype)})"
-        elif op is Ops.SQRT:
-            code = f"select(sqrt({operands[0]}), {nan}, {operands[0]} < {zero})"
-        elif op is Ops.RECIPROCAL:
-            code = f"({self.renderer.render_const(1, dtype)} / {operands[0]})"
-        elif op is Ops.TRUNC:
-            code = f"trunc({operands[0]})" if is_float else operands[0]
-        elif op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
-            symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
-            if dtype == dtypes.bool:
-                code = {Ops.ADD: f"({operands[0]} | {operands[1]})", Ops.MUL: f"({operands[0]} & {operands[1]})",
-                        Ops.SUB: f"({operands[0]} != {operands[1]})"}.get(op, f"({operands[0]} & {operands[1]})")
-            else:
-                code = f"({operands[0]} {symbol} {operands[1]})"
-        elif op in (Ops.IDIV, Ops.MOD):
-            a, b = operands
-            if is_float:
-                code = f"({a} / {b})" if op is Ops.IDIV else f"({a} - {b} * trunc({a} / {b}))"
-            else:
-                # WGSL's integer division truncates like C; % is spelled out because some backends get negative
-                # operands wrong; a zero divisor gives 0 as in the core's constant folding
-                safe = f"select({b}, {self.renderer.render_const(1, dtype)}, {b} == {zero})"
-                quotient = f"({a} / {safe})"
-                body = quotient if op is Ops.IDIV else f"({a} - {quotient} * {safe})"
-                code = f"select({body}, {zero}, {b} == {zero})"
-        elif op is Ops.MAX:
-            a, b = operands
-            code = f"select({a}, {b}, {a} < {b})" if dtype != dtypes.bool else f"({a} | {b})"
-        elif op is Ops.POW:
-            code = f"pow({operands[0]}, {operands[1]})"
-        elif op is Ops.CMPLT:
-            a, b = operands
-            code = f"((!{a}) & {b})" if dtype == dtypes.bool else f"({a} < {b})"
-        elif op is Ops.CMPNE:
-            # ordered comparisons on some backends: x != x must be true for NaN
-            code = f"(!({operands[0]} == {operands[1]}))" if is_float else f"({operands[0]} != {operands[1]})"
-        elif op is Ops.CMPEQ:
-            code = f"({operands[0]} == {operands[1]})"
-        elif op in (Ops.AND, Ops.OR, Ops.XOR):
-            a, b = operands
-            if dtype == dtypes.bool and op is Ops.XOR:
-                code = f"({a} != {b})"
-            else:
-                code = f"({a} {'&' if op is Ops.AND else ('|' if op is Ops.OR else '^')} {b})"
-        elif op in (Ops.SHL, Ops.SHR):
-            code = f"({operands[0]} {'<<' if op is Ops.SHL else '>>'} u32({operands[1]}))"
-        elif op is Ops.WHERE:
-            code = f"select({operands[2]}, {operands[1]}, {operands[0]})"
-        elif op is Ops.MULACC:
-            code = f"(({operands[0]} * {operands[1]}) + {operands[2]})"
-        else:
-            raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
-        wrap = _WRAP.get(result)
-        return wrap(code) if wrap is not None and op not in GroupOp.Comparison else code
+        source = uop.src[0]
+        self.bind(uop, self.wgsl.render_bitcast(self.expression(source), source.dtype.scalar, uop.dtype.scalar))
 
     # ---- memory ----
 
@@ -699,7 +667,7 @@ class _WGSLWalk:
         if access.global_position is None:
             self.emit(f"{access.memory}[{access.index}] = {value};")
         elif access.global_position in self.atomic_globals:
-            self.atomic_update(access, uop.src[1], value, None if uop.arg is None else str(uop.arg))
+            self.atomic_word_update(access, value, None if uop.arg is None else str(uop.arg))
         elif access.element not in PACKED_DTYPES:
             self.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
         else:
@@ -715,7 +683,7 @@ class _WGSLWalk:
             self.depth -= 1
             self.emit("}")
 
-    def atomic_update(self, access: _Access, value_uop: UOp, value: str, reduce: str | None) -> None:
+    def atomic_word_update(self, access: _Access, value: str, reduce: str | None) -> None:
         """Combine `value` into an element of an atomic buffer: atomicAdd / atomicMax / atomicMin for integers, else
         a compare-exchange loop over the element's bits (floats, integer products); no reduce is atomicStore."""
         dtype = access.element
@@ -732,13 +700,7 @@ class _WGSLWalk:
         self.emit(f"var {old} = atomicLoad({word});")
         self.emit("loop {")
         current = f"bitcast<f32>({old})" if dtype == dtypes.float32 else old
-        sources = (value_uop, value_uop, value_uop)
-        if reduce == "min":
-            below = self.alu(Ops.CMPLT, [operand, current], sources, dtypes.bool)
-            combined = self.alu(Ops.WHERE, [below, operand, current], sources, dtype)
-        else:
-            op = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce]
-            combined = self.alu(op, [current, operand], sources, dtype)
+        combined = self.combine_code(reduce, current, operand, dtype)
         result = self.fresh("exchange")
         self.emit(f"  let {result} = atomicCompareExchangeWeak({word}, {old}, {bits(combined)});")
         self.emit(f"  if ({result}.exchanged) {{ break; }}")
@@ -746,4 +708,16 @@ class _WGSLWalk:
         self.emit("}")
 
 
-__all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
+WGSLRenderer.walk_class = WGSLWalk
+
+
+def _fits(from_dtype: DType, to_dtype: DType) -> bool:
+    """True when every value of integer `from_dtype` is a value of `to_dtype` (no wrap needed)."""
+    if from_dtype == dtypes.bool:
+        return True
+    if not (dtypes.is_int(from_dtype) and dtypes.is_int(to_dtype)):
+        return False
+    return dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
+
+
+__all__ = ["WGSLRenderer", "WGSLWalk", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
