@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -223,3 +224,10 @@ def test_without_llvmlite_the_error_names_the_install(monkeypatch: pytest.Monkey
     monkeypatch.setattr(llvm_compiler, "_llvm", llvm_compiler._llvm.__wrapped__)
     with pytest.raises(RuntimeError, match=r"pip install 'tiny-cpu\[llvm\]'.*DEV=CPU:C"):
         llvm_compiler.make_llvm_renderer("CPU", None)
+
+
+def test_an_unknown_cpu_is_a_clear_error_not_an_abort() -> None:
+    with pytest.raises(ValueError, match="LLVM does not know the CPU 'no-such-cpu'"):
+        LLVMCompiler("no-such-cpu")
+    src = "define void @k_entry(ptr %arguments, i32 %core_id) {\n  ret void\n}\n"
+    assert LLVMCompiler("x86-64-v2" if platform.machine() in ("x86_64", "AMD64") else "generic").compile(src)

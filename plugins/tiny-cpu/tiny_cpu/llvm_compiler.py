@@ -70,6 +70,35 @@ def _new_target_machine(arch: str | None) -> Any:
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
 
 
+@functools.cache
+def _check_cpu(arch: str) -> None:
+    """ValueError unless LLVM knows the CPU `arch`. LLVM only warns on stderr about an unknown one, then aborts the
+    process while emitting code for it (no 64-bit mode), so a tiny module is emitted with 64-bit mode forced and
+    stderr captured."""
+    import os
+    import platform
+    import tempfile
+    llvm = _llvm()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    features = "+64bit" if platform.machine() in ("x86_64", "AMD64") else ""
+    machine = target.create_target_machine(cpu=arch, features=features, opt=0, reloc="pic")
+    module = llvm.parse_assembly("define void @probe() {\n  ret void\n}\n")
+    module.triple = machine.triple
+    with tempfile.TemporaryFile() as captured, _LOCK:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            machine.emit_object(module)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        complaint = captured.read().decode(errors="replace")
+    if "not a recognized processor" in complaint:
+        raise ValueError(f"DEV=CPU:LLVM:{arch}: LLVM does not know the CPU {arch!r}; name one it knows (znver3, "
+                         "skylake-avx512, x86-64-v3, apple-m1, ...) or leave the arch out to compile for this host")
+
+
 class LLVMCompiler(Compiler):
     """LLVM IR to an object file at -O3 for the host CPU (or `arch`), in process; no fused multiply-add, so results
     round as numpy's (as the C compiler's -ffp-contract=off)."""
@@ -77,6 +106,8 @@ class LLVMCompiler(Compiler):
     def __init__(self, arch: str | None = None):
         super().__init__("cpu-llvm")
         _llvm()  # llvmlite missing: the error with the pip command comes here, when CPU is opened
+        if arch is not None:
+            _check_cpu(arch)
         self.arch = arch
         self.name = "llvmlite"
         self.flags = ("-O3", f"-mcpu={arch or _host_cpu()[0]}")
