@@ -161,3 +161,41 @@ def test_tensor_mixins_type_self_as_the_tensor() -> None:
                         if annotation is None or ast.unparse(annotation) != "Tensor":
                             untyped.append(f"{path.name}:{method.lineno} {node.name}.{method.name}")
     assert not untyped, "mixin methods whose self is not typed as Tensor:\n" + "\n".join(untyped)
+
+
+# names the contract declares that other objects share (a SINK's arg, a plugin spec, a device still being built),
+# so a getattr of them is not a read of a backend attribute
+_SHARED_NAMES = {"name", "device"}
+
+
+def contract_names() -> set[str]:
+    """Every attribute and method the backend contract declares on renderers, allocators, compilers and devices."""
+    from tinycore.plugins import contract
+    names: set[str] = set()
+    for declared in (contract.RendererContract, contract.AllocatorContract, contract.CompilerContract,
+                     contract.DeviceContract):
+        names |= set(declared.__annotations__) | {name for name in vars(declared) if not name.startswith("__")}
+    return names - _SHARED_NAMES
+
+
+def contract_getattr_reads(path: Path, names: set[str]) -> list[str]:
+    """The `getattr(x, "attribute", ...)` calls in `path` whose attribute the contract declares."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and node.args[1].value in names):
+            found.append(f"{path}:{node.lineno} getattr(..., {node.args[1].value!r})")
+    return found
+
+
+def test_the_core_reads_contract_attributes_as_typed_attributes() -> None:
+    names = contract_names()
+    assert {"capabilities", "broken", "open_existing", "type_map", "max_buffers"} <= names
+    problems = [problem for path in sorted(CORE.rglob("*.py")) for problem in contract_getattr_reads(path, names)]
+    assert not problems, "declared in tinycore/plugins/contract.py, read by getattr:\n" + "\n".join(problems)
+
+
+def test_the_contract_getattr_check_finds_one(tmp_path: Path) -> None:
+    path = tmp_path / "reader.py"
+    path.write_text("def broken_of(device):\n    return getattr(device, 'broken', None)\n")
+    assert len(contract_getattr_reads(path, contract_names())) == 1

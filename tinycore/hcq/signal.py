@@ -16,6 +16,8 @@ class BreakableDevice(Protocol):
     """What a signal needs of its device: a name, and a way to mark it broken."""
 
     device: str
+    broken: str | None
+    """Why the device refuses work, or None (tinycore.plugins.contract.DeviceContract.broken)."""
 
     def mark_broken(self, reason: str) -> None:
         """Refuse further work, with `reason` in every later error."""
@@ -89,9 +91,8 @@ class HCQSignal:
             now = time.perf_counter()
             if now > deadline:
                 self._timed_out(value, limit)
-            broken = getattr(self.device, "broken", None)
-            if broken is not None:
-                raise RuntimeError(broken)
+            if self.device is not None and self.device.broken is not None:
+                raise RuntimeError(self.device.broken)
             # spin first (a CPU queue finishes in microseconds), then back off to at most a millisecond
             if now - started > 0.0002:
                 pause = min(0.001, pause * 2 or 0.00002)

@@ -90,6 +90,7 @@ class ByteSource:
     def _init_path(self, path: pathlib.Path) -> None:
         from tinycore.device.registry import Device
         from tinycore.engine.memory import buffer_of, new_buffer_uop
+        from tinycore.plugins.contract import opens_existing
         if not path.is_file():
             raise FileNotFoundError(f"{self.kind} file {str(path)!r} does not exist (or is not a regular file)")
         self.name = str(path)
@@ -100,9 +101,11 @@ class ByteSource:
                              "ends with white space); rename the file")
         self._base = new_buffer_uop(device, dtypes.uint8, self.size)
         allocator = Device[device].allocator
-        opener = getattr(allocator, "open_existing", None)
         buffer = buffer_of(self._base)
-        buffer.allocate(opaque=opener(self.size)) if opener is not None else buffer.ensure_allocated()
+        if opens_existing(allocator):
+            buffer.allocate(opaque=allocator.open_existing(self.size))
+        else:
+            buffer.ensure_allocated()
 
     def _init_tensor(self, tensor: Tensor) -> None:
         from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base

@@ -10,8 +10,8 @@ default and what the core does with it. The base classes a plugin subclasses der
     DeviceContract    <- tinycore.device.Compiled
     ProgramContract, LaunchableProgram: what `Compiled.runtime(name, binary)` returns (any callable of that shape)
 
-Optional methods are found by the helpers at the end (`makes_views`, `copies_to_buffer`, `compiles_in_batches`,
-`launcher_of`), never by `getattr` with a default.
+Optional methods are found by the helpers at the end (`makes_views`, `copies_to_buffer`, `opens_existing`,
+`compiles_in_batches`, `launcher_of`), never by `getattr` with a default.
 """
 from __future__ import annotations
 
@@ -86,6 +86,9 @@ class RendererContract:
     address in order inside one worker (codegen/atomics.py)."""
     capabilities: ClassVar[Any] = None
     """What the conformance suite may check (a dict or tinycore.testing DeviceCapabilities); None: every check."""
+    type_map: dict[DType, str] | None = None
+    """The type name of each scalar dtype the language spells (C-like renderers); without a declared `capabilities`
+    (here or on the device), `Renderer.supported_dtypes` is the dtypes it names. None: every dtype."""
 
     def render(self, uops: list[UOp]) -> str:
         """The source of the linear program `uops` (see docs/architecture.md, "Kernel-level graph")."""
@@ -134,6 +137,12 @@ class AllocatorContract:
     def _as_memoryview(self, opaque: Any, size: int) -> memoryview:
         """Optional: the host-visible memory of a handle (zero-copy reads and writes)."""
         raise NotImplementedError(f"{self.device} memory is not host visible: use copyout instead")
+
+    def open_existing(self, size: int) -> Any:
+        """Optional: an opaque handle on the first `size` bytes of memory that already exists, read only (a DISK
+        device's existing file: never created, grown or written). The file loaders of tinycore.nn (safetensors, GGUF,
+        torch files) read through it when `opens_existing` says an allocator has it, else they allocate a Buffer."""
+        raise NotImplementedError(f"{type(self).__name__} opens no existing memory")
 
     def copy_to_buffer(self, source: Any, destination: Any) -> None:
         """Optional: copy the handle `source` of this device straight into the Buffer `destination` of another
@@ -197,6 +206,12 @@ class DeviceContract:
     """`runtime(function name, binary)` loads a program (ProgramContract)."""
     graph: Any
     """A graph runner class for TinyJit replays, or None."""
+    capabilities: Any = None
+    """What the conformance suite may check and `Renderer.supported_dtypes` answers (a dict or
+    tinycore.testing DeviceCapabilities); None: the renderer's declaration, else every check."""
+    broken: str | None = None
+    """Why the device refuses further work (a queue wait timed out), or None while it is usable; a signal wait on a
+    broken device raises it at once instead of waiting out its timeout."""
 
     def synchronize(self) -> None:
         """Wait until every launched program and copy on this device has finished (default: all are synchronous)."""
@@ -210,6 +225,11 @@ def makes_views(allocator: AllocatorContract) -> bool:
 def copies_to_buffer(allocator: AllocatorContract) -> bool:
     """True when `allocator` overrides `copy_to_buffer` (direct copies to another device's Buffer)."""
     return type(allocator).copy_to_buffer is not AllocatorContract.copy_to_buffer
+
+
+def opens_existing(allocator: AllocatorContract) -> bool:
+    """True when `allocator` overrides `open_existing` (read-only handles on memory that already exists)."""
+    return type(allocator).open_existing is not AllocatorContract.open_existing
 
 
 def compiles_in_batches(compiler: CompilerContract) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import to_function_name
-from tinycore.plugins.contract import RendererContract
+from tinycore.plugins.contract import DeviceContract, RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.symbolic import sym_infer
 from tinycore.uop.uop import UOp
@@ -25,18 +25,18 @@ class Renderer(RendererContract):
         `Renderer.supported_dtypes`): the `dtypes` of the `capabilities` this renderer, or else the device it renders
         for, declares; without a declaration, those of `dtypes.all` its `type_map` spells (C-like renderers), or all
         of them."""
-        declared = _declared_dtypes(getattr(self, "capabilities", None))
+        declared = _declared_dtypes(self.capabilities)
         if declared is None:
             device_reference = self.__dict__.get("_opened_device")
-            device = device_reference() if device_reference is not None else None
-            declared = _declared_dtypes(getattr(device, "capabilities", None))
+            device: DeviceContract | None = device_reference() if device_reference is not None else None
+            declared = _declared_dtypes(device.capabilities if device is not None else None)
         if declared is not None:
             return {dtype.scalar for dtype in declared}
         return self.spelled_dtypes()
 
     def spelled_dtypes(self) -> set[DType]:
         """The dtypes of `dtypes.all` this renderer has a type for (its `type_map`; all of them without one)."""
-        type_map = getattr(self, "type_map", None)
+        type_map = self.type_map
         if type_map:
             return {dtype for dtype in dtypes.all if dtype in type_map}
         return set(dtypes.all)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
+from tinycore.plugins.contract import DeviceContract, RendererContract
 
 ALL_DTYPES: frozenset[DType] = frozenset({
     dtypes.bool, dtypes.int8, dtypes.int16, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint16, dtypes.uint32,
@@ -111,22 +112,25 @@ def dtype_name(dtype: DType) -> str:
     return f"{name}x{count}" if count > 1 else name
 
 
-def infer_capabilities(device: Any) -> DeviceCapabilities:
+def infer_capabilities(device: DeviceContract) -> DeviceCapabilities:
     """Capabilities of an opened device that declares none: every dtype, local memory and threads as its renderer
     says (a device that declares nothing is checked on everything)."""
-    renderer = getattr(device, "renderer", None)
-    return DeviceCapabilities(dtypes=ALL_DTYPES, local_memory=bool(getattr(renderer, "has_shared", False)) and
-                              bool(getattr(renderer, "has_local", False)),
-                              threads=bool(getattr(renderer, "has_threads", False)), inferred=True)
+    renderer: RendererContract | None = device.renderer  # None: a device that runs no kernels (DISK)
+    if renderer is None:
+        return DeviceCapabilities(dtypes=ALL_DTYPES, local_memory=False, threads=False, inferred=True)
+    return DeviceCapabilities(dtypes=ALL_DTYPES, local_memory=bool(renderer.has_shared) and bool(renderer.has_local),
+                              threads=bool(renderer.has_threads), inferred=True)
 
 
-def capabilities_of(device: Any) -> DeviceCapabilities:
+def capabilities_of(device: DeviceContract) -> DeviceCapabilities:
     """The declared capabilities of the opened device object `device`: its class's (or instance's) `capabilities`,
-    else its renderer's, else inferred from the renderer."""
-    for owner, label in ((device, type(device).__name__), (getattr(device, "renderer", None), "renderer")):
-        declared = getattr(owner, "capabilities", None) if owner is not None else None
-        if declared is not None:
-            return _from_declaration(declared, label)
+    else its renderer's, else inferred from the renderer (DeviceContract.capabilities, RendererContract.capabilities).
+    """
+    if device.capabilities is not None:
+        return _from_declaration(device.capabilities, type(device).__name__)
+    renderer: RendererContract | None = device.renderer  # None: a device that runs no kernels (DISK)
+    if renderer is not None and renderer.capabilities is not None:
+        return _from_declaration(renderer.capabilities, "renderer")
     return infer_capabilities(device)
 
 

@@ -89,7 +89,7 @@ def test_more_buffers_than_a_kernel_takes_are_split(device: str) -> None:
     from tinycore.device.registry import Device
     from tinycore.engine.memory import device_facts
     from tinycore.schedule import create_schedule
-    limit = getattr(Device[device].renderer, "max_buffers", None)
+    limit = Device[device].renderer.max_buffers
     if not isinstance(limit, int):
         not_applicable("the renderer declares no max_buffers (no limit on buffers per kernel)")
         return

@@ -170,6 +170,15 @@ def test_read_only_handle_never_grows_the_file(tmp_path: Path) -> None:
     assert path.read_bytes() == b"abc"
 
 
+def test_only_the_disk_allocator_opens_existing_files(tmp_path: Path) -> None:
+    """`opens_existing` (the contract's check for the optional `open_existing`) is what the file loaders ask."""
+    from tinycore.plugins.contract import opens_existing
+    path = tmp_path / "weights.bin"
+    path.write_bytes(b"\x01\x02\x03\x04")
+    assert opens_existing(Device[f"DISK:{path}"].allocator)
+    assert not opens_existing(Device["CPU"].allocator)
+
+
 def test_tiny_devices_shows_disk_ok() -> None:
     environment = {**os.environ, "NO_COLOR": "1"}
     environment.pop("DEV", None)

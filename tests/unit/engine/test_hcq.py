@@ -105,6 +105,17 @@ def test_wait_past_its_timeout_names_device_signal_and_value_and_breaks_the_devi
     signal.wait(5, timeout_s=0.05)
 
 
+def test_wait_on_a_broken_device_raises_its_reason_at_once() -> None:
+    device = ListDevice()
+    assert device.broken is None, "DeviceContract.broken defaults to None (usable)"
+    signal = device.new_signal(0, name="pending")
+    device.mark_broken("LIST was marked broken by an earlier timeout")
+    started = time.perf_counter()
+    with pytest.raises(RuntimeError, match="marked broken by an earlier timeout"):
+        signal.wait(1, timeout_s=30)
+    assert time.perf_counter() - started < 5, "the wait did not run out its 30 s timeout"
+
+
 def test_symbolic_words_are_resolved_at_submit() -> None:
     device = ListDevice()
     signal, count = device.new_signal(), Variable("count", 0, 100)
