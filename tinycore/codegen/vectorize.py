@@ -69,7 +69,7 @@ class Packer:
         if all(lane is first for lane in lanes):
             return broadcast(first, len(lanes))
         same_shape = all(lane.op is first.op and lane.dtype == first.dtype and lane.arg == first.arg and
-                         len(lane.src) == len(first.src) for lane in lanes)
+                         _same_source_dtypes(lane, first) for lane in lanes)
         if not same_shape:
             return gather(lanes)
         if not self.vector_ok(first.dtype, len(lanes)) and not self._mask_ok(first, len(lanes)):
@@ -111,7 +111,7 @@ class Packer:
         if found is None:
             first = lanes[0]
             same_shape = all(lane.op is first.op and lane.dtype == first.dtype and lane.arg == first.arg and
-                             len(lane.src) == len(first.src) for lane in lanes)
+                             _same_source_dtypes(lane, first) for lane in lanes)
             rebuilt = self._lanewise(lanes) if same_shape else gather(lanes)
             found = self.lane_memo[lanes] = rebuilt.src if rebuilt.op is Ops.VECTORIZE and \
                 len(rebuilt.src) == len(lanes) else lanes
@@ -164,3 +164,10 @@ class Packer:
         width = len(lanes)
         vector_alternatives = tuple(broadcast(alternative, width) for alternative in alternatives)
         return UOp(Ops.LOAD, first.dtype.vec(width), (addresses[0],) + vector_alternatives, first.arg)
+
+
+def _same_source_dtypes(lane: UOp, first: UOp) -> bool:
+    """True when `lane` has as many sources as `first`, of the same dtypes: lanes of one op packed into a vector must
+    convert or compare the same types (a CAST of a bool and a CAST of a float to int32 are not one vector CAST)."""
+    return len(lane.src) == len(first.src) and all(
+        source.dtype == other.dtype for source, other in zip(lane.src, first.src, strict=True))

@@ -344,3 +344,15 @@ def test_reduce_of_a_value_invariant_along_the_loop(opts: list[Opt] | None, redu
     run_linear(linearize(ast, ScalarRenderer(), opts), [output, values.copy()])
     expected = {Ops.ADD: values * 6, Ops.MAX: values, Ops.MUL: values.astype(np.float64) ** 6}[reduce_op]
     np.testing.assert_allclose(output, expected, rtol=1e-5)
+
+
+def test_lanes_casting_different_dtypes_are_not_packed_into_one_cast() -> None:
+    """A bool comparison and a float, each cast to int32 and stored side by side: the two CAST lanes convert
+    different types, so they must not become one vector CAST (the float lane came out as a bool before)."""
+    from tinycore import Tensor
+    values = np.array([2.5, -3.75, 0.5], dtype=np.float32)
+    limits = np.array([1.0, 0.0, 0.5], dtype=np.float32)
+    for index in range(len(values)):
+        a, b = values[index:index + 1], limits[index:index + 1]
+        result = (Tensor(a) >= Tensor(b)).cat(Tensor(a).cast("int32"), dim=-1).numpy()
+        np.testing.assert_array_equal(result, np.concatenate([(a >= b).astype(np.int32), a.astype(np.int32)]))
