@@ -231,3 +231,19 @@ def test_an_unknown_cpu_is_a_clear_error_not_an_abort() -> None:
         LLVMCompiler("no-such-cpu")
     src = "define void @k_entry(ptr %arguments, i32 %core_id) {\n  ret void\n}\n"
     assert LLVMCompiler("x86-64-v2" if platform.machine() in ("x86_64", "AMD64") else "generic").compile(src)
+
+
+def test_threads_compiling_at_once_get_correct_objects() -> None:
+    """Kernels compiled from several threads at once (ctypes releases the GIL inside LLVM) all link and compute."""
+    from concurrent.futures import ThreadPoolExecutor
+    compiler = LLVMCompiler()
+    sources = [(f"scale{number}", f"define void @scale{number}_entry(ptr %arguments, i32 %core_id) {{\n"
+                "  %word = load i64, ptr %arguments, align 8\n  %data = inttoptr i64 %word to ptr\n"
+                f"  %value = load float, ptr %data, align 4\n  %scaled = fmul float %value, {float(number):e}\n"
+                "  store float %scaled, ptr %data, align 4\n  ret void\n}\n") for number in range(1, 9)]
+    with ThreadPoolExecutor(4) as pool:
+        objects = list(pool.map(lambda pair: compiler.compile(pair[1]), sources))
+    for (name, _src), obj, number in zip(sources, objects, range(1, 9), strict=True):
+        data = np.array([1.5], dtype=np.float32)
+        LLVMProgram(name, obj)(data.ctypes.data)
+        assert data[0] == np.float32(1.5) * number

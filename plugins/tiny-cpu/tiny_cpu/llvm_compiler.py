@@ -112,6 +112,7 @@ class LLVMCompiler(Compiler):
         self.name = "llvmlite"
         self.flags = ("-O3", f"-mcpu={arch or _host_cpu()[0]}")
         self.machine = _target_machine(arch)
+        self.lock = threading.Lock()  # one target machine, so one emission at a time (ctypes lets threads overlap)
 
     def version(self) -> str:
         """llvmlite's and LLVM's versions, and the target CPU with its features."""
@@ -141,8 +142,9 @@ class LLVMCompiler(Compiler):
 
     def compile(self, src: str) -> bytes:
         """The relocatable object of LLVM IR `src`; CompileError with the IR when LLVM rejects it."""
-        module = self.optimized(src)
-        return bytes(self.machine.emit_object(module))
+        with self.lock:
+            module = self.optimized(src)
+            return bytes(self.machine.emit_object(module))
 
     def disassemble(self, lib: bytes) -> str:
         """Not available for an object file here: the optimized assembly comes from `assembly(src)`."""
@@ -150,7 +152,8 @@ class LLVMCompiler(Compiler):
 
     def assembly(self, src: str) -> str:
         """The host assembly of LLVM IR `src` after optimization (for DEBUG and tests)."""
-        return str(self.machine.emit_assembly(self.optimized(src)))
+        with self.lock:
+            return str(self.machine.emit_assembly(self.optimized(src)))
 
 
 def undefined_symbols(obj: bytes) -> list[str]:
