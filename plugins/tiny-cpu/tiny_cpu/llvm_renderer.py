@@ -101,6 +101,8 @@ class Pointer:
     gate: str | None
     element: DType
     elements: int
+    step: DType
+    """The buffer's own element type, which the index counts in (a pointer CAST changes only `element`)."""
 
 
 class LLVMRenderer(Renderer):
@@ -327,7 +329,7 @@ class LLVMWalk:
         index = self.value(uop.src[1]) if len(uop.src) > 1 else None
         index_type = llvm_type(uop.src[1].dtype) if len(uop.src) > 1 else "i32"
         gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element, elements)
+        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element, elements, element)
         self.names[uop] = self.value(buffer)
 
     def op_cast(self, uop: UOp) -> None:
@@ -337,7 +339,7 @@ class LLVMWalk:
             if pointer is None:
                 raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
             self.pointers[uop] = Pointer(pointer.buffer, pointer.index, pointer.index_type, pointer.gate,
-                                         uop.dtype.base, pointer.elements)
+                                         uop.dtype.base, pointer.elements, pointer.step)
             self.names[uop] = pointer.buffer
             return
         count = uop.dtype.count
@@ -561,8 +563,8 @@ class LLVMWalk:
     def address(self, pointer: Pointer, index: str | None) -> str:
         if index is None:
             return pointer.buffer
-        element = llvm_type(pointer.element.scalar, memory=True)
-        return self.assign(f"getelementptr {element}, ptr {pointer.buffer}, {pointer.index_type} {index}")
+        step = llvm_type(pointer.step, memory=True)
+        return self.assign(f"getelementptr {step}, ptr {pointer.buffer}, {pointer.index_type} {index}")
 
     def op_load(self, uop: UOp) -> None:
         pointer = self.pointer_of(uop.src[0])
