@@ -252,6 +252,36 @@ def test_fallback_warns_once_and_can_be_an_error(monkeypatch: pytest.MonkeyPatch
         torch.kthvalue(tiny(x), 2, 1)
 
 
+BACKWARD_ERROR_SCRIPT = """
+import torch, tiny_torch
+x = torch.randn(4, device="tiny", requires_grad=True)
+for name, run in (("backward", lambda: x.prod().backward()), ("grad", lambda: torch.autograd.grad(x.prod(), x))):
+    for threads in (True, False):
+        torch.autograd.set_multithreading_enabled(threads)
+        try:
+            run()
+        except NotImplementedError as error:
+            print(name, threads, "NotImplementedError", "prims.prod" in str(error), "TINY_TORCH_FALLBACK" in str(error))
+torch.autograd.set_multithreading_enabled(True)
+(x * 3).sum().backward()
+print("after", x.grad.cpu().tolist())
+"""
+
+
+def test_unmapped_operator_in_backward_raises_at_the_call() -> None:
+    # an exception inside the autograd engine used to abort the process, hence the subprocess
+    import os
+    import subprocess
+    import sys
+    output = subprocess.run([sys.executable, "-c", BACKWARD_ERROR_SCRIPT], capture_output=True, text=True,
+                            timeout=120, env={**os.environ, "TINY_TORCH_FALLBACK": "0"})
+    assert output.returncode == 0, output.stderr[-2000:]
+    lines = output.stdout.strip().splitlines()
+    assert lines[:4] == [f"{name} {threads} NotImplementedError True True" for name in ("backward", "grad")
+                         for threads in (True, False)]
+    assert lines[4] == "after [3.0, 3.0, 3.0, 3.0]"  # d(sum(3x))/dx: later passes still work
+
+
 def test_device_module() -> None:
     assert torch.tiny.is_available() and torch.tiny.device_count() >= 1
     torch.tiny.synchronize()

@@ -109,4 +109,7 @@ def register() -> None:
     for name, factory in tiny_torch.direct.FACTORIES.items():
         _LIBRARY.impl(name, factory, "PrivateUse1")
     import tiny_torch.ops  # noqa: F401
+    from tiny_torch.dispatch import run_backward_raising
+    if not getattr(torch.autograd._engine_run_backward, "tiny_torch_wrapped", False):
+        torch.autograd._engine_run_backward = run_backward_raising(torch.autograd._engine_run_backward)  # type: ignore[assignment]
     _REGISTERED = True

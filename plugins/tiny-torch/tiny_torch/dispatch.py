@@ -265,6 +265,50 @@ def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     return run_on_cpu(func, args, kwargs)
 
 
+BACKWARD_ERRORS: list[Exception] = []
+"""Exceptions raised by operators inside a backward pass, raised again on the caller's thread when it ends."""
+
+
+def defer_backward_error(func: torch._ops.OpOverload, args: tuple, kwargs: dict, error: Exception) -> object:
+    """Keep `error` for the end of the backward pass and return zero placeholders shaped like the operator's result.
+    PyTorch's autograd engine loses a Python backend's exception (the process aborts, or a SystemError without the
+    message), so the operator must return; the backward pass then raises `error` itself (see
+    run_backward_raising), so a gradient computed from a placeholder never reaches the user without that error
+    (.grad of a leaf may hold zeros after the failed pass)."""
+    meta = meta_result(func, args, kwargs)
+    if meta is None:
+        raise error
+    BACKWARD_ERRORS.append(error)
+    index = device_index((args, kwargs))
+
+    def placeholder(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            shape = tuple(int(extent) for extent in value.shape)
+            dtype = to_tiny_dtype(value.dtype)
+            zeros = Tensor.zeros(*shape, dtype=dtype, device=tinycore_device(index)) if shape else \
+                Tensor(0, dtype=dtype, device=tinycore_device(index))
+            return wrap(zeros, index)
+        return value
+    return tree_map(placeholder, meta)
+
+
+def run_backward_raising(engine_run_backward: Callable[..., object]) -> Callable[..., object]:
+    """Wrap PyTorch's entry to its autograd engine so that the first error an operator hit during the backward pass
+    is raised at the backward()/grad() call."""
+    def run_backward(*args: object, **kwargs: object) -> object:
+        BACKWARD_ERRORS.clear()
+        try:
+            result = engine_run_backward(*args, **kwargs)
+        finally:
+            errors = list(BACKWARD_ERRORS)
+            BACKWARD_ERRORS.clear()
+        if errors:
+            raise errors[0]
+        return result
+    run_backward.tiny_torch_wrapped = True  # type: ignore[attr-defined]
+    return run_backward
+
+
 def fallback_allowed() -> bool:
     """False when TINY_TORCH_FALLBACK=0 asks for an error instead of running unmapped operators on the CPU."""
     return os.environ.get("TINY_TORCH_FALLBACK", "1") != "0"

@@ -67,8 +67,15 @@ class TinyTensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         """Every aten operator on a tiny tensor arrives here (below autograd): see tiny_torch.dispatch."""
-        from tiny_torch.dispatch import dispatch
-        return dispatch(func, args, kwargs or {})
+        from tiny_torch.dispatch import defer_backward_error, dispatch
+        try:
+            return dispatch(func, args, kwargs or {})
+        except Exception as error:
+            if torch._C._current_graph_task_id() == -1:
+                raise
+            # an exception crossing PyTorch's autograd engine from a Python backend aborts the process, so it is
+            # kept and raised when backward() returns (see tiny_torch.dispatch.defer_backward_error)
+            return defer_backward_error(func, args, kwargs or {}, error)
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata: object,
                                             expected_type: type | None = None) -> TinyTensor:
