@@ -110,6 +110,7 @@ def register() -> None:
         _LIBRARY.impl(name, factory, "PrivateUse1")
     import tiny_torch.ops  # noqa: F401
     from tiny_torch.dispatch import run_backward_raising
-    if not getattr(torch.autograd._engine_run_backward, "tiny_torch_wrapped", False):
-        torch.autograd._engine_run_backward = run_backward_raising(torch.autograd._engine_run_backward)  # type: ignore[assignment]
+    engine_run_backward = torch.autograd._engine_run_backward
+    if not getattr(engine_run_backward, "tiny_torch_wrapped", False):
+        torch.autograd._engine_run_backward = run_backward_raising(engine_run_backward)  # type: ignore[assignment]
     _REGISTERED = True
