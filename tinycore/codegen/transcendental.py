@@ -13,7 +13,7 @@ import math
 import struct
 
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import FUSED, Ops
+from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
@@ -31,12 +31,6 @@ def _float(value: float) -> UOp:
 
 def _int(value: int) -> UOp:
     return UOp.const(I32, value)
-
-
-def _fused(left: UOp, right: UOp, addend: UOp) -> UOp:
-    """left * right + addend, with one rounding where the renderer has a fused multiply-add (a Horner step: one
-    rounding is only more accurate, and the bounds below hold for both)."""
-    return UOp(Ops.MULACC, left.dtype, (left, right, addend), FUSED)
 
 
 def _power_of_two(exponent: UOp) -> UOp:
@@ -57,7 +51,7 @@ def exp2_float32(x: UOp) -> UOp:
     fraction = clamped - whole
     polynomial = _float(_EXP2_COEFFICIENTS[-1])
     for coefficient in reversed(_EXP2_COEFFICIENTS[:-1]):
-        polynomial = _fused(polynomial, fraction, _float(coefficient))
+        polynomial = polynomial * fraction + _float(coefficient)
     exponent = whole.cast(I32)
     half = exponent >> _int(1)
     result = polynomial * _power_of_two(half) * _power_of_two(exponent - half)
@@ -97,7 +91,7 @@ def log2_float32(x: UOp) -> UOp:
     square = ratio * ratio
     series = _float(2 / 9)
     for coefficient in (2 / 7, 2 / 5, 2 / 3):
-        series = _fused(series, square, _float(coefficient))
+        series = series * square + _float(coefficient)
     series = series * square
     half_square = _float(0.5) * fraction * fraction
     high = ((fraction - half_square).bitcast(I32) & _int(-4096)).bitcast(F32)

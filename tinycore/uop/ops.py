@@ -125,12 +125,6 @@ class Ops(Enum):
     PRECAST = auto()
 
 
-FUSED = "fused"
-"""The arg of a MULACC that may round once (a fused multiply-add) where the renderer has one: only arithmetic that is
-at least as accurate with one rounding (the polynomials of codegen/transcendental.py) is marked so. A plain MULACC
-rounds the product and the sum separately, as numpy does."""
-
-
 class GroupOp:
     """Sets of Ops that rules and passes treat alike."""
 
