@@ -167,7 +167,8 @@ class Block:
         if valid is not None:
             # (batch, 1, 1, 1, S): padding is no key, except each padded query's own position, so that its softmax
             # has a finite term (its output is never read, but a NaN in the cache would spread through 0 * NaN)
-            usable = valid.shrink(((0, batch), (0, end))).unsqueeze(1).unsqueeze(1).unsqueeze(1)  # type: ignore[arg-type]
+            window = valid.shrink(((0, batch), (0, end)))  # type: ignore[arg-type]
+            usable = window.unsqueeze(1).unsqueeze(1).unsqueeze(1)
             if allowed is not None:
                 usable = usable | (key_positions == query_positions)
             allowed = usable if allowed is None else allowed & usable

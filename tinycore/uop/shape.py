@@ -190,7 +190,8 @@ class ShapeMixin:
             return self  # type: ignore[return-value]
         if all(size.__class__ is int for size in new_shape) and all(size.__class__ is int for size in current):
             # plain int shapes (the common case), checked without the symbolic-size branches below
-            assert all(size >= 0 for size in new_shape), f"reshape to negative size {new_shape}"  # type: ignore[operator]
+            negative = any(size < 0 for size in new_shape)  # type: ignore[operator]
+            assert not negative, f"reshape to negative size {new_shape}"
             assert prod(new_shape) == prod(current), f"reshape from {current} to {new_shape} changes the size"
             return self._new(Ops.RESHAPE, new_shape)
         assert all(not _is_int(size) or size >= 0 for size in new_shape), f"reshape to negative size {new_shape}"
