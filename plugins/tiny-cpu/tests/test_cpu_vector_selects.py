@@ -109,6 +109,29 @@ def test_vector_casts_are_whole_vector_conversions() -> None:
     assert any("__builtin_convertvector" in source for source in sources), sources
 
 
+_NARROW = {dtypes.uint8: np.uint8, dtypes.int8: np.int8, dtypes.uint16: np.uint16, dtypes.int16: np.int16}
+_WIDE = {dtypes.int32: np.int32, dtypes.uint32: np.uint32, dtypes.int16: np.int16, dtypes.float32: np.float32,
+         dtypes.float64: np.float64}
+
+
+_WIDENING = [(source, target) for source in _NARROW for target in _WIDE
+             if target.itemsize > source.itemsize or dtypes.is_float(target)]
+
+
+@pytest.mark.parametrize("source,target", _WIDENING, ids=str)
+def test_widening_vector_casts_match_numpy(source: DType, target: DType) -> None:
+    """Narrow integers widened in vectors (lane literals, converted as a whole to floats): the narrow type's
+    extremes and a spread between, as numpy converts them."""
+    kind = _NARROW[source]
+    info = np.iinfo(kind)
+    values = np.concatenate([np.array([info.min, info.max, 0, 1, info.max // 2 + 1], dtype=np.int64),
+                             np.random.default_rng(3).integers(info.min, int(info.max) + 1, 123)]).astype(kind)
+    result = Tensor(values).cast(target) + Tensor.ones(len(values), dtype=target)
+    with np.errstate(over="ignore"):
+        expected = values.astype(_WIDE[target]) + _WIDE[target](1)
+    np.testing.assert_array_equal(result.numpy(), expected)
+
+
 def test_bitcast_of_vectors() -> None:
     values = _values(9)
     result = Tensor(values).bitcast(dtypes.int32) ^ 0x80000000 - 2**32

@@ -104,6 +104,23 @@ class CWalk(CStyleWalk):
             branches.append(self.expression(vector))
         return f"({self.expression(condition)}?{branches[0]}:{branches[1]})"
 
+    def vector_cast(self, source: UOp, dtype: DType) -> str | None:
+        """Widening a vector of 8- or 16-bit integers as a literal of its lanes: gcc 12 compiles
+        __builtin_convertvector(uchar8, int8) one byte at a time (about 20 instructions), the lane literal as one
+        vpmovzxbd. To float, the lanes widen to int32 first and convert as a whole vector."""
+        from_dtype = source.dtype
+        if dtypes.is_int(from_dtype.scalar) and from_dtype.scalar != dtypes.bool and from_dtype.scalar.itemsize < 4:
+            if dtypes.is_int(dtype.scalar) and dtype.scalar.itemsize > from_dtype.scalar.itemsize:
+                return None  # the base walk's lane-by-lane literal
+            if dtypes.is_float(dtype.scalar) and dtype.scalar in (dtypes.float32, dtypes.float64):
+                wide = dtypes.int32.vec(dtype.count)
+                self.note(wide)
+                lanes = [self.scalar_cast(self.lane(source, lane), from_dtype.scalar, dtypes.int32)
+                         for lane in range(dtype.count)]
+                return f"__builtin_convertvector({self.renderer.render_vector(wide, lanes)}, " \
+                       f"{self.renderer.render_dtype(dtype)})"
+        return super().vector_cast(source, dtype)
+
     def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
         """GCC's __atomic builtins: fetch-add for integer sums, else a compare-exchange loop over the combine (the
         generic builtins compare bytes, so floats, halves and bfloat16 bits work alike)."""
