@@ -127,13 +127,14 @@ lib = bytes(gpu.view(start, gpu.extent(start)))
 _uops, cubin = unpack_mock_binary(lib)
 name = next(section[6:] for section in _sections(cubin) if section.startswith(".text."))
 image = kernel_image(cubin, name)
-registers = layout.get(gpu.last_qmd, "REGISTER_COUNT") == image.registers > 0 if layout.major_version == 4 else None
+registers = layout.get(gpu.last_qmd, "REGISTER_COUNT" if layout.major_version == 4 else "REGISTER_COUNT_V")
+registers = registers == image.registers > 0
 print(numpy.abs(result - numpy.maximum(a @ b, 0) * 3).max() < 1e-4, layout.major_version, registers,
       address == start + 16 + int.from_bytes(lib[8:12], "little") + image.text_offset)  # header, program, CUBIN
 """
 
 
-@pytest.mark.parametrize(("dev", "expected"), [("MOCK+NV", "True 4 True True"), ("MOCK+NV::sm_80", "True 3 None True")])
+@pytest.mark.parametrize(("dev", "expected"), [("MOCK+NV", "True 4 True True"), ("MOCK+NV::sm_80", "True 3 True True")])
 def test_tensor_program_runs_through_the_kernel_driver_interface(dev: str, expected: str) -> None:
     """A matmul with relu compiled by NVRTC runs on DEV=MOCK+NV through the kernel driver interface: the answer is
     numpy's, the QMD is V04 on Hopper (V03 for sm_80) with the CUBIN's register count, and the program address
@@ -186,18 +187,26 @@ def test_batched_bfloat16_tensor_core_matmul_runs_through_qmds() -> None:
 
 
 WRONG_QMD_SCRIPT = """
+import dataclasses
 import sys
 import numpy
 from tinycore import Tensor
 import tiny_nv.nv_hcq as nv_hcq
+from tiny_nv import nvcmd
 loaded = nv_hcq.NVQueueProgram.__init__
 def wrong(self, device, name, lib):
     loaded(self, device, name, lib)
     if sys.argv[1] == "registers":
-        self.register_count += 1
-    else:
+        self.resources = dataclasses.replace(self.resources, registers=self.resources.registers + 1)
+    elif sys.argv[1] == "parameters":
         self.parameters_size -= 16
+    elif sys.argv[1] == "window":
+        device.gpu.shared_window += 0x1000
 nv_hcq.NVQueueProgram.__init__ = wrong
+if sys.argv[1] == "stack":
+    nvcmd.STACK_TOP = nvcmd.LOCAL_WINDOW_SPAN + 0x100  # above the thread's local window
+if sys.argv[1] == "carveout":
+    nvcmd.SHARED_CARVEOUTS_KIB[90] = (0, 1)  # a configuration too small for the block and the system's reserve
 try:
     (Tensor(numpy.ones((4, 4), numpy.float32)) * 3).numpy()
 except Exception as error:
@@ -206,10 +215,15 @@ except Exception as error:
 
 
 @pytest.mark.parametrize(("change", "message"), [("registers", "registers, the kernel uses"),
-                                                 ("parameters", "the kernel's parameters end at")])
+                                                 ("parameters", "the kernel's parameters end at"),
+                                                 ("window", "gives the shared memory window as"),
+                                                 ("stack", "is not inside the thread's high local memory"),
+                                                 ("carveout", "do not hold the block's")])
 def test_the_mock_gpu_refuses_a_qmd_that_does_not_fit_the_kernel(change: str, message: str) -> None:
-    """A QMD whose register count differs from the CUBIN's, or whose constant buffer 0 does not cover the
-    parameters, is refused by the simulated GPU (it would fault or compute garbage on hardware)."""
+    """A QMD whose register count differs from the CUBIN's, whose constant buffer 0 does not cover the parameters,
+    whose constant buffer 0 head gives a shared memory window other than the compute class's or a stack pointer
+    outside the thread's local memory, or whose SM shared memory configuration cannot hold the block, is refused by
+    the simulated GPU (it would fault or compute garbage on hardware)."""
     environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
     result = subprocess.run([sys.executable, "-c", WRONG_QMD_SCRIPT, change], capture_output=True, text=True,
                             env=environment, timeout=300)

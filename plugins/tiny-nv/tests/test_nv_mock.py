@@ -8,10 +8,9 @@ import subprocess
 import sys
 import types
 
-import numpy
 import pytest
 from tiny_nv import nvcmd
-from tiny_nv.mock import MockGPU, MockInterface
+from tiny_nv.mock import MockGPU
 from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
 
 
@@ -70,28 +69,42 @@ def test_copy_engine_moves_bytes_and_faults_outside_memory() -> None:
         NVCopyQueue().copy(destination + 500, source, 900).submit(Channel(gpu, gpu, "faulting"))
 
 
-def test_kernel_launch_through_a_qmd() -> None:
-    from nv_kernels import CASES, case_kernels
-    from tiny_nv.mock import MockCompiler
-    from tiny_nv.renderer import CUDARenderer
+LAUNCH_SCRIPT = """
+import numpy
+from nv_kernels import CASES, case_kernels
+from tiny_nv.mock import MockCompiler
+from tiny_nv.nv_hcq import NVQueueProgram
+from tiny_nv.renderer import CUDARenderer
+from tinycore.codegen import lower_to_program
+from tinycore.device.registry import Device
+device = Device["NV"]
+case = next(case for case in CASES if case.name == "reduce")
+inputs, ordered, items = case_kernels(case, numpy.random.default_rng(3))
+program = lower_to_program(items[0].ast, CUDARenderer("sm_90", embed_program=True))
+kernel = NVQueueProgram(device, program.function_name, MockCompiler("sm_90").compile(program.src))
+output, data = device.allocator.alloc(3 * 4), device.allocator.alloc(ordered[0].nbytes)
+device.allocator._copyin(data, memoryview(ordered[0]).cast("B"))
+global_size, local_size = program.launch_dims({})
+seconds = kernel(output, data, global_size=global_size, local_size=local_size, wait=True)
+result = numpy.empty(3, numpy.float32)
+device.allocator._copyout(memoryview(result).cast("B"), output)
+print(bool(numpy.abs(result - case.reference(*inputs)).max() < 1e-3), seconds is not None and seconds >= 0)
+try:
+    kernel(output, data, global_size=(global_size[0] + 1, 1, 1), local_size=local_size, wait=True)
+except ValueError as error:
+    print(str(error).splitlines()[-1])
+"""
 
-    from tinycore.codegen import lower_to_program
-    case = next(case for case in CASES if case.name == "reduce")
-    inputs, ordered, items = case_kernels(case, numpy.random.default_rng(3))
-    program = lower_to_program(items[0].ast, CUDARenderer("sm_90", embed_program=True))
-    interface = MockInterface("NV")
-    kernel = interface.load(program.function_name, MockCompiler("sm_90").compile(program.src))
-    output = interface.allocator.alloc(3 * 4)
-    data = interface.allocator.alloc(ordered[0].nbytes)
-    interface.allocator.copyin(data, memoryview(ordered[0]).cast("B"))
-    global_size, local_size = program.launch_dims({})
-    seconds = kernel(output, data, global_size=global_size, local_size=local_size, wait=True)
-    result = numpy.empty(3, numpy.float32)
-    interface.allocator.copyout(memoryview(result).cast("B"), output)
-    numpy.testing.assert_allclose(result, case.reference(*inputs), rtol=1e-4)
-    assert seconds is not None and seconds >= 0 and interface.gpu.launches == 1
-    with pytest.raises(ValueError, match="the kernel was made for"):
-        kernel(output, data, global_size=(global_size[0] + 1, 1, 1), local_size=local_size)
+
+def test_kernel_launch_through_a_qmd() -> None:
+    """A reduce kernel launched through a QMD on the simulated GPU behind the simulated kernel driver gives numpy's
+    answer and a kernel time; a QMD whose grid is not the one the kernel was made for is refused."""
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu",
+                   "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-c", LAUNCH_SCRIPT], capture_output=True, text=True, env=environment,
+                            timeout=300)
+    lines = result.stdout.strip().splitlines()
+    assert lines[:1] == ["True True"] and "the kernel was made for" in lines[-1], result.stdout + result.stderr[-3000:]
 
 
 SCRIPT = """
@@ -172,7 +185,9 @@ def test_symbolic_launch_sizes_are_written_into_the_qmd_at_submit() -> None:
 
     class Program:
         program_address, shared_bytes, parameters_size, register_count = 0x1234_5600, 0, 0x170, 0
-        device = types.SimpleNamespace(qmd=nvcmd.QMD_V03)
+        resources = nvcmd.LaunchResources(sm=80)
+        device = types.SimpleNamespace(qmd=nvcmd.QMD_V03, gpu=types.SimpleNamespace(
+            shared_window=0xFE000000, local_window=0x7293_0000_0000))
 
     class Device:
         device, submissions, gpu = "NV", 0, MockGPU()
@@ -193,3 +208,6 @@ def test_symbolic_launch_sizes_are_written_into_the_qmd_at_submit() -> None:
         queue.submit(device, {width: 21})  # nothing is mapped at the program address: the GPU faults on the launch
     assert nvcmd.qmd_get(qmd, "CTA_RASTER_WIDTH") == 42 and nvcmd.qmd_get(qmd, "CTA_THREAD_DIMENSION0") == 32
     assert nvcmd.qmd_get(qmd, "PROGRAM_ADDRESS_LOWER") == 0x1234_5600
+    # constant buffer 0's head (after the QMD) carries the same launch sizes: gridDim.x written at submit
+    head = device.gpu.view(block + nvcmd.QMD_BYTES, 0x30).cast("I")
+    assert list(head[:6]) == [32, 1, 1, 42, 1, 1] and head[nvcmd.CB0_STACK_TOP // 4] == nvcmd.STACK_TOP

@@ -137,7 +137,13 @@ SHADER_LOCAL_MEMORY_WINDOW = 0x729300000000
 """Where generic addresses fall into a thread's local memory (a window, not memory: no allocation backs it)."""
 SHARED_MEMORY_WINDOW_HOPPER, SHARED_MEMORY_WINDOW_AMPERE = 0x729400000000, 0xFE000000
 """Where generic addresses fall into a block's shared memory."""
-LOCAL_MEMORY_PER_TPC = 0x10000
+LOCAL_MEMORY_PER_THREAD = 0x1000
+"""Local memory (stack, with its reserve) each thread can have: the QMD's high local memory size is at most this."""
+THREADS_PER_TPC = 2 * 2048
+"""Two SMs a TPC, up to 2048 resident threads an SM (sm_80 to sm_90): the local memory one TPC needs at most."""
+LOCAL_MEMORY_PER_TPC = LOCAL_MEMORY_PER_THREAD * THREADS_PER_TPC
+TPC_SLOTS = 72
+"""TPCs the local memory is sized for: the most any supported GPU has (GH100 and AD102: 72)."""
 
 
 class NVKernelGPU:
@@ -175,6 +181,9 @@ class NVKernelGPU:
             raise RuntimeError(f"{name}: GPU architecture {arch.architecture:#x} is not Ampere, Ada or Hopper, the "
                                "ones this interface drives; use DEV=CUDA+NV")
         self.hopper = self.sm >= 90
+        self.shared_window = SHARED_MEMORY_WINDOW_HOPPER if self.hopper else SHARED_MEMORY_WINDOW_AMPERE
+        self.local_window = SHADER_LOCAL_MEMORY_WINDOW
+        self.local_bytes_per_thread = LOCAL_MEMORY_PER_THREAD
         self.qmd = nvcmd.QMD_V04 if self.hopper else nvcmd.QMD_V03
         self.compute_class = rmapi.HOPPER_COMPUTE_A if self.hopper else (
             rmapi.ADA_COMPUTE_A if self.sm == 89 else rmapi.AMPERE_COMPUTE_B)
@@ -344,16 +353,17 @@ class NVKernelGPU:
     def _set_up_compute(self) -> None:
         """Bind the compute class's local and shared memory windows and its local memory (what every launch
         needs before the first QMD)."""
-        local_bytes = LOCAL_MEMORY_PER_TPC * 128
+        local_bytes = LOCAL_MEMORY_PER_TPC * TPC_SLOTS
         self.local_memory = self.allocate(local_bytes, "shader local memory")
         header, sub = nvcmd.method_header, nvcmd.SUBCHANNEL_COMPUTE
-        shared = SHARED_MEMORY_WINDOW_HOPPER if self.hopper else SHARED_MEMORY_WINDOW_AMPERE
-        words = [header(sub, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, 2), SHADER_LOCAL_MEMORY_WINDOW >> 32,
-                 SHADER_LOCAL_MEMORY_WINDOW & 0xFFFFFFFF,
+        shared = self.shared_window
+        words = [header(sub, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, 2), self.local_window >> 32,
+                 self.local_window & 0xFFFFFFFF,
                  header(sub, nvcmd.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A, 2), shared >> 32, shared & 0xFFFFFFFF,
                  header(sub, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_A, 2), self.local_memory >> 32,
                  self.local_memory & 0xFFFFFFFF,
-                 header(sub, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), 0, LOCAL_MEMORY_PER_TPC, 0xFF]
+                 header(sub, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A, 3), LOCAL_MEMORY_PER_TPC >> 32,
+                 LOCAL_MEMORY_PER_TPC & 0xFFFFFFFF, 0xFF]
         self.channels["compute"].submit(words)
 
     def ring(self, channel: Channel) -> None:

@@ -1,4 +1,4 @@
-"""The MOCK interface (DEV=MOCK+NV): a simulated NVIDIA GPU in Python, driven through the NV queues.
+"""The simulated NVIDIA GPU behind DEV=MOCK+NV (its kernel driver is tiny_nv.mock_driver; there is one path).
 
 MockGPU owns a GPU virtual address space backed by host memory. When a channel's doorbell rings it reads the
 channel's GPFIFO entries between GP_GET and GP_PUT, decodes the pushbuffer words each points at, and executes the
@@ -7,36 +7,35 @@ satisfied yet and resumes there when a doorbell rings again), copy-engine transf
 gives the grid, the program address and constant buffer 0; the program is the kernel's linear program (packed next
 to its CUBIN by MockCompiler) run by the core's interpreter on the buffers at the addresses in constant buffer 0.
 
-This proves the host side (queue encoding, argument blocks, signals, memory handling) in CI; it says nothing about
-the CUBIN, which the NVRTC compile checks cover.
+Before it runs a launch it checks what hardware would depend on: the QMD against the kernel's CUBIN (code address,
+registers, shared memory and SM configurations, constant banks and their relocations) and constant buffer 0's head
+against the compute class's windows and local memory. This proves the host side (queue encoding, argument blocks,
+signals, memory handling) in CI; it says nothing about what the CUBIN computes, which only a GPU can.
 """
 from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Sequence
 from typing import Any
 
 from tiny_nv import nvcmd
-from tiny_nv.nvqueue import Channel, NVComputeQueue, NVCopyQueue, NVSignal
+from tiny_nv.kernel_driver import THREADS_PER_TPC
+from tiny_nv.nvqueue import Channel
 from tinycore.codegen.interpreter import Program
-from tinycore.device.allocator import BufferSpec, LRUAllocator
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.hcq.mock import (
-    ALIGNMENT,
     MockBuffer,
     MockMemory,
     embed_program,
     pack_mock_binary,
     program_from_source,
     run_kernel,
-    shared_bytes,
     unpack_mock_binary,
 )
 from tinycore.uop.ops import Ops
 
-__all__ = ["MockBuffer", "MockCompiler", "MockGPU", "MockInterface", "embed_program", "open_mock", "pack_mock_binary",
-           "run_kernel", "unpack_mock_binary"]
+__all__ = ["MockBuffer", "MockCompiler", "MockGPU", "embed_program", "pack_mock_binary", "run_kernel",
+           "unpack_mock_binary"]
 
 _BOUND_CLASS = 1 << 20
 """Register key (plus the subchannel) of the class SET_OBJECT bound."""
@@ -87,6 +86,9 @@ class MockGPU(MockMemory):
         self.running = False
         self.last_qmd = b""  # the QMD of the latest launch (tests read its fields)
         self.images: dict[int, Any] = {}  # program address -> the CUBIN facts of the kernel there
+        self.cubins: dict[int, bytes] = {}  # program address -> the CUBIN of the kernel there
+        self.checked_globals: set[int] = set()  # program addresses whose device globals were checked
+        self.sm: int | None = None  # the architecture the kernel driver reports (None: not through a driver)
 
     # ---- channels ----
 
@@ -141,8 +143,8 @@ class MockGPU(MockMemory):
 
     def _bound_class(self, channel: Channel, registers: dict[int, int], subchannel: int, kinds: tuple[int, ...],
                      what: str) -> int | None:
-        """The class SET_OBJECT bound to `subchannel` on a channel the kernel driver made (None on the plain
-        channels of MockInterface, which bind no classes)."""
+        """The class SET_OBJECT bound to `subchannel` on a channel the kernel driver made (None on a bare channel,
+        which tests of the command format make without a driver)."""
         if getattr(channel, "classes", None) is None:
             return None
         bound = registers.get(_BOUND_CLASS + subchannel)
@@ -167,7 +169,8 @@ class MockGPU(MockMemory):
             if method.value != nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE:
                 raise ValueError(f"{self.name}: unknown PCAS action {method.value}")
             bound = self._bound_class(channel, registers, method.subchannel, _COMPUTE_CLASSES, "compute")
-            self._launch(registers.get(nvcmd.NVC6C0_SEND_PCAS_A + (nvcmd.SUBCHANNEL_COMPUTE << 16), 0) << 8, bound)
+            self._launch(registers.get(nvcmd.NVC6C0_SEND_PCAS_A + (nvcmd.SUBCHANNEL_COMPUTE << 16), 0) << 8, bound,
+                         registers)
             return True
         if method.subchannel == nvcmd.SUBCHANNEL_COPY and method.method == nvcmd.NVC6B5_LAUNCH_DMA:
             self._bound_class(channel, registers, method.subchannel, _COPY_CLASSES, "copy")
@@ -216,7 +219,8 @@ class MockGPU(MockMemory):
                 registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_B + copy, 0)
             self.view(address, 4).cast("I")[0] = registers.get(nvcmd.NVC6B5_SET_SEMAPHORE_PAYLOAD + copy, 0)
 
-    def _launch(self, qmd_address: int, bound_class: int | None = None) -> None:
+    def _launch(self, qmd_address: int, bound_class: int | None = None,
+                registers: dict[int, int] | None = None) -> None:
         major = nvcmd.qmd_get(self.view(qmd_address, nvcmd.QMD_BYTES), "QMD_MAJOR_VERSION")
         layout = nvcmd.qmd_layout(major)
         if bound_class is not None and (major == 4) != (bound_class == nvcmd.HOPPER_COMPUTE_A):
@@ -231,9 +235,43 @@ class MockGPU(MockMemory):
             program = self.programs[program_address] = self._load_program(program_address)
         self._check_launch(program, grid, block)
         self._check_qmd(layout, qmd, program_address, program)
+        if bound_class is not None:  # a channel of the kernel driver's: its compute class has its memory windows
+            self._check_driver_constants(layout, qmd, constants, grid, block, registers or {},
+                                         self.images.get(program_address))
         run_kernel(self, program, constants + layout.arguments_offset)
         self.launches += 1
         self.last_qmd = bytes(qmd)
+
+    def _check_driver_constants(self, layout: nvcmd.QMDLayout, qmd: memoryview, constants: int, grid: list[int],
+                                block: list[int], registers: dict[int, int], image: Any) -> None:
+        """Constant buffer 0's head as the compiled code reads it (c[0x0][0x0] to [0x2c]): the launch sizes, the
+        shared and local memory windows the channel's compute class was given, and a stack pointer whose stack lies
+        inside the thread's local memory (the QMD's high local size, within what the class's local memory holds)."""
+        head = self.view(constants, nvcmd.CB0_STACK_TOP + 4)
+        sizes = struct.unpack_from("<6I", head, nvcmd.CB0_BLOCK_DIM)
+        if list(sizes) != block + grid:
+            raise ValueError(f"{self.name}: constant buffer 0 says block {list(sizes[:3])} and grid "
+                             f"{list(sizes[3:])}, the QMD launches {block} and {grid}")
+        compute = nvcmd.SUBCHANNEL_COMPUTE << 16
+
+        def wide(method: int) -> int:
+            return (registers.get(method + compute, 0) << 32) | registers.get(method + 4 + compute, 0)
+        for offset, method, what in ((nvcmd.CB0_SHARED_WINDOW, nvcmd.NVC6C0_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+                                      "shared"),
+                                     (nvcmd.CB0_LOCAL_WINDOW, nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_WINDOW_A, "local")):
+            window = wide(method)
+            if window == 0 or struct.unpack_from("<Q", head, offset)[0] != window:
+                raise ValueError(f"{self.name}: constant buffer 0 gives the {what} memory window as "
+                                 f"{struct.unpack_from('<Q', head, offset)[0]:#x}, the compute class has {window:#x}")
+        stack_top = struct.unpack_from("<I", head, nvcmd.CB0_STACK_TOP)[0]
+        high = layout.get(qmd, "SHADER_LOCAL_MEMORY_HIGH_SIZE")
+        per_thread = wide(nvcmd.NVC6C0_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A) // THREADS_PER_TPC
+        stack = image.stack_bytes if image is not None else 0
+        if not nvcmd.LOCAL_WINDOW_SPAN - high <= stack_top - stack <= stack_top <= nvcmd.LOCAL_WINDOW_SPAN or \
+                high > per_thread:
+            raise ValueError(f"{self.name}: the stack ({stack} bytes below {stack_top:#x}) is not inside the thread's "
+                             f"high local memory ({high} bytes at the top of the window; the class's local memory "
+                             f"holds {per_thread} a thread)")
 
     def _load_program(self, program_address: int) -> Program:
         """The interpreter program of the code object at `program_address`, or of the one whose CUBIN's text the
@@ -255,6 +293,7 @@ class MockGPU(MockMemory):
             raise ValueError(f"{self.name}: the QMD's program address {program_address:#x} is not the start of a "
                              "kernel's code in the upload")
         self.images[program_address] = image
+        self.cubins[program_address] = bytes(cubin)
         return WarpProgram(uops)
 
     def _check_qmd(self, layout: nvcmd.QMDLayout, qmd: memoryview, program_address: int, program: Program) -> None:
@@ -266,15 +305,61 @@ class MockGPU(MockMemory):
             qmd, "CONSTANT_BUFFER_SIZE_SHIFTED4_0")
         if size < needed:
             raise ValueError(f"{self.name}: constant buffer 0 is {size} bytes, the kernel's parameters end at {needed}")
+        if not (layout.get(qmd, "CONSTANT_BUFFER_INVALIDATE0") and layout.get(qmd, "INVALIDATE_SHADER_CONSTANT_CACHE")):
+            raise ValueError(f"{self.name}: a QMD that does not invalidate the constant cache: its constant buffer 0 "
+                             "sits in reused argument memory, a real SM could read an earlier launch's parameters")
         image = self.images.get(program_address)
         if image is None:
             return
-        if layout.major_version == 4 and layout.get(qmd, "REGISTER_COUNT") != image.registers:
-            raise ValueError(f"{self.name}: the QMD gives {layout.get(qmd, 'REGISTER_COUNT')} registers, the kernel "
-                             f"uses {image.registers}")
+        field = "REGISTER_COUNT" if layout.major_version == 4 else "REGISTER_COUNT_V"
+        if layout.get(qmd, field) != image.registers:
+            raise ValueError(f"{self.name}: the QMD gives {layout.get(qmd, field)} registers, the kernel uses "
+                             f"{image.registers}")
         if layout.get(qmd, "SHARED_MEMORY_SIZE") < image.shared_bytes:
             raise ValueError(f"{self.name}: the QMD gives {layout.get(qmd, 'SHARED_MEMORY_SIZE')} bytes of shared "
                              f"memory, the kernel declares {image.shared_bytes}")
+        low, target, high = (layout.get(qmd, f"{name}_SM_CONFIG_SHARED_MEM_SIZE") for name in ("MIN", "TARGET", "MAX"))
+        largest = nvcmd.SHARED_CARVEOUTS_KIB.get(self.sm or 0, (228,))[-1]
+        needed = layout.get(qmd, "SHARED_MEMORY_SIZE") + nvcmd.SHARED_RESERVED_PER_BLOCK
+        if not 0 < low <= target <= high <= nvcmd.sm_config_value(largest) or (target - 1) * 4096 < needed:
+            raise ValueError(f"{self.name}: SM shared memory configurations min {low}, target {target}, max {high} "
+                             f"(4 KiB units + 1) do not hold the block's {needed} bytes within sm_{self.sm}'s "
+                             f"{largest} KiB")
+        self._check_constant_banks(layout, qmd, program_address)
+
+    def _check_constant_banks(self, layout: nvcmd.QMDLayout, qmd: memoryview, program_address: int) -> None:
+        """Each constant bank of the kernel's CUBIN besides 0 bound by the QMD with the CUBIN's bytes, its relocated
+        words holding the GPU address of their symbol, whose memory holds the symbol's initial bytes (checked at the
+        kernel's first launch; later launches may have changed device globals)."""
+        from tiny_nv.cubin import module_data
+        cubin = self.cubins.get(program_address)
+        if cubin is None:
+            return
+        data = module_data(cubin)
+        relocated = {(relocation.target, relocation.offset): relocation for relocation in data.relocations}
+        for name, contents in data.contents.items():
+            if not name.startswith(".nv.constant"):
+                continue
+            bank = int(name[len(".nv.constant"):])
+            bound = layout.constant_bank(qmd, bank)
+            if bound is None or bound[1] < len(contents):
+                raise ValueError(f"{self.name}: the kernel reads constant bank {bank} ({len(contents)} bytes), the QMD "
+                                 f"binds {'nothing' if bound is None else f'{bound[1]} bytes'} there")
+            seen = bytearray(self.view(bound[0], len(contents)))
+            for (target, offset), relocation in relocated.items():
+                if target != name:
+                    continue
+                width = 8 if relocation.kind == 2 else 4
+                address = int.from_bytes(seen[offset:offset + width], "little")
+                symbol_bytes = data.contents[relocation.symbol_section][relocation.symbol_value + relocation.addend:]
+                if program_address not in self.checked_globals and \
+                        bytes(self.view(address, len(symbol_bytes))) != symbol_bytes:
+                    raise ValueError(f"{self.name}: constant bank {bank} at {offset:#x} points at {address:#x}, "
+                                     f"which does not hold the data of its symbol in {relocation.symbol_section}")
+                seen[offset:offset + width] = contents[offset:offset + width]
+            if bytes(seen) != contents:
+                raise ValueError(f"{self.name}: constant bank {bank} does not hold the CUBIN's {name}")
+        self.checked_globals.add(program_address)
 
     def _check_launch(self, program: Program, grid: list[int], block: list[int]) -> None:
         """The QMD's grid and block must be the sizes the program's thread indices were made for."""
@@ -287,142 +372,3 @@ class MockGPU(MockMemory):
             if launched != size.arg:
                 raise ValueError(f"{self.name}: the QMD launches {launched} along {label}, the kernel was made for "
                                  f"{size.arg}")
-
-
-class MockAllocator(LRUAllocator):
-    """GPU memory on the MOCK GPU; host copies go through a staging buffer and the copy engine, as on the GPU."""
-
-    def __init__(self, device: str, interface: MockInterface):
-        super().__init__(device)
-        self.interface = interface
-
-    def _alloc(self, size: int, options: BufferSpec | None) -> MockBuffer:
-        if size > self.interface.memory_bytes:
-            raise MemoryError(f"{size} bytes is more than the MOCK GPU's {self.interface.memory_bytes} bytes")
-        return MockBuffer(self.interface.gpu.allocate(size, f"buffer of {size} bytes"), size)
-
-    def _free(self, opaque: MockBuffer, size: int, options: BufferSpec | None) -> None:
-        self.interface.gpu.free(opaque.address)
-
-    def _copyin(self, dest: MockBuffer, src: memoryview) -> None:
-        interface = self.interface
-        staging = interface.gpu.allocate(src.nbytes, "staging")
-        interface.gpu.view(staging, src.nbytes)[:] = src.cast("B")
-        interface.copy(dest.address, staging, src.nbytes)
-        interface.gpu.free(staging)
-
-    def _copyout(self, dest: memoryview, src: MockBuffer) -> None:
-        interface = self.interface
-        staging = interface.gpu.allocate(dest.nbytes, "staging")
-        interface.copy(staging, src.address, dest.nbytes)
-        dest.cast("B")[:] = interface.gpu.view(staging, dest.nbytes)
-        interface.gpu.free(staging)
-
-    def _offset(self, opaque: MockBuffer, size: int, offset: int) -> MockBuffer:
-        return MockBuffer(opaque.address + offset, size, opaque)
-
-
-class MockProgram:
-    """A kernel uploaded to the MOCK GPU; a call writes its parameters and QMD and submits a compute queue."""
-
-    def __init__(self, interface: MockInterface, name: str, lib: bytes):
-        self.interface, self.name = interface, name
-        uops, _cubin = unpack_mock_binary(lib)
-        self.buffer_count = sum(1 for uop in uops if uop.op is Ops.DEFINE_GLOBAL)
-        self.variable_count = len({uop.arg[0] for uop in uops if uop.op is Ops.DEFINE_VAR})
-        self.shared_bytes = shared_bytes(uops)
-        self.address = interface.gpu.allocate(len(lib), f"code of {name}")
-        interface.gpu.view(self.address, len(lib))[:] = lib
-
-    def __call__(self, *buffers: MockBuffer, global_size: Sequence[int] = (1, 1, 1),
-                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        interface = self.interface
-        if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
-            raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "
-                            f"got {len(buffers)} and {len(vals)}")
-        if any(int(size) == 0 for size in global_size):
-            return 0.0 if wait else None
-        parameters = struct.pack(f"<{len(buffers)}Q{len(vals)}i", *(buffer.address for buffer in buffers),
-                                 *(int(value) for value in vals))
-        constants_size = nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET + len(parameters)
-        qmd_address = interface.kernel_arguments(nvcmd.QMD_BYTES + constants_size)
-        constants = qmd_address + nvcmd.QMD_BYTES
-        interface.gpu.view(constants + nvcmd.CONSTANT_BUFFER_ARGUMENTS_OFFSET, len(parameters))[:] = parameters
-        queue = NVComputeQueue()
-        start = end = None
-        if wait:
-            start, end = interface.scratch_signals
-            queue.timestamp(start)
-        queue.exec(self.address, qmd_address, interface.gpu.view(qmd_address, nvcmd.QMD_BYTES), constants,
-                   constants_size, global_size, local_size or (1, 1, 1), self.shared_bytes)
-        if end is not None:
-            queue.timestamp(end)
-        queue.signal(interface.timeline, interface.next_timeline_value())
-        queue.submit(interface.compute)
-        if start is None or end is None:
-            return None
-        interface.synchronize()
-        return max(end.timestamp - start.timestamp, 0.0) / 1e6
-
-
-class MockInterface:
-    """The MOCK GPU behind one NV device: a compute and a copy channel, the timeline signal, kernel arguments."""
-
-    name = "MOCK"
-    memory_bytes = 1 << 34  # what the simulated GPU reports (16 GiB); host memory backs what is used
-    kernel_argument_bytes = 1 << 20
-
-    def __init__(self, device: str):
-        self.device = device
-        self.gpu = MockGPU(f"MOCK {device}")
-        self.compute = Channel(self.gpu, self.gpu, f"{device} compute")
-        self.copy_channel = Channel(self.gpu, self.gpu, f"{device} copy")
-        self.timeline = NVSignal(self.gpu, 0, "timeline")
-        self.timeline_value = 1
-        self.scratch_signals = (NVSignal(self.gpu, 0, "kernel start"), NVSignal(self.gpu, 0, "kernel end"))
-        self.arguments = self.gpu.allocate(self.kernel_argument_bytes, "kernel arguments")
-        self.arguments_offset = 0
-        self.allocator = MockAllocator(device, self)
-
-    @property
-    def description(self) -> str:
-        """What this is."""
-        return f"{self.device} = the MOCK GPU (simulated in Python; kernels run in tinycore's interpreter)"
-
-    def next_timeline_value(self) -> int:
-        """The timeline value the next submission signals."""
-        value = self.timeline_value
-        self.timeline_value += 1
-        return value
-
-    def kernel_arguments(self, size: int) -> int:
-        """The GPU address of `size` bytes for a QMD and its constant buffer (256-byte aligned, from a ring that
-        waits for the GPU before it wraps)."""
-        aligned = -(-size // ALIGNMENT) * ALIGNMENT
-        if aligned > self.kernel_argument_bytes:
-            raise ValueError(f"{self.device}: {size} bytes of kernel parameters exceed the argument area")
-        if self.arguments_offset + aligned > self.kernel_argument_bytes:
-            self.synchronize()
-            self.arguments_offset = 0
-        address = self.arguments + self.arguments_offset
-        self.arguments_offset += aligned
-        return address
-
-    def copy(self, destination: int, source: int, nbytes: int) -> None:
-        """Copy on the copy engine after every kernel queued so far, and wait for it."""
-        queue = NVCopyQueue().wait(self.timeline, self.timeline_value - 1).copy(destination, source, nbytes)
-        queue.signal(self.timeline, self.next_timeline_value()).submit(self.copy_channel)
-        self.synchronize()
-
-    def load(self, name: str, lib: bytes) -> MockProgram:
-        """Upload the code object `lib` to GPU memory."""
-        return MockProgram(self, name, lib)
-
-    def synchronize(self) -> None:
-        """Wait for the timeline to reach the last submitted value."""
-        self.timeline.wait(self.timeline_value - 1, poll=lambda: self.gpu.ring(self.compute))
-
-
-def open_mock(device: str, indices: tuple[int, ...]) -> MockInterface:
-    """The MOCK interface for `device` (one simulated GPU per device)."""
-    return MockInterface(device)

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tiny_nv import rmapi
 from tiny_nv.mock import MockGPU
+
+LAZY_BACKING_BYTES = 64 << 20
 
 MOCK_GPU_ID = 0x100
 MOCK_UUID = bytes(range(0xA0, 0xB0))
@@ -113,6 +116,7 @@ class MockKernelDriver:
     def __init__(self, sm: int = 90, name: str = "MOCK NV"):
         self.sm, self.name = sm, name
         self.gpu = MockGPU(name)
+        self.gpu.sm = sm
         self.files: dict[int, dict[str, Any]] = {}
         self.next_fd = 1000
         self.objects: dict[int, RMObject] = {}
@@ -226,7 +230,10 @@ class MockKernelDriver:
         if class_id == rmapi.NV01_MEMORY_LOCAL_USER:
             if parameters.size == 0 or parameters.owner not in self.objects:
                 return rmapi.NV_ERR_INVALID_ARGUMENT
-            created.state["backing"] = bytearray(parameters.size)
+            # large allocations (the shader local memory) as anonymous mappings: pages are made when first touched,
+            # as on the GPU, instead of zero-filling a gigabyte of host memory up front
+            created.state["backing"] = mmap.mmap(-1, parameters.size) if parameters.size >= LAZY_BACKING_BYTES \
+                else bytearray(parameters.size)
         elif class_id == rmapi.FERMI_CONTEXT_SHARE_A:
             vaspace = self.objects.get(parameters.hVASpace)
             if vaspace is None or vaspace.class_id != rmapi.FERMI_VASPACE_A:

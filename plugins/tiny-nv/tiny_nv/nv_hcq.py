@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tiny_nv import nvcmd
-from tiny_nv.cubin import kernel_image
+from tiny_nv.cubin import kernel_image, module_data
 from tiny_nv.kernel_driver import NVKernelGPU
 from tiny_nv.nvqueue import NVCopyQueue
 from tinycore.hcq import HCQArguments, HCQCompiled, HCQSignal, HWQueue
@@ -87,6 +87,7 @@ class _NVQueue(HWQueue):
     def __init__(self) -> None:
         super().__init__()
         self.qmd_patches: list[tuple[memoryview, str, UOp, nvcmd.QMDLayout]] = []
+        self.word_patches: list[tuple[memoryview, int, str, UOp]] = []  # constant buffer words known at submit
 
     def _semaphore(self, signal: HCQSignal, value: int | UOp, operation: int, timestamp: bool) -> None:
         if signal.address is None:
@@ -111,9 +112,14 @@ class _NVQueue(HWQueue):
     def submit(self, device: Any, var_vals: Mapping[Any, int] | None = None) -> Any:
         """Write symbolic launch sizes into their QMDs, then the core's submit (symbolic words, then _submit)."""
         values = dict(var_vals or {})
-        for qmd, field, expression, layout in self.qmd_patches:
+
+        def evaluate(expression: UOp) -> int:
             value = values.get(expression) if expression.op is Ops.DEFINE_VAR else None
-            layout.set(qmd, field, int(value if value is not None else sym_infer(expression, values)))
+            return int(value if value is not None else sym_infer(expression, values))
+        for qmd, field, expression, layout in self.qmd_patches:
+            layout.set(qmd, field, evaluate(expression))
+        for memory, offset, form, expression in self.word_patches:
+            struct.pack_into(form, memory, offset, evaluate(expression))
         return super().submit(device, var_vals)
 
     def _submit(self, device: Any) -> None:
@@ -137,12 +143,19 @@ class NVQueueComputeQueue(_NVQueue):
         grid = list(global_size) + [1] * (3 - len(global_size))
         block = list(local_size or (1, 1, 1)) + [1] * (3 - len(local_size or (1, 1, 1)))
         fields = layout.launch_fields(grid, block, program.program_address, arguments.address + layout.size,
-                                      program.parameters_size, program.shared_bytes, program.register_count)
+                                      program.parameters_size, program.resources)
         for field, value in fields:
             if isinstance(value, UOp):
                 self.qmd_patches.append((qmd, field, value, layout))
             else:
                 layout.set(qmd, field, int(value))
+        gpu = program.device.gpu
+        head = arguments.offset + layout.size
+        for offset, form, value in layout.driver_constants(grid, block, gpu.shared_window, gpu.local_window):
+            if isinstance(value, UOp):
+                self.word_patches.append((arguments.memory, head + offset, form, value))
+            else:
+                struct.pack_into(form, arguments.memory, head + offset, int(value))
         self.emit(nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_PCAS_A, 1), arguments.address >> 8,
                   nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B, 1),
                   nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE)
@@ -191,6 +204,18 @@ class NVQueueProgram(MockQueueProgram):
             raise ValueError(f"kernel {name}: its CUBIN reads parameters at {image.parameters_offset:#x} of constant "
                              f"bank 0, the QMD V{layout.major_version:02d} launch writes them at "
                              f"{layout.arguments_offset:#x}: compile for this GPU's architecture")
+        stack = image.stack_bytes if image else 0
+        if nvcmd.local_bytes_per_thread(stack) > device.gpu.local_bytes_per_thread:
+            raise ValueError(f"kernel {name} needs {stack} bytes of stack per thread; the GPU's local memory gives "
+                             f"{device.gpu.local_bytes_per_thread - nvcmd.STACK_RESERVE} (less its reserve)")
+        # constant banks other than 0 and device globals: one allocation, linked by the CUBIN's relocations
+        data = module_data(self.binary) if self.binary else None
+        banks: tuple[tuple[int, int, int], ...] = ()
+        if data is not None and data.size:
+            self.data_address = device.gpu.allocate(data.size, f"constants and globals of {name}")
+            device.gpu.view(self.data_address, data.size)[:] = data.linked(self.data_address)
+            banks = data.banks(self.data_address)
+        self.resources = nvcmd.LaunchResources(self.register_count, self.shared_bytes, stack, device.gpu.sm, banks)
         self.parameters_size = layout.arguments_offset + (
             image.parameters_size if image and not mock else 8 * self.buffer_count + 4 * self.variable_count)
 

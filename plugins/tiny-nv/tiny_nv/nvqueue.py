@@ -160,35 +160,9 @@ class NVQueue:
 
 
 class NVComputeQueue(NVQueue):
-    """Kernel launches through QMDs (compute class), plus semaphores."""
+    """Semaphores on the compute channel's subchannel (launches are tiny_nv.nv_hcq's NVQueueComputeQueue)."""
 
     subchannel = nvcmd.SUBCHANNEL_COMPUTE
-
-    def exec(self, program_address: int, qmd_address: int, qmd: memoryview, constants_address: int,
-             constants_size: int, global_size: Sequence[int], local_size: Sequence[int], shared_bytes: int = 0) -> \
-            NVComputeQueue:
-        """Fill the QMD at `qmd_address` (host view `qmd`) for a launch of the kernel at `program_address` with its
-        parameters in constant buffer 0, and queue it."""
-        if qmd_address % 256:
-            raise ValueError(f"a QMD must be 256-byte aligned (SEND_PCAS_A takes address >> 8), got {qmd_address:#x}")
-        qmd[:nvcmd.QMD_BYTES] = bytes(nvcmd.QMD_BYTES)
-        grid = [int(size) for size in global_size] + [1] * (3 - len(global_size))
-        block = [int(size) for size in local_size] + [1] * (3 - len(local_size))
-        for name, value in (("CTA_RASTER_WIDTH", grid[0]), ("CTA_RASTER_HEIGHT", grid[1]),
-                            ("CTA_RASTER_DEPTH", grid[2]), ("CTA_THREAD_DIMENSION0", block[0]),
-                            ("CTA_THREAD_DIMENSION1", block[1]), ("CTA_THREAD_DIMENSION2", block[2]),
-                            ("QMD_MAJOR_VERSION", 3), ("SHARED_MEMORY_SIZE", shared_bytes), ("BARRIER_COUNT", 1),
-                            ("PROGRAM_ADDRESS_LOWER", program_address & 0xFFFFFFFF),
-                            ("PROGRAM_ADDRESS_UPPER", program_address >> 32),
-                            ("CONSTANT_BUFFER_VALID0", 1),
-                            ("CONSTANT_BUFFER_ADDR_LOWER0", constants_address & 0xFFFFFFFF),
-                            ("CONSTANT_BUFFER_ADDR_UPPER0", constants_address >> 32),
-                            ("CONSTANT_BUFFER_SIZE_SHIFTED4_0", -(-constants_size // 16))):
-            nvcmd.qmd_set(qmd, name, value)
-        self.words += [nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_PCAS_A, 1), qmd_address >> 8,
-                       nvcmd.method_header(self.subchannel, nvcmd.NVC6C0_SEND_SIGNALING_PCAS2_B, 1),
-                       nvcmd.PCAS_ACTION_INVALIDATE_COPY_SCHEDULE]
-        return self
 
 
 MAX_COPY_BYTES = 1 << 30
