@@ -94,3 +94,38 @@ def test_prefill_matmul_dequantizes_in_slabs(type_name: str, monkeypatch: pytest
     assert largest[0] <= 32 * columns * 4, f"a {largest[0]} byte buffer: more than one slab was dequantized at once"
     expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
     numpy.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
+def test_decode_matmul_of_32_element_blocks_is_one_kernel(type_name: str) -> None:
+    """x @ W.T for one row x and W of 32-element blocks runs as one kernel: the blocks' float16 scales are converted
+    inside the matmul, not by a kernel of their own; the result matches numpy on gguf's dequantization."""
+    import gguf
+
+    from tinycore.engine.memory import device_facts
+    from tinycore.llm.weights import GGUFWeight
+    from tinycore.schedule.cache import create_schedule
+    rows, columns = 48, 256
+    blocks = random_blocks(type_name, rows * columns // 32, seed=13)
+    weight = GGUFWeight("w", TYPE_IDS[type_name], (rows, columns), Tensor(blocks).realize())
+    x = numpy.random.default_rng(7).standard_normal((1, 1, columns)).astype(numpy.float32)
+    result = weight.linear(Tensor(x).realize())
+    kernels = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
+    assert len(kernels) == 1, [item.ast for item in kernels]
+    assert result.shape == (1, 1, rows)
+    expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
+    numpy.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
+def test_dequantize_blocks_keeps_leading_axes(type_name: str) -> None:
+    """dequantize_blocks on blocks with two leading axes gives each block's 32 values in place."""
+    import gguf
+
+    from tinycore.nn.gguf import dequantize_blocks
+    blocks = random_blocks(type_name, 12, seed=14)
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(3, 4, 32)
+    got = dequantize_blocks(Tensor(blocks.reshape(3, 4, -1)), TYPE_IDS[type_name]).numpy()
+    numpy.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    with pytest.raises(NotImplementedError, match="Q8_0"):
+        dequantize_blocks(Tensor(blocks), TYPE_IDS["Q4_K"])

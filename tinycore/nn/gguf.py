@@ -170,9 +170,15 @@ def _check_tensors(parser: _Parser, infos: list[tuple[str, tuple[int, ...], int,
 
 # ---- dequantization with Tensor ops (blocks: uint8 (n, block_bytes) on the target device) ----
 
+def _bytes(blocks: Tensor, start: int, stop: int) -> Tensor:
+    """Bytes [start, stop) of each block of `blocks` (any leading axes, bytes last)."""
+    return blocks.shrink(tuple((0, size) for size in blocks.shape[:-1]) + ((start, stop),))
+
+
 def _half(blocks: Tensor, start: int) -> Tensor:
-    """The little-endian float16 at byte `start` of each block, as float32 of shape (n, 1)."""
-    bits = blocks[:, start:start + 1].cast(dtypes.uint32) | (blocks[:, start + 1:start + 2].cast(dtypes.uint32) << 8)
+    """The little-endian float16 at byte `start` of each block, as float32 of shape (*leading, 1)."""
+    bits = _bytes(blocks, start, start + 1).cast(dtypes.uint32) | \
+        (_bytes(blocks, start + 1, start + 2).cast(dtypes.uint32) << 8)
     return half_bits_to_float(bits)
 
 
@@ -193,39 +199,45 @@ def _shifted(packed: Tensor, shifts: int, step: int, mask: int) -> Tensor:
     """Fields of `mask` bits of each byte of packed (n, ..., m): (n, ..., shifts, m), field k taken at bit k * step.
     A broadcast shift instead of a concatenation, so a kernel computes any value from one byte without branches."""
     values = packed.cast(dtypes.int32).unsqueeze(-2)
-    amounts = (Tensor.arange(shifts, device=packed.device, dtype=dtypes.int32) * step).reshape(shifts, 1)
+    # every step-th entry of a range: a strided view of the cached index buffer, so no kernel computes the amounts
+    amounts = Tensor.arange(shifts * step, device=packed.device, dtype=dtypes.int32).reshape(shifts, step)[:, 0:1]
     return (values >> amounts) & mask
 
 
+def _nibbles(blocks: Tensor, start: int) -> Tensor:
+    """The 32 4-bit values of the 16 bytes at `start` (element j in the low nibble of byte j, element j + 16 in its
+    high nibble): int32 (*leading, 32)."""
+    return _shifted(_bytes(blocks, start, start + 16), 2, 4, 0xF).reshape(*blocks.shape[:-1], 32)
+
+
 def _q4_0(blocks: Tensor) -> Tensor:
-    quants = _shifted(blocks[:, 2:18], 2, 4, 0xF).reshape(blocks.shape[0], 32)
-    return (quants - 8).cast(dtypes.float32) * _half(blocks, 0)
+    return (_nibbles(blocks, 2) - 8).cast(dtypes.float32) * _half(blocks, 0)
 
 
 def _q4_1(blocks: Tensor) -> Tensor:
-    quants = _shifted(blocks[:, 4:20], 2, 4, 0xF).reshape(blocks.shape[0], 32)
-    return quants.cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
+    return _nibbles(blocks, 4).cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
 
 
 def _fifth_bits(blocks: Tensor, start: int) -> Tensor:
     """The 32 single high bits stored little-endian in the 4 bytes at `start` (bit j belongs to element j), moved
-    to bit 4: int32 (n, 32)."""
-    return _shifted(blocks[:, start:start + 4].reshape(-1, 4, 1), 8, 1, 1).reshape(blocks.shape[0], 32) << 4
+    to bit 4: int32 (*leading, 32)."""
+    leading = blocks.shape[:-1]
+    return _shifted(_bytes(blocks, start, start + 4).reshape(*leading, 4, 1), 8, 1, 1).reshape(*leading, 32) << 4
 
 
 def _q5_0(blocks: Tensor) -> Tensor:
-    quants = _shifted(blocks[:, 6:22], 2, 4, 0xF).reshape(blocks.shape[0], 32) | _fifth_bits(blocks, 2)
+    quants = _nibbles(blocks, 6) | _fifth_bits(blocks, 2)
     return (quants - 16).cast(dtypes.float32) * _half(blocks, 0)
 
 
 def _q5_1(blocks: Tensor) -> Tensor:
-    quants = _shifted(blocks[:, 8:24], 2, 4, 0xF).reshape(blocks.shape[0], 32) | _fifth_bits(blocks, 4)
+    quants = _nibbles(blocks, 8) | _fifth_bits(blocks, 4)
     return quants.cast(dtypes.float32) * _half(blocks, 0) + _half(blocks, 2)
 
 
 def _q8_0(blocks: Tensor) -> Tensor:
     # sign-extended by arithmetic rather than a bitcast to int8, which C renderers emit one lane at a time
-    quants = (blocks[:, 2:34].cast(dtypes.int32) ^ 0x80) - 0x80
+    quants = (_bytes(blocks, 2, 34).cast(dtypes.int32) ^ 0x80) - 0x80
     return quants.cast(dtypes.float32) * _half(blocks, 0)
 
 
@@ -280,6 +292,22 @@ def dequantize(blocks: Tensor, ggml_type: int) -> Tensor:
         raise NotImplementedError(f"ggml type {GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]} is not a quantized "
                                   f"type; quantized types: {', '.join(GGML_TYPES[kind][0] for kind in _DEQUANTIZE)}")
     return _DEQUANTIZE[ggml_type](blocks).reshape(-1)
+
+
+BLOCKWISE_TYPES = frozenset({2, 3, 6, 7, 8})
+"""ggml types of 32-element blocks that dequantize_blocks takes with any leading axes."""
+
+
+def dequantize_blocks(blocks: Tensor, ggml_type: int) -> Tensor:
+    """Blocks of a type in BLOCKWISE_TYPES (uint8, (*leading, bytes per block)) as float32 (*leading, 32).
+
+    Each block's scale is broadcast along the last axis only: under a sum over that axis (a matrix-vector product
+    in block form) the kernel reads and converts a scale once per block (see schedule/fusion.py)."""
+    if ggml_type not in BLOCKWISE_TYPES:
+        names = ", ".join(GGML_TYPES[kind][0] for kind in sorted(BLOCKWISE_TYPES))
+        raise NotImplementedError(f"ggml type {GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]} has no block form; "
+                                  f"types with one: {names}")
+    return _DEQUANTIZE[ggml_type](blocks)
 
 
 GGUFTensorInfo = tuple[int, tuple[int, ...], Tensor]

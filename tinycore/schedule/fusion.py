@@ -4,6 +4,9 @@ Rules:
 - outputs that are not already views of a buffer, CONTIGUOUS, COPY and ASSIGN nodes are roots;
 - elementwise ops and movement ops are always computed inside the kernel that uses them (movement ops become
   index arithmetic), recomputed where several kernels use them;
+- a broadcast (EXPAND) computed under a reduce is recomputed for each broadcast element unless that work passes
+  RECOMPUTE_LIMIT (then its source is a root), except a broadcast along trailing axes that the reduce right above
+  it sums (only elementwise ops between): codegen computes it once per step of the outer loops;
 - a REDUCE_AXIS is computed inside its consumer's kernel when it is reached from that kernel's root through
   elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
   only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
@@ -176,13 +179,16 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
         if root in processed:
             continue
         processed.add(root)
-        stack: list[tuple[UOp, bool]] = [(source, True) for source in kernel_sources(root)]
-        seen: set[tuple[UOp, bool]] = set()
+        # (node, reached without a reduce or broadcast in between, the axes of the reduce right above when only
+        # elementwise ops lie between it and the node)
+        stack: list[tuple[UOp, bool, tuple[int, ...] | None]] = [(source, True, None)
+                                                                  for source in kernel_sources(root)]
+        seen: set[tuple[UOp, bool, tuple[int, ...] | None]] = set()
         while stack:
-            node, direct = stack.pop()
-            if (node, direct) in seen:
+            node, direct, reduced = entry = stack.pop()
+            if entry in seen:
                 continue
-            seen.add((node, direct))
+            seen.add(entry)
             if node is not root and node in roots:
                 continue
             if node.op in LEAF_BUFFERS or node.op in LEAF_VALUES:
@@ -193,21 +199,36 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
                         roots[node] = None
                         worklist.append(node)
                         continue
-                stack.append((node.src[0], False))
+                stack.append((node.src[0], False, tuple(node.arg[1])))
                 continue
-            if node.op is Ops.EXPAND and not direct:
+            if node.op is Ops.EXPAND and not direct and not _broadcast_over_inner_reduce(node, reduced):
                 computed = _broadcast_worth_computing_once(node, roots)
                 if computed is not None:
                     roots[computed] = None
                     worklist.append(computed)
                     continue
             if node.op is Ops.GATHER:
-                stack.append((node.src[0], False))
-                stack.extend((source, direct) for source in node.src[1:])
+                stack.append((node.src[0], False, None))
+                stack.extend((source, direct, None) for source in node.src[1:])
                 continue
             next_direct = direct and node.op not in _BROADCASTING
-            stack.extend((source, next_direct) for source in node.src)
+            next_reduced = reduced if node.op in GroupOp.Elementwise else None
+            stack.extend((source, next_direct, next_reduced) for source in node.src)
 
+
+def _broadcast_over_inner_reduce(expand: UOp, reduced: tuple[int, ...] | None) -> bool:
+    """True when `expand` broadcasts only along trailing axes that the reduce right above it sums over (only
+    elementwise ops between them): the kernel loops over those axes innermost, inside the loops its source depends
+    on, so codegen computes the source once per step of the outer loops, not once per broadcast element (a
+    quantized block's scale under the loop over the block's values)."""
+    if reduced is None:
+        return False
+    source_shape, shape = expand.src[0].shape, expand.shape
+    broadcast = [axis for axis, (size, before) in enumerate(zip(shape, source_shape, strict=True)) if size != before]
+    if not broadcast or any(axis not in reduced for axis in broadcast):
+        return False
+    first = broadcast[0]
+    return all(size == 1 or axis in broadcast for axis, size in enumerate(source_shape) if axis > first)
 
 RECOMPUTE_LIMIT = 64
 """Broadcast work a kernel may repeat: ALU ops of the broadcast subgraph times its expansion factor."""

@@ -223,6 +223,38 @@ def test_costly_broadcast_into_a_reduce_is_computed_once():
     np.testing.assert_allclose(result, expected, rtol=1e-5, equal_nan=True)
 
 
+def test_costly_broadcast_along_the_innermost_reduced_axis_stays_inlined():
+    # a per-block scale (rows, blocks, 1) broadcast over each block's values and summed with them: the kernel's
+    # innermost loop runs over the broadcast axis, so the scale is computed once per block, not stored and loaded
+    memory = FakeMemory()
+    scales, values = random(4, 8, 1), random(4, 8, 16, seed=1)
+    node = memory.buffer(scales)
+    costly = ((node * 0.5).exp2().reciprocal() + node.sqrt()).expand((4, 8, 16))
+    total = (costly * memory.buffer(values)).r(Ops.ADD, (1, 2))
+    items = kernels(total)
+    assert len(items) == 1
+    assert any(node.op is Ops.EXP2 for node in items[0].ast.toposort)
+    (result,) = memory.realize(total)
+    with np.errstate(invalid="ignore"):
+        expected = ((1 / np.exp2(scales * 0.5) + np.sqrt(scales)) * values).sum((1, 2), keepdims=True)
+    np.testing.assert_allclose(result, expected, rtol=1e-5, equal_nan=True)
+
+
+def test_costly_broadcast_along_an_outer_reduced_axis_is_computed_once():
+    # broadcast along the blocks axis with the values axis inside it: every step of the inner loop would repeat it
+    memory = FakeMemory()
+    scales, values = random(4, 1, 16), random(4, 8, 16, seed=1)
+    node = memory.buffer(scales)
+    costly = ((node * 0.5).exp2().reciprocal() + node.sqrt()).expand((4, 8, 16))
+    total = (costly * memory.buffer(values)).r(Ops.ADD, (1, 2))
+    items = kernels(total)
+    assert len(items) == 2
+    (result,) = memory.realize(total)
+    with np.errstate(invalid="ignore"):
+        expected = ((1 / np.exp2(scales * 0.5) + np.sqrt(scales)) * values).sum((1, 2), keepdims=True)
+    np.testing.assert_allclose(result, expected, rtol=1e-5, equal_nan=True)
+
+
 def test_cheap_broadcast_into_a_reduce_stays_inlined():
     memory = FakeMemory()
     values, weights = random(6, 4), random(4, 8, seed=1)
