@@ -6,7 +6,6 @@ device's allocator. This module also tells the scheduler the facts of an opened 
 """
 from __future__ import annotations
 
-import weakref
 from typing import Any
 
 from tinycore.device.buffer import Buffer
@@ -17,8 +16,9 @@ from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
-_buffers: weakref.WeakKeyDictionary[UOp, Buffer] = weakref.WeakKeyDictionary()
-"""The Buffer behind each BUFFER / BUFFER_VIEW node that was used (an entry dies with its node)."""
+_BUFFER_ATTRIBUTE = "_device_buffer"
+"""The attribute of a BUFFER / BUFFER_VIEW node holding its Buffer once used (it dies with its node). An attribute
+rather than a weak-keyed table: a lookup per buffer per launch is then a plain dict read."""
 _allocators: dict[Any, Any] = {}
 
 
@@ -59,7 +59,7 @@ def device_facts(device: object) -> DeviceFacts:
 
 def buffer_of(uop: UOp) -> Buffer:
     """The device Buffer behind the BUFFER (or BUFFER_VIEW) node `uop`, created (not yet allocated) on first use."""
-    found = _buffers.get(uop)
+    found = uop.__dict__.get(_BUFFER_ATTRIBUTE)
     if found is not None:
         return found
     if uop.op is Ops.BUFFER:
@@ -70,7 +70,7 @@ def buffer_of(uop: UOp) -> Buffer:
         found = buffer_of(uop.src[0]).view(count, uop.dtype, offset)
     else:
         raise ValueError(f"buffer_of needs a BUFFER or BUFFER_VIEW node, got {uop.op}; realize the tensor first")
-    _buffers[uop] = found
+    uop.__dict__[_BUFFER_ATTRIBUTE] = found
     return found
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import time
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +17,7 @@ from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.helpers import BEAM, DEBUG
 from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
-from tinycore.schedule.cache import schedule_cached
+from tinycore.schedule.cache import cached_template, schedule_cached, structure_key
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.uop.ops import Ops
@@ -261,9 +260,13 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
 
 # ---- realized results: a node realized once is read from its buffer by later graphs ----
 
-_known_results: weakref.WeakKeyDictionary[UOp, UOp] = weakref.WeakKeyDictionary()
-"""Computed node -> the realized view holding its value, since the last schedule that overwrote a buffer (after
-one, every remembered result may be stale and the table is emptied). An entry dies with its node."""
+_KNOWN_ATTRIBUTE = "_known_result"
+"""The attribute of a computed node holding (generation, the realized view holding its value). An entry counts only
+while its generation is the current one: a schedule that overwrote a buffer starts a new generation, after which
+every remembered result may be stale. The entry dies with its node."""
+_generation = 0
+_remembered = 0
+"""How many results were remembered in the current generation (none: graphs are not walked looking for them)."""
 
 
 def _with_known_results(uop: UOp) -> UOp:
@@ -272,34 +275,35 @@ def _with_known_results(uop: UOp) -> UOp:
     The root itself is never replaced: two tensors with identical graphs get buffers of their own, so writing into
     one (assign) never changes the other.
     """
-    if not _known_results:
+    if not _remembered:
         return uop
-    graph = uop.toposort
-    if len(_known_results) < len(graph):
-        mapping = {node: result for node, result in _known_results.items() if node in graph and node is not uop}
-    else:
-        mapping = {}
-        for node in graph:
-            result = _known_results.get(node)
-            if result is not None and node is not uop:
-                mapping[node] = result
+    mapping = {}
+    generation = _generation
+    for node in uop.toposort:
+        entry = node.__dict__.get(_KNOWN_ATTRIBUTE)
+        if entry is not None and entry[0] == generation and node is not uop:
+            mapping[node] = entry[1]
     return uop.substitute(mapping) if mapping else uop
 
 
 def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool) -> None:
     """Record the results of `computed`; after a schedule that overwrote buffers, forget everything instead."""
+    global _generation, _remembered
     if has_assign:
-        if _known_results:  # clear() of an empty WeakKeyDictionary still raises and catches a KeyError
-            _known_results.clear()
+        invalidate_known_results()
         return
     for node, result in zip(computed, results, strict=True):
         if result is not node:
-            _known_results[node] = result
+            node.__dict__[_KNOWN_ATTRIBUTE] = (_generation, result)
+            _remembered += 1
 
 
 def invalidate_known_results() -> None:
     """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
-    _known_results.clear()
+    global _generation, _remembered
+    if _remembered:
+        _generation += 1
+        _remembered = 0
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
@@ -315,15 +319,122 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     if not pending:
         return list(uops)
     to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
-    schedule = schedule_cached(to_schedule, device_facts)
-    if DEBUG >= 1:
-        kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
-        print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
-              f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
-    run_schedule(schedule.items, schedule.temporaries)
-    _remember(pending, schedule.outputs, schedule.has_assign)
-    replacement = dict(zip(pending, schedule.outputs, strict=True))
+    keyed = structure_key(to_schedule)
+    template = cached_template(keyed[0])
+    plan = None if template is None else template.plan
+    if plan is not None and not _capturing and DEBUG.value < 1 and BEAM.value < 1:
+        outputs = _run_plan(plan, template, to_schedule, keyed[1])
+        has_assign = plan.has_assign
+    else:
+        schedule = schedule_cached(to_schedule, device_facts, keyed)
+        if DEBUG >= 1:
+            kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
+            print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
+                  f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
+        run_schedule(schedule.items, schedule.temporaries)
+        if template is not None and plan is None and BEAM.value < 1:
+            template.plan = _make_plan(template, schedule)
+        outputs, has_assign = schedule.outputs, schedule.has_assign
+    _remember(pending, outputs, has_assign)
+    if len(uops) == 1:
+        return outputs if pending else list(uops)
+    replacement = dict(zip(pending, outputs, strict=True))
     return [replacement.get(uop, uop) for uop in uops]
+
+
+# ---- launch plans: a schedule seen before runs straight from its template ----
+
+class _Step:
+    """One item of a launch plan: a kernel's runner (None for a copy), the template slots it takes in launch
+    order, its variables, and the temporary slots whose last use it is."""
+
+    __slots__ = ("runner", "launch", "slots", "var_vals", "release")
+
+    def __init__(self, runner: Runner | None, slots: tuple[int, ...], var_vals: dict[UOp, int],
+                 release: tuple[int, ...]):
+        self.runner, self.slots, self.var_vals, self.release = runner, slots, var_vals, release
+        self.launch = None if runner is None or var_vals else runner._fast
+
+
+class _Plan:
+    """What realize runs for a cached schedule: its steps, the counters they add, whether it assigns."""
+
+    __slots__ = ("steps", "has_assign", "kernel_count", "ops", "mem")
+
+    def __init__(self, steps: list[_Step], has_assign: bool):
+        self.steps, self.has_assign = steps, has_assign
+        runners = [step.runner for step in steps if step.runner is not None]
+        self.kernel_count = len(runners)
+        self.ops = sum(runner.spec.estimates.ops for runner in runners)
+        self.mem = sum(runner.spec.estimates.mem for runner in runners)
+
+
+def _make_plan(template: Any, schedule: Any) -> _Plan | None:
+    """The launch plan of `template`, made after `schedule` (its first instance since it was cached) ran: the
+    runners its kernels compiled to, looked up once. None when a kernel has no plain runner (symbolic launch
+    counters are read per launch, so those are kept too) or a copy's counters depend on its buffers."""
+    steps: list[_Step] = []
+    last_use: dict[int, int] = {}
+    for position, (_, buffer_slots, _) in enumerate(template.items):
+        for slot in buffer_slots:
+            last_use[slot] = position
+    temporaries = set(template.temporaries)
+    releases: dict[int, list[int]] = {}
+    for slot, position in last_use.items():
+        if slot in temporaries:
+            releases.setdefault(position, []).append(slot)
+    for position, ((ast, buffer_slots, var_vals), item) in enumerate(zip(template.items, schedule.items,
+                                                                          strict=True)):
+        release = tuple(releases.get(position, ()))
+        if ast.op is Ops.COPY:
+            steps.append(_Step(None, buffer_slots, {}, release))
+            continue
+        runner = _runners.get((ast, buffer_of(item.buffers[0]).device))
+        if runner is None:
+            return None
+        launch_slots = tuple(buffer_slots[index] for index in runner.globals) if runner.globals else buffer_slots
+        steps.append(_Step(runner, launch_slots, var_vals, release))
+    return _Plan(steps, template.has_assign)
+
+
+def _run_plan(plan: _Plan, template: Any, outputs: Sequence[UOp], inputs: list[UOp]) -> list[UOp]:
+    """Run `plan` on new graphs of its template's structure reading `inputs`; returns the realized outputs.
+
+    The same launches run_schedule makes for the template's instance, without building schedule items: buffers
+    are allocated at their first use and temporaries freed after their last."""
+    slots = template.fill_slots(inputs)
+    handles: list[Any] = [None] * len(slots)
+    for step in plan.steps:
+        arguments = []
+        for slot in step.slots:
+            handle = handles[slot]
+            if handle is None:
+                handle = handles[slot] = buffer_of(slots[slot]).ensure_allocated()._buf
+            arguments.append(handle)
+        if step.launch is not None:
+            step.launch(arguments)
+        elif step.runner is not None:
+            step.runner.program(*arguments, **_launch_arguments(step.runner, step.var_vals))
+        else:
+            destination, source = (buffer_of(slots[slot]) for slot in step.slots)
+            copy_buffers(destination, source)
+            GlobalCounters.global_mem += source.nbytes
+        for slot in step.release:
+            buffer_of(slots[slot]).deallocate()
+    GlobalCounters.kernel_count += plan.kernel_count
+    GlobalCounters.global_ops += plan.ops
+    GlobalCounters.global_mem += plan.mem
+    return template.outputs_for(outputs, slots)
+
+
+def _launch_arguments(runner: Runner, var_vals: dict[UOp, int]) -> dict[str, Any]:
+    """The sizes and values of a launch of `runner` with `var_vals` (as Runner.__call__ computes them)."""
+    if runner.static_dims is not None:
+        global_size, local_size = runner.static_dims
+        return {"global_size": global_size, "local_size": local_size, "vals": (), "wait": False}
+    global_size, local_size = runner.spec.launch_dims(var_vals)
+    return {"global_size": global_size, "local_size": local_size, "vals": runner.spec.vals(var_vals),
+            "wait": False}
 
 
 def _realize_multi(uops: Sequence[UOp]) -> list[UOp]:

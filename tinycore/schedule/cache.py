@@ -66,7 +66,11 @@ def _toposort_all(outputs: Sequence[UOp]) -> dict[UOp, None]:
 
 @dataclass
 class _Template:
-    """A schedule with buffers replaced by slots: inputs first (by position), then new buffers."""
+    """A schedule with buffers replaced by slots: inputs first (by position), then new buffers.
+
+    `plan` is free for the engine to keep what it derives from the template once (the compiled launches of its
+    items); the scheduler never reads it.
+    """
 
     items: list[tuple[UOp, tuple[int, ...], dict[UOp, int]]]
     new_buffers: list[tuple[Any, Any, Any]]
@@ -74,28 +78,45 @@ class _Template:
     input_count: int
     has_assign: bool
     temporaries: tuple[int, ...]
+    plan: Any = None
 
-    def instantiate(self, outputs: Sequence[UOp], inputs: list[UOp]) -> Schedule:
-        """This schedule for graphs of the same structure reading `inputs`."""
+    def new_slot(self, slots: list[UOp], position: int) -> UOp:
+        """The node of new-buffer slot `position` (counted from the first new buffer), given the earlier slots."""
+        device, dtype, size = self.new_buffers[position]
+        if device is _VIEW:
+            base_slot, view_arg = size
+            return UOp(Ops.BUFFER_VIEW, dtype, (slots[base_slot],), view_arg)
+        return new_buffer_uop(device, dtype, size)
+
+    def fill_slots(self, inputs: list[UOp]) -> list[UOp]:
+        """Every slot's node: `inputs`, then a new BUFFER (or BUFFER_VIEW) node per new buffer."""
         slots = list(inputs)
-        for device, dtype, size in self.new_buffers:
-            if device is _VIEW:
-                base_slot, view_arg = size
-                slots.append(UOp(Ops.BUFFER_VIEW, dtype, (slots[base_slot],), view_arg))
-            else:
-                slots.append(new_buffer_uop(device, dtype, size))
-        items = [ScheduleItem(ast, tuple(slots[slot] for slot in buffer_slots), var_vals)
-                 for ast, buffer_slots, var_vals in self.items]
+        for position in range(len(self.new_buffers)):
+            slots.append(self.new_slot(slots, position))
+        return slots
+
+    def outputs_for(self, outputs: Sequence[UOp], slots: list[UOp]) -> list[UOp]:
+        """The realized node of each of `outputs` once the schedule ran on `slots`."""
         results = []
         for kind, first, second in self.results:
             if kind == "slot":
-                results.append(slots[first] if second is None else slots[first].reshape(second))
+                buffer = slots[first]
+                # the shape was checked when the template was made: the node is built without re-checking it
+                results.append(buffer if second is None else UOp(Ops.RESHAPE, buffer.dtype, (buffer,), second))
             elif kind == "same":
                 results.append(strip_identity(outputs[first]))
             else:
                 placeholders = {placeholder: slots[slot] for placeholder, slot in second}
                 results.append(first.substitute(placeholders))
-        return Schedule(items, results, self.has_assign, tuple(slots[slot] for slot in self.temporaries))
+        return results
+
+    def instantiate(self, outputs: Sequence[UOp], inputs: list[UOp]) -> Schedule:
+        """This schedule for graphs of the same structure reading `inputs`."""
+        slots = self.fill_slots(inputs)
+        items = [ScheduleItem(ast, tuple(slots[slot] for slot in buffer_slots), var_vals)
+                 for ast, buffer_slots, var_vals in self.items]
+        return Schedule(items, self.outputs_for(outputs, slots), self.has_assign,
+                        tuple(slots[slot] for slot in self.temporaries))
 
 
 def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]) -> _Template:
@@ -137,10 +158,17 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
 _cache: dict[tuple[Any, ...], _Template] = {}
 
 
-def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts) -> Schedule:
+def cached_template(key: tuple[Any, ...]) -> _Template | None:
+    """The template cached under the structure key `key` (see structure_key), if any."""
+    return _cache.get(key)
+
+
+def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts,
+                    keyed: tuple[tuple[Any, ...], list[UOp]] | None = None) -> Schedule:
     """`create_schedule(outputs, facts)`, reusing the schedule of an earlier graph of the same structure (a device's
-    facts must not change once its schedules are cached)."""
-    key, inputs = structure_key(outputs)
+    facts must not change once its schedules are cached). `keyed` is `structure_key(outputs)` when the caller has
+    it already."""
+    key, inputs = structure_key(outputs) if keyed is None else keyed
     template = _cache.get(key)
     if template is not None:
         return template.instantiate(outputs, inputs)

@@ -372,6 +372,17 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor and `lst` now, together (shared work is done once); returns self."""
+        uop = self.uop
+        if not lst and uop.op is not Ops.MULTI:  # one tensor (eager code): no repeats to tell apart
+            if uop.base.op is Ops.BUFFER:
+                return self
+            from tinycore.engine.realize import realize_uops
+            only = realize_uops([uop])[0]
+            if self._unrealized is None and (self._requires_grad or (
+                    self._requires_grad is None and _UNDECIDED_LEAVES.get(id(self)) is self)):
+                self._unrealized = uop
+            self.uop = only
+            return self
         pending = [tensor for tensor in (self,) + lst if not tensor._is_realized()]
         if pending:
             from tinycore.engine.realize import realize_uops

@@ -34,21 +34,43 @@ def _touches_several_devices(op: Ops, src: tuple[UOp, ...]) -> bool:
     return False
 
 
+class _NodeRef(weakref.ref):
+    """A weak reference to a live node that knows its cache key (set after creation: weakref.ref's own C
+    constructor runs, which is what makes this cheaper than weakref.KeyedRef, whose constructor is Python)."""
+
+    __slots__ = ("key",)
+    key: tuple
+
+
+def _forget(reference: _NodeRef) -> None:
+    """Drop a dead node's cache entry (unless the key already names a newer node)."""
+    cache = UOpMetaClass.ucache
+    if cache.get(reference.key) is reference:
+        del cache[reference.key]
+
+
 class UOpMetaClass(type):
     """Hash-consing: constructing a UOp equal to a live one returns that same object."""
 
-    ucache: weakref.WeakValueDictionary[tuple, UOp] = weakref.WeakValueDictionary()
+    ucache: dict[tuple, _NodeRef] = {}
+    """Key -> weak reference to the live node with that key; an entry leaves when its node dies. A plain dict of
+    weak references: node construction is the unit cost of every graph built, and a WeakValueDictionary's entry
+    costs two Python-level calls to make and one to drop."""
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
         if src and op is not Ops.MULTI and _touches_several_devices(op, src):
             from tinycore.uop.multi import map_multi
             return map_multi(op, dtype, src, arg)
         key = (op, dtype, src, _arg_key(arg))
-        found = UOpMetaClass.ucache.get(key)
-        if found is not None:
-            return found
+        reference = UOpMetaClass.ucache.get(key)
+        if reference is not None:
+            found = reference()
+            if found is not None:
+                return found
         created = super().__call__(op, dtype, src, arg)
-        UOpMetaClass.ucache[key] = created
+        reference = _NodeRef(created, _forget)
+        reference.key = key
+        UOpMetaClass.ucache[key] = reference
         return created
 
 

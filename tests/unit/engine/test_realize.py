@@ -250,6 +250,69 @@ def test_temporary_buffers_are_released_after_their_last_use():
     np.testing.assert_allclose(host(schedule.outputs[0]), expected, rtol=1e-5)
 
 
+@pytest.fixture
+def plan_runs(monkeypatch) -> list[int]:
+    """Counts the realizes that ran from a launch plan (a cached structure's launches, no schedule items)."""
+    from tinycore.engine import realize
+    runs = [0]
+    original = realize._run_plan
+
+    def counting(*arguments):
+        runs[0] += 1
+        return original(*arguments)
+    monkeypatch.setattr(realize, "_run_plan", counting)
+    return runs
+
+
+def test_repeated_structures_run_from_the_launch_plan_on_new_buffers(plan_runs):
+    # the first realize of a structure schedules it, the second makes its launch plan, later ones run the plan
+    kept = []
+    for seed in range(5):
+        array = random(4, 6, seed=seed)
+        node = tensor(array)
+        maximum = node.r(Ops.MAX, (1,)).expand((4, 6))
+        shifted = node - maximum
+        graph = shifted * shifted.r(Ops.ADD, (1,)).expand((4, 6))
+        GlobalCounters.reset()
+        gc.collect()  # buffers of earlier graphs waiting in reference cycles are freed now, not while measuring
+        gc.disable()
+        try:
+            memory_before = GlobalCounters.mem_used
+            results = realize_uops([graph])
+            memory_after = GlobalCounters.mem_used
+        finally:
+            gc.enable()
+        assert GlobalCounters.kernel_count == 3
+        # the two temporaries went back to the allocator; only the result's 24 floats stay
+        assert memory_after - memory_before == 24 * 4
+        shifted_reference = array - array.max(axis=1, keepdims=True)
+        expected = shifted_reference * shifted_reference.sum(axis=1, keepdims=True)
+        np.testing.assert_allclose(host(results[0]), expected, rtol=1e-5)
+        kept.append(results)  # the next round's assignment must not free this result while memory is measured
+    assert plan_runs[0] >= 3
+
+
+def test_launch_plan_runs_copies_and_assigns(plan_runs):
+    target = tensor(np.zeros(5, dtype=np.float32))
+    for step in range(4):
+        array = random(5, seed=step)
+        copied = tensor(array, "CPU:1").copy_to_device("CPU") * 2
+        realize_uops([target.assign(target + copied)])
+        np.testing.assert_allclose(host(target), sum(random(5, seed=k) * 2 for k in range(step + 1)), rtol=1e-5)
+    assert plan_runs[0] >= 2
+
+
+def test_launch_plan_keeps_the_values_of_bound_variables(plan_runs):
+    from tinycore.uop.symbolic import Variable
+    array = random(8)
+    for value in (3, 5, 3, 5, 3, 5, 7):
+        bound = Variable("n", 1, 8).bind(value)
+        node = tensor(array).shrink(((0, bound),)) + 1
+        (result,) = realize_uops([node])
+        np.testing.assert_allclose(buffer_of(view_base_of(result)).numpy()[:value], array[:value] + 1, rtol=1e-6)
+    assert plan_runs[0] >= 2  # the third 3 and the third 5
+
+
 class _DeviceMemory:
     """The `buffer` factory the graph fuzzer of test_schedule uses, backed by real CPU buffers."""
 
