@@ -254,14 +254,23 @@ def test_fallback_warns_once_and_can_be_an_error(monkeypatch: pytest.MonkeyPatch
 
 BACKWARD_ERROR_SCRIPT = """
 import torch, tiny_torch
+class UnmappedInBackward(torch.autograd.Function):
+    # a backward that reaches an operator the tiny device does not map (kthvalue)
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * torch.kthvalue(grad, 1).values
 x = torch.randn(4, device="tiny", requires_grad=True)
-for name, run in (("backward", lambda: x.prod().backward()), ("grad", lambda: torch.autograd.grad(x.prod(), x))):
+for name, run in (("backward", lambda: UnmappedInBackward.apply(x).sum().backward()),
+                  ("grad", lambda: torch.autograd.grad(UnmappedInBackward.apply(x).sum(), x))):
     for threads in (True, False):
         torch.autograd.set_multithreading_enabled(threads)
         try:
             run()
         except NotImplementedError as error:
-            print(name, threads, "NotImplementedError", "prims.prod" in str(error), "TINY_TORCH_FALLBACK" in str(error))
+            print(name, threads, "NotImplementedError", "kthvalue" in str(error), "TINY_TORCH_FALLBACK" in str(error))
 torch.autograd.set_multithreading_enabled(True)
 (x * 3).sum().backward()
 print("after", x.grad.cpu().tolist())

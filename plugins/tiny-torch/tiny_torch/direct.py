@@ -9,7 +9,7 @@ import torch
 
 from tiny_torch.dispatch import aten, commit, register
 from tiny_torch.dtypes import to_tiny_dtype
-from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
+from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 
 
@@ -64,10 +64,13 @@ def local_scalar_dense(self: TinyTensor) -> object:
 
 @register(aten.fill_.Scalar, aten.fill_.Tensor, direct=True)
 def fill_(self: TinyTensor, value: object) -> TinyTensor:
-    """Every element of the view set to value."""
-    fill = value.item() if isinstance(value, torch.Tensor) else value
-    self.tiny_write(Tensor.full(tuple(self.shape), fill, dtype=to_tiny_dtype(self.dtype),
-                                device=self.tiny_storage.flat.device))
+    """Every element of the view set to value (a number, or a 0-d tensor read on the device: no host sync)."""
+    if isinstance(value, TinyTensor):
+        self.tiny_write(value.tiny_value().cast(to_tiny_dtype(self.dtype)).reshape(()))
+    else:
+        fill = value.item() if isinstance(value, torch.Tensor) else value
+        self.tiny_write(Tensor.full(tuple(self.shape), fill, dtype=to_tiny_dtype(self.dtype),
+                                    device=self.tiny_storage.flat.device))
     commit(self)
     return self
 
@@ -111,20 +114,30 @@ def bernoulli_(self: TinyTensor, p: float = 0.5, generator: object = None) -> Ti
     return _random_write(self, Tensor.rand(*self.shape, device=device) < p)
 
 
-@register(getattr(aten.random_, "from"), aten.random_.to, direct=True)
+def _random_integers(self: TinyTensor, low: int, high: int) -> TinyTensor:
+    device = self.tiny_storage.flat.device
+    return _random_write(self, Tensor.randint(*self.shape, low=low, high=high, device=device))
+
+
+@register(getattr(aten.random_, "from"), direct=True)
 def random_(self: TinyTensor, from_: int = 0, to: int | None = None, generator: object = None) -> TinyTensor:
     """Integers uniform in [from, to)."""
     if to is None:
         raise NotImplementedError("random_ without an upper bound on the tiny device; pass to=")
-    device = self.tiny_storage.flat.device
-    return _random_write(self, Tensor.randint(*self.shape, low=from_, high=to, device=device))
+    return _random_integers(self, from_, to)
+
+
+@register(aten.random_.to, direct=True)
+def random_to(self: TinyTensor, to: int, generator: object = None) -> TinyTensor:
+    """Integers uniform in [0, to) (`tensor.random_(to)`)."""
+    return _random_integers(self, 0, to)
 
 
 @register(aten.native_dropout.default, direct=True)
 def native_dropout(input: TinyTensor, p: float, train: bool | None) -> tuple[TinyTensor, TinyTensor]:  # noqa: A002
-    """Dropout: (output, keep mask)."""
+    """Dropout: (output, keep mask); train=None trains, as in PyTorch."""
     value = input.tiny_value()
-    if not train or p == 0:
+    if train is False or p == 0:
         return wrap(value.contiguous(), _index(input)), _fresh(input.shape, torch.bool, _index(input), True)
     keep = Tensor.rand(*value.shape, device=value.device) >= p
     return wrap(keep.where(value / (1 - p), 0).cast(value.dtype), _index(input)), wrap(keep, _index(input))
@@ -254,11 +267,11 @@ def full_like(self: torch.Tensor, fill_value: float, dtype: torch.dtype | None =
     return _fresh(self.shape, dtype, target.index or 0, fill_value)
 
 
-@register(aten.new_empty.default, aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
-          aten.new_empty_strided.default, direct=True)
+@register(aten.new_empty.default, aten.new_zeros.default, aten.new_full.default, aten.new_empty_strided.default,
+          direct=True)
 def new_factory(self: torch.Tensor, size: Sequence[int], *rest: object, dtype: torch.dtype | None = None,
                 layout: object = None, device: torch.device | None = None, pin_memory: bool | None = None) -> object:
-    """self.new_empty / new_zeros / new_ones / new_full / new_empty_strided (contents zero unless a fill)."""
+    """self.new_empty / new_zeros / new_full / new_empty_strided (contents zero unless a fill)."""
     fill: float = 0
     if rest and not isinstance(rest[0], (list, tuple)):
         fill = rest[0]  # type: ignore[assignment]
@@ -267,6 +280,13 @@ def new_factory(self: torch.Tensor, size: Sequence[int], *rest: object, dtype: t
     if target.type != "tiny":
         return torch.full(tuple(size), fill, dtype=dtype, device=target)
     return _fresh(size, dtype, target.index or 0, fill)
+
+
+@register(aten.new_ones.default, direct=True)
+def new_ones(self: torch.Tensor, size: Sequence[int], dtype: torch.dtype | None = None, layout: object = None,
+             device: torch.device | None = None, pin_memory: bool | None = None) -> object:
+    """self.new_ones(size)."""
+    return new_factory(self, size, 1, dtype=dtype, device=device)
 
 
 @register(aten.resize_.default, direct=True)
@@ -304,9 +324,15 @@ FACTORIES = {"arange": arange, "arange.start": arange, "arange.start_step": aran
 """Factories registered for the PrivateUse1 key (they take no tensor, so only the device argument routes them)."""
 
 
-@register(aten.lift_fresh.default, aten.alias.default, direct=True)
+@register(aten.lift_fresh.default, direct=True)
 def lift_fresh(self: TinyTensor) -> TinyTensor:
     """The same tensor (PyTorch's marker that a constant became a tensor)."""
+    return self
+
+
+@register(aten.alias.default, direct=True)
+def alias(self: TinyTensor) -> TinyTensor:
+    """A new tensor viewing the same storage with the same sizes, strides and offset."""
     return TinyTensor(self.tiny_storage, tuple(self.shape), tuple(self.stride()), self.storage_offset(), _index(self))
 
 
@@ -316,16 +342,14 @@ def view_dtype(self: TinyTensor, dtype: torch.dtype) -> TinyTensor:
     if dtype != self.dtype:
         raise NotImplementedError(f"tensor.view({dtype}) on the tiny device: reinterpreting {self.dtype} storage "
                                   f"is not supported; use .to({dtype}) (a converting copy)")
-    return lift_fresh(self)
+    return alias(self)
 
 
 @register(aten.set_.source_Tensor, direct=True)
 def set_(self: TinyTensor, source: TinyTensor) -> TinyTensor:
     """Make self share source's storage and view (used by module.to and parameter swaps)."""
+    restride(self, source, tuple(source.shape), tuple(source.stride()), int(source.storage_offset()))
     self.tiny_storage = source.tiny_storage
-    with torch.utils._mode_utils.no_dispatch():
-        torch.Tensor.as_strided_(self, tuple(source.shape), tuple(source.stride()),  # type: ignore[attr-defined]
-                                 source.storage_offset())
     return self
 
 

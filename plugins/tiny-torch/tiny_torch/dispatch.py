@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.storage import TinyStorage
-from tiny_torch.wrapper import TinyTensor, from_cpu, tinycore_device, to_cpu, wrap
+from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 from tinycore.dtype import DType
 
@@ -230,7 +230,13 @@ def functional_of(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     if not name.endswith("_") or name.startswith("_foreach"):
         return None
     packet = getattr(aten, name[:-1], None)
-    return getattr(packet, func._overloadname, None) if packet is not None else None
+    if packet is None:
+        return None
+    # transpose_.default is transpose.int: the in-place and functional overloads are not always named alike
+    for overload in (func._overloadname, "int"):
+        if overload in packet.overloads():
+            return getattr(packet, overload)
+    return None
 
 
 def _has_out(func: torch._ops.OpOverload) -> bool:
@@ -246,6 +252,12 @@ def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     if func.is_view:
         return run_view(func, args, kwargs)
     functional = functional_of(func)
+    if functional is not None and functional.is_view:  # unsqueeze_, t_, as_strided_: only the metadata changes
+        view = run_view(functional, args, kwargs)
+        target = args[0]
+        assert isinstance(view, TinyTensor) and isinstance(target, TinyTensor)
+        restride(target, target, tuple(view.shape), tuple(view.stride()), int(view.storage_offset()))
+        return target
     if functional is not None and (functional in OPERATORS or functional in decomposition_table):
         result = dispatch(functional, args, kwargs)
         target = args[0]

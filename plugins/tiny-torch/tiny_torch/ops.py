@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from tiny_torch.dispatch import aten, register
 from tinycore import Tensor, dtypes
+from tinycore.dtype import DType
 
 
 def _vjp(forward: Callable[..., Tensor], inputs: Sequence[Tensor | None], grad_output: Tensor,
@@ -401,6 +404,17 @@ def cumsum(self: Tensor, dim: int, dtype: object = None) -> Tensor:
     return self.cumsum(dim)
 
 
+@register(aten.cumprod.default)
+def cumprod(self: Tensor, dim: int, dtype: DType | None = None) -> Tensor:
+    """Running product along dim (integers multiply in int64, as PyTorch's do); PyTorch's backward of prod and of
+    cumprod are built from it."""
+    if dtype is not None:
+        self = self.cast(dtype)
+    elif not dtypes.is_float(self.dtype):
+        self = self.cast(dtypes.int64)
+    return self.cumprod(dim % max(self.ndim, 1)) if self.ndim else self
+
+
 # ---- linear algebra ----------------------------------------------------------------------------------------------
 @register(aten.mm.default, aten.bmm.default)
 def mm(self: Tensor, mat2: Tensor) -> Tensor:
@@ -637,8 +651,8 @@ def nll_loss_forward(self: Tensor, target: Tensor, weight: Tensor | None, reduct
     class_weight = valid.where(class_weight, 0)
     losses = picked * class_weight
     total_weight = class_weight.sum()
-    if reduction == 0:
-        return losses, total_weight
+    if reduction == 0:  # PyTorch leaves total_weight at zero when it does not reduce
+        return losses, total_weight.zeros_like()
     if reduction == 2:
         return losses.sum(), total_weight
     del classes
@@ -719,26 +733,33 @@ def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
     return self[tuple(selector)]
 
 
-@register(aten.index.Tensor)
-def index(self: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
-    """Advanced indexing self[indices] (None keeps a dim whole; bool masks are not mapped)."""
+def _selector(self: Tensor, indices: Sequence[Tensor | None]) -> tuple[object, ...]:
+    """PyTorch's index list as a tinycore getitem selector: None keeps a dim whole, integer tensors index one dim,
+    a boolean mask over k dims becomes the k integer tensors of its nonzero positions (a data-dependent shape: the
+    mask is read back to the host)."""
     selector: list[object] = []
     for position in indices:
         if position is None:
             selector.append(slice(None))
         elif position.dtype == dtypes.bool:
-            raise NotImplementedError("boolean mask indexing has a data-dependent shape")
+            hits = np.nonzero(position.numpy())
+            selector.extend(Tensor(hit.astype(np.int32), device=self.device) for hit in hits)
         else:
             selector.append(position.cast(dtypes.int32))
-    return self[tuple(selector)]
+    return tuple(selector)
+
+
+@register(aten.index.Tensor)
+def index(self: Tensor, indices: Sequence[Tensor | None]) -> Tensor:
+    """Advanced indexing self[indices] (None keeps a dim whole; boolean masks select their nonzero positions)."""
+    return self[_selector(self, indices)]
 
 
 @register(aten.index_put.default)
 def index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, accumulate: bool = False) -> Tensor:
-    """self with values written (or, with accumulate, summed) at self[indices], for integer index tensors on the
-    leading dims (what advanced-indexing assignment and the backward of indexing give)."""
+    """self with values written (or, with accumulate, summed) at self[indices]."""
     if any(position is None or position.dtype == dtypes.bool for position in indices):
-        raise NotImplementedError("index_put with None or boolean masks among the indices is not mapped")
+        return _index_put_positions(self, indices, values, accumulate)
     lead = [int(extent) for extent in self.shape[:len(indices)]]
     rest = tuple(int(extent) for extent in self.shape[len(indices):])
     ranks = max(position.ndim for position in indices)  # type: ignore[union-attr]
@@ -748,6 +769,8 @@ def index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, ac
     count, width = math.prod(shape), math.prod(rest)
     if count == 0 or width == 0:
         return self.contiguous()
+    # integer tensors on the leading dims (indexing assignment, the backward of indexing): whole rows of `width`
+    # elements are scattered, so the scatter compares `count` row numbers, not every element
     linear: Tensor | None = None
     stride = 1
     for position, extent in reversed(list(zip(padded, lead, strict=True))):
@@ -762,6 +785,26 @@ def index_put(self: Tensor, indices: Sequence[Tensor | None], values: Tensor, ac
     target = linear.reshape(count, 1).expand(count, width)
     flat = self.reshape(math.prod(lead), width)
     result = flat.scatter_reduce(0, target, values, reduce="sum") if accumulate else flat.scatter(0, target, values)
+    return result.reshape(self.shape)
+
+
+def _index_put_positions(self: Tensor, indices: Sequence[Tensor | None], values: Tensor,
+                         accumulate: bool) -> Tensor:
+    """index_put for any index list (None, boolean masks, advanced indices anywhere): indexing the flat position
+    of every element gives the positions self[indices] names, laid out as PyTorch lays out the indexed result, and
+    values broadcast to that layout are scattered there."""
+    numel = self.numel()
+    if numel == 0:
+        return self.contiguous()
+    positions = Tensor.arange(numel, dtype=dtypes.int32, device=self.device).reshape(self.shape)
+    positions = positions[_selector(self, indices)]
+    count = positions.numel()
+    if count == 0:
+        return self.contiguous()
+    values = values.cast(self.dtype)
+    values = values.reshape((1,) * (positions.ndim - values.ndim) + tuple(values.shape)).expand(positions.shape)
+    flat, target, source = self.reshape(numel), positions.reshape(count), values.reshape(count)
+    result = flat.scatter_reduce(0, target, source, reduce="sum") if accumulate else flat.scatter(0, target, source)
     return result.reshape(self.shape)
 
 

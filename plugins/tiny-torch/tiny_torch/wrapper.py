@@ -87,6 +87,16 @@ class TinyTensor(torch.Tensor):
         return f"{self.cpu()!r}".replace("tensor(", "tiny_tensor(", 1)[:-1] + f", device='{self.device}')"
 
 
+def restride(tensor: TinyTensor, source: torch.Tensor, size: tuple[int, ...], stride: tuple[int, ...],
+             offset: int) -> None:
+    """Give `tensor` the sizes, strides and storage offset of a view of `source`'s PyTorch storage (in-place view
+    operators, set_). PyTorch's meta kernel of set_ does it: the tiny device has no kernel of its own for it, and
+    as_strided_ would check the new view against the bounds of `tensor`'s old storage."""
+    with torch.utils._mode_utils.no_dispatch():
+        torch.ops.aten.set_.source_Storage_storage_offset.redispatch(
+            torch._C.DispatchKeySet(torch._C.DispatchKey.Meta), tensor, source.untyped_storage(), offset, size, stride)
+
+
 def wrap(value: Tensor, index: int = 0) -> TinyTensor:
     """A new contiguous tiny tensor owning a storage with `value`'s elements."""
     shape = tuple(int(extent) for extent in value.shape)
