@@ -4,9 +4,11 @@ depends on every lane's operands.
 
 A collective op is a CUSTOM UOp whose arg starts with a registered name; its sources are the lane's operand values.
 Each work-item runs as a generator, as in the core's interpreter; at a collective op it yields its operand values and
-waits. Once all lanes of the wave are there, the op's `combine` function gets every lane's operands (in lane order)
-and returns every lane's result, which each lane receives as the op's value. A work-group is one wave (lidx0 of the
-wave's size); a collective reached by only part of the wave (divergent control flow) is an error.
+waits. Once every lane of the work-group is there, the op's `combine` function gets each wave's operands (lane
+order) and returns that wave's results, which each lane receives as the op's value. A work-group is one or more whole
+waves along lidx0 (lanes 0 to wave size - 1 are the first wave); its waves meet at the same collective together,
+which real hardware does not need but the kernels using this meet anyway (a barrier precedes their collectives). A
+collective reached by only part of the work-group (divergent control flow) is an error.
 """
 from __future__ import annotations
 
@@ -51,20 +53,22 @@ class WaveProgram(Program):
                  for special in self.specials}
         locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
         groups = [special for special in self.specials if special not in locals_]
-        if [len(sizes[special]) for special in locals_] != [self.wave_size]:
-            raise InterpreterError(f"a kernel with wave-collective ops must run one wave (lidx0 of {self.wave_size}) "
-                                   "per work-group")
+        block = [len(sizes[special]) for special in locals_]
+        if len(block) != 1 or block[0] % self.wave_size or not block[0]:
+            raise InterpreterError(f"a kernel with wave-collective ops must run whole waves (lidx0 a multiple of "
+                                   f"{self.wave_size}) per work-group")
         for group in itertools.product(*(sizes[special] for special in groups)):
             shared: dict[UOp, list[Any]] = {}
             lanes = [self._run_lane(lists, values, dict(zip(groups + locals_, group + (lane,), strict=True)), shared)
-                     for lane in range(self.wave_size)]
-            self._run_wave(lanes)
+                     for lane in range(block[0])]
+            self._run_group(lanes)
         for original, result in zip(buffers, lists, strict=True):
             if isinstance(original, numpy.ndarray):
                 original.reshape(-1)[:] = numpy.asarray(result, dtype=original.dtype)
 
-    def _run_wave(self, lanes: list[Generator[Any, Any, None]]) -> None:
+    def _run_group(self, lanes: list[Generator[Any, Any, None]]) -> None:
         replies: list[Any] = [None] * len(lanes)
+        size = len(lanes)
         while lanes:
             requests = []
             for lane, reply in zip(lanes, replies, strict=True):
@@ -78,10 +82,12 @@ class WaveProgram(Program):
             calls = [request for request in live if isinstance(request, tuple)]
             if calls:
                 names = {name for name, _operands in calls}
-                if len(calls) != self.wave_size or len(live) != self.wave_size or len(names) != 1:
-                    raise InterpreterError("a wave-collective op was reached by only part of the wave (divergent "
-                                           "control flow)")
-                replies = self.collectives[names.pop()]([operands for _name, operands in calls])
+                if len(calls) != size or len(live) != size or len(names) != 1:
+                    raise InterpreterError("a wave-collective op was reached by only part of the work-group "
+                                           "(divergent control flow)")
+                combine, operands = self.collectives[names.pop()], [operands for _name, operands in calls]
+                replies = [reply for first in range(0, size, self.wave_size)
+                           for reply in combine(operands[first:first + self.wave_size])]
             else:
                 replies = [None] * len(live)
             lanes = [lane for lane, request in zip(lanes, requests, strict=True) if request is not None]

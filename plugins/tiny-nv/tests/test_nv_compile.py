@@ -1,7 +1,8 @@
 """CUDA C from the CUDA renderer compiled by NVRTC (from its pip wheel) for sm_80 and sm_90, without a GPU: each
 representative kernel becomes a CUDA ELF holding the kernel's symbol; the linear programs the CUDA renderer's
 codegen produced run in the core's interpreter against numpy (the same programs the MOCK GPU runs; tensor-core ops
-through its warp-aware interpreter); the half matmul is chosen for the tensor cores and its SASS has HMMA."""
+through the core's wave-collective interpreter); the half matmul is chosen for the tensor cores and its SASS has
+HMMA."""
 from __future__ import annotations
 
 import numpy
@@ -10,8 +11,7 @@ from nv_kernels import CASES, Case, case_kernels, kernels_of, symbolic_kernel
 from tiny_nv.inspect import EM_CUDA, disassemble, disassembler, elf_machine, elf_symbols
 from tiny_nv.nvrtc import NVRTCCompiler, compile_cuda, nvrtc_status, parse_arch
 from tiny_nv.renderer import CUDARenderer
-from tiny_nv.tensor_core import uses_tensor_cores
-from tiny_nv.warp import WarpProgram
+from tiny_nv.tensor_core import uses_tensor_cores, warp_program
 
 from tinycore import Tensor
 from tinycore.codegen import linearize, lower_to_program
@@ -58,7 +58,7 @@ def _run(uops: list, inputs: list[numpy.ndarray], var_vals: dict[str, int]) -> n
     output_type = pointers[0].dtype
     assert isinstance(output_type, PtrDType)
     output = numpy.zeros(output_type.size, to_numpy_dtype(output_type.base.scalar))
-    WarpProgram(uops)([output, *(array.reshape(-1) for array in inputs)], var_vals)
+    warp_program(uops)([output, *(array.reshape(-1) for array in inputs)], var_vals)
     return output
 
 

@@ -277,10 +277,10 @@ class MockGPU(MockMemory):
         """The interpreter program of the code object at `program_address`, or of the one whose CUBIN's text the
         address points into (the kernel driver's interface points QMDs at the machine code inside the upload)."""
         from tiny_nv.cubin import _sections, kernel_image
-        from tiny_nv.warp import WarpProgram
+        from tiny_nv.tensor_core import warp_program
         try:
             uops, _cubin = unpack_mock_binary(self.view(program_address, self.extent(program_address)))
-            return WarpProgram(uops)
+            return warp_program(uops)
         except ValueError:
             start = self.starts[bisect.bisect_right(self.starts, program_address) - 1]
         data = self.view(start, self.extent(start))
@@ -294,7 +294,7 @@ class MockGPU(MockMemory):
                              "kernel's code in the upload")
         self.images[program_address] = image
         self.cubins[program_address] = bytes(cubin)
-        return WarpProgram(uops)
+        return warp_program(uops)
 
     def _check_qmd(self, layout: nvcmd.QMDLayout, qmd: memoryview, program_address: int, program: Program) -> None:
         """What the hardware would need of the QMD beyond the grid: constant buffer 0 covering the parameters, and

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy
+
+from tinycore.codegen.matrix_units import matmul_parts
 from tinycore.codegen.opt import AxisType, Kernel, axis_id, range_size
-from tinycore.codegen.optimize import axis_stride, strip_casts
+from tinycore.codegen.wave_interpreter import WaveProgram
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
 from tinycore.uop.axis import new_range
@@ -59,59 +62,6 @@ def _const(value: int) -> UOp:
     return UOp.const(dtypes.int32, value)
 
 
-def _matmul_parts(kernel: Kernel) -> tuple[UOp, UOp, UOp, UOp, UOp, UOp, UOp | None] | None:
-    """(reduce, A value, B value, rows axis, columns axis, reduce axis, batch axis or None) of a tensor-core-shaped
-    kernel, else None. The values are the 16-bit float factors (loads, or floats cast), whose loads index the axes."""
-    ast = kernel.ast
-    reduces = kernel.reduce_ops
-    loops = [kernel.axes[i] for i in kernel.axes_of(AxisType.LOOP)]
-    reduce_axes = [kernel.axes[i] for i in kernel.axes_of(AxisType.REDUCE)]
-    if len(ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD or len(loops) not in (2, 3) or \
-            len(reduce_axes) != 1 or len(kernel.axes) != len(loops) + 1 or reduces[0].src[1:] != (reduce_axes[0],):
-        return None
-    store_index = ast.src[0].src[0]
-    if store_index.op is not Ops.INDEX or len(store_index.src) != 2:
-        return None
-    product = strip_casts(reduces[0].src[0])
-    if product.op is not Ops.MUL:
-        return None
-    operands = [_tensor_operand(source) for source in product.src]
-    if operands[0] is None or operands[1] is None or operands[0].dtype != operands[1].dtype:
-        return None
-    loads = [strip_casts(operand) for operand in operands]  # type: ignore[arg-type]
-    if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX or len(load.src[0].src) != 2 for load in loads):
-        return None
-    k_axis = reduce_axes[0]
-    for (first, second), (first_value, second_value) in (((loads[0], loads[1]), (operands[0], operands[1])),
-                                                         ((loads[1], loads[0]), (operands[1], operands[0]))):
-        rows = columns = None
-        others = []
-        for axis in loops:
-            in_first, in_second = axis_stride(first.src[0].src[1], axis), axis_stride(second.src[0].src[1], axis)
-            if in_first not in (0, None) and in_second == 0:
-                rows = axis
-            elif in_first == 0 and in_second not in (0, None):
-                columns = axis
-            else:
-                others.append(axis)
-        batch = others[0] if len(others) == 1 else None
-        if rows is None or columns is None or len(others) > 1 or (batch is not None and (
-                axis_stride(store_index.src[1], batch) in (0, None) or range_size(batch) is None)):
-            continue
-        sizes = (range_size(rows), range_size(columns), range_size(k_axis))
-        if None in sizes or sizes[0] % TILE_M or sizes[1] % TILE_N or sizes[2] % TILE_K:  # type: ignore[operator]
-            return None
-        return reduces[0], first_value, second_value, rows, columns, k_axis, batch  # type: ignore[return-value]
-    return None
-
-
-def _tensor_operand(node: UOp) -> UOp | None:
-    """The half or bfloat16 value under a factor of the product (a load, or a float cast to it), else None."""
-    while node.dtype not in MMA_HELPERS and node.op is Ops.CAST:
-        node = node.src[0]
-    return node if node.dtype in MMA_HELPERS else None
-
-
 def _staged_fragments(a_value: UOp, b_value: UOp, rows: UOp, columns: UOp, k_axis: UOp, tile_m: UOp, tile_n: UOp,
                       step: UOp, threads: UOp, lane: UOp, warp_row: UOp, warp_column: UOp) -> tuple[list[UOp],
                                                                                                  list[UOp]]:
@@ -148,10 +98,11 @@ def _staged_fragments(a_value: UOp, b_value: UOp, rows: UOp, columns: UOp, k_axi
 
 def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
     """Rewrite `kernel` into tensor-core warps when it has the shape (see the module docstring); True when done."""
-    parts = _matmul_parts(kernel)
+    parts = matmul_parts(kernel, (TILE_M, TILE_N, TILE_K), tuple(MMA_HELPERS), batched=True)
     if parts is None:
         return False
-    reduce, a_value, b_value, rows, columns, k_axis, batch = parts
+    reduce, a_value, b_value, rows, columns, k_axis, batch = (parts.reduce, parts.a_value, parts.b_value, parts.rows,
+                                                              parts.columns, parts.depth, parts.batch)
     operand_type: DType = a_value.dtype
     m, n, k = range_size(rows), range_size(columns), range_size(k_axis)
     assert m is not None and n is not None and k is not None
@@ -197,6 +148,29 @@ def tensor_core_opt(kernel: Kernel, notes: list[str]) -> bool:
                  f"{m // TILE_M}x{n // TILE_N} warps{staging}, axis {axis_id(rows)}/{axis_id(columns)}/"
                  f"{axis_id(k_axis)})")
     return True
+
+
+WARP = 32
+
+
+def warp_mma(fragments: list[list[float]]) -> list[tuple[float, ...]]:
+    """The m16n8k16 product of one warp's 32 fragments (8 values of A, then 4 of B, each lane; positions in the
+    module docstring), float32 products summed in float64 and rounded to float32: each lane's 4 accumulators."""
+    a, b = numpy.zeros((16, 16)), numpy.zeros((16, 8))
+    for lane, values in enumerate(fragments):
+        group, thread = lane // 4, lane % 4
+        for j in range(8):
+            a[group + 8 * ((j >> 1) & 1), 2 * thread + (j & 1) + 8 * (j >> 2)] = values[j]
+        for j in range(4):
+            b[2 * thread + (j & 1) + 8 * (j >> 1), group] = values[8 + j]
+    product = (a @ b).astype(numpy.float32)
+    return [tuple(float(product[lane // 4 + 8 * (i >> 1), 2 * (lane % 4) + (i & 1)]) for i in range(4))
+            for lane in range(WARP)]
+
+
+def warp_program(uops: list[Any]) -> WaveProgram:
+    """The interpreter program of a linear program whose warps may meet at mma ops (the MOCK GPU's, the tests')."""
+    return WaveProgram(uops, {MMA_PREFIX: warp_mma}, WARP)
 
 
 def uses_tensor_cores(uops: list[Any]) -> bool:
