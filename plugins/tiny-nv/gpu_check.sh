@@ -3,7 +3,8 @@
 #   1. installs tinycore, tiny-cpu, tiny-disk and tiny-nv (editable, from this checkout) and NVRTC when it can;
 #   2. `tiny conformance NV` on the CUDA interface (DEV=CUDA+NV), then a smoke test and `tiny conformance NV` on the
 #      kernel driver interface (DEV=NV+NV: /dev/nvidiactl, UVM, GPFIFO channels, QMD V04 on Hopper), which before
-#      this has run only against the simulated driver (tiny_nv/mock_driver.py);
+#      this has run only against the simulated driver (tiny_nv/mock_driver.py), with gpu_abi_check.py between them
+#      (kernels that read the launch's constant buffer 0 head, stack, memory windows and constant banks 3 and 4);
 #   3. gpu_bench.py: copy bandwidth host<->device and device<->device, elementwise GB/s against the device copy
 #      bandwidth, fp16 and fp32 matmul TFLOPS at 8192^2, torch + cuBLAS beside them when torch has CUDA;
 #   4. writes nv_gpu_check.json (and each step's output) under $OUT when it is set, else the current directory.
@@ -58,6 +59,8 @@ print(Device["NV"].description)
 print("elementwise", bool(numpy.allclose((Tensor(a) * 2 + 1).numpy(), a * 2 + 1)))
 print("matmul", bool(numpy.allclose((Tensor(a) @ Tensor(a)).numpy(), a @ a, rtol=1e-4, atol=1e-4)))
 '
+# kernels whose answers depend on constant buffer 0's head, the stack, the memory windows and constant banks 3/4
+run_step nv_interface_abi 45 env DEV=NV+NV "$PY" "$ROOT/plugins/tiny-nv/gpu_abi_check.py"
 run_step conformance_nv 90 env DEV=NV+NV tiny conformance NV --json
 
 # ---- 3. bench ----
@@ -89,6 +92,7 @@ report = {"seconds": seconds, "exit_status": statuses,
           "gpu": (directory / "nvidia_smi.log").read_text().strip() if (directory / "nvidia_smi.log").exists() else "",
           "conformance_cuda": read_json("conformance_cuda.log"), "conformance_nv": read_json("conformance_nv.log"),
           "nv_interface_smoke": read_json("nv_interface_smoke.log"),
+          "nv_interface_abi": read_json("nv_interface_abi.log"),
           "bench": read_json("nv_bench.json")}
 bench = report["bench"]
 goals = {}

@@ -202,3 +202,16 @@ def test_constant_banks_are_bound_and_linked_on_the_mock(tmp_path, dev: str, arc
     result = subprocess.run([sys.executable, "-c", BANK_SCRIPT, arch, str(source), spoil], capture_output=True,
                             text=True, env=environment, timeout=300)
     assert expected in result.stdout, result.stdout + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_gpu_abi_check_compiles_without_a_gpu(arch: str) -> None:
+    """gpu_check.sh's launch check (run on hardware only: the simulated GPU does not execute SASS) compiles both its
+    kernels for `arch`; the probe has a stack and the lookup kernel constant banks 3 and 4."""
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "gpu_abi_check.py"
+    result = subprocess.run([sys.executable, str(script), "--compile-only", arch], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    words = result.stdout.split()
+    assert words[:2] == ["probe", "stack"] and int(words[2]) > 0 and "banks [3, 4]" in result.stdout
