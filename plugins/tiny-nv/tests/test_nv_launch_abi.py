@@ -215,3 +215,21 @@ def test_gpu_abi_check_compiles_without_a_gpu(arch: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     words = result.stdout.split()
     assert words[:2] == ["probe", "stack"] and int(words[2]) > 0 and "banks [3, 4]" in result.stdout
+
+
+ZEROED_GLOBAL = r"""
+__device__ float big[1 << 20];
+extern "C" __global__ void k(float* out, int w) { big[threadIdx.x + w] = 1; out[threadIdx.x] = big[threadIdx.x * 3]; }
+"""
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_zeroed_device_global_is_allocated_and_linked(arch: str) -> None:
+    """A zero-initialized device global (.nv.global, no bytes in the file) gets its 4 MiB, zeroed, and bank 4 holds its
+    address once linked; NVRTC's CUBINs of function-pointer tables and globals carry no relocations in the code."""
+    data = module_data(compile_cuda(ZEROED_GLOBAL, arch))
+    assert len(data.contents[".nv.global"]) == 4 << 20 and not any(data.contents[".nv.global"][:4096])
+    linked = data.linked(0x100000)
+    assert int.from_bytes(linked[data.offsets[".nv.constant4"]:][:8], "little") == \
+        0x100000 + data.offsets[".nv.global"]
+    assert all(relocation.target.startswith(".nv.constant") for relocation in data.relocations)
