@@ -7,6 +7,8 @@ See docs/architecture.md, "Kernel-level graph", for the input and output contrac
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tinycore.codegen.atomics import resolve_combining_stores
 from tinycore.codegen.expand import expand
 from tinycore.codegen.gpu import gpu_optimize
@@ -19,7 +21,8 @@ from tinycore.helpers import DEBUG, NOOPT
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.renderer import ProgramSpec, Renderer
 from tinycore.uop.axis import AxisType
-from tinycore.uop.symbolic import simplify_indices
+from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import simplify, simplify_indices
 from tinycore.uop.uop import UOp
 
 
@@ -42,11 +45,33 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
 
 def linearize(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> list[UOp]:
     """The linear program (list of UOps in execution order, ending in a SINK named after the kernel) of `ast`."""
+    return _linearize_kernel(ast, renderer, opts)[1]
+
+
+def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None) -> tuple[Kernel, list[UOp]]:
     kernel = optimize_kernel(ast, renderer, opts)
     optimized = decompose_transcendentals(kernel.ast) if renderer.decompose_transcendentals else kernel.ast
-    stores = expand(simplify_indices(optimized), lambda dtype: vector_width(renderer, dtype),
+    stores = expand(decided_selects(simplify_indices(optimized)), lambda dtype: vector_width(renderer, dtype),
                     lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks)
-    return linearize_stores(stores, renderer, _kernel_name(ast, kernel))
+    return kernel, linearize_stores(stores, renderer, _kernel_name(ast, kernel))
+
+
+def decided_selects(root: UOp) -> UOp:
+    """`root` with every WHERE whose condition is index arithmetic that its bounds decide (a padding check that
+    always holds, say `oy + 65*ky < 192` of a convolution) replaced by the branch taken. Opts can hide such a
+    condition from the folding that expansion does (a SHIFTED_UPCAST's min() start), and a vector select per load
+    would stay in the inner loop."""
+    memo: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        new_src = tuple(memo[source] for source in node.src)
+        rebuilt = node if new_src == node.src else node.replace(src=new_src)
+        if rebuilt.op is Ops.WHERE and rebuilt.src[0].dtype.count == 1 and \
+                all(leaf.op not in (Ops.LOAD, Ops.REDUCE) for leaf in rebuilt.src[0].toposort):
+            decided = simplify(rebuilt.src[0])
+            if decided.op is Ops.CONST:
+                rebuilt = rebuilt.src[1] if decided.arg else rebuilt.src[2]
+        memo[node] = rebuilt
+    return memo[root]
 
 
 def renderer_supports_vector(renderer: RendererContract, dtype: DType, width: int) -> bool:
@@ -62,8 +87,14 @@ def _kernel_name(ast: UOp, kernel: Kernel) -> str:
 
 def lower_to_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """The ProgramSpec of the kernel `ast` rendered by `renderer` (see linearize for `opts`)."""
-    uops = linearize(ast, renderer, opts)
-    return renderer.to_program(uops, uops[-1].arg)
+    kernel, uops = _linearize_kernel(ast, renderer, opts)
+    spec = renderer.to_program(uops, uops[-1].arg)
+    if kernel.recomputed != 1.0:
+        # the estimates count the work the program does; GFLOPS figures divide the work the kernel needs
+        estimates = spec.estimates
+        spec.estimates = replace(estimates, ops=round(estimates.ops / kernel.recomputed),
+                                 lds=round(estimates.lds / kernel.recomputed))
+    return spec
 
 
 __all__ = ["lower_to_program", "linearize", "optimize_kernel", "Kernel", "Opt", "OptOps", "AxisType"]

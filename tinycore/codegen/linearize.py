@@ -20,7 +20,7 @@ from tinycore.codegen.devectorize import legalize
 from tinycore.dtype import DType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, new_range
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.uop import UOp
 
 DEFINE_OPS = (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)
@@ -73,6 +73,27 @@ class LoopTree:
             return first
         raise LinearizeError(f"{what.op if isinstance(what, UOp) else 'a node'} needs loops {axis_id(first)} and "
                              f"{axis_id(second)}, which are not nested: a REDUCE's range is used outside it")
+
+
+def fused_accumulation(running: UOp, value: UOp) -> UOp:
+    """`running + value` with every product among the terms of the sum `value` accumulated by a MULACC marked FUSED
+    (`acc = a * b + acc`, one rounding where the renderer has an FMA); the other terms are added after them."""
+    terms: list[UOp] = []
+    pending = [value]
+    while pending:
+        term = pending.pop()
+        if term.op is Ops.ADD and term.dtype == running.dtype:
+            pending.extend(reversed(term.src))
+        else:
+            terms.append(term)
+    result = running
+    for term in terms:
+        if term.op is Ops.MUL and term.dtype == running.dtype:
+            result = UOp(Ops.MULACC, running.dtype, (term.src[0], term.src[1], result), FUSED)
+    for term in terms:
+        if not (term.op is Ops.MUL and term.dtype == running.dtype):
+            result = result + term
+    return result
 
 
 def _rename_shared_ranges(sink: UOp) -> UOp:
@@ -188,7 +209,9 @@ class Linearizer:
         address = register.index(UOp.const(dtypes.int32, 0))
         init = address.store(UOp.const(node.dtype, reduce_identity(node.arg, node.dtype)))
         running = UOp(Ops.LOAD, node.dtype, (address,))
-        update = address.store(running.alu(node.arg, value))
+        fused = self.renderer.fused_multiply_add and node.arg is Ops.ADD and \
+            node.dtype.scalar in (dtypes.float32, dtypes.float64)
+        update = address.store(fused_accumulation(running, value) if fused else running.alu(node.arg, value))
         result = UOp(Ops.LOAD, node.dtype, (address,), RESULT_ARG)
         self.forced[running] = innermost
         self.forced[result] = parent

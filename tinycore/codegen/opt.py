@@ -27,6 +27,10 @@ class OptOps(Enum):
     ACCUMULATORS = auto()  # reduce axis: split off `amount` independent (vectorizable) accumulators
     THREAD = auto()  # output axis: split across `amount` CPU workers
     NEST = auto()  # output axis: moved inside every other output loop (amount unused, 0)
+    # output axis: UPCAST by an amount that need not divide the size: ceil(size / amount) blocks, the last one
+    # shifted back to end at the axis end, so it recomputes (and stores again, the same values) outputs of the block
+    # before it; only for kernels whose stores are plain and whose inputs are not their outputs
+    SHIFTED_UPCAST = auto()
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class Kernel:
         self.ast = ast
         self.applied: list[Opt] = []
         self.workers = 1
+        self.recomputed = 1.0
+        """Work done over work needed: the outputs SHIFTED_UPCAST blocks compute twice (1.0 without them)."""
         reduce_ranges: dict[UOp, None] = {}
         for node in ast.toposort:
             if node.op is Ops.REDUCE:
@@ -141,6 +147,32 @@ class Kernel:
             self.axes[axis] = outer
         self.axes.append(inner)
 
+    def _shifted_split(self, axis: int, amount: int) -> None:
+        old = self.axes[axis]
+        size = range_size(old)
+        if size is None or amount < 2 or size < amount:
+            raise KernelOptError(f"cannot shift-split axis {axis} of size {size} by {amount}: the size must be a "
+                                 f"constant at least the amount, and the amount at least 2")
+        if size % amount == 0:
+            self._split(axis, amount, AxisType.UPCAST)
+            return
+        stored: set[UOp] = set()
+        for store in self.ast.src:
+            if store.arg is not None or store.src[0].op is not Ops.INDEX:
+                raise KernelOptError("SHIFTED_UPCAST stores some outputs twice: the kernel's stores must be plain")
+            stored.add(store.src[0].src[0])
+        if any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored
+               for node in self.ast.toposort):
+            raise KernelOptError("SHIFTED_UPCAST recomputes outputs: the kernel must not read a buffer it writes")
+        inner = new_range(amount, self.next_id, AxisType.UPCAST)
+        self.next_id += 1
+        self.recomputed *= -(-size // amount) * amount / size
+        outer = old.replace(src=(UOp.const(dtypes.int32, -(-size // amount)),))
+        start = (outer * amount).minimum(UOp.const(dtypes.int32, size - amount))
+        self.ast = replace_range(self.ast, old, start + inner, (outer, inner))
+        self.axes[axis] = outer
+        self.axes.append(inner)
+
     def _thread(self, axis: int, workers: int) -> None:
         old = self.axes[axis]
         size = range_size(old)
@@ -173,6 +205,11 @@ class Kernel:
             if not output_axis:
                 raise KernelOptError(f"{opt}: UPCAST applies to output loop axes, axis {opt.axis} is {kind.name}")
             self._split(opt.axis, opt.amount, AxisType.UPCAST)
+        elif opt.op is OptOps.SHIFTED_UPCAST:
+            if not output_axis:
+                raise KernelOptError(f"{opt}: SHIFTED_UPCAST applies to output loop axes, axis {opt.axis} is "
+                                     f"{kind.name}")
+            self._shifted_split(opt.axis, opt.amount)
         elif opt.op in (OptOps.UNROLL, OptOps.ACCUMULATORS):
             if kind is not AxisType.REDUCE:
                 raise KernelOptError(f"{opt}: {opt.op.name} applies to reduce axes, axis {opt.axis} is {kind.name}")

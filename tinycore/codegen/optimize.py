@@ -36,6 +36,11 @@ SMALL_AXES_EXPANSION = 32
 more copies cost codegen and compile time for little speed on axes this small."""
 
 
+MATMUL_ROWS = 6
+"""Rows of the register tile of a matmul whose second input is contiguous along the output's columns (A @ B)."""
+SHIFTED_WASTE = 0.05
+"""A matmul's rows take the MATMUL_ROWS tile with a shifted last block (SHIFTED_UPCAST) when it recomputes at most
+this share of the rows; else a smaller tile that divides them."""
 DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
@@ -145,15 +150,31 @@ class Heuristic:
                     rows = range_node
             if columns is None or rows is None or width < 2:
                 continue
-            column_size, row_size = range_size(columns), range_size(rows)
-            column_tile = next((t for t in (2 * width, width) if column_size and column_size % t == 0), None)
-            if column_tile is None:
-                continue
-            row_choices = (8, 4, 2) if column_tile == 2 * width else (8, 6, 4, 3, 2)
-            row_tile = next((t for t in row_choices if row_size and row_size % t == 0), None)
-            self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
-            if row_tile is not None:
-                self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
+            column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
+            column_tile = next((t for t in (2 * width, width) if column_size % t == 0), None)
+            if column_tile is None or (column_tile == width and column_size >= 2 * width):
+                # a size no tile divides: the last block of columns overlaps the one before it
+                if column_size < width or not self.attempt(columns, OptOps.SHIFTED_UPCAST,
+                                                           2 * width if column_size >= 2 * width else width,
+                                                           "matmul columns, last block shifted"):
+                    continue
+                column_tile = 2 * width if column_size >= 2 * width else width
+            else:
+                self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
+            if column_tile == 2 * width:
+                # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
+                # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack)
+                row_tile = next((t for t in (MATMUL_ROWS, 4, 2) if row_size % t == 0), None)
+                recomputed = -(-row_size // MATMUL_ROWS) * MATMUL_ROWS - row_size
+                shifted = row_size >= MATMUL_ROWS and row_tile != MATMUL_ROWS and \
+                    (row_tile is None or recomputed <= SHIFTED_WASTE * row_size)
+                if not (shifted and self.attempt(rows, OptOps.SHIFTED_UPCAST, MATMUL_ROWS,
+                                                 "matmul rows, last block shifted")) and row_tile is not None:
+                    self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
+            else:
+                row_tile = next((t for t in (8, 6, 4, 3, 2) if row_size % t == 0), None)
+                if row_tile is not None:
+                    self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
             row_blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
                           if axis_id(self.kernel.axes[position]) == axis_id(rows)]
             if row_blocks:

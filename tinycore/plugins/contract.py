@@ -41,6 +41,10 @@ class RendererContract:
     decompose_transcendentals: bool = False
     """float32 exp2 and log2 written as arithmetic UOps (codegen/transcendental.py) instead of the renderer's
     builtins, so they vectorize with the rest of the kernel (worth it only with `vector_masks`)."""
+    fused_multiply_add: bool = False
+    """A float sum of products accumulated across a reduce loop (`acc += a * b`) is written as a MULACC marked FUSED
+    (`uop.ops.FUSED`), which the renderer may compute with one rounding (an FMA instruction): one rounding is only
+    more accurate, and matmuls reach twice the throughput of a multiply and an add where the CPU has FMA units."""
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     """Largest launch grid per dimension (None: 2**31 - 1 each)."""
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3

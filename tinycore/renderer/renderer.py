@@ -10,7 +10,7 @@ from tinycore.helpers import to_function_name
 from tinycore.plugins.contract import DeviceContract, RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.symbolic import sym_infer
-from tinycore.uop.uop import UOp
+from tinycore.uop.uop import UOp, exec_alu
 
 Sizes = tuple["int | UOp", ...]
 
@@ -71,17 +71,44 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
 class Estimates:
     """Rough costs of one launch: `ops` arithmetic operations on values (what GFLOPS figures divide; index and
     address arithmetic is not counted), `lds` bytes loaded and stored, `mem` bytes of the global buffers touched
-    (each counted once). Loops with non-constant trip counts count once."""
+    (each counted once). Loops with non-constant trip counts count once, except bounds that depend only on the
+    CPU worker (an uneven split), which count their mean over the workers."""
 
     ops: int = 0
     lds: int = 0
     mem: int = 0
 
 
-def _trip_count(size: UOp | int) -> int:
+def _trip_count(size: UOp | int) -> float:
+    """Iterations of a loop of bound `size`; a bound that depends on the worker (an uneven split of an axis across
+    CPU workers) counts the mean over the workers, so the total over all of them is right. Symbolic bounds count 1."""
     if isinstance(size, int):
         return size
-    return size.arg if size.op is Ops.CONST else 1
+    if size.op is Ops.CONST:
+        return size.arg
+    workers = [node for node in size.toposort if node.op is Ops.SPECIAL]
+    if len(workers) != 1 or not workers[0].src or workers[0].src[0].op is not Ops.CONST:
+        return 1
+    worker, count = workers[0], workers[0].src[0].arg
+    try:
+        bounds = [_evaluate(size.substitute({worker: UOp.const(worker.dtype, value)})) for value in range(count)]
+    except (TypeError, ValueError, KeyError):
+        return 1
+    known = [bound for bound in bounds if bound is not None]
+    return sum(known) / count if len(known) == count else 1
+
+
+def _evaluate(expression: UOp) -> int | None:
+    """The value of an integer expression of constants, else None."""
+    values: dict[UOp, int] = {}
+    for node in expression.toposort:
+        if node.op is Ops.CONST:
+            values[node] = node.arg
+        elif node.op in GroupOp.ALU and all(source in values for source in node.src):
+            values[node] = int(exec_alu(node.op, node.dtype, [values[source] for source in node.src]))
+        else:
+            return None
+    return values[expression]
 
 
 _INDEX_LEAVES = frozenset({Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
@@ -115,9 +142,10 @@ def estimate(uops: list[UOp]) -> Estimates:
     (K, N) counts 2*M*N*K."""
     result = Estimates()
     index_ops = _index_arithmetic(uops)
-    multiplier = 1
-    open_ranges: list[int] = []
-    thread_count = 1
+    multiplier = 1.0
+    ops = lds = 0.0
+    open_ranges: list[float] = []
+    thread_count = 1.0
     touched: dict[int, int] = {}
     for uop in uops:
         if uop.op is Ops.SPECIAL:
@@ -129,21 +157,21 @@ def estimate(uops: list[UOp]) -> Estimates:
         elif uop.op is Ops.END:
             for source in uop.src:
                 if source.op is Ops.RANGE and open_ranges:
-                    multiplier //= max(open_ranges.pop(), 1)
+                    multiplier /= max(open_ranges.pop(), 1)
         elif uop.op in GroupOp.ALU and uop not in index_ops and not _is_read_mask(uop, index_ops):
             lanes = uop.src[0].dtype.count if uop.src else 1
-            result.ops += multiplier * lanes * (2 if uop.op is Ops.MULACC else 1)
+            ops += multiplier * lanes * (2 if uop.op is Ops.MULACC else 1)
         elif uop.op in (Ops.LOAD, Ops.STORE):
             index = uop.src[0]
             buffer = index.src[0] if index.op is Ops.INDEX else index
             if buffer.op is Ops.DEFINE_GLOBAL:
                 value_dtype = uop.dtype if uop.op is Ops.LOAD else uop.src[1].dtype
-                result.lds += multiplier * value_dtype.itemsize * value_dtype.count
+                lds += multiplier * value_dtype.itemsize * value_dtype.count
                 pointer = buffer.dtype
                 if isinstance(pointer, PtrDType) and pointer.size > 0:
                     touched[buffer.arg] = pointer.size * pointer.base.itemsize
-    result.ops *= thread_count
-    result.lds *= thread_count
+    result.ops = round(ops * thread_count)
+    result.lds = round(lds * thread_count)
     result.mem = sum(touched.values())
     return result
 

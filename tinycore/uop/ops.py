@@ -125,6 +125,12 @@ class Ops(Enum):
     PRECAST = auto()
 
 
+FUSED = "fused"
+"""The arg of a MULACC that may round once (a fused multiply-add) where the renderer has one. Only arithmetic that is
+at least as accurate with one rounding is marked so (an accumulation `acc + a * b` across a reduce loop, see
+RendererContract.fused_multiply_add); a plain MULACC rounds the product and the sum separately, as numpy does."""
+
+
 class GroupOp:
     """Sets of Ops that rules and passes treat alike."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
 from tinycore.renderer.renderer import Renderer, kernel_name
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.ops import FUSED, GroupOp, Ops
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -122,6 +122,7 @@ class LLVMRenderer(Renderer):
     atomic_dtypes = frozenset(_SCALAR_TYPES)
     vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
+    fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
         **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},
@@ -465,6 +466,11 @@ class LLVMWalk:
                 operands[position] = self.bfloat16_to_float(operands[position], count)
             result = self.arithmetic(op, operands, dtypes.float32, count)
             return self.float_to_bfloat16(result, count) if uop.dtype.scalar == dtypes.bfloat16 else result
+        if op is Ops.MULACC and uop.arg == FUSED and scalar in (dtypes.float32, dtypes.float64):
+            # llvm.fmuladd: one rounding where the target has FMA, a multiply and an add where it has not
+            element = scalar_type(scalar)
+            return self.intrinsic("fmuladd", element if count == 1 else f"<{count} x {element}>", operands, element,
+                                  count)
         return self.arithmetic(op, operands, scalar, count)
 
     def arithmetic(self, op: Ops, operands: list[str], scalar: DType, count: int) -> str:

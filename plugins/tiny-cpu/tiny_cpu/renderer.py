@@ -12,7 +12,7 @@ from typing import Any
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk, RenderedPointer
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.ops import FUSED, GroupOp, Ops
 from tinycore.uop.uop import UOp
 
 _HALF = "_Float16"
@@ -138,6 +138,28 @@ class CWalk(CStyleWalk):
 
 
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+# fused multiply-adds (MULACC marked FUSED): x86 FMA builtins where the target has FMA (gcc and clang share their
+# names), else a multiply and an add; kernels compile with -ffp-contract=off, so nothing else is fused
+_FUSED_MULTIPLY_ADD = {dtypes.float32.vec(8): "TC_FMA_FLOAT8", dtypes.float32.vec(4): "TC_FMA_FLOAT4",
+                       dtypes.float32: "TC_FMA_FLOAT", dtypes.float64.vec(4): "TC_FMA_DOUBLE4",
+                       dtypes.float64.vec(2): "TC_FMA_DOUBLE2", dtypes.float64: "TC_FMA_DOUBLE"}
+_FUSED_MULTIPLY_ADD_MACROS = """#ifndef TC_FMA_FLOAT8
+#if defined(__FMA__) && defined(__x86_64__)
+#define TC_FMA_FLOAT8(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#define TC_FMA_FLOAT4(a, b, c) __builtin_ia32_vfmaddps((a), (b), (c))
+#define TC_FMA_FLOAT(a, b, c) __builtin_fmaf((a), (b), (c))
+#define TC_FMA_DOUBLE4(a, b, c) __builtin_ia32_vfmaddpd256((a), (b), (c))
+#define TC_FMA_DOUBLE2(a, b, c) __builtin_ia32_vfmaddpd((a), (b), (c))
+#define TC_FMA_DOUBLE(a, b, c) __builtin_fma((a), (b), (c))
+#else
+#define TC_FMA_FLOAT8(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_FLOAT4(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_FLOAT(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_DOUBLE4(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_DOUBLE2(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_DOUBLE(a, b, c) ((a) * (b) + (c))
+#endif
+#endif"""
 
 
 class MaskWalk(CWalk):
@@ -200,6 +222,11 @@ class MaskWalk(CWalk):
                 return
             mask = self.mask_of(condition, uop.dtype.scalar.itemsize, count)
             self.bind(uop, self.blend(mask, when_true, when_false, uop.dtype))
+            return
+        if uop.op is Ops.MULACC and uop.arg == FUSED and uop.dtype in _FUSED_MULTIPLY_ADD:
+            operands = ", ".join(self.whole(source, count) if count > 1 else self.expression(source)
+                                 for source in sources)
+            self.bind(uop, f"{_FUSED_MULTIPLY_ADD[uop.dtype]}({operands})")
             return
         if count > 1 and uop.op is Ops.MAX and self._vector_lanes(uop.dtype):
             left, right = self.materialized(sources[0], count), self.materialized(sources[1], count)
@@ -277,6 +304,7 @@ class CRenderer(CStyleLanguage):
                                 Ops.BITCAST})
     vector_masks = True
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
+    fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
         **{dtype: (2, 4, 8) for dtype in (dtypes.float64, dtypes.int64, dtypes.uint64)},
@@ -331,6 +359,8 @@ class CRenderer(CStyleLanguage):
                          f"__may_alias__));")
         if dtypes.bfloat16 in used_dtypes and not self.native_bfloat16:
             lines.append(_BF16_HELPERS)
+        if any(uop.op is Ops.MULACC and uop.arg == FUSED for uop in uops):
+            lines.append(_FUSED_MULTIPLY_ADD_MACROS)
         return lines
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:

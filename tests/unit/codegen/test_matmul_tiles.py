@@ -1,0 +1,156 @@
+"""CPU matmul and convolution tiles: results against numpy / torch for sizes the tiles do not divide, the shifted last
+block (SHIFTED_UPCAST), fused multiply-adds in the accumulators, and the FLOP estimate of kernels that recompute."""
+from __future__ import annotations
+
+import pathlib
+import platform
+
+import numpy as np
+import pytest
+from codegen_kernels import VectorCPURenderer, buffer, loop, matmul
+
+from tinycore import Tensor
+from tinycore.codegen import linearize, lower_to_program
+from tinycore.codegen.interpreter import run_linear
+from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
+from tinycore.counters import GlobalCounters
+from tinycore.device.registry import Device
+from tinycore.dtype import dtypes
+from tinycore.engine.memory import device_facts
+from tinycore.helpers import Context
+from tinycore.schedule import create_schedule
+from tinycore.uop.ops import FUSED, Ops
+
+
+def _array(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _close(result: np.ndarray, reference: np.ndarray) -> None:
+    """float32 matmul tolerance: relative to the size of the sums (numpy's own float32 result differs as much)."""
+    scale = max(float(np.abs(reference).max()), 1.0)
+    np.testing.assert_allclose(result, reference, rtol=2e-5, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("m, k, n", [(1000, 300, 1000), (7, 5, 3), (1, 64, 200), (200, 64, 1), (1, 1, 1), (13, 37, 29),
+                                     (6, 16, 16), (5, 33, 15), (67, 129, 17), (130, 70, 250)])
+def test_matmul_odd_sizes_match_numpy(m: int, k: int, n: int) -> None:
+    a, b = _array(m, k), _array(k, n, seed=1)
+    _close((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b.astype(np.float64))
+
+
+def test_batched_and_transposed_matmuls_match_numpy() -> None:
+    a, b = _array(3, 50, 70), _array(3, 70, 45, seed=1)
+    _close((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b)
+    c, d = _array(90, 70), _array(45, 70, seed=2)
+    _close((Tensor(c) @ Tensor(d).T).numpy(), c.astype(np.float64) @ d.T)
+    _close((Tensor(c).T @ Tensor(c)).numpy(), c.T.astype(np.float64) @ c)
+    _close((Tensor(d) @ Tensor(c).T).numpy(), d.astype(np.float64) @ c.T)
+
+
+def test_fused_epilogues_match_numpy() -> None:
+    x, w, bias = _array(100, 70), _array(70, 90, seed=1), _array(90, seed=2)
+    reference = np.maximum(x.astype(np.float64) @ w + bias, 0)
+    _close((Tensor(x) @ Tensor(w) + Tensor(bias)).relu().numpy(), reference)
+    _close(Tensor(x).linear(Tensor(w), Tensor(bias)).relu().numpy(), reference)
+
+
+@pytest.mark.parametrize("shape, weight, options", [((4, 16, 20, 30), (24, 16, 3, 3), {}),
+                                                     ((2, 3, 17, 19), (10, 3, 3, 3), {"padding": 1}),
+                                                     ((2, 8, 21, 23), (13, 8, 5, 3), {"stride": 2}),
+                                                     ((1, 4, 9, 70), (7, 4, 1, 1), {})])
+def test_conv2d_matches_torch(shape: tuple[int, ...], weight: tuple[int, ...], options: dict[str, int]) -> None:
+    torch = pytest.importorskip("torch")
+    x, w, bias = _array(*shape), _array(*weight, seed=1), _array(weight[0], seed=2)
+    reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(),
+                                           torch.from_numpy(bias).double(), **options).relu().numpy()
+    _close(Tensor(x).conv2d(Tensor(w), Tensor(bias), **options).relu().numpy(), reference)
+
+
+def test_shifted_upcast_recomputes_the_last_block_and_matches_numpy() -> None:
+    case = matmul(13, 8, 20)
+    # 13 rows in blocks of 6: 0-5, 6-11, 7-12 (the last shifted back); 20 columns in blocks of 8: 0-7, 8-15, 12-19
+    opts = [Opt(OptOps.SHIFTED_UPCAST, 1, 8), Opt(OptOps.SHIFTED_UPCAST, 0, 6)]
+    kernel = Kernel(case.ast).apply_opts(opts)
+    assert kernel.recomputed == pytest.approx((18 / 13) * (24 / 20))
+    output = np.zeros(13 * 20, dtype=np.float32)
+    run_linear(linearize(case.ast, VectorCPURenderer(), opts), [output] + [array.copy() for array in case.inputs], {})
+    result = output.reshape(13, 20)
+    np.testing.assert_allclose(result, case.reference(*case.inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_shifted_upcast_refuses_kernels_that_read_their_output() -> None:
+    i = loop(10, 0)
+    out = buffer(0, dtypes.float32, 10)
+    ast = out.index(i).store(out.index(i).load() * 2.0).sink()  # in place: a second pass would double again
+    with pytest.raises(KernelOptError, match="must not read"):
+        Kernel(ast).apply_opt(Opt(OptOps.SHIFTED_UPCAST, 0, 4))
+    with pytest.raises(KernelOptError):
+        Kernel(matmul(4, 8, 8).ast).apply_opt(Opt(OptOps.SHIFTED_UPCAST, 0, 6))  # larger than the axis
+
+
+def test_in_place_matmul_update_matches_numpy() -> None:
+    a, b = _array(13, 13), _array(13, 13, seed=1)
+    x = Tensor(a).realize()
+    x.assign(x @ Tensor(b)).realize()
+    _close(x.numpy(), a.astype(np.float64) @ b)
+
+
+def test_accumulation_is_a_fused_multiply_add_only_where_the_renderer_has_one() -> None:
+    case = matmul(12, 32, 16)
+    plain = linearize(case.ast, VectorCPURenderer())
+    assert not any(u.op is Ops.MULACC for u in plain)
+
+    class FusingRenderer(VectorCPURenderer):
+        fused_multiply_add = True
+
+    fused = [u for u in linearize(case.ast, FusingRenderer()) if u.op is Ops.MULACC]
+    # a 6 x 16 tile: 12 accumulators of 8 lanes, each lane updated by one fused multiply-add per reduce step (this
+    # renderer has no vector MULACC, so they are computed lane by lane)
+    assert sum(u.dtype.count for u in fused) == 12 * 8 and all(u.arg == FUSED for u in fused)
+
+
+def test_cpu_matmul_renders_fma_and_rounds_once() -> None:
+    renderer = Device["CPU"].renderer
+    if not renderer.fused_multiply_add:
+        pytest.skip("this CPU renderer has no fused multiply-add")
+    source = lower_to_program(matmul(12, 32, 16).ast, renderer).src
+    assert "TC_FMA_FLOAT8" in source or "fmuladd" in source
+    # (1 + 2**-12)**2 - (1 + 2**-11) = 2**-24 exactly; rounding the product to float32 first loses it (gives 0)
+    # (the reduce of 64 stays a loop: the accumulator takes -1 * (1 + 2**-11) first, then the square)
+    a, b = np.zeros((1, 64), dtype=np.float32), np.zeros((64, 16), dtype=np.float32)
+    a[0, :2], b[0], b[1] = (-1.0, 1 + 2.0 ** -12), 1 + 2.0 ** -11, 1 + 2.0 ** -12
+    result = (Tensor(a) @ Tensor(b)).numpy()
+    assert set(result.flatten().tolist()) <= {0.0, 2.0 ** -24}
+    if platform.machine() in ("x86_64", "AMD64") and " fma " in pathlib.Path("/proc/cpuinfo").read_text():
+        assert (result == 2.0 ** -24).all()  # one rounding, as the float64 reference has it
+
+
+def test_flop_estimate_of_shifted_tiles_counts_the_needed_work() -> None:
+    for m, k, n in ((1024, 64, 1024), (1000, 37, 1000), (13, 8, 20)):
+        a, b = Tensor(_array(m, k)).realize(), Tensor(_array(k, n, seed=1)).realize()
+        GlobalCounters.reset()
+        (a @ b).realize()
+        # 2*M*N*K by hand, a few partial sums at most; the recomputed outputs of shifted blocks are not counted
+        assert 2 * m * n * k <= GlobalCounters.global_ops <= 2 * m * n * k + 16 * m * n
+    x, w = Tensor(_array(32, 16, 64, 64)).realize(), Tensor(_array(32, 16, 3, 3, seed=1)).realize()
+    GlobalCounters.reset()
+    x.conv2d(w).realize()
+    assert GlobalCounters.global_ops == 2 * 32 * 32 * 62 * 62 * 16 * 3 * 3
+
+
+def test_uneven_worker_split_counts_every_worker() -> None:
+    rows = 171  # odd: the workers get 85 and 86 row blocks, a loop bound that depends on core_id
+    a, b = Tensor(_array(rows, 40)).realize(), Tensor(_array(40, 48, seed=1)).realize()
+    with Context(NUM_CPU_THREADS=2):
+        GlobalCounters.reset()
+        result = (a @ b).realize()
+    assert 2 * rows * 48 * 40 <= GlobalCounters.global_ops <= 2 * rows * 48 * 40 + 16 * rows * 48
+    _close(result.numpy(), a.numpy().astype(np.float64) @ b.numpy())
+
+
+def test_decided_bounds_checks_leave_no_select_in_a_convolution() -> None:
+    x, w = Tensor(_array(2, 4, 12, 30)).realize(), Tensor(_array(8, 4, 3, 3, seed=1)).realize()
+    items = [item for item in create_schedule([x.conv2d(w).uop], device_facts).items if not item.is_copy]
+    program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+    assert not any(u.op is Ops.WHERE for u in program.uops or []), "an always-true padding check stayed"
