@@ -3,8 +3,9 @@
 CPU kernels, in this order:
 1. matmul-like kernels (a sum of a product of two loads, with one output axis indexing each load) get a register
    tile: the axis contiguous in the output and in the second load is upcast to two vectors (one when the size does
-   not allow two), the other axis to up to 8 rows (16 vector accumulators, what AVX2's 16 registers hold), and with
-   a one-vector tile the reduce is unrolled by 4;
+   not allow two; a last block shifted back where no tile divides it), the other axis to MATMUL_ROWS (6) rows (12
+   vector accumulators, two vectors of the second input and a broadcast: AVX2's 16 registers), and with a one-vector
+   tile to up to 8 rows with the reduce unrolled by 4;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
 3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are

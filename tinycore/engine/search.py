@@ -51,9 +51,11 @@ from tinycore.renderer.renderer import ProgramSpec
 from tinycore.uop.axis import AxisType, range_size
 from tinycore.uop.uop import UOp
 
-SEARCH_FORMAT = 1
+SEARCH_FORMAT = 2
 """Version of the search and of its cache entries: a change to either makes earlier entries misses."""
-UPCAST_AMOUNTS = (2, 3, 4, 8, 16)
+UPCAST_AMOUNTS = (2, 3, 4, 6, 8, 16)
+SHIFTED_AMOUNTS = (6, 8, 16)
+"""SHIFTED_UPCAST amounts tried on output axes they do not divide (matmul tiles: 6 rows, one or two vectors)."""
 UNROLL_AMOUNTS = (2, 4, 8)
 TIMING_RUNS = 3
 """Runs per candidate; the fastest counts (the machine may be shared)."""
@@ -107,6 +109,8 @@ def actions(kernel: Kernel, renderer: RendererContract) -> list[Opt]:
             continue
         if kind is AxisType.LOOP:
             found += [Opt(OptOps.UPCAST, position, amount) for amount in UPCAST_AMOUNTS if size % amount == 0]
+            found += [Opt(OptOps.SHIFTED_UPCAST, position, amount) for amount in SHIFTED_AMOUNTS
+                      if size % amount != 0 and size > amount]
             found.append(Opt(OptOps.NEST, position, 0))
             workers = default_worker_count()
             if renderer.has_threads and kernel.workers == 1 and workers > 1 and size >= workers:
@@ -122,6 +126,8 @@ def actions(kernel: Kernel, renderer: RendererContract) -> list[Opt]:
 def _amounts(opt: Opt, renderer: RendererContract) -> tuple[int, ...]:
     if opt.op is OptOps.UPCAST:
         return UPCAST_AMOUNTS
+    if opt.op is OptOps.SHIFTED_UPCAST:
+        return (4,) + SHIFTED_AMOUNTS
     if opt.op is OptOps.UNROLL:
         return UNROLL_AMOUNTS
     if opt.op is OptOps.ACCUMULATORS:
