@@ -96,17 +96,18 @@ def test_prefill_matmul_dequantizes_in_slabs(type_name: str, monkeypatch: pytest
     numpy.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
-def test_decode_matmul_of_32_element_blocks_is_one_kernel(type_name: str) -> None:
-    """x @ W.T for one row x and W of 32-element blocks runs as one kernel: the blocks' float16 scales are converted
-    inside the matmul, not by a kernel of their own; the result matches numpy on gguf's dequantization."""
+@pytest.mark.parametrize("type_name", QUANTIZED)
+def test_decode_matmul_is_one_kernel(type_name: str) -> None:
+    """x @ W.T for one row x and a quantized W runs as one kernel: the blocks' float16 factors and sub-block scales
+    are converted inside the matmul, not by kernels of their own; the result matches numpy on gguf's
+    dequantization."""
     import gguf
 
     from tinycore.engine.memory import device_facts
     from tinycore.llm.weights import GGUFWeight
     from tinycore.schedule.cache import create_schedule
-    rows, columns = 48, 256
-    blocks = random_blocks(type_name, rows * columns // 32, seed=13)
+    rows, columns = 48, 512
+    blocks = random_blocks(type_name, rows * columns // GGML_TYPES[TYPE_IDS[type_name]][1], seed=13)
     weight = GGUFWeight("w", TYPE_IDS[type_name], (rows, columns), Tensor(blocks).realize())
     x = numpy.random.default_rng(7).standard_normal((1, 1, columns)).astype(numpy.float32)
     result = weight.linear(Tensor(x).realize())
@@ -114,18 +115,20 @@ def test_decode_matmul_of_32_element_blocks_is_one_kernel(type_name: str) -> Non
     assert len(kernels) == 1, [item.ast for item in kernels]
     assert result.shape == (1, 1, rows)
     expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
-    numpy.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4)
+    # float32 sums of 512 products in another order: errors relative to the sums' scale (random blocks are large)
+    numpy.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-6 * numpy.abs(expected).max())
 
 
-@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
+@pytest.mark.parametrize("type_name", QUANTIZED)
 def test_dequantize_blocks_keeps_leading_axes(type_name: str) -> None:
-    """dequantize_blocks on blocks with two leading axes gives each block's 32 values in place."""
+    """dequantize_blocks on blocks with two leading axes gives each block's values in place, in its block form."""
     import gguf
 
-    from tinycore.nn.gguf import dequantize_blocks
+    from tinycore.nn.gguf import BLOCK_FORMS, dequantize_blocks
     blocks = random_blocks(type_name, 12, seed=14)
-    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(3, 4, 32)
+    form = BLOCK_FORMS[TYPE_IDS[type_name]]
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(3, 4, *form)
     got = dequantize_blocks(Tensor(blocks.reshape(3, 4, -1)), TYPE_IDS[type_name]).numpy()
     numpy.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
-    with pytest.raises(NotImplementedError, match="Q8_0"):
-        dequantize_blocks(Tensor(blocks), TYPE_IDS["Q4_K"])
+    with pytest.raises(NotImplementedError, match="Q4_K"):
+        dequantize_blocks(Tensor.zeros(1, 2, dtype=dtypes.uint8), 0)

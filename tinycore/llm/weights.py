@@ -7,7 +7,7 @@ from typing import Any
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
-from tinycore.nn.gguf import BLOCKWISE_TYPES, GGML_TYPES, dequantize, dequantize_blocks, gguf_load_blocks
+from tinycore.nn.gguf import BLOCK_FORMS, GGML_TYPES, dequantize, dequantize_blocks, gguf_load_blocks
 from tinycore.tensor import Tensor
 from tinycore.uop.symbolic import Variable
 
@@ -76,7 +76,7 @@ class GGUFWeight:
         dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
         again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in BLOCKWISE_TYPES and rows == 1 and len(self.shape) == 2:
+        if self.ggml_type in BLOCK_FORMS and rows == 1 and len(self.shape) == 2:
             return self._blockwise_linear(x)
         if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
             return x.matmul(self.float().T)
@@ -92,15 +92,17 @@ class GGUFWeight:
 
     def _blockwise_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for one row of x, as a sum over (blocks, values of a block) of x in the same block form times
-        the dequantized weight (1, out, blocks, 32): one kernel that reads each block's bytes once and converts its
-        scale once (leading axes of size 1 and only elementwise ops between the scale's broadcast and the sum keep
-        the scale in the kernel; see schedule/fusion.py). Several rows would broadcast the dequantized weight along
-        the rows, which the scheduler computes into a float copy when the dequantization costs too much per row."""
+        the dequantized weight (1, out, blocks, *block form): one kernel that reads each block's bytes once and
+        converts each scale once per (sub-)block (leading axes of size 1 and only elementwise ops between the
+        scales' broadcasts and the sum keep them in the kernel; see schedule/fusion.py). Several rows would
+        broadcast the dequantized weight along the rows, which the scheduler computes into a float copy when the
+        dequantization costs too much per row."""
         outputs, inputs = self.shape
-        blocks = inputs // 32
+        form = BLOCK_FORMS[self.ggml_type]
+        blocks = inputs // prod(form)
         weight = dequantize_blocks(self.data.reshape(1, outputs, blocks, self.data.shape[1]), self.ggml_type)
-        products = x.reshape(1, 1, blocks, 32).cast(dtypes.float32) * weight
-        return products.sum((2, 3)).cast(x.dtype).reshape(*x.shape[:-1], outputs)
+        products = x.reshape(1, 1, blocks, *form).cast(dtypes.float32) * weight
+        return products.sum(tuple(range(2, 3 + len(form)))).cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def __repr__(self) -> str:
         return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"

@@ -241,44 +241,38 @@ def _q8_0(blocks: Tensor) -> Tensor:
     return quants.cast(dtypes.float32) * _half(blocks, 0)
 
 
-def _per_group(values: Tensor, group: int) -> Tensor:
-    """(n, k) values repeated `group` times each along the last axis: (n, k * group)."""
-    count, groups = values.shape
-    return values.reshape(count, groups, 1).expand(count, groups, group).reshape(count, groups * group)
-
-
 def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
-    """The eight 6-bit scales and minimums of a Q4_K or Q5_K block (bytes 4..16), each times its block's float16
-    factor (bytes 0..2 and 2..4): float32, (n, 8) each."""
-    scales = blocks[:, 4:16].cast(dtypes.int32)
-    first, second, third = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
-    scale = (first & 63).cat((third & 0xF) | ((first >> 6) << 4), dim=1).cast(dtypes.float32)
-    minimum = (second & 63).cat((third >> 4) | ((second >> 6) << 4), dim=1).cast(dtypes.float32)
-    return scale * _half(blocks, 0), minimum * _half(blocks, 2)
+    """The eight 6-bit scales and minimums of each Q4_K or Q5_K block (bytes 4..16), each times its block's float16
+    factor (bytes 0..2 and 2..4): float32, (*leading, 8, 1) each (the factor broadcast along the sub-blocks only)."""
+    scales = _bytes(blocks, 4, 16).cast(dtypes.int32)
+    first, second, third = _bytes(scales, 0, 4), _bytes(scales, 4, 8), _bytes(scales, 8, 12)
+    scale = (first & 63).cat((third & 0xF) | ((first >> 6) << 4), dim=-1).cast(dtypes.float32).unsqueeze(-1)
+    minimum = (second & 63).cat((third >> 4) | ((second >> 6) << 4), dim=-1).cast(dtypes.float32).unsqueeze(-1)
+    return scale * _half(blocks, 0).unsqueeze(-1), minimum * _half(blocks, 2).unsqueeze(-1)
 
 
 def _q4_k(blocks: Tensor) -> Tensor:
-    count = blocks.shape[0]
+    leading = blocks.shape[:-1]
     scale, minimum = _k_scales(blocks)
-    quants = _shifted(blocks[:, 16:144].reshape(count, 4, 32), 2, 4, 0xF).reshape(count, 256)
-    return quants.cast(dtypes.float32) * _per_group(scale, 32) - _per_group(minimum, 32)
+    quants = _shifted(_bytes(blocks, 16, 144).reshape(*leading, 4, 32), 2, 4, 0xF).reshape(*leading, 8, 32)
+    return quants.cast(dtypes.float32) * scale - minimum
 
 
 def _q5_k(blocks: Tensor) -> Tensor:
-    count = blocks.shape[0]
+    leading = blocks.shape[:-1]
     scale, minimum = _k_scales(blocks)
-    quants = _shifted(blocks[:, 48:176].reshape(count, 4, 32), 2, 4, 0xF).reshape(count, 256)
-    fifth = _shifted(blocks[:, 16:48], 8, 1, 1).reshape(count, 256) << 4
-    return (quants | fifth).cast(dtypes.float32) * _per_group(scale, 32) - _per_group(minimum, 32)
+    quants = _shifted(_bytes(blocks, 48, 176).reshape(*leading, 4, 32), 2, 4, 0xF).reshape(*leading, 8, 32)
+    fifth = _shifted(_bytes(blocks, 16, 48), 8, 1, 1) << 4
+    return (quants | fifth).cast(dtypes.float32) * scale - minimum
 
 
 def _q6_k(blocks: Tensor) -> Tensor:
-    count = blocks.shape[0]
-    low = _shifted(blocks[:, 0:128].reshape(count, 2, 64), 2, 4, 0xF).reshape(count, 8, 32)
-    high = _shifted(blocks[:, 128:192].reshape(count, 2, 32), 4, 2, 3).reshape(count, 8, 32)
-    quants = ((low | (high << 4)) - 32).reshape(count, 256).cast(dtypes.float32)
-    scales = ((blocks[:, 192:208].cast(dtypes.int32) ^ 0x80) - 0x80).cast(dtypes.float32)
-    return quants * _per_group(scales, 16) * _half(blocks, 208)
+    leading = blocks.shape[:-1]
+    low = _shifted(_bytes(blocks, 0, 128).reshape(*leading, 2, 64), 2, 4, 0xF).reshape(*leading, 8, 32)
+    high = _shifted(_bytes(blocks, 128, 192).reshape(*leading, 2, 32), 4, 2, 3).reshape(*leading, 8, 32)
+    quants = ((low | (high << 4)) - 32).reshape(*leading, 16, 16).cast(dtypes.float32)
+    scales = ((_bytes(blocks, 192, 208).cast(dtypes.int32) ^ 0x80) - 0x80).cast(dtypes.float32).unsqueeze(-1)
+    return quants * scales * _half(blocks, 208).unsqueeze(-1)
 
 
 _DEQUANTIZE: dict[int, Callable[[Tensor], Tensor]] = {2: _q4_0, 3: _q4_1, 6: _q5_0, 7: _q5_1, 8: _q8_0, 12: _q4_k,
@@ -294,19 +288,20 @@ def dequantize(blocks: Tensor, ggml_type: int) -> Tensor:
     return _DEQUANTIZE[ggml_type](blocks).reshape(-1)
 
 
-BLOCKWISE_TYPES = frozenset({2, 3, 6, 7, 8})
-"""ggml types of 32-element blocks that dequantize_blocks takes with any leading axes."""
+BLOCK_FORMS: dict[int, tuple[int, ...]] = {2: (32,), 3: (32,), 6: (32,), 7: (32,), 8: (32,), 12: (8, 32),
+                                           13: (8, 32), 14: (16, 16)}
+"""The shape dequantize_blocks gives one block of each quantized type: its values grouped by the scale they share
+(Q4_K and Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16)."""
 
 
 def dequantize_blocks(blocks: Tensor, ggml_type: int) -> Tensor:
-    """Blocks of a type in BLOCKWISE_TYPES (uint8, (*leading, bytes per block)) as float32 (*leading, 32).
+    """Quantized blocks (uint8, (*leading, bytes per block)) as float32 (*leading, *BLOCK_FORMS[ggml_type]).
 
-    Each block's scale is broadcast along the last axis only: under a sum over that axis (a matrix-vector product
-    in block form) the kernel reads and converts a scale once per block (see schedule/fusion.py)."""
-    if ggml_type not in BLOCKWISE_TYPES:
-        names = ", ".join(GGML_TYPES[kind][0] for kind in sorted(BLOCKWISE_TYPES))
-        raise NotImplementedError(f"ggml type {GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]} has no block form; "
-                                  f"types with one: {names}")
+    Each scale is broadcast along the trailing axes only: under a sum over those axes (a matrix-vector product in
+    block form) the kernel reads and converts a scale once per (sub-)block (see schedule/fusion.py)."""
+    if ggml_type not in _DEQUANTIZE:
+        raise NotImplementedError(f"ggml type {GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]} is not a quantized "
+                                  f"type; quantized types: {', '.join(GGML_TYPES[kind][0] for kind in _DEQUANTIZE)}")
     return _DEQUANTIZE[ggml_type](blocks)
 
 

@@ -6,7 +6,7 @@ Rules:
   index arithmetic), recomputed where several kernels use them;
 - a broadcast (EXPAND) computed under a reduce is recomputed for each broadcast element unless that work passes
   RECOMPUTE_LIMIT (then its source is a root), except a broadcast along trailing axes that the reduce right above
-  it sums (only elementwise ops between): codegen computes it once per step of the outer loops;
+  it sums (only elementwise ops and such broadcasts between): codegen computes it once per step of the outer loops;
 - a REDUCE_AXIS is computed inside its consumer's kernel when it is reached from that kernel's root through
   elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
   only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
@@ -201,7 +201,8 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
                         continue
                 stack.append((node.src[0], False, tuple(node.arg[1])))
                 continue
-            if node.op is Ops.EXPAND and not direct and not _broadcast_over_inner_reduce(node, reduced):
+            inner_broadcast = node.op is Ops.EXPAND and _broadcast_over_inner_reduce(node, reduced)
+            if node.op is Ops.EXPAND and not direct and not inner_broadcast:
                 computed = _broadcast_worth_computing_once(node, roots)
                 if computed is not None:
                     roots[computed] = None
@@ -212,7 +213,9 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
                 stack.extend((source, direct, None) for source in node.src[1:])
                 continue
             next_direct = direct and node.op not in _BROADCASTING
-            next_reduced = reduced if node.op in GroupOp.Elementwise else None
+            # an inner broadcast keeps the axes in place: a broadcast inside its source (a block's factor spread
+            # over its sub-blocks) is judged against the same reduce
+            next_reduced = reduced if node.op in GroupOp.Elementwise or inner_broadcast else None
             stack.extend((source, next_direct, next_reduced) for source in node.src)
 
 

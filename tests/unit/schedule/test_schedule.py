@@ -240,6 +240,20 @@ def test_costly_broadcast_along_the_innermost_reduced_axis_stays_inlined():
     np.testing.assert_allclose(result, expected, rtol=1e-5, equal_nan=True)
 
 
+def test_nested_broadcasts_along_inner_reduced_axes_stay_inlined():
+    # a block factor (rows, blocks, 1, 1) spread over sub-blocks, times sub-block scales (rows, blocks, 4, 1), spread
+    # over each sub-block's values: both broadcasts are along axes the loops nest innermost
+    memory = FakeMemory()
+    factors, scales, values = random(3, 5, 1, 1), random(3, 5, 4, 1, seed=1), random(3, 5, 4, 8, seed=2)
+    node = memory.buffer(factors)
+    costly = (node * 0.5).exp2().reciprocal().expand((3, 5, 4, 1)) * memory.buffer(scales)
+    total = (costly.expand((3, 5, 4, 8)) * memory.buffer(values)).r(Ops.ADD, (1, 2, 3))
+    assert len(kernels(total)) == 1
+    (result,) = memory.realize(total)
+    expected = ((1 / np.exp2(factors * 0.5)) * scales * values).sum((1, 2, 3), keepdims=True)
+    np.testing.assert_allclose(result, expected, rtol=1e-5)
+
+
 def test_costly_broadcast_along_an_outer_reduced_axis_is_computed_once():
     # broadcast along the blocks axis with the values axis inside it: every step of the inner loop would repeat it
     memory = FakeMemory()
