@@ -233,3 +233,15 @@ def test_a_zeroed_device_global_is_allocated_and_linked(arch: str) -> None:
     assert int.from_bytes(linked[data.offsets[".nv.constant4"]:][:8], "little") == \
         0x100000 + data.offsets[".nv.global"]
     assert all(relocation.target.startswith(".nv.constant") for relocation in data.relocations)
+
+
+def test_sass_version_and_memory_barrier_fields() -> None:
+    """SASS_VERSION (V03 bits 1663:1656, V04 543:536) is the code's sm_XY as two nibbles; CWD_MEMBAR_TYPE (V03
+    369:368, V04 1137:1136) asks for the system memory barrier as each block ends."""
+    resources = nvcmd.LaunchResources(sm=89, code_sm=86)
+    for layout, sass_byte, membar_byte in ((nvcmd.QMD_V03, 207, 46), (nvcmd.QMD_V04, 67, 142)):
+        qmd = bytearray(layout.size)
+        for field, value in layout.launch_fields([1, 1, 1], [32, 1, 1], 0x1000, 0x2000, 0x200, resources):
+            layout.set(qmd, field, value)
+        assert qmd[sass_byte] == 0x86 and qmd[membar_byte] & 3 == nvcmd.CWD_MEMBAR_TYPE_L1_SYSMEMBAR
+    assert nvcmd.sass_version(90) == 0x90 and kernel_image(compile_cuda(PROBE, "sm_90"), "probe").arch == 90

@@ -23,6 +23,8 @@ class KernelImage:
     stack_bytes: int = 0
     """Local memory (stack) per thread: the larger of EIATTR_FRAME_SIZE, _MIN_STACK_SIZE and _MAX_STACK_SIZE, plus
     EIATTR_CRS_STACK_SIZE."""
+    arch: int = 0
+    """The sm_XY the code is for, as XY (the low byte of the ELF header's e_flags)."""
 
 
 EIATTR_PARAM_CBANK = 0x0A
@@ -99,7 +101,7 @@ def kernel_image(binary: bytes, name: str) -> KernelImage:
     shared_bytes = (shared[4] if shared is not None else 0) + sum(
         header[4] for section, header in sections.items() if section.startswith(".nv.shared.reserved."))
     return KernelImage(offset, size, registers, shared_bytes, bank[0], bank[1],
-                       max(per_symbol.values(), default=0) + crs)
+                       max(per_symbol.values(), default=0) + crs, struct.unpack_from("<I", binary, 0x30)[0] & 0xFF)
 
 
 # ---- the module's data: constant banks other than 0 and device globals, linked by the CUBIN's relocations ----

@@ -325,6 +325,12 @@ class MockGPU(MockMemory):
             raise ValueError(f"{self.name}: SM shared memory configurations min {low}, target {target}, max {high} "
                              f"(4 KiB units + 1) do not hold the block's {needed} bytes within sm_{self.sm}'s "
                              f"{largest} KiB")
+        if layout.get(qmd, "SASS_VERSION") != nvcmd.sass_version(image.arch):
+            raise ValueError(f"{self.name}: the QMD gives SASS version {layout.get(qmd, 'SASS_VERSION'):#x}, the "
+                             f"kernel's code is for sm_{image.arch}")
+        if layout.get(qmd, "CWD_MEMBAR_TYPE") != nvcmd.CWD_MEMBAR_TYPE_L1_SYSMEMBAR:
+            raise ValueError(f"{self.name}: a QMD without the system memory barrier at the end of each block: the "
+                             "semaphore released after it could be seen before the kernel's writes")
         self._check_constant_banks(layout, qmd, program_address)
 
     def _check_constant_banks(self, layout: nvcmd.QMDLayout, qmd: memoryview, program_address: int) -> None:

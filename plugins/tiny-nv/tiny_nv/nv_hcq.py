@@ -215,7 +215,8 @@ class NVQueueProgram(MockQueueProgram):
             self.data_address = device.gpu.allocate(data.size, f"constants and globals of {name}")
             device.gpu.view(self.data_address, data.size)[:] = data.linked(self.data_address)
             banks = data.banks(self.data_address)
-        self.resources = nvcmd.LaunchResources(self.register_count, self.shared_bytes, stack, device.gpu.sm, banks)
+        self.resources = nvcmd.LaunchResources(self.register_count, self.shared_bytes, stack, device.gpu.sm, banks,
+                                               image.arch if image else 0)
         self.parameters_size = layout.arguments_offset + (
             image.parameters_size if image and not mock else 8 * self.buffer_count + 4 * self.variable_count)
 

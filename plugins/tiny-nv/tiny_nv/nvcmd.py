@@ -85,6 +85,7 @@ CONSTANT_BANKS = 8
 """Constant buffers a QMD binds (0: the driver's head and the parameters; others: the kernel's constant banks)."""
 QMD_FIELDS: dict[str, tuple[int, int]] = {  # QMD V03_00 (clc6c0qmd.h, clc9c0qmd.h): name -> (high bit, low bit)
     "INVALIDATE_SHADER_DATA_CACHE": (189, 189), "INVALIDATE_SHADER_CONSTANT_CACHE": (191, 191),
+    "CWD_MEMBAR_TYPE": (369, 368), "SASS_VERSION": (1663, 1656),
     "CTA_RASTER_WIDTH": (415, 384), "CTA_RASTER_HEIGHT": (431, 416), "CTA_RASTER_DEPTH": (463, 448),
     "SHARED_MEMORY_SIZE": (561, 544), "MIN_SM_CONFIG_SHARED_MEM_SIZE": (567, 562),
     "MAX_SM_CONFIG_SHARED_MEM_SIZE": (574, 569), "QMD_MAJOR_VERSION": (583, 580),
@@ -112,6 +113,7 @@ QMD_V04_FIELDS: dict[str, tuple[int, int]] = {  # QMD V04_00 (Hopper, clcbc0qmd.
     "SHADER_LOCAL_MEMORY_LOW_SIZE": (535, 512), "SHADER_LOCAL_MEMORY_HIGH_SIZE": (567, 544),
     "QMD_MINOR_VERSION": (579, 576), "QMD_MAJOR_VERSION": (583, 580), "SHARED_MEMORY_SIZE": (601, 584),
     "INVALIDATE_SHADER_DATA_CACHE": (605, 605), "INVALIDATE_SHADER_CONSTANT_CACHE": (607, 607),
+    "SASS_VERSION": (543, 536), "CWD_MEMBAR_TYPE": (1137, 1136),
     "MIN_SM_CONFIG_SHARED_MEM_SIZE": (613, 608), "MAX_SM_CONFIG_SHARED_MEM_SIZE": (619, 614),
     "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (625, 620),
     "GRID_WIDTH": (1055, 1024), "GRID_HEIGHT": (1071, 1056), "GRID_DEPTH": (1103, 1088),
@@ -126,6 +128,13 @@ QMD_V04_FIELDS: dict[str, tuple[int, int]] = {  # QMD V04_00 (Hopper, clcbc0qmd.
         (f"CONSTANT_BUFFER_SIZE_SHIFTED4_{bank}", (1599 + 64 * bank, 1587 + 64 * bank)))},
 }
 QMD_TYPE_GRID_CTA = 2
+CWD_MEMBAR_TYPE_L1_SYSMEMBAR = 1
+"""A system-scope memory barrier as each block ends, so a semaphore released after the launch sees its writes."""
+
+
+def sass_version(sm: int) -> int:
+    """The QMD's SASS_VERSION of code for sm_XY: the major and minor digits as nibbles (sm_90: 0x90, sm_86: 0x86)."""
+    return ((sm // 10) << 4) | (sm % 10)
 
 # ---- constant buffer 0's head: what the CUDA ABI's compiled code reads before the parameters (c[0x0][...]) ----
 CB0_BLOCK_DIM = 0x00  # ntid: blockDim.x, .y, .z (32-bit each)
@@ -178,8 +187,11 @@ class LaunchResources:
     shared_bytes: int = 0
     stack_bytes: int = 0
     sm: int = 90
+    """The GPU's architecture (sm_XY as XY): which shared memory configurations its SMs have."""
     constant_banks: tuple[tuple[int, int, int], ...] = ()
     """(bank, GPU address, size) of each constant bank besides 0."""
+    code_sm: int = 0
+    """The architecture the code was compiled for (0: the GPU's)."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +248,8 @@ class QMDLayout:
             ("MIN_SM_CONFIG_SHARED_MEM_SIZE", low), ("TARGET_SM_CONFIG_SHARED_MEM_SIZE", target),
             ("MAX_SM_CONFIG_SHARED_MEM_SIZE", high),
             ("INVALIDATE_SHADER_DATA_CACHE", 1), ("INVALIDATE_SHADER_CONSTANT_CACHE", 1),
+            ("SASS_VERSION", sass_version(resources.code_sm or resources.sm)),
+            ("CWD_MEMBAR_TYPE", CWD_MEMBAR_TYPE_L1_SYSMEMBAR),
             ("SHADER_LOCAL_MEMORY_HIGH_SIZE", local_bytes_per_thread(resources.stack_bytes)),
             ("PROGRAM_ADDRESS_LOWER", program_address & 0xFFFFFFFF), ("PROGRAM_ADDRESS_UPPER", program_address >> 32)]
 
