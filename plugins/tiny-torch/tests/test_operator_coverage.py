@@ -613,3 +613,148 @@ def test_operator_matches_cpu(name: str, position: int, monkeypatch: pytest.Monk
             assert got.dtype == want.dtype and got.shape == want.shape, f"gradient {leaf}"
             torch.testing.assert_close(got.cpu(), want, atol=max(sample.atol, 1e-4), rtol=max(sample.rtol, 1e-4),
                                        equal_nan=True, msg=lambda message, leaf=leaf: f"gradient {leaf}: {message}")
+
+
+# ---- in-place forms, views and aliasing --------------------------------------------------------------------------
+def _inplace_twin(name: str) -> torch._ops.OpOverload | None:
+    """The in-place overload of a mapped functional one (aten.add.Tensor -> aten.add_.Tensor), if PyTorch has it."""
+    namespace, packet, overload_name = name.split(".")
+    twin = getattr(getattr(torch.ops, namespace), packet + "_", None)
+    if twin is None or overload_name not in twin.overloads():
+        return None
+    return getattr(twin, overload_name)
+
+
+def _strided_copy(value: torch.Tensor) -> View:
+    """`value` as a view with stride 2 and storage offset 1 into a larger base (so in-place writes must land in
+    the base between elements they must not touch)."""
+    base = torch.full((2 * value.numel() + 1,), 7, dtype=value.dtype)
+    base[1:-1:2] = value.reshape(-1)
+    return View(base, lambda tensor: tensor[1:-1:2].view(value.shape))
+
+
+INPLACE_CASES = [(name, position) for name, position in CASES
+                 if _inplace_twin(name) is not None and isinstance(SAMPLES[name][position].args[0], torch.Tensor)
+                 and SAMPLES[name][position].args[0].ndim > 0 and SAMPLES[name][position].check is None]
+
+
+def _call(func: torch._ops.OpOverload, sample: Sample, device: str) -> tuple[object, list[torch.Tensor]]:
+    args, kwargs, _, bases = _materialize(sample, device, set())
+    try:
+        return func(*args, **kwargs), [*_tensors((args, kwargs)), *bases]
+    except Exception as error:  # noqa: BLE001  (compared with the other device's outcome)
+        return error, []
+
+
+@pytest.mark.parametrize("name,position", INPLACE_CASES, ids=[f"{name.removeprefix('aten.')}_-{position}"
+                                                               for name, position in INPLACE_CASES])
+def test_inplace_form_on_a_strided_view_matches_cpu(name: str, position: int, monkeypatch: pytest.MonkeyPatch
+                                                    ) -> None:
+    # the in-place twin of each mapped operator, writing into a strided view: the base changes where the view
+    # lies and nowhere else; where PyTorch refuses the call (a result dtype the target cannot hold, a result
+    # shape that is not the target's), the tiny device refuses it too rather than cast or broadcast silently
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    func, sample = _inplace_twin(name), SAMPLES[name][position]
+    assert func is not None
+    strided = Sample((_strided_copy(sample.args[0]),) + sample.args[1:], sample.kwargs, False, sample.atol,
+                     sample.rtol)
+    expected, cpu_arguments = _call(func, strided, "cpu")
+    result, tiny_arguments = _call(func, strided, "tiny")
+    if isinstance(expected, Exception):
+        assert isinstance(result, Exception), f"PyTorch raises {expected!r}; the tiny device returned a result"
+        return
+    assert not isinstance(result, Exception), f"{result!r}"
+    assert result is tiny_arguments[0], "an in-place operator returns its first argument"
+    _compare(tiny_arguments, cpu_arguments, strided, "argument after the call")
+
+
+def _as_strided_overlapping(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.as_strided((3, 4), (2, 1), 1)  # rows overlap: element (0, 2) is element (1, 0)
+
+
+VIEWS: list[tuple[str, Callable[[torch.Tensor], object]]] = [
+    ("t", lambda x: x.t()), ("transpose", lambda x: x.transpose(0, 1)), ("permute", lambda x: x.permute(1, 0)),
+    ("T", lambda x: x.T), ("mT", lambda x: x.reshape(2, 3, 4).mT), ("select", lambda x: x[2]),
+    ("select_negative", lambda x: x[:, -1]), ("slice", lambda x: x[1:4]), ("slice_step", lambda x: x[::2, 1::3]),
+    ("narrow", lambda x: x.narrow(1, 2, 3)), ("expand", lambda x: x[:1].expand(3, 6)),
+    ("expand_new_dim", lambda x: x[1].expand(2, 6)), ("unsqueeze", lambda x: x.unsqueeze(1)),
+    ("squeeze", lambda x: x[:1].squeeze(0)), ("view", lambda x: x.view(3, 8)), ("flatten", lambda x: x.flatten()),
+    ("unflatten", lambda x: x.unflatten(1, (2, 3))), ("reshape_view", lambda x: x.reshape(2, 2, 6)),
+    ("diagonal", lambda x: x.diagonal()), ("diagonal_offset", lambda x: x.diagonal(1)),
+    ("unfold", lambda x: x.unfold(1, 3, 2)), ("movedim", lambda x: x.reshape(2, 3, 4).movedim(0, 2)),
+    ("split", lambda x: x.split(2, 1)), ("chunk", lambda x: x.chunk(3, 0)), ("unbind", lambda x: x.unbind(1)),
+    ("as_strided", lambda x: x.as_strided((3, 3), (5, 1), 2)), ("as_strided_overlapping", _as_strided_overlapping),
+    ("indexing", lambda x: x[None, 1:, ..., 2]), ("view_of_view", lambda x: x.t()[1:4].unsqueeze(0)[:, ::2]),
+    ("alias_of_transpose", lambda x: torch.ops.aten.alias.default(x.t())),
+]
+
+
+OVERLAPPING_VIEWS = {"as_strided_overlapping", "unfold"}
+
+
+@pytest.mark.parametrize("name,make", VIEWS, ids=[name for name, _ in VIEWS])
+def test_view_shares_storage_with_pytorch_strides(name: str, make: Callable[[torch.Tensor], object],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a view has PyTorch's sizes, strides and storage offset and reads the base's current values; an in-place write
+    # through it reaches the base (and every other view of it), or is refused where PyTorch refuses it
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    base = torch.arange(24.0).reshape(4, 6)
+    on_tiny = base.to("tiny")
+    views, expected = _tensors(make(on_tiny)), _tensors(make(base))
+    for view, want in zip(views, expected, strict=True):
+        assert (view.shape, view.stride(), view.storage_offset()) == (want.shape, want.stride(),
+                                                                      want.storage_offset())
+        assert view.tiny_storage is on_tiny.tiny_storage
+        torch.testing.assert_close(view.cpu(), want)
+    if name in OVERLAPPING_VIEWS:
+        return  # PyTorch leaves in-place results on views whose elements overlap undefined
+    other = on_tiny.t()  # another view of the same storage, made before the write
+    try:
+        expected[0].mul_(-2).add_(0.5)
+    except RuntimeError:  # PyTorch refuses writes through views whose elements overlap
+        with pytest.raises(RuntimeError):
+            views[0].mul_(-2).add_(0.5)
+        return
+    views[0].mul_(-2).add_(0.5)
+    torch.testing.assert_close(on_tiny.cpu(), base)
+    torch.testing.assert_close(other.cpu(), base.t())
+    for view, want in zip(views, expected, strict=True):
+        torch.testing.assert_close(view.cpu(), want)
+
+
+def test_writes_through_views_across_devices_and_out_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TINY_TORCH_FALLBACK", "0")
+    base, on_tiny = torch.zeros(4, 6), torch.zeros(4, 6, device="tiny")
+    source = torch.randn(4, 2)
+    # copy_ from a transposed CPU tensor into a transposed strided view, then from tiny into a CPU view
+    on_tiny[:, ::3].t().copy_(source.t())
+    base[:, ::3].t().copy_(source.t())
+    torch.testing.assert_close(on_tiny.cpu(), base)
+    host = torch.zeros(6, 4)
+    host[1:5].copy_(on_tiny[:, 1:5].t())
+    expected_host = torch.zeros(6, 4)
+    expected_host[1:5].copy_(base[:, 1:5].t())
+    torch.testing.assert_close(host, expected_host)
+    # out= into a view of a larger tensor
+    a, b = torch.randn(3, 2), torch.randn(3, 2)
+    torch.add(a.to("tiny"), b.to("tiny"), alpha=2, out=on_tiny[1:, :4:2])
+    torch.add(a, b, alpha=2, out=base[1:, :4:2])
+    torch.testing.assert_close(on_tiny.cpu(), base)
+    # setitem with an index tensor and with a boolean mask on a view
+    on_tiny[1:][torch.tensor([0, 2]).to("tiny")] = 3.0
+    base[1:][torch.tensor([0, 2])] = 3.0
+    mask = base > 1
+    on_tiny.t()[mask.t().to("tiny")] = -1.0
+    base.t()[mask.t()] = -1.0
+    torch.testing.assert_close(on_tiny.cpu(), base)
+    # an in-place operator on a view of a leaf's computation, then backward through it
+    leaf_cpu = torch.randn(4, 6, requires_grad=True)
+    leaf_tiny = leaf_cpu.detach().to("tiny").requires_grad_()
+    grads = []
+    for leaf in (leaf_cpu, leaf_tiny):
+        work = leaf * 1
+        work[:, 1::2].mul_(3)
+        work.t()[2].add_(work[0, 0])
+        (work * torch.arange(24.0).reshape(4, 6).to(leaf.device)).sum().backward()
+        grads.append(leaf.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tiny_torch.dispatch import aten, commit, register
+from tiny_torch.dispatch import aten, check_no_internal_overlap, commit, register
 from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
@@ -29,6 +29,7 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         assert isinstance(src, TinyTensor)
         with torch._C.DisableTorchFunctionSubclass():
             return self.copy_(to_cpu(src.tiny_value(), src.dtype))
+    check_no_internal_overlap(self)
     if isinstance(src, TinyTensor):
         value = src.tiny_value()
         if _index(src) != _index(self):
@@ -88,6 +89,7 @@ def fill(self: TinyTensor, value: float) -> TinyTensor:
 
 
 def _random_write(self: TinyTensor, value: Tensor) -> TinyTensor:
+    check_no_internal_overlap(self)
     self.tiny_write(value.cast(to_tiny_dtype(self.dtype)))
     commit(self)
     return self

@@ -224,6 +224,35 @@ def flush() -> None:
         flats[0].realize(*flats[1:])
 
 
+OVERLAP_TOLERATED = {aten.index_put_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor}
+"""In-place operators PyTorch lets write into an expanded tensor (with a deprecation warning); the others refuse."""
+
+
+def check_no_internal_overlap(target: object) -> None:
+    """Refuse an in-place write into a tensor whose elements share memory (an expanded dim), as PyTorch does: the
+    result would depend on the order the elements are written in."""
+    if isinstance(target, torch.Tensor) and any(size > 1 and stride == 0
+                                                for size, stride in zip(target.shape, target.stride(), strict=True)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def check_inplace_result(target: object, result: object, kwargs: dict) -> None:
+    """The checks PyTorch makes before an in-place operator writes its result into `target`: the same shape (the
+    inputs may not broadcast the target), a result dtype that casts to the target's, no other dtype asked for."""
+    if not isinstance(target, torch.Tensor) or not isinstance(result, torch.Tensor):
+        return
+    if tuple(result.shape) != tuple(target.shape):
+        raise RuntimeError(f"output with shape {list(target.shape)} doesn't match the broadcast shape "
+                           f"{list(result.shape)}")
+    requested = kwargs.get("dtype")
+    if requested is not None and requested != target.dtype:
+        raise RuntimeError(f"Bad in-place call: input tensor dtype {target.dtype} and output tensor dtype "
+                           f"{requested} should match")
+    if not torch.can_cast(result.dtype, target.dtype):
+        raise RuntimeError(f"result type {result.dtype} can't be cast to the desired output type {target.dtype}")
+
+
 def functional_of(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     """The functional overload of an in-place aten operator (add_.Tensor -> add.Tensor), if PyTorch has one."""
     name = func._schema.name.split("::")[1]
@@ -232,11 +261,19 @@ def functional_of(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
     packet = getattr(aten, name[:-1], None)
     if packet is None:
         return None
-    # transpose_.default is transpose.int: the in-place and functional overloads are not always named alike
-    for overload in (func._overloadname, "int"):
-        if overload in packet.overloads():
-            return getattr(packet, overload)
+    # the overload taking the same arguments: names differ (transpose_.default is transpose.int) and so do meanings
+    # (pow_.Scalar is pow.Tensor_Scalar; pow.Scalar raises a number to tensor powers)
+    signature = _signature(func)
+    overloads = packet.overloads()
+    for overload in sorted(overloads, key=lambda other: other != func._overloadname):
+        candidate = getattr(packet, overload)
+        if _signature(candidate) == signature:
+            return candidate
     return None
+
+
+def _signature(func: torch._ops.OpOverload) -> tuple[tuple[str, str], ...]:
+    return tuple((argument.name, str(argument.type)) for argument in func._schema.arguments if not argument.is_out)
 
 
 def _has_out(func: torch._ops.OpOverload) -> bool:
@@ -259,11 +296,18 @@ def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
         restride(target, target, tuple(view.shape), tuple(view.stride()), int(view.storage_offset()))
         return target
     if functional is not None and (functional in OPERATORS or functional in decomposition_table):
+        if func not in OVERLAP_TOLERATED:
+            check_no_internal_overlap(args[0])
         result = dispatch(functional, args, kwargs)
         target = args[0]
+        check_inplace_result(target, result, kwargs)
         target.tiny_write(result.tiny_value())  # type: ignore[union-attr]
         commit(target, sources=(args[1:], kwargs))
         return target
+    if _has_out(func):
+        handled = run_out(func, args, kwargs)
+        if handled is not NotImplemented:
+            return handled
     if func._schema.name.startswith("aten::_foreach_"):
         from tiny_torch.foreach import run_foreach
         handled = run_foreach(func, args, kwargs)
@@ -275,6 +319,43 @@ def dispatch(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     if decomposed is not NotImplemented:
         return decomposed
     return run_on_cpu(func, args, kwargs)
+
+
+def run_out(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
+    """An out= operator (torch.add(a, b, out=c)): its functional overload runs, and each result is written into its
+    out= tensor, which PyTorch's way is resized first when its shape differs. NotImplemented when there is no
+    functional overload the tiny device runs."""
+    arguments = func._schema.arguments
+    packet = getattr(aten, func._schema.name.split("::")[1], None)
+    if packet is None:
+        return NotImplemented
+    inputs = tuple((argument.name, str(argument.type)) for argument in arguments if not argument.is_out)
+    functional = next((getattr(packet, name) for name in packet.overloads()
+                       if not _has_out(getattr(packet, name)) and _signature(getattr(packet, name)) == inputs), None)
+    if functional is None or not (functional in OPERATORS or functional in decomposition_table):
+        return NotImplemented
+    values = dict(zip((argument.name for argument in arguments), args, strict=False)) | kwargs
+    outs = [values[argument.name] for argument in arguments if argument.is_out]
+    call_kwargs = {argument.name: values[argument.name] for argument in arguments
+                   if not argument.is_out and argument.name in values}
+    result = dispatch(functional, (), call_kwargs)
+    results = list(result) if isinstance(result, (tuple, list)) else [result]
+    tiny_outs = [tensor for tensor in outs if isinstance(tensor, TinyTensor)]
+    tiny_results = [tensor for tensor in results if isinstance(tensor, TinyTensor)]
+    if len(tiny_outs) != len(outs) or len(tiny_results) != len(outs):
+        return NotImplemented
+    for out, value in zip(tiny_outs, tiny_results, strict=True):
+        if not torch.can_cast(value.dtype, out.dtype):
+            raise RuntimeError(f"result type {value.dtype} can't be cast to the desired output type {out.dtype}")
+        if tuple(out.shape) != tuple(value.shape):
+            fresh = wrap(value.tiny_value().cast(to_tiny_dtype(out.dtype)), out.device.index or 0)
+            restride(out, fresh, tuple(fresh.shape), tuple(fresh.stride()), 0)
+            out.tiny_storage = fresh.tiny_storage
+        else:
+            check_no_internal_overlap(out)
+            out.tiny_write(value.tiny_value())
+    commit(*tiny_outs)
+    return tiny_outs[0] if len(tiny_outs) == 1 else tuple(tiny_outs)
 
 
 BACKWARD_ERRORS: list[Exception] = []
