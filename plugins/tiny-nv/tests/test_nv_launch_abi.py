@@ -245,3 +245,31 @@ def test_sass_version_and_memory_barrier_fields() -> None:
             layout.set(qmd, field, value)
         assert qmd[sass_byte] == 0x86 and qmd[membar_byte] & 3 == nvcmd.CWD_MEMBAR_TYPE_L1_SYSMEMBAR
     assert nvcmd.sass_version(90) == 0x90 and kernel_image(compile_cuda(PROBE, "sm_90"), "probe").arch == 90
+
+
+DEEP_STACK_SCRIPT = """
+import sys
+from tinycore.device.registry import Device
+from tiny_nv.nv_hcq import NVQueueProgram
+from tiny_nv.nvrtc import compile_cuda
+source = r'''
+extern "C" __global__ void deep(float* out, const int* index) {
+  float scratch[4096];
+  for (int i = 0; i < 4096; i++) scratch[i] = out[i];
+  out[threadIdx.x] = scratch[index[threadIdx.x] & 4095];
+}
+'''
+try:
+    NVQueueProgram(Device["NV"], "deep", compile_cuda(source, "sm_90"))
+except ValueError as error:
+    print(str(error))
+"""
+
+
+def test_a_kernel_whose_stack_exceeds_the_local_memory_is_refused_at_load() -> None:
+    """A 16 KiB local array is more than the 4 KiB a thread the GPU's local memory was sized for: loading the kernel
+    says so (on hardware the launch would fault)."""
+    environment = {**os.environ, "DEV": "MOCK+NV", "TINYCORE_PLUGINS": "nv,cpu"}
+    result = subprocess.run([sys.executable, "-c", DEEP_STACK_SCRIPT], capture_output=True, text=True,
+                            env=environment, timeout=300)
+    assert "kernel deep needs 16384 bytes of stack per thread" in result.stdout, result.stdout + result.stderr[-3000:]
