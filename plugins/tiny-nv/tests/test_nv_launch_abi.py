@@ -4,10 +4,12 @@ count, SM shared memory configurations and local memory, and constant banks othe
 relocations. Nothing here ran on hardware."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy
 import pytest
@@ -21,6 +23,11 @@ from tiny_nv.renderer import CUDARenderer
 from tinycore.codegen import lower_to_program
 
 ARCHS = ("sm_80", "sm_90")
+_spec = importlib.util.spec_from_file_location("gpu_abi_check", Path(__file__).resolve().parent.parent /
+                                               "gpu_abi_check.py")
+assert _spec is not None and _spec.loader is not None
+_abi_check = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_abi_check)  # gpu_check.sh's hardware check: its lookup kernel serves here too
 
 PROBE = r"""
 extern "C" __global__ void probe(float* out, const float* a, int n) {
@@ -38,15 +45,7 @@ extern "C" __global__ void probe(float* out, const float* a, int n) {
 """Reads every launch fact CUDA C can: blockDim, gridDim, the shared and local windows (generic pointers), and a
 local array indexed at run time (a stack frame)."""
 
-TABLE = ", ".join(f"{0.5 * i}f" for i in range(64))
-LOOKUP = r"""
-__constant__ float table[64] = {TABLE};
-__device__ float bias[4] = {1.f, 2.f, 3.f, 4.f};
-extern "C" __global__ void lookup(float* out, const int* index) {
-  int i = threadIdx.x;
-  out[i] = table[index[i] & 63] + bias[i & 3];
-}
-""".replace("TABLE", TABLE)
+LOOKUP = _abi_check.LOOKUP
 """A constant table (.nv.constant3) and an initialized device global whose address sits in .nv.constant4, put there
 by a relocation."""
 
@@ -208,7 +207,6 @@ def test_constant_banks_are_bound_and_linked_on_the_mock(tmp_path, dev: str, arc
 def test_gpu_abi_check_compiles_without_a_gpu(arch: str) -> None:
     """gpu_check.sh's launch check (run on hardware only: the simulated GPU does not execute SASS) compiles both its
     kernels for `arch`; the probe has a stack and the lookup kernel constant banks 3 and 4."""
-    from pathlib import Path
     script = Path(__file__).resolve().parent.parent / "gpu_abi_check.py"
     result = subprocess.run([sys.executable, str(script), "--compile-only", arch], capture_output=True, text=True,
                             timeout=300)
