@@ -313,12 +313,21 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     the input already was one. Nodes realized by earlier calls are read from their buffers, not recomputed, until
     a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
-    if any(uop.op is Ops.MULTI for uop in uops):
-        return _realize_multi(uops)
-    pending = [uop for uop in uops if not is_realized_view(uop)]
-    if not pending:
-        return list(uops)
-    to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
+    if len(uops) == 1:  # eager code realizes one tensor at a time: its checks without the loops
+        only = uops[0]
+        if only.op is Ops.MULTI:
+            return _realize_multi(uops)
+        if is_realized_view(only):
+            return [only]
+        pending = [only]
+        to_schedule = pending if _capturing or not _remembered else [_with_known_results(only)]
+    else:
+        if any(uop.op is Ops.MULTI for uop in uops):
+            return _realize_multi(uops)
+        pending = [uop for uop in uops if not is_realized_view(uop)]
+        if not pending:
+            return list(uops)
+        to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
     keyed = structure_key(to_schedule)
     template = cached_template(keyed[0])
     plan = None if template is None else template.plan
@@ -337,7 +346,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         outputs, has_assign = schedule.outputs, schedule.has_assign
     _remember(pending, outputs, has_assign)
     if len(uops) == 1:
-        return outputs if pending else list(uops)
+        return outputs
     replacement = dict(zip(pending, outputs, strict=True))
     return [replacement.get(uop, uop) for uop in uops]
 

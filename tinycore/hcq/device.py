@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 _OPENED: weakref.WeakSet[HCQCompiled] = weakref.WeakSet()
 """Every opened queue device (host access to one settles the queues of those sharing its memory)."""
+_opened_count = [0]
+"""How many queue devices were opened so far: a device's list of memory peers is made again when it changed."""
 
 class HCQArguments:
     """A kernel's argument block: buffer handles, then integer values, one signed 64-bit word each.
@@ -171,7 +173,10 @@ class HCQCompiled(Compiled):
         memory, address = self.kernarg_memory(self.kernarg_ring_bytes)
         self.kernargs = KernargRing(self, memory, address)
         allocator.before_host_access = self._settle_shared_memory
+        self._peers: tuple[weakref.ref[HCQCompiled], ...] = ()
+        self._peers_known_at = -1
         _OPENED.add(self)
+        _opened_count[0] += 1
         if self.profiling:
             profile.enable()
 
@@ -213,8 +218,13 @@ class HCQCompiled(Compiled):
         # memory with it may be reading it too (a TinyJit graph's copy from CPU to CPU:1 runs in CPU:1's queue),
         # so all of them must be done, not only this device's own
         self.synchronize()
-        for other in list(_OPENED):
-            if other is not self and other.broken is None and self.shares_memory_with(other):
+        if self._peers_known_at != _opened_count[0]:  # kept between calls: this runs on every host copy
+            self._peers = tuple(weakref.ref(other) for other in list(_OPENED)
+                                if other is not self and self.shares_memory_with(other))
+            self._peers_known_at = _opened_count[0]
+        for reference in self._peers:
+            other = reference()
+            if other is not None and other.broken is None:
                 other.synchronize()
 
     # ---- failure ----

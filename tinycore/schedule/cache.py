@@ -41,17 +41,23 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
     inputs: list[UOp] = []
     buffer_op = Ops.BUFFER
     nodes = outputs[0].toposort if len(outputs) == 1 else _toposort_all(outputs)
-    for node in nodes:
-        numbering[node] = len(numbering)
+    number = numbering.__getitem__
+    # the common source counts spelled out: this walk runs on every realize
+    for position, node in enumerate(nodes):
+        numbering[node] = position
         op = node.op
+        src = node.src
         if op is buffer_op:
             inputs.append(node)
-            parts.append((-1, node.dtype.name, node.arg[1], numbering[node.src[0]]))
-        else:
-            arg = node.arg
-            if arg.__class__ is float:
-                arg = _float_key(arg)
-            parts.append((op._value_, node.dtype.name, arg, tuple([numbering[source] for source in node.src])))
+            parts.append((-1, node.dtype.name, node.arg[1], number(src[0])))
+            continue
+        arg = node.arg
+        if arg.__class__ is float:
+            arg = _float_key(arg)
+        count = len(src)
+        sources = () if count == 0 else (number(src[0]),) if count == 1 else \
+            (number(src[0]), number(src[1])) if count == 2 else tuple(map(number, src))
+        parts.append((op._value_, node.dtype.name, arg, sources))
     parts.append(tuple([numbering[output] for output in outputs]))
     return tuple(parts), inputs
 

@@ -101,6 +101,25 @@ def _buffer_below(node: UOp) -> UOp:
     return node
 
 
+def _reads_any(node: UOp, buffers: list[UOp]) -> bool:
+    """True when the graph of `node` contains one of `buffers`. A walk that stops at the first hit and caches no
+    toposort on the small index nodes a setitem builds (a cached toposort holds its node in a reference cycle)."""
+    cached = node.__dict__.get("toposort")
+    if cached is not None:
+        return any(buffer in cached for buffer in buffers)
+    seen: set[UOp] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if current in buffers:
+            return True
+        for source in current.src:
+            if source not in seen:
+                seen.add(source)
+                stack.append(source)
+    return False
+
+
 class _HostIndex:
     """An index array whose values are known on the host (from a Python list or numpy array)."""
 
@@ -118,6 +137,7 @@ class IndexingMixin:
         """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
+        tensor_class = type(self)
         def position() -> int:
             """The axis the next item indexes (-1 after an Ellipsis: unknown); only bool masks need it."""
             if any(done is Ellipsis for done in normalized):
@@ -125,7 +145,9 @@ class IndexingMixin:
             return sum(1 for done in normalized if done is not None)
 
         for item in items:
-            if item.__class__ is slice or item is None:  # the common items first: setitem's cost is per call
+            if item.__class__ is slice or item is None or item.__class__ is int:  # the common items first: the
+                normalized.append(item)                                         # cost of an index is per call
+            elif item.__class__ is tensor_class and dtypes.is_int(item.dtype):
                 normalized.append(item)
             elif _is_int(item):
                 normalized.append(int(item))
@@ -152,13 +174,19 @@ class IndexingMixin:
             else:
                 raise IndexError(f"unsupported index {item!r} of type {type(item).__name__}: use ints, slices, "
                                  "None, Ellipsis, lists or tensors")
-        if sum(1 for item in normalized if item is Ellipsis) > 1:
+        ellipses = consumed = 0
+        for item in normalized:  # identity tests: == on a Tensor item would build a comparison
+            if item is Ellipsis:
+                ellipses += 1
+            elif item is not None:
+                consumed += 1
+        if ellipses > 1:
             raise IndexError("an index can only have a single ellipsis ('...')")
-        consumed = sum(1 for item in normalized if item is not None and item is not Ellipsis)
-        if consumed > self.ndim:
-            raise IndexError(f"too many indices for tensor of dimension {self.ndim}: {consumed} were given")
-        fill = [slice(None)] * (self.ndim - consumed)
-        if any(item is Ellipsis for item in normalized):
+        ndim = len(self.uop.shape)
+        if consumed > ndim:
+            raise IndexError(f"too many indices for tensor of dimension {ndim}: {consumed} were given")
+        fill = [slice(None)] * (ndim - consumed)
+        if ellipses:
             found = next(index for index, item in enumerate(normalized) if item is Ellipsis)
             normalized[found:found + 1] = fill
         else:
@@ -355,11 +383,15 @@ class IndexingMixin:
     def _gather_axes(self: Tensor, axes: list[int], indices: list[Tensor]) -> Tensor:
         """A GATHER of `axes` at the int32 `indices` (numpy placement of the broadcast index shape)."""
         if len(indices) == 1 and axes == [0]:
-            only = indices[0]
-            only_shape = tuple(only.shape) + tuple(self.shape[1:])
-            spread = _placed_index(only.uop, tuple(only.shape), 0, only_shape)
-            only_map = [-1] + [only.ndim + position for position in range(self.ndim - 1)]
-            return self._result(gather_node(self.uop, [spread], only_shape, only_map))
+            # x[idx] (embeddings, eager lookups): the node gather_node would build, made without its checks, which
+            # hold by construction here (an int32 index placed to the output shape; a map of output axes)
+            source, only = self.uop, indices[0].uop
+            only_shape = only.shape
+            own_shape = source.shape
+            shape = tuple(only_shape) + tuple(own_shape[1:])
+            spread = _placed_index(only, only_shape, 0, shape)
+            only_map = (-1,) + tuple(range(len(only_shape), len(shape)))
+            return self._result(UOp(Ops.GATHER, source.dtype, (source, spread), (shape, only_map)))
         index_shape = broadcast_shape(*(index.shape for index in indices))
         rest = [axis for axis in range(self.ndim) if axis not in axes]
         before = _index_position(axes)
@@ -498,7 +530,7 @@ class IndexingMixin:
         if in_place and writes_in_place(self.uop):
             target = self.uop
             buffers = [_buffer_below(part) for part in (self.uop.src if self.uop.op is Ops.MULTI else (self.uop,))]
-            if any(buffer in tensor.uop.toposort for tensor in [values, *indices] for buffer in buffers):
+            if any(_reads_any(tensor.uop, buffers) for tensor in [values, *indices]):
                 # reading the buffer being written would see earlier writes of the same kernel
                 values = values.contiguous()
                 indices = [index.contiguous() for index in indices]

@@ -58,19 +58,38 @@ class UOpMetaClass(type):
     costs two Python-level calls to make and one to drop."""
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
-        if src and op is not Ops.MULTI and _touches_several_devices(op, src):
-            from tinycore.uop.multi import map_multi
-            return map_multi(op, dtype, src, arg)
-        key = (op, dtype, src, _arg_key(arg))
-        reference = UOpMetaClass.ucache.get(key)
+        if src and op is not Ops.MULTI:
+            for source in src:  # a multi-device value is built one node per device (see _touches_several_devices)
+                if source.op is Ops.MULTI or (source.op is Ops.DEVICE and isinstance(source.arg, tuple)):
+                    from tinycore.uop.multi import map_multi
+                    return map_multi(op, dtype, src, arg)
+        # _arg_key's common cases inline: this runs for every node built
+        key: tuple[Any, ...]
+        if arg is None or arg.__class__ is str:
+            key = (op, dtype, src, arg)
+        elif arg.__class__ is tuple:
+            for item in arg:
+                if item.__class__ is not int:
+                    key = (op, dtype, src, _arg_key(arg))
+                    break
+            else:
+                key = (op, dtype, src, ("ints", arg))
+        else:
+            key = (op, dtype, src, _arg_key(arg))
+        cache = UOpMetaClass.ucache
+        reference = cache.get(key)
         if reference is not None:
             found = reference()
             if found is not None:
                 return found
-        created = super().__call__(op, dtype, src, arg)
+        if cls is UOp:  # UOp.__init__'s assignments without its call
+            created = object.__new__(cls)
+            created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
+        else:
+            created = super().__call__(op, dtype, src, arg)
         reference = _NodeRef(created, _forget)
         reference.key = key
-        UOpMetaClass.ucache[key] = reference
+        cache[key] = reference
         return created
 
 
