@@ -20,7 +20,7 @@ from tinycore.helpers import prod
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, range_size
 from tinycore.uop.ops import Ops
-from tinycore.uop.symbolic import fold, linear_terms
+from tinycore.uop.symbolic import fold, linear_terms, simplify
 from tinycore.uop.uop import UOp
 
 MIN_THREAD_WORK = 65536
@@ -85,6 +85,20 @@ def strip_casts(node: UOp) -> UOp:
     return node
 
 
+def _product_loads_of(kernel: Kernel) -> tuple[UOp, UOp] | None:
+    """The two loads of a kernel that is one sum over a product of two loads, else None."""
+    reduces = kernel.reduce_ops
+    if len(kernel.ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
+        return None
+    product = strip_casts(reduces[0].src[0])
+    if product.op is not Ops.MUL:
+        return None
+    left, right = (strip_casts(source) for source in product.src)
+    if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in (left, right)):
+        return None
+    return left, right
+
+
 class Heuristic:
     """Chooses and applies opts to one kernel for one renderer; `applied` lists them."""
 
@@ -139,7 +153,7 @@ class Heuristic:
         orders = [(first, second, contiguous_store) for contiguous_store in (True, False)
                   for first, second in ((left, right), (right, left))]
         for first, second, contiguous_store in orders:
-            columns = rows = None
+            columns = rows = panel_columns = None
             for range_node in self.output_axes():
                 in_store = axis_stride(store_index.src[1], range_node)
                 in_first = axis_stride(first.src[0].src[1], range_node)
@@ -147,21 +161,29 @@ class Heuristic:
                 if (in_store == 1 if contiguous_store else in_store not in (0, None)) and in_first == 0 and \
                         in_second == 1:
                     columns = range_node
+                elif in_store == 1 and in_first == 0 and in_second is None and \
+                        self._packed_columns(range_node, 2 * width):
+                    panel_columns = range_node
                 elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
                     rows = range_node
-            if columns is None or rows is None or width < 2:
+            if columns is None and panel_columns is not None and rows is not None and width >= 2:
+                # the second input packed in panels (Tensor.dot): the columns split at the panel width are contiguous
+                self.attempt(panel_columns, OptOps.UPCAST, 2 * width, "matmul columns, packed panels")
+                column_tile, row_size = 2 * width, range_size(rows) or 0
+            elif columns is None or rows is None or width < 2:
                 continue
-            column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
-            column_tile = next((t for t in (2 * width, width) if column_size % t == 0), None)
-            if column_tile is None or (column_tile == width and column_size >= 2 * width):
-                # a size no tile divides: the last block of columns overlaps the one before it
-                if column_size < width or not self.attempt(columns, OptOps.SHIFTED_UPCAST,
-                                                           2 * width if column_size >= 2 * width else width,
-                                                           "matmul columns, last block shifted"):
-                    continue
-                column_tile = 2 * width if column_size >= 2 * width else width
             else:
-                self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
+                column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
+                dividing = next((t for t in (2 * width, width) if column_size % t == 0), None)
+                if dividing is None or (dividing == width and column_size >= 2 * width):
+                    # a size no tile divides: the last block of columns overlaps the one before it
+                    column_tile = 2 * width if column_size >= 2 * width else width
+                    if column_size < width or not self.attempt(columns, OptOps.SHIFTED_UPCAST, column_tile,
+                                                               "matmul columns, last block shifted"):
+                        continue
+                else:
+                    column_tile = dividing
+                    self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if column_tile == 2 * width:
                 # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
                 # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack)
@@ -189,18 +211,28 @@ class Heuristic:
             return True
         return False
 
+    def _packed_columns(self, range_node: UOp, amount: int) -> bool:
+        """True when UPCAST `amount` of `range_node` makes its inner lanes contiguous in the store and in one of the
+        product's loads and absent from the other (the columns of a panel, indexed by `j // amount` and
+        `j % amount` before the split). Checked on a copy of the kernel."""
+        size = range_size(range_node)
+        if self.kernel.applied or size is None or size % amount or size < 2 * amount:
+            return False
+        probe = Kernel(self.kernel.ast)
+        try:
+            probe.apply_opt(Opt(OptOps.UPCAST, self.kernel.axes.index(range_node), amount))
+        except KernelOptError:
+            return False
+        loads = _product_loads_of(probe)
+        if loads is None:
+            return False
+        lanes = probe.axes[-1]
+        strides = sorted(axis_stride(simplify(load.src[0].src[1]), lanes) or 0 for load in loads)
+        return axis_stride(simplify(probe.ast.src[0].src[0].src[1]), lanes) == 1 and strides == [0, 1]
+
     def _product_loads(self) -> tuple[UOp, UOp] | None:
         """The two loads of a kernel that is one sum over a product of two loads, else None."""
-        reduces = self.kernel.reduce_ops
-        if len(self.kernel.ast.src) != 1 or len(reduces) != 1 or reduces[0].arg is not Ops.ADD:
-            return None
-        product = strip_casts(reduces[0].src[0])
-        if product.op is not Ops.MUL:
-            return None
-        left, right = (strip_casts(source) for source in product.src)
-        if any(load.op is not Ops.LOAD or load.src[0].op is not Ops.INDEX for load in (left, right)):
-            return None
-        return left, right
+        return _product_loads_of(self.kernel)
 
     def dot_tile(self) -> bool:
         """Register-tile a matmul whose two inputs are both contiguous along the reduce (A @ B.T); True when applied.

@@ -45,6 +45,9 @@ class RendererContract:
     """A float sum of products accumulated across a reduce loop (`acc += a * b`) is written as a MULACC marked FUSED
     (`uop.ops.FUSED`), which the renderer may compute with one rounding (an FMA instruction): one rounding is only
     more accurate, and matmuls reach twice the throughput of a multiply and an add where the CPU has FMA units."""
+    matmul_panel_bytes: int | None = None
+    """Bytes of a row of the panels a large matmul copies its second input into (Tensor.dot; None: no packing): each
+    panel holds that many bytes of columns for every step of the reduce, contiguously, so the kernel streams it."""
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     """Largest launch grid per dimension (None: 2**31 - 1 each)."""
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3

@@ -36,6 +36,33 @@ def _check_smoothing(label_smoothing: float) -> None:
         raise ArgumentError(f"label_smoothing must be in [0.0, 1.0], got {label_smoothing}")
 
 
+PANEL_MIN_ROWS = 256
+"""A matmul packs its second input into panels (see `_matmul_panel`) from this many rows of the first on: the copy
+costs about one pass over the second input, which fewer rows do not repay."""
+
+
+def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
+    """Columns per packed panel for `left @ right` on a device whose renderer asks for packing
+    (RendererContract.matmul_panel_bytes), None to multiply in place: small products, column counts the panel does
+    not divide, mixed dtypes and tensors on several devices stay unpacked."""
+    if not isinstance(left.device, str) or left.device != right.device or left.dtype != right.dtype or \
+            left.dtype not in (dtypes.float32, dtypes.float64):
+        return None
+    shapes = (left.shape[-2], left.shape[-1], right.shape[-1])
+    if not all(isinstance(size, int) for size in shapes):
+        return None
+    rows, inner, columns = shapes
+    from tinycore.device.registry import Device
+    panel_bytes = getattr(Device[left.device].renderer, "matmul_panel_bytes", None)
+    if not panel_bytes:
+        return None
+    panel = panel_bytes // left.dtype.itemsize
+    batch_rows = rows * math.prod(size for size in left.shape[:-2] if isinstance(size, int))
+    if batch_rows < PANEL_MIN_ROWS or inner < panel or columns % panel or columns < 2 * panel:
+        return None
+    return panel
+
+
 class NNMixin:
     """Neural-network building blocks of Tensor."""
 
@@ -54,8 +81,19 @@ class NNMixin:
                              f"{right.shape[-2]} differ")
         accumulate = optional_dtype(dtype)
         result_dtype = accumulate or least_upper_dtype(self.dtype, w.dtype)
-        products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
-        result = products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
+        panel = _matmul_panel(left, right) if accumulate is None else None
+        if panel is not None:
+            # the second input copied into panels of `panel` columns, each contiguous along the reduce: the kernel
+            # then streams one panel per block of columns instead of reading a cache line from every row of it
+            *batch, depth, columns = right.shape
+            panels = right.reshape(*batch, depth, columns // panel, panel).transpose(-3, -2).contiguous()
+            # (..., blocks, rows, reduce, panel) summed over the reduce, then the blocks put back side by side
+            products = left.unsqueeze(-3).unsqueeze(-1) * panels.unsqueeze(-3)
+            blocks = products.sum(-2, dtype=sum_acc_dtype(products.dtype))
+            result = blocks.transpose(-3, -2).reshape(*blocks.shape[:-3], left.shape[-2], columns).cast(result_dtype)
+        else:
+            products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
+            result = products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
         if self.ndim == 1:
             result = result.squeeze(-2)
         if w.ndim == 1:

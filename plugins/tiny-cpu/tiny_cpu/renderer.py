@@ -304,6 +304,7 @@ class CRenderer(CStyleLanguage):
                                 Ops.BITCAST})
     vector_masks = True
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
+    matmul_panel_bytes = 64  # two AVX2 vectors: the columns of the 6 x 16 register tile
     fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
