@@ -46,6 +46,8 @@ DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
 """The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
+BLOCK_VECTORS = 4
+"""Vectors of accumulators an innermost reduce axis (below another reduce axis) may take whole."""
 COLUMN_VECTORS = 4
 """Vectors of columns a reduce over a strided axis (a sum over rows) keeps as accumulators: 4 float8 read two whole
 cache lines per row and pass over the input a quarter as often as one vector does."""
@@ -297,8 +299,12 @@ class Heuristic:
             size = range_size(innermost_reduce)
             if accumulator_width > 1 and size is not None and \
                     any(axis_stride(index.src[1], innermost_reduce) == 1 for index in loads):
-                amount = next((a for a in (2 * accumulator_width, accumulator_width) if size % a == 0 and size > a),
-                              None)
+                # the whole axis when an outer reduce loop remains (a quantized block's values under the loop over
+                # blocks): up to BLOCK_VECTORS independent accumulators and no inner loop
+                whole = size if len(reduces) > 1 and size in (accumulator_width * k for k in
+                                                              range(2, BLOCK_VECTORS + 1)) else None
+                amount = whole or next((a for a in (2 * accumulator_width, accumulator_width)
+                                        if size % a == 0 and size > a), None)
                 reduce_candidate = (innermost_reduce, amount) if amount is not None else None
         if output_candidate is not None and not (gathers and reduce_candidate is not None):
             self.attempt(output_candidate, OptOps.UPCAST, self._column_width(output_candidate, loads, width),
