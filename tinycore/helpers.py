@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from tinycore.counters import GlobalCounters as GlobalCounters
 from tinycore.target import DevError, Target, find_target, format_dev, parse_dev
@@ -290,6 +290,37 @@ DEFAULT_INT = ContextVar("DEFAULT_INT", "")
 PROFILE = ContextVar("PROFILE", 0)
 PROFILE_PATH = ContextVar("PROFILE_PATH", "")
 HCQ_TIMEOUT_MS = ContextVar("HCQ_TIMEOUT_MS", 30000)
+
+
+_Value = TypeVar("_Value")
+
+
+class cached_node_property(Generic[_Value]):  # noqa: N801 - named like the functools decorator it replaces
+    """`functools.cached_property` without its lock: the value is computed on first access and stored in the
+    instance's `__dict__`, which later reads find first. Python 3.11's cached_property takes a lock on every first
+    access, and graph nodes compute their shape, device and toposort once each, for every node an eager op builds.
+    Two threads reading a value first at once may both compute it (the values are equal)."""
+
+    def __init__(self, function: Callable[[Any], _Value]):
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type | None = None) -> cached_node_property[_Value]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type | None = None) -> _Value: ...
+
+    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        value = self.function(instance)
+        instance.__dict__[self.name] = value
+        return value
 
 
 def prod(items: Iterable[Any], start: Any = 1) -> Any:

@@ -6,12 +6,11 @@ computations stay the same hash-consed node.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
 from tinycore.dtype import DType, dtypes, truncate
-from tinycore.helpers import prod
+from tinycore.helpers import cached_node_property, prod
 from tinycore.uop.ops import GroupOp, Ops
 
 if TYPE_CHECKING:
@@ -94,7 +93,7 @@ class ShapeMixin:
 
     # ---- inference ----
 
-    @functools.cached_property
+    @cached_node_property
     def _shape(self) -> tuple[sint, ...] | None:
         """The shape, or None for nodes that have none (DEVICE, kernel-level nodes)."""
         _fill_sources(self, "_shape")
@@ -150,7 +149,7 @@ class ShapeMixin:
         """The number of elements (a symbolic UOp if the shape is symbolic)."""
         return prod(self.shape)
 
-    @functools.cached_property
+    @cached_node_property
     def device(self) -> Any:
         """The canonical device name this node lives on (None for device-free nodes such as DEFINE_VAR)."""
         _fill_sources(self, "device")

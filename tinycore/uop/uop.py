@@ -1,13 +1,13 @@
 """UOp: the immutable, hash-consed node of every graph in tinycore, with arithmetic that builds ALU nodes."""
 from __future__ import annotations
 
-import functools
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
+from tinycore.helpers import cached_node_property
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.shape import ShapeMixin
 
@@ -124,7 +124,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
 
     # ---- graph walks ----
 
-    @functools.cached_property
+    @cached_node_property
     def toposort(self) -> dict[UOp, None]:
         """Every node reachable from this one, sources before users (an ordered set: dict keys)."""
         order: dict[UOp, None] = {}
