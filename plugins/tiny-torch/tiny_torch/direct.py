@@ -358,6 +358,6 @@ def set_(self: TinyTensor, source: TinyTensor) -> TinyTensor:
 @register(aten.nonzero.default, direct=True)
 def nonzero(self: TinyTensor) -> TinyTensor:
     """Indices of the nonzero elements (a data-dependent shape: the mask is read back to the host)."""
-    mask = to_cpu(self.tiny_value(), self.dtype).numpy() != 0
+    mask = (self.tiny_value() != 0).numpy()  # compared on the device: numpy has no bfloat16
     indices = np.stack(np.nonzero(mask), axis=-1).astype(np.int64).reshape(-1, self.ndim)
     return wrap(Tensor(indices, device=self.tiny_storage.flat.device, dtype=dtypes.int64), _index(self))
