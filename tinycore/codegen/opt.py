@@ -31,6 +31,9 @@ class OptOps(Enum):
     # shifted back to end at the axis end, so it recomputes (and stores again, the same values) outputs of the block
     # before it; only for kernels whose stores are plain and whose inputs are not their outputs
     SHIFTED_UPCAST = auto()
+    # output axis: split off an inner loop of `amount` that runs inside every other output loop (cache blocking: the
+    # outer part keeps its place, so the loops between them run once per block of `amount`)
+    BLOCK = auto()
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,12 @@ class Kernel:
             if not output_axis:
                 raise KernelOptError(f"{opt}: UPCAST applies to output loop axes, axis {opt.axis} is {kind.name}")
             self._split(opt.axis, opt.amount, AxisType.UPCAST)
+        elif opt.op is OptOps.BLOCK:
+            if kind is not AxisType.LOOP:
+                raise KernelOptError(f"{opt}: BLOCK applies to output loop axes, axis {opt.axis} is {kind.name}")
+            if range_size(self.axes[opt.axis]) == opt.amount:
+                raise KernelOptError(f"{opt}: the block is the whole axis (NEST moves a whole axis inside)")
+            self._split(opt.axis, opt.amount, AxisType.LOOP)
         elif opt.op is OptOps.SHIFTED_UPCAST:
             if not output_axis:
                 raise KernelOptError(f"{opt}: SHIFTED_UPCAST applies to output loop axes, axis {opt.axis} is "

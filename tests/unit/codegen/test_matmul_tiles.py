@@ -190,3 +190,26 @@ def test_packed_panel_matmul_gradients_match_torch() -> None:
     assert ta.grad is not None and tb.grad is not None
     _close(ta.grad.numpy(), pa.grad.numpy())
     _close(tb.grad.numpy(), pb.grad.numpy())
+
+
+def test_block_opt_groups_row_blocks_and_matches_numpy() -> None:
+    case = matmul(24, 8, 16)
+    opts = [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.BLOCK, 0, 3)]
+    kernel = Kernel(case.ast).apply_opts(opts)
+    # rows: 4 groups of 3 blocks of 2; the group axis keeps its place (outermost), the block loop runs innermost
+    assert [size for size, kind in zip(kernel.sizes, kernel.kinds, strict=True) if kind.name == "LOOP"] == [4, 2, 3]
+    output = np.zeros(24 * 16, dtype=np.float32)
+    run_linear(linearize(case.ast, VectorCPURenderer(), opts), [output] + [array.copy() for array in case.inputs], {})
+    np.testing.assert_allclose(output.reshape(24, 16), case.reference(*case.inputs), rtol=1e-5, atol=1e-5)
+    with pytest.raises(KernelOptError):
+        Kernel(case.ast).apply_opt(Opt(OptOps.BLOCK, 0, 24))  # the whole axis: that is NEST
+
+
+def test_large_matmul_groups_its_row_blocks_for_the_cache() -> None:
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    with Context(NUM_CPU_THREADS=2):
+        notes = hand_coded_optimizations(Kernel(matmul(804, 1024, 64).ast), Device["CPU"].renderer)
+    # 134 blocks of 6 rows read 3.2 MB of the first input: 2 groups of 67 blocks, one per worker
+    assert "BLOCK 67 (matmul row blocks grouped for the cache)" in notes
+    a, b = _array(804, 1024), _array(1024, 32, seed=1)
+    _close((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b)
