@@ -333,6 +333,28 @@ class Heuristic:
                          "contiguous output")
         elif reduce_candidate is not None:
             self.attempt(reduce_candidate[0], OptOps.ACCUMULATORS, reduce_candidate[1], "contiguous reduce")
+        self.row_reduce_accumulators()
+
+    def row_reduce_accumulators(self) -> None:
+        """Vector accumulators for the reduces that the vector lanes of the output do not reach: reduces computed
+        once per row and broadcast over it (softmax's max and sum, a layernorm's mean and variance) run before the
+        row's vector loop, on their own axes, contiguous in memory along them."""
+        upcast = {self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.UPCAST)}
+        for reduce_range in self.reduce_axes():
+            users = [node for node in self.kernel.reduce_ops if reduce_range in node.src[1:]]
+            split_already = range_size(reduce_range) != self.original_sizes.get(axis_id(reduce_range))
+            if split_already or not users or any(upcast & set(node.toposort) for node in users):
+                continue
+            width = min(vector_width(self.renderer, node.dtype.scalar) for node in users)
+            size = range_size(reduce_range)
+            inner_loads = [n.src[0] for node in users for n in node.src[0].toposort if n.op is Ops.LOAD and
+                           n.src[0].op is Ops.INDEX and n.src[0].src[0].op is Ops.DEFINE_GLOBAL]
+            if width < 2 or size is None or not any(axis_stride(index.src[1], reduce_range) == 1
+                                                     for index in inner_loads):
+                continue
+            amount = next((a for a in (2 * width, width) if size % a == 0 and size > a), None)
+            if amount is not None:
+                self.attempt(reduce_range, OptOps.ACCUMULATORS, amount, "row reduce")
 
     def _column_width(self, output: UOp, loads: list[UOp], width: int) -> int:
         """Lanes for the contiguous output axis: one vector, or COLUMN_VECTORS vectors when the kernel reduces along

@@ -54,7 +54,8 @@ def device_facts(device: object) -> DeviceFacts:
     except Exception:  # noqa: BLE001 - the failure is reported by realize, which needs the device to run anything
         return DeviceFacts()
     limit = renderer.max_buffers if isinstance(renderer, RendererContract) else None
-    return DeviceFacts(limit, supports_views(device), type(renderer).__name__)
+    loops = isinstance(renderer, RendererContract) and renderer.has_threads
+    return DeviceFacts(limit, supports_views(device), type(renderer).__name__, loops)
 
 
 def buffer_of(uop: UOp) -> Buffer:

@@ -19,6 +19,9 @@ class DeviceFacts:
     """True when its allocator can make a buffer that is a sub-range of another (copies of ranges need no kernel)."""
     renderer_name: str = "renderer"
     """The renderer's class name, for error messages that say where a limit comes from."""
+    loops_over_rows: bool = False
+    """True when its kernels run their output axes as loops on each worker (CPU renderers, `has_threads`): a reduce
+    broadcast back over the axes it reduced can then be computed once per row inside its consumer's kernel."""
 
 
 DeviceFactsLookup = Callable[[object], DeviceFacts]

@@ -9,7 +9,9 @@ Rules:
   it sums (only elementwise ops and such broadcasts between): codegen computes it once per step of the outer loops;
 - a REDUCE_AXIS is computed inside its consumer's kernel when it is reached from that kernel's root through
   elementwise ops and non-broadcasting movement ops only (reshape, permute, shrink, flip), and from one kernel
-  only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root;
+  only; a reduce that is broadcast (EXPAND), padded, used inside another reduce or used by two kernels is a root,
+  except on devices that loop over rows, where a reduce broadcast back over the axes it reduced and depending only on
+  the kernel's outermost output loops joins the kernel (it runs once per row, see _add_reduce_roots);
 - the source of a COPY is a root unless it is already a contiguous buffer or one contiguous range of a buffer
   (copied through a BUFFER_VIEW, see views.py); a COPY that is the value of an ASSIGN into a contiguous range is
   no root: it copies straight into the target; non-contiguous views of DISK buffers are refused;
@@ -113,15 +115,15 @@ def find_roots(outputs: Sequence[UOp], forced: Sequence[UOp] = (),
             roots[strip_identity(node.src[0])] = None
         if node.op is Ops.ASSIGN:
             assigns.append(node)
-    _add_reduce_roots(roots)
+    _add_reduce_roots(roots, facts)
     # an ASSIGN whose kernel would read the target where it is not writing computes its value into a buffer of its
     # own first; reads inside other kernels (a gradient's reduce that reads the parameter) do not force that
     racing = [strip_identity(node.src[1]) for node in assigns
               if _reads_target_elsewhere(strip_identity(node.src[1]), node.src[0], roots)]
     if racing:
         roots.update(dict.fromkeys(racing))
-        _add_reduce_roots(roots)
-    split_kernels_over_limit(roots, _add_reduce_roots, facts)
+        _add_reduce_roots(roots, facts)
+    split_kernels_over_limit(roots, lambda found: _add_reduce_roots(found, facts), facts)
     return roots
 
 
@@ -169,9 +171,75 @@ def _supports_views(facts: DeviceFactsLookup, device: object) -> bool:
     return isinstance(device, str) and facts(device).supports_views
 
 
-def _add_reduce_roots(roots: dict[UOp, None]) -> None:
-    """Add to `roots` every REDUCE_AXIS that cannot be computed inside the single kernel that uses it."""
+Labels = tuple[frozenset[int], ...]
+"""For each axis of a node evaluated inside a kernel, the loops its index there depends on: the kernel's output
+axes (numbered from 0 in the root's shape) and the RANGEs of enclosing reduces (negative numbers)."""
+
+
+def _root_labels(root: UOp) -> Labels | None:
+    """Each output axis of `root`'s kernel depends on its own loop (size-1 axes on none)."""
+    shape = root._shape
+    if shape is None:
+        return None
+    return tuple(frozenset() if isinstance(size, int) and size == 1 else frozenset({axis})
+                 for axis, size in enumerate(shape))
+
+
+def _source_labels(node: UOp, labels: Labels | None, source: UOp) -> Labels | None:
+    """The labels `source` is evaluated at when `node` is evaluated at `labels`; None where the index is more than
+    the labels say (an offset, a flip, a reshape that mixes axes) or unknown."""
+    if labels is None or source._shape is None:
+        return None
+    op = node.op
+    if op is Ops.EXPAND:
+        return tuple(frozenset() if isinstance(size, int) and size == 1 else label
+                     for size, label in zip(source.shape, labels, strict=True))
+    if op is Ops.PERMUTE:
+        permuted: list[frozenset[int]] = [frozenset()] * len(labels)
+        for position, axis in enumerate(node.arg):
+            permuted[axis] = labels[position]
+        return tuple(permuted)
+    if op is Ops.RESHAPE:
+        # only a reshape that adds or removes size-1 axes keeps each axis's index as it is
+        kept = [label for size, label in zip(node.shape, labels, strict=True) if not (isinstance(size, int) and
+                                                                                     size == 1)]
+        kept_sizes = [size for size in node.shape if not (isinstance(size, int) and size == 1)]
+        source_sizes = [size for size in source.shape if not (isinstance(size, int) and size == 1)]
+        if kept_sizes != source_sizes:
+            return None
+        remaining = iter(kept)
+        return tuple(frozenset() if isinstance(size, int) and size == 1 else next(remaining)
+                     for size in source.shape)
+    if (op in GroupOp.Elementwise or op in IDENTITY_OPS or op is Ops.CONTIGUOUS) and source.shape == node.shape:
+        return labels
+    return None
+
+
+_WalkEntry = tuple[UOp, bool, "Labels | None", "tuple[int, ...] | None"]
+"""A node of a kernel's walk: reached without a reduce or broadcast in between, the labels it is evaluated at, and
+the axes of the reduce right above it when only elementwise ops lie between."""
+
+
+def _hoisted(labels: Labels | None, order: list[int]) -> bool:
+    """True when a value evaluated at `labels` depends on the kernel's first (outermost) output loops only, at least
+    one of them: the loop nest computes it once per iteration of those loops, before the inner loops start."""
+    if labels is None:
+        return False
+    needed = frozenset().union(*labels)
+    return bool(needed) and needed == frozenset(order[:len(needed)])
+
+
+def _add_reduce_roots(roots: dict[UOp, None], facts: DeviceFactsLookup = no_device_facts) -> None:
+    """Add to `roots` every REDUCE_AXIS that cannot be computed inside the single kernel that uses it.
+
+    On devices whose kernels loop over their outputs (`DeviceFacts.loops_over_rows`), a reduce that a kernel
+    broadcasts back over the axes it reduced (the max and the sum of a softmax, the mean of a variance) is computed
+    inside that kernel when it depends only on the kernel's outermost output loops: the loop nest then computes it
+    once per row, before the row's other loops, so nothing is computed more often than in a kernel of its own and the
+    row is read from cache instead of memory. Everything else reached through a broadcast gets a kernel of its own.
+    """
     claimed: dict[UOp, UOp] = {}
+    reached: dict[UOp, Labels | None] = {}
     worklist = list(roots)
     processed: set[UOp] = set()
     while worklist:
@@ -179,13 +247,15 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
         if root in processed:
             continue
         processed.add(root)
-        # (node, reached without a reduce or broadcast in between, the axes of the reduce right above when only
-        # elementwise ops lie between it and the node)
-        stack: list[tuple[UOp, bool, tuple[int, ...] | None]] = [(source, True, None)
-                                                                  for source in kernel_sources(root)]
-        seen: set[tuple[UOp, bool, tuple[int, ...] | None]] = set()
+        labels = _root_labels(root) if _loops_over_rows(root, facts) else None
+        order = [axis for axis, label in enumerate(labels or ()) if label]
+        fresh = 0
+        # (node, reached without a reduce or broadcast in between, the labels it is evaluated at, the axes of the
+        # reduce right above when only elementwise ops lie between it and the node)
+        stack: list[_WalkEntry] = [(source, True, labels, None) for source in kernel_sources(root)]
+        seen: set[_WalkEntry] = set()
         while stack:
-            node, direct, reduced = entry = stack.pop()
+            node, direct, node_labels, reduced = entry = stack.pop()
             if entry in seen:
                 continue
             seen.add(entry)
@@ -194,29 +264,54 @@ def _add_reduce_roots(roots: dict[UOp, None]) -> None:
             if node.op in LEAF_BUFFERS or node.op in LEAF_VALUES:
                 continue
             if node.op is Ops.REDUCE_AXIS:
+                if node_labels is not None:  # the reduce replaces its index on the axes it reduces
+                    node_labels = tuple(frozenset() if axis in node.arg[1] else label
+                                        for axis, label in enumerate(node_labels))
                 if node is not root:
-                    if not direct or claimed.setdefault(node, root) is not root:
+                    # a reduce broadcast back is inlined once per kernel: reached at one index only
+                    first_reach = reached.setdefault(node, node_labels)
+                    inlined = direct or (_hoisted(node_labels, order) and first_reach == node_labels)
+                    if not inlined or claimed.setdefault(node, root) is not root:
                         roots[node] = None
                         worklist.append(node)
                         continue
-                stack.append((node.src[0], False, tuple(node.arg[1])))
+                fresh -= 1
+                source_labels = None if node_labels is None else tuple(
+                    frozenset({fresh}) if axis in node.arg[1] and node.src[0].shape[axis] != 1 else label
+                    for axis, label in enumerate(node_labels))
+                stack.append((node.src[0], False, source_labels, tuple(node.arg[1])))
                 continue
             inner_broadcast = node.op is Ops.EXPAND and _broadcast_over_inner_reduce(node, reduced)
             if node.op is Ops.EXPAND and not direct and not inner_broadcast:
+                source_labels = _source_labels(node, node_labels, node.src[0])
+                if _hoisted(source_labels, order):
+                    stack.append((node.src[0], False, source_labels, None))
+                    continue
                 computed = _broadcast_worth_computing_once(node, roots)
                 if computed is not None:
                     roots[computed] = None
                     worklist.append(computed)
                     continue
             if node.op is Ops.GATHER:
-                stack.append((node.src[0], False, None))
-                stack.extend((source, direct, None) for source in node.src[1:])
+                stack.append((node.src[0], False, None, None))
+                stack.extend((source, direct, _source_labels(node, node_labels, source), None)
+                             for source in node.src[1:])
                 continue
             next_direct = direct and node.op not in _BROADCASTING
             # an inner broadcast keeps the axes in place: a broadcast inside its source (a block's factor spread
             # over its sub-blocks) is judged against the same reduce
             next_reduced = reduced if node.op in GroupOp.Elementwise or inner_broadcast else None
-            stack.extend((source, next_direct, next_reduced) for source in node.src)
+            stack.extend((source, next_direct, _source_labels(node, node_labels, source), next_reduced)
+                         for source in node.src)
+
+
+def _loops_over_rows(root: UOp, facts: DeviceFactsLookup) -> bool:
+    """True when `root`'s kernel runs on a device whose kernels loop over their output rows."""
+    try:
+        device = root.device
+    except Exception:  # noqa: BLE001 - a node without a device (a bare constant graph) gets the general rule
+        return False
+    return isinstance(device, str) and facts(device).loops_over_rows
 
 
 def _broadcast_over_inner_reduce(expand: UOp, reduced: tuple[int, ...] | None) -> bool:

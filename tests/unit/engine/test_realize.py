@@ -238,15 +238,16 @@ def test_temporary_buffers_are_released_after_their_last_use():
     from tinycore.engine.realize import run_schedule
     array = random(4, 6)
     node = tensor(array)
-    maximum = node.r(Ops.MAX, (1,)).expand((4, 6))
+    # reduces over the outer axis, broadcast back: each gets a buffer (the inner axis would fuse them as rows)
+    maximum = node.r(Ops.MAX, (0,)).expand((4, 6))
     shifted = node - maximum
-    graph = shifted * shifted.r(Ops.ADD, (1,)).expand((4, 6))
+    graph = shifted * shifted.r(Ops.ADD, (0,)).expand((4, 6))
     schedule = create_schedule([graph], device_facts)
     assert len(schedule.temporaries) == 2
     run_schedule(schedule.items, schedule.temporaries)
     assert not any(buffer_of(temporary).is_allocated() for temporary in schedule.temporaries)
-    shifted_reference = array - array.max(axis=1, keepdims=True)
-    expected = shifted_reference * shifted_reference.sum(axis=1, keepdims=True)
+    shifted_reference = array - array.max(axis=0, keepdims=True)
+    expected = shifted_reference * shifted_reference.sum(axis=0, keepdims=True)
     np.testing.assert_allclose(host(schedule.outputs[0]), expected, rtol=1e-5)
 
 
@@ -270,9 +271,10 @@ def test_repeated_structures_run_from_the_launch_plan_on_new_buffers(plan_runs):
     for seed in range(5):
         array = random(4, 6, seed=seed)
         node = tensor(array)
-        maximum = node.r(Ops.MAX, (1,)).expand((4, 6))
+        # reduces over the outer axis keep kernels (and temporaries) of their own, see above
+        maximum = node.r(Ops.MAX, (0,)).expand((4, 6))
         shifted = node - maximum
-        graph = shifted * shifted.r(Ops.ADD, (1,)).expand((4, 6))
+        graph = shifted * shifted.r(Ops.ADD, (0,)).expand((4, 6))
         GlobalCounters.reset()
         gc.collect()  # buffers of earlier graphs waiting in reference cycles are freed now, not while measuring
         gc.disable()
@@ -285,8 +287,8 @@ def test_repeated_structures_run_from_the_launch_plan_on_new_buffers(plan_runs):
         assert GlobalCounters.kernel_count == 3
         # the two temporaries went back to the allocator; only the result's 24 floats stay
         assert memory_after - memory_before == 24 * 4
-        shifted_reference = array - array.max(axis=1, keepdims=True)
-        expected = shifted_reference * shifted_reference.sum(axis=1, keepdims=True)
+        shifted_reference = array - array.max(axis=0, keepdims=True)
+        expected = shifted_reference * shifted_reference.sum(axis=0, keepdims=True)
         np.testing.assert_allclose(host(results[0]), expected, rtol=1e-5)
         kept.append(results)  # the next round's assignment must not free this result while memory is measured
     assert plan_runs[0] >= 3
