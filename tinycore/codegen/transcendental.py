@@ -1,11 +1,12 @@
-"""exp2 and log2 of float32 as arithmetic UOps (range reduction and a polynomial) for renderers that ask for it.
+"""exp2, log2 and sin of float32 as arithmetic UOps (range reduction and a polynomial) for renderers that ask for it.
 
 A libm call per element keeps a C compiler from vectorizing the loop around it; the same function as multiplies,
 adds, compares, selects and bit operations vectorizes with the rest of the kernel (on the CPU: float8 lanes, the
 selects as blends, see RendererContract.vector_masks). Everything runs in float32 (float64 would halve the lanes and
 add conversions), arranged so that results stay within an ulp of the correctly rounded value over the whole float32
 range, denormal inputs and results included; inf, nan, -0 and the domain edges (log2 of 0 and of negatives) are
-selected explicitly. float64 and float16 keep the renderer's builtins.
+selected explicitly. sin reduces its argument by Payne-Hanek in int32 limbs (see _reduce_half_pi), so it stays
+within an ulp for the largest arguments too. float64 and float16 keep the renderer's builtins.
 """
 from __future__ import annotations
 
@@ -108,13 +109,198 @@ def log2_float32(x: UOp) -> UOp:
     return x.ne(x).where(x, result)
 
 
+
+
+# ---- sin and cos of float32 ----
+
+_PI_BITS = 320  # bits of 2/pi kept: the window read for the largest float32 ends near bit 276
+
+
+def _two_over_pi_bits() -> int:
+    """floor(2/pi * 2**_PI_BITS), from Machin's formula in integers (pi = 16 atan(1/5) - 4 atan(1/239))."""
+    scale = 1 << (_PI_BITS + 64)
+
+    def arctan_inverse(n: int) -> int:
+        total, term, k, sign = 0, scale // n, 1, 1
+        while term:
+            total += sign * (term // k)
+            term //= n * n
+            k += 2
+            sign = -sign
+        return total
+
+    pi_scaled = 16 * arctan_inverse(5) - 4 * arctan_inverse(239)  # pi * 2**(_PI_BITS + 64), to a few units
+    return (2 * scale * (1 << _PI_BITS)) // pi_scaled
+
+
+_LIMB = 12  # 12-bit limbs: the product of two fits in an int32 with room for sums of three
+_LIMB_MASK = (1 << _LIMB) - 1
+_PADDING = 36  # zero bits in front of 2/pi's binary point, so that the exponent of 1/2 reads limb 0
+# T[j]: bits b(12j - 35) .. b(12j - 24) of 2/pi = sum b(i) 2**-i (b(i) = 0 for i <= 0)
+_TABLE_SIZE = 26
+_TABLE = tuple((_two_over_pi_bits() >> (_PI_BITS - _LIMB * j + _PADDING - _LIMB)) & _LIMB_MASK
+               for j in range(_TABLE_SIZE))
+_COLUMNS = 8  # limb columns of the product kept: the integer column and 7 fraction limbs (84 bits)
+# pi/2 as a float32 with its low 12 mantissa bits clear (exact products with 12-bit halves) plus the rest
+_HALF_PI_HIGH = struct.unpack("<f", struct.pack("<I", _float32_bits(math.pi / 2) & 0xFFFFF000))[0]
+_HALF_PI_LOW = _float32_round(math.pi / 2 - _HALF_PI_HIGH)
+# least-squares fits (numpy.linalg.lstsq in float64, 4000 Chebyshev nodes on [-pi/4, pi/4]) of the relative error:
+# sin r = r + r z S(z), cos r = 1 - z/2 + z^2 C(z) with z = r^2; relative errors below 4e-9 and 2e-10
+_SIN_COEFFICIENTS = (-0.16666654339337095, 0.008332148256325497, -0.00019513932562144603)
+_COS_COEFFICIENTS = (0.041666645038985275, -0.001388729007312125, 2.4430574507129025e-05)
+
+
+def _table_window(start: UOp) -> list[UOp]:
+    """T[start], ..., T[start + 9] for int32 `start` in [0, 15]: four rounds of selects on the bits of `start`, each
+    shifting the whole window by 1, 2, 4 or 8 limbs (no table in memory, so the kernel stays vector code)."""
+    window: list[UOp] = [_int(limb) for limb in _TABLE]
+    for bit in range(4):
+        shift = 1 << bit
+        taken = ((start >> _int(bit)) & _int(1)).ne(0)
+        window = [taken.where(window[k + shift], window[k]) for k in range(len(window) - shift)]
+    return window[:_COLUMNS + 2]
+
+
+def _two_sum(first: UOp, second: UOp) -> tuple[UOp, UOp]:
+    """first + second as a float32 sum and its exact rounding error (Knuth's TwoSum, any order of magnitudes)."""
+    total = first + second
+    second_part = total - first
+    error = (first - (total - second_part)) + (second - second_part)
+    return total, error
+
+
+def _split(value: UOp) -> tuple[UOp, UOp]:
+    """Veltkamp's split of a float32 into a 12-bit high part and the rest (both exact)."""
+    scaled = value * _float(4097.0)
+    high = scaled - (scaled - value)
+    return high, value - high
+
+
+def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
+    """For finite float32 `magnitude` >= 1/2: the nearest integer q (mod 4, int32) to magnitude * 2/pi and the rest
+    r = magnitude - q pi/2 in [-pi/4, pi/4] as a float32 pair (high, low), r within 2**-60 relative.
+
+    Payne-Hanek in 12-bit integer limbs: magnitude = m 2**(E - 150) with the 24-bit integer m; only a window of
+    about 120 bits of 2/pi starting near bit E - 150 matters (the bits before give multiples of 4, the ones after
+    less than 2**-72), chosen by selects. The product's integer limb gives q, the fraction limbs (rounded to the
+    nearest quadrant) are summed exactly into floats and multiplied by pi/2 as float32 pairs."""
+    bits = magnitude.bitcast(I32)
+    exponent = bits >> _int(23)
+    mantissa = (bits & _int(0x7FFFFF)) | _int(0x800000)
+    offset = (exponent - _int(126)).maximum(_int(0))  # 0 for |x| = 1/2 up to 129 for inf and nan (selected away)
+    start = (offset * _int(2731)) >> _int(15)  # offset // 12 for offset in [0, 139]
+    shift = offset - start * _int(_LIMB)
+    low = (mantissa & _int(_LIMB_MASK)) << shift
+    high = ((mantissa >> _int(_LIMB)) << shift) + (low >> _int(_LIMB))
+    parts = [low & _int(_LIMB_MASK), high & _int(_LIMB_MASK), high >> _int(_LIMB)]  # m << shift in 12-bit limbs
+    window = _table_window(start)
+    columns = []
+    for column in range(_COLUMNS):
+        total = parts[0] * window[column]
+        for index in (1, 2):
+            total = total + parts[index] * window[column + index]
+        columns.append(total)
+    digits: list[UOp] = [_int(0)] * _COLUMNS
+    carry = _int(0)
+    for column in range(_COLUMNS - 1, 0, -1):
+        total = columns[column] + carry
+        digits[column] = total & _int(_LIMB_MASK)
+        carry = total >> _int(_LIMB)
+    rounds_up = digits[1] >> _int(_LIMB - 1)  # the fraction is 1/2 or more: take the next quadrant
+    quadrant = (columns[0] + carry + rounds_up) & _int(3)
+    leading = digits[1] - (rounds_up << _int(_LIMB))  # signed: the fraction now lies in [-1/2, 1/2)
+
+    def scaled(digit: UOp, power: int) -> UOp:
+        return digit.cast(F32) * _float(2.0 ** -power)
+
+    # each pair spans at most 24 bits, so each float sum below is exact
+    top = scaled(leading, 12) + scaled(digits[2], 24)
+    middle = scaled(digits[3], 36) + scaled(digits[4], 48)
+    bottom = scaled(digits[5], 60) + scaled(digits[6], 72)
+    fraction, error = _two_sum(top, middle)
+    fraction_low = error + bottom
+    fraction, fraction_low = _two_sum(fraction, fraction_low)
+    # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: kernels compile without it)
+    product = fraction * _float(_HALF_PI_HIGH)
+    fraction_high, fraction_rest = _split(fraction)
+    pi_high, pi_rest = _split(_float(_HALF_PI_HIGH))
+    product_error = (((fraction_high * pi_high - product) + fraction_high * pi_rest) + fraction_rest * pi_high) + \
+        fraction_rest * pi_rest
+    low_part = product_error + (fraction * _float(_HALF_PI_LOW) + fraction_low * _float(_HALF_PI_HIGH))
+    reduced, reduced_low = _two_sum(product, low_part)
+    return quadrant, reduced, reduced_low
+
+
+def _sin_cos_float32(x: UOp, cosine: bool) -> UOp:
+    """sin(x) (or cos(x) when `cosine`) for float32 `x` in float32 and int32 arithmetic: x reduced to r in
+    [-pi/4, pi/4] and a quadrant by _reduce_half_pi (|x| >= 1/2; below, r = |x|), then the sine or cosine polynomial
+    of r chosen by the quadrant, with the low part of r added where it counts. Within 1 ulp of numpy's float64 result
+    rounded to float32 over the whole float32 range; inf and nan give nan, sin keeps the sign of 0."""
+    magnitude = (x.bitcast(I32) & _int(0x7FFFFFFF)).bitcast(F32)
+    small = magnitude < _float(0.5)
+    quadrant, reduced, reduced_low = _reduce_half_pi(magnitude)
+    quadrant = small.where(_int(0), quadrant)
+    reduced = small.where(magnitude, reduced)
+    reduced_low = small.where(_float(0.0), reduced_low)
+    if cosine:
+        quadrant = (quadrant + _int(1)) & _int(3)
+    square = reduced * reduced
+    series = _float(_SIN_COEFFICIENTS[-1])
+    for coefficient in reversed(_SIN_COEFFICIENTS[:-1]):
+        series = series * square + _float(coefficient)
+    sine = reduced + (reduced * square * series + reduced_low)
+    series = _float(_COS_COEFFICIENTS[-1])
+    for coefficient in reversed(_COS_COEFFICIENTS[:-1]):
+        series = series * square + _float(coefficient)
+    half_square = _float(0.5) * square
+    leading = _float(1.0) - half_square
+    cosine_value = leading + (((_float(1.0) - leading) - half_square) + (square * square * series -
+                                                                        reduced * reduced_low))
+    value = (quadrant & _int(1)).ne(0).where(cosine_value, sine)
+    sign = (quadrant & _int(2)) << _int(30)  # quadrants 2 and 3 negate
+    if not cosine:
+        sign = sign ^ (x.bitcast(I32) & _int(-2 ** 31))  # sin is odd: the sign of x flips the result
+    value = (value.bitcast(I32) ^ sign).bitcast(F32)
+    if not cosine:
+        # below 2**-12, x is sin(x) correctly rounded; this also keeps -0 and denormals exact
+        value = (magnitude < _float(2.0 ** -12)).where(x, value)
+    finite = magnitude < _float(math.inf)
+    return finite.where(value, UOp.const(F32, math.nan))
+
+
+def sin_float32(x: UOp) -> UOp:
+    """sin(x) for float32 `x` in float32 and int32 arithmetic (see _sin_cos_float32)."""
+    return _sin_cos_float32(x, False)
+
+
+def cos_float32(x: UOp) -> UOp:
+    """cos(x) for float32 `x`: the sine's reduction with the quadrant moved by one (exact, unlike sin(pi/2 - x)
+    in float32, which rounds pi/2 - x)."""
+    return _sin_cos_float32(x, True)
+
+
+def _is_half_pi(node: UOp) -> bool:
+    return node.op is Ops.CONST and node.arg == _float32_round(math.pi / 2)
+
+
+def _sin_of(argument: UOp) -> UOp:
+    """SIN(argument) decomposed; SIN(pi/2 - x), how Tensor.cos is built, is taken as cos(x)."""
+    if argument.op is Ops.ADD and len(argument.src) == 2:
+        first, second = argument.src
+        for constant, other in ((first, second), (second, first)):
+            if _is_half_pi(constant) and other.op is Ops.NEG:
+                return cos_float32(other.src[0])
+    return sin_float32(argument)
+
+
 transcendental_rules = PatternMatcher([
     (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
     (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
+    (UPat(Ops.SIN, dtype=F32, src=(UPat.var("argument"),)), _sin_of),
 ])
-"""float32 EXP2 and LOG2 -> arithmetic UOps (what a renderer with `decompose_transcendentals` gets)."""
+"""float32 EXP2, LOG2 and SIN -> arithmetic UOps (what a renderer with `decompose_transcendentals` gets)."""
 
 
 def decompose_transcendentals(ast: UOp) -> UOp:
-    """`ast` with every float32 exp2 and log2 written as arithmetic (see the module docstring)."""
+    """`ast` with every float32 exp2, log2 and sin written as arithmetic (see the module docstring)."""
     return graph_rewrite(ast, transcendental_rules, name="decompose transcendentals")

@@ -1,6 +1,6 @@
-"""float32 exp2 and log2 written as arithmetic (codegen/transcendental.py) against numpy's float64 results rounded
-to float32: dense grids over the whole range, denormals, and the special values. Runs on the default device, and
-on the decomposition directly through the CPU renderer when that renderer asks for it."""
+"""float32 exp2, log2 and sin/cos written as arithmetic (codegen/transcendental.py) against numpy's float64 results
+rounded to float32: dense grids over the whole range, denormals, and the special values. Runs on the default device,
+and on the decomposition directly through the CPU renderer when that renderer asks for it."""
 from __future__ import annotations
 
 import numpy as np
@@ -77,7 +77,50 @@ def test_functions_built_on_exp2_and_log2_match_numpy() -> None:
     np.testing.assert_allclose((Tensor(positive) ** 1.7).numpy(), positive.astype(np.float64) ** 1.7, rtol=1e-5)
 
 
-@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2])
+def _sine_grids() -> np.ndarray:
+    generator = np.random.default_rng(1)
+    dense = np.linspace(-20.0, 20.0, 1_000_001, dtype=np.float32)
+    every_exponent = generator.integers(0, 2 ** 31 - 2 ** 23, 1_000_000, dtype=np.int64).astype(np.int32).view(
+        np.float32)  # uniform over the bit patterns of positive finite floats: every binade alike
+    near_quadrants = (np.arange(1, 300_001) * (np.pi / 2)).astype(np.float32)  # r tiny after the reduction
+    # the float32 closest to a multiple of pi/2 (16367173 * 2**72) and its neighbours, the top of the range
+    hard = np.array([16367173 * 2.0 ** 72, 3.4028235e38, 2.0 ** 127, 1.0e30, 8.5e37, 2.0 ** 24, 102940.4,
+                     0.5, 0.49999997, 0.7853982, 2.0 ** -12, 2.0 ** -12 * 1.0000001], dtype=np.float32)
+    hard = np.concatenate([hard, np.nextafter(hard, np.float32(np.inf)), np.nextafter(hard, np.float32(0))])
+    values = np.concatenate([dense, every_exponent, near_quadrants, hard])
+    return np.concatenate([values, -values])
+
+
+@pytest.mark.parametrize(("name", "reference"), [("sin", np.sin), ("cos", np.cos)])
+def test_sin_and_cos_within_one_ulp_over_the_whole_range(name: str, reference: np.ufunc) -> None:
+    values = _sine_grids()
+    distance = ulp_distance(getattr(Tensor(values), name)().numpy(), rounded(reference, values))
+    assert distance.max() <= 1, values[distance.argmax()]
+
+
+def test_sin_cos_tan_special_values() -> None:
+    values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17e-38, -3e-39, 1e-30, -2.0 ** -13],
+                      dtype=np.float32)
+    sine = Tensor(values).sin().numpy()
+    np.testing.assert_array_equal(sine, rounded(np.sin, values))
+    numbers = ~np.isnan(sine)
+    np.testing.assert_array_equal(np.signbit(sine[numbers]), np.signbit(rounded(np.sin, values)[numbers]))  # -0
+    np.testing.assert_array_equal(Tensor(values).cos().numpy(), rounded(np.cos, values))
+    tangent = np.linspace(-1.5, 1.5, 30_001, dtype=np.float32)
+    np.testing.assert_allclose(Tensor(tangent).tan().numpy(), np.tan(tangent.astype(np.float64)), rtol=5e-7)
+
+
+def test_sin_decomposition_reads_cos_from_its_tensor_form() -> None:
+    single = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("x", 0, 1))
+    cosine = UOp(Ops.SIN, dtypes.float32, (UOp.const(dtypes.float32, np.pi / 2) + (-single),))
+    rewritten = decompose_transcendentals(UOp(Ops.SINK, dtypes.void, (cosine,)))
+    assert not any(node.op is Ops.SIN for node in rewritten.toposort)
+    # no rounded pi/2 - x is left: the argument is reduced from x itself
+    assert not any(node.op is Ops.ADD and any(source.op is Ops.CONST and source.arg == np.float32(np.pi / 2)
+                                               for source in node.src) for node in rewritten.toposort)
+
+
+@pytest.mark.parametrize("op", [Ops.EXP2, Ops.LOG2, Ops.SIN])
 def test_decomposition_leaves_no_transcendental_and_skips_other_dtypes(op: Ops) -> None:
     single = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("x", 0, 1))
     double = UOp(Ops.DEFINE_VAR, dtypes.float64, (), ("y", 0, 1))
