@@ -133,14 +133,13 @@ def _two_over_pi_bits() -> int:
     return (2 * scale * (1 << _PI_BITS)) // pi_scaled
 
 
-_LIMB = 12  # 12-bit limbs: the product of two fits in an int32 with room for sums of three
+_LIMB = 12  # 12-bit limbs: the product of two fits in an int32 with room for sums of two
 _LIMB_MASK = (1 << _LIMB) - 1
-_PADDING = 36  # zero bits in front of 2/pi's binary point, so that the exponent of 1/2 reads limb 0
-# T[j]: bits b(12j - 35) .. b(12j - 24) of 2/pi = sum b(i) 2**-i (b(i) = 0 for i <= 0)
-_TABLE_SIZE = 26
-_TABLE = tuple((_two_over_pi_bits() >> (_PI_BITS - _LIMB * j + _PADDING - _LIMB)) & _LIMB_MASK
-               for j in range(_TABLE_SIZE))
-_COLUMNS = 8  # limb columns of the product kept: the integer column and 7 fraction limbs (84 bits)
+_WORD = 30  # 2/pi is kept in 30-bit words (positive int32s, so every shift is well defined)
+_PADDING = 36  # zero bits in front of 2/pi's binary point: G(n), n >= 1, is bit n of 0.000...(36 zeros) 2/pi
+_WORDS = tuple((_two_over_pi_bits() >> (_PI_BITS + _PADDING - _WORD * (w + 1))) & ((1 << _WORD) - 1)
+               for w in range(9))
+_WINDOW_LIMBS = 10  # 120 bits of 2/pi are read: the product's low 120 bits hold the quadrant and the fraction
 # pi/2 as a float32 with its low 12 mantissa bits clear (exact products with 12-bit halves) plus the rest
 _HALF_PI_HIGH = struct.unpack("<f", struct.pack("<I", _float32_bits(math.pi / 2) & 0xFFFFF000))[0]
 _HALF_PI_LOW = _float32_round(math.pi / 2 - _HALF_PI_HIGH)
@@ -150,15 +149,26 @@ _SIN_COEFFICIENTS = (-0.16666654339337095, 0.008332148256325497, -0.000195139325
 _COS_COEFFICIENTS = (0.041666645038985275, -0.001388729007312125, 2.4430574507129025e-05)
 
 
-def _table_window(start: UOp) -> list[UOp]:
-    """T[start], ..., T[start + 9] for int32 `start` in [0, 15]: four rounds of selects on the bits of `start`, each
-    shifting the whole window by 1, 2, 4 or 8 limbs (no table in memory, so the kernel stays vector code)."""
-    window: list[UOp] = [_int(limb) for limb in _TABLE]
-    for bit in range(4):
+def _window(first_bit: UOp) -> list[UOp]:
+    """Bits first_bit .. first_bit + 119 of the padded 2/pi (first_bit in [11, 140]) as ten 12-bit limbs, most
+    significant first. The five 30-bit words that hold them are picked by three rounds of selects on the word number
+    (a kernel has no constant tables; selects keep it vector code), then shifted into place."""
+    before = first_bit - _int(1)
+    word = (before * _int(2185)) >> _int(16)  # before // 30 for before in [0, 144]
+    skip = before - word * _int(_WORD)
+    words: list[UOp] = [_int(value) for value in _WORDS] + [_int(0)] * 3
+    for bit in range(3):
         shift = 1 << bit
-        taken = ((start >> _int(bit)) & _int(1)).ne(0)
-        window = [taken.where(window[k + shift], window[k]) for k in range(len(window) - shift)]
-    return window[:_COLUMNS + 2]
+        taken = ((word >> _int(bit)) & _int(1)).ne(0)
+        words = [taken.where(words[k + shift], words[k]) for k in range(len(words) - shift)]
+    kept = (_int(1) << (_int(_WORD) - skip)) - _int(1)  # the bits of a word left after skipping `skip`
+    aligned = [((words[k] & kept) << skip) | (words[k + 1] >> (_int(_WORD) - skip)) for k in range(4)]
+    limbs: list[UOp] = []
+    for high, low in ((aligned[0], aligned[1]), (aligned[2], aligned[3])):  # 60 bits = 5 limbs each
+        limbs += [high >> _int(18), (high >> _int(6)) & _int(_LIMB_MASK),
+                  ((high & _int(63)) << _int(6)) | (low >> _int(24)), (low >> _int(12)) & _int(_LIMB_MASK),
+                  low & _int(_LIMB_MASK)]
+    return limbs
 
 
 def _two_sum(first: UOp, second: UOp) -> tuple[UOp, UOp]:
@@ -180,52 +190,49 @@ def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
     """For finite float32 `magnitude` >= 1/2: the nearest integer q (mod 4, int32) to magnitude * 2/pi and the rest
     r = magnitude - q pi/2 in [-pi/4, pi/4] as a float32 pair (high, low), r within 2**-60 relative.
 
-    Payne-Hanek in 12-bit integer limbs: magnitude = m 2**(E - 150) with the 24-bit integer m; only a window of
-    about 120 bits of 2/pi starting near bit E - 150 matters (the bits before give multiples of 4, the ones after
-    less than 2**-72), chosen by selects. The product's integer limb gives q, the fraction limbs (rounded to the
-    nearest quadrant) are summed exactly into floats and multiplied by pi/2 as float32 pairs."""
+    Payne-Hanek in 12-bit integer limbs: magnitude = m 2**(E - 150) with the 24-bit integer m, so magnitude * 2/pi
+    mod 4 is the low 120 bits of m times the 120 bits of 2/pi that start at bit E - 115 of the padded 2/pi (the bits
+    before give multiples of 4, the ones after less than 2**-94), scaled by 2**-118. The product's top 2 bits give
+    q, the rest (rounded to the nearest quadrant) is summed exactly into floats and multiplied by pi/2 as float32
+    pairs."""
     bits = magnitude.bitcast(I32)
     exponent = bits >> _int(23)
     mantissa = (bits & _int(0x7FFFFF)) | _int(0x800000)
     offset = (exponent - _int(126)).maximum(_int(0))  # 0 for |x| = 1/2 up to 129 for inf and nan (selected away)
-    start = (offset * _int(2731)) >> _int(15)  # offset // 12 for offset in [0, 139]
-    shift = offset - start * _int(_LIMB)
-    low = (mantissa & _int(_LIMB_MASK)) << shift
-    high = ((mantissa >> _int(_LIMB)) << shift) + (low >> _int(_LIMB))
-    parts = [low & _int(_LIMB_MASK), high & _int(_LIMB_MASK), high >> _int(_LIMB)]  # m << shift in 12-bit limbs
-    window = _table_window(start)
-    columns = []
-    for column in range(_COLUMNS):
-        total = parts[0] * window[column]
-        for index in (1, 2):
-            total = total + parts[index] * window[column + index]
+    window = _window(offset + _int(11))
+    parts = (mantissa & _int(_LIMB_MASK), mantissa >> _int(_LIMB))  # m in two 12-bit limbs, low first
+    columns = []  # column c: the products of weight 2**(12 c), counted from the window's last limb
+    for column in range(_WINDOW_LIMBS):
+        total = parts[0] * window[_WINDOW_LIMBS - 1 - column]
+        if column >= 1:
+            total = total + parts[1] * window[_WINDOW_LIMBS - column]
         columns.append(total)
-    digits: list[UOp] = [_int(0)] * _COLUMNS
+    digits: list[UOp] = []
     carry = _int(0)
-    for column in range(_COLUMNS - 1, 0, -1):
-        total = columns[column] + carry
-        digits[column] = total & _int(_LIMB_MASK)
+    for column_sum in columns:
+        total = column_sum + carry
+        digits.append(total & _int(_LIMB_MASK))
         carry = total >> _int(_LIMB)
-    rounds_up = digits[1] >> _int(_LIMB - 1)  # the fraction is 1/2 or more: take the next quadrant
-    quadrant = (columns[0] + carry + rounds_up) & _int(3)
-    leading = digits[1] - (rounds_up << _int(_LIMB))  # signed: the fraction now lies in [-1/2, 1/2)
+    top = digits[-1]  # 2 bits of quadrant, then the fraction's first 10 bits
+    rounds_up = (top >> _int(_LIMB - 3)) & _int(1)  # the fraction is 1/2 or more: take the next quadrant
+    quadrant = ((top >> _int(_LIMB - 2)) + rounds_up) & _int(3)
+    leading = (top & _int(1023)) - (rounds_up << _int(_LIMB - 2))  # signed: the fraction now in [-1/2, 1/2)
 
     def scaled(digit: UOp, power: int) -> UOp:
         return digit.cast(F32) * _float(2.0 ** -power)
 
     # each pair spans at most 24 bits, so each float sum below is exact
-    top = scaled(leading, 12) + scaled(digits[2], 24)
-    middle = scaled(digits[3], 36) + scaled(digits[4], 48)
-    bottom = scaled(digits[5], 60) + scaled(digits[6], 72)
-    fraction, error = _two_sum(top, middle)
+    high = scaled(leading, 10) + scaled(digits[-2], 22)
+    middle = scaled(digits[-3], 34) + scaled(digits[-4], 46)
+    bottom = scaled(digits[-5], 58) + scaled(digits[-6], 70)
+    fraction, error = _two_sum(high, middle)
     fraction_low = error + bottom
     fraction, fraction_low = _two_sum(fraction, fraction_low)
-    # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: kernels compile without it)
+    # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: kernels compile without it);
+    # _HALF_PI_HIGH has 12 significant bits, so its split is itself
     product = fraction * _float(_HALF_PI_HIGH)
     fraction_high, fraction_rest = _split(fraction)
-    pi_high, pi_rest = _split(_float(_HALF_PI_HIGH))
-    product_error = (((fraction_high * pi_high - product) + fraction_high * pi_rest) + fraction_rest * pi_high) + \
-        fraction_rest * pi_rest
+    product_error = (fraction_high * _float(_HALF_PI_HIGH) - product) + fraction_rest * _float(_HALF_PI_HIGH)
     low_part = product_error + (fraction * _float(_HALF_PI_LOW) + fraction_low * _float(_HALF_PI_HIGH))
     reduced, reduced_low = _two_sum(product, low_part)
     return quadrant, reduced, reduced_low

@@ -84,9 +84,9 @@ def _sine_grids() -> np.ndarray:
         np.float32)  # uniform over the bit patterns of positive finite floats: every binade alike
     near_quadrants = (np.arange(1, 300_001) * (np.pi / 2)).astype(np.float32)  # r tiny after the reduction
     # the float32 closest to a multiple of pi/2 (16367173 * 2**72) and its neighbours, the top of the range
-    hard = np.array([16367173 * 2.0 ** 72, 3.4028235e38, 2.0 ** 127, 1.0e30, 8.5e37, 2.0 ** 24, 102940.4,
+    hard = np.array([3.4028235e38, 16367173 * 2.0 ** 72, 2.0 ** 127, 1.0e30, 8.5e37, 2.0 ** 24, 102940.4,
                      0.5, 0.49999997, 0.7853982, 2.0 ** -12, 2.0 ** -12 * 1.0000001], dtype=np.float32)
-    hard = np.concatenate([hard, np.nextafter(hard, np.float32(np.inf)), np.nextafter(hard, np.float32(0))])
+    hard = np.concatenate([hard, np.nextafter(hard[1:], np.float32(np.inf)), np.nextafter(hard, np.float32(0))])
     values = np.concatenate([dense, every_exponent, near_quadrants, hard])
     return np.concatenate([values, -values])
 
