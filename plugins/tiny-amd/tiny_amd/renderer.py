@@ -10,6 +10,14 @@ ROCm headers or device libraries (everything the kernels use is a clang builtin 
 - Math is clang's builtins, which the AMDGPU backend lowers to instructions (no libm, no ocml): exp2, log2, sin,
   sqrt and trunc of float; pow through exp2/log2 in the prelude. float64 keeps sqrt and trunc (native) and refuses
   the transcendental ops, which only ROCm's device library provides.
+- Scatter reductions update global memory atomically at agent scope through clang's `__hip_atomic_*` builtins on
+  address-space-1 (global) pointers (`atomic_dtypes`: 32- and 64-bit integers and floats, half, bfloat16): fetch-add
+  for integer and float64 sums, `__builtin_amdgcn_global_atomic_fadd_f32` for float32 sums (kernel buffers are
+  coarse-grained device memory, where the instruction is exact; the generic fetch-add would be a compare-exchange
+  loop on gfx90a, gfx11 and gfx12), fetch-max / fetch-min for integers, and a compare-exchange loop over the
+  element's bits for the rest (products, float max/min, 16-bit floats; the backend widens 16-bit exchanges to the
+  32-bit word). Where a target has no instruction for an operation (float64 add on gfx90a, gfx11 and gfx12) the
+  backend itself makes the compare-exchange loop.
 - Vectors are not used (every access and op is scalar): buffer views may start at any element.
 """
 from __future__ import annotations
@@ -18,7 +26,14 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import ContextVar
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage, CStyleWalk
+from tinycore.renderer.cstyle import (
+    BASE_CODE_FOR_OP,
+    BASE_TYPE_MAP,
+    CodeForOp,
+    CStyleLanguage,
+    CStyleWalk,
+    RenderedPointer,
+)
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -71,7 +86,53 @@ TC_DEVICE float tc_pow(float base, float exponent) {
   float magnitude = __builtin_exp2f(exponent * __builtin_log2f(__builtin_fabsf(base)));
   if (base >= 0.0f) return magnitude;
   if (__builtin_truncf(exponent) != exponent) return NAN;
-  return (__builtin_fmodf(exponent, 2.0f) != 0.0f) ? -magnitude : magnitude; }"""
+  return (__builtin_fmodf(exponent, 2.0f) != 0.0f) ? -magnitude : magnitude; }
+#if __has_builtin(__builtin_amdgcn_global_atomic_fadd_f32)
+#define TC_ATOMIC_ADD_F32(address, value) __builtin_amdgcn_global_atomic_fadd_f32(address, value)
+#else
+#define TC_ATOMIC_ADD_F32(address, value) \
+  __hip_atomic_fetch_add(address, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
+#endif"""
+
+_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
+                            dtypes.float16, dtypes.bfloat16})
+_NATIVE_ADD = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64})
+_NATIVE_MAX_MIN = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+_BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_GLOBAL = "__attribute__((address_space(1)))"
+_ORDER = "__ATOMIC_RELAXED"
+_SCOPE = "__HIP_MEMORY_SCOPE_AGENT"
+
+
+class HIPWalk(CStyleWalk):
+    """The C-like walk with scatter reductions as agent-scope atomics on global pointers."""
+
+    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
+        """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop
+        over the element's bits."""
+        dtype = value.dtype
+        type_name = self.renderer.render_dtype(dtype)
+        address = pointer.address()
+        operand_code = self.expression(value)
+        native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else frozenset()
+        if reduce == "add" and dtype == dtypes.float32:
+            # the builtin asserts coarse-grained memory (kernel buffers are), where a plain fetch-add on gfx90a and
+            # gfx11/gfx12 becomes a compare-exchange loop
+            return f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({operand_code}));"
+        if dtype in native:
+            return (f"__hip_atomic_fetch_{reduce}(({_GLOBAL} {type_name}*){address}, ({type_name})({operand_code}), "
+                    f"{_ORDER}, {_SCOPE});")
+        bits = _BITS[dtype.itemsize]
+        target, operand, seen, expected, old, done = (self.fresh(prefix) for prefix in
+                                                     ("target", "operand", "seen", "expected", "old", "done"))
+        combined = self.combine_code(reduce, old, operand, dtype)
+        return (f"{{ {_GLOBAL} {bits}* {target} = ({_GLOBAL} {bits}*){address}; {type_name} {operand} = "
+                f"{operand_code}; {bits} {seen} = __hip_atomic_load({target}, {_ORDER}, {_SCOPE}), {expected}; "
+                f"bool {done}; do {{ {expected} = {seen}; {type_name} {old} = __builtin_bit_cast({type_name}, "
+                f"{expected}); {done} = __hip_atomic_compare_exchange_strong({target}, &{seen}, "
+                f"__builtin_bit_cast({bits}, ({type_name})({combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} "
+                f"while (!{done}); }}")
+
 
 BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
            '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
@@ -108,6 +169,7 @@ class HIPRenderer(CStyleLanguage):
         self.target = parse_target(arch)
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
+        self.atomic_dtypes = _ATOMIC_DTYPES
         self._group_size: int | None = None
         self.matrix_instructions: tuple[Any, ...] = ()
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
@@ -154,7 +216,7 @@ class HIPRenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 group = group * size.arg if size is not None and size.op is Ops.CONST else 1024
         self._group_size = min(group, 1024)
-        source = CStyleWalk(self, uops).run(name)
+        source = HIPWalk(self, uops).run(name)
         if self.embed_program:  # the MOCK GPU runs the linear program itself (see tinycore.hcq.mock)
             from tinycore.hcq.mock import embed_program
             source = embed_program(source, uops)

@@ -7,6 +7,9 @@ constant; group-reduce partials (DEFINE_LOCAL) are .shared arrays. Loops are a c
 Integers narrower than 32 bits live in 32-bit registers and are sign- or zero-extended after each op (per-op
 wrap-around); half and bfloat16 values are 16-bit registers widened to float for arithmetic and rounded back after
 each op (per-op rounding, as the IEEE types). Vectors are not used: codegen keeps this renderer's programs scalar.
+Scatter reductions (a STORE whose arg is the reduce) update global memory atomically for 32- and 64-bit integers and
+floats (`atomic_dtypes`): red.global.add for sums (float64 from sm_60), red.global.max / min for integers, and an
+atom.global.cas loop over the element's bits for the rest (products, float max/min).
 exp2, log2 and sin use the hardware's approximations (ex2/lg2/sin.approx.f32), like CUDA's fast-math intrinsics.
 """
 from __future__ import annotations
@@ -31,6 +34,7 @@ _TYPES: dict[DType, tuple[str, str, str]] = {
 _REGISTER_TYPES = {"p": "pred", "h": "b16", "r": "b32", "rd": "b64", "f": "f32", "fd": "f64"}
 _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16"}
 _HALVES = (dtypes.float16, dtypes.bfloat16)
+_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64})
 
 
 def _info(dtype: DType) -> tuple[str, str, str]:
@@ -235,6 +239,9 @@ class _Program:
             raise ValueError(f"STORE needs an INDEX as its first source, got {uop.src[0].op}")
         address, gate, space = self.addresses[uop.src[0]]
         value = uop.src[1]
+        if uop.arg is not None:
+            self.atomic_store(uop, address, gate, space)
+            return
         kind, _arithmetic, memory = _info(value.dtype)
         register = self.value(value)
         if kind == "p":
@@ -330,6 +337,50 @@ class _Program:
         return result
 
     # ---- arithmetic ----
+
+    def atomic_store(self, uop: UOp, address: str, gate: str | None, space: str) -> None:
+        """Combine the STORE's value into global memory with the reduce in its arg: a `red` instruction where PTX
+        has one for the type, else a compare-and-swap loop over the element's bits."""
+        value = uop.src[1]
+        dtype, reduce = value.dtype.scalar, str(uop.arg)
+        if space != "global" or dtype not in self.renderer.atomic_dtypes:
+            raise ValueError(f"the PTX renderer updates global {sorted(map(str, self.renderer.atomic_dtypes))} "
+                             f"atomically, got a combining store ({reduce}) of {dtype} in {space} memory")
+        kind, arithmetic, _memory = _info(dtype)
+        register = self.value(value)
+        predicate = f"@{gate} " if gate is not None else ""
+        integer = dtypes.is_int(dtype)
+        native = (reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or \
+                 (reduce in ("max", "min") and integer)
+        if native:
+            type_name = "u64" if reduce == "add" and dtype == dtypes.int64 else arithmetic
+            self.emit(f"{predicate}red.global.{reduce}.{type_name} [{address}], {register};")
+            return
+        bits = "b64" if dtype.itemsize == 8 else "b32"
+        bits_kind = "rd" if dtype.itemsize == 8 else "r"
+        skip = self.label("atomic_skip") if gate is not None else None
+        if skip is not None:
+            self.emit(f"@!{gate} bra {skip};")
+        seen, expected = self.new(bits_kind), self.new(bits_kind)
+        self.emit(f"ld.global.{bits} {seen}, [{address}];")
+        retry = self.label("atomic_retry")
+        self.lines.append(f"{retry}:")
+        self.emit(f"mov.{bits} {expected}, {seen};")
+        old = self.new(kind)
+        self.emit(f"mov.{bits} {old}, {expected};")
+        if reduce == "min":
+            below = self.alu(Ops.CMPLT, [register, old], dtype, True)
+            combined = self.alu(Ops.WHERE, [below, register, old], dtype, False)
+        else:
+            combined = self.alu({"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce], [old, register], dtype, False)
+        new_bits = self.new(bits_kind)
+        self.emit(f"mov.{bits} {new_bits}, {combined};")
+        self.emit(f"atom.global.cas.{bits} {seen}, [{address}], {expected}, {new_bits};")
+        changed = self.new("p")
+        self.emit(f"setp.ne.{bits} {changed}, {seen}, {expected};")
+        self.emit(f"@{changed} bra {retry};")
+        if skip is not None:
+            self.lines.append(f"{skip}:")
 
     def op_alu(self, uop: UOp) -> None:
         operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
@@ -452,7 +503,9 @@ class PTXRenderer(Renderer):
     def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False):
         from tiny_nv.nvrtc import parse_arch
         self.arch, self.device, self.embed_program = arch, device, embed_program
-        self.ptx_version = "7.8" if parse_arch(arch) <= 90 else "8.6"
+        self.arch_number = parse_arch(arch)
+        self.ptx_version = "7.8" if self.arch_number <= 90 else "8.6"
+        self.atomic_dtypes = _ATOMIC_DTYPES
         self.vector_widths = {}
 
     def render(self, uops: list[UOp]) -> str:

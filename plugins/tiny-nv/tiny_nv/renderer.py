@@ -6,6 +6,10 @@
 - half and bfloat16 are small structs declared in the kernel's prelude (no cuda_fp16.h / cuda_bf16.h, so NVRTC
   needs no toolkit headers): 16 bits in memory, converted to float for arithmetic and rounded back after each op
   (round to nearest even; half through PTX's cvt.rn.f16.f32), which gives the per-op rounding of the IEEE types.
+- Scatter reductions update global memory atomically (`atomic_dtypes`: 32- and 64-bit integers and floats, half
+  and bfloat16): atomicAdd for sums (64-bit integers through the unsigned long long overload; float64 from sm_60),
+  atomicMax / atomicMin for integers, and an atomicCAS loop over the element's bits for the rest (products, float
+  max/min); half and bfloat16 exchange the aligned 32-bit word that holds them.
 - Vector values use CUDA's built-in float2/float4, int4, ... (make_float4(...), .x .y .z .w). Vector memory
   accesses are rendered lane by lane: a buffer view may start at any element, and CUDA's 8- and 16-byte vector
   loads fault on addresses that are not aligned to their size.
@@ -84,8 +88,51 @@ template <class To, class From> __device__ __forceinline__ To tc_bitcast(From va
   union { From from; To to; } both; both.from = value; return both.to; }"""
 
 
+_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
+                            dtypes.float16, dtypes.bfloat16})
+# the overloads of CUDA's atomic functions (by element size) and the native sums
+_CAS_BITS = {2: "unsigned int", 4: "unsigned int", 8: "unsigned long long"}
+_NATIVE_ADD = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "unsigned long long",
+               dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"}
+_NATIVE_MAX_MIN = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+                   dtypes.uint64: "unsigned long long"}
+
+
 class CUDAWalk(CStyleWalk):
     """The C-like walk with vector memory accesses split into lanes (no alignment is assumed)."""
+
+    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
+        """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type, else an atomicCAS loop over
+        the element's bits (over the 32-bit word holding a 16-bit element)."""
+        dtype = value.dtype
+        renderer = self.renderer
+        assert isinstance(renderer, CUDARenderer)
+        address = pointer.address()
+        operand_code = self.expression(value)
+        native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else {}
+        if dtype in native and not (dtype == dtypes.float64 and renderer.arch_number < 60):
+            cast = native[dtype]
+            function = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[reduce]
+            return f"{function}(({cast}*){address}, ({cast})({operand_code}));"
+        type_name = renderer.render_dtype(dtype)
+        bits = _CAS_BITS[dtype.itemsize]
+        word, operand, seen, expected, old = (self.fresh(prefix) for prefix in
+                                             ("word", "operand", "seen", "expected", "old"))
+        combined = self.combine_code(reduce, old, operand, dtype)
+        if dtype.itemsize == 2:  # the aligned word holding the element; the other half is written back unchanged
+            shift = self.fresh("shift")
+            head = (f"{bits}* {word} = ({bits}*)((unsigned long long){address} & ~3ull); {bits} {shift} = "
+                    f"(unsigned int)(((unsigned long long){address} & 2ull) * 8ull);")
+            unpack = f"{type_name} {old}; {old}.bits = (unsigned short)({expected} >> {shift});"
+            pack = (f"({expected} & ~(0xffffu << {shift})) | ((unsigned int)({type_name}({combined})).bits "
+                    f"<< {shift})")
+        else:
+            head = f"{bits}* {word} = ({bits}*){address};"
+            unpack = f"{type_name} {old} = tc_bitcast<{type_name}, {bits}>({expected});"
+            pack = f"tc_bitcast<{bits}, {type_name}>(({type_name})({combined}))"
+        return (f"{{ {head} {type_name} {operand} = {operand_code}; {bits} {seen} = *{word}, {expected}; "
+                f"do {{ {expected} = {seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} "
+                f"while ({seen} != {expected}); }}")
 
     def _lane_addresses(self, pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
         """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
@@ -149,6 +196,8 @@ class CUDARenderer(CStyleLanguage):
                  tensor_cores: bool | None = None):
         self.arch, self.device, self.embed_program = arch, device, embed_program
         number = int(arch[3:5]) if arch[3:5].isdigit() else 0
+        self.arch_number = number
+        self.atomic_dtypes = _ATOMIC_DTYPES
         wanted = NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores
         if wanted and number >= 80:  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
             from tiny_nv.tensor_core import tensor_core_opt
