@@ -8,8 +8,9 @@ Integers narrower than 32 bits live in 32-bit registers and are sign- or zero-ex
 wrap-around); half and bfloat16 values are 16-bit registers widened to float for arithmetic and rounded back after
 each op (per-op rounding, as the IEEE types). Vectors are not used: codegen keeps this renderer's programs scalar.
 Scatter reductions (a STORE whose arg is the reduce) update global memory atomically for 32- and 64-bit integers and
-floats (`atomic_dtypes`): red.global.add for sums (float64 from sm_60), red.global.max / min for integers, and an
-atom.global.cas loop over the element's bits for the rest (products, float max/min).
+floats, half and bfloat16 (`atomic_dtypes`): red.global.add for sums (float64 from sm_60), red.global.max / min for
+integers, and an atom.global.cas loop over the element's bits for the rest (products, float max/min; 16-bit floats
+over the aligned 32-bit word that holds them).
 exp2, log2 and sin use the hardware's approximations (ex2/lg2/sin.approx.f32), like CUDA's fast-math intrinsics.
 """
 from __future__ import annotations
@@ -34,7 +35,8 @@ _TYPES: dict[DType, tuple[str, str, str]] = {
 _REGISTER_TYPES = {"p": "pred", "h": "b16", "r": "b32", "rd": "b64", "f": "f32", "fd": "f64"}
 _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16"}
 _HALVES = (dtypes.float16, dtypes.bfloat16)
-_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64})
+_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
+                            dtypes.float16, dtypes.bfloat16})
 
 
 def _info(dtype: DType) -> tuple[str, str, str]:
@@ -349,6 +351,9 @@ class _Program:
         kind, arithmetic, _memory = _info(dtype)
         register = self.value(value)
         predicate = f"@{gate} " if gate is not None else ""
+        if dtype in _HALVES:
+            self.atomic_half(address, gate, register, dtype, reduce)
+            return
         integer = dtypes.is_int(dtype)
         native = (reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or \
                  (reduce in ("max", "min") and integer)
@@ -378,6 +383,46 @@ class _Program:
         self.emit(f"atom.global.cas.{bits} {seen}, [{address}], {expected}, {new_bits};")
         changed = self.new("p")
         self.emit(f"setp.ne.{bits} {changed}, {seen}, {expected};")
+        self.emit(f"@{changed} bra {retry};")
+        if skip is not None:
+            self.lines.append(f"{skip}:")
+
+    def atomic_half(self, address: str, gate: str | None, register: str, dtype: DType, reduce: str) -> None:
+        """A half or bfloat16 scatter reduce: a compare-and-swap loop on the aligned 32-bit word holding the element,
+        combined in float32 and rounded back (as every half op), the word's other half written back unchanged."""
+        skip = self.label("atomic_skip") if gate is not None else None
+        if skip is not None:
+            self.emit(f"@!{gate} bra {skip};")
+        word, low_bits, shift, keep = self.new("rd"), self.new("rd"), self.new("r"), self.new("r")
+        self.emit(f"and.b64 {word}, {address}, -4;")
+        self.emit(f"and.b64 {low_bits}, {address}, 2;")
+        self.emit(f"cvt.u32.u64 {shift}, {low_bits};")
+        self.emit(f"shl.b32 {shift}, {shift}, 3;")
+        self.emit(f"shl.b32 {keep}, 65535, {shift};")
+        self.emit(f"not.b32 {keep}, {keep};")
+        seen, expected, element = self.new("r"), self.new("r"), self.new("r")
+        self.emit(f"ld.global.b32 {seen}, [{word}];")
+        retry = self.label("atomic_retry")
+        self.lines.append(f"{retry}:")
+        self.emit(f"mov.b32 {expected}, {seen};")
+        self.emit(f"shr.b32 {element}, {expected}, {shift};")
+        old = self.new("h")
+        self.emit(f"cvt.u16.u32 {old}, {element};")
+        wide_old, wide_value = self.widen(old, dtype), self.widen(register, dtype)
+        if reduce == "min":
+            below = self.alu(Ops.CMPLT, [wide_value, wide_old], dtypes.float32, True)
+            combined = self.alu(Ops.WHERE, [below, wide_value, wide_old], dtypes.float32, False)
+        else:
+            op = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce]
+            combined = self.alu(op, [wide_old, wide_value], dtypes.float32, False)
+        narrowed, placed, new_word = self.narrow(combined, dtype), self.new("r"), self.new("r")
+        self.emit(f"cvt.u32.u16 {placed}, {narrowed};")
+        self.emit(f"shl.b32 {placed}, {placed}, {shift};")
+        self.emit(f"and.b32 {new_word}, {expected}, {keep};")
+        self.emit(f"or.b32 {new_word}, {new_word}, {placed};")
+        self.emit(f"atom.global.cas.b32 {seen}, [{word}], {expected}, {new_word};")
+        changed = self.new("p")
+        self.emit(f"setp.ne.b32 {changed}, {seen}, {expected};")
         self.emit(f"@{changed} bra {retry};")
         if skip is not None:
             self.lines.append(f"{skip}:")
