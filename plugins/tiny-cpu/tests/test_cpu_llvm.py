@@ -43,6 +43,13 @@ CASES: dict[str, tuple[str, object]] = {
     "softmax": ("t['m'].softmax(axis=1).numpy()",
                 lambda v: np.exp(v["m"] - v["m"].max(1, keepdims=True)) /
                 np.exp(v["m"] - v["m"].max(1, keepdims=True)).sum(1, keepdims=True)),
+    "row reduces in one kernel": ("[t['m'].log_softmax(axis=1).numpy(), t['m'].layernorm().numpy(), "
+                                  "t['m'].var(0).numpy(), t['m'].logsumexp(1).numpy()]",
+                                  lambda v: [v["m"] - v["m"].max(1, keepdims=True) - np.log(np.exp(
+                                      v["m"] - v["m"].max(1, keepdims=True)).sum(1, keepdims=True)),
+                                      (v["m"] - v["m"].mean(1, keepdims=True)) /
+                                      np.sqrt(v["m"].var(1, keepdims=True) + 1e-5),
+                                      v["m"].var(0, ddof=1), np.log(np.exp(v["m"]).sum(1))]),
     "sum and max": ("[t['m'].sum(axis=0).numpy(), t['m'].max(axis=1).numpy()]",
                     lambda v: [v["m"].sum(0), v["m"].max(1)]),
     "padded conv": ("t['m'].reshape(1, 1, 33, 47).conv2d(Tensor.ones(2, 1, 3, 3), padding=1).numpy()",
