@@ -65,3 +65,33 @@ def test_both_forms_equal_numpy_in_the_interpreter() -> None:
             target = np.linspace(-1, 1, 37).astype(np.float32)
             run_linear(linearize(ast, renderer), [target, index, values])
             np.testing.assert_allclose(target, expected, rtol=1e-5, atol=1e-5)
+
+
+class AtomicWorkGroups(RendererContract):
+    """A GPU renderer with work-groups of several work-items that declares int32 atomics."""
+
+    has_threads = False
+    has_local = True
+    atomic_dtypes: frozenset[DType] = frozenset({dtypes.int32})
+
+
+def test_work_items_of_one_group_lose_no_update_in_the_interpreters() -> None:
+    """4,096 work-items in work-groups combining into 3 addresses: every update counts. The interpreter (which the
+    MOCK GPUs use) runs a group's work-items one after another up to each barrier, so a combining store is one
+    indivisible read-modify-write."""
+    from tinycore.codegen.interpreter import Program
+    generator = np.random.default_rng(5)
+    index = generator.integers(0, 3, 4096).astype(np.int32)
+    values = generator.integers(-9, 9, 4096).astype(np.int32)
+    target = Tensor.empty(3, dtype=dtypes.int32)
+    added = target.scatter_reduce(0, Tensor.empty(4096, dtype=dtypes.int32), Tensor.empty(4096, dtype=dtypes.int32),
+                                  "sum")
+    ast = [item for item in create_schedule([added.uop]).items if not item.is_copy][-1].ast
+    uops = linearize(ast, AtomicWorkGroups())
+    specials = {str(uop.arg)[:4] for uop in uops if uop.op is Ops.SPECIAL}
+    assert specials == {"gidx", "lidx"}, specials
+    expected = np.array([5, -5, 7], np.int32)
+    np.add.at(expected, index, values)
+    result = np.array([5, -5, 7], np.int32)
+    Program(uops)([result, index, values])
+    np.testing.assert_array_equal(result, expected)
