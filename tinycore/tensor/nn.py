@@ -53,7 +53,7 @@ def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
         return None
     rows, inner, columns = shapes
     from tinycore.device.registry import Device
-    panel_bytes = getattr(Device[left.device].renderer, "matmul_panel_bytes", None)
+    panel_bytes = Device[left.device].renderer.matmul_panel_bytes
     if not panel_bytes:
         return None
     panel = panel_bytes // left.dtype.itemsize
