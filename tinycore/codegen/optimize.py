@@ -52,7 +52,8 @@ DOT_TILE = 8
 PREFERRED_VECTOR_BYTES = 32
 """The vector register size codegen aims for (AVX2) unless the renderer sets `preferred_vector_bytes`."""
 BLOCK_VECTORS = 4
-"""Vectors of accumulators an innermost reduce axis (below another reduce axis) may take whole."""
+"""Vectors of accumulators an innermost reduce axis (below another reduce axis) may take whole: from one (the 8
+lanes of a Q4_0/Q8_0 block's scaled partial sum) to BLOCK_VECTORS (a quantized block's 32 values)."""
 COLUMN_VECTORS = 4
 """Vectors of columns a reduce over a strided axis (a sum over rows) keeps as accumulators: 4 float8 read two whole
 cache lines per row and pass over the input a quarter as often as one vector does."""
@@ -324,7 +325,7 @@ class Heuristic:
                 # the whole axis when an outer reduce loop remains (a quantized block's values under the loop over
                 # blocks): up to BLOCK_VECTORS independent accumulators and no inner loop
                 whole = size if len(reduces) > 1 and size in (accumulator_width * k for k in
-                                                              range(2, BLOCK_VECTORS + 1)) else None
+                                                              range(1, BLOCK_VECTORS + 1)) else None
                 amount = whole or next((a for a in (2 * accumulator_width, accumulator_width)
                                         if size % a == 0 and size > a), None)
                 reduce_candidate = (innermost_reduce, amount) if amount is not None else None

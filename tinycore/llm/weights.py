@@ -7,7 +7,15 @@ from typing import Any
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
-from tinycore.nn.gguf import BLOCK_FORMS, GGML_TYPES, dequantize, dequantize_blocks, gguf_load_blocks
+from tinycore.nn.gguf import (
+    BLOCK_FORMS,
+    GGML_TYPES,
+    block_quant_groups,
+    block_scale,
+    dequantize,
+    dequantize_blocks,
+    gguf_load_blocks,
+)
 from tinycore.tensor import Tensor
 from tinycore.uop.symbolic import Variable
 
@@ -22,6 +30,10 @@ SLAB_BYTES = 8 << 20
 """The largest float32 temporary of a dequantized weight while several rows of activations run (prefill): a larger
 weight is dequantized and multiplied a slab of output rows at a time, so the temporaries stay small beside the
 quantized weights instead of a float32 copy of the largest matrix (4-8x its quantized size)."""
+
+
+LANE_TYPES = (2, 8)
+"""ggml types (Q4_0, Q8_0) whose one-row products scale 8-wide partial sums once per block (_lane_linear)."""
 
 
 class GGUFWeight:
@@ -76,6 +88,8 @@ class GGUFWeight:
         dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
         again for every row."""
         rows = prod(x.shape[:-1])
+        if self.ggml_type in LANE_TYPES and rows == 1 and len(self.shape) == 2:
+            return self._lane_linear(x)
         if self.ggml_type in BLOCK_FORMS and rows == 1 and len(self.shape) == 2:
             return self._blockwise_linear(x)
         if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
@@ -103,6 +117,25 @@ class GGUFWeight:
         weight = dequantize_blocks(self.data.reshape(1, outputs, blocks, self.data.shape[1]), self.ggml_type)
         products = x.reshape(1, 1, blocks, *form).cast(dtypes.float32) * weight
         return products.sum(tuple(range(2, 3 + len(form)))).cast(x.dtype).reshape(*x.shape[:-1], outputs)
+
+    def _lane_linear(self, x: Tensor) -> Tensor:
+        """x @ weight.T for one row of x and a weight whose blocks hold one scale each (Q4_0, Q8_0). Each block's
+        32 values are 4 groups of 8 (one vector each); the groups' products with x are added elementwise into one
+        8-wide partial per block, and only that partial is multiplied by the block's scale, so the scale costs one
+        multiply per block instead of one per value. The quantized values stay unsigned (Q4_0 nibbles, Q8_0 bytes
+        with the sign bit flipped) and their offset is subtracted once per block, times x's group sum."""
+        outputs, inputs = self.shape
+        blocks = inputs // 32
+        data = self.data.reshape(1, outputs, blocks, self.data.shape[1])
+        groups, offset = block_quant_groups(data, self.ggml_type)
+        xg = x.reshape(1, 1, blocks, 4, 8).cast(dtypes.float32)
+        partial = xg[:, :, :, 0] * groups[0].cast(dtypes.float32)
+        for index in range(1, 4):
+            partial = partial + xg[:, :, :, index] * groups[index].cast(dtypes.float32)
+        # x's group sums times the offset: 8 values per block, computed once per step instead of once per row
+        correction = (xg.sum(3) * offset).contiguous()
+        result = ((partial - correction) * block_scale(data).unsqueeze(-1)).sum((2, 3))
+        return result.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def __repr__(self) -> str:
         return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"

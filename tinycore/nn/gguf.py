@@ -183,16 +183,18 @@ def _half(blocks: Tensor, start: int) -> Tensor:
 
 
 def half_bits_to_float(bits: Tensor) -> Tensor:
-    """IEEE float16 bit patterns (a uint32 tensor of values 0..65535) as float32, with integer ops only (so no
-    device needs float16 support): normals, infinities and NaNs by moving the fields into place, subnormals as
-    mantissa * 2**-24."""
-    sign = (bits >> 15) & 1
-    exponent = (bits >> 10) & 0x1F
-    mantissa = bits & 0x3FF
-    wide_exponent = (exponent == 0x1F).where(255, exponent + 112)
-    normal = ((sign << 31) | (wide_exponent << 23) | (mantissa << 13)).bitcast(dtypes.float32)
-    subnormal = mantissa.cast(dtypes.float32) * (2.0 ** -24) * (1.0 - 2.0 * sign.cast(dtypes.float32))
-    return (exponent == 0).where(subnormal, normal)
+    """IEEE float16 bit patterns (a uint32 tensor of values 0..65535) as float32, with integer ops and one float
+    subtraction (so no device needs float16 support, nor float32 subnormals): exponent and mantissa moved into place
+    and the exponent rebased by 112 (infinities and NaNs by another 112, to 255); a subnormal half becomes the
+    normal float 2**-14 + mantissa * 2**-24, less 2**-14 (exact); the sign bit goes back last. About half the ops
+    of taking the fields apart, which matters where every block of a matrix-vector product converts its scale."""
+    sign = (bits & 0x8000) << 16
+    moved = ((bits & 0x7FFF) << 13) + (112 << 23)
+    exponent = bits & 0x7C00
+    moved = (exponent == 0x7C00).where(moved + (112 << 23), moved)
+    subnormal = (moved + (1 << 23)).bitcast(dtypes.float32) - 2.0 ** -14
+    magnitude = (exponent == 0).where(subnormal, moved.bitcast(dtypes.float32))
+    return (magnitude.bitcast(dtypes.uint32) | sign).bitcast(dtypes.float32)
 
 
 def _shifted(packed: Tensor, shifts: int, step: int, mask: int) -> Tensor:
@@ -239,6 +241,23 @@ def _q8_0(blocks: Tensor) -> Tensor:
     # sign-extended by arithmetic rather than a bitcast to int8, which C renderers emit one lane at a time
     quants = (_bytes(blocks, 2, 34).cast(dtypes.int32) ^ 0x80) - 0x80
     return quants.cast(dtypes.float32) * _half(blocks, 0)
+
+
+def block_quant_groups(blocks: Tensor, ggml_type: int) -> tuple[list[Tensor], int]:
+    """The unsigned integer values of Q4_0 or Q8_0 blocks (uint8, (*leading, bytes per block)) as 4 groups of 8
+    consecutive values (element 8 * g + i of a block is groups[g][..., i]), and the offset: element value =
+    (quant - offset) * block_scale(blocks)."""
+    if ggml_type == 2:  # element j < 16 in the low nibble of byte j, element j + 16 in its high nibble
+        first, second = _bytes(blocks, 2, 10).cast(dtypes.int32), _bytes(blocks, 10, 18).cast(dtypes.int32)
+        return [first & 0xF, second & 0xF, first >> 4, second >> 4], 8
+    if ggml_type == 8:  # int8 q as the unsigned q + 128 (the sign bit flipped)
+        return [_bytes(blocks, start, start + 8).cast(dtypes.int32) ^ 0x80 for start in range(2, 34, 8)], 128
+    raise NotImplementedError(f"block_quant_groups takes Q4_0 and Q8_0 blocks, not {GGML_TYPES[ggml_type][0]}")
+
+
+def block_scale(blocks: Tensor) -> Tensor:
+    """The float16 scale at the start of each Q4_0 or Q8_0 block, as float32 (*leading,)."""
+    return _half(blocks, 0).reshape(blocks.shape[:-1])
 
 
 def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
