@@ -6,6 +6,7 @@ as a ratio to the file's size), each runner in a fresh process.
     python bench/bench_llm.py                      # the ~1B model (dim 2048, 16 layers, vocab 32000)
     python bench/bench_llm.py --size small         # ~40M parameters, for a loaded or small machine
     python bench/bench_llm.py --size small --decode 32 --prompt 64 --types Q8_0
+    python bench/bench_llm.py --llama-python /path/to/venv/bin/python   # llama.cpp from another environment
 
 Files are cached in --directory (default: the system temp directory); they are rewritten only when missing.
 """
@@ -109,15 +110,17 @@ def run_tinycore(path: str, prompt_length: int, decode: int, batch: int = 1) -> 
         model.cached_tokens = []
         start = time.perf_counter()
         first = end = start
+        first_cpu = 0.0
         count = 0
         for _ in model.generate(prompt, decode + 1 if attempt == "measured" else 3):
             if count == 0:
-                first = time.perf_counter()
+                first, first_cpu = time.perf_counter(), time.process_time()
             count += 1
         end = time.perf_counter()
         if attempt == "measured":
             result.update(prefill_tps=prompt_length / (first - start), ttft_s=first - start,
-                          decode_tps=(count - 1) / (end - first))
+                          decode_tps=(count - 1) / (end - first),
+                          decode_cpu_ms=(time.process_time() - first_cpu) / (count - 1) * 1e3)
     result["peak_rss_mb"] = _peak_rss_mb()
     if batch > 1:
         prompts = [prompt[row:] + prompt[:row] for row in range(batch)]
@@ -144,25 +147,24 @@ def run_llama_cpp(path: str, prompt_length: int, decode: int, batch: int = 1) ->
     model.reset()
     start = time.perf_counter()
     model.eval(prompt)
-    first = time.perf_counter()
+    first, first_cpu = time.perf_counter(), time.process_time()
     token = int(model.scores[model.n_tokens - 1].argmax())
     for _ in range(decode):
         model.eval([token])
         token = int(model.scores[model.n_tokens - 1].argmax())
     end = time.perf_counter()
     return {"load_s": load, "prefill_tps": prompt_length / (first - start), "ttft_s": first - start,
-            "decode_tps": decode / (end - first), "peak_rss_mb": _peak_rss_mb(), "base_rss_mb": base}
+            "decode_tps": decode / (end - first),
+            "decode_cpu_ms": (time.process_time() - first_cpu) / decode * 1e3, "peak_rss_mb": _peak_rss_mb(),
+            "base_rss_mb": base}
 
 
 RUNNERS = {"tinycore": run_tinycore, "llama.cpp": run_llama_cpp}
 
 
-def _available(runner: str) -> bool:
+def _available(runner: str, python: str) -> bool:
     if runner == "llama.cpp":
-        try:
-            import llama_cpp  # noqa: F401
-        except ImportError:
-            return False
+        return subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode == 0
     return True
 
 
@@ -176,6 +178,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="also decode this many sequences together (tinycore)")
     parser.add_argument("--directory", default=tempfile.gettempdir())
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--llama-python", default=sys.executable,
+                        help="the Python that runs llama.cpp's child (one with llama-cpp-python installed)")
     parser.add_argument("--child", nargs=2, metavar=("RUNNER", "PATH"), help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.child:
@@ -191,10 +195,11 @@ def main() -> None:
             os.replace(path + ".partial", path)
         file_mb = os.path.getsize(path) / 2**20
         for runner in RUNNERS:
-            if not _available(runner):
+            python = arguments.llama_python if runner == "llama.cpp" else sys.executable
+            if not _available(runner, python):
                 print(f"{runner}: not installed, skipped", file=sys.stderr)
                 continue
-            command = [sys.executable, os.path.abspath(__file__), "--child", runner, path, "--prompt",
+            command = [python, os.path.abspath(__file__), "--child", runner, path, "--prompt",
                        str(arguments.prompt), "--decode", str(arguments.decode), "--batch", str(arguments.batch)]
             finished = subprocess.run(command, capture_output=True, text=True)
             if finished.returncode != 0:
@@ -208,10 +213,11 @@ def main() -> None:
     print(f"model: llama {arguments.size} {SIZES[arguments.size]} (dim, layers, heads, kv heads, hidden, vocab); "
           f"prompt {arguments.prompt}, decode {arguments.decode}")
     print(f"{'type':6} {'runner':10} {'file MB':>8} {'load s':>7} {'prefill tok/s':>14} {'TTFT s':>7} "
-          f"{'decode tok/s':>13} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
+          f"{'decode tok/s':>13} {'decode CPU ms/tok':>18} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
     for row in rows:
         print(f"{row['type']:6} {row['runner']:10} {row['file_mb']:8.0f} {row['load_s']:7.1f} "
               f"{row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
+              f"{row['decode_cpu_ms']:18.1f} "
               f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}"
               + (f"  batch {arguments.batch}: {row['batch_decode_tps']:.3f} tok/s" if "batch_decode_tps" in row
                  else ""))
@@ -219,7 +225,8 @@ def main() -> None:
         ours = [row for row in rows if row["type"] == type_name and row["runner"] == "tinycore"]
         peer = [row for row in rows if row["type"] == type_name and row["runner"] == "llama.cpp"]
         if ours and peer:
-            print(f"{type_name} tinycore / llama.cpp: decode {ours[0]['decode_tps'] / peer[0]['decode_tps']:.2f}x, "
+            print(f"{type_name} tinycore / llama.cpp: decode {ours[0]['decode_tps'] / peer[0]['decode_tps']:.2f}x "
+                  f"(CPU time per token {peer[0]['decode_cpu_ms'] / ours[0]['decode_cpu_ms']:.2f}x), "
                   f"prefill {ours[0]['prefill_tps'] / peer[0]['prefill_tps']:.2f}x, peak RSS "
                   f"{ours[0]['peak_rss_mb'] / peer[0]['peak_rss_mb']:.2f}x")
 
