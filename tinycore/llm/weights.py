@@ -15,6 +15,8 @@ from tinycore.nn.gguf import (
     dequantize,
     dequantize_blocks,
     gguf_load_blocks,
+    q6_k_groups,
+    q6_k_scales,
 )
 from tinycore.tensor import Tensor
 from tinycore.uop.symbolic import Variable
@@ -90,6 +92,8 @@ class GGUFWeight:
         rows = prod(x.shape[:-1])
         if self.ggml_type in LANE_TYPES and rows == 1 and len(self.shape) == 2:
             return self._lane_linear(x)
+        if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
+            return self._q6_k_lane_linear(x)
         if self.ggml_type in BLOCK_FORMS and rows == 1 and len(self.shape) == 2:
             return self._blockwise_linear(x)
         if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
@@ -135,6 +139,28 @@ class GGUFWeight:
         # x's group sums times the offset: 8 values per block, computed once per step instead of once per row
         correction = (xg.sum(3) * offset).contiguous()
         result = ((partial - correction) * block_scale(data).unsqueeze(-1)).sum((2, 3))
+        return result.cast(x.dtype).reshape(*x.shape[:-1], outputs)
+
+    def _q6_k_lane_linear(self, x: Tensor) -> Tensor:
+        """x @ weight.T for one row of x and a Q6_K weight, as _lane_linear does it: each sub-block of 16 values is
+        2 groups of 8 whose products with x are added into one 8-wide partial, multiplied once by the sub-block's
+        scale; the 16 scaled partials of a block are added and multiplied once by the block's factor. The values
+        stay unsigned (0..63) and the offset 32 comes off as 32 * x's sums per sub-block and lane."""
+        outputs, inputs = self.shape
+        blocks = inputs // 256
+        data = self.data.reshape(1, outputs, blocks, self.data.shape[1])
+        groups = q6_k_groups(data)
+        scales, factor = q6_k_scales(data)
+        xg = x.reshape(1, 1, blocks, 16, 2, 8).cast(dtypes.float32)
+        correction = (xg.sum(4) * 32).contiguous()
+        total: Tensor | None = None
+        for sub in range(16):
+            partial = xg[:, :, :, sub, 0] * groups[2 * sub].cast(dtypes.float32) + \
+                xg[:, :, :, sub, 1] * groups[2 * sub + 1].cast(dtypes.float32)
+            scaled = (partial - correction[:, :, :, sub]) * scales[..., sub:sub + 1]
+            total = scaled if total is None else total + scaled
+        assert total is not None
+        result = (total * factor.unsqueeze(-1)).sum((2, 3))
         return result.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def __repr__(self) -> str:

@@ -255,6 +255,31 @@ def block_quant_groups(blocks: Tensor, ggml_type: int) -> tuple[list[Tensor], in
     raise NotImplementedError(f"block_quant_groups takes Q4_0 and Q8_0 blocks, not {GGML_TYPES[ggml_type][0]}")
 
 
+def q6_k_groups(blocks: Tensor) -> list[Tensor]:
+    """The 256 unsigned 6-bit values of Q6_K blocks (uint8, (*leading, 210)) as 32 groups of 8 consecutive values,
+    int32 (*leading, 8) each (element value = (quant - 32) * sub-block scale * factor). Value 128 * h + 32 * k + l
+    takes the low (k < 2) or high nibble of byte 64 * h + 32 * (k % 2) + l and bits 2k, 2k + 1 of byte
+    128 + 32 * h + l; each group loads its 8 bytes and shifts by constants."""
+    groups = []
+    for half in range(2):
+        for k in range(4):
+            for start in range(0, 32, 8):
+                low = _bytes(blocks, 64 * half + 32 * (k % 2) + start, 64 * half + 32 * (k % 2) + start + 8)
+                low = low.cast(dtypes.int32)
+                low = low & 0xF if k < 2 else low >> 4
+                high = _bytes(blocks, 128 + 32 * half + start, 128 + 32 * half + start + 8).cast(dtypes.int32)
+                high = (high << (4 - 2 * k)) if k < 2 else (high >> (2 * k - 4))
+                groups.append(low | (high & 0x30))
+    return groups
+
+
+def q6_k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
+    """The 16 signed sub-block scales of Q6_K blocks as float32 (*leading, 16) and the blocks' float16 factors as
+    float32 (*leading,)."""
+    scales = ((_bytes(blocks, 192, 208).cast(dtypes.int32) ^ 0x80) - 0x80).cast(dtypes.float32)
+    return scales, _half(blocks, 208).reshape(blocks.shape[:-1])
+
+
 def block_scale(blocks: Tensor) -> Tensor:
     """The float16 scale at the start of each Q4_0 or Q8_0 block, as float32 (*leading,)."""
     return _half(blocks, 0).reshape(blocks.shape[:-1])
