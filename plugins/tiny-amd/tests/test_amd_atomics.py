@@ -90,33 +90,10 @@ def test_bfloat16_scatter_sum_compiles_to_a_compare_exchange(arch: str) -> None:
 
 SCRIPT = """
 import numpy
-from tinycore import Tensor
-rng = numpy.random.default_rng(3)
-for numpy_dtype in (numpy.float32, numpy.int32, numpy.int64, numpy.float16):
-    for reduce, ufunc in (("sum", numpy.add), ("amax", numpy.maximum), ("amin", numpy.minimum),
-                          ("prod", numpy.multiply)):
-        index = rng.integers(-23, 23, 3000).astype(numpy.int32)
-        small = numpy_dtype is numpy.float16  # sums that half holds exactly
-        values = (rng.integers(0, 2, 3000) * 2 - 1 if reduce == "prod" else rng.integers(-3 if small else -50,
-                                                                                         4 if small else 50, 3000))
-        values = values.astype(numpy_dtype)
-        base = rng.integers(1, 3, 23).astype(numpy_dtype)
-        expected = base.copy()
-        ufunc.at(expected, index, values)
-        got = Tensor(base).scatter_reduce(0, Tensor(index), Tensor(values), reduce).numpy()
-        print(numpy_dtype.__name__, reduce, bool(numpy.array_equal(got, expected)))
-x = rng.integers(-8, 8, (50, 6)).astype(numpy.float32)
-rows = rng.integers(0, 50, 400).astype(numpy.int32)
-t = Tensor(x, requires_grad=True)
-t[Tensor(rows)].sum().backward()
-grad = numpy.zeros_like(x)
-numpy.add.at(grad, rows, numpy.ones((400, 6), numpy.float32))
-print("gather-grad", bool(numpy.array_equal(t.grad.numpy(), grad)))
-from tinycore.codegen import lower_to_program
-from tinycore.device.registry import Device
-from tinycore.testing.kernel_cases import kernels_of
-scatter = Tensor(x).scatter_reduce(0, Tensor(rows).reshape(400, 1).expand(400, 6), Tensor.ones(400, 6), "sum")
-source = lower_to_program(kernels_of(scatter)[-1].ast, Device["AMD"].renderer).src
+from tinycore.testing.scatter_cases import scatter_reduction_results, scatter_sum_source
+for name, equal in scatter_reduction_results((numpy.float32, numpy.int32, numpy.int64, numpy.float16)):
+    print(name, equal)
+source = scatter_sum_source("AMD")
 print("atomic", "TC_ATOMIC_ADD_F32(" in source)
 """
 
