@@ -75,6 +75,33 @@ class LoopTree:
                              f"{axis_id(second)}, which are not nested: a REDUCE's range is used outside it")
 
 
+def _fused_sum(value: UOp) -> UOp:
+    """A float sum with products among its terms (a factor of an accumulated product: a quantized block's partial
+    sum `x0 * q0 + x1 * q1 + ...` that its scale multiplies once) as a chain of MULACCs marked FUSED, started from
+    the sum of its other terms; anything else unchanged. One rounding per step is only more accurate, and the
+    order of a reduce's arithmetic is the codegen's anyway."""
+    if value.op is not Ops.ADD or value.dtype.scalar not in (dtypes.float32, dtypes.float64):
+        return value
+    terms: list[UOp] = []
+    pending = [value]
+    while pending:
+        term = pending.pop()
+        if term.op is Ops.ADD and term.dtype == value.dtype:
+            pending.extend(reversed(term.src))
+        else:
+            terms.append(term)
+    products = [term for term in terms if term.op is Ops.MUL and term.dtype == value.dtype]
+    others = [term for term in terms if not (term.op is Ops.MUL and term.dtype == value.dtype)]
+    if not products:
+        return value
+    result = others[0] if others else products[0]
+    for term in others[1:]:
+        result = result + term
+    for term in products[0 if others else 1:]:
+        result = UOp(Ops.MULACC, value.dtype, (term.src[0], term.src[1], result), FUSED)
+    return result
+
+
 def fused_accumulation(running: UOp, value: UOp) -> UOp:
     """`running + value` with every product among the terms of the sum `value` accumulated by a MULACC marked FUSED
     (`acc = a * b + acc`, one rounding where the renderer has an FMA); the other terms are added after them."""
@@ -89,7 +116,8 @@ def fused_accumulation(running: UOp, value: UOp) -> UOp:
     result = running
     for term in terms:
         if term.op is Ops.MUL and term.dtype == running.dtype:
-            result = UOp(Ops.MULACC, running.dtype, (term.src[0], term.src[1], result), FUSED)
+            first, second = (_fused_sum(factor) for factor in term.src)
+            result = UOp(Ops.MULACC, running.dtype, (first, second, result), FUSED)
     for term in terms:
         if not (term.op is Ops.MUL and term.dtype == running.dtype):
             result = result + term

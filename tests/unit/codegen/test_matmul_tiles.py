@@ -213,3 +213,27 @@ def test_large_matmul_groups_its_row_blocks_for_the_cache() -> None:
     assert "BLOCK 67 (matmul row blocks grouped for the cache)" in notes
     a, b = _array(804, 1024), _array(1024, 32, seed=1)
     _close((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b)
+
+
+def test_scaled_partial_sums_are_fused_multiply_adds() -> None:
+    """sum_b s_b * (x0*q0 + x1*q1 + c) (a quantized block's partial sum, scaled once): the partial's products are a
+    FUSED MULACC chain too, with the accumulation's, and the result matches numpy's float64 one."""
+    rng = np.random.default_rng(5)
+    x0, q0, x1, q1, c = (rng.standard_normal((16, 64, 8)).astype(np.float32) for _ in range(5))
+    s = rng.standard_normal((16, 64, 1)).astype(np.float32)
+    tensors = [Tensor(array).realize() for array in (x0, q0, x1, q1, c, s)]
+    t_x0, t_q0, t_x1, t_q1, t_c, t_s = tensors
+    result = ((t_x0 * t_q0 + t_x1 * t_q1 + t_c) * t_s).sum((1, 2))
+    expected = ((x0.astype(np.float64) * q0 + x1.astype(np.float64) * q1 + c) * s).sum((1, 2))
+    items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
+    assert len(items) == 1
+
+    class FusingRenderer(VectorCPURenderer):
+        fused_multiply_add = True
+
+    fused = [u for u in linearize(items[0].ast, FusingRenderer()) if u.op is Ops.MULACC]
+    plain = [u for u in linearize(items[0].ast, VectorCPURenderer()) if u.op is Ops.MULACC]
+    assert not plain and fused and all(u.arg == FUSED for u in fused)
+    # per lane and step: two products of the partial and the scaled accumulation
+    assert sum(u.dtype.count for u in fused) % 3 == 0
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
