@@ -136,9 +136,10 @@ class GGUFWeight:
         partial = xg[:, :, :, 0] * groups[0].cast(dtypes.float32)
         for index in range(1, 4):
             partial = partial + xg[:, :, :, index] * groups[index].cast(dtypes.float32)
-        # x's group sums times the offset: 8 values per block, computed once per step instead of once per row
-        correction = (xg.sum(3) * offset).contiguous()
-        result = ((partial - correction) * block_scale(data).unsqueeze(-1)).sum((2, 3))
+        # x's group sums times the offset: 8 values per block, computed once per step instead of once per row;
+        # negated here so the kernel adds it (the first term of the partial's multiply-add chain, no negation)
+        correction = (xg.sum(3) * -offset).contiguous()
+        result = ((correction + partial) * block_scale(data).unsqueeze(-1)).sum((2, 3))
         return result.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _q6_k_lane_linear(self, x: Tensor) -> Tensor:
@@ -152,12 +153,12 @@ class GGUFWeight:
         groups = q6_k_groups(data)
         scales, factor = q6_k_scales(data)
         xg = x.reshape(1, 1, blocks, 16, 2, 8).cast(dtypes.float32)
-        correction = (xg.sum(4) * 32).contiguous()
+        correction = (xg.sum(4) * -32).contiguous()
         total: Tensor | None = None
         for sub in range(16):
             partial = xg[:, :, :, sub, 0] * groups[2 * sub].cast(dtypes.float32) + \
                 xg[:, :, :, sub, 1] * groups[2 * sub + 1].cast(dtypes.float32)
-            scaled = (partial - correction[:, :, :, sub]) * scales[..., sub:sub + 1]
+            scaled = (correction[:, :, :, sub] + partial) * scales[..., sub:sub + 1]
             total = scaled if total is None else total + scaled
         assert total is not None
         result = (total * factor.unsqueeze(-1)).sum((2, 3))
