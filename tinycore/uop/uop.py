@@ -44,8 +44,9 @@ class _NodeRef(weakref.ref):
 
 def _forget(reference: _NodeRef) -> None:
     """Drop a dead node's cache entry (unless the key already names a newer node)."""
-    cache = UOpMetaClass.ucache
-    if cache.get(reference.key) is reference:
+    # at interpreter shutdown the module's globals are already None when the last nodes die
+    cache: dict[tuple, _NodeRef] | None = getattr(UOpMetaClass, "ucache", None)
+    if cache is not None and cache.get(reference.key) is reference:
         del cache[reference.key]
 
 
