@@ -75,6 +75,19 @@ class LoopTree:
                              f"{axis_id(second)}, which are not nested: a REDUCE's range is used outside it")
 
 
+def sum_terms(value: UOp, dtype: DType) -> list[UOp]:
+    """The terms of a nest of ADDs of `dtype`, left to right (`(a + b) + c` gives [a, b, c])."""
+    terms: list[UOp] = []
+    pending = [value]
+    while pending:
+        term = pending.pop()
+        if term.op is Ops.ADD and term.dtype == dtype:
+            pending.extend(reversed(term.src))
+        else:
+            terms.append(term)
+    return terms
+
+
 def _fused_sum(value: UOp) -> UOp:
     """A float sum with products among its terms (a factor of an accumulated product: a quantized block's partial
     sum `x0 * q0 + x1 * q1 + ...` that its scale multiplies once) as a chain of MULACCs marked FUSED, started from
@@ -82,14 +95,7 @@ def _fused_sum(value: UOp) -> UOp:
     order of a reduce's arithmetic is the codegen's anyway."""
     if value.op is not Ops.ADD or value.dtype.scalar not in (dtypes.float32, dtypes.float64):
         return value
-    terms: list[UOp] = []
-    pending = [value]
-    while pending:
-        term = pending.pop()
-        if term.op is Ops.ADD and term.dtype == value.dtype:
-            pending.extend(reversed(term.src))
-        else:
-            terms.append(term)
+    terms = sum_terms(value, value.dtype)
     products = [term for term in terms if term.op is Ops.MUL and term.dtype == value.dtype]
     others = [term for term in terms if not (term.op is Ops.MUL and term.dtype == value.dtype)]
     if not products:
@@ -105,14 +111,7 @@ def _fused_sum(value: UOp) -> UOp:
 def fused_accumulation(running: UOp, value: UOp) -> UOp:
     """`running + value` with every product among the terms of the sum `value` accumulated by a MULACC marked FUSED
     (`acc = a * b + acc`, one rounding where the renderer has an FMA); the other terms are added after them."""
-    terms: list[UOp] = []
-    pending = [value]
-    while pending:
-        term = pending.pop()
-        if term.op is Ops.ADD and term.dtype == running.dtype:
-            pending.extend(reversed(term.src))
-        else:
-            terms.append(term)
+    terms = sum_terms(value, running.dtype)
     result = running
     for term in terms:
         if term.op is Ops.MUL and term.dtype == running.dtype:
