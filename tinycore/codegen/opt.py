@@ -29,7 +29,8 @@ class OptOps(Enum):
     NEST = auto()  # output axis: moved inside every other output loop (amount unused, 0)
     # output axis: UPCAST by an amount that need not divide the size: ceil(size / amount) blocks, the last one
     # shifted back to end at the axis end, so it recomputes (and stores again, the same values) outputs of the block
-    # before it; only for kernels whose stores are plain and whose inputs are not their outputs
+    # before it; only for kernels whose stores are plain; a kernel that reads a buffer it writes (an in-place update)
+    # skips storing the recomputed outputs (gated stores)
     SHIFTED_UPCAST = auto()
     # output axis: split off an inner loop of `amount` that runs inside every other output loop (cache blocking: the
     # outer part keeps its place, so the loops between them run once per block of `amount`)
@@ -67,6 +68,18 @@ def replace_range(root: UOp, old: UOp, expression: UOp, new_ranges: tuple[UOp, .
             new_src = tuple(memo[source] for source in node.src)
         memo[node] = node if new_src == node.src else node.replace(src=new_src)
     return memo[root]
+
+
+def _gate_stores(root: UOp, buffers: set[UOp], gate: UOp) -> UOp:
+    """`root` (a kernel SINK) with its stores into `buffers` done only where `gate` holds (and their own gate)."""
+    stores = []
+    for store in root.src:
+        index = store.src[0]
+        if index.src[0] in buffers:
+            valid = gate if len(index.src) < 3 else index.src[2] & gate
+            store = store.replace(src=(index.replace(src=index.src[:2] + (valid,)),) + store.src[1:])
+        stores.append(store)
+    return root.replace(src=tuple(stores))
 
 
 def default_worker_count() -> int:
@@ -164,15 +177,19 @@ class Kernel:
             if store.arg is not None or store.src[0].op is not Ops.INDEX:
                 raise KernelOptError("SHIFTED_UPCAST stores some outputs twice: the kernel's stores must be plain")
             stored.add(store.src[0].src[0])
-        if any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored
-               for node in self.ast.toposort):
-            raise KernelOptError("SHIFTED_UPCAST recomputes outputs: the kernel must not read a buffer it writes")
+        read_back = {node.src[0].src[0] for node in self.ast.toposort if node.op is Ops.LOAD and
+                     node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored}
         inner = new_range(amount, self.next_id, AxisType.UPCAST)
         self.next_id += 1
-        self.recomputed *= -(-size // amount) * amount / size
-        outer = old.replace(src=(UOp.const(dtypes.int32, -(-size // amount)),))
+        blocks = -(-size // amount)
+        self.recomputed *= blocks * amount / size
+        outer = old.replace(src=(UOp.const(dtypes.int32, blocks),))
         start = (outer * amount).minimum(UOp.const(dtypes.int32, size - amount))
         self.ast = replace_range(self.ast, old, start + inner, (outer, inner))
+        if read_back:
+            # an in-place update (SGD's `w - lr * grad` fused into the gradient's matmul) reads what it overwrites:
+            # the last block skips storing the outputs of the block before it, which that block already updated
+            self.ast = _gate_stores(self.ast, read_back, (inner >= blocks * amount - size) | (outer < blocks - 1))
         self.axes[axis] = outer
         self.axes.append(inner)
 

@@ -79,14 +79,36 @@ def test_shifted_upcast_recomputes_the_last_block_and_matches_numpy() -> None:
     np.testing.assert_allclose(result, case.reference(*case.inputs), rtol=1e-5, atol=1e-5)
 
 
-def test_shifted_upcast_refuses_kernels_that_read_their_output() -> None:
+def test_shifted_upcast_of_an_in_place_update_stores_each_output_once() -> None:
     i = loop(10, 0)
     out = buffer(0, dtypes.float32, 10)
     ast = out.index(i).store(out.index(i).load() * 2.0).sink()  # in place: a second pass would double again
-    with pytest.raises(KernelOptError, match="must not read"):
-        Kernel(ast).apply_opt(Opt(OptOps.SHIFTED_UPCAST, 0, 4))
+    opts = [Opt(OptOps.SHIFTED_UPCAST, 0, 4)]  # blocks 0-3, 4-7 and 6-9: 6 and 7 are computed twice
+    program = linearize(ast, VectorCPURenderer(), opts)
+    assert any(u.op is Ops.STORE and len(u.src[0].src) > 2 for u in program), "the shifted block's stores are gated"
+    values = np.arange(10, dtype=np.float32) + 1
+    output = values.copy()
+    run_linear(program, [output], {})
+    np.testing.assert_array_equal(output, values * 2)
     with pytest.raises(KernelOptError):
         Kernel(matmul(4, 8, 8).ast).apply_opt(Opt(OptOps.SHIFTED_UPCAST, 0, 6))  # larger than the axis
+
+
+@pytest.mark.parametrize("rows, batch, columns, threads", [(28, 16, 32, 1), (130, 64, 48, 2), (784, 128, 64, 2)])
+def test_in_place_gradient_update_with_a_shifted_row_block_matches_numpy(rows: int, batch: int, columns: int,
+                                                                         threads: int) -> None:
+    # SGD's update fused into the weight gradient's matmul: w -= lr * x.T @ g, rows the 6-row tile does not divide
+    x, g, w = _array(batch, rows), _array(batch, columns, seed=1), _array(rows, columns, seed=2)
+    weight, probe = Tensor(w).realize(), Tensor(w).realize()
+    gradient = (Tensor(x).unsqueeze(-1) * Tensor(g).unsqueeze(-2)).sum(0)
+    items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
+             if not item.is_copy]
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    with Context(NUM_CPU_THREADS=threads):
+        assert "SHIFTED_UPCAST 6 (matmul rows, last block shifted)" in hand_coded_optimizations(
+            Kernel(items[-1].ast), Device["CPU"].renderer)
+        weight.assign(weight - 0.5 * gradient).realize()
+    _close(weight.numpy(), w - 0.5 * (x.T.astype(np.float64) @ g))
 
 
 def test_in_place_matmul_update_matches_numpy() -> None:
