@@ -258,3 +258,24 @@ def test_scaled_partial_sums_are_fused_multiply_adds() -> None:
     # per lane and step: two products of the partial and the scaled accumulation
     assert sum(u.dtype.count for u in fused) % 3 == 0
     np.testing.assert_allclose(result.numpy(), expected, rtol=1e-4, atol=1e-4 * float(np.abs(expected).max()))
+
+
+def test_weight_gradient_read_by_two_kernels_is_stored_in_the_weights_layout() -> None:
+    # Adam reads a weight's gradient in two kernels (m and v): the reduce, computed as (out, in), gets a buffer in the
+    # weight's (in, out) order, so both read it contiguously (transposed, every element cost a cache line)
+    x, w = _array(48, 40), _array(40, 24, seed=1)
+    weight = Tensor(w, requires_grad=True)
+    (Tensor(x) @ weight).relu().sum().backward()
+    assert weight.grad is not None
+    first, second = weight.grad * 0.1, weight.grad.square()
+    items = [item for item in create_schedule([first.uop, second.uop], device_facts).items if not item.is_copy]
+    names = [Kernel(item.ast).name() for item in items]
+    assert "r_40_24_48" in names and "r_24_40_48" not in names, names
+    torch = pytest.importorskip("torch")
+    tw = torch.from_numpy(w).double().requires_grad_()
+    (torch.from_numpy(x).double() @ tw).relu().sum().backward()
+    assert tw.grad is not None
+    reference = tw.grad.numpy()
+    Tensor.realize(first, second)
+    _close(first.numpy(), reference * 0.1)
+    _close(second.numpy(), reference ** 2)
