@@ -138,7 +138,7 @@ class Heuristic:
         """Choose and apply the opts; returns the applied list."""
         if self.renderer.has_local and not self.renderer.has_threads:
             return list(self.kernel.applied)
-        if not self.matmul_tile() and not self.dot_tile():
+        if not self.matmul_tile() and not self.dot_tile() and not self.matmul_tile(gathered=True):
             self.vectorize()
         self.threads()
         self.small_axes()
@@ -148,8 +148,12 @@ class Heuristic:
         """The element dtype of the first store."""
         return self.kernel.ast.src[0].src[1].dtype.scalar
 
-    def matmul_tile(self) -> bool:
-        """Register-tile a sum over a product of two loads; True when applied."""
+    def matmul_tile(self, gathered: bool = False) -> bool:
+        """Register-tile a sum over a product of two loads; True when applied.
+
+        `gathered`: the columns may be strided in the second load (dout @ W.T with a reduce too short for the dot
+        tile: W's lanes are gathered one by one); one vector of columns then serves several rows, so each gather is
+        used by every row of the tile instead of once."""
         loads = self._product_loads()
         if loads is None:
             return False
@@ -167,7 +171,7 @@ class Heuristic:
                 in_first = axis_stride(first.src[0].src[1], range_node)
                 in_second = axis_stride(second.src[0].src[1], range_node)
                 if (in_store == 1 if contiguous_store else in_store not in (0, None)) and in_first == 0 and \
-                        in_second == 1:
+                        (in_second == 1 or (gathered and contiguous_store and in_second not in (0, 1, None))):
                     columns = range_node
                 elif in_store == 1 and in_first == 0 and in_second is None and \
                         self._packed_columns(range_node, 2 * width):
@@ -180,14 +184,21 @@ class Heuristic:
                 column_tile, row_size = 2 * width, range_size(rows) or 0
             elif columns is None or rows is None or width < 2:
                 continue
+            elif gathered:
+                column_tile, row_size = width, range_size(rows) or 0
+                if (range_size(columns) or 0) % width or not self.attempt(columns, OptOps.UPCAST, width,
+                                                                            "matmul columns, gathered"):
+                    continue
             else:
                 column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
                 dividing = next((t for t in (2 * width, width) if column_size % t == 0), None)
                 if dividing is None or (dividing == width and column_size >= 2 * width):
-                    # a size no tile divides: the last block of columns overlaps the one before it
+                    # a size no tile divides: the last block of columns overlaps the one before it (not in place:
+                    # its stores would be gated lane by lane, and the whole tile would lose its vectors)
                     column_tile = 2 * width if column_size >= 2 * width else width
-                    if column_size < width or not self.attempt(columns, OptOps.SHIFTED_UPCAST, column_tile,
-                                                               "matmul columns, last block shifted"):
+                    if column_size < width or self._in_place() or \
+                            not self.attempt(columns, OptOps.SHIFTED_UPCAST, column_tile,
+                                             "matmul columns, last block shifted"):
                         continue
                 else:
                     column_tile = dividing
@@ -208,7 +219,7 @@ class Heuristic:
                     self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
             row_blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
                           if axis_id(self.kernel.axes[position]) == axis_id(rows)]
-            if row_blocks and not self._block_rows(row_blocks[0], first, column_tile):
+            if row_blocks and not gathered and not self._block_rows(row_blocks[0], first, column_tile):
                 # row blocks innermost: one column panel of the second input is reused from cache by every row block
                 self.kernel.nest_inside(row_blocks[0])
                 self.notes.append("row blocks inside column blocks")
@@ -218,6 +229,12 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _in_place(self) -> bool:
+        """True when the kernel reads a buffer it writes (an update in place, such as SGD's)."""
+        stored = {store.src[0].src[0] for store in self.kernel.ast.src if store.src[0].op is Ops.INDEX}
+        return any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored
+                   for node in self.kernel.ast.toposort)
 
     def _block_rows(self, position: int, first: UOp, column_tile: int) -> bool:
         """Cache blocking of a matmul whose row blocks read more of the first input than GROUP_BYTES: the row blocks
@@ -390,12 +407,24 @@ class Heuristic:
                     and self.upcast_product() * self.unroll_product() * size <= SMALL_AXES_EXPANSION:
                 self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
 
+    def work(self) -> int:
+        """Elements of work: the outputs, plus for each reduce the sizes of the loops it runs in (its own and the
+        output loops its value depends on). Reduces that run one after another (a cross-entropy's gradient: four
+        reduces of 10 per row) add up instead of multiplying as in Kernel.work."""
+        reduces = self.kernel.reduce_ops
+        if not reduces:
+            return self.kernel.work()
+        reduce_ranges = {r for node in reduces for r in node.src[1:]}
+        outputs = prod(range_size(r) or 1 for r in self.kernel.axes if r not in reduce_ranges)
+        return outputs + sum(prod(range_size(n) or 1 for n in node.toposort if n.op is Ops.RANGE)
+                             for node in reduces)
+
     def threads(self) -> None:
         """Split the outermost big enough output axis across the CPU workers."""
         # atomic updates (a scatter reduction) cost a dependent load and a read-modify-write each, like a reduce
         atomic = any(store.op is Ops.STORE and store.arg is not None for store in self.kernel.ast.src)
         minimum = MIN_THREAD_WORK if self.kernel.reduce_ops or atomic else MIN_THREAD_ELEMENTWISE
-        if not self.renderer.has_threads or self.kernel.work() < minimum:
+        if not self.renderer.has_threads or self.work() < minimum:
             return
         workers = default_worker_count()
         candidates = [(r, range_size(r) or 0) for r in self.output_axes() if (range_size(r) or 0) >= 2]

@@ -279,3 +279,37 @@ def test_weight_gradient_read_by_two_kernels_is_stored_in_the_weights_layout() -
     Tensor.realize(first, second)
     _close(first.numpy(), reference * 0.1)
     _close(second.numpy(), reference ** 2)
+
+
+@pytest.mark.parametrize("rows, inner, columns", [(128, 10, 512), (20, 7, 24), (13, 5, 40), (64, 3, 16)])
+def test_gathered_column_tile_matches_numpy(rows: int, inner: int, columns: int) -> None:
+    # dout @ W.T with a reduce too short for the dot tile (a classifier layer's input gradient): W's lanes are
+    # gathered, one vector of them shared by a tile of rows
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    d, w, h = _array(rows, inner), _array(columns, inner, seed=1), _array(rows, columns, seed=2)
+    result = (Tensor(d) @ Tensor(w).T) * (Tensor(h) > 0)
+    items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
+    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+    assert "UPCAST 8 (matmul columns, gathered)" in notes, notes
+    _close(result.numpy(), (d.astype(np.float64) @ w.T) * (h > 0))
+
+
+def test_a_kernel_of_short_reduces_one_after_another_stays_on_one_worker() -> None:
+    # a cross-entropy gradient over 10 classes: per row, reduces of 10 one after another; all its loop sizes
+    # multiplied (128 x 10^4) would split it across the workers, whose wake-up costs more than the kernel
+    from tinycore.codegen.optimize import Heuristic, hand_coded_optimizations
+    logits, labels = _array(128, 10), np.random.default_rng(3).integers(0, 10, 128).astype(np.int32)
+    x = Tensor(logits, requires_grad=True)
+    x.sparse_categorical_crossentropy(Tensor(labels)).backward()
+    assert x.grad is not None
+    items = [item for item in create_schedule([x.grad.uop], device_facts).items if not item.is_copy]
+    for item in items:
+        assert Heuristic(Kernel(item.ast), Device["CPU"].renderer).work() < 128 * 10 * 40, Kernel(item.ast).name()
+        with Context(NUM_CPU_THREADS=2):
+            notes = hand_coded_optimizations(Kernel(item.ast), Device["CPU"].renderer)
+        assert not any("multi-core" in note for note in notes), notes
+    torch = pytest.importorskip("torch")
+    tx = torch.from_numpy(logits).double().requires_grad_()
+    torch.nn.functional.cross_entropy(tx, torch.from_numpy(labels).long()).backward()
+    assert tx.grad is not None
+    _close(x.grad.numpy(), tx.grad.numpy())
