@@ -62,6 +62,24 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
     return tuple(parts), inputs
 
 
+_STRUCTURE_ATTRIBUTE = "_structure_key"
+
+
+def node_structure_key(node: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
+    """`structure_key([node])`, kept on the node after the first call: a node's graph never changes, so neither
+    does its key (realize asks again for every node realized twice, and the setitem front end for its inputs)."""
+    found = node.__dict__.get(_STRUCTURE_ATTRIBUTE)
+    if found is None:
+        found = node.__dict__[_STRUCTURE_ATTRIBUTE] = structure_key([node])
+    return found
+
+
+def set_node_structure_key(node: UOp, keyed: tuple[tuple[Any, ...], list[UOp]]) -> None:
+    """Record `keyed` as `node`'s structure key, for a caller that derived it without the walk (it must equal
+    `structure_key([node])`)."""
+    node.__dict__.setdefault(_STRUCTURE_ATTRIBUTE, keyed)
+
+
 def _toposort_all(outputs: Sequence[UOp]) -> dict[UOp, None]:
     """The union of the outputs' toposorts, in order."""
     nodes: dict[UOp, None] = {}

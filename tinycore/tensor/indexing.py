@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import dtypes
 from tinycore.errors import ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
+from tinycore.tensor.recipes import LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
 from tinycore.uop.indexing import scatter_assign, writes_in_place
@@ -65,6 +66,65 @@ def _symbolic_slice(item: slice, size: Any) -> tuple[Any, Any]:
         return min(int(value), size) if _is_int(value) and isinstance(size, int) else value
 
     return position(item.start, 0), position(item.stop, size)
+
+
+_SETITEM_RECIPES = RecipeBook()
+"""The graphs __setitem__ built, by structure of its inputs (see tinycore/tensor/recipes.py)."""
+_TENSOR_ITEM = ("tensor",)
+"""Marks an index tensor's place among a setitem key's arguments (its structure is in the leaves' part)."""
+
+
+def _setitem_key(tensor: Tensor, indices: Any, value: Any) -> tuple[tuple[Any, ...], list[UOp], list[list[UOp]]] | None:
+    """The recipe key of `tensor[indices] = value`, its leaves (the target, index tensors and value) and their
+    buffers; None when the call is not one a recipe can stand for: an index or value that is not a plain int,
+    slice, None, Ellipsis, integer Tensor or Python scalar (host lists, bool masks and Variables depend on more than
+    structure), a multi-device tensor, or a value or index that reads the buffer being written (the built graph
+    then depends on which buffer that is)."""
+    # this runs on every setitem, ahead of the recipe it finds: plain loops, no helper per item
+    target = tensor.uop
+    tensor_class = tensor.__class__
+    leaves = [target]
+    arguments: list[Any] = []
+    for item in (indices if indices.__class__ is tuple else (indices,)):
+        kind = item.__class__
+        if kind is slice:
+            start, stop, step = item.start, item.stop, item.step
+            if (start is None or start.__class__ is int) and (stop is None or stop.__class__ is int) and \
+                    (step is None or step.__class__ is int):
+                arguments.append((start, stop, step))
+            else:
+                return None
+        elif kind is tensor_class:
+            leaves.append(item.uop)
+            arguments.append(_TENSOR_ITEM)
+        elif kind is int or item is None or item is Ellipsis:
+            arguments.append(item)
+        else:
+            return None
+    kind = value.__class__
+    if kind is tensor_class:
+        leaves.append(value.uop)
+        arguments.append(_TENSOR_ITEM)
+    elif kind is float:
+        arguments.append((float, repr(value)))  # repr tells 0.0 from -0.0
+    elif kind is int or kind is bool:
+        arguments.append((kind, value))
+    else:
+        return None
+    infos = [leaf_info(leaf) for leaf in leaves]
+    if infos[0][2] == LEAF_MULTI:
+        return None
+    written = infos[0][1]
+    last = len(leaves) - 1
+    for position in range(1, len(leaves)):
+        _, own, leaf_kind = infos[position]
+        if leaf_kind == LEAF_MULTI or (leaf_kind != LEAF_INDEX and (position < last or kind is not tensor_class)):
+            return None  # a bool mask, or a float index tensor (an error the step-by-step path reports)
+        for buffer in own:
+            if buffer in written:
+                return None
+    key, buffers = key_of(leaves, infos, tuple(arguments))
+    return key, leaves, buffers
 
 
 ONEHOT_MAX_ELEMENTS = 4
@@ -449,6 +509,18 @@ class IndexingMixin:
 
     def __setitem__(self: Tensor, indices: Any, value: Any) -> None:
         """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
+        keyed = None if CHECK_INDEX.value else _setitem_key(self, indices, value)
+        if keyed is not None:
+            recipe = _SETITEM_RECIPES.get(keyed[0])
+            if recipe is not None:
+                self.uop = recipe.build(keyed[1], keyed[2])
+                return
+        self._setitem_built(indices, value)
+        if keyed is not None:
+            _SETITEM_RECIPES.record(keyed[0], keyed[1], keyed[2], self.uop)
+
+    def _setitem_built(self: Tensor, indices: Any, value: Any) -> None:
+        """__setitem__ building its graph step by step (what a recipe records)."""
         items = self._normalize_indices(indices)
         if not _is_tensor(value):
             value = type(self)(value, device=self.device, dtype=self.dtype) if isinstance(value, (list, tuple)) \

@@ -93,6 +93,23 @@ class UOpMetaClass(type):
         cache[key] = reference
         return created
 
+    def keyed(cls, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, arg_key: Any) -> UOp:
+        """`UOp(op, dtype, src, arg)` for a caller that has `_arg_key(arg)` already (a recorded step replayed many
+        times) and whose sources are single-device nodes: the same node, without computing the key."""
+        key = (op, dtype, src, arg_key)
+        cache = UOpMetaClass.ucache
+        reference = cache.get(key)
+        if reference is not None:
+            found = reference()
+            if found is not None:
+                return found
+        created: UOp = object.__new__(UOp)
+        created.op, created.dtype, created.src, created.arg = op, dtype, src, arg
+        reference = _NodeRef(created, _forget)
+        reference.key = key
+        cache[key] = reference
+        return created
+
 
 class UOp(ShapeMixin, metaclass=UOpMetaClass):
     """One node: an operation `op` producing `dtype` from the nodes `src`, parameterised by `arg`.
