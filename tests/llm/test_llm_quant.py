@@ -13,11 +13,17 @@ QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
 TYPE_IDS = {name: kind for kind, (name, _, _) in GGML_TYPES.items()}
 
 
+@pytest.mark.parametrize("device_float16", [True, False], ids=["float16", "integer-factors"])
 @pytest.mark.parametrize("type_name", QUANTIZED)
-def test_dequantize_matches_gguf(type_name: str) -> None:
+def test_dequantize_matches_gguf(type_name: str, device_float16: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Random blocks dequantize to what gguf.quants.dequantize gives, exactly (both are float32 arithmetic of the
-    same integers and float16 factors)."""
+    same integers and float16 factors), with the factors converted by the device's float16 type and, as on a
+    device without one, by integer ops."""
     import gguf
+
+    from tinycore.nn import gguf as gguf_module
+    if not device_float16:
+        monkeypatch.setattr(gguf_module, "_has_float16", lambda device: False)
     blocks = random_blocks(type_name, 6, seed=len(type_name) * 7 + TYPE_IDS[type_name])
     expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(-1)
     got = dequantize(Tensor(blocks), TYPE_IDS[type_name]).numpy()

@@ -140,6 +140,16 @@ def test_half_bits_cover_every_float16() -> None:
     np.testing.assert_array_equal(got, expected)  # NaNs compare equal by position in assert_array_equal
 
 
+def test_block_factors_cover_every_float16() -> None:
+    """The float16 factor at the start of a block (read through the device's float16 type on CPU) as float32 for
+    every bit pattern, infinities, NaNs and subnormals included."""
+    from tinycore.nn.gguf import _half
+    blocks = np.arange(1 << 16, dtype=np.uint16).view(np.uint8).reshape(-1, 2)
+    got = _half(Tensor(blocks, device="CPU"), 0).numpy().reshape(-1)
+    expected = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(got, expected)
+
+
 def test_file_written_by_the_gguf_package(tmp_path: Path) -> None:
     gguf = pytest.importorskip("gguf")
     from gguf.quants import dequantize
