@@ -101,6 +101,19 @@ def test_weight_types_match_reference(tmp_path: os.PathLike[str], matrix_type: s
                               heads=4, kv_heads=2, vocab=16), tokens=[1, 5, 7, 3])
 
 
+@pytest.mark.parametrize("matrix_type", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"])
+def test_one_token_steps_of_every_type_match_reference(tmp_path: os.PathLike[str], matrix_type: str) -> None:
+    """One token at a time (the one-row products that decode uses, each type's own kernel form) from the first
+    position: every position's logits equal the reference computed from gguf's dequantization of the same bytes."""
+    block = 256 if matrix_type.endswith("_K") else 64
+    path = _model_file(tmp_path, "steps", matrix_type=matrix_type, dim=block, hidden=2 * block, layers=1, heads=4,
+                       kv_heads=2, vocab=16)
+    tokens = [1, 5, 7, 3]
+    model = Transformer.from_gguf(path, max_context=8)
+    got = numpy.concatenate([model([[token]], position).numpy()[0] for position, token in enumerate(tokens)])
+    numpy.testing.assert_allclose(got, llm_reference.logits(path, tokens), rtol=1e-3, atol=1e-3)
+
+
 def test_cache_and_jitted_decode_match_reference(tmp_path: os.PathLike[str]) -> None:
     """Prefill then positions one at a time through the jitted step (start_pos a bound Variable), and generate's
     greedy tokens: each position's logits equal the reference's for the whole sequence."""

@@ -10,8 +10,8 @@ from tinycore.helpers import prod
 from tinycore.nn.gguf import (
     BLOCK_FORMS,
     GGML_TYPES,
-    block_quant_groups,
-    block_scale,
+    LANE_TYPES,
+    block_lane_terms,
     dequantize,
     dequantize_blocks,
     gguf_load_blocks,
@@ -32,10 +32,6 @@ SLAB_BYTES = 8 << 20
 """The largest float32 temporary of a dequantized weight while several rows of activations run (prefill): a larger
 weight is dequantized and multiplied a slab of output rows at a time, so the temporaries stay small beside the
 quantized weights instead of a float32 copy of the largest matrix (4-8x its quantized size)."""
-
-
-LANE_TYPES = (2, 8)
-"""ggml types (Q4_0, Q8_0) whose one-row products scale 8-wide partial sums once per block (_lane_linear)."""
 
 
 class GGUFWeight:
@@ -123,24 +119,39 @@ class GGUFWeight:
         return products.sum(tuple(range(2, 3 + len(form)))).cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _lane_linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for one row of x and a weight whose blocks hold one scale each (Q4_0, Q8_0). Each block's
-        32 values are 4 groups of 8 (one vector each); the groups' products with x are added elementwise into one
-        8-wide partial per block, and only that partial is multiplied by the block's scale, so the scale costs one
-        multiply per block instead of one per value. The quantized values stay unsigned (Q4_0 nibbles, Q8_0 bytes
-        with the sign bit flipped) and their offset is subtracted once per block, times x's group sum."""
+        """x @ weight.T for one row of x and a weight whose blocks of 32 hold one scale each (Q4_0, Q4_1, Q5_0,
+        Q5_1, Q8_0; tinycore.nn.gguf.block_lane_terms). Each block is 4 groups of 8 values (one vector each); the
+        block's integer lane terms times their x operands are added elementwise into one 8-wide partial per block,
+        and only that partial is multiplied by the block's scale, so the scale costs one multiply per block
+        instead of one per value. The x operands (x's groups combined per term: the nibble and high-bit terms
+        need x scaled or mixed) and x's sums per lane (for the offset of unsigned values, or the blocks'
+        minimums) are computed once per step, shared by every output row."""
         outputs, inputs = self.shape
         blocks = inputs // 32
         data = self.data.reshape(1, outputs, blocks, self.data.shape[1])
-        groups, offset = block_quant_groups(data, self.ggml_type)
+        lanes = block_lane_terms(data, self.ggml_type)
         xg = x.reshape(1, 1, blocks, 4, 8).cast(dtypes.float32)
-        partial = xg[:, :, :, 0] * groups[0].cast(dtypes.float32)
-        for index in range(1, 4):
-            partial = partial + xg[:, :, :, index] * groups[index].cast(dtypes.float32)
-        # x's group sums times the offset: 8 values per block, computed once per step instead of once per row;
-        # negated here so the kernel adds it (the first term of the partial's multiply-add chain, no negation)
-        correction = (xg.sum(3) * -offset).contiguous()
-        result = ((correction + partial) * block_scale(data).unsqueeze(-1)).sum((2, 3))
-        return result.cast(x.dtype).reshape(*x.shape[:-1], outputs)
+        coefficients = [coefficient for coefficient, _ in lanes.terms]
+        partial: Tensor | None = None
+        if coefficients == [_GROUP[group] for group in range(4)] and lanes.offset == 0 and lanes.minimum is None:
+            operands = [xg[:, :, :, group] for group in range(4)]  # plain groups: x itself, no kernel of its own
+        else:
+            # x's sums per lane first (negated times the offset, so the kernel's multiply-add chain starts with
+            # them; or for the minimums), then each term's operand: one small kernel per step
+            sums = tuple(tuple(-lanes.offset if lanes.offset else 1.0 for _ in range(8)) for _ in range(4))
+            table = Tensor([sums, *coefficients], dtype=dtypes.float32, device=xg.device)
+            together = (xg.unsqueeze(3) * table).sum(4).contiguous()
+            operands = [together[:, :, :, index + 1] for index in range(len(lanes.terms))]
+            first = together[:, :, :, 0]
+            partial = first if lanes.offset else None
+        for operand, (_, values) in zip(operands, lanes.terms, strict=True):
+            term = operand * values.cast(dtypes.float32)
+            partial = term if partial is None else partial + term
+        assert partial is not None
+        scaled = partial * lanes.scale.unsqueeze(-1)
+        if lanes.minimum is not None:
+            scaled = scaled + first * lanes.minimum.unsqueeze(-1)
+        return scaled.sum((2, 3)).cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _q6_k_lane_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for one row of x and a Q6_K weight, as _lane_linear does it: each sub-block of 16 values is
@@ -166,6 +177,10 @@ class GGUFWeight:
 
     def __repr__(self) -> str:
         return f"GGUFWeight({self.name!r}, {self.type_name}, shape={self.shape})"
+
+
+_GROUP = [tuple(tuple(1.0 if other == group else 0.0 for _ in range(8)) for other in range(4)) for group in range(4)]
+"""The lane coefficients that take x's group g as it is."""
 
 
 def _slab_rows(outputs: int, inputs: int) -> int:

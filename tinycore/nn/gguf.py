@@ -13,7 +13,7 @@ import os
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
@@ -256,16 +256,84 @@ def _q8_0(blocks: Tensor) -> Tensor:
     return quants.cast(dtypes.float32) * _half(blocks, 0)
 
 
-def block_quant_groups(blocks: Tensor, ggml_type: int) -> tuple[list[Tensor], int]:
-    """The unsigned integer values of Q4_0 or Q8_0 blocks (uint8, (*leading, bytes per block)) as 4 groups of 8
-    consecutive values (element 8 * g + i of a block is groups[g][..., i]), and the offset: element value =
-    (quant - offset) * block_scale(blocks)."""
-    if ggml_type == 2:  # element j < 16 in the low nibble of byte j, element j + 16 in its high nibble
-        first, second = _bytes(blocks, 2, 10).cast(dtypes.int32), _bytes(blocks, 10, 18).cast(dtypes.int32)
-        return [first & 0xF, second & 0xF, first >> 4, second >> 4], 8
-    if ggml_type == 8:  # int8 q as the unsigned q + 128 (the sign bit flipped)
-        return [_bytes(blocks, start, start + 8).cast(dtypes.int32) ^ 0x80 for start in range(2, 34, 8)], 128
-    raise NotImplementedError(f"block_quant_groups takes Q4_0 and Q8_0 blocks, not {GGML_TYPES[ggml_type][0]}")
+Coefficients = tuple[tuple[float, ...], ...]
+"""Per lane, the factors of x's 4 groups of 8 that make a term's x operand: (4 groups, 8 lanes)."""
+
+_IDENTITY = tuple(tuple(tuple(1.0 if other == group else 0.0 for _ in range(8)) for other in range(4))
+                  for group in range(4))
+
+
+def _nibble_terms(blocks: Tensor, start: int) -> list[tuple[Coefficients, Tensor]]:
+    """The lane terms of the 32 nibbles in the 16 bytes at `start` (element j < 16 in the low nibble of byte j,
+    element j + 16 in its high nibble). A byte b = low + 16 * high enters twice: low * (x_low - x_high / 16) +
+    b * (x_high / 16) = low * x_low + high * x_high, so the high nibble needs no shift of its own."""
+    terms = []
+    for half in range(2):
+        packed = _bytes(blocks, start + 8 * half, start + 8 * half + 8).cast(dtypes.int32)
+        low = tuple(tuple({half: 1.0, half + 2: -1 / 16}.get(group, 0.0) for _ in range(8)) for group in range(4))
+        high = tuple(tuple(1 / 16 if group == half + 2 else 0.0 for _ in range(8)) for group in range(4))
+        terms += [(low, packed & 0xF), (high, packed)]
+    return terms
+
+
+_LANE_BITS: dict[str, Tensor] = {}
+
+
+def _lane_bits(device: str) -> Tensor:
+    """1, 2, 4, ..., 128 as int32 on `device`, realized once (a buffer the kernels load, where 1 << arange(8)
+    would be a kernel of its own each time)."""
+    if device not in _LANE_BITS:
+        _LANE_BITS[device] = Tensor([1 << lane for lane in range(8)], dtype=dtypes.int32, device=device).realize()
+    return _LANE_BITS[device]
+
+
+def _fifth_bit_terms(blocks: Tensor, start: int) -> list[tuple[Coefficients, Tensor]]:
+    """The lane terms of the 32 high bits (worth 16 each) stored little-endian in the 4 bytes at `start`: group g's
+    bits are byte g, lane i's bit masked in place (value 2**i) and its x operand scaled by 16 / 2**i, so no shift."""
+    masks = _lane_bits(blocks.device if isinstance(blocks.device, str) else blocks.device[0])
+    terms = []
+    for group in range(4):
+        coefficients = tuple(tuple(16 / 2 ** lane if other == group else 0.0 for lane in range(8))
+                             for other in range(4))
+        terms.append((coefficients, _bytes(blocks, start + group, start + group + 1).cast(dtypes.int32) & masks))
+    return terms
+
+
+class LaneTerms(NamedTuple):
+    """A block of 32 values with one scale as a sum of integer lane terms: element 8 * g + i of a block has the value
+    (sum over terms of coefficients[g][i] * values[..., i] - offset) * scale + minimum, where only the terms whose
+    coefficient for group g is nonzero contribute to it. A one-row product adds, per block and lane, each term's
+    values times its x operand (x's groups combined by the coefficients, once per token), so the block's scale (and
+    minimum) multiplies one 8-wide partial sum instead of every value."""
+
+    terms: list[tuple[Coefficients, Tensor]]
+    offset: int
+    scale: Tensor
+    minimum: Tensor | None
+
+
+LANE_TYPES = (2, 3, 6, 7, 8)
+"""ggml types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) that block_lane_terms takes."""
+
+
+def block_lane_terms(blocks: Tensor, ggml_type: int) -> LaneTerms:
+    """Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks (uint8, (*leading, bytes per block)) as LaneTerms: integer values of
+    shape (*leading, 8), the scale and minimum (float32 (*leading,))."""
+    def half(start: int) -> Tensor:
+        return _half(blocks, start).reshape(blocks.shape[:-1])
+    if ggml_type == 2:
+        return LaneTerms(_nibble_terms(blocks, 2), 8, half(0), None)
+    if ggml_type == 3:
+        return LaneTerms(_nibble_terms(blocks, 4), 0, half(0), half(2))
+    if ggml_type == 6:
+        return LaneTerms(_nibble_terms(blocks, 6) + _fifth_bit_terms(blocks, 2), 16, half(0), None)
+    if ggml_type == 7:
+        return LaneTerms(_nibble_terms(blocks, 8) + _fifth_bit_terms(blocks, 4), 0, half(0), half(2))
+    if ggml_type == 8:  # int8 bytes, sign-extended as they are widened
+        groups = [_bytes(blocks, start, start + 8).bitcast(dtypes.int8) for start in range(2, 34, 8)]
+        return LaneTerms(list(zip(_IDENTITY, groups, strict=True)), 0, half(0), None)
+    raise NotImplementedError(f"block_lane_terms takes Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 blocks, not "
+                              f"{GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]}")
 
 
 def q6_k_groups(blocks: Tensor) -> list[Tensor]:
@@ -291,11 +359,6 @@ def q6_k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
     float32 (*leading,)."""
     scales = ((_bytes(blocks, 192, 208).cast(dtypes.int32) ^ 0x80) - 0x80).cast(dtypes.float32)
     return scales, _half(blocks, 208).reshape(blocks.shape[:-1])
-
-
-def block_scale(blocks: Tensor) -> Tensor:
-    """The float16 scale at the start of each Q4_0 or Q8_0 block, as float32 (*leading,)."""
-    return _half(blocks, 0).reshape(blocks.shape[:-1])
 
 
 def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
