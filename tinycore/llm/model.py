@@ -141,6 +141,9 @@ class Block:
         for weight, bias in zip((self.query, self.key, self.value), self.biases, strict=True):
             out = weight.linear(x)
             projected.append(out + bias if bias is not None else out)
+        # the three products realized together: they share x's norm and the quantized products' x operands, which
+        # the keys' and values' cache writes below would otherwise each compute again
+        projected[0].realize(*projected[1:])
         query = projected[0].reshape(batch, length, config.heads, config.head_dim)
         key = projected[1].reshape(batch, length, config.kv_heads, config.head_dim)
         value = projected[2].reshape(batch, length, config.kv_heads, config.head_dim)

@@ -139,8 +139,7 @@ class GGUFWeight:
             # x's sums per lane first (negated times the offset, so the kernel's multiply-add chain starts with
             # them; or for the minimums), then each term's operand: one small kernel per step
             sums = tuple(tuple(-lanes.offset if lanes.offset else 1.0 for _ in range(8)) for _ in range(4))
-            table = Tensor([sums, *coefficients], dtype=dtypes.float32, device=xg.device)
-            together = (xg.unsqueeze(3) * table).sum(4).contiguous()
+            together = (xg.unsqueeze(3) * _constant((sums, *coefficients), xg.device)).sum(4).contiguous()
             operands = [together[:, :, :, index + 1] for index in range(len(lanes.terms))]
             first = together[:, :, :, 0]
             partial = first if lanes.offset else None
@@ -181,6 +180,18 @@ class GGUFWeight:
 
 _GROUP = [tuple(tuple(1.0 if other == group else 0.0 for _ in range(8)) for other in range(4)) for group in range(4)]
 """The lane coefficients that take x's group g as it is."""
+
+
+_CONSTANTS: dict[tuple[object, str], Tensor] = {}
+
+
+def _constant(values: tuple[object, ...], device: str | tuple[str, ...]) -> Tensor:
+    """`values` as a float32 tensor on `device`, realized once: every product that reads the same x then shares one
+    operand kernel (a new constant buffer per weight would make each weight's operands a node of its own)."""
+    name = device if isinstance(device, str) else device[0]
+    if (values, name) not in _CONSTANTS:
+        _CONSTANTS[(values, name)] = Tensor(list(values), dtype=dtypes.float32, device=name).realize()
+    return _CONSTANTS[(values, name)]
 
 
 def _slab_rows(outputs: int, inputs: int) -> int:
