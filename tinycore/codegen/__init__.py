@@ -15,6 +15,7 @@ from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
+from tinycore.codegen.row_values import share_row_values
 from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
@@ -38,6 +39,11 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
         notes = hand_coded_optimizations(kernel, renderer)
     if renderer.has_local and not renderer.has_threads:
         notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
+    if renderer.has_threads:
+        shared = share_row_values(kernel)
+        if shared is not kernel:
+            kernel = shared
+            notes.append("row values stored by the reduce loop, read back by the output loop")
     if DEBUG >= 3:
         print(f"{kernel.name()}: " + (", ".join(notes) if notes else "no optimizations"))
     return kernel

@@ -126,8 +126,10 @@ class Expander:
         """Each store copied for every value of the UPCAST ranges it uses, vector stores where possible."""
         result: list[UOp] = []
         for store in stores:
-            upcasts = sorted((n for n in store.toposort if n.op is Ops.RANGE and axis_kind(n) is AxisType.UPCAST),
-                             key=axis_id)
+            # an UNROLL or ACCUMULATOR range left after expand_reduces is outside any reduce (a row value stored in
+            # the reduce's loop, codegen/row_values.py): its copies are stored like an upcast's
+            upcasts = sorted((n for n in store.toposort if n.op is Ops.RANGE and axis_kind(n) in
+                              (AxisType.UPCAST, AxisType.UNROLL, AxisType.ACCUMULATOR)), key=axis_id)
             if not upcasts:
                 result.append(fold(store))
                 continue

@@ -288,6 +288,31 @@ class Linearizer:
 
     # ---- 4. ordering ----
 
+    def _order_stores_before_loads(self, depends: dict[Any, set[Any]], child_towards: Any) -> None:
+        """A LOAD of a global buffer comes after every STORE to that buffer placed in another loop body that does not
+        use the loaded value (a row value stored in a reduce's loop and read back by the output loop,
+        codegen/row_values.py): data dependencies alone do not order them, a store feeds no value to the load."""
+        stores: dict[UOp, list[UOp]] = {}
+        for root in self.roots:
+            if root.op is Ops.STORE and root.src[0].op is Ops.INDEX and root.src[0].src[0].op is Ops.DEFINE_GLOBAL:
+                stores.setdefault(root.src[0].src[0], []).append(root)
+        if not stores:
+            return
+        for node, loop in self.place.items():
+            if node.op is not Ops.LOAD or node.src[0].op is not Ops.INDEX or node.src[0].src[0] not in stores:
+                continue
+            for store in stores[node.src[0].src[0]]:
+                if self.place[store] is loop or node in store.toposort:
+                    continue  # within one loop body the stores of other lanes write other elements
+                load_path, store_path = self.tree.path(loop), self.tree.path(self.place[store])
+                shared = 0
+                while shared < min(len(load_path), len(store_path)) and load_path[shared] is store_path[shared]:
+                    shared += 1
+                common = load_path[shared - 1] if shared else None
+                later = node if loop is common else ("block", child_towards(common, loop))
+                earlier = store if self.place[store] is common else ("block", child_towards(common, self.place[store]))
+                depends.setdefault(later, set()).add(earlier)
+
     def order(self) -> list[UOp]:
         """The linear program."""
         position = {node: i for i, node in enumerate(self.graph.toposort)}
@@ -325,6 +350,7 @@ class Linearizer:
         for first_range, results in self.block_outputs.items():
             for result in results:
                 depends.setdefault(result, set()).add(("block", first_range))
+        self._order_stores_before_loads(depends, child_towards)
         init_set = set(s for v in self.block_inputs.values() for s in v)
         program: list[UOp] = []
         defines = [n for n in self.graph.toposort if n.op in DEFINE_OPS]
