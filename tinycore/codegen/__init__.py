@@ -40,10 +40,8 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
     if renderer.has_local and not renderer.has_threads:
         notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
     if renderer.has_threads:
-        shared = share_row_values(kernel)
-        if shared is not kernel:
-            kernel = shared
-            notes.append("row values stored by the reduce loop, read back by the output loop")
+        kernel, shared = share_row_values(kernel)
+        notes += shared
     if DEBUG >= 3:
         print(f"{kernel.name()}: " + (", ".join(notes) if notes else "no optimizations"))
     return kernel

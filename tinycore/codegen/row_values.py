@@ -9,13 +9,17 @@ results do not change.
 
 The rewrite is made on the kernel AST before opts and the opts chosen for the original AST are then applied to the
 rewritten one (same axes, same positions), so heuristics and BEAM see one kernel and results stay comparable.
+
+A division by a per-row reduce (softmax's sum, a norm) becomes a multiplication by its reciprocal, computed once per
+row: a vector division costs several multiplies' time in the row's loop. The result may differ from the correctly
+rounded quotient by an ulp, well inside the rounding the reduce itself brings (its summation order is the codegen's).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from tinycore.codegen.opt import Kernel, KernelOptError, OptOps
-from tinycore.dtype import PtrDType
+from tinycore.dtype import PtrDType, dtypes
 from tinycore.uop.axis import axis_id, range_size
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
@@ -138,20 +142,51 @@ def _share_in_store(store: UOp, reduce_ranges: set[UOp], deps: dict[UOp, frozens
     return None
 
 
-def share_row_values(kernel: Kernel) -> Kernel:
+def reciprocal_row_divisors(ast: UOp) -> UOp:
+    """`ast` with every float division whose divisor holds a REDUCE and varies along fewer loops than the dividend
+    (constant along the row the dividend runs over) written as a multiplication by the divisor's reciprocal."""
+    deps = _range_dependencies(ast)
+    memo: dict[UOp, UOp] = {}
+    for node in ast.toposort:
+        new_src = tuple(memo[source] for source in node.src)
+        rebuilt = node if new_src == node.src else node.replace(src=new_src)
+        if node.op is Ops.FDIV and dtypes.is_float(node.dtype) and deps[node.src[1]] < deps[node.src[0]] and \
+                any(inner.op is Ops.REDUCE for inner in node.src[1].toposort):
+            rebuilt = rebuilt.src[0] * rebuilt.src[1].alu(Ops.RECIPROCAL)
+        memo[node] = rebuilt
+    return memo[ast]
+
+
+def share_row_values(kernel: Kernel) -> tuple[Kernel, list[str]]:
     """`kernel` rebuilt from its original AST with row values shared (share_reduced_values) and the same opts, when
-    the rewrite applies and every opt keeps it correct; else `kernel` itself."""
+    the rewrite applies and every opt keeps it correct, and with per-row divisors as reciprocals
+    (reciprocal_row_divisors); a note for each rewrite made."""
+    notes = []
     rewritten, shared = share_reduced_values(kernel.original_ast)
-    if not shared or any(opt.op not in SAFE_OPTS for opt in kernel.applied):
-        return kernel
-    columns = {axis_id(info.column) for info in shared}
-    result = Kernel(rewritten)
+    result = _with_opts(rewritten, kernel, {axis_id(info.column) for info in shared}) if shared else None
+    if result is None:
+        result = kernel
+    else:
+        notes.append("row values stored by the reduce loop, read back by the output loop")
+    divided = reciprocal_row_divisors(result.ast)
+    if divided is not result.ast:
+        result.ast = divided
+        notes.append("row divisors as reciprocals")
+    return result, notes
+
+
+def _with_opts(ast: UOp, kernel: Kernel, columns: set[int]) -> Kernel | None:
+    """A Kernel of `ast` with `kernel`'s opts applied; None when an opt could let workers or blocks write an element
+    of the `columns` axes twice (or does not apply)."""
+    if columns and any(opt.op not in SAFE_OPTS for opt in kernel.applied):
+        return None
+    result = Kernel(ast)
     try:
         for opt in kernel.applied:
             if opt.op is OptOps.THREAD and axis_id(result.axes[opt.axis]) in columns:
                 # workers splitting a row would each store the whole row's values over the others' results
-                return kernel
+                return None
             result.apply_opt(opt)
     except KernelOptError:
-        return kernel
+        return None
     return result
