@@ -54,7 +54,8 @@ def linearize(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = Non
 
 def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None) -> tuple[Kernel, list[UOp]]:
     kernel = optimize_kernel(ast, renderer, opts)
-    optimized = decompose_transcendentals(kernel.ast) if renderer.decompose_transcendentals else kernel.ast
+    optimized = decompose_transcendentals(kernel.ast, renderer.fused_multiply_add) if \
+        renderer.decompose_transcendentals else kernel.ast
     stores = expand(decided_selects(simplify_indices(optimized)), lambda dtype: vector_width(renderer, dtype),
                     lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks)
     return kernel, linearize_stores(stores, renderer, _kernel_name(ast, kernel))

@@ -14,7 +14,7 @@ import math
 import struct
 
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
@@ -34,12 +34,22 @@ def _int(value: int) -> UOp:
     return UOp.const(I32, value)
 
 
+def _horner(coefficients: tuple[float, ...], value: UOp, fused: bool) -> UOp:
+    """sum(coefficients[i] * value**i) by Horner's rule, each step a MULACC marked FUSED when `fused` (one rounding
+    per step where the renderer has an FMA: as accurate or more, and half the instructions)."""
+    result = _float(coefficients[-1])
+    for coefficient in reversed(coefficients[:-1]):
+        result = UOp(Ops.MULACC, F32, (result, value, _float(coefficient)), FUSED) if fused else \
+            result * value + _float(coefficient)
+    return result
+
+
 def _power_of_two(exponent: UOp) -> UOp:
     """2**exponent as float32 from its bits, for int32 `exponent` in [-126, 127]."""
     return ((exponent + _int(127)) << _int(23)).bitcast(F32)
 
 
-def exp2_float32(x: UOp) -> UOp:
+def exp2_float32(x: UOp, fused: bool = False) -> UOp:
     """2**x for float32 `x` in float32 arithmetic: x = n + f with n = round(x) and |f| <= 1/2 (exact), 2**f by a
     degree-6 polynomial, 2**n applied as two exact powers of two so that denormal results are rounded once. Within
     an ulp of the correctly rounded result on the whole float32 range."""
@@ -50,9 +60,7 @@ def exp2_float32(x: UOp) -> UOp:
     # adding and removing 1.5 * 2**23 rounds to the nearest integer (|clamped| < 2**22); exact, no libm round()
     whole = (clamped + _float(_ROUNDER)) - _float(_ROUNDER)
     fraction = clamped - whole
-    polynomial = _float(_EXP2_COEFFICIENTS[-1])
-    for coefficient in reversed(_EXP2_COEFFICIENTS[:-1]):
-        polynomial = polynomial * fraction + _float(coefficient)
+    polynomial = _horner(_EXP2_COEFFICIENTS, fraction, fused)
     exponent = whole.cast(I32)
     half = exponent >> _int(1)
     result = polynomial * _power_of_two(half) * _power_of_two(exponent - half)
@@ -300,14 +308,22 @@ def _sin_of(argument: UOp) -> UOp:
     return sin_float32(argument)
 
 
-transcendental_rules = PatternMatcher([
-    (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), exp2_float32),
-    (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
-    (UPat(Ops.SIN, dtype=F32, src=(UPat.var("argument"),)), _sin_of),
-])
+def _rules(fused: bool) -> PatternMatcher:
+    return PatternMatcher([
+        (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), lambda x: exp2_float32(x, fused)),
+        (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
+        (UPat(Ops.SIN, dtype=F32, src=(UPat.var("argument"),)), _sin_of),
+    ])
+
+
+transcendental_rules = _rules(False)
 """float32 EXP2, LOG2 and SIN -> arithmetic UOps (what a renderer with `decompose_transcendentals` gets)."""
+fused_transcendental_rules = _rules(True)
+"""The same with the polynomials' steps as MULACCs marked FUSED (renderers with `fused_multiply_add`)."""
 
 
-def decompose_transcendentals(ast: UOp) -> UOp:
-    """`ast` with every float32 exp2, log2 and sin written as arithmetic (see the module docstring)."""
-    return graph_rewrite(ast, transcendental_rules, name="decompose transcendentals")
+def decompose_transcendentals(ast: UOp, fused: bool = False) -> UOp:
+    """`ast` with every float32 exp2, log2 and sin written as arithmetic (see the module docstring); `fused`: the
+    polynomial steps may round once (RendererContract.fused_multiply_add)."""
+    return graph_rewrite(ast, fused_transcendental_rules if fused else transcendental_rules,
+                         name="decompose transcendentals")
