@@ -289,21 +289,23 @@ class Linearizer:
     # ---- 4. ordering ----
 
     def _order_stores_before_loads(self, depends: dict[Any, set[Any]], child_towards: Any) -> None:
-        """A LOAD of a global buffer comes after every STORE to that buffer placed in another loop body that does not
-        use the loaded value (a row value stored in a reduce's loop and read back by the output loop,
-        codegen/row_values.py): data dependencies alone do not order them, a store feeds no value to the load."""
-        stores: dict[UOp, list[UOp]] = {}
+        """A LOAD of a global buffer comes after every STORE to that buffer whose value reads no load of it (a row
+        value stored in a reduce's loop and read back by the output loop, codegen/row_values.py): no data dependency
+        orders them. Stores that read the buffer (an update in place, the output loop's own stores) add nothing, so
+        no cycle can form through them."""
+        writes: dict[UOp, list[UOp]] = {}
         for root in self.roots:
             if root.op is Ops.STORE and root.src[0].op is Ops.INDEX and root.src[0].src[0].op is Ops.DEFINE_GLOBAL:
-                stores.setdefault(root.src[0].src[0], []).append(root)
-        if not stores:
+                target = root.src[0].src[0]
+                if not any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] is target
+                           for node in root.src[1].toposort):
+                    writes.setdefault(target, []).append(root)
+        if not writes:
             return
         for node, loop in self.place.items():
-            if node.op is not Ops.LOAD or node.src[0].op is not Ops.INDEX or node.src[0].src[0] not in stores:
+            if node.op is not Ops.LOAD or node.src[0].op is not Ops.INDEX or node.src[0].src[0] not in writes:
                 continue
-            for store in stores[node.src[0].src[0]]:
-                if self.place[store] is loop or node in store.toposort:
-                    continue  # within one loop body the stores of other lanes write other elements
+            for store in writes[node.src[0].src[0]]:
                 load_path, store_path = self.tree.path(loop), self.tree.path(self.place[store])
                 shared = 0
                 while shared < min(len(load_path), len(store_path)) and load_path[shared] is store_path[shared]:

@@ -84,6 +84,18 @@ def test_the_exponential_runs_only_in_the_reduce_loop_and_the_result_matches_num
     np.testing.assert_allclose(result, _reference(data), rtol=3e-6, atol=1e-7)
 
 
+def test_a_kernel_without_column_or_reduce_loops_stores_before_it_reads_back() -> None:
+    # everything upcast or unrolled: the stores of the row values and the loads that read them back share one loop
+    # body, where only the linearizer's store-before-load ordering keeps them apart
+    opts = [Opt(OptOps.UPCAST, 1, 4), Opt(OptOps.UNROLL, 1, 4), Opt(OptOps.UNROLL, 1, 4)]
+    uops = linearize(_softmax_ast(4), VectorCPURenderer(), opts)
+    assert not any(uop.op is Ops.RANGE and uop.arg[0] != 0 for uop in uops)
+    data = np.random.default_rng(4).standard_normal((ROWS, 4)).astype(np.float32) * 4
+    result = np.zeros((ROWS, 4), np.float32)
+    run_linear(uops, [result.reshape(-1), data.reshape(-1)])
+    np.testing.assert_allclose(result, _reference(data), rtol=3e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("opts", [[Opt(OptOps.THREAD, 1, 2)], [Opt(OptOps.NEST, 0, 0)],
                                   [Opt(OptOps.SHIFTED_UPCAST, 1, 5)]])
 def test_opts_that_split_or_move_the_row_loop_keep_the_recomputation(opts: list[Opt]) -> None:
