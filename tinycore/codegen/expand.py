@@ -141,25 +141,44 @@ class Expander:
                 for start in range(0, len(copies), chunk):
                     group = copies[start:start + chunk]
                     vector_store = self._vector_store(group) if chunk > 1 else None
-                    result.extend([vector_store] if vector_store is not None else group)
+                    lane_stores = self._lane_stores(group) if chunk > 1 and vector_store is None else None
+                    result.extend([vector_store] if vector_store is not None else lane_stores or group)
         return result
+
+    def _lane_stores(self, copies: tuple[UOp, ...]) -> list[UOp] | None:
+        """Stores to scattered addresses (a tile stored transposed) of values that pack into one vector: the value
+        computed as a vector (a matmul tile's vector accumulators), each lane stored on its own; None when the values
+        do not pack (a vector assembled lane by lane gains nothing)."""
+        values = tuple(copy.src[1] for copy in copies)
+        if values[0].dtype.count != 1 or copies[0].arg is not None or \
+                not self.packer.vector_ok(values[0].dtype, len(values)):
+            return None
+        packed = self.packer.pack(values)
+        if packed.op in (Ops.VECTORIZE, Ops.CONST) or packed.dtype.count != len(values):
+            return None
+        return [copy.replace(src=(copy.src[0], packed.gep(lane)) + copy.src[2:]) for lane, copy in enumerate(copies)]
 
     def _chunk_width(self, store: UOp, vector_axis: UOp) -> int:
         """The widest supported vector width dividing the vector axis."""
         return self.fitting_width(store.src[1].dtype, range_size(vector_axis) or 1)
 
     def _vector_axis(self, store: UOp, upcasts: list[UOp]) -> UOp:
-        """The upcast range along which the store's addresses are consecutive (the last one when none is)."""
+        """The upcast range along which the store's addresses are consecutive; when none is, the one along which a
+        load of the stored value is (its lanes are computed as a vector and stored one by one); else the last."""
         address = store.src[0]
-        if address.op is Ops.INDEX:
-            width = self.vector_width(store.src[1].dtype)
-            for range_node in reversed(upcasts):
-                size = range_size(range_node) or 1
-                if width > 1 and size % 2 == 0 and \
-                        constant_difference(address.src[1], address.src[1].substitute(
-                            {range_node: range_node + 1})) == 1:
-                    return range_node
-        return upcasts[-1]
+        width = self.vector_width(store.src[1].dtype)
+        if address.op is not Ops.INDEX or width < 2:
+            return upcasts[-1]
+        stored = next((r for r in reversed(upcasts) if (range_size(r) or 1) % 2 == 0 and
+                       _steps_by_one(address.src[1], r)), None)
+        if stored is not None and (range_size(stored) or 1) >= width:
+            return stored
+        # no full vector of consecutive stores (a tile stored transposed: 6 rows of a matmul's output along the
+        # store, 16 columns across it): whole vectors along a load's consecutive lanes, stored lane by lane
+        loads = [n.src[0].src[1] for n in store.src[1].toposort if n.op is Ops.LOAD and n.src[0].op is Ops.INDEX]
+        loaded = next((r for r in reversed(upcasts) if r is not stored and (range_size(r) or 1) % width == 0 and
+                       any(_steps_by_one(index, r) for index in loads)), None)
+        return loaded or stored or upcasts[-1]
 
     def _vector_store(self, copies: tuple[UOp, ...]) -> UOp | None:
         """One vector store for copies that write consecutive addresses of one buffer under one mask, else None."""
@@ -174,6 +193,12 @@ class Expander:
                                                                                              addresses)):
             return None
         return first.store(self.packer.pack(values))
+
+
+def _steps_by_one(index: UOp, range_node: UOp) -> bool:
+    """True when `index` grows by exactly one per step of `range_node`."""
+    return range_node in index.toposort and \
+        constant_difference(index, index.substitute({range_node: range_node + 1})) == 1
 
 
 def _powers_up_to(limit: int) -> set[int]:

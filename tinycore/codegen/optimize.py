@@ -206,7 +206,7 @@ class Heuristic:
             if column_tile == 2 * width:
                 # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
                 # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack)
-                row_tile = next((t for t in (MATMUL_ROWS, 4, 2) if row_size % t == 0), None)
+                row_tile = next((t for t in (MATMUL_ROWS, 5, 4, 3, 2) if row_size % t == 0), None)
                 recomputed = -(-row_size // MATMUL_ROWS) * MATMUL_ROWS - row_size
                 shifted = row_size >= MATMUL_ROWS and row_tile != MATMUL_ROWS and \
                     (row_tile is None or recomputed <= SHIFTED_WASTE * row_size)

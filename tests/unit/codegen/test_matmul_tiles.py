@@ -326,3 +326,21 @@ def test_a_batch_of_128_rows_without_gradient_packs_the_weights() -> None:
         items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
         assert len(items) == kernels
         _close(result.numpy(), x.astype(np.float64) @ w)
+
+
+def test_tile_stored_across_its_vectors_keeps_vector_accumulators() -> None:
+    # a classifier layer's in-place update, w (64, 10) -= lr * h.T @ d: the tile is 16 rows of w (vectors along h's
+    # contiguous axis) by 5 of its 10 columns, stored lane by lane; its accumulators stay vectors
+    h, d, w = _array(32, 64), _array(32, 10, seed=1), _array(64, 10, seed=2)
+    weight, probe = Tensor(w).realize(), Tensor(w).realize()
+    gradient = (Tensor(h).unsqueeze(-1) * Tensor(d).unsqueeze(-2)).sum(0)
+    items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
+             if not item.is_copy]
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+    assert "UPCAST 16 (matmul columns)" in notes and "UPCAST 5 (matmul rows)" in notes, notes
+    program = linearize(items[-1].ast, Device["CPU"].renderer)
+    assert any(u.op is Ops.REDUCE and u.dtype.count == 8 for u in program) or \
+        any(u.op in (Ops.MULACC, Ops.ADD) and u.dtype.count == 8 for u in program)
+    weight.assign(weight - 0.5 * gradient).realize()
+    _close(weight.numpy(), w - 0.5 * (h.T.astype(np.float64) @ d))
