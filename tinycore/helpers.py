@@ -283,6 +283,7 @@ ALL2ALL = ContextVar("ALL2ALL", 0)  # allreduce: 1 all-to-all above a size, 2 al
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
 CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: index tensors are read and bounds-checked (IndexError) when used
+SCATTER_SORT = ContextVar("SCATTER_SORT", -1)  # scatter reductions sorted and segmented: 1 always, 0 never, -1 auto
 CACHELEVEL = ContextVar("CACHELEVEL", 2)
 # the default dtypes by name ("float32", "half", "int64"); tinycore.dtype keeps dtypes.default_float/int in step
 DEFAULT_FLOAT = ContextVar("DEFAULT_FLOAT", "")

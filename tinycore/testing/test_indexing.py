@@ -14,6 +14,7 @@ import numpy
 import pytest
 
 from tinycore.dtype import dtypes
+from tinycore.helpers import Context
 from tinycore.tensor import Tensor
 from tinycore.testing.capabilities import DeviceCapabilities
 from tinycore.testing.support import assert_matches, not_built, require_dtype, sample
@@ -268,3 +269,62 @@ def test_gathers_inside_larger_graphs(device: str) -> None:
     ]
     for name, got, expected in cases:
         assert_matches(got, expected, f"{name} on {device}", rtol=1e-4, atol=1e-4)
+
+
+SORTED_CASES = {"random": 13, "empty": 0, "all_same": 9}
+
+
+@pytest.mark.parametrize("case", sorted(SORTED_CASES))
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("dtype_name", ["float32", "int32"])
+def test_scatter_reduce_sorted_and_segmented(device: str, reduce: str, dtype_name: str, case: str) -> None:
+    """The sort-and-segment lowering (SCATTER_SORT=1; a device without atomics for the dtype takes it by default
+    for large scatters): scatter_reduce of 13 values with repeats, of none, and of 9 onto one element, along dim 0
+    of a (5, 2) tensor, equals numpy's ufunc.at (mean: torch's scatter_reduce)."""
+    count = SORTED_CASES[case]
+    generator = numpy.random.default_rng(50 + count)
+    index = numpy.full((count, 2), -2, numpy.int32) if case == "all_same" else \
+        generator.integers(-5, 5, (count, 2)).astype(numpy.int32)
+    if dtype_name == "float32":
+        values = (generator.integers(0, 2, (count, 2)) * 2 - 1 if reduce == "prod" else
+                  generator.uniform(-4.0, 4.0, (count, 2))).astype(numpy.float32)
+    else:
+        values = (generator.integers(0, 2, (count, 2)) * 2 - 1 if reduce == "prod" else
+                  generator.integers(-1000, 1000, (count, 2))).astype(numpy.int32)
+    base = generator.integers(1, 3, (5, 2)).astype(values.dtype)
+    if reduce == "mean":
+        torch = _torch()
+        expected = torch.tensor(base).scatter_reduce(0, torch.tensor(index, dtype=torch.int64) % 5,
+                                                     torch.tensor(values), "mean").numpy()
+    else:
+        expected = base.copy()
+        NUMPY_AT[reduce].at(expected, (index, numpy.arange(2)[None, :].repeat(count, 0)), values)
+    with Context(SCATTER_SORT=1):
+        got = Tensor(base, device=device).scatter_reduce(0, Tensor(index, device=device).reshape(count, 2),
+                                                         Tensor(values, device=device).reshape(count, 2), reduce)
+        got.realize()
+    assert_matches(got, expected, f"sorted scatter_reduce({reduce}) of {count} {dtype_name} values on {device}",
+                   rtol=1e-5, atol=1e-5)
+
+
+def test_index_tensors_read_through_a_shifted_view(device: str) -> None:
+    """Index tensors that read their neighbour through a pad (`k[i + 1]`, zero past the end) inside a gather and a
+    scatter: the load past the end stays masked inside the address (an interpreter reports any read outside a
+    buffer)."""
+    keys = numpy.array([0, 1, 1, 2, 4, 4, 3, 3], numpy.int32)
+    values = numpy.arange(1, 9, dtype=numpy.float32)
+    later = numpy.append(keys[1:], -1)
+    index = numpy.where(later != keys, keys, 5).astype(numpy.int32)
+    tensor_keys = Tensor(keys, device=device).contiguous()
+    shifted = tensor_keys.pad(((0, 1),), value=-1).shrink(((1, 9),))
+    tensor_index = shifted.ne(tensor_keys).where(tensor_keys, 5)
+    table = numpy.arange(10, dtype=numpy.float32) * 3
+    expected_gather = numpy.where(index < 5, table[numpy.minimum(index, 4)], 0).astype(numpy.float32)
+    got_gather = Tensor(table[:5], device=device)[tensor_index]
+    assert_matches(got_gather, expected_gather, f"gather through a shifted index on {device}")
+    expected = numpy.zeros(5, numpy.float32)
+    kept = index < 5
+    numpy.add.at(expected, index[kept], values[kept])
+    got = Tensor(numpy.zeros(5, numpy.float32), device=device).scatter_reduce(0, tensor_index,
+                                                                          Tensor(values, device=device), "sum")
+    assert_matches(got, expected, f"scatter through a shifted index on {device}")

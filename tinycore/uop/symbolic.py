@@ -944,8 +944,24 @@ def simplify_indices(root: UOp) -> UOp:
 
     Only addresses are simplified: rewriting values could, for instance, drop clauses of a load's mask that an
     enclosing where() implies, which would turn a masked load into an out-of-bounds one.
+
+    An address that holds loads (a gather's or a scatter's, whose coordinates are read from memory) is simplified
+    with each of those loads stood in for by an opaque leaf, then the loads (their own INDEXes simplified first, in
+    toposort order) are put back: the where() that guards such a load inside the address is a value too.
     """
-    mapping = {node: simplify(node) for node in root.toposort if node.op is Ops.INDEX}
+    mapping: dict[UOp, UOp] = {}
+    for node in root.toposort:
+        if node.op is not Ops.INDEX:
+            continue
+        loads = [inner for inner in node.toposort if inner.op is Ops.LOAD]
+        if not loads:
+            mapping[node] = simplify(node)
+            continue
+        stand_ins = {load: UOp(Ops.NOOP, load.dtype, (), ("a load inside an address", position))
+                     for position, load in enumerate(loads)}
+        simplified = simplify(node.substitute(stand_ins))
+        mapping[node] = simplified.substitute({stand_in: load.substitute(mapping)
+                                               for load, stand_in in stand_ins.items()})
     return root.substitute(mapping)
 
 
