@@ -17,7 +17,7 @@ from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.helpers import BEAM, DEBUG
 from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
-from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key
+from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.uop.ops import Ops
@@ -328,8 +328,12 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         if not pending:
             return list(uops)
         to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
-    keyed = node_structure_key(to_schedule[0]) if len(to_schedule) == 1 else structure_key(to_schedule)
-    template = cached_template(keyed[0])
+    if len(to_schedule) == 1:
+        keyed = node_structure_key(to_schedule[0])
+        template = template_of(to_schedule[0], keyed[0])
+    else:
+        keyed = structure_key(to_schedule)
+        template = cached_template(keyed[0])
     plan = None if template is None else template.plan
     if plan is not None and not _capturing and DEBUG.value < 1 and BEAM.value < 1:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])

@@ -16,7 +16,7 @@ from tinycore.schedule.nodes import strip_identity
 from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
-from tinycore.uop.uop import UOp
+from tinycore.uop.uop import UOp, _arg_key
 
 _VIEW = object()
 """Marks a template slot that is a BUFFER_VIEW of an earlier slot rather than a new buffer."""
@@ -126,7 +126,8 @@ class _Template:
             if kind == "slot":
                 buffer = slots[first]
                 # the shape was checked when the template was made: the node is built without re-checking it
-                results.append(buffer if second is None else UOp(Ops.RESHAPE, buffer.dtype, (buffer,), second))
+                results.append(buffer if second is None else
+                               UOp.keyed(Ops.RESHAPE, buffer.dtype, (buffer,), second[0], second[1]))
             elif kind == "same":
                 results.append(strip_identity(outputs[first]))
             else:
@@ -166,7 +167,7 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
             results.append(("same", position, None))
         elif result.op is Ops.RESHAPE and result.src[0].op is Ops.BUFFER:
             # a new buffer, or an input assigned into (every in-place write): rebuilt without walking a graph
-            results.append(("slot", slot(result.src[0]), result.shape))
+            results.append(("slot", slot(result.src[0]), (result.shape, _arg_key(result.shape))))
         elif result.op is Ops.BUFFER and result not in inputs:
             results.append(("slot", slot(result), None))
         else:
@@ -205,4 +206,37 @@ def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device
 
 def clear_schedule_cache() -> None:
     """Forget every cached schedule."""
+    global _generation
     _cache.clear()
+    _generation += 1
+
+
+_generation = 0
+"""Counts clear_schedule_cache calls: a template kept outside the cache is used only within its generation."""
+_TEMPLATE_ATTRIBUTE = "_template"
+
+
+def schedule_generation() -> int:
+    """How many times the schedule cache was cleared (templates kept elsewhere are tagged with it)."""
+    return _generation
+
+
+def known_template(key: tuple[Any, ...]) -> tuple[int, _Template] | None:
+    """The template cached under `key` once it has a launch plan, tagged with the cache's generation, for a caller
+    that hands it to the nodes of that structure it builds (see set_node_template); None before."""
+    template = _cache.get(key)
+    return None if template is None or template.plan is None else (_generation, template)
+
+
+def set_node_template(node: UOp, known: tuple[int, _Template]) -> None:
+    """Record that `node` (whose structure key is the template's) is realized by the template in `known`."""
+    node.__dict__[_TEMPLATE_ATTRIBUTE] = known
+
+
+def template_of(node: UOp, key: tuple[Any, ...]) -> _Template | None:
+    """`cached_template(key)` for `node` of structure `key`, without hashing the key when the node carries its
+    template from this cache generation."""
+    known = node.__dict__.get(_TEMPLATE_ATTRIBUTE)
+    if known is not None and known[0] == _generation:
+        return known[1]
+    return _cache.get(key)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import dtypes
 from tinycore.errors import ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
-from tinycore.tensor.recipes import LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
+from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
 from tinycore.tensor.segments import segment_scatter, sorts_scatter
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
@@ -112,18 +112,23 @@ def _setitem_key(tensor: Tensor, indices: Any, value: Any) -> tuple[tuple[Any, .
         arguments.append((kind, value))
     else:
         return None
-    infos = [leaf_info(leaf) for leaf in leaves]
-    if infos[0][2] == LEAF_MULTI:
-        return None
+    infos = [leaf.__dict__.get(LEAF_ATTRIBUTE) or leaf_info(leaf) for leaf in leaves]
     written = infos[0][1]
     last = len(leaves) - 1
-    for position in range(1, len(leaves)):
+    if infos[0][2] == LEAF_MULTI:
+        return None
+    for position in range(1, last + 1):
         _, own, leaf_kind = infos[position]
-        if leaf_kind == LEAF_MULTI or (leaf_kind != LEAF_INDEX and (position < last or kind is not tensor_class)):
-            return None  # a bool mask, or a float index tensor (an error the step-by-step path reports)
+        if leaf_kind != LEAF_INDEX and (leaf_kind == LEAF_MULTI or position < last or kind is not tensor_class):
+            return None  # a bool mask or a float index tensor (an error the step-by-step path reports)
         for buffer in own:
             if buffer in written:
                 return None
+    buffers = [info[1] for info in infos]
+    flat = [buffer for own in buffers for buffer in own]
+    if len(flat) == len(leaves) and len(set(flat)) == len(flat):
+        # one buffer per leaf, none shared: no two leaves share a node (the common case)
+        return (tuple(arguments), tuple([info[0] for info in infos])), leaves, buffers
     key, buffers = key_of(leaves, infos, tuple(arguments))
     return key, leaves, buffers
 

@@ -19,7 +19,13 @@ from itertools import count
 from typing import Any
 
 from tinycore.dtype import dtypes
-from tinycore.schedule.cache import node_structure_key, set_node_structure_key
+from tinycore.schedule.cache import (
+    known_template,
+    node_structure_key,
+    schedule_generation,
+    set_node_structure_key,
+    set_node_template,
+)
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp, _arg_key, _touches_several_devices
 
@@ -29,7 +35,8 @@ again)."""
 
 _STRUCTURE_IDS: dict[tuple[Any, ...], int] = {}
 _NEXT_ID = count()
-_LEAF_ATTRIBUTE = "_recipe_leaf"
+LEAF_ATTRIBUTE = "_recipe_leaf"
+"""Where leaf_info keeps its answer on a node (read directly on hot paths)."""
 _CHAIN_ATTRIBUTE = "_recipe_chains"
 Step = tuple[Ops, Any, Any, Any, tuple[int, ...]]
 """One node to build: op, dtype, arg, the arg's cache key and the slots of its sources."""
@@ -42,7 +49,7 @@ LEAF_MULTI, LEAF_INDEX, LEAF_OTHER = 0, 1, 2
 def leaf_info(node: UOp) -> tuple[int, list[UOp], int]:
     """A small id for the structure of `node`'s graph (equal ids: equal structure keys), its BUFFER nodes and its
     kind (LEAF_*), kept on the node."""
-    found = node.__dict__.get(_LEAF_ATTRIBUTE)
+    found = node.__dict__.get(LEAF_ATTRIBUTE)
     if found is None:
         key, buffers = node_structure_key(node)
         number = _STRUCTURE_IDS.get(key)
@@ -51,19 +58,20 @@ def leaf_info(node: UOp) -> tuple[int, list[UOp], int]:
                 _STRUCTURE_IDS.clear()  # ids are never reused, so ids kept on live nodes stay unambiguous
             number = _STRUCTURE_IDS[key] = next(_NEXT_ID)
         kind = LEAF_MULTI if node.op is Ops.MULTI else LEAF_INDEX if dtypes.is_int(node.dtype) else LEAF_OTHER
-        found = node.__dict__[_LEAF_ATTRIBUTE] = (number, buffers, kind)
+        found = node.__dict__[LEAF_ATTRIBUTE] = (number, buffers, kind)
     return found
 
 
 class Recipe:
     """The steps that build one operation's graph over its leaves (see the module docstring)."""
 
-    __slots__ = ("constants", "chains", "steps", "result_key", "origins")
+    __slots__ = ("constants", "chains", "steps", "result_key", "origins", "template")
 
     def __init__(self, constants: tuple[UOp, ...], chains: tuple[tuple[int, tuple[Step, ...]], ...],
                  steps: tuple[Step, ...], result_key: tuple[Any, ...], origins: tuple[tuple[int, int], ...]):
         self.constants, self.chains, self.steps = constants, chains, steps
         self.result_key, self.origins = result_key, origins
+        self.template: tuple[int, Any] | None = None
 
     def build(self, leaves: list[UOp], leaf_buffers: list[list[UOp]]) -> UOp:
         """The operation's graph over `leaves` (whose buffers are `leaf_buffers`), its structure key recorded."""
@@ -76,12 +84,12 @@ class Recipe:
             kept = leaf.__dict__.get(_CHAIN_ATTRIBUTE)
             if kept is None:
                 kept = leaf.__dict__[_CHAIN_ATTRIBUTE] = {}
-            nodes = kept.get((self, owner))
+            nodes = kept.get(self)  # a leaf owns one chain per recipe (a repeated leaf: at its first place)
             if nodes is None:
                 start = len(values)
                 for op, dtype, arg, arg_key, sources in chain:
                     values.append(make(op, dtype, tuple([values[slot] for slot in sources]), arg, arg_key))
-                kept[(self, owner)] = tuple(values[start:])
+                kept[self] = tuple(values[start:])
             else:
                 values.extend(nodes)
         for op, dtype, arg, arg_key, sources in self.steps:
@@ -89,6 +97,10 @@ class Recipe:
         result = values[-1]
         set_node_structure_key(result, (self.result_key, [leaf_buffers[leaf][position]
                                                           for leaf, position in self.origins]))
+        if self.template is None or self.template[0] != schedule_generation():
+            self.template = known_template(self.result_key)  # realize then skips hashing the key
+        if self.template is not None:
+            set_node_template(result, self.template)
         return result
 
 

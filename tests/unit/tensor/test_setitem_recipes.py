@@ -152,3 +152,18 @@ def test_repeated_basic_setitem() -> None:
     integers[1] = Tensor(np.array([1, 2, 3], np.int32))
     np.testing.assert_array_equal(integers.numpy(), [[0, 0, 0], [1, 2, 3], [0, 0, 0]])
     assert integers.dtype == dtypes.int32
+
+
+def test_recorded_setitems_after_the_schedule_cache_is_cleared() -> None:
+    from tinycore.schedule import clear_schedule_cache
+    base = RNG.standard_normal((5, 6)).astype(np.float32)
+    expected = base.copy()
+    target = Tensor(base).realize()
+    for round_ in range(6):
+        if round_ == 3:
+            clear_schedule_cache()  # recipes then find the new templates, not the ones they kept
+        rows = _indices(5, (4,))
+        values = RNG.standard_normal((4, 6)).astype(np.float32)
+        expected[rows] = values
+        target[Tensor(rows)] = Tensor(values)
+        np.testing.assert_array_equal(target.numpy(), expected)
