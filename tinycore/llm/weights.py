@@ -24,6 +24,12 @@ from tinycore.uop.symbolic import Variable
 PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 """ggml types held as tensors of their own dtype."""
 
+LANE_ROWS = 16
+"""Rows of activations up to which the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) multiply in lane form,
+the weight's blocks converted in the kernel for every row (a short prompt, a batch's decode step): 1B model, a
+prompt of 8 or 16 tokens, 1.9-2.7x (Q4_0) and 1.3-1.9x (Q8_0) the prefill tokens/s of the slabs below; from 32 rows
+on the slabs, converting each weight once, are faster."""
+
 FUSED_ROWS = 4
 """Rows of activations up to which a quantized matmul dequantizes inside its kernel (decode of a batch of sequences);
 above, the weight is dequantized once into slabs (prefill)."""
@@ -81,12 +87,12 @@ class GGUFWeight:
         return dequantize(chosen, self.ggml_type).reshape(*indices.shape, *rest)
 
     def linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for a weight of shape (out, in). For one row of x (decode) the dequantization is part of
-        the matmul's kernel, so no float copy of the weight is written; for several rows (prefill) the weight is
-        dequantized once into a temporary and the matmul runs on floats, which costs less than dequantizing it
-        again for every row."""
+        """x @ weight.T for a weight of shape (out, in). For one row of x (decode; up to LANE_ROWS rows for the
+        32-value block types) the dequantization is part of the matmul's kernel, so no float copy of the weight is
+        written; for more rows (prefill) the weight is dequantized once into temporaries, a slab at a time, and the
+        matmul runs on floats, which costs less than dequantizing it again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in LANE_TYPES and rows == 1 and len(self.shape) == 2:
+        if self.ggml_type in LANE_TYPES and isinstance(rows, int) and rows <= LANE_ROWS and len(self.shape) == 2:
             return self._lane_linear(x)
         if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
             return self._q6_k_lane_linear(x)
@@ -119,18 +125,20 @@ class GGUFWeight:
         return products.sum(tuple(range(2, 3 + len(form)))).cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _lane_linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for one row of x and a weight whose blocks of 32 hold one scale each (Q4_0, Q4_1, Q5_0,
-        Q5_1, Q8_0; tinycore.nn.gguf.block_lane_terms). Each block is 4 groups of 8 values (one vector each); the
-        block's integer lane terms times their x operands are added elementwise into one 8-wide partial per block,
-        and only that partial is multiplied by the block's scale, so the scale costs one multiply per block
-        instead of one per value. The x operands (x's groups combined per term: the nibble and high-bit terms
-        need x scaled or mixed) and x's sums per lane (for the offset of unsigned values, or the blocks'
-        minimums) are computed once per step, shared by every output row."""
+        """x @ weight.T for a few rows of x (one in decode) and a weight whose blocks of 32 hold one scale each
+        (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; tinycore.nn.gguf.block_lane_terms). Each block is 4 groups of 8 values (one
+        vector each); the block's integer lane terms times their x operands are added elementwise into one 8-wide
+        partial per block, and only that partial is multiplied by the block's scale, so the scale costs one
+        multiply per block instead of one per value. The x operands (x's groups combined per term: the nibble and
+        high-bit terms need x scaled or mixed) and x's sums per lane (for the offset of unsigned values, or the
+        blocks' minimums) are computed once per step, shared by every output row. With several rows of x the
+        scales, broadcast over those rows, are a small kernel of their own (one float per block)."""
         outputs, inputs = self.shape
+        rows = prod(x.shape[:-1])
         blocks = inputs // 32
-        data = self.data.reshape(1, outputs, blocks, self.data.shape[1])
+        data = self.data.reshape(outputs, 1, blocks, self.data.shape[1])
         lanes = block_lane_terms(data, self.ggml_type)
-        xg = x.reshape(1, 1, blocks, 4, 8).cast(dtypes.float32)
+        xg = x.reshape(1, rows, blocks, 4, 8).cast(dtypes.float32)
         coefficients = [coefficient for coefficient, _ in lanes.terms]
         partial: Tensor | None = None
         if coefficients == [_GROUP[group] for group in range(4)] and lanes.offset == 0 and lanes.minimum is None:
@@ -150,7 +158,8 @@ class GGUFWeight:
         scaled = partial * lanes.scale.unsqueeze(-1)
         if lanes.minimum is not None:
             scaled = scaled + first * lanes.minimum.unsqueeze(-1)
-        return scaled.sum((2, 3)).cast(x.dtype).reshape(*x.shape[:-1], outputs)
+        result = scaled.sum((2, 3))
+        return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _q6_k_lane_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for one row of x and a Q6_K weight, as _lane_linear does it: each sub-block of 16 values is
