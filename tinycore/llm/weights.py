@@ -8,13 +8,12 @@ from typing import Any
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
 from tinycore.nn.gguf import (
-    BLOCK_FORMS,
     GGML_TYPES,
     LANE_TYPES,
     block_lane_terms,
     dequantize,
-    dequantize_blocks,
     gguf_load_blocks,
+    k_lane_parts,
     q6_k_groups,
     q6_k_scales,
 )
@@ -96,8 +95,8 @@ class GGUFWeight:
             return self._lane_linear(x)
         if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
             return self._q6_k_lane_linear(x)
-        if self.ggml_type in BLOCK_FORMS and rows == 1 and len(self.shape) == 2:
-            return self._blockwise_linear(x)
+        if self.ggml_type in (12, 13) and rows == 1 and len(self.shape) == 2:
+            return self._k_lane_linear(x)
         if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
             return x.matmul(self.float().T)
         outputs, inputs = self.shape
@@ -109,20 +108,6 @@ class GGUFWeight:
         pieces = [x.matmul(self.rows(start.bind(first), slab).contiguous().T).realize()
                   for first in range(0, outputs, slab)]
         return pieces[0].cat(*pieces[1:], dim=-1)
-
-    def _blockwise_linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for one row of x, as a sum over (blocks, values of a block) of x in the same block form times
-        the dequantized weight (1, out, blocks, *block form): one kernel that reads each block's bytes once and
-        converts each scale once per (sub-)block (leading axes of size 1 and only elementwise ops between the
-        scales' broadcasts and the sum keep them in the kernel; see schedule/fusion.py). Several rows would
-        broadcast the dequantized weight along the rows, which the scheduler computes into a float copy when the
-        dequantization costs too much per row."""
-        outputs, inputs = self.shape
-        form = BLOCK_FORMS[self.ggml_type]
-        blocks = inputs // prod(form)
-        weight = dequantize_blocks(self.data.reshape(1, outputs, blocks, self.data.shape[1]), self.ggml_type)
-        products = x.reshape(1, 1, blocks, *form).cast(dtypes.float32) * weight
-        return products.sum(tuple(range(2, 3 + len(form)))).cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _lane_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for a few rows of x (one in decode) and a weight whose blocks of 32 hold one scale each
@@ -159,6 +144,30 @@ class GGUFWeight:
         if lanes.minimum is not None:
             scaled = scaled + first * lanes.minimum.unsqueeze(-1)
         result = scaled.sum((2, 3))
+        return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
+
+    def _k_lane_linear(self, x: Tensor) -> Tensor:
+        """x @ weight.T for one row of x and a Q4_K or Q5_K weight in lane form: each sub-block of 32 values is 4
+        groups of 8 whose products with x are added into one 8-wide partial, multiplied once by the sub-block's
+        6-bit scale; the minimums come off as x's sums per sub-block and lane (a small kernel once per step) times
+        the sub-block's minimum; the block's two sums are multiplied once by its factors d and dmin."""
+        outputs, inputs = self.shape
+        blocks = inputs // 256
+        data = self.data.reshape(outputs, 1, blocks, self.data.shape[1])
+        groups, scales, minimums, factor, minimum_factor = k_lane_parts(data, self.ggml_type)
+        xg = x.reshape(1, 1, blocks, 8, 4, 8).cast(dtypes.float32)
+        sums = (-xg.sum(4)).contiguous()  # negated: the kernel adds dmin * (minimum * -sums)
+        scaled: Tensor | None = None
+        offsets: Tensor | None = None
+        for sub in range(8):
+            partial = xg[:, :, :, sub, 0] * groups[4 * sub].cast(dtypes.float32)
+            for group in range(1, 4):
+                partial = partial + xg[:, :, :, sub, group] * groups[4 * sub + group].cast(dtypes.float32)
+            term, offset = partial * scales[sub], sums[:, :, :, sub] * minimums[sub]
+            scaled = term if scaled is None else scaled + term
+            offsets = offset if offsets is None else offsets + offset
+        assert scaled is not None and offsets is not None
+        result = (scaled * factor + offsets * minimum_factor).sum((2, 3))
         return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _q6_k_lane_linear(self, x: Tensor) -> Tensor:

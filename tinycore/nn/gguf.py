@@ -371,6 +371,41 @@ def _k_scales(blocks: Tensor) -> tuple[Tensor, Tensor]:
     return scale * _half(blocks, 0).unsqueeze(-1), minimum * _half(blocks, 2).unsqueeze(-1)
 
 
+def k_lane_parts(blocks: Tensor, ggml_type: int) -> tuple[list[Tensor], list[Tensor], list[Tensor], Tensor, Tensor]:
+    """Q4_K or Q5_K blocks (uint8, (*leading, bytes per block)) for a product in lane form: 32 groups of 8 unsigned
+    values (group 4 * j + g holds values 8g .. 8g + 7 of sub-block j), int32 (*leading, 8) each, taken with constant
+    shifts; the 8 sub-blocks' 6-bit scales and minimums, float32 (*leading, 1) each; the blocks' float16 factors d
+    and dmin, float32 (*leading, 1): value = d * scale_j * q - dmin * minimum_j."""
+    if ggml_type not in (12, 13):
+        raise NotImplementedError(f"k_lane_parts takes Q4_K and Q5_K blocks, not "
+                                  f"{GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]}")
+
+    def byte(index: int) -> Tensor:
+        return _bytes(blocks, index, index + 1).cast(dtypes.int32)
+    scales, minimums = [], []
+    for sub in range(8):
+        if sub < 4:
+            scale, minimum = byte(4 + sub) & 63, byte(8 + sub) & 63
+        else:  # low 4 bits from bytes 12..16, high 2 bits from the top of bytes 4..8 (scales) and 8..12 (minimums)
+            scale = (byte(8 + sub) & 0xF) | ((byte(sub) >> 6) << 4)
+            minimum = (byte(8 + sub) >> 4) | ((byte(4 + sub) >> 6) << 4)
+        scales.append(scale.cast(dtypes.float32))
+        minimums.append(minimum.cast(dtypes.float32))
+    start = 16 if ggml_type == 12 else 48
+    groups = []
+    for sub in range(8):
+        pair, high = divmod(sub, 2)
+        for group in range(4):
+            first = start + 32 * pair + 8 * group
+            packed = _bytes(blocks, first, first + 8).cast(dtypes.int32)
+            values = packed >> 4 if high else packed & 0xF
+            if ggml_type == 13:  # bit `sub` of the high-bit byte of each value, moved to bit 4
+                bits = _bytes(blocks, 16 + 8 * group, 24 + 8 * group).cast(dtypes.int32)
+                values = values | ((bits << (4 - sub)) if sub <= 4 else (bits >> (sub - 4))) & 16
+            groups.append(values)
+    return groups, scales, minimums, _half(blocks, 0), _half(blocks, 2)
+
+
 def _q4_k(blocks: Tensor) -> Tensor:
     leading = blocks.shape[:-1]
     scale, minimum = _k_scales(blocks)
