@@ -79,10 +79,13 @@ def _setitem_key(tensor: Tensor, indices: Any, value: Any) -> tuple[tuple[Any, .
     """The recipe key of `tensor[indices] = value`, its leaves (the target, index tensors and value) and their
     buffers; None when the call is not one a recipe can stand for: an index or value that is not a plain int,
     slice, None, Ellipsis, integer Tensor or Python scalar (host lists, bool masks and Variables depend on more than
-    structure), a multi-device tensor, or a value or index that reads the buffer being written (the built graph
-    then depends on which buffer that is)."""
+    structure), a target that is not a realized buffer or a view of one (a multi-device tensor, setitems chained
+    before a realize), or a value or index that reads the buffer being written (the built graph then depends on
+    which buffer that is)."""
     # this runs on every setitem, ahead of the recipe it finds: plain loops, no helper per item
     target = tensor.uop
+    if target.base.op is not Ops.BUFFER:
+        return None  # a lazy target (setitems chained before a realize): its structure is new at every call
     tensor_class = tensor.__class__
     leaves = [target]
     arguments: list[Any] = []
