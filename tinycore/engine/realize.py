@@ -14,7 +14,7 @@ from typing import Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
-from tinycore.engine.memory import buffer_of, device_facts
+from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.helpers import BEAM, DEBUG
 from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
 from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
@@ -415,14 +415,19 @@ def _run_plan(plan: _Plan, template: Any, outputs: Sequence[UOp], inputs: list[U
 
     The same launches run_schedule makes for the template's instance, without building schedule items: buffers
     are allocated at their first use and temporaries freed after their last."""
-    slots = template.fill_slots(inputs)
+    slots = template.fill_slots(inputs) if template.new_buffers else inputs  # read only below
     handles: list[Any] = [None] * len(slots)
     for step in plan.steps:
         arguments = []
         for slot in step.slots:
             handle = handles[slot]
             if handle is None:
-                handle = handles[slot] = buffer_of(slots[slot]).ensure_allocated()._buf
+                # an allocated Buffer kept on its node (buffer_of's own lookup) without two calls per argument
+                known = slots[slot].__dict__.get(_BUFFER_ATTRIBUTE)
+                handle = known._buf if known is not None else None
+                if handle is None:
+                    handle = buffer_of(slots[slot]).ensure_allocated()._buf
+                handles[slot] = handle
             arguments.append(handle)
         if step.launch is not None:
             step.launch(arguments)
