@@ -10,7 +10,7 @@ import math
 import pathlib
 import struct
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
@@ -35,6 +35,17 @@ if TYPE_CHECKING:
 _GRAD_TENSORS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 """Every live tensor with requires_grad=True: the candidates for `backward`."""
 _UNDECIDED_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_REALIZE_UOPS: Callable[[Sequence[UOp]], list[UOp]] | None = None
+"""engine.realize.realize_uops, imported on first use like this module's other engine imports; kept here because an
+import statement in Tensor.realize cost about 1 us per call."""
+
+
+def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
+    """engine.realize.realize_uops, imported on first use."""
+    global _REALIZE_UOPS
+    from tinycore.engine.realize import realize_uops
+    _REALIZE_UOPS = realize_uops
+    return realize_uops
 """Live tensors made from data or by a creation method (Tensor(...), empty, uniform, ...) whose requires_grad is
 None ("not decided"): as in tinygrad, `backward` gives them gradients too. Results of operations are not leaves."""
 
@@ -376,8 +387,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if not lst and uop.op is not Ops.MULTI:  # one tensor (eager code): no repeats to tell apart
             if uop.base.op is Ops.BUFFER:
                 return self
-            from tinycore.engine.realize import realize_uops
-            only = realize_uops([uop])[0]
+            only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
             if self._unrealized is None and (self._requires_grad or (
                     self._requires_grad is None and _UNDECIDED_LEAVES.get(id(self)) is self)):
                 self._unrealized = uop
