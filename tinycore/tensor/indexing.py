@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import dtypes
 from tinycore.errors import ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
+from tinycore.tensor import segments  # noqa: F401 - registers the sort-and-segment lowering of scatter reductions
 from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
-from tinycore.tensor.segments import segment_scatter, sorts_scatter
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
 from tinycore.uop.indexing import scatter_assign, writes_in_place
@@ -621,9 +621,6 @@ class IndexingMixin:
         else:
             fresh = type(self).empty(self.shape, dtype=self.dtype, device=self.device)
             target = fresh.uop.assign(self.uop)
-        if sorts_scatter(self, values, reduce, parallel):
-            assert reduce is not None
-            values, indices, axis_map, parallel = segment_scatter(tuple(self.shape), values, indices, axis_map, reduce)
         return scatter_assign(target, values.uop, [index.uop for index in indices], axis_map, reduce, parallel)
 
     # ---- gather and scatter ----

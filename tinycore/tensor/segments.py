@@ -21,12 +21,13 @@ sums are combined in a fixed tree order (rounding may differ from the ordered lo
 from __future__ import annotations
 
 from math import prod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import SCATTER_SORT
 from tinycore.plugins.contract import RendererContract
-from tinycore.uop.indexing import combine_scatter
+from tinycore.uop.indexing import REDUCE_LOWERINGS, ScatterInputs, combine_scatter
+from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
@@ -38,6 +39,24 @@ _ADDRESS_LIMIT = 2 ** 31 - 1
 PACKED_LIMIT = 2 ** 31 - 1
 """An (address, position) pair is sorted as one int32 `address * P + position` when every such value stays at or
 under this; else as two arrays (two kernels per stage)."""
+
+
+def _lower(target: UOp, values: UOp, indices: list[UOp], axis_map: tuple[Any, ...], reduce: str,
+           parallel: list[int]) -> ScatterInputs | None:
+    """A REDUCE_LOWERINGS entry: the sorted and segmented inputs where sorts_scatter says so (front-end scatters and
+    the gradients of gathers alike)."""
+    from tinycore.tensor.tensor import Tensor
+    wrapped_target, wrapped_values = Tensor._wrap(target), Tensor._wrap(values)
+    if not sorts_scatter(wrapped_target, wrapped_values, reduce, parallel):
+        return None
+    shape = cast(tuple[int, ...], tuple(target.shape))  # all ints: sorts_scatter checked
+    totals, coordinates, new_map, new_parallel = segment_scatter(shape, wrapped_values,
+                                                                 [Tensor._wrap(index) for index in indices], axis_map,
+                                                                 reduce)
+    return totals.uop, [coordinate.uop for coordinate in coordinates], new_map, new_parallel
+
+
+REDUCE_LOWERINGS.append(_lower)
 
 
 def sorts_scatter(target: Tensor, values: Tensor, reduce: str | None, parallel: list[int]) -> bool:

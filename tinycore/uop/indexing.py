@@ -20,7 +20,7 @@ iterations that differ on a parallel axis never write the same element).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Union
 
 from tinycore.dtype import dtypes
@@ -96,11 +96,27 @@ def writes_in_place(node: UOp) -> bool:
         node = node.src[0]
 
 
+ScatterInputs = tuple[UOp, list[UOp], tuple[AxisEntry, ...], list[int]]
+"""A scatter's values, index tensors, axis map and parallel axes."""
+REDUCE_LOWERINGS: list[Callable[[UOp, UOp, list[UOp], tuple[AxisEntry, ...], str, list[int]],
+                                ScatterInputs | None]] = []
+"""Other forms of a reducing scatter, registered by higher layers (the tensor front end's sort and segment): each is
+asked in turn with (target, values, indices, axis map, reduce, parallel axes) and answers the inputs of an
+equivalent scatter, or None to leave it as it is."""
+
+
 def scatter_assign(target: UOp, values: UOp, indices: Sequence[UOp], axis_map: Sequence[AxisEntry], reduce: str | None,
                    parallel: Sequence[int]) -> UOp:
-    """ASSIGN(target, SCATTER(target, ...)): the scatter written into `target`'s buffer in place."""
+    """ASSIGN(target, SCATTER(target, ...)): the scatter written into `target`'s buffer in place (a reduction in the
+    first form REDUCE_LOWERINGS gives, if any)."""
     if not writes_in_place(target):
         raise ValueError(f"a scatter writes into a realized buffer (or a view of one), got {target.base.op}")
+    if reduce is not None:
+        for lowering in REDUCE_LOWERINGS:
+            replaced = lowering(target, values, list(indices), tuple(axis_map), reduce, list(parallel))
+            if replaced is not None:
+                values, indices, axis_map, parallel = replaced
+                break
     return target.assign(scatter(target, values, indices, axis_map, reduce, parallel))
 
 

@@ -143,3 +143,18 @@ def test_pairs_too_wide_for_one_int32_sort_as_two_arrays(reduce: str, monkeypatc
     with Context(SCATTER_SORT=1):
         got = Tensor(base).scatter_reduce(0, Tensor(index), Tensor(values), reduce).numpy()
     np.testing.assert_array_equal(got, expected)
+
+
+def test_gather_gradient_sorted_matches_numpy() -> None:
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((20, 3)).astype(np.float32)
+    rows = rng.integers(-20, 20, 70).astype(np.int32)
+    upstream = rng.integers(-8, 8, (70, 3)).astype(np.float32)
+    expected = np.zeros_like(table)
+    np.add.at(expected, rows, upstream)
+    with Context(SCATTER_SORT=1):
+        weights = Tensor(table, requires_grad=True)
+        (weights[Tensor(rows)] * Tensor(upstream)).sum().backward()
+        assert weights.grad is not None
+        got = weights.grad.numpy()
+    np.testing.assert_array_equal(got, expected)
