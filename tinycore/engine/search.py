@@ -51,7 +51,7 @@ from tinycore.renderer.renderer import ProgramSpec
 from tinycore.uop.axis import AxisType, range_size
 from tinycore.uop.uop import UOp
 
-SEARCH_FORMAT = 2
+SEARCH_FORMAT = 3
 """Version of the search and of its cache entries: a change to either makes earlier entries misses."""
 UPCAST_AMOUNTS = (2, 3, 4, 6, 8, 16)
 SHIFTED_AMOUNTS = (6, 8, 16)
@@ -67,6 +67,9 @@ extensions would each take seconds to time)."""
 CONFIRM_RUNS = 5
 """Rounds in which the finalists (the beam's best and the heuristic's choice) are timed again, taking turns, before
 one is kept: a candidate that looked fast while another process held the cores must win again."""
+BEAM_MIN_GAIN = 0.05
+"""A finalist replaces the heuristic's choice only when its confirmed time is at least this fraction faster: a gain
+of a few percent measured on a shared machine is noise, and a cached choice outlives the load it was timed under."""
 
 
 @dataclass
@@ -367,9 +370,11 @@ class _Search:
                 break
         return fastest
 
-    def confirm(self, finalists: list[tuple[Opt, ...]]) -> tuple[Opt, ...] | None:
+    def confirm(self, finalists: list[tuple[Opt, ...]],
+                heuristic: tuple[Opt, ...] | None = None) -> tuple[Opt, ...] | None:
         """Time `finalists` again, in turns for CONFIRM_RUNS rounds; each (and every candidate with its program)
-        gets its fastest run of these rounds. Returns the fastest finalist (None when there are fewer than two)."""
+        gets its fastest run of these rounds. Returns the fastest finalist, or `heuristic` (when it is a finalist)
+        unless the fastest beats it by BEAM_MIN_GAIN; None when there are fewer than two."""
         seen: set[int] = set()
         present = []
         for opts in dict.fromkeys(finalists):
@@ -387,7 +392,13 @@ class _Search:
         for opts, runner in self.runners.items():
             if id(runner) in by_program:
                 self.times[opts] = by_program[id(runner)]
-        return min(present, key=lambda opts: (fastest[opts], len(opts)))
+        winner = min(present, key=lambda opts: (fastest[opts], len(opts)))
+        # the heuristic's program may be listed under other opts that render the same source
+        heuristic_seconds = (by_program.get(id(self.runners[heuristic]))
+                             if heuristic is not None and heuristic in self.runners else None)
+        if heuristic_seconds is not None and fastest[winner] > heuristic_seconds * (1 - BEAM_MIN_GAIN):
+            return heuristic
+        return winner
 
     def beam(self) -> list[tuple[Opt, ...]]:
         """The `width` fastest candidates, leaving out those over BEAM_PRUNE times the best."""
@@ -423,7 +434,7 @@ class _Search:
                 beam = self.beam()
                 if self.best > previous_best * (1 - float(BEAM_MIN_PROGRESS.value)):
                     break
-            winner = self.confirm(self.ranked()[:max(self.width, 2)] + [heuristic])
+            winner = self.confirm(self.ranked()[:max(self.width, 2)] + [heuristic], heuristic)
         finally:
             progress.close()
             self.runners.clear()

@@ -234,3 +234,39 @@ def test_progress_bar_uses_tqdm_when_installed(capsys):
     err = capsys.readouterr().err
     assert "BEAM r_" in err and "best" in err and "candidates, best" not in err
     np.testing.assert_allclose(result, x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def _confirming_search(seconds: dict[tuple[Opt, ...], float]) -> search._Search:
+    """A search whose candidates' programs take the given (hand-set) seconds on every run."""
+    confirming = search._Search.__new__(search._Search)
+    confirming.handles, confirming.var_vals, confirming.times = [], {}, {}
+    by_time: dict[float, object] = {}
+    confirming.runners = {}
+    for opts, elapsed in seconds.items():
+        # candidates with the same time share one program, as opts that render the same source do
+        confirming.runners[opts] = by_time.setdefault(elapsed, lambda *args, elapsed=elapsed, **kwargs: elapsed)
+    return confirming
+
+
+def test_a_finalist_replaces_the_heuristic_only_when_clearly_faster():
+    """Confirmation keeps the heuristic's opts unless a finalist is BEAM_MIN_GAIN (5%) faster: 3% is noise on a
+    shared machine, 10% is kept."""
+    heuristic = (Opt(OptOps.UPCAST, 0, 4),)
+    close, clear = (Opt(OptOps.UPCAST, 0, 8),), (Opt(OptOps.UNROLL, 0, 2),)
+    assert search.BEAM_MIN_GAIN == 0.05
+    slightly = _confirming_search({heuristic: 1.0, close: 0.97})
+    assert slightly.confirm([close, heuristic], heuristic) == heuristic
+    clearly = _confirming_search({heuristic: 1.0, close: 0.97, clear: 0.90})
+    assert clearly.confirm([clear, close, heuristic], heuristic) == clear
+    assert clearly.times[clear] == 0.90 and clearly.times[heuristic] == 1.0
+    # without a heuristic to defend, the fastest finalist wins however small the gain
+    assert slightly.confirm([close, heuristic]) == close
+
+
+def test_the_heuristic_defended_through_opts_that_share_its_program():
+    """When the heuristic's program is listed under other opts (the same source), its time still counts."""
+    heuristic, same_program = (Opt(OptOps.UPCAST, 0, 4),), (Opt(OptOps.UPCAST, 0, 4), Opt(OptOps.UNROLL, 0, 1))
+    faster = (Opt(OptOps.UPCAST, 0, 8),)
+    confirming = _confirming_search({same_program: 1.0, heuristic: 1.0, faster: 0.98})
+    assert confirming.runners[same_program] is confirming.runners[heuristic]
+    assert confirming.confirm([same_program, faster, heuristic], heuristic) == heuristic
