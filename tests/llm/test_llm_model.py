@@ -114,6 +114,24 @@ def test_one_token_steps_of_every_type_match_reference(tmp_path: os.PathLike[str
     numpy.testing.assert_allclose(got, llm_reference.logits(path, tokens), rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.parametrize("matrix_type", ["Q8_0", "Q4_0", "Q5_1"])
+def test_column_chunked_weights_match_reference(tmp_path: os.PathLike[str], matrix_type: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With chunks of 32 inputs, the feed-forward down weight (128 inputs) is repacked into 4 column chunks at load
+    (the 64-input matrices stay as they are); a prefill and one-token steps equal the reference's logits."""
+    from tinycore.llm import weights as weights_module
+    monkeypatch.setattr(weights_module, "CHUNK_INPUTS", 32)
+    path = _model_file(tmp_path, "chunked", matrix_type=matrix_type, dim=64, hidden=128, layers=1, heads=4,
+                       kv_heads=2, vocab=16)
+    _, loaded = weights_module.load_gguf_weights(path)
+    assert {name: weight.chunks for name, weight in loaded.items() if weight.chunks > 1} == {"blk.0.ffn_down.weight": 4}
+    tokens = [1, 5, 7, 3]
+    _check_logits(path, tokens)
+    model = Transformer.from_gguf(path, max_context=8)
+    got = numpy.concatenate([model([[token]], position).numpy()[0] for position, token in enumerate(tokens)])
+    numpy.testing.assert_allclose(got, llm_reference.logits(path, tokens), rtol=1e-3, atol=1e-3)
+
+
 def test_cache_and_jitted_decode_match_reference(tmp_path: os.PathLike[str]) -> None:
     """Prefill then positions one at a time through the jitted step (start_pos a bound Variable), and generate's
     greedy tokens: each position's logits equal the reference's for the whole sequence."""

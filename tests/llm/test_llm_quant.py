@@ -165,3 +165,47 @@ def test_dequantize_blocks_keeps_leading_axes(type_name: str) -> None:
     numpy.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     with pytest.raises(NotImplementedError, match="Q4_K"):
         dequantize_blocks(Tensor.zeros(1, 2, dtype=dtypes.uint8), 0)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 24])
+@pytest.mark.parametrize("type_name", ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"])
+def test_repacked_weight_matches_numpy(type_name: str, rows: int) -> None:
+    """A weight repacked into column chunks (blocks stored (chunks, outputs, blocks per chunk)) multiplies one row
+    (decode), a few rows (lane form) and many rows (dequantized slabs) as numpy does on gguf's dequantization of the
+    file's bytes; its float, rows and gather_rows still give the file's row order; the bytes are the same ones
+    permuted, so the resident size does not change."""
+    import gguf
+
+    from tinycore.llm.weights import GGUFWeight
+    outputs, inputs, chunks = 40, 512, 4
+    blocks = random_blocks(type_name, outputs * inputs // 32, seed=17 + rows)
+    weight = GGUFWeight("w", TYPE_IDS[type_name], (outputs, inputs), Tensor(blocks).realize())
+    size = weight.nbytes
+    weight.repack(chunks)
+    assert weight.chunks == chunks and weight.nbytes == size
+    stored = weight.data.numpy().reshape(chunks, outputs, inputs // 32 // chunks, -1)
+    numpy.testing.assert_array_equal(stored.transpose(1, 0, 2, 3).reshape(blocks.shape), blocks)
+    dense = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(outputs, inputs)
+    x = numpy.random.default_rng(rows).standard_normal((1, rows, inputs)).astype(numpy.float32)
+    expected = x @ dense.T
+    got = weight.linear(Tensor(x).realize()).numpy()
+    numpy.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6 * numpy.abs(expected).max())
+    numpy.testing.assert_allclose(weight.float().numpy(), dense, rtol=0, atol=0)
+    numpy.testing.assert_allclose(weight.rows(7, 5).numpy(), dense[7:12], rtol=0, atol=0)
+    indices = numpy.array([[3, 0], [39, 12]], dtype=numpy.int32)
+    numpy.testing.assert_allclose(weight.gather_rows(Tensor(indices)).numpy(), dense[indices], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(("type_name", "shape", "chunks"), [("Q4_0", (8, 64), 3), ("Q4_K", (8, 512), 2),
+                                                           ("Q8_0", (2, 4, 64), 2), ("F32", (8, 64), 2)])
+def test_repack_rejects_what_it_cannot_split(type_name: str, shape: tuple[int, ...], chunks: int) -> None:
+    """Repacking names the weight when its type, rank or blocks per row do not allow the column chunks asked for."""
+    from tinycore.llm.weights import GGUFWeight
+    elements = int(numpy.prod(shape))
+    if type_name == "F32":
+        data = Tensor.zeros(*shape)
+    else:
+        data = Tensor(random_blocks(type_name, elements // GGML_TYPES[TYPE_IDS[type_name]][1], seed=3))
+    weight = GGUFWeight("w", TYPE_IDS[type_name], shape, data)
+    with pytest.raises(ValueError, match="cannot repack GGUFWeight"):
+        weight.repack(chunks)

@@ -29,6 +29,13 @@ the weight's blocks converted in the kernel for every row (a short prompt, a bat
 prompt of 8 or 16 tokens, 1.9-2.7x (Q4_0) and 1.3-1.9x (Q8_0) the prefill tokens/s of the slabs below; from 32 rows
 on the slabs, converting each weight once, are faster."""
 
+CHUNK_INPUTS = 1024
+"""Inputs per column chunk (tinycore.llm.weights.GGUFWeight.repack) of the 32-value block types' weights with more
+than 2 * CHUNK_INPUTS inputs. x's operands of a row of 8192 inputs (32 KB for Q8_0, 40 KB for Q4_0) overflow a
+32 KB L1 cache while every output row reads them; a chunk's (4-5 KB) stays. 2048 x 8192 matvec, one thread:
+Q4_0 1.25-1.34 -> 1.18-1.19 ms, Q8_0 2.06 -> 1.20 ms; 512 or 2048 inputs per chunk were slower, and 8192 x 2048
+gained nothing from 2 chunks."""
+
 FUSED_ROWS = 4
 """Rows of activations up to which a quantized matmul dequantizes inside its kernel (decode of a batch of sequences);
 above, the weight is dequantized once into slabs (prefill)."""
@@ -41,10 +48,35 @@ quantized weights instead of a float32 copy of the largest matrix (4-8x its quan
 
 class GGUFWeight:
     """One weight tensor of a GGUF file: `data` holds the file's bytes on the device (the tensor itself for F32, F16
-    and BF16; uint8 blocks (block count, bytes per block) for quantized types), `shape` its logical shape."""
+    and BF16; uint8 blocks (block count, bytes per block) for quantized types, row after row, or after `repack`
+    column chunk after column chunk: `chunks` of them), `shape` its logical shape."""
 
     def __init__(self, name: str, ggml_type: int, shape: tuple[int, ...], data: Tensor):
         self.name, self.ggml_type, self.shape, self.data = name, ggml_type, tuple(shape), data
+        self.chunks = 1
+
+    def repack(self, chunks: int) -> None:
+        """Store a 2-D weight of a 32-value block type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) as `chunks` column chunks,
+        (chunks, outputs, blocks per chunk, bytes per block): a one-row product then runs chunk by chunk over every
+        output row, so x's operands for one chunk stay in the L1 cache while all rows read them, and adds the
+        chunks' partial sums at the end. The copy replaces the old bytes (no extra resident memory)."""
+        blocks = self.shape[-1] // 32 if len(self.shape) == 2 else 0
+        if self.ggml_type not in LANE_TYPES or self.chunks != 1 or chunks < 1 or not blocks or blocks % chunks:
+            raise ValueError(f"cannot repack {self!r} ({self.chunks} chunks now) into {chunks} column chunks: needs "
+                             f"a 2-D Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 weight whose {blocks} blocks a row split evenly")
+        if chunks == 1:
+            return
+        outputs, width = self.shape[0], self.data.shape[1]
+        chunked = self.data.reshape(outputs, chunks, blocks // chunks, width).permute(1, 0, 2, 3)
+        self.data, self.chunks = chunked.contiguous().reshape(-1, width).realize(), chunks
+
+    def _row_blocks(self) -> Tensor:
+        """The quantized blocks in the file's order (row after row), a view of `data` whatever its chunking."""
+        if self.chunks == 1:
+            return self.data
+        outputs, width = self.shape[0], self.data.shape[1]
+        chunked = self.data.reshape(self.chunks, outputs, -1, width)
+        return chunked.permute(1, 0, 2, 3).reshape(-1, width)
 
     @property
     def type_name(self) -> str:
@@ -60,7 +92,7 @@ class GGUFWeight:
         """The weight as float32 of its logical shape (lazy: fused into whatever consumes it)."""
         if self.ggml_type in PLAIN_TYPES:
             return self.data.cast(dtypes.float32).reshape(self.shape)
-        return dequantize(self.data, self.ggml_type).reshape(self.shape)
+        return dequantize(self._row_blocks(), self.ggml_type).reshape(self.shape)
 
     def rows(self, start: int | Any, count: int) -> Tensor:
         """Rows [start, start + count) of a 2-D weight as float32 (count, columns), dequantizing only those rows'
@@ -70,7 +102,7 @@ class GGUFWeight:
             flat = self.data.reshape(rows, columns)
             return flat.shrink(((start, start + count), None)).cast(dtypes.float32)
         blocks_per_row = columns // GGML_TYPES[self.ggml_type][1]
-        per_row = self.data.reshape(rows, blocks_per_row * self.data.shape[1])
+        per_row = self._row_blocks().reshape(rows, blocks_per_row * self.data.shape[1])
         chosen = per_row.shrink(((start, start + count), None)).reshape(count * blocks_per_row, self.data.shape[1])
         return dequantize(chosen, self.ggml_type).reshape(count, columns)
 
@@ -81,7 +113,7 @@ class GGUFWeight:
         if self.ggml_type in PLAIN_TYPES:
             return self.data.reshape(self.shape[0], prod(rest))[indices].cast(dtypes.float32).reshape(
                 *indices.shape, *rest)
-        per_row = self.data.reshape(self.shape[0], -1)
+        per_row = self._row_blocks().reshape(self.shape[0], -1)
         chosen = per_row[indices].reshape(-1, self.data.shape[1])
         return dequantize(chosen, self.ggml_type).reshape(*indices.shape, *rest)
 
@@ -117,24 +149,27 @@ class GGUFWeight:
         multiply per block instead of one per value. The x operands (x's groups combined per term: the nibble and
         high-bit terms need x scaled or mixed) and x's sums per lane (for the offset of unsigned values, or the
         blocks' minimums) are computed once per step, shared by every output row. With several rows of x the
-        scales, broadcast over those rows, are a small kernel of their own (one float per block)."""
+        scales, broadcast over those rows, are a small kernel of their own (one float per block). A repacked weight
+        (`chunks` > 1) sums each column chunk over all output rows into partials, then adds the partials."""
         outputs, inputs = self.shape
         rows = prod(x.shape[:-1])
         blocks = inputs // 32
-        data = self.data.reshape(outputs, 1, blocks, self.data.shape[1])
+        chunks = self.chunks
+        per_chunk = blocks // chunks
+        data = self.data.reshape(chunks, outputs, 1, per_chunk, self.data.shape[1])
         lanes = block_lane_terms(data, self.ggml_type)
-        xg = x.reshape(1, rows, blocks, 4, 8).cast(dtypes.float32)
+        xg = x.reshape(1, rows, chunks, per_chunk, 4, 8).permute(2, 0, 1, 3, 4, 5).cast(dtypes.float32)
         coefficients = [coefficient for coefficient, _ in lanes.terms]
         partial: Tensor | None = None
         if coefficients == [_GROUP[group] for group in range(4)] and lanes.offset == 0 and lanes.minimum is None:
-            operands = [xg[:, :, :, group] for group in range(4)]  # plain groups: x itself, no kernel of its own
+            operands = [xg[..., group, :] for group in range(4)]  # plain groups: x itself, no kernel of its own
         else:
             # x's sums per lane first (negated times the offset, so the kernel's multiply-add chain starts with
             # them; or for the minimums), then each term's operand: one small kernel per step
             sums = tuple(tuple(-lanes.offset if lanes.offset else 1.0 for _ in range(8)) for _ in range(4))
-            together = (xg.unsqueeze(3) * _constant((sums, *coefficients), xg.device)).sum(4).contiguous()
-            operands = [together[:, :, :, index + 1] for index in range(len(lanes.terms))]
-            first = together[:, :, :, 0]
+            together = (xg.unsqueeze(-3) * _constant((sums, *coefficients), xg.device)).sum(-2).contiguous()
+            operands = [together[..., index + 1, :] for index in range(len(lanes.terms))]
+            first = together[..., 0, :]
             partial = first if lanes.offset else None
         for operand, (_, values) in zip(operands, lanes.terms, strict=True):
             term = operand * values.cast(dtypes.float32)
@@ -143,7 +178,8 @@ class GGUFWeight:
         scaled = partial * lanes.scale.unsqueeze(-1)
         if lanes.minimum is not None:
             scaled = scaled + first * lanes.minimum.unsqueeze(-1)
-        result = scaled.sum((2, 3))
+        result = scaled.sum((3, 4))
+        result = result[0] if chunks == 1 else result.contiguous().sum(0)
         return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _k_lane_linear(self, x: Tensor) -> Tensor:
@@ -224,9 +260,14 @@ def _slab_rows(outputs: int, inputs: int) -> int:
 def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
                                                                                        dict[str, GGUFWeight]]:
     """The metadata and the weights of a GGUF file, each weight's bytes copied from the file (through DISK) to
-    `device` now, without dequantizing."""
+    `device` now, without dequantizing; the 32-value block types' weights with more than 2 * CHUNK_INPUTS inputs
+    are repacked into column chunks of CHUNK_INPUTS (GGUFWeight.repack)."""
     metadata, tensors = gguf_load_blocks(os.fspath(path), device)
     weights = {name: GGUFWeight(name, ggml_type, shape, data) for name, (ggml_type, shape, data) in tensors.items()}
     for weight in weights.values():  # one at a time: peak memory stays one tensor above the weights
         weight.data.realize()
+        inputs = weight.shape[-1]
+        if weight.ggml_type in LANE_TYPES and len(weight.shape) == 2 and inputs > 2 * CHUNK_INPUTS and \
+                inputs % CHUNK_INPUTS == 0:
+            weight.repack(inputs // CHUNK_INPUTS)
     return metadata, weights
