@@ -68,7 +68,7 @@ class GGUFWeight:
             return
         outputs, width = self.shape[0], self.data.shape[1]
         chunked = self.data.reshape(outputs, chunks, blocks // chunks, width).permute(1, 0, 2, 3)
-        self.data, self.chunks = chunked.contiguous().reshape(-1, width).realize(), chunks
+        self.data, self.chunks = chunked.reshape(-1, width).contiguous().realize(), chunks
 
     def _row_blocks(self) -> Tensor:
         """The quantized blocks in the file's order (row after row), a view of `data` whatever its chunking."""
@@ -263,11 +263,14 @@ def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -
     `device` now, without dequantizing; the 32-value block types' weights with more than 2 * CHUNK_INPUTS inputs
     are repacked into column chunks of CHUNK_INPUTS (GGUFWeight.repack)."""
     metadata, tensors = gguf_load_blocks(os.fspath(path), device)
-    weights = {name: GGUFWeight(name, ggml_type, shape, data) for name, (ggml_type, shape, data) in tensors.items()}
-    for weight in weights.values():  # one at a time: peak memory stays one tensor above the weights
-        weight.data.realize()
+    weights: dict[str, GGUFWeight] = {}
+    for name in list(tensors):  # one at a time: peak memory stays one tensor above the weights
+        # popped, so that a repacked weight's file-order bytes are freed as soon as the copy is made
+        ggml_type, shape, data = tensors.pop(name)
+        weight = weights[name] = GGUFWeight(name, ggml_type, shape, data)
+        del data
         inputs = weight.shape[-1]
-        if weight.ggml_type in LANE_TYPES and len(weight.shape) == 2 and inputs > 2 * CHUNK_INPUTS and \
-                inputs % CHUNK_INPUTS == 0:
-            weight.repack(inputs // CHUNK_INPUTS)
+        if ggml_type in LANE_TYPES and len(shape) == 2 and inputs > 2 * CHUNK_INPUTS and inputs % CHUNK_INPUTS == 0:
+            weight.repack(inputs // CHUNK_INPUTS)  # from the file's bytes: no device copy in the file's order stays
+        weight.data.realize()
     return metadata, weights
