@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from tiny_cpu.renderer import CRenderer
 
 from tinycore import Tensor, dtypes
 from tinycore.codegen import lower_to_program
@@ -158,3 +159,30 @@ def test_exp_and_log_kernels_are_vector_code_without_libm_calls() -> None:
     with np.errstate(all="ignore"):
         np.testing.assert_allclose(Tensor(values).exp().numpy(), np.exp(values.astype(np.float64)).astype(np.float32),
                                    rtol=1e-5)  # the float32 product x * log2(e) alone is 3e-6 off at 50
+
+
+MIN_MAX_CASES: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
+    "maximum": (lambda a, b: a.maximum(b), lambda a, b: np.where(a < b, b, a)),
+    "where minimum": (lambda a, b: (a < b).where(a, b), lambda a, b: np.where(a < b, a, b)),
+    "where maximum": (lambda a, b: (b < a).where(a, b), lambda a, b: np.where(b < a, a, b)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", MIN_MAX_CASES)
+def test_vector_min_max_keep_nan_and_signed_zero_lanes(name: str, dtype: type) -> None:
+    # the x86 max/min instructions stand in for the select only where they give the same bits: NaN lanes and
+    # -0 against +0 take the select's operand, so the results are compared bit for bit, not just as values
+    build, reference = MIN_MAX_CASES[name]
+    left, right = _values(11).astype(dtype), _values(12)[::-1].astype(dtype)
+    right[:6] = [-0.0, 0.0, np.nan, 1.0, -np.inf, np.nan]
+    left[:6] = [0.0, -0.0, 1.0, np.nan, np.nan, np.nan]
+    result = build(Tensor(left), Tensor(right))
+    sources = _sources(result)
+    with np.errstate(all="ignore"):
+        expected = reference(left, right).astype(dtype)
+    got = result.numpy()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{expected.itemsize}"))
+    if isinstance(Device["CPU"].renderer, CRenderer):
+        assert any("TC_MAX_" in source or "TC_MIN_" in source for source in sources), sources

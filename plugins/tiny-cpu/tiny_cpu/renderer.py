@@ -162,6 +162,25 @@ _FUSED_MULTIPLY_ADD_MACROS = """#ifndef TC_FMA_FLOAT8
 #endif"""
 
 
+# MAXPS/MINPS-style maxima and minima: x86's vmaxps(a, b) is exactly `b < a ? a : b` per lane (b where either is NaN,
+# b for equal lanes such as -0 and +0), vminps(a, b) `a < b ? a : b`, so a select of that form is one instruction
+# instead of a compare and a blend; elsewhere the macro is the blend it replaces (its third argument)
+_MIN_MAX = {dtypes.float32.vec(8): ("FLOAT8", "__AVX__", "ps256"),
+            dtypes.float32.vec(4): ("FLOAT4", "__SSE__", "ps"),
+            dtypes.float64.vec(4): ("DOUBLE4", "__AVX__", "pd256"),
+            dtypes.float64.vec(2): ("DOUBLE2", "__SSE2__", "pd")}
+
+
+def _min_max_macros(dtype: DType) -> str:
+    """The TC_MAX_/TC_MIN_ macros of one vector dtype: the x86 builtin where the target has it, else the blend."""
+    suffix, feature, builtin = _MIN_MAX[dtype]
+    return "\n".join([f"#ifndef TC_MAX_{suffix}", f"#if defined({feature}) && defined(__x86_64__)",
+                      f"#define TC_MAX_{suffix}(a, b, blend) __builtin_ia32_max{builtin}((a), (b))",
+                      f"#define TC_MIN_{suffix}(a, b, blend) __builtin_ia32_min{builtin}((a), (b))", "#else",
+                      f"#define TC_MAX_{suffix}(a, b, blend) (blend)", f"#define TC_MIN_{suffix}(a, b, blend) (blend)",
+                      "#endif", "#endif"])
+
+
 class MaskWalk(CWalk):
     """The C walk with lane masks: a vector comparison is a GNU C vector comparison (a vector of signed integers the
     width of the compared lanes, all ones where true), logic on masks is bitwise, and a select over a mask is a blend
@@ -221,7 +240,14 @@ class MaskWalk(CWalk):
                 self.bind(uop, f"({self.expression(scalar)}?{when_true}:{when_false})")
                 return
             mask = self.mask_of(condition, uop.dtype.scalar.itemsize, count)
-            self.bind(uop, self.blend(mask, when_true, when_false, uop.dtype))
+            blend = self.blend(mask, when_true, when_false, uop.dtype)
+            if uop.dtype in _MIN_MAX and condition.op is Ops.CMPLT and condition.src[0].dtype == uop.dtype:
+                # (x < y) ? x : y is a minimum, (y < x) ? x : y a maximum, lane for lane
+                if condition.src == (sources[1], sources[2]):
+                    blend = self._min_max("MIN", when_true, when_false, blend, uop.dtype)
+                elif condition.src == (sources[2], sources[1]):
+                    blend = self._min_max("MAX", when_true, when_false, blend, uop.dtype)
+            self.bind(uop, blend)
             return
         if uop.op is Ops.MULACC and uop.arg == FUSED and uop.dtype in _FUSED_MULTIPLY_ADD:
             operands = ", ".join(self.whole(source, count) if count > 1 else self.expression(source)
@@ -231,7 +257,8 @@ class MaskWalk(CWalk):
         if count > 1 and uop.op is Ops.MAX and self._vector_lanes(uop.dtype):
             left, right = self.materialized(sources[0], count), self.materialized(sources[1], count)
             mask = self._mask_variable(f"({left}<{right})", uop.dtype)
-            self.bind(uop, self.blend(mask, right, left, uop.dtype))
+            blend = self.blend(mask, right, left, uop.dtype)
+            self.bind(uop, self._min_max("MAX", right, left, blend, uop.dtype) if uop.dtype in _MIN_MAX else blend)
             return
         if count > 1 and uop.op in GroupOp.Comparison and self._vector_lanes(sources[0].dtype):
             left, right = self.whole(sources[0], count), self.whole(sources[1], count)
@@ -246,6 +273,10 @@ class MaskWalk(CWalk):
             self._bind_mask(uop, f"({left}{symbol}{right})", reference)
             return
         super().op_alu(uop)
+
+    def _min_max(self, kind: str, first: str, second: str, blend: str, dtype: DType) -> str:
+        """`kind` ("MAX" or "MIN") of two vectors in x86's operand order, falling back to `blend`."""
+        return f"TC_{kind}_{_MIN_MAX[dtype][0]}({first}, {second}, {blend})"
 
     def materialized(self, uop: UOp, count: int) -> str:
         """`uop` as a vector variable (an operand the code repeats)."""
@@ -362,6 +393,8 @@ class CRenderer(CStyleLanguage):
             lines.append(_BF16_HELPERS)
         if any(uop.op is Ops.MULACC and uop.arg == FUSED for uop in uops):
             lines.append(_FUSED_MULTIPLY_ADD_MACROS)
+        selected = {uop.dtype for uop in uops if uop.op in (Ops.MAX, Ops.WHERE)}
+        lines.extend(_min_max_macros(dtype) for dtype in _MIN_MAX if dtype in selected)
         return lines
 
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
