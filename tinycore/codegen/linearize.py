@@ -19,7 +19,7 @@ from typing import Any
 from tinycore.codegen.devectorize import legalize
 from tinycore.dtype import DType, dtypes
 from tinycore.plugins.contract import RendererContract
-from tinycore.uop.axis import AxisType, axis_id, new_range
+from tinycore.uop.axis import AxisType, axis_id, new_range, range_dependencies
 from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.uop import UOp
 
@@ -145,19 +145,6 @@ def _rename_shared_ranges(sink: UOp) -> UOp:
         sink = sink.substitute({conflict: replacement})
 
 
-def _range_dependencies(sink: UOp) -> dict[UOp, frozenset[UOp]]:
-    """For every node, the RANGEs it depends on (a REDUCE does not depend on the ranges it reduces over)."""
-    deps: dict[UOp, frozenset[UOp]] = {}
-    for node in sink.toposort:
-        found = frozenset().union(*(deps[source] for source in node.src)) if node.src else frozenset()
-        if node.op is Ops.RANGE:
-            found = found | {node}
-        elif node.op is Ops.REDUCE:
-            found = found - frozenset(node.src[1:])
-        deps[node] = found
-    return deps
-
-
 class Linearizer:
     """Builds the linear program of one kernel from its expanded stores."""
 
@@ -194,7 +181,7 @@ class Linearizer:
         for range_node in outputs:
             self.tree.add(range_node, previous)
             previous = range_node
-        deps = _range_dependencies(self.sink)
+        deps = range_dependencies(self.sink)
         pending = dict(groups)
         while pending:
             progressed = False

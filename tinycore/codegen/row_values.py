@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from tinycore.codegen.opt import Kernel, KernelOptError, OptOps
 from tinycore.dtype import PtrDType, dtypes
-from tinycore.uop.axis import axis_id, range_size
+from tinycore.uop.axis import axis_id, range_dependencies, range_size
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
@@ -42,19 +42,6 @@ class SharedValue:
 
     column: UOp
     reduced: UOp
-
-
-def _range_dependencies(root: UOp) -> dict[UOp, frozenset[UOp]]:
-    """The RANGEs each node depends on (a REDUCE not on the ranges it reduces over)."""
-    deps: dict[UOp, frozenset[UOp]] = {}
-    for node in root.toposort:
-        found = frozenset().union(*(deps[source] for source in node.src)) if node.src else frozenset()
-        if node.op is Ops.RANGE:
-            found = found | {node}
-        elif node.op is Ops.REDUCE:
-            found = found - frozenset(node.src[1:])
-        deps[node] = found
-    return deps
 
 
 def recompute_cost(value: UOp, loop: UOp, deps: dict[UOp, frozenset[UOp]]) -> int:
@@ -84,7 +71,7 @@ def share_reduced_values(ast: UOp) -> tuple[UOp, list[SharedValue]]:
     column loop); the expression has the buffer's element type and costs at least MIN_SHARED_COST.
     """
     reduce_ranges = {r for node in ast.toposort if node.op is Ops.REDUCE for r in node.src[1:]}
-    deps = _range_dependencies(ast)
+    deps = range_dependencies(ast)
     written: dict[UOp, int] = {}
     for store in ast.src:
         if store.src[0].op is Ops.INDEX:
@@ -134,7 +121,7 @@ def _share_in_store(store: UOp, reduce_ranges: set[UOp], deps: dict[UOp, frozens
             if reduced not in deps[candidate] or candidate.dtype != element or candidate.op not in GroupOp.ALU:
                 continue
             twin = candidate.substitute({reduced: column})
-            if twin not in nodes or recompute_cost(twin, column, _range_dependencies(twin)) < MIN_SHARED_COST:
+            if twin not in nodes or recompute_cost(twin, column, range_dependencies(twin)) < MIN_SHARED_COST:
                 continue
             stored = buffer.index(index.src[1].substitute({column: reduced})).store(candidate)
             reread = index.load()
@@ -145,7 +132,7 @@ def _share_in_store(store: UOp, reduce_ranges: set[UOp], deps: dict[UOp, frozens
 def reciprocal_row_divisors(ast: UOp) -> UOp:
     """`ast` with every float division whose divisor holds a REDUCE and varies along fewer loops than the dividend
     (constant along the row the dividend runs over) written as a multiplication by the divisor's reciprocal."""
-    deps = _range_dependencies(ast)
+    deps = range_dependencies(ast)
     memo: dict[UOp, UOp] = {}
     for node in ast.toposort:
         new_src = tuple(memo[source] for source in node.src)

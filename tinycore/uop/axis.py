@@ -50,3 +50,17 @@ def new_range(size: int | UOp, identifier: int, kind: AxisType) -> UOp:
     """A RANGE over `size` with axis id `identifier` and `kind`."""
     end = size if isinstance(size, UOp) else UOp.const(dtypes.int32, size)
     return UOp(Ops.RANGE, dtypes.int32, (end,), (identifier, kind))
+
+
+def range_dependencies(root: UOp) -> dict[UOp, frozenset[UOp]]:
+    """For every node under `root`, the RANGEs it depends on (a REDUCE does not depend on the ranges it reduces
+    over)."""
+    deps: dict[UOp, frozenset[UOp]] = {}
+    for node in root.toposort:
+        found = frozenset().union(*(deps[source] for source in node.src)) if node.src else frozenset()
+        if node.op is Ops.RANGE:
+            found = found | {node}
+        elif node.op is Ops.REDUCE:
+            found = found - frozenset(node.src[1:])
+        deps[node] = found
+    return deps
