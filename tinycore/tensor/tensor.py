@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 _GRAD_TENSORS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 """Every live tensor with requires_grad=True: the candidates for `backward`."""
 _UNDECIDED_LEAVES: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+"""Live tensors made from data or by a creation method (Tensor(...), empty, uniform, ...) whose requires_grad is
+None ("not decided"): as in tinygrad, `backward` gives them gradients too. Results of operations are not leaves."""
 _REALIZE_UOPS: Callable[[Sequence[UOp]], list[UOp]] | None = None
 """engine.realize.realize_uops, imported on first use like this module's other engine imports; kept here because an
 import statement in Tensor.realize cost about 1 us per call."""
@@ -46,8 +48,6 @@ def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
     from tinycore.engine.realize import realize_uops
     _REALIZE_UOPS = realize_uops
     return realize_uops
-"""Live tensors made from data or by a creation method (Tensor(...), empty, uniform, ...) whose requires_grad is
-None ("not decided"): as in tinygrad, `backward` gives them gradients too. Results of operations are not leaves."""
 
 
 def canonical_device(device: str | tuple[str, ...] | None) -> Any:
