@@ -36,6 +36,7 @@ SORT_MIN_ITERATIONS = 1024
 """With SCATTER_SORT unset, the fewest values a reduction needs before a device without atomics for its dtype sorts
 them: below it one work-item's ordered loop is cheaper than the sort's ~log2(P)^2 / 2 kernels."""
 _ADDRESS_LIMIT = 2 ** 31 - 1
+"""Addresses and positions are int32: a target or a value count this large keeps the ordered loop."""
 PACKED_LIMIT = 2 ** 31 - 1
 """An (address, position) pair is sorted as one int32 `address * P + position` when every such value stays at or
 under this; else as two arrays (two kernels per stage)."""
