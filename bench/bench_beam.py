@@ -3,9 +3,10 @@
 Run: `python bench/bench_beam.py [--size 1024] [--rounds N] [--budget SECONDS] [--ignore-cache] [--out DIRECTORY]`
 from the repository root. The first BEAM=2 call searches (or reads the search cache; `--ignore-cache` searches
 again) and its seconds are reported apart; then numpy, tinycore and tinycore with BEAM=2 take turns for `--rounds`
-rounds so that load from other processes hits all alike. The best round and the median are reported; the ratios
-(tinycore / numpy, in GFLOPS) are the useful part on a shared machine. Writes DIRECTORY/bench_beam.md and .json
-(DIRECTORY defaults to bench/results/).
+rounds so that load from other processes hits all alike, each call after `settle()` (bench/settle.py: numpy's
+threads spin for about 0.1 s after a call and would share the cores with the next case). The best round and the
+median are reported; the ratios (tinycore / numpy, in GFLOPS) are the useful part on a shared machine. Writes
+DIRECTORY/bench_beam.md and .json (DIRECTORY defaults to bench/results/).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from settle import settle
 
 from tinycore import Tensor
 from tinycore.engine import search
@@ -59,6 +61,7 @@ def run(size: int, rounds: int, budget: float, ignore_cache: bool) -> dict[str, 
     times: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(rounds):
         for name, call in cases.items():
+            settle()
             times[name].append(_seconds(call))
     flops = 2 * size ** 3
     results = {name: {"best GFLOPS": flops / min(values) / 1e9,

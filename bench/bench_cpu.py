@@ -8,7 +8,9 @@ Rows: matmul 1024^2 and 2048^2 (GFLOPS), softmax over (4096, 1024) (ms), conv2d 
 (GFLOPS), an MLP 784-512-512-10 training step with SGD and with Adam (ms, from bench_train.py), fused
 `relu(a*b+c)*d` and the same + sum over 16M floats, eager op, TinyJit replay and cold first op (from
 bench_engine.py), and `import` time in fresh interpreters (from bench_import.py). Libraries take turns within each
-round so that load from other processes hits all alike; the best round counts (medians for the training steps).
+round so that load from other processes hits all alike, each case after `settle()` (bench/settle.py: numpy's and
+torch's threads spin after a call and would share the cores with the next case); the best round counts (medians
+for the training steps).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import bench_engine  # noqa: E402
 import bench_import  # noqa: E402
 import bench_train  # noqa: E402
 import numpy as np  # noqa: E402
+from settle import settle  # noqa: E402
 
 LIBRARIES = ("tinycore", "torch", "numpy", "tinygrad")
 SOFTMAX_SHAPE = (4096, 1024)
@@ -86,6 +89,7 @@ def kernel_rows(rounds: int) -> dict[str, dict[str, float]]:
             for library in LIBRARIES:
                 if measure not in cases[library]:
                     continue
+                settle()
                 figure = _as_figure(measure, bench_engine.best_time(cases[library][measure], 2))
                 previous = results[library].get(measure)
                 better = measure.endswith(HIGHER_IS_BETTER)

@@ -1,7 +1,9 @@
 """Engine benchmark: tinycore's CPU device side by side with numpy, torch and tinygrad (DEV=CPU) in one run.
 
 Run: `python bench/bench_engine.py [--rounds N] [--json]` from the repository root. Every measure runs for every
-library in turn, `--rounds` times (interleaved, so machine noise hits all alike), and the best round counts.
+library in turn, `--rounds` times (interleaved, so machine noise hits all alike), each after `settle()`
+(bench/settle.py: numpy's and torch's threads spin after a call and would share the cores with the next case), and
+the best round counts.
 
 Measures (the speed gates of the engine, see bench/README.md):
 - fused `relu(a*b+c)*d` on 16M float32, and the same followed by `.sum()`: wall time, Gelem/s;
@@ -32,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "plugins" / "tiny-cpu"))
 
 import numpy as np  # noqa: E402
+from settle import settle  # noqa: E402
 
 ELEMENTS = 1 << 24
 MATMUL_SIZE = 1024
@@ -226,6 +229,7 @@ def run(rounds: int) -> dict[str, dict[str, float]]:
             for side in sides:
                 if measure.startswith("jit") and side.jit_call is None:
                     continue
+                settle()
                 value = function(side)
                 previous = results[side.name].get(measure)
                 if previous is None or (value > previous if measure in higher_is_better else value < previous):

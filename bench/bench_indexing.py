@@ -3,8 +3,9 @@ torch (CPU) in one run.
 
 Run: `python bench/bench_indexing.py [--rounds N] [--rows 1000,10000,...] [--json]` from the repository root.
 
-Measures (each library in turn inside a round, rounds interleaved so machine noise hits all alike; the best
-round counts; kernels are compiled by a warm-up call first):
+Measures (each library in turn inside a round, rounds interleaved so machine noise hits all alike, each call after
+`settle()` so that no library's threads still spin from the call before (bench/settle.py); the best round counts;
+kernels are compiled by a warm-up call first):
 - getitem: `x[idx]` with `x` of shape (rows, 64) float32 and 512 random int32 row indices, for each number of rows;
   the cost should be flat in rows (proportional to the 512 x 64 output);
 - setitem: `t[:, ind_1, :, ind_2, :] = v` (numpy's example of basic and advanced indices combined) with `t` of shape
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from settle import settle  # noqa: E402
 
 INDEX_COUNT = 512
 COLUMNS = 64
@@ -157,6 +159,7 @@ def main() -> None:
             synchronizers["tinygrad"] = _tinygrad()[1]
         for _ in range(args.rounds):
             for library, run in runs.items():
+                settle()
                 timings[library].append(_time(run, synchronizers[library]))
         results[name] = {library: min(values) for library, values in timings.items()}
     if args.json:

@@ -2,8 +2,10 @@
 
     python bench/bench_matmul.py [--rounds N] [--cases mm1024 mm2048 mm1000 conv]
 
-Each round runs every library once per case; the best and median wall-clock GFLOPS count, and GFLOPS per second of
-process CPU time (all threads), which a machine shared with other jobs disturbs less than wall time. For one thread
+Each round runs every library once per case, each call after `settle()` (bench/settle.py: numpy's and torch's
+threads spin after a call; left spinning they would share the cores with the next call and add to its CPU time);
+the best and median wall-clock GFLOPS count, and GFLOPS per second of process CPU time (all threads), which a
+machine shared with other jobs disturbs less than wall time. For one thread
 in every library: `NUM_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1` (torch is then set to one thread).
 Every result is checked against a float64 reference first (largest error relative to the largest output).
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from settle import settle
 
 os.environ.setdefault("DEV", "CPU")
 
@@ -70,6 +73,7 @@ def main() -> None:
             call()
         for _ in range(args.rounds):
             for library, call in calls.items():
+                settle()
                 cpu_start, wall_start = time.process_time(), time.perf_counter()
                 call()
                 wall[library].append(time.perf_counter() - wall_start)

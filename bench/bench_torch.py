@@ -4,8 +4,9 @@ own CPU kernels in the same process.
 
 Run: `python bench/bench_torch.py [--steps N] [--json]` from the repository root (needs tiny-torch, tiny-cpu and
 scikit-learn). Warm-up steps (kernel compilation, graph capture) are reported apart; the step time is the median of
-the timed steps, each ending with `loss.item()` so the work has run. The ratio is tiny time / PyTorch CPU time
-(above 1: tiny is slower)."""
+the timed steps, each ending with `loss.item()` so the work has run; they start after `settle()` (bench/settle.py),
+so that no threads still spin from the warm-up. The ratio is tiny time / PyTorch CPU time (above 1: tiny is
+slower)."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 import tiny_torch  # noqa: E402,F401  (registers the tiny device)
+from settle import settle  # noqa: E402
 from torch_digits import DigitsNet, load_digits_split  # noqa: E402
 
 
@@ -43,6 +45,7 @@ def measure(device: str, compile_model: bool, steps: int, warmup: int, batch_siz
     for _ in range(warmup):
         step()
     warm = time.perf_counter() - start
+    settle()
     times = []
     for _ in range(steps):
         start = time.perf_counter()

@@ -4,9 +4,10 @@ Side by side in one process: tinycore's jitted step, torch's eager step and tiny
 the median of N steps after warm-up. The jitted steps realize the loss together with the optimizer's updates
 (`loss.realize(*optimizer.schedule_step())`, the idiom both libraries document): realizing the loss after `step()`
 would compute the forward pass a second time, with the updated weights. The three libraries take turns, a few
-steps each per round, so that load from other processes affects them alike. Then the per-call time of a jitted
-function of 10 tiny kernels in tinycore and tinygrad. Prints a table of milliseconds and ratios. Not run by CI:
-`python bench/bench_train.py [--steps N]`.
+steps each per round, so that load from other processes affects them alike, each library's turn after `settle()`
+(bench/settle.py: torch's threads spin after a call and would share the cores with the next library). Then the
+per-call time of a jitted function of 10 tiny kernels in tinycore and tinygrad. Prints a table of milliseconds and
+ratios. Not run by CI: `python bench/bench_train.py [--steps N]`.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from settle import settle
 
 os.environ.setdefault("DEV", "CPU")
 
@@ -125,13 +127,17 @@ def tinygrad_step(optimizer_name: str) -> Callable[[], Any]:
 
 def interleaved_median_ms(steps: dict[str, Callable[[], Any]], total: int, per_round: int = 5,
                           warmup: int = 3) -> dict[str, float]:
-    """Median ms per call of each of `steps`, timed in rounds of `per_round` calls each until `total` calls."""
+    """Median ms per call of each of `steps`, timed in rounds of `per_round` calls each until `total` calls.
+
+    Each library's turn starts after `settle()`, so that the previous library's spinning threads are idle.
+    """
     for step in steps.values():
         for _ in range(warmup):
             step()
     times: dict[str, list[float]] = {name: [] for name in steps}
     while min(len(values) for values in times.values()) < total:
         for name, step in steps.items():
+            settle()
             for _ in range(per_round):
                 started = time.perf_counter()
                 step()
