@@ -18,8 +18,10 @@ from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
-F32, I32 = dtypes.float32, dtypes.int32
+F32, I32, U32 = dtypes.float32, dtypes.int32, dtypes.uint32
 _ROUNDER = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
+_EXP2_BIAS = 152  # added to exp2's n in [-151, 129] so that the bits of the rounding sum hold n + 152 in [1, 281]
+_EXP2_FIRST_FIELD = 2 * 127 - _EXP2_BIAS  # exponent fields floor(u/2) + 102 and ceil(u/2) add up to n + 2 * 127
 # 2**f on |f| <= 1/2 by a degree-6 polynomial: a least-squares fit of the relative error on 2000 Chebyshev nodes
 # (numpy.linalg.lstsq in float64), relative error below 2e-9 (0.03 ulp); one degree fewer than Taylor needs
 _EXP2_COEFFICIENTS = (1.0000000005920204, 0.6931472056005106, 0.24022646608713902, 0.055503289975178886,
@@ -34,6 +36,10 @@ def _int(value: int) -> UOp:
     return UOp.const(I32, value)
 
 
+def _unsigned(value: int) -> UOp:
+    return UOp.const(U32, value)
+
+
 def _horner(coefficients: tuple[float, ...], value: UOp, fused: bool) -> UOp:
     """sum(coefficients[i] * value**i) by Horner's rule, each step a MULACC marked FUSED when `fused` (one rounding
     per step where the renderer has an FMA: as accurate or more, and half the instructions)."""
@@ -44,27 +50,32 @@ def _horner(coefficients: tuple[float, ...], value: UOp, fused: bool) -> UOp:
     return result
 
 
-def _power_of_two(exponent: UOp) -> UOp:
-    """2**exponent as float32 from its bits, for int32 `exponent` in [-126, 127]."""
-    return ((exponent + _int(127)) << _int(23)).bitcast(F32)
-
-
 def exp2_float32(x: UOp, fused: bool = False) -> UOp:
     """2**x for float32 `x` in float32 arithmetic: x = n + f with n = round(x) and |f| <= 1/2 (exact), 2**f by a
     degree-6 polynomial, 2**n applied as two exact powers of two so that denormal results are rounded once. Within
-    an ulp of the correctly rounded result on the whole float32 range."""
-    # inputs past these bounds give inf or 0 anyway; nan fails the first comparison, takes the -151 path and is
-    # selected back at the end
-    above = (_float(-151.0) < x).where(x, _float(-151.0))
-    clamped = (above < _float(129.0)).where(above, _float(129.0))
-    # adding and removing 1.5 * 2**23 rounds to the nearest integer (|clamped| < 2**22); exact, no libm round()
-    whole = (clamped + _float(_ROUNDER)) - _float(_ROUNDER)
+    an ulp of the correctly rounded result on the whole float32 range.
+
+    The rounding sum c + 1.5 * 2**23 + _EXP2_BIAS holds n + _EXP2_BIAS in its low mantissa bits, so both powers of
+    two come from those bits by integer shifts and adds (no float-to-int conversion, which LLVM makes poison for
+    nan). A nan passes the clamps unchanged (each select keeps x where its comparison is false) and every step after
+    them, so it needs no select of its own; inf and -inf are clamped to 129 and -151, which give inf and 0."""
+    above = (x < _float(-151.0)).where(_float(-151.0), x)
+    clamped = (_float(129.0) < above).where(_float(129.0), above)
+    # adding and removing the rounder rounds to the nearest integer (|clamped| < 2**22); exact, no libm round()
+    rounder = _float(_ROUNDER + _EXP2_BIAS)
+    shifted = clamped + rounder
+    whole = shifted - rounder
     fraction = clamped - whole
     polynomial = _horner(_EXP2_COEFFICIENTS, fraction, fused)
-    exponent = whole.cast(I32)
-    half = exponent >> _int(1)
-    result = polynomial * _power_of_two(half) * _power_of_two(exponent - half)
-    return x.ne(x).where(x, result)
+    # bits = 0x4B400000 + u with u = n + _EXP2_BIAS in [1, 281]; shifted left by 23, the 0x4B400000 part (and its
+    # half) leave nothing behind, so the exponent fields are floor(u/2) + _EXP2_FIRST_FIELD in [102, 242] and
+    # ceil(u/2) in [1, 141], adding up to n + 2 * 127. Unsigned, so every shift is defined for nan's bits too.
+    bits = shifted.bitcast(U32)
+    half = bits >> _unsigned(1)
+    first = ((half + _unsigned(_EXP2_FIRST_FIELD)) << _unsigned(23)).bitcast(F32)
+    second = ((bits - half) << _unsigned(23)).bitcast(F32)
+    # polynomial * first is exact (in [2**-26, 2**116]); only the product with second rounds, once, into denormals
+    return polynomial * first * second
 
 
 def _float32_bits(value: float) -> int:
