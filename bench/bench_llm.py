@@ -9,6 +9,12 @@ as a ratio to the file's size), each runner in a fresh process.
     python bench/bench_llm.py --llama-python /path/to/venv/bin/python   # llama.cpp from another environment
 
 Files are cached in --directory (default: the system temp directory); they are rewritten only when missing.
+
+Fairness: the runners never overlap. Each runs in a child process that has exited (its worker threads, llama.cpp's
+spinning OpenMP/ggml pool included, are gone) before the next starts, and the parent sleeps --settle seconds
+between children, so neither is timed while the other's threads still spin. With --rounds N the pairs run N times,
+the order of the two runners alternating per round, and the table gives every round with the load average (1 min)
+seen just before each child started; the ratios are per round (each against the peer of the same round).
 """
 from __future__ import annotations
 
@@ -177,6 +183,9 @@ def main() -> None:
     parser.add_argument("--decode", type=int, default=16, help="tokens to decode")
     parser.add_argument("--batch", type=int, default=1, help="also decode this many sequences together (tinycore)")
     parser.add_argument("--directory", default=tempfile.gettempdir())
+    parser.add_argument("--rounds", type=int, default=1, help="repeat every runner and type, order alternating")
+    parser.add_argument("--settle", type=float, default=1.0,
+                        help="seconds to sleep before each child (after the previous one has exited)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--llama-python", default=sys.executable,
                         help="the Python that runs llama.cpp's child (one with llama-cpp-python installed)")
@@ -187,49 +196,57 @@ def main() -> None:
         print(json.dumps(RUNNERS[runner](path, arguments.prompt, arguments.decode, arguments.batch)))
         return
     rows = []
-    for type_name in arguments.types.split(","):
-        path = os.path.join(arguments.directory, f"bench_llm_{arguments.size}_{type_name}.gguf")
-        if not os.path.exists(path):
-            print(f"writing {path} ...", file=sys.stderr)
-            write_model(path + ".partial", arguments.size, type_name)
-            os.replace(path + ".partial", path)
-        file_mb = os.path.getsize(path) / 2**20
-        for runner in RUNNERS:
-            python = arguments.llama_python if runner == "llama.cpp" else sys.executable
-            if not _available(runner, python):
-                print(f"{runner}: not installed, skipped", file=sys.stderr)
-                continue
-            command = [python, os.path.abspath(__file__), "--child", runner, path, "--prompt",
-                       str(arguments.prompt), "--decode", str(arguments.decode), "--batch", str(arguments.batch)]
-            finished = subprocess.run(command, capture_output=True, text=True)
-            if finished.returncode != 0:
-                print(f"{runner} on {type_name} failed:\n{finished.stderr[-2000:]}", file=sys.stderr)
-                continue
-            figures = json.loads(finished.stdout.strip().splitlines()[-1])
-            rows.append({"type": type_name, "runner": runner, "file_mb": file_mb, **figures})
+    for round_index in range(arguments.rounds):
+        for type_name in arguments.types.split(","):
+            path = os.path.join(arguments.directory, f"bench_llm_{arguments.size}_{type_name}.gguf")
+            if not os.path.exists(path):
+                print(f"writing {path} ...", file=sys.stderr)
+                write_model(path + ".partial", arguments.size, type_name)
+                os.replace(path + ".partial", path)
+            file_mb = os.path.getsize(path) / 2**20
+            order = list(RUNNERS) if round_index % 2 == 0 else list(RUNNERS)[::-1]
+            for runner in order:
+                python = arguments.llama_python if runner == "llama.cpp" else sys.executable
+                if not _available(runner, python):
+                    if round_index == 0:
+                        print(f"{runner}: not installed, skipped", file=sys.stderr)
+                    continue
+                command = [python, os.path.abspath(__file__), "--child", runner, path, "--prompt",
+                           str(arguments.prompt), "--decode", str(arguments.decode), "--batch", str(arguments.batch)]
+                time.sleep(arguments.settle)  # the previous child has exited; let the machine settle
+                load = os.getloadavg()[0]
+                finished = subprocess.run(command, capture_output=True, text=True)
+                if finished.returncode != 0:
+                    lines = [line.strip() for line in finished.stderr.splitlines() if line.strip()]
+                    print(f"{runner} on {type_name} failed:\n" + "\n".join(lines[-20:]), file=sys.stderr)
+                    continue
+                figures = json.loads(finished.stdout.strip().splitlines()[-1])
+                rows.append({"round": round_index + 1, "type": type_name, "runner": runner, "file_mb": file_mb,
+                             "load": load, **figures})
     if arguments.json:
         print(json.dumps(rows, indent=2))
         return
     print(f"model: llama {arguments.size} {SIZES[arguments.size]} (dim, layers, heads, kv heads, hidden, vocab); "
           f"prompt {arguments.prompt}, decode {arguments.decode}")
-    print(f"{'type':6} {'runner':10} {'file MB':>8} {'load s':>7} {'prefill tok/s':>14} {'TTFT s':>7} "
-          f"{'decode tok/s':>13} {'decode CPU ms/tok':>18} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
+    print(f"{'round':>5} {'type':6} {'runner':10} {'load':>5} {'file MB':>8} {'load s':>7} {'prefill tok/s':>14} "
+          f"{'TTFT s':>7} {'decode tok/s':>13} {'decode CPU ms/tok':>18} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
     for row in rows:
-        print(f"{row['type']:6} {row['runner']:10} {row['file_mb']:8.0f} {row['load_s']:7.1f} "
-              f"{row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
+        print(f"{row['round']:5} {row['type']:6} {row['runner']:10} {row['load']:5.2f} {row['file_mb']:8.0f} "
+              f"{row['load_s']:7.1f} {row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
               f"{row['decode_cpu_ms']:18.1f} "
               f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}"
               + (f"  batch {arguments.batch}: {row['batch_decode_tps']:.3f} tok/s" if "batch_decode_tps" in row
                  else ""))
     for type_name in arguments.types.split(","):
-        ours = [row for row in rows if row["type"] == type_name and row["runner"] == "tinycore"]
-        peer = [row for row in rows if row["type"] == type_name and row["runner"] == "llama.cpp"]
-        if ours and peer:
-            print(f"{type_name} tinycore / llama.cpp: decode {ours[0]['decode_tps'] / peer[0]['decode_tps']:.2f}x "
-                  f"(CPU time per token {peer[0]['decode_cpu_ms'] / ours[0]['decode_cpu_ms']:.2f}x), "
-                  f"prefill {ours[0]['prefill_tps'] / peer[0]['prefill_tps']:.2f}x, peak RSS "
-                  f"{ours[0]['peak_rss_mb'] / peer[0]['peak_rss_mb']:.2f}x")
-
+        for round_index in range(1, arguments.rounds + 1):
+            pair = {row["runner"]: row for row in rows if row["type"] == type_name and row["round"] == round_index}
+            ours, peer = pair.get("tinycore"), pair.get("llama.cpp")
+            if ours and peer:
+                print(f"round {round_index} {type_name} tinycore / llama.cpp: decode "
+                      f"{ours['decode_tps'] / peer['decode_tps']:.2f}x (CPU time per token "
+                      f"{peer['decode_cpu_ms'] / ours['decode_cpu_ms']:.2f}x), prefill "
+                      f"{ours['prefill_tps'] / peer['prefill_tps']:.2f}x, peak RSS "
+                      f"{ours['peak_rss_mb'] / peer['peak_rss_mb']:.2f}x")
 
 if __name__ == "__main__":
     main()
