@@ -66,3 +66,26 @@ def test_symbolic_slice_errors_are_clear() -> None:
         t[:, :v.bind(3):2]
     with pytest.raises(TypeError, match="Variables"):
         t[:, :v.bind(3)] = 1.0
+
+
+@pytest.mark.parametrize("value", [1, 3, 6])
+def test_unsqueezed_symbolic_views_index_without_dividing_by_the_variable(value: int) -> None:
+    # a KV cache read as attention does: positions [0, end) of a realized buffer, permuted and unsqueezed, then a
+    # product summed over the positions; the symbolic axis keeps its own index (no division or remainder by `end`)
+    from tinycore.schedule import create_schedule
+    from tinycore.uop.ops import Ops
+    cache_values = RNG.standard_normal((1, 8, 2, 4)).astype(np.float32)
+    weights_values = RNG.standard_normal((1, 2, 3, 8)).astype(np.float32)
+    end = Variable("end", 1, 8).bind(value)
+    cache = Tensor(cache_values).realize()
+    weights = Tensor(weights_values).realize().shrink((None, None, None, (0, end)))
+    view = cache.shrink((None, (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)  # (1, 2, 1, end, 4)
+    result = (weights.unsqueeze(-1) * view).sum(-2)  # (1, 2, 3, 4)
+    kernels = [item.ast for item in create_schedule([result.uop]).items if item.ast.op is Ops.SINK]
+    assert kernels
+    expected = np.einsum("bhgs,bshd->bhgd", weights_values[..., :value], cache_values[:, :value])
+    np.testing.assert_allclose(result.numpy(), expected, rtol=1e-5, atol=1e-6)
+    for ast in kernels:
+        divisions = [node for node in ast.toposort if node.op in (Ops.IDIV, Ops.MOD) and
+                     any(source.op is Ops.DEFINE_VAR for source in node.src[1].toposort)]
+        assert not divisions, f"a division by the symbolic size in {[str(node) for node in divisions][:2]}"

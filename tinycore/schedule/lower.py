@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
-from tinycore.helpers import all_int
 from tinycore.schedule.nodes import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import GroupOp, Ops
@@ -120,27 +119,44 @@ def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
 
 
 def _axis_groups(out_shape: Sequence[Any], in_shape: Sequence[Any]) -> list[tuple[list[int], list[int]]] | None:
-    """Pairs of (output axes, input axes) with equal products, ignoring size-1 axes (None if not all ints)."""
-    if not all_int(out_shape) or not all_int(in_shape) or 0 in out_shape or 0 in in_shape:
+    """Pairs of (output axes, input axes) with equal products, ignoring size-1 axes (None where no such pairing is
+    found). A symbolic size pairs only with the same symbolic size on the other side, alone: unsqueezing or
+    squeezing a tensor with a symbolic axis (a KV cache's positions) then keeps that axis's index as it is, where
+    flattening and unflattening the whole index would divide by the symbolic size (integer divisions and remainders
+    for every element read, which the simplifier cannot take back apart)."""
+    def unit(size: Any) -> bool:
+        return isinstance(size, int) and size == 1
+    if any(isinstance(size, int) and size == 0 for size in (*out_shape, *in_shape)):
         return None
-    out_axes = [axis for axis, size in enumerate(out_shape) if size != 1]
-    in_axes = [axis for axis, size in enumerate(in_shape) if size != 1]
+    out_axes = [axis for axis, size in enumerate(out_shape) if not unit(size)]
+    in_axes = [axis for axis, size in enumerate(in_shape) if not unit(size)]
     groups: list[tuple[list[int], list[int]]] = []
     out_position = in_position = 0
     while out_position < len(out_axes) and in_position < len(in_axes):
         group_out, group_in = [out_axes[out_position]], [in_axes[in_position]]
         out_product, in_product = out_shape[out_axes[out_position]], in_shape[in_axes[in_position]]
         out_position, in_position = out_position + 1, in_position + 1
+        if not isinstance(out_product, int) or not isinstance(in_product, int):
+            if out_product is not in_product:  # UOps are interned: the same size is the same node
+                return None
+            groups.append((group_out, group_in))
+            continue
         while out_product != in_product:
             if out_product < in_product:
+                if out_position >= len(out_axes) or not isinstance(out_shape[out_axes[out_position]], int):
+                    return None
                 group_out.append(out_axes[out_position])
                 out_product *= out_shape[out_axes[out_position]]
                 out_position += 1
             else:
+                if in_position >= len(in_axes) or not isinstance(in_shape[in_axes[in_position]], int):
+                    return None
                 group_in.append(in_axes[in_position])
                 in_product *= in_shape[in_axes[in_position]]
                 in_position += 1
         groups.append((group_out, group_in))
+    if out_position < len(out_axes) or in_position < len(in_axes):
+        return None
     return groups
 
 
