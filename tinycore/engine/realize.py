@@ -15,7 +15,7 @@ from typing import Any
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
-from tinycore.helpers import BEAM, DEBUG
+from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS
 from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
 from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
@@ -74,10 +74,17 @@ class Runner:
         return self.program(*arguments, global_size=global_size, local_size=local_size, vals=values, wait=wait)
 
 
-_runners: dict[tuple[UOp, str], Runner] = {}
-_beam_runners: dict[tuple[UOp, str, int], Runner] = {}
-"""Kernels whose opts a BEAM search chose, by (AST, device, BEAM width): a kernel compiled with another BEAM
-setting (or none) is searched, or read from the search cache, again."""
+_runners: dict[tuple[UOp, str, int], Runner] = {}
+"""Compiled kernels by (AST, device, NUM_CPU_THREADS): the heuristic splits a CPU kernel across that many workers
+and its launch runs them on that many threads, so a kernel compiled under another setting is compiled again."""
+_beam_runners: dict[tuple[UOp, str, int, int], Runner] = {}
+"""Kernels whose opts a BEAM search chose, by (AST, device, NUM_CPU_THREADS, BEAM width): a kernel compiled with
+another BEAM setting (or none) is searched, or read from the search cache, again."""
+
+
+def _threads_setting() -> int:
+    """The NUM_CPU_THREADS in effect (0: one worker per CPU), part of every runner's key."""
+    return int(NUM_CPU_THREADS.value)
 
 
 def get_runner(ast: UOp, device: str, buffers: Sequence[Any] | None = None,
@@ -89,14 +96,14 @@ def get_runner(ast: UOp, device: str, buffers: Sequence[Any] | None = None,
     """
     width = int(BEAM.value)
     if width >= 1 and buffers is not None:
-        beam_key = (ast, device, width)
+        beam_key = (ast, device, _threads_setting(), width)
         found = _beam_runners.get(beam_key)
         if found is None:
             from tinycore.engine.search import beam_search
             opts = beam_search(ast, device, buffers, var_vals or {}, width)
             found = _beam_runners[beam_key] = Runner(ast, device, opts=opts)
         return found
-    key = (ast, device)
+    key = (ast, device, _threads_setting())
     runner = _runners.get(key)
     if runner is None:
         runner = _runners[key] = Runner(ast, device)
@@ -116,11 +123,12 @@ def prepare_runners(items: Sequence[ScheduleItem]) -> None:
     if BEAM >= 1:
         return  # each kernel is searched (or read from the search cache) at its first launch
     pending: dict[str, dict[UOp, None]] = {}
+    threads = _threads_setting()
     for item in items:
         if item.ast.op is Ops.COPY or not item.buffers:
             continue
         device = buffer_of(item.buffers[0]).device
-        if (item.ast, device) not in _runners:
+        if (item.ast, device, threads) not in _runners:
             pending.setdefault(device, {})[item.ast] = None
     for device, asts in pending.items():
         if len(asts) >= 2:
@@ -148,9 +156,10 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
                 results = list(pool.map(batch, sources))
     except CompileError:
         return  # each kernel compiles on its own at launch, so the error names the kernel that failed
+    threads = _threads_setting()
     for chunk, (library, symbols) in zip(chunks, results, strict=True):
         for (ast, spec), symbol in zip(chunk, symbols, strict=True):
-            _runners[(ast, device)] = Runner(ast, device, (spec, library, symbol))
+            _runners[(ast, device, threads)] = Runner(ast, device, (spec, library, symbol))
 
 
 def _run_copy(item: ScheduleItem) -> None:
@@ -335,6 +344,8 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         keyed = structure_key(to_schedule)
         template = cached_template(keyed[0])
     plan = None if template is None else template.plan
+    if plan is not None and plan.threads != _threads_setting():
+        plan = None  # its runners were compiled for another NUM_CPU_THREADS: schedule again, make a new plan
     if plan is not None and not _capturing and DEBUG.value < 1 and BEAM.value < 1:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])
         has_assign = plan.has_assign
@@ -370,12 +381,13 @@ class _Step:
 
 
 class _Plan:
-    """What realize runs for a cached schedule: its steps, the counters they add, whether it assigns."""
+    """What realize runs for a cached schedule: its steps, the counters they add, whether it assigns, and the
+    NUM_CPU_THREADS its runners were compiled for."""
 
-    __slots__ = ("steps", "has_assign", "kernel_count", "ops", "mem")
+    __slots__ = ("steps", "has_assign", "kernel_count", "ops", "mem", "threads")
 
     def __init__(self, steps: list[_Step], has_assign: bool):
-        self.steps, self.has_assign = steps, has_assign
+        self.steps, self.has_assign, self.threads = steps, has_assign, _threads_setting()
         runners = [step.runner for step in steps if step.runner is not None]
         self.kernel_count = len(runners)
         self.ops = sum(runner.spec.estimates.ops for runner in runners)
@@ -402,7 +414,7 @@ def _make_plan(template: Any, schedule: Any) -> _Plan | None:
         if ast.op is Ops.COPY:
             steps.append(_Step(None, buffer_slots, {}, release))
             continue
-        runner = _runners.get((ast, buffer_of(item.buffers[0]).device))
+        runner = _runners.get((ast, buffer_of(item.buffers[0]).device, _threads_setting()))
         if runner is None:
             return None
         launch_slots = tuple(buffer_slots[index] for index in runner.globals) if runner.globals else buffer_slots

@@ -118,7 +118,7 @@ def test_threads_launching_at_once_get_right_results_and_an_ordered_timeline() -
     device = cpu()
     source_data = np.arange(64, dtype=np.float32)
     (Tensor(source_data).realize() * 2.5).realize()
-    runner = [runner for (_, name), runner in _runners.items() if name == "CPU" and runner.name.startswith("E_")][-1]
+    runner = [runner for (_, name, _), runner in _runners.items() if name == "CPU" and runner.name.startswith("E_")][-1]
     wrong: list[int] = []
 
     def launch_many(seed: int) -> None:

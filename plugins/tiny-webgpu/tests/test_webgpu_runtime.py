@@ -125,7 +125,7 @@ def webgpu_programs(webgpu: Any) -> list[WebGPUProgram]:
     assert isinstance(renderer, WGSLRenderer)
     from tinycore.engine.realize import _runners
     (Tensor(np.ones(8, np.float32), device="WEBGPU") * 3).realize()
-    return [runner.program for (_ast, device), runner in _runners.items()
+    return [runner.program for (_ast, device, _threads), runner in _runners.items()
             if device == "WEBGPU" and "lidx" not in runner.spec.src]
 
 

@@ -371,3 +371,30 @@ def test_assign_reading_its_target_only_in_an_earlier_kernel_is_in_place():
     expected_gradient = weights @ weights.T
     np.testing.assert_allclose(host(moment), state * 0.5 + expected_gradient, rtol=1e-5)
     np.testing.assert_allclose(host(parameter), weights - expected_gradient * 0.25, rtol=1e-5)
+
+
+def test_a_structure_realized_again_under_another_thread_count_is_split_for_it(monkeypatch):
+    # the heuristic splits a kernel across NUM_CPU_THREADS workers: a kernel (and a launch plan) compiled under one
+    # setting must not be reused under another, or two threads run the one-worker kernel on one thread
+    from tinycore.engine import realize
+    created: list = []
+    original = realize.Runner.__init__
+
+    def recording(self, *arguments, **keywords):
+        original(self, *arguments, **keywords)
+        created.append(self)
+    monkeypatch.setattr(realize.Runner, "__init__", recording)
+    array = random(64, 1024, seed=11)
+    shifted = array - array.max(axis=1, keepdims=True)
+    expected = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    node = tensor(array)
+    for threads in (1, 2, 1, 2):
+        with Context(NUM_CPU_THREADS=threads):
+            for _ in range(3):  # the second realize makes the launch plan, the third runs it
+                maximum = node.r(Ops.MAX, (1,)).expand((64, 1024))
+                exponential = ((node - maximum) * (1 / math.log(2))).exp2()
+                graph = exponential / exponential.r(Ops.ADD, (1,)).expand((64, 1024))
+                (result,) = realize_uops([graph])
+                np.testing.assert_allclose(host(result), expected, rtol=2e-6, atol=1e-8)
+    # one kernel per setting, compiled once each: the second round of each setting reuses its own
+    assert [runner.static_dims[0][0] for runner in created] == [1, 2]
