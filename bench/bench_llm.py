@@ -15,6 +15,9 @@ spinning OpenMP/ggml pool included, are gone) before the next starts, and the pa
 between children, so neither is timed while the other's threads still spin. With --rounds N the pairs run N times,
 the order of the two runners alternating per round, and the table gives every round with the load average (1 min)
 seen just before each child started; the ratios are per round (each against the peer of the same round).
+Besides decode tokens/s (all decoded tokens over their total time), "median" is 1 / the median time of one decode
+step, measured the same way for both runners: on a machine shared with other jobs it moves less with a single
+step that lost its core than the mean does.
 """
 from __future__ import annotations
 
@@ -100,6 +103,11 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+
+
 def run_tinycore(path: str, prompt_length: int, decode: int, batch: int = 1) -> dict[str, float]:
     """Load, prefill `prompt_length` tokens, decode `decode` tokens (after one warm-up pass that compiles and
     captures the jitted step); with `batch` > 1 also the summed decode tokens/s of `batch` sequences generated
@@ -118,14 +126,18 @@ def run_tinycore(path: str, prompt_length: int, decode: int, batch: int = 1) -> 
         first = end = start
         first_cpu = 0.0
         count = 0
+        steps: list[float] = []
         for _ in model.generate(prompt, decode + 1 if attempt == "measured" else 3):
+            now = time.perf_counter()
             if count == 0:
-                first, first_cpu = time.perf_counter(), time.process_time()
+                first, first_cpu = now, time.process_time()
+            else:
+                steps.append(now - end)
+            end = now
             count += 1
-        end = time.perf_counter()
         if attempt == "measured":
             result.update(prefill_tps=prompt_length / (first - start), ttft_s=first - start,
-                          decode_tps=(count - 1) / (end - first),
+                          decode_tps=(count - 1) / (end - first), decode_median_tps=1 / _median(steps),
                           decode_cpu_ms=(time.process_time() - first_cpu) / (count - 1) * 1e3)
     result["peak_rss_mb"] = _peak_rss_mb()
     if batch > 1:
@@ -155,12 +167,16 @@ def run_llama_cpp(path: str, prompt_length: int, decode: int, batch: int = 1) ->
     model.eval(prompt)
     first, first_cpu = time.perf_counter(), time.process_time()
     token = int(model.scores[model.n_tokens - 1].argmax())
+    steps: list[float] = []
+    end = first
     for _ in range(decode):
         model.eval([token])
         token = int(model.scores[model.n_tokens - 1].argmax())
-    end = time.perf_counter()
+        now = time.perf_counter()
+        steps.append(now - end)
+        end = now
     return {"load_s": load, "prefill_tps": prompt_length / (first - start), "ttft_s": first - start,
-            "decode_tps": decode / (end - first),
+            "decode_tps": decode / (end - first), "decode_median_tps": 1 / _median(steps),
             "decode_cpu_ms": (time.process_time() - first_cpu) / decode * 1e3, "peak_rss_mb": _peak_rss_mb(),
             "base_rss_mb": base}
 
@@ -229,10 +245,12 @@ def main() -> None:
     print(f"model: llama {arguments.size} {SIZES[arguments.size]} (dim, layers, heads, kv heads, hidden, vocab); "
           f"prompt {arguments.prompt}, decode {arguments.decode}")
     print(f"{'round':>5} {'type':6} {'runner':10} {'load':>5} {'file MB':>8} {'load s':>7} {'prefill tok/s':>14} "
-          f"{'TTFT s':>7} {'decode tok/s':>13} {'decode CPU ms/tok':>18} {'peak RSS MB':>12} {'(RSS-base)/file':>16}")
+          f"{'TTFT s':>7} {'decode tok/s':>13} {'median':>7} {'decode CPU ms/tok':>18} {'peak RSS MB':>12} "
+          f"{'(RSS-base)/file':>16}")
     for row in rows:
         print(f"{row['round']:5} {row['type']:6} {row['runner']:10} {row['load']:5.2f} {row['file_mb']:8.0f} "
               f"{row['load_s']:7.1f} {row['prefill_tps']:14.2f} {row['ttft_s']:7.2f} {row['decode_tps']:13.3f} "
+              f"{row['decode_median_tps']:7.2f} "
               f"{row['decode_cpu_ms']:18.1f} "
               f"{row['peak_rss_mb']:12.0f} {(row['peak_rss_mb'] - row['base_rss_mb']) / row['file_mb']:16.2f}"
               + (f"  batch {arguments.batch}: {row['batch_decode_tps']:.3f} tok/s" if "batch_decode_tps" in row
@@ -243,7 +261,8 @@ def main() -> None:
             ours, peer = pair.get("tinycore"), pair.get("llama.cpp")
             if ours and peer:
                 print(f"round {round_index} {type_name} tinycore / llama.cpp: decode "
-                      f"{ours['decode_tps'] / peer['decode_tps']:.2f}x (CPU time per token "
+                      f"{ours['decode_tps'] / peer['decode_tps']:.2f}x (median step "
+                      f"{ours['decode_median_tps'] / peer['decode_median_tps']:.2f}x, CPU time per token "
                       f"{peer['decode_cpu_ms'] / ours['decode_cpu_ms']:.2f}x), prefill "
                       f"{ours['prefill_tps'] / peer['prefill_tps']:.2f}x, peak RSS "
                       f"{ours['peak_rss_mb'] / peer['peak_rss_mb']:.2f}x")
