@@ -5,8 +5,9 @@ adds, compares, selects and bit operations vectorizes with the rest of the kerne
 selects as blends, see RendererContract.vector_masks). Everything runs in float32 (float64 would halve the lanes and
 add conversions), arranged so that results stay within an ulp of the correctly rounded value over the whole float32
 range, denormal inputs and results included; inf, nan, -0 and the domain edges (log2 of 0 and of negatives) are
-selected explicitly. sin reduces its argument by Payne-Hanek in int32 limbs (see _reduce_half_pi), so it stays
-within an ulp for the largest arguments too. float64 and float16 keep the renderer's builtins.
+selected explicitly where the arithmetic does not already give them (exp2 carries nan through). sin reduces its
+argument by Payne-Hanek in int32 limbs (see _reduce_half_pi), so it stays within an ulp for the largest arguments
+too. float64 and float16 keep the renderer's builtins.
 """
 from __future__ import annotations
 

@@ -45,6 +45,25 @@ def test_exp2_special_values() -> None:
     np.testing.assert_array_equal(got[exact], want[exact])
 
 
+
+def test_exp2_and_exp_of_every_kind_of_nan_are_nan() -> None:
+    # exp2 selects nothing for nan: the clamps keep it and every later step carries it, whatever its sign or payload
+    patterns = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFF800001, 0x7FBFFFFF, 0x7FFFFFFF, 0xFFFFFFFF,
+                         0x7FC00001, 0x7FD55555], dtype=np.uint32).view(np.float32)
+    assert np.isnan(patterns).all()
+    assert np.isnan(Tensor(patterns).exp2().numpy()).all()
+    assert np.isnan(Tensor(patterns).exp().numpy()).all()
+
+
+def test_exp2_decomposition_converts_no_float_to_int() -> None:
+    # a float -> int conversion of nan is poison in LLVM IR: the powers of two come from bit casts instead
+    single = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("x", 0, 1))
+    for fused in (False, True):
+        rewritten = decompose_transcendentals(UOp(Ops.SINK, dtypes.void, (UOp(Ops.EXP2, dtypes.float32, (single,)),)),
+                                              fused)
+        assert not any(node.op is Ops.CAST and dtypes.is_int(node.dtype.scalar) for node in rewritten.toposort)
+        assert any(node.op is Ops.BITCAST for node in rewritten.toposort)
+
 def test_log2_log_uniform_values_within_one_ulp() -> None:
     generator = np.random.default_rng(0)
     magnitudes = generator.uniform(-149.0, 128.0, 1_000_000)
