@@ -361,7 +361,11 @@ class Heuristic:
         for reduce_range in self.reduce_axes():
             users = [node for node in self.kernel.reduce_ops if reduce_range in node.src[1:]]
             split_already = range_size(reduce_range) != self.original_sizes.get(axis_id(reduce_range))
-            if split_already or not users or any(upcast & set(node.toposort) for node in users):
+            # a reduce that already has vector accumulators on another axis (a quantized product's lanes) keeps
+            # them alone: more on the outer axis multiply the body past the upcasts that share loads between rows
+            vectorized = any(r.op is Ops.RANGE and r.arg[1] is AxisType.ACCUMULATOR for node in users
+                             for r in node.src[1:])
+            if split_already or vectorized or not users or any(upcast & set(node.toposort) for node in users):
                 continue
             width = min(vector_width(self.renderer, node.dtype.scalar) for node in users)
             size = range_size(reduce_range)

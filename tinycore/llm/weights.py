@@ -29,6 +29,17 @@ the weight's blocks converted in the kernel for every row (a short prompt, a bat
 prompt of 8 or 16 tokens, 1.9-2.7x (Q4_0) and 1.3-1.9x (Q8_0) the prefill tokens/s of the slabs below; from 32 rows
 on the slabs, converting each weight once, are faster."""
 
+GROUPED_LANE_ROWS = 64
+"""Rows of activations up to which Q4_0, Q4_1, Q5_0 and Q5_1 multiply in lane form when the row count is a multiple
+of ROW_GROUP (then a block's conversion serves ROW_GROUP rows, below). 1B model, Q4_0 prefill, tinycore only, load
+1.6-2.3: a prompt of 32 tokens 13.0-15.6 tok/s against 6.7-9.2 with slabs, 64 tokens 16.9-17.7 against 11.7-13.5
+(peak (RSS - base) / file 1.22 against 1.12: x's operands and the per-block scales of 64 rows). Q8_0 (no row
+groups) keeps LANE_ROWS."""
+
+ROW_GROUP = 4
+"""Rows of x that share each block's loaded and converted values in the lane form of several rows (`_lane_linear`):
+the codegen upcasts an output axis of this size whole."""
+
 CHUNK_INPUTS = 1024
 """Inputs per column chunk (tinycore.llm.weights.GGUFWeight.repack) of the 32-value block types' weights with more
 than 2 * CHUNK_INPUTS inputs. x's operands of a row of 8192 inputs (32 KB for Q8_0, 40 KB for Q4_0) overflow a
@@ -119,11 +130,13 @@ class GGUFWeight:
 
     def linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for a weight of shape (out, in). For one row of x (decode; up to LANE_ROWS rows for the
-        32-value block types) the dequantization is part of the matmul's kernel, so no float copy of the weight is
+        32-value block types, and up to GROUPED_LANE_ROWS rows in groups of ROW_GROUP for those but Q8_0) the
+        dequantization is part of the matmul's kernel, so no float copy of the weight is
         written; for more rows (prefill) the weight is dequantized once into temporaries, a slab at a time, and the
         matmul runs on floats, which costs less than dequantizing it again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in LANE_TYPES and isinstance(rows, int) and rows <= LANE_ROWS and len(self.shape) == 2:
+        if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (rows <= LANE_ROWS or (
+                self.ggml_type != 8 and rows <= GROUPED_LANE_ROWS and rows % ROW_GROUP == 0)):
             return self._lane_linear(x)
         if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
             return self._q6_k_lane_linear(x)
@@ -156,9 +169,20 @@ class GGUFWeight:
         blocks = inputs // 32
         chunks = self.chunks
         per_chunk = blocks // chunks
-        data = self.data.reshape(chunks, outputs, 1, per_chunk, self.data.shape[1])
+        # more than ROW_GROUP rows: (row groups, outputs, ROW_GROUP) with the group innermost, which the codegen
+        # upcasts, so a block is loaded and converted once for ROW_GROUP rows; the groups outermost, so that one
+        # group's x operands stay in cache while the weight streams past (all rows' did not: 160 KB for 16 rows)
+        # (not Q8_0, whose operands are x itself: its rows grouped this way measured 3-4x slower, not looked into)
+        group = ROW_GROUP if rows > ROW_GROUP and rows % ROW_GROUP == 0 and self.ggml_type != 8 else 1
+        width = self.data.shape[1]
+        if group > 1:
+            data = self.data.reshape(chunks, 1, outputs, 1, per_chunk, width)
+            xg = x.reshape(rows // group, group, chunks, per_chunk, 4, 8).permute(2, 0, 1, 3, 4, 5).unsqueeze(2)
+        else:
+            data = self.data.reshape(chunks, outputs, 1, per_chunk, width)
+            xg = x.reshape(1, rows, chunks, per_chunk, 4, 8).permute(2, 0, 1, 3, 4, 5)
         lanes = block_lane_terms(data, self.ggml_type)
-        xg = x.reshape(1, rows, chunks, per_chunk, 4, 8).permute(2, 0, 1, 3, 4, 5).cast(dtypes.float32)
+        xg = xg.cast(dtypes.float32)
         coefficients = [coefficient for coefficient, _ in lanes.terms]
         partial: Tensor | None = None
         if coefficients == [_GROUP[group] for group in range(4)] and lanes.offset == 0 and lanes.minimum is None:
@@ -178,8 +202,10 @@ class GGUFWeight:
         scaled = partial * lanes.scale.unsqueeze(-1)
         if lanes.minimum is not None:
             scaled = scaled + first * lanes.minimum.unsqueeze(-1)
-        result = scaled.sum((3, 4))
+        result = scaled.sum((-2, -1))
         result = result[0] if chunks == 1 else result.contiguous().sum(0)
+        if group > 1:  # (groups, outputs, group) -> (rows, outputs)
+            return result.contiguous().permute(0, 2, 1).cast(x.dtype).reshape(*x.shape[:-1], outputs)
         return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _k_lane_linear(self, x: Tensor) -> Tensor:
