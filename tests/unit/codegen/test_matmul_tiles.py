@@ -315,16 +315,16 @@ def test_a_kernel_of_short_reduces_one_after_another_stays_on_one_worker() -> No
     _close(x.grad.numpy(), tx.grad.numpy())
 
 
-def test_a_batch_of_128_rows_without_gradient_packs_the_weights() -> None:
-    # a network's first layer: its input needs no gradient, so 128 rows already pack the weights; a hidden layer's
-    # input (which needs one) keeps the 256-row threshold
-    x, w = _array(128, 64), _array(64, 48, seed=1)
+def test_only_products_of_256_rows_or_more_pack_the_weights() -> None:
+    # a network's 128-row batch multiplies the weights in place, whether or not its input needs a gradient (the copy
+    # into panels cost more than it saved); 256 rows pack them first
+    w = _array(64, 48, seed=1)
     weight = Tensor(w, requires_grad=True)
-    for needs_gradient, kernels in ((False, 2), (True, 1)):
-        left = Tensor(x, requires_grad=needs_gradient)
-        result = left @ weight
+    for rows, needs_gradient, kernels in ((128, False, 1), (128, True, 1), (256, False, 2), (256, True, 2)):
+        x = _array(rows, 64)
+        result = Tensor(x, requires_grad=needs_gradient) @ weight
         items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
-        assert len(items) == kernels
+        assert len(items) == kernels, (rows, needs_gradient)
         _close(result.numpy(), x.astype(np.float64) @ w)
 
 
