@@ -344,3 +344,18 @@ def test_tile_stored_across_its_vectors_keeps_vector_accumulators() -> None:
         any(u.op in (Ops.MULACC, Ops.ADD) and u.dtype.count == 8 for u in program)
     weight.assign(weight - 0.5 * gradient).realize()
     _close(weight.numpy(), w - 0.5 * (h.T.astype(np.float64) @ d))
+
+
+@pytest.mark.parametrize("width, nested", [(200, False), (784, False), (256, True), (512, True)])
+def test_weight_gradient_row_blocks_stay_outer_when_they_fit_in_l1(width: int, nested: bool) -> None:
+    # x.T @ d over a batch of 128: a row block reads one line of x per batch row (8 KB); rows of x 800 or 3136 bytes
+    # apart spread over the L1 sets, so the row blocks stay outermost; 1 or 2 KB apart they crowd 4 or 2 sets, and
+    # the row blocks nest inside the column blocks as for other products
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    x, d, w = _array(128, width), _array(128, 64, seed=1), _array(width, 64, seed=2)
+    weight = Tensor(w).realize()
+    update = weight.assign(weight - 0.5 * (Tensor(x).T @ Tensor(d)))
+    items = [item for item in create_schedule([update.uop], device_facts).items if not item.is_copy]
+    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+    assert ("row blocks inside column blocks" in notes) == nested, notes
+    _close(update.numpy(), w.astype(np.float64) - 0.5 * (x.T.astype(np.float64) @ d))
