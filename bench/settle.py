@@ -9,7 +9,7 @@ region.
 
 The spinning threads belong to this process, so `settle` watches the process's CPU clock: it sleeps in short slices
 until one slice passes in which the whole process used (almost) no CPU, i.e. no thread of ours is spinning. After a
-library that blocks that is one slice (20 ms); after numpy about 0.1 s. bench/README.md ("Settling between cases")
+library that blocks that is one slice (20 ms); after numpy 0.12-0.14 s. bench/README.md ("Settling between cases")
 has the measurements.
 """
 from __future__ import annotations
