@@ -5,7 +5,8 @@ CPU kernels, in this order:
    tile: the axis contiguous in the output and in the second load is upcast to two vectors (one when the size does
    not allow two; a last block shifted back where no tile divides it), the other axis to MATMUL_ROWS (6) rows (12
    vector accumulators, two vectors of the second input and a broadcast: AVX2's 16 registers), and with a one-vector
-   tile to up to 8 rows with the reduce unrolled by 4;
+   tile to up to 8 rows with the reduce unrolled by 4; a convolution (a stride-1 window along the columns) gets one
+   vector of pixels x CONV_ROWS (8) channels, the window along the row unrolled, the pixel blocks innermost;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
 3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are
@@ -57,6 +58,9 @@ column panel of dout, 128 lines 2 KB apart that share two L1 sets, from L2 for e
 (one thread, interleaved, best of 40: 1.42 -> 1.30 ms)."""
 L1_LINE_BYTES, L1_SETS, L1_WAYS = 64, 64, 8
 """The L1 data cache assumed for that choice: 32 KB, 8 ways of 64 sets of 64-byte lines (Zen, most x86 cores)."""
+CONV_ROWS = 8
+"""Output channels of a convolution's register tile (`Heuristic._convolution_tile`): 8 vector accumulators, the
+input vector and the broadcasts of the weights fit AVX2's 16 registers."""
 DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
@@ -199,6 +203,9 @@ class Heuristic:
                 if (range_size(columns) or 0) % width or not self.attempt(columns, OptOps.UPCAST, width,
                                                                             "matmul columns, gathered"):
                     continue
+            elif (window := self._window(first, second, columns)) is not None and \
+                    (range_size(columns) or 0) >= width:
+                return self._convolution_tile(columns, rows, window, width)
             else:
                 column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
                 dividing = next((t for t in (2 * width, width) if column_size % t == 0), None)
@@ -240,6 +247,43 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _window(self, first: UOp, second: UOp, columns: UOp) -> UOp | None:
+        """The reduce axis of a convolution's window along the columns: a small reduce axis that moves the second
+        load (the input) by the same step as the columns do and indexes the first (the weight), else None."""
+        step = axis_stride(second.src[0].src[1], columns)
+        for reduce_range in self.reduce_axes():
+            size = range_size(reduce_range)
+            if size is not None and 1 < size <= SMALL_UNROLL and \
+                    axis_stride(second.src[0].src[1], reduce_range) == step and \
+                    axis_stride(first.src[0].src[1], reduce_range) not in (0, None):
+                return reduce_range
+        return None
+
+    def _convolution_tile(self, columns: UOp, rows: UOp, window: UOp, width: int) -> bool:
+        """The register tile of a convolution (columns: output pixels along a row, rows: output channels): one
+        vector of pixels times CONV_ROWS channels, the window along the row unrolled (its loads are the tile's
+        vector shifted by one pixel each), the channel blocks inside the other output loops and the pixel blocks
+        innermost, so one output row's input lines and one block of weights stay in L1 while the tile sweeps the
+        row. Two vectors of pixels (the matmul tile) measured slower: each unrolled window step then loads two
+        vectors for six channels' broadcasts, and 6 rows of 32 channels recompute 4."""
+        column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
+        if column_size % width == 0:
+            self.attempt(columns, OptOps.UPCAST, width, "convolution pixels")
+        elif self._in_place() or not self.attempt(columns, OptOps.SHIFTED_UPCAST, width,
+                                                    "convolution pixels, last block shifted"):
+            return False
+        row_tile = next((t for t in (CONV_ROWS, 6, 4, 3, 2) if row_size % t == 0), None)
+        if row_tile is not None:
+            self.attempt(rows, OptOps.UPCAST, row_tile, "convolution channels")
+        for axis in (rows, columns):
+            blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
+                      if axis_id(self.kernel.axes[position]) == axis_id(axis)]
+            if blocks:
+                self.kernel.nest_inside(blocks[0])
+        self.notes.append("channel blocks, then pixel blocks innermost")
+        self.attempt(window, OptOps.UNROLL, range_size(window) or 1, "convolution window")
+        return True
 
     def _row_block_in_l1(self, first: UOp) -> bool:
         """True when the first input is strided along the reduce (x.T @ dout, a weight gradient) and a row block's

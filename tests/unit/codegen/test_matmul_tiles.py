@@ -359,3 +359,25 @@ def test_weight_gradient_row_blocks_stay_outer_when_they_fit_in_l1(width: int, n
     notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
     assert ("row blocks inside column blocks" in notes) == nested, notes
     _close(update.numpy(), w.astype(np.float64) - 0.5 * (x.T.astype(np.float64) @ d))
+
+
+@pytest.mark.parametrize("shape, weight, options, tiled", [((2, 16, 20, 30), (32, 16, 3, 3), {}, True),
+                                                            ((3, 5, 11, 18), (12, 5, 3, 3), {}, True),
+                                                            ((2, 3, 17, 19), (9, 3, 5, 5), {"padding": 2}, True),
+                                                            ((2, 4, 12, 34), (7, 4, 3, 3), {"stride": 2}, False)])
+def test_convolution_tile_sweeps_pixels_and_unrolls_the_window(shape: tuple[int, ...], weight: tuple[int, ...],
+                                                                options: dict[str, int], tiled: bool) -> None:
+    # a stride-1 window along the row gets one vector of pixels times up to 8 channels, the window unrolled; a
+    # strided one (its input moves 2 per pixel, 1 per window step) keeps the matmul tile
+    torch = pytest.importorskip("torch")
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    x, w = _array(*shape), _array(*weight, seed=1)
+    tx, tw = Tensor(x).realize(), Tensor(w).realize()
+    items = [item for item in create_schedule([tx.conv2d(tw, **options).uop], device_facts).items
+             if not item.is_copy]
+    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+    assert (f"UNROLL {weight[3]} (convolution window)" in notes) == tiled, notes
+    if tiled:
+        assert any(note.startswith("UPCAST") and "convolution channels" in note for note in notes), notes
+    reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), **options)
+    _close(tx.conv2d(tw, **options).numpy(), reference.numpy())
