@@ -32,7 +32,7 @@ def count_bind_groups(monkeypatch: pytest.MonkeyPatch, webgpu: Any) -> list[int]
 def webgpu_programs() -> list[WebGPUProgram]:
     """Every compiled WEBGPU program of this process."""
     from tinycore.engine.realize import _runners
-    return [runner.program for (_ast, device), runner in _runners.items() if device == "WEBGPU"]
+    return [runner.program for (_ast, device, _threads), runner in _runners.items() if device == "WEBGPU"]
 
 
 def test_jit_replays_reuse_bind_groups_and_match_numpy(webgpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
