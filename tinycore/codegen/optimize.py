@@ -144,6 +144,11 @@ class Heuristic:
         """The RANGEs of output loop axes still open to opts, outermost first."""
         return [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.LOOP)]
 
+    def _block_positions(self, axis: UOp) -> list[int]:
+        """Positions of the output loop axes sharing `axis`'s id (the blocks an upcast left), outermost first."""
+        return [position for position in self.kernel.axes_of(AxisType.LOOP)
+                if axis_id(self.kernel.axes[position]) == axis_id(axis)]
+
     def reduce_axes(self) -> list[UOp]:
         """The RANGEs of reduce loop axes still open to opts."""
         return [self.kernel.axes[i] for i in self.kernel.axes_of(AxisType.REDUCE)]
@@ -234,8 +239,7 @@ class Heuristic:
                 row_tile = next((t for t in (8, 6, 4, 3, 2) if row_size % t == 0), None)
                 if row_tile is not None:
                     self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
-            row_blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
-                          if axis_id(self.kernel.axes[position]) == axis_id(rows)]
+            row_blocks = self._block_positions(rows)
             if row_blocks and not gathered and not self._row_block_in_l1(first) and \
                     not self._block_rows(row_blocks[0], first, column_tile):
                 # row blocks innermost: one column panel of the second input is reused from cache by every row block
@@ -277,8 +281,7 @@ class Heuristic:
         if row_tile is not None:
             self.attempt(rows, OptOps.UPCAST, row_tile, "convolution channels")
         for axis in (rows, columns):
-            blocks = [position for position in self.kernel.axes_of(AxisType.LOOP)
-                      if axis_id(self.kernel.axes[position]) == axis_id(axis)]
+            blocks = self._block_positions(axis)
             if blocks:
                 self.kernel.nest_inside(blocks[0])
         self.notes.append("channel blocks, then pixel blocks innermost")

@@ -40,6 +40,10 @@ ROW_GROUP = 4
 """Rows of x that share each block's loaded and converted values in the lane form of several rows (`_lane_linear`):
 the codegen upcasts an output axis of this size whole."""
 
+GROUPED_TYPES = (2, 3, 6, 7)
+"""ggml types (Q4_0, Q4_1, Q5_0, Q5_1) whose lane form takes rows in groups of ROW_GROUP. Not Q8_0, whose x operands
+are x itself: its rows grouped this way measured 3-4x slower (not looked into)."""
+
 CHUNK_INPUTS = 1024
 """Inputs per column chunk (tinycore.llm.weights.GGUFWeight.repack) of the 32-value block types' weights with more
 than 2 * CHUNK_INPUTS inputs. x's operands of a row of 8192 inputs (32 KB for Q8_0, 40 KB for Q4_0) overflow a
@@ -135,8 +139,8 @@ class GGUFWeight:
         written; for more rows (prefill) the weight is dequantized once into temporaries, a slab at a time, and the
         matmul runs on floats, which costs less than dequantizing it again for every row."""
         rows = prod(x.shape[:-1])
-        if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (rows <= LANE_ROWS or (
-                self.ggml_type != 8 and rows <= GROUPED_LANE_ROWS and rows % ROW_GROUP == 0)):
+        if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (
+                rows <= LANE_ROWS or (rows <= GROUPED_LANE_ROWS and self._row_group(rows) > 1)):
             return self._lane_linear(x)
         if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
             return self._q6_k_lane_linear(x)
@@ -153,6 +157,12 @@ class GGUFWeight:
         pieces = [x.matmul(self.rows(start.bind(first), slab).contiguous().T).realize()
                   for first in range(0, outputs, slab)]
         return pieces[0].cat(*pieces[1:], dim=-1)
+
+    def _row_group(self, rows: int) -> int:
+        """ROW_GROUP when the lane form takes these rows of x in groups (a GROUPED_TYPES weight, more rows than one
+        group and a whole number of groups), else 1."""
+        grouped = self.ggml_type in GROUPED_TYPES and rows > ROW_GROUP and rows % ROW_GROUP == 0
+        return ROW_GROUP if grouped else 1
 
     def _lane_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for a few rows of x (one in decode) and a weight whose blocks of 32 hold one scale each
@@ -172,8 +182,7 @@ class GGUFWeight:
         # more than ROW_GROUP rows: (row groups, outputs, ROW_GROUP) with the group innermost, which the codegen
         # upcasts, so a block is loaded and converted once for ROW_GROUP rows; the groups outermost, so that one
         # group's x operands stay in cache while the weight streams past (all rows' did not: 160 KB for 16 rows)
-        # (not Q8_0, whose operands are x itself: its rows grouped this way measured 3-4x slower, not looked into)
-        group = ROW_GROUP if rows > ROW_GROUP and rows % ROW_GROUP == 0 and self.ggml_type != 8 else 1
+        group = self._row_group(rows)
         width = self.data.shape[1]
         if group > 1:
             data = self.data.reshape(chunks, 1, outputs, 1, per_chunk, width)
