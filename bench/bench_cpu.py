@@ -29,7 +29,7 @@ import bench_engine  # noqa: E402
 import bench_import  # noqa: E402
 import bench_train  # noqa: E402
 import numpy as np  # noqa: E402
-from settle import settle  # noqa: E402
+from settle import keep_freed_memory, settle  # noqa: E402
 
 LIBRARIES = ("tinycore", "torch", "numpy", "tinygrad")
 SOFTMAX_SHAPE = (4096, 1024)
@@ -153,7 +153,12 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=30, help="training steps per library and optimizer")
     parser.add_argument("--import-runs", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--fresh-heap", action="store_true",
+                        help="keep glibc's allocator defaults (torch's conv2d output then page-faults or not depending "
+                             "on the allocator's history; see settle.keep_freed_memory)")
     arguments = parser.parse_args()
+    if not arguments.fresh_heap:
+        keep_freed_memory()
     started = time.perf_counter()
     results = run(arguments.rounds, arguments.steps, arguments.import_runs)
     arguments.out.mkdir(parents=True, exist_ok=True)

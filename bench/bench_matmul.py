@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from settle import settle
+from settle import keep_freed_memory, settle
 
 os.environ.setdefault("DEV", "CPU")
 
@@ -65,7 +65,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--cases", nargs="+", default=["mm1024", "mm2048", "conv"])
+    parser.add_argument("--fresh-heap", action="store_true",
+                        help="keep glibc's allocator defaults (torch's conv2d output then page-faults or not depending "
+                             "on the allocator's history; see settle.keep_freed_memory)")
     args = parser.parse_args()
+    if not args.fresh_heap:
+        keep_freed_memory()
     for name, (flops, calls, error) in cases(args.cases).items():
         wall: dict[str, list[float]] = {library: [] for library in calls}
         cpu: dict[str, list[float]] = {library: [] for library in calls}

@@ -69,3 +69,37 @@ def test_stops_at_the_limit_when_the_process_stays_busy() -> None:
 def test_rejects_a_slice_that_cannot_fit(slice_s: float, limit_s: float) -> None:
     with pytest.raises(ValueError, match="slice_s"):
         _settle()(slice_s=slice_s, limit_s=limit_s)
+
+
+_HEAP_PROBE = """
+import ctypes, sys
+sys.path.insert(0, sys.argv[1])
+import settle
+libc = ctypes.CDLL(None)
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                    "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+if sys.argv[2] == "keep":
+    assert settle.keep_freed_memory()
+before = libc.mallinfo2().hblkhd
+block = libc.malloc(16 << 20)
+print(libc.mallinfo2().hblkhd - before)
+libc.free(block)
+"""
+
+
+@pytest.mark.parametrize("mode, mapped", [("keep", False), ("default", True)])
+def test_keep_freed_memory_serves_a_16_mb_block_from_the_heap(mode: str, mapped: bool) -> None:
+    # glibc maps a 16 MB block on its own by default (its pages fault in afresh after every free and malloc); after
+    # keep_freed_memory() it comes from the heap, where a freed block is reused (torch's conv2d output, bench_cpu)
+    import platform
+    import subprocess
+    import sys
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        pytest.skip("mallopt and mallinfo2 are glibc's")
+    result = subprocess.run([sys.executable, "-c", _HEAP_PROBE, str(SETTLE_PATH.parent), mode], capture_output=True,
+                            text=True, check=True)
+    assert (int(result.stdout) >= 16 << 20) == mapped, result.stdout

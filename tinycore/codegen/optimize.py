@@ -5,12 +5,14 @@ CPU kernels, in this order:
    tile: the axis contiguous in the output and in the second load is upcast to two vectors (one when the size does
    not allow two; a last block shifted back where no tile divides it), the other axis to MATMUL_ROWS (6) rows (12
    vector accumulators, two vectors of the second input and a broadcast: AVX2's 16 registers), and with a one-vector
-   tile to up to 8 rows with the reduce unrolled by 4; a convolution (a stride-1 window along the columns) gets one
-   vector of pixels x CONV_ROWS (8) channels, the window along the row unrolled, the pixel blocks innermost;
+   tile to up to 8 rows with the reduce unrolled by 4; a convolution (a stride-1 window along the columns) gets
+   CONV_PIXEL_VECTORS (2) vectors of pixels x CONV_ROWS (4) channels, the window along the row unrolled, the pixel
+   blocks innermost;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
 3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are
-   split across the CPU workers on the outermost axis that is big enough;
+   split across the CPU workers on the outermost axis that is big enough, in SHARES_PER_WORKER shares per worker
+   when each share keeps at least MIN_SHARE_WORK;
 4. small output axes are upcast and small reduce axes unrolled completely.
 """
 from __future__ import annotations
@@ -31,6 +33,13 @@ MIN_THREAD_WORK = 65536
 MIN_THREAD_ELEMENTWISE = 1 << 20
 """Kernels without a reduce (memory-bound) and fewer output elements than this stay on one CPU worker: waking a
 worker costs tens of microseconds, about what one core takes to stream a million floats."""
+SHARES_PER_WORKER = 4
+"""Shares per CPU worker of a big kernel's split (`Heuristic.threads`): the pool's threads claim shares as they
+finish, so a core slowed by another job takes fewer of them, where equal halves made the launch wait for the slower
+core (conv2d on 2 cores, back to back, median of 30: 79-119 GFLOPS in halves, 109-139 in 8 shares)."""
+MIN_SHARE_WORK = 1 << 22
+"""Elements of work each share must keep before a kernel is split into more shares than workers (claiming a share
+takes the pool's lock)."""
 SMALL_UPCAST = 4
 """Output axes up to this size are upcast completely."""
 SMALL_UNROLL = 8
@@ -58,9 +67,12 @@ column panel of dout, 128 lines 2 KB apart that share two L1 sets, from L2 for e
 (one thread, interleaved, best of 40: 1.42 -> 1.30 ms)."""
 L1_LINE_BYTES, L1_SETS, L1_WAYS = 64, 64, 8
 """The L1 data cache assumed for that choice: 32 KB, 8 ways of 64 sets of 64-byte lines (Zen, most x86 cores)."""
-CONV_ROWS = 8
-"""Output channels of a convolution's register tile (`Heuristic._convolution_tile`): 8 vector accumulators, the
-input vector and the broadcasts of the weights fit AVX2's 16 registers."""
+CONV_ROWS = 4
+"""Output channels of a convolution's register tile (`Heuristic._convolution_tile`)."""
+CONV_PIXEL_VECTORS = 2
+"""Vectors of output pixels in a convolution's register tile: 2 x 4 = 8 accumulators, one window step's two input
+vectors and one broadcast weight fit AVX2's 16 registers when the body runs window step by window step
+(`codegen/linearize.py`, `_chain_keys`) and the input vectors stay in registers (tiny-cpu's renderer)."""
 DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 PREFERRED_VECTOR_BYTES = 32
@@ -265,19 +277,22 @@ class Heuristic:
         return None
 
     def _convolution_tile(self, columns: UOp, rows: UOp, window: UOp, width: int) -> bool:
-        """The register tile of a convolution (columns: output pixels along a row, rows: output channels): one
-        vector of pixels times CONV_ROWS channels, the window along the row unrolled (its loads are the tile's
-        vector shifted by one pixel each), the channel blocks inside the other output loops and the pixel blocks
-        innermost, so one output row's input lines and one block of weights stay in L1 while the tile sweeps the
-        row. Two vectors of pixels (the matmul tile) measured slower: each unrolled window step then loads two
-        vectors for six channels' broadcasts, and 6 rows of 32 channels recompute 4."""
+        """The register tile of a convolution (columns: output pixels along a row, rows: output channels):
+        CONV_PIXEL_VECTORS vectors of pixels (one for rows narrower than that) times CONV_ROWS channels (8 with one
+        vector), the window along the row unrolled (its loads are the tile's vectors shifted by one pixel each), the
+        channel blocks inside the other output loops and the pixel blocks innermost, so one output row's input lines
+        and one block of weights stay in L1 while the tile sweeps the row. conv2d 32x16x64x64 * 32x16x3x3, one
+        thread: 8 channels x 1 vector 49-54 GFLOPS, 4 x 2 vectors 70-73 (each window step loads 2 vectors for 4
+        broadcasts, against 1 for 8); 6 x 2 (12 accumulators) recomputes 4 of 32 channels and was no faster."""
         column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
-        if column_size % width == 0:
-            self.attempt(columns, OptOps.UPCAST, width, "convolution pixels")
-        elif self._in_place() or not self.attempt(columns, OptOps.SHIFTED_UPCAST, width,
+        pixels = CONV_PIXEL_VECTORS * width if column_size >= CONV_PIXEL_VECTORS * width else width
+        if column_size % pixels == 0:
+            self.attempt(columns, OptOps.UPCAST, pixels, "convolution pixels")
+        elif self._in_place() or not self.attempt(columns, OptOps.SHIFTED_UPCAST, pixels,
                                                     "convolution pixels, last block shifted"):
             return False
-        row_tile = next((t for t in (CONV_ROWS, 6, 4, 3, 2) if row_size % t == 0), None)
+        channel_tiles = (CONV_ROWS, 3, 2) if pixels > width else (2 * CONV_ROWS, 6, CONV_ROWS, 3, 2)
+        row_tile = next((t for t in channel_tiles if row_size % t == 0), None)
         if row_tile is not None:
             self.attempt(rows, OptOps.UPCAST, row_tile, "convolution channels")
         for axis in (rows, columns):
@@ -511,7 +526,10 @@ class Heuristic:
         if workers < 2 or not candidates:
             return
         chosen = next(((r, size) for r, size in candidates if size >= workers), max(candidates, key=lambda c: c[1]))
-        self.attempt(chosen[0], OptOps.THREAD, min(workers, chosen[1]), "multi-core")
+        shares = min(workers, chosen[1])
+        if chosen[1] >= workers * SHARES_PER_WORKER and self.work() >= workers * SHARES_PER_WORKER * MIN_SHARE_WORK:
+            shares = workers * SHARES_PER_WORKER
+        self.attempt(chosen[0], OptOps.THREAD, shares, "multi-core")
 
 
 def hand_coded_optimizations(kernel: Kernel, renderer: RendererContract) -> list[str]:

@@ -3,13 +3,13 @@
 The search starts from the hand-coded heuristic's kernel (codegen/optimize.py) and, unless the heuristic splits it
 across CPU workers (then every candidate keeps a split), the unoptimized one; each step takes the neighbours of the
 beam's kernels: one more opt (upcast, unroll, accumulators, worker split, loop nesting; `actions`), one opt's amount
-changed, or one opt less (`children`). Candidates are rendered here, compiled in parallel (the compiler of a CPU
-device is a separate process per batch of candidates), and timed on copies of the kernel's real buffers, so a
-candidate never writes a buffer the program reads later. The N fastest (none over BEAM_PRUNE times the best) form
-the next beam; the search ends when a step gains less than BEAM_MIN_PROGRESS, when no candidate is left, or when
-BEAM_BUDGET seconds have passed. The finalists and the heuristic's choice are then timed again in turns, and the
-fastest is kept. Opts never change what a kernel computes (only the order of a reduce's additions may differ), so
-the choice only changes speed.
+changed (a split's share count among them), or one opt less (`children`). Candidates are rendered here, compiled in
+parallel (the compiler of a CPU device is a separate process per batch of candidates), and timed on copies of the
+kernel's real buffers, so a candidate never writes a buffer the program reads later. The N fastest (none over BEAM_PRUNE
+times the best) form the next beam; the search ends when a step gains less than BEAM_MIN_PROGRESS, when no candidate is
+left, or when BEAM_BUDGET seconds have passed. The finalists and the heuristic's choice are then timed again in turns,
+and the fastest is kept. Opts never change what a kernel computes (only the order of a reduce's additions may differ),
+so the choice only changes speed.
 
 The winner's opts are kept on disk (`cache_dir()/beam`), keyed by the kernel's structure, the device family, the
 renderer, the compiler with its flags and target CPU or architecture, the worker count and N; a later process
@@ -57,6 +57,8 @@ UPCAST_AMOUNTS = (2, 3, 4, 6, 8, 16)
 SHIFTED_AMOUNTS = (6, 8, 16)
 """SHIFTED_UPCAST amounts tried on output axes they do not divide (matmul tiles: 6 rows, one or two vectors)."""
 UNROLL_AMOUNTS = (2, 4, 8)
+THREAD_SHARE_FACTORS = (1, 2, 4, 8)
+"""Shares per CPU worker a split may take in the search (the heuristic takes 1, or 4 for big kernels)."""
 TIMING_RUNS = 3
 """Runs per candidate; the fastest counts (the machine may be shared)."""
 EARLY_STOP = 2.0
@@ -133,6 +135,9 @@ def _amounts(opt: Opt, renderer: RendererContract) -> tuple[int, ...]:
         return (4,) + SHIFTED_AMOUNTS
     if opt.op is OptOps.UNROLL:
         return UNROLL_AMOUNTS
+    if opt.op is OptOps.THREAD:
+        # shares the pool's threads claim as they finish (codegen/optimize.py, SHARES_PER_WORKER)
+        return tuple(default_worker_count() * factor for factor in THREAD_SHARE_FACTORS)
     if opt.op is OptOps.ACCUMULATORS:
         return tuple(sorted({amount for widths in renderer.vector_widths.values() for width in widths if width > 1
                              for amount in (width, 2 * width)}))
@@ -416,7 +421,7 @@ class _Search:
         heuristic = tuple(heuristic_kernel.applied)
         # a kernel the heuristic splits across the cores stays split: timed while other processes hold a core, one
         # worker can look faster, and the cached choice would then halve the speed on an idle machine
-        min_workers = heuristic_kernel.workers
+        min_workers = min(heuristic_kernel.workers, default_worker_count())
         progress = _Progress(name)
         winner = None
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import platform
+import re
 
 import numpy as np
 import pytest
@@ -367,8 +368,9 @@ def test_weight_gradient_row_blocks_stay_outer_when_they_fit_in_l1(width: int, n
                                                             ((2, 4, 12, 34), (7, 4, 3, 3), {"stride": 2}, False)])
 def test_convolution_tile_sweeps_pixels_and_unrolls_the_window(shape: tuple[int, ...], weight: tuple[int, ...],
                                                                 options: dict[str, int], tiled: bool) -> None:
-    # a stride-1 window along the row gets one vector of pixels times up to 8 channels, the window unrolled; a
-    # strided one (its input moves 2 per pixel, 1 per window step) keeps the matmul tile
+    # a stride-1 window along the row gets two vectors of pixels times 4 channels (rows narrower than two vectors:
+    # one vector times up to 8), the window unrolled; a strided one (its input moves 2 per pixel, 1 per window step)
+    # keeps the matmul tile
     torch = pytest.importorskip("torch")
     from tinycore.codegen.optimize import hand_coded_optimizations
     x, w = _array(*shape), _array(*weight, seed=1)
@@ -378,6 +380,82 @@ def test_convolution_tile_sweeps_pixels_and_unrolls_the_window(shape: tuple[int,
     notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
     assert (f"UNROLL {weight[3]} (convolution window)" in notes) == tiled, notes
     if tiled:
-        assert any(note.startswith("UPCAST") and "convolution channels" in note for note in notes), notes
+        output_width = shape[3] + 2 * options.get("padding", 0) - weight[3] + 1
+        pixels, channels = (16, (4, 3, 2)) if output_width >= 16 else (8, (8, 6, 4, 3, 2))
+        assert any(note.startswith(("UPCAST", "SHIFTED_UPCAST")) and f" {pixels} (convolution pixels" in note
+                   for note in notes), notes
+        tile = next((c for c in channels if weight[0] % c == 0), None)
+        assert any(note == f"UPCAST {tile} (convolution channels)" for note in notes) or tile is None, notes
     reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), **options)
     _close(tx.conv2d(tw, **options).numpy(), reference.numpy())
+
+
+def _chain_steps(uops: list) -> list[int]:
+    """The step of each fused multiply-add along its accumulator's chain, in program order (0: reads the
+    accumulator register, k: takes the k-1th step's result)."""
+    steps: dict = {}
+    order = []
+    for uop in uops:
+        if uop.op is Ops.MULACC:
+            source = uop.src[2]
+            if source in steps:
+                steps[uop] = steps[source] + 1
+            elif source.op is Ops.LOAD:
+                steps[uop] = 0
+            else:
+                continue
+            order.append(steps[uop])
+    return order
+
+
+def test_convolution_body_runs_window_step_by_window_step() -> None:
+    # the unrolled window's first step for every accumulator, then the second, ...: each step's two input vectors
+    # are live only while its FMAs run (accumulator by accumulator, all six stayed live and the tile spilled)
+    torch = pytest.importorskip("torch")
+    x, w = _array(2, 16, 12, 34), _array(8, 16, 3, 3, seed=1)
+    tx, tw = Tensor(x).realize(), Tensor(w).realize()
+    items = [item for item in create_schedule([tx.conv2d(tw).uop], device_facts).items if not item.is_copy]
+    program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+    steps = _chain_steps(list(program.uops or []))
+    assert steps.count(0) == 8 and steps.count(2) == 8, steps  # 2 vectors x 4 channels, a 3-wide window
+    assert steps == sorted(steps), steps
+    # each input vector feeds 4 channels' FMAs and is kept in a register, not folded into each FMA as a load
+    assert len(re.findall(r"TC_IN_REGISTER\(val\d+\);", program.src)) == 6, program.src
+    reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
+    _close(tx.conv2d(tw).numpy(), reference.numpy())
+
+
+def test_loads_feeding_one_multiply_add_are_not_pinned_and_matmul_order_is_unchanged() -> None:
+    # a dot product's vector accumulators take one FMA per load: nothing to keep; the matmul tile's accumulators
+    # take one FMA per reduce step, so its body keeps graph order (each FMA reads its accumulator)
+    x, y = Tensor(_array(1 << 16)).realize(), Tensor(_array(1 << 16, seed=1)).realize()
+    items = [item for item in create_schedule([(x * y).sum().uop], device_facts).items if not item.is_copy]
+    program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+    assert "TC_IN_REGISTER" not in (program.src or "")
+    np.testing.assert_allclose((x * y).sum().numpy(), (x.numpy().astype(np.float64) * y.numpy()).sum(), rtol=1e-4)
+    a, b = Tensor(_array(64, 32)).realize(), Tensor(_array(32, 64, seed=1)).realize()
+    items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+    program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+    assert set(_chain_steps(list(program.uops or []))) == {0}
+    # the two vectors of the second input, 6 rows each
+    assert len(re.findall(r"TC_IN_REGISTER\(val\d+\);", program.src)) == 2
+    _close((a @ b).numpy(), a.numpy().astype(np.float64) @ b.numpy())
+
+
+@pytest.mark.parametrize("threads, shares", [(2, 8), (3, 12)])
+def test_big_kernels_split_into_shares_the_workers_claim(threads: int, shares: int) -> None:
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    torch = pytest.importorskip("torch")
+    x, w = _array(36, 16, 40, 40), _array(16, 16, 3, 3, seed=1)
+    tx, tw = Tensor(x).realize(), Tensor(w).realize()
+    with Context(NUM_CPU_THREADS=threads):
+        items = [item for item in create_schedule([tx.conv2d(tw).uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        assert f"THREAD {shares} (multi-core)" in notes, notes
+        small = [item for item in create_schedule([(tx[:2] + 1).sum(axis=1).uop], device_facts).items
+                 if not item.is_copy]
+        small_notes = hand_coded_optimizations(Kernel(small[-1].ast), Device["CPU"].renderer)
+        assert not any(note.startswith("THREAD") and note != f"THREAD {threads} (multi-core)" for note in small_notes)
+        result = tx.conv2d(tw).numpy()
+    reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
+    _close(result, reference.numpy())
