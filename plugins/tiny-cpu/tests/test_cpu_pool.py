@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -127,3 +128,41 @@ def test_batch_compile_renames_entry_points() -> None:
         output, data = buffer_from(np.zeros(8, np.float32)), buffer_from(source)
         program(output._buf, data._buf, global_size=(2, 1, 1), vals=(4,))
         np.testing.assert_allclose(output.numpy(), source * factor + np.repeat([0.0, 1.0], 4))
+
+
+_AFFINITY_PROBE = """
+import ctypes, os, sys
+import numpy as np
+import tiny_cpu.pool as pool_module
+from tiny_cpu.compiler import ClangCompiler
+from tiny_cpu.runtime import CPUProgram
+sys.path.insert(0, sys.argv[1])
+from test_cpu_pool import SCALE_SOURCE, buffer_from
+runner = pool_module.parallel_runner()
+program = CPUProgram("tc_scale", ClangCompiler().compile_cached(SCALE_SOURCE))
+output, data = buffer_from(np.zeros(64, np.float32)), buffer_from(np.arange(64, dtype=np.float32))
+arguments = (ctypes.c_longlong * 3)(output._buf, data._buf, 8)
+threads = len(os.sched_getaffinity(0))
+assert runner(program._entry, arguments, 8, threads) == 0
+np.testing.assert_allclose(output.numpy(), np.arange(64) * 3 + np.repeat(np.arange(8), 8))
+for task in sorted(os.listdir("/proc/self/task")):
+    print(" ".join(str(cpu) for cpu in sorted(os.sched_getaffinity(int(task)))))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux thread affinity and at least two allowed CPUs")
+def test_workers_are_kept_off_the_launching_threads_cpu() -> None:
+    # a worker woken on the launching thread's CPU took turns with it there while another CPU idled: after a launch
+    # every pool worker may run on any allowed CPU but one (the launching thread's), the other threads anywhere
+    import pathlib
+    import subprocess
+    import sys
+    allowed = sorted(os.sched_getaffinity(0))
+    result = subprocess.run([sys.executable, "-c", _AFFINITY_PROBE, str(pathlib.Path(__file__).parent)],
+                            capture_output=True, text=True, check=True)
+    masks = [[int(cpu) for cpu in line.split()] for line in result.stdout.splitlines()]
+    narrowed = [mask for mask in masks if mask != allowed]
+    assert len(narrowed) == len(allowed) - 1, masks  # one worker per CPU besides the launching thread
+    assert all(len(mask) == len(allowed) - 1 and set(mask) < set(allowed) for mask in narrowed), masks
+    assert len({tuple(mask) for mask in narrowed}) == 1, masks  # all kept off the same CPU
