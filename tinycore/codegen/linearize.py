@@ -374,14 +374,11 @@ class Linearizer:
             for item, needs in waiting.items():
                 for need in needs:
                     users.setdefault(need, []).append(item)
-            chain_keys = _chain_keys(items, users, position)
-            if chain_keys:
-                def rank_in_body(item: Any) -> tuple[int, ...]:
-                    base = rank(item)
-                    return (base[0], *chain_keys.get(item, (0, base[1])), base[1])
-            else:
-                def rank_in_body(item: Any) -> tuple[int, ...]:
-                    return rank(item)
+            chain_keys = _chain_keys(items, users, position)  # {} keeps graph order: (kind, 0, position, position)
+
+            def rank_in_body(item: Any) -> tuple[int, ...]:
+                kind, order = rank(item)
+                return (kind, *chain_keys.get(item, (0, order)), order)
             ready = [(rank_in_body(item), i, item) for i, item in enumerate(items) if not waiting[item]]
             heapq.heapify(ready)
             order_counter = len(items)
