@@ -7,9 +7,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinycore.dtype import DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
+from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
+from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
@@ -65,6 +66,23 @@ def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
     return panel
 
 
+def _multiply_with_tensors(left: Tensor, right: Tensor, panel: int | None, accumulate: DType | None,
+                           result_dtype: DType) -> Tensor:
+    """`left @ right` (at least 2-D each) spelled in Tensor operations: mixed dtypes, bool and symbolic shapes; the
+    reference that tinycore.tensor.matmul's node-level builders match."""
+    if panel is not None:
+        # the second input copied into panels of `panel` columns, each contiguous along the reduce: the kernel
+        # then streams one panel per block of columns instead of reading a cache line from every row of it
+        *batch, depth, columns = right.shape
+        panels = right.reshape(*batch, depth, columns // panel, panel).transpose(-3, -2).contiguous()
+        # (..., blocks, rows, reduce, panel) summed over the reduce, then the blocks put back side by side
+        products = left.unsqueeze(-3).unsqueeze(-1) * panels.unsqueeze(-3)
+        blocks = products.sum(-2, dtype=sum_acc_dtype(products.dtype))
+        return blocks.transpose(-3, -2).reshape(*blocks.shape[:-3], left.shape[-2], columns).cast(result_dtype)
+    products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
+    return products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
+
+
 class NNMixin:
     """Neural-network building blocks of Tensor."""
 
@@ -84,18 +102,17 @@ class NNMixin:
         accumulate = optional_dtype(dtype)
         result_dtype = accumulate or least_upper_dtype(self.dtype, w.dtype)
         panel = _matmul_panel(left, right) if accumulate is None else None
-        if panel is not None:
-            # the second input copied into panels of `panel` columns, each contiguous along the reduce: the kernel
-            # then streams one panel per block of columns instead of reading a cache line from every row of it
-            *batch, depth, columns = right.shape
-            panels = right.reshape(*batch, depth, columns // panel, panel).transpose(-3, -2).contiguous()
-            # (..., blocks, rows, reduce, panel) summed over the reduce, then the blocks put back side by side
-            products = left.unsqueeze(-3).unsqueeze(-1) * panels.unsqueeze(-3)
-            blocks = products.sum(-2, dtype=sum_acc_dtype(products.dtype))
-            result = blocks.transpose(-3, -2).reshape(*blocks.shape[:-3], left.shape[-2], columns).cast(result_dtype)
+        if left.dtype == right.dtype and left.dtype != dtypes.bool and \
+                all(isinstance(size, int) for size in (*left.shape, *right.shape)):
+            # the common case built on nodes directly (tinycore.tensor.matmul): the same graph, a fraction of the
+            # Python time
+            if panel is not None:
+                node = multiply_panels(left.uop, right.uop, panel, sum_acc_dtype(left.dtype), result_dtype)
+            else:
+                node = multiply_in_place(left.uop, right.uop, accumulate or sum_acc_dtype(left.dtype), result_dtype)
+            result = left._result(node, right)
         else:
-            products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
-            result = products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
+            result = _multiply_with_tensors(left, right, panel, accumulate, result_dtype)
         if self.ndim == 1:
             result = result.squeeze(-2)
         if w.ndim == 1:

@@ -1,0 +1,72 @@
+"""The node-level product graphs (tinycore.tensor.matmul) are the very nodes the Tensor operations make, and
+the products they give match numpy and torch (values and gradients)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tinycore import Tensor, dtypes
+from tinycore.dtype import DType, least_upper_dtype
+from tinycore.tensor.nn import _matmul_panel, _multiply_with_tensors
+
+RNG = np.random.default_rng(11)
+
+# (left shape, right shape, packed): packed products have >= 256 rows and a column count the CPU panel divides
+SHAPES = [((5, 7), (7, 3), False), ((2, 5, 7), (7, 3), False), ((3, 1, 4, 6), (2, 6, 5), False),
+          ((256, 32), (32, 64), True), ((2, 256, 16), (16, 32), True), ((3, 1, 128, 16), (2, 16, 48), True),
+          ((300, 40), (2, 40, 32), True)]
+
+
+def _operands(left_shape: tuple[int, ...], right_shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Tensor]:
+    numpy_dtype = np.float32 if dtype == dtypes.float32 else np.float16 if dtype == dtypes.float16 else np.int32
+    left = Tensor((RNG.uniform(-3, 3, left_shape)).astype(numpy_dtype))
+    right = Tensor((RNG.uniform(-3, 3, right_shape)).astype(numpy_dtype))
+    return left, right
+
+
+@pytest.mark.parametrize("left_shape, right_shape, packed", SHAPES)
+@pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32])
+def test_same_nodes_as_the_tensor_operations(left_shape: tuple[int, ...], right_shape: tuple[int, ...],
+                                             packed: bool, dtype: DType) -> None:
+    left, right = _operands(left_shape, right_shape, dtype)
+    panel = _matmul_panel(left, right)
+    assert (panel is not None) == (packed and dtype == dtypes.float32)
+    reference = _multiply_with_tensors(left, right, panel, None, least_upper_dtype(left.dtype, right.dtype))
+    assert (left @ right).uop is reference.uop
+
+
+def test_same_nodes_with_an_accumulate_dtype() -> None:
+    left, right = _operands((6, 5), (5, 4), dtypes.float16)
+    reference = _multiply_with_tensors(left, right, None, dtypes.float32, dtypes.float32)
+    assert left.dot(right, dtype=dtypes.float32).uop is reference.uop
+    plain = _multiply_with_tensors(left, right, None, None, dtypes.float16)
+    assert left.dot(right).uop is plain.uop and plain.dtype == dtypes.float16
+
+
+@pytest.mark.parametrize("left_shape, right_shape, packed", SHAPES)
+def test_values_and_gradients_match_torch(left_shape: tuple[int, ...], right_shape: tuple[int, ...],
+                                          packed: bool) -> None:
+    left_data = RNG.standard_normal(left_shape).astype(np.float32)
+    right_data = RNG.standard_normal(right_shape).astype(np.float32)
+    left, right = Tensor(left_data, requires_grad=True), Tensor(right_data, requires_grad=True)
+    torch_left = torch.tensor(left_data, requires_grad=True)
+    torch_right = torch.tensor(right_data, requires_grad=True)
+    product, torch_product = left @ right, torch_left @ torch_right
+    weights = RNG.standard_normal(torch_product.shape).astype(np.float32)
+    (product * Tensor(weights)).sum().backward()
+    np.testing.assert_allclose(product.numpy(), torch_product.detach().numpy(), rtol=1e-4, atol=1e-4)
+    (torch_product * torch.tensor(weights)).sum().backward()
+    assert left.grad is not None and right.grad is not None
+    assert torch_left.grad is not None and torch_right.grad is not None
+    np.testing.assert_allclose(left.grad.numpy(), torch_left.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(right.grad.numpy(), torch_right.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_batch_sizes_that_do_not_broadcast_raise_as_before() -> None:
+    left, right = _operands((3, 4, 5), (2, 5, 6), dtypes.float32)
+    with pytest.raises(Exception) as fast:
+        left @ right
+    with pytest.raises(Exception) as reference:
+        _multiply_with_tensors(left, right, None, None, dtypes.float32)
+    assert type(fast.value) is type(reference.value) and "cannot be broadcast" in str(fast.value)
