@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
+from tinycore.tensor.convolution import convolve
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
@@ -309,8 +310,37 @@ class NNMixin:
                              f" expects {groups * group_channels}")
         if out_channels % groups != 0:
             raise ShapeError(f"conv2d out_channels {out_channels} is not divisible by groups={groups}")
-        padded = self.pad(self._flat_padding(padding, spatial))
-        windows = padded._pool(kernel, stride, dilation)  # (batch, in, *out, *kernel)
+        accumulate = optional_dtype(dtype)
+        result_dtype = accumulate or least_upper_dtype(self.dtype, weight.dtype)
+        flat_padding = self._flat_padding(padding, spatial)
+        strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
+        pairs = [(0, 0), (0, 0)] + [(flat_padding[2 * index], flat_padding[2 * index + 1])
+                                    for index in reversed(range(spatial))]
+        if self.dtype == weight.dtype and self.dtype != dtypes.bool and isinstance(groups, int) and \
+                all(isinstance(size, int) for size in (*self.shape, *weight.shape)) and \
+                all(isinstance(amount, int) and amount >= 0 for amount in flat_padding) and \
+                len(strides) == len(dilations) == spatial and \
+                all(isinstance(step, int) and step >= 1 for step in (*strides, *dilations)) and \
+                all(size + before + after >= dilation_step * (window - 1) + 1 for size, (before, after), window,
+                    dilation_step in zip(self.shape[2:], pairs[2:], kernel, dilations, strict=True)):
+            # the common case built on nodes directly (tinycore.tensor.convolution): the same graph, a fraction of
+            # the Python time
+            node = convolve(self.uop, weight.uop, groups, pairs, strides, dilations,
+                            accumulate or sum_acc_dtype(self.dtype), result_dtype)
+            result = self._result(node, weight)
+        else:
+            result = self._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,
+                                                 result_dtype)
+        return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
+
+    def _convolve_with_tensors(self: Tensor, weight: Tensor, groups: int, flat_padding: list[int], stride: Any,
+                               dilation: Any, accumulate: DType | None, result_dtype: DType) -> Tensor:
+        """conv2d without its bias, spelled in Tensor operations: mixed dtypes, negative padding, symbolic shapes
+        and the errors of bad strides or windows; the reference that tinycore.tensor.convolution matches."""
+        spatial = weight.ndim - 2
+        batch, out_channels, group_channels = self.shape[0], weight.shape[0], weight.shape[1]
+        kernel = tuple(weight.shape[2:])
+        windows = self.pad(flat_padding)._pool(kernel, stride, dilation)  # (batch, in, *out, *kernel)
         outs = list(windows.shape[2:2 + spatial])
         windows = windows.reshape([batch, groups, 1, group_channels] + outs + list(kernel))
         order = [0, 1, 2] + list(range(4, 4 + spatial)) + [3] + list(range(4 + spatial, 4 + 2 * spatial))
@@ -318,11 +348,8 @@ class NNMixin:
         filters = weight.reshape([1, groups, out_channels // groups] + [1] * spatial + [group_channels] + list(kernel))
         products = windows * filters
         reduce_axes = tuple(range(3 + spatial, products.ndim))
-        accumulate = optional_dtype(dtype)
         result = products.sum(reduce_axes, dtype=accumulate or sum_acc_dtype(products.dtype))
-        result = result.cast(accumulate or least_upper_dtype(self.dtype, weight.dtype))
-        result = result.reshape([batch, out_channels] + outs)
-        return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
+        return result.cast(result_dtype).reshape([batch, out_channels] + outs)
 
     def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
                          dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:

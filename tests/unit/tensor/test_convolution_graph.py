@@ -1,0 +1,91 @@
+"""The node-level convolution graph (tinycore.tensor.convolution) is the very node the Tensor operations make, and
+the convolutions it gives match torch (values and gradients)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from tinycore import Tensor, dtypes
+from tinycore.dtype import DType, least_upper_dtype
+
+RNG = np.random.default_rng(12)
+
+# (input shape, weight shape, groups, stride, dilation, padding)
+CASES: list[tuple[tuple[int, ...], tuple[int, ...], int, Any, Any, Any]] = [
+    ((2, 3, 9, 9), (4, 3, 3, 3), 1, 1, 1, 0),
+    ((2, 3, 9, 8), (4, 3, 3, 2), 1, 2, 1, 1),
+    ((1, 4, 10, 11), (6, 2, 3, 3), 2, (2, 3), (2, 1), (1, 2)),
+    ((2, 2, 7, 7), (2, 2, 2, 2), 1, 2, 1, 0),
+    ((2, 2, 8, 8), (3, 2, 2, 3), 1, 3, 1, (0, 1, 2, 0)),
+    ((2, 3, 12), (5, 3, 4), 1, 2, 2, 3),
+    ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), 1, 1, (1, 2, 1), 1),
+    ((1, 1, 3, 3), (1, 1, 3, 3), 1, 1, 1, 0),
+]
+
+
+def _reference(source: Tensor, weight: Tensor, groups: int, stride: Any, dilation: Any, padding: Any) -> Tensor:
+    """The convolution through the Tensor-operation path (what conv2d did for every call before)."""
+    spatial = weight.ndim - 2
+    result_dtype: DType = least_upper_dtype(source.dtype, weight.dtype)
+    return source._convolve_with_tensors(weight, groups, source._flat_padding(padding, spatial), stride, dilation,
+                                         None, result_dtype)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, groups, stride, dilation, padding", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_same_nodes_as_the_tensor_operations(input_shape: tuple[int, ...], weight_shape: tuple[int, ...],
+                                             groups: int, stride: Any, dilation: Any, padding: Any,
+                                             dtype: type) -> None:
+    source = Tensor(RNG.integers(-3, 4, input_shape).astype(dtype))
+    weight = Tensor(RNG.integers(-3, 4, weight_shape).astype(dtype))
+    found = source.conv2d(weight, groups=groups, stride=stride, dilation=dilation, padding=padding)
+    assert found.uop is _reference(source, weight, groups, stride, dilation, padding).uop
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, groups, stride, dilation, padding", CASES)
+def test_values_and_gradients_match_torch(input_shape: tuple[int, ...], weight_shape: tuple[int, ...], groups: int,
+                                          stride: Any, dilation: Any, padding: Any) -> None:
+    source_data = RNG.standard_normal(input_shape).astype(np.float32)
+    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    bias_data = RNG.standard_normal(weight_shape[0]).astype(np.float32)
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    bias = Tensor(bias_data, requires_grad=True)
+    torch_source, torch_weight = torch.tensor(source_data, requires_grad=True), torch.tensor(weight_data,
+                                                                                              requires_grad=True)
+    torch_bias = torch.tensor(bias_data, requires_grad=True)
+    spatial = len(weight_shape) - 2
+    torch_padding = padding
+    if isinstance(padding, tuple) and len(padding) == 2 * spatial:  # flat (left, right, top, bottom): pad first
+        torch_source_padded = F.pad(torch_source, padding)
+        torch_padding = 0
+    else:
+        torch_source_padded = torch_source
+    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    expected = convolution(torch_source_padded, torch_weight, torch_bias, stride=stride, padding=torch_padding,
+                           dilation=dilation, groups=groups)
+    found = source.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
+    upstream = RNG.standard_normal(tuple(expected.shape)).astype(np.float32)
+    (found * Tensor(upstream)).sum().backward()
+    (expected * torch.tensor(upstream)).sum().backward()
+    np.testing.assert_allclose(found.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    for mine, theirs in ((source, torch_source), (weight, torch_weight), (bias, torch_bias)):
+        assert mine.grad is not None and theirs.grad is not None
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_the_tensor_path_still_serves_what_the_node_path_does_not() -> None:
+    source = Tensor(RNG.standard_normal((1, 2, 6, 6)).astype(np.float32))
+    weight = Tensor(RNG.standard_normal((3, 2, 3, 3)).astype(np.float16))
+    mixed = source.conv2d(weight)
+    expected = F.conv2d(torch.tensor(source.numpy()), torch.tensor(weight.numpy()).float())
+    assert mixed.dtype == dtypes.float32
+    np.testing.assert_allclose(mixed.numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
+    cropped = source.conv2d(weight.cast(dtypes.float32), padding=(-1, 0, 0, 0))
+    expected = F.conv2d(torch.tensor(source.numpy())[..., :, 1:], torch.tensor(weight.numpy()).float())
+    np.testing.assert_allclose(cropped.numpy(), expected.numpy(), rtol=1e-3, atol=1e-3)
+    with pytest.raises(Exception, match="does not fit"):
+        source.conv2d(Tensor(np.ones((1, 2, 7, 7), np.float32)))
