@@ -5,8 +5,12 @@ from the repository root. The first BEAM=2 call searches (or reads the search ca
 again) and its seconds are reported apart; then numpy, tinycore and tinycore with BEAM=2 take turns for `--rounds`
 rounds so that load from other processes hits all alike, each call after `settle()` (bench/settle.py: numpy's
 threads spin for about 0.1 s after a call and would share the cores with the next case). The best round and the
-median are reported; the ratios (tinycore / numpy, in GFLOPS) are the useful part on a shared machine. Writes
-DIRECTORY/bench_beam.md and .json (DIRECTORY defaults to bench/results/).
+median are reported; the ratios (tinycore / numpy, in GFLOPS) are the useful part on a shared machine, and the most
+robust of them is the paired one: numpy's time over tinycore's in the same round (the calls of a round run within a
+few tenths of a second of each other, so a slow phase of the machine hits both), the median over the rounds. The
+order of the cases turns from round to round. Freed memory stays with the process (settle.keep_freed_memory), so
+numpy's result array does not page-fault on some calls and not on others. Writes DIRECTORY/bench_beam.md and .json
+(DIRECTORY defaults to bench/results/).
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from settle import settle
+from settle import keep_freed_memory, settle
 
 from tinycore import Tensor
 from tinycore.engine import search
@@ -59,13 +63,18 @@ def run(size: int, rounds: int, budget: float, ignore_cache: bool) -> dict[str, 
     for call in cases.values():
         call()  # warm up
     times: dict[str, list[float]] = {name: [] for name in cases}
-    for _ in range(rounds):
-        for name, call in cases.items():
+    names = list(cases)
+    for round_index in range(rounds):
+        # the order turns each round, so no case always runs first after the settling pause
+        for name in names[round_index % len(names):] + names[:round_index % len(names)]:
             settle()
-            times[name].append(_seconds(call))
+            times[name].append(_seconds(cases[name]))
     flops = 2 * size ** 3
     results = {name: {"best GFLOPS": flops / min(values) / 1e9,
-                      "median GFLOPS": flops / statistics.median(values) / 1e9} for name, values in times.items()}
+                      "median GFLOPS": flops / statistics.median(values) / 1e9,
+                      "paired median / numpy": statistics.median(
+                          reference / own for reference, own in zip(times["numpy"], values, strict=True))}
+               for name, values in times.items()}
     results["search"] = {"seconds": search_seconds, "searches": float(search.stats.searches),
                          "candidates compiled": float(search.stats.compiled),
                          "cache hits": float(search.stats.cache_hits)}
@@ -75,13 +84,14 @@ def run(size: int, rounds: int, budget: float, ignore_cache: bool) -> dict[str, 
 def table(results: dict[str, dict[str, float]], size: int) -> str:
     """A markdown table: GFLOPS per case and its ratio to numpy (above 1: faster than numpy)."""
     numpy_figures = results["numpy"]
-    lines = [f"| matmul {size}^2 fp32 | best GFLOPS | median GFLOPS | best / numpy | median / numpy |",
-             "|---|---|---|---|---|"]
+    lines = [f"| matmul {size}^2 fp32 | best GFLOPS | median GFLOPS | best / numpy | median / numpy | "
+             "paired median / numpy |", "|---|---|---|---|---|---|"]
     for name in ("numpy", "tinycore", "tinycore BEAM=2"):
         figures = results[name]
         lines.append(f"| {name} | {figures['best GFLOPS']:.1f} | {figures['median GFLOPS']:.1f} | "
                      f"{figures['best GFLOPS'] / numpy_figures['best GFLOPS']:.2f} | "
-                     f"{figures['median GFLOPS'] / numpy_figures['median GFLOPS']:.2f} |")
+                     f"{figures['median GFLOPS'] / numpy_figures['median GFLOPS']:.2f} | "
+                     f"{figures['paired median / numpy']:.2f} |")
     found = results["search"]
     lines.append(f"\nBEAM=2 search: {found['seconds']:.1f} s, {found['candidates compiled']:.0f} candidates compiled, "
                  f"{found['cache hits']:.0f} cache hits")
@@ -97,6 +107,7 @@ def main() -> int:
     parser.add_argument("--ignore-cache", action="store_true", help="search even when the result is cached")
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     arguments = parser.parse_args()
+    keep_freed_memory()
     results = run(arguments.size, arguments.rounds, arguments.budget, arguments.ignore_cache)
     arguments.out.mkdir(parents=True, exist_ok=True)
     markdown = table(results, arguments.size)

@@ -5,7 +5,9 @@
 Each round runs every library once per case, each call after `settle()` (bench/settle.py: numpy's and torch's
 threads spin after a call; left spinning they would share the cores with the next call and add to its CPU time);
 the best and median wall-clock GFLOPS count, and GFLOPS per second of process CPU time (all threads), which a
-machine shared with other jobs disturbs less than wall time. For one thread
+machine shared with other jobs disturbs less than wall time. The paired median is the most robust ratio: in each
+round the best peer's time over tinycore's (calls a fraction of a second apart, so a slow phase of the machine hits
+both), the median over the rounds; the order of the libraries turns from round to round. For one thread
 in every library: `NUM_CPU_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1` (torch is then set to one thread).
 Every result is checked against a float64 reference first (largest error relative to the largest output).
 """
@@ -76,8 +78,11 @@ def main() -> None:
         cpu: dict[str, list[float]] = {library: [] for library in calls}
         for call in calls.values():
             call()
-        for _ in range(args.rounds):
-            for library, call in calls.items():
+        libraries = list(calls)
+        for round_index in range(args.rounds):
+            turn = round_index % len(libraries)  # no library always runs first after the settling pause
+            for library in libraries[turn:] + libraries[:turn]:
+                call = calls[library]
                 settle()
                 cpu_start, wall_start = time.process_time(), time.perf_counter()
                 call()
@@ -89,8 +94,11 @@ def main() -> None:
         per_cpu = {library: flops / statistics.median(times) / 1e9 for library, times in cpu.items()}
         figures = "  ".join(f"{library} {best[library]:.1f} (median {median[library]:.1f}, cpu {per_cpu[library]:.1f})"
                             for library in calls)
-        print(f"{name}: {figures}  tinycore / best peer {best['tinycore'] / peer:.2f}  error {error:.1e}  "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)
+        peers = [library for library in libraries if library != "tinycore"]
+        paired = statistics.median(min(wall[library][index] for library in peers) / own
+                                   for index, own in enumerate(wall["tinycore"]))
+        print(f"{name}: {figures}  tinycore / best peer {best['tinycore'] / peer:.2f} (paired median {paired:.2f})  "
+              f"error {error:.1e}  load {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":
