@@ -222,6 +222,13 @@ class ShapeMixin:
         """This node grown by `padding` ((before, after) per axis); the new area reads zero."""
         new_padding = tuple((before, after) for before, after in padding)
         assert len(new_padding) == len(self.shape), f"pad {new_padding} does not match shape {self.shape}"
+        if all(before.__class__ is int and after.__class__ is int for before, after in new_padding):
+            # plain int amounts (the common case), checked without the symbolic-size branches below
+            if all(pair == (0, 0) for pair in new_padding):
+                return self  # type: ignore[return-value]
+            assert all(before >= 0 and after >= 0 for before, after in new_padding), \
+                f"pad {new_padding} has a negative size"
+            return self._new(Ops.PAD, new_padding)
         assert all(not _is_int(size) or size >= 0 for pair in new_padding for size in pair), \
             f"pad {new_padding} has a negative size"
         if all(_size_eq(before, 0) and _size_eq(after, 0) for before, after in new_padding):
@@ -233,6 +240,14 @@ class ShapeMixin:
         new_bounds = tuple((start, end) for start, end in bounds)
         current = self.shape
         assert len(new_bounds) == len(current), f"shrink {new_bounds} does not match shape {current}"
+        if all(start.__class__ is int and end.__class__ is int and size.__class__ is int
+               for (start, end), size in zip(new_bounds, current, strict=True)):
+            # plain ints (the common case), checked without the symbolic-size branches below
+            if all(start == 0 and end == size for (start, end), size in zip(new_bounds, current, strict=True)):
+                return self  # type: ignore[return-value]
+            assert all(0 <= start <= end <= size for (start, end), size in zip(new_bounds, current, strict=True)), \
+                f"shrink {new_bounds} is out of bounds for shape {current}"
+            return self._new(Ops.SHRINK, new_bounds)
         pairs = zip(new_bounds, current, strict=True)
         if all(_size_eq(start, 0) and _size_eq(end, size) for (start, end), size in pairs):
             return self  # type: ignore[return-value]
