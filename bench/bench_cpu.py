@@ -10,7 +10,9 @@ Rows: matmul 1024^2 and 2048^2 (GFLOPS), softmax over (4096, 1024) (ms), conv2d 
 bench_engine.py), and `import` time in fresh interpreters (from bench_import.py). Libraries take turns within each
 round so that load from other processes hits all alike, each case after `settle()` (bench/settle.py: numpy's and
 torch's threads spin after a call and would share the cores with the next case); the best round counts (medians
-for the training steps).
+for the training steps). The kernel rows (matmul, softmax, conv2d) also give the paired median: in each round
+tinycore's speed over the fastest peer's in that round, the median over the rounds, the ratio least moved by the
+shared machine's slow phases.
 """
 from __future__ import annotations
 
@@ -39,13 +41,15 @@ HIGHER_IS_BETTER = ("GFLOPS", "Gelem/s")
 
 
 def _tensor_cases(library: str, inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
-    """The extra rows (matmul 2048, softmax, conv2d) for tinycore or tinygrad: realized calls on realized inputs."""
+    """The kernel rows (matmul 1024 and 2048, softmax, conv2d) for tinycore or tinygrad: realized calls on
+    realized inputs."""
     if library == "tinycore":
         from tinycore import Tensor
     else:
         from tinygrad import Tensor  # type: ignore[no-redef]
     held = {name: Tensor(array).realize() for name, array in inputs.items()}
-    return {"matmul 2048 GFLOPS": lambda: (held["left2048"] @ held["right2048"]).realize(),
+    return {"matmul 1024 GFLOPS": lambda: (held["left1024"] @ held["right1024"]).realize(),
+            "matmul 2048 GFLOPS": lambda: (held["left2048"] @ held["right2048"]).realize(),
             "softmax ms": lambda: held["logits"].softmax(-1).realize(),
             "conv2d GFLOPS": lambda: held["image"].conv2d(held["kernel"]).realize()}
 
@@ -53,7 +57,8 @@ def _tensor_cases(library: str, inputs: dict[str, np.ndarray]) -> dict[str, Call
 def _torch_cases(inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
     import torch
     held = {name: torch.from_numpy(array) for name, array in inputs.items()}
-    return {"matmul 2048 GFLOPS": lambda: held["left2048"] @ held["right2048"],
+    return {"matmul 1024 GFLOPS": lambda: held["left1024"] @ held["right1024"],
+            "matmul 2048 GFLOPS": lambda: held["left2048"] @ held["right2048"],
             "softmax ms": lambda: torch.softmax(held["logits"], -1),
             "conv2d GFLOPS": lambda: torch.nn.functional.conv2d(held["image"], held["kernel"])}
 
@@ -62,12 +67,14 @@ def _numpy_cases(inputs: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
     def softmax() -> np.ndarray:
         shifted = np.exp(inputs["logits"] - inputs["logits"].max(-1, keepdims=True))
         return shifted / shifted.sum(-1, keepdims=True)
-    return {"matmul 2048 GFLOPS": lambda: inputs["left2048"] @ inputs["right2048"], "softmax ms": softmax}
+    return {"matmul 1024 GFLOPS": lambda: inputs["left1024"] @ inputs["right1024"],
+            "matmul 2048 GFLOPS": lambda: inputs["left2048"] @ inputs["right2048"], "softmax ms": softmax}
 
 
 def _as_figure(measure: str, seconds: float) -> float:
-    if measure.startswith("matmul 2048"):
-        return 2 * 2048 ** 3 / seconds / 1e9
+    if measure.startswith("matmul "):
+        size = int(measure.split()[1])
+        return 2 * size ** 3 / seconds / 1e9
     if measure.startswith("conv2d"):
         return CONV_FLOPS / seconds / 1e9
     return seconds * 1e3
@@ -78,11 +85,25 @@ TINYGRAD_KERNEL_ROUNDS = 2
 from the other libraries', so more rounds would only lengthen the run."""
 
 
+PAIRED = "tinycore / best peer, paired median"
+"""The key, beside the libraries in the results, of the kernel rows' paired ratios: in each round tinycore's speed
+over the fastest peer's in that round (the calls of a round run within a second of each other, so a slow phase of the
+shared machine hits them alike), the median over the rounds; above 1 means tinycore is faster."""
+
+
+def _speed_ratio(measure: str, ours: float, theirs: float) -> float:
+    """tinycore's speed over a peer's for one figure of `measure` (above 1: tinycore is faster)."""
+    return ours / theirs if measure.endswith(HIGHER_IS_BETTER) else theirs / max(ours, 1e-12)
+
+
 def kernel_rows(rounds: int) -> dict[str, dict[str, float]]:
-    """matmul 2048, softmax and conv2d for every library (numpy has no conv2d), best of `rounds` interleaved
-    (tinygrad in the first TINYGRAD_KERNEL_ROUNDS of them)."""
+    """matmul 1024 and 2048, softmax and conv2d for every library (numpy has no conv2d), best of `rounds` interleaved
+    (tinygrad in the first TINYGRAD_KERNEL_ROUNDS of them), and under PAIRED the paired median ratio of each row.
+    The order of the libraries turns from round to round, so none always runs first after the settling pause."""
     generator = np.random.default_rng(1)
-    inputs = {"left2048": generator.standard_normal((2048, 2048), dtype=np.float32),
+    inputs = {"left1024": generator.standard_normal((1024, 1024), dtype=np.float32),
+              "right1024": generator.standard_normal((1024, 1024), dtype=np.float32),
+              "left2048": generator.standard_normal((2048, 2048), dtype=np.float32),
               "right2048": generator.standard_normal((2048, 2048), dtype=np.float32),
               "logits": generator.standard_normal(SOFTMAX_SHAPE, dtype=np.float32),
               "image": generator.standard_normal(CONV_INPUT, dtype=np.float32),
@@ -90,17 +111,25 @@ def kernel_rows(rounds: int) -> dict[str, dict[str, float]]:
     cases = {"tinycore": _tensor_cases("tinycore", inputs), "torch": _torch_cases(inputs),
              "numpy": _numpy_cases(inputs), "tinygrad": _tensor_cases("tinygrad", inputs)}
     results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
+    paired: dict[str, list[float]] = {measure: [] for measure in cases["tinycore"]}
     for round_number in range(rounds):
+        turn = round_number % len(LIBRARIES)
         for measure in cases["tinycore"]:
-            for library in LIBRARIES:
+            this_round: dict[str, float] = {}
+            for library in LIBRARIES[turn:] + LIBRARIES[:turn]:
                 if measure not in cases[library] or (library == "tinygrad" and round_number >= TINYGRAD_KERNEL_ROUNDS):
                     continue
                 settle()
                 figure = _as_figure(measure, bench_engine.best_time(cases[library][measure], 2))
+                this_round[library] = figure
                 previous = results[library].get(measure)
                 better = measure.endswith(HIGHER_IS_BETTER)
                 if previous is None or (figure > previous if better else figure < previous):
                     results[library][measure] = figure
+            peers = [_speed_ratio(measure, this_round["tinycore"], figure)
+                     for library, figure in this_round.items() if library != "tinycore"]
+            paired[measure].append(min(peers))
+    results[PAIRED] = {measure: statistics.median(ratios) for measure, ratios in paired.items()}
     return results
 
 
@@ -124,33 +153,42 @@ def import_rows(runs: int) -> dict[str, dict[str, float]]:
 
 
 def run(rounds: int, steps: int, import_runs: int, kernel_rounds: int | None = None) -> dict[str, dict[str, float]]:
-    """Every row for every library: {library: {measure: figure}}; the kernel rows take `kernel_rounds` (default
-    `rounds`)."""
+    """Every row for every library: {library: {measure: figure}}, and the kernel rows' paired ratios under PAIRED;
+    the kernel rows take `kernel_rounds` (default `rounds`)."""
     results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
     kernels = kernel_rows(rounds if kernel_rounds is None else kernel_rounds)
-    for part in (bench_engine.run(rounds), kernels, training_rows(steps), import_rows(import_runs)):
+    engine = bench_engine.run(rounds)
+    for figures in engine.values():
+        # the kernel rows time matmul 1024^2 in more rounds, with the paired ratio
+        figures.pop("matmul GFLOPS", None)
+    for part in (engine, kernels, training_rows(steps), import_rows(import_runs)):
         for library, figures in part.items():
-            results[library].update(figures)
+            results.setdefault(library, {}).update(figures)
     return results
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
-    """A markdown table: a row per measure, a column per library, and tinycore against the best peer."""
-    measures = list(dict.fromkeys(measure for figures in results.values() for measure in figures))
-    lines = ["| measure | " + " | ".join(LIBRARIES) + " | best peer | tinycore / best peer |", "|---" * 7 + "|"]
+    """A markdown table: a row per measure, a column per library, tinycore against the best peer's best figure,
+    and the paired median ratio where the row has one (the kernel rows)."""
+    libraries = {library: figures for library, figures in results.items() if library != PAIRED}
+    paired = results.get(PAIRED, {})
+    measures = list(dict.fromkeys(measure for figures in libraries.values() for measure in figures))
+    lines = ["| measure | " + " | ".join(LIBRARIES) + " | best peer | tinycore / best peer | paired median |",
+             "|---" * 8 + "|"]
     for measure in measures:
         cells = [f"{results[library][measure]:.3g}" if measure in results[library] else "-" for library in LIBRARIES]
         better = measure.endswith(HIGHER_IS_BETTER)
-        peers = {library: figures[measure] for library, figures in results.items()
+        peers = {library: figures[measure] for library, figures in libraries.items()
                  if library != "tinycore" and measure in figures}
         ours = results["tinycore"].get(measure)
+        pairing = f"{paired[measure]:.2f}" if measure in paired else "-"
         if not peers or ours is None:
-            lines.append(f"| {measure} | " + " | ".join(cells) + " | - | - |")
+            lines.append(f"| {measure} | " + " | ".join(cells) + f" | - | - | {pairing} |")
             continue
         best = (max if better else min)(peers, key=lambda library: peers[library])
         # speed ratio: above 1 means tinycore is faster, whichever way the measure runs
-        ratio = ours / peers[best] if better else peers[best] / max(ours, 1e-12)
-        lines.append(f"| {measure} | " + " | ".join(cells) + f" | {best} | {ratio:.2f} |")
+        ratio = _speed_ratio(measure, ours, peers[best])
+        lines.append(f"| {measure} | " + " | ".join(cells) + f" | {best} | {ratio:.2f} | {pairing} |")
     return "\n".join(lines)
 
 
