@@ -12,22 +12,16 @@ axes); gradients follow from the nodes as before.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
 
 from tinycore.dtype import DType
-from tinycore.tensor.support import broadcast_shape
+from tinycore.tensor.support import broadcast_shape, int_shape
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 
-def _shape(node: UOp) -> tuple[int, ...]:
-    """The shape of `node`, whose sizes the caller has checked are ints."""
-    return cast(tuple[int, ...], node.shape)
-
-
 def _cut(node: UOp, axis: int, start: int, end: int) -> UOp:
     """`node` with the (non-negative) `axis` cut to [start, end)."""
-    shape = _shape(node)
+    shape = int_shape(node)
     return node.shrink(tuple((start, end) if index == axis else (0, size) for index, size in enumerate(shape)))
 
 
@@ -41,9 +35,9 @@ def _every(node: UOp, axis: int, count: int, stride: int) -> UOp:
     result = _cut(node, axis, 0, (count - 1) * stride + 1)
     if stride > 1:
         pairs = [(0, 0)] * len(result.shape)
-        pairs[axis] = (0, count * stride - _shape(result)[axis])
+        pairs[axis] = (0, count * stride - int_shape(result)[axis])
         padded = result.pad(tuple(pairs))
-        shape = list(_shape(padded))
+        shape = list(int_shape(padded))
         split = padded.reshape(tuple(shape[:axis] + [count, stride] + shape[axis + 1:]))
         picked = _cut(split, axis + 1, 0, 1)
         result = picked.reshape(tuple(shape[:axis] + [count] + shape[axis + 1:]))
@@ -52,7 +46,7 @@ def _every(node: UOp, axis: int, count: int, stride: int) -> UOp:
 
 def _windows_last(node: UOp, kernel: int, stride: int, dilation: int) -> UOp:
     """Sliding windows over the last axis: (..., n) -> (..., out, kernel); the window must fit the axis."""
-    shape = _shape(node)
+    shape = int_shape(node)
     length, lead = shape[-1], list(shape[:-1])
     span = dilation * (kernel - 1) + 1
     out = (length - span) // stride + 1
@@ -90,17 +84,17 @@ def convolve(source: UOp, weight: UOp, groups: int, padding: Sequence[tuple[int,
     groups, *kernel), both of one dtype with int shapes, after zero `padding` ((before, after) >= 0 per axis of
     `source`); the arguments are checked by Tensor.conv2d."""
     spatial = len(weight.shape) - 2
-    batch = _shape(source)[0]
-    out_channels, group_channels, *kernel = _shape(weight)
+    batch = int_shape(source)[0]
+    out_channels, group_channels, *kernel = int_shape(weight)
     tiles = windows(source.pad(tuple(padding)), kernel, strides, dilations)  # (batch, in, *out, *kernel)
-    outs = list(_shape(tiles)[2:2 + spatial])
+    outs = list(int_shape(tiles)[2:2 + spatial])
     tiles = tiles.reshape(tuple([batch, groups, 1, group_channels] + outs + kernel))
     order = [0, 1, 2] + list(range(4, 4 + spatial)) + [3] + list(range(4 + spatial, 4 + 2 * spatial))
     tiles = tiles.permute(order)  # (batch, groups, 1, *out, group_channels, *kernel)
     filters = weight.reshape(tuple([1, groups, out_channels // groups] + [1] * spatial + [group_channels] + kernel))
-    shape = broadcast_shape(_shape(tiles), _shape(filters))
+    shape = broadcast_shape(int_shape(tiles), int_shape(filters))
     products = tiles.expand(shape).alu(Ops.MUL, filters.expand(shape))
     reduce_axes = tuple(range(3 + spatial, len(shape)))
     summed = products.cast(accumulate).r(Ops.ADD, reduce_axes)
-    summed = summed.reshape(tuple(size for index, size in enumerate(_shape(summed)) if index not in reduce_axes))
+    summed = summed.reshape(tuple(size for index, size in enumerate(int_shape(summed)) if index not in reduce_axes))
     return summed.cast(result_dtype).reshape(tuple([batch, out_channels] + outs))

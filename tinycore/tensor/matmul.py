@@ -9,17 +9,10 @@ packed and the in-place layout, batches and broadcast batches); gradients follow
 """
 from __future__ import annotations
 
-from typing import cast
-
 from tinycore.dtype import DType
-from tinycore.tensor.support import broadcast_shape
+from tinycore.tensor.support import broadcast_shape, int_shape
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
-
-
-def _shape(node: UOp) -> tuple[int, ...]:
-    """The shape of `node`, whose sizes the caller has checked are ints."""
-    return cast(tuple[int, ...], node.shape)
 
 
 def _unsqueeze(node: UOp, axis: int) -> UOp:
@@ -56,7 +49,7 @@ def multiply_panels(left: UOp, right: UOp, panel: int, accumulate: DType, result
     panels = _swap(right.reshape((*batch, depth, columns // panel, panel)), len(batch), len(batch) + 1).contiguous()
     rows = _unsqueeze(_unsqueeze(left, len(left.shape) - 2), len(left.shape) + 1)
     panels = _unsqueeze(panels, len(panels.shape) - 2)
-    shape = broadcast_shape(_shape(rows), _shape(panels))
+    shape = broadcast_shape(int_shape(rows), int_shape(panels))
     products = _broadcast_to(rows, shape).alu(Ops.MUL, _broadcast_to(panels, shape))
     blocks = _sum_axis(products, len(shape) - 2, accumulate)
     depth_of_blocks = len(blocks.shape)
@@ -68,6 +61,6 @@ def multiply_in_place(left: UOp, right: UOp, accumulate: DType, result_dtype: DT
     """`left @ right` (at least 2-D each, one dtype, int shapes) reading both operands where they are."""
     rows = _unsqueeze(left, len(left.shape) - 1)
     columns = _unsqueeze(_swap(right, len(right.shape) - 1, len(right.shape) - 2), len(right.shape) - 2)
-    shape = broadcast_shape(_shape(rows), _shape(columns))
+    shape = broadcast_shape(int_shape(rows), int_shape(columns))
     products = _broadcast_to(rows, shape).alu(Ops.MUL, _broadcast_to(columns, shape))
     return _sum_axis(products, len(shape) - 1, accumulate).cast(result_dtype)

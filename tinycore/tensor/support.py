@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtype, to_dtype
 from tinycore.errors import BroadcastError
+
+if TYPE_CHECKING:
+    from tinycore.uop.uop import UOp
 
 
 def argfix(*args: Any) -> tuple[Any, ...]:
@@ -42,6 +45,11 @@ def resolve_axes(axis: int | Sequence[int] | None, ndim: int) -> tuple[int, ...]
     if len(set(resolved)) != len(resolved):
         raise ValueError(f"axis {axis} names the same dimension more than once")
     return tuple(sorted(resolved))
+
+
+def int_shape(node: UOp) -> tuple[int, ...]:
+    """The shape of `node`, whose sizes the caller has checked are ints (the node-level graph builders)."""
+    return cast(tuple[int, ...], node.shape)
 
 
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
