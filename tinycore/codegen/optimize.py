@@ -233,7 +233,11 @@ class Heuristic:
                     if column_size < width or self._in_place() or \
                             not self.attempt(columns, OptOps.SHIFTED_UPCAST, column_tile,
                                              "matmul columns, last block shifted"):
-                        continue
+                        if dividing is None:
+                            continue
+                        # in place (an update of 48 columns in 16-lane vectors): one vector that divides them
+                        column_tile = dividing
+                        self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
                 else:
                     column_tile = dividing
                     self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")

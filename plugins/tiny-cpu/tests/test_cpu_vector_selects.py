@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from cpu_vectors import VECTOR_BYTES, cpu_vector_bytes
 from tiny_cpu.renderer import CRenderer
 
 from tinycore import Tensor, dtypes
@@ -150,15 +151,18 @@ def test_half_and_bool_vectors_stay_correct() -> None:
     np.testing.assert_array_equal((Tensor(flags) & (Tensor(values) < 1.0)).numpy(), flags & (values < 1))
 
 
-def test_exp_and_log_kernels_are_vector_code_without_libm_calls() -> None:
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_exp_and_log_kernels_are_vector_code_without_libm_calls(vector_bytes: int) -> None:
     values = np.abs(_values(13)) + np.float32(0.5)
-    for result in (Tensor(values).exp(), Tensor(values).log(), Tensor(values).softmax()):
-        sources = _sources(result)
-        assert not any("__builtin_exp2f" in source or "__builtin_log2f" in source for source in sources), sources
-        assert any("float8 " in source and "mask" in source for source in sources), sources
-    with np.errstate(all="ignore"):
-        np.testing.assert_allclose(Tensor(values).exp().numpy(), np.exp(values.astype(np.float64)).astype(np.float32),
-                                   rtol=1e-5)  # the float32 product x * log2(e) alone is 3e-6 off at 50
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        for result in (Tensor(values).exp(), Tensor(values).log(), Tensor(values).softmax()):
+            sources = _sources(result)
+            assert not any("__builtin_exp2f" in source or "__builtin_log2f" in source for source in sources), sources
+            assert any(f"float{lanes} " in source and "mask" in source for source in sources), sources
+        with np.errstate(all="ignore"):
+            np.testing.assert_allclose(Tensor(values).exp().numpy(),
+                                       np.exp(values.astype(np.float64)).astype(np.float32),
+                                       rtol=1e-5)  # the float32 product x * log2(e) alone is 3e-6 off at 50
 
 
 MIN_MAX_CASES: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
@@ -168,20 +172,23 @@ MIN_MAX_CASES: dict[str, tuple[Callable[[Tensor, Tensor], Tensor], Callable[[np.
 }
 
 
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", MIN_MAX_CASES)
-def test_vector_min_max_keep_nan_and_signed_zero_lanes(name: str, dtype: type) -> None:
+def test_vector_min_max_keep_nan_and_signed_zero_lanes(name: str, dtype: type, vector_bytes: int) -> None:
     # the x86 max/min instructions stand in for the select only where they give the same bits: NaN lanes and
-    # -0 against +0 take the select's operand, so the results are compared bit for bit, not just as values
+    # -0 against +0 take the select's operand, so the results are compared bit for bit, not just as values; 64-byte
+    # vectors take the AVX-512 builtins where the host has them
     build, reference = MIN_MAX_CASES[name]
     left, right = _values(11).astype(dtype), _values(12)[::-1].astype(dtype)
     right[:6] = [-0.0, 0.0, np.nan, 1.0, -np.inf, np.nan]
     left[:6] = [0.0, -0.0, 1.0, np.nan, np.nan, np.nan]
-    result = build(Tensor(left), Tensor(right))
-    sources = _sources(result)
+    with cpu_vector_bytes(vector_bytes):
+        result = build(Tensor(left), Tensor(right))
+        sources = _sources(result)
+        got = result.numpy()
     with np.errstate(all="ignore"):
         expected = reference(left, right).astype(dtype)
-    got = result.numpy()
     assert got.dtype == dtype
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{expected.itemsize}"))
     if isinstance(Device["CPU"].renderer, CRenderer):

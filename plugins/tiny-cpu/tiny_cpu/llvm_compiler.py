@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import platform
 import struct
 import threading
 import time
@@ -226,7 +227,35 @@ class LLVMProgram:
         return launch
 
 
+_WIDE_PROBE = """define <16 x float> @probe(<16 x float> %a, <16 x float> %b) #0 {
+  %sum = fadd <16 x float> %a, %b
+  ret <16 x float> %sum
+}
+attributes #0 = { "min-legal-vector-width"="512" }
+"""
+
+
+@functools.cache
+def llvm_vector_bytes(arch: str | None) -> int:
+    """64 when LLVM's target `arch` (None: this host) has 512-bit vector registers (AVX-512F), else 32: the
+    host's feature string tells; for a named CPU, the assembly of a 16-lane add does (zmm registers or not)."""
+    from tiny_cpu.target import NARROW_VECTOR_BYTES, WIDE_VECTOR_BYTES
+    if arch is None:
+        wide = platform.machine().lower() in ("x86_64", "amd64") and "+avx512f" in _host_cpu()[1].split(",")
+    else:
+        llvm = _llvm()
+        module = llvm.parse_assembly(_WIDE_PROBE)
+        module.triple = _target_machine(arch).triple
+        wide = "zmm" in str(_target_machine(arch).emit_assembly(module))
+    return WIDE_VECTOR_BYTES if wide else NARROW_VECTOR_BYTES
+
+
 def make_llvm_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The CPU's LLVM renderer and its in-process compiler (needs llvmlite: pip install 'tiny-cpu[llvm]')."""
     from tiny_cpu.llvm_renderer import LLVMRenderer
-    return LLVMRenderer(device, arch), LLVMCompiler(arch)
+    compiler = LLVMCompiler(arch)
+    renderer = LLVMRenderer(device, arch)
+    # AVX-512 targets get 16-lane float vectors and 32-column matmul panels, as the C renderer (tiny_cpu/target.py)
+    renderer.preferred_vector_bytes = llvm_vector_bytes(arch)
+    renderer.matmul_panel_bytes = 2 * renderer.preferred_vector_bytes
+    return renderer, compiler

@@ -122,7 +122,7 @@ class LLVMRenderer(Renderer):
     atomic_dtypes = frozenset(_SCALAR_TYPES)
     vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
-    matmul_panel_bytes = 64  # two AVX2 vectors: the columns of the 6 x 16 register tile
+    matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target by the factory)
     fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
@@ -254,7 +254,9 @@ class LLVMWalk:
         body = [f"define void @{name}({', '.join(parameters)}) #0 {{", "entry:", *self.allocas, "  br label %start",
                 "start:", *self.lines, "  ret void", "}"]
         entry = _entry_point(name, len(buffer_parameters), [text.split(" ")[0] for text in variable_parameters])
-        attributes = 'attributes #0 = { nounwind "frame-pointer"="none" }'
+        # without min-legal-vector-width, LLVM splits 512-bit vectors in two on CPUs tuned to prefer 256 bits
+        # (Skylake-X to Sapphire Rapids); where 512 bits are not legal at all it changes nothing
+        attributes = 'attributes #0 = { nounwind "frame-pointer"="none" "min-legal-vector-width"="512" }'
         return "\n".join([*sorted(self.declarations), *body, *entry, attributes]) + "\n"
 
     # ---- ops ----

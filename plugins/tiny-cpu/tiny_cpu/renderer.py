@@ -140,7 +140,8 @@ class CWalk(CStyleWalk):
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
 # fused multiply-adds (MULACC marked FUSED): x86 FMA builtins where the target has FMA (gcc and clang share their
 # names), else a multiply and an add; kernels compile with -ffp-contract=off, so nothing else is fused
-_FUSED_MULTIPLY_ADD = {dtypes.float32.vec(8): "TC_FMA_FLOAT8", dtypes.float32.vec(4): "TC_FMA_FLOAT4",
+_FUSED_MULTIPLY_ADD = {dtypes.float32.vec(16): "TC_FMA_FLOAT16", dtypes.float64.vec(8): "TC_FMA_DOUBLE8",
+                       dtypes.float32.vec(8): "TC_FMA_FLOAT8", dtypes.float32.vec(4): "TC_FMA_FLOAT4",
                        dtypes.float32: "TC_FMA_FLOAT", dtypes.float64.vec(4): "TC_FMA_DOUBLE4",
                        dtypes.float64.vec(2): "TC_FMA_DOUBLE2", dtypes.float64: "TC_FMA_DOUBLE"}
 _FUSED_MULTIPLY_ADD_MACROS = """#ifndef TC_FMA_FLOAT8
@@ -159,14 +160,24 @@ _FUSED_MULTIPLY_ADD_MACROS = """#ifndef TC_FMA_FLOAT8
 #define TC_FMA_DOUBLE2(a, b, c) ((a) * (b) + (c))
 #define TC_FMA_DOUBLE(a, b, c) ((a) * (b) + (c))
 #endif
+#if defined(__AVX512F__) && defined(__x86_64__)
+#define TC_FMA_FLOAT16(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (unsigned short)-1, 4)
+#define TC_FMA_DOUBLE8(a, b, c) __builtin_ia32_vfmaddpd512_mask((a), (b), (c), (unsigned char)-1, 4)
+#else
+#define TC_FMA_FLOAT16(a, b, c) ((a) * (b) + (c))
+#define TC_FMA_DOUBLE8(a, b, c) ((a) * (b) + (c))
+#endif
 #endif"""
 # A vector load feeding several fused multiply-adds (one input vector of a convolution tile times 4 channels'
 # weights) is kept in a register: without this, gcc 12 folds the load into each FMA as a memory operand, loading the
 # same (often cache-line crossing) vector 4 times, and the tile runs on the load ports (conv2d 4 x 16 tile, one
 # thread: 35-42 GFLOPS folded, 72-76 kept; clang keeps it by itself). The empty asm takes the value in an SSE/AVX
-# register and gives it back, which the compiler cannot see through; it emits no instruction.
+# register and gives it back, which the compiler cannot see through; it emits no instruction. "v" admits all 32
+# AVX-512 registers (and the zmm a 64-byte vector needs), "x" only the first 16.
 _IN_REGISTER_MACRO = """#ifndef TC_IN_REGISTER
-#if defined(__x86_64__) && defined(__AVX__)
+#if defined(__x86_64__) && defined(__AVX512F__)
+#define TC_IN_REGISTER(value) __asm__("" : "+v"(value))
+#elif defined(__x86_64__) && defined(__AVX__)
 #define TC_IN_REGISTER(value) __asm__("" : "+x"(value))
 #else
 #define TC_IN_REGISTER(value) ((void)0)
@@ -177,13 +188,13 @@ IN_REGISTER_MIN_FMAS = 2
 
 
 def _loads_kept_in_registers(uops: list[UOp]) -> set[UOp]:
-    """Float vector loads of at most 32 bytes that feed at least IN_REGISTER_MIN_FMAS fused multiply-adds."""
+    """Float vector loads of at most 64 bytes that feed at least IN_REGISTER_MIN_FMAS fused multiply-adds."""
     fmas: dict[UOp, int] = {}
     for uop in uops:
         if uop.op is Ops.MULACC and uop.arg == FUSED:
             for source in set(uop.src):
                 if source.op is Ops.LOAD and source.dtype.count > 1 and dtypes.is_float(source.dtype.scalar) and \
-                        source.dtype.itemsize * source.dtype.count <= 32:
+                        source.dtype.itemsize * source.dtype.count <= 64:
                     fmas[source] = fmas.get(source, 0) + 1
     return {load for load, count in fmas.items() if count >= IN_REGISTER_MIN_FMAS}
 
@@ -194,17 +205,33 @@ def _loads_kept_in_registers(uops: list[UOp]) -> set[UOp]:
 _MIN_MAX = {dtypes.float32.vec(8): ("FLOAT8", "__AVX__", "ps256"),
             dtypes.float32.vec(4): ("FLOAT4", "__SSE__", "ps"),
             dtypes.float64.vec(4): ("DOUBLE4", "__AVX__", "pd256"),
-            dtypes.float64.vec(2): ("DOUBLE2", "__SSE2__", "pd")}
+            dtypes.float64.vec(2): ("DOUBLE2", "__SSE2__", "pd"),
+            dtypes.float32.vec(16): ("FLOAT16", "__AVX512F__", "ps512"),
+            dtypes.float64.vec(8): ("DOUBLE8", "__AVX512F__", "pd512")}
+# the 512-bit builtins are spelled differently: clang's take a rounding argument (4: the current direction), gcc's
+# also a pass-through source and a lane mask (all lanes)
+_WIDE_MASKS = {"ps512": "(unsigned short)-1", "pd512": "(unsigned char)-1"}
 
 
 def _min_max_macros(dtype: DType) -> str:
     """The TC_MAX_/TC_MIN_ macros of one vector dtype: the x86 builtin where the target has it, else the blend."""
     suffix, feature, builtin = _MIN_MAX[dtype]
-    return "\n".join([f"#ifndef TC_MAX_{suffix}", f"#if defined({feature}) && defined(__x86_64__)",
-                      f"#define TC_MAX_{suffix}(a, b, blend) __builtin_ia32_max{builtin}((a), (b))",
-                      f"#define TC_MIN_{suffix}(a, b, blend) __builtin_ia32_min{builtin}((a), (b))", "#else",
-                      f"#define TC_MAX_{suffix}(a, b, blend) (blend)", f"#define TC_MIN_{suffix}(a, b, blend) (blend)",
-                      "#endif", "#endif"])
+    lines = [f"#ifndef TC_MAX_{suffix}"]
+    if builtin in _WIDE_MASKS:
+        lines += [f"#if defined({feature}) && defined(__x86_64__) && defined(__clang__)",
+                  f"#define TC_MAX_{suffix}(a, b, blend) __builtin_ia32_max{builtin}((a), (b), 4)",
+                  f"#define TC_MIN_{suffix}(a, b, blend) __builtin_ia32_min{builtin}((a), (b), 4)",
+                  f"#elif defined({feature}) && defined(__x86_64__)",
+                  f"#define TC_MAX_{suffix}(a, b, blend) __builtin_ia32_max{builtin}_mask((a), (b), (a), "
+                  f"{_WIDE_MASKS[builtin]}, 4)",
+                  f"#define TC_MIN_{suffix}(a, b, blend) __builtin_ia32_min{builtin}_mask((a), (b), (a), "
+                  f"{_WIDE_MASKS[builtin]}, 4)"]
+    else:
+        lines += [f"#if defined({feature}) && defined(__x86_64__)",
+                  f"#define TC_MAX_{suffix}(a, b, blend) __builtin_ia32_max{builtin}((a), (b))",
+                  f"#define TC_MIN_{suffix}(a, b, blend) __builtin_ia32_min{builtin}((a), (b))"]
+    return "\n".join([*lines, "#else", f"#define TC_MAX_{suffix}(a, b, blend) (blend)",
+                      f"#define TC_MIN_{suffix}(a, b, blend) (blend)", "#endif", "#endif"])
 
 
 class MaskWalk(CWalk):
@@ -368,7 +395,7 @@ class CRenderer(CStyleLanguage):
                                 Ops.BITCAST})
     vector_masks = True
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
-    matmul_panel_bytes = 64  # two AVX2 vectors: the columns of the 6 x 16 register tile
+    matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target in __init__)
     fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
@@ -379,9 +406,13 @@ class CRenderer(CStyleLanguage):
     atomic_dtypes = frozenset(dtype for dtype in C_TYPE_MAP if dtype != dtypes.void) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
+        from tiny_cpu.target import c_vector_bytes
         self.device = device
         self.arch = arch
         self.global_max = (_cpu_count(), 1, 1)
+        # AVX-512 targets get 16-lane float vectors and 32-column matmul panels (tiny_cpu/target.py)
+        self.preferred_vector_bytes = c_vector_bytes(arch)
+        self.matmul_panel_bytes = 2 * self.preferred_vector_bytes
 
     def render_dtype(self, dtype: DType) -> str:
         """Bool vectors are vectors of unsigned char (0 or 1 per lane)."""

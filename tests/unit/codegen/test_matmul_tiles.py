@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 from codegen_kernels import VectorCPURenderer, buffer, loop, matmul
+from cpu_vectors import VECTOR_BYTES, cpu_vector_bytes
 
 from tinycore import Tensor
 from tinycore.codegen import linearize, lower_to_program
@@ -95,21 +96,27 @@ def test_shifted_upcast_of_an_in_place_update_stores_each_output_once() -> None:
         Kernel(matmul(4, 8, 8).ast).apply_opt(Opt(OptOps.SHIFTED_UPCAST, 0, 6))  # larger than the axis
 
 
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
 @pytest.mark.parametrize("rows, batch, columns, threads", [(28, 16, 32, 1), (130, 64, 48, 2), (784, 128, 64, 2)])
 def test_in_place_gradient_update_with_a_shifted_row_block_matches_numpy(rows: int, batch: int, columns: int,
-                                                                         threads: int) -> None:
+                                                                         threads: int, vector_bytes: int) -> None:
     # SGD's update fused into the weight gradient's matmul: w -= lr * x.T @ g, rows the 6-row tile does not divide
+    # (with 16-lane vectors, 48 columns take one vector: in place, the last block cannot be shifted)
     x, g, w = _array(batch, rows), _array(batch, columns, seed=1), _array(rows, columns, seed=2)
-    weight, probe = Tensor(w).realize(), Tensor(w).realize()
-    gradient = (Tensor(x).unsqueeze(-1) * Tensor(g).unsqueeze(-2)).sum(0)
-    items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
-             if not item.is_copy]
     from tinycore.codegen.optimize import hand_coded_optimizations
-    with Context(NUM_CPU_THREADS=threads):
-        assert "SHIFTED_UPCAST 6 (matmul rows, last block shifted)" in hand_coded_optimizations(
-            Kernel(items[-1].ast), Device["CPU"].renderer)
+    with cpu_vector_bytes(vector_bytes) as lanes, Context(NUM_CPU_THREADS=threads):
+        weight, probe = Tensor(w).realize(), Tensor(w).realize()
+        gradient = (Tensor(x).unsqueeze(-1) * Tensor(g).unsqueeze(-2)).sum(0)
+        items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
+                 if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        if columns % (2 * lanes) == 0:
+            assert f"UPCAST {2 * lanes} (matmul columns)" in notes, notes
+            assert "SHIFTED_UPCAST 6 (matmul rows, last block shifted)" in notes, notes
+        else:
+            assert f"UPCAST {lanes} (matmul columns)" in notes and "UNROLL 4 (matmul reduce)" in notes, notes
         weight.assign(weight - 0.5 * gradient).realize()
-    _close(weight.numpy(), w - 0.5 * (x.T.astype(np.float64) @ g))
+        _close(weight.numpy(), w - 0.5 * (x.T.astype(np.float64) @ g))
 
 
 def test_in_place_matmul_update_matches_numpy() -> None:
@@ -190,16 +197,20 @@ def test_packed_panel_matmuls_match_numpy(left: tuple[int, ...], right: tuple[in
     _close((Tensor(a) @ tb + Tensor(bias)).relu().numpy(), np.maximum(reference + bias, 0))
 
 
-def test_packed_panel_matmul_kernel_gets_the_register_tile() -> None:
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_packed_panel_matmul_kernel_gets_the_register_tile(vector_bytes: int) -> None:
     from tinycore.codegen.opt import Kernel as CodegenKernel
     from tinycore.codegen.optimize import hand_coded_optimizations
-    a, b = Tensor(_array(302, 64)).realize(), Tensor(_array(64, 96, seed=1)).realize()
-    items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
-    assert len(items) == 2  # the panels of b, then the matmul
-    reduce_kernels = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)]
-    notes = hand_coded_optimizations(CodegenKernel(reduce_kernels[0]), Device["CPU"].renderer)
-    assert "UPCAST 16 (matmul columns, packed panels)" in notes and "SHIFTED_UPCAST 6 (matmul rows, last block " \
-        "shifted)" in notes
+    x, y = _array(302, 64), _array(64, 192, seed=1)
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        a, b = Tensor(x).realize(), Tensor(y).realize()
+        items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+        assert len(items) == 2  # the panels of b (two vectors wide), then the matmul
+        reduce_kernels = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)]
+        notes = hand_coded_optimizations(CodegenKernel(reduce_kernels[0]), Device["CPU"].renderer)
+        assert f"UPCAST {2 * lanes} (matmul columns, packed panels)" in notes and "SHIFTED_UPCAST 6 (matmul rows, " \
+            "last block shifted)" in notes
+        _close((a @ b).numpy(), x.astype(np.float64) @ y)
 
 
 def test_packed_panel_matmul_gradients_match_torch() -> None:
@@ -282,17 +293,19 @@ def test_weight_gradient_read_by_two_kernels_is_stored_in_the_weights_layout() -
     _close(second.numpy(), reference ** 2)
 
 
-@pytest.mark.parametrize("rows, inner, columns", [(128, 10, 512), (20, 7, 24), (13, 5, 40), (64, 3, 16)])
-def test_gathered_column_tile_matches_numpy(rows: int, inner: int, columns: int) -> None:
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("rows, inner, columns", [(128, 10, 512), (20, 7, 48), (13, 5, 80), (64, 3, 32)])
+def test_gathered_column_tile_matches_numpy(rows: int, inner: int, columns: int, vector_bytes: int) -> None:
     # dout @ W.T with a reduce too short for the dot tile (a classifier layer's input gradient): W's lanes are
     # gathered, one vector of them shared by a tile of rows
     from tinycore.codegen.optimize import hand_coded_optimizations
     d, w, h = _array(rows, inner), _array(columns, inner, seed=1), _array(rows, columns, seed=2)
-    result = (Tensor(d) @ Tensor(w).T) * (Tensor(h) > 0)
-    items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
-    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
-    assert "UPCAST 8 (matmul columns, gathered)" in notes, notes
-    _close(result.numpy(), (d.astype(np.float64) @ w.T) * (h > 0))
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        result = (Tensor(d) @ Tensor(w).T) * (Tensor(h) > 0)
+        items = [item for item in create_schedule([result.uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        assert f"UPCAST {lanes} (matmul columns, gathered)" in notes, notes
+        _close(result.numpy(), (d.astype(np.float64) @ w.T) * (h > 0))
 
 
 def test_a_kernel_of_short_reduces_one_after_another_stays_on_one_worker() -> None:
@@ -319,7 +332,7 @@ def test_a_kernel_of_short_reduces_one_after_another_stays_on_one_worker() -> No
 def test_only_products_of_256_rows_or_more_pack_the_weights() -> None:
     # a network's 128-row batch multiplies the weights in place, whether or not its input needs a gradient (the copy
     # into panels cost more than it saved); 256 rows pack them first
-    w = _array(64, 48, seed=1)
+    w = _array(64, 128, seed=1)  # columns two vectors divide, 16-lane ones too
     weight = Tensor(w, requires_grad=True)
     for rows, needs_gradient, kernels in ((128, False, 1), (128, True, 1), (256, False, 2), (256, True, 2)):
         x = _array(rows, 64)
@@ -329,22 +342,24 @@ def test_only_products_of_256_rows_or_more_pack_the_weights() -> None:
         _close(result.numpy(), x.astype(np.float64) @ w)
 
 
-def test_tile_stored_across_its_vectors_keeps_vector_accumulators() -> None:
-    # a classifier layer's in-place update, w (64, 10) -= lr * h.T @ d: the tile is 16 rows of w (vectors along h's
-    # contiguous axis) by 5 of its 10 columns, stored lane by lane; its accumulators stay vectors
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_tile_stored_across_its_vectors_keeps_vector_accumulators(vector_bytes: int) -> None:
+    # a classifier layer's in-place update, w (64, 10) -= lr * h.T @ d: the tile is two vectors of rows of w
+    # (vectors along h's contiguous axis) by 5 of its 10 columns, stored lane by lane; its accumulators stay vectors
     h, d, w = _array(32, 64), _array(32, 10, seed=1), _array(64, 10, seed=2)
-    weight, probe = Tensor(w).realize(), Tensor(w).realize()
-    gradient = (Tensor(h).unsqueeze(-1) * Tensor(d).unsqueeze(-2)).sum(0)
-    items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
-             if not item.is_copy]
     from tinycore.codegen.optimize import hand_coded_optimizations
-    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
-    assert "UPCAST 16 (matmul columns)" in notes and "UPCAST 5 (matmul rows)" in notes, notes
-    program = linearize(items[-1].ast, Device["CPU"].renderer)
-    assert any(u.op is Ops.REDUCE and u.dtype.count == 8 for u in program) or \
-        any(u.op in (Ops.MULACC, Ops.ADD) and u.dtype.count == 8 for u in program)
-    weight.assign(weight - 0.5 * gradient).realize()
-    _close(weight.numpy(), w - 0.5 * (h.T.astype(np.float64) @ d))
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        weight, probe = Tensor(w).realize(), Tensor(w).realize()
+        gradient = (Tensor(h).unsqueeze(-1) * Tensor(d).unsqueeze(-2)).sum(0)
+        items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
+                 if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        assert f"UPCAST {2 * lanes} (matmul columns)" in notes and "UPCAST 5 (matmul rows)" in notes, notes
+        program = linearize(items[-1].ast, Device["CPU"].renderer)
+        assert any(u.op is Ops.REDUCE and u.dtype.count == lanes for u in program) or \
+            any(u.op in (Ops.MULACC, Ops.ADD) and u.dtype.count == lanes for u in program)
+        weight.assign(weight - 0.5 * gradient).realize()
+        _close(weight.numpy(), w - 0.5 * (h.T.astype(np.float64) @ d))
 
 
 @pytest.mark.parametrize("width, nested", [(200, False), (784, False), (256, True), (512, True)])
@@ -366,28 +381,31 @@ def test_weight_gradient_row_blocks_stay_outer_when_they_fit_in_l1(width: int, n
                                                             ((3, 5, 11, 18), (12, 5, 3, 3), {}, True),
                                                             ((2, 3, 17, 19), (9, 3, 5, 5), {"padding": 2}, True),
                                                             ((2, 4, 12, 34), (7, 4, 3, 3), {"stride": 2}, False)])
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
 def test_convolution_tile_sweeps_pixels_and_unrolls_the_window(shape: tuple[int, ...], weight: tuple[int, ...],
-                                                                options: dict[str, int], tiled: bool) -> None:
+                                                                options: dict[str, int], tiled: bool,
+                                                                vector_bytes: int) -> None:
     # a stride-1 window along the row gets two vectors of pixels times 4 channels (rows narrower than two vectors:
     # one vector times up to 8), the window unrolled; a strided one (its input moves 2 per pixel, 1 per window step)
     # keeps the matmul tile
     torch = pytest.importorskip("torch")
     from tinycore.codegen.optimize import hand_coded_optimizations
     x, w = _array(*shape), _array(*weight, seed=1)
-    tx, tw = Tensor(x).realize(), Tensor(w).realize()
-    items = [item for item in create_schedule([tx.conv2d(tw, **options).uop], device_facts).items
-             if not item.is_copy]
-    notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
-    assert (f"UNROLL {weight[3]} (convolution window)" in notes) == tiled, notes
-    if tiled:
-        output_width = shape[3] + 2 * options.get("padding", 0) - weight[3] + 1
-        pixels, channels = (16, (4, 3, 2)) if output_width >= 16 else (8, (8, 6, 4, 3, 2))
-        assert any(note.startswith(("UPCAST", "SHIFTED_UPCAST")) and f" {pixels} (convolution pixels" in note
-                   for note in notes), notes
-        tile = next((c for c in channels if weight[0] % c == 0), None)
-        assert any(note == f"UPCAST {tile} (convolution channels)" for note in notes) or tile is None, notes
     reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), **options)
-    _close(tx.conv2d(tw, **options).numpy(), reference.numpy())
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        tx, tw = Tensor(x).realize(), Tensor(w).realize()
+        items = [item for item in create_schedule([tx.conv2d(tw, **options).uop], device_facts).items
+                 if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        assert (f"UNROLL {weight[3]} (convolution window)" in notes) == tiled, notes
+        if tiled:
+            output_width = shape[3] + 2 * options.get("padding", 0) - weight[3] + 1
+            pixels, channels = (2 * lanes, (4, 3, 2)) if output_width >= 2 * lanes else (lanes, (8, 6, 4, 3, 2))
+            assert any(note.startswith(("UPCAST", "SHIFTED_UPCAST")) and f" {pixels} (convolution pixels" in note
+                       for note in notes), notes
+            tile = next((c for c in channels if weight[0] % c == 0), None)
+            assert any(note == f"UPCAST {tile} (convolution channels)" for note in notes) or tile is None, notes
+        _close(tx.conv2d(tw, **options).numpy(), reference.numpy())
 
 
 def _chain_steps(uops: list) -> list[int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from cpu_vectors import VECTOR_BYTES, cpu_vector_bytes
 
 from tinycore import Tensor, dtypes
 from tinycore.dtype import DType, least_upper_dtype
@@ -13,9 +14,10 @@ from tinycore.tensor.nn import _matmul_panel, _multiply_with_tensors
 RNG = np.random.default_rng(11)
 
 # (left shape, right shape, packed): packed products have >= 256 rows and a column count the CPU panel divides
+# (16 columns with 32-byte vectors, 32 with 64-byte ones)
 SHAPES = [((5, 7), (7, 3), False), ((2, 5, 7), (7, 3), False), ((3, 1, 4, 6), (2, 6, 5), False),
-          ((256, 32), (32, 64), True), ((2, 256, 16), (16, 32), True), ((3, 1, 128, 16), (2, 16, 48), True),
-          ((300, 40), (2, 40, 32), True)]
+          ((256, 32), (32, 64), True), ((2, 256, 32), (32, 64), True), ((3, 1, 128, 32), (2, 32, 96), True),
+          ((300, 40), (2, 40, 64), True)]
 
 
 def _operands(left_shape: tuple[int, ...], right_shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Tensor]:
@@ -25,15 +27,17 @@ def _operands(left_shape: tuple[int, ...], right_shape: tuple[int, ...], dtype: 
     return left, right
 
 
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
 @pytest.mark.parametrize("left_shape, right_shape, packed", SHAPES)
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.int32])
 def test_same_nodes_as_the_tensor_operations(left_shape: tuple[int, ...], right_shape: tuple[int, ...],
-                                             packed: bool, dtype: DType) -> None:
+                                             packed: bool, dtype: DType, vector_bytes: int) -> None:
     left, right = _operands(left_shape, right_shape, dtype)
-    panel = _matmul_panel(left, right)
-    assert (panel is not None) == (packed and dtype == dtypes.float32)
-    reference = _multiply_with_tensors(left, right, panel, None, least_upper_dtype(left.dtype, right.dtype))
-    assert (left @ right).uop is reference.uop
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        panel = _matmul_panel(left, right)
+        assert panel == (2 * lanes if packed and dtype == dtypes.float32 else None)
+        reference = _multiply_with_tensors(left, right, panel, None, least_upper_dtype(left.dtype, right.dtype))
+        assert (left @ right).uop is reference.uop
 
 
 def test_same_nodes_with_an_accumulate_dtype() -> None:
