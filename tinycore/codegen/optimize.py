@@ -221,8 +221,19 @@ class Heuristic:
                                                                             "matmul columns, gathered"):
                     continue
             elif (window := self._window(first, second, columns)) is not None and \
-                    (range_size(columns) or 0) >= width:
-                return self._convolution_tile(columns, rows, window, width)
+                    (range_size(columns) or 0) >= self._narrow_width(width, range_size(columns) or 0):
+                return self._convolution_tile(columns, rows, window,
+                                              self._narrow_width(width, range_size(columns) or 0))
+            elif (narrow := self._narrow_width(width, range_size(columns) or 0)) != width:
+                # fewer columns than one vector (a 10-class layer with 16-lane vectors): the widest vector that
+                # fits them, its last block shifted, rather than no tile at all (a gather of the lanes per step)
+                shifted = bool((range_size(columns) or 0) % narrow)
+                if (shifted and self._in_place()) or not self.attempt(
+                        columns, OptOps.SHIFTED_UPCAST if shifted else OptOps.UPCAST, narrow,
+                        "matmul columns, narrower vectors"):
+                    continue
+                width = column_tile = narrow
+                row_size = range_size(rows) or 0
             else:
                 column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
                 dividing = next((t for t in (2 * width, width) if column_size % t == 0), None)
@@ -267,6 +278,14 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _narrow_width(self, width: int, size: int) -> int:
+        """`width` when `size` columns fill a vector, else the widest supported vector of at least 4 lanes that
+        they fill (unchanged when there is none)."""
+        if size >= width:
+            return width
+        supported = (self.renderer.vector_widths or {}).get(self.store_dtype().scalar, ())
+        return max((lanes for lanes in supported if 4 <= lanes <= size), default=width)
 
     def _window(self, first: UOp, second: UOp, columns: UOp) -> UOp | None:
         """The reduce axis of a convolution's window along the columns: a small reduce axis that moves the second

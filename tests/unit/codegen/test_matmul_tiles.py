@@ -477,3 +477,41 @@ def test_big_kernels_split_into_shares_the_workers_claim(threads: int, shares: i
         result = tx.conv2d(tw).numpy()
     reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
     _close(result, reference.numpy())
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("rows, inner, columns", [(128, 512, 10), (30, 64, 12), (17, 40, 8), (9, 33, 5)])
+def test_fewer_columns_than_a_vector_take_narrower_vectors(rows: int, inner: int, columns: int,
+                                                           vector_bytes: int) -> None:
+    # a 10-class output layer with 16-lane vectors: 8 lanes with the last block shifted, not a gather of W's lanes
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    h, w = _array(rows, inner), _array(inner, columns, seed=1)
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        product = Tensor(h) @ Tensor(w)
+        items = [item for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        narrow = max(width for width in (4, 8) if width <= columns)
+        if columns < 4:
+            expected = None
+        elif columns >= lanes:
+            expected = f"{'SHIFTED_UPCAST' if columns % lanes else 'UPCAST'} {lanes} (matmul columns"
+        else:
+            expected = f"{'SHIFTED_UPCAST' if columns % narrow else 'UPCAST'} {narrow} (matmul columns, narrower"
+        assert expected is None or any(note.startswith(expected) for note in notes), notes
+        _close(product.numpy(), h.astype(np.float64) @ w)
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_a_convolution_row_narrower_than_a_vector_keeps_the_convolution_tile(vector_bytes: int) -> None:
+    torch = pytest.importorskip("torch")
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    x, w = _array(2, 8, 16, 16), _array(16, 8, 3, 3, seed=1)  # rows of 14 output pixels
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        tx, tw = Tensor(x).realize(), Tensor(w).realize()
+        items = [item for item in create_schedule([tx.conv2d(tw).uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        pixels = min(lanes, 8)
+        assert "UNROLL 3 (convolution window)" in notes and \
+            any(f" {pixels} (convolution pixels" in note for note in notes), notes
+        reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
+        _close(tx.conv2d(tw).numpy(), reference.numpy())
