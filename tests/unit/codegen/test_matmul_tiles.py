@@ -515,3 +515,25 @@ def test_a_convolution_row_narrower_than_a_vector_keeps_the_convolution_tile(vec
             any(f" {pixels} (convolution pixels" in note for note in notes), notes
         reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
         _close(tx.conv2d(tw).numpy(), reference.numpy())
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("rows, inner, columns", [(128, 512, 512), (24, 64, 40), (6, 32, 16)])
+def test_dot_tile_of_a_backward_product_matches_numpy(rows: int, inner: int, columns: int, vector_bytes: int) -> None:
+    # dout @ W.T: both inputs contiguous along the reduce; 8 rows of the larger input, with 64-byte vectors (32
+    # registers) times 2 rows of the smaller one, lane sums folded by halves after the reduce
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    d, w = _array(rows, inner), _array(columns, inner, seed=1)
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        product = Tensor(d) @ Tensor(w).T
+        items = [item for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        larger = max(rows, columns)
+        tile = 8 if larger % 8 == 0 else 4
+        assert f"UPCAST {tile} (dot tile)" in notes and f"ACCUMULATORS {lanes} (dot reduce)" in notes, notes
+        assert ("UPCAST 2 (dot tile, smaller input)" in notes) == (vector_bytes == 64 and tile == 8), notes
+        program = linearize(items[-1].ast, Device["CPU"].renderer)
+        halves = {u.dtype.count for u in program if u.op is Ops.GEP and len(u.arg) > 1 and
+                  u.arg == tuple(range(u.arg[0], u.arg[0] + len(u.arg)))}
+        assert {lanes // 2, lanes // 4} <= halves, halves
+        _close(product.numpy(), d.astype(np.float64) @ w.T.astype(np.float64))
