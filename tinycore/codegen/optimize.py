@@ -400,9 +400,9 @@ class Heuristic:
         """Register-tile a matmul whose two inputs are both contiguous along the reduce (A @ B.T); True when applied.
 
         DOT_TILE rows of the larger input get a vector accumulator each along the reduce; one vector of the smaller
-        input's row serves all of them (with 64-byte vectors, DOT_SMALLER_ROWS rows of the smaller input do). The smaller input's rows are the innermost loop, so it stays in cache while
-        the larger input is read from memory once (measured on AVX2: 75-95 GFLOPS where one dot product per output
-        reached 45)."""
+        input's row serves all of them (with 64-byte vectors, DOT_SMALLER_ROWS rows of the smaller input do). The
+        smaller input's rows are the innermost loop, so it stays in cache while the larger input is read from memory
+        once (measured on AVX2: 75-95 GFLOPS where one dot product per output reached 45)."""
         loads = self._product_loads()
         reduces = self.reduce_axes()
         width = vector_width(self.renderer, self.store_dtype())
