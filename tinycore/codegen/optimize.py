@@ -435,8 +435,10 @@ class Heuristic:
             # 32 registers: DOT_SMALLER_ROWS rows of the smaller input too, each loaded vector used twice as often
             self.attempt(smaller, OptOps.UPCAST, DOT_SMALLER_ROWS, "dot tile, smaller input")
         self.attempt(self.reduce_axes()[-1], OptOps.ACCUMULATORS, width, "dot reduce")
-        self.kernel.nest_inside(self._block_positions(smaller)[0])
-        self.notes.append("smaller input innermost")
+        blocks = self._block_positions(smaller)
+        if blocks:  # none left when the smaller input's rows were upcast whole
+            self.kernel.nest_inside(blocks[0])
+            self.notes.append("smaller input innermost")
         return True
 
     def vectorize(self) -> None:

@@ -518,7 +518,7 @@ def test_a_convolution_row_narrower_than_a_vector_keeps_the_convolution_tile(vec
 
 
 @pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
-@pytest.mark.parametrize("rows, inner, columns", [(128, 512, 512), (24, 64, 40), (6, 32, 16)])
+@pytest.mark.parametrize("rows, inner, columns", [(128, 512, 512), (24, 64, 40), (6, 32, 16), (2, 64, 64)])
 def test_dot_tile_of_a_backward_product_matches_numpy(rows: int, inner: int, columns: int, vector_bytes: int) -> None:
     # dout @ W.T: both inputs contiguous along the reduce; 8 rows of the larger input, with 64-byte vectors (32
     # registers) times 2 rows of the smaller one, lane sums folded by halves after the reduce
