@@ -32,6 +32,7 @@ INPUTS = {
                    -6.0, 0.25, np.nan], dtype=np.float32),
     "i": np.array([-7, -3, 0, 1, 5, 9, 100, -100, 2**31 - 1], dtype=np.int32),
     "d": np.array([3, -2, 0, 7, 0, -4, 3, 9, 1], dtype=np.int32),
+    "w": np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32),
 }
 CASES: dict[str, tuple[str, object]] = {
     "fused elementwise": ("(t['x'] * 2.5 + 1).relu().numpy()", lambda v: np.maximum(v["x"] * 2.5 + 1, 0)),
@@ -50,6 +51,9 @@ CASES: dict[str, tuple[str, object]] = {
                                       (v["m"] - v["m"].mean(1, keepdims=True)) /
                                       np.sqrt(v["m"].var(1, keepdims=True) + 1e-5),
                                       v["m"].var(0, ddof=1), np.log(np.exp(v["m"]).sum(1))]),
+    "long rows (vector accumulators folded by halves)": (
+        "[t['w'].sum(axis=1).numpy(), (t['w'] @ t['w'].T).numpy(), t['w'].max(axis=1).numpy()]",
+        lambda v: [v["w"].sum(1), v["w"] @ v["w"].T, v["w"].max(1)]),
     "sum and max": ("[t['m'].sum(axis=0).numpy(), t['m'].max(axis=1).numpy()]",
                     lambda v: [v["m"].sum(0), v["m"].max(1)]),
     "padded conv": ("t['m'].reshape(1, 1, 33, 47).conv2d(Tensor.ones(2, 1, 3, 3), padding=1).numpy()",

@@ -371,7 +371,7 @@ class LLVMWalk:
         if len(lanes) == 1:
             self.names[uop] = self.assign(f"extractelement {vector} {self.value(source)}, i32 {lanes[0]}")
             return
-        mask = "<" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
+        mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
         self.names[uop] = self.assign(f"shufflevector {vector} {self.value(source)}, {vector} undef, {mask}")
 
     # ---- conversions ----
