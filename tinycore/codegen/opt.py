@@ -16,6 +16,7 @@ from tinycore.dtype import dtypes
 from tinycore.helpers import NUM_CPU_THREADS, prod
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, new_range, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.symbolic import simplify
 from tinycore.uop.uop import UOp
 
 
@@ -209,7 +210,9 @@ class Kernel:
         else:
             start = (core * size) // workers
             stop = ((core + 1) * size) // workers
-            inner = new_range(stop - start, axis_id(old), AxisType.THREAD)
+            # the trip count in its simplest form from the start: a later pass that simplified it in some uses of
+            # the range and not in others would leave two loops of one axis (wrong results)
+            inner = new_range(simplify(stop - start), axis_id(old), AxisType.THREAD)
             expression = start + inner
         self.ast = replace_range(self.ast, old, expression, (inner,))
         self.axes[axis] = inner

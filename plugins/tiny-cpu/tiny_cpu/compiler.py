@@ -56,6 +56,9 @@ def _workarounds(executable: str, arch: str | None) -> list[str]:
     - gcc 12 with -march=native on a CPU with AVX-512VL (Zen 4 is taken for znver3 plus AVX-512) miscompiles the
       128-bit selects of vectorized kernels at -O2 and crashes at -O3; without the 128/256-bit EVEX forms it is
       correct, and the kernels' float4/float8 code keeps AVX2.
+    - gcc 12 with that flag on a CPU with AVX512-FP16 (Sapphire Rapids) emits masked `vmovsh` moves for _Float16
+      that the assembler rejects ("unsupported masking"); without AVX512-FP16 halves go through float32 (F16C), as
+      on every other x86 host.
     """
     version = _compiler_version(executable)
     if "clang" in version.lower():
@@ -64,8 +67,11 @@ def _workarounds(executable: str, arch: str | None) -> list[str]:
     if match is None:
         return []
     flags = ["-fno-tree-loop-if-convert"]
-    if arch is None and "avx512vl" in _host_identity().split() and int(match.group(1)) <= 12:
+    host_flags = _host_identity().split()
+    if arch is None and "avx512vl" in host_flags and int(match.group(1)) <= 12:
         flags.append("-mno-avx512vl")
+        if "avx512_fp16" in host_flags:
+            flags.append("-mno-avx512fp16")
     return flags
 
 

@@ -537,3 +537,24 @@ def test_dot_tile_of_a_backward_product_matches_numpy(rows: int, inner: int, col
                   u.arg == tuple(range(u.arg[0], u.arg[0] + len(u.arg)))}
         assert {lanes // 2, lanes // 4} <= halves, halves
         _close(product.numpy(), d.astype(np.float64) @ w.T.astype(np.float64))
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_uneven_worker_split_of_an_upcast_axis_is_one_loop(vector_bytes: int) -> None:
+    # a convolution's weight gradient flattened to 144 outputs (torch.compile's graph): 9 vectors of 16 lanes split
+    # over 2 workers (4 and 5 each); the split's trip count was simplified in some uses of its range and not in
+    # others, which made two nested loops of one axis and a wrong gradient
+    torch = pytest.importorskip("torch")
+    x, w, g = _array(8, 1, 8, 8), _array(144, seed=1), _array(8, 16, 8, 8, seed=2)
+    reference = torch.from_numpy(w).requires_grad_()
+    torch.nn.functional.conv2d(torch.from_numpy(x), reference.reshape(16, 1, 3, 3), padding=1).backward(
+        torch.from_numpy(g))
+    with cpu_vector_bytes(vector_bytes), Context(NUM_CPU_THREADS=2):
+        weight = Tensor(w, requires_grad=True)
+        (Tensor(x).conv2d(weight.reshape(16, 1, 3, 3), padding=1) * Tensor(g)).sum().backward()
+        assert weight.grad is not None
+        items = [item for item in create_schedule([weight.grad.uop], device_facts).items if not item.is_copy]
+        for item in items:
+            loops = [u.arg[0] for u in linearize(item.ast, Device["CPU"].renderer) if u.op is Ops.RANGE]
+            assert len(loops) == len(set(loops)), loops
+        _close(weight.grad.numpy(), reference.grad.numpy())
