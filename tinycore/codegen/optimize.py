@@ -215,6 +215,8 @@ class Heuristic:
                     panel_columns = range_node
                 elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
                     rows = range_node
+            # fewer columns than one vector take the widest vector they fill (`_narrow_width`)
+            narrow = width if columns is None else self._narrow_width(width, range_size(columns) or 0)
             if columns is None and panel_columns is not None and rows is not None and width >= 2:
                 # the second input packed in panels (Tensor.dot): the columns split at the panel width are contiguous
                 self.attempt(panel_columns, OptOps.UPCAST, 2 * width, "matmul columns, packed panels")
@@ -227,10 +229,9 @@ class Heuristic:
                                                                             "matmul columns, gathered"):
                     continue
             elif (window := self._window(first, second, columns)) is not None and \
-                    (range_size(columns) or 0) >= self._narrow_width(width, range_size(columns) or 0):
-                return self._convolution_tile(columns, rows, window,
-                                              self._narrow_width(width, range_size(columns) or 0))
-            elif (narrow := self._narrow_width(width, range_size(columns) or 0)) != width:
+                    (range_size(columns) or 0) >= narrow:
+                return self._convolution_tile(columns, rows, window, narrow)
+            elif narrow != width:
                 # fewer columns than one vector (a 10-class layer with 16-lane vectors): the widest vector that
                 # fits them, its last block shifted, rather than no tile at all (a gather of the lanes per step)
                 shifted = bool((range_size(columns) or 0) % narrow)

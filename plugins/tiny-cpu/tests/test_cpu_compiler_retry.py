@@ -60,7 +60,7 @@ def test_gcc_gets_the_flags_that_avoid_its_known_miscompiles(monkeypatch, versio
     """gcc's loop if-conversion miscompiles padded reads (AVX2 masked loads); gcc 12 also miscompiles vector
     selects with AVX-512VL at -O2 and crashes at -O3 (seen on a Zen 4 host taken for znver3)."""
     import tiny_cpu.compiler as compiler
-    monkeypatch.setattr(compiler, "_host_identity", lambda: f"x86_64 | AMD EPYC | {flags}")
+    monkeypatch.setattr(compiler, "host_cpu_flags", lambda: frozenset(flags.split()))
     monkeypatch.setattr(compiler, "_compiler_version", lambda executable: version)
     assert compiler._workarounds("cc", None) == expected
     assert compiler._workarounds("cc", "x86-64-v3") == [flag for flag in expected

@@ -12,6 +12,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 
+from tiny_cpu.target import host_cpu_flags
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.helpers import environ
 
@@ -67,7 +68,7 @@ def _workarounds(executable: str, arch: str | None) -> list[str]:
     if match is None:
         return []
     flags = ["-fno-tree-loop-if-convert"]
-    host_flags = _host_identity().split()
+    host_flags = host_cpu_flags()
     if arch is None and "avx512vl" in host_flags and int(match.group(1)) <= 12:
         flags.append("-mno-avx512vl")
         if "avx512_fp16" in host_flags:
