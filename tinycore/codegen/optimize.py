@@ -11,8 +11,9 @@ CPU kernels, in this order:
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
    reduce whose loads are contiguous along the innermost reduce axis gets vector accumulators (two vectors' worth);
 3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are
-   split across the CPU workers on the outermost axis that is big enough, in SHARES_PER_WORKER shares per worker
-   when each share keeps at least MIN_SHARE_WORK;
+   split across the CPU workers on the outermost axis that is big enough (of a product's, the one whose split makes
+   the shares read again the fewest bytes of the inputs), in SHARES_PER_WORKER shares per worker when each share
+   keeps at least MIN_SHARE_WORK;
 4. small output axes are upcast and small reduce axes unrolled completely.
 """
 from __future__ import annotations
@@ -30,9 +31,11 @@ from tinycore.uop.uop import UOp
 
 MIN_THREAD_WORK = 65536
 """Kernels with a reduce and less work than this many elements (all axes) stay on one CPU worker."""
-MIN_THREAD_ELEMENTWISE = 1 << 20
-"""Kernels without a reduce (memory-bound) and fewer output elements than this stay on one CPU worker: waking a
-worker costs tens of microseconds, about what one core takes to stream a million floats."""
+MIN_THREAD_ELEMENTWISE = 1 << 17
+"""Kernels without a reduce (memory-bound) and fewer output elements than this stay on one CPU worker: below it the
+second core gained nothing (x * y + 1 over 256 x 256 floats: 0.94-0.99x split in two, launched back to back or after
+a pause), above it more (362 x 362: 1.28x back to back; 600 x 600: 1.14x after a pause; 1000 x 1000: 1.64x; Adam's
+three updates of a 784 x 512 weight, single-threaded below the 2^20 this was before: a whole MLP step 1.23-1.25x)."""
 SHARES_PER_WORKER = 4
 """Shares per CPU worker of a big kernel's split (`Heuristic.threads`): the pool's threads claim shares as they
 finish, so a core slowed by another job takes fewer of them, where equal halves made the launch wait for the slower
@@ -561,11 +564,35 @@ class Heuristic:
         candidates = [(r, range_size(r) or 0) for r in self.output_axes() if (range_size(r) or 0) >= 2]
         if workers < 2 or not candidates:
             return
-        chosen = next(((r, size) for r, size in candidates if size >= workers), max(candidates, key=lambda c: c[1]))
-        shares = min(workers, chosen[1])
-        if chosen[1] >= workers * SHARES_PER_WORKER and self.work() >= workers * SHARES_PER_WORKER * MIN_SHARE_WORK:
-            shares = workers * SHARES_PER_WORKER
-        self.attempt(chosen[0], OptOps.THREAD, shares, "multi-core")
+        usable = [(r, size) for r, size in candidates if size >= workers]
+        chosen = usable[0] if usable else max(candidates, key=lambda c: c[1])
+        if len(usable) > 1 and self._product_loads() is not None:
+            # among the axes that split into as many shares as the outermost (fewer would balance the cores worse),
+            # the least re-read; the outermost wins a tie
+            shares = self._shares(chosen[1], workers)
+            chosen = min((c for c in usable if self._shares(c[1], workers) >= shares),
+                         key=lambda c: self._reread_bytes(c[0]))
+        self.attempt(chosen[0], OptOps.THREAD, self._shares(chosen[1], workers), "multi-core")
+
+    def _shares(self, size: int, workers: int) -> int:
+        """The shares a split of an axis of `size` across `workers` takes."""
+        if size >= workers * SHARES_PER_WORKER and self.work() >= workers * SHARES_PER_WORKER * MIN_SHARE_WORK:
+            return workers * SHARES_PER_WORKER
+        return min(workers, size)
+
+    def _reread_bytes(self, axis: UOp) -> int:
+        """Bytes that every share of a split along `axis` reads whole: the loads whose index does not depend on it
+        (the second input of a matmul split by rows). A matmul of 128 rows by 512 columns split by rows made each of
+        the 8 shares stream all of a 784 x 512 weight from L3 for 2-3 row blocks; split by columns, the 128 rows
+        (400 KB) are what the shares share, and each reads its 64 columns of the weight once (that product 1.06-1.18x,
+        the MLP SGD step of bench/bench_train.py 1.18-1.19x, kernels replayed back to back in alternation)."""
+        _, loads = _global_accesses(self.kernel.ast)
+
+        def footprint(index: UOp) -> int:
+            return prod(range_size(r) or 1 for r in self.kernel.axes if axis_stride(index.src[1], r) != 0) * \
+                index.src[0].dtype.itemsize
+
+        return sum(footprint(index) for index in loads if axis_stride(index.src[1], axis) == 0)
 
 
 def hand_coded_optimizations(kernel: Kernel, renderer: RendererContract) -> list[str]:

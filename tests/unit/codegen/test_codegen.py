@@ -212,10 +212,13 @@ def test_big_kernel_is_split_across_workers() -> None:
 
 
 def test_small_elementwise_kernel_stays_on_one_worker() -> None:
-    # 131,072 outputs without a reduce: memory-bound, waking a worker costs about what the kernel takes
+    # 65,536 outputs without a reduce: memory-bound, waking a worker costs about what the kernel takes; twice that
+    # many (Adam's update of a 512 x 256 weight) are split
     with Context(NUM_CPU_THREADS=4):
-        uops = linearize(elementwise_broadcast(512, 256).ast, VectorCPURenderer())
-    assert not any(u.op is Ops.SPECIAL for u in uops)
+        small = linearize(elementwise_broadcast(256, 256).ast, VectorCPURenderer())
+        split = linearize(elementwise_broadcast(512, 256).ast, VectorCPURenderer())
+    assert not any(u.op is Ops.SPECIAL for u in small)
+    assert [u.src[0].arg for u in split if u.op is Ops.SPECIAL] == [4]
 
 
 def test_small_kernel_is_not_split() -> None:

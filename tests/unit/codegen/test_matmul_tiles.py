@@ -558,3 +558,27 @@ def test_uneven_worker_split_of_an_upcast_axis_is_one_loop(vector_bytes: int) ->
             loops = [u.arg[0] for u in linearize(item.ast, Device["CPU"].renderer) if u.op is Ops.RANGE]
             assert len(loops) == len(set(loops)), loops
         _close(weight.grad.numpy(), reference.grad.numpy())
+
+
+def _inputs_the_split_indexes(uops: list) -> set[int]:
+    """Element counts of the input buffers whose loads the worker index (SPECIAL core_id) moves."""
+    core = [u for u in uops if u.op is Ops.SPECIAL and u.arg == "core_id"]
+    assert len(core) == 1
+    return {u.src[0].src[0].dtype.size for u in uops if u.op is Ops.LOAD and u.src[0].op is Ops.INDEX and
+            u.src[0].src[0].op is Ops.DEFINE_GLOBAL and core[0] in u.src[0].toposort}
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("rows, inner, columns, split", [(128, 784, 512, "columns"), (784, 128, 512, "rows"),
+                                                         (512, 256, 96, "rows")])
+def test_workers_split_the_axis_whose_input_they_would_read_again_most(rows: int, inner: int, columns: int,
+                                                                       split: str, vector_bytes: int) -> None:
+    # a 128-row batch times a 784 x 512 weight: split by rows, each of the 8 shares read the whole weight for its
+    # 16 rows; split by columns, the shares read their 64 columns of it and share the batch's 400 KB
+    x, w = _array(rows, inner), _array(inner, columns, seed=1)
+    with cpu_vector_bytes(vector_bytes), Context(NUM_CPU_THREADS=2):
+        product = Tensor(x) @ Tensor(w)
+        items = [item for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
+        moved = _inputs_the_split_indexes(linearize(items[-1].ast, Device["CPU"].renderer))
+        assert moved == ({inner * columns} if split == "columns" else {rows * inner}), moved
+        _close(product.numpy(), x.astype(np.float64) @ w)
