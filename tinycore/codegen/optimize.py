@@ -54,6 +54,12 @@ more copies cost codegen and compile time for little speed on axes this small.""
 
 MATMUL_ROWS = 6
 """Rows of the register tile of a matmul whose second input is contiguous along the output's columns (A @ B)."""
+WIDE_MATMUL_ROWS = 12
+"""Those rows where vectors are WIDE_VECTOR_BYTES (32 registers): 24 accumulators, each loaded vector of the second
+input used by twice as many rows, so half the bytes per multiply-add come from L2. On a 2-core AVX-512 Xeon, kernels
+replayed back to back in rotation with 6, 8, 10 and 12 rows (paired medians against 6): the MLP SGD step of
+bench/bench_train.py 1.05, 1.07, 1.09x; matmul 1024^2 1.03, 1.03, 1.04x; 1000^2 1.20x with 12 rows (14: 1.23x),
+128x784 @ 784x512 1.14x (14: 1.09x); 2048^2 1.01x (14: 0.98x)."""
 GROUP_BYTES = 3 * 1024 * 1024
 """A matmul whose row blocks read more of the first input than this groups them (OptOps.BLOCK): every column panel
 passes a group's rows while they are in cache, and the panels pass once per group. Measured on the 2-core Zen 3
@@ -264,14 +270,10 @@ class Heuristic:
                     self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
             if column_tile == 2 * width:
                 # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
-                # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack)
-                row_tile = next((t for t in (MATMUL_ROWS, 5, 4, 3, 2) if row_size % t == 0), None)
-                recomputed = -(-row_size // MATMUL_ROWS) * MATMUL_ROWS - row_size
-                shifted = row_size >= MATMUL_ROWS and row_tile != MATMUL_ROWS and \
-                    (row_tile is None or recomputed <= SHIFTED_WASTE * row_size)
-                if not (shifted and self.attempt(rows, OptOps.SHIFTED_UPCAST, MATMUL_ROWS,
-                                                 "matmul rows, last block shifted")) and row_tile is not None:
-                    self.attempt(rows, OptOps.UPCAST, row_tile, "matmul rows")
+                # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack); with 32 registers
+                # WIDE_MATMUL_ROWS rows
+                wide = (self.renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) >= WIDE_VECTOR_BYTES
+                self._row_tile(rows, row_size, (WIDE_MATMUL_ROWS, 10, 8, MATMUL_ROWS) if wide else (MATMUL_ROWS,))
             else:
                 row_tile = next((t for t in (8, 6, 4, 3, 2) if row_size % t == 0), None)
                 if row_tile is not None:
@@ -288,6 +290,26 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _row_tile(self, rows: UOp, row_size: int, tiles: tuple[int, ...]) -> None:
+        """Upcast a matmul's rows to the first of `tiles` (largest first) that divides them or, shifting the last
+        block back, recomputes at most SHIFTED_WASTE of them; else to a smaller tile that divides them; else shifted
+        to the largest of `tiles` they hold."""
+        for tile in tiles:
+            if row_size % tile == 0:
+                self.attempt(rows, OptOps.UPCAST, tile, "matmul rows")
+                return
+            recomputed = -(-row_size // tile) * tile - row_size
+            if row_size >= tile and recomputed <= SHIFTED_WASTE * row_size and \
+                    self.attempt(rows, OptOps.SHIFTED_UPCAST, tile, "matmul rows, last block shifted"):
+                return
+        divisor = next((tile for tile in (5, 4, 3, 2) if tile < tiles[-1] and row_size % tile == 0), None)
+        if divisor is not None:
+            self.attempt(rows, OptOps.UPCAST, divisor, "matmul rows")
+            return
+        largest = next((tile for tile in tiles if tile <= row_size), None)
+        if largest is not None:
+            self.attempt(rows, OptOps.SHIFTED_UPCAST, largest, "matmul rows, last block shifted")
 
     def _narrow_width(self, width: int, size: int) -> int:
         """`width` when `size` columns fill a vector, else the widest supported vector of at least 4 lanes that

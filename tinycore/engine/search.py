@@ -53,8 +53,8 @@ from tinycore.uop.uop import UOp
 
 SEARCH_FORMAT = 3
 """Version of the search and of its cache entries: a change to either makes earlier entries misses."""
-UPCAST_AMOUNTS = (2, 3, 4, 6, 8, 16)
-SHIFTED_AMOUNTS = (6, 8, 16)
+UPCAST_AMOUNTS = (2, 3, 4, 6, 8, 10, 12, 16)
+SHIFTED_AMOUNTS = (6, 8, 10, 12, 16)
 """SHIFTED_UPCAST amounts tried on output axes they do not divide (matmul tiles: 6 rows, one or two vectors)."""
 UNROLL_AMOUNTS = (2, 4, 8)
 THREAD_SHARE_FACTORS = (1, 2, 4, 8)
@@ -145,10 +145,11 @@ def _amounts(opt: Opt, renderer: RendererContract) -> tuple[int, ...]:
 
 
 def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...],
-             min_workers: int = 1) -> list[tuple[Opt, ...]]:
-    """The neighbours of `parent` within BEAM_UPCAST_MAX copies of the body and split across at least `min_workers`
-    workers: `parent` extended by one applicable opt, `parent` with one opt's amount changed (another tile size under
-    the same worker split), and `parent` less one opt."""
+             min_workers: int = 1, max_expansion: int | None = None) -> list[tuple[Opt, ...]]:
+    """The neighbours of `parent` within `max_expansion` (default BEAM_UPCAST_MAX) copies of the body and split
+    across at least `min_workers` workers: `parent` extended by one applicable opt, `parent` with one opt's amount
+    changed (another tile size under the same worker split), and `parent` less one opt."""
+    limit = int(BEAM_UPCAST_MAX.value) if max_expansion is None else max_expansion
     base = optimize_kernel(ast, renderer, list(parent))
     proposals = [parent + (opt,) for opt in actions(base, renderer)]
     for position, opt in enumerate(parent):
@@ -161,7 +162,7 @@ def children(ast: UOp, renderer: RendererContract, parent: tuple[Opt, ...],
             kernel = optimize_kernel(ast, renderer, list(proposal))
         except KernelOptError:
             continue
-        if _expansion(kernel) <= int(BEAM_UPCAST_MAX.value) and kernel.workers >= min_workers:
+        if _expansion(kernel) <= limit and kernel.workers >= min_workers:
             result.append(proposal)
     return result
 
@@ -422,6 +423,9 @@ class _Search:
         # a kernel the heuristic splits across the cores stays split: timed while other processes hold a core, one
         # worker can look faster, and the cached choice would then halve the speed on an idle machine
         min_workers = min(heuristic_kernel.workers, default_worker_count())
+        # the heuristic's own tile may be larger than BEAM_UPCAST_MAX (12 rows x 32 columns with AVX-512's 16-lane
+        # vectors): its neighbours of the same size are searched too
+        limit = max(int(BEAM_UPCAST_MAX.value), _expansion(heuristic_kernel))
         progress = _Progress(name)
         winner = None
         try:
@@ -431,7 +435,7 @@ class _Search:
                 previous_best = self.best
                 candidates: dict[tuple[Opt, ...], None] = {}
                 for parent in beam:
-                    candidates.update(dict.fromkeys(c for c in children(self.ast, self.renderer, parent, min_workers)
+                    candidates.update(dict.fromkeys(c for c in children(self.ast, self.renderer, parent, min_workers, limit)
                                                     if c not in self.times))
                 if not candidates:
                     break

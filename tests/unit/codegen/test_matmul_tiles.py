@@ -100,8 +100,9 @@ def test_shifted_upcast_of_an_in_place_update_stores_each_output_once() -> None:
 @pytest.mark.parametrize("rows, batch, columns, threads", [(28, 16, 32, 1), (130, 64, 48, 2), (784, 128, 64, 2)])
 def test_in_place_gradient_update_with_a_shifted_row_block_matches_numpy(rows: int, batch: int, columns: int,
                                                                          threads: int, vector_bytes: int) -> None:
-    # SGD's update fused into the weight gradient's matmul: w -= lr * x.T @ g, rows the 6-row tile does not divide
-    # (with 16-lane vectors, 48 columns take one vector: in place, the last block cannot be shifted)
+    # SGD's update fused into the weight gradient's matmul: w -= lr * x.T @ g, rows the row tile does not divide (6
+    # rows with 8-lane vectors; with 16 lanes 12 rows, 10 where 12 would recompute too many: 28 = 2 x 12 + 4); with
+    # 16-lane vectors 48 columns take one vector: in place, the last block cannot be shifted
     x, g, w = _array(batch, rows), _array(batch, columns, seed=1), _array(rows, columns, seed=2)
     from tinycore.codegen.optimize import hand_coded_optimizations
     with cpu_vector_bytes(vector_bytes) as lanes, Context(NUM_CPU_THREADS=threads):
@@ -112,7 +113,8 @@ def test_in_place_gradient_update_with_a_shifted_row_block_matches_numpy(rows: i
         notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
         if columns % (2 * lanes) == 0:
             assert f"UPCAST {2 * lanes} (matmul columns)" in notes, notes
-            assert "SHIFTED_UPCAST 6 (matmul rows, last block shifted)" in notes, notes
+            tile = 6 if lanes == 8 else (10 if rows == 28 else 12)
+            assert f"SHIFTED_UPCAST {tile} (matmul rows, last block shifted)" in notes, notes
         else:
             assert f"UPCAST {lanes} (matmul columns)" in notes and "UNROLL 4 (matmul reduce)" in notes, notes
         weight.assign(weight - 0.5 * gradient).realize()
@@ -208,8 +210,9 @@ def test_packed_panel_matmul_kernel_gets_the_register_tile(vector_bytes: int) ->
         assert len(items) == 2  # the panels of b (two vectors wide), then the matmul
         reduce_kernels = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)]
         notes = hand_coded_optimizations(CodegenKernel(reduce_kernels[0]), Device["CPU"].renderer)
-        assert f"UPCAST {2 * lanes} (matmul columns, packed panels)" in notes and "SHIFTED_UPCAST 6 (matmul rows, " \
-            "last block shifted)" in notes
+        # 302 rows: 6-row tiles with 8 lanes, 12-row tiles with 16 (32 registers), the last block shifted
+        assert f"UPCAST {2 * lanes} (matmul columns, packed panels)" in notes and \
+            f"SHIFTED_UPCAST {6 if lanes == 8 else 12} (matmul rows, last block shifted)" in notes, notes
         _close((a @ b).numpy(), x.astype(np.float64) @ y)
 
 
@@ -238,13 +241,16 @@ def test_block_opt_groups_row_blocks_and_matches_numpy() -> None:
         Kernel(case.ast).apply_opt(Opt(OptOps.BLOCK, 0, 24))  # the whole axis: that is NEST
 
 
-def test_large_matmul_groups_its_row_blocks_for_the_cache() -> None:
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_large_matmul_groups_its_row_blocks_for_the_cache(vector_bytes: int) -> None:
     from tinycore.codegen.optimize import hand_coded_optimizations
-    with Context(NUM_CPU_THREADS=2):
-        notes = hand_coded_optimizations(Kernel(matmul(804, 1024, 64).ast), Device["CPU"].renderer)
-    # 134 blocks of 6 rows read 3.2 MB of the first input: 2 groups of 67 blocks, one per worker
-    assert "BLOCK 67 (matmul row blocks grouped for the cache)" in notes
-    a, b = _array(804, 1024), _array(1024, 32, seed=1)
+    with cpu_vector_bytes(vector_bytes) as lanes, Context(NUM_CPU_THREADS=2):
+        notes = hand_coded_optimizations(Kernel(matmul(1536, 1024, 64).ast), Device["CPU"].renderer)
+    # 256 blocks of 6 rows (8 lanes) or 128 of 12 (16 lanes) read 6 MB of the first input: two groups of at most
+    # 3 MB, one per worker (128 blocks of 6 rows, 64 of 12)
+    group = 128 if lanes == 8 else 64
+    assert f"BLOCK {group} (matmul row blocks grouped for the cache)" in notes, notes
+    a, b = _array(1536, 1024), _array(1024, 32, seed=1)
     _close((Tensor(a) @ Tensor(b)).numpy(), a.astype(np.float64) @ b)
 
 
@@ -354,7 +360,9 @@ def test_tile_stored_across_its_vectors_keeps_vector_accumulators(vector_bytes: 
         items = [item for item in create_schedule([probe.assign(probe - 0.5 * gradient).uop], device_facts).items
                  if not item.is_copy]
         notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
-        assert f"UPCAST {2 * lanes} (matmul columns)" in notes and "UPCAST 5 (matmul rows)" in notes, notes
+        # 10 rows: two tiles of 5 with AVX2's 16 registers, one of 10 with 32
+        rows = 5 if lanes == 8 else 10
+        assert f"UPCAST {2 * lanes} (matmul columns)" in notes and f"UPCAST {rows} (matmul rows)" in notes, notes
         program = linearize(items[-1].ast, Device["CPU"].renderer)
         assert any(u.op is Ops.REDUCE and u.dtype.count == lanes for u in program) or \
             any(u.op in (Ops.MULACC, Ops.ADD) and u.dtype.count == lanes for u in program)

@@ -213,7 +213,8 @@ def test_a_kernel_split_across_workers_stays_split():
         shares = {optimize_kernel(ast, renderer, list(opts)).workers for opts in neighbours}
         # the split's share count is searched too (shares the two threads claim), never below the two workers
         assert 2 in shares and shares <= {2, 4, 8, 16}, shares
-        unrestricted = search.children(ast, renderer, tuple(heuristic_kernel.applied))
+        unrestricted = search.children(ast, renderer, tuple(heuristic_kernel.applied),
+                                       max_expansion=search._expansion(heuristic_kernel))
         assert any(optimize_kernel(ast, renderer, list(opts)).workers == 1 for opts in unrestricted)
 
 
