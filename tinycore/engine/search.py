@@ -435,8 +435,8 @@ class _Search:
                 previous_best = self.best
                 candidates: dict[tuple[Opt, ...], None] = {}
                 for parent in beam:
-                    candidates.update(dict.fromkeys(c for c in children(self.ast, self.renderer, parent, min_workers, limit)
-                                                    if c not in self.times))
+                    neighbours = children(self.ast, self.renderer, parent, min_workers, limit)
+                    candidates.update(dict.fromkeys(c for c in neighbours if c not in self.times))
                 if not candidates:
                     break
                 self.measure(list(candidates), progress, deadline)
