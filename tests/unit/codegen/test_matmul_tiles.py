@@ -386,6 +386,7 @@ def test_weight_gradient_row_blocks_stay_outer_when_they_fit_in_l1(width: int, n
 
 
 @pytest.mark.parametrize("shape, weight, options, tiled", [((2, 16, 20, 30), (32, 16, 3, 3), {}, True),
+                                                            ((2, 16, 6, 40), (32, 16, 3, 3), {}, True),
                                                             ((3, 5, 11, 18), (12, 5, 3, 3), {}, True),
                                                             ((2, 3, 17, 19), (9, 3, 5, 5), {"padding": 2}, True),
                                                             ((2, 4, 12, 34), (7, 4, 3, 3), {"stride": 2}, False)])
@@ -408,7 +409,10 @@ def test_convolution_tile_sweeps_pixels_and_unrolls_the_window(shape: tuple[int,
         assert (f"UNROLL {weight[3]} (convolution window)" in notes) == tiled, notes
         if tiled:
             output_width = shape[3] + 2 * options.get("padding", 0) - weight[3] + 1
-            pixels, channels = (2 * lanes, (4, 3, 2)) if output_width >= 2 * lanes else (lanes, (8, 6, 4, 3, 2))
+            # two vectors of pixels by 4 channels, 8 with 32 vector registers (16-lane vectors)
+            two_vector_channels = (4, 3, 2) if lanes == 8 else (8, 6, 4, 3, 2)
+            pixels, channels = (2 * lanes, two_vector_channels) if output_width >= 2 * lanes else \
+                (lanes, (8, 6, 4, 3, 2))
             assert any(note.startswith(("UPCAST", "SHIFTED_UPCAST")) and f" {pixels} (convolution pixels" in note
                        for note in notes), notes
             tile = next((c for c in channels if weight[0] % c == 0), None)
@@ -434,21 +438,26 @@ def _chain_steps(uops: list) -> list[int]:
     return order
 
 
-def test_convolution_body_runs_window_step_by_window_step() -> None:
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_convolution_body_runs_window_step_by_window_step(vector_bytes: int) -> None:
     # the unrolled window's first step for every accumulator, then the second, ...: each step's two input vectors
     # are live only while its FMAs run (accumulator by accumulator, all six stayed live and the tile spilled)
     torch = pytest.importorskip("torch")
-    x, w = _array(2, 16, 12, 34), _array(8, 16, 3, 3, seed=1)
-    tx, tw = Tensor(x).realize(), Tensor(w).realize()
-    items = [item for item in create_schedule([tx.conv2d(tw).uop], device_facts).items if not item.is_copy]
-    program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
-    steps = _chain_steps(list(program.uops or []))
-    assert steps.count(0) == 8 and steps.count(2) == 8, steps  # 2 vectors x 4 channels, a 3-wide window
-    assert steps == sorted(steps), steps
-    # each input vector feeds 4 channels' FMAs and is kept in a register, not folded into each FMA as a load
-    assert len(re.findall(r"TC_IN_REGISTER\(val\d+\);", program.src)) == 6, program.src
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        x, w = _array(2, 16, 12, 2 * lanes + 2), _array(8, 16, 3, 3, seed=1)
+        tx, tw = Tensor(x).realize(), Tensor(w).realize()
+        items = [item for item in create_schedule([tx.conv2d(tw).uop], device_facts).items if not item.is_copy]
+        program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+        steps = _chain_steps(list(program.uops or []))
+        # 2 vectors x 4 channels (8 channels with 32 vector registers), a 3-wide window
+        accumulators = 2 * (4 if lanes == 8 else 8)
+        assert steps.count(0) == accumulators and steps.count(2) == accumulators, steps
+        assert steps == sorted(steps), steps
+        # each input vector feeds every channel's FMAs and is kept in a register, not folded into each FMA as a load
+        assert len(re.findall(r"TC_IN_REGISTER\(val\d+\);", program.src)) == 6, program.src
+        result = tx.conv2d(tw).numpy()
     reference = torch.nn.functional.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double())
-    _close(tx.conv2d(tw).numpy(), reference.numpy())
+    _close(result, reference.numpy())
 
 
 def test_loads_feeding_one_multiply_add_are_not_pinned_and_matmul_order_is_unchanged() -> None:
