@@ -9,6 +9,7 @@ DETACH; integer and bool tensors never receive one.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 
 from tinycore.dtype import dtypes
@@ -289,6 +290,22 @@ GRADIENT_RULES: dict[Ops, GradientRule] = {
 """One rule per differentiable (or explicitly non-differentiable) tensor-level op."""
 
 
+CompositeGradient = Callable[[UOp, UOp], dict[UOp, UOp]]
+"""The gradient of a composite op: (its node, the gradient flowing into it) -> gradient per operand."""
+
+_composite_gradients: weakref.WeakKeyDictionary[UOp, CompositeGradient] = weakref.WeakKeyDictionary()
+
+
+def with_gradient(value: UOp, rule: CompositeGradient) -> UOp:
+    """Give the node `value` of a composite op its own gradient: the autograd calls `rule(value, gradient)` for the
+    gradients of the operands it names instead of differentiating `value`'s graph. The forward graph is unchanged
+    (nodes are shared between equal computations, so any equal node gets the rule too: the rule must hold for the
+    computation, not for one call). Used where the graph's own transpose is a poor way to compute a gradient (a
+    convolution's input gradient through its sliding-window view)."""
+    _composite_gradients[value] = rule
+    return value
+
+
 def _nodes_on_gradient_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     """The floating-point nodes between the targets and the root through which a gradient can flow."""
     on_path: set[UOp] = set()
@@ -300,11 +317,25 @@ def _nodes_on_gradient_path(root: UOp, targets: set[UOp]) -> set[UOp]:
     return on_path
 
 
-def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, UOp]:
+def _accumulate(gradients: dict[UOp, UOp], on_path: set[UOp], source: UOp, gradient: UOp | None) -> None:
+    """Add `gradient` to what `source` has gathered, where a gradient can flow into it."""
+    if gradient is None or source not in on_path:
+        return
+    gradient = _float_gradient(source, gradient)
+    if gradient is None:
+        return
+    previous = gradients.get(source)
+    gradients[source] = gradient if previous is None else previous + gradient
+
+
+def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
+                     plain: frozenset[UOp] = frozenset()) -> dict[UOp, UOp]:
     """The gradient of `root` with respect to each of `targets`, given the gradient `root_grad` flowing into root.
 
     Returns a dict from target to its gradient graph (same shape and dtype as the target). Targets that `root`
     does not depend on through a differentiable path (or that are not floating point) are absent from the dict.
+    Nodes given their own gradient (`with_gradient`) use it, except those in `plain` (a rule that differentiates
+    its own graph for some operands).
     """
     # A realized tensor is a reshape of its buffer, and reshapes of reshapes merge into one node, so a graph built
     # from a realized tensor may reach its buffer without passing through the tensor's own node. Such targets are
@@ -320,6 +351,11 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
             continue
         if node in internal_targets and not any(source in on_path for source in node.src):
             continue  # a leaf target: nothing further back
+        composite = _composite_gradients.get(node) if node not in plain else None
+        if composite is not None:
+            for operand, operand_gradient in composite(node, gradients[node]).items():
+                _accumulate(gradients, on_path, operand, operand_gradient)
+            continue
         rule = GRADIENT_RULES.get(node.op)
         if rule is None:
             raise NotImplementedError(f"no gradient rule for {node.op.name} (dtype {node.dtype}); it is on the path "
@@ -327,12 +363,6 @@ def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp]) -> dict[UOp, 
                                       "if no gradient is needed through it")
         source_gradients = rule(node, gradients[node])
         for source, source_gradient in zip(node.src, source_gradients, strict=True):
-            if source_gradient is None or source not in on_path:
-                continue
-            source_gradient = _float_gradient(source, source_gradient)
-            if source_gradient is None:
-                continue
-            previous = gradients.get(source)
-            gradients[source] = source_gradient if previous is None else previous + source_gradient
+            _accumulate(gradients, on_path, source, source_gradient)
     return {target: gradients[source].reshape(target.shape) for target, source in internal.items()
             if source in gradients}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
-from tinycore.tensor.convolution import convolve
+from tinycore.tensor.convolution import convolve, with_direct_input_gradient
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
@@ -329,8 +329,10 @@ class NNMixin:
         accumulate = optional_dtype(dtype)
         result_dtype = accumulate or least_upper_dtype(self.dtype, weight.dtype)
         flat_padding = self._flat_padding(padding, spatial)
-        source = self
+        source, copied_pairs = self, None
         if _pads_into_a_copy(self, flat_padding):
+            copied_pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1])
+                            for index in reversed(range(spatial))]
             source, flat_padding = self.pad(flat_padding).contiguous(), [0] * len(flat_padding)
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
         pairs = [(0, 0), (0, 0)] + [(flat_padding[2 * index], flat_padding[2 * index + 1])
@@ -346,6 +348,11 @@ class NNMixin:
             # the Python time
             node = convolve(source.uop, weight.uop, groups, pairs, strides, dilations,
                             accumulate or sum_acc_dtype(source.dtype), result_dtype)
+            if copied_pairs is not None and groups == 1 and accumulate is None and \
+                    all(step == 1 for step in (*strides, *dilations)) and \
+                    all(before < window and after < window for (before, after), window in zip(copied_pairs, kernel,
+                                                                                             strict=True)):
+                node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype))
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,

@@ -125,3 +125,33 @@ def test_padded_convolution_reads_a_padded_copy_on_the_cpu(padding: Any) -> None
     np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, padding", [((2, 3, 9, 10), (4, 3, 3, 3), 1),
+                                                                ((2, 3, 9, 10), (4, 3, 3, 3), (1, 2, 0, 1)),
+                                                                ((2, 3, 12), (5, 3, 4), (3, 1)),
+                                                                ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), 1)])
+def test_padded_convolution_input_gradient_is_one_convolution(input_shape: tuple[int, ...],
+                                                              weight_shape: tuple[int, ...], padding: Any) -> None:
+    # the input gradient is the output gradient (padded) convolved with the flipped, channel-swapped weight: one
+    # reduce kernel, not the sliding-window view's transpose (a product per channel, kernel position and output
+    # position, folded back by two more reduces)
+    source_data = RNG.standard_normal(input_shape).astype(np.float32)
+    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    spatial = len(weight_shape) - 2
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    result = source.conv2d(weight, padding=padding)
+    upstream = RNG.standard_normal(result.shape).astype(np.float32)
+    (result * Tensor(upstream)).sum().backward()
+    assert source.grad is not None and weight.grad is not None
+    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
+    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1, len(kernels)
+    flat = Tensor._flat_padding(padding, spatial)
+    torch_source = torch.tensor(source_data, requires_grad=True)
+    torch_weight = torch.tensor(weight_data, requires_grad=True)
+    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight)
+    (expected * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)

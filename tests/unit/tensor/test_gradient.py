@@ -261,3 +261,24 @@ def test_compute_gradient_contract_shapes_and_dtypes() -> None:
     assert grads[y].shape == (4,) and grads[y].dtype == dtypes.float32
     detached = compute_gradient(x.detach().r(Ops.ADD, (0,)), UOp.const_on(dtypes.float32, 1.0, "CPU", (1, 1)), {x})
     assert detached == {}
+
+
+def test_a_composite_gradient_replaces_the_graphs_own() -> None:
+    # y = x * w (elementwise) given the rule dy/dx = 3 * g (a deliberately different value, so the rule is seen)
+    # and, with `plain`, the graph's own gradient for w: x.grad == 3 * g, w.grad == x * g
+    from tinycore.gradient import with_gradient
+    x_data, w_data, g_data = _inputs([(4, 5), (4, 5), (4, 5)], -1.0, 1.0, seed=3)
+    x, w = Tensor(x_data, requires_grad=True), Tensor(w_data, requires_grad=True)
+    value = x.uop.alu(Ops.MUL, w.uop)
+
+    def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+        own = compute_gradient(node, gradient, {w.uop}, plain=frozenset({node}))
+        three = UOp.const(gradient.dtype, 3.0).reshape((1, 1)).expand(gradient.shape)
+        return {x.uop: gradient.alu(Ops.MUL, three), **own}
+
+    y = Tensor._wrap(with_gradient(value, rule), True)
+    (y * Tensor(g_data)).sum().backward()
+    assert x.grad is not None and w.grad is not None
+    np.testing.assert_allclose(x.grad.numpy(), 3 * g_data, rtol=1e-6)
+    np.testing.assert_allclose(w.grad.numpy(), x_data * g_data, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), x_data * w_data, rtol=1e-6)
