@@ -272,7 +272,7 @@ class Heuristic:
                 # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
                 # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack); with 32 registers
                 # WIDE_MATMUL_ROWS rows
-                wide = (self.renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) >= WIDE_VECTOR_BYTES
+                wide = self._wide_registers()
                 self._row_tile(rows, row_size, (WIDE_MATMUL_ROWS, 10, 8, MATMUL_ROWS) if wide else (MATMUL_ROWS,))
             else:
                 row_tile = next((t for t in (8, 6, 4, 3, 2) if row_size % t == 0), None)
@@ -290,6 +290,10 @@ class Heuristic:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
             return True
         return False
+
+    def _wide_registers(self) -> bool:
+        """True where vectors are WIDE_VECTOR_BYTES, which come with 32 vector registers for larger tiles."""
+        return (self.renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) >= WIDE_VECTOR_BYTES
 
     def _row_tile(self, rows: UOp, row_size: int, tiles: tuple[int, ...]) -> None:
         """Upcast a matmul's rows to the first of `tiles` (largest first) that divides them or, shifting the last
@@ -349,7 +353,7 @@ class Heuristic:
         elif self._in_place() or not self.attempt(columns, OptOps.SHIFTED_UPCAST, pixels,
                                                     "convolution pixels, last block shifted"):
             return False
-        wide = (self.renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) >= WIDE_VECTOR_BYTES
+        wide = self._wide_registers()
         channels = 2 * CONV_ROWS if wide else CONV_ROWS
         channel_tiles = (channels, 6, CONV_ROWS, 3, 2) if pixels > width else (2 * CONV_ROWS, 6, CONV_ROWS, 3, 2)
         row_tile = next((t for t in channel_tiles if row_size % t == 0), None)
@@ -461,7 +465,7 @@ class Heuristic:
         if tile is None:
             return False
         self.attempt(larger, OptOps.UPCAST, tile, "dot tile")
-        wide = (self.renderer.preferred_vector_bytes or PREFERRED_VECTOR_BYTES) >= WIDE_VECTOR_BYTES
+        wide = self._wide_registers()
         if wide and tile == DOT_TILE and (range_size(smaller) or 0) % DOT_SMALLER_ROWS == 0:
             # 32 registers: DOT_SMALLER_ROWS rows of the smaller input too, each loaded vector used twice as often
             self.attempt(smaller, OptOps.UPCAST, DOT_SMALLER_ROWS, "dot tile, smaller input")
@@ -597,8 +601,9 @@ class Heuristic:
             # among the axes that split into as many shares as the outermost (fewer would balance the cores worse),
             # the least re-read; the outermost wins a tie
             shares = self._shares(chosen[1], workers)
+            _, loads = _global_accesses(self.kernel.ast)
             chosen = min((c for c in usable if self._shares(c[1], workers) >= shares),
-                         key=lambda c: self._reread_bytes(c[0]))
+                         key=lambda c: self._reread_bytes(c[0], loads))
         self.attempt(chosen[0], OptOps.THREAD, self._shares(chosen[1], workers), "multi-core")
 
     def _shares(self, size: int, workers: int) -> int:
@@ -607,13 +612,13 @@ class Heuristic:
             return workers * SHARES_PER_WORKER
         return min(workers, size)
 
-    def _reread_bytes(self, axis: UOp) -> int:
-        """Bytes that every share of a split along `axis` reads whole: the loads whose index does not depend on it
-        (the second input of a matmul split by rows). A matmul of 128 rows by 512 columns split by rows made each of
-        the 8 shares stream all of a 784 x 512 weight from L3 for 2-3 row blocks; split by columns, the 128 rows
-        (400 KB) are what the shares share, and each reads its 64 columns of the weight once (that product 1.06-1.18x,
-        the MLP SGD step of bench/bench_train.py 1.18-1.19x, kernels replayed back to back in alternation)."""
-        _, loads = _global_accesses(self.kernel.ast)
+    def _reread_bytes(self, axis: UOp, loads: list[UOp]) -> int:
+        """Bytes that every share of a split along `axis` reads whole: the `loads` (INDEX nodes) whose index does not
+        depend on it (the second input of a matmul split by rows). A matmul of 128 rows by 512 columns split by rows
+        made each of the 8 shares stream all of a 784 x 512 weight from L3 for 2-3 row blocks; split by columns, the
+        128 rows (400 KB) are what the shares share, and each reads its 64 columns of the weight once (that product
+        1.06-1.18x, the MLP SGD step of bench/bench_train.py 1.18-1.19x, kernels replayed back to back in
+        alternation)."""
 
         def footprint(index: UOp) -> int:
             return prod(range_size(r) or 1 for r in self.kernel.axes if axis_stride(index.src[1], r) != 0) * \
