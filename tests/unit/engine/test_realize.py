@@ -225,6 +225,28 @@ def test_a_realized_node_is_not_recomputed():
     np.testing.assert_allclose(host(plus_one), array * 2 + 1, rtol=1e-6)
 
 
+def test_a_result_dies_with_its_last_holder_and_is_then_computed_again():
+    """A graph node lives until the cyclic collector runs (its cached toposort holds it), so what it remembers of
+    its result must not keep the result's buffer alive: eager loops would write every other call into another
+    buffer and hold twice the memory."""
+    array = random(64, 32)
+    doubled = tensor(array) * 2
+    realize_uops([doubled])  # scheduled the first time; from here on it runs from its launch plan, as eager loops do
+    gc.collect()
+    gc.disable()
+    try:
+        (first,) = realize_uops([doubled])
+        buffer = weakref.ref(buffer_of(view_base_of(first)))
+        del first
+        assert buffer() is None, "the result's buffer outlived every reference to the result"
+        GlobalCounters.reset()
+        (plus_one,) = realize_uops([doubled + 1])
+        assert GlobalCounters.kernel_count == 1
+        np.testing.assert_allclose(host(plus_one), array * 2 + 1, rtol=1e-6)
+    finally:
+        gc.enable()
+
+
 def test_assign_invalidates_results_computed_from_the_old_value():
     array = random(3, 4)
     node = tensor(array)
