@@ -55,7 +55,8 @@ def device_facts(device: object) -> DeviceFacts:
         return DeviceFacts()
     limit = renderer.max_buffers if isinstance(renderer, RendererContract) else None
     loops = isinstance(renderer, RendererContract) and renderer.has_threads
-    return DeviceFacts(limit, supports_views(device), type(renderer).__name__, loops)
+    workers = renderer.global_max[0] if loops and renderer.global_max else 1
+    return DeviceFacts(limit, supports_views(device), type(renderer).__name__, loops, int(workers))
 
 
 def buffer_of(uop: UOp) -> Buffer:

@@ -22,6 +22,9 @@ class DeviceFacts:
     loops_over_rows: bool = False
     """True when its kernels run their output axes as loops on each worker (CPU renderers, `has_threads`): a reduce
     broadcast back over the axes it reduced can then be computed once per row inside its consumer's kernel."""
+    workers: int = 1
+    """How many workers a kernel's output axes are shared among (a CPU renderer's threads): a reduce into fewer
+    outputs than that is split in two kernels (split_reduce.py)."""
 
 
 DeviceFactsLookup = Callable[[object], DeviceFacts]

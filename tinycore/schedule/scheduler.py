@@ -18,6 +18,7 @@ from tinycore.schedule.nodes import (
     strip_identity,
     view_base,
 )
+from tinycore.schedule.split_reduce import split_large_reduces
 from tinycore.schedule.views import range_node
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
@@ -77,7 +78,7 @@ def create_schedule(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device
     of `x @ W` together: each gradient reads the other parameter). No order of the two kernels is right, so the
     value of an ASSIGN on such a cycle is computed into a buffer of its own first, and the write only copies it.
     """
-    outputs = fold_empty(outputs)
+    outputs = split_large_reduces(fold_empty(outputs), facts)
     forced: dict[UOp, None] = {}
     while True:
         roots = find_roots(outputs, tuple(forced), facts)
