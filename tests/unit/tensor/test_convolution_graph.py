@@ -12,8 +12,9 @@ import torch.nn.functional as F  # noqa: N812
 from tinycore import Tensor, dtypes
 from tinycore.dtype import DType, least_upper_dtype
 from tinycore.engine.memory import device_facts
+from tinycore.helpers import make_tuple
 from tinycore.schedule import create_schedule
-from tinycore.tensor.nn import _pads_into_a_copy
+from tinycore.tensor.nn import _folds_strides, _pads_into_a_copy, _space_to_depth
 from tinycore.uop.ops import Ops
 
 RNG = np.random.default_rng(12)
@@ -36,6 +37,12 @@ def _reference(source: Tensor, weight: Tensor, groups: int, stride: Any, dilatio
     spatial = weight.ndim - 2
     result_dtype: DType = least_upper_dtype(source.dtype, weight.dtype)
     flat_padding = source._flat_padding(padding, spatial)
+    strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
+    if _folds_strides(source, weight, groups, strides, dilations, flat_padding, None):
+        # CPU renderers fold a float convolution's strides into channels (tested below); its stride-1 convolution
+        # is the node path's, which the unstrided cases compare
+        pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1]) for index in reversed(range(spatial))]
+        return _space_to_depth(source, weight, strides, pairs, groups)
     if _pads_into_a_copy(source, flat_padding):  # CPU renderers read a padded copy, as conv2d does
         source, flat_padding = source.pad(flat_padding).contiguous(), [0] * len(flat_padding)
     return source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, None, result_dtype)
@@ -155,3 +162,59 @@ def test_padded_convolution_input_gradient_is_one_convolution(input_shape: tuple
     np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, stride, padding, groups", [
+    ((2, 3, 9, 10), (4, 3, 3, 3), 2, 1, 1),
+    ((2, 4, 16, 16), (6, 2, 3, 3), 2, 1, 2),
+    ((2, 3, 9, 8), (4, 3, 1, 1), 2, 0, 1),
+    ((2, 3, 11, 9), (4, 3, 5, 2), (3, 2), (2, 1), 1),
+    ((2, 3, 10, 10), (4, 3, 2, 2), 3, (0, 1, 2, 0), 1),
+    ((2, 3, 17), (5, 3, 4), 3, 2, 1),
+    ((1, 2, 7, 6, 7), (3, 2, 3, 2, 3), (2, 1, 2), 1, 1),
+])
+def test_strided_convolution_folds_its_strides_into_channels_on_the_cpu(input_shape: tuple[int, ...],
+                                                                       weight_shape: tuple[int, ...], stride: Any,
+                                                                       padding: Any, groups: int) -> None:
+    # n = stride * m + phase: the phases become channels and a window step of `stride` a step of one, so the
+    # convolution and both gradients read contiguous rows; values and gradients against torch
+    source_data = RNG.standard_normal(input_shape).astype(np.float32)
+    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    spatial = len(weight_shape) - 2
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    assert _folds_strides(source, weight, groups, make_tuple(stride, spatial), (1,) * spatial,
+                          source._flat_padding(padding, spatial), None)
+    result = source.conv2d(weight, stride=stride, padding=padding, groups=groups)
+    upstream = RNG.standard_normal(result.shape).astype(np.float32)
+    (result * Tensor(upstream)).sum().backward()
+    assert source.grad is not None and weight.grad is not None
+    if groups == 1:
+        # the input gradient of the stride-1 convolution is one convolution of the output gradient (then unfolded
+        # by a copy), not the sliding-window view's transpose
+        kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items
+                   if item.ast.op is Ops.SINK]
+        assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
+    flat = Tensor._flat_padding(padding, spatial)
+    torch_source = torch.tensor(source_data, requires_grad=True)
+    torch_weight = torch.tensor(weight_data, requires_grad=True)
+    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight, stride=stride, groups=groups)
+    (expected * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+def test_an_unpadded_convolution_gets_the_direct_input_gradient_too() -> None:
+    source_data = RNG.standard_normal((2, 3, 9, 10)).astype(np.float32)
+    weight_data = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    result = source.conv2d(weight)
+    upstream = RNG.standard_normal(result.shape).astype(np.float32)
+    (result * Tensor(upstream)).sum().backward()
+    assert source.grad is not None
+    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
+    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
+    torch_source = torch.tensor(source_data, requires_grad=True)
+    (F.conv2d(torch_source, torch.tensor(weight_data)) * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
