@@ -433,11 +433,12 @@ class NNMixin:
             # the Python time
             node = convolve(source.uop, weight.uop, groups, pairs, strides, dilations,
                             accumulate or sum_acc_dtype(source.dtype), result_dtype)
-            if copied_pairs is not None and groups == 1 and accumulate is None and \
+            if copied_pairs is not None and accumulate is None and \
                     all(step == 1 for step in (*strides, *dilations)) and \
                     all(before < window and after < window for (before, after), window in zip(copied_pairs, kernel,
                                                                                              strict=True)):
-                node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype))
+                node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype),
+                                                  groups)
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,

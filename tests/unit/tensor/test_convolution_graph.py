@@ -188,12 +188,10 @@ def test_strided_convolution_folds_its_strides_into_channels_on_the_cpu(input_sh
     upstream = RNG.standard_normal(result.shape).astype(np.float32)
     (result * Tensor(upstream)).sum().backward()
     assert source.grad is not None and weight.grad is not None
-    if groups == 1:
-        # the input gradient of the stride-1 convolution is one convolution of the output gradient (then unfolded
-        # by a copy), not the sliding-window view's transpose
-        kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items
-                   if item.ast.op is Ops.SINK]
-        assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
+    # the input gradient of the stride-1 convolution is one convolution of the output gradient (then unfolded by a
+    # copy), not the sliding-window view's transpose
+    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
+    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
     flat = Tensor._flat_padding(padding, spatial)
     torch_source = torch.tensor(source_data, requires_grad=True)
     torch_weight = torch.tensor(weight_data, requires_grad=True)
@@ -218,3 +216,36 @@ def test_an_unpadded_convolution_gets_the_direct_input_gradient_too() -> None:
     torch_source = torch.tensor(source_data, requires_grad=True)
     (F.conv2d(torch_source, torch.tensor(weight_data)) * torch.from_numpy(upstream)).sum().backward()
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, padding, groups", [
+    ((2, 4, 9, 10), (6, 2, 3, 3), 1, 2),
+    ((2, 6, 9, 10), (6, 1, 3, 3), (1, 2, 0, 1), 6),
+    ((2, 6, 12), (9, 2, 4), (3, 1), 3),
+    ((1, 4, 5, 6, 7), (4, 1, 2, 3, 2), 1, 4),
+    ((2, 4, 8, 8), (8, 2, 3, 3), 0, 2),
+])
+def test_grouped_convolution_input_gradient_is_one_grouped_convolution(input_shape: tuple[int, ...],
+                                                                       weight_shape: tuple[int, ...], padding: Any,
+                                                                       groups: int) -> None:
+    # within each group the weight's channel axes swap: the input gradient is one grouped convolution of the output
+    # gradient (depthwise included), against torch for the values and both gradients
+    source_data = RNG.standard_normal(input_shape).astype(np.float32)
+    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    spatial = len(weight_shape) - 2
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    result = source.conv2d(weight, padding=padding, groups=groups)
+    upstream = RNG.standard_normal(result.shape).astype(np.float32)
+    (result * Tensor(upstream)).sum().backward()
+    assert source.grad is not None and weight.grad is not None
+    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
+    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
+    torch_source = torch.tensor(source_data, requires_grad=True)
+    torch_weight = torch.tensor(weight_data, requires_grad=True)
+    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    expected = convolution(F.pad(torch_source, tuple(Tensor._flat_padding(padding, spatial))), torch_weight,
+                           groups=groups)
+    (expected * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
