@@ -433,12 +433,11 @@ class NNMixin:
             # the Python time
             node = convolve(source.uop, weight.uop, groups, pairs, strides, dilations,
                             accumulate or sum_acc_dtype(source.dtype), result_dtype)
-            if copied_pairs is not None and accumulate is None and \
-                    all(step == 1 for step in (*strides, *dilations)) and \
-                    all(before < window and after < window for (before, after), window in zip(copied_pairs, kernel,
-                                                                                             strict=True)):
+            if copied_pairs is not None and accumulate is None and all(step == 1 for step in strides) and \
+                    all(before <= step * (window - 1) and after <= step * (window - 1)
+                        for (before, after), window, step in zip(copied_pairs, kernel, dilations, strict=True)):
                 node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype),
-                                                  groups)
+                                                  groups, dilations)
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,

@@ -218,23 +218,28 @@ def test_an_unpadded_convolution_gets_the_direct_input_gradient_too() -> None:
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("input_shape, weight_shape, padding, groups", [
-    ((2, 4, 9, 10), (6, 2, 3, 3), 1, 2),
-    ((2, 6, 9, 10), (6, 1, 3, 3), (1, 2, 0, 1), 6),
-    ((2, 6, 12), (9, 2, 4), (3, 1), 3),
-    ((1, 4, 5, 6, 7), (4, 1, 2, 3, 2), 1, 4),
-    ((2, 4, 8, 8), (8, 2, 3, 3), 0, 2),
+@pytest.mark.parametrize("input_shape, weight_shape, padding, groups, dilation", [
+    ((2, 4, 9, 10), (6, 2, 3, 3), 1, 2, 1),
+    ((2, 6, 9, 10), (6, 1, 3, 3), (1, 2, 0, 1), 6, 1),
+    ((2, 6, 12), (9, 2, 4), (3, 1), 3, 1),
+    ((1, 4, 5, 6, 7), (4, 1, 2, 3, 2), 1, 4, 1),
+    ((2, 4, 8, 8), (8, 2, 3, 3), 0, 2, 1),
+    ((2, 3, 11, 12), (4, 3, 3, 3), 2, 1, 2),
+    ((2, 4, 11, 12), (4, 2, 3, 2), (3, 1, 0, 3), 2, (2, 3)),
+    ((2, 3, 15), (5, 3, 3), 3, 1, 3),
 ])
-def test_grouped_convolution_input_gradient_is_one_grouped_convolution(input_shape: tuple[int, ...],
-                                                                       weight_shape: tuple[int, ...], padding: Any,
-                                                                       groups: int) -> None:
-    # within each group the weight's channel axes swap: the input gradient is one grouped convolution of the output
-    # gradient (depthwise included), against torch for the values and both gradients
+def test_grouped_and_dilated_convolution_input_gradient_is_one_convolution(input_shape: tuple[int, ...],
+                                                                          weight_shape: tuple[int, ...],
+                                                                          padding: Any, groups: int,
+                                                                          dilation: Any) -> None:
+    # within each group the weight's channel axes swap, and a dilated window stays dilated: the input gradient is
+    # one grouped (dilated) convolution of the output gradient, depthwise included; values and both gradients
+    # against torch
     source_data = RNG.standard_normal(input_shape).astype(np.float32)
     weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
     spatial = len(weight_shape) - 2
     source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    result = source.conv2d(weight, padding=padding, groups=groups)
+    result = source.conv2d(weight, padding=padding, groups=groups, dilation=dilation)
     upstream = RNG.standard_normal(result.shape).astype(np.float32)
     (result * Tensor(upstream)).sum().backward()
     assert source.grad is not None and weight.grad is not None
@@ -244,7 +249,7 @@ def test_grouped_convolution_input_gradient_is_one_grouped_convolution(input_sha
     torch_weight = torch.tensor(weight_data, requires_grad=True)
     convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
     expected = convolution(F.pad(torch_source, tuple(Tensor._flat_padding(padding, spatial))), torch_weight,
-                           groups=groups)
+                           groups=groups, dilation=dilation)
     (expected * torch.from_numpy(upstream)).sum().backward()
     np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
