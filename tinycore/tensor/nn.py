@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
-from tinycore.tensor.convolution import convolve, with_direct_input_gradient
+from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
@@ -37,6 +37,9 @@ def _check_smoothing(label_smoothing: float) -> None:
     if not 0.0 <= label_smoothing <= 1.0:
         raise ArgumentError(f"label_smoothing must be in [0.0, 1.0], got {label_smoothing}")
 
+
+CHANNELS_LAST_MIN_REDUCE = 64
+"""The shortest reduce (input channels times kernel positions) a convolution is computed channels last for."""
 
 PANEL_MIN_ROWS = 256
 """A matmul packs its second input into panels (see `_matmul_panel`) from this many rows of the first on: the copy
@@ -66,6 +69,24 @@ def _pads_into_a_copy(source: Tensor, flat_padding: list[int]) -> bool:
     if not any(flat_padding) or not all(isinstance(amount, int) and amount >= 0 for amount in flat_padding):
         return False
     return _loops_over_rows(source)
+
+
+def _channels_last_wins(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
+                        dilations: Sequence[int], pairs: Sequence[tuple[int, int]], accumulate: DType | None) -> bool:
+    """True when a stride-1 convolution on a CPU renderer (`source` already padded) is computed channels last
+    (convolve_channels_last): image rows narrower than a vector, where the convolution tile's vector lanes along
+    a row go partly unused, at least a vector of output channels and a reduce of at least CHANNELS_LAST_MIN_REDUCE
+    (channels times kernel positions)."""
+    if accumulate is not None or groups != 1 or any(step != 1 for step in (*strides, *dilations)) or \
+            any(pair != (0, 0) for pair in pairs) or not dtypes.is_float(source.dtype):
+        return False
+    from tinycore.device.registry import Device
+    renderer = Device[source.device].renderer
+    width = max(2, (renderer.preferred_vector_bytes or 32) // source.dtype.itemsize)
+    out_channels, channels, *kernel = weight.shape
+    out_width = source.shape[-1] - kernel[-1] + 1
+    return out_width < width and out_channels >= width and math.prod(kernel) > 1 and \
+        channels * math.prod(kernel) >= CHANNELS_LAST_MIN_REDUCE
 
 
 def _folds_strides(source: Tensor, weight: Tensor, groups: Any, strides: tuple[Any, ...], dilations: tuple[Any, ...],
@@ -431,13 +452,18 @@ class NNMixin:
                     dilation_step in zip(source.shape[2:], pairs[2:], kernel, dilations, strict=True)):
             # the common case built on nodes directly (tinycore.tensor.convolution): the same graph, a fraction of
             # the Python time
-            node = convolve(source.uop, weight.uop, groups, pairs, strides, dilations,
-                            accumulate or sum_acc_dtype(source.dtype), result_dtype)
+            channels_last = copied_pairs is not None and result_dtype == source.dtype and \
+                _channels_last_wins(source, weight, groups, strides, dilations, pairs, accumulate)
+            if channels_last:
+                node = convolve_channels_last(source.uop, weight.uop, sum_acc_dtype(source.dtype), result_dtype)
+            else:
+                node = convolve(source.uop, weight.uop, groups, pairs, strides, dilations,
+                                accumulate or sum_acc_dtype(source.dtype), result_dtype)
             if copied_pairs is not None and accumulate is None and all(step == 1 for step in strides) and \
                     all(before <= step * (window - 1) and after <= step * (window - 1)
                         for (before, after), window, step in zip(copied_pairs, kernel, dilations, strict=True)):
                 node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype),
-                                                  groups, dilations)
+                                                  groups, dilations, source.uop if channels_last else None)
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,

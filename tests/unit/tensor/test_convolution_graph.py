@@ -254,3 +254,42 @@ def test_grouped_and_dilated_convolution_input_gradient_is_one_convolution(input
     np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, padding", [
+    ((3, 16, 7, 7), (32, 16, 3, 3), 1),
+    ((2, 8, 4, 6), (16, 8, 3, 3), 1),
+    ((2, 16, 9, 5), (24, 16, 2, 3), (1, 2, 0, 1)),
+    ((2, 12, 6, 7), (16, 12, 3, 3), 0),
+    ((2, 16, 7), (16, 16, 5), 2),
+])
+def test_narrow_images_are_convolved_channels_last(input_shape: tuple[int, ...], weight_shape: tuple[int, ...],
+                                                   padding: Any) -> None:
+    # image rows narrower than a vector: the convolution, its weight gradient and its input gradient are summed with
+    # the output channels innermost (matrix-product tiles) and viewed back; values and gradients against torch
+    source_data = RNG.standard_normal(input_shape).astype(np.float32)
+    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    bias_data = RNG.standard_normal(weight_shape[0]).astype(np.float32)
+    spatial = len(weight_shape) - 2
+    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
+    bias = Tensor(bias_data, requires_grad=True)
+    result = source.conv2d(weight, bias, padding=padding)
+    batch, out_channels, *outs = result.shape
+    assert any(node.op is Ops.CONTIGUOUS and node.shape == (batch, *outs, out_channels)
+               for node in result.uop.toposort), "the convolution is not summed channels last"
+    upstream = RNG.standard_normal(result.shape).astype(np.float32)
+    (result * Tensor(upstream)).sum().backward()
+    assert source.grad is not None and weight.grad is not None and bias.grad is not None
+    assert any(node.op is Ops.CONTIGUOUS and node.shape == (*weight_shape[1:], out_channels)
+               for node in weight.grad.uop.toposort), "the weight gradient is not summed channels last"
+    flat = Tensor._flat_padding(padding, spatial)
+    torch_source = torch.tensor(source_data, requires_grad=True)
+    torch_weight = torch.tensor(weight_data, requires_grad=True)
+    torch_bias = torch.tensor(bias_data, requires_grad=True)
+    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
+    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight, torch_bias)
+    (expected * torch.from_numpy(upstream)).sum().backward()
+    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    for mine, theirs in ((source, torch_source), (weight, torch_weight), (bias, torch_bias)):
+        assert mine.grad is not None and theirs.grad is not None
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=2e-4)
