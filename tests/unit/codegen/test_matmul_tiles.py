@@ -601,3 +601,24 @@ def test_workers_split_the_axis_whose_input_they_would_read_again_most(rows: int
         moved = _inputs_the_split_indexes(linearize(items[-1].ast, Device["CPU"].renderer))
         assert moved == ({inner * columns} if split == "columns" else {rows * inner}), moved
         _close(product.numpy(), x.astype(np.float64) @ w)
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("shape", [(128, 16, 8, 8), (64, 32, 4, 4), (16, 16, 3, 8)])
+def test_a_strided_channel_reduce_vectorizes_its_narrow_contiguous_axis(shape: tuple[int, ...],
+                                                                        vector_bytes: int) -> None:
+    # batchnorm's statistics of NCHW images: the channels are the contiguous output but strided in the input, so
+    # vector lanes over them gather; the image rows, contiguous and narrower than a vector, take the accumulators
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    data = _array(*shape)
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        mean = Tensor(data).mean((0, 2, 3))
+        items = [item for item in create_schedule([mean.uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        width = shape[-1]
+        expected = width if width % lanes == 0 or width == lanes else next(
+            (narrow for narrow in (8, 4) if narrow < lanes and width % narrow == 0), None)
+        if expected is not None:
+            assert f"ACCUMULATORS {expected} (contiguous reduce)" in notes, notes
+            assert not any("contiguous output" in note for note in notes), notes
+        _close(mean.numpy(), data.astype(np.float64).mean((0, 2, 3)))
