@@ -10,6 +10,13 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
 from tinycore.helpers import TRAINING, make_tuple
+from tinycore.tensor.conv_layouts import (
+    channels_last_wins,
+    folds_strides,
+    loops_over_rows,
+    pads_into_a_copy,
+    space_to_depth,
+)
 from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
@@ -38,126 +45,11 @@ def _check_smoothing(label_smoothing: float) -> None:
         raise ArgumentError(f"label_smoothing must be in [0.0, 1.0], got {label_smoothing}")
 
 
-CHANNELS_LAST_MIN_REDUCE = 64
-"""The shortest reduce (input channels times kernel positions) a convolution is computed channels last for."""
-
 PANEL_MIN_ROWS = 256
 """A matmul packs its second input into panels (see `_matmul_panel`) from this many rows of the first on: the copy
 costs about one pass over the second input, which fewer rows do not repay. That holds for a network's 128-row input
 batch too (784x512 weights, best of interleaved runs on one and two threads of the shared 2-core machine: packed
 1.30-1.60 ms, copy included, in place 0.78-1.50 ms; the copy is a serial elementwise kernel of about 0.2 ms)."""
-
-
-def _loops_over_rows(source: Tensor) -> bool:
-    """True when `source` lives on a device whose renderer runs each worker's output axes as loops (CPU renderers,
-    `has_threads`)."""
-    if not isinstance(source.device, str):
-        return False
-    from tinycore.device.registry import Device
-    try:
-        return bool(Device[source.device].renderer.has_threads)
-    except Exception:  # noqa: BLE001 - a device that cannot open reports why when the convolution runs
-        return False
-
-
-def _pads_into_a_copy(source: Tensor, flat_padding: list[int]) -> bool:
-    """True when a convolution of `source` with this (flat) padding reads a padded copy of it instead of a padded
-    view: on devices whose renderer runs each worker's output axes as loops (CPU renderers, `has_threads`), where a
-    view's loads are gated per lane at the borders and the tiles lose their vector loads. The copy is one pass over
-    the input; the convolution, its weight gradient and its input gradient then index plain memory. A 32x16x32x32
-    input, 3x3 kernel, padding 1, forward and backward on 2 cores: 24.8 -> 9.4 ms (torch 14.8)."""
-    if not any(flat_padding) or not all(isinstance(amount, int) and amount >= 0 for amount in flat_padding):
-        return False
-    return _loops_over_rows(source)
-
-
-def _channels_last_wins(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
-                        dilations: Sequence[int], pairs: Sequence[tuple[int, int]], accumulate: DType | None) -> bool:
-    """True when a stride-1 convolution on a CPU renderer (`source` already padded) is computed channels last
-    (convolve_channels_last): image rows narrower than a vector, where the convolution tile's vector lanes along
-    a row go partly unused, at least a vector of output channels and a reduce of at least CHANNELS_LAST_MIN_REDUCE
-    (channels times kernel positions)."""
-    if accumulate is not None or groups != 1 or any(step != 1 for step in (*strides, *dilations)) or \
-            any(pair != (0, 0) for pair in pairs) or not dtypes.is_float(source.dtype):
-        return False
-    from tinycore.device.registry import Device
-    renderer = Device[source.device].renderer
-    width = max(2, (renderer.preferred_vector_bytes or 32) // source.dtype.itemsize)
-    out_channels, channels, *kernel = weight.shape
-    out_width = source.shape[-1] - kernel[-1] + 1
-    return out_width < width and out_channels >= width and math.prod(kernel) > 1 and \
-        channels * math.prod(kernel) >= CHANNELS_LAST_MIN_REDUCE
-
-
-def _folds_strides(source: Tensor, weight: Tensor, groups: Any, strides: tuple[Any, ...], dilations: tuple[Any, ...],
-                   flat_padding: list[Any], accumulate: DType | None) -> bool:
-    """True when conv2d computes a strided convolution as a stride-1 one over the folded input (_space_to_depth): a
-    float convolution with some stride above 1, dilation 1, int sizes, non-negative int padding and a window that
-    fits, on a device whose renderer loops over rows (CPU renderers)."""
-    spatial = weight.ndim - 2
-    if accumulate is not None or source.dtype != weight.dtype or not dtypes.is_float(source.dtype) or \
-            not isinstance(groups, int) or len(strides) != spatial or len(dilations) != spatial:
-        return False
-    if not all(isinstance(step, int) and step >= 1 for step in (*strides, *dilations)) or \
-            not any(step > 1 for step in strides) or any(step != 1 for step in dilations):
-        return False
-    if not all(isinstance(size, int) for size in (*source.shape, *weight.shape)) or \
-            not all(isinstance(amount, int) and amount >= 0 for amount in flat_padding):
-        return False
-    padded = [size + flat_padding[2 * (spatial - 1 - axis)] + flat_padding[2 * (spatial - 1 - axis) + 1]
-              for axis, size in enumerate(source.shape[2:])]
-    return all(size >= window for size, window in zip(padded, weight.shape[2:], strict=True)) and \
-        _loops_over_rows(source)
-
-
-def _space_to_depth(source: Tensor, weight: Tensor, strides: tuple[int, ...], pairs: list[tuple[int, int]],
-                    groups: int) -> Tensor:
-    """A strided convolution (dilation 1, int sizes and padding) as a stride-1 convolution with no padding: each
-    spatial axis of the padded input, n = stride * m + phase, becomes a phase axis folded into the channels and an
-    axis of m, and the kernel, k = stride * q + phase (zero past its size), the same. A window step of `stride`
-    input positions is then a step of one; the phases a kernel never reaches (phase >= its size, a 1x1 kernel with
-    stride 2 reads only phase 0) are left out. On CPU renderers every kernel of the strided convolution and its
-    gradients then reads contiguous rows: 32x16x32x32 * 32x16x3x3, stride 2, padding 1, forward + backward 16.3 ->
-    about 7 ms (torch 5.8), though a 3x3 kernel with stride 2 multiplies 16 taps where 9 are not zero."""
-    spatial = len(strides)
-    batch, channels = source.shape[:2]
-    out_channels = weight.shape[0]
-    sizes, kernel = source.shape[2:], weight.shape[2:]
-    outs = [(size + before + after - window) // step + 1
-            for size, (before, after), window, step in zip(sizes, pairs, kernel, strides, strict=True)]
-    taps = [-(-window // step) for window, step in zip(kernel, strides, strict=True)]
-    phases = [min(step, window) for window, step in zip(kernel, strides, strict=True)]
-    # the padded input cut or grown to stride * (out - 1 + taps) positions per axis: exactly what the windows read
-    lengths = [step * (out - 1 + tap) for step, out, tap in zip(strides, outs, taps, strict=True)]
-    bounds = [(-before, -before + length) for (before, _), length in zip(pairs, lengths, strict=True)]
-    flat: list[int] = []
-    for (start, end), size in reversed(list(zip(bounds, sizes, strict=True))):
-        flat += [max(0, -start), max(0, end - size)]
-    grown = source.pad(flat) if any(flat) else source
-    offsets = [max(0, -start) for start, _ in bounds]
-    cut = grown.shrink([None, None] + [(start + offset, end + offset)
-                                       for (start, end), offset in zip(bounds, offsets, strict=True)])
-
-    def fold(tensor: Tensor, leading: tuple[int, int], counts: list[int]) -> Tensor:
-        """(a, b, *spatial) -> (a, b * phases..., *counts): each axis split into (count, stride), the phases
-        kept, the phase axes moved next to b."""
-        split = tensor.reshape([*leading] + [size for count, step in zip(counts, strides, strict=True)
-                                             for size in (count, step)])
-        kept = split.shrink([None, None] + [bound for phase in phases for bound in (None, (0, phase))])
-        order = [0, 1] + [3 + 2 * axis for axis in range(spatial)] + [2 + 2 * axis for axis in range(spatial)]
-        moved = kept.permute(order)
-        return moved.reshape([leading[0], leading[1] * math.prod(phases)] + counts)
-
-    # the gradients of the folded operands get buffers of their own (contiguous_backward): computed straight into
-    # the unfolded layout, each output position would find its phase and window by division, unvectorized
-    folded_source = fold(cut, (batch, channels), [length // step for length, step in zip(lengths, strides,
-                                                                                          strict=True)])
-    grown_weight = weight.pad([amount for window, step, tap in reversed(list(zip(kernel, strides, taps,
-                                                                                  strict=True)))
-                               for amount in (0, step * tap - window)])
-    folded_weight = fold(grown_weight, (out_channels, weight.shape[1]), taps)
-    return folded_source.contiguous().contiguous_backward().conv2d(folded_weight.contiguous().contiguous_backward(),
-                                                                   groups=groups)
 
 
 def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
@@ -429,17 +321,17 @@ class NNMixin:
         result_dtype = accumulate or least_upper_dtype(self.dtype, weight.dtype)
         flat_padding = self._flat_padding(padding, spatial)
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
-        if _folds_strides(self, weight, groups, strides, dilations, flat_padding, accumulate):
+        if folds_strides(self, weight, groups, strides, dilations, flat_padding, accumulate):
             pairs_by_axis = [(flat_padding[2 * index], flat_padding[2 * index + 1])
                              for index in reversed(range(spatial))]
-            result = _space_to_depth(self, weight, strides, pairs_by_axis, groups)
+            result = space_to_depth(self, weight, strides, pairs_by_axis, groups)
             return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
         source, copied_pairs = self, None
-        if _pads_into_a_copy(self, flat_padding):
+        if pads_into_a_copy(self, flat_padding):
             copied_pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1])
                             for index in reversed(range(spatial))]
             source, flat_padding = self.pad(flat_padding).contiguous(), [0] * len(flat_padding)
-        elif not any(flat_padding) and _loops_over_rows(self):
+        elif not any(flat_padding) and loops_over_rows(self):
             copied_pairs = [(0, 0)] * spatial  # no padding: the direct input gradient applies all the same
         pairs = [(0, 0), (0, 0)] + [(flat_padding[2 * index], flat_padding[2 * index + 1])
                                     for index in reversed(range(spatial))]
@@ -453,7 +345,7 @@ class NNMixin:
             # the common case built on nodes directly (tinycore.tensor.convolution): the same graph, a fraction of
             # the Python time
             channels_last = copied_pairs is not None and result_dtype == source.dtype and \
-                _channels_last_wins(source, weight, groups, strides, dilations, pairs, accumulate)
+                channels_last_wins(source, weight, groups, strides, dilations, pairs, accumulate)
             if channels_last:
                 node = convolve_channels_last(source.uop, weight.uop, sum_acc_dtype(source.dtype), result_dtype)
             else:

@@ -523,7 +523,7 @@ def test_a_convolution_row_narrower_than_a_vector_keeps_the_convolution_tile(vec
     torch = pytest.importorskip("torch")
     from tinycore.codegen.optimize import hand_coded_optimizations
     # rows of 14 output pixels; 8 output channels, less than a 16-lane vector, so conv2d does not sum it channels
-    # last (tinycore.tensor.nn._channels_last_wins) and the convolution tile is what codegen gets
+    # last (tinycore.tensor.conv_layouts.channels_last_wins) and the convolution tile is what codegen gets
     x, w = _array(2, 8, 16, 16), _array(8, 8, 3, 3, seed=1)
     with cpu_vector_bytes(vector_bytes) as lanes:
         tx, tw = Tensor(x).realize(), Tensor(w).realize()

@@ -14,7 +14,7 @@ from tinycore.dtype import DType, least_upper_dtype
 from tinycore.engine.memory import device_facts
 from tinycore.helpers import make_tuple
 from tinycore.schedule import create_schedule
-from tinycore.tensor.nn import _folds_strides, _pads_into_a_copy, _space_to_depth
+from tinycore.tensor.conv_layouts import folds_strides, pads_into_a_copy, space_to_depth
 from tinycore.uop.ops import Ops
 
 RNG = np.random.default_rng(12)
@@ -38,12 +38,12 @@ def _reference(source: Tensor, weight: Tensor, groups: int, stride: Any, dilatio
     result_dtype: DType = least_upper_dtype(source.dtype, weight.dtype)
     flat_padding = source._flat_padding(padding, spatial)
     strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
-    if _folds_strides(source, weight, groups, strides, dilations, flat_padding, None):
+    if folds_strides(source, weight, groups, strides, dilations, flat_padding, None):
         # CPU renderers fold a float convolution's strides into channels (tested below); its stride-1 convolution
         # is the node path's, which the unstrided cases compare
         pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1]) for index in reversed(range(spatial))]
-        return _space_to_depth(source, weight, strides, pairs, groups)
-    if _pads_into_a_copy(source, flat_padding):  # CPU renderers read a padded copy, as conv2d does
+        return space_to_depth(source, weight, strides, pairs, groups)
+    if pads_into_a_copy(source, flat_padding):  # CPU renderers read a padded copy, as conv2d does
         source, flat_padding = source.pad(flat_padding).contiguous(), [0] * len(flat_padding)
     return source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, None, result_dtype)
 
@@ -182,7 +182,7 @@ def test_strided_convolution_folds_its_strides_into_channels_on_the_cpu(input_sh
     weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
     spatial = len(weight_shape) - 2
     source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    assert _folds_strides(source, weight, groups, make_tuple(stride, spatial), (1,) * spatial,
+    assert folds_strides(source, weight, groups, make_tuple(stride, spatial), (1,) * spatial,
                           source._flat_padding(padding, spatial), None)
     result = source.conv2d(weight, stride=stride, padding=padding, groups=groups)
     upstream = RNG.standard_normal(result.shape).astype(np.float32)
