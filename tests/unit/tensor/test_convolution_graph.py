@@ -16,6 +16,7 @@ from tinycore.helpers import make_tuple
 from tinycore.schedule import create_schedule
 from tinycore.tensor.conv_layouts import folds_strides, pads_into_a_copy, space_to_depth
 from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
 
 RNG = np.random.default_rng(12)
 
@@ -134,34 +135,52 @@ def test_padded_convolution_reads_a_padded_copy_on_the_cpu(padding: Any) -> None
     np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
 
 
-@pytest.mark.parametrize("input_shape, weight_shape, padding", [((2, 3, 9, 10), (4, 3, 3, 3), 1),
-                                                                ((2, 3, 9, 10), (4, 3, 3, 3), (1, 2, 0, 1)),
-                                                                ((2, 3, 12), (5, 3, 4), (3, 1)),
-                                                                ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), 1)])
-def test_padded_convolution_input_gradient_is_one_convolution(input_shape: tuple[int, ...],
-                                                              weight_shape: tuple[int, ...], padding: Any) -> None:
-    # the input gradient is the output gradient (padded) convolved with the flipped, channel-swapped weight: one
-    # reduce kernel, not the sliding-window view's transpose (a product per channel, kernel position and output
-    # position, folded back by two more reduces)
+def _matches_torch_with_one_input_gradient_convolution(input_shape: tuple[int, ...], weight_shape: tuple[int, ...],
+                                                       padding: Any, stride: Any = 1, groups: int = 1,
+                                                       dilation: Any = 1, bias: bool = False) -> tuple[UOp, UOp]:
+    """Convolve (flat padding or per axis, as conv2d takes it), backpropagate a random upstream gradient, check that
+    the input gradient schedules one reduce kernel (a convolution of the output gradient, not the sliding-window
+    view's transpose), and compare the result and every gradient with torch. Returns the graphs of the result and of
+    the weight's gradient as they were before anything was realized."""
     source_data = RNG.standard_normal(input_shape).astype(np.float32)
     weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    bias_data = RNG.standard_normal(weight_shape[0]).astype(np.float32)
     spatial = len(weight_shape) - 2
     source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    result = source.conv2d(weight, padding=padding)
+    bias_tensor = Tensor(bias_data, requires_grad=True) if bias else None
+    result = source.conv2d(weight, bias_tensor, groups=groups, stride=stride, dilation=dilation, padding=padding)
     upstream = RNG.standard_normal(result.shape).astype(np.float32)
     (result * Tensor(upstream)).sum().backward()
     assert source.grad is not None and weight.grad is not None
+    graphs = (result.uop, weight.grad.uop)
     kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
     assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1, len(kernels)
-    flat = Tensor._flat_padding(padding, spatial)
     torch_source = torch.tensor(source_data, requires_grad=True)
     torch_weight = torch.tensor(weight_data, requires_grad=True)
+    torch_bias = torch.tensor(bias_data, requires_grad=True) if bias else None
     convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
-    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight)
+    expected = convolution(F.pad(torch_source, tuple(Tensor._flat_padding(padding, spatial))), torch_weight,
+                           torch_bias, stride=stride, dilation=dilation, groups=groups)
     (expected * torch.from_numpy(upstream)).sum().backward()
     np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+    pairs = [(source, torch_source), (weight, torch_weight)] + ([(bias_tensor, torch_bias)] if bias else [])
+    for mine, theirs in pairs:
+        assert mine is not None and theirs is not None and mine.grad is not None and theirs.grad is not None
+        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=2e-4)
+    return graphs
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, padding", [((2, 3, 9, 10), (4, 3, 3, 3), 1),
+                                                                ((2, 3, 9, 10), (4, 3, 3, 3), (1, 2, 0, 1)),
+                                                                ((2, 3, 12), (5, 3, 4), (3, 1)),
+                                                                ((1, 2, 5, 6, 7), (3, 2, 2, 3, 2), 1),
+                                                                ((2, 3, 9, 10), (4, 3, 3, 3), 0)])
+def test_convolution_input_gradient_is_one_convolution(input_shape: tuple[int, ...], weight_shape: tuple[int, ...],
+                                                       padding: Any) -> None:
+    # the input gradient is the output gradient (padded) convolved with the flipped, channel-swapped weight: one
+    # reduce kernel, not the sliding-window view's transpose (a product per channel, kernel position and output
+    # position, folded back by two more reduces); unpadded convolutions included
+    _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, padding)
 
 
 @pytest.mark.parametrize("input_shape, weight_shape, stride, padding, groups", [
@@ -177,45 +196,14 @@ def test_strided_convolution_folds_its_strides_into_channels_on_the_cpu(input_sh
                                                                        weight_shape: tuple[int, ...], stride: Any,
                                                                        padding: Any, groups: int) -> None:
     # n = stride * m + phase: the phases become channels and a window step of `stride` a step of one, so the
-    # convolution and both gradients read contiguous rows; values and gradients against torch
-    source_data = RNG.standard_normal(input_shape).astype(np.float32)
-    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
+    # convolution and both gradients read contiguous rows; the stride-1 convolution's input gradient is one
+    # convolution of the output gradient (then unfolded by a copy)
     spatial = len(weight_shape) - 2
-    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    assert folds_strides(source, weight, groups, make_tuple(stride, spatial), (1,) * spatial,
-                          source._flat_padding(padding, spatial), None)
-    result = source.conv2d(weight, stride=stride, padding=padding, groups=groups)
-    upstream = RNG.standard_normal(result.shape).astype(np.float32)
-    (result * Tensor(upstream)).sum().backward()
-    assert source.grad is not None and weight.grad is not None
-    # the input gradient of the stride-1 convolution is one convolution of the output gradient (then unfolded by a
-    # copy), not the sliding-window view's transpose
-    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
-    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
-    flat = Tensor._flat_padding(padding, spatial)
-    torch_source = torch.tensor(source_data, requires_grad=True)
-    torch_weight = torch.tensor(weight_data, requires_grad=True)
-    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
-    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight, stride=stride, groups=groups)
-    (expected * torch.from_numpy(upstream)).sum().backward()
-    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
-
-
-def test_an_unpadded_convolution_gets_the_direct_input_gradient_too() -> None:
-    source_data = RNG.standard_normal((2, 3, 9, 10)).astype(np.float32)
-    weight_data = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
-    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    result = source.conv2d(weight)
-    upstream = RNG.standard_normal(result.shape).astype(np.float32)
-    (result * Tensor(upstream)).sum().backward()
-    assert source.grad is not None
-    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
-    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
-    torch_source = torch.tensor(source_data, requires_grad=True)
-    (F.conv2d(torch_source, torch.tensor(weight_data)) * torch.from_numpy(upstream)).sum().backward()
-    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
+    probe_source, probe_weight = Tensor.empty(*input_shape), Tensor.empty(*weight_shape)
+    assert folds_strides(probe_source, probe_weight, groups, make_tuple(stride, spatial), (1,) * spatial,
+                         probe_source._flat_padding(padding, spatial), None)
+    _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, padding, stride=stride,
+                                                       groups=groups)
 
 
 @pytest.mark.parametrize("input_shape, weight_shape, padding, groups, dilation", [
@@ -233,27 +221,9 @@ def test_grouped_and_dilated_convolution_input_gradient_is_one_convolution(input
                                                                           padding: Any, groups: int,
                                                                           dilation: Any) -> None:
     # within each group the weight's channel axes swap, and a dilated window stays dilated: the input gradient is
-    # one grouped (dilated) convolution of the output gradient, depthwise included; values and both gradients
-    # against torch
-    source_data = RNG.standard_normal(input_shape).astype(np.float32)
-    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
-    spatial = len(weight_shape) - 2
-    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    result = source.conv2d(weight, padding=padding, groups=groups, dilation=dilation)
-    upstream = RNG.standard_normal(result.shape).astype(np.float32)
-    (result * Tensor(upstream)).sum().backward()
-    assert source.grad is not None and weight.grad is not None
-    kernels = [item.ast for item in create_schedule([source.grad.uop], device_facts).items if item.ast.op is Ops.SINK]
-    assert sum(any(node.op is Ops.REDUCE for node in ast.toposort) for ast in kernels) == 1
-    torch_source = torch.tensor(source_data, requires_grad=True)
-    torch_weight = torch.tensor(weight_data, requires_grad=True)
-    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
-    expected = convolution(F.pad(torch_source, tuple(Tensor._flat_padding(padding, spatial))), torch_weight,
-                           groups=groups, dilation=dilation)
-    (expected * torch.from_numpy(upstream)).sum().backward()
-    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(source.grad.numpy(), torch_source.grad.numpy(), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(weight.grad.numpy(), torch_weight.grad.numpy(), rtol=1e-4, atol=2e-4)
+    # one grouped (dilated) convolution of the output gradient, depthwise included
+    _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, padding, groups=groups,
+                                                       dilation=dilation)
 
 
 @pytest.mark.parametrize("input_shape, weight_shape, padding", [
@@ -266,30 +236,11 @@ def test_grouped_and_dilated_convolution_input_gradient_is_one_convolution(input
 def test_narrow_images_are_convolved_channels_last(input_shape: tuple[int, ...], weight_shape: tuple[int, ...],
                                                    padding: Any) -> None:
     # image rows narrower than a vector: the convolution, its weight gradient and its input gradient are summed with
-    # the output channels innermost (matrix-product tiles) and viewed back; values and gradients against torch
-    source_data = RNG.standard_normal(input_shape).astype(np.float32)
-    weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
-    bias_data = RNG.standard_normal(weight_shape[0]).astype(np.float32)
-    spatial = len(weight_shape) - 2
-    source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
-    bias = Tensor(bias_data, requires_grad=True)
-    result = source.conv2d(weight, bias, padding=padding)
+    # the output channels innermost (matrix-product tiles) and viewed back
+    result, weight_gradient = _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, padding,
+                                                                                 bias=True)
     batch, out_channels, *outs = result.shape
     assert any(node.op is Ops.CONTIGUOUS and node.shape == (batch, *outs, out_channels)
-               for node in result.uop.toposort), "the convolution is not summed channels last"
-    upstream = RNG.standard_normal(result.shape).astype(np.float32)
-    (result * Tensor(upstream)).sum().backward()
-    assert source.grad is not None and weight.grad is not None and bias.grad is not None
+               for node in result.toposort), "the convolution is not summed channels last"
     assert any(node.op is Ops.CONTIGUOUS and node.shape == (*weight_shape[1:], out_channels)
-               for node in weight.grad.uop.toposort), "the weight gradient is not summed channels last"
-    flat = Tensor._flat_padding(padding, spatial)
-    torch_source = torch.tensor(source_data, requires_grad=True)
-    torch_weight = torch.tensor(weight_data, requires_grad=True)
-    torch_bias = torch.tensor(bias_data, requires_grad=True)
-    convolution = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[spatial]
-    expected = convolution(F.pad(torch_source, tuple(flat)), torch_weight, torch_bias)
-    (expected * torch.from_numpy(upstream)).sum().backward()
-    np.testing.assert_allclose(result.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
-    for mine, theirs in ((source, torch_source), (weight, torch_weight), (bias, torch_bias)):
-        assert mine.grad is not None and theirs.grad is not None
-        np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=2e-4)
+               for node in weight_gradient.toposort), "the weight gradient is not summed channels last"
