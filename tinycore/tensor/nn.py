@@ -19,6 +19,7 @@ from tinycore.tensor.conv_layouts import (
 )
 from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
+from tinycore.tensor.row_functions import fast_row_function, log_softmax_nodes, softmax_nodes
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
@@ -497,6 +498,8 @@ class NNMixin:
 
     def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """exp(self) normalised to sum 1 along `axis`."""
+        if dtype is None and fast_row_function(self.uop):
+            return self._result(softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
         source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
         exponent = shifted.exp()
@@ -504,6 +507,8 @@ class NNMixin:
 
     def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """log(softmax(self)) along `axis`, computed stably."""
+        if dtype is None and fast_row_function(self.uop):
+            return self._result(log_softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
         source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
