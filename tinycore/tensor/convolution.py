@@ -110,14 +110,13 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
     the forward padding, with the weight flipped along its spatial axes and its two channel axes swapped within each
     group (same groups, same dilation). `channels_last`: the padded input the convolution read, when it was
     computed channels last (convolve_channels_last); the weight's gradient is then computed channels last too (see
-    channels_last_weight_gradient) and the input's gradient convolution likewise.
-    Differentiated through the sliding-window view instead, the input gradient materialized every (channel, kernel
-    position, output position) product and folded it back in two more reduces (a 32x16x32x32 input, 3x3: three
-    kernels, 10 ms, against 4.3 ms for the forward). The weight's gradient stays the graph's own (a reduce over the
-    batch and output positions)."""
+    channels_last_weight_gradient) and the input's gradient convolution likewise; otherwise the weight's gradient
+    stays the graph's own (a reduce over the batch and output positions). Differentiated through the sliding-window
+    view instead, the input gradient materialized every (channel, kernel position, output position) product and
+    folded it back in two more reduces (a 32x16x32x32 input, 3x3: three kernels, 10 ms, against 4.3 ms for the
+    forward)."""
     spatial = len(weight.shape) - 2
     out_channels, group_channels, *kernel = int_shape(weight)
-
     steps = tuple(dilations) if dilations is not None else (1,) * spatial
 
     def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:

@@ -322,15 +322,14 @@ class NNMixin:
         result_dtype = accumulate or least_upper_dtype(self.dtype, weight.dtype)
         flat_padding = self._flat_padding(padding, spatial)
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
+        # (before, after) per spatial axis, first axis first
+        axis_pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1]) for index in reversed(range(spatial))]
         if folds_strides(self, weight, groups, strides, dilations, flat_padding, accumulate):
-            pairs_by_axis = [(flat_padding[2 * index], flat_padding[2 * index + 1])
-                             for index in reversed(range(spatial))]
-            result = space_to_depth(self, weight, strides, pairs_by_axis, groups)
+            result = space_to_depth(self, weight, strides, axis_pairs, groups)
             return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
         source, copied_pairs = self, None
         if pads_into_a_copy(self, flat_padding):
-            copied_pairs = [(flat_padding[2 * index], flat_padding[2 * index + 1])
-                            for index in reversed(range(spatial))]
+            copied_pairs = axis_pairs
             source, flat_padding = self.pad(flat_padding).contiguous(), [0] * len(flat_padding)
         elif not any(flat_padding) and loops_over_rows(self):
             copied_pairs = [(0, 0)] * spatial  # no padding: the direct input gradient applies all the same

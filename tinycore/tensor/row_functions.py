@@ -11,14 +11,10 @@ Tensor operations make (tests/unit/tensor/test_row_functions.py checks that); gr
 """
 from __future__ import annotations
 
-import math
-
 from tinycore.dtype import dtypes
+from tinycore.tensor.elementwise import _LN_2, _LOG2_E
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
-
-_LOG2_E = 1 / math.log(2)
-_LN_2 = math.log(2)
 
 
 def fast_row_function(source: UOp) -> bool:
