@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from tinycore.dtype import DType
 from tinycore.gradient import compute_gradient, with_gradient
+from tinycore.helpers import prod
 from tinycore.tensor.support import broadcast_shape, int_shape
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -103,18 +104,20 @@ def convolve(source: UOp, weight: UOp, groups: int, padding: Sequence[tuple[int,
 
 def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Sequence[tuple[int, int]],
                                accumulate: DType, groups: int = 1, dilations: Sequence[int] | None = None,
-                               channels_last: UOp | None = None) -> UOp:
+                               read: UOp | None = None, channels_last: bool = False) -> UOp:
     """`value`, a stride-1 convolution of `source` (zero-padded by `padding`, (before, after) per spatial axis, each
     at most the window's extent less one) with `weight` in `groups` groups and `dilations` (1 when None), given its
     own gradient for `source`: the convolution of the output gradient, padded by the window's extent less one less
     the forward padding, with the weight flipped along its spatial axes and its two channel axes swapped within each
-    group (same groups, same dilation). `channels_last`: the padded input the convolution read, when it was
-    computed channels last (convolve_channels_last); the weight's gradient is then computed channels last too (see
-    channels_last_weight_gradient) and the input's gradient convolution likewise; otherwise the weight's gradient
-    stays the graph's own (a reduce over the batch and output positions). Differentiated through the sliding-window
-    view instead, the input gradient materialized every (channel, kernel position, output position) product and
-    folded it back in two more reduces (a 32x16x32x32 input, 3x3: three kernels, 10 ms, against 4.3 ms for the
-    forward)."""
+    group (same groups, same dilation). Differentiated through the sliding-window view instead, the input gradient
+    materialized every (channel, kernel position, output position) product and folded it back in two more reduces
+    (a 32x16x32x32 input, 3x3: three kernels, 10 ms, against 4.3 ms for the forward).
+
+    `read`: the input the convolution read (`source` padded already, or `source` itself), given where the weight's
+    gradient is to be computed channels last in parts of the batch (channels_last_weight_gradient: one group,
+    dilation 1); otherwise the weight's gradient stays the graph's own (a reduce over the batch and output positions
+    in the weight's layout). `channels_last`: the convolution itself was computed channels last
+    (convolve_channels_last), and the input's gradient convolution is then too."""
     spatial = len(weight.shape) - 2
     out_channels, group_channels, *kernel = int_shape(weight)
     steps = tuple(dilations) if dilations is not None else (1,) * spatial
@@ -129,12 +132,15 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
         swapped = flipped.reshape((groups, out_channels // groups, group_channels, *kernel)) \
             .permute((0, 2, 1, *range(3, 3 + spatial))) \
             .reshape((groups * group_channels, out_channels // groups, *kernel))
-        if channels_last is not None:
-            return {source: convolve_channels_last(padded, swapped, accumulate, source.dtype),
-                    weight: channels_last_weight_gradient(channels_last, gradient, kernel, accumulate, weight.dtype)}
-        found = {source: convolve(padded, swapped, groups, ((0, 0),) * (2 + spatial), (1,) * spatial, steps,
-                                  accumulate, source.dtype)}
-        found.update(compute_gradient(node, gradient, {weight}, plain=frozenset({node})))
+        if channels_last:
+            found = {source: convolve_channels_last(padded, swapped, accumulate, source.dtype)}
+        else:
+            found = {source: convolve(padded, swapped, groups, ((0, 0),) * (2 + spatial), (1,) * spatial, steps,
+                                      accumulate, source.dtype)}
+        if read is not None and groups == 1 and all(step == 1 for step in steps):
+            found[weight] = channels_last_weight_gradient(read, gradient, kernel, accumulate, weight.dtype)
+        else:
+            found.update(compute_gradient(node, gradient, {weight}, plain=frozenset({node})))
         return found
 
     return with_gradient(value, rule)
@@ -165,27 +171,53 @@ def convolve_channels_last(source: UOp, weight: UOp, accumulate: DType, result_d
     return summed.permute((0, 1 + spatial) + tuple(range(1, 1 + spatial)))
 
 
+PART_MIN_POSITIONS = 1024
+"""A channels-last weight gradient sums the batch in parts of the fewest images that hold at least this many output
+positions together (`images_per_part`). Each part's images stay in L2 while every (channel, kernel position) row
+block passes over them, where one sum over the whole batch streamed the output gradient from memory once per row
+block; fewer positions per part would make the partial sums (a weight's worth per part) cost more to write and add
+than they save. 32x16x64x64 * 32x16x3x3 on two cores: the weight gradient 89 ms in the weight's own layout (13
+GFLOPS), 16-20 ms channels last over the whole batch, 6.4 ms in 32 one-image parts plus 0.1 ms for the final sum."""
+
+
+def images_per_part(batch: int, positions: int) -> int:
+    """The images of each partial sum of a channels-last weight gradient over `batch` images of `positions` output
+    positions each: the smallest divisor of the batch whose images hold PART_MIN_POSITIONS positions (the whole
+    batch, one part, when none does)."""
+    return next((count for count in range(1, batch + 1) if batch % count == 0 and count * positions >=
+                 PART_MIN_POSITIONS), batch)
+
+
 def channels_last_weight_gradient(source: UOp, gradient: UOp, kernel: Sequence[int], accumulate: DType,
                                   result_dtype: DType) -> UOp:
     """The weight gradient of a stride-1, one-group convolution of `source` (padded already) whose output gradient
     is `gradient` (batch, out_channels, *out): the gradient copied channels last, (batch, *out, out_channels), then
-    for each (channel, kernel position) the sum over the batch and output positions of the input under the window
-    times that row of output channels, into a (channels, *kernel, out_channels) buffer viewed as the weight's
-    (out_channels, channels, *kernel). Codegen tiles it as a matrix product with the output channels as the vector
-    columns; summed in the weight's own layout it was a dot product per weight element along image rows narrower
-    than a vector (32x64x8x8 * 128x64x3x3: 23 ms at 13 GFLOPS)."""
+    for each part of the batch (`images_per_part`) and each (channel, kernel position) the sum over the part's
+    images and output positions of the input under the window times that row of output channels, into a (parts,
+    channels, *kernel, out_channels) buffer; the parts summed, viewed as the weight's (out_channels, channels,
+    *kernel). Codegen tiles each part's sum as a matrix product with the output channels as the vector columns;
+    summed in the weight's own layout it was a dot product per weight element, reading the whole batch once per
+    few weight elements (32x64x8x8 * 128x64x3x3: 23 ms at 13 GFLOPS; 32x16x64x64 * 32x16x3x3: 89 ms)."""
     spatial = len(kernel)
     batch, channels = int_shape(source)[:2]
     out_channels, outs = int_shape(gradient)[1], list(int_shape(gradient)[2:])
+    images = images_per_part(batch, prod(outs))
+    parts = batch // images
     rows = gradient.permute((0,) + tuple(range(2, 2 + spatial)) + (1,)).contiguous()  # (batch, *out, out)
     tiles = windows(source, kernel, (1,) * spatial, (1,) * spatial)  # (batch, in, *out, *kernel)
-    order = [1] + list(range(2 + spatial, 2 + 2 * spatial)) + [0] + list(range(2, 2 + spatial))
-    tiles = tiles.permute(order).reshape(tuple([channels] + list(kernel) + [1, batch] + outs))
-    columns = rows.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)))  # (out, batch, *out positions)
-    columns = columns.reshape(tuple([1] * (1 + spatial) + [out_channels, batch] + outs))
+    # (parts, in, *kernel, 1, images, *out): one part's images and positions innermost, the reduce of its sum
+    tiles = tiles.reshape(tuple([parts, images] + list(int_shape(tiles)[1:])))
+    order = [0, 2] + list(range(3 + spatial, 3 + 2 * spatial)) + [1] + list(range(3, 3 + spatial))
+    tiles = tiles.permute(order).reshape(tuple([parts, channels] + list(kernel) + [1, images] + outs))
+    columns = rows.reshape(tuple([parts, images] + outs + [out_channels]))
+    columns = columns.permute((0, 2 + spatial, 1) + tuple(range(2, 2 + spatial)))  # (parts, out, images, *out)
+    columns = columns.reshape(tuple([parts] + [1] * (1 + spatial) + [out_channels, images] + outs))
     shape = broadcast_shape(int_shape(tiles), int_shape(columns))
     products = tiles.expand(shape).alu(Ops.MUL, columns.expand(shape))
-    reduce_axes = tuple(range(2 + spatial, len(shape)))
+    reduce_axes = tuple(range(3 + spatial, len(shape)))
     summed = products.cast(accumulate).r(Ops.ADD, reduce_axes)
+    summed = summed.reshape(tuple([parts, channels] + list(kernel) + [out_channels]))
+    if parts > 1:  # each part's sums in a buffer of their own, then added up
+        summed = summed.contiguous().r(Ops.ADD, (0,))
     summed = summed.reshape(tuple([channels] + list(kernel) + [out_channels])).cast(result_dtype).contiguous()
     return summed.permute((1 + spatial, 0) + tuple(range(1, 1 + spatial)))

@@ -16,6 +16,7 @@ from tinycore.tensor.conv_layouts import (
     loops_over_rows,
     pads_into_a_copy,
     space_to_depth,
+    weight_gradient_channels_last,
 )
 from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
@@ -354,8 +355,10 @@ class NNMixin:
             if copied_pairs is not None and accumulate is None and all(step == 1 for step in strides) and \
                     all(before <= step * (window - 1) and after <= step * (window - 1)
                         for (before, after), window, step in zip(copied_pairs, kernel, dilations, strict=True)):
+                read = source.uop if channels_last or weight_gradient_channels_last(source, weight, groups, dilations) \
+                    else None
                 node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype),
-                                                  groups, dilations, source.uop if channels_last else None)
+                                                  groups, dilations, read, channels_last)
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,

@@ -244,3 +244,46 @@ def test_narrow_images_are_convolved_channels_last(input_shape: tuple[int, ...],
                for node in result.toposort), "the convolution is not summed channels last"
     assert any(node.op is Ops.CONTIGUOUS and node.shape == (*weight_shape[1:], out_channels)
                for node in weight_gradient.toposort), "the weight gradient is not summed channels last"
+
+
+@pytest.mark.parametrize("batch, positions, expected", [(32, 62 * 62, 1), (32, 8 * 8, 16), (128, 7 * 7, 32),
+                                                         (128, 14 * 14, 8), (6, 400, 3), (5, 100, 5), (1, 10, 1)])
+def test_images_per_part_is_the_smallest_divisor_holding_enough_positions(batch: int, positions: int,
+                                                                          expected: int) -> None:
+    from tinycore.tensor.convolution import PART_MIN_POSITIONS, images_per_part
+    assert PART_MIN_POSITIONS == 1024  # the expected counts are worked out for this threshold
+    assert images_per_part(batch, positions) == expected
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, padding, parts", [
+    ((2, 3, 34, 34), (16, 3, 3, 3), 1, 2),
+    ((3, 4, 35, 35), (16, 4, 3, 3), 0, 3),
+    ((2, 3, 33, 36), (16, 3, 2, 3), (1, 2, 0, 1), 2),
+    ((4, 3, 600), (16, 3, 5), 2, 2),
+    ((2, 2, 12, 12, 12), (16, 2, 3, 3, 3), 1, 2),
+])
+def test_wide_image_weight_gradient_is_summed_channels_last_in_parts(input_shape: tuple[int, ...],
+                                                                     weight_shape: tuple[int, ...], padding: Any,
+                                                                     parts: int) -> None:
+    # rows at least a vector wide: the convolution keeps its layout, but its weight gradient is summed with the
+    # output channels innermost, one partial sum per part of the batch (each part at least 1024 output positions),
+    # the parts then added up
+    _, weight_gradient = _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, padding)
+    out_channels, *per_output = weight_shape
+    assert any(node.op is Ops.CONTIGUOUS and node.shape == (parts, *per_output, out_channels)
+               for node in weight_gradient.toposort), "the weight gradient is not summed in parts channels last"
+
+
+@pytest.mark.parametrize("input_shape, weight_shape, groups, dilation", [
+    ((2, 3, 34, 34), (4, 3, 3, 3), 1, 1),
+    ((2, 4, 34, 34), (16, 2, 3, 3), 2, 1),
+    ((2, 3, 34, 34), (16, 3, 3, 3), 1, 2),
+])
+def test_weight_gradient_keeps_the_weight_layout_where_channels_last_does_not_apply(
+        input_shape: tuple[int, ...], weight_shape: tuple[int, ...], groups: int, dilation: int) -> None:
+    # fewer output channels than a vector (no vector columns to tile), groups and dilation: the reduce over the batch
+    # and output positions in the weight's own layout, still matching torch
+    _, weight_gradient = _matches_torch_with_one_input_gradient_convolution(input_shape, weight_shape, 1,
+                                                                            groups=groups, dilation=dilation)
+    assert not any(node.op is Ops.CONTIGUOUS and node.shape[-1] == weight_shape[0] and len(node.shape) >= 3 and
+                   node.shape[-2] == weight_shape[-1] for node in weight_gradient.toposort)
