@@ -273,14 +273,15 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
 _KNOWN_ATTRIBUTE = "_known_result"
 """The attribute of a computed node holding (generation, a weak reference to the realized view holding its value).
 An entry counts only while its generation is the current one: a schedule that overwrote a buffer starts a new
-generation, after which every remembered result may be stale. The reference is weak because a graph node lives
-until the cyclic garbage collector runs (its cached toposort holds the node itself), and the same graph built again
-is that very node: a strong reference would keep each result's buffer alive past its last Tensor, so a loop of
-eager calls would write every other call into a second buffer (out of cache: softmax over (4096, 1024) 12% slower)
-and hold twice the memory. A result nobody holds any more is simply computed again."""
+generation, after which every remembered result may be stale. The reference is weak because a node lives as long as
+any graph that holds it (and the same graph built again while it lives is that very node): a strong reference would
+keep each result's buffer alive past its last Tensor, so a loop of eager calls would write every other call into a
+second buffer (out of cache: softmax over (4096, 1024) 12% slower) and hold twice the memory. A result nobody holds
+any more is simply computed again."""
 _generation = 0
-_remembered = 0
-"""How many results were remembered in the current generation (none: graphs are not walked looking for them)."""
+_remembered: weakref.WeakSet[UOp] = weakref.WeakSet()
+"""The live nodes that remember a result of the current generation (none: graphs are not walked looking for them).
+A realized Tensor drops its graph for the result, so in eager code the set is mostly empty again by the next call."""
 
 
 def _with_known_results(uop: UOp) -> UOp:
@@ -304,22 +305,21 @@ def _with_known_results(uop: UOp) -> UOp:
 
 def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool) -> None:
     """Record the results of `computed`; after a schedule that overwrote buffers, forget everything instead."""
-    global _generation, _remembered
     if has_assign:
         invalidate_known_results()
         return
     for node, result in zip(computed, results, strict=True):
         if result is not node:
             node.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
-            _remembered += 1
+            _remembered.add(node)
 
 
 def invalidate_known_results() -> None:
     """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
-    global _generation, _remembered
+    global _generation
     if _remembered:
         _generation += 1
-        _remembered = 0
+        _remembered.clear()
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:

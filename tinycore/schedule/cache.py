@@ -150,15 +150,21 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
     new_buffers: list[tuple[Any, Any, Any]] = []
 
     def slot(buffer: UOp) -> int:
-        found = slot_of.get(buffer)
-        if found is None:
-            if buffer.op is Ops.BUFFER_VIEW:  # a range of another slot's buffer, rebuilt over that slot
-                entry: tuple[Any, Any, Any] = (_VIEW, buffer.dtype, (slot(buffer.src[0]), buffer.arg))
+        # a loop, not a recursion over BUFFER_VIEW chains: a closure that calls itself is a reference cycle, which
+        # kept this schedule's buffers (its results included) allocated until the cyclic collector ran
+        chain = [buffer]
+        while chain[-1] not in slot_of and chain[-1].op is Ops.BUFFER_VIEW:
+            chain.append(chain[-1].src[0])
+        for node in reversed(chain):
+            if node in slot_of:
+                continue
+            if node.op is Ops.BUFFER_VIEW:  # a range of another slot's buffer, rebuilt over that slot
+                entry: tuple[Any, Any, Any] = (_VIEW, node.dtype, (slot_of[node.src[0]], node.arg))
             else:
-                entry = (buffer.src[0].arg, buffer.dtype, buffer.arg[1])
-            found = slot_of[buffer] = len(inputs) + len(new_buffers)
+                entry = (node.src[0].arg, node.dtype, node.arg[1])
+            slot_of[node] = len(inputs) + len(new_buffers)
             new_buffers.append(entry)
-        return found
+        return slot_of[buffer]
 
     items = [(item.ast, tuple(slot(buffer) for buffer in item.buffers), item.var_vals) for item in schedule.items]
     results: list[tuple[str, Any, Any]] = []

@@ -458,4 +458,8 @@ def lower_kernel(root: UOp, realized: dict[UOp, UOp]) -> tuple[UOp, tuple[UOp, .
         ast = simplify_indices(lowerer.ast())
     finally:
         INDEX_DTYPE = dtypes.int32
+    # the plans' closures refer back to the lowerer: emptied, the lowerer (and the realized buffers it maps) dies
+    # with its last reference instead of waiting for the cyclic collector
+    lowerer.plans.clear()
+    lowerer.memo.clear()
     return ast, tuple(lowerer.buffers), tuple(lowerer.dependencies), lowerer.var_vals

@@ -172,10 +172,10 @@ def _buffer_below(node: UOp) -> UOp:
 
 def _reads_any(node: UOp, buffers: list[UOp]) -> bool:
     """True when the graph of `node` contains one of `buffers`. A walk that stops at the first hit and caches no
-    toposort on the small index nodes a setitem builds (a cached toposort holds its node in a reference cycle)."""
-    cached = node.__dict__.get("toposort")
+    walk on the small index nodes a setitem builds (one already cached is used)."""
+    cached = node.__dict__.get("_nodes_below")
     if cached is not None:
-        return any(buffer in cached for buffer in buffers)
+        return node in buffers or any(buffer in cached for buffer in buffers)
     seen: set[UOp] = set()
     stack = [node]
     while stack:

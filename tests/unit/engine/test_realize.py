@@ -247,6 +247,30 @@ def test_a_result_dies_with_its_last_holder_and_is_then_computed_again():
         gc.enable()
 
 
+def test_buffers_written_by_an_assign_or_a_first_schedule_die_with_their_last_holder() -> None:
+    """Without the cyclic collector: a buffer an ASSIGN wrote (a leaf made with requires_grad copies its value into
+    one) and the result of a graph scheduled for the first time are freed once nothing holds them, so the next
+    allocation of that size reuses them instead of taking fresh pages; the values stay right."""
+    from tinycore import Tensor
+    array = random(32, 16)
+    source = Tensor(array).realize()
+    gc.collect()
+    gc.disable()
+    try:
+        for offset in (0.5, 1.5):  # a constant not seen before: a new structure, scheduled the first time
+            leaf = source.detach()
+            leaf.requires_grad = True  # a lazy view: copied into a buffer of its own by an assign
+            written = weakref.ref(buffer_of(leaf.uop.base))
+            result = (leaf * 2 + offset).realize()
+            np.testing.assert_allclose(result.numpy(), array * 2 + offset, rtol=1e-6)
+            computed = weakref.ref(buffer_of(result.uop.base))
+            del leaf, result
+            assert written() is None, "the buffer the assign wrote outlived every holder"
+            assert computed() is None, "a first schedule's result outlived every holder"
+    finally:
+        gc.enable()
+
+
 def test_assign_invalidates_results_computed_from_the_old_value():
     array = random(3, 4)
     node = tensor(array)
