@@ -17,6 +17,8 @@ Rules:
   no root: it copies straight into the target; non-contiguous views of DISK buffers are refused;
 - the value of an ASSIGN is a root when its kernel reads the target buffer through a different view or inside a
   reduce (the write would race with the reads); reads inside other roots' kernels, which run earlier, do not count.
+- a kernel that would sum a product of two memory operands (a matrix product) beside other reduces keeps the
+  product and makes the other reduces roots: the product's register tile needs a kernel of its own;
 - a GATHER reads its source at addresses it loads: the source is reached as through a broadcast (a reduce under it
   gets its own kernel), the index tensors as elementwise inputs; an ASSIGN whose value gathers from the target
   buffer computes that value first (the in-place writes would race with the gathered reads);
@@ -279,6 +281,9 @@ def _add_reduce_roots(roots: dict[UOp, None], facts: DeviceFactsLookup = no_devi
         processed.add(root)
         labels = _root_labels(root) if _loops_over_rows(root, facts) else None
         order = [axis for axis, label in enumerate(labels or ()) if label]
+        for separate in _reduces_beside_a_product(root, roots):
+            roots[separate] = None
+            worklist.append(separate)
         fresh = 0
         # (node, reached without a reduce or broadcast in between, the labels it is evaluated at, the axes of the
         # reduce right above when only elementwise ops lie between it and the node)
@@ -333,6 +338,65 @@ def _add_reduce_roots(roots: dict[UOp, None], facts: DeviceFactsLookup = no_devi
             next_reduced = reduced if node.op in GroupOp.Elementwise or inner_broadcast else None
             stack.extend((source, next_direct, _source_labels(node, node_labels, source), next_reduced)
                          for source in node.src)
+
+
+def _is_product_reduce(node: UOp) -> bool:
+    """True for a sum over the product of two broadcast operands that are not constants (a matrix product, a
+    convolution): codegen's register tiles need such a reduce alone in its kernel."""
+    if node.op is not Ops.REDUCE_AXIS or node.arg[0] is not Ops.ADD:
+        return False
+    product = node.src[0]
+    while product.op is Ops.CAST:
+        product = product.src[0]
+    if product.op is not Ops.MUL:
+        return False
+    for operand in product.src:
+        broadcast = False
+        while operand.op in GroupOp.Movement or operand.op is Ops.CAST:
+            broadcast = broadcast or operand.op is Ops.EXPAND
+            operand = operand.src[0]
+        if not broadcast or not _reads_memory(operand):
+            return False
+    return True
+
+
+def _reads_memory(node: UOp) -> bool:
+    """True when `node`'s value depends on a buffer (not only on constants and variables); stops at the first."""
+    stack, seen = [node], set()
+    while stack:
+        current = stack.pop()
+        if current.op in LEAF_BUFFERS or current.op in ALWAYS_ROOTS:
+            return True
+        for source in current.src:
+            if source not in seen:
+                seen.add(source)
+                stack.append(source)
+    return False
+
+
+def _reduces_beside_a_product(root: UOp, roots: dict[UOp, None]) -> list[UOp]:
+    """The reduces that `root`'s kernel would compute beside a product reduce (see _is_product_reduce), all reached
+    from the root through elementwise and non-broadcasting movement ops: they get kernels of their own, so that the
+    product keeps its register tile. Summed in one kernel, the relu gradient of an MLP whose loss is a mean,
+    `(h > 0) * (c @ W.T)` with h = x @ W, computed the product as a dot product per output with gathered loads
+    (512^3: 70 ms at 7.6 GFLOPS, against 1.7 ms tiled)."""
+    direct: list[UOp] = []
+    stack = list(kernel_sources(root))
+    seen: set[UOp] = set()
+    while stack:
+        node = stack.pop()
+        if node in seen or (node is not root and node in roots):
+            continue
+        seen.add(node)
+        if node.op is Ops.REDUCE_AXIS:
+            direct.append(node)  # what lies under a reduce is judged by the rules above, not here
+        elif node.op in GroupOp.Elementwise or node.op in IDENTITY_OPS or \
+                (node.op in GroupOp.Movement and node.op not in _BROADCASTING):
+            stack.extend(node.src)
+    if len(direct) < 2:
+        return []
+    kept = next((node for node in direct if _is_product_reduce(node)), None)
+    return [] if kept is None else [node for node in direct if node is not kept]
 
 
 def _loops_over_rows(root: UOp, facts: DeviceFactsLookup) -> bool:
