@@ -622,3 +622,19 @@ def test_a_strided_channel_reduce_vectorizes_its_narrow_contiguous_axis(shape: t
             assert f"ACCUMULATORS {expected} (contiguous reduce)" in notes, notes
             assert not any("contiguous output" in note for note in notes), notes
         _close(mean.numpy(), data.astype(np.float64).mean((0, 2, 3)))
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("images, size, tile", [(128, 7, 8), (6, 7, 6), (5, 7, 7), (3, 5, 5)])
+def test_one_vector_tile_takes_its_rows_from_an_axis_a_tile_divides(vector_bytes: int, images: int, size: int,
+                                                                    tile: int) -> None:
+    # A @ B with one vector of columns and rows (images, size) whose inner axis no tile of 8, 6 or 4 divides: the
+    # outer axis takes the tile when one divides it, else the inner axis is taken whole (5 to 8 rows)
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    with cpu_vector_bytes(vector_bytes) as lanes:
+        a, b = _array(images, size, 24), _array(24, lanes, seed=1)
+        product = Tensor(a) @ Tensor(b)
+        items = [item for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
+        notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
+        assert f"UPCAST {lanes} (matmul columns)" in notes and f"UPCAST {tile} (matmul rows)" in notes, notes
+        _close(product.numpy(), a.astype(np.float64) @ b)
