@@ -8,6 +8,7 @@ from typing import NamedTuple
 from tinycore.dtype import dtypes
 from tinycore.schedule.device_facts import DeviceFactsLookup, no_device_facts
 from tinycore.schedule.empty import fold_empty
+from tinycore.schedule.factor import factor_reduces
 from tinycore.schedule.fusion import find_roots
 from tinycore.schedule.lower import lower_kernel
 from tinycore.schedule.nodes import (
@@ -78,7 +79,7 @@ def create_schedule(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device
     of `x @ W` together: each gradient reads the other parameter). No order of the two kernels is right, so the
     value of an ASSIGN on such a cycle is computed into a buffer of its own first, and the write only copies it.
     """
-    outputs = split_large_reduces(fold_empty(outputs), facts)
+    outputs = split_large_reduces(factor_reduces(fold_empty(outputs)), facts)
     forced: dict[UOp, None] = {}
     while True:
         roots = find_roots(outputs, tuple(forced), facts)
