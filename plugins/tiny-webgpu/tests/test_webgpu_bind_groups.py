@@ -65,12 +65,12 @@ def test_same_buffers_reuse_bind_group_views_at_other_offsets_do_not(webgpu: Any
     created = count_bind_groups(monkeypatch, webgpu)
     for start in (0, 16, 32, 0, 16, 32, 0):
         np.testing.assert_allclose((base[start:start + 16] + 1).numpy(), array[start:start + 16] + 1, rtol=1e-6)
-        # a temporary's buffer goes back to the allocator's cache when its graph node is collected, and nodes sit in
-        # reference cycles (their cached toposort holds them): collect now, so the count below does not depend on
-        # when Python's collector last ran
+        # a temporary's buffer goes back to the allocator's cache when its last holder dies; collect anyway, so the
+        # count below does not depend on when Python's collector last ran
         gc.collect()
-    # each of the three views binds its own offset once; the output buffers come back from the allocator's cache
-    assert 3 <= created[0] < 7
+    # the views at 16 and 32 bind their offsets once each (the one at 0 may reuse the warm-up's bind group, whose
+    # output buffer comes back from the allocator's cache); never one per call
+    assert 2 <= created[0] < 7
 
 
 def test_alloc_free_cycles_stay_correct_and_drop_freed_buffers(webgpu: Any) -> None:

@@ -226,9 +226,9 @@ def test_a_realized_node_is_not_recomputed():
 
 
 def test_a_result_dies_with_its_last_holder_and_is_then_computed_again():
-    """A graph node lives until the cyclic collector runs (its cached toposort holds it), so what it remembers of
-    its result must not keep the result's buffer alive: eager loops would write every other call into another
-    buffer and hold twice the memory."""
+    """A graph node lives as long as any graph or Tensor holds it, so what it remembers of its result must not keep
+    the result's buffer alive: eager loops would write every other call into another buffer and hold twice the
+    memory."""
     array = random(64, 32)
     doubled = tensor(array) * 2
     realize_uops([doubled])  # scheduled the first time; from here on it runs from its launch plan, as eager loops do
@@ -322,7 +322,7 @@ def test_repeated_structures_run_from_the_launch_plan_on_new_buffers(plan_runs):
         shifted = node - maximum
         graph = shifted * shifted.r(Ops.ADD, (0,)).expand((4, 6))
         GlobalCounters.reset()
-        gc.collect()  # buffers of earlier graphs waiting in reference cycles are freed now, not while measuring
+        gc.collect()  # buffers of earlier tests' garbage are freed now, not while measuring
         gc.disable()
         try:
             memory_before = GlobalCounters.mem_used
