@@ -361,17 +361,8 @@ def _is_product_reduce(node: UOp) -> bool:
 
 
 def _reads_memory(node: UOp) -> bool:
-    """True when `node`'s value depends on a buffer (not only on constants and variables); stops at the first."""
-    stack, seen = [node], set()
-    while stack:
-        current = stack.pop()
-        if current.op in LEAF_BUFFERS or current.op in ALWAYS_ROOTS:
-            return True
-        for source in current.src:
-            if source not in seen:
-                seen.add(source)
-                stack.append(source)
-    return False
+    """True when `node`'s value depends on a buffer (not only on constants and variables)."""
+    return node.reaches(lambda current: current.op in LEAF_BUFFERS or current.op in ALWAYS_ROOTS)
 
 
 def _reduces_beside_a_product(root: UOp, roots: dict[UOp, None]) -> list[UOp]:

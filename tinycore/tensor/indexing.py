@@ -176,17 +176,7 @@ def _reads_any(node: UOp, buffers: list[UOp]) -> bool:
     cached = node.__dict__.get("_nodes_below")
     if cached is not None:
         return node in buffers or any(buffer in cached for buffer in buffers)
-    seen: set[UOp] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if current in buffers:
-            return True
-        for source in current.src:
-            if source not in seen:
-                seen.add(source)
-                stack.append(source)
-    return False
+    return node.reaches(lambda current: current in buffers)
 
 
 class _HostIndex:

@@ -172,6 +172,21 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         order[self] = None
         return order
 
+    def reaches(self, found: Callable[[UOp], bool]) -> bool:
+        """True when this node or one below it satisfies `found`: a walk that stops at the first such node and caches
+        nothing (for questions about large graphs asked once, or about small ones built on the fly)."""
+        seen: set[UOp] = set()
+        stack: list[UOp] = [self]
+        while stack:
+            current = stack.pop()
+            if found(current):
+                return True
+            for source in current.src:
+                if source not in seen:
+                    seen.add(source)
+                    stack.append(source)
+        return False
+
     def sparents(self) -> Iterator[UOp]:
         """Every node this one depends on, including itself."""
         return iter(self.toposort)
