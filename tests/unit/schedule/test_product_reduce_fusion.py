@@ -59,3 +59,35 @@ def test_row_reduces_beside_a_plain_reduce_still_share_its_kernel() -> None:
     combined = source.sum(1) + source.max(1)
     assert _reduces_per_kernel(combined.uop) == [2]
     np.testing.assert_allclose(combined.numpy(), array.sum(1) + array.max(1), rtol=1e-5, atol=1e-5)
+
+
+def _indirect(load) -> bool:
+    """True for a load whose address depends on another load (a gather)."""
+    return any(node.op is Ops.LOAD for node in load.src[0].src[1].toposort)
+
+
+def test_embedding_tied_to_its_classifier_keeps_products_out_of_gathers_and_scatters() -> None:
+    # logits = e[idx] @ e.T: the lookup feeds a product and the lookup's gradient scatters a product into the table;
+    # each product gets a kernel of its own reading plain memory (the gathered rows are copied once)
+    rng = np.random.default_rng(9)
+    table = rng.standard_normal((40, 24), dtype=np.float32) * 0.3
+    ids, labels = rng.integers(0, 40, (4, 6)), rng.integers(0, 40, 24)
+    weights = Tensor(table, requires_grad=True)
+    logits = weights[Tensor(ids.astype(np.int32))].reshape(-1, 24) @ weights.T
+    logits.sparse_categorical_crossentropy(Tensor(labels.astype(np.int32))).backward()
+    assert weights.grad is not None
+    for item in create_schedule([weights.grad.uop], device_facts).items:
+        if item.ast.op is not Ops.SINK:
+            continue
+        nodes = item.ast.toposort
+        reduces = [node for node in nodes if node.op is Ops.REDUCE]
+        if any(node.op is Ops.STORE and node.arg is not None for node in nodes):
+            assert not reduces, "a scatter computes a reduce"
+        elif reduces:
+            assert not any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and _indirect(node) for node in nodes), \
+                "a reduce kernel gathers its operand"
+    reference = torch.from_numpy(table).requires_grad_(True)
+    torch_logits = reference[torch.from_numpy(ids)].reshape(-1, 24) @ reference.T
+    torch.nn.functional.cross_entropy(torch_logits, torch.from_numpy(labels)).backward()
+    assert reference.grad is not None
+    np.testing.assert_allclose(weights.grad.numpy(), reference.grad.numpy(), rtol=1e-4, atol=1e-6)
