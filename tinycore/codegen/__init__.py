@@ -16,6 +16,7 @@ from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
 from tinycore.codegen.row_values import share_row_values
+from tinycore.codegen.split_ranges import split_merged_axes
 from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
@@ -25,6 +26,9 @@ from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import simplify, simplify_indices
 from tinycore.uop.uop import UOp
+
+_TILE_NOTES = ("(matmul", "(dot tile", "(convolution")
+"""Heuristic notes of the register tiles (tinycore.codegen.optimize)."""
 
 
 def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> Kernel:
@@ -37,6 +41,14 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
         notes = []
     else:
         notes = hand_coded_optimizations(kernel, renderer)
+        if renderer.has_threads and not any(_TILED in note for note in notes for _TILED in _TILE_NOTES):
+            # no register tile: the axes its indices divide may hide one (a product over a merged axis)
+            split = split_merged_axes(kernel.original_ast)
+            if split is not kernel.original_ast:
+                candidate = Kernel(split)
+                candidate_notes = hand_coded_optimizations(candidate, renderer)
+                if any(_TILED in note for note in candidate_notes for _TILED in _TILE_NOTES):
+                    kernel, notes = candidate, candidate_notes + ["axes split where their indices divide them"]
     if renderer.has_local and not renderer.has_threads:
         notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
     if renderer.has_threads:
