@@ -180,12 +180,19 @@ than they save. 32x16x64x64 * 32x16x3x3 on two cores: the weight gradient 89 ms 
 GFLOPS), 16-20 ms channels last over the whole batch, 6.4 ms in 32 one-image parts plus 0.1 ms for the final sum."""
 
 
-def images_per_part(batch: int, positions: int) -> int:
+PART_MAX_ELEMENTS = 1 << 22
+"""The most partial-sum elements (parts times the weight's elements) a channels-last weight gradient writes: a large
+batch of large images would otherwise make a part per image, each a whole weight (1024 images of 64x64 and a
+64x64x3x3 weight: 150 MB of partial sums)."""
+
+
+def images_per_part(batch: int, positions: int, weight_elements: int = 1) -> int:
     """The images of each partial sum of a channels-last weight gradient over `batch` images of `positions` output
-    positions each: the smallest divisor of the batch whose images hold PART_MIN_POSITIONS positions (the whole
-    batch, one part, when none does)."""
+    positions each: the smallest divisor of the batch whose images hold PART_MIN_POSITIONS positions and whose parts
+    hold at most PART_MAX_ELEMENTS partial sums of `weight_elements` each (the whole batch, one part, when none
+    does)."""
     return next((count for count in range(1, batch + 1) if batch % count == 0 and count * positions >=
-                 PART_MIN_POSITIONS), batch)
+                 PART_MIN_POSITIONS and batch // count * weight_elements <= PART_MAX_ELEMENTS), batch)
 
 
 def channels_last_weight_gradient(source: UOp, gradient: UOp, kernel: Sequence[int], accumulate: DType,
@@ -201,7 +208,7 @@ def channels_last_weight_gradient(source: UOp, gradient: UOp, kernel: Sequence[i
     spatial = len(kernel)
     batch, channels = int_shape(source)[:2]
     out_channels, outs = int_shape(gradient)[1], list(int_shape(gradient)[2:])
-    images = images_per_part(batch, prod(outs))
+    images = images_per_part(batch, prod(outs), out_channels * channels * prod(kernel))
     parts = batch // images
     rows = gradient.permute((0,) + tuple(range(2, 2 + spatial)) + (1,)).contiguous()  # (batch, *out, out)
     tiles = windows(source, kernel, (1,) * spatial, (1,) * spatial)  # (batch, in, *out, *kernel)

@@ -246,13 +246,17 @@ def test_narrow_images_are_convolved_channels_last(input_shape: tuple[int, ...],
                for node in weight_gradient.toposort), "the weight gradient is not summed channels last"
 
 
-@pytest.mark.parametrize("batch, positions, expected", [(32, 62 * 62, 1), (32, 8 * 8, 16), (128, 7 * 7, 32),
-                                                         (128, 14 * 14, 8), (6, 400, 3), (5, 100, 5), (1, 10, 1)])
-def test_images_per_part_is_the_smallest_divisor_holding_enough_positions(batch: int, positions: int,
+@pytest.mark.parametrize("batch, positions, weight, expected", [
+    (32, 62 * 62, 4608, 1), (32, 8 * 8, 4608, 16), (128, 7 * 7, 4608, 32), (128, 14 * 14, 4608, 8),
+    (6, 400, 9, 3), (5, 100, 9, 5), (1, 10, 9, 1),
+    # a part per image would write 1024 x 36864 partial sums, past 2^22: 64 parts of 16 images (2.4M)
+    (1024, 64 * 64, 64 * 64 * 9, 16),
+])
+def test_images_per_part_is_the_smallest_divisor_holding_enough_positions(batch: int, positions: int, weight: int,
                                                                           expected: int) -> None:
-    from tinycore.tensor.convolution import PART_MIN_POSITIONS, images_per_part
-    assert PART_MIN_POSITIONS == 1024  # the expected counts are worked out for this threshold
-    assert images_per_part(batch, positions) == expected
+    from tinycore.tensor.convolution import PART_MAX_ELEMENTS, PART_MIN_POSITIONS, images_per_part
+    assert (PART_MIN_POSITIONS, PART_MAX_ELEMENTS) == (1024, 1 << 22)  # the expected counts assume these
+    assert images_per_part(batch, positions, weight) == expected
 
 
 @pytest.mark.parametrize("input_shape, weight_shape, padding, parts", [
