@@ -260,7 +260,10 @@ class NVKernelGPU:
         return fd
 
     def _map_request(self, memory: int, size: int, parent: int, flags: int = 0) -> tuple[int, int]:
-        """(descriptor, mmap offset) of a CPU mapping of RM object `memory`."""
+        """(descriptor, the RM's cookie for the mapping) of a CPU mapping of RM object `memory`. The descriptor is then
+        mmap'd at offset 0: the kernel module keeps the mapping NV_ESC_RM_MAP_MEMORY set up on that descriptor and
+        refuses any other offset (EINVAL; the first run on an H100 found it, where the simulated driver had accepted
+        the cookie as the offset)."""
         fd = self._open_gpu_file()
         request = rmapi.NVOS33WithFd(params=rmapi.NVOS33Parameters(hClient=self.root, hDevice=parent, hMemory=memory,
                                                                     offset=0, length=size, flags=flags), fd=fd)
@@ -271,8 +274,8 @@ class NVKernelGPU:
         return fd, int(request.params.pLinearAddress)
 
     def _map_registers(self, handle: int, size: int) -> MutableSequence[int]:
-        fd, offset = self._map_request(handle, size, self.subdevice, flags=2)  # NVOS33 ACCESS write only
-        return self.driver.map_registers(fd, size, offset)
+        fd, _cookie = self._map_request(handle, size, self.subdevice, flags=2)  # NVOS33 ACCESS write only
+        return self.driver.map_registers(fd, size, 0)
 
     # ---- memory ----
 
@@ -292,8 +295,8 @@ class NVKernelGPU:
                                                        rmCtrlFd=self.control_fd, hClient=self.root, hMemory=handle)
         mapping.perGpuAttributes[0].gpuUuid = (ctypes.c_uint8 * 16)(*self.uuid)
         self._uvm(rmapi.UVM_MAP_EXTERNAL_ALLOCATION, mapping)
-        fd, offset = self._map_request(handle, size, self.device)
-        view = self.driver.map_memory(fd, size, offset, address)
+        fd, _cookie = self._map_request(handle, size, self.device)
+        view = self.driver.map_memory(fd, size, 0, address)
         self.allocations[address] = GPUAllocation(handle, size, view, fd, purpose)
         bisect.insort(self.starts, address)
         return address

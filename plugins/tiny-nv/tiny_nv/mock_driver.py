@@ -436,9 +436,12 @@ class MockKernelDriver:
         return RegisterPage(size // 4, self._register_write)
 
     def _mapping(self, fd: int, offset: int) -> tuple[RMObject, int, int, int]:
+        # as the kernel module: the descriptor maps what NV_ESC_RM_MAP_MEMORY set up on it, at offset 0 only
         mapping = self._file(fd).get("mapping")
-        if mapping is None or mapping[1] != offset:
-            raise OSError(errno.EINVAL, f"{self.name}: mmap of fd {fd} at {offset:#x} without NV_ESC_RM_MAP_MEMORY")
+        if mapping is None:
+            raise OSError(errno.EINVAL, f"{self.name}: mmap of fd {fd} without NV_ESC_RM_MAP_MEMORY")
+        if offset != 0:
+            raise OSError(errno.EINVAL, f"{self.name}: mmap of fd {fd} at offset {offset:#x} (the driver takes 0)")
         return mapping  # type: ignore[no-any-return]
 
     def _register_write(self, index: int, value: int) -> None:
