@@ -97,6 +97,20 @@ def test_the_mock_driver_refuses_what_the_driver_refuses() -> None:
                                      rmapi.HOPPER_COMPUTE_A])
 
 
+def test_device_files_are_mapped_at_offset_zero_as_the_kernel_module_requires() -> None:
+    """nv-mmap.c maps what NV_ESC_RM_MAP_MEMORY set up on the descriptor and refuses any other mmap offset (EINVAL):
+    the first run on an H100 stopped there when the RM's cookie was passed as the offset. The simulated driver
+    refuses it the same way, and the interface maps at 0."""
+    driver = MockKernelDriver(sm=90)
+    gpu = NVKernelGPU(driver)
+    handle = gpu.allocations[gpu.starts[0]].handle
+    fd, cookie = gpu._map_request(handle, 4096, gpu.device)
+    assert cookie != 0  # the cookie is no offset: mapping at it is refused
+    with pytest.raises(OSError, match="offset"):
+        driver.map_memory(fd, 4096, cookie, driver.reserve(4096))
+    assert len(driver.map_memory(fd, 4096, 0, driver.reserve(4096))) == 4096
+
+
 @pytest.mark.parametrize(("arch", "offset"), [("sm_80", 0x160), ("sm_90", 0x210)])
 def test_cubin_facts_match_the_qmd_layouts(arch: str, offset: int) -> None:
     ok, detail = nvrtc_status()
