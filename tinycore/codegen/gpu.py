@@ -18,7 +18,7 @@ The heuristic, in this order:
 3. output axes, innermost first, are split into a group index and a local index (LOCAL): the local size is the
    largest power of two dividing the axis within the renderer's `local_max` for that dimension and the work-group
    limit `max_local_total` (DEFAULT_MAX_LOCAL_TOTAL when the renderer has none), unless the innermost axis would
-   still need more than `max_groups` (MAX_GROUPS_PER_DIMENSION) work-groups.
+   still need more work-groups than a launch's x dimension takes (`innermost_group_limit`).
 Remaining output axes become gidx0..2 (optimize.map_global_dims); LOCAL axes become lidx0..2.
 """
 from __future__ import annotations
@@ -58,6 +58,18 @@ def local_limits(renderer: RendererContract) -> tuple[tuple[int, ...], int]:
     per_axis = tuple(int(size) for size in (renderer.local_max or DEFAULT_LOCAL_MAX))
     total = int(renderer.max_local_total or DEFAULT_MAX_LOCAL_TOTAL)
     return per_axis, total
+
+
+def innermost_group_limit(renderer: RendererContract) -> int:
+    """Work-groups the innermost output axis (gidx0, a launch's x dimension) may take: the renderer's `max_groups`
+    where it caps every dimension (WebGPU's maxComputeWorkgroupsPerDimension), else its `global_max` for x (CUDA's
+    and HIP's 2^31 - 1), else MAX_GROUPS_PER_DIMENSION. With the y/z limit for x, a 2^28-element elementwise kernel on
+    an H100 kept one work-item per group (the first hardware run: 19.9 GB/s where a copy moves 2996)."""
+    if renderer.max_groups:
+        return int(renderer.max_groups)
+    if renderer.global_max:
+        return min(int(renderer.global_max[0]), 2 ** 31 - 1)
+    return MAX_GROUPS_PER_DIMENSION
 
 
 def largest_power_of_two_divisor(size: int, limit: int) -> int:
@@ -180,7 +192,7 @@ class GpuHeuristic:
         """Split output axes, innermost first, into group and local indices."""
         per_axis, total = local_limits(self.renderer)
         budget = total
-        max_groups = int(self.renderer.max_groups or MAX_GROUPS_PER_DIMENSION)
+        max_groups = innermost_group_limit(self.renderer)
         loops = self.loop_axes()
         if loops and (range_size(loops[-1]) or 0) > max_groups * largest_power_of_two_divisor(
                 range_size(loops[-1]) or 1, min(per_axis[0], total)):

@@ -274,3 +274,13 @@ def test_any_all_argmax_and_many_output_axes_with_group_reduce(device):
     numpy.testing.assert_array_equal(run_on(device, lambda a: a.argmax(1), array), array.argmax(1))
     grid = numpy.random.default_rng(9).standard_normal((2, 3, 4, 5, 300), dtype=numpy.float32)
     numpy.testing.assert_allclose(run_on(device, lambda a: a.sum(4), grid), grid.sum(4), rtol=1e-4, atol=1e-4)
+
+
+def test_the_innermost_axis_takes_as_many_groups_as_the_x_dimension_allows():
+    # CUDA and HIP launch up to 2^31 - 1 groups along x and 65535 along y and z: a renderer that declares its x limit
+    # in global_max (and no max_groups for every dimension) splits a 2^28-element kernel into groups of 256, where the
+    # y/z limit kept one work-item per group (19.9 GB/s on an H100); a per-dimension max_groups (WebGPU) still caps it
+    sizes = specials(linearize(elementwise_ast(1, 1 << 28), GpuRenderer(max_groups=None)))  # type: ignore[arg-type]
+    assert sizes["lidx0"] == 256 and sizes["gidx0"] == (1 << 28) // 256
+    sizes = specials(linearize(elementwise_ast(1, 1 << 28), GpuRenderer(max_groups=65535)))
+    assert "lidx0" not in sizes and sizes["gidx0"] == 1 << 28
