@@ -12,15 +12,12 @@ classifier, a transformer block, a residual convolution block, attention.
 """
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from settle import settle
+import paired
 
 os.environ.setdefault("DEV", "CPU")
 
@@ -146,31 +143,5 @@ def _calls(name: str) -> dict[str, Callable[[], list[np.ndarray]]]:
     return {"tinycore": ours, "torch": theirs}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    arguments = parser.parse_args()
-    print("| case | tinycore ms | torch ms | torch / tinycore, paired median |")
-    print("|---|---|---|---|")
-    for name in arguments.cases:
-        calls = _calls(name)
-        for call in calls.values():
-            call()
-        times: dict[str, list[float]] = {library: [] for library in calls}
-        libraries = list(calls)
-        for round_number in range(arguments.rounds):
-            turn = round_number % len(libraries)
-            for library in libraries[turn:] + libraries[:turn]:
-                settle()
-                started = time.perf_counter()
-                calls[library]()
-                times[library].append(time.perf_counter() - started)
-        paired = statistics.median(theirs / ours for ours, theirs in zip(times["tinycore"], times["torch"],
-                                                                           strict=True))
-        print(f"| {name} | {statistics.median(times['tinycore']) * 1e3:.2f} | "
-              f"{statistics.median(times['torch']) * 1e3:.2f} | {paired:.2f} |")
-
-
 if __name__ == "__main__":
-    main()
+    paired.main(__doc__ or "", list(CASES), _calls, rounds=6)
