@@ -9,6 +9,7 @@ its measurements.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -148,3 +149,49 @@ def space_to_depth(source: Tensor, weight: Tensor, strides: tuple[int, ...], pai
     folded_weight = fold(grown_weight, (out_channels, weight.shape[1]), taps)
     return folded_source.contiguous().contiguous_backward().conv2d(folded_weight.contiguous().contiguous_backward(),
                                                                    groups=groups)
+
+
+def transposes_by_phases(source: Tensor, strides: Sequence[int], dilations: Sequence[int]) -> bool:
+    """True when a transposed convolution of `source` on a CPU renderer is computed per stride phase
+    (`conv_transpose_by_phases`): a stride above 1, dilation 1, a float dtype."""
+    return any(step > 1 for step in strides) and all(step == 1 for step in dilations) and \
+        all(isinstance(step, int) for step in strides) and dtypes.is_float(source.dtype) and loops_over_rows(source)
+
+
+def conv_transpose_by_phases(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
+                             paddings: Sequence[int], output_paddings: Sequence[int]) -> Tensor:
+    """The transposed convolution of `source` with `weight` (in_channels, out_channels / groups, *kernel), no bias,
+    dilation 1, as one stride-1 transposed convolution per stride phase. Output position o takes the kernel taps
+    k = (o + padding) mod stride + stride * j at input position (o + padding) // stride - j, so the outputs of one
+    phase r are the stride-1 transposed convolution of the input with the taps r, r + stride, ...; the phases are then
+    interleaved (position stride * q + r) and the padding cut off. Spread over the input's zeros instead, the tile
+    multiplied a zero in all but one of every stride^2 products (a 4x4 kernel with stride 2: 4x the work)."""
+    spatial = len(strides)
+    kernel = [int(size) for size in weight.shape[2:]]
+    lengths = [int(size) for size in source.shape[2:]]
+    spans = [length + -(-size // step) - 1 for length, size, step in zip(lengths, kernel, strides, strict=True)]
+    batch, out_channels = source.shape[0], weight.shape[1] * groups
+    phases = []
+    for phase in itertools.product(*(range(step) for step in strides)):
+        taps = weight[(slice(None), slice(None)) + tuple(slice(start, None, step) for start, step in
+                                                         zip(phase, strides, strict=True))]
+        if any(size == 0 for size in taps.shape[2:]):
+            # a phase past the kernel's last tap (kernel smaller than the stride): those outputs are zeros
+            phases.append(type(source).zeros(batch, out_channels, *spans, dtype=source.dtype, device=source.device))
+            continue
+        result = source.conv_transpose2d(taps, groups=groups)  # stride 1, no padding: every position of the phase
+        phases.append(result.pad([(0, 0), (0, 0)] + [(0, span - size) for span, size in
+                                                     zip(spans, result.shape[2:], strict=True)]))
+    stacked = phases[0].stack(*phases[1:], dim=-1).reshape([batch, out_channels] + spans + list(strides))
+    order = [0, 1] + [axis for pair in zip(range(2, 2 + spatial), range(2 + spatial, 2 + 2 * spatial), strict=True)
+                      for axis in pair]
+    woven = stacked.permute(order).reshape([batch, out_channels] + [span * step for span, step in
+                                                                    zip(spans, strides, strict=True)])
+    wanted = [(length - 1) * step - 2 * pad + size + extra for length, step, pad, size, extra in
+              zip(lengths, strides, paddings, kernel, output_paddings, strict=True)]
+    extra_zeros = [max(0, pad + size - have) for pad, size, have in zip(paddings, wanted, woven.shape[2:],
+                                                                         strict=True)]
+    if any(extra_zeros):
+        woven = woven.pad([(0, 0), (0, 0)] + [(0, amount) for amount in extra_zeros])
+    return woven[(slice(None), slice(None)) + tuple(slice(pad, pad + size) for pad, size in
+                                                    zip(paddings, wanted, strict=True))]

@@ -12,10 +12,12 @@ from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, S
 from tinycore.helpers import TRAINING, make_tuple
 from tinycore.tensor.conv_layouts import (
     channels_last_wins,
+    conv_transpose_by_phases,
     folds_strides,
     loops_over_rows,
     pads_into_a_copy,
     space_to_depth,
+    transposes_by_phases,
     weight_gradient_channels_last,
 )
 from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
@@ -397,6 +399,10 @@ class NNMixin:
         kernel = weight.shape[2:]
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
         paddings, extra = make_tuple(padding, spatial), make_tuple(output_padding, spatial)
+        if transposes_by_phases(self, strides, dilations) and \
+                all(isinstance(size, int) for size in (*self.shape, *weight.shape, *paddings, *extra)):
+            result = conv_transpose_by_phases(self, weight, groups, strides, paddings, extra)
+            return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
         filters = weight.reshape([groups, in_channels // groups] + list(weight.shape[1:])).transpose(1, 2)
         filters = filters.flip(tuple(range(3, 3 + spatial)))
         filters = filters.reshape([groups * weight.shape[1], in_channels // groups] + list(kernel))

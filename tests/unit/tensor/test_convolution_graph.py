@@ -298,6 +298,9 @@ def test_weight_gradient_keeps_the_weight_layout_where_channels_last_does_not_ap
     ((2, 6, 5, 6), (6, 3, 3, 3), 2, 0, 1, 2),
     ((1, 4, 9), (4, 5, 5), 3, 2, 2, 1),
     ((2, 4, 6, 6), (4, 4, 3, 3), 1, 1, 0, 1),
+    ((2, 3, 5, 4), (3, 2, 2, 1), 3, 0, 2, 1),  # kernels smaller than the stride: phases past the last tap are zeros
+    ((1, 2, 4, 3, 5), (2, 3, 3, 2, 4), 2, 1, 1, 1),
+    ((2, 6, 7), (6, 2, 5), 4, 3, 1, 3),
 ])
 def test_transposed_convolution_reads_a_copy_of_its_spread_input_on_the_cpu(input_shape: tuple[int, ...],
                                                                            weight_shape: tuple[int, ...],
@@ -320,7 +323,7 @@ def test_transposed_convolution_reads_a_copy_of_its_spread_input_on_the_cpu(inpu
                            not (node.src[2].op is Ops.CONST and node.src[2].arg is True) for node in ast.toposort), \
                 "the transposed convolution reads its spread input through a gated view"
     spatial = len(weight_shape) - 2
-    convolution = {1: F.conv_transpose1d, 2: F.conv_transpose2d}[spatial]
+    convolution = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[spatial]
     torch_source = torch.tensor(source_data, requires_grad=True)
     torch_weight = torch.tensor(weight_data, requires_grad=True)
     expected = convolution(torch_source, torch_weight, stride=stride, padding=padding, output_padding=output_padding,
@@ -330,3 +333,20 @@ def test_transposed_convolution_reads_a_copy_of_its_spread_input_on_the_cpu(inpu
     for mine, theirs in ((source, torch_source), (weight, torch_weight)):
         assert mine.grad is not None and theirs.grad is not None
         np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=2e-4)
+
+
+def test_strided_transposed_convolution_is_one_stride_1_convolution_per_phase_on_the_cpu() -> None:
+    # stride 2 in two axes: four stride-1 transposed convolutions of the 2x2 taps of each phase, each a convolution
+    # kernel of its own, and no convolution over the input spread with zeros (whose first axis would be 2x - 1 long)
+    source, weight = Tensor(RNG.standard_normal((2, 5, 7, 7)).astype(np.float32)), \
+        Tensor(RNG.standard_normal((5, 3, 4, 4)).astype(np.float32))
+    result = source.conv_transpose2d(weight, stride=2, padding=1)
+    kernels = [item.ast for item in create_schedule([result.uop], device_facts).items if item.ast.op is Ops.SINK]
+    reduces = [ast for ast in kernels if any(node.op is Ops.REDUCE for node in ast.toposort)]
+    assert len(reduces) == 4
+    for ast in reduces:
+        ranges = {node.src[0].arg for node in ast.toposort if node.op is Ops.RANGE and node.src[0].op is Ops.CONST}
+        assert 2 in ranges and 4 not in ranges, "a convolution takes the whole 4x4 kernel"
+    expected = F.conv_transpose2d(torch.from_numpy(source.numpy()), torch.from_numpy(weight.numpy()), stride=2,
+                                  padding=1)
+    np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-4, atol=1e-4)
