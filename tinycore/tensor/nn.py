@@ -399,8 +399,8 @@ class NNMixin:
         kernel = weight.shape[2:]
         strides, dilations = make_tuple(stride, spatial), make_tuple(dilation, spatial)
         paddings, extra = make_tuple(padding, spatial), make_tuple(output_padding, spatial)
-        if transposes_by_phases(self, strides, dilations) and \
-                all(isinstance(size, int) for size in (*self.shape, *weight.shape, *paddings, *extra)):
+        if transposes_by_phases(self, weight, groups, strides, dilations) and \
+                all(isinstance(size, int) for size in (*paddings, *extra)):
             result = conv_transpose_by_phases(self, weight, groups, strides, paddings, extra)
             return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
         filters = weight.reshape([groups, in_channels // groups] + list(weight.shape[1:])).transpose(1, 2)

@@ -302,12 +302,18 @@ def test_weight_gradient_keeps_the_weight_layout_where_channels_last_does_not_ap
     ((1, 2, 4, 3, 5), (2, 3, 3, 2, 4), 2, 1, 1, 1),
     ((2, 6, 7), (6, 2, 5), 4, 3, 1, 3),
 ])
+@pytest.mark.parametrize("by_phases", [False, True])
 def test_transposed_convolution_reads_a_copy_of_its_spread_input_on_the_cpu(input_shape: tuple[int, ...],
                                                                            weight_shape: tuple[int, ...],
                                                                            stride: int, padding: int,
-                                                                           output_padding: int, groups: int) -> None:
+                                                                           output_padding: int, groups: int,
+                                                                           by_phases: bool,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     # the input spread by the stride (zeros between its rows and columns) and padded is copied once: read as a view,
-    # every load of the convolution was gated by the masks and no tile applied (stride 2: 83 ms at 8 GFLOPS)
+    # every load of the convolution was gated by the masks and no tile applied (stride 2: 83 ms at 8 GFLOPS); large
+    # ones are computed per stride phase instead (here forced either way), whose stride-1 convolutions copy likewise
+    import tinycore.tensor.conv_layouts as layouts
+    monkeypatch.setattr(layouts, "PHASES_MIN_WORK", 0 if by_phases else 1 << 62)
     source_data = RNG.standard_normal(input_shape).astype(np.float32)
     weight_data = RNG.standard_normal(weight_shape).astype(np.float32)
     source, weight = Tensor(source_data, requires_grad=True), Tensor(weight_data, requires_grad=True)
@@ -335,9 +341,14 @@ def test_transposed_convolution_reads_a_copy_of_its_spread_input_on_the_cpu(inpu
         np.testing.assert_allclose(mine.grad.numpy(), theirs.grad.numpy(), rtol=1e-4, atol=2e-4)
 
 
-def test_strided_transposed_convolution_is_one_stride_1_convolution_per_phase_on_the_cpu() -> None:
+def test_strided_transposed_convolution_is_one_stride_1_convolution_per_phase_on_the_cpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     # stride 2 in two axes: four stride-1 transposed convolutions of the 2x2 taps of each phase, each a convolution
-    # kernel of its own, and no convolution over the input spread with zeros (whose first axis would be 2x - 1 long)
+    # kernel of its own, and no convolution over the input spread with zeros (whose first axis would be 2x - 1 long);
+    # from PHASES_MIN_WORK multiply-adds on (this one has 2 * 5 * 49 * 3 * 16)
+    import tinycore.tensor.conv_layouts as layouts
+    assert not layouts.transposes_by_phases(Tensor.empty(2, 5, 7, 7), Tensor.empty(5, 3, 4, 4), 1, (2, 2), (1, 1))
+    monkeypatch.setattr(layouts, "PHASES_MIN_WORK", 2 * 5 * 49 * 3 * 16)
     source, weight = Tensor(RNG.standard_normal((2, 5, 7, 7)).astype(np.float32)), \
         Tensor(RNG.standard_normal((5, 3, 4, 4)).astype(np.float32))
     result = source.conv_transpose2d(weight, stride=2, padding=1)
