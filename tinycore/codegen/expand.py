@@ -205,7 +205,7 @@ class Expander:
 
 def _steps_by_one(index: UOp, range_node: UOp) -> bool:
     """True when `index` grows by exactly one per step of `range_node`."""
-    return range_node in index.toposort and \
+    return index.depends_on(range_node) and \
         constant_difference(index, index.substitute({range_node: range_node + 1})) == 1
 
 

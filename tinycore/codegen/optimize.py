@@ -114,7 +114,7 @@ def axis_stride(index: UOp, range_node: UOp) -> int | None:
     terms, _ = linear_terms(fold(index))
     coefficient = terms.get(range_node, 0)
     for atom in terms:
-        if atom is not range_node and range_node in atom.toposort:
+        if atom is not range_node and atom.depends_on(range_node):
             return None
     return coefficient
 

@@ -77,7 +77,7 @@ def _reads_target_elsewhere(value: UOp, target: UOp, roots: dict[UOp, None]) -> 
     inside other roots happen in earlier kernels and do not count."""
     target_view = assign_target_view(target)
     buffer_node = view_base(target_view)
-    if buffer_node not in value.toposort:
+    if not value.depends_on(buffer_node):
         return False
     if buffer_under(value) is buffer_node:
         return assign_target_view(value) is not target_view

@@ -172,6 +172,11 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         order[self] = None
         return order
 
+    def depends_on(self, node: UOp) -> bool:
+        """True when `node` is this node or one below it: a lookup in the cached walk, without the copy `toposort`
+        makes."""
+        return node is self or node in self._nodes_below
+
     def reaches(self, found: Callable[[UOp], bool]) -> bool:
         """True when this node or one below it satisfies `found`: a walk that stops at the first such node and caches
         nothing (for questions about large graphs asked once, or about small ones built on the fly)."""
