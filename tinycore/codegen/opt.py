@@ -34,7 +34,8 @@ class OptOps(Enum):
     # skips storing the recomputed outputs (gated stores)
     SHIFTED_UPCAST = auto()
     # output axis: split off an inner loop of `amount` that runs inside every other output loop (cache blocking: the
-    # outer part keeps its place, so the loops between them run once per block of `amount`)
+    # outer part keeps its place, so the loops between them run once per block of `amount`); an amount that does not
+    # divide the size makes round(size / amount) blocks of near-equal sizes
     BLOCK = auto()
 
 
@@ -164,6 +165,24 @@ class Kernel:
             self.axes[axis] = outer
         self.axes.append(inner)
 
+    def _block(self, axis: int, amount: int) -> None:
+        """BLOCK: a divisor splits evenly; any other amount makes round(size / amount) blocks of near-equal sizes,
+        the inner loop's trip count read from the outer's."""
+        old = self.axes[axis]
+        size = range_size(old)
+        if size is None or amount <= 0 or size % amount == 0 or amount > size:
+            self._split(axis, amount, AxisType.LOOP)
+            return
+        blocks = max(2, round(size / amount))
+        outer = old.replace(src=(UOp.const(dtypes.int32, blocks),))
+        start = (outer * size) // blocks
+        stop = ((outer + 1) * size) // blocks
+        inner = new_range(simplify(stop - start), self.next_id, AxisType.LOOP)
+        self.next_id += 1
+        self.ast = replace_range(self.ast, old, start + inner, (outer, inner))
+        self.axes[axis] = outer
+        self.axes.append(inner)
+
     def _shifted_split(self, axis: int, amount: int) -> None:
         old = self.axes[axis]
         size = range_size(old)
@@ -233,7 +252,7 @@ class Kernel:
                 raise KernelOptError(f"{opt}: BLOCK applies to output loop axes, axis {opt.axis} is {kind.name}")
             if range_size(self.axes[opt.axis]) == opt.amount:
                 raise KernelOptError(f"{opt}: the block is the whole axis (NEST moves a whole axis inside)")
-            self._split(opt.axis, opt.amount, AxisType.LOOP)
+            self._block(opt.axis, opt.amount)
         elif opt.op is OptOps.SHIFTED_UPCAST:
             if not output_axis:
                 raise KernelOptError(f"{opt}: SHIFTED_UPCAST applies to output loop axes, axis {opt.axis} is "

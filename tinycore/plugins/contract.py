@@ -48,6 +48,9 @@ class RendererContract:
     matmul_panel_bytes: int | None = None
     """Bytes of a row of the panels a large matmul copies its second input into (Tensor.dot; None: no packing): each
     panel holds that many bytes of columns for every step of the reduce, contiguously, so the kernel streams it."""
+    core_cache_bytes: int | None = None
+    """Bytes of cache private to one core (a CPU's L2) that the CPU heuristics size cache blocks by (None: unknown;
+    codegen.optimize's defaults)."""
     global_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3
     """Largest launch grid per dimension (None: 2**31 - 1 each)."""
     local_max: tuple[int, ...] | None = (0x8FFFFFFF,) * 3

@@ -406,13 +406,15 @@ class CRenderer(CStyleLanguage):
     atomic_dtypes = frozenset(dtype for dtype in C_TYPE_MAP if dtype != dtypes.void) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
-        from tiny_cpu.target import c_vector_bytes
+        from tiny_cpu.target import c_vector_bytes, host_core_cache_bytes
         self.device = device
         self.arch = arch
         self.global_max = (_cpu_count(), 1, 1)
         # AVX-512 targets get 16-lane float vectors and 32-column matmul panels (tiny_cpu/target.py)
         self.preferred_vector_bytes = c_vector_bytes(arch)
         self.matmul_panel_bytes = 2 * self.preferred_vector_bytes
+        # the host's L2 sizes matmul row groups; a kernel compiled for another `arch` keeps the default groups
+        self.core_cache_bytes = host_core_cache_bytes() if arch is None else None
 
     def render_dtype(self, dtype: DType) -> str:
         """Bool vectors are vectors of unsigned char (0 or 1 per lane)."""

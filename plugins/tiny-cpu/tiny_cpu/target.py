@@ -9,6 +9,7 @@ OpenBLAS, which uses AVX-512 there): matmul 1024^2 0.59x with 32-byte vectors, 0
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 
@@ -29,6 +30,43 @@ def host_cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
+
+
+CACHE_DIRECTORY = "/sys/devices/system/cpu/cpu0/cache"
+"""Where Linux describes the caches of the first CPU: index*/level, type and size ("2048K")."""
+
+
+def _size_bytes(text: str) -> int | None:
+    """Bytes of a sysfs cache size ("48K", "2048K", "2M", "32768"); None when it does not parse."""
+    text = text.strip().upper()
+    scale = {"K": 1024, "M": 1024 * 1024, "G": 1024 ** 3}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in ("K", "M", "G") else text
+    return int(digits) * scale if digits.isdigit() else None
+
+
+@functools.cache
+def host_core_cache_bytes(directory: str = CACHE_DIRECTORY) -> int | None:
+    """Bytes of the host's level-2 cache (data or unified) as Linux reports it for the first CPU; None where it does
+    not (another OS, no sysfs). The CPU heuristics size matmul row groups by it (RendererContract.core_cache_bytes)."""
+    try:
+        entries = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(directory, entry, "level")) as file:
+                level = file.read().strip()
+            with open(os.path.join(directory, entry, "type")) as file:
+                kind = file.read().strip()
+            with open(os.path.join(directory, entry, "size")) as file:
+                size = _size_bytes(file.read())
+        except OSError:
+            continue
+        if level == "2" and kind in ("Unified", "Data") and size:
+            return size
+    return None
 
 
 def _x86_host() -> bool:

@@ -662,3 +662,46 @@ def test_weight_gradient_tile_takes_the_kernel_rows_as_a_second_row_axis(vector_
     torch.nn.functional.conv2d(torch.from_numpy(x).double(), tw, padding=1).square().sum().backward()
     assert tw.grad is not None
     _close(found, tw.grad.numpy())
+
+
+@pytest.mark.parametrize("rows, amount, sizes", [(26, 6, [6, 7, 6, 7]), (86, 22, [21, 22, 21, 22]),
+                                                 (10, 3, [3, 3, 4])])
+def test_block_opt_of_a_size_it_does_not_divide_makes_near_equal_groups(rows: int, amount: int,
+                                                                         sizes: list[int]) -> None:
+    case = matmul(rows, 8, 16)
+    opts = [Opt(OptOps.UPCAST, 1, 8), Opt(OptOps.BLOCK, 0, amount)]
+    kernel = Kernel(case.ast).apply_opts(opts)
+    outer, inner = kernel.axes[0], kernel.axes[-1]
+    assert kernel.sizes[0] == len(sizes)
+    # the inner loop's trip count, group by group, as the codegen computes it from the outer index
+    from tinycore.uop.symbolic import simplify
+    trips = [simplify(inner.src[0].substitute({outer: outer.const_like(group)})).arg for group in range(len(sizes))]
+    assert trips == sizes and sum(trips) == rows
+    output = np.zeros(rows * 16, dtype=np.float32)
+    run_linear(linearize(case.ast, VectorCPURenderer(), opts), [output] + [array.copy() for array in case.inputs], {})
+    np.testing.assert_allclose(output.reshape(rows, 16), case.reference(*case.inputs), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("core_cache", [None, 2 * 1024 * 1024])
+def test_packed_matmul_groups_rows_for_a_large_private_cache_and_splits_the_panels(core_cache: int | None) -> None:
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    x, y = _array(1024, 1024), _array(1024, 1024, seed=1)
+    renderer = Device["CPU"].renderer
+    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
+        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, core_cache
+        try:
+            a, b = Tensor(x).realize(), Tensor(y).realize()
+            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
+            notes = hand_coded_optimizations(Kernel(product), renderer)
+            found = (a @ b).numpy()
+        finally:
+            renderer.core_cache_bytes = saved
+    if core_cache is None:
+        # 86 blocks of 12 rows (4 MB of the first input): two groups of 43 (GROUP_BYTES), one per worker
+        assert "BLOCK 43 (matmul row blocks grouped for the cache)" in notes and "THREAD 2 (multi-core)" in notes
+    else:
+        # groups of about 1 MB (4 of 21-22 blocks), every worker running them all over its own 16 panels
+        assert "BLOCK 22 (matmul row blocks grouped for the core's cache)" in notes and \
+            "THREAD 2 (multi-core, by column panels)" in notes, notes
+    _close(found, x.astype(np.float64) @ y)
