@@ -243,6 +243,11 @@ class Kernel:
             raise KernelOptError(f"{opt} names axis {opt.axis}, the kernel has {len(self.axes)} axes")
         kind = self.kinds[opt.axis]
         output_axis = kind in (AxisType.LOOP, AxisType.GLOBAL)
+        if any(other is not self.axes[opt.axis] and self.axes[opt.axis] in other.src[0].toposort
+               for other in self.axes):
+            # the groups of an uneven BLOCK: the inner loop's trip count is computed from this index, which must stay
+            # a plain loop outside it
+            raise KernelOptError(f"{opt}: axis {opt.axis} sets the trip count of another axis and takes no opts")
         if opt.op is OptOps.UPCAST:
             if not output_axis:
                 raise KernelOptError(f"{opt}: UPCAST applies to output loop axes, axis {opt.axis} is {kind.name}")

@@ -680,6 +680,10 @@ def test_block_opt_of_a_size_it_does_not_divide_makes_near_equal_groups(rows: in
     output = np.zeros(rows * 16, dtype=np.float32)
     run_linear(linearize(case.ast, VectorCPURenderer(), opts), [output] + [array.copy() for array in case.inputs], {})
     np.testing.assert_allclose(output.reshape(rows, 16), case.reference(*case.inputs), rtol=1e-5, atol=1e-5)
+    # the group index sets the inner trip count: it takes no further opts (BEAM proposes them)
+    for opt in (Opt(OptOps.NEST, 0, 0), Opt(OptOps.UPCAST, 0, 2), Opt(OptOps.THREAD, 0, 2)):
+        with pytest.raises(KernelOptError, match="trip count"):
+            Kernel(case.ast).apply_opts([*opts, opt])
 
 
 @pytest.mark.parametrize("core_cache", [None, 2 * 1024 * 1024])

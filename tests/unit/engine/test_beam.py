@@ -273,3 +273,35 @@ def test_the_heuristic_defended_through_opts_that_share_its_program():
     confirming = _confirming_search({same_program: 1.0, heuristic: 1.0, faster: 0.98})
     assert confirming.runners[same_program] is confirming.runners[heuristic]
     assert confirming.confirm([same_program, faster, heuristic], heuristic) == heuristic
+
+
+def test_neighbours_of_uneven_row_groups_all_lower():
+    """A packed matmul grouped for a large private cache in groups that do not divide its row blocks (an uneven
+    BLOCK, whose group index sets the inner trip count): every candidate the search proposes within two steps of the
+    heuristic's opts lowers to a program, and the heuristic's kernel equals numpy."""
+    from cpu_vectors import cpu_vector_bytes
+
+    from tinycore.schedule import create_schedule
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((780, 512), dtype=np.float32), rng.standard_normal((512, 128), dtype=np.float32)
+    renderer = Device["CPU"].renderer
+    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
+        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, 2 * 1024 * 1024
+        try:
+            left, right = Tensor(a).realize(), Tensor(b).realize()
+            items = create_schedule([(left @ right).uop]).items
+            ast = [item.ast for item in items if item.ast.op.name == "SINK" and
+                   any(node.op.name == "REDUCE" for node in item.ast.toposort)][0]
+            heuristic = tuple(optimize_kernel(ast, renderer).applied)
+            # 65 blocks of 12 rows (1.6 MB) in 2 groups of 32 and 33
+            assert any(opt.op is OptOps.BLOCK and opt.amount == 32 for opt in heuristic), heuristic
+            # two steps of the search from there (the NEST of the groups a second step proposed failed to linearize)
+            neighbours = dict.fromkeys(opts for near in search.children(ast, renderer, heuristic)
+                                       for opts in search.children(ast, renderer, near))
+            assert len(neighbours) >= 50
+            for opts in neighbours:
+                assert lower_to_program(ast, renderer, list(opts)).src
+            result = (left @ right).numpy()
+        finally:
+            renderer.core_cache_bytes = saved
+    np.testing.assert_allclose(result, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
