@@ -69,7 +69,8 @@ def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | No
     optimized = decompose_transcendentals(kernel.ast, renderer.fused_multiply_add) if \
         renderer.decompose_transcendentals else kernel.ast
     stores = expand(decided_selects(simplify_indices(optimized)), lambda dtype: vector_width(renderer, dtype),
-                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks)
+                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks,
+                    renderer.masked_load_dtypes)
     return kernel, linearize_stores(stores, renderer, _kernel_name(ast, kernel))
 
 

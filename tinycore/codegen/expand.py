@@ -67,16 +67,18 @@ class Expander:
 
     `vector_width(dtype)` is the widest vector codegen may use for scalar `dtype`; `supported(dtype, width)` says
     whether the renderer has vectors of `width` lanes of `dtype` (default: every power of two up to the widest);
-    `masks`: comparisons pack into bool vectors (RendererContract.vector_masks).
+    `masks`: comparisons pack into bool vectors (RendererContract.vector_masks); `masked_loads`: the scalar dtypes
+    whose consecutive loads with a gate per lane pack into one masked vector load (RendererContract.masked_load_dtypes).
     """
 
     def __init__(self, vector_width: Callable[[DType], int],
-                 supported: Callable[[DType, int], bool] | None = None, masks: bool = False):
+                 supported: Callable[[DType, int], bool] | None = None, masks: bool = False,
+                 masked_loads: frozenset[DType] = frozenset()):
         self.vector_width = vector_width
         self.supported = supported if supported is not None else \
             (lambda dtype, width: width in _powers_up_to(vector_width(dtype)))
         self.packer = Packer(lambda dtype, width: dtype.count == 1 and (width == 1 or (
-            width <= vector_width(dtype) and self.supported(dtype, width))), masks)
+            width <= vector_width(dtype) and self.supported(dtype, width))), masks, masked_loads)
 
     def fitting_width(self, dtype: DType, lanes: int) -> int:
         """The widest usable vector width for `dtype` that divides `lanes` (1 when none)."""
@@ -214,7 +216,8 @@ def _powers_up_to(limit: int) -> set[int]:
 
 
 def expand(ast: UOp, vector_width: Callable[[DType], int],
-           supported: Callable[[DType, int], bool] | None = None, masks: bool = False) -> list[UOp]:
+           supported: Callable[[DType, int], bool] | None = None, masks: bool = False,
+           masked_loads: frozenset[DType] = frozenset()) -> list[UOp]:
     """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded (see Expander for the arguments)."""
-    expander = Expander(vector_width, supported, masks)
+    expander = Expander(vector_width, supported, masks, masked_loads)
     return expander.expand_stores(expander.expand_reduces(ast).src)

@@ -602,12 +602,31 @@ class Heuristic:
                     narrow = next((lanes for lanes in (8, 4) if lanes < accumulator_width and size % lanes == 0),
                                   None)
                     reduce_candidate = (innermost_reduce, narrow) if narrow is not None else None
+        if output_candidate is None and not reduces and self._masked_rows(outputs, stores, loads, width):
+            return
         if output_candidate is not None and not (gathers and reduce_candidate is not None):
             self.attempt(output_candidate, OptOps.UPCAST, self._column_width(output_candidate, loads, width),
                          "contiguous output")
         elif reduce_candidate is not None:
             self.attempt(reduce_candidate[0], OptOps.ACCUMULATORS, reduce_candidate[1], "contiguous reduce")
         self.row_reduce_accumulators()
+
+    def _masked_rows(self, outputs: list[UOp], stores: list[UOp], loads: list[UOp], width: int) -> bool:
+        """Vectors along the innermost output axis when no vector divides it (the 34 columns of a padded 32-column
+        image), the last block shifted back, where the renderer has masked loads for the dtype: a padded row's
+        lanes each have their own gate, and one masked load reads them (RendererContract.masked_load_dtypes); True
+        when applied. Only plain stores (the shifted block stores some outputs twice) and loads contiguous or
+        constant along the axis: gathered lanes, each behind its own gate, ran 2.5x slower than the scalar loop
+        (the spread of a stride-2 gradient)."""
+        if not outputs or width < 2 or self.store_dtype() not in self.renderer.masked_load_dtypes or \
+                not self.renderer.vector_masks:
+            return False
+        innermost = outputs[-1]
+        size = range_size(innermost)
+        if size is None or size <= width or any(axis_stride(store.src[1], innermost) != 1 for store in stores) or \
+                any(axis_stride(index.src[1], innermost) not in (0, 1) for index in loads) or self._in_place():
+            return False
+        return self.attempt(innermost, OptOps.SHIFTED_UPCAST, width, "contiguous output, last block shifted")
 
     def row_reduce_accumulators(self) -> None:
         """Vector accumulators for the reduces that the vector lanes of the output do not reach: reduces computed

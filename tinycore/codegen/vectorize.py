@@ -46,9 +46,11 @@ class Packer:
     RendererContract.vector_masks).
     """
 
-    def __init__(self, vector_ok: Callable[[DType, int], bool], masks: bool = False):
+    def __init__(self, vector_ok: Callable[[DType, int], bool], masks: bool = False,
+                 masked_loads: frozenset[DType] = frozenset()):
         self.vector_ok = vector_ok
         self.masks = masks
+        self.masked_loads = masked_loads if masks else frozenset()
         self.memo: dict[tuple[UOp, ...], UOp] = {}
         self.lane_memo: dict[tuple[UOp, ...], tuple[UOp, ...]] = {}
 
@@ -155,7 +157,7 @@ class Packer:
             return gather(lanes)
         valid = addresses[0].src[2:]
         if not all(address.src[2:] == valid for address in addresses):
-            return gather(lanes)
+            return self._masked_load(lanes, addresses)
         alternatives = first.src[1:]
         if not all(lane.src[1:] == alternatives for lane in lanes):
             return gather(lanes)
@@ -164,6 +166,23 @@ class Packer:
         width = len(lanes)
         vector_alternatives = tuple(broadcast(alternative, width) for alternative in alternatives)
         return UOp(Ops.LOAD, first.dtype.vec(width), (addresses[0],) + vector_alternatives, first.arg)
+
+
+    def _masked_load(self, lanes: tuple[UOp, ...], addresses: tuple[UOp, ...]) -> UOp:
+        """Loads from consecutive addresses with a gate per lane as one vector load gated by the lanes' gates packed
+        into a mask (RendererContract.masked_load_dtypes), else the lanes gathered one by one."""
+        first = lanes[0]
+        if first.dtype.scalar not in self.masked_loads or not all(len(address.src) == 3 for address in addresses) or \
+                not all(lane.src[1:] == first.src[1:] for lane in lanes) or \
+                not consecutive(tuple(address.src[1] for address in addresses)):
+            return gather(lanes)
+        gate = self.pack(tuple(address.src[2] for address in addresses))
+        if gate.op is Ops.VECTORIZE:  # no mask: the gates are computed lane by lane
+            return gather(lanes)
+        width = len(lanes)
+        index = addresses[0].replace(src=(addresses[0].src[0], addresses[0].src[1], gate))
+        alternatives = tuple(broadcast(alternative, width) for alternative in first.src[1:])
+        return UOp(Ops.LOAD, first.dtype.vec(width), (index,) + alternatives, first.arg)
 
 
 def _same_source_dtypes(lane: UOp, first: UOp) -> bool:

@@ -77,6 +77,11 @@ class RendererContract:
     """The ALU ops the language applies to vectors lane-wise (or such a set per scalar dtype); the others are
     devectorized (None: codegen.devectorize's defaults). CAST and BITCAST in the set keep whole-vector conversions
     (between the non-bool dtypes the set allows)."""
+    masked_load_dtypes: frozenset[DType] = frozenset()
+    """Scalar dtypes whose vector loads from consecutive addresses may have a different gate per lane (a row of a
+    padded copy that starts or ends in the padding): the INDEX's gate is then a bool vector, and the renderer reads
+    only the lanes where it is true (a masked load: the others touch no memory) and gives the load's alternative in
+    the rest. Needs `vector_masks`; without it such loads are gathered lane by lane."""
     vector_masks: bool = False
     """Bool vectors may be lane masks: vector comparisons of the dtypes whose `vector_alu_ops` hold them, logic
     (AND, OR, XOR) on such masks and WHERE over them stay vector ops; the renderer writes the masks and selects

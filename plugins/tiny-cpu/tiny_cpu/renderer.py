@@ -138,6 +138,36 @@ class CWalk(CStyleWalk):
 
 
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
+# masked vector loads (a gate per lane, RendererContract.masked_load_dtypes): x86's masked loads read only the lanes
+# whose mask is set and fault on none of the others (a row of a padded copy that starts in the padding may point
+# before the buffer). gcc and clang share these builtins' names; elsewhere each lane is read behind its own test.
+_MASKED_LOADS = {dtypes.float32.vec(4): "TC_MASKED_LOAD_FLOAT4", dtypes.float32.vec(8): "TC_MASKED_LOAD_FLOAT8",
+                 dtypes.float32.vec(16): "TC_MASKED_LOAD_FLOAT16"}
+_MASKED_LOAD_MACROS = {
+    dtypes.float32.vec(4): ("__AVX__", "__builtin_ia32_maskloadps((const float4*)(address), (mask))"),
+    dtypes.float32.vec(8): ("__AVX__", "__builtin_ia32_maskloadps256((const float8*)(address), (mask))"),
+    dtypes.float32.vec(16): ("__AVX512F__", "__builtin_ia32_loadups512_mask((const float*)(address), (float16){0}, "
+                                            "__builtin_ia32_cmpd512_mask((mask), (int16){0}, 4, (unsigned short)-1))")}
+
+
+def _lane_gated(uop: UOp) -> bool:
+    """True for a LOAD whose INDEX has a bool vector gate (a masked load)."""
+    index = uop.src[0] if uop.src else None
+    return index is not None and index.op is Ops.INDEX and len(index.src) > 2 and index.src[2].dtype.count > 1
+
+
+def _masked_load_macro(dtype: DType) -> str:
+    """TC_MASKED_LOAD_<TYPE>(address, mask) for one float vector dtype: the x86 masked load where the target has it,
+    else a loop over the lanes (a GNU C statement expression) that reads a lane only where its mask is set."""
+    name, (feature, builtin) = _MASKED_LOADS[dtype], _MASKED_LOAD_MACROS[dtype]
+    type_name = f"float{dtype.count}"
+    return "\n".join([f"#ifndef {name}", f"#if defined({feature}) && defined(__x86_64__)",
+                      f"#define {name}(address, mask) {builtin}",
+                      "#else",
+                      f"#define {name}(address, mask) ({{ {type_name} tc_lanes; for (int tc_lane = 0; "
+                      f"tc_lane < {dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? "
+                      f"(address)[tc_lane] : 0.0f; tc_lanes; }})",
+                      "#endif", "#endif"])
 # fused multiply-adds (MULACC marked FUSED): x86 FMA builtins where the target has FMA (gcc and clang share their
 # names), else a multiply and an add; kernels compile with -ffp-contract=off, so nothing else is fused
 _FUSED_MULTIPLY_ADD = {dtypes.float32.vec(16): "TC_FMA_FLOAT16", dtypes.float64.vec(8): "TC_FMA_DOUBLE8",
@@ -246,10 +276,33 @@ class MaskWalk(CWalk):
         self.kept_in_registers = _loads_kept_in_registers(uops)
 
     def op_load(self, uop: UOp) -> None:
-        """A load as usual; one that feeds several FMAs is then kept in a register (`_IN_REGISTER_MACRO`)."""
-        super().op_load(uop)
+        """A load as usual, or masked where its gate is a bool vector (`_MASKED_LOADS`); one that feeds several FMAs
+        is then kept in a register (`_IN_REGISTER_MACRO`)."""
+        if _lane_gated(uop):
+            self._masked_load(uop)
+        else:
+            super().op_load(uop)
         if uop in self.kept_in_registers:
             self.emit(f"TC_IN_REGISTER({self.names[uop]});")
+
+    def _masked_load(self, uop: UOp) -> None:
+        """`TC_MASKED_LOAD_<TYPE>(address, mask)`: the lanes whose gate is true, zero elsewhere (no memory read
+        there), then the load's alternative blended into those lanes unless it is zero."""
+        count = uop.dtype.count
+        pointer = self.pointer_of(uop.src[0])
+        mask = self.mask_of(uop.src[0].src[2], uop.dtype.scalar.itemsize, count)
+        self.note(uop.dtype)
+        value = f"{_MASKED_LOADS[uop.dtype]}({pointer.address()}, {mask})"
+        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+        if alternatives and not (alternatives[0].op is Ops.CONST and alternatives[0].arg == 0) and \
+                not (alternatives[0].op is Ops.VECTORIZE and all(lane.op is Ops.CONST and lane.arg == 0
+                                                                  for lane in alternatives[0].src)):
+            loaded = self.fresh("val")
+            self.emit(f"{self.renderer.render_dtype(uop.dtype)} {loaded} = {value};")
+            value = self.blend(mask, loaded, self.whole(alternatives[0], count), uop.dtype)
+        name = self.fresh("val")
+        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {value};")
+        self.names[uop] = name
 
     def _vector_lanes(self, dtype: DType) -> bool:
         """True for vectors this walk blends and compares whole (not bool, bfloat16 or a narrow dtype)."""
@@ -394,6 +447,7 @@ class CRenderer(CStyleLanguage):
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
     vector_masks = True
+    masked_load_dtypes = frozenset({dtypes.float32})  # _MASKED_LOADS
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
     matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target in __init__)
     fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
@@ -461,6 +515,8 @@ class CRenderer(CStyleLanguage):
             lines.append(_FUSED_MULTIPLY_ADD_MACROS)
             if _loads_kept_in_registers(uops):
                 lines.append(_IN_REGISTER_MACRO)
+        masked = {uop.dtype for uop in uops if uop.op is Ops.LOAD and _lane_gated(uop)}
+        lines.extend(_masked_load_macro(dtype) for dtype in _MASKED_LOADS if dtype in masked)
         selected = {uop.dtype for uop in uops if uop.op in (Ops.MAX, Ops.WHERE)}
         lines.extend(_min_max_macros(dtype) for dtype in _MIN_MAX if dtype in selected)
         return lines
