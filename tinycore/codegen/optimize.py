@@ -301,10 +301,9 @@ class Heuristic:
             else:
                 rows = self._one_vector_rows(rows, row_candidates)
             row_blocks = self._block_positions(rows)
-            if row_blocks and panel_columns is not None and self._group_rows_for_panels(row_blocks[0], first,
-                                                                                          column_tile, panel_columns):
-                pass
-            elif row_blocks and not gathered and not self._row_block_in_l1(first) and \
+            grouped = bool(row_blocks) and panel_columns is not None and \
+                self._group_rows_for_panels(row_blocks[0], first, column_tile, panel_columns)
+            if row_blocks and not grouped and not gathered and not self._row_block_in_l1(first) and \
                     not self._block_rows(row_blocks[0], first, column_tile):
                 # row blocks innermost: one column panel of the second input is reused from cache by every row block
                 self.kernel.nest_inside(row_blocks[0])
