@@ -21,7 +21,7 @@ from tinycore.uop.uop import UOp
 
 F32, I32, U32 = dtypes.float32, dtypes.int32, dtypes.uint32
 _ROUNDER = 12582912.0  # 1.5 * 2**23: adding and subtracting it rounds a float32 below 2**22 to an integer
-_EXP2_BIAS = 152  # added to exp2's n in [-151, 129] so that the bits of the rounding sum hold n + 152 in [1, 281]
+_EXP2_BIAS = 152  # added to exp2's n in [-150, 129] so that the bits of the rounding sum hold n + 152 in [2, 281]
 _EXP2_FIRST_FIELD = 2 * 127 - _EXP2_BIAS  # exponent fields floor(u/2) + 102 and ceil(u/2) add up to n + 2 * 127
 # 2**f on |f| <= 1/2 by a degree-6 polynomial: a least-squares fit of the relative error on 2000 Chebyshev nodes
 # (numpy.linalg.lstsq in float64), relative error below 2e-9 (0.03 ulp); one degree fewer than Taylor needs
@@ -59,8 +59,15 @@ def exp2_float32(x: UOp, fused: bool = False) -> UOp:
     The rounding sum c + 1.5 * 2**23 + _EXP2_BIAS holds n + _EXP2_BIAS in its low mantissa bits, so both powers of
     two come from those bits by integer shifts and adds (no float-to-int conversion, which LLVM makes poison for
     nan). A nan passes the clamps unchanged (each select keeps x where its comparison is false) and every step after
-    them, so it needs no select of its own; inf and -inf are clamped to 129 and -151, which give inf and 0."""
-    above = (x < _float(-151.0)).where(_float(-151.0), x)
+    them, so it needs no select of its own; inf is clamped to 129, which gives inf.
+
+    Below -150 the result is +0 (2**-150 is half the least denormal, and rounds to even): those lanes compute 2**0
+    and select 0 at the end. Computed through, their products underflowed, and x86 takes a microcode assist for
+    each result that underflows (the FPU does not flush to zero here): exp2 of 4M times -inf ran 15x slower than of
+    4M zeros, and a causal mask's -inf scores made attention's softmax crawl. Results in the denormal range itself
+    (x in (-150, -126)) still round there, correctly, at that cost."""
+    underflow = x < _float(-150.0)
+    above = underflow.where(_float(0.0), x)
     clamped = (_float(129.0) < above).where(_float(129.0), above)
     # adding and removing the rounder rounds to the nearest integer (|clamped| < 2**22); exact, no libm round()
     rounder = _float(_ROUNDER + _EXP2_BIAS)
@@ -68,15 +75,15 @@ def exp2_float32(x: UOp, fused: bool = False) -> UOp:
     whole = shifted - rounder
     fraction = clamped - whole
     polynomial = _horner(_EXP2_COEFFICIENTS, fraction, fused)
-    # bits = 0x4B400000 + u with u = n + _EXP2_BIAS in [1, 281]; shifted left by 23, the 0x4B400000 part (and its
-    # half) leave nothing behind, so the exponent fields are floor(u/2) + _EXP2_FIRST_FIELD in [102, 242] and
+    # bits = 0x4B400000 + u with u = n + _EXP2_BIAS in [2, 281]; shifted left by 23, the 0x4B400000 part (and its
+    # half) leave nothing behind, so the exponent fields are floor(u/2) + _EXP2_FIRST_FIELD in [103, 242] and
     # ceil(u/2) in [1, 141], adding up to n + 2 * 127. Unsigned, so every shift is defined for nan's bits too.
     bits = shifted.bitcast(U32)
     half = bits >> _unsigned(1)
     first = ((half + _unsigned(_EXP2_FIRST_FIELD)) << _unsigned(23)).bitcast(F32)
     second = ((bits - half) << _unsigned(23)).bitcast(F32)
     # polynomial * first is exact (in [2**-26, 2**116]); only the product with second rounds, once, into denormals
-    return polynomial * first * second
+    return underflow.where(_float(0.0), polynomial * first * second)
 
 
 def _float32_bits(value: float) -> int:

@@ -45,6 +45,22 @@ def test_exp2_special_values() -> None:
     np.testing.assert_array_equal(got[exact], want[exact])
 
 
+def test_exp2_underflow_is_positive_zero_and_masked_softmax_matches_numpy() -> None:
+    # below -150 exp2 selects +0 (its lanes compute 2**0 instead of underflowing, which x86 runs as microcode
+    # assists); -150 itself rounds to +0 too, just above it to the least denormal
+    values = np.array([-np.inf, -3e38, -1000.0, -150.5, -150.0, -149.99, -149.0, -127.0], dtype=np.float32)
+    got = Tensor(values).exp2().numpy()
+    np.testing.assert_array_equal(got.view(np.uint32)[:5], np.zeros(5, np.uint32))
+    np.testing.assert_array_equal(got, rounded(np.exp2, values))
+    # a causal mask's -inf scores: exp of them is exactly 0 and the rows still sum to 1
+    scores = np.random.default_rng(0).standard_normal((4, 33, 33)).astype(np.float32)
+    masked = np.where(np.tril(np.ones((33, 33), bool)), scores, -np.inf).astype(np.float32)
+    expected = np.exp(masked - masked.max(-1, keepdims=True))
+    expected /= expected.sum(-1, keepdims=True)
+    result = Tensor(masked).softmax(-1).numpy()
+    np.testing.assert_allclose(result, expected, rtol=1e-6, atol=1e-7)
+    assert (result[:, np.triu_indices(33, 1)[0], np.triu_indices(33, 1)[1]] == 0).all()
+
 
 def test_exp2_and_exp_of_every_kind_of_nan_are_nan() -> None:
     # exp2 selects nothing for nan: the clamps keep it and every later step carries it, whatever its sign or payload
