@@ -61,7 +61,9 @@ weight gradient summed channels last has the 3 kernel columns as its row axis: 3
 replayed in alternation, forward + both gradients: 16x64x32x32 * 64x64x3x3 1.17x, bench/bench_conv.py's plain64x64
 1.16x, stride2 1.18x, narrow8x8 1.18x, narrow14x14 and narrow7x7 1.11x, the others unchanged (6 rows 1.11x over all;
 12 rows, 4 input channels x 3 columns, 1.01x: gcc keeps the columns' shifted scalars in registers across steps and
-then spills)."""
+then spills). With 16 vector registers (32-byte vectors; gcc kept to ymm0-15 on that Xeon) the tile widens to
+MATMUL_ROWS: 3 columns x 2 input channels, 12 accumulators, over bench_conv's shapes 1.08x (stride2 1.17x, res64
+1.12x, plain64x64 and narrow14x14 1.10x, narrow8x8 0.97x, the others unchanged; 9 rows there spill: 1.03x)."""
 WIDE_MATMUL_ROWS = 12
 """Those rows where vectors are WIDE_VECTOR_BYTES (32 registers): 24 accumulators, each loaded vector of the second
 input used by twice as many rows, so half the bytes per multiply-add come from L2. On a 2-core AVX-512 Xeon, kernels
@@ -335,15 +337,17 @@ class Heuristic:
     def _second_row_axis(self, rows: UOp, row_tile: int, candidates: list[UOp]) -> None:
         """Widen a row tile of `row_tile` rows that its axis kept short (the 3 kernel columns of a convolution's
         weight gradient, in rows of 2 vectors of output channels) with a second row axis: the largest tile of another
-        candidate that divides it and keeps the rows at most SECOND_ROW_LIMIT."""
-        if row_tile >= MATMUL_ROWS or not self._wide_registers():
+        candidate that divides it and keeps the rows at most SECOND_ROW_LIMIT (MATMUL_ROWS with 16 vector
+        registers)."""
+        limit = SECOND_ROW_LIMIT if self._wide_registers() else MATMUL_ROWS
+        if row_tile >= MATMUL_ROWS:
             return
         best: tuple[UOp, int] | None = None
         for candidate in candidates:
             if candidate is rows or candidate not in self.kernel.axes:
                 continue
             size = range_size(candidate) or 0
-            tile = next((t for t in range(SECOND_ROW_LIMIT // row_tile, 1, -1) if size % t == 0), None)
+            tile = next((t for t in range(limit // row_tile, 1, -1) if size % t == 0), None)
             if tile is not None and (best is None or tile > best[1]):
                 best = (candidate, tile)
         if best is not None:
