@@ -243,7 +243,7 @@ class Kernel:
             raise KernelOptError(f"{opt} names axis {opt.axis}, the kernel has {len(self.axes)} axes")
         kind = self.kinds[opt.axis]
         output_axis = kind in (AxisType.LOOP, AxisType.GLOBAL)
-        if any(other is not self.axes[opt.axis] and self.axes[opt.axis] in other.src[0].toposort
+        if any(other is not self.axes[opt.axis] and other.src[0].depends_on(self.axes[opt.axis])
                for other in self.axes):
             # the groups of an uneven BLOCK: the inner loop's trip count is computed from this index, which must stay
             # a plain loop outside it

@@ -453,14 +453,17 @@ class Heuristic:
         return any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored
                    for node in self.kernel.ast.toposort)
 
+    def _row_blocks(self, position: int, first: UOp, column_tile: int) -> tuple[int, int]:
+        """The row blocks of a matmul tile at axis `position` and the bytes of the first input each one reads."""
+        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
+        row_tile = max(1, self.upcast_product() // column_tile)
+        return range_size(self.kernel.axes[position]) or 0, row_tile * reduce_steps * first.dtype.itemsize
+
     def _block_rows(self, position: int, first: UOp, column_tile: int) -> bool:
         """Cache blocking of a matmul whose row blocks read more of the first input than GROUP_BYTES: the row blocks
         are split into groups that fit, every column block running over one group before the next group starts;
         True when applied."""
-        blocks = range_size(self.kernel.axes[position]) or 0
-        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
-        row_tile = max(1, self.upcast_product() // column_tile)
-        bytes_per_block = row_tile * reduce_steps * first.dtype.itemsize
+        blocks, bytes_per_block = self._row_blocks(position, first, column_tile)
         if blocks * bytes_per_block <= GROUP_BYTES:
             return False
         # the groups are what the workers split: a count they divide keeps the cores evenly loaded
@@ -480,10 +483,7 @@ class Heuristic:
         if cache is None or cache < PRIVATE_GROUP_MIN_CACHE or workers < 2 or \
                 (range_size(panels) or 0) < 2 * workers:
             return False
-        blocks = range_size(self.kernel.axes[position]) or 0
-        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
-        row_tile = max(1, self.upcast_product() // column_tile)
-        bytes_per_block = row_tile * reduce_steps * first.dtype.itemsize
+        blocks, bytes_per_block = self._row_blocks(position, first, column_tile)
         limit = cache // 2
         if blocks * bytes_per_block <= limit:
             return False  # the first input stays in cache whole: the workers split what they would read again least

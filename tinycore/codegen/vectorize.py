@@ -167,7 +167,6 @@ class Packer:
         vector_alternatives = tuple(broadcast(alternative, width) for alternative in alternatives)
         return UOp(Ops.LOAD, first.dtype.vec(width), (addresses[0],) + vector_alternatives, first.arg)
 
-
     def _masked_load(self, lanes: tuple[UOp, ...], addresses: tuple[UOp, ...]) -> UOp:
         """Loads from consecutive addresses with a gate per lane as one vector load gated by the lanes' gates packed
         into a mask (RendererContract.masked_load_dtypes), else the lanes gathered one by one."""

@@ -294,9 +294,9 @@ class MaskWalk(CWalk):
         self.note(uop.dtype)
         value = f"{_MASKED_LOADS[uop.dtype]}({pointer.address()}, {mask})"
         alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        if alternatives and not (alternatives[0].op is Ops.CONST and alternatives[0].arg == 0) and \
-                not (alternatives[0].op is Ops.VECTORIZE and all(lane.op is Ops.CONST and lane.arg == 0
-                                                                  for lane in alternatives[0].src)):
+        lanes = (alternatives[0].src if alternatives[0].op is Ops.VECTORIZE else alternatives[:1]) if alternatives \
+            else ()
+        if not all(lane.op is Ops.CONST and lane.arg == 0 for lane in lanes):
             loaded = self.fresh("val")
             self.emit(f"{self.renderer.render_dtype(uop.dtype)} {loaded} = {value};")
             value = self.blend(mask, loaded, self.whole(alternatives[0], count), uop.dtype)
