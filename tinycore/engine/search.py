@@ -13,9 +13,10 @@ so the choice only changes speed.
 
 The winner's opts are kept on disk (`cache_dir()/beam`), keyed by the kernel's structure, the device family, the
 renderer, the compiler with its flags and target CPU or architecture, the worker count and N; a later process
-reuses them without searching. IGNORE_BEAM_CACHE=1 searches again (and rewrites the entry); CACHELEVEL=0 neither
-reads nor writes it. GPU renderers (workgroups without CPU workers) keep their heuristic: their launch shapes are
-chosen by codegen/gpu.py, which takes no opts yet.
+reuses them without searching. The heuristic's own opts for the kernel are part of the key too: a search that
+began from another heuristic's kernel is done again. IGNORE_BEAM_CACHE=1 searches again (and rewrites the entry);
+CACHELEVEL=0 neither reads nor writes it. GPU renderers (workgroups without CPU workers) keep their heuristic: their
+launch shapes are chosen by codegen/gpu.py, which takes no opts yet.
 """
 from __future__ import annotations
 
@@ -180,12 +181,18 @@ def kernel_key(ast: UOp) -> str:
 
 
 def cache_key(ast: UOp, device: str, renderer: RendererContract, compiler: Any, width: int) -> str:
-    """The beam cache key: kernel, device family, renderer, compiler and arch (its version and flags), workers, N."""
+    """The beam cache key: kernel, device family, renderer, compiler and arch (its version and flags), workers, N,
+    and the opts the heuristic chooses for the kernel.
+
+    The search starts from the heuristic's kernel and keeps it unless a finalist beats it, so a result found beside
+    another heuristic (an older tinycore, another cache size) may be slower than today's heuristic: such a
+    kernel is searched again rather than read back."""
     family = device.split(":")[0]
+    heuristic = ";".join(f"{opt.op.name},{opt.axis},{opt.amount}" for opt in optimize_kernel(ast, renderer).applied)
     renderer_name = f"{type(renderer).__module__}.{type(renderer).__qualname__}"
     compiler_identity = "\0".join((compiler.name, compiler.version(), *compiler.flags))
     parts = (str(SEARCH_FORMAT), kernel_key(ast), family, renderer_name, renderer.device, DEV.target(device).arch,
-             compiler_identity, str(default_worker_count()), str(width))
+             compiler_identity, str(default_worker_count()), str(width), heuristic)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

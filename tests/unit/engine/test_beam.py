@@ -129,6 +129,25 @@ def test_cache_key_names_kernel_device_renderer_and_width():
     assert key != search.cache_key(ast_a, "GPU", cpu.renderer, cpu.compiler, 2)
 
 
+def test_cache_key_changes_with_the_heuristics_choice(monkeypatch):
+    """A search result found beside another heuristic is not read back: it may be slower than today's choice."""
+    cpu = Device["CPU"]
+    from tinycore.schedule import create_schedule
+    total = Tensor(np.ones((64, 64), np.float32)).sum(axis=0)
+    ast = [item.ast for item in create_schedule([total.uop]).items if item.ast.op.name == "SINK"][0]
+    key = search.cache_key(ast, "CPU", cpu.renderer, cpu.compiler, 2)
+    original = search.optimize_kernel
+
+    def other_heuristic(ast_node, renderer, opts=None):
+        kernel = original(ast_node, renderer, opts)
+        kernel.applied = kernel.applied[:-1]  # as if an older heuristic had left out its last opt
+        return kernel
+
+    assert original(ast, cpu.renderer).applied, "the heuristic should choose at least one opt for this sum"
+    monkeypatch.setattr(search, "optimize_kernel", other_heuristic)
+    assert search.cache_key(ast, "CPU", cpu.renderer, cpu.compiler, 2) != key
+
+
 def test_debug_2_prints_the_speedup_and_a_plain_progress_bar(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # no tqdm: the plain one-line bar
     x = np.random.default_rng(6).standard_normal((8, 16), dtype=np.float32)
