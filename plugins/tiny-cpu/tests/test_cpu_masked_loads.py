@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cpu_vectors import VECTOR_BYTES, cpu_vector_bytes
 from tiny_cpu.compiler import _find_compiler
-from tiny_cpu.renderer import _MASKED_LOADS, _masked_load_macro
+from tiny_cpu.renderer import _masked_load_macro, _masked_load_name
 
 from tinycore import Tensor, dtypes
 from tinycore.codegen import lower_to_program
@@ -81,7 +81,7 @@ X86 = platform.machine().lower() in ("x86_64", "amd64")
 
 
 @pytest.mark.parametrize("march", ["x86-64", "native"] if X86 else [None])
-@pytest.mark.parametrize("lanes", [4, 8, 16])
+@pytest.mark.parametrize("lanes", [2, 4, 8, 16])
 def test_masked_loads_read_only_the_masked_lanes(tmp_path: Path, lanes: int, march: str | None) -> None:
     # the lanes outside the mask point into a guard page, so reading one would crash: only the set lanes may be read,
     # by the x86 masked load (-march=native there) and by the portable lane loop (plain x86-64, no AVX; other
@@ -99,8 +99,8 @@ int main(void) {{
   mprotect(page + 4096, 4096, PROT_NONE);
   float *row = (float *)(page + 4096) - 3;
   row[0] = 1.5f; row[1] = -2.0f; row[2] = 4.0f;
-  int{lanes} mask = {{-1, 0, -1}};
-  float{lanes} value = {_MASKED_LOADS[dtype]}(row, mask);
+  int{lanes} mask = {{{", ".join(["-1", "0", "-1"][:lanes])}}};
+  float{lanes} value = {_masked_load_name(dtype)}(row, mask);
   for (int lane = 0; lane < {lanes}; lane++) printf("%g ", (double)value[lane]);
   return 0;
 }}
@@ -111,4 +111,27 @@ int main(void) {{
     flags = [f"-march={march}"] if march else []
     subprocess.run([compiler, "-O2", *flags, str(source), "-o", str(binary)], check=True)
     output = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.split()
-    assert [float(value) for value in output] == [1.5, 0.0, 4.0] + [0.0] * (lanes - 3)
+    assert [float(value) for value in output] == ([1.5, 0.0, 4.0] + [0.0] * (lanes - 3))[:lanes]
+
+
+@pytest.mark.parametrize("lanes", [2, 4, 8])
+def test_masked_rows_of_any_width_run(lanes: int) -> None:
+    # BEAM tries every upcast amount: a two-lane shifted row (no x86 masked load of that width) once raised a
+    # KeyError in the renderer; every width must render and read only its lanes
+    from tinycore.codegen import optimize_kernel
+    from tinycore.codegen.opt import Opt, OptOps
+    from tinycore.engine.memory import buffer_of
+    from tinycore.engine.realize import Runner
+    data = np.random.default_rng(4).standard_normal((3, 4, 13, 30)).astype(np.float32)
+    padded = Tensor(data).realize().relu().pad(((0, 0), (0, 0), (1, 1), (3, 2))).contiguous()
+    items = [item for item in create_schedule([padded.uop], device_facts).items if not item.is_copy]
+    assert len(items) == 1
+    item = items[0]
+    row_axis = len(optimize_kernel(item.ast, Device["CPU"].renderer, []).axes) - 1
+    runner = Runner(item.ast, "CPU", opts=[Opt(OptOps.SHIFTED_UPCAST, row_axis, lanes)])
+    assert f"TC_MASKED_LOAD_FLOAT{lanes}(" in runner.spec.src
+    buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
+    runner([buffer._buf for buffer in buffers], {})
+    Device["CPU"].synchronize()
+    found = np.frombuffer(buffers[0].tobytes(), np.float32).reshape(3, 4, 15, 35)
+    np.testing.assert_array_equal(found, np.pad(np.maximum(data, 0), ((0, 0), (0, 0), (1, 1), (3, 2))))

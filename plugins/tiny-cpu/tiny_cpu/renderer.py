@@ -141,13 +141,18 @@ _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int6
 # masked vector loads (a gate per lane, RendererContract.masked_load_dtypes): x86's masked loads read only the lanes
 # whose mask is set and fault on none of the others (a row of a padded copy that starts in the padding may point
 # before the buffer). gcc and clang share these builtins' names; elsewhere each lane is read behind its own test.
-_MASKED_LOADS = {dtypes.float32.vec(4): "TC_MASKED_LOAD_FLOAT4", dtypes.float32.vec(8): "TC_MASKED_LOAD_FLOAT8",
-                 dtypes.float32.vec(16): "TC_MASKED_LOAD_FLOAT16"}
 _MASKED_LOAD_MACROS = {
     dtypes.float32.vec(4): ("__AVX__", "__builtin_ia32_maskloadps((const float4*)(address), (mask))"),
     dtypes.float32.vec(8): ("__AVX__", "__builtin_ia32_maskloadps256((const float8*)(address), (mask))"),
     dtypes.float32.vec(16): ("__AVX512F__", "__builtin_ia32_loadups512_mask((const float*)(address), (float16){0}, "
                                             "__builtin_ia32_cmpd512_mask((mask), (int16){0}, 4, (unsigned short)-1))")}
+"""The x86 masked loads by vector dtype; other widths (two lanes, or a target without the feature) read lane by
+lane behind each lane's test."""
+
+
+def _masked_load_name(dtype: DType) -> str:
+    """TC_MASKED_LOAD_<TYPE>: the macro that loads a `dtype` vector under a mask."""
+    return f"TC_MASKED_LOAD_{dtype.scalar.name.upper()}{dtype.count}"
 
 
 def _lane_gated(uop: UOp) -> bool:
@@ -159,15 +164,15 @@ def _lane_gated(uop: UOp) -> bool:
 def _masked_load_macro(dtype: DType) -> str:
     """TC_MASKED_LOAD_<TYPE>(address, mask) for one float vector dtype: the x86 masked load where the target has it,
     else a loop over the lanes (a GNU C statement expression) that reads a lane only where its mask is set."""
-    name, (feature, builtin) = _MASKED_LOADS[dtype], _MASKED_LOAD_MACROS[dtype]
-    type_name = f"float{dtype.count}"
+    name, type_name = _masked_load_name(dtype), f"float{dtype.count}"
+    lane_loop = (f"#define {name}(address, mask) ({{ {type_name} tc_lanes; for (int tc_lane = 0; "
+                 f"tc_lane < {dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? "
+                 f"(address)[tc_lane] : 0.0f; tc_lanes; }})")
+    if dtype not in _MASKED_LOAD_MACROS:
+        return "\n".join([f"#ifndef {name}", lane_loop, "#endif"])
+    feature, builtin = _MASKED_LOAD_MACROS[dtype]
     return "\n".join([f"#ifndef {name}", f"#if defined({feature}) && defined(__x86_64__)",
-                      f"#define {name}(address, mask) {builtin}",
-                      "#else",
-                      f"#define {name}(address, mask) ({{ {type_name} tc_lanes; for (int tc_lane = 0; "
-                      f"tc_lane < {dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? "
-                      f"(address)[tc_lane] : 0.0f; tc_lanes; }})",
-                      "#endif", "#endif"])
+                      f"#define {name}(address, mask) {builtin}", "#else", lane_loop, "#endif", "#endif"])
 # fused multiply-adds (MULACC marked FUSED): x86 FMA builtins where the target has FMA (gcc and clang share their
 # names), else a multiply and an add; kernels compile with -ffp-contract=off, so nothing else is fused
 _FUSED_MULTIPLY_ADD = {dtypes.float32.vec(16): "TC_FMA_FLOAT16", dtypes.float64.vec(8): "TC_FMA_DOUBLE8",
@@ -276,7 +281,7 @@ class MaskWalk(CWalk):
         self.kept_in_registers = _loads_kept_in_registers(uops)
 
     def op_load(self, uop: UOp) -> None:
-        """A load as usual, or masked where its gate is a bool vector (`_MASKED_LOADS`); one that feeds several FMAs
+        """A load as usual, or masked where its gate is a bool vector (`_masked_load_macro`); one feeding several FMAs
         is then kept in a register (`_IN_REGISTER_MACRO`)."""
         if _lane_gated(uop):
             self._masked_load(uop)
@@ -292,7 +297,7 @@ class MaskWalk(CWalk):
         pointer = self.pointer_of(uop.src[0])
         mask = self.mask_of(uop.src[0].src[2], uop.dtype.scalar.itemsize, count)
         self.note(uop.dtype)
-        value = f"{_MASKED_LOADS[uop.dtype]}({pointer.address()}, {mask})"
+        value = f"{_masked_load_name(uop.dtype)}({pointer.address()}, {mask})"
         alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
         lanes = (alternatives[0].src if alternatives[0].op is Ops.VECTORIZE else alternatives[:1]) if alternatives \
             else ()
@@ -447,7 +452,7 @@ class CRenderer(CStyleLanguage):
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
     vector_masks = True
-    masked_load_dtypes = frozenset({dtypes.float32})  # _MASKED_LOADS
+    masked_load_dtypes = frozenset({dtypes.float32})  # _masked_load_macro
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
     matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target in __init__)
     fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
@@ -516,7 +521,7 @@ class CRenderer(CStyleLanguage):
             if _loads_kept_in_registers(uops):
                 lines.append(_IN_REGISTER_MACRO)
         masked = {uop.dtype for uop in uops if uop.op is Ops.LOAD and _lane_gated(uop)}
-        lines.extend(_masked_load_macro(dtype) for dtype in _MASKED_LOADS if dtype in masked)
+        lines.extend(_masked_load_macro(dtype) for dtype in sorted(masked, key=lambda vector: vector.count))
         selected = {uop.dtype for uop in uops if uop.op in (Ops.MAX, Ops.WHERE)}
         lines.extend(_min_max_macros(dtype) for dtype in _MIN_MAX if dtype in selected)
         return lines
