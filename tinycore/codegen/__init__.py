@@ -13,10 +13,9 @@ from tinycore.codegen.atomics import resolve_combining_stores
 from tinycore.codegen.expand import expand
 from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
-from tinycore.codegen.opt import Kernel, Opt, OptOps
+from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
 from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
 from tinycore.codegen.row_values import share_row_values
-from tinycore.codegen.split_ranges import split_merged_axes
 from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
@@ -43,9 +42,12 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
         notes = hand_coded_optimizations(kernel, renderer)
         if renderer.has_threads and not any(_TILED in note for note in notes for _TILED in _TILE_NOTES):
             # no register tile: the axes its indices divide may hide one (a product over a merged axis)
-            split = split_merged_axes(kernel.original_ast)
-            if split is not kernel.original_ast:
-                candidate = Kernel(split)
+            candidate = Kernel(kernel.original_ast)
+            try:
+                candidate.apply_opt(Opt(OptOps.SPLIT_AXES, 0, 0))  # recorded, so the opts replay the split
+            except KernelOptError:
+                pass
+            else:
                 candidate_notes = hand_coded_optimizations(candidate, renderer)
                 if any(_TILED in note for note in candidate_notes for _TILED in _TILE_NOTES):
                     kernel, notes = candidate, candidate_notes + ["axes split where their indices divide them"]

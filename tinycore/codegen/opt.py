@@ -37,6 +37,10 @@ class OptOps(Enum):
     # outer part keeps its place, so the loops between them run once per block of `amount`); an amount that does not
     # divide the size makes round(size / amount) blocks of near-equal sizes
     BLOCK = auto()
+    # the whole kernel, first opt only (axis and amount 0): every output axis that the indices divide (`i // w`,
+    # `i % w`: an axis a reshape merged from two) split into one axis per factor (codegen/split_ranges.py); the
+    # heuristic takes it where only the split kernel has a register tile, and a search replays it from the opts
+    SPLIT_AXES = auto()
 
 
 @dataclass(frozen=True)
@@ -239,6 +243,9 @@ class Kernel:
 
     def apply_opt(self, opt: Opt) -> None:
         """Apply one opt; KernelOptError (and the kernel unchanged) when it does not fit."""
+        if opt.op is OptOps.SPLIT_AXES:
+            self._split_axes(opt)
+            return
         if not 0 <= opt.axis < len(self.axes):
             raise KernelOptError(f"{opt} names axis {opt.axis}, the kernel has {len(self.axes)} axes")
         kind = self.kinds[opt.axis]
@@ -278,6 +285,18 @@ class Kernel:
             self._nest(opt.axis)
         else:
             raise KernelOptError(f"unknown opt {opt}")
+        self.applied.append(opt)
+
+    def _split_axes(self, opt: Opt) -> None:
+        from tinycore.codegen.split_ranges import split_merged_axes  # it builds on replace_range above
+        if self.applied or (opt.axis, opt.amount) != (0, 0):
+            raise KernelOptError(f"{opt}: SPLIT_AXES is the first opt, with axis 0 and amount 0")
+        split = split_merged_axes(self.original_ast)
+        if split is self.original_ast:
+            raise KernelOptError(f"{opt}: no output axis of this kernel is divided by its indices")
+        original = self.original_ast
+        Kernel.__init__(self, split)
+        self.original_ast = original
         self.applied.append(opt)
 
     def nest_inside(self, axis: int) -> None:

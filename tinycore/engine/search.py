@@ -108,7 +108,7 @@ def _expansion(kernel: Kernel) -> int:
 
 def actions(kernel: Kernel, renderer: RendererContract) -> list[Opt]:
     """The opts that could extend `kernel` by one step (each still to be checked by applying it)."""
-    found: list[Opt] = []
+    found: list[Opt] = [Opt(OptOps.SPLIT_AXES, 0, 0)] if not kernel.applied else []
     for position, kind in enumerate(kernel.kinds):
         size = range_size(kernel.axes[position])
         if size is None or size < 2:

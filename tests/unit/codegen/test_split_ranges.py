@@ -53,3 +53,42 @@ def test_axes_no_index_divides_are_left_alone() -> None:
     items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
     plain = [item.ast for item in items if not any(node.op in (Ops.IDIV, Ops.MOD) for node in item.ast.toposort)]
     assert plain and all(split_merged_axes(ast) is ast for ast in plain)
+
+
+def test_the_split_is_an_opt_that_replays_and_runs_under_beam(tmp_path, monkeypatch) -> None:
+    """The heuristic's split is recorded as its first opt (SPLIT_AXES), so its opts rebuild its program (a BEAM
+    search starts from them; applied to the unsplit axes they named the wrong ones and failed), and a grouped
+    convolution's gradients searched with BEAM match torch."""
+    torch = pytest.importorskip("torch")
+    from tinycore.codegen import lower_to_program
+    from tinycore.codegen.opt import KernelOptError, Opt, OptOps
+    from tinycore.engine import realize
+    from tinycore.helpers import Context
+    merged, _ = _attention_output(2, 8, 24, 32)
+    ast = [item for item in create_schedule([merged.uop], device_facts).items if not item.is_copy][-1].ast
+    renderer = Device["CPU"].renderer
+    applied = optimize_kernel(ast, renderer).applied
+    assert applied[0] == Opt(OptOps.SPLIT_AXES, 0, 0)
+    assert lower_to_program(ast, renderer, list(applied)).src == lower_to_program(ast, renderer).src
+    with pytest.raises(KernelOptError, match="first opt"):
+        optimize_kernel(ast, renderer, [applied[0], applied[0]])
+    plain = [item.ast for item in create_schedule([(Tensor.empty(12, 20) @ Tensor.empty(20, 16)).uop],
+                                                  device_facts).items if not item.is_copy][0]
+    with pytest.raises(KernelOptError, match="no output axis"):
+        optimize_kernel(plain, renderer, [Opt(OptOps.SPLIT_AXES, 0, 0)])
+
+    monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((4, 16, 8, 8), dtype=np.float32)
+    w = rng.standard_normal((16, 4, 3, 3), dtype=np.float32)
+    realize._beam_runners.clear()
+    with Context(BEAM=1, BEAM_BUDGET=2, BEAM_UPCAST_MAX=16):
+        tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
+        tx.conv2d(tw, padding=1, groups=4).square().sum().backward()
+        assert tx.grad is not None and tw.grad is not None
+        found = (tx.grad.numpy(), tw.grad.numpy())
+    realize._beam_runners.clear()
+    px, pw = torch.from_numpy(x).double().requires_grad_(), torch.from_numpy(w).double().requires_grad_()
+    torch.nn.functional.conv2d(px, pw, padding=1, groups=4).square().sum().backward()
+    np.testing.assert_allclose(found[0], px.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(found[1], pw.grad.numpy(), rtol=1e-4, atol=1e-3)
