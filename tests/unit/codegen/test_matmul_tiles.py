@@ -15,6 +15,7 @@ from tinycore import Tensor
 from tinycore.codegen import linearize, lower_to_program
 from tinycore.codegen.interpreter import run_linear
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
+from tinycore.codegen.split_ranges import split_merged_axes
 from tinycore.counters import GlobalCounters
 from tinycore.device.registry import Device
 from tinycore.dtype import dtypes
@@ -709,3 +710,32 @@ def test_packed_matmul_groups_rows_for_a_large_private_cache_and_splits_the_pane
         assert "BLOCK 22 (matmul row blocks grouped for the core's cache)" in notes and \
             "THREAD 2 (multi-core, by column panels)" in notes, notes
     _close(found, x.astype(np.float64) @ y)
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("options", [{"dilation": 2, "padding": 2}, {"groups": 4, "padding": 1}])
+def test_dot_tile_of_a_weight_gradient_upcasts_the_window(vector_bytes: int, options: dict[str, int]) -> None:
+    # a dilated or grouped 3x3 weight gradient summed along image rows is a dot tile whose smaller input is indexed
+    # by the window: the 3 x 3 window positions share each vector of the output gradient (which one at a time read
+    # again for every position), with as many output channels as the accumulators leave room for
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    torch = pytest.importorskip("torch")
+    channels = 16
+    x, w = _array(4, channels, 16, 16), _array(32, channels // options.get("groups", 1), 3, 3, seed=2)
+    with cpu_vector_bytes(vector_bytes):
+        weight = Tensor(w, requires_grad=True)
+        Tensor(x).conv2d(weight, **options).square().sum().backward()
+        assert weight.grad is not None
+        items = [item for item in create_schedule([weight.grad.uop], device_facts).items if not item.is_copy]
+        notes = [hand_coded_optimizations(Kernel(item.ast), Device["CPU"].renderer) for item in items]
+        notes += [hand_coded_optimizations(Kernel(split_merged_axes(item.ast)), Device["CPU"].renderer)
+                  for item in items]
+        windows = [note for note in notes if note.count("UPCAST 3 (dot tile, window)") == 2]
+        assert windows, notes
+        rows = "UPCAST 2 (dot tile)" if vector_bytes >= 64 else None
+        assert all((rows in note) if rows else not any("(dot tile)" in line for line in note) for note in windows)
+        found = weight.grad.numpy()
+    tw = torch.from_numpy(w).double().requires_grad_()
+    torch.nn.functional.conv2d(torch.from_numpy(x).double(), tw, **options).square().sum().backward()
+    assert tw.grad is not None
+    _close(found, tw.grad.numpy())
