@@ -107,8 +107,8 @@ registers): 8 x 2 accumulators. dout @ W.T, 128x512x512 on a 2-core AVX-512 Xeon
 DOT_WINDOW_SIZE = 3
 """Output axes up to this size that index only the smaller input of a dot tile are a convolution's window (kernel
 rows and columns of a weight gradient), when together they are at least this size (two rows of a plain product keep
-the plain tile): `dot_tile` upcasts them whole, so each vector of the larger input (the output
-gradient, read once per window position before) serves every window position."""
+the plain tile): `dot_tile` upcasts them whole, so each vector of the larger input (the output gradient, read once
+per window position before) serves every window position."""
 DOT_WINDOW_ACCUMULATORS = {True: 18, False: 9}
 """Accumulators of a dot tile with window axes, by whether the registers are wide (32 vector registers): the larger
 input's rows are cut to fit. A dilated 3x3 weight gradient (32x16x3x3 over 32x32x32, 2-core AVX-512 Xeon): 8 rows
@@ -560,7 +560,8 @@ class Heuristic:
             return False
         larger, smaller = sorted((first_owner, second_owner), key=lambda node: -(range_size(node) or 0))
         wide = self._wide_registers()
-        window = [axis for axis in owned[owners.index(smaller)] if 1 < (range_size(axis) or 0) <= DOT_WINDOW_SIZE]
+        window = [axis for axis in owned[0 if smaller is first_owner else 1]
+                  if 1 < (range_size(axis) or 0) <= DOT_WINDOW_SIZE]
         window_size = prod(range_size(axis) or 1 for axis in window)
         if DOT_WINDOW_SIZE <= window_size <= DOT_WINDOW_ACCUMULATORS[wide]:
             return self._window_dot_tile(larger, window, window_size, width, wide)
