@@ -20,6 +20,7 @@ ALIGNMENT = 64
 HUGE_PAGE_BYTES = 2 << 20
 """Buffers this large or larger are aligned to it and advised onto huge pages (one huge page: 2 MiB on x86-64)."""
 MADV_HUGEPAGE = 14  # Linux's value on every architecture (asm-generic/mman-common.h)
+_LINUX = sys.platform.startswith("linux")
 
 
 def _load_libc() -> Any:
@@ -30,7 +31,7 @@ def _load_libc() -> Any:
         libc.posix_memalign.restype = ctypes.c_int
         libc.free.argtypes = [ctypes.c_void_p]
         libc.free.restype = None
-        if sys.platform.startswith("linux"):
+        if _LINUX:
             libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
             libc.madvise.restype = ctypes.c_int
         return libc
@@ -53,7 +54,7 @@ class CPUAllocator(LRUAllocator):
         if options is not None and options.external_ptr is not None:
             return options.external_ptr
         if _LIBC is not None:
-            huge = size >= HUGE_PAGE_BYTES and sys.platform.startswith("linux")
+            huge = _LINUX and size >= HUGE_PAGE_BYTES
             pointer = ctypes.c_void_p()
             if _LIBC.posix_memalign(ctypes.byref(pointer), HUGE_PAGE_BYTES if huge else ALIGNMENT, size) != 0 \
                     or not pointer.value:
