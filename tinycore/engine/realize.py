@@ -10,14 +10,14 @@ import concurrent.futures
 import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS
-from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, launcher_of
+from tinycore.plugins.contract import compiles_in_batches, copies_to_buffer, expects_launches, launcher_of
 from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
@@ -49,6 +49,8 @@ class Runner:
         if DEBUG >= 4:
             print(self.spec.src)
         self.program = opened.runtime(symbol, library)
+        if device not in _expectations:
+            _expectations[device] = opened.expect_launches if expects_launches(opened) else None
         if hasattr(self.program, "display_name"):  # queue devices name kernels in profiles
             self.program.display_name = self.spec.name
         self.compile_seconds = time.perf_counter() - started
@@ -74,6 +76,10 @@ class Runner:
             values = self.spec.vals(var_vals)
         return self.program(*arguments, global_size=global_size, local_size=local_size, vals=values, wait=wait)
 
+
+_expectations: dict[str, Callable[[], None] | None] = {}
+"""Each device with a compiled kernel: its `expect_launches` when it has one (DeviceContract), else None. Filled as
+runners are made, so a realize never opens a device just to tell it that launches may come."""
 
 _runners: dict[tuple[UOp, str, int], Runner] = {}
 """Compiled kernels by (AST, device, NUM_CPU_THREADS): the heuristic splits a CPU kernel across that many workers
@@ -344,6 +350,10 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         if not pending:
             return list(uops)
         to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
+    if _expectations:  # before the schedule or plan lookup, so that a device has that long to get ready
+        expect = _expectations.get(pending[0].device)
+        if expect is not None:
+            expect()
     if len(to_schedule) == 1:
         keyed = node_structure_key(to_schedule[0])
         template = template_of(to_schedule[0], keyed[0])

@@ -11,7 +11,7 @@ default and what the core does with it. The base classes a plugin subclasses der
     ProgramContract, LaunchableProgram: what `Compiled.runtime(name, binary)` returns (any callable of that shape)
 
 Optional methods are found by the helpers at the end (`makes_views`, `copies_to_buffer`, `opens_existing`,
-`compiles_in_batches`, `launcher_of`), never by `getattr` with a default.
+`compiles_in_batches`, `expects_launches`, `launcher_of`), never by `getattr` with a default.
 """
 from __future__ import annotations
 
@@ -231,6 +231,15 @@ class DeviceContract:
     def synchronize(self) -> None:
         """Wait until every launched program and copy on this device has finished (default: all are synchronous)."""
 
+    def expect_launches(self) -> None:
+        """Optional: a realize on this device has started and may launch kernels within a fraction of a millisecond.
+
+        The engine calls it first thing in a realize (before scheduling or looking up a launch plan) once the device
+        has a compiled kernel. A device whose first launch after a pause waits for something to wake up (the CPU
+        device's sleeping worker threads: 40-90 us on a virtual machine) starts waking it here, while the realize's
+        Python runs. It runs once per realize, so it must be cheap, and it must not block; the default does nothing.
+        """
+
 
 def makes_views(allocator: AllocatorContract) -> bool:
     """True when `allocator` overrides `_offset` (buffers that are views of other buffers)."""
@@ -250,6 +259,11 @@ def opens_existing(allocator: AllocatorContract) -> bool:
 def compiles_in_batches(compiler: CompilerContract) -> bool:
     """True when `compiler` overrides `compile_batch`."""
     return type(compiler).compile_batch is not CompilerContract.compile_batch
+
+
+def expects_launches(device: DeviceContract) -> bool:
+    """True when `device` overrides `expect_launches` (the engine then calls it at the start of each realize)."""
+    return type(device).expect_launches is not DeviceContract.expect_launches
 
 
 def launcher_of(program: object) -> Callable[..., Any] | None:

@@ -167,3 +167,63 @@ def test_workers_are_kept_off_the_launching_threads_cpu() -> None:
     assert len(narrowed) == len(allowed) - 1, masks  # one worker per CPU besides the launching thread (or none)
     assert all(len(mask) == len(allowed) - 1 and set(mask) < set(allowed) for mask in narrowed), masks
     assert len({tuple(mask) for mask in narrowed}) == min(1, len(narrowed)), masks  # all kept off the same CPU
+
+
+_WAKE_PROBE = r"""
+import ctypes, sys, time
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import tiny_cpu.pool as pool_module
+from test_cpu_pool import SCALE_SOURCE, buffer_from, expected_scale
+from tiny_cpu.compiler import ClangCompiler
+from tiny_cpu.runtime import CPUProgram
+
+def wait_for(condition, what):
+    deadline = time.monotonic() + 10
+    while not condition(pool_module.pool_state()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}: {pool_module.pool_state()}")
+        time.sleep(0.0005)
+
+library = pool_module.pool_library()
+runner = pool_module.parallel_runner()
+program = CPUProgram("tc_scale", ClangCompiler().compile_cached(SCALE_SOURCE))
+library.tinycore_pool_wake()  # no worker started yet: nothing to wake
+assert pool_module.pool_state()["wakes"] == 0, pool_module.pool_state()
+source = np.arange(64, dtype=np.float32)
+output, data = buffer_from(np.zeros(64, np.float32)), buffer_from(source)
+arguments = (ctypes.c_longlong * 3)(output._buf, data._buf, 16)
+assert runner(program._entry, arguments, 4, 2) == 0
+np.testing.assert_allclose(output.numpy(), expected_scale(source, 4, 16))
+wait_for(lambda state: state["sleeping"] == 1, "the worker to sleep after its poll")
+library.tinycore_pool_wake()
+state = pool_module.pool_state()
+assert state["wakes"] == 1 and state["wake_useful"] == 1, state
+wait_for(lambda state: state["sleeping"] == 0 or state["wake_useful"] == 0, "the worker to wake")
+# no launch came: after its poll the worker sleeps again and further wakes do nothing
+wait_for(lambda state: state["sleeping"] == 1 and state["wake_useful"] == 0, "the worker to give up its poll")
+library.tinycore_pool_wake()
+assert pool_module.pool_state()["wakes"] == 1, pool_module.pool_state()
+# a parallel launch makes wakes useful again, and a launch right after a wake runs every share
+assert runner(program._entry, arguments, 4, 2) == 0
+assert pool_module.pool_state()["wake_useful"] == 1, pool_module.pool_state()
+wait_for(lambda state: state["sleeping"] == 1, "the worker to sleep again")
+library.tinycore_pool_wake()
+output.copyin(memoryview(np.zeros(64, np.float32).tobytes()))
+assert runner(program._entry, arguments, 4, 2) == 0
+np.testing.assert_allclose(output.numpy(), expected_scale(source, 4, 16))
+assert pool_module.pool_state()["wakes"] == 2, pool_module.pool_state()
+print("ok")
+"""
+
+
+def test_wake_readies_sleeping_workers_until_a_wake_goes_unused() -> None:
+    # expect_launches wakes the sleeping worker ahead of a launch; a wake no launch followed turns wakes off (eager
+    # code of one-share kernels must not keep a core polling) until the next parallel launch. In a fresh process,
+    # so the pool's counters start at zero.
+    import pathlib
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _WAKE_PROBE, str(pathlib.Path(__file__).parent)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr

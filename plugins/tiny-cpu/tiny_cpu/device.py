@@ -103,6 +103,7 @@ class CPUDevice(HCQCompiled):
         # may supply the memory of CPU buffers
         allocator = select_allocator(self) if select_allocator is not None else CPUAllocator(device)
         self.library = pool_library()
+        self._wake_workers = self.library.tinycore_pool_wake
         timeout_ns = int(HCQ_TIMEOUT_MS.value) * 1_000_000
         self.hardware_queues = {name: self.library.tinycore_queue_create(timeout_ns) for name in ("compute", "copy")}
         if not all(self.hardware_queues.values()):
@@ -119,6 +120,13 @@ class CPUDevice(HCQCompiled):
         elif status != 0:
             raise RuntimeError(f"{self.device}: the {hardware} queue could not start its thread (out of memory or "
                                "threads)")
+
+    def expect_launches(self) -> None:
+        """Wake the worker pool's sleeping threads ahead of a realize's launches (they poll for a launch for 2 ms,
+        then sleep again): a realize after a pause spends 0.1-0.3 ms in Python before its first kernel, about what a
+        sleeping thread takes to be scheduled again on a virtual machine. Nothing happens while the workers are awake,
+        or after a wake that no parallel launch followed (until one comes)."""
+        self._wake_workers()
 
     def hardware_submissions(self, hardware: str = "compute") -> int:
         """How many submissions the C queue `hardware` received."""

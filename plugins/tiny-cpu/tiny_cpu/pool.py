@@ -37,14 +37,18 @@ typedef void (*tc_entry)(const long long *, int);
    and the caller was woken another 40 us after the last share ended), while a step of back-to-back kernels
    launches again within microseconds. */
 #define TC_SPIN_NS 200000LL
+/* A worker woken by tinycore_pool_wake (a realize is about to launch kernels) polls this long for the launch: a
+   full realize after a pause spends 0.1-0.3 ms in Python before its first kernel starts. */
+#define TC_WAKE_SPIN_NS 2000000LL
 static pthread_mutex_t tc_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t tc_wake = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t tc_done = PTHREAD_COND_INITIALIZER;
 static pthread_mutex_t tc_launch = PTHREAD_MUTEX_INITIALIZER;
 static tc_entry tc_job_entry;
 static const long long *tc_job_arguments;
-static int tc_job_shares, tc_next_share, tc_finished_shares, tc_active, tc_started;
-static unsigned long tc_generation;
+static int tc_job_shares, tc_next_share, tc_finished_shares, tc_active, tc_started, tc_sleeping;
+static unsigned long tc_generation, tc_nudges;
+static int tc_nudge_useful = 1;  /* 0 after a wake found no launch: no more wakes until the workers run a job */
 static pthread_t tc_workers[TC_MAX_THREADS];
 static int tc_kept_off = -1;  /* the CPU the workers were last kept off, -1 for none yet */
 
@@ -79,9 +83,9 @@ static inline void tc_relax(void) {
 #endif
 }
 
-/* poll (without the lock) until done() or TC_SPIN_NS have passed; the caller then rechecks under the lock */
-#define TC_SPIN_UNTIL(done) do { \
-    long long tc_deadline = tc_clock_ns() + TC_SPIN_NS; \
+/* poll (without the lock) until done() or `span` ns have passed; the caller then rechecks under the lock */
+#define TC_SPIN_UNTIL(done, span) do { \
+    long long tc_deadline = tc_clock_ns() + (span); \
     for (int tc_polls = 1; !(done); tc_polls++) { \
       tc_relax(); \
       if ((tc_polls & 255) == 0 && tc_clock_ns() > tc_deadline) break; \
@@ -112,10 +116,21 @@ static void *tc_worker(void *start) {
   for (;;) {
     if (tc_generation == seen) {
       pthread_mutex_unlock(&tc_lock);
-      TC_SPIN_UNTIL(TC_GET(tc_generation) != seen);
+      TC_SPIN_UNTIL(TC_GET(tc_generation) != seen, TC_SPIN_NS);
       pthread_mutex_lock(&tc_lock);
     }
-    while (tc_generation == seen) pthread_cond_wait(&tc_wake, &tc_lock);
+    while (tc_generation == seen) {
+      unsigned long nudges = tc_nudges;
+      TC_SET(tc_sleeping, tc_sleeping + 1);
+      pthread_cond_wait(&tc_wake, &tc_lock);
+      TC_SET(tc_sleeping, tc_sleeping - 1);
+      if (tc_generation == seen && tc_nudges != nudges) {  /* woken ahead of a launch: poll for it */
+        pthread_mutex_unlock(&tc_lock);
+        TC_SPIN_UNTIL(TC_GET(tc_generation) != seen, TC_WAKE_SPIN_NS);
+        pthread_mutex_lock(&tc_lock);
+        if (tc_generation == seen) TC_SET(tc_nudge_useful, 0);
+      }
+    }
     seen = tc_generation;
     TC_SET(tc_active, tc_active + 1);
     tc_work();
@@ -136,8 +151,35 @@ void tinycore_pool_after_fork(void) {
   pthread_cond_init(&tc_done, 0);
   tc_started = 0;
   tc_active = 0;
+  tc_sleeping = 0;
+  tc_nudge_useful = 1;
   tc_kept_off = -1;
   tc_queues_after_fork();
+}
+
+/* wake the sleeping worker threads ahead of launches that are about to come, so that the first launch does not
+   wait for them to be scheduled (40-90 us on a virtual machine whose idle vCPU halted); they poll for a launch for
+   TC_WAKE_SPIN_NS, then sleep again. Costs two atomic reads when every worker is awake already. A wake that no
+   launch on the workers followed makes later wakes do nothing until one does: a program whose realizes launch only
+   one-share kernels (eager code on small tensors) keeps its workers asleep. */
+void tinycore_pool_wake(void) {
+  if (TC_GET(tc_sleeping) == 0 || TC_GET(tc_nudge_useful) == 0) return;
+  pthread_mutex_lock(&tc_lock);
+  if (tc_sleeping && tc_nudge_useful) {
+    tc_nudges++;
+    pthread_cond_broadcast(&tc_wake);
+  }
+  pthread_mutex_unlock(&tc_lock);
+}
+
+/* the pool's state for tests: started workers, sleeping workers, wakes made, whether a wake would do anything */
+void tinycore_pool_state(long long *out) {
+  pthread_mutex_lock(&tc_lock);
+  out[0] = tc_started;
+  out[1] = tc_sleeping;
+  out[2] = (long long)tc_nudges;
+  out[3] = tc_nudge_useful;
+  pthread_mutex_unlock(&tc_lock);
 }
 
 /* run entry(arguments, share) for share = 0 .. shares-1 on up to `threads` threads (the caller included);
@@ -162,6 +204,7 @@ int tinycore_parallel(tc_entry entry, const long long *arguments, int shares, in
     tc_started++;
   }
   tc_keep_workers_off_caller();
+  TC_SET(tc_nudge_useful, 1);
   tc_job_entry = entry;
   tc_job_arguments = arguments;
   tc_job_shares = shares;
@@ -172,7 +215,7 @@ int tinycore_parallel(tc_entry entry, const long long *arguments, int shares, in
   tc_work();
   if (tc_finished_shares < tc_job_shares || tc_active > 0) {
     pthread_mutex_unlock(&tc_lock);
-    TC_SPIN_UNTIL(TC_GET(tc_finished_shares) >= shares && TC_GET(tc_active) == 0);
+    TC_SPIN_UNTIL(TC_GET(tc_finished_shares) >= shares && TC_GET(tc_active) == 0, TC_SPIN_NS);
     pthread_mutex_lock(&tc_lock);
   }
   while (tc_finished_shares < tc_job_shares || tc_active > 0) pthread_cond_wait(&tc_done, &tc_lock);
@@ -391,8 +434,21 @@ def _build() -> Callable[[int, Any, int, int], int] | None:
     library.tinycore_queue_broken.restype = ctypes.c_int
     library.tinycore_queue_reset.argtypes = [ctypes.c_void_p]
     library.tinycore_queue_reset.restype = None
+    library.tinycore_pool_wake.argtypes = []
+    library.tinycore_pool_wake.restype = None
+    library.tinycore_pool_state.argtypes = [ctypes.c_void_p]
+    library.tinycore_pool_state.restype = None
     _state["library"] = library  # kept loaded for the life of the process
     return function  # type: ignore[no-any-return]
+
+
+def pool_state() -> dict[str, int]:
+    """The C pool's worker threads now: `started`, `sleeping` (blocked until a launch or a wake), `wakes` (wakes
+    made so far) and `wake_useful` (0 after a wake that no parallel launch followed: wakes do nothing until one
+    does)."""
+    values = (ctypes.c_longlong * 4)()
+    pool_library().tinycore_pool_state(values)
+    return dict(zip(("started", "sleeping", "wakes", "wake_useful"), (int(value) for value in values), strict=True))
 
 
 def pool_library() -> ctypes.CDLL:

@@ -448,3 +448,23 @@ def test_a_structure_realized_again_under_another_thread_count_is_split_for_it(m
     # SHARES_PER_WORKER shares each of a kernel this size)
     from tinycore.codegen.optimize import SHARES_PER_WORKER
     assert [runner.static_dims[0][0] for runner in created] == [1, 2 * SHARES_PER_WORKER]
+
+
+def test_each_realize_tells_the_device_that_launches_may_come(monkeypatch):
+    # a device with expect_launches (the CPU device wakes its sleeping worker threads there) hears of every realize
+    # before its launches, once per realize, from the plan path and the schedule path alike
+    from tinycore.device.registry import Device
+    from tinycore.engine import realize as realize_module
+    from tinycore.plugins.contract import DeviceContract, expects_launches
+    assert expects_launches(Device["CPU"]) and not expects_launches(DeviceContract())
+    first = tensor(random(8, 8, seed=1))
+    realize_uops([(first + 1.0).contiguous()])  # a kernel compiled on CPU: the device is in the engine's table
+    calls: list[str] = []
+    monkeypatch.setitem(realize_module._expectations, "CPU", lambda: calls.append("expected"))
+    for seed in range(3):  # the first schedules, the others replay the launch plan
+        value = random(8, 8, seed=seed + 2)
+        (result,) = realize_uops([(tensor(value) * 2.0 + 1.0).contiguous()])
+        np.testing.assert_allclose(host(result), value * 2.0 + 1.0, rtol=1e-6)
+    assert calls == ["expected"] * 3
+    realize_uops([first, (tensor(random(4, 4)) - 1.0).contiguous()])
+    assert len(calls) == 4
