@@ -87,6 +87,8 @@ and its launch runs them on that many threads, so a kernel compiled under anothe
 _beam_runners: dict[tuple[UOp, str, int, int], Runner] = {}
 """Kernels whose opts a BEAM search chose, by (AST, device, NUM_CPU_THREADS, BEAM width): a kernel compiled with
 another BEAM setting (or none) is searched, or read from the search cache, again."""
+_beam_generation = 0
+"""Bumped by forget_searched_kernels, so that launch plans made with the dropped kernels are not run again."""
 
 
 def _threads_setting() -> int:
@@ -361,9 +363,11 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         keyed = structure_key(to_schedule)
         template = cached_template(keyed[0])
     plan = None if template is None else template.plan
-    if plan is not None and plan.threads != _threads_setting():
-        plan = None  # its runners were compiled for another NUM_CPU_THREADS: schedule again, make a new plan
-    if plan is not None and not _capturing and DEBUG.value < 1 and BEAM.value < 1:
+    setting = _plan_setting()
+    if plan is not None and plan.setting != setting:
+        # its runners were compiled for another NUM_CPU_THREADS or BEAM: the plan made under this one, if any
+        plan = plan.alternatives.get(setting)
+    if plan is not None and not _capturing and DEBUG.value < 1:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])
         has_assign = plan.has_assign
     else:
@@ -373,8 +377,13 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
             print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
                   f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
         run_schedule(schedule.items, schedule.temporaries)
-        if template is not None and plan is None and BEAM.value < 1:
-            template.plan = _make_plan(template, schedule)
+        if template is not None and plan is None:
+            made = _make_plan(template, schedule)
+            if made is not None and template.plan is not None:
+                made.alternatives = template.plan.alternatives
+                made.alternatives[made.setting] = made
+            else:
+                template.plan = made
         outputs, has_assign = schedule.outputs, schedule.has_assign
     _remember(pending, outputs, has_assign)
     if len(uops) == 1:
@@ -399,16 +408,35 @@ class _Step:
 
 class _Plan:
     """What realize runs for a cached schedule: its steps, the counters they add, whether it assigns, and the
-    NUM_CPU_THREADS its runners were compiled for."""
+    setting its runners were compiled for (`_plan_setting`: NUM_CPU_THREADS, BEAM). The template keeps the first
+    plan made; `alternatives` (shared by every plan of the template) holds each plan by its setting, so that a program
+    switching settings (the default kernels and BEAM's in turn) keeps both."""
 
-    __slots__ = ("steps", "has_assign", "kernel_count", "ops", "mem", "threads")
+    __slots__ = ("steps", "has_assign", "kernel_count", "ops", "mem", "setting", "alternatives")
 
     def __init__(self, steps: list[_Step], has_assign: bool):
-        self.steps, self.has_assign, self.threads = steps, has_assign, _threads_setting()
+        self.steps, self.has_assign = steps, has_assign
+        self.setting = _plan_setting()
+        self.alternatives: dict[tuple[int, int, int], _Plan] = {self.setting: self}
         runners = [step.runner for step in steps if step.runner is not None]
         self.kernel_count = len(runners)
         self.ops = sum(runner.spec.estimates.ops for runner in runners)
         self.mem = sum(runner.spec.estimates.mem for runner in runners)
+
+
+def _plan_setting() -> tuple[int, int, int]:
+    """What a launch plan's runners depend on besides its template: NUM_CPU_THREADS, the BEAM width and, under BEAM,
+    which generation of searched kernels they are (forget_searched_kernels starts a new one)."""
+    width = int(BEAM.value)
+    return (int(NUM_CPU_THREADS.value), width, _beam_generation if width >= 1 else 0)
+
+
+def forget_searched_kernels() -> None:
+    """Drop the kernels BEAM chose in this process, and the launch plans that hold them, as a new process starts: the
+    next realize of each searches again (or reads the search's disk cache)."""
+    global _beam_generation
+    _beam_runners.clear()
+    _beam_generation += 1
 
 
 def _make_plan(template: Any, schedule: Any) -> _Plan | None:
@@ -431,7 +459,9 @@ def _make_plan(template: Any, schedule: Any) -> _Plan | None:
         if ast.op is Ops.COPY:
             steps.append(_Step(None, buffer_slots, {}, release))
             continue
-        runner = _runners.get((ast, buffer_of(item.buffers[0]).device, _threads_setting()))
+        device, width = buffer_of(item.buffers[0]).device, int(BEAM.value)
+        runner = (_beam_runners.get((ast, device, _threads_setting(), width)) if width >= 1
+                  else _runners.get((ast, device, _threads_setting())))
         if runner is None:
             return None
         launch_slots = tuple(buffer_slots[index] for index in runner.globals) if runner.globals else buffer_slots

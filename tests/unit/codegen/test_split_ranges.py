@@ -81,13 +81,13 @@ def test_the_split_is_an_opt_that_replays_and_runs_under_beam(tmp_path, monkeypa
     rng = np.random.default_rng(11)
     x = rng.standard_normal((4, 16, 8, 8), dtype=np.float32)
     w = rng.standard_normal((16, 4, 3, 3), dtype=np.float32)
-    realize._beam_runners.clear()
+    realize.forget_searched_kernels()
     with Context(BEAM=1, BEAM_BUDGET=2, BEAM_UPCAST_MAX=16):
         tx, tw = Tensor(x, requires_grad=True), Tensor(w, requires_grad=True)
         tx.conv2d(tw, padding=1, groups=4).square().sum().backward()
         assert tx.grad is not None and tw.grad is not None
         found = (tx.grad.numpy(), tw.grad.numpy())
-    realize._beam_runners.clear()
+    realize.forget_searched_kernels()
     px, pw = torch.from_numpy(x).double().requires_grad_(), torch.from_numpy(w).double().requires_grad_()
     torch.nn.functional.conv2d(px, pw, padding=1, groups=4).square().sum().backward()
     np.testing.assert_allclose(found[0], px.grad.numpy(), rtol=1e-4, atol=1e-3)

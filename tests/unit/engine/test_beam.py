@@ -23,15 +23,15 @@ FAST = {"BEAM_BUDGET": 1.5, "BEAM_UPCAST_MAX": 16}
 def fresh_search(tmp_path, monkeypatch):
     """An empty cache directory, no searched kernels in memory, zeroed counts (as in a new process)."""
     monkeypatch.setenv("TINYCORE_CACHE_DIR", str(tmp_path))
-    realize._beam_runners.clear()
+    realize.forget_searched_kernels()
     search.stats.reset()
     yield
-    realize._beam_runners.clear()
+    realize.forget_searched_kernels()
 
 
 def new_process() -> None:
     """Forget what this process searched, as a new process would (the disk cache stays)."""
-    realize._beam_runners.clear()
+    realize.forget_searched_kernels()
     search.stats.reset()
 
 
@@ -88,6 +88,36 @@ def test_second_run_reads_the_cache_and_compiles_no_candidate():
     assert (search.stats.searches, search.stats.compiled, search.stats.cache_hits) == (0, 0, 1)
     for result in (first, second):
         np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_beam_kernels_run_from_launch_plans_kept_beside_the_default_ones(monkeypatch):
+    # a structure realized again and again under BEAM runs from a launch plan holding the searched kernels (no
+    # schedule items or runner lookups per call), and switching between BEAM and the default keeps each setting's plan
+    from tinycore.helpers import BEAM
+    runs: list[int] = []
+    original = realize._run_plan
+
+    def counting(*arguments):
+        runs.append(int(BEAM.value))
+        return original(*arguments)
+    monkeypatch.setattr(realize, "_run_plan", counting)
+    rng = np.random.default_rng(12)
+    a, b = rng.standard_normal((16, 24), dtype=np.float32), rng.standard_normal((24, 8), dtype=np.float32)
+    held_a, held_b = Tensor(a).realize(), Tensor(b).realize()
+    expected = a.astype(np.float64) @ b
+    for _ in range(4):
+        for width in (0, 2):
+            with Context(BEAM=width, **FAST):
+                np.testing.assert_allclose((held_a @ held_b).numpy(), expected, rtol=1e-5, atol=1e-5)
+    # each setting schedules its first realizes (until its plan is made) and runs the last ones from its plan
+    assert runs[-4:] == [0, 2, 0, 2]
+    assert search.stats.searches == 1
+    # kernels BEAM chose are dropped with the plans holding them: the next realize reads the search's disk cache
+    planned = len(runs)
+    realize.forget_searched_kernels()
+    with Context(BEAM=2, **FAST):
+        np.testing.assert_allclose((held_a @ held_b).numpy(), expected, rtol=1e-5, atol=1e-5)
+    assert (search.stats.searches, search.stats.cache_hits) == (1, 1) and len(runs) == planned
 
 
 def test_ignore_beam_cache_searches_again():
@@ -211,7 +241,7 @@ def test_neighbours_the_search_may_pick_equal_numpy(case, monkeypatch):
     monkeypatch.setattr(search, "beam_search", lambda *arguments: list(chosen[-1]))
     for opts in candidates[::max(1, len(candidates) // 12)]:
         chosen.append(opts)
-        realize._beam_runners.clear()
+        realize.forget_searched_kernels()
         with Context(BEAM=1):
             result = build().numpy()
         np.testing.assert_allclose(result, expected, rtol=1e-5, atol=1e-5, err_msg=f"opts {opts}")
