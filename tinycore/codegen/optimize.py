@@ -70,6 +70,25 @@ input used by twice as many rows, so half the bytes per multiply-add come from L
 replayed back to back in rotation with 6, 8, 10 and 12 rows (paired medians against 6): the MLP SGD step of
 bench/bench_train.py 1.05, 1.07, 1.09x; matmul 1024^2 1.03, 1.03, 1.04x; 1000^2 1.20x with 12 rows (14: 1.23x),
 128x784 @ 784x512 1.14x (14: 1.09x); 2048^2 1.01x (14: 0.98x)."""
+WIDE_PANEL_VECTORS = 4
+"""Vectors across a packed panel's register tile where vectors are WIDE_VECTOR_BYTES (32 registers): the CPU
+renderer packs panels that wide there (matmul_panel_bytes), and the tile takes WIDE_PANEL_ROWS rows of them."""
+WIDE_PANEL_ROWS = (6, 5, 4)
+"""Rows of that tile: 6 rows x 4 vectors is 24 accumulators, as 12 rows x 2 vectors, with 6 broadcasts and 4 loads
+per reduce step instead of 12 and 2. On a 2-core AVX-512 Xeon (peak 490 GFLOPS on both cores), the 1024^2 kernel
+replayed alternately: 12 x 2 448-453 GFLOPS, 6 x 4 463-466 (5 x 4 and 7 x 4 within 1% of it); a C replica of the
+loops gave the same order (445 against 465)."""
+WIDE_PANEL_GROUP_CACHES = 8
+"""Row groups of the wide panels' tile (`Heuristic._group_rows_for_panels`) hold up to this many private caches of
+the first input, at least two groups: that tile reads 6 floats of the first input per reduce step beside 4 vectors
+of the panel, so the first input streaming from the shared cache costs little, while every group reloads the panels.
+On a 2-core AVX-512 Xeon (2 MB L2, a 300 MB L3), kernels replayed alternately, groups of 1 MB (half the L2, the
+two-vector tile's best) against 2 groups: 1024^2 463 -> 469 GFLOPS, 2048^2 453 -> 477, 4096^2 411 -> 473
+(8 groups of 8 MB: 465), 1024x3072 @ 3072x768 438 -> 474. Panels of a short reduce leave room for a group in the
+cache beside them, and then half-cache groups stay the better choice: 4096x768 @ 768x768 (192 KB panels) 464 GFLOPS
+with them, 453 with 2 groups."""
+WIDE_PANEL_SMALL = 8
+"""Panels under 1 / WIDE_PANEL_SMALL of the private cache (256 KB of 2 MB) keep the half-cache row groups."""
 GROUP_BYTES = 3 * 1024 * 1024
 """A matmul whose row blocks read more of the first input than this groups them (OptOps.BLOCK): every column panel
 passes a group's rows while they are in cache, and the panels pass once per group. Measured on the 2-core Zen 3
@@ -240,6 +259,7 @@ class Heuristic:
                   for first, second in ((left, right), (right, left))]
         for first, second, contiguous_store in orders:
             columns = rows = panel_columns = None
+            panel_width = 2 * width
             row_candidates: list[UOp] = []
             for range_node in self.output_axes():
                 in_store = axis_stride(store_index.src[1], range_node)
@@ -249,8 +269,8 @@ class Heuristic:
                         (in_second == 1 or (gathered and contiguous_store and in_second not in (0, 1, None))):
                     columns = range_node
                 elif in_store == 1 and in_first == 0 and in_second is None and \
-                        self._packed_columns(range_node, 2 * width):
-                    panel_columns = range_node
+                        (found_width := self._panel_width(range_node, width)) is not None:
+                    panel_columns, panel_width = range_node, found_width
                 elif in_store not in (0, None) and in_first not in (0, None) and in_second == 0:
                     rows = range_node
                     row_candidates.append(range_node)
@@ -259,9 +279,9 @@ class Heuristic:
             if columns is None and panel_columns is not None and rows is not None and width >= 2:
                 # the second input packed in panels (Tensor.dot): the columns split at the panel width are contiguous
                 position = self.kernel.axes.index(panel_columns)
-                if self.attempt(panel_columns, OptOps.UPCAST, 2 * width, "matmul columns, packed panels"):
+                if self.attempt(panel_columns, OptOps.UPCAST, panel_width, "matmul columns, packed panels"):
                     panel_columns = self.kernel.axes[position]
-                column_tile, row_size = 2 * width, range_size(rows) or 0
+                column_tile, row_size = panel_width, range_size(rows) or 0
             elif columns is None or rows is None or width < 2:
                 continue
             elif gathered:
@@ -309,6 +329,8 @@ class Heuristic:
                 before = self.upcast_product()
                 self._row_tile(rows, row_size, tiles)
                 self._second_row_axis(rows, self.upcast_product() // before, row_candidates)
+            elif column_tile == WIDE_PANEL_VECTORS * width:
+                self._row_tile(rows, row_size, WIDE_PANEL_ROWS)
             else:
                 rows = self._one_vector_rows(rows, row_candidates)
             row_blocks = self._block_positions(rows)
@@ -486,16 +508,21 @@ class Heuristic:
         """Cache blocking of a packed-panel matmul on a host whose cores have a large private cache
         (`RendererContract.core_cache_bytes` at least PRIVATE_GROUP_MIN_CACHE) whose first input does not fit half of
         it: the row blocks in groups of about half that cache (any count of groups: the workers split the panels, not
-        the groups), and each worker runs every group over its own panels. True when applied."""
+        the groups), and each worker runs every group over its own panels. The wide panels' tile takes groups of up
+        to WIDE_PANEL_GROUP_CACHES caches instead (at least two), unless its panels are under 1 / WIDE_PANEL_SMALL of
+        the cache. True when applied."""
         cache = self.renderer.core_cache_bytes
         workers = default_worker_count() if self.renderer.has_threads else 1
         if cache is None or cache < PRIVATE_GROUP_MIN_CACHE or workers < 2 or \
                 (range_size(panels) or 0) < 2 * workers:
             return False
         blocks, bytes_per_block = self._row_blocks(position, first, column_tile)
-        limit = cache // 2
-        if blocks * bytes_per_block <= limit:
+        if blocks * bytes_per_block <= cache // 2:
             return False  # the first input stays in cache whole: the workers split what they would read again least
+        wide = column_tile == WIDE_PANEL_VECTORS * vector_width(self.renderer, self.store_dtype())
+        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
+        panel_bytes = reduce_steps * column_tile * first.dtype.itemsize
+        limit = WIDE_PANEL_GROUP_CACHES * cache if wide and panel_bytes * WIDE_PANEL_SMALL >= cache else cache // 2
         groups = max(2, round(blocks * bytes_per_block / limit))
         if not self.attempt(self.kernel.axes[position], OptOps.BLOCK, max(1, round(blocks / groups)),
                             "matmul row blocks grouped for the core's cache"):
@@ -521,6 +548,14 @@ class Heuristic:
         lanes = probe.axes[-1]
         strides = sorted(axis_stride(simplify(load.src[0].src[1]), lanes) or 0 for load in loads)
         return axis_stride(simplify(probe.ast.src[0].src[0].src[1]), lanes) == 1 and strides == [0, 1]
+
+    def _panel_width(self, range_node: UOp, width: int) -> int | None:
+        """The columns of the packed panels `range_node` indexes (`_packed_columns`): WIDE_PANEL_VECTORS vectors
+        where vectors are wide (32 registers), else two; None when it is not a panel axis of either width."""
+        for vectors in ((WIDE_PANEL_VECTORS, 2) if self._wide_registers() else (2,)):
+            if self._packed_columns(range_node, vectors * width):
+                return vectors * width
+        return None
 
     def _product_loads(self) -> tuple[UOp, UOp] | None:
         """The two loads of a kernel that is one sum over a product of two loads, else None."""

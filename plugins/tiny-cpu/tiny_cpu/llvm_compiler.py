@@ -253,11 +253,11 @@ def llvm_vector_bytes(arch: str | None) -> int:
 def make_llvm_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The CPU's LLVM renderer and its in-process compiler (needs llvmlite: pip install 'tiny-cpu[llvm]')."""
     from tiny_cpu.llvm_renderer import LLVMRenderer
-    from tiny_cpu.target import host_core_cache_bytes
+    from tiny_cpu.target import host_core_cache_bytes, matmul_panel_bytes
     compiler = LLVMCompiler(arch)
     renderer = LLVMRenderer(device, arch)
-    # AVX-512 targets get 16-lane float vectors and 32-column matmul panels, as the C renderer (tiny_cpu/target.py)
+    # AVX-512 targets get 16-lane float vectors and 64-column matmul panels, as the C renderer (tiny_cpu/target.py)
     renderer.preferred_vector_bytes = llvm_vector_bytes(arch)
-    renderer.matmul_panel_bytes = 2 * renderer.preferred_vector_bytes
+    renderer.matmul_panel_bytes = matmul_panel_bytes(renderer.preferred_vector_bytes)
     renderer.core_cache_bytes = host_core_cache_bytes() if arch is None else None
     return renderer, compiler

@@ -122,7 +122,7 @@ class LLVMRenderer(Renderer):
     atomic_dtypes = frozenset(_SCALAR_TYPES)
     vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
-    matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target by the factory)
+    matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target by the factory)
     fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},

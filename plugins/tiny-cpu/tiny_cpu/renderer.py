@@ -454,7 +454,7 @@ class CRenderer(CStyleLanguage):
     vector_masks = True
     masked_load_dtypes = frozenset({dtypes.float32})  # _masked_load_macro
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
-    matmul_panel_bytes = 64  # two vectors, the columns of the 6-row register tile (set per target in __init__)
+    matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target in __init__)
     fused_multiply_add = True  # FMA where the target has it (_FUSED_MULTIPLY_ADD_MACROS), a multiply and an add else
     vector_widths: dict[DType, tuple[int, ...]] = {
         **{dtype: (2, 4, 8, 16) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)},
@@ -465,13 +465,13 @@ class CRenderer(CStyleLanguage):
     atomic_dtypes = frozenset(dtype for dtype in C_TYPE_MAP if dtype != dtypes.void) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
-        from tiny_cpu.target import c_vector_bytes, host_core_cache_bytes
+        from tiny_cpu.target import c_vector_bytes, host_core_cache_bytes, matmul_panel_bytes
         self.device = device
         self.arch = arch
         self.global_max = (_cpu_count(), 1, 1)
-        # AVX-512 targets get 16-lane float vectors and 32-column matmul panels (tiny_cpu/target.py)
+        # AVX-512 targets get 16-lane float vectors and 64-column matmul panels (tiny_cpu/target.py)
         self.preferred_vector_bytes = c_vector_bytes(arch)
-        self.matmul_panel_bytes = 2 * self.preferred_vector_bytes
+        self.matmul_panel_bytes = matmul_panel_bytes(self.preferred_vector_bytes)
         # the host's L2 sizes matmul row groups; a kernel compiled for another `arch` keeps the default groups
         self.core_cache_bytes = host_core_cache_bytes() if arch is None else None
 

@@ -208,12 +208,12 @@ def test_packed_panel_matmul_kernel_gets_the_register_tile(vector_bytes: int) ->
     with cpu_vector_bytes(vector_bytes) as lanes:
         a, b = Tensor(x).realize(), Tensor(y).realize()
         items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
-        assert len(items) == 2  # the panels of b (two vectors wide), then the matmul
+        assert len(items) == 2  # the panels of b (two vectors wide, four with 32 registers), then the matmul
         reduce_kernels = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)]
         notes = hand_coded_optimizations(CodegenKernel(reduce_kernels[0]), Device["CPU"].renderer)
-        # 302 rows: 6-row tiles with 8 lanes, 12-row tiles with 16 (32 registers), the last block shifted
-        assert f"UPCAST {2 * lanes} (matmul columns, packed panels)" in notes and \
-            f"SHIFTED_UPCAST {6 if lanes == 8 else 12} (matmul rows, last block shifted)" in notes, notes
+        # 302 rows in 6-row tiles, the last block shifted: 6 x 2 vectors of 8 lanes, 6 x 4 of 16 (24 accumulators)
+        assert f"UPCAST {(2 if lanes == 8 else 4) * lanes} (matmul columns, packed panels)" in notes and \
+            "SHIFTED_UPCAST 6 (matmul rows, last block shifted)" in notes, notes
         _close((a @ b).numpy(), x.astype(np.float64) @ y)
 
 
@@ -702,13 +702,40 @@ def test_packed_matmul_groups_rows_for_a_large_private_cache_and_splits_the_pane
             found = (a @ b).numpy()
         finally:
             renderer.core_cache_bytes = saved
+    # 6 rows x 4 vectors: 171 blocks of 6 rows, the last shifted (4.2 MB of the first input)
+    assert notes[:2] == ["UPCAST 64 (matmul columns, packed panels)",
+                         "SHIFTED_UPCAST 6 (matmul rows, last block shifted)"], notes
     if core_cache is None:
-        # 86 blocks of 12 rows (4 MB of the first input): two groups of 43 (GROUP_BYTES), one per worker
-        assert "BLOCK 43 (matmul row blocks grouped for the cache)" in notes and "THREAD 2 (multi-core)" in notes
+        # no GROUP_BYTES groups: no count of them divides 171 blocks evenly between the workers; the row blocks run
+        # inside the column blocks, split into 4 shares per worker
+        assert notes[2:] == ["row blocks inside column blocks", "THREAD 8 (multi-core)"], notes
     else:
-        # groups of about 1 MB (4 of 21-22 blocks), every worker running them all over its own 16 panels
-        assert "BLOCK 22 (matmul row blocks grouped for the core's cache)" in notes and \
-            "THREAD 2 (multi-core, by column panels)" in notes, notes
+        # panels of 256 KB (1024 reduce steps x 64 columns), an eighth of the cache: two groups (of 86 and 85
+        # blocks) rather than groups of half the cache, every worker running both over its own 8 panels
+        assert notes[2:] == ["BLOCK 86 (matmul row blocks grouped for the core's cache)",
+                             "THREAD 2 (multi-core, by column panels)"], notes
+    _close(found, x.astype(np.float64) @ y)
+
+
+def test_wide_panels_of_a_short_reduce_keep_half_cache_groups() -> None:
+    # panels of 768 reduce steps x 64 columns (192 KB) leave room in a 2 MB cache for a group of the first input
+    # beside them: groups of half the cache (683 blocks of 6 rows, 12.6 MB, in 12 groups of 57), not two groups
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    x, y = _array(4096, 768), _array(768, 768, seed=1)
+    renderer = Device["CPU"].renderer
+    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
+        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, 2 * 1024 * 1024
+        try:
+            a, b = Tensor(x).realize(), Tensor(y).realize()
+            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
+            notes = hand_coded_optimizations(Kernel(product), renderer)
+            found = (a @ b).numpy()
+        finally:
+            renderer.core_cache_bytes = saved
+    assert notes == ["UPCAST 64 (matmul columns, packed panels)", "SHIFTED_UPCAST 6 (matmul rows, last block shifted)",
+                     "BLOCK 57 (matmul row blocks grouped for the core's cache)",
+                     "THREAD 2 (multi-core, by column panels)"], notes
     _close(found, x.astype(np.float64) @ y)
 
 

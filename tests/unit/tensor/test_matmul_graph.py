@@ -13,11 +13,11 @@ from tinycore.tensor.nn import _matmul_panel, _multiply_with_tensors
 
 RNG = np.random.default_rng(11)
 
-# (left shape, right shape, packed): packed products have >= 256 rows and a column count the CPU panel divides
-# (16 columns with 32-byte vectors, 32 with 64-byte ones)
+# (left shape, right shape, packed): packed products have >= 256 rows and a column count the CPU panel divides, at
+# least two panels of them (16 columns with 32-byte vectors, 64 with 64-byte ones)
 SHAPES = [((5, 7), (7, 3), False), ((2, 5, 7), (7, 3), False), ((3, 1, 4, 6), (2, 6, 5), False),
-          ((256, 32), (32, 64), True), ((2, 256, 32), (32, 64), True), ((3, 1, 128, 32), (2, 32, 96), True),
-          ((300, 40), (2, 40, 64), True)]
+          ((256, 64), (64, 128), True), ((2, 256, 64), (64, 128), True), ((3, 1, 128, 64), (2, 64, 192), True),
+          ((300, 72), (2, 72, 128), True)]
 
 
 def _operands(left_shape: tuple[int, ...], right_shape: tuple[int, ...], dtype: DType) -> tuple[Tensor, Tensor]:
@@ -35,7 +35,7 @@ def test_same_nodes_as_the_tensor_operations(left_shape: tuple[int, ...], right_
     left, right = _operands(left_shape, right_shape, dtype)
     with cpu_vector_bytes(vector_bytes) as lanes:
         panel = _matmul_panel(left, right)
-        assert panel == (2 * lanes if packed and dtype == dtypes.float32 else None)
+        assert panel == ((2 if lanes == 8 else 4) * lanes if packed and dtype == dtypes.float32 else None)
         reference = _multiply_with_tensors(left, right, panel, None, least_upper_dtype(left.dtype, right.dtype))
         assert (left @ right).uop is reference.uop
 
