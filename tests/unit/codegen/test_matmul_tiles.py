@@ -204,7 +204,7 @@ def test_packed_panel_matmuls_match_numpy(left: tuple[int, ...], right: tuple[in
 def test_packed_panel_matmul_kernel_gets_the_register_tile(vector_bytes: int) -> None:
     from tinycore.codegen.opt import Kernel as CodegenKernel
     from tinycore.codegen.optimize import hand_coded_optimizations
-    x, y = _array(302, 64), _array(64, 192, seed=1)
+    x, y = _array(302, 64), _array(64, 256, seed=1)
     with cpu_vector_bytes(vector_bytes) as lanes:
         a, b = Tensor(x).realize(), Tensor(y).realize()
         items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]

@@ -16,7 +16,7 @@ RNG = np.random.default_rng(11)
 # (left shape, right shape, packed): packed products have >= 256 rows and a column count the CPU panel divides, at
 # least two panels of them (16 columns with 32-byte vectors, 64 with 64-byte ones)
 SHAPES = [((5, 7), (7, 3), False), ((2, 5, 7), (7, 3), False), ((3, 1, 4, 6), (2, 6, 5), False),
-          ((256, 64), (64, 128), True), ((2, 256, 64), (64, 128), True), ((3, 1, 128, 64), (2, 64, 192), True),
+          ((256, 64), (64, 128), True), ((2, 256, 64), (64, 128), True), ((3, 1, 128, 64), (2, 64, 256), True),
           ((300, 72), (2, 72, 128), True)]
 
 
@@ -38,6 +38,21 @@ def test_same_nodes_as_the_tensor_operations(left_shape: tuple[int, ...], right_
         assert panel == ((2 if lanes == 8 else 4) * lanes if packed and dtype == dtypes.float32 else None)
         reference = _multiply_with_tensors(left, right, panel, None, least_upper_dtype(left.dtype, right.dtype))
         assert (left @ right).uop is reference.uop
+
+
+@pytest.mark.parametrize("columns, wide, narrow", [(128, 64, 16), (192, 32, 16), (320, 32, 16), (96, None, 16),
+                                                   (160, None, 16), (48, None, 16), (40, None, None)])
+def test_panels_split_the_columns_evenly_where_half_panels_exist(columns: int, wide: int | None,
+                                                                 narrow: int | None) -> None:
+    # with 64-byte vectors the CPU packs 64-column panels, or 32-column ones where those split the columns into an
+    # even count and 64 do not, else nothing (the workers take whole panels); with 32-byte vectors its 16-column
+    # panels take any count of two or more, as before
+    left, right = _operands((256, 64), (64, columns), dtypes.float32)
+    for vector_bytes, expected in ((64, wide), (32, narrow)):
+        with cpu_vector_bytes(vector_bytes):
+            assert _matmul_panel(left, right) == expected, vector_bytes
+            product = (left @ right).numpy()
+        np.testing.assert_allclose(product, left.numpy().astype(np.float64) @ right.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_same_nodes_with_an_accumulate_dtype() -> None:
