@@ -292,6 +292,27 @@ _remembered: weakref.WeakSet[UOp] = weakref.WeakSet()
 A realized Tensor drops its graph for the result, so in eager code the set is mostly empty again by the next call."""
 
 
+def _device_hint(uop: UOp) -> Any:
+    """The device of `uop` as far as the nodes along its first sources know it already (their cached `device`),
+    None when none does within a few steps. `uop.device` would compute it for every new node of the graph (24 us for
+    a fresh matmul graph after a pause), before the device could start getting ready for the launches; a wrong
+    answer (the source of a COPY) only wakes another device for nothing."""
+    node = uop
+    for _ in range(DEVICE_HINT_STEPS):
+        known = node.__dict__.get("device", _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known
+        if not node.src:
+            return None
+        node = node.src[0]
+    return None
+
+
+_UNKNOWN = object()
+DEVICE_HINT_STEPS = 32
+"""How far `_device_hint` follows first sources (a fresh graph's chain down to a realized input is a few nodes)."""
+
+
 def _with_known_results(uop: UOp) -> UOp:
     """`uop` with every node realized by an earlier call (since the last ASSIGN) replaced by its realized view.
 
@@ -344,18 +365,20 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         if is_realized_view(only):
             return [only]
         pending = [only]
-        to_schedule = pending if _capturing or not _remembered else [_with_known_results(only)]
     else:
         if any(uop.op is Ops.MULTI for uop in uops):
             return _realize_multi(uops)
         pending = [uop for uop in uops if not is_realized_view(uop)]
         if not pending:
             return list(uops)
-        to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
-    if _expectations:  # before the schedule or plan lookup, so that a device has that long to get ready
-        expect = _expectations.get(pending[0].device)
+    if _expectations:  # first thing once there is work, so that the device has the rest of realize to get ready
+        expect = _expectations.get(_device_hint(pending[0]))
         if expect is not None:
             expect()
+    if len(uops) == 1:
+        to_schedule = pending if _capturing or not _remembered else [_with_known_results(pending[0])]
+    else:
+        to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
     if len(to_schedule) == 1:
         keyed = node_structure_key(to_schedule[0])
         template = template_of(to_schedule[0], keyed[0])
