@@ -1,12 +1,13 @@
 """Renderer base class and ProgramSpec: a rendered kernel with its launch dimensions, arguments and cost estimates."""
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.helpers import to_function_name
+from tinycore.helpers import prod, to_function_name
 from tinycore.plugins.contract import DeviceContract, RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.symbolic import sym_infer
@@ -71,41 +72,54 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
 class Estimates:
     """Rough costs of one launch: `ops` arithmetic operations on values (what GFLOPS figures divide; index and
     address arithmetic is not counted), `lds` bytes loaded and stored, `mem` bytes of the global buffers touched
-    (each counted once). Loops with non-constant trip counts count once, except bounds that depend only on the
-    CPU worker (an uneven split), which count their mean over the workers."""
+    (each counted once). A loop whose bound depends on the CPU worker or on enclosing loops (uneven splits and row
+    groups) counts its mean over their values; a bound of a variable counts once."""
 
     ops: int = 0
     lds: int = 0
     mem: int = 0
 
 
+TRIP_COUNT_CASES = 1024
+"""At most this many combinations of enclosing loop counters and worker ids are evaluated for a loop bound that
+depends on them (`_trip_count`); past it the loop counts once."""
+
+
 def _trip_count(size: UOp | int) -> float:
-    """Iterations of a loop of bound `size`; a bound that depends on the worker (an uneven split of an axis across
-    CPU workers) counts the mean over the workers, so the total over all of them is right. Symbolic bounds count 1."""
+    """Iterations of a loop of bound `size`. A bound that depends on the worker (an uneven split of an axis across
+    CPU workers) or on enclosing loops (row groups of uneven sizes, whose group counter sets the inner trip count)
+    counts its mean over every combination of their values, so that the total over the workers and the enclosing
+    loops, which the caller multiplies in, is right. Bounds of variables (DEFINE_VAR) count 1."""
     if isinstance(size, int):
         return size
     if size.op is Ops.CONST:
         return size.arg
-    workers = [node for node in size.toposort if node.op is Ops.SPECIAL]
-    if len(workers) != 1 or not workers[0].src or workers[0].src[0].op is not Ops.CONST:
+    counters = [node for node in size.toposort if node.op in (Ops.SPECIAL, Ops.RANGE)]
+    if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters) or \
+            prod(node.src[0].arg for node in counters) > TRIP_COUNT_CASES:
         return 1
-    worker, count = workers[0], workers[0].src[0].arg
-    try:
-        bounds = [_evaluate(size.substitute({worker: UOp.const(worker.dtype, value)})) for value in range(count)]
-    except (TypeError, ValueError, KeyError):
-        return 1
-    known = [bound for bound in bounds if bound is not None]
-    return sum(known) / count if len(known) == count else 1
+    total = 0
+    for values in itertools.product(*(range(node.src[0].arg) for node in counters)):
+        bound = _evaluate(size, dict(zip(counters, values, strict=True)))
+        if bound is None:
+            return 1
+        total += bound
+    return total / prod(node.src[0].arg for node in counters)
 
 
-def _evaluate(expression: UOp) -> int | None:
-    """The value of an integer expression of constants, else None."""
-    values: dict[UOp, int] = {}
+def _evaluate(expression: UOp, known: dict[UOp, int] | None = None) -> int | None:
+    """The value of an integer expression of constants and the `known` values of some nodes, else None."""
+    values: dict[UOp, int] = dict(known or {})
     for node in expression.toposort:
+        if node in values:
+            continue
         if node.op is Ops.CONST:
             values[node] = node.arg
         elif node.op in GroupOp.ALU and all(source in values for source in node.src):
-            values[node] = int(exec_alu(node.op, node.dtype, [values[source] for source in node.src]))
+            try:
+                values[node] = int(exec_alu(node.op, node.dtype, [values[source] for source in node.src]))
+            except (TypeError, ValueError, ZeroDivisionError):
+                return None
         else:
             return None
     return values[expression]

@@ -181,6 +181,28 @@ def test_uneven_worker_split_counts_every_worker() -> None:
     _close(result.numpy(), a.numpy().astype(np.float64) @ b.numpy())
 
 
+def test_uneven_row_groups_count_every_group() -> None:
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    # row groups of 66 and 65 blocks: the inner loop's bound depends on the group counter (an enclosing loop), and
+    # the estimate averages it over the groups instead of counting that loop once (GFLOPS at DEBUG=2 read 20x low)
+    x, y = _array(786, 512), _array(512, 256, seed=1)
+    renderer = Device["CPU"].renderer
+    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
+        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, 2 * 1024 * 1024
+        try:
+            a, b = Tensor(x).realize(), Tensor(y).realize()
+            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
+            assert "BLOCK 66 (matmul row blocks grouped for the core's cache)" in \
+                hand_coded_optimizations(Kernel(product), renderer)
+            GlobalCounters.reset()
+            result = (a @ b).realize()
+        finally:
+            renderer.core_cache_bytes = saved
+    assert 2 * 786 * 256 * 512 <= GlobalCounters.global_ops <= 2 * 786 * 256 * 512 + 16 * 786 * 256
+    _close(result.numpy(), x.astype(np.float64) @ y)
+
+
 def test_decided_bounds_checks_leave_no_select_in_a_convolution() -> None:
     x, w = Tensor(_array(2, 4, 12, 30)).realize(), Tensor(_array(8, 4, 3, 3, seed=1)).realize()
     items = [item for item in create_schedule([x.conv2d(w).uop], device_facts).items if not item.is_copy]
