@@ -100,7 +100,9 @@ def _multiply_with_tensors(left: Tensor, right: Tensor, panel: int | None, accum
         panels = right.reshape(*batch, depth, columns // panel, panel).transpose(-3, -2).contiguous()
         # (..., blocks, rows, reduce, panel) summed over the reduce, then the blocks put back side by side
         products = left.unsqueeze(-3).unsqueeze(-1) * panels.unsqueeze(-3)
-        blocks = products.sum(-2, dtype=sum_acc_dtype(products.dtype))
+        # the gradient arrives in the output's layout; contiguous_backward copies it into panels like the second
+        # input's, so the weight gradient streams it panel by panel as the product streams the panels
+        blocks = products.sum(-2, dtype=sum_acc_dtype(products.dtype)).contiguous_backward()
         return blocks.transpose(-3, -2).reshape(*blocks.shape[:-3], left.shape[-2], columns).cast(result_dtype)
     products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
     return products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
