@@ -69,7 +69,8 @@ def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
         return None
     rows, inner, columns = shapes
     from tinycore.device.registry import Device
-    panel_bytes = Device[left.device].renderer.matmul_panel_bytes
+    renderer = Device[left.device].renderer
+    panel_bytes = renderer.matmul_panel_bytes
     if not panel_bytes:
         return None
     batch_rows = rows * math.prod(size for size in left.shape[:-2] if isinstance(size, int))
@@ -79,7 +80,7 @@ def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
     # of half as wide ones: the CPU's workers take whole panels (5 panels of 64 columns ran at 0.82x the 10 of 32),
     # and products whose columns neither splits evenly (96, 160, 288) ran 1.09-1.13x faster in place than in
     # 32-column panels
-    vector_bytes = Device[left.device].renderer.preferred_vector_bytes or 0
+    vector_bytes = renderer.preferred_vector_bytes or 0
     halves = panel_bytes // 2 >= 2 * vector_bytes > 0
     for width_bytes in ([panel_bytes, panel_bytes // 2] if halves else [panel_bytes]):
         panel = width_bytes // left.dtype.itemsize
