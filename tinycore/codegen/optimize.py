@@ -672,11 +672,34 @@ class Heuristic:
         if output_candidate is None and not reduces and self._masked_rows(outputs, stores, loads, width):
             return
         if output_candidate is not None and not (gathers and reduce_candidate is not None):
+            transposed = self._transpose_tile(output_candidate, loads) if gathers and not reduces else None
             self.attempt(output_candidate, OptOps.UPCAST, self._column_width(output_candidate, loads, width),
                          "contiguous output")
+            if transposed is not None and transposed[0] in self.kernel.axes:
+                self.attempt(transposed[0], OptOps.UPCAST, transposed[1], "transposed copy, a line per load")
         elif reduce_candidate is not None:
             self.attempt(reduce_candidate[0], OptOps.ACCUMULATORS, reduce_candidate[1], "contiguous reduce")
         self.row_reduce_accumulators()
+
+    def _transpose_tile(self, lanes: UOp, loads: list[UOp]) -> tuple[UOp, int] | None:
+        """For a copy between layouts (NCHW and NHWC), whose output's vector `lanes` gather a load with lanes a cache
+        line or more apart: the output axis along which that load is contiguous and how far to upcast it (a line of
+        elements, or a half or quarter line that divides it), so that each gathered line is read once for all of
+        them instead of once per step; lines 4 KB apart (the channels of a 32x32 image) share one L1 set and evict
+        each other before the next step. None when there is no such load or axis."""
+        gathered = [index for index in loads
+                    if abs(axis_stride(index.src[1], lanes) or 0) * index.src[0].dtype.itemsize >= L1_LINE_BYTES]
+        if not gathered:
+            return None
+        line = L1_LINE_BYTES // gathered[0].src[0].dtype.itemsize
+        for axis in reversed(self.output_axes()):
+            if axis is lanes or axis_stride(gathered[0].src[1], axis) != 1:
+                continue
+            size = range_size(axis) or 0
+            tile = next((amount for amount in (line, line // 2, line // 4) if amount >= 2 and size % amount == 0),
+                        None)
+            return None if tile is None else (axis, tile)
+        return None
 
     def _masked_rows(self, outputs: list[UOp], stores: list[UOp], loads: list[UOp], width: int) -> bool:
         """Vectors along the innermost output axis when no vector divides it (the 34 columns of a padded 32-column
