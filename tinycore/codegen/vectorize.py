@@ -171,6 +171,12 @@ class Packer:
         """Loads from consecutive addresses with a gate per lane as one vector load gated by the lanes' gates packed
         into a mask (RendererContract.masked_load_dtypes), else the lanes gathered one by one."""
         first = lanes[0]
+        if self.masks and all(len(address.src) == 3 for address in addresses) and \
+                all(address.src[1] is addresses[0].src[1] for address in addresses) and \
+                all(lane.src[1:] == first.src[1:] for lane in lanes) and self.vector_ok(first.dtype, len(lanes)):
+            selected = self._gated_broadcast(lanes, addresses)
+            if selected is not None:
+                return selected
         if first.dtype.scalar not in self.masked_loads or not all(len(address.src) == 3 for address in addresses) or \
                 not all(lane.src[1:] == first.src[1:] for lane in lanes) or \
                 not consecutive(tuple(address.src[1] for address in addresses)):
@@ -182,6 +188,27 @@ class Packer:
         index = addresses[0].replace(src=(addresses[0].src[0], addresses[0].src[1], gate))
         alternatives = tuple(broadcast(alternative, width) for alternative in first.src[1:])
         return UOp(Ops.LOAD, first.dtype.vec(width), (index,) + alternatives, first.arg)
+
+
+    def _gated_broadcast(self, lanes: tuple[UOp, ...], addresses: tuple[UOp, ...]) -> UOp | None:
+        """Loads of one address with a gate per lane (a per-channel value inside a padded image's border) as one
+        scalar load gated by any lane's gate, broadcast, and a select by the lanes' gates packed into a mask; None
+        when the gates do not pack into a mask. A gated scalar load per lane cost a branch each."""
+        mask = self.pack(tuple(address.src[2] for address in addresses))
+        if mask.op is Ops.VECTORIZE:
+            return None
+        gates = tuple(dict.fromkeys(address.src[2] for address in addresses))
+        any_gate = gates[0]
+        for gate in gates[1:]:
+            any_gate = UOp(Ops.OR, dtypes.bool, (any_gate, gate))
+        first, width = lanes[0], len(lanes)
+        index = addresses[0].replace(src=(addresses[0].src[0], addresses[0].src[1], any_gate))
+        value = UOp(Ops.LOAD, first.dtype, (index,) + first.src[1:], first.arg)
+        # the first source that is not void (void ones only order the load) is the value where the gate is off; a
+        # gated load without one reads 0
+        alternatives = [source for source in first.src[1:] if source.dtype != dtypes.void]
+        alternative = alternatives[0] if alternatives else UOp.const(first.dtype, 0)
+        return UOp(Ops.WHERE, first.dtype.vec(width), (mask, broadcast(value, width), broadcast(alternative, width)))
 
 
 def _same_source_dtypes(lane: UOp, first: UOp) -> bool:

@@ -52,6 +52,28 @@ def test_pad_value_fills_the_masked_lanes(value: float) -> None:
     np.testing.assert_array_equal(result.numpy(), expected)
 
 
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("pad_value", [0.0, -1.5])
+def test_a_per_channel_value_inside_the_border_is_one_load(vector_bytes: int, pad_value: float) -> None:
+    # every lane of a padded row reads the same channel scale behind its own border gate: one scalar load gated by
+    # any lane's gate, broadcast and selected by the lanes' mask, instead of a gated load (a branch) per lane
+    from tinycore.uop.ops import Ops
+    rng = np.random.default_rng(3)
+    data, scale = rng.standard_normal((2, 8, 16, 16)).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    with cpu_vector_bytes(vector_bytes):
+        padded = (Tensor(data) * Tensor(scale).reshape(1, -1, 1, 1)).pad(((0, 0), (0, 0), (1, 1), (1, 1)),
+                                                                         value=pad_value)
+        items = [item for item in create_schedule([padded.uop], device_facts).items if not item.is_copy]
+        program = lower_to_program(items[-1].ast, Device["CPU"].renderer)
+        assert program.uops is not None
+        gated_scalar_loads = [uop for uop in program.uops
+                              if uop.op is Ops.LOAD and uop.dtype.count == 1 and len(uop.src[0].src) > 2]
+        assert len(gated_scalar_loads) == 1, gated_scalar_loads
+        found = padded.numpy()
+    expected = np.pad(data * scale.reshape(1, -1, 1, 1), ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=pad_value)
+    np.testing.assert_array_equal(found, expected)
+
+
 def test_padded_convolution_gradients_match_torch() -> None:
     torch = pytest.importorskip("torch")
     rng = np.random.default_rng(2)
