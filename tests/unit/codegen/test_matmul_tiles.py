@@ -2,9 +2,11 @@
 block (SHIFTED_UPCAST), fused multiply-adds in the accumulators, and the FLOP estimate of kernels that recompute."""
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import platform
 import re
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -33,6 +35,26 @@ def _close(result: np.ndarray, reference: np.ndarray) -> None:
     """float32 matmul tolerance: relative to the size of the sums (numpy's own float32 result differs as much)."""
     scale = max(float(np.abs(reference).max()), 1.0)
     np.testing.assert_allclose(result, reference, rtol=2e-5, atol=2e-5 * scale)
+
+
+@contextlib.contextmanager
+def _wide_host(core_cache: int | None) -> Iterator[None]:
+    """The CPU renderer as a 2-worker AVX-512 host whose cores have `core_cache` bytes of L2 (None: unknown)."""
+    renderer = Device["CPU"].renderer
+    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
+        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, core_cache
+        try:
+            yield
+        finally:
+            renderer.core_cache_bytes = saved
+
+
+def _product_notes(a: Tensor, b: Tensor) -> list[str]:
+    """The heuristic's choices for the product kernel of `a @ b`."""
+    from tinycore.codegen.optimize import hand_coded_optimizations
+    items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+    product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
+    return hand_coded_optimizations(Kernel(product), Device["CPU"].renderer)
 
 
 @pytest.mark.parametrize("m, k, n", [(1000, 300, 1000), (7, 5, 3), (1, 64, 200), (200, 64, 1), (1, 1, 1), (13, 37, 29),
@@ -182,23 +204,14 @@ def test_uneven_worker_split_counts_every_worker() -> None:
 
 
 def test_uneven_row_groups_count_every_group() -> None:
-    from tinycore.codegen.optimize import hand_coded_optimizations
     # row groups of 66 and 65 blocks: the inner loop's bound depends on the group counter (an enclosing loop), and
     # the estimate averages it over the groups instead of counting that loop once (GFLOPS at DEBUG=2 read 20x low)
     x, y = _array(786, 512), _array(512, 256, seed=1)
-    renderer = Device["CPU"].renderer
-    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
-        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, 2 * 1024 * 1024
-        try:
-            a, b = Tensor(x).realize(), Tensor(y).realize()
-            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
-            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
-            assert "BLOCK 66 (matmul row blocks grouped for the core's cache)" in \
-                hand_coded_optimizations(Kernel(product), renderer)
-            GlobalCounters.reset()
-            result = (a @ b).realize()
-        finally:
-            renderer.core_cache_bytes = saved
+    with _wide_host(2 * 1024 * 1024):
+        a, b = Tensor(x).realize(), Tensor(y).realize()
+        assert "BLOCK 66 (matmul row blocks grouped for the core's cache)" in _product_notes(a, b)
+        GlobalCounters.reset()
+        result = (a @ b).realize()
     assert 2 * 786 * 256 * 512 <= GlobalCounters.global_ops <= 2 * 786 * 256 * 512 + 16 * 786 * 256
     _close(result.numpy(), x.astype(np.float64) @ y)
 
@@ -711,19 +724,11 @@ def test_block_opt_of_a_size_it_does_not_divide_makes_near_equal_groups(rows: in
 
 @pytest.mark.parametrize("core_cache", [None, 2 * 1024 * 1024])
 def test_packed_matmul_groups_rows_for_a_large_private_cache_and_splits_the_panels(core_cache: int | None) -> None:
-    from tinycore.codegen.optimize import hand_coded_optimizations
     x, y = _array(1024, 1024), _array(1024, 1024, seed=1)
-    renderer = Device["CPU"].renderer
-    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
-        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, core_cache
-        try:
-            a, b = Tensor(x).realize(), Tensor(y).realize()
-            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
-            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
-            notes = hand_coded_optimizations(Kernel(product), renderer)
-            found = (a @ b).numpy()
-        finally:
-            renderer.core_cache_bytes = saved
+    with _wide_host(core_cache):
+        a, b = Tensor(x).realize(), Tensor(y).realize()
+        notes = _product_notes(a, b)
+        found = (a @ b).numpy()
     # 6 rows x 4 vectors: 171 blocks of 6 rows, the last shifted (4.2 MB of the first input)
     assert notes[:2] == ["UPCAST 64 (matmul columns, packed panels)",
                          "SHIFTED_UPCAST 6 (matmul rows, last block shifted)"], notes
@@ -742,19 +747,11 @@ def test_packed_matmul_groups_rows_for_a_large_private_cache_and_splits_the_pane
 def test_wide_panels_of_a_short_reduce_keep_half_cache_groups() -> None:
     # panels of 768 reduce steps x 64 columns (192 KB) leave room in a 2 MB cache for a group of the first input
     # beside them: groups of half the cache (683 blocks of 6 rows, 12.6 MB, in 12 groups of 57), not two groups
-    from tinycore.codegen.optimize import hand_coded_optimizations
     x, y = _array(4096, 768), _array(768, 768, seed=1)
-    renderer = Device["CPU"].renderer
-    with cpu_vector_bytes(64), Context(NUM_CPU_THREADS=2):
-        saved, renderer.core_cache_bytes = renderer.core_cache_bytes, 2 * 1024 * 1024
-        try:
-            a, b = Tensor(x).realize(), Tensor(y).realize()
-            items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
-            product = [item.ast for item in items if any(node.op is Ops.REDUCE for node in item.ast.toposort)][0]
-            notes = hand_coded_optimizations(Kernel(product), renderer)
-            found = (a @ b).numpy()
-        finally:
-            renderer.core_cache_bytes = saved
+    with _wide_host(2 * 1024 * 1024):
+        a, b = Tensor(x).realize(), Tensor(y).realize()
+        notes = _product_notes(a, b)
+        found = (a @ b).numpy()
     assert notes == ["UPCAST 64 (matmul columns, packed panels)", "SHIFTED_UPCAST 6 (matmul rows, last block shifted)",
                      "BLOCK 57 (matmul row blocks grouped for the core's cache)",
                      "THREAD 2 (multi-core, by column panels)"], notes
