@@ -370,9 +370,9 @@ class Heuristic:
         weight gradient, in rows of 2 vectors of output channels) with a second row axis: the largest tile of another
         candidate that divides it and keeps the rows at most SECOND_ROW_LIMIT (MATMUL_ROWS with 16 vector
         registers)."""
-        limit = SECOND_ROW_LIMIT if self._wide_registers() else MATMUL_ROWS
         if row_tile >= MATMUL_ROWS:
             return
+        limit = SECOND_ROW_LIMIT if self._wide_registers() else MATMUL_ROWS
         best: tuple[UOp, int] | None = None
         for candidate in candidates:
             if candidate is rows or candidate not in self.kernel.axes:
@@ -484,11 +484,14 @@ class Heuristic:
         return any(node.op is Ops.LOAD and node.src[0].op is Ops.INDEX and node.src[0].src[0] in stored
                    for node in self.kernel.ast.toposort)
 
+    def _reduce_steps(self) -> int:
+        """The iterations of all reduce axes together."""
+        return prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
+
     def _row_blocks(self, position: int, first: UOp, column_tile: int) -> tuple[int, int]:
         """The row blocks of a matmul tile at axis `position` and the bytes of the first input each one reads."""
-        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
         row_tile = max(1, self.upcast_product() // column_tile)
-        return range_size(self.kernel.axes[position]) or 0, row_tile * reduce_steps * first.dtype.itemsize
+        return range_size(self.kernel.axes[position]) or 0, row_tile * self._reduce_steps() * first.dtype.itemsize
 
     def _block_rows(self, position: int, first: UOp, column_tile: int) -> bool:
         """Cache blocking of a matmul whose row blocks read more of the first input than GROUP_BYTES: the row blocks
@@ -520,8 +523,7 @@ class Heuristic:
         if blocks * bytes_per_block <= cache // 2:
             return False  # the first input stays in cache whole: the workers split what they would read again least
         wide = column_tile == WIDE_PANEL_VECTORS * vector_width(self.renderer, self.store_dtype())
-        reduce_steps = prod(range_size(self.kernel.axes[i]) or 1 for i in self.kernel.axes_of(AxisType.REDUCE))
-        panel_bytes = reduce_steps * column_tile * first.dtype.itemsize
+        panel_bytes = self._reduce_steps() * column_tile * first.dtype.itemsize
         limit = WIDE_PANEL_GROUP_CACHES * cache if wide and panel_bytes * WIDE_PANEL_SMALL >= cache else cache // 2
         groups = max(2, round(blocks * bytes_per_block / limit))
         if not self.attempt(self.kernel.axes[position], OptOps.BLOCK, max(1, round(blocks / groups)),

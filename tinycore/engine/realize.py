@@ -386,8 +386,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         keyed = structure_key(to_schedule)
         template = cached_template(keyed[0])
     plan = None if template is None else template.plan
-    setting = _plan_setting()
-    if plan is not None and plan.setting != setting:
+    if plan is not None and plan.setting != (setting := _plan_setting()):
         # its runners were compiled for another NUM_CPU_THREADS or BEAM: the plan made under this one, if any
         plan = plan.alternatives.get(setting)
     if plan is not None and not _capturing and DEBUG.value < 1:

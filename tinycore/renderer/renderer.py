@@ -95,8 +95,10 @@ def _trip_count(size: UOp | int) -> float:
     if size.op is Ops.CONST:
         return size.arg
     counters = [node for node in size.toposort if node.op in (Ops.SPECIAL, Ops.RANGE)]
-    if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters) or \
-            prod(node.src[0].arg for node in counters) > TRIP_COUNT_CASES:
+    if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters):
+        return 1
+    cases = prod(node.src[0].arg for node in counters)
+    if cases > TRIP_COUNT_CASES:
         return 1
     total = 0
     for values in itertools.product(*(range(node.src[0].arg) for node in counters)):
@@ -104,7 +106,7 @@ def _trip_count(size: UOp | int) -> float:
         if bound is None:
             return 1
         total += bound
-    return total / prod(node.src[0].arg for node in counters)
+    return total / cases
 
 
 def _evaluate(expression: UOp, known: dict[UOp, int] | None = None) -> int | None:
