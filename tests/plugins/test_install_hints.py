@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+from plugin_builder import REPOSITORY_ROOT
 
 from tinycore.plugins.install import InstallSource, _source_from_direct_url, install_command, install_source
 
@@ -54,3 +59,76 @@ def test_this_checkout_is_detected() -> None:
     source = install_source()
     assert source.kind == "checkout", source
     assert source.location is not None and (source.location / "plugins" / "tiny-cpu").is_dir()
+
+
+HINT_PROBE = """
+import tinycore
+from tinycore.plugins.install import device_install_command
+print(tinycore.__file__)
+print(device_install_command('NV'))
+"""
+"""Prints where tinycore was imported from and the command it names to install the NV backend."""
+
+
+def _hint_from(directory: Path, python_path: Path | None = None) -> tuple[str, str]:
+    """(tinycore's file, the NV install hint) printed by a fresh interpreter whose working directory is `directory`
+    (on sys.path, as `python -c` and `python -m` put it), with `python_path` as PYTHONPATH."""
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("DEV", "TINYCORE_DISABLE_PLUGINS", "TINYCORE_TRACE_PLUGINS", "PYTHONPATH")}
+    if python_path is not None:
+        environment["PYTHONPATH"] = str(python_path)
+    finished = subprocess.run([sys.executable, "-c", HINT_PROBE], capture_output=True, text=True, timeout=120,
+                              cwd=str(directory), env=environment, check=False)
+    assert finished.returncode == 0, finished.stderr
+    module_file, hint = finished.stdout.strip().splitlines()[-2:]
+    return module_file, hint
+
+
+def test_hint_from_the_checkout_root() -> None:
+    """The checkout's tinycore.egg-info is on sys.path here and has no direct_url.json: it must not make the
+    editable install look like an index install."""
+    module_file, hint = _hint_from(REPOSITORY_ROOT)
+    assert Path(module_file).is_relative_to(REPOSITORY_ROOT)
+    assert hint == f"{PIP} -e {REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}"
+
+
+def test_hint_from_another_directory(tmp_path: Path) -> None:
+    module_file, hint = _hint_from(tmp_path)
+    assert Path(module_file).is_relative_to(REPOSITORY_ROOT), "the editable install is imported"
+    assert hint == f"{PIP} -e {REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}"
+
+
+def test_hint_from_the_checkout_root_with_a_stale_egg_info(tmp_path: Path) -> None:
+    """A copy of the source tree with an egg-info beside it (as setuptools leaves one): still a checkout."""
+    shutil.copytree(REPOSITORY_ROOT / "tinycore", tmp_path / "tinycore", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPOSITORY_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    info = tmp_path / "tinycore.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: tinycore\nVersion: 0.1.0\n")
+    (tmp_path / "plugins" / "tiny-nv").mkdir(parents=True)
+    (tmp_path / "plugins" / "tiny-nv" / "pyproject.toml").write_text("[project]\nname = 'tiny-nv'\n")
+    module_file, hint = _hint_from(tmp_path)
+    assert Path(module_file).is_relative_to(tmp_path), "the copy is imported, not the editable install"
+    assert hint == f"{PIP} -e {tmp_path / 'plugins' / 'tiny-nv'}"
+
+
+def test_hint_from_an_installed_wheel(tmp_path: Path) -> None:
+    """tinycore built into a wheel and installed from it (pip records the wheel's path): the hint installs the
+    backend through the core's extra from that wheel directory, whatever the working directory."""
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copytree(REPOSITORY_ROOT / "tinycore", source / "tinycore", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPOSITORY_ROOT / name, source / name)
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(source)],
+                   check=True, capture_output=True, timeout=300)
+    wheel = next((tmp_path / "dist").glob("tinycore-*.whl"))
+    site = tmp_path / "site"
+    subprocess.run([*pip, "install", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True,
+                   timeout=300)
+    run = tmp_path / "run"
+    run.mkdir()
+    module_file, hint = _hint_from(run, python_path=site)
+    assert Path(module_file).is_relative_to(site), "the wheel's copy is imported"
+    assert hint == f"{PIP} --find-links {tmp_path / 'dist'} 'tinycore[nv]'"

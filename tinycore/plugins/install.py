@@ -6,8 +6,8 @@ tinycore may come from a package index (`pip install tinycore`), from a director
 
 How tinycore was installed is read from its distribution's `direct_url.json` (PEP 610): a local wheel file means
 a wheel directory, a directory (editable or not) means a checkout, none means an index (or `--find-links DIR`,
-which pip does not record: the hint then mentions that form too). Running from a source tree that is not installed
-at all counts as a checkout.
+which pip does not record: the hint then mentions that form too). A tinycore imported from a source tree counts as
+a checkout, however it was installed.
 """
 from __future__ import annotations
 
@@ -51,18 +51,37 @@ def _source_from_direct_url(text: str) -> InstallSource | None:
     return None
 
 
+def _is_source_tree(root: Path) -> bool:
+    """True when `root` is a tinycore checkout: its pyproject.toml declares the tinycore project."""
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file() or not (root / "tinycore" / "__init__.py").is_file():
+        return False
+    import tomllib
+    try:
+        return tomllib.loads(pyproject.read_text()).get("project", {}).get("name") == "tinycore"
+    except (OSError, ValueError):
+        return False
+
+
 @functools.cache
 def install_source() -> InstallSource:
-    """How this tinycore was installed (read once per process)."""
-    from importlib.metadata import PackageNotFoundError, distribution
+    """How this tinycore was installed (read once per process).
+
+    The code that runs decides first: a tinycore imported from a checkout (editable install, or the source tree on
+    sys.path) is a checkout, whatever metadata is found. This matters because a checkout holds a
+    `tinycore.egg-info` that importlib.metadata finds before the environment's own record whenever the checkout's
+    root is on sys.path (`python -m`, pytest), and that one has no direct_url.json.
+    """
+    from importlib.metadata import distributions
     package_root = Path(__file__).resolve().parent.parent.parent
-    try:
-        found = distribution("tinycore")
-    except PackageNotFoundError:
+    if _is_source_tree(package_root):
         return InstallSource("checkout", package_root)
-    direct_url = found.read_text("direct_url.json")
-    source = _source_from_direct_url(direct_url) if direct_url else None
-    return source or InstallSource("index")
+    for found in distributions(name="tinycore"):
+        direct_url = found.read_text("direct_url.json")
+        source = _source_from_direct_url(direct_url) if direct_url else None
+        if source is not None:
+            return source
+    return InstallSource("index")
 
 
 def _pip() -> str:
