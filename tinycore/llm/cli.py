@@ -17,8 +17,10 @@ def add_llm_parser(commands: Any) -> None:
     parser = commands.add_parser("llm", help="run a GGUF language model (prompt, chat, benchmark, OpenAI server)",
                                  description="Run a GGUF language model: --prompt streams one answer, no --prompt "
                                              "starts a chat, --benchmark N measures, --serve PORT serves the OpenAI "
-                                             "API.")
-    parser.add_argument("--model", required=True, help="a local .gguf file (an http(s) URL is downloaded first)")
+                                             "API; --make-test-model PATH writes a small random model to try.")
+    parser.add_argument("--model", help="a local .gguf file (an http(s) URL is downloaded first)")
+    parser.add_argument("--make-test-model", metavar="PATH", help="write a small random-weight GGUF model to PATH "
+                        "(byte-level vocabulary, so it takes any text; its answers are random bytes) and exit")
     parser.add_argument("--prompt", help="answer this prompt and exit (chat template applied unless --raw)")
     parser.add_argument("--raw", action="store_true", help="complete --prompt as plain text, without chat template")
     parser.add_argument("--system", help="a system message for chat")
@@ -114,6 +116,17 @@ def _chat(session: Session, arguments: argparse.Namespace) -> int:
         messages.append({"role": "assistant", "content": "".join(completion.text)})
 
 
+def _make_test_model(path: str) -> int:
+    from tinycore.llm.test_model import write_test_model
+    try:
+        write_test_model(path, dim=64, layers=2, heads=4, kv_heads=2, hidden=128, byte_vocabulary=True, context=512)
+    except OSError as error:
+        print(f"tiny llm: cannot write {path!r}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    print(f"wrote a random-weight test model to {path}; try: tiny llm --model {path} --prompt 'hello'")
+    return 0
+
+
 def run_llm(arguments: argparse.Namespace) -> int:
     """Run `tiny llm` with parsed arguments; returns the exit status."""
     from tinycore.llm.chat import ContextOverflowError
@@ -123,6 +136,12 @@ def run_llm(arguments: argparse.Namespace) -> int:
         if value is not None and value < 1:
             print(f"tiny llm: --{name.replace('_', '-')} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if arguments.make_test_model is not None:
+        return _make_test_model(arguments.make_test_model)
+    if arguments.model is None:
+        print("tiny llm: pass --model FILE.gguf (or --make-test-model PATH to write a small one to try)",
+              file=sys.stderr)
+        return 2
     try:
         session, name = load_session(arguments.model, arguments.max_context, arguments.device)
         if arguments.serve is not None:
