@@ -26,11 +26,16 @@ def _plugin_status_label(status: str) -> str:
 
 
 def _renderer_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
-    """The renderers offered for device `name`, each with whether it is selected and the DEV= line choosing it."""
-    from tinycore.device.registry import renderer_specs
-    return [{"name": spec.name, "distribution": record.install_name, "description": spec.description,
-             "selected": spec.name == selected, "dev": f"DEV={name}:{spec.name}"}
-            for spec, record in renderer_specs(name)]
+    """The renderers offered for device `name`, each with whether it is selected, whether what it needs is installed
+    (with the reason and the fix when not) and the DEV= line choosing it."""
+    from tinycore.device.registry import renderer_specs, renderer_status
+    rows = []
+    for spec, record in renderer_specs(name):
+        available, reason = renderer_status(spec)
+        rows.append({"name": spec.name, "distribution": record.install_name, "description": spec.description,
+                     "selected": spec.name == selected, "available": available,
+                     "reason": None if available else reason, "dev": f"DEV={name}:{spec.name}"})
+    return rows
 
 
 def _interface_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
@@ -73,6 +78,7 @@ def collect_devices() -> dict[str, Any]:
         default = Device.DEFAULT
     except Exception as error:
         default_error = str(error)
+    dev_error = _dev_error()
     devices: list[dict[str, Any]] = []
     for spec, record in Device.specs():
         ok, reason, count = Device.probe(spec.name)
@@ -88,8 +94,10 @@ def collect_devices() -> dict[str, Any]:
             target = Target(device=spec.name)
         renderer = Device.selected_renderers.get(spec.name) or target.renderer or None
         renderers = _renderer_rows(spec.name, renderer)
-        if renderer is None and renderers:
-            renderers[0]["selected"] = True
+        if renderer is None:
+            first_renderer = next((row for row in renderers if row["available"]), None)
+            if first_renderer is not None:
+                first_renderer["selected"] = True
         interface = Device.selected_interfaces.get(spec.name) or target.interface or None
         interfaces = _interface_rows(spec.name, interface)
         if interface is None:
@@ -109,7 +117,22 @@ def collect_devices() -> dict[str, Any]:
                             "distribution": record.install_name, "version": record.version, "default": False,
                             "dev": None, "fix": _plugin_fix(record.status, record.install_name),
                             "renderers": [], "interfaces": []})
-    return {"dev": DEV.raw, "default": default, "default_error": default_error, "devices": devices}
+    return {"dev": DEV.raw, "dev_error": dev_error, "default": default, "default_error": default_error,
+            "devices": devices}
+
+
+def _dev_error() -> str | None:
+    """Why the DEV that is set would be refused when a program imports tinycore (None when unset or fine): the
+    `tiny` command does not refuse it, so that the devices are still listed."""
+    if not DEV.raw:
+        return None
+    from tinycore.device.registry import check_dev_targets
+    from tinycore.device.target import current_targets
+    try:
+        check_dev_targets(current_targets())
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def _table(headers: list[str], rows: list[list[str]], colours: list[list[str | None]]) -> str:
@@ -127,7 +150,7 @@ def _table(headers: list[str], rows: list[list[str]], colours: list[list[str | N
 def _names(items: list[dict[str, Any]]) -> str:
     """Comma-separated names, the selected one starred, mocks marked."""
     return ", ".join(item["name"] + ("*" if item["selected"] else "") + (" (mock)" if item.get("is_mock") else "")
-                     for item in items) or "-"
+                     + (" (unavailable)" if item.get("available") is False else "") for item in items) or "-"
 
 
 def format_devices(report: dict[str, Any]) -> str:
@@ -140,6 +163,8 @@ def format_devices(report: dict[str, Any]) -> str:
                      str(device["count"]), distribution, _names(device["renderers"]), _names(device["interfaces"])])
         colours.append([None, None, STATUS_COLOURS.get(device["status"]), None, None, None, None])
     lines = [_table(headers, rows, colours), ""]
+    if report.get("dev_error"):
+        lines.append(colored(f"DEV={report['dev']} is refused:", "red") + f" {report['dev_error']}")
     if report["default"]:
         lines.append(f"default device: {report['default']}" + (f" (DEV={report['dev']})" if report["dev"] else
                                                                  " (highest priority that opens; set DEV to choose)"))
@@ -157,6 +182,10 @@ def format_devices(report: dict[str, Any]) -> str:
         for kind in ("renderers", "interfaces"):
             for item in device[kind]:
                 marker = " (selected)" if item["selected"] else ""
+                if item.get("available") is False:
+                    lines.append(f"    {kind[:-1]} {item['name']}: unavailable: {item['reason']}  "
+                                 f"[{item['distribution']}]")
+                    continue
                 lines.append(f"    {kind[:-1]} {item['name']}{marker}: {item['dev']}  [{item['distribution']}]")
     lines.append("* = default device; a starred renderer or interface is the one used")
     return "\n".join(lines)

@@ -191,3 +191,52 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path, command: str) -> None:
         os.close(write_end)
     assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr
     assert result.returncode == 0
+
+
+HIDE_LLVMLITE = ("import sys\n"
+                 "class HideLlvmlite:\n"
+                 "    def find_spec(self, name, path=None, target=None):\n"
+                 "        if name.split('.')[0] == 'llvmlite':\n"
+                 "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+                 "sys.meta_path.insert(0, HideLlvmlite())\n")
+
+
+def test_llvm_renderer_without_llvmlite_is_unavailable_and_refused(tmp_path: Path) -> None:
+    """Without llvmlite, `tiny devices` shows CPU's LLVM renderer as unavailable with the install line for this
+    checkout (not `pip install 'tiny-cpu[llvm]'`), and DEV=CPU:LLVM is refused when tinycore is imported, before any
+    kernel runs, as a DEV naming a renderer that does not exist is."""
+    (tmp_path / "sitecustomize.py").write_text(HIDE_LLVMLITE)
+    install_line = f"-m pip install -e '{REPOSITORY_ROOT / 'plugins' / 'tiny-cpu'}[llvm]'"
+    report = devices_json(tmp_path, TINYCORE_PLUGINS="cpu")
+    llvm = next(row for row in report["by_name"]["CPU"]["renderers"] if row["name"] == "LLVM")
+    assert llvm["available"] is False and not llvm["selected"], llvm
+    assert llvm["reason"].startswith("llvmlite is not installed: ") and install_line in llvm["reason"], llvm
+    text = tiny(tmp_path, "devices", TINYCORE_PLUGINS="cpu")
+    assert "LLVM (unavailable)" in text and "renderer LLVM: unavailable: llvmlite is not installed" in text, text
+    assert "DEV=CPU:LLVM" not in text, "no line offers the unavailable renderer"
+    refused = run_python("import tinycore", tmp_path, {"DEV": "CPU:LLVM", "TINYCORE_PLUGINS": "cpu"})
+    assert refused.returncode != 0
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("tinycore.device.registry.SelectionError: CPU's renderer 'LLVM' is unavailable here "
+                           "(DEV='CPU:LLVM'): llvmlite is not installed") and "choose another: DEV=CPU:C" in last, last
+    listed = tiny(tmp_path, "devices", DEV="CPU:LLVM", TINYCORE_PLUGINS="cpu")
+    assert "DEV=CPU:LLVM is refused: SelectionError: CPU's renderer 'LLVM' is unavailable" in listed, listed
+
+
+def test_llvm_renderer_with_llvmlite_is_offered() -> None:
+    """With llvmlite installed (the dev environment's tiny-cpu[test]), the LLVM renderer is listed as available."""
+    pytest.importorskip("llvmlite")
+    from tinycore.device.registry import renderer_specs, renderer_status
+    specs = {spec.name: spec for spec, _record in renderer_specs("CPU")}
+    assert renderer_status(specs["LLVM"]) == (True, "llvmlite is installed")
+    assert renderer_status(specs["C"]) == (True, "")
+
+
+def test_a_renderer_probe_that_raises_counts_as_unavailable() -> None:
+    from tinycore.device.registry import renderer_status
+    from tinycore.plugins.specs import RendererSpec
+    spec = RendererSpec("ZZ", "tiny_cpu.renderer:make_c_renderer", probe="tinycore.plugins.install:_pip")
+    ok, reason = renderer_status(spec)
+    assert not ok and reason.startswith("probe tinycore.plugins.install:_pip raised "), reason
+    with pytest.raises(ValueError, match="RendererSpec.probe must be an import path"):
+        RendererSpec("ZZ", "tiny_cpu.renderer:make_c_renderer", probe="not a path")

@@ -348,19 +348,53 @@ def check_dev_targets(targets: tuple[Target, ...], dev_text: str | None = None) 
                 raise SelectionError(f"no installed device offers renderer {target.renderer!r} (DEV={shown!r}); "
                                      f"renderers offered: {', '.join(offered) or 'none'}"
                                      f"{_did_you_mean(target.renderer, offered)}")
+            wanted_specs = [spec for device_spec, _record in Device.specs()
+                            for spec, _offered in renderer_specs(device_spec.name) if spec.name == target.renderer]
+            if wanted_specs and not any(renderer_status(spec)[0] for spec in wanted_specs):
+                raise SelectionError(f"renderer {target.renderer!r} is unavailable here (DEV={shown!r}): "
+                                     f"{renderer_status(wanted_specs[0])[1]}")
             continue
         family = target.family
         try:
             Device.spec(target.device)
         except DeviceNotInstalledError:
             raise DeviceNotInstalledError(Device._not_installed_message(target.device, family, shown)) from None
-        renderer_names = [spec.name for spec, _record in renderer_specs(target.device)]
+        offered = renderer_specs(target.device)
+        renderer_names = [spec.name for spec, _record in offered]
         interface_names = [spec.name for spec, _record in interface_specs(target.device)]
         for kind, wanted, names in (("renderer", target.renderer, renderer_names),
                                     ("interface", target.interface, interface_names)):
             if wanted and wanted not in names:
                 raise SelectionError(f"{family} has no {kind} {wanted!r} (DEV={shown!r}); available: "
                                      f"{', '.join(names) or 'none'}{_did_you_mean(wanted, names)}")
+        wanted_specs = [spec for spec, _record in offered if spec.name == target.renderer]
+        if wanted_specs and not any(renderer_status(spec)[0] for spec in wanted_specs):
+            others = [spec.name for spec, _record in offered if spec.name != target.renderer
+                      and renderer_status(spec)[0]]
+            instead = f"; or choose another: {', '.join(f'DEV={family}:{name}' for name in others)}" if others else ""
+            raise SelectionError(f"{family}'s renderer {target.renderer!r} is unavailable here (DEV={shown!r}): "
+                                 f"{renderer_status(wanted_specs[0])[1]}{instead}")
+
+
+_renderer_probes: dict[str, tuple[bool, str]] = {}
+"""The result of each renderer probe (by its import path), run once per process."""
+
+
+def renderer_status(spec: RendererSpec) -> tuple[bool, str]:
+    """Whether what renderer `spec` needs is installed here: (ok, reason), from its probe (run once per process).
+
+    A renderer without a probe counts as available; a probe that raises counts as unavailable."""
+    from tinycore.plugins.specs import load_object
+    if spec.probe is None:
+        return True, ""
+    if spec.probe not in _renderer_probes:
+        try:
+            ok, reason = load_object(spec.probe)()
+            result = (bool(ok), str(reason))
+        except Exception as error:
+            result = (False, f"probe {spec.probe} raised {_describe_error(error)}")
+        _renderer_probes[spec.probe] = result
+    return _renderer_probes[spec.probe]
 
 
 def renderer_specs(device: str) -> list[tuple[RendererSpec, PluginRecord]]:
@@ -397,6 +431,10 @@ def select_renderer(device: str) -> tuple[Any, Any, RendererSpec]:
         candidates = offered
     failures = []
     for spec, record in candidates:
+        available, reason = renderer_status(spec)
+        if not available:
+            failures.append(f"{spec.name} from {record.install_name} is unavailable here: {reason}")
+            continue
         try:
             renderer, compiler = load_object(spec.factory)(canonical, target.arch or None)
         except Exception as error:

@@ -71,16 +71,22 @@ class RendererSpec:
     name: upper case, selected with `DEV=DEVICE:NAME` ("C", "LLVM", "PTX").
     factory: import path of `factory(device: str, arch: str | None) -> (renderer, compiler)`; it raises when
       the renderer cannot be built here (a missing compiler, library or unsupported arch), with the reason.
+    probe: optional import path of a cheap function `probe() -> (ok: bool, reason: str)` saying whether what the
+      renderer needs (a library, a compiler) is installed, without constructing it; the reason says what to install
+      when it is not. `tiny devices` shows an unavailable renderer with that reason, and a DEV naming it is refused.
+      It must not hang or raise.
     """
 
     name: str
     factory: str
     description: str = ""
+    probe: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or self.name != self.name.upper() or ":" in self.name:
             raise ValueError(f"RendererSpec.name must be a non-empty upper-case name without ':', got {self.name!r}")
         _check_import_path("RendererSpec", "factory", self.factory)
+        _check_import_path("RendererSpec", "probe", self.probe, optional=True)
 
 
 @dataclass(frozen=True)

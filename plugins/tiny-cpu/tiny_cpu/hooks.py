@@ -42,6 +42,22 @@ def probe() -> tuple[bool, str, int]:
     return (True, f"C compiler {compiler}", 1)
 
 
+def llvm_missing_reason() -> str:
+    """Why the LLVM renderer cannot run here, with the install line that fits how tinycore was installed."""
+    from tinycore.plugins.install import install_command
+    return f"llvmlite is not installed: {install_command('tiny-cpu[llvm]')}"
+
+
+def llvm_probe() -> tuple[bool, str]:
+    """The LLVM renderer is available when llvmlite can be imported (found without importing it: that is slow)."""
+    from importlib.util import find_spec
+    try:
+        found = find_spec("llvmlite") is not None
+    except (ImportError, ValueError):
+        found = False
+    return (True, "llvmlite is installed") if found else (False, llvm_missing_reason())
+
+
 @hookimpl
 def tiny_devices() -> list[DeviceSpec]:
     """The CPU device."""
@@ -59,7 +75,8 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
     return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
                          "C source compiled to a shared object by $CC, gcc or clang"),
             RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
-                         "LLVM IR compiled in process by llvmlite (pip install 'tiny-cpu[llvm]')")]
+                         "LLVM IR compiled in process by llvmlite (the llvm extra of tiny-cpu)",
+                         probe="tiny_cpu.hooks:llvm_probe")]
 
 
 @hookimpl

@@ -28,8 +28,8 @@ def _llvm() -> Any:
     try:
         import llvmlite.binding as llvm
     except ImportError as error:
-        raise RuntimeError("the LLVM renderer needs llvmlite: pip install 'tiny-cpu[llvm]' (or pip install llvmlite), "
-                           "or use DEV=CPU:C") from error
+        from tiny_cpu.hooks import llvm_missing_reason
+        raise RuntimeError(f"the LLVM renderer needs llvmlite: {llvm_missing_reason()}; or use DEV=CPU:C") from error
     with _LOCK:
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
