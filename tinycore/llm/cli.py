@@ -36,10 +36,16 @@ def add_llm_parser(commands: Any) -> None:
                                                                    "tokens/s and time to first token")
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve the OpenAI-compatible API on PORT")
     parser.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1)")
+    parser.add_argument("--parallel", type=int, default=4, help="with --serve: sequences decoded together, each "
+                        "with a KV cache slot of --max-context tokens (default 4)")
+    parser.add_argument("--max-queue", type=int, default=64, help="with --serve: sequences that may wait for a slot; "
+                        "beyond them a request gets 429 (default 64)")
 
 
-def load_session(path: str, max_context: int | None, device: str | None) -> tuple[Session, str]:
-    """The model and tokenizer of the GGUF at `path`, and the name the server calls it."""
+def load_session(path: str, max_context: int | None, device: str | None,
+                 max_batch: int = 1) -> tuple[Session, str]:
+    """The model (with KV cache room for `max_batch` sequences) and tokenizer of the GGUF at `path`, and the name
+    the server calls it."""
     from tinycore.llm.chat import Session
     from tinycore.llm.model import Transformer
     from tinycore.llm.tokenizer import Tokenizer
@@ -48,7 +54,7 @@ def load_session(path: str, max_context: int | None, device: str | None) -> tupl
         path = str(fetch(path, subdir="llm"))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no model file at {path!r}: pass --model a .gguf file")
-    model = Transformer.from_gguf(path, max_context=max_context, device=device)
+    model = Transformer.from_gguf(path, max_context=max_context, device=device, max_batch=max_batch)
     tokenizer = Tokenizer.from_metadata(model.metadata)
     template = model.metadata.get("tokenizer.chat_template")
     name = os.path.basename(path).removesuffix(".gguf")
@@ -131,11 +137,14 @@ def run_llm(arguments: argparse.Namespace) -> int:
     """Run `tiny llm` with parsed arguments; returns the exit status."""
     from tinycore.llm.chat import ContextOverflowError
     from tinycore.llm.config import UnsupportedModelError
-    for name in ("max_context", "max_tokens", "benchmark"):
+    for name in ("max_context", "max_tokens", "benchmark", "parallel"):
         value = getattr(arguments, name)
         if value is not None and value < 1:
             print(f"tiny llm: --{name.replace('_', '-')} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if arguments.max_queue < 0:
+        print(f"tiny llm: --max-queue must be at least 0, got {arguments.max_queue}", file=sys.stderr)
+        return 2
     if arguments.make_test_model is not None:
         return _make_test_model(arguments.make_test_model)
     if arguments.model is None:
@@ -143,13 +152,19 @@ def run_llm(arguments: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        session, name = load_session(arguments.model, arguments.max_context, arguments.device)
-        if arguments.serve is not None:
+        serving = arguments.serve is not None
+        session, name = load_session(arguments.model, arguments.max_context, arguments.device,
+                                     arguments.parallel if serving else 1)
+        if serving:
             from tinycore.llm.server import serve
             try:
-                serve(session, name, arguments.serve, arguments.host)
+                serve(session, name, arguments.serve, arguments.host, max_queued=arguments.max_queue)
             except KeyboardInterrupt:
                 pass
+            except OSError as error:
+                print(f"tiny llm: cannot serve on {arguments.host}:{arguments.serve}: {error.strerror or error}; "
+                      "pick another --serve PORT (0 picks a free one)", file=sys.stderr)
+                return 2
             return 0
         if arguments.benchmark is not None:
             return _benchmark(session, arguments)

@@ -73,12 +73,14 @@ def yarn_frequencies(config: TransformerConfig, frequencies: numpy.ndarray) -> t
 
 
 def apply_rope(x: Tensor, table: Tensor, interleaved: bool) -> Tensor:
-    """Rotate the first rope_dim features of x (batch, T, heads, head_dim) by the angles in table (T, rope_dim//2, 2):
-    pairs (2i, 2i+1) when interleaved, else (i, i + rope_dim/2)."""
+    """Rotate the first rope_dim features of x (batch, T, heads, head_dim) by the angles in table (T, rope_dim//2, 2),
+    or (batch, T, rope_dim//2, 2) for rows at positions of their own: pairs (2i, 2i+1) when interleaved, else
+    (i, i + rope_dim/2)."""
     batch, length, heads, head_dim = x.shape
-    half = table.shape[1]
-    cos = table[:, :, 0].reshape(1, length, 1, half)
-    sin = table[:, :, 1].reshape(1, length, 1, half)
+    half = table.shape[-2]
+    rows = table.shape[0] if table.ndim == 4 else 1
+    cos = table[..., 0].reshape(rows, length, 1, half)
+    sin = table[..., 1].reshape(rows, length, 1, half)
     rotated, rest = x[..., :2 * half], x[..., 2 * half:]
     if interleaved:
         pairs = rotated.reshape(batch, length, heads, half, 2)
@@ -131,10 +133,13 @@ class Block:
         self.cache_values = Tensor.zeros(*shape, device=device).contiguous()
         self.cache_values.realize()
 
-    def attention(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None) -> Tensor:
+    def attention(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
+                  positions: Tensor | None = None, slot: int = 0) -> Tensor:
         """Grouped-query attention of x (batch, T, dim) over the cached positions and its own, after writing its
-        keys and values into the cache at start_pos. `valid` (batch, max_context) bool marks the positions that hold
-        tokens of each sequence (False: left padding, never attended to except by the padding itself)."""
+        keys and values into the cache rows [slot, slot + batch) at start_pos. `valid` (batch, max_context) bool
+        marks the positions that hold tokens of each sequence (False: left padding, never attended to except by the
+        padding itself). With `positions` (batch,) int32 (T = 1, slot 0), each row's token sits at its own position
+        (start_pos is then their largest) and attends to the row's positions up to its own."""
         config = self.config
         batch, length, _ = x.shape
         projected = []
@@ -153,15 +158,28 @@ class Block:
         query = apply_rope(query, rope, config.rope_interleaved)
         key = apply_rope(key, rope, config.rope_interleaved)
         end = start_pos + length
-        for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
-            cache.shrink(((0, batch), (start_pos, end), None, None)).assign(new).realize()  # type: ignore[arg-type]
+        rows = (slot, slot + batch)
+        if positions is None:
+            for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
+                cache.shrink((rows, (start_pos, end), None, None)).assign(new).realize()  # type: ignore[arg-type]
+        else:
+            # each row writes its one position: the window [0, end) that attention reads anyway is rewritten with
+            # the new key where the position matches, which costs what reading it costs (no scatter needed)
+            here = self.key_positions(end, x.device).unsqueeze(0).unsqueeze(-1).unsqueeze(-1) == \
+                positions.reshape(batch, 1, 1, 1)
+            for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
+                window = cache.shrink((rows, (0, end), None, None))  # type: ignore[arg-type]
+                window.assign(here.where(new, window)).realize()
         group = config.heads // config.kv_heads
         # (batch, kv_heads, group, T, head_dim) against (batch, kv_heads, 1, S, head_dim): no repeated keys
         query = query.reshape(batch, length, config.kv_heads, group, config.head_dim).permute(0, 2, 3, 1, 4)
-        keys = self.cache_keys.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
-        values = self.cache_values.shrink(((0, batch), (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)
+        keys = self.cache_keys.shrink((rows, (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)  # type: ignore
+        values = self.cache_values.shrink((rows, (0, end), None, None)).permute(0, 2, 1, 3).unsqueeze(2)  # type: ignore
         scores = query.matmul(keys.transpose(-2, -1)) * (1.0 / math.sqrt(config.head_dim))
         allowed: Tensor | None = None
+        if positions is not None:  # (batch, 1, 1, 1, S): a row's own positions, none past its token
+            allowed = (self.key_positions(end, x.device).unsqueeze(0) <= positions.reshape(batch, 1))
+            allowed = allowed.unsqueeze(1).unsqueeze(1).unsqueeze(1)
         if length > 1:
             assert isinstance(start_pos, int), "several positions at once run with a concrete start position"
             key_positions = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1)
@@ -180,6 +198,11 @@ class Block:
         attended = scores.softmax(-1).matmul(values)  # (batch, kv_heads, group, T, head_dim)
         attended = attended.permute(0, 3, 1, 2, 4).reshape(batch, length, config.heads * config.head_dim)
         return self.output.linear(attended)
+
+    def key_positions(self, end: Position, device: str | tuple[str, ...]) -> Tensor:
+        """The positions [0, end) as int32 (end may be a bound Variable: arange takes only a concrete length, so the
+        whole context's range is shrunk)."""
+        return Tensor.arange(self.cache_keys.shape[1], device=device).shrink(((0, end),))  # type: ignore[arg-type]
 
     def feed_forward(self, x: Tensor) -> Tensor:
         """The SwiGLU feed-forward network (or the mixture of experts) of x (batch, T, dim)."""
@@ -248,12 +271,14 @@ class Block:
             remaining = (experts == index).where(-1.0, remaining)
         return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
-    def __call__(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None) -> Tensor:
-        """The layer's output for x (batch, T, dim) at positions start_pos.. (pre-norm residual blocks)."""
+    def __call__(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
+                 positions: Tensor | None = None, slot: int = 0) -> Tensor:
+        """The layer's output for x (batch, T, dim) at positions start_pos.. (or `positions`, one per row) of the
+        cache rows from `slot` (pre-norm residual blocks)."""
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
         # norm's reduction would be recomputed for every output element
         h = x + self.attention(rms_norm(x, self.attention_norm, self.config.norm_eps).contiguous(), start_pos, rope,
-                               valid)
+                               valid, positions, slot)
         return h + self.feed_forward(rms_norm(h, self.ffn_norm, self.config.norm_eps).contiguous())
 
 
@@ -285,6 +310,7 @@ class Transformer:
         self.position = Variable("start_pos", 0, self.max_context - 1)
         self._decode = TinyJit(self._decode_step)
         self._batch_decodes: dict[int, TinyJit] = {}  # one captured step per batch size
+        self._slot_decodes: dict[int, TinyJit] = {}  # one captured step per row count
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], max_context: int | None = None,
@@ -305,20 +331,24 @@ class Transformer:
         return cls(config, weights, max_context, device, metadata, max_batch)
 
     def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False,
-                valid: Tensor | None = None) -> Tensor:
+                valid: Tensor | None = None, positions: Tensor | None = None, slot: int = 0) -> Tensor:
         """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
-        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache. `valid` (batch,
-        max_context) bool: the positions holding tokens (left padding excluded from attention)."""
+        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache rows [slot, slot +
+        batch). `valid` (batch, max_context) bool: the positions holding tokens (left padding excluded from
+        attention). `positions` (batch,) int32, with T = 1: each row's own position (start_pos their largest)."""
         batch, length = tokens.shape
         x = self.embedding.gather_rows(tokens)
-        # reshaped to the static length: a shrink by a bound Variable leaves the size as (start + T) - start
-        rope = self.rope.shrink(((start_pos, start_pos + length), None, None))  # type: ignore[arg-type]
-        if not isinstance(start_pos, int):
-            rope = rope.reshape(length, *self.rope.shape[1:])
+        if positions is not None:
+            rope = self.rope[positions].reshape(batch, 1, *self.rope.shape[1:])
+        else:
+            # reshaped to the static length: a shrink by a bound Variable leaves the size as (start + T) - start
+            rope = self.rope.shrink(((start_pos, start_pos + length), None, None))  # type: ignore[arg-type]
+            if not isinstance(start_pos, int):
+                rope = rope.reshape(length, *self.rope.shape[1:])
         for block in self.blocks:
             # realized at every layer: each layer's cache write realizes its keys and values, and without this it
             # would recompute every earlier layer (lazy x) again; in prefill it also frees each layer's temporaries
-            x = block(x, start_pos, rope, valid).realize()
+            x = block(x, start_pos, rope, valid, positions, slot).realize()
         if last_only:
             x = x[:, -1:]
         return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps).contiguous())
@@ -345,15 +375,49 @@ class Transformer:
     def _batch_decode_step(self, tokens: Tensor, start_pos: UOp, valid: Tensor) -> Tensor:
         return self.forward(tokens, start_pos, valid=valid).reshape(tokens.shape[0], -1).realize()
 
-    def _prefill(self, ids: Sequence[int], start_pos: int) -> numpy.ndarray:
-        """Run ids from position start_pos in chunks; the last position's logits."""
+    def _slot_decode_step(self, tokens: Tensor, positions: Tensor, end: UOp) -> Tensor:
+        return self.forward(tokens, end, positions=positions).reshape(tokens.shape[0], -1).realize()
+
+    def _prefill(self, ids: Sequence[int], start_pos: int, slot: int = 0) -> numpy.ndarray:
+        """Run ids from position start_pos in chunks into cache row `slot`; the last position's logits."""
         logits = None
         for begin in range(0, len(ids), PREFILL_CHUNK):
             chunk = list(ids[begin:begin + PREFILL_CHUNK])
             tokens = Tensor([chunk], dtype=dtypes.int32, device=self.device)
-            logits = self.forward(tokens, start_pos + begin, last_only=True)
+            logits = self.forward(tokens, start_pos + begin, last_only=True, slot=slot)
         assert logits is not None
         return numpy.asarray(logits.numpy()).reshape(-1)
+
+    def prefill_slot(self, slot: int, ids: Sequence[int], start_pos: int = 0) -> numpy.ndarray:
+        """Write the keys and values of `ids` at positions [start_pos, start_pos + len(ids)) of the cache's row
+        `slot` (the positions before start_pos keep what they hold); the logits (vocab,) after the last id. The
+        slots are the max_batch sequences that `decode_slots` advances together."""
+        if not 0 <= slot < self.max_batch:
+            raise ValueError(f"slot {slot} is not a row of the KV cache, which holds {self.max_batch} (max_batch)")
+        if not ids or start_pos < 0 or start_pos + len(ids) > self.max_context:
+            raise ValueError(f"positions [{start_pos}, {start_pos}+{len(ids)}) are not a non-empty range inside the "
+                             f"context of {self.max_context} tokens")
+        if slot == 0:
+            self.cached_tokens = []  # generate's sequence in row 0 is overwritten
+        return self._prefill([int(token) for token in ids], start_pos, slot)
+
+    def decode_slots(self, tokens: Sequence[int], positions: Sequence[int]) -> numpy.ndarray:
+        """One decode step of the cache rows 0..len(tokens)-1, each row its own sequence: row r's token tokens[r]
+        is written at position positions[r] and attends to that row's positions [0, positions[r]]. Returns the
+        logits (rows, vocab). One jitted step per row count serves every mix of positions, so requests at different
+        points of their generation (and rows of free slots, given any token at position 0) share a step."""
+        rows = len(tokens)
+        if not 1 <= rows <= self.max_batch or len(positions) != rows:
+            raise ValueError(f"decode_slots takes 1..{self.max_batch} rows (max_batch) and one position per token; "
+                             f"got {rows} tokens and {len(positions)} positions")
+        if min(positions) < 0 or max(positions) >= self.max_context:
+            raise ValueError(f"positions must lie in [0, {self.max_context}), got {list(positions)}")
+        self.cached_tokens = []  # row 0 no longer holds generate's sequence
+        step = self._slot_decodes.setdefault(rows, TinyJit(self._slot_decode_step))
+        token_tensor = Tensor([[int(token)] for token in tokens], dtype=dtypes.int32, device=self.device)
+        position_tensor = Tensor([int(position) for position in positions], dtype=dtypes.int32, device=self.device)
+        logits = step(token_tensor, position_tensor, self.position.bind(int(max(positions))))
+        return numpy.asarray(logits.numpy()).reshape(rows, -1)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, stop: Sequence[int] = ()) -> Iterator[int]:

@@ -1,26 +1,45 @@
 """An OpenAI-compatible HTTP API for one model: GET /v1/models, POST /v1/completions and /v1/chat/completions, with
 server-sent events when `stream` is true.
 
-Built on the standard library's http.server: the API is a handful of JSON routes and one model that runs one
-request at a time, so a web framework would add a dependency without adding anything used. Each connection gets a
-thread (ThreadingHTTPServer) so waiting clients are accepted, and generation is serialized by a first-come,
-first-served ticket lock: requests queue, none is dropped.
+Built on the standard library's http.server: the API is a handful of JSON routes in front of one model, so a web
+framework would add a dependency without adding anything used. Each connection gets a thread (ThreadingHTTPServer)
+that parses its request, hands its sequences (`n` of them) to the continuous-batching scheduler
+(tinycore.llm.batching), and turns the tokens that come back into text, stop strings and JSON or server-sent events.
+Beyond the scheduler's queue cap a request gets 429; malformed requests get 4xx JSON, never a bare connection drop.
 """
 from __future__ import annotations
 
 import json
+import queue
 import threading
 import time
 import uuid
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tinycore.llm.chat import Completion, ContextOverflowError, Session
+from tinycore.llm.batching import (
+    STEP_PREFILL,
+    BatchScheduler,
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    GenerationRequest,
+    QueueFullError,
+    TokenEvent,
+)
+from tinycore.llm.chat import Session, TextAssembler
 from tinycore.llm.config import UnsupportedModelError
 
 MAX_BODY = 16 << 20
 """The largest request body accepted (bytes)."""
+
+MAX_CHOICES = 16
+"""The largest `n` (choices per request)."""
+
+MAX_LOGPROBS = 20
+"""The most alternatives per token that `logprobs` (completions) or `top_logprobs` (chat) may ask for."""
 
 
 class RequestError(Exception):
@@ -36,26 +55,6 @@ class RequestError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
-class TicketLock:
-    """A lock granted in the order it was asked for."""
-
-    def __init__(self) -> None:
-        self.condition = threading.Condition()
-        self.next_ticket = 0
-        self.serving = 0
-
-    def __enter__(self) -> None:
-        with self.condition:
-            ticket = self.next_ticket
-            self.next_ticket += 1
-            self.condition.wait_for(lambda: self.serving == ticket)
-
-    def __exit__(self, *_: object) -> None:
-        with self.condition:
-            self.serving += 1
-            self.condition.notify_all()
-
-
 def _number(body: dict[str, Any], name: str, default: float, low: float, high: float, integer: bool = False) -> Any:
     value = body.get(name, default)
     if value is None:
@@ -67,12 +66,25 @@ def _number(body: dict[str, Any], name: str, default: float, low: float, high: f
     return value
 
 
-class LLMServer:
-    """The API's logic, apart from HTTP: parse a request body, run it, return a JSON body or an SSE stream."""
+@dataclass
+class _Choice:
+    """One choice's text as it is assembled, its token count, finish reason and logprob entries not yet sent."""
 
-    def __init__(self, session: Session, model_name: str):
+    assembler: TextAssembler
+    text: list[str] = field(default_factory=list)
+    tokens: int = 0
+    finish: str | None = None
+    entries: list[TokenEvent] = field(default_factory=list)
+    sent_entries: list[TokenEvent] = field(default_factory=list)
+
+
+class LLMServer:
+    """The API's logic, apart from HTTP: parse a request body, run it, return a JSON body or an SSE stream.
+    `max_queued` caps the sequences waiting for one of the model's max_batch slots."""
+
+    def __init__(self, session: Session, model_name: str, max_queued: int = 64, step_prefill: int = STEP_PREFILL):
         self.session, self.model_name = session, model_name
-        self.lock = TicketLock()
+        self.scheduler = BatchScheduler(session.model, max_queued, step_prefill)
         self.created = int(time.time())
 
     def models(self) -> dict[str, Any]:
@@ -103,7 +115,8 @@ class LLMServer:
             prompt = body.get("prompt")
             if isinstance(prompt, list) and len(prompt) == 1:
                 prompt = prompt[0]
-            if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
+            if isinstance(prompt, list) and prompt and all(isinstance(token, int) and not isinstance(token, bool)
+                                                           for token in prompt):
                 if not all(0 <= token < tokenizer.vocab_size for token in prompt):
                     raise RequestError(400, f"prompt token ids must lie in [0, {tokenizer.vocab_size})", "prompt")
                 ids = list(prompt)
@@ -132,54 +145,148 @@ class LLMServer:
                    "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0), "top_k": _number(body, "top_k", 0, 0, 1 << 30,
                                                                                       integer=True),
                    "seed": seed, "stop": stop, "stream": bool(body.get("stream", False)),
-                   "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False))}
+                   "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
+                   "n": _number(body, "n", 1, 1, MAX_CHOICES, integer=True), "logprobs": self._logprobs(route, body)}
         return ids, options
+
+    @staticmethod
+    def _logprobs(route: str, body: dict[str, Any]) -> int | None:
+        """How many alternatives each token's log-probability comes with, or None when none were asked for:
+        completions take `logprobs: k`, chats `logprobs: true` with `top_logprobs: k`."""
+        if route == "completions":
+            if body.get("logprobs") is None:
+                return None
+            return int(_number(body, "logprobs", 0, 0, MAX_LOGPROBS, integer=True))
+        wanted = body.get("logprobs", False)
+        if wanted is not None and not isinstance(wanted, bool):
+            raise RequestError(400, f"'logprobs' must be true or false, got {wanted!r}", "logprobs")
+        if body.get("top_logprobs") is not None and not wanted:
+            raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
+        return int(_number(body, "top_logprobs", 0, 0, MAX_LOGPROBS, integer=True)) if wanted else None
 
     def run(self, route: str, ids: list[int], options: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
         """The response objects: one for a plain request; chunks (the last with the usage, if asked) when
-        streaming. Holds the generation lock while it runs."""
+        streaming. The request's `n` sequences run in the batch scheduler; closing the generator (a client that
+        left) cancels them."""
         identifier = ("chatcmpl-" if route == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         created = int(time.time())
         kind = "chat.completion" if route == "chat" else "text_completion"
-        completion = Completion(prompt_tokens=len(ids))
-        with self.lock:
-            try:
-                pieces = self.session.complete(ids, completion, options["max_tokens"], options["temperature"],
-                                               options["top_k"], options["top_p"], options["seed"], options["stop"])
-                if options["stream"]:
-                    if route == "chat":
-                        yield self._chunk(identifier, created, {"role": "assistant", "content": ""}, None)
-                    for piece in pieces:
-                        yield self._chunk(identifier, created, {"content": piece} if route == "chat" else piece,
-                                          None)
-                    yield self._chunk(identifier, created, {} if route == "chat" else "", completion.finish_reason)
-                    if options["include_usage"]:
-                        yield {"id": identifier, "object": kind + ("" if route == "completions" else ".chunk"),
-                               "created": created, "model": self.model_name, "choices": [],
-                               "usage": self._usage(completion)}
+        tokenizer = self.session.tokenizer
+        events: queue.Queue[Event] = queue.Queue()
+        count, seed, stream = options["n"], options["seed"], options["stream"]
+        requests = [GenerationRequest(list(ids), options["max_tokens"], events, options["temperature"],
+                                      options["top_k"], options["top_p"], None if seed is None else seed + index,
+                                      frozenset(tokenizer.stop_ids), options["logprobs"], index)
+                    for index in range(count)]
+        choices = [_Choice(TextAssembler(tokenizer, options["stop"])) for _ in range(count)]
+        try:
+            self.scheduler.submit(requests)
+        except QueueFullError as error:
+            raise RequestError(429, f"the server is busy: {error}; retry later", None, "queue_full",
+                               "rate_limit_error") from None
+        try:
+            if stream and route == "chat":
+                for index in range(count):
+                    yield self._chunk(route, identifier, created, index, {"role": "assistant", "content": ""}, None)
+            unfinished = count
+            while unfinished:
+                event = events.get()
+                choice = choices[event.index]
+                if choice.finish is not None:
+                    continue  # it ended at a stop string: what its sequence did before the cancel is dropped
+                if isinstance(event, ErrorEvent):
+                    failure = RequestError(500, f"generation failed: {event.message}", None, None, "server_error")
+                    if not stream:
+                        raise failure
+                    yield failure.body()
                     return
-                text = "".join(pieces)
-            except ContextOverflowError as error:
-                raise RequestError(400, str(error), None, "context_length_exceeded") from None
-        choice: dict[str, Any] = {"index": 0, "finish_reason": completion.finish_reason, "logprobs": None}
-        if route == "chat":
-            choice["message"] = {"role": "assistant", "content": text}
-        else:
-            choice["text"] = text
-        yield {"id": identifier, "object": kind, "created": created, "model": self.model_name, "choices": [choice],
-               "usage": self._usage(completion)}
+                piece = ""
+                if isinstance(event, TokenEvent):
+                    choice.tokens += 1
+                    if event.logprob is not None and event.token not in tokenizer.stop_ids:
+                        choice.entries.append(event)
+                    piece = choice.assembler.add(event.token)
+                    if choice.assembler.stopped:
+                        choice.finish = "stop"
+                        requests[event.index].cancelled = True
+                else:
+                    assert isinstance(event, FinishEvent)
+                    piece = choice.assembler.finish()
+                    choice.finish = event.reason
+                choice.text.append(piece)
+                if stream and (piece or choice.entries):
+                    delta = {"content": piece} if route == "chat" else piece
+                    yield self._chunk(route, identifier, created, event.index, delta, None, self._entries(
+                        route, choice))
+                if choice.finish is not None:
+                    unfinished -= 1
+                    if stream:
+                        yield self._chunk(route, identifier, created, event.index, {} if route == "chat" else "",
+                                          choice.finish, self._entries(route, choice))
+            usage = self._usage(len(ids), choices)
+            if stream:
+                if options["include_usage"]:
+                    yield {"id": identifier, "object": kind + ("" if route == "completions" else ".chunk"),
+                           "created": created, "model": self.model_name, "choices": [], "usage": usage}
+                return
+            results = []
+            for index, choice in enumerate(choices):
+                text = "".join(choice.text)
+                result: dict[str, Any] = {"index": index, "finish_reason": choice.finish,
+                                          "logprobs": self._entries(route, choice)}
+                if route == "chat":
+                    result["message"] = {"role": "assistant", "content": text}
+                else:
+                    result["text"] = text
+                results.append(result)
+            yield {"id": identifier, "object": kind, "created": created, "model": self.model_name,
+                   "choices": results, "usage": usage}
+        finally:
+            for request in requests:
+                request.cancelled = True
 
-    def _chunk(self, identifier: str, created: int, content: Any, finish: str | None) -> dict[str, Any]:
-        if isinstance(content, dict):
+    def _entries(self, route: str, choice: _Choice) -> dict[str, Any] | None:
+        """The OpenAI logprobs object of the choice's entries not yet sent (None without logprobs)."""
+        if not choice.entries:
+            return None
+        tokenizer = self.session.tokenizer
+
+        def text(token: int) -> str:
+            return tokenizer.token_bytes(token).decode("utf-8", errors="replace")
+        entries, offset = choice.entries, sum(len(text(entry.token)) for entry in choice.sent_entries)
+        choice.sent_entries.extend(entries)
+        choice.entries = []
+        if route == "chat":
+            return {"content": [{"token": text(entry.token), "logprob": entry.logprob,
+                                 "bytes": list(tokenizer.token_bytes(entry.token)),
+                                 "top_logprobs": [{"token": text(token), "logprob": logprob,
+                                                   "bytes": list(tokenizer.token_bytes(token))}
+                                                  for token, logprob in entry.top]} for entry in entries]}
+        offsets = []
+        for entry in entries:
+            offsets.append(offset)
+            offset += len(text(entry.token))
+        return {"tokens": [text(entry.token) for entry in entries],
+                "token_logprobs": [entry.logprob for entry in entries],
+                "top_logprobs": [{text(token): logprob for token, logprob in entry.top} for entry in entries],
+                "text_offset": offsets}
+
+    def _chunk(self, route: str, identifier: str, created: int, index: int, content: Any, finish: str | None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+        choice = {"index": index, "finish_reason": finish, "logprobs": logprobs}
+        if route == "chat":
+            choice["delta"] = content
             return {"id": identifier, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
-                    "choices": [{"index": 0, "delta": content, "finish_reason": finish, "logprobs": None}]}
+                    "choices": [choice]}
+        choice["text"] = content
         return {"id": identifier, "object": "text_completion", "created": created, "model": self.model_name,
-                "choices": [{"index": 0, "text": content, "finish_reason": finish, "logprobs": None}]}
+                "choices": [choice]}
 
     @staticmethod
-    def _usage(completion: Completion) -> dict[str, int]:
-        return {"prompt_tokens": completion.prompt_tokens, "completion_tokens": completion.completion_tokens,
-                "total_tokens": completion.prompt_tokens + completion.completion_tokens}
+    def _usage(prompt_tokens: int, choices: list[_Choice]) -> dict[str, int]:
+        completion_tokens = sum(choice.tokens for choice in choices)
+        return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens}
 
 
 def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
@@ -192,11 +299,19 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
             pass
 
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """http.server's own errors (a malformed request line or header, an unsupported method) as OpenAI
+            error JSON instead of an HTML page."""
+            self.close_connection = True
+            self._send_json(code, RequestError(code, message or explain or "malformed request").body())
+
         def _send_json(self, status: int, body: dict[str, Any]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.close_connection:
+                self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(data)
 
@@ -215,22 +330,37 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(RequestError(404, f"no route GET {self.path}; try GET /v1/models"))
 
+        def _body(self) -> bytes:
+            """The request body, read by its Content-Length (a RequestError, closing the connection, when the
+            header is missing with a chunked body, not a number, negative or too large)."""
+            declared = self.headers.get("Content-Length")
+            if declared is None:
+                if self.headers.get("Transfer-Encoding"):
+                    self.close_connection = True
+                    raise RequestError(411, "send the body with a Content-Length header (chunked bodies are not "
+                                            "read)")
+                return b""
+            text = declared.strip()
+            if not text.isdigit():
+                self.close_connection = True
+                raise RequestError(400, f"the Content-Length header must be a number of bytes, got {declared!r}")
+            if int(text) > MAX_BODY:
+                self.close_connection = True
+                raise RequestError(413, f"the body is larger than {MAX_BODY} bytes")
+            return self.rfile.read(int(text)) if int(text) else b""
+
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             routes = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/completions": "completions",
                       "/chat/completions": "chat"}
             route = routes.get(self.path.rstrip("/"))
-            length = int(self.headers.get("Content-Length") or 0)
-            if length < 0 or length > MAX_BODY:
-                self.close_connection = True
-                return self._error(RequestError(413, f"the body is larger than {MAX_BODY} bytes"))
-            raw = self.rfile.read(length) if length else b""
-            if route is None:
-                return self._error(RequestError(404, f"no route POST {self.path}; routes: {', '.join(routes)}"))
             try:
-                body = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as error:
-                return self._error(RequestError(400, f"the body is not valid JSON: {error}"))
-            try:
+                raw = self._body()
+                if route is None:
+                    raise RequestError(404, f"no route POST {self.path}; routes: {', '.join(routes)}")
+                try:
+                    body = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as error:
+                    raise RequestError(400, f"the body is not valid JSON: {error}") from None
                 ids, options = server.prepare(route, body)
                 responses = server.run(route, ids, options)
                 if not options["stream"]:
@@ -251,7 +381,9 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
-                responses.close()  # the client left: end the generation, release the lock
+                pass
+            finally:
+                responses.close()  # a client that left cancels its sequences
             return None
 
     return Handler
@@ -268,16 +400,21 @@ class _QueueingServer(ThreadingHTTPServer):
 
 
 def serve(session: Session, model_name: str, port: int, host: str = "127.0.0.1",
-          ready: threading.Event | None = None) -> ThreadingHTTPServer:
+          ready: threading.Event | None = None, max_queued: int = 64) -> ThreadingHTTPServer:
     """Serve the API on host:port until interrupted (`ready` is set once the socket listens; port 0 picks a free
-    port, printed with the address). Returns the server after it stops."""
-    api = LLMServer(session, model_name)
-    httpd = _QueueingServer((host, port), make_handler(api))
-    print(f"serving {model_name} on http://{host}:{httpd.server_address[1]}/v1", flush=True)
+    port, printed with the address). The model's max_batch slots run at once and `max_queued` more sequences wait;
+    beyond that a request gets 429. Raises OSError when the address cannot be bound (a port in use). Returns the
+    server after it stops."""
+    httpd = _QueueingServer((host, port), BaseHTTPRequestHandler)  # bound first: a port in use fails before work
+    api = LLMServer(session, model_name, max_queued)
+    httpd.RequestHandlerClass = make_handler(api)
+    print(f"serving {model_name} ({session.model.max_batch} sequences at once, up to {max_queued} waiting) "
+          f"on http://{host}:{httpd.server_address[1]}/v1", flush=True)
     if ready is not None:
         ready.set()
     try:
         httpd.serve_forever()
     finally:
         httpd.server_close()
+        api.scheduler.close()
     return httpd
