@@ -14,6 +14,7 @@ from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.uop import UOp
 
 _LOG2_E = 1 / math.log(2)
 _LN_2 = math.log(2)
@@ -22,6 +23,31 @@ _LN_2 = math.log(2)
 def _is_tensor(value: Any) -> bool:
     """True for a Tensor (every Tensor is an ElementwiseMixin)."""
     return isinstance(value, ElementwiseMixin)
+
+
+def _with_pow_gradient(value: Tensor, base: Tensor, exponent: Tensor | int | float) -> Tensor:
+    """`value` (base ** exponent) with torch's gradient: exponent * base ** (exponent - 1) for the base, 0 where the
+    exponent is 0; value * log(base) for a tensor exponent, 0 where the base is 0 and the exponent is not negative.
+    Differentiated through its exp2/log2 graph instead, the NaN of a negative base is masked by the select that
+    places it (gradient 0 where torch gives NaN) and the zero-exponent select hides the exponent's gradient."""
+    from tinycore.gradient import with_gradient
+    wrap = type(value)._wrap
+
+    def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+        upstream, operand = wrap(gradient), wrap(base.uop)
+        power = wrap(exponent.uop) if _is_tensor(exponent) else exponent
+        lowered = operand._pow_plain(power - 1)
+        base_gradient = power * lowered
+        if _is_tensor(power):
+            base_gradient = power.eq(0).where(0.0, base_gradient)
+        found = {base.uop: (upstream * base_gradient).cast(base.dtype).uop}
+        if _is_tensor(power):
+            zero_base = operand.eq(0) & (power >= 0)
+            exponent_gradient = zero_base.where(0.0, wrap(node) * operand.cast(node.dtype).log())
+            found[power.uop] = (upstream * exponent_gradient).cast(power.dtype).uop
+        return found
+
+    return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
 
 class ElementwiseMixin:
@@ -44,7 +70,7 @@ class ElementwiseMixin:
     def _operand(self: Tensor, value: Any, dtype: DType | None = None) -> Tensor:
         """`value` as a tensor on this device (scalars become constants of `dtype` or their own dtype)."""
         if _is_tensor(value):
-            if value.device != self.device:
+            if value.device != self.device and value.device is not None:  # None: a constant on no device
                 raise ValueError(f"operands are on different devices: {self.device} and {value.device}; "
                                  "move one with .to()")
             return value
@@ -161,15 +187,40 @@ class ElementwiseMixin:
         return first - second * first._alu(Ops.FDIV, second).trunc()
 
     def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
-        """self ** x (x ** self when `reverse`)."""
+        """self ** x (x ** self when `reverse`). Values and gradients are torch's, edges included: a negative base
+        to a non-integral power is NaN and so are its gradients; the base's gradient is 0 where the exponent is 0,
+        the exponent's is 0 where the base is 0 and the exponent is not negative."""
         if not reverse and isinstance(x, int) and not isinstance(x, bool) and x < 0 and dtypes.is_int(self.dtype):
             raise DTypeMismatchError(f"an integer tensor ({self.dtype}) to the negative integer power {x} is not an "
                                      "integer: cast the base to float first (.float())")
         if not reverse and isinstance(x, (int, float)) and not isinstance(x, bool) and not _is_tensor(x):
             special = self._pow_scalar(x)
             if special is not None:
-                return special
+                # x**0 is a shared constant and x**1 is x itself: neither may carry a rule of its own; sqrt's own
+                # gradient is torch's for x**0.5 (NaN at -inf, where the pow rule's C-style power gives 0)
+                if x in (0, 1, 0.5) or not dtypes.is_float(special.dtype):
+                    return special
+                return _with_pow_gradient(special, self, x)
         base, exponent = self._broadcasted(x, reverse)
+        value = base._pow_value(exponent)
+        if not dtypes.is_float(value.dtype):
+            return value
+        return _with_pow_gradient(value, base, exponent)
+
+    def _pow_plain(self: Tensor, exponent: Tensor | int | float) -> Tensor:
+        """self ** exponent, differentiated through its own graph (the gradient rule's building block)."""
+        if isinstance(exponent, (int, float)):
+            special = self._pow_scalar(exponent)
+            if special is not None:
+                return special
+        base, power = self._broadcasted(exponent)
+        return base._pow_value(power)
+
+    def _pow_value(self: Tensor, exponent: Tensor) -> Tensor:
+        """self ** exponent for broadcast operands, as C's pow: |base| ** exponent through exp2 and log2, negated for
+        a negative base to an odd integer, NaN for a finite negative base to a non-integral power, 1 for a zero
+        exponent."""
+        base = self
         result_dtype = base.dtype
         if result_dtype == dtypes.bool:
             base, exponent = base.cast(dtypes.int32), exponent.cast(dtypes.int32)
@@ -182,7 +233,9 @@ class ElementwiseMixin:
         odd = integral & half.ne(half.trunc())
         negative_result = odd.where(-magnitude, magnitude)
         nan = magnitude._const(math.nan)
-        result = (base_float < 0).where(integral.where(negative_result, nan), magnitude)
+        # (-inf) ** y for a non-integral y is inf or 0, as C's pow gives it
+        fractional = base_float.eq(-math.inf).where(magnitude, nan)
+        result = (base_float < 0).where(integral.where(negative_result, fractional), magnitude)
         result = exponent_float.eq(0).where(result._const(1.0), result)
         if dtypes.is_int(result_dtype):
             return result.round().cast(result_dtype)

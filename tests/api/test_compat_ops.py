@@ -1,0 +1,67 @@
+"""tinygrad-ported programs see torch's values at the edges of elementwise ops: pow's NaN placement and gradients,
+bitwise ops' errors, div's rounding modes. Every oracle here is torch."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tinycore import Tensor
+
+BASES = [-math.inf, -2.5, -2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 2.0, 3.0, math.inf]
+EXPONENTS = [-2.0, -1.5, -1.0, -0.3, 0.0, 0.3, 1.0, 1.1, 2.0, 3.0, 5.5]
+
+
+def _close(actual: np.ndarray, expected: np.ndarray) -> None:
+    np.testing.assert_allclose(actual, expected, rtol=1e-3, atol=1e-5, equal_nan=True)
+
+
+def test_pow_of_two_tensors_matches_torch_values_and_both_gradients() -> None:
+    grid_base, grid_exponent = np.meshgrid(np.array(BASES, np.float32), np.array(EXPONENTS, np.float32),
+                                           indexing="ij")
+    torch_base = torch.tensor(grid_base, requires_grad=True)
+    torch_exponent = torch.tensor(grid_exponent, requires_grad=True)
+    expected = torch_base ** torch_exponent
+    expected_base, expected_exponent = torch.autograd.grad(expected.sum(), [torch_base, torch_exponent])
+    base, exponent = Tensor(grid_base, requires_grad=True), Tensor(grid_exponent, requires_grad=True)
+    value = base ** exponent
+    base_gradient, exponent_gradient = value.sum().gradient(base, exponent)
+    _close(value.numpy(), expected.detach().numpy())
+    _close(base_gradient.numpy(), expected_base.numpy())
+    _close(exponent_gradient.numpy(), expected_exponent.numpy())
+
+
+@pytest.mark.parametrize("exponent", EXPONENTS + [1, 2, 3, -1, -2, 8.0, 0.5])
+def test_tensor_to_a_constant_power_matches_torch(exponent: float) -> None:
+    data = np.array(BASES, np.float32)
+    torch_base = torch.tensor(data, requires_grad=True)
+    expected = torch_base ** exponent
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [torch_base])
+    base = Tensor(data, requires_grad=True)
+    value = base ** exponent
+    (gradient,) = value.sum().gradient(base)
+    _close(value.numpy(), expected.detach().numpy())
+    _close(gradient.numpy(), expected_gradient.numpy())
+
+
+@pytest.mark.parametrize("constant", BASES)
+def test_constant_to_a_tensor_power_matches_torch(constant: float) -> None:
+    data = np.array(EXPONENTS, np.float32)
+    torch_exponent = torch.tensor(data, requires_grad=True)
+    expected = constant ** torch_exponent
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [torch_exponent])
+    exponent = Tensor(data, requires_grad=True)
+    value = constant ** exponent
+    (gradient,) = value.sum().gradient(exponent)
+    _close(value.numpy(), expected.detach().numpy())
+    _close(gradient.numpy(), expected_gradient.numpy())
+
+
+def test_negative_bases_to_fractional_powers_give_nan_gradients_as_torch() -> None:
+    data = np.linspace(-30, -27, 12, dtype=np.float32)
+    torch_base = torch.tensor(data, requires_grad=True)
+    (expected,) = torch.autograd.grad((torch_base ** 1.2).sum(), [torch_base])
+    base = Tensor(data, requires_grad=True)
+    (gradient,) = (base ** 1.2).sum().gradient(base)
+    assert np.isnan(expected.numpy()).all()
+    _close(gradient.numpy(), expected.numpy())
