@@ -381,6 +381,31 @@ def cache_dir() -> pathlib.Path:
     return pathlib.Path(xdg) / "tinycore"
 
 
+def write_atomically(path: pathlib.Path, data: bytes, what: str) -> bool:
+    """Write `data` to `path` through a temporary file in the same directory renamed over it, so a reader sees the
+    old entry or the new one, never half of one. A disk cache only: an unwritable directory is no error (at DEBUG >= 2
+    it says so, naming `what`), the caller carries on without the entry. True when written."""
+    temporary_name = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(temporary_name, path)
+        temporary_name = None
+        return True
+    except OSError as error:
+        if DEBUG >= 2:
+            print(f"cannot write {what} {path} ({error}); continuing without it")
+        return False
+    finally:
+        if temporary_name is not None:
+            try:
+                os.unlink(temporary_name)
+            except OSError:
+                pass
+
+
 def colored(text: str, color: str | None, stream: Any = None) -> str:
     """`text` in ANSI colour, unless NO_COLOR is set or `stream` (default stdout) is not a terminal."""
     stream = stream if stream is not None else sys.stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import math
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes, truncate
@@ -70,6 +70,11 @@ class Program:
         if open_loops:
             raise InterpreterError(f"{len(open_loops)} RANGE(s) are never closed by an END")
         self.specials = [u for u in self.uops if u.op is Ops.SPECIAL]
+        self.calls = {}
+
+    calls: dict[UOp, str]
+    """The UOps at which a work-item yields `(name, operands)` and waits for its value (none here; the wave
+    interpreter's collective ops)."""
 
     def __call__(self, buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
         """Run every thread of the program on `buffers` (mutable lists or numpy arrays, by DEFINE_GLOBAL position)."""
@@ -82,17 +87,24 @@ class Program:
         # none goes past it before all have reached it; DEFINE_LOCAL memory is shared by the group
         locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
         groups = [special for special in self.specials if special not in locals_]
+        self._check_work_group([len(sizes[special]) for special in locals_])
         for group in itertools.product(*(sizes[special] for special in groups)):
             shared: dict[UOp, list[Any]] = {}
             members = itertools.product(*(sizes[special] for special in locals_))
-            threads = [self._run_thread(lists, var_vals, dict(zip(groups + locals_, group + local, strict=True)),
-                                        shared) for local in members]
-            while threads:
-                threads = [thread for thread in threads if next(thread, None) is not None]
+            self._run_group([self._run_thread(lists, var_vals, dict(zip(groups + locals_, group + local, strict=True)),
+                                              shared) for local in members])
         for original, values in zip(buffers, lists, strict=True):
             if isinstance(original, numpy.ndarray):
                 flat = original.reshape(-1)
                 flat[:] = numpy.asarray(values, dtype=original.dtype)
+
+    def _check_work_group(self, block: list[int]) -> None:
+        """Raise InterpreterError when a work-group of `block` work-items (per lidx) cannot run this program."""
+
+    def _run_group(self, threads: list[Generator[Any, Any, None]]) -> None:
+        """Run the work-items of one work-group in turns, each up to its next BARRIER."""
+        while threads:
+            threads = [thread for thread in threads if next(thread, None) is not None]
 
     @staticmethod
     def _evaluate_size(node: UOp, var_vals: Mapping[str, int]) -> int:
@@ -109,8 +121,9 @@ class Program:
         return int(values[node])
 
     def _run_thread(self, lists: list[Any], var_vals: Mapping[str, int], thread: dict[UOp, int],
-                    shared: dict[UOp, list[Any]]) -> Iterator[bool]:
-        """Run one work-item, yielding True at each BARRIER (a generator: the caller resumes it)."""
+                    shared: dict[UOp, list[Any]]) -> Generator[Any, Any, None]:
+        """Run one work-item, yielding True at each BARRIER and `(name, operands)` at a UOp of `calls`, where it
+        receives the UOp's value (a generator: the caller resumes it)."""
         values: dict[UOp, Any] = {}
         uops, position, count = self.uops, 0, len(self.uops)
         while position < count:
@@ -130,6 +143,8 @@ class Program:
             elif op is Ops.DEFINE_LOCAL:
                 size = uop.dtype.size if isinstance(uop.dtype, PtrDType) and uop.dtype.size > 0 else 1
                 values[uop] = shared.setdefault(uop, [None] * size)
+            elif uop in self.calls:
+                values[uop] = yield (self.calls[uop], [float(values[source]) for source in uop.src])
             else:
                 values[uop] = self._step(uop, values, lists, var_vals, thread)
                 if op is Ops.BARRIER:

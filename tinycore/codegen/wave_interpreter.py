@@ -12,14 +12,10 @@ collective reached by only part of the work-group (divergent control flow) is an
 """
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
-import numpy
-
 from tinycore.codegen.interpreter import InterpreterError, Program
-from tinycore.dtype import PtrDType
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -42,31 +38,17 @@ class WaveProgram(Program):
         self.collectives, self.wave_size = dict(collectives), wave_size
         self.calls = {uop: name for uop in self.uops if (name := collective_name(uop, self.collectives)) is not None}
 
-    def __call__(self, buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
-        """Run every work-item; waves meet at each collective op."""
-        if not self.calls:
-            super().__call__(buffers, var_vals)
-            return
-        values = dict(var_vals or {})
-        lists = [numpy.asarray(b).reshape(-1).tolist() if isinstance(b, numpy.ndarray) else b for b in buffers]
-        sizes = {special: range(self._evaluate_size(special.src[0], values) if special.src else 1)
-                 for special in self.specials}
-        locals_ = [special for special in self.specials if str(special.arg).startswith("lidx")]
-        groups = [special for special in self.specials if special not in locals_]
-        block = [len(sizes[special]) for special in locals_]
-        if len(block) != 1 or block[0] % self.wave_size or not block[0]:
+    def _check_work_group(self, block: list[int]) -> None:
+        """Collective ops need whole waves along lidx0 in each work-group."""
+        if self.calls and (len(block) != 1 or block[0] % self.wave_size or not block[0]):
             raise InterpreterError(f"a kernel with wave-collective ops must run whole waves (lidx0 a multiple of "
                                    f"{self.wave_size}) per work-group")
-        for group in itertools.product(*(sizes[special] for special in groups)):
-            shared: dict[UOp, list[Any]] = {}
-            lanes = [self._run_lane(lists, values, dict(zip(groups + locals_, group + (lane,), strict=True)), shared)
-                     for lane in range(block[0])]
-            self._run_group(lanes)
-        for original, result in zip(buffers, lists, strict=True):
-            if isinstance(original, numpy.ndarray):
-                original.reshape(-1)[:] = numpy.asarray(result, dtype=original.dtype)
 
     def _run_group(self, lanes: list[Generator[Any, Any, None]]) -> None:
+        """Run the lanes of one work-group in turns; at a collective op, every lane's operands go to its combine."""
+        if not self.calls:
+            super()._run_group(lanes)
+            return
         replies: list[Any] = [None] * len(lanes)
         size = len(lanes)
         while lanes:
@@ -91,34 +73,3 @@ class WaveProgram(Program):
             else:
                 replies = [None] * len(live)
             lanes = [lane for lane, request in zip(lanes, requests, strict=True) if request is not None]
-
-    def _run_lane(self, lists: list[Any], var_vals: Mapping[str, int], thread: dict[UOp, int],
-                  shared: dict[UOp, list[Any]]) -> Generator[Any, Any, None]:
-        """One work-item: yields True at a BARRIER and (name, operands) at a collective op, then receives its
-        result."""
-        values: dict[UOp, Any] = {}
-        uops, position, count = self.uops, 0, len(self.uops)
-        while position < count:
-            uop = uops[position]
-            op = uop.op
-            if op is Ops.RANGE:
-                if values[uop.src[0]] <= 0:
-                    position = self.end_of[position] + 1
-                    continue
-                values[uop] = 0
-            elif op is Ops.END:
-                loop = uop.src[0]
-                values[loop] += 1
-                if values[loop] < values[loop.src[0]]:
-                    position = self.start_of[position] + 1
-                    continue
-            elif op is Ops.DEFINE_LOCAL:
-                size = uop.dtype.size if isinstance(uop.dtype, PtrDType) and uop.dtype.size > 0 else 1
-                values[uop] = shared.setdefault(uop, [None] * size)
-            elif uop in self.calls:
-                values[uop] = yield (self.calls[uop], [float(values[source]) for source in uop.src])
-            else:
-                values[uop] = self._step(uop, values, lists, var_vals, thread)
-                if op is Ops.BARRIER:
-                    yield True
-            position += 1

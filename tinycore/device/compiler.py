@@ -2,11 +2,9 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import pathlib
-import tempfile
 
-from tinycore.helpers import CACHELEVEL, DEBUG, cache_dir
+from tinycore.helpers import CACHELEVEL, DEBUG, cache_dir, write_atomically
 from tinycore.plugins.contract import CompilerContract
 
 # A cache entry is MAGIC + sha256(payload) + payload; anything else is treated as a miss.
@@ -83,21 +81,5 @@ class Compiler(CompilerContract):
         return payload
 
     def _write_cache(self, key: str, binary: bytes) -> None:
-        path = self.cache_path(key)
-        temporary_name = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".bin")
-            with os.fdopen(handle, "wb") as file:
-                file.write(_MAGIC + hashlib.sha256(binary).digest() + binary)
-            os.replace(temporary_name, path)
-            temporary_name = None
-        except OSError as error:
-            if DEBUG >= 2:
-                print(f"cannot write compile cache entry {path} ({error}); continuing without it")
-        finally:
-            if temporary_name is not None:
-                try:
-                    os.unlink(temporary_name)
-                except OSError:
-                    pass
+        write_atomically(self.cache_path(key), _MAGIC + hashlib.sha256(binary).digest() + binary,
+                         "compile cache entry")

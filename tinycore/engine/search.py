@@ -26,7 +26,6 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from tinycore.helpers import (
     DEV,
     IGNORE_BEAM_CACHE,
     cache_dir,
+    write_atomically,
 )
 from tinycore.plugins.contract import RendererContract, compiles_in_batches
 from tinycore.renderer.renderer import ProgramSpec
@@ -217,23 +217,7 @@ def write_cached(key: str, opts: Sequence[Opt], seconds: float, heuristic_second
     path = cache_path(key)
     entry = {"format": SEARCH_FORMAT, "opts": [[opt.op.name, opt.axis, opt.amount] for opt in opts],
              "seconds": seconds, "heuristic_seconds": heuristic_seconds}
-    temporary_name = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary_name = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        with os.fdopen(handle, "w") as file:
-            json.dump(entry, file)
-        os.replace(temporary_name, path)
-        temporary_name = None
-    except OSError as error:
-        if DEBUG >= 2:
-            print(f"cannot write beam cache entry {path} ({error}); continuing without it")
-    finally:
-        if temporary_name is not None:
-            try:
-                os.unlink(temporary_name)
-            except OSError:
-                pass
+    write_atomically(path, json.dumps(entry).encode(), "beam cache entry")
 
 
 # ---- progress ----

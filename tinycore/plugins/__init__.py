@@ -5,6 +5,8 @@ A device plugin's hooks module imports from here:
     from tinycore.plugins import DeviceSpec, RendererSpec, InterfaceSpec, hookimpl
     TINYCORE_PLUGIN_API = 1
 
+(a plugin of one device writes its `tiny_devices`, `tiny_renderers` and `tiny_interfaces` with `device_hooks`)
+
 The hook specifications (the contract, with what each hook must and must not do) are in
 `tinycore.plugins.hookspecs`; discovery, isolation and the allow and block lists are in `tinycore.plugins.manager`.
 Importing this package is cheap: pluggy and the manager are imported only when first needed.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinycore.plugins.device_hooks import DeviceHooks, device_family, device_hooks
 from tinycore.plugins.specs import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, load_object
 
 PLUGIN_API_LEVEL = 1
@@ -20,7 +23,7 @@ PLUGIN_API_LEVEL = 1
 `TINYCORE_PLUGIN_API` in its hooks module and is refused when the two differ."""
 
 __all__ = ["PLUGIN_API_LEVEL", "DeviceSpec", "RendererSpec", "InterfaceSpec", "HCQQueues", "load_object",
-           "hookimpl", "get_plugin_manager", "core_version"]
+           "hookimpl", "get_plugin_manager", "core_version", "DeviceHooks", "device_hooks", "device_family"]
 
 
 def core_version() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ctypes
 import os
 
-from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, device_hooks, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -62,35 +62,22 @@ def probe() -> tuple[bool, str, int]:
     return bounded_probe(_find_amd)
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The AMD device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_amd.device:AMDDevice",
-                       "AMD GPUs through KFD or the HIP runtime (code objects built by clang or LLVM)",
-                       probe="tiny_amd.hooks:probe")]
-
-
-@hookimpl
-def tiny_renderers(device: str) -> list[RendererSpec]:
-    """HIP-style C compiled to an HSA code object by clang and ld.lld (no ROCm install needed)."""
-    if device != DEVICE_NAME:
-        return []
-    return [RendererSpec("HIP", "tiny_amd.renderer:make_hip_renderer",
-                         "HIP-style C compiled to a code object by clang and ld.lld (apt-get install clang-19 lld-19)")]
-
-
-@hookimpl
-def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The amdkfd kernel driver (queues on the core's HCQ machinery); the HIP runtime; the MOCK GPU (used only when
-    DEV names it: DEV=MOCK+AMD)."""
-    if device != DEVICE_NAME:
-        return []
-    return [InterfaceSpec("KFD", "tiny_amd.kfd:open_kfd",
-                          description="the amdkfd kernel driver (/dev/kfd): AQL and SDMA queues, doorbells, events"),
-            InterfaceSpec("HIP", "tiny_amd.hip:open_hip", description="ROCm's HIP runtime through libamdhip64"),
-            InterfaceSpec("MOCK", "tiny_amd.kfd_mock:open_mock", is_mock=True,
-                          description="a simulated amdkfd driver and GPU in Python that decode the KFD calls and the "
-                                      "queues' AQL, PM4 and SDMA")]
+# HIP-style C compiled to an HSA code object by clang and ld.lld (no ROCm install needed). The amdkfd kernel driver
+# (queues on the core's HCQ machinery); the HIP runtime; the MOCK GPU (used only when DEV names it: DEV=MOCK+AMD).
+tiny_devices, tiny_renderers, tiny_interfaces = device_hooks(
+    DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_amd.device:AMDDevice",
+               "AMD GPUs through KFD or the HIP runtime (code objects built by clang or LLVM)",
+               probe="tiny_amd.hooks:probe"),
+    renderers=[RendererSpec("HIP", "tiny_amd.renderer:make_hip_renderer",
+                            "HIP-style C compiled to a code object by clang and ld.lld (apt-get install clang-19 "
+                            "lld-19)")],
+    interfaces=[InterfaceSpec("KFD", "tiny_amd.kfd:open_kfd",
+                              description="the amdkfd kernel driver (/dev/kfd): AQL and SDMA queues, doorbells, "
+                                          "events"),
+                InterfaceSpec("HIP", "tiny_amd.hip:open_hip", description="ROCm's HIP runtime through libamdhip64"),
+                InterfaceSpec("MOCK", "tiny_amd.kfd_mock:open_mock", is_mock=True,
+                              description="a simulated amdkfd driver and GPU in Python that decode the KFD calls and "
+                                          "the queues' AQL, PM4 and SDMA")])
 
 
 @hookimpl

@@ -10,7 +10,7 @@ import shutil
 from typing import Any
 
 from tinycore.helpers import environ
-from tinycore.plugins import DeviceSpec, HCQQueues, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, RendererSpec, device_family, device_hooks, hookimpl
 
 TINYCORE_PLUGIN_API = 1
 
@@ -58,31 +58,23 @@ def llvm_probe() -> tuple[bool, str]:
     return (True, "llvmlite is installed") if found else (False, llvm_missing_reason())
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The CPU device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cpu.device:CPUDevice",
-                       "C kernels compiled by gcc or clang to shared objects, run on the host's cores",
-                       probe="tiny_cpu.hooks:probe")]
-
-
-@hookimpl
-def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The C renderer for CPU (compiled by $CC, gcc or clang), then the LLVM renderer (LLVM IR compiled in process by
-    llvmlite: DEV=CPU:LLVM, with tiny-cpu[llvm] installed)."""
-    if device != DEVICE_NAME:
-        return []
-    return [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
-                         "C source compiled to a shared object by $CC, gcc or clang"),
-            RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
-                         "LLVM IR compiled in process by llvmlite (the llvm extra of tiny-cpu)",
-                         probe="tiny_cpu.hooks:llvm_probe")]
+# the C renderer (compiled by $CC, gcc or clang), then the LLVM renderer (LLVM IR compiled in process by llvmlite:
+# DEV=CPU:LLVM, with tiny-cpu[llvm] installed)
+tiny_devices, tiny_renderers, _ = device_hooks(
+    DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cpu.device:CPUDevice",
+               "C kernels compiled by gcc or clang to shared objects, run on the host's cores",
+               probe="tiny_cpu.hooks:probe"),
+    renderers=[RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
+                            "C source compiled to a shared object by $CC, gcc or clang"),
+               RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
+                            "LLVM IR compiled in process by llvmlite (the llvm extra of tiny-cpu)",
+                            probe="tiny_cpu.hooks:llvm_probe")])
 
 
 @hookimpl
 def tiny_allocator(device: Any) -> Any:
     """Host memory for the CPU device being opened (None for any other device)."""
-    if str(getattr(device, "device", "")).split(":")[0] != DEVICE_NAME:
+    if device_family(device) != DEVICE_NAME:
         return None
     from tiny_cpu.allocator import CPUAllocator
     return CPUAllocator(device.device)
@@ -91,7 +83,7 @@ def tiny_allocator(device: Any) -> Any:
 @hookimpl
 def tiny_hcq_queues(device: Any) -> HCQQueues | None:
     """The CPU device's queues: command words for its C queues, signals in host memory."""
-    if str(getattr(device, "device", "")).split(":")[0] != DEVICE_NAME:
+    if device_family(device) != DEVICE_NAME:
         return None
     from tiny_cpu.queue import CPUComputeQueue, CPUCopyQueue, CPUSignal
     return HCQQueues(CPUComputeQueue, CPUCopyQueue, CPUSignal)

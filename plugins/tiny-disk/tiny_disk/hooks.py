@@ -1,7 +1,7 @@
 """The hooks of the DISK plugin: the DISK device (files as device memory, opened as `Device["DISK:/path"]`)."""
 from __future__ import annotations
 
-from tinycore.plugins import DeviceSpec, hookimpl
+from tinycore.plugins import DeviceSpec, device_hooks
 
 TINYCORE_PLUGIN_API = 1
 
@@ -15,9 +15,6 @@ def probe() -> tuple[bool, str, int]:
     return (True, "files are always available", 1)
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The DISK device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_disk.device:DiskDevice",
-                       "files as device memory (mmap, pread), opened as DISK:/path/to/file",
-                       probe="tiny_disk.hooks:probe")]
+tiny_devices, _, _ = device_hooks(DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_disk.device:DiskDevice",
+                                              "files as device memory (mmap, pread), opened as DISK:/path/to/file",
+                                              probe="tiny_disk.hooks:probe"))

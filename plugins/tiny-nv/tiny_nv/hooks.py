@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ctypes
 
-from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, device_hooks, hookimpl
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -43,37 +43,22 @@ def probe() -> tuple[bool, str, int]:
     return bounded_probe(_count_cuda_devices)
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The NV device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_nv.device:NVDevice",
-                       "NVIDIA GPUs through the CUDA driver API (CUDA C compiled by NVRTC)",
-                       probe="tiny_nv.hooks:probe")]
-
-
-@hookimpl
-def tiny_renderers(device: str) -> list[RendererSpec]:
-    """CUDA C compiled by NVRTC (the default); PTX rendered directly (DEV=NV:PTX), assembled by the driver."""
-    if device != DEVICE_NAME:
-        return []
-    return [RendererSpec("CUDA", "tiny_nv.renderer:make_cuda_renderer",
-                         "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')"),
-            RendererSpec("PTX", "tiny_nv.ptx:make_ptx_renderer",
-                         "PTX rendered from the linear program (no NVRTC), assembled by the CUDA driver")]
-
-
-@hookimpl
-def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The CUDA driver API; the kernel driver's queues (DEV=NV+NV); the MOCK GPU (used only when DEV names it:
-    DEV=MOCK+NV)."""
-    if device != DEVICE_NAME:
-        return []
-    return [InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
-            InterfaceSpec("NV", "tiny_nv.kernel_driver:open_kernel_driver",
-                          description="the kernel driver (/dev/nvidiactl, /dev/nvidia-uvm): GPFIFO channels and QMDs"),
-            InterfaceSpec("MOCK", "tiny_nv.mock_driver:open_mock_driver", is_mock=True,
-                          description="the kernel driver and a GPU simulated in Python that decodes the NV command "
-                                      "stream")]
+# CUDA C compiled by NVRTC (the default); PTX rendered directly (DEV=NV:PTX), assembled by the driver. The CUDA
+# driver API; the kernel driver's queues (DEV=NV+NV); the MOCK GPU (used only when DEV names it: DEV=MOCK+NV).
+tiny_devices, tiny_renderers, tiny_interfaces = device_hooks(
+    DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_nv.device:NVDevice",
+               "NVIDIA GPUs through the CUDA driver API (CUDA C compiled by NVRTC)", probe="tiny_nv.hooks:probe"),
+    renderers=[RendererSpec("CUDA", "tiny_nv.renderer:make_cuda_renderer",
+                            "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')"),
+               RendererSpec("PTX", "tiny_nv.ptx:make_ptx_renderer",
+                            "PTX rendered from the linear program (no NVRTC), assembled by the CUDA driver")],
+    interfaces=[InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
+                InterfaceSpec("NV", "tiny_nv.kernel_driver:open_kernel_driver",
+                              description="the kernel driver (/dev/nvidiactl, /dev/nvidia-uvm): GPFIFO channels and "
+                                          "QMDs"),
+                InterfaceSpec("MOCK", "tiny_nv.mock_driver:open_mock_driver", is_mock=True,
+                              description="the kernel driver and a GPU simulated in Python that decodes the NV "
+                                          "command stream")])
 
 
 @hookimpl

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from tinycore.plugins import DeviceSpec, InterfaceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, InterfaceSpec, RendererSpec, device_hooks
 from tinycore.plugins.probing import bounded_probe
 
 TINYCORE_PLUGIN_API = 1
@@ -57,27 +57,11 @@ def probe() -> tuple[bool, str, int]:
     return bounded_probe(_find_adapter, timeout_s=10.0)
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The WEBGPU device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_webgpu.device:WebGPUDevice",
-                       "WebGPU adapters through wgpu-native (WGSL compiled by the driver)",
-                       probe="tiny_webgpu.hooks:probe")]
-
-
-@hookimpl
-def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The WGSL renderer for WEBGPU."""
-    if device != DEVICE_NAME:
-        return []
-    return [RendererSpec("WGSL", "tiny_webgpu.runtime:make_wgsl_renderer",
-                         "WGSL compute shaders compiled by the adapter's driver")]
-
-
-@hookimpl
-def tiny_interfaces(device: str) -> list[InterfaceSpec]:
-    """The wgpu backends that reach a WEBGPU adapter (DEV=VULKAN+WEBGPU, DEV=GL+WEBGPU, ...)."""
-    if device != DEVICE_NAME:
-        return []
-    return [InterfaceSpec(name, f"tiny_webgpu.runtime:{factory}", description=description)
-            for name, factory, description in INTERFACES]
+# the wgpu backends that reach a WEBGPU adapter: DEV=VULKAN+WEBGPU, DEV=GL+WEBGPU, ...
+tiny_devices, tiny_renderers, tiny_interfaces = device_hooks(
+    DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_webgpu.device:WebGPUDevice",
+               "WebGPU adapters through wgpu-native (WGSL compiled by the driver)", probe="tiny_webgpu.hooks:probe"),
+    renderers=[RendererSpec("WGSL", "tiny_webgpu.runtime:make_wgsl_renderer",
+                            "WGSL compute shaders compiled by the adapter's driver")],
+    interfaces=[InterfaceSpec(name, f"tiny_webgpu.runtime:{factory}", description=description)
+                for name, factory, description in INTERFACES])
