@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from plugin_builder import REPOSITORY_ROOT
 
 from tinycore.plugins.install import InstallSource, _source_from_direct_url, install_command, install_source
@@ -54,6 +55,19 @@ def test_checkout_install_uses_the_plugin_folder(tmp_path: Path) -> None:
     assert install_command("tiny-nv", source=checkout).startswith(f"{PIP} 'tinycore[nv]'"), "no folder: the extra"
 
 
+def test_checkout_install_brings_the_extras_of_the_core_extra(tmp_path: Path) -> None:
+    """From a checkout, a backend's folder is installed with the extras tinycore[family] gives it, so the checkout
+    line gives what the index line does (tinycore[cl] is tiny-cl[driver]: pyopencl); extras asked for win."""
+    (tmp_path / "plugins" / "tiny-cl").mkdir(parents=True)
+    (tmp_path / "plugins" / "tiny-cl" / "pyproject.toml").write_text("[project]\nname = 'tiny-cl'\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'tinycore'\n[project.optional-dependencies]\n"
+                                             "cl = ['tiny-cl[driver]>=0.1,<0.2']\n")
+    checkout = InstallSource("checkout", tmp_path)
+    folder = tmp_path / "plugins" / "tiny-cl"
+    assert install_command("tiny-cl", source=checkout) == f"{PIP} -e '{folder}[driver]'"
+    assert install_command("tiny-cl[pocl]", source=checkout) == f"{PIP} -e '{folder}[pocl]'"
+
+
 def test_this_checkout_is_detected() -> None:
     """The test environments install tinycore editable from this repository (or run it from the source tree)."""
     source = install_source()
@@ -89,13 +103,13 @@ def test_hint_from_the_checkout_root() -> None:
     editable install look like an index install."""
     module_file, hint = _hint_from(REPOSITORY_ROOT)
     assert Path(module_file).is_relative_to(REPOSITORY_ROOT)
-    assert hint == f"{PIP} -e {REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}"
+    assert hint == f"{PIP} -e '{REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}[nvrtc]'"
 
 
 def test_hint_from_another_directory(tmp_path: Path) -> None:
     module_file, hint = _hint_from(tmp_path)
     assert Path(module_file).is_relative_to(REPOSITORY_ROOT), "the editable install is imported"
-    assert hint == f"{PIP} -e {REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}"
+    assert hint == f"{PIP} -e '{REPOSITORY_ROOT / 'plugins' / 'tiny-nv'}[nvrtc]'"
 
 
 def test_hint_from_the_checkout_root_with_a_stale_egg_info(tmp_path: Path) -> None:
@@ -109,7 +123,7 @@ def test_hint_from_the_checkout_root_with_a_stale_egg_info(tmp_path: Path) -> No
     (tmp_path / "plugins" / "tiny-nv" / "pyproject.toml").write_text("[project]\nname = 'tiny-nv'\n")
     module_file, hint = _hint_from(tmp_path)
     assert Path(module_file).is_relative_to(tmp_path), "the copy is imported, not the editable install"
-    assert hint == f"{PIP} -e {tmp_path / 'plugins' / 'tiny-nv'}"
+    assert hint == f"{PIP} -e '{tmp_path / 'plugins' / 'tiny-nv'}[nvrtc]'"
 
 
 def test_hint_from_an_installed_wheel(tmp_path: Path) -> None:
@@ -132,3 +146,13 @@ def test_hint_from_an_installed_wheel(tmp_path: Path) -> None:
     module_file, hint = _hint_from(run, python_path=site)
     assert Path(module_file).is_relative_to(site), "the wheel's copy is imported"
     assert hint == f"{PIP} --find-links {tmp_path / 'dist'} 'tinycore[nv]'"
+
+
+def test_cl_without_an_icd_loader_names_the_line_that_gives_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CL's probe, with no libOpenCL to load, names the install line of pyopencl and PoCL for this checkout."""
+    from tiny_cl import hooks
+    monkeypatch.setattr(hooks, "load_library", lambda names: (None, "libOpenCL.so.1: cannot open shared object"))
+    ok, reason, count = hooks._count_with_ctypes()
+    assert (ok, count) == (False, 0)
+    assert reason.startswith("no OpenCL ICD loader (libOpenCL) found (libOpenCL.so.1: cannot open shared object)")
+    assert reason.endswith(f"{PIP} -e '{REPOSITORY_ROOT / 'plugins' / 'tiny-cl'}[pocl]'"), reason

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -56,11 +57,12 @@ def _is_source_tree(root: Path) -> bool:
     pyproject = root / "pyproject.toml"
     if not pyproject.is_file() or not (root / "tinycore" / "__init__.py").is_file():
         return False
-    import tomllib
     try:
-        return tomllib.loads(pyproject.read_text()).get("project", {}).get("name") == "tinycore"
-    except (OSError, ValueError):
+        text = pyproject.read_text()
+    except OSError:
         return False
+    # a regular expression, not tomllib: Python 3.10 has none, and this line's form is ours
+    return re.search(r"""^name\s*=\s*["']tinycore["']""", text, re.MULTILINE) is not None
 
 
 @functools.cache
@@ -84,6 +86,19 @@ def install_source() -> InstallSource:
     return InstallSource("index")
 
 
+def _core_extra_extras(checkout: Path, extra: str) -> str:
+    """The extras of a backend that the checkout's tinycore[extra] asks for ("[driver]" for tinycore[cl]), so that
+    installing the plugin's folder gives what installing the core's extra from an index gives."""
+    try:
+        text = (checkout / "pyproject.toml").read_text()
+    except OSError:
+        return ""
+    # `cl = ["tiny-cl[driver]>=0.1,<0.2"]` in [project.optional-dependencies] (a regular expression: see above)
+    found = re.search(rf"""^{re.escape(extra)}\s*=\s*\[\s*["'][A-Za-z0-9_.-]+\s*(\[[^\]]*\])""", text,
+                      re.MULTILINE)
+    return found.group(1).replace(" ", "") if found else ""
+
+
 def _pip() -> str:
     """The pip that installs into this interpreter's environment."""
     return f"{shlex.quote(sys.executable)} -m pip install"
@@ -104,6 +119,7 @@ def install_command(distribution: str, upgrade: bool = False, source: InstallSou
     if source.kind == "checkout" and source.location is not None:
         folder = source.location if name == "tinycore" else source.location / "plugins" / name
         if (folder / "pyproject.toml").is_file():
+            extras = extras or (_core_extra_extras(source.location, extra) if extra else "")
             return f"{_pip()}{flag} -e {shlex.quote(str(folder) + extras)}"
     requirement = f"tinycore[{extra}]" if extra and not extras else distribution
     if source.kind == "wheels" and source.location is not None:
