@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tinycore.helpers import SCACHE
 from tinycore.schedule.device_facts import DeviceFactsLookup, no_device_facts
 from tinycore.schedule.nodes import strip_identity
 from tinycore.schedule.scheduler import Schedule, ScheduleItem, create_schedule
@@ -190,8 +191,8 @@ _cache: dict[tuple[Any, ...], _Template] = {}
 
 
 def cached_template(key: tuple[Any, ...]) -> _Template | None:
-    """The template cached under the structure key `key` (see structure_key), if any."""
-    return _cache.get(key)
+    """The template cached under the structure key `key` (see structure_key), if any (none under SCACHE=0)."""
+    return _cache.get(key) if SCACHE.value else None
 
 
 def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts,
@@ -199,6 +200,8 @@ def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device
     """`create_schedule(outputs, facts)`, reusing the schedule of an earlier graph of the same structure (a device's
     facts must not change once its schedules are cached). `keyed` is `structure_key(outputs)` when the caller has
     it already."""
+    if not SCACHE.value:
+        return create_schedule(outputs, facts)
     key, inputs = structure_key(outputs) if keyed is None else keyed
     template = _cache.get(key)
     if template is not None:
@@ -230,7 +233,7 @@ def schedule_generation() -> int:
 def known_template(key: tuple[Any, ...]) -> tuple[int, _Template] | None:
     """The template cached under `key` once it has a launch plan, tagged with the cache's generation, for a caller
     that hands it to the nodes of that structure it builds (see set_node_template); None before."""
-    template = _cache.get(key)
+    template = _cache.get(key) if SCACHE.value else None
     return None if template is None or template.plan is None else (_generation, template)
 
 
@@ -242,6 +245,8 @@ def set_node_template(node: UOp, known: tuple[int, _Template]) -> None:
 def template_of(node: UOp, key: tuple[Any, ...]) -> _Template | None:
     """`cached_template(key)` for `node` of structure `key`, without hashing the key when the node carries its
     template from this cache generation."""
+    if not SCACHE.value:
+        return None
     known = node.__dict__.get(_TEMPLATE_ATTRIBUTE)
     if known is not None and known[0] == _generation:
         return known[1]

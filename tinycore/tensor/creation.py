@@ -8,6 +8,7 @@ import itertools
 import math
 import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
@@ -135,9 +136,27 @@ class CreationMixin:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
+    def _multi_like(self: Tensor, make: Callable[[tuple[Any, ...], str | None], Tensor]) -> Tensor:
+        """A new tensor sharded as this multi-device one: `make(shape, device)` builds each device's block (for a
+        replicated tensor, one value on the default device copied to every device)."""
+        from tinycore.uop.multi import multi
+        devices = self.device
+        if self.uop.axis is None:
+            return make(self.shape, None).shard(devices, None)
+        block_shape = self.uop.src[0].shape
+        return type(self)._wrap(multi([make(block_shape, device).uop for device in devices],  # type: ignore[attr-defined]
+                                      self.uop.axis))
+
     def full_like(self: Tensor, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
                   **kw: Any) -> Tensor:
-        """A tensor shaped like this one filled with `fill_value` (this tensor's dtype and device by default)."""
+        """A tensor shaped like this one filled with `fill_value` (this tensor's dtype and device by default; a
+        multi-device tensor's result is sharded the same way)."""
+        if isinstance(self.device, tuple):
+            if device is not None:
+                raise RuntimeError(f"cannot give device={device!r} to full_like of a tensor on {self.device}: the "
+                                   "result is sharded like it; move it afterwards with .to() or .shard()")
+            return self._multi_like(lambda shape, where: type(self).full(shape, fill_value, dtype or self.dtype,
+                                                                         where, **kw))
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kw)
 
     def zeros_like(self: Tensor, **kwargs: Any) -> Tensor:
@@ -366,7 +385,14 @@ class CreationMixin:
         return result
 
     def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
-        """Uniform random values shaped like this tensor (its dtype and device unless given)."""
+        """Uniform random values shaped like this tensor (its dtype and device unless given; a multi-device tensor's
+        result is sharded the same way, each device drawing its own block)."""
+        if isinstance(self.device, tuple):
+            if kwargs.pop("device", None) is not None:
+                raise RuntimeError(f"cannot give a device to rand_like of a tensor on {self.device}: the result is "
+                                   "sharded like it; move it afterwards with .to() or .shard()")
+            dtype = kwargs.pop("dtype", self.dtype)
+            return self._multi_like(lambda shape, where: type(self).rand(*shape, device=where, dtype=dtype, **kwargs))
         return type(self).rand(*self.shape, device=kwargs.pop("device", self.device),
                                dtype=kwargs.pop("dtype", self.dtype), **kwargs)
 

@@ -127,17 +127,19 @@ class ExtrasMixin:
             raise RuntimeError(f"this tensor is already on {self.device}: gather it with .to(device) before sharding "
                                "it again")
         dim = None if axis is None else resolve_axis(axis, self.ndim)
-        return self._result(shard(self.uop, names, dim))
+        # a new tensor, as tinygrad's shard makes: a leaf that backward gives a gradient unless told otherwise
+        return self._result(shard(self.uop, names, dim))._mark_leaf()
 
     def shard_(self: Tensor, devices: tuple[str, ...], axis: int | None = None) -> Tensor:
         """Shard this tensor in place (see shard); returns self."""
         return self.replace(self.shard(devices, axis))
 
     def shard_like(self: Tensor, y: Tensor) -> Tensor:
-        """This tensor sharded as `y` is (same devices, same axis); itself when it already is."""
+        """This tensor sharded as `y` is (same devices, same axis), or moved to `y`'s device when `y` is on one;
+        itself when it already is."""
         from tinycore.uop.ops import Ops
-        if y.uop.op is not Ops.MULTI:
-            raise ValueError(f"shard_like needs a multi-device tensor to copy the sharding of, got one on {y.device}")
+        if y.uop.op is not Ops.MULTI:  # y lives on one device: so does the result
+            return self.to(y.device)
         if self.uop.op is Ops.MULTI and (self.device, self.uop.arg) == (y.device, y.uop.arg):
             return self
         return self.shard(y.device, y.uop.arg)

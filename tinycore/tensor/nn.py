@@ -611,9 +611,13 @@ class NNMixin:
         if self.ndim < 2:
             raise ValueError(f"triu/tril need at least 2 dimensions, got shape {self.shape}")
         rows, columns = self.shape[-2:]
-        row = type(self).arange(rows, dtype=dtypes.int32, device=self.device).reshape(rows, 1)
-        column = type(self).arange(columns, dtype=dtypes.int32, device=self.device).reshape(1, columns)
+        # a multi-device tensor: the mask is made on the first device and copied to every one
+        where = self.device[0] if isinstance(self.device, tuple) else self.device
+        row = type(self).arange(rows, dtype=dtypes.int32, device=where).reshape(rows, 1)
+        column = type(self).arange(columns, dtype=dtypes.int32, device=where).reshape(1, columns)
         mask = (column - row >= diagonal) if upper else (column - row <= diagonal)
+        if isinstance(self.device, tuple):
+            mask = mask.to(self.device)
         return mask.where(self, self._const(0, shape=()))
 
     # ---- losses ----

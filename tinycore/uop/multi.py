@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes
-from tinycore.helpers import ALL2ALL, RING, getenv, prod
+from tinycore.helpers import ALL2ALL, ALLREDUCE_CAST, RING, getenv, prod
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.shape import sint
 
@@ -195,11 +195,8 @@ def _aligned(src: tuple[UOp, ...]) -> tuple[list[tuple[UOp, ...]], int | None, t
         if other.device != devices:
             raise ValueError(f"operands live on different device tuples {devices} and {other.device}: "
                              "shard both on the same devices")
-    axes = {source.arg for source in multis if source.arg is not None}
-    if len(axes) > 1:
-        raise ValueError(f"operands are sharded on different axes {sorted(axes)}: reshard one with "
-                         ".shard(devices, axis) or replicate it with .to(devices)")
-    axis = axes.pop() if axes else None
+    # operands sharded on different axes: the first one's axis wins, the others are resharded to it
+    axis = next((source.arg for source in multis if source.arg is not None), None)
     bounds = shard_bounds(next(source for source in multis if source.arg == axis)) if axis is not None else None
     per_device: list[list[UOp]] = [[] for _ in devices]
     for source in src:
@@ -212,8 +209,8 @@ def _aligned(src: tuple[UOp, ...]) -> tuple[list[tuple[UOp, ...]], int | None, t
             continue
         for index, row in enumerate(per_device):
             piece = source.src[index]
-            if axis is not None and source.arg is None and bounds is not None:
-                piece = _shrink_axis(piece, axis, *bounds[index])
+            if axis is not None and source.arg != axis and bounds is not None:
+                piece = _block_of(source, index, axis, bounds[index])
             row.append(piece)
     return [tuple(row) for row in per_device], axis, devices
 
@@ -436,6 +433,16 @@ def _map_scatter(src: tuple[UOp, ...], arg: Any) -> UOp:
     return multi(pieces, axis)
 
 
+def _narrow_dtype(node: UOp) -> DType | None:
+    """Under ALLREDUCE_CAST, the half or bfloat16 dtype a MULTI node's values were widened from by a cast (a sum
+    accumulates half values in float32), else None."""
+    first = node.src[0]
+    if not ALLREDUCE_CAST.value or first.op is not Ops.CAST or first.src[0].dtype not in (dtypes.half, dtypes.bfloat16):
+        return None
+    narrow: DType = first.src[0].dtype
+    return narrow
+
+
 def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:
     method = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
               Ops.SHRINK: "shrink", Ops.FLIP: "flip"}[op]
@@ -476,6 +483,10 @@ def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
         reduced = [source.r(arg[0], arg[1]) for source in node.src]
         if node.arg is None or node.arg not in arg[1]:
             return multi(reduced, node.arg)
+        narrow = _narrow_dtype(node)
+        if narrow is not None:  # each device's partial result crosses the devices in the half/bfloat16 it came from
+            combined = allreduce(arg[0], [partial.cast(narrow) for partial in reduced])
+            return multi([value.cast(node.dtype) for value in combined], None)
         return multi(allreduce(arg[0], reduced), None)
     raise NotImplementedError(f"{op.name} is not supported on a multi-device tensor yet: gather it to one device "
                               "with .to(device) first")

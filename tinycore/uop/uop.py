@@ -491,6 +491,20 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             return self.arg[0]
         raise TypeError(f"expr is the name of a Variable, got {self.op}")
 
+    @property
+    def axis(self) -> int | None:
+        """The axis a multi-device value is sharded on (None when replicated, or for a single-device value)."""
+        return self.arg if self.op is Ops.MULTI else None
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        """(start, end) of each device's block along the sharded axis of a multi-device value."""
+        if self.op is not Ops.MULTI or self.arg is None:
+            raise ValueError(f"bounds needs a value sharded on an axis, got {self.op.name} with axis {self.axis}: "
+                             "shard it with .shard(devices, axis) first")
+        from tinycore.uop.multi import shard_bounds
+        return shard_bounds(self)
+
     def render(self) -> str:
         """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
         from tinycore.uop.printer import render_expr

@@ -1,0 +1,111 @@
+"""tinygrad's multi-device behaviours that ported programs rely on, against numpy and hand-computed values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinycore import Context, Tensor, UOp, dtypes
+from tinycore.uop.multi import allreduce
+from tinycore.uop.ops import Ops
+
+DEVICES = ("CPU:1", "CPU:2")
+FOUR = ("CPU:1", "CPU:2", "CPU:3", "CPU:4")
+
+
+def test_uop_axis_and_bounds() -> None:
+    sharded = Tensor.arange(16).reshape(8, 2).shard(FOUR, axis=0)
+    assert sharded.uop.axis == 0
+    assert sharded.uop.bounds == [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert Tensor.ones(4).shard(DEVICES).uop.axis is None
+    assert Tensor.ones(4).uop.axis is None
+    with pytest.raises(ValueError, match="sharded on an axis"):
+        _ = Tensor.ones(4).shard(DEVICES).uop.bounds
+
+
+@pytest.mark.parametrize("first_axis,second_axis", [(0, 1), (1, 0), (None, 1), (1, None)])
+def test_elementwise_between_different_shardings_reshards(first_axis: int | None, second_axis: int | None) -> None:
+    left = np.arange(24, dtype=np.float32).reshape(4, 6)
+    right = np.arange(24, dtype=np.float32).reshape(4, 6)[::-1].copy() * 0.5
+    result = Tensor(left).shard(DEVICES, first_axis) * 2 + Tensor(right).shard(DEVICES, second_axis)
+    assert result.uop.axis == (first_axis if first_axis is not None else second_axis)
+    np.testing.assert_array_equal(result.numpy(), left * 2 + right)
+
+
+def test_rand_like_and_full_like_keep_the_sharding() -> None:
+    for axis in (None, 0, 1):
+        template = Tensor.empty(8, 4).shard(DEVICES, axis)
+        drawn = template.rand_like()
+        filled = template.full_like(3.5)
+        assert drawn.device == template.device and drawn.uop.axis == axis and drawn.shape == (8, 4)
+        assert filled.device == template.device and filled.uop.axis == axis
+        values = drawn.numpy()
+        assert values.shape == (8, 4) and ((values >= 0) & (values < 1)).all()
+        np.testing.assert_array_equal(filled.numpy(), np.full((8, 4), 3.5, np.float32))
+    with pytest.raises(RuntimeError, match="sharded like it"):
+        template.rand_like(device=("CPU:3", "CPU:4"))
+    with pytest.raises(RuntimeError, match="sharded like it"):
+        template.full_like(1.0, device=("CPU:3", "CPU:4"))
+    with pytest.raises(ValueError, match="single device"):
+        Tensor.rand(4, device=DEVICES)
+
+
+def test_dropout_on_a_sharded_tensor_keeps_or_doubles() -> None:
+    with Context(TRAINING=1):
+        output = Tensor.ones(512).shard(DEVICES, axis=0).dropout(0.5).numpy()
+    assert set(np.unique(output)) == {0.0, 2.0}
+    assert 160 < int((output == 0).sum()) < 352
+
+
+def test_shard_like_a_single_device_tensor_moves_there() -> None:
+    moved = Tensor([1.0, 2.0]).shard_like(Tensor([0.0, 0.0], device="CPU:3"))
+    assert moved.device == "CPU:3"
+    np.testing.assert_array_equal(moved.numpy(), [1.0, 2.0])
+
+
+def test_causal_attention_on_a_batch_sharded_over_devices() -> None:
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((4, 2, 5, 8)).astype(np.float32) for _ in range(3))
+    sharded = Tensor(q).shard(DEVICES, 0).scaled_dot_product_attention(Tensor(k).shard(DEVICES, 0),
+                                                                      Tensor(v).shard(DEVICES, 0), is_causal=True)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(8)
+    scores = np.where(np.tril(np.ones((5, 5), bool)), scores, -np.inf)
+    weights = np.exp(scores - scores.max(-1, keepdims=True))
+    expected = (weights / weights.sum(-1, keepdims=True)) @ v
+    np.testing.assert_allclose(sharded.numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_deviceless_constant_meets_a_sharded_tensor() -> None:
+    sharded = Tensor([1.0, 2, 3, 4]).shard(DEVICES, axis=0)
+    np.testing.assert_array_equal((sharded + Tensor(UOp.const(dtypes.float, 1.0))).numpy(), [2, 3, 4, 5])
+
+
+def test_gradient_reaches_a_sharded_leaf() -> None:
+    x = Tensor([[1.0, 2, 3, 4], [5, 6, 7, 8]]).shard(DEVICES, axis=0)
+    w = Tensor([1.0, 2, 3, 4]).shard(DEVICES)
+    (x * w).mean().backward()
+    np.testing.assert_allclose(w.grad.numpy(), [0.75, 1.0, 1.25, 1.5])  # column means of x over 4 elements each
+
+
+def test_context_knows_scache_allreduce_cast_and_wino() -> None:
+    with Context(SCACHE=0, ALLREDUCE_CAST=0, WINO=1):
+        result = Tensor.arange(32).reshape(4, 8).float().shard(FOUR, 0).sum(0)
+        np.testing.assert_array_equal(result.numpy(), np.arange(32).reshape(4, 8).sum(0))
+
+
+@pytest.mark.parametrize("cast,narrow", [(1, True), (0, False)])
+def test_allreduce_cast_keeps_half_partials_half(cast: int, narrow: bool) -> None:
+    values = (np.arange(32, dtype=np.float16).reshape(4, 8) * np.float16(0.25))
+    with Context(ALLREDUCE_CAST=cast):
+        total = Tensor(values).shard(DEVICES, 0).sum(0)
+        copies = [node for node in total.uop.toposort if node.op is Ops.COPY and node.src[0].op is not Ops.COPY]
+        crossing = {node.src[0].dtype for node in copies if node.src[0].device in DEVICES}
+        np.testing.assert_allclose(total.numpy().astype(np.float32), values.astype(np.float32).sum(0), rtol=1e-3)
+    assert (dtypes.float not in crossing) is narrow
+
+
+def test_allreduce_helper_sums_each_device() -> None:
+    parts = [Tensor(np.full(3, float(index + 1), np.float32), device=device).uop
+             for index, device in enumerate(DEVICES)]
+    reduced = [Tensor(node).numpy() for node in allreduce(Ops.ADD, parts)]
+    for value in reduced:
+        np.testing.assert_array_equal(value, [3.0, 3.0, 3.0])
