@@ -1,19 +1,24 @@
-"""`tiny llm --serve` tested with the `openai` Python client: models, completions and chat completions with and
-without streaming (text equal to the numpy reference's greedy decoding), usage counts, queued concurrent requests,
-and 4xx JSON errors for an unknown model, bad JSON and a context overflow."""
+"""`tiny llm --serve` tested with the `openai` Python client and raw HTTP: models, completions and chat completions
+with and without streaming (text equal to the numpy reference's greedy decoding), usage counts, concurrent requests,
+`n` choices, logprobs against the reference's log-softmax, text-part content, and 4xx JSON errors for an unknown
+model, bad JSON, a context overflow, an unknown role, malformed headers and a full queue (429); a port in use is a
+one-line error."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
+import socket
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 
+import llm_reference
+import numpy
 import pytest
-from llm_fixtures import byte_text, greedy_reference, write_model
+from llm_fixtures import byte_text, greedy_reference, raw_request, served, write_model
+
+from tinycore.cli import main
 
 openai = pytest.importorskip("openai", reason="the server tests need the openai client: pip install openai")
 
@@ -27,19 +32,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     path = os.fspath(tmp_path_factory.mktemp("serve") / f"{MODEL}.gguf")
     write_model(path, architecture="llama", byte_vocabulary=True, dim=32, hidden=64, layers=1, heads=2, kv_heads=1,
                 seed=5)
-    process = subprocess.Popen([sys.executable, "-m", "tinycore.cli", "llm", "--model", path, "--serve", "0",
-                                "--max-context", "48"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("serving"):
-            process.kill()
-            errors = process.stderr.read() if process.stderr else ""
-            raise AssertionError(f"the server did not start: {line!r} {errors}")
-        yield line.split(" on ", 1)[1].strip(), path
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with served(path, "--max-context", "48") as base:
+        yield base, path
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +109,162 @@ def test_errors_are_4xx_json(client: openai.OpenAI, server: tuple[str, str]) -> 
             urllib.request.urlopen(request, timeout=60)
         assert error.value.code == status
         assert "message" in json.loads(error.value.read())["error"]
+
+
+def _post(base: str, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def _events(base: str, path: str, body: dict[str, object]) -> list[dict[str, object]]:
+    """The data objects of a streamed response (without the final [DONE])."""
+    request = urllib.request.Request(base + path, data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        lines = response.read().decode().split("\n\n")
+    data = [line.removeprefix("data: ") for line in lines if line]
+    assert data[-1] == "[DONE]"
+    return [json.loads(line) for line in data[:-1]]
+
+
+def test_n_choices(server: tuple[str, str]) -> None:
+    """n=2 at temperature 0 gives two choices (indexes 0 and 1), each the reference's greedy text, whole and
+    streamed, and usage counts both choices' tokens; n outside 1..16 is a 400 naming 'n'."""
+    base, path = server
+    expected = greedy_reference(path, [ord("x"), ord("y")], 5, stop=(IM_END,))
+    status, body = _post(base, "/completions", {"prompt": "xy", "max_tokens": 5, "temperature": 0, "n": 2})
+    assert status == 200
+    assert [(choice["index"], choice["text"]) for choice in body["choices"]] == [(0, byte_text(expected)),
+                                                                                 (1, byte_text(expected))]
+    assert body["usage"] == {"prompt_tokens": 2, "completion_tokens": 2 * len(expected),
+                             "total_tokens": 2 + 2 * len(expected)}
+    texts = {0: "", 1: ""}
+    finishes = {}
+    for event in _events(base, "/completions", {"prompt": "xy", "max_tokens": 5, "temperature": 0, "n": 2}):
+        for choice in event["choices"]:
+            texts[choice["index"]] += choice["text"]
+            if choice["finish_reason"] is not None:
+                finishes[choice["index"]] = choice["finish_reason"]
+    assert texts == {0: byte_text(expected), 1: byte_text(expected)}
+    assert finishes == {0: body["choices"][0]["finish_reason"], 1: body["choices"][1]["finish_reason"]}
+    for n in (0, 17, 1.5):
+        status, body = _post(base, "/completions", {"prompt": "xy", "n": n})
+        assert status == 400 and body["error"]["param"] == "n"
+
+
+def test_content_parts_and_roles(server: tuple[str, str]) -> None:
+    """Content as a list of text parts is their texts joined by newlines, and the 'developer' role is written as
+    system; an unknown role and a non-text part are 400 JSON naming 'messages'."""
+    base, path = server
+    messages = [{"role": "developer", "content": "s"},
+                {"role": "user", "content": [{"type": "text", "text": "h"}, {"type": "text", "text": "i"}]}]
+    ids = [IM_START, *b"system\ns", IM_END, *b"\n", IM_START, *b"user\nh\ni", IM_END, *b"\n", IM_START,
+           *b"assistant\n"]
+    expected = greedy_reference(path, ids, 4, stop=(IM_END,))
+    status, body = _post(base, "/chat/completions", {"messages": messages, "max_tokens": 4, "temperature": 0})
+    assert status == 200 and body["choices"][0]["message"]["content"] == byte_text(expected)
+    assert body["usage"]["prompt_tokens"] == len(ids)
+    for message, words in (({"role": "wizard", "content": "hi"}, "role 'wizard'; roles: system, developer, user"),
+                           ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                            "only text parts are supported"),
+                           ({"role": "user"}, "has no 'content'")):
+        status, body = _post(base, "/chat/completions", {"messages": [message]})
+        assert status == 400 and body["error"]["param"] == "messages" and words in body["error"]["message"]
+
+
+def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
+    shifted = logits.astype(numpy.float64) - logits.max()
+    return shifted - numpy.log(numpy.exp(shifted).sum())
+
+
+def test_logprobs(server: tuple[str, str]) -> None:
+    """Greedy completions with logprobs=2: each token's log-probability is the reference's log-softmax at the
+    chosen token (1e-3), its two alternatives start with the chosen token itself, and text offsets count the
+    tokens' characters; chat's logprobs/top_logprobs give the same numbers with the tokens' bytes."""
+    base, path = server
+    prompt = [ord("a"), ord("b")]
+    expected = [token for token in greedy_reference(path, prompt, 4, stop=(IM_END,)) if token != IM_END]
+    reference = [_log_softmax(llm_reference.logits(path, prompt + expected[:step])[-1])
+                 for step in range(len(expected))]
+    status, body = _post(base, "/completions", {"prompt": "ab", "max_tokens": 4, "temperature": 0, "logprobs": 2})
+    assert status == 200
+    logprobs = body["choices"][0]["logprobs"]
+    assert len(logprobs["tokens"]) == len(expected)
+    assert logprobs["tokens"] == [bytes([token]).decode("utf-8", errors="replace") for token in expected]
+    numpy.testing.assert_allclose(logprobs["token_logprobs"], [row[token] for row, token in
+                                                                zip(reference, expected, strict=True)], atol=1e-3)
+    for row, token, top in zip(reference, expected, logprobs["top_logprobs"], strict=True):
+        assert len(top) <= 2 and list(top)[0] == bytes([token]).decode("utf-8", errors="replace")
+        assert abs(list(top.values())[0] - row.max()) < 1e-3
+    assert logprobs["text_offset"] == list(range(len(expected)))
+    status, body = _post(base, "/chat/completions", {"messages": [{"role": "user", "content": "ab"}],
+                                                     "max_tokens": 3, "temperature": 0, "logprobs": True,
+                                                     "top_logprobs": 1})
+    assert status == 200
+    content = body["choices"][0]["logprobs"]["content"]
+    ids = [IM_START, *b"user\nab", IM_END, *b"\n", IM_START, *b"assistant\n"]
+    chat_expected = [token for token in greedy_reference(path, ids, 3, stop=(IM_END,)) if token != IM_END]
+    assert [entry["bytes"] for entry in content] == [[token] for token in chat_expected]
+    for step, entry in enumerate(content):
+        row = _log_softmax(llm_reference.logits(path, ids + chat_expected[:step])[-1])
+        assert abs(entry["logprob"] - row[chat_expected[step]]) < 1e-3
+        assert [alternative["bytes"] for alternative in entry["top_logprobs"]] == [[chat_expected[step]]]
+    status, body = _post(base, "/chat/completions", {"messages": [{"role": "user", "content": "ab"}],
+                                                     "top_logprobs": 2})
+    assert status == 400 and body["error"]["param"] == "top_logprobs"
+
+
+def test_malformed_requests_get_json(server: tuple[str, str]) -> None:
+    """A Content-Length that is not a number or negative: 400; a chunked body without a length: 411; a request line
+    that is not HTTP: 400; an unsupported method: 501; each an OpenAI error object."""
+    base = server[0]
+    body = b'{"prompt": "a", "max_tokens": 1}'
+    for data, status in (
+            (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n" + body, 400),
+            (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n" + body, 400),
+            (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411),
+            (b"GARBAGE\r\n\r\n", 400),
+            (b"PUT /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", 501)):
+        got, error = raw_request(base, data)
+        assert got == status, data
+        assert isinstance(error["error"], dict) and error["error"]["message"], data
+    got, error = raw_request(base, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+    assert "Content-Length header must be a number" in error["error"]["message"]
+
+
+def test_port_in_use_is_one_line(server: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Serving on a port another socket holds exits 2 with one line naming the address, no traceback."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        port = holder.getsockname()[1]
+        assert main(["llm", "--model", server[1], "--serve", str(port), "--max-context", "16"]) == 2
+    finally:
+        holder.close()
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and f"cannot serve on 127.0.0.1:{port}" in error and "Traceback" not in error
+
+
+def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """With one slot and no room to wait (--parallel 1 --max-queue 0), a request that comes while another streams
+    gets 429 with a rate_limit_error; once the first is done, the next is served."""
+    path = os.fspath(tmp_path_factory.mktemp("busy") / "busy.gguf")
+    write_model(path, dim=32, hidden=64, layers=1, heads=2, kv_heads=1, vocab=40, seed=2)  # no stop token
+    with served(path, "--parallel", "1", "--max-queue", "0", "--max-context", "64") as base:
+        request = urllib.request.Request(base + "/completions", headers={"Content-Type": "application/json"},
+                                         data=json.dumps({"prompt": [1, 2], "max_tokens": 60, "temperature": 0,
+                                                          "stream": True}).encode())
+        with urllib.request.urlopen(request, timeout=120) as stream:
+            assert stream.readline().startswith(b"data: ")  # the first token: the one slot is busy
+            status, body = _post(base, "/completions", {"prompt": [3], "max_tokens": 2})
+            assert status == 429, body
+            assert body["error"]["type"] == "rate_limit_error" and body["error"]["code"] == "queue_full"
+            stream.read()
+        status, body = _post(base, "/completions", {"prompt": [3], "max_tokens": 2, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 2

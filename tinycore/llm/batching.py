@@ -4,11 +4,11 @@ The KV cache holds `model.max_batch` slots (rows), each one sequence at position
 bounded queue until a slot is free, then its prompt goes in: a long remainder (more than `step_prefill` tokens) is
 prefilled into its slot in chunks, which holds the other slots for that long; a short one is fed one token per
 step. Every step then runs the jitted decode of rows 0..r (r the highest busy slot; a free row in between computes
-a throw-away token at position 0) with each row's token at its own position (`Transformer.decode_slots`), and each
-request samples from its row with its own settings and generator. A request leaves its slot when it stops, reaches
-its token limit or is cancelled, and a waiting one takes the slot before the next step: the batch grows and shrinks
-between steps. A slot keeps the tokens of its last sequence, so a request that repeats them (the next turn of a
-chat) is admitted to that slot and only its new tokens run.
+a throw-away token just past the positions it keeps) with each row's token at its own position
+(`Transformer.decode_slots`), and each request samples from its row with its own settings and generator. A request
+leaves its slot when it stops, reaches its token limit or is cancelled, and a waiting one takes the slot before the
+next step: the batch grows and shrinks between steps. A slot keeps the tokens of its last sequence, so a request
+that repeats them (the next turn of a chat) is admitted to that slot and only its new tokens run.
 
 Consumers read `TokenEvent`s and a final `FinishEvent` (or an `ErrorEvent`) from the queue they passed in; text,
 stop strings and the HTTP side are theirs (tinycore.llm.server).
@@ -132,6 +132,7 @@ class BatchScheduler:
                     return
                 for request in [request for request in self.waiting if request.cancelled]:
                     self.waiting.remove(request)
+                    request.events.put(FinishEvent(request.index, "cancelled"))
                 admitted = []
                 while self.waiting and len(self.active) < self.model.max_batch:
                     request = self.waiting.popleft()
@@ -186,7 +187,7 @@ class BatchScheduler:
             return
         rows = max(running) + 1
         tokens = [running[row].pending[0] if row in running else 0 for row in range(rows)]
-        positions = [running[row].position if row in running else 0 for row in range(rows)]
+        positions = [running[row].position if row in running else self._spare_position(row) for row in range(rows)]
         logits = self.model.decode_slots(tokens, positions)
         self.steps += 1
         self.largest_batch = max(self.largest_batch, len(running))
@@ -195,6 +196,14 @@ class BatchScheduler:
             request.position += 1
             if not request.pending:
                 self._sampled(slot, logits[slot])
+
+    def _spare_position(self, slot: int) -> int:
+        """Where a free slot inside the batch's rows writes its throw-away token: just past the tokens it keeps for
+        reuse (the last one is given up when the slot is full)."""
+        kept = self.slot_tokens[slot]
+        if len(kept) >= self.model.max_context:
+            del kept[self.model.max_context - 1:]
+        return len(kept)
 
     def _sampled(self, slot: int, logits: numpy.ndarray) -> None:
         """Sample the next token of the request in `slot`, report it, and end the request or queue the token."""

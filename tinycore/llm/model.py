@@ -405,7 +405,8 @@ class Transformer:
         """One decode step of the cache rows 0..len(tokens)-1, each row its own sequence: row r's token tokens[r]
         is written at position positions[r] and attends to that row's positions [0, positions[r]]. Returns the
         logits (rows, vocab). One jitted step per row count serves every mix of positions, so requests at different
-        points of their generation (and rows of free slots, given any token at position 0) share a step."""
+        points of their generation (and rows of free slots, given any token at a position they do not need) share a
+        step."""
         rows = len(tokens)
         if not 1 <= rows <= self.max_batch or len(positions) != rows:
             raise ValueError(f"decode_slots takes 1..{self.max_batch} rows (max_batch) and one position per token; "

@@ -113,8 +113,8 @@ class LLMServer:
                 raise RequestError(400, str(error), "messages", "chat_not_supported") from None
         else:
             prompt = body.get("prompt")
-            if isinstance(prompt, list) and len(prompt) == 1:
-                prompt = prompt[0]
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, str)):
+                prompt = prompt[0]  # a batch of one prompt (a single token id is a prompt of one token)
             if isinstance(prompt, list) and prompt and all(isinstance(token, int) and not isinstance(token, bool)
                                                            for token in prompt):
                 if not all(0 <= token < tokenizer.vocab_size for token in prompt):
@@ -303,6 +303,8 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             """http.server's own errors (a malformed request line or header, an unsupported method) as OpenAI
             error JSON instead of an HTML page."""
             self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # a request line too broken to name a version: answer in 1.1,
+                self.request_version = "HTTP/1.1"  # since an HTTP/0.9 reply has no status line for clients to read
             self._send_json(code, RequestError(code, message or explain or "malformed request").body())
 
         def _send_json(self, status: int, body: dict[str, Any]) -> None:
