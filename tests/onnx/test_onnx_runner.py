@@ -1,0 +1,164 @@
+"""OnnxRunner: building from a path, bytes or a Tensor, external data through DISK, inputs checked, and the errors
+for bad files and bad inputs (each names the input or node)."""
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from models import classifier_reference, save_with_external_data, small_classifier  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+
+from tinycore.nn.onnx import OnnxFormatError, OnnxRunner  # noqa: E402
+from tinycore.tensor import Tensor  # noqa: E402
+from tinycore.uop.ops import Ops  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def classifier() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    return small_classifier()
+
+
+def _input(batch: int = 2) -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((batch, 3, 8, 8)).astype(np.float32)
+
+
+def test_runs_from_path_bytes_and_tensor(classifier, tmp_path: pathlib.Path):
+    model, weights = classifier
+    path = tmp_path / "model.onnx"
+    onnx.save_model(model, str(path))
+    x = _input()
+    expected = classifier_reference(x, weights)
+    for source in (path, str(path), path.read_bytes(), Tensor(path.read_bytes())):
+        outputs = OnnxRunner(source)({"x": x})
+        assert list(outputs) == ["y"]
+        np.testing.assert_allclose(outputs["y"].numpy(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_inputs_as_tensor_and_symbolic_batch(classifier):
+    model, weights = classifier
+    runner = OnnxRunner(model.SerializeToString())
+    for batch in (1, 3):
+        x = _input(batch)
+        result = runner({"x": Tensor(x)})["y"].numpy()
+        np.testing.assert_allclose(result, classifier_reference(x, weights), rtol=1e-4, atol=1e-6)
+
+
+def test_external_data_is_a_disk_view(classifier, tmp_path: pathlib.Path):
+    model, weights = classifier
+    path = save_with_external_data(model, tmp_path)
+    runner = OnnxRunner(path)
+    weight = runner.graph.initializers["conv_w"]
+    sources = [node for node in weight.uop.toposort if node.op is Ops.BUFFER]
+    assert [str(node.device) for node in sources] == [f"DISK:{(tmp_path / 'weights.bin').resolve()}"], \
+        "external weights should be lazy views of their file on DISK, copied only when used"
+    assert sources[0].size == 4 * 3 * 3 * 3, "the view covers the tensor's own bytes, not the whole file"
+    x = _input()
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), classifier_reference(x, weights), rtol=1e-4,
+                               atol=1e-6)
+
+
+def test_missing_external_data_file_names_the_tensor(classifier, tmp_path: pathlib.Path):
+    path = save_with_external_data(classifier[0], tmp_path)
+    (tmp_path / "weights.bin").unlink()
+    with pytest.raises(FileNotFoundError, match="conv_w.*weights.bin"):
+        OnnxRunner(path)
+
+
+def test_truncated_external_data_is_refused(classifier, tmp_path: pathlib.Path):
+    path = save_with_external_data(classifier[0], tmp_path)
+    data = tmp_path / "weights.bin"
+    data.write_bytes(data.read_bytes()[:100])
+    with pytest.raises(OnnxFormatError, match="past the end"):
+        OnnxRunner(path)
+
+
+def test_external_data_outside_the_model_folder_is_refused(classifier, tmp_path: pathlib.Path):
+    folder = tmp_path / "inner"
+    folder.mkdir()
+    path = save_with_external_data(classifier[0], folder, data_name="weights.bin")
+    loaded = onnx.load(str(path), load_external_data=False)
+    for tensor in loaded.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = "../weights.bin"
+    (tmp_path / "weights.bin").write_bytes((folder / "weights.bin").read_bytes())
+    with pytest.raises(OnnxFormatError, match="outside the model's folder"):
+        OnnxRunner(_saved(loaded, folder / "escape.onnx"))
+
+
+def _saved(model: onnx.ModelProto, path: pathlib.Path) -> pathlib.Path:
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_truncated_and_garbage_files_raise_format_errors(classifier, tmp_path: pathlib.Path):
+    data = classifier[0].SerializeToString()
+    with pytest.raises(OnnxFormatError, match="not a valid ONNX file"):
+        OnnxRunner(b"\xff\xff\xff\xff not a protobuf")
+    for cut in (10, len(data) // 2, len(data) - 3):
+        with pytest.raises(OnnxFormatError):
+            OnnxRunner(data[:cut])
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        OnnxRunner(tmp_path / "nothing.onnx")
+
+
+def test_input_errors_name_the_input(classifier):
+    runner = OnnxRunner(classifier[0].SerializeToString())
+    with pytest.raises(RuntimeError, match="missing input 'x'"):
+        runner({})
+    with pytest.raises(RuntimeError, match="unknown input.*'image'"):
+        runner({"x": _input(), "image": _input()})
+    with pytest.raises(RuntimeError, match="input 'x' has dtype float64.*float32"):
+        runner({"x": _input().astype(np.float64)})
+    with pytest.raises(RuntimeError, match="input 'x' has shape \\(2, 4, 8, 8\\).*axis 1"):
+        runner({"x": np.zeros((2, 4, 8, 8), np.float32)})
+    with pytest.raises(RuntimeError, match="input 'x'.*rank 4"):
+        runner({"x": np.zeros((3, 8, 8), np.float32)})
+
+
+def test_symbolic_dims_must_agree_across_inputs():
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"])], "add",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n"]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, ["n"])])
+    runner = OnnxRunner(helper.make_model(graph).SerializeToString())
+    np.testing.assert_equal(runner({"a": np.ones(3, np.float32), "b": np.ones(3, np.float32)})["c"].numpy(),
+                            np.full(3, 2, np.float32))
+    with pytest.raises(RuntimeError, match="dimension 'n' is 3"):
+        runner({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)})
+
+
+def test_unsupported_op_and_opset_are_refused_at_build():
+    graph = helper.make_graph([helper.make_node("NoSuchOp", ["a"], ["b"], name="mystery")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(NotImplementedError, match="node 'mystery' \\(NoSuchOp, ai.onnx opset 17\\)"):
+        OnnxRunner(model.SerializeToString())
+    graph = helper.make_graph([helper.make_node("Relu", ["a"], ["b"], name="too_new")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    with pytest.raises(NotImplementedError, match="node 'too_new' \\(Relu, ai.onnx opset 99\\).*newer"):
+        OnnxRunner(model.SerializeToString())
+
+
+def test_node_reading_an_undefined_value_is_a_format_error():
+    graph = helper.make_graph([helper.make_node("Relu", ["ghost"], ["b"], name="reader")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])])
+    with pytest.raises(OnnxFormatError, match="node 'reader'.*'ghost'"):
+        OnnxRunner(helper.make_model(graph).SerializeToString())
+
+
+def test_runtime_failure_names_the_node():
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["c"], name="adder")], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    runner = OnnxRunner(helper.make_model(graph).SerializeToString())
+    with pytest.raises(RuntimeError, match="node 'adder'"):
+        runner({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)})

@@ -1,0 +1,143 @@
+"""What the ONNX operator files share: ONNX element types as tinycore dtypes, attribute helpers, pads and axes."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tinycore.dtype import DType, dtypes
+from tinycore.tensor import Tensor
+
+ONNX_DTYPES: dict[int, DType] = {
+    1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32,
+    7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
+    16: dtypes.bfloat16, 17: dtypes.fp8e4m3, 18: dtypes.fp8e4m3fnuz, 19: dtypes.fp8e5m2, 20: dtypes.fp8e5m2fnuz,
+    # 4-bit integers are held one per byte: every value fits, and arithmetic on them is the same
+    21: dtypes.uint8, 22: dtypes.int8}
+"""ONNX TensorProto.DataType codes and the dtype that holds their values."""
+
+ONNX_TYPE_NAMES: dict[int, str] = {
+    0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16", 6: "INT32", 7: "INT64", 8: "STRING",
+    9: "BOOL", 10: "FLOAT16", 11: "DOUBLE", 12: "UINT32", 13: "UINT64", 14: "COMPLEX64", 15: "COMPLEX128",
+    16: "BFLOAT16", 17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ", 21: "UINT4",
+    22: "INT4", 23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2"}
+"""Every ONNX element type code, for messages about the ones without a dtype here."""
+
+INT4_RANGES: dict[int, tuple[int, int]] = {21: (0, 15), 22: (-8, 7)}
+"""The value ranges of the 4-bit types, which saturating casts and quantization clamp to."""
+
+
+def onnx_dtype(code: int, what: str) -> DType:
+    """The dtype of ONNX element type `code`; NotImplementedError naming `what` for types without one."""
+    if code in ONNX_DTYPES:
+        return ONNX_DTYPES[code]
+    name = ONNX_TYPE_NAMES.get(code, f"unknown type {code}")
+    raise NotImplementedError(f"{what}: ONNX element type {name} has no tinycore dtype (supported: "
+                              f"{', '.join(ONNX_TYPE_NAMES[code] for code in ONNX_DTYPES)})")
+
+
+ML_DTYPE_NAMES: dict[str, DType] = {
+    "bfloat16": dtypes.bfloat16, "float8_e4m3fn": dtypes.fp8e4m3, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
+    "float8_e5m2": dtypes.fp8e5m2, "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
+"""ml_dtypes' numpy types (which onnx uses for these ONNX types) and the tinycore dtypes of the same bits."""
+
+
+def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
+    """A numpy array as a Tensor, including ml_dtypes' bfloat16 and 8-bit floats (carried bit for bit) and 4-bit
+    integers (held one per byte)."""
+    if array.dtype.name in ML_DTYPE_NAMES:
+        target = ML_DTYPE_NAMES[array.dtype.name]
+        bits = np.ascontiguousarray(array).view(np.uint16 if target.itemsize == 2 else np.uint8)
+        return Tensor(bits, device=device).bitcast(target)
+    if array.dtype.name in ("int4", "uint4"):
+        return Tensor(array.astype(np.int8 if array.dtype.name == "int4" else np.uint8), device=device)
+    if array.dtype.byteorder not in ("=", "|"):
+        array = array.astype(array.dtype.newbyteorder("="))
+    return Tensor(np.ascontiguousarray(array), device=device)
+
+
+def dtype_label(dtype: DType) -> str:
+    """A dtype as numpy spells it (float32, int64, bool), the names ONNX users know; bfloat16 and 8-bit floats by
+    their own names."""
+    import numpy
+    if dtype.fmt is not None and dtype != dtypes.bool:
+        return numpy.dtype(dtype.fmt).name
+    return "bool" if dtype == dtypes.bool else dtype.name
+
+
+def integer_range(code: int, dtype: DType) -> tuple[int, int]:
+    """The (min, max) values of ONNX type `code` held in `dtype` (4-bit types are narrower than their dtype)."""
+    if code in INT4_RANGES:
+        return INT4_RANGES[code]
+    return int(dtypes.min(dtype)), int(dtypes.max(dtype))
+
+
+def axis_of(axis: int, ndim: int) -> int:
+    """A possibly negative ONNX axis as a non-negative one, checked against the rank."""
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % max(ndim, 1)
+
+
+def axes_of(axes: Sequence[int], ndim: int) -> list[int]:
+    """Possibly negative ONNX axes as non-negative ones."""
+    return [axis_of(int(axis), ndim) for axis in axes]
+
+
+def pairs_from_onnx_pads(pads: Sequence[int]) -> list[tuple[int, int]]:
+    """ONNX pads (all begins, then all ends) as (begin, end) pairs per axis."""
+    half = len(pads) // 2
+    return [(int(pads[index]), int(pads[index + half])) for index in range(half)]
+
+
+def auto_pad_pairs(auto_pad: str, sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                   dilations: Sequence[int]) -> list[tuple[int, int]]:
+    """The (begin, end) pads per spatial axis that SAME_UPPER / SAME_LOWER ask for (an output of ceil(size/stride))."""
+    pairs = []
+    for size, k, stride, dilation in zip(sizes, kernel, strides, dilations, strict=False):
+        output = -(-size // stride)
+        total = max(0, (output - 1) * stride + (k - 1) * dilation + 1 - size)
+        small, large = total // 2, total - total // 2
+        pairs.append((small, large) if auto_pad == "SAME_UPPER" else (large, small))
+    return pairs
+
+
+def spatial_pads(x: Tensor, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
+                 pads: Sequence[int] | None, auto_pad: str) -> list[tuple[int, int]]:
+    """The (begin, end) pads of each spatial axis of `x` for a convolution or pooling node."""
+    count = len(kernel)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return auto_pad_pairs(auto_pad, x.shape[-count:], kernel, strides, dilations)
+    if auto_pad == "VALID" or not pads:
+        return [(0, 0)] * count
+    return pairs_from_onnx_pads(pads)
+
+
+def torch_style_padding(pairs: Sequence[tuple[int, int]]) -> list[int]:
+    """(begin, end) pairs per axis as the flat, last-axis-first list Tensor.conv2d's `padding` takes."""
+    flat: list[int] = []
+    for begin, end in reversed(pairs):
+        flat += [begin, end]
+    return flat
+
+
+def as_ints(value: Tensor | Sequence[int] | int | None) -> list[int] | None:
+    """A shape-like input (a host list, an int or a Tensor) as a list of ints."""
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        value = value.tolist()
+    if isinstance(value, (int, float)):
+        return [int(value)]
+    return [int(item) for item in value]
+
+
+def scalar_of(value: Tensor | Sequence[float] | float | int) -> float | int:
+    """A one-element input (host list, number or Tensor) as a Python number."""
+    if isinstance(value, Tensor):
+        value = value.tolist()
+    while isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(f"expected a single value, got {len(value)}")
+        value = value[0]
+    return value

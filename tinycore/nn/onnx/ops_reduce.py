@@ -1,0 +1,177 @@
+"""Reductions and the ops built on them: Reduce*, ArgMax/ArgMin, Softmax family, TopK, CumSum."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tinycore.dtype import dtypes
+from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, scalar_of
+from tinycore.nn.onnx.registry import onnx_op
+from tinycore.tensor import Tensor
+
+
+def _reduce_axes(x: Tensor, axes: list[int] | None, noop_with_empty_axes: int) -> list[int] | None:
+    """The axes to reduce (None: reduce nothing) from the axes given and the empty-axes rule."""
+    if not axes:
+        return None if noop_with_empty_axes else list(range(x.ndim))
+    return axes_of(axes, x.ndim)
+
+
+def _register_reduction(name: str, body: Callable[[Tensor, tuple[int, ...], bool], Tensor],
+                        inputs_from: int) -> None:
+    """Register Reduce`name` with axes as an attribute before opset `inputs_from` and as an input from it on."""
+    def apply(x: Tensor, axes: list[int] | None, keepdims: int, noop: int) -> Tensor:
+        chosen = _reduce_axes(x, axes, noop)
+        if chosen is None:
+            return x
+        if not chosen:
+            return x
+        return body(x, tuple(chosen), bool(keepdims))
+
+    def with_attribute(x: Tensor, axes: list[int] | None = None, keepdims: int = 1) -> Tensor:
+        return apply(x, axes, keepdims, 0)
+
+    def with_input(x: Tensor, axes: list[int] | int | None = None, keepdims: int = 1,
+                   noop_with_empty_axes: int = 0) -> Tensor:
+        return apply(x, as_ints(axes), keepdims, noop_with_empty_axes)
+
+    for function, since in ((with_attribute, 1), (with_input, inputs_from)):
+        function.__doc__ = f"ONNX Reduce{name}."
+        function.__name__ = f"reduce_{name.lower()}"
+        onnx_op(f"Reduce{name}", since, host_inputs=(1,) if since > 1 else ())(function)
+
+
+def _sum(x: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
+    return x.sum(axes, keepdim=keep).cast(x.dtype) if x.dtype != dtypes.bool else x.sum(axes, keepdim=keep)
+
+
+def _extreme(method: str) -> Callable[[Tensor, tuple[int, ...], bool], Tensor]:
+    def reduce(x: Tensor, axes: tuple[int, ...], keep: bool) -> Tensor:
+        if any(x.shape[axis] == 0 for axis in axes):
+            shape = tuple(1 if axis in axes else size for axis, size in enumerate(x.shape)) if keep else \
+                tuple(size for axis, size in enumerate(x.shape) if axis not in axes)
+            fill = dtypes.min(x.dtype) if method == "max" else dtypes.max(x.dtype)
+            if dtypes.is_float(x.dtype):
+                fill = float("-inf") if method == "max" else float("inf")
+            return Tensor.full(shape, fill, dtype=x.dtype, device=x.device)
+        result = getattr(x, method)(axes, keepdim=keep)
+        if dtypes.is_float(x.dtype):
+            has_nan = x.isnan().any(axes, keepdim=keep)
+            result = has_nan.where(float("nan"), result)
+        return result
+    return reduce
+
+
+_register_reduction("Sum", _sum, 13)
+_register_reduction("Mean", lambda x, axes, keep: x.mean(axes, keepdim=keep), 18)
+_register_reduction("Max", _extreme("max"), 18)
+_register_reduction("Min", _extreme("min"), 18)
+_register_reduction("Prod", lambda x, axes, keep: x.prod(axes, keepdim=keep).cast(x.dtype), 18)
+_register_reduction("L1", lambda x, axes, keep: x.abs().sum(axes, keepdim=keep).cast(x.dtype), 18)
+_register_reduction("L2", lambda x, axes, keep: (x * x).sum(axes, keepdim=keep).sqrt().cast(x.dtype), 18)
+_register_reduction("LogSum", lambda x, axes, keep: x.sum(axes, keepdim=keep).log(), 18)
+_register_reduction("LogSumExp", lambda x, axes, keep: x.logsumexp(axes, keepdim=keep), 18)
+_register_reduction("SumSquare", lambda x, axes, keep: (x * x).sum(axes, keepdim=keep).cast(x.dtype), 18)
+
+
+def _arg_extreme(x: Tensor, axis: int, keepdims: int, select_last_index: int, largest: bool) -> Tensor:
+    axis = axis_of(axis, x.ndim)
+    if select_last_index:
+        flipped = x.flip(axis)
+        index = flipped.argmax(axis, keepdim=True) if largest else flipped.argmin(axis, keepdim=True)
+        index = (x.shape[axis] - 1) - index
+    else:
+        index = x.argmax(axis, keepdim=True) if largest else x.argmin(axis, keepdim=True)
+    index = index.cast(dtypes.int64)
+    return index if keepdims else index.squeeze(axis)
+
+
+@onnx_op("ArgMax", 1)
+def arg_max(x: Tensor, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
+    """The index of the largest element along `axis` (first or last of ties)."""
+    return _arg_extreme(x, axis, keepdims, select_last_index, True)
+
+
+@onnx_op("ArgMin", 1)
+def arg_min(x: Tensor, axis: int = 0, keepdims: int = 1, select_last_index: int = 0) -> Tensor:
+    """The index of the smallest element along `axis` (first or last of ties)."""
+    return _arg_extreme(x, axis, keepdims, select_last_index, False)
+
+
+def _coerced(x: Tensor, axis: int, function: Callable[[Tensor], Tensor]) -> Tensor:
+    """Apply `function` over the last axis of x flattened to 2-D at `axis` (the rule before opset 13)."""
+    axis = axis_of(axis, x.ndim)
+    rows = 1
+    for size in x.shape[:axis]:
+        rows *= size
+    return function(x.reshape(rows, -1)).reshape(x.shape)
+
+
+def _hardmax(x: Tensor, axis: int) -> Tensor:
+    index = x.argmax(axis, keepdim=True)
+    positions = Tensor.arange(x.shape[axis], device=x.device).reshape(
+        [x.shape[axis] if dim == axis else 1 for dim in range(x.ndim)])
+    return (positions == index).cast(x.dtype)
+
+
+@onnx_op("Softmax", 1)
+def softmax_2d(x: Tensor, axis: int = 1) -> Tensor:
+    """Softmax over the input flattened to 2-D at `axis` (opsets 1-12)."""
+    return _coerced(x, axis, lambda rows: rows.softmax(-1))
+
+
+@onnx_op("Softmax", 13)
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Softmax along `axis`."""
+    return x.softmax(axis_of(axis, x.ndim))
+
+
+@onnx_op("LogSoftmax", 1)
+def log_softmax_2d(x: Tensor, axis: int = 1) -> Tensor:
+    """Log-softmax over the input flattened to 2-D at `axis` (opsets 1-12)."""
+    return _coerced(x, axis, lambda rows: rows.log_softmax(-1))
+
+
+@onnx_op("LogSoftmax", 13)
+def log_softmax(x: Tensor, axis: int = -1) -> Tensor:
+    """Log-softmax along `axis`."""
+    return x.log_softmax(axis_of(axis, x.ndim))
+
+
+@onnx_op("Hardmax", 1)
+def hardmax_2d(x: Tensor, axis: int = 1) -> Tensor:
+    """One at the first maximum of each row of the input flattened to 2-D at `axis` (opsets 1-12)."""
+    return _coerced(x, axis, lambda rows: _hardmax(rows, 1))
+
+
+@onnx_op("Hardmax", 13)
+def hardmax(x: Tensor, axis: int = -1) -> Tensor:
+    """One at the first maximum along `axis`, zero elsewhere."""
+    return _hardmax(x, axis_of(axis, x.ndim))
+
+
+@onnx_op("TopK", 1)
+def top_k_attribute(x: Tensor, axis: int = -1, k: int = 1) -> tuple[Tensor, Tensor]:
+    """The k largest values along `axis` and their indices (k as an attribute, opset 1)."""
+    return top_k(x, [k], axis)
+
+
+@onnx_op("TopK", 10, host_inputs=(1,))
+def top_k(x: Tensor, k: list[int] | int, axis: int = -1, largest: int = 1, sorted: int = 1
+          ) -> tuple[Tensor, Tensor]:
+    """The k largest (or smallest) values along `axis` and their int64 indices, ties by lower index."""
+    count = int(scalar_of(k))
+    axis = axis_of(axis, x.ndim)
+    values, indices = x.topk(count, dim=axis, largest=bool(largest), sorted_=True)
+    return values, indices.cast(dtypes.int64)
+
+
+@onnx_op("CumSum", 11, host_inputs=(1,))
+def cumulative_sum(x: Tensor, axis: list[int] | int, exclusive: int = 0, reverse: int = 0) -> Tensor:
+    """Running sums along `axis`, optionally excluding each element itself and from the end."""
+    dim = axis_of(int(scalar_of(axis)), x.ndim)
+    if reverse:
+        x = x.flip(dim)
+    result = x.cumsum(dim).cast(x.dtype)
+    if exclusive:
+        result = result - x
+    return result.flip(dim) if reverse else result

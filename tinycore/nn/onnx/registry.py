@@ -1,0 +1,67 @@
+"""The operator table: each ONNX operator's implementation per domain and opset version.
+
+An implementation is registered with the opset version its semantics start at (`since`); a node runs the newest
+implementation whose `since` is at most the opset its model imports for that domain. `host_inputs` lists inputs
+that must be known on the host (shapes, axes, pads): the runner hands those over as Python lists. `context=True`
+passes the node's NodeContext (subgraphs, the random seed, the number of outputs) as the keyword `context`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+OpFunction = Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One registered implementation."""
+    name: str
+    domain: str
+    since: int
+    function: OpFunction
+    host_inputs: tuple[int, ...]
+    context: bool
+
+
+OPS: dict[tuple[str, str], list[OpSpec]] = {}
+"""(domain, op type) -> implementations, sorted by `since`."""
+
+
+def onnx_op(name: str, since: int = 1, domain: str = "", host_inputs: tuple[int, ...] = (),
+            context: bool = False) -> Callable[[OpFunction], OpFunction]:
+    """Register the decorated function as op `name` of `domain` from opset `since` on."""
+    def register(function: OpFunction) -> OpFunction:
+        specs = OPS.setdefault((domain, name), [])
+        specs.append(OpSpec(name, domain, since, function, host_inputs, context))
+        specs.sort(key=lambda spec: spec.since)
+        return function
+    return register
+
+
+def find_op(domain: str, name: str, opset: int) -> OpSpec | None:
+    """The implementation of `name` for `opset` of `domain`, or None."""
+    candidates = [spec for spec in OPS.get((domain, name), []) if spec.since <= max(opset, 1)]
+    return candidates[-1] if candidates else None
+
+
+def known_versions(domain: str, name: str) -> list[int]:
+    """The `since` versions registered for an op (empty when it is unknown), for error messages."""
+    return [spec.since for spec in OPS.get((domain, name), [])]
+
+
+def load_all() -> None:
+    """Import every operator file so that its registrations run."""
+    from tinycore.nn.onnx import (  # noqa: F401
+        ops_contrib,
+        ops_control,
+        ops_detection,
+        ops_math,
+        ops_nn,
+        ops_quant,
+        ops_random,
+        ops_reduce,
+        ops_rnn,
+        ops_shape,
+    )

@@ -1,0 +1,233 @@
+"""OnnxRunner: build from an ONNX file, call with named inputs, get named output Tensors.
+
+Building decodes and checks the file (parser.py) and resolves every node, subgraphs included, to an
+implementation in the operator table (registry.py); an op or opset without one is refused then, naming the node.
+A call checks the inputs against the graph's declared names, dtypes and shapes (symbolic dims must agree across
+inputs), then runs the nodes in order, lazily: the outputs are unrealized Tensors.
+"""
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+
+from tinycore.dtype import DType, dtypes
+from tinycore.nn.onnx.common import dtype_label, tensor_from_numpy
+from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
+from tinycore.nn.onnx.registry import OpSpec, find_op, known_versions, load_all
+from tinycore.tensor import Tensor
+
+Value = Union[Tensor, list[Tensor], None]
+"""What flows along a graph edge: a tensor, a sequence of tensors, or an empty optional."""
+
+MAX_OPSETS = {"": 28, "ai.onnx.ml": 5, "com.microsoft": 1, "ai.onnx.preview.training": 1}
+"""The newest opset version of each domain whose semantics the operator files follow."""
+
+
+class NodeContext:
+    """What an op with `context=True` receives: its node, a way to run subgraphs, the values in scope."""
+
+    def __init__(self, node: Node, scope: Scope, device: str):
+        self.node, self.scope, self.device = node, scope, device
+
+    def run_subgraph(self, graph: Graph, inputs: Sequence[Value]) -> list[Value]:
+        """Run `graph` with its declared inputs bound to `inputs` in order; values of enclosing scopes are visible."""
+        if len(inputs) != len(graph.inputs):
+            raise RuntimeError(f"{self.node.label}: subgraph {graph.name!r} takes {len(graph.inputs)} inputs, "
+                               f"given {len(inputs)}")
+        feeds = {info.name: value for info, value in zip(graph.inputs, inputs, strict=False)}
+        return run_graph(graph, feeds, Scope(self.scope), self.device)
+
+
+class Scope:
+    """The values of one graph run, falling back to the enclosing graph's for names a subgraph captures."""
+
+    def __init__(self, parent: Scope | None = None):
+        self.values: dict[str, Value] = {}
+        self.parent = parent
+
+    def get(self, name: str) -> Value:
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.values:
+                return scope.values[name]
+            scope = scope.parent
+        raise KeyError(name)
+
+
+def _accepted_attributes(spec: OpSpec) -> set[str] | None:
+    """The attribute names an implementation takes (None when it takes any)."""
+    parameters = inspect.signature(spec.function).parameters.values()
+    if any(parameter.kind is inspect.Parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return {parameter.name for parameter in parameters if parameter.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+_ACCEPTED: dict[int, set[str] | None] = {}
+
+
+def host_value(value: Value) -> Any:
+    """An input the op needs on the host (a shape, axes, pads) as Python values."""
+    if isinstance(value, Tensor):
+        return value.tolist() if value.ndim else value.item()
+    return value
+
+
+def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
+    """Run one node, storing its outputs in `scope`; errors are re-raised naming the node."""
+    values: list[Value] = []
+    for index, name in enumerate(node.inputs):
+        value = None if name == "" else scope.get(name)
+        values.append(host_value(value) if index in spec.host_inputs and value is not None else value)
+    accepted = _ACCEPTED.setdefault(id(spec.function), _accepted_attributes(spec))
+    attributes = {key: value for key, value in node.attributes.items() if accepted is None or key in accepted}
+    if spec.context:
+        attributes["context"] = NodeContext(node, scope, device)
+    try:
+        result = spec.function(*values, **attributes)
+    except NotImplementedError as error:
+        raise NotImplementedError(f"{node.label}: {error}") from error
+    except (RuntimeError, ValueError, TypeError, IndexError, AssertionError, ZeroDivisionError) as error:
+        raise RuntimeError(f"{node.label} failed: {type(error).__name__}: {error}") from error
+    outputs = result if isinstance(result, tuple) else (result,)
+    for name, value in zip(node.outputs, outputs, strict=False):
+        if name:
+            scope.values[name] = value
+    missing = [name for name in node.outputs[len(outputs):] if name]
+    if missing:
+        raise RuntimeError(f"{node.label} produced {len(outputs)} outputs, the graph reads {missing} too")
+
+
+def run_graph(graph: Graph, feeds: Mapping[str, Value], scope: Scope, device: str) -> list[Value]:
+    """Run every node of `graph` with `feeds` bound; the graph's outputs in order."""
+    scope.values.update(graph.initializers)
+    scope.values.update(feeds)
+    for node in graph.nodes:
+        spec = find_op(node.domain, node.op, node.opset)
+        assert spec is not None, f"{node.label} was not checked when the runner was built"
+        run_node(node, spec, scope, device)
+    return [scope.get(info.name) for info in graph.outputs]
+
+
+def unsupported_nodes(graph: Graph) -> list[str]:
+    """A line for each node (subgraphs included) whose op or opset has no implementation."""
+    problems = []
+    for node in graph_ops(graph):
+        if node.domain in MAX_OPSETS and node.opset > MAX_OPSETS[node.domain]:
+            problems.append(f"{node.label}: opset {node.opset} of {node.domain or 'ai.onnx'} is newer than the "
+                            f"{MAX_OPSETS[node.domain]} this runner follows")
+        elif find_op(node.domain, node.op, node.opset) is None:
+            versions = known_versions(node.domain, node.op)
+            reason = (f"implemented from opset {versions[0]} on" if versions else
+                      f"no implementation of {node.domain or 'ai.onnx'}::{node.op}")
+            problems.append(f"{node.label}: {reason}")
+    return problems
+
+
+class OnnxRunner:
+    """Runs an ONNX model with tinycore: `OnnxRunner(path)(dict(name=value))` -> dict of output Tensors.
+
+    The model may be a path, the file's bytes, or a 1-D uint8 Tensor of them (external data files are then found
+    next to the model's path). Weights live on `device` (default: DEV's device).
+    """
+
+    def __init__(self, model: Tensor | str | os.PathLike[str] | bytes, device: str | None = None):
+        from tinycore.device.registry import Device
+        load_all()
+        self.device: str = Device.canonicalize(device) if device is not None else Device.DEFAULT
+        self.model: Model = read_model(model, self.device)
+        self.graph: Graph = self.model.graph
+        problems = unsupported_nodes(self.graph)
+        if problems:
+            more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+            shown = "\n  ".join(problems[:20]) + more
+            raise NotImplementedError(f"{self.model.source}: {len(problems)} node(s) cannot run:\n  {shown}")
+        self.graph_inputs: dict[str, ValueType | None] = {info.name: info.type for info in self.graph.inputs}
+        self.graph_outputs: tuple[str, ...] = tuple(info.name for info in self.graph.outputs)
+        self.opsets: dict[str, int] = self.model.opsets
+
+    def _input(self, info: ValueInfo, value: Any, dims: dict[str, int]) -> Value:
+        """One user input as a graph value, checked against its declared type."""
+        kind = info.type.kind if info.type is not None else "tensor"
+        if kind == "optional" and value is None:
+            return None
+        if kind == "sequence" or (kind == "optional" and isinstance(value, (list, tuple))):
+            element = info.type.element if info.type is not None else None
+            if not isinstance(value, (list, tuple)):
+                raise RuntimeError(f"input {info.name!r} is a sequence of tensors; pass a list, got "
+                                   f"{type(value).__name__}")
+            element_info = ValueInfo(info.name, element)
+            return [self._tensor_input(element_info, item, {}) for item in value]
+        element_type = info.type.element if kind == "optional" and info.type is not None else info.type
+        return self._tensor_input(ValueInfo(info.name, element_type), value, dims)
+
+    def _tensor_input(self, info: ValueInfo, value: Any, dims: dict[str, int]) -> Tensor:
+        """One tensor input, converted to a Tensor on the runner's device and checked."""
+        expected: DType | None = info.type.dtype if info.type is not None else None
+        if isinstance(value, Tensor):
+            tensor = value.to(self.device)
+        elif isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
+            array = np.asarray(value)
+            if array.dtype.kind in "OUS":
+                raise RuntimeError(f"input {info.name!r}: string and object arrays are not supported")
+            tensor = tensor_from_numpy(array, self.device)
+        else:
+            try:
+                tensor = Tensor(value, device=self.device, dtype=expected)
+            except (TypeError, ValueError) as error:
+                raise RuntimeError(f"input {info.name!r}: cannot make a tensor of {type(value).__name__} ({error})"
+                                   ) from error
+        if expected is not None and tensor.dtype != expected:
+            raise RuntimeError(f"input {info.name!r} has dtype {dtype_label(tensor.dtype)}, the model expects "
+                               f"{dtype_label(expected)}; convert it first (numpy: .astype)")
+        shape = info.type.shape if info.type is not None else None
+        if shape is None:
+            return tensor
+        if len(shape) == 0 and tensor.shape == (1,):
+            return tensor.reshape(())
+        if len(shape) != tensor.ndim:
+            raise RuntimeError(f"input {info.name!r} has shape {tuple(tensor.shape)}, the model expects rank "
+                               f"{len(shape)} ({info.type.describe() if info.type else '?'})")
+        for axis, (declared, given) in enumerate(zip(shape, tensor.shape, strict=False)):
+            if isinstance(declared, str):
+                bound = dims.setdefault(declared, int(given))
+                if bound != given:
+                    raise RuntimeError(f"input {info.name!r} has size {given} on axis {axis}, but dimension "
+                                       f"{declared!r} is {bound} in another input")
+            elif isinstance(declared, int) and declared > 0 and declared != given:
+                raise RuntimeError(f"input {info.name!r} has shape {tuple(tensor.shape)}, the model expects "
+                                   f"{info.type.describe() if info.type else '?'} (axis {axis} is {given}, "
+                                   f"not {declared})")
+        return tensor
+
+    def __call__(self, inputs: Mapping[str, Any], debug: bool = False) -> dict[str, Value]:
+        """Run the model on `inputs` (name -> numpy array, Tensor or Python value); the outputs by name."""
+        unknown = [name for name in inputs if name not in self.graph_inputs]
+        if unknown:
+            raise RuntimeError(f"unknown input(s) {unknown}; the model's inputs are {list(self.graph_inputs)}")
+        dims: dict[str, int] = {}
+        feeds: dict[str, Value] = {}
+        for info in self.graph.inputs:
+            if info.name not in inputs:
+                if info.type is not None and info.type.kind == "optional":
+                    feeds[info.name] = None
+                    continue
+                described = info.type.describe() if info.type is not None else "a tensor"
+                raise RuntimeError(f"missing input {info.name!r} ({described}); the model's inputs are "
+                                   f"{list(self.graph_inputs)}")
+            feeds[info.name] = self._input(info, inputs[info.name], dims)
+        results = run_graph(self.graph, feeds, Scope(), self.device)
+        return dict(zip(self.graph_outputs, results, strict=False))
+
+    def get_empty_input_data(self, device: str | None = None, dtype: DType | None = None) -> dict[str, Tensor]:
+        """Uninitialized tensors for each input (symbolic dims as 1), as tinygrad's runner offers."""
+        result = {}
+        for name, value_type in self.graph_inputs.items():
+            shape = tuple(dim if isinstance(dim, int) and dim > 0 else 1 for dim in (value_type.shape or ())) \
+                if value_type is not None else ()
+            chosen = dtype or (value_type.dtype if value_type is not None and value_type.dtype else dtypes.float32)
+            result[name] = Tensor.empty(*shape, device=device or self.device, dtype=chosen)
+        return result
