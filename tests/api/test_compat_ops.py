@@ -65,3 +65,50 @@ def test_negative_bases_to_fractional_powers_give_nan_gradients_as_torch() -> No
     (gradient,) = (base ** 1.2).sum().gradient(base)
     assert np.isnan(expected.numpy()).all()
     _close(gradient.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("case", [
+    ("bitwise_xor of floats", lambda lib: lib.tensor_of([1.0, 2.0]).bitwise_xor(lib.tensor_of([1.0, 2.0]))),
+    ("bitwise_not of floats", lambda lib: lib.tensor_of([1.0, 2.0]).bitwise_not()),
+    ("div rounding_mode typo", lambda lib: lib.tensor_of([5]).div(lib.tensor_of([1]), rounding_mode="typo")),
+    ("unfold larger than the axis", lambda lib: lib.ones(8).unfold(0, 9, 3)),
+    ("unfold negative step", lambda lib: lib.ones(8).unfold(0, 1, -1)),
+    ("meshgrid indexing typo", lambda lib: lib.meshgrid(lib.tensor_of([1.0, 2.0]), indexing="bad")),
+], ids=lambda case: case[0])
+def test_bad_arguments_raise_runtime_error_as_torch(case) -> None:
+    _, build = case
+    with pytest.raises(RuntimeError):
+        build(_Torch)
+    with pytest.raises(RuntimeError):
+        build(_Tiny)
+
+
+class _Torch:
+    tensor_of = staticmethod(torch.tensor)
+    ones = staticmethod(torch.ones)
+
+    @staticmethod
+    def meshgrid(first, indexing: str):
+        return torch.meshgrid(first, indexing=indexing)
+
+
+class _Tiny:
+    tensor_of = Tensor
+    ones = staticmethod(Tensor.ones)
+
+    @staticmethod
+    def meshgrid(first, indexing: str):
+        return first.meshgrid(indexing=indexing)
+
+
+def test_linspace_of_bool_is_refused_as_torch() -> None:
+    with pytest.raises(RuntimeError):
+        torch.linspace(5, 10, 3, dtype=torch.bool)
+    with pytest.raises(ValueError):
+        Tensor.linspace(5, 10, 3, dtype="bool")
+
+
+def test_unfold_of_size_zero_gives_torch_shape() -> None:
+    expected = torch.ones(3, 3, 3).unfold(1, 0, 8)
+    assert Tensor.ones(3, 3, 3).unfold(1, 0, 8).shape == tuple(expected.shape)
+    np.testing.assert_equal(Tensor.arange(8).unfold(0, 7, 3).numpy(), torch.arange(8).unfold(0, 7, 3).numpy())

@@ -224,6 +224,9 @@ class CreationMixin:
         if not isinstance(steps, int) or steps < 0:
             raise ArgumentError(f"linspace steps must be a non-negative int, got {steps!r}")
         target = optional_dtype(dtype) or dtypes.default_float
+        if target == dtypes.bool:
+            raise ArgumentError("linspace with bool dtype is not supported: make the values in a number dtype and "
+                                "compare them")
         if steps == 1:
             return cls.full((1,), start, target, device)
         delta = (stop - start) / (steps - 1) if steps > 1 else 0.0

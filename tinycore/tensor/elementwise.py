@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
-from tinycore.errors import BroadcastError, DTypeMismatchError
+from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
 from tinycore.tensor.support import broadcast_shape, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 
@@ -109,8 +109,8 @@ class ElementwiseMixin:
         kind = "f" if dtypes.is_float(self.dtype) else "b" if self.dtype == dtypes.bool else "i"
         if kind not in kinds:
             wanted = {"f": "floating point", "i": "integer", "b": "bool"}
-            raise TypeError(f"{name} is not defined for {self.dtype} tensors; it needs "
-                            f"{' or '.join(wanted[k] for k in kinds)} dtypes")
+            raise DTypeMismatchError(f"{name} is not defined for {self.dtype} tensors; it needs "
+                                     f"{' or '.join(wanted[k] for k in kinds)} dtypes")
 
     def _float(self: Tensor) -> Tensor:
         """This tensor cast to a floating point dtype (int and bool to the default float)."""
@@ -151,7 +151,7 @@ class ElementwiseMixin:
             return first._alu(Ops.FDIV, second).trunc()
         if rounding_mode == "floor":
             return first._floordiv(second)
-        raise ValueError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
+        raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
     def _floordiv(self: Tensor, other: Tensor) -> Tensor:
         """Floor division of two broadcast tensors of one dtype."""

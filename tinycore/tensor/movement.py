@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
-from tinycore.errors import ShapeError
+from tinycore.errors import ArgumentError, ShapeError
 from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
@@ -356,15 +356,18 @@ class MovementMixin:
     def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
         """Windows of `size` elements taken every `step` along `dim`, as a new last axis."""
         axis = resolve_axis(dim, self.ndim)
-        if size > self.shape[axis] or size <= 0 or step <= 0:
-            raise ValueError(f"unfold size {size} and step {step} do not fit axis of size {self.shape[axis]}")
+        if step <= 0:
+            raise ArgumentError(f"unfold step must be > 0, got {step}")
+        if not 0 <= size <= self.shape[axis]:
+            raise ArgumentError(f"unfold size {size} does not fit axis {dim} of size {self.shape[axis]}: it must be "
+                                f"in [0, {self.shape[axis]}]")
         windows = self.transpose(axis, -1)._pool((size,), step, 1)
         return windows.transpose(axis, -2)
 
     def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
         """Coordinate grids from 1-D tensors ('ij' or 'xy' indexing)."""
         if indexing not in ("ij", "xy"):
-            raise ValueError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
+            raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
         tensors = [self, *args]
         shape = tuple(tensor.numel() for tensor in tensors)
         if indexing == "xy" and len(tensors) >= 2:

@@ -6,6 +6,7 @@ file has the constructor, the primitive node builders the mixins share, realizat
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import pathlib
 import struct
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
-from tinycore.helpers import all_int, fully_flatten, get_shape
+from tinycore.helpers import TRAINING, all_int, fully_flatten, get_shape
 from tinycore.tensor.creation import CreationMixin
 from tinycore.tensor.elementwise import ElementwiseMixin
 from tinycore.tensor.extras import ExtrasMixin
@@ -139,8 +140,68 @@ def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
         return struct.pack(f"@{len(converted)}{dtype.fmt}", *converted)
 
 
+class _TensorType(type):
+    """Tensor's metaclass, for the two class-level switches tinygrad programs read and set: `Tensor.training` and
+    `Tensor.no_grad`."""
+
+    _gradients_off: bool = False
+
+    @property
+    def training(cls) -> bool:
+        """True in training mode: dropout drops, BatchNorm normalizes with (and updates) batch statistics, and
+        optimizers step. One switch with `Context(TRAINING=1)` and the TRAINING environment variable: setting
+        `Tensor.training = True` sets TRAINING, and `Context(TRAINING=0)` makes `Tensor.training` False."""
+        return bool(TRAINING.value)
+
+    @training.setter
+    def training(cls, mode: bool) -> None:
+        TRAINING.value = int(bool(mode))
+
+    @property
+    def no_grad(cls) -> bool:
+        """True while results of operations record no gradient path: `backward()` and `gradient()` see them as
+        constants (as torch.no_grad). Set it, or use `Tensor.inference_mode()` / `Tensor.test()`."""
+        return _TensorType._gradients_off
+
+    @no_grad.setter
+    def no_grad(cls, mode: bool) -> None:
+        _TensorType._gradients_off = bool(mode)
+
+
+class _ModeSwitch(contextlib.ContextDecorator):
+    """Sets one of Tensor's class-level switches for a block or a decorated function and restores it after."""
+
+    switch = ""
+
+    def __init__(self, mode: bool = True):
+        self.mode = mode
+        self._saved: list[bool] = []
+
+    def __enter__(self) -> _ModeSwitch:
+        self._saved.append(getattr(Tensor, self.switch))
+        setattr(Tensor, self.switch, self.mode)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        setattr(Tensor, self.switch, self._saved.pop())
+
+
+class TrainMode(_ModeSwitch):
+    """`Tensor.train(mode=True)`: training mode (`Tensor.training`) for a `with` block or a decorated function,
+    tinygrad's way of wrapping a training step (`@Tensor.train()` above a TinyJit step)."""
+
+    switch = "training"
+
+
+class NoGradMode(_ModeSwitch):
+    """`Tensor.inference_mode(mode=True)` and `Tensor.test(mode=True)`: no gradient paths are recorded
+    (`Tensor.no_grad`) for a `with` block or a decorated function."""
+
+    switch = "no_grad"
+
+
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin,
-             KeccakMixin, LinalgMixin):
+             KeccakMixin, LinalgMixin, metaclass=_TensorType):
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or
@@ -148,6 +209,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     """
 
     __hash__ = object.__hash__
+    train = TrainMode
+    test = NoGradMode
+    inference_mode = NoGradMode
 
     def __init__(self, data: Any = None, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
@@ -247,6 +311,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def _result(self, uop: UOp, *others: Any) -> Tensor:
         """A new Tensor over `uop`, which was built from this tensor and `others` (gradients flow if any needs)."""
         needs = self._requires_grad or any(isinstance(other, Tensor) and other._requires_grad for other in others)
+        if needs and _TensorType._gradients_off:
+            return type(self)._wrap(uop.detach())
         return type(self)._wrap(uop, True if needs else None)
 
     # ---- properties ----

@@ -1,0 +1,96 @@
+"""Tensor.training, Tensor.train(), Tensor.no_grad, Tensor.inference_mode() and Tensor.test(), as tinygrad
+programs use them. Oracles: torch (dropout's scaling, SGD's update) and hand-computed values."""
+import numpy as np
+import pytest
+import torch
+
+from tinycore import Context, Tensor
+from tinycore.nn.optim import SGD
+
+
+@pytest.fixture(autouse=True)
+def _modes_restored():
+    training, no_grad = Tensor.training, Tensor.no_grad
+    yield
+    Tensor.training, Tensor.no_grad = training, no_grad
+
+
+def test_setting_training_turns_dropout_on_and_off() -> None:
+    Tensor.training = True
+    dropped = Tensor.ones(4096).dropout(0.5).numpy()
+    assert set(np.unique(dropped).tolist()) == {0.0, 2.0}  # kept values scaled by 1/(1-p), as torch
+    Tensor.training = False
+    np.testing.assert_equal(Tensor.ones(4096).dropout(0.5).numpy(), np.ones(4096))
+
+
+def test_optimizer_steps_when_training_is_set() -> None:
+    data = np.array([1.0, -2.0, 3.0], np.float32)
+    expected = torch.tensor(data, requires_grad=True)
+    torch_sgd = torch.optim.SGD([expected], lr=0.1)
+    (expected * expected).sum().backward()
+    torch_sgd.step()
+    Tensor.training = True
+    weight = Tensor(data, requires_grad=True)
+    optimizer = SGD([weight], lr=0.1)
+    (weight * weight).sum().backward()
+    optimizer.step()
+    np.testing.assert_allclose(weight.numpy(), expected.detach().numpy(), rtol=1e-6)
+
+
+def test_train_is_a_decorator_and_a_context_manager_that_restore_the_mode() -> None:
+    Tensor.training = False
+    seen = []
+
+    @Tensor.train()
+    def step() -> None:
+        seen.append(Tensor.training)
+        with Tensor.train(False):
+            seen.append(Tensor.training)
+        seen.append(Tensor.training)
+
+    step()
+    assert seen == [True, False, True]
+    assert Tensor.training is False
+    with Tensor.train():
+        assert Tensor.training is True
+    assert Tensor.training is False
+
+
+def test_training_is_the_training_context_variable() -> None:
+    with Context(TRAINING=1):
+        assert Tensor.training is True
+    with Tensor.train():
+        from tinycore.helpers import TRAINING
+        assert TRAINING.value == 1
+
+
+def test_mode_is_restored_after_an_exception() -> None:
+    with pytest.raises(ZeroDivisionError), Tensor.train():
+        raise ZeroDivisionError
+    assert Tensor.training is False
+
+
+@pytest.mark.parametrize("switch", ["inference_mode", "test"])
+def test_no_grad_modes_record_no_gradient_path(switch: str) -> None:
+    weight = Tensor([1.0, 2.0], requires_grad=True)
+    other = Tensor([3.0, 4.0], requires_grad=True)
+    with getattr(Tensor, switch)():
+        assert Tensor.no_grad is True
+        frozen = (weight * 3).sum()
+    assert Tensor.no_grad is False
+    loss = frozen + (other * other).sum()
+    loss.backward()
+    # torch leaves weight.grad None; tinycore gives a tensor found in the graph without a gradient path zeros
+    assert weight.grad is None or not weight.grad.numpy().any()
+    np.testing.assert_allclose(other.grad.numpy(), [6.0, 8.0])
+    np.testing.assert_allclose(frozen.numpy(), 9.0)
+
+
+def test_no_grad_flag_can_be_set_directly() -> None:
+    weight = Tensor([1.0, 2.0], requires_grad=True)
+    Tensor.no_grad = True
+    value = weight * 2
+    Tensor.no_grad = False
+    assert not value.requires_grad
+    (gradient,) = (value.sum() + weight.sum()).gradient(weight)
+    np.testing.assert_allclose(gradient.numpy(), [1.0, 1.0])
