@@ -113,6 +113,13 @@ class Expander:
             for range_node in invariant:
                 count *= range_size(range_node) or 1
             value = repeated(op, value, count)
+        symbolic = [r for r in loops if r not in value.toposort and range_size(r) is None and op in (Ops.ADD, Ops.MAX)]
+        if symbolic:
+            # the same along a loop of symbolic trip count (at least one, as a Variable's size): ADD scales by the
+            # count, MAX keeps the value; left as a loop, nothing in the body would refer to it
+            loops = [r for r in loops if r not in symbolic]
+            for range_node in symbolic if op is Ops.ADD else ():
+                value = value.alu(Ops.MUL, range_node.src[0].cast(node.dtype))
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
         lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]

@@ -11,10 +11,10 @@ from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
 from tinycore.tensor.support import broadcast_shape, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
-    from tinycore.uop.uop import UOp
 
 _LOG2_E = 1 / math.log(2)
 _LN_2 = math.log(2)
@@ -91,6 +91,8 @@ class ElementwiseMixin:
         else:
             if isinstance(other, (list, tuple)) or type(other).__module__ == "numpy":
                 return self._broadcasted(self._operand(other), reverse, match_dtype)
+            if isinstance(other, UOp):  # a symbolic int (a size with bound Variables): a scalar read at run time
+                return self._broadcasted(self._symbolic_scalar(other), reverse, match_dtype)
             common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
             first = self.cast(common) if match_dtype else self
             second = self._const(other, common)
@@ -98,6 +100,12 @@ class ElementwiseMixin:
         shape = broadcast_shape(first.shape, second.shape)
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
         return (second, first) if reverse else (first, second)
+
+    def _symbolic_scalar(self: Tensor, value: UOp) -> Tensor:
+        """A 0-d tensor on this device whose value is the symbolic int `value` (its bound Variables' values)."""
+        if not dtypes.is_int(value.dtype):
+            raise TypeError(f"expected a Tensor, a Python number or a symbolic int, got a {value.dtype} UOp {value}")
+        return type(self)._wrap(UOp.const_on(value.dtype, 0, self.device, ()) + value)
 
     def _binary(self: Tensor, op: Ops, other: Any, reverse: bool = False) -> Tensor:
         """The ALU op `op` on this tensor and `other` broadcast and promoted."""

@@ -337,7 +337,9 @@ class IndexingMixin:
                 result = result.shrink(_axis_bounds(result.ndim, axis, item, item + 1))
                 result = result.reshape(result.shape[:axis] + result.shape[axis + 1:])
                 steps.append(("symbolic", axis))
-            elif isinstance(item, slice) and any(isinstance(part, UOp) for part in (item.start, item.stop)):
+            elif isinstance(item, slice) and (any(isinstance(part, UOp) for part in (item.start, item.stop))
+                                              or not isinstance(result.shape[axis], int)):
+                # a Variable bound, or an axis of symbolic size (slicing it with ints shrinks it back to a concrete one)
                 result = result.shrink(_axis_bounds(result.ndim, axis, *_symbolic_slice(item, result.shape[axis])))
                 steps.append(("symbolic", axis))
                 axis += 1

@@ -13,6 +13,26 @@ if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
 
 
+def _amount(value: Any) -> Any:
+    """A padding amount: an int, or a symbolic int (an expression of bound Variables) kept as it is."""
+    from tinycore.uop.uop import UOp
+    if isinstance(value, UOp):
+        if not dtypes.is_int(value.dtype) or value.vmin < 0:
+            raise ShapeError(f"a symbolic padding amount must be a non-negative int expression, got {value}")
+        return value
+    return int(value)
+
+
+def _removed(amount: Any) -> Any:
+    """How much a padding amount removes (a negative int amount), 0 for a symbolic one (never negative)."""
+    return 0 if not isinstance(amount, int) else max(-amount, 0)
+
+
+def _added(amount: Any) -> Any:
+    """How much a padding amount adds: a symbolic one whole, an int one when positive."""
+    return amount if not isinstance(amount, int) else max(amount, 0)
+
+
 class MovementMixin:
     """reshape, permute, expand, pad, shrink, flip and the operations built from them."""
 
@@ -101,7 +121,7 @@ class MovementMixin:
         if len(items) != self.ndim:
             raise ShapeError(f"padding {tuple(items)} needs one (before, after) pair or None per axis of shape "
                              f"{self.shape}")
-        return [(0, 0) if item is None else (int(item[0]), int(item[1])) for item in items]
+        return [(0, 0) if item is None else (_amount(item[0]), _amount(item[1])) for item in items]
 
     def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
         """Padding per axis: a flat (left, right, top, bottom, ...) sequence starting from the last axis, or one
@@ -114,12 +134,12 @@ class MovementMixin:
             raise ValueError(f"pad value is only used with mode='constant', got value={value} with mode={mode!r}")
         bounds = []
         for size, (before, after) in zip(self.shape, pairs, strict=True):
-            start, end = max(-before, 0), size - max(-after, 0)
-            if start > end:
+            start, end = _removed(before), size - _removed(after)
+            if isinstance(start, int) and isinstance(end, int) and start > end:
                 raise ShapeError(f"negative padding {pairs} removes more than the axis of size {size} holds")
             bounds.append((start, end))
         shrunk = self.shrink(tuple(bounds))
-        grow = [(max(before, 0), max(after, 0)) for before, after in pairs]
+        grow = [(_added(before), _added(after)) for before, after in pairs]
         if mode == "constant":
             return shrunk._pad_constant(grow, value)
         result = shrunk

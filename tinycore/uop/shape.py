@@ -46,7 +46,11 @@ def _add_size(size: sint, amount: sint) -> sint:
         return size
     if _is_int(size) and size == 0:
         return amount
-    return size + amount
+    if _is_int(size) and _is_int(amount):
+        return size + amount
+    # a symbolic size is simplified, so that equal sizes built differently ((i+2)-i, 2) compare equal
+    total: Any = size + amount
+    return total.ssimplify()  # type: ignore[no-any-return]
 
 
 _device_nodes: dict[Any, Any] = {}
@@ -109,7 +113,8 @@ class ShapeMixin:
                 return tuple(_add_size(_add_size(size, low), high)
                              for size, (low, high) in zip(source_shape, self.arg, strict=True))
             if op is Ops.SHRINK:
-                return tuple(_add_size(end, -start) if _is_int(start) else end - start for start, end in self.arg)
+                return tuple(_add_size(end, -start) if _is_int(start) else _add_size(end, -start)
+                             for start, end in self.arg)
             if op is Ops.FLIP:
                 return self.src[0].shape
             return self.arg  # RESHAPE, EXPAND

@@ -1,0 +1,75 @@
+"""Tensors sliced with bound Variables in every op, shrunk back to concrete shapes and read, against numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinycore import Variable
+from tinycore.tensor import Tensor
+
+RNG = np.random.default_rng(11)
+A = RNG.standard_normal((3, 10)).astype(np.float32)
+B = RNG.standard_normal((10, 3)).astype(np.float32)
+
+
+@pytest.mark.parametrize("i", [1, 3, 4])
+def test_elementwise_result_shrinks_back_and_reads(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    a, b = Tensor(A), Tensor(A * 2)
+    np.testing.assert_allclose((a[:, :vi] + 1).realize()[:3, :i].numpy(), A[:, :i] + 1, rtol=1e-6)
+    np.testing.assert_allclose((a[:, :vi] + b[:, :vi])[:, :i].numpy(), A[:, :i] * 3, rtol=1e-6)
+
+
+@pytest.mark.parametrize("i", [1, 4])
+def test_pad_by_a_symbolic_amount_gives_a_concrete_shape(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    padded = (Tensor(A)[:, :vi] + 1).pad((None, (0, 10 - vi)))
+    assert padded.shape == (3, 10)
+    np.testing.assert_allclose(padded.numpy(), np.pad(A[:, :i] + 1, ((0, 0), (0, 10 - i))), rtol=1e-6)
+
+
+@pytest.mark.parametrize("i", [2, 4])
+def test_cat_along_a_symbolic_axis(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    extra = RNG.standard_normal((2, 3)).astype(np.float32)
+    joined = Tensor(B)[:vi].cat(Tensor(extra), dim=0)
+    np.testing.assert_allclose(joined[:i + 2, :3].numpy(), np.concatenate([B[:i], extra]), rtol=1e-6)
+    side = Tensor(A)[:, :vi].cat(Tensor(extra.T), dim=1)
+    np.testing.assert_allclose(side[:3, :i + 2].numpy(), np.concatenate([A[:, :i], extra.T], 1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("i", [1, 2, 4])
+def test_mean_and_var_divide_by_the_bound_count(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    t = Tensor(B)
+    np.testing.assert_allclose(t[:vi].mean().numpy(), B[:i].mean(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t[:vi].mean(0).numpy(), B[:i].mean(0), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t[:vi].mean(1)[:i].numpy(), B[:i].mean(1), rtol=1e-5, atol=1e-6)
+    if i > 1:
+        np.testing.assert_allclose(t[:vi].var(0).numpy(), B[:i].var(0, ddof=1), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("i", [1, 3, 7])
+def test_reducing_a_constant_over_a_symbolic_range(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    assert Tensor.ones(10)[:vi].sum().item() == i
+    assert (Tensor.ones(10)[:vi] * 2).sum().item() == 2 * i
+    assert Tensor.full((10,), 3.0)[:vi].max().item() == 3.0
+
+
+@pytest.mark.parametrize("i", [1, 4])
+def test_shrink_and_slice_with_a_variable_offset_read_concretely(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    t = Tensor(RNG.standard_normal((7, 11)).astype(np.float32))
+    expected = t.numpy()[3:5, i:i + 2]
+    assert t.shrink(((3, 5), (vi, vi + 2))).shape == (2, 2)
+    np.testing.assert_allclose(t.shrink(((3, 5), (vi, vi + 2))).numpy(), expected)
+    np.testing.assert_allclose(t[3:5, vi:vi + 2].numpy(), expected)
+    np.testing.assert_allclose(t[3:5, :vi:1][:2, :i].numpy(), t.numpy()[3:5, :i])
+
+
+@pytest.mark.parametrize("i", [1, 3])
+def test_matmul_over_a_symbolic_inner_axis(i: int) -> None:
+    vi = Variable("i", 1, 10).bind(i)
+    np.testing.assert_allclose((Tensor(A)[:, :vi] @ Tensor(B)[:vi, :]).numpy(), A[:, :i] @ B[:i], rtol=1e-5,
+                               atol=1e-6)
