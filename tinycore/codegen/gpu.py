@@ -24,8 +24,9 @@ Remaining output axes become gidx0..2 (optimize.map_global_dims); LOCAL axes bec
 from __future__ import annotations
 
 from tinycore.codegen.local_memory import GroupReduceError, lower_group_reduce, nested_reduces
-from tinycore.codegen.opt import Kernel, KernelOptError, replace_range
+from tinycore.codegen.opt import Kernel, KernelOptError
 from tinycore.codegen.optimize import axis_stride, map_global_dims, strip_casts
+from tinycore.codegen.split_ranges import replace_range
 from tinycore.dtype import dtypes
 from tinycore.helpers import getenv, prod
 from tinycore.plugins.contract import RendererContract

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from tinycore.codegen.split_ranges import replace_range, split_merged_axes
 from tinycore.dtype import dtypes
 from tinycore.helpers import NUM_CPU_THREADS, prod
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, new_range, range_size
@@ -57,23 +58,6 @@ class Opt:
 
 class KernelOptError(ValueError):
     """An Opt that does not apply to the kernel (wrong axis kind, size not divisible, ...)."""
-
-
-def replace_range(root: UOp, old: UOp, expression: UOp, new_ranges: tuple[UOp, ...]) -> UOp:
-    """`root` with the RANGE `old` replaced by `expression` in values and by `new_ranges` in REDUCE range lists."""
-    memo: dict[UOp, UOp] = {old: expression}
-    for node in root.toposort:
-        if node in memo:
-            continue
-        if node.op is Ops.REDUCE:
-            ranges: list[UOp] = []
-            for source in node.src[1:]:
-                ranges.extend(new_ranges if source is old else (memo[source],))
-            new_src = (memo[node.src[0]],) + tuple(ranges)
-        else:
-            new_src = tuple(memo[source] for source in node.src)
-        memo[node] = node if new_src == node.src else node.replace(src=new_src)
-    return memo[root]
 
 
 def _gate_stores(root: UOp, buffers: set[UOp], gate: UOp) -> UOp:
@@ -288,7 +272,6 @@ class Kernel:
         self.applied.append(opt)
 
     def _split_axes(self, opt: Opt) -> None:
-        from tinycore.codegen.split_ranges import split_merged_axes  # it builds on replace_range above
         if self.applied or (opt.axis, opt.amount) != (0, 0):
             raise KernelOptError(f"{opt}: SPLIT_AXES is the first opt, with axis 0 and amount 0")
         split = split_merged_axes(self.original_ast)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import math
 
-from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count, replace_range
+from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count
+from tinycore.codegen.split_ranges import replace_range
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.plugins.contract import RendererContract

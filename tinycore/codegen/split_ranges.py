@@ -5,15 +5,32 @@ of a transformer block's attention, 8x128x256 from 8 heads of 32: 7.6 ms at 10 G
 (i = h * w + d), the same kernel indexes every load linearly in h and d.
 
 `split_merged_axes` rewrites a kernel AST (a SINK of STOREs over RANGEs, see docs/architecture.md, "Kernel-level
-graph"); optimize_kernel tries it on CPU kernels whose heuristic found no tile.
+graph"); optimize_kernel tries it on CPU kernels whose heuristic found no tile. `replace_range`, the step every
+split of an axis takes (here and in the opts of codegen/opt.py), is here too.
 """
 from __future__ import annotations
 
-from tinycore.codegen.opt import replace_range
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, range_size
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import simplify_indices
 from tinycore.uop.uop import UOp
+
+
+def replace_range(root: UOp, old: UOp, expression: UOp, new_ranges: tuple[UOp, ...]) -> UOp:
+    """`root` with the RANGE `old` replaced by `expression` in values and by `new_ranges` in REDUCE range lists."""
+    memo: dict[UOp, UOp] = {old: expression}
+    for node in root.toposort:
+        if node in memo:
+            continue
+        if node.op is Ops.REDUCE:
+            ranges: list[UOp] = []
+            for source in node.src[1:]:
+                ranges.extend(new_ranges if source is old else (memo[source],))
+            new_src = (memo[node.src[0]],) + tuple(ranges)
+        else:
+            new_src = tuple(memo[source] for source in node.src)
+        memo[node] = node if new_src == node.src else node.replace(src=new_src)
+    return memo[root]
 
 
 def _range_like(axis: UOp, size: int | UOp, identifier: int, kind: AxisType) -> UOp:

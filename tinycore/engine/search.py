@@ -36,6 +36,7 @@ from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_wo
 from tinycore.codegen.optimize import vector_width
 from tinycore.device.buffer import Buffer
 from tinycore.device.compiler import CompileError
+from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.helpers import (
     BEAM_BUDGET,
     BEAM_MIN_PROGRESS,
@@ -267,7 +268,6 @@ class _Progress:
 
 def _scratch_copies(buffers: Sequence[Buffer]) -> list[Buffer]:
     """Fresh buffers holding copies of `buffers` (one copy per distinct buffer, so aliasing is kept)."""
-    from tinycore.engine.realize import copy_buffers
     copies: dict[int, Buffer] = {}
     for buffer in buffers:
         if id(buffer) not in copies:
@@ -327,7 +327,6 @@ class _Search:
 
     def measure(self, candidates: list[tuple[Opt, ...]], progress: _Progress, deadline: float) -> None:
         """Render, compile and time `candidates` (those with a source already timed get its time)."""
-        from tinycore.engine.realize import Runner
         rendered: list[tuple[tuple[Opt, ...], ProgramSpec]] = []
         for opts in candidates:
             try:

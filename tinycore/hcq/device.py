@@ -17,7 +17,7 @@ from tinycore.device.allocator import Allocator
 from tinycore.device.compiled import Compiled
 from tinycore.device.compiler import Compiler
 from tinycore.hcq import profile
-from tinycore.hcq.queue import HWQueue
+from tinycore.hcq.queue import HCQArguments, HWQueue
 from tinycore.hcq.signal import HCQSignal
 from tinycore.helpers import PROFILE
 
@@ -29,25 +29,6 @@ _OPENED: weakref.WeakSet[HCQCompiled] = weakref.WeakSet()
 """Every opened queue device (host access to one settles the queues of those sharing its memory)."""
 _opened_count = [0]
 """How many queue devices were opened so far: a device's list of memory peers is made again when it changed."""
-
-class HCQArguments:
-    """A kernel's argument block: buffer handles, then integer values, one signed 64-bit word each.
-
-    `memory` holds the block at byte `offset`; `address` is where the device finds it (None where it needs none).
-    A plugin whose hardware wants another layout subclasses it and overrides `set_buffer` and `set_value`.
-    """
-
-    def __init__(self, memory: memoryview, offset: int, address: int | None, buffer_count: int):
-        self.memory, self.offset, self.address, self.buffer_count = memory, offset, address, buffer_count
-
-    def set_buffer(self, index: int, handle: Any) -> None:
-        """Put the allocator handle of buffer argument `index` in the block."""
-        struct.pack_into("q", self.memory, self.offset + 8 * index, handle)
-
-    def set_value(self, index: int, value: int) -> None:
-        """Put the value of integer argument `index` (a Variable's value) in the block."""
-        struct.pack_into("q", self.memory, self.offset + 8 * (self.buffer_count + index), value)
-
 
 class KernargRing:
     """Argument blocks handed out in turn from one area; when it wraps, the device first finishes what it queued."""
@@ -190,14 +171,14 @@ class HCQCompiled(Compiled):
         signal: HCQSignal = self.queues.signal(self, value=value, name=name)
         return signal
 
-    def compute_queue(self) -> HWQueue:
+    def compute_queue(self) -> HWQueue[HCQSignal, HCQProgram]:
         """A new, empty compute queue."""
-        queue: HWQueue = self.queues.compute_queue()
+        queue: HWQueue[HCQSignal, HCQProgram] = self.queues.compute_queue()
         return queue
 
-    def copy_queue(self) -> HWQueue:
+    def copy_queue(self) -> HWQueue[HCQSignal, HCQProgram]:
         """A new, empty copy queue (the compute queue where the device has no copy engine)."""
-        queue: HWQueue = (self.queues.copy_queue or self.queues.compute_queue)()
+        queue: HWQueue[HCQSignal, HCQProgram] = (self.queues.copy_queue or self.queues.compute_queue)()
         return queue
 
     def next_timeline_value(self) -> int:

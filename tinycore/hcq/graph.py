@@ -17,11 +17,14 @@ from typing import Any
 
 from tinycore.dtype import dtypes
 from tinycore.hcq import profile
-from tinycore.hcq.device import HCQArguments, HCQCompiled
-from tinycore.hcq.queue import HWQueue
+from tinycore.hcq.device import HCQCompiled, HCQProgram
+from tinycore.hcq.queue import HCQArguments, HWQueue
 from tinycore.hcq.signal import HCQSignal
 from tinycore.uop.symbolic import Variable, sym_infer
 from tinycore.uop.uop import UOp
+
+DeviceQueue = HWQueue[HCQSignal, HCQProgram]
+"""The queues the graph records into: the device's compute and copy queues."""
 
 TIMELINE_WAIT = Variable("hcq_timeline_wait", 0, 2**62, dtypes.int64)
 TIMELINE_SIGNAL = Variable("hcq_timeline_signal", 0, 2**62, dtypes.int64)
@@ -73,7 +76,7 @@ class HCQGraph:
         self.argument_blocks: list[HCQArguments] = []  # the queues hold only their addresses
         self.timed: list[tuple[HCQCompiled, str, HCQSignal, HCQSignal]] = []
         self.devices: list[HCQCompiled] = [device]
-        self.queues: dict[HCQCompiled, HWQueue] = {}
+        self.queues: dict[HCQCompiled, DeviceQueue] = {}
         self.sync_signals: dict[HCQCompiled, HCQSignal] = {}
         syncs = 0
         previous: HCQCompiled | None = None
@@ -108,7 +111,7 @@ class HCQGraph:
         self.last_values: dict[HCQCompiled, int] = {current: 0 for current in self.queues}
         self.queue = self.queues[self.devices[0]] if self.devices else None
 
-    def _add_kernel(self, device: HCQCompiled, queue: HWQueue, call: Any, input_index: dict[int, int]) -> None:
+    def _add_kernel(self, device: HCQCompiled, queue: DeviceQueue, call: Any, input_index: dict[int, int]) -> None:
         runner = call.runner
         buffers = [call.buffers[position] for position in runner.globals] if runner.globals else list(call.buffers)
         spec = runner.spec
@@ -125,7 +128,7 @@ class HCQGraph:
         self._timed(device, queue, runner.name, queue.exec, runner.program, arguments, spec.global_size,
                     spec.local_size)
 
-    def _timed(self, device: HCQCompiled, queue: HWQueue, name: str, add: Any, *arguments: Any) -> None:
+    def _timed(self, device: HCQCompiled, queue: DeviceQueue, name: str, add: Any, *arguments: Any) -> None:
         """Add a command (`add(*arguments)`), between two timestamps when the device is profiling."""
         if not device.profiling:
             add(*arguments)

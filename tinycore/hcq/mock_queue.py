@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinycore.device.allocator import BufferSpec, LRUAllocator
-from tinycore.hcq.device import HCQArguments, HCQProgram
+from tinycore.hcq.device import HCQProgram
 from tinycore.hcq.mock import MockBuffer, MockMemory, shared_bytes, unpack_mock_binary
+from tinycore.hcq.queue import HCQArguments
 from tinycore.uop.ops import Ops
 
 

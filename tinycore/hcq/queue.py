@@ -23,29 +23,62 @@ Submission hooks:
 """
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from tinycore.hcq.signal import HCQSignal
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import sym_infer
 from tinycore.uop.uop import UOp
 
-if TYPE_CHECKING:
-    from tinycore.hcq.device import HCQArguments, HCQCompiled
-    from tinycore.hcq.signal import HCQSignal
-
-QueueType = TypeVar("QueueType", bound="HWQueue")
+QueueType = TypeVar("QueueType", bound="HWQueue[Any, Any]")
+SignalType = TypeVar("SignalType", bound=HCQSignal)
+"""The signal class a queue waits on and writes (a plugin's HCQSignal subclass)."""
+ProgramType = TypeVar("ProgramType")
+"""The program class a compute queue launches (a plugin's HCQProgram subclass)."""
 Word = Any  # an int, a symbolic UOp, or (in queues executed by Python) any object the executor understands
 
 
-class HWQueue:
-    """The commands of one queue. Subclass it and override the encoding hooks listed in the module docstring."""
+class QueueDevice(Protocol):
+    """What a queue reads from the device it is bound and submitted to (tinycore.hcq.device.HCQCompiled)."""
+
+    device: str
+    submissions: int
+
+    def check_usable(self) -> None:
+        """Raise when the device is broken (a queue is never submitted to it then)."""
+
+
+class HCQArguments:
+    """A kernel's argument block: buffer handles, then integer values, one signed 64-bit word each.
+
+    `memory` holds the block at byte `offset`; `address` is where the device finds it (None where it needs none).
+    A plugin whose hardware wants another layout subclasses it and overrides `set_buffer` and `set_value`.
+    """
+
+    def __init__(self, memory: memoryview, offset: int, address: int | None, buffer_count: int):
+        self.memory, self.offset, self.address, self.buffer_count = memory, offset, address, buffer_count
+
+    def set_buffer(self, index: int, handle: Any) -> None:
+        """Put the allocator handle of buffer argument `index` in the block."""
+        struct.pack_into("q", self.memory, self.offset + 8 * index, handle)
+
+    def set_value(self, index: int, value: int) -> None:
+        """Put the value of integer argument `index` (a Variable's value) in the block."""
+        struct.pack_into("q", self.memory, self.offset + 8 * (self.buffer_count + index), value)
+
+
+
+class HWQueue(Generic[SignalType, ProgramType]):
+    """The commands of one queue. Subclass it and override the encoding hooks listed in the module docstring; a
+    plugin's queue names its signal and program classes: `class MyComputeQueue(HWQueue[MySignal, MyProgram])`."""
 
     def __init__(self) -> None:
         self.words: list[Word] = []
         self.symbolic: list[tuple[int, UOp, bool]] = []  # (position, expression, whether it is a bare Variable)
         self.command_count = 0
-        self.bound_to: HCQCompiled | None = None
+        self.bound_to: QueueDevice | None = None
 
     # ---- building ----
 
@@ -64,25 +97,25 @@ class HWQueue:
         if self.bound_to is not None:
             raise RuntimeError(f"cannot add {what} to a queue bound to {self.bound_to.device}: build a new queue")
 
-    def wait(self: QueueType, signal: HCQSignal, value: int | UOp) -> QueueType:
+    def wait(self: QueueType, signal: SignalType, value: int | UOp) -> QueueType:
         """Wait (on the device) until `signal` holds at least `value`."""
         self._check_open("a wait")
         self._encode_wait(signal, value)
         return self
 
-    def signal(self: QueueType, signal: HCQSignal, value: int | UOp) -> QueueType:
+    def signal(self: QueueType, signal: SignalType, value: int | UOp) -> QueueType:
         """Set `signal` to `value` (and its timestamp) once every earlier command of this queue is done."""
         self._check_open("a signal")
         self._encode_signal(signal, value)
         return self
 
-    def timestamp(self: QueueType, signal: HCQSignal) -> QueueType:
+    def timestamp(self: QueueType, signal: SignalType) -> QueueType:
         """Write the device's current time into `signal`'s timestamp (read it with `signal.timestamp`)."""
         self._check_open("a timestamp")
         self._encode_timestamp(signal)
         return self
 
-    def exec(self: QueueType, program: Any, arguments: HCQArguments, global_size: Sequence[int | UOp],
+    def exec(self: QueueType, program: ProgramType, arguments: HCQArguments, global_size: Sequence[int | UOp],
              local_size: Sequence[int | UOp] | None = None) -> QueueType:
         """Launch `program` on its argument block `arguments` over `global_size` groups of `local_size`."""
         self._check_open("an exec")
@@ -103,13 +136,13 @@ class HWQueue:
 
     # ---- submitting ----
 
-    def bind(self: QueueType, device: HCQCompiled) -> QueueType:
+    def bind(self: QueueType, device: QueueDevice) -> QueueType:
         """Hand the commands to `device` once; later `submit`s rewrite only the symbolic words."""
         self._bind(device)
         self.bound_to = device
         return self
 
-    def submit(self: QueueType, device: HCQCompiled, var_vals: Mapping[Any, int] | None = None) -> QueueType:
+    def submit(self: QueueType, device: QueueDevice, var_vals: Mapping[Any, int] | None = None) -> QueueType:
         """Resolve the symbolic words with `var_vals` (keyed by Variable) and run the commands on `device`."""
         if self.bound_to is not None and self.bound_to is not device:
             raise RuntimeError(f"a queue bound to {self.bound_to.device} cannot be submitted to {device.device}")
@@ -129,16 +162,16 @@ class HWQueue:
 
     # ---- the device-specific part ----
 
-    def _encode_wait(self, signal: HCQSignal, value: int | UOp) -> None:
+    def _encode_wait(self, signal: SignalType, value: int | UOp) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _encode_wait")
 
-    def _encode_signal(self, signal: HCQSignal, value: int | UOp) -> None:
+    def _encode_signal(self, signal: SignalType, value: int | UOp) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _encode_signal")
 
-    def _encode_timestamp(self, signal: HCQSignal) -> None:
+    def _encode_timestamp(self, signal: SignalType) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _encode_timestamp")
 
-    def _encode_exec(self, program: Any, arguments: HCQArguments, global_size: tuple[int | UOp, ...],
+    def _encode_exec(self, program: ProgramType, arguments: HCQArguments, global_size: tuple[int | UOp, ...],
                      local_size: tuple[int | UOp, ...] | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no exec: it is not a compute queue")
 
@@ -148,10 +181,10 @@ class HWQueue:
     def _encode_memory_barrier(self) -> None:
         """Default: nothing (devices whose commands see each other's writes in order)."""
 
-    def _submit(self, device: HCQCompiled) -> None:
+    def _submit(self, device: QueueDevice) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _submit")
 
-    def _bind(self, device: HCQCompiled) -> None:
+    def _bind(self, device: QueueDevice) -> None:
         """Default: nothing (the words stay in `self.words`, which `_submit` reads)."""
 
     def _patch(self, position: int, value: int) -> None:

@@ -15,24 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinycore.plugins.api_level import PLUGIN_API_LEVEL, core_version
 from tinycore.plugins.device_hooks import DeviceHooks, device_family, device_hooks
 from tinycore.plugins.specs import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec, load_object
 
-PLUGIN_API_LEVEL = 1
-"""The plugin API level this tinycore supports; a plugin declares the level it was written for as
-`TINYCORE_PLUGIN_API` in its hooks module and is refused when the two differ."""
-
 __all__ = ["PLUGIN_API_LEVEL", "DeviceSpec", "RendererSpec", "InterfaceSpec", "HCQQueues", "load_object",
            "hookimpl", "get_plugin_manager", "core_version", "DeviceHooks", "device_hooks", "device_family"]
-
-
-def core_version() -> str:
-    """The installed tinycore distribution's version, or "(not installed)" when run from a source tree."""
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("tinycore")
-    except PackageNotFoundError:
-        return "(not installed)"
 
 
 def __getattr__(name: str) -> Any:

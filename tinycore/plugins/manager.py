@@ -23,7 +23,8 @@ from typing import Any
 import pluggy
 
 from tinycore.helpers import environ
-from tinycore.plugins import PLUGIN_API_LEVEL, hookspecs
+from tinycore.plugins import hookspecs
+from tinycore.plugins.api_level import PLUGIN_API_LEVEL
 from tinycore.plugins.specs import DeviceSpec, InterfaceSpec, RendererSpec
 
 ENTRY_POINT_GROUP = "tinycore.plugins"
@@ -214,7 +215,7 @@ class PluginManager:
     @staticmethod
     def _api_message(record: PluginRecord, level: Any) -> str:
         """Why a plugin of API level `level` is refused, and the pip command that fixes it."""
-        from tinycore.plugins import core_version
+        from tinycore.plugins.api_level import core_version
         from tinycore.plugins.install import install_command
         source = f"plugin {record.name!r} ({record.install_name} {record.version or '(unknown version)'})"
         if not isinstance(level, int):
