@@ -1,7 +1,10 @@
-"""CStyleLanguage: a table-driven renderer of linear kernel programs into C-like source.
+"""CStyleLanguage: renderers of linear kernel programs into C-like source, as rules.
 
-The C, OpenCL C, CUDA and HIP renderers share this walk over the linear program and differ only in the tables and
-small hooks below: type names, literals, casts, vector syntax, thread indices, qualifiers and the kernel signature.
+Each UOp of the linear program is rendered to text by the first rule of the language's `string_rewrite` (a
+PatternMatcher over a RenderContext that holds the names given so far) that matches it: a language puts its own
+rules before `base_rendering` and falls through to it by returning None. The C, OpenCL C, CUDA, HIP and WGSL
+renderers differ in those rules and in data: type names, literals, casts, vector syntax, thread indices,
+qualifiers, the barrier and the kernel signature (the tables and small hooks of CStyleLanguage).
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import ClassVar
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 CodeForOp = Callable[..., str]
@@ -61,7 +65,7 @@ def bfloat16_bits(value: float) -> int:
 
 class RenderedPointer:
     """A rendered INDEX: the buffer expression, the element index expression, the optional gate, the element dtype
-    and the vector-pointer cast if any (what `CStyleWalk.access` receives)."""
+    and the vector-pointer cast if any (what `CStyleLanguage.render_access` receives)."""
 
     def __init__(self, buffer: str, index: str | None, gate: str | None, element: DType, cast: str | None = None):
         self.buffer, self.index, self.gate, self.element, self.cast = buffer, index, gate, element, cast
@@ -73,15 +77,19 @@ class RenderedPointer:
 
 
 class CStyleLanguage(Renderer):
-    """A renderer for C-like languages driven by tables; subclasses override tables and a few hooks.
+    """A renderer for C-like languages: rules (`string_rewrite`), tables and a few hooks.
 
+    Rules: `string_rewrite`, a PatternMatcher of UOp -> text rules called with the RenderContext as `ctx`; a
+    language (or a vendor's plugin) writes `string_rewrite = PatternMatcher([...]) + base_rendering`, its rules
+    returning None to leave a UOp to the next rule, and `context_state` for what its rules keep per program.
     Tables: `code_for_op` (ALU op -> expression), `type_map` (scalar dtype -> type name), `kernel_prefix`,
     `buffer_prefix` / `buffer_suffix` / `const_buffer_prefix` (kernel buffer parameter qualifiers), `arg_int_prefix`
     (how DEFINE_VAR parameters are declared), `code_for_workitem` (SPECIAL "g"/"l"/"i" + axis -> expression),
     `barrier`, `smem_prefix` (local memory declaration), `infinity` / `nan` literals, `float_suffix`,
     `vector_alu_ops` (ALU ops the language applies lane-wise to vector types), `native_bfloat16`.
     Hooks: `render_dtype`, `render_const`, `render_cast`, `render_bitcast`, `render_declaration`, `render_vector`,
-    `render_gep`, `render_vector_pointer`, `render_kernel`, `render_special`, `render_local`, `render_math`.
+    `render_gep`, `render_vector_pointer`, `render_access`, `render_kernel`, `render_function`, `render_special`,
+    `render_local`, `render_math`.
     """
 
     kernel_prefix: str = ""
@@ -104,8 +112,8 @@ class CStyleLanguage(Renderer):
     # wrap results of these dtypes in a cast after each op so C's integer promotion and excess float precision
     # give the same value as a per-op rounded computation
     narrow_dtypes: tuple[DType, ...] = _NARROW_RESULTS + (dtypes.float16,)
-    # the walk that renders one program; a subclass of CStyleWalk changes how memory is accessed
-    walk_class: ClassVar[type[CStyleWalk]]
+    # the rules rendering each UOp to text: the language's own first, then `base_rendering` (see the module's end)
+    string_rewrite: ClassVar[PatternMatcher]
 
     # ---------------------------------------------------------------- hooks
 
@@ -188,7 +196,7 @@ class CStyleLanguage(Renderer):
                 f"tc_result; __builtin_memcpy(&tc_result, &tc_source, sizeof(tc_result)); tc_result; }})")
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
-        """The statement declaring the value `name` of `dtype` as `code` (the walk's named intermediate values)."""
+        """The statement declaring the value `name` of `dtype` as `code` (the named intermediate values)."""
         return f"{self.render_dtype(dtype)} {name} = {code};"
 
     def render_vector(self, dtype: DType, items: list[str]) -> str:
@@ -257,22 +265,50 @@ class CStyleLanguage(Renderer):
             raise ValueError(f"{type(self).__name__} cannot render {op}: codegen must rewrite it first")
         return self.code_for_op[op](*operands, dtype)
 
-    # ---------------------------------------------------------------- the walk
+    # ---------------------------------------------------------------- the rules
 
     def render(self, uops: list[UOp]) -> str:
         """The source of the linear program `uops` (the function is named from the SINK's arg, else 'kernel')."""
         return self.render_named(uops, kernel_name(uops))
 
     def render_named(self, uops: list[UOp], name: str) -> str:
-        """The source of the linear program `uops` as a function called `name`."""
-        return self.walk_class(self, uops).run(name)
+        """The source of the linear program `uops` as a function called `name`: each UOp, in order, rendered into a
+        RenderContext by the first rule of `string_rewrite` that matches it, then `render_function`."""
+        ctx = RenderContext(self, uops)
+        rules = self.string_rewrite
+        for uop in uops:
+            ctx.note(uop.dtype)
+            if rules.rewrite(uop, ctx) is None:
+                raise ValueError(f"{type(self).__name__} cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): "
+                                 f"it is not part of the linear program contract")
+        return self.render_function(ctx, name)
+
+    def render_function(self, ctx: RenderContext, name: str) -> str:
+        """The source around the rendered body: parameters (buffers by position, variables by name, then
+        `extra_parameters`), the prelude and the kernel signature (`render_kernel`)."""
+        parameters = [ctx.buffers[position] for position in sorted(ctx.buffers)]
+        parameters += [ctx.variables[key] for key in sorted(ctx.variables)]
+        parameters += self.extra_parameters(ctx.uops)
+        return self.render_kernel(name, parameters, ctx.lines, self.render_prelude(ctx.uops, ctx.used_dtypes))
+
+    def context_state(self, uops: list[UOp]) -> object:
+        """What the language's own rules keep while rendering one program (RenderContext.state; None by default)."""
+        return None
+
+    def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
+        """The lvalue reading or writing `value_dtype` at `pointer` (a vector access through a cast if needed)."""
+        if pointer.cast is None and value_dtype.count > pointer.element.count:
+            space = index_uop.dtype.addrspace if isinstance(index_uop.dtype, PtrDType) else "global"
+            return f"(*{self.render_vector_pointer(pointer.address(), value_dtype, space)})"
+        if pointer.cast is None and pointer.index is not None:
+            return f"{pointer.buffer}[{pointer.index}]"
+        return f"(*{pointer.address()})"
 
 
-class CStyleWalk:
-    """The state of rendering one linear program: names given to values, rendered pointers, the lines so far.
-
-    Public so that renderers of C-like languages can override how memory is accessed (`access`, `pointer_of`) or
-    how single ops are written; set the subclass as the renderer's `walk_class`."""
+class RenderContext:
+    """The state of rendering one linear program: the names given to values, rendered pointers, the lines so far,
+    the kernel's parameters, and `state` for the language's own rules (`CStyleLanguage.context_state`). Rules read
+    and extend it through the helpers below; a language never subclasses it."""
 
     def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
         self.renderer, self.uops = renderer, uops
@@ -285,6 +321,9 @@ class CStyleWalk:
         self.uses: dict[UOp, int] = {}
         self.inlined: set[UOp] = set()
         self.stored: set[UOp] = set()
+        self.buffers: dict[int, str] = {}
+        self.variables: dict[str, str] = {}
+        self.masks: dict[UOp, tuple[str, DType]] = {}
         for uop in uops:
             for source in uop.src:
                 self.uses[source] = self.uses.get(source, 0) + 1
@@ -293,185 +332,77 @@ class CStyleWalk:
                 while target.op in (Ops.INDEX, Ops.CAST) and target.src:
                     target = target.src[0]
                 self.stored.add(target)
-
-    # ---- helpers ----
+        self.state = renderer.context_state(uops)
 
     def fresh(self, prefix: str) -> str:
+        """A new variable name `prefix` + a counter."""
         number = self.counters.get(prefix, 0)
         self.counters[prefix] = number + 1
         return f"{prefix}{number}"
 
     def emit(self, line: str) -> None:
+        """Append a line of the body at the current depth."""
         self.lines.append("  " * self.depth + line)
 
     def note(self, dtype: DType) -> None:
+        """Record a dtype the program uses (the prelude declares what they need)."""
         base = dtype.base if isinstance(dtype, PtrDType) else dtype
         self.used_dtypes.add(base)
         self.used_dtypes.add(base.scalar)
 
     def expression(self, uop: UOp) -> str:
+        """The text a rendered value is known by (a constant is rendered in place)."""
         if uop in self.names:
             return self.names[uop]
         if uop.op is Ops.CONST:
             return self.renderer.render_const(uop.arg, uop.dtype)
         raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
 
-    def bind(self, uop: UOp, code: str, prefix: str = "alu") -> None:
-        """Render `code` in place for single-use scalars, else declare a variable for it."""
-        single = self.uses.get(uop, 0) <= 1 and uop.dtype.count == 1
-        if uop.op in _INLINE_WHEN_SINGLE_USE and single:
-            self.names[uop] = code
+    def bind(self, uop: UOp, code: str, prefix: str = "alu") -> str:
+        """Render `code` in place for single-use scalars, else declare a variable for it; the name either way."""
+        if uop.op in _INLINE_WHEN_SINGLE_USE and self.uses.get(uop, 0) <= 1 and uop.dtype.count == 1:
             self.inlined.add(uop)
-            return
+            self.names[uop] = code
+            return code
         name = self.fresh(prefix)
         self.emit(self.renderer.render_declaration(name, uop.dtype, code))
         self.names[uop] = name
+        return name
+
+    def declare(self, uop: UOp, code: str, prefix: str) -> str:
+        """Declare a variable of `uop`'s type holding `code` (never in place); its name."""
+        name = self.fresh(prefix)
+        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {code};")
+        self.names[uop] = name
+        return name
 
     def lane(self, uop: UOp, lane: int) -> str:
         """Lane `lane` of a source (scalars broadcast)."""
         text = self.expression(uop)
         return text if uop.dtype.count == 1 else self.renderer.render_gep(text, lane, uop.dtype)
 
-    # ---- ops ----
+    def materialize(self, uop: UOp) -> None:
+        """Give an expression rendered in place a variable of its own, declared here."""
+        name = self.fresh("alu")
+        self.emit(self.renderer.render_declaration(name, uop.dtype, self.names[uop]))
+        self.names[uop] = name
+        self.inlined.discard(uop)
 
-    def run(self, name: str) -> str:
+    def cast(self, source: UOp, dtype: DType, vector_cast: str | None = None) -> str:
+        """The value conversion of `source` to `dtype`: `vector_cast` or the renderer's whole-vector conversion,
+        else lane by lane."""
         renderer = self.renderer
-        parameters: list[str] = []
-        variables: dict[str, str] = {}
-        globals_: dict[int, str] = {}
-        for uop in self.uops:
-            self.note(uop.dtype)
-            handler = getattr(self, f"op_{uop.op.name.lower()}", None)
-            if uop.op is Ops.DEFINE_GLOBAL:
-                buffer_name = f"data{uop.arg}"
-                self.names[uop] = buffer_name
-                assert isinstance(uop.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {uop.dtype}"
-                globals_[uop.arg] = renderer.render_buffer_parameter(buffer_name, uop.dtype, uop not in self.stored)
-            elif uop.op is Ops.DEFINE_VAR:
-                variable_name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-                self.names[uop] = variable_name
-                variables[str(uop.arg[0])] = renderer.render_var_parameter(variable_name, uop.dtype)
-            elif uop.op in GroupOp.ALU:
-                self.op_alu(uop)
-            elif handler is not None:
-                handler(uop)
-            elif uop.op in (Ops.SINK, Ops.GROUP):
-                continue
-            else:
-                raise ValueError(f"{type(renderer).__name__} cannot render {uop.op} (dtype {uop.dtype}, arg "
-                                 f"{uop.arg!r}): it is not part of the linear program contract")
-        parameters += [globals_[position] for position in sorted(globals_)]
-        parameters += [variables[key] for key in sorted(variables)]
-        parameters += renderer.extra_parameters(self.uops)
-        prelude = renderer.render_prelude(self.uops, self.used_dtypes)
-        return renderer.render_kernel(name, parameters, self.lines, prelude)
-
-    def op_const(self, uop: UOp) -> None:
-        self.names[uop] = self.renderer.render_const(uop.arg, uop.dtype)
-
-    def op_vconst(self, uop: UOp) -> None:
-        items = [self.renderer.render_const(value, uop.dtype.scalar) for value in uop.arg]
-        self.bind(uop, self.renderer.render_vector(uop.dtype, items))
-
-    def op_noop(self, uop: UOp) -> None:
-        self.names[uop] = self.expression(uop.src[0])
-
-    op_precast = op_noop
-    op_bind = op_noop
-
-    def op_special(self, uop: UOp) -> None:
-        label = str(uop.arg)
-        if label == "core_id":
-            self.names[uop] = "core_id"
-            return
-        size = uop.src[0] if uop.src else None
-        comment = f" /* {size.arg} */" if size is not None and size.op is Ops.CONST else ""
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {label} = {self.renderer.render_special(label)};"
-                  f"{comment}")
-        self.names[uop] = label
-
-    def op_define_reg(self, uop: UOp) -> None:
-        name = self.fresh("acc")
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType), f"DEFINE_REG needs a pointer dtype, got {pointer}"
-        self.emit(f"{self.renderer.render_dtype(pointer.base)} {name}[{max(pointer.size, 1)}];")
-        self.names[uop] = name
-
-    def op_define_local(self, uop: UOp) -> None:
-        name = self.fresh("temp")
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
-        self.emit(self.renderer.render_local(name, pointer.base, max(pointer.size, 1)))
-        self.names[uop] = name
-
-    def op_range(self, uop: UOp) -> None:
-        name = self.fresh("ridx")
-        type_name = self.renderer.render_dtype(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
-        self.emit(f"for ({type_name} {name} = 0; {name} < {self.expression(uop.src[0])}; {name}++) {{")
-        self.names[uop] = name
-        self.depth += 1
-
-    def op_end(self, uop: UOp) -> None:
-        closing = sum(1 for source in uop.src if source.op is Ops.RANGE) or 1
-        for _ in range(closing):
-            self.depth -= 1
-            self.emit("}")
-
-    def op_if(self, uop: UOp) -> None:
-        self.emit(f"if ({self.expression(uop.src[0])}) {{")
-        self.depth += 1
-
-    def op_endif(self, uop: UOp) -> None:
-        self.depth -= 1
-        self.emit("}")
-
-    def op_barrier(self, uop: UOp) -> None:
-        if self.renderer.barrier:
-            self.emit(self.renderer.barrier)
-
-    def op_index(self, uop: UOp) -> None:
-        buffer = uop.src[0]
-        base_pointer = self.pointers.get(buffer)
-        buffer_text = base_pointer.address() if base_pointer is not None else self.expression(buffer)
-        if self.uses.get(uop, 0) > 1:  # an address used several times computes its index once
-            for source in uop.src[1:]:
-                if source in self.inlined:
-                    self.materialize(source)
-        index = self.expression(uop.src[1]) if len(uop.src) > 1 else None
-        gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
-        element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
-        self.pointers[uop] = RenderedPointer(buffer_text, index, gate, element)
-        self.names[uop] = self.pointers[uop].address()
-
-    def op_cast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        if isinstance(uop.dtype, PtrDType):  # a pointer cast: vector access through an INDEX
-            pointer = self.pointers.get(source)
-            if pointer is None:
-                raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
-            cast = self.renderer.render_pointer_type(uop.dtype.base, uop.dtype.addrspace)
-            self.pointers[uop] = RenderedPointer(pointer.buffer, pointer.index, pointer.gate, uop.dtype.base, cast)
-            self.names[uop] = self.pointers[uop].address()
-            return
-        self.bind(uop, self.render_cast(source, uop.dtype))
-
-    def render_cast(self, source: UOp, dtype: DType) -> str:
-        renderer = self.renderer
-        from_dtype = source.dtype
         if dtype.count > 1:
-            whole = self.vector_cast(source, dtype)
+            whole = vector_cast or renderer.render_vector_cast(self.expression(source), source.dtype, dtype)
             if whole is not None:
                 return whole
-            items = [self.scalar_cast(self.lane(source, lane), from_dtype.scalar, dtype.scalar)
+            items = [self.scalar_cast(self.lane(source, lane), source.dtype.scalar, dtype.scalar)
                      for lane in range(dtype.count)]
             return renderer.render_vector(dtype, items)
-        return self.scalar_cast(self.expression(source), from_dtype, dtype)
-
-    def vector_cast(self, source: UOp, dtype: DType) -> str | None:
-        """A whole-vector conversion, where the renderer has one (None: convert lane by lane)."""
-        return self.renderer.render_vector_cast(self.expression(source), source.dtype, dtype)
+        return self.scalar_cast(self.expression(source), source.dtype, dtype)
 
     def scalar_cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
+        """The conversion of a scalar expression (bfloat16 through float32 where it is only a storage type)."""
         renderer = self.renderer
         emulated = not renderer.native_bfloat16
         if from_dtype == to_dtype:
@@ -485,38 +416,10 @@ class CStyleWalk:
             return f"tc_f32_to_bf16({narrowed})"
         return renderer.render_cast(text, from_dtype, to_dtype)
 
-    def op_bitcast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
-            raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-        name = self.fresh("alu")
-        code = self.renderer.render_bitcast(self.expression(source), source.dtype, uop.dtype)
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {code};")
-        self.names[uop] = name
-
-    def op_vectorize(self, uop: UOp) -> None:
-        self.bind(uop, self.renderer.render_vector(uop.dtype, [self.expression(source) for source in uop.src]))
-
-    def op_gep(self, uop: UOp) -> None:
-        source = uop.src[0]
-        text = self.expression(source)
-        lanes = [self.renderer.render_gep(text, lane, source.dtype) for lane in uop.arg]
-        if len(lanes) == 1:
-            self.names[uop] = lanes[0]
-        else:
-            self.bind(uop, self.renderer.render_vector(uop.dtype, lanes))
-
-    def op_custom(self, uop: UOp) -> None:
-        code = str(uop.arg).format(*[self.expression(source) for source in uop.src])
-        if uop.dtype == dtypes.void:
-            self.emit(code if code.rstrip().endswith((";", "}")) else code + ";")
-        else:
-            self.bind(uop, code, "custom")
-
-    def op_alu(self, uop: UOp) -> None:
+    def alu(self, uop: UOp) -> str:
+        """Bind the code of an ALU op; an operand rendered in place that the code repeats (MAX, a division guard,
+        lanes of a broadcast scalar) gets a variable first, so nested repeats cannot grow the source exponentially."""
         code = self.compose_alu(uop, [self.expression(source) for source in uop.src])
-        # an operand rendered in place that the code repeats (MAX, a division guard, lanes of a broadcast scalar)
-        # gets a variable first, so nested repeats cannot grow the source exponentially
         probes = [f"\x00{position}\x00" for position in range(len(uop.src))]
         probed = self.compose_alu(uop, probes)
         repeated = [source for source, probe in zip(uop.src, probes, strict=True)
@@ -525,14 +428,7 @@ class CStyleWalk:
             for source in dict.fromkeys(repeated):
                 self.materialize(source)
             code = self.compose_alu(uop, [self.expression(source) for source in uop.src])
-        self.bind(uop, code)
-
-    def materialize(self, uop: UOp) -> None:
-        """Give an expression rendered in place a variable of its own, declared here."""
-        name = self.fresh("alu")
-        self.emit(self.renderer.render_declaration(name, uop.dtype, self.names[uop]))
-        self.names[uop] = name
-        self.inlined.discard(uop)
+        return self.bind(uop, code)
 
     def compose_alu(self, uop: UOp, operands: list[str]) -> str:
         """The code of an ALU op over the given operand texts (lane by lane where the language needs it)."""
@@ -559,6 +455,7 @@ class CStyleWalk:
         return renderer.render_vector(uop.dtype, items)
 
     def scalar_alu(self, op: Ops, operands: list[str], dtype: DType, sources: tuple[UOp, ...]) -> str:
+        """One scalar ALU op; integer division by a non-constant is guarded (0 where the divisor is 0)."""
         renderer = self.renderer
         if op in (Ops.IDIV, Ops.MOD) and renderer.guard_integer_division and not dtypes.is_float(dtype):
             divisor = sources[1]
@@ -568,9 +465,8 @@ class CStyleWalk:
                 return f"(({operands[1]}==0)?{zero}:{renderer.render_math(op, operands, dtype)})"
         return renderer.render_math(op, operands, dtype)
 
-    # ---- memory ----
-
     def pointer_of(self, uop: UOp) -> RenderedPointer:
+        """The rendered INDEX (or pointer CAST) a LOAD or STORE reads."""
         pointer = self.pointers.get(uop)
         if pointer is None and uop.op in (Ops.INDEX, Ops.CAST):
             raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
@@ -578,51 +474,9 @@ class CStyleWalk:
             raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got {uop.op}")
         return pointer
 
-    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
-        """The lvalue reading or writing `value_dtype` at `pointer` (a vector access through a cast if needed)."""
-        if pointer.cast is None and value_dtype.count > pointer.element.count:
-            address = pointer.address()
-            space = index_uop.dtype.addrspace if isinstance(index_uop.dtype, PtrDType) else "global"
-            return f"(*{self.renderer.render_vector_pointer(address, value_dtype, space)})"
-        if pointer.cast is None and pointer.index is not None:
-            return f"{pointer.buffer}[{pointer.index}]"
-        return f"(*{pointer.address()})"
-
-    def op_load(self, uop: UOp) -> None:
-        pointer = self.pointer_of(uop.src[0])
-        value = self.access(pointer, uop.src[0], uop.dtype)
-        # extra sources of dtype void (an END, STORE or BARRIER) only order the load; the first other one is the
-        # value of a gated load where the gate is false
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        if pointer.gate is not None:
-            if alternatives:
-                alternative = self.expression(alternatives[0])
-            elif uop.dtype.count > 1:
-                zero = self.renderer.render_const(0, uop.dtype.scalar)
-                alternative = self.renderer.render_vector(uop.dtype, [zero] * uop.dtype.count)
-            else:
-                alternative = self.renderer.render_const(0, uop.dtype)
-            if uop.dtype.count > 1:  # the access may have a differently qualified vector type (C's unaligned one)
-                value = f"(({self.renderer.render_dtype(uop.dtype)}){value})"
-            value = f"({pointer.gate}?{value}:{alternative})"
-        name = self.fresh("val")
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {value};")
-        self.names[uop] = name
-
-    def op_store(self, uop: UOp) -> None:
-        pointer = self.pointer_of(uop.src[0])
-        value = uop.src[1]
-        if uop.arg is not None:
-            statement = self.atomic_update(pointer, uop.src[0], value, str(uop.arg))
-        else:
-            statement = f"{self.access(pointer, uop.src[0], value.dtype)} = {self.expression(value)};"
-        self.emit(f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement)
-
-    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """The statement combining `value` into the element at `pointer` atomically (a STORE whose arg is a scatter
-        reduce: add, mul, max or min). Renderers that declare `atomic_dtypes` override it."""
-        raise ValueError(f"{type(self.renderer).__name__} declares no atomic updates, got a combining store "
-                         f"({reduce}) of {value.dtype}: codegen must resolve it first (codegen/atomics.py)")
+    def gated(self, pointer: RenderedPointer, statement: str) -> str:
+        """`statement` behind the pointer's gate, if it has one."""
+        return f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement
 
     def combine_code(self, reduce: str, old: str, new: str, dtype: DType) -> str:
         """The expression combining the stored `old` with `new` by a scatter reduce (names, evaluated once each)."""
@@ -637,4 +491,184 @@ class CStyleWalk:
         return renderer.render_cast(code, dtype, dtype) if dtype in renderer.narrow_dtypes else code
 
 
-CStyleLanguage.walk_class = CStyleWalk
+# ---- the base rules: each renders its UOp into the context and returns the text it is known by ("" for a
+# statement); a language puts its own rules before these (CStyleLanguage.string_rewrite)
+
+
+def _define_global(ctx: RenderContext, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {x.dtype}"
+    ctx.names[x] = name = f"data{x.arg}"
+    ctx.buffers[x.arg] = ctx.renderer.render_buffer_parameter(name, x.dtype, x not in ctx.stored)
+    return name
+
+
+def _define_var(ctx: RenderContext, x: UOp) -> str:
+    ctx.names[x] = name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(x.arg[0]))
+    ctx.variables[str(x.arg[0])] = ctx.renderer.render_var_parameter(name, x.dtype)
+    return name
+
+
+def _named(ctx: RenderContext, x: UOp, text: str) -> str:
+    ctx.names[x] = text
+    return text
+
+
+def _special(ctx: RenderContext, x: UOp) -> str:
+    label = str(x.arg)
+    if label == "core_id":
+        return _named(ctx, x, label)
+    size = x.src[0] if x.src else None
+    comment = f" /* {size.arg} */" if size is not None and size.op is Ops.CONST else ""
+    ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {label} = {ctx.renderer.render_special(label)};{comment}")
+    return _named(ctx, x, label)
+
+
+def _define_reg(ctx: RenderContext, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType), f"DEFINE_REG needs a pointer dtype, got {x.dtype}"
+    name = ctx.fresh("acc")
+    ctx.emit(f"{ctx.renderer.render_dtype(x.dtype.base)} {name}[{max(x.dtype.size, 1)}];")
+    return _named(ctx, x, name)
+
+
+def _define_local(ctx: RenderContext, x: UOp) -> str:
+    assert isinstance(x.dtype, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {x.dtype}"
+    name = ctx.fresh("temp")
+    ctx.emit(ctx.renderer.render_local(name, x.dtype.base, max(x.dtype.size, 1)))
+    return _named(ctx, x, name)
+
+
+def _range(ctx: RenderContext, x: UOp) -> str:
+    name = ctx.fresh("ridx")
+    type_name = ctx.renderer.render_dtype(x.dtype if x.dtype != dtypes.void else dtypes.int32)
+    ctx.emit(f"for ({type_name} {name} = 0; {name} < {ctx.expression(x.src[0])}; {name}++) {{")
+    ctx.depth += 1
+    return _named(ctx, x, name)
+
+
+def _close(ctx: RenderContext, x: UOp) -> str:
+    for _ in range(sum(1 for source in x.src if source.op is Ops.RANGE) or 1):
+        ctx.depth -= 1
+        ctx.emit("}")
+    return ""
+
+
+def _if(ctx: RenderContext, x: UOp) -> str:
+    ctx.emit(f"if ({ctx.expression(x.src[0])}) {{")
+    ctx.depth += 1
+    return ""
+
+
+def _barrier(ctx: RenderContext) -> str:
+    if ctx.renderer.barrier:
+        ctx.emit(ctx.renderer.barrier)
+    return ""
+
+
+def _index(ctx: RenderContext, x: UOp) -> str:
+    buffer = x.src[0]
+    base_pointer = ctx.pointers.get(buffer)
+    buffer_text = base_pointer.address() if base_pointer is not None else ctx.expression(buffer)
+    if ctx.uses.get(x, 0) > 1:  # an address used several times computes its index once
+        for source in x.src[1:]:
+            if source in ctx.inlined:
+                ctx.materialize(source)
+    index = ctx.expression(x.src[1]) if len(x.src) > 1 else None
+    gate = ctx.expression(x.src[2]) if len(x.src) > 2 else None
+    element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
+    ctx.pointers[x] = RenderedPointer(buffer_text, index, gate, element)
+    return _named(ctx, x, ctx.pointers[x].address())
+
+
+def _cast(ctx: RenderContext, x: UOp) -> str:
+    if not isinstance(x.dtype, PtrDType):
+        return ctx.bind(x, ctx.cast(x.src[0], x.dtype))
+    pointer = ctx.pointers.get(x.src[0])  # a pointer cast: vector access through an INDEX
+    if pointer is None:
+        raise ValueError(f"a pointer CAST needs an INDEX source, got {x.src[0].op}")
+    cast = ctx.renderer.render_pointer_type(x.dtype.base, x.dtype.addrspace)
+    ctx.pointers[x] = RenderedPointer(pointer.buffer, pointer.index, pointer.gate, x.dtype.base, cast)
+    return _named(ctx, x, ctx.pointers[x].address())
+
+
+def _bitcast(ctx: RenderContext, x: UOp) -> str:
+    source = x.src[0]
+    if source.dtype.itemsize * source.dtype.count != x.dtype.itemsize * x.dtype.count:
+        raise ValueError(f"BITCAST from {source.dtype} to {x.dtype}: the sizes differ")
+    return ctx.declare(x, ctx.renderer.render_bitcast(ctx.expression(source), source.dtype, x.dtype), "alu")
+
+
+def _gep(ctx: RenderContext, x: UOp) -> str:
+    text = ctx.expression(x.src[0])
+    lanes = [ctx.renderer.render_gep(text, lane, x.src[0].dtype) for lane in x.arg]
+    return _named(ctx, x, lanes[0]) if len(lanes) == 1 else ctx.bind(x, ctx.renderer.render_vector(x.dtype, lanes))
+
+
+def _custom(ctx: RenderContext, x: UOp) -> str:
+    code = str(x.arg).format(*[ctx.expression(source) for source in x.src])
+    if x.dtype != dtypes.void:
+        return ctx.bind(x, code, "custom")
+    ctx.emit(code if code.rstrip().endswith((";", "}")) else code + ";")
+    return ""
+
+
+def render_load(ctx: RenderContext, x: UOp) -> str:
+    """The base rule of a LOAD: a variable holding the access (behind its gate, with the load's alternative)."""
+    pointer = ctx.pointer_of(x.src[0])
+    value = ctx.renderer.render_access(pointer, x.src[0], x.dtype)
+    # extra sources of dtype void (an END, STORE or BARRIER) only order the load; the first other one is the value
+    # of a gated load where the gate is false
+    alternatives = [source for source in x.src[1:] if source.dtype != dtypes.void]
+    if pointer.gate is not None:
+        renderer = ctx.renderer
+        if alternatives:
+            alternative = ctx.expression(alternatives[0])
+        elif x.dtype.count > 1:
+            alternative = renderer.render_vector(x.dtype, [renderer.render_const(0, x.dtype.scalar)] * x.dtype.count)
+        else:
+            alternative = renderer.render_const(0, x.dtype)
+        if x.dtype.count > 1:  # the access may have a differently qualified vector type (C's unaligned one)
+            value = f"(({renderer.render_dtype(x.dtype)}){value})"
+        value = f"({pointer.gate}?{value}:{alternative})"
+    return ctx.declare(x, value, "val")
+
+
+def _store(ctx: RenderContext, x: UOp) -> str:
+    pointer = ctx.pointer_of(x.src[0])
+    if x.arg is not None:
+        raise ValueError(f"{type(ctx.renderer).__name__} declares no atomic updates, got a combining store ({x.arg}) "
+                         f"of {x.src[1].dtype}: codegen must resolve it first (codegen/atomics.py)")
+    value = ctx.expression(x.src[1])
+    ctx.emit(ctx.gated(pointer, f"{ctx.renderer.render_access(pointer, x.src[0], x.src[1].dtype)} = {value};"))
+    return ""
+
+
+base_rendering = PatternMatcher([
+    (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global),
+    (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
+    (UPat(GroupOp.ALU, name="x"), lambda ctx, x: ctx.alu(x)),
+    (UPat(Ops.CONST, name="x"), lambda ctx, x: _named(ctx, x, ctx.renderer.render_const(x.arg, x.dtype))),
+    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="x"), lambda ctx, x: _named(ctx, x, ctx.expression(x.src[0]))),
+    (UPat(Ops.INDEX, name="x"), _index),
+    (UPat(Ops.LOAD, name="x"), render_load),
+    (UPat(Ops.STORE, name="x"), _store),
+    (UPat(Ops.RANGE, name="x"), _range),
+    (UPat((Ops.END, Ops.ENDIF), name="x"), _close),
+    (UPat(Ops.IF, name="x"), _if),
+    (UPat(Ops.CAST, name="x"), _cast),
+    (UPat(Ops.BITCAST, name="x"), _bitcast),
+    (UPat(Ops.VECTORIZE, name="x"),
+     lambda ctx, x: ctx.bind(x, ctx.renderer.render_vector(x.dtype, [ctx.expression(source) for source in x.src]))),
+    (UPat(Ops.VCONST, name="x"), lambda ctx, x: ctx.bind(x, ctx.renderer.render_vector(
+        x.dtype, [ctx.renderer.render_const(value, x.dtype.scalar) for value in x.arg]))),
+    (UPat(Ops.GEP, name="x"), _gep),
+    (UPat(Ops.SPECIAL, name="x"), _special),
+    (UPat(Ops.DEFINE_REG, name="x"), _define_reg),
+    (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),
+    (UPat(Ops.BARRIER), _barrier),
+    (UPat(Ops.CUSTOM, name="x"), _custom),
+    (UPat((Ops.SINK, Ops.GROUP)), lambda: ""),
+])
+"""UOp -> text for the C-like family: what every language shares. A language's rules come first in its
+`string_rewrite` and fall through to these by returning None."""
+
+CStyleLanguage.string_rewrite = base_rendering

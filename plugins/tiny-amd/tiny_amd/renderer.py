@@ -31,10 +31,11 @@ from tinycore.renderer.cstyle import (
     BASE_TYPE_MAP,
     CodeForOp,
     CStyleLanguage,
-    CStyleWalk,
-    RenderedPointer,
+    RenderContext,
+    base_rendering,
 )
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 HIP_TYPE_MAP: dict[DType, str] = {
@@ -104,34 +105,41 @@ _ORDER = "__ATOMIC_RELAXED"
 _SCOPE = "__HIP_MEMORY_SCOPE_AGENT"
 
 
-class HIPWalk(CStyleWalk):
-    """The C-like walk with scatter reductions as agent-scope atomics on global pointers."""
-
-    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop
-        over the element's bits."""
-        dtype = value.dtype
-        type_name = self.renderer.render_dtype(dtype)
-        address = pointer.address()
-        operand_code = self.expression(value)
-        native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else frozenset()
-        if reduce == "add" and dtype == dtypes.float32:
-            # the builtin asserts coarse-grained memory (kernel buffers are), where a plain fetch-add on gfx90a and
-            # gfx11/gfx12 becomes a compare-exchange loop
-            return f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({operand_code}));"
-        if dtype in native:
-            return (f"__hip_atomic_fetch_{reduce}(({_GLOBAL} {type_name}*){address}, ({type_name})({operand_code}), "
-                    f"{_ORDER}, {_SCOPE});")
+def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
+    """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop over
+    the element's bits."""
+    if x.arg is None:
+        return None
+    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
+    dtype = value.dtype
+    type_name = ctx.renderer.render_dtype(dtype)
+    address = pointer.address()
+    operand_code = ctx.expression(value)
+    native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else frozenset()
+    if reduce == "add" and dtype == dtypes.float32:
+        # the builtin asserts coarse-grained memory (kernel buffers are), where a plain fetch-add on gfx90a and
+        # gfx11/gfx12 becomes a compare-exchange loop
+        statement = f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({operand_code}));"
+    elif dtype in native:
+        statement = (f"__hip_atomic_fetch_{reduce}(({_GLOBAL} {type_name}*){address}, ({type_name})({operand_code}), "
+                     f"{_ORDER}, {_SCOPE});")
+    else:
         bits = _BITS[dtype.itemsize]
-        target, operand, seen, expected, old, done = (self.fresh(prefix) for prefix in
+        target, operand, seen, expected, old, done = (ctx.fresh(prefix) for prefix in
                                                      ("target", "operand", "seen", "expected", "old", "done"))
-        combined = self.combine_code(reduce, old, operand, dtype)
-        return (f"{{ {_GLOBAL} {bits}* {target} = ({_GLOBAL} {bits}*){address}; {type_name} {operand} = "
-                f"{operand_code}; {bits} {seen} = __hip_atomic_load({target}, {_ORDER}, {_SCOPE}), {expected}; "
-                f"bool {done}; do {{ {expected} = {seen}; {type_name} {old} = __builtin_bit_cast({type_name}, "
-                f"{expected}); {done} = __hip_atomic_compare_exchange_strong({target}, &{seen}, "
-                f"__builtin_bit_cast({bits}, ({type_name})({combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} "
-                f"while (!{done}); }}")
+        combined = ctx.combine_code(reduce, old, operand, dtype)
+        statement = (f"{{ {_GLOBAL} {bits}* {target} = ({_GLOBAL} {bits}*){address}; {type_name} {operand} = "
+                     f"{operand_code}; {bits} {seen} = __hip_atomic_load({target}, {_ORDER}, {_SCOPE}), {expected}; "
+                     f"bool {done}; do {{ {expected} = {seen}; {type_name} {old} = __builtin_bit_cast({type_name}, "
+                     f"{expected}); {done} = __hip_atomic_compare_exchange_strong({target}, &{seen}, "
+                     f"__builtin_bit_cast({bits}, ({type_name})({combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} "
+                     f"while (!{done}); }}")
+    ctx.emit(ctx.gated(pointer, statement))
+    return ""
+
+
+hip_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _atomic_update)])
+"""HIP's own rules: scatter reductions as agent-scope atomics on global pointers."""
 
 
 BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
@@ -152,6 +160,7 @@ class HIPRenderer(CStyleLanguage):
     barrier = BARRIER
     arg_int_prefix = "const int"
     native_bfloat16 = False
+    string_rewrite = hip_rendering + base_rendering
     code_for_op = HIP_CODE_FOR_OP
     type_map = HIP_TYPE_MAP
     vector_alu_ops: frozenset[Ops] = frozenset()
@@ -216,7 +225,7 @@ class HIPRenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 group = group * size.arg if size is not None and size.op is Ops.CONST else 1024
         self._group_size = min(group, 1024)
-        source = HIPWalk(self, uops).run(name)
+        source = super().render_named(uops, name)
         if self.embed_program:  # the MOCK GPU runs the linear program itself (see tinycore.hcq.mock)
             from tinycore.hcq.mock import embed_program
             source = embed_program(source, uops)

@@ -16,10 +16,12 @@ from tinycore.renderer.cstyle import (
     BASE_TYPE_MAP,
     CodeForOp,
     CStyleLanguage,
-    CStyleWalk,
+    RenderContext,
     RenderedPointer,
+    base_rendering,
 )
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 CL_TYPE_MAP: dict[DType, str] = {
@@ -50,61 +52,60 @@ inline ushort tc_f32_to_bf16(float value) {
 }"""
 
 
-class CLWalk(CStyleWalk):
-    """The C-like walk with vector memory accesses through vloadN / vstoreN."""
-
-    def _vector_address(self, pointer: RenderedPointer, value_dtype: DType) -> str | None:
-        """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
-        if value_dtype.count <= 1 or value_dtype.count <= pointer.element.count:
-            return None
-        if pointer.cast is not None:
-            return pointer.buffer if pointer.index in (None, "0") else f"({pointer.buffer}+{pointer.index})"
-        return pointer.address()
-
-    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
-        """A vector read is vloadN(0, address); scalar reads and writes are the base class's lvalues."""
-        address = self._vector_address(pointer, value_dtype)
-        if address is None:
-            return super().access(pointer, index_uop, value_dtype)
-        return f"vload{value_dtype.count}(0, {address})"
-
-    def op_store(self, uop: UOp) -> None:
-        """A vector write is vstoreN(value, 0, address); scalar writes are the base class's assignments."""
-        pointer = self.pointer_of(uop.src[0])
-        value = uop.src[1]
-        address = self._vector_address(pointer, value.dtype)
-        if address is None:
-            super().op_store(uop)
-            return
-        statement = f"vstore{value.dtype.count}({self.expression(value)}, 0, {address});"
-        self.emit(f"if ({pointer.gate}) {{ {statement} }}" if pointer.gate is not None else statement)
+def _vector_address(pointer: RenderedPointer, value_dtype: DType) -> str | None:
+    """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
+    if value_dtype.count <= 1 or value_dtype.count <= pointer.element.count:
+        return None
+    if pointer.cast is not None:
+        return pointer.buffer if pointer.index in (None, "0") else f"({pointer.buffer}+{pointer.index})"
+    return pointer.address()
 
 
-    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """OpenCL 1.1's 32-bit global atomics (atomic_add / atomic_max / atomic_min for integers, else an
-        atomic_cmpxchg loop over the element's bits: floats, integer products) and, with cl_khr_int64_base_atomics,
-        their 64-bit forms (atom_add for integer sums, else an atom_cmpxchg loop)."""
-        dtype = value.dtype
-        type_name = self.renderer.render_dtype(dtype)
-        address = pointer.address()
-        wide = dtype.itemsize == 8
-        if dtypes.is_int(dtype) and (reduce == "add" or (not wide and reduce in ("max", "min"))):
-            function = f"atom_{reduce}" if wide else f"atomic_{reduce}"
-            return f"{function}((volatile __global {type_name}*){address}, {self.expression(value)});"
-        bits = "ulong" if wide else "uint"
-        exchange = "atom_cmpxchg" if wide else "atomic_cmpxchg"
-        target, operand, seen, expected = (self.fresh(prefix) for prefix in ("target", "operand", "seen", "expected"))
-        combined = self.combine_code(reduce, f"as_{type_name}({expected})", operand, dtype)
-        return (f"{{ volatile __global {bits}* {target} = (volatile __global {bits}*){address}; {type_name} {operand} "
-                f"= {self.expression(value)}; {bits} {seen} = *{target}, {expected}; do {{ {expected} = {seen}; "
-                f"{seen} = {exchange}({target}, {expected}, as_{bits}({combined})); }} "
-                f"while ({seen} != {expected}); }}")
+def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
+    """A vector write is vstoreN(value, 0, address); scalar writes are left to the base rules."""
+    pointer = ctx.pointer_of(x.src[0])
+    address = _vector_address(pointer, x.src[1].dtype)
+    if address is None or x.arg is not None:
+        return None
+    ctx.emit(ctx.gated(pointer, f"vstore{x.src[1].dtype.count}({ctx.expression(x.src[1])}, 0, {address});"))
+    return ""
+
+
+def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
+    """OpenCL 1.1's 32-bit global atomics (atomic_add / atomic_max / atomic_min for integers, else an atomic_cmpxchg
+    loop over the element's bits: floats, integer products) and, with cl_khr_int64_base_atomics, their 64-bit forms
+    (atom_add for integer sums, else an atom_cmpxchg loop)."""
+    if x.arg is None:
+        return None
+    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
+    dtype = value.dtype
+    type_name = ctx.renderer.render_dtype(dtype)
+    address = pointer.address()
+    wide = dtype.itemsize == 8
+    if dtypes.is_int(dtype) and (reduce == "add" or (not wide and reduce in ("max", "min"))):
+        function = f"atom_{reduce}" if wide else f"atomic_{reduce}"
+        ctx.emit(ctx.gated(pointer, f"{function}((volatile __global {type_name}*){address}, "
+                                    f"{ctx.expression(value)});"))
+        return ""
+    bits = "ulong" if wide else "uint"
+    exchange = "atom_cmpxchg" if wide else "atomic_cmpxchg"
+    target, operand, seen, expected = (ctx.fresh(prefix) for prefix in ("target", "operand", "seen", "expected"))
+    combined = ctx.combine_code(reduce, f"as_{type_name}({expected})", operand, dtype)
+    ctx.emit(ctx.gated(pointer, f"{{ volatile __global {bits}* {target} = (volatile __global {bits}*){address}; "
+                                f"{type_name} {operand} = {ctx.expression(value)}; {bits} {seen} = *{target}, "
+                                f"{expected}; do {{ {expected} = {seen}; {seen} = {exchange}({target}, {expected}, "
+                                f"as_{bits}({combined})); }} while ({seen} != {expected}); }}"))
+    return ""
+
+
+cl_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _atomic_update), (UPat(Ops.STORE, name="x"), _vector_store)])
+"""OpenCL's own rules: vector stores through vstoreN and atomic updates (vector loads: `render_access`)."""
 
 
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
 
-    walk_class = CLWalk
+    string_rewrite = cl_rendering + base_rendering
 
     device = "CL"
     suffix = "cl"
@@ -174,7 +175,14 @@ class OpenCLRenderer(CStyleLanguage):
             return None
         return f"convert_{self.render_dtype(to_dtype)}({expression})"
 
-    # ---- memory declarations ----
+    # ---- memory ----
+
+    def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
+        """A vector read is vloadN(0, address); scalar reads and writes are the base's lvalues."""
+        address = _vector_address(pointer, value_dtype)
+        if address is None:
+            return super().render_access(pointer, index_uop, value_dtype)
+        return f"vload{value_dtype.count}(0, {address})"
 
     def _memory_type(self, dtype: DType) -> str:
         """The type stored in memory: bool is a uchar (bool has no defined size in OpenCL C memory)."""

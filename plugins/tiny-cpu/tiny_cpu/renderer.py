@@ -11,8 +11,16 @@ from typing import Any
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CodeForOp, CStyleLanguage, CStyleWalk, RenderedPointer
+from tinycore.renderer.cstyle import (
+    BASE_CODE_FOR_OP,
+    CodeForOp,
+    CStyleLanguage,
+    RenderContext,
+    base_rendering,
+    render_load,
+)
 from tinycore.uop.ops import FUSED, GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _HALF = "_Float16"
@@ -68,73 +76,75 @@ def _cpu_count() -> int:
     return NUM_CPU_THREADS.value or os.cpu_count() or 1
 
 
-class CWalk(CStyleWalk):
-    """The C walk, with one change: lanes selected under one scalar condition are written as a select of whole
-    vectors, `(c ? v : (float4){1,1,1,1})`, rather than as a vector literal of per-lane selects. gcc 12 with AVX-512
-    (-march=native) crashes on, or miscompiles, the per-lane form (a cumulative product's masked lanes came out 1)."""
-
-    def op_vectorize(self, uop: UOp) -> None:
-        """A vector of WHEREs sharing one scalar condition as one whole-vector select; other vectors as usual."""
-        whole = self._whole_vector_select(uop)
-        if whole is None:
-            super().op_vectorize(uop)
-        else:
-            self.bind(uop, whole)
-
-    def _whole_vector_select(self, uop: UOp) -> str | None:
-        sources = uop.src
-        if uop.dtype.scalar in (dtypes.bool, dtypes.bfloat16) or uop.dtype.scalar in self.renderer.narrow_dtypes:
+def _whole_vector_select(ctx: RenderContext, x: UOp) -> str | None:
+    """A vector of WHEREs sharing one scalar condition as one select of whole vectors, `(c ? v : (float4){1,1,1,1})`,
+    rather than a vector literal of per-lane selects: gcc 12 with AVX-512 (-march=native) crashes on, or
+    miscompiles, the per-lane form (a cumulative product's masked lanes came out 1). Other vectors: the base rule."""
+    sources = x.src
+    if x.dtype.scalar in (dtypes.bool, dtypes.bfloat16) or x.dtype.scalar in ctx.renderer.narrow_dtypes:
+        return None
+    if not all(source.op is Ops.WHERE for source in sources):
+        return None
+    condition = sources[0].src[0]
+    if condition.dtype.count != 1 or any(source.src[0] is not condition for source in sources):
+        return None
+    branches = []
+    for position in (1, 2):
+        values = [source.src[position] for source in sources]
+        if all(value is values[0] for value in values):
+            branches.append(ctx.renderer.render_vector(x.dtype, [ctx.expression(values[0])] * len(values)))
+            continue
+        vector = values[0].src[0] if values[0].op is Ops.GEP else None
+        if vector is None or vector.dtype != x.dtype or any(
+                value.op is not Ops.GEP or value.src[0] is not vector or value.arg != (lane,)
+                for lane, value in enumerate(values)):
             return None
-        if not all(source.op is Ops.WHERE for source in sources):
-            return None
-        condition = sources[0].src[0]
-        if condition.dtype.count != 1 or any(source.src[0] is not condition for source in sources):
-            return None
-        branches = []
-        for position in (1, 2):
-            values = [source.src[position] for source in sources]
-            if all(value is values[0] for value in values):
-                branches.append(self.renderer.render_vector(uop.dtype, [self.expression(values[0])] * len(values)))
-                continue
-            vector = values[0].src[0] if values[0].op is Ops.GEP else None
-            if vector is None or vector.dtype != uop.dtype or any(
-                    value.op is not Ops.GEP or value.src[0] is not vector or value.arg != (lane,)
-                    for lane, value in enumerate(values)):
-                return None
-            branches.append(self.expression(vector))
-        return f"({self.expression(condition)}?{branches[0]}:{branches[1]})"
+        branches.append(ctx.expression(vector))
+    return ctx.bind(x, f"({ctx.expression(condition)}?{branches[0]}:{branches[1]})")
 
-    def vector_cast(self, source: UOp, dtype: DType) -> str | None:
-        """Widening a vector of 8- or 16-bit integers as a literal of its lanes: gcc 12 compiles
-        __builtin_convertvector(uchar8, int8) one byte at a time (about 20 instructions), the lane literal as one
-        vpmovzxbd. To float, the lanes widen to int32 first and convert as a whole vector."""
-        from_dtype = source.dtype
-        if dtypes.is_int(from_dtype.scalar) and from_dtype.scalar != dtypes.bool and from_dtype.scalar.itemsize < 4:
-            if dtypes.is_int(dtype.scalar) and dtype.scalar.itemsize > from_dtype.scalar.itemsize:
-                return None  # the base walk's lane-by-lane literal
-            if dtypes.is_float(dtype.scalar) and dtype.scalar in (dtypes.float32, dtypes.float64):
-                wide = dtypes.int32.vec(dtype.count)
-                self.note(wide)
-                lanes = [self.scalar_cast(self.lane(source, lane), from_dtype.scalar, dtypes.int32)
-                         for lane in range(dtype.count)]
-                return f"__builtin_convertvector({self.renderer.render_vector(wide, lanes)}, " \
-                       f"{self.renderer.render_dtype(dtype)})"
-        return super().vector_cast(source, dtype)
 
-    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """GCC's __atomic builtins: fetch-add for integer sums, else a compare-exchange loop over the combine (the
-        generic builtins compare bytes, so floats, halves and bfloat16 bits work alike)."""
-        dtype = value.dtype
-        address = f"&{pointer.buffer}[{pointer.index}]" if pointer.index is not None else pointer.buffer
-        if reduce == "add" and dtypes.is_int(dtype) and dtype != dtypes.bool:
-            return f"__atomic_fetch_add({address}, {self.expression(value)}, __ATOMIC_RELAXED);"
-        type_name = self.renderer.render_dtype(dtype)
-        target, operand, old, new = (self.fresh(prefix) for prefix in ("target", "operand", "old", "new"))
-        combined = self.combine_code(reduce, old, operand, dtype)
-        return (f"{{ {type_name}* {target} = {address}; {type_name} {operand} = {self.expression(value)}; "
-                f"{type_name} {old}, {new}; __atomic_load({target}, &{old}, __ATOMIC_RELAXED); "
-                f"do {{ {new} = {combined}; }} while (!__atomic_compare_exchange({target}, &{old}, &{new}, 1, "
-                f"__ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}")
+def _widening_cast(ctx: RenderContext, x: UOp) -> str | None:
+    """Widening a vector of 8- or 16-bit integers as a literal of its lanes: gcc 12 compiles
+    __builtin_convertvector(uchar8, int8) one byte at a time (about 20 instructions), the lane literal as one
+    vpmovzxbd. To float, the lanes widen to int32 first and convert as a whole vector."""
+    source, dtype = x.src[0], x.dtype
+    from_dtype = source.dtype
+    if isinstance(dtype, PtrDType) or dtype.count == 1 or not dtypes.is_int(from_dtype.scalar) or \
+            from_dtype.scalar == dtypes.bool or from_dtype.scalar.itemsize >= 4:
+        return None
+    if dtypes.is_int(dtype.scalar) and dtype.scalar.itemsize > from_dtype.scalar.itemsize:
+        items = [ctx.scalar_cast(ctx.lane(source, lane), from_dtype.scalar, dtype.scalar)
+                 for lane in range(dtype.count)]
+        return ctx.bind(x, ctx.renderer.render_vector(dtype, items))
+    if dtypes.is_float(dtype.scalar) and dtype.scalar in (dtypes.float32, dtypes.float64):
+        wide = dtypes.int32.vec(dtype.count)
+        ctx.note(wide)
+        lanes = [ctx.scalar_cast(ctx.lane(source, lane), from_dtype.scalar, dtypes.int32)
+                 for lane in range(dtype.count)]
+        return ctx.bind(x, f"__builtin_convertvector({ctx.renderer.render_vector(wide, lanes)}, "
+                           f"{ctx.renderer.render_dtype(dtype)})")
+    return None
+
+
+def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
+    """GCC's __atomic builtins: fetch-add for integer sums, else a compare-exchange loop over the combine (the generic
+    builtins compare bytes, so floats, halves and bfloat16 bits work alike)."""
+    if x.arg is None:
+        return None
+    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
+    dtype = value.dtype
+    address = f"&{pointer.buffer}[{pointer.index}]" if pointer.index is not None else pointer.buffer
+    if reduce == "add" and dtypes.is_int(dtype) and dtype != dtypes.bool:
+        ctx.emit(ctx.gated(pointer, f"__atomic_fetch_add({address}, {ctx.expression(value)}, __ATOMIC_RELAXED);"))
+        return ""
+    type_name = ctx.renderer.render_dtype(dtype)
+    target, operand, old, new = (ctx.fresh(prefix) for prefix in ("target", "operand", "old", "new"))
+    combined = ctx.combine_code(reduce, old, operand, dtype)
+    ctx.emit(ctx.gated(pointer, f"{{ {type_name}* {target} = {address}; {type_name} {operand} = "
+                                f"{ctx.expression(value)}; {type_name} {old}, {new}; __atomic_load({target}, &{old}, "
+                                f"__ATOMIC_RELAXED); do {{ {new} = {combined}; }} while (!__atomic_compare_exchange("
+                                f"{target}, &{old}, &{new}, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}"))
+    return ""
 
 
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}
@@ -269,165 +279,193 @@ def _min_max_macros(dtype: DType) -> str:
                       f"#define TC_MIN_{suffix}(a, b, blend) (blend)", "#endif", "#endif"])
 
 
-class MaskWalk(CWalk):
-    """The C walk with lane masks: a vector comparison is a GNU C vector comparison (a vector of signed integers the
-    width of the compared lanes, all ones where true), logic on masks is bitwise, and a select over a mask is a blend
-    of bits, `(a & m) | (b & ~m)`, which gcc and clang turn into one blend instruction. C has no `?:` on vectors.
-    A mask read as a bool vector (stored, converted) is converted to 0/1 bytes where it is read."""
+# Lane masks: a vector comparison is a GNU C vector comparison (a vector of signed integers the width of the compared
+# lanes, all ones where true), logic on masks is bitwise, and a select over a mask is a blend of bits,
+# `(a & m) | (b & ~m)`, which gcc and clang turn into one blend instruction (C has no `?:` on vectors). A mask read
+# as a bool vector (stored, converted) is converted to 0/1 bytes where it is read. RenderContext.masks holds them.
 
-    def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
-        super().__init__(renderer, uops)
-        self.masks: dict[UOp, tuple[str, DType]] = {}
-        self.kept_in_registers = _loads_kept_in_registers(uops)
 
-    def op_load(self, uop: UOp) -> None:
-        """A load as usual, or masked where its gate is a bool vector (`_masked_load_macro`); one feeding several FMAs
-        is then kept in a register (`_IN_REGISTER_MACRO`)."""
-        if _lane_gated(uop):
-            self._masked_load(uop)
-        else:
-            super().op_load(uop)
-        if uop in self.kept_in_registers:
-            self.emit(f"TC_IN_REGISTER({self.names[uop]});")
+def _load(ctx: RenderContext, x: UOp) -> str:
+    """A load as the base renders it, or masked where its gate is a bool vector (`_masked_load_macro`); one feeding
+    several FMAs is then kept in a register (`_IN_REGISTER_MACRO`)."""
+    name = _masked_load(ctx, x) if _lane_gated(x) else render_load(ctx, x)
+    if x in ctx.state:
+        ctx.emit(f"TC_IN_REGISTER({name});")
+    return name
 
-    def _masked_load(self, uop: UOp) -> None:
-        """`TC_MASKED_LOAD_<TYPE>(address, mask)`: the lanes whose gate is true, zero elsewhere (no memory read
-        there), then the load's alternative blended into those lanes unless it is zero."""
-        count = uop.dtype.count
-        pointer = self.pointer_of(uop.src[0])
-        mask = self.mask_of(uop.src[0].src[2], uop.dtype.scalar.itemsize, count)
-        self.note(uop.dtype)
-        value = f"{_masked_load_name(uop.dtype)}({pointer.address()}, {mask})"
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        lanes = (alternatives[0].src if alternatives[0].op is Ops.VECTORIZE else alternatives[:1]) if alternatives \
-            else ()
-        if not all(lane.op is Ops.CONST and lane.arg == 0 for lane in lanes):
-            loaded = self.fresh("val")
-            self.emit(f"{self.renderer.render_dtype(uop.dtype)} {loaded} = {value};")
-            value = self.blend(mask, loaded, self.whole(alternatives[0], count), uop.dtype)
-        name = self.fresh("val")
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {value};")
-        self.names[uop] = name
 
-    def _vector_lanes(self, dtype: DType) -> bool:
-        """True for vectors this walk blends and compares whole (not bool, bfloat16 or a narrow dtype)."""
-        scalar = dtype.scalar
-        return dtype.count > 1 and scalar not in (dtypes.bool, dtypes.bfloat16) and \
-            scalar not in self.renderer.narrow_dtypes and scalar.itemsize in _MASK_DTYPES
+def _masked_load(ctx: RenderContext, x: UOp) -> str:
+    """`TC_MASKED_LOAD_<TYPE>(address, mask)`: the lanes whose gate is true, zero elsewhere (no memory read there),
+    then the load's alternative blended into those lanes unless it is zero."""
+    count = x.dtype.count
+    pointer = ctx.pointer_of(x.src[0])
+    mask = _mask_of(ctx, x.src[0].src[2], x.dtype.scalar.itemsize, count)
+    ctx.note(x.dtype)
+    value = f"{_masked_load_name(x.dtype)}({pointer.address()}, {mask})"
+    alternatives = [source for source in x.src[1:] if source.dtype != dtypes.void]
+    lanes = (alternatives[0].src if alternatives[0].op is Ops.VECTORIZE else alternatives[:1]) if alternatives else ()
+    if not all(lane.op is Ops.CONST and lane.arg == 0 for lane in lanes):
+        loaded = ctx.fresh("val")
+        ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {loaded} = {value};")
+        value = _blend(ctx, mask, loaded, _whole(ctx, alternatives[0], count), x.dtype)
+    return ctx.declare(x, value, "val")
 
-    def whole(self, uop: UOp, count: int) -> str:
-        """`uop` as a vector expression of `count` lanes (constants and scalars broadcast)."""
-        text = self.expression(uop)
-        if uop.op is Ops.CONST or uop.dtype.count == 1:
-            return self.renderer.render_vector(uop.dtype.scalar.vec(count), [text] * count)
-        return text
 
-    def mask_of(self, uop: UOp, lane_bytes: int, count: int) -> str:
-        """A variable or expression holding `uop` (a bool vector) as a mask with lanes of `lane_bytes` bytes."""
-        mask_dtype = _MASK_DTYPES[lane_bytes].vec(count)
-        self.note(mask_dtype)
-        type_name = self.renderer.render_dtype(mask_dtype)
-        if uop in self.masks:
-            text, dtype = self.masks[uop]
-            if dtype.itemsize == lane_bytes:
-                return text
-            code = f"__builtin_convertvector({text}, {type_name})"
-        elif uop.op is Ops.CONST:
-            code = self.renderer.render_vector(mask_dtype, ["-1" if uop.arg else "0"] * count)
-        else:
-            code = f"(-__builtin_convertvector({self.whole(uop, count)}, {type_name}))"
-        name = self.fresh("mask")
-        self.emit(f"{type_name} {name} = {code};")
+def _vector_lanes(ctx: RenderContext, dtype: DType) -> bool:
+    """True for vectors blended and compared whole (not bool, bfloat16 or a narrow dtype)."""
+    scalar = dtype.scalar
+    return dtype.count > 1 and scalar not in (dtypes.bool, dtypes.bfloat16) and \
+        scalar not in ctx.renderer.narrow_dtypes and scalar.itemsize in _MASK_DTYPES
+
+
+def _whole(ctx: RenderContext, uop: UOp, count: int) -> str:
+    """`uop` as a vector expression of `count` lanes (constants and scalars broadcast)."""
+    text = ctx.expression(uop)
+    if uop.op is Ops.CONST or uop.dtype.count == 1:
+        return ctx.renderer.render_vector(uop.dtype.scalar.vec(count), [text] * count)
+    return text
+
+
+def _mask_of(ctx: RenderContext, uop: UOp, lane_bytes: int, count: int) -> str:
+    """A variable or expression holding `uop` (a bool vector) as a mask with lanes of `lane_bytes` bytes."""
+    mask_dtype = _MASK_DTYPES[lane_bytes].vec(count)
+    ctx.note(mask_dtype)
+    type_name = ctx.renderer.render_dtype(mask_dtype)
+    if uop in ctx.masks:
+        text, dtype = ctx.masks[uop]
+        if dtype.itemsize == lane_bytes:
+            return text
+        code = f"__builtin_convertvector({text}, {type_name})"
+    elif uop.op is Ops.CONST:
+        code = ctx.renderer.render_vector(mask_dtype, ["-1" if uop.arg else "0"] * count)
+    else:
+        code = f"(-__builtin_convertvector({_whole(ctx, uop, count)}, {type_name}))"
+    name = ctx.fresh("mask")
+    ctx.emit(f"{type_name} {name} = {code};")
+    return name
+
+
+def _blend(ctx: RenderContext, mask: str, when_true: str, when_false: str, dtype: DType) -> str:
+    """Lanes of `when_true` where `mask` is set, of `when_false` elsewhere (bitwise, exact for every value)."""
+    bits = ctx.renderer.render_dtype(_MASK_DTYPES[dtype.scalar.itemsize].vec(dtype.count))
+    return f"(({ctx.renderer.render_dtype(dtype)})((({bits}){when_true}&{mask})|(({bits}){when_false}&~{mask})))"
+
+
+def _min_max(kind: str, first: str, second: str, blend: str, dtype: DType) -> str:
+    """`kind` ("MAX" or "MIN") of two vectors in x86's operand order, falling back to `blend`."""
+    return f"TC_{kind}_{_MIN_MAX[dtype][0]}({first}, {second}, {blend})"
+
+
+def _vector_where(ctx: RenderContext, x: UOp) -> str | None:
+    """A vector select: `?:` under one scalar (or uniform) condition, else a blend over the mask (MIN/MAX where the
+    select is a minimum or a maximum)."""
+    if x.dtype.count == 1 or not _vector_lanes(ctx, x.dtype):
+        return None
+    count = x.dtype.count
+    condition, sources = x.src[0], x.src
+    when_true, when_false = _whole(ctx, sources[1], count), _whole(ctx, sources[2], count)
+    uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
+    if condition.dtype.count == 1 or uniform:
+        scalar = condition.src[0] if uniform else condition
+        return ctx.bind(x, f"({ctx.expression(scalar)}?{when_true}:{when_false})")
+    mask = _mask_of(ctx, condition, x.dtype.scalar.itemsize, count)
+    blend = _blend(ctx, mask, when_true, when_false, x.dtype)
+    if x.dtype in _MIN_MAX and condition.op is Ops.CMPLT and condition.src[0].dtype == x.dtype:
+        # (x < y) ? x : y is a minimum, (y < x) ? x : y a maximum, lane for lane
+        if condition.src == (sources[1], sources[2]):
+            blend = _min_max("MIN", when_true, when_false, blend, x.dtype)
+        elif condition.src == (sources[2], sources[1]):
+            blend = _min_max("MAX", when_true, when_false, blend, x.dtype)
+    return ctx.bind(x, blend)
+
+
+def _fused_multiply_add(ctx: RenderContext, x: UOp) -> str | None:
+    if x.arg != FUSED or x.dtype not in _FUSED_MULTIPLY_ADD:
+        return None
+    count = x.dtype.count
+    operands = ", ".join(_whole(ctx, source, count) if count > 1 else ctx.expression(source) for source in x.src)
+    return ctx.bind(x, f"{_FUSED_MULTIPLY_ADD[x.dtype]}({operands})")
+
+
+def _vector_max(ctx: RenderContext, x: UOp) -> str | None:
+    if x.dtype.count == 1 or not _vector_lanes(ctx, x.dtype):
+        return None
+    count = x.dtype.count
+    left, right = _materialized(ctx, x.src[0], count), _materialized(ctx, x.src[1], count)
+    mask = _mask_variable(ctx, f"({left}<{right})", x.dtype)
+    blend = _blend(ctx, mask, right, left, x.dtype)
+    return ctx.bind(x, _min_max("MAX", right, left, blend, x.dtype) if x.dtype in _MIN_MAX else blend)
+
+
+def _vector_compare(ctx: RenderContext, x: UOp) -> str | None:
+    if x.dtype.count == 1 or not _vector_lanes(ctx, x.src[0].dtype):
+        return None
+    count = x.dtype.count
+    left, right = _whole(ctx, x.src[0], count), _whole(ctx, x.src[1], count)
+    symbol = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[x.op]
+    return _bind_mask(ctx, x, f"({left}{symbol}{right})", x.src[0].dtype)
+
+
+def _mask_logic(ctx: RenderContext, x: UOp) -> str | None:
+    if x.dtype.count == 1 or x.dtype.scalar != dtypes.bool or not any(source in ctx.masks for source in x.src):
+        return None
+    reference = next(ctx.masks[source][1] for source in x.src if source in ctx.masks)
+    left, right = (_mask_of(ctx, source, reference.itemsize, x.dtype.count) for source in x.src)
+    symbol = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[x.op]
+    return _bind_mask(ctx, x, f"({left}{symbol}{right})", reference)
+
+
+def _materialized(ctx: RenderContext, uop: UOp, count: int) -> str:
+    """`uop` as a vector variable (an operand the code repeats)."""
+    if uop in ctx.inlined:
+        ctx.materialize(uop)
+    text = _whole(ctx, uop, count)
+    if uop.op is Ops.CONST or uop.dtype.count == 1:
+        name = ctx.fresh("alu")
+        ctx.emit(f"{ctx.renderer.render_dtype(uop.dtype.scalar.vec(count))} {name} = {text};")
         return name
+    return text
 
-    def blend(self, mask: str, when_true: str, when_false: str, dtype: DType) -> str:
-        """Lanes of `when_true` where `mask` is set, of `when_false` elsewhere (bitwise, exact for every value)."""
-        bits = self.renderer.render_dtype(_MASK_DTYPES[dtype.scalar.itemsize].vec(dtype.count))
-        return f"(({self.renderer.render_dtype(dtype)})((({bits}){when_true}&{mask})|(({bits}){when_false}&~{mask})))"
 
-    def op_alu(self, uop: UOp) -> None:
-        """Vector comparisons as masks, logic on masks, MAX and WHERE as blends; everything else as the C walk."""
-        count = uop.dtype.count
-        sources = uop.src
-        if count > 1 and uop.op is Ops.WHERE and self._vector_lanes(uop.dtype):
-            condition = sources[0]
-            when_true, when_false = self.whole(sources[1], count), self.whole(sources[2], count)
-            uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
-            if condition.dtype.count == 1 or uniform:
-                scalar = condition.src[0] if uniform else condition
-                self.bind(uop, f"({self.expression(scalar)}?{when_true}:{when_false})")
-                return
-            mask = self.mask_of(condition, uop.dtype.scalar.itemsize, count)
-            blend = self.blend(mask, when_true, when_false, uop.dtype)
-            if uop.dtype in _MIN_MAX and condition.op is Ops.CMPLT and condition.src[0].dtype == uop.dtype:
-                # (x < y) ? x : y is a minimum, (y < x) ? x : y a maximum, lane for lane
-                if condition.src == (sources[1], sources[2]):
-                    blend = self._min_max("MIN", when_true, when_false, blend, uop.dtype)
-                elif condition.src == (sources[2], sources[1]):
-                    blend = self._min_max("MAX", when_true, when_false, blend, uop.dtype)
-            self.bind(uop, blend)
-            return
-        if uop.op is Ops.MULACC and uop.arg == FUSED and uop.dtype in _FUSED_MULTIPLY_ADD:
-            operands = ", ".join(self.whole(source, count) if count > 1 else self.expression(source)
-                                 for source in sources)
-            self.bind(uop, f"{_FUSED_MULTIPLY_ADD[uop.dtype]}({operands})")
-            return
-        if count > 1 and uop.op is Ops.MAX and self._vector_lanes(uop.dtype):
-            left, right = self.materialized(sources[0], count), self.materialized(sources[1], count)
-            mask = self._mask_variable(f"({left}<{right})", uop.dtype)
-            blend = self.blend(mask, right, left, uop.dtype)
-            self.bind(uop, self._min_max("MAX", right, left, blend, uop.dtype) if uop.dtype in _MIN_MAX else blend)
-            return
-        if count > 1 and uop.op in GroupOp.Comparison and self._vector_lanes(sources[0].dtype):
-            left, right = self.whole(sources[0], count), self.whole(sources[1], count)
-            symbol = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[uop.op]
-            self._bind_mask(uop, f"({left}{symbol}{right})", sources[0].dtype)
-            return
-        if count > 1 and uop.op in (Ops.AND, Ops.OR, Ops.XOR) and uop.dtype.scalar == dtypes.bool and \
-                any(source in self.masks for source in sources):
-            reference = next(self.masks[source][1] for source in sources if source in self.masks)
-            left, right = (self.mask_of(source, reference.itemsize, count) for source in sources)
-            symbol = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[uop.op]
-            self._bind_mask(uop, f"({left}{symbol}{right})", reference)
-            return
-        super().op_alu(uop)
+def _mask_variable(ctx: RenderContext, code: str, lane_dtype: DType) -> str:
+    mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(lane_dtype.count)
+    ctx.note(mask_dtype)
+    name = ctx.fresh("mask")
+    ctx.emit(f"{ctx.renderer.render_dtype(mask_dtype)} {name} = {code};")
+    return name
 
-    def _min_max(self, kind: str, first: str, second: str, blend: str, dtype: DType) -> str:
-        """`kind` ("MAX" or "MIN") of two vectors in x86's operand order, falling back to `blend`."""
-        return f"TC_{kind}_{_MIN_MAX[dtype][0]}({first}, {second}, {blend})"
 
-    def materialized(self, uop: UOp, count: int) -> str:
-        """`uop` as a vector variable (an operand the code repeats)."""
-        if uop in self.inlined:
-            self.materialize(uop)
-        text = self.whole(uop, count)
-        if uop.op is Ops.CONST or uop.dtype.count == 1:
-            name = self.fresh("alu")
-            self.emit(f"{self.renderer.render_dtype(uop.dtype.scalar.vec(count))} {name} = {text};")
-            return name
-        return text
+def _bind_mask(ctx: RenderContext, uop: UOp, code: str, lane_dtype: DType) -> str:
+    """Declare the mask `code` for the bool vector `uop`; read as bools it is converted to 0/1 bytes."""
+    mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(uop.dtype.count)
+    name = _mask_variable(ctx, code, mask_dtype)
+    ctx.masks[uop] = (name, mask_dtype.scalar)
+    ctx.names[uop] = text = f"__builtin_convertvector(-{name}, {ctx.renderer.render_dtype(uop.dtype)})"
+    return text
 
-    def _mask_variable(self, code: str, lane_dtype: DType) -> str:
-        mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(lane_dtype.count)
-        self.note(mask_dtype)
-        name = self.fresh("mask")
-        self.emit(f"{self.renderer.render_dtype(mask_dtype)} {name} = {code};")
-        return name
 
-    def _bind_mask(self, uop: UOp, code: str, lane_dtype: DType) -> None:
-        """Declare the mask `code` for the bool vector `uop`; read as bools it is converted to 0/1 bytes."""
-        mask_dtype = _MASK_DTYPES[lane_dtype.scalar.itemsize].vec(uop.dtype.count)
-        name = self._mask_variable(code, mask_dtype)
-        self.masks[uop] = (name, mask_dtype.scalar)
-        self.names[uop] = f"__builtin_convertvector(-{name}, {self.renderer.render_dtype(uop.dtype)})"
+def _mask_lane(ctx: RenderContext, x: UOp) -> str | None:
+    """A lane of a mask read as a bool (0 or 1)."""
+    if x.src[0] not in ctx.masks or len(x.arg) != 1:
+        return None
+    ctx.names[x] = text = f"(-{ctx.masks[x.src[0]][0]}[{x.arg[0]}])"
+    return text
 
-    def op_gep(self, uop: UOp) -> None:
-        """Lanes of a mask read as bools (0 or 1)."""
-        source = uop.src[0]
-        if source not in self.masks or len(uop.arg) != 1:
-            super().op_gep(uop)
-            return
-        self.names[uop] = f"(-{self.masks[source][0]}[{uop.arg[0]}])"
+
+c_rendering = PatternMatcher([
+    (UPat(Ops.WHERE, name="x"), _vector_where),
+    (UPat(Ops.MULACC, name="x"), _fused_multiply_add),
+    (UPat(Ops.MAX, name="x"), _vector_max),
+    (UPat(GroupOp.Comparison, name="x"), _vector_compare),
+    (UPat((Ops.AND, Ops.OR, Ops.XOR), name="x"), _mask_logic),
+    (UPat(Ops.GEP, name="x"), _mask_lane),
+    (UPat(Ops.LOAD, name="x"), _load),
+    (UPat(Ops.STORE, name="x"), _atomic_update),
+    (UPat(Ops.VECTORIZE, name="x"), _whole_vector_select),
+    (UPat(Ops.CAST, name="x"), _widening_cast),
+])
+"""The C renderer's own rules, before the base's: lane masks and blends, fused multiply-adds, masked loads and
+loads kept in registers, atomic updates, whole-vector selects and widening casts."""
 
 
 class CRenderer(CStyleLanguage):
@@ -447,7 +485,7 @@ class CRenderer(CStyleLanguage):
     nan = "__builtin_nanf(\"\")"
     type_map = C_TYPE_MAP
     code_for_op = C_CODE_FOR_OP
-    walk_class = MaskWalk
+    string_rewrite = c_rendering + base_rendering
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
@@ -495,6 +533,10 @@ class CRenderer(CStyleLanguage):
         if from_dtype.scalar in plain or to_dtype.scalar in plain:
             return None
         return f"__builtin_convertvector({expression}, {self.render_dtype(to_dtype)})"
+
+    def context_state(self, uops: list[UOp]) -> set[UOp]:
+        """The loads kept in registers (`_loads_kept_in_registers`)."""
+        return _loads_kept_in_registers(uops)
 
     def extra_parameters(self, uops: list[UOp]) -> list[str]:
         """`const int core_id` when the program splits its work across CPU workers."""

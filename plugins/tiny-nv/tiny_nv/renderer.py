@@ -25,10 +25,12 @@ from tinycore.renderer.cstyle import (
     BASE_TYPE_MAP,
     CodeForOp,
     CStyleLanguage,
-    CStyleWalk,
+    RenderContext,
     RenderedPointer,
+    base_rendering,
 )
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 CUDA_TYPE_MAP: dict[DType, str] = {
@@ -98,74 +100,73 @@ _NATIVE_MAX_MIN = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.in
                    dtypes.uint64: "unsigned long long"}
 
 
-class CUDAWalk(CStyleWalk):
-    """The C-like walk with vector memory accesses split into lanes (no alignment is assumed)."""
+def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
+    """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type, else an atomicCAS loop over the
+    element's bits (over the 32-bit word holding a 16-bit element)."""
+    if x.arg is None:
+        return None
+    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
+    dtype = value.dtype
+    renderer = ctx.renderer
+    assert isinstance(renderer, CUDARenderer)
+    address = pointer.address()
+    operand_code = ctx.expression(value)
+    native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else {}
+    if dtype in native and not (dtype == dtypes.float64 and renderer.arch_number < 60):
+        cast = native[dtype]
+        function = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[reduce]
+        ctx.emit(ctx.gated(pointer, f"{function}(({cast}*){address}, ({cast})({operand_code}));"))
+        return ""
+    type_name = renderer.render_dtype(dtype)
+    bits = _CAS_BITS[dtype.itemsize]
+    word, operand, seen, expected, old = (ctx.fresh(prefix)
+                                         for prefix in ("word", "operand", "seen", "expected", "old"))
+    combined = ctx.combine_code(reduce, old, operand, dtype)
+    if dtype.itemsize == 2:  # the aligned word holding the element; the other half is written back unchanged
+        shift = ctx.fresh("shift")
+        head = (f"{bits}* {word} = ({bits}*)((unsigned long long){address} & ~3ull); {bits} {shift} = "
+                f"(unsigned int)(((unsigned long long){address} & 2ull) * 8ull);")
+        unpack = f"{type_name} {old}; {old}.bits = (unsigned short)({expected} >> {shift});"
+        pack = f"({expected} & ~(0xffffu << {shift})) | ((unsigned int)({type_name}({combined})).bits << {shift})"
+    else:
+        head = f"{bits}* {word} = ({bits}*){address};"
+        unpack = f"{type_name} {old} = tc_bitcast<{type_name}, {bits}>({expected});"
+        pack = f"tc_bitcast<{bits}, {type_name}>(({type_name})({combined}))"
+    ctx.emit(ctx.gated(pointer, f"{{ {head} {type_name} {operand} = {operand_code}; {bits} {seen} = *{word}, "
+                                f"{expected}; do {{ {expected} = {seen}; {unpack} {seen} = atomicCAS({word}, "
+                                f"{expected}, {pack}); }} while ({seen} != {expected}); }}"))
+    return ""
 
-    def atomic_update(self, pointer: RenderedPointer, index_uop: UOp, value: UOp, reduce: str) -> str:
-        """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type, else an atomicCAS loop over
-        the element's bits (over the 32-bit word holding a 16-bit element)."""
-        dtype = value.dtype
-        renderer = self.renderer
-        assert isinstance(renderer, CUDARenderer)
-        address = pointer.address()
-        operand_code = self.expression(value)
-        native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else {}
-        if dtype in native and not (dtype == dtypes.float64 and renderer.arch_number < 60):
-            cast = native[dtype]
-            function = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[reduce]
-            return f"{function}(({cast}*){address}, ({cast})({operand_code}));"
-        type_name = renderer.render_dtype(dtype)
-        bits = _CAS_BITS[dtype.itemsize]
-        word, operand, seen, expected, old = (self.fresh(prefix) for prefix in
-                                             ("word", "operand", "seen", "expected", "old"))
-        combined = self.combine_code(reduce, old, operand, dtype)
-        if dtype.itemsize == 2:  # the aligned word holding the element; the other half is written back unchanged
-            shift = self.fresh("shift")
-            head = (f"{bits}* {word} = ({bits}*)((unsigned long long){address} & ~3ull); {bits} {shift} = "
-                    f"(unsigned int)(((unsigned long long){address} & 2ull) * 8ull);")
-            unpack = f"{type_name} {old}; {old}.bits = (unsigned short)({expected} >> {shift});"
-            pack = (f"({expected} & ~(0xffffu << {shift})) | ((unsigned int)({type_name}({combined})).bits "
-                    f"<< {shift})")
-        else:
-            head = f"{bits}* {word} = ({bits}*){address};"
-            unpack = f"{type_name} {old} = tc_bitcast<{type_name}, {bits}>({expected});"
-            pack = f"tc_bitcast<{bits}, {type_name}>(({type_name})({combined}))"
-        return (f"{{ {head} {type_name} {operand} = {operand_code}; {bits} {seen} = *{word}, {expected}; "
-                f"do {{ {expected} = {seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} "
-                f"while ({seen} != {expected}); }}")
 
-    def _lane_addresses(self, pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
-        """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
-        if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
-            return None
-        base = pointer.buffer
-        index = pointer.index if pointer.index not in (None, "0") else None
-        return [f"{base}[{index}+{lane}]" if index is not None else f"{base}[{lane}]"
-                for lane in range(value_dtype.count)]
+def _lane_addresses(pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
+    """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
+    if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
+        return None
+    base = pointer.buffer
+    index = pointer.index if pointer.index not in (None, "0") else None
+    return [f"{base}[{index}+{lane}]" if index is not None else f"{base}[{lane}]" for lane in range(value_dtype.count)]
 
-    def access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
-        """A vector read is built from its lanes; scalar reads are the base class's lvalues."""
-        lanes = self._lane_addresses(pointer, value_dtype)
-        if lanes is None:
-            return super().access(pointer, index_uop, value_dtype)
-        return self.renderer.render_vector(value_dtype, lanes)
 
-    def op_store(self, uop: UOp) -> None:
-        """A vector write stores lane by lane; scalar writes are the base class's assignments."""
-        pointer = self.pointer_of(uop.src[0])
-        value = uop.src[1]
-        lanes = self._lane_addresses(pointer, value.dtype)
-        if lanes is None:
-            super().op_store(uop)
-            return
-        if self.names.get(value, "").isidentifier():
-            source = self.names[value]
-        else:
-            source = self.fresh("vec")
-            self.emit(f"{self.renderer.render_dtype(value.dtype)} {source} = {self.expression(value)};")
-        statements = " ".join(f"{lane} = {self.renderer.render_gep(source, position, value.dtype)};"
-                              for position, lane in enumerate(lanes))
-        self.emit(f"if ({pointer.gate}) {{ {statements} }}" if pointer.gate is not None else statements)
+def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
+    """A vector write stores lane by lane; scalar writes are left to the base rules."""
+    pointer, value = ctx.pointer_of(x.src[0]), x.src[1]
+    lanes = _lane_addresses(pointer, value.dtype)
+    if lanes is None:
+        return None
+    if ctx.names.get(value, "").isidentifier():
+        source = ctx.names[value]
+    else:
+        source = ctx.fresh("vec")
+        ctx.emit(f"{ctx.renderer.render_dtype(value.dtype)} {source} = {ctx.expression(value)};")
+    ctx.emit(ctx.gated(pointer, " ".join(f"{lane} = {ctx.renderer.render_gep(source, position, value.dtype)};"
+                                         for position, lane in enumerate(lanes))))
+    return ""
+
+
+cuda_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _vector_store),
+                                 (UPat(Ops.STORE, name="x"), _atomic_update)])
+"""CUDA's own rules: vector stores lane by lane (no alignment is assumed; vector loads: `render_access`) and
+atomic updates."""
 
 
 class CUDARenderer(CStyleLanguage):
@@ -181,6 +182,7 @@ class CUDARenderer(CStyleLanguage):
     barrier = "__syncthreads();"
     arg_int_prefix = "const int"
     native_bfloat16 = True  # tc_bfloat16 converts itself; see PRELUDE
+    string_rewrite = cuda_rendering + base_rendering
     code_for_op = CUDA_CODE_FOR_OP
     type_map = CUDA_TYPE_MAP
     vector_alu_ops: frozenset[Ops] = frozenset()  # CUDA's vector structs have no arithmetic operators
@@ -239,6 +241,13 @@ class CUDARenderer(CStyleLanguage):
 
     # ---- memory declarations and thread indices ----
 
+    def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
+        """A vector read is built from its lanes; scalar reads are the base's lvalues."""
+        lanes = _lane_addresses(pointer, value_dtype)
+        if lanes is None:
+            return super().render_access(pointer, index_uop, value_dtype)
+        return self.render_vector(value_dtype, lanes)
+
     def render_buffer_parameter(self, name: str, dtype: PtrDType, read_only: bool) -> str:
         """`[const] T* name` (global memory is the default address space in CUDA)."""
         const = self.const_buffer_prefix if read_only else ""
@@ -277,7 +286,7 @@ class CUDARenderer(CStyleLanguage):
                 size = uop.src[0] if uop.src else None
                 block = block * size.arg if size is not None and size.op is Ops.CONST else 0
         self._block_size = block if block > 1 else None
-        source = CUDAWalk(self, uops).run(name)
+        source = super().render_named(uops, name)
         if self.embed_program:  # the MOCK GPU runs the linear program itself (see tiny_nv.mock)
             from tiny_nv.mock import embed_program
             source = embed_program(source, uops)

@@ -1,11 +1,11 @@
 """The WGSL renderer of the WEBGPU device: one compute entry point per kernel.
 
-WGSL is close enough to C for the core's C-style base (`CStyleLanguage` and its walk, `CStyleWalk`) to render the
-control flow and arithmetic; this module overrides what differs: type names (`i32`, `f32`, no 64-bit types),
-declarations (typed `let`s, `var` accumulators and loop counters), literals, casts (narrow integers wrap),
-`bitcast<T>()`, the math builtins with C / numpy semantics (`select` for the ternary), and memory: buffers are storage
-arrays indexed by element (no pointer arithmetic), packed narrow types and atomic buffers are words updated with
-atomics, and the kernel is a module with a uniform parameter struct and bindings instead of a C signature.
+WGSL is close enough to C for the core's C-style base (`CStyleLanguage` and its rules, `base_rendering`) to render
+the control flow and arithmetic; this module's rules (`wgsl_rendering`) come first and override what differs: type
+names (`i32`, `f32`, no 64-bit types), declarations (typed `let`s, `var` accumulators and loop counters), literals,
+casts (narrow integers wrap), `bitcast<T>()`, the math builtins with C / numpy semantics (`select` for the
+ternary), and memory: buffers are storage arrays indexed by element (no pointer arithmetic), packed narrow types and
+atomic buffers are words updated with atomics, and the kernel is a module with a uniform parameter struct and bindings instead of a C signature.
 
 Memory layout of a kernel (the runtime reads the layout from the header comment of the source):
 - binding 0 is a uniform `Params` struct: the thread count, the dispatch strides, each buffer's start (a view's offset,
@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import CStyleLanguage, CStyleWalk
+from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, base_rendering
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 HEADER_PREFIX = "// tinycore-webgpu"
@@ -149,6 +150,14 @@ class WGSLRenderer(CStyleLanguage):
     narrow_dtypes: tuple[DType, ...] = ()
     guard_integer_division = False
     barrier = "workgroupBarrier();"
+
+    def context_state(self, uops: list[UOp]) -> _State:
+        """What the WGSL rules keep while rendering `uops`."""
+        return _state(uops)
+
+    def render_function(self, ctx: RenderContext, name: str) -> str:
+        """The module around the body (see `_assemble`)."""
+        return _assemble(ctx, name)
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -366,349 +375,359 @@ class _Access:
     global_position: int | None = None
 
 
-class WGSLWalk(CStyleWalk):
-    """The C-style walk over one linear program, writing WGSL: the base renders control flow, arithmetic (through
-    the renderer's `render_math`), casts and declarations; this class overrides thread indices, loops (Mesa's loop
-    limit), workgroup memory, memory accesses (element-indexed storage arrays, packed words, atomics) and the module
-    around the body."""
+@dataclass
+class _State:
+    """What the WGSL rules keep while rendering one program (RenderContext.state)."""
 
-    def __init__(self, renderer: WGSLRenderer, uops: list[UOp]):
-        super().__init__(renderer, uops)
-        self.wgsl = renderer
-        self.accesses: dict[UOp, _Access] = {}
-        self.module_lines: list[str] = []
-        self.globals: dict[int, DType] = {}
-        self.variables: dict[str, str] = {}
-        self.uses_f16 = False
-        self.closing: dict[UOp, int] = {}
-        self.open_ranges: list[int | None] = []
-        self.workgroup_bytes = 0
-        self.atomic_globals: set[int] = set()
-        self.local_mode = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
+    local_mode: bool
+    atomic_globals: set[int]
+    accesses: dict[UOp, _Access] = field(default_factory=dict)
+    module_lines: list[str] = field(default_factory=list)
+    globals: dict[int, DType] = field(default_factory=dict)
+    variables: dict[str, str] = field(default_factory=dict)
+    uses_f16: bool = False
+    closing: dict[UOp, int] = field(default_factory=dict)
+    open_ranges: list[int | None] = field(default_factory=list)
+    workgroup_bytes: int = 0
 
-    # ---- helpers ----
 
-    def type_of(self, dtype: DType) -> str:
-        """The WGSL type of `dtype`, noting float16 (the module then enables it)."""
-        if dtype.scalar == dtypes.float16:
-            self.uses_f16 = True
-        return self.wgsl.render_dtype(dtype)
+def _state(uops: list[UOp]) -> _State:
+    """The rules' state for `uops`: buffers a combining store updates are declared as atomic words (every access to
+    them then is atomic); programs with lidx indices use the hardware's workgroup layout."""
+    return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
+                  {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
+                   uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
 
-    def expression(self, uop: UOp) -> str:
-        """The base's expression, with the dtype of a constant rendered in place checked against the adapter."""
-        if uop not in self.names and uop.op is Ops.CONST:
-            self.type_of(uop.dtype)
-        return super().expression(uop)
 
-    def bind(self, uop: UOp, code: str, prefix: str = "alu") -> None:
-        """The base's binding; a single-use bitcast is rendered in place too (WGSL's is an expression)."""
-        if uop.op is Ops.BITCAST and self.uses.get(uop, 0) <= 1:
-            self.names[uop] = code
-            self.inlined.add(uop)
-            return
-        super().bind(uop, code, prefix)
+def _type_of(ctx: RenderContext, dtype: DType) -> str:
+    """The WGSL type of `dtype`, noting float16 (the module then enables it)."""
+    if dtype.scalar == dtypes.float16:
+        ctx.state.uses_f16 = True
+    return ctx.renderer.render_dtype(dtype)
 
-    # ---- the walk ----
 
-    def run(self, name: str) -> str:
-        """The WGSL module of the program: the base's dispatch over the ops, with buffers and variables bound
-        through the parameter struct and storage bindings instead of a C signature."""
-        # buffers a combining store updates are declared as atomic words (every access to them then is atomic)
-        self.atomic_globals = {uop.src[0].src[0].arg for uop in self.uops if uop.op is Ops.STORE and
-                               uop.arg is not None and uop.src[0].op is Ops.INDEX and
-                               uop.src[0].src[0].op is Ops.DEFINE_GLOBAL}
-        for uop in self.uops:
-            self.note(uop.dtype)
-            if uop.op is Ops.DEFINE_GLOBAL:
-                pointer = uop.dtype
-                assert isinstance(pointer, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {pointer}"
-                if pointer.base.count != 1:
-                    raise ValueError(f"the WGSL renderer renders scalar buffers only, got {pointer.base}")
-                self.type_of(pointer.base)
-                self.globals[uop.arg] = pointer.base.scalar
-                self.names[uop] = f"data{uop.arg}"
-            elif uop.op is Ops.DEFINE_VAR:
-                variable = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-                self.variables[str(uop.arg[0])] = f"var_{variable}"
-                self.names[uop] = f"params.var_{variable}"
-            elif uop.op in GroupOp.ALU:
-                self.op_alu(uop)
-            elif uop.op in (Ops.SINK, Ops.GROUP):
-                continue
-            else:
-                handler = getattr(self, f"op_{uop.op.name.lower()}", None)
-                if handler is None:
-                    raise ValueError(f"the WGSL renderer cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r})")
-                handler(uop)
-        return self.assemble(name)
-
-    def assemble(self, name: str) -> str:
-        renderer = self.wgsl
-        positions = sorted(self.globals)
-        if positions != list(range(len(positions))):
-            raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
-        if len(positions) > renderer.max_storage_buffers:
-            raise RuntimeError(
-                f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} "
-                f"({renderer.adapter_name}) allows {renderer.max_storage_buffers} per shader stage "
-                f"(maxStorageBuffersPerShaderStage); the scheduler splits the kernels it makes to fit (the renderer's "
-                f"max_buffers), so this kernel was built elsewhere: realize intermediate results first, or run it "
-                f"on another device")
-        workgroup = (max(1, min(WORKGROUP_SIZE, renderer.max_workgroup_size[0], renderer.max_workgroup_invocations)),
-                     1, 1)
-        if self.local_mode:
-            sizes = [1, 1, 1]
-            for uop in self.uops:
-                if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
-                    size = uop.src[0] if uop.src else None
-                    if size is None or size.op is not Ops.CONST:
-                        raise ValueError(f"{uop.arg} needs a constant size to be a WGSL workgroup size")
-                    sizes[int(str(uop.arg)[-1])] = int(size.arg)
-            workgroup = (sizes[0], sizes[1], sizes[2])
-            renderer.check_workgroup(workgroup, name)
-        if self.workgroup_bytes > renderer.shared_max:
-            raise ValueError(f"kernel {name} declares {self.workgroup_bytes} bytes of workgroup memory, more than "
-                             f"{renderer.adapter_name} allows (maxComputeWorkgroupStorageSize = "
-                             f"{renderer.shared_max}); pick a smaller GROUP opt")
-        layout = KernelLayout([self.globals[position].itemsize for position in positions],
-                              [self.globals[position] in PACKED_DTYPES for position in positions],
-                              [key for key in sorted(self.variables)], workgroup, not self.local_mode)
-        fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32"]
-        fields += [f"start{position}: i32" for position in positions]
-        fields += [f"{self.variables[key]}: i32" for key in sorted(self.variables)]
-        module = [layout.header()]
-        if self.uses_f16 or dtypes.float16 in self.used_dtypes:
-            module.append("enable f16;")
-        module.append("struct Params { " + ", ".join(fields) + " }")
-        module.append("@group(0) @binding(0) var<uniform> params: Params;")
-        for position in positions:
-            element = self.globals[position]
-            if position in self.atomic_globals:
-                array = "atomic<i32>" if element == dtypes.int32 else "atomic<u32>"
-            else:
-                array = "atomic<u32>" if element in PACKED_DTYPES else self.type_of(element)
-            module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: "
-                          f"array<{array}>;")
-        module += self.module_lines
-        builtins = ("@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
-                    "@builtin(local_invocation_id) lid: vec3<u32>")
-        module.append(f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})")
-        module.append(f"fn {name}({builtins}) {{")
-        if not self.local_mode:
-            module.append("  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;")
-            module.append("  if (flat >= params.total) { return; }")
-        return "\n".join(module + self.lines + ["}"]) + "\n"
-
-    # ---- ops ----
-
-    def op_const(self, uop: UOp) -> None:
-        self.type_of(uop.dtype)
-        super().op_const(uop)
-
-    def op_special(self, uop: UOp) -> None:
-        label = str(uop.arg)
-        axis = int(label[-1])
-        if label.startswith("lidx"):
-            code = f"i32(lid.{'xyz'[axis]})"
-        elif self.local_mode:
-            code = f"i32(group.{'xyz'[axis]})"
-        elif label.startswith("gidx"):
-            below = "".join(f" / params.size{inner}" for inner in range(axis))
-            code = f"i32((flat{below}) % params.size{axis})" if axis < 2 else f"i32(flat{below})"
+def _assemble(ctx: RenderContext, name: str) -> str:
+    """The WGSL module of the program: buffers and variables bound through the parameter struct and storage bindings
+    instead of a C signature."""
+    renderer, state = ctx.renderer, ctx.state
+    assert isinstance(renderer, WGSLRenderer)
+    positions = sorted(state.globals)
+    if positions != list(range(len(positions))):
+        raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
+    if len(positions) > renderer.max_storage_buffers:
+        raise RuntimeError(
+            f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} "
+            f"({renderer.adapter_name}) allows {renderer.max_storage_buffers} per shader stage "
+            f"(maxStorageBuffersPerShaderStage); the scheduler splits the kernels it makes to fit (the renderer's "
+            f"max_buffers), so this kernel was built elsewhere: realize intermediate results first, or run it "
+            f"on another device")
+    workgroup = (max(1, min(WORKGROUP_SIZE, renderer.max_workgroup_size[0], renderer.max_workgroup_invocations)), 1, 1)
+    if state.local_mode:
+        sizes = [1, 1, 1]
+        for uop in ctx.uops:
+            if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
+                size = uop.src[0] if uop.src else None
+                if size is None or size.op is not Ops.CONST:
+                    raise ValueError(f"{uop.arg} needs a constant size to be a WGSL workgroup size")
+                sizes[int(str(uop.arg)[-1])] = int(size.arg)
+        workgroup = (sizes[0], sizes[1], sizes[2])
+        renderer.check_workgroup(workgroup, name)
+    if state.workgroup_bytes > renderer.shared_max:
+        raise ValueError(f"kernel {name} declares {state.workgroup_bytes} bytes of workgroup memory, more than "
+                         f"{renderer.adapter_name} allows (maxComputeWorkgroupStorageSize = "
+                         f"{renderer.shared_max}); pick a smaller GROUP opt")
+    layout = KernelLayout([state.globals[position].itemsize for position in positions],
+                          [state.globals[position] in PACKED_DTYPES for position in positions],
+                          [key for key in sorted(state.variables)], workgroup, not state.local_mode)
+    fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32"]
+    fields += [f"start{position}: i32" for position in positions]
+    fields += [f"{state.variables[key]}: i32" for key in sorted(state.variables)]
+    module = [layout.header()]
+    if state.uses_f16 or dtypes.float16 in ctx.used_dtypes:
+        module.append("enable f16;")
+    module.append("struct Params { " + ", ".join(fields) + " }")
+    module.append("@group(0) @binding(0) var<uniform> params: Params;")
+    for position in positions:
+        element = state.globals[position]
+        if position in state.atomic_globals:
+            array = "atomic<i32>" if element == dtypes.int32 else "atomic<u32>"
         else:
-            raise ValueError(f"the WGSL renderer has no thread index {label!r} (only gidx0..2 and lidx0..2)")
-        self.emit(f"let {label}: i32 = {code};")
-        self.names[uop] = label
+            array = "atomic<u32>" if element in PACKED_DTYPES else _type_of(ctx, element)
+        module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;")
+    module += state.module_lines
+    builtins = ("@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
+                "@builtin(local_invocation_id) lid: vec3<u32>")
+    module.append(f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})")
+    module.append(f"fn {name}({builtins}) {{")
+    if not state.local_mode:
+        module.append("  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;")
+        module.append("  if (flat >= params.total) { return; }")
+    return "\n".join(module + ctx.lines + ["}"]) + "\n"
 
-    def op_define_reg(self, uop: UOp) -> None:
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType), f"DEFINE_REG needs a pointer dtype, got {pointer}"
-        name = self.fresh("acc")
-        self.emit(f"var {name}: array<{self.type_of(pointer.base)}, {max(pointer.size, 1)}>;")
-        self.names[uop] = name
 
-    def op_define_local(self, uop: UOp) -> None:
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
-        name = self.fresh("temp")
-        self.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
-        self.module_lines.append(f"var<workgroup> {name}: array<{self.type_of(pointer.base)}, "
-                                 f"{max(pointer.size, 1)}>;")
-        self.names[uop] = name
+def _named(ctx: RenderContext, uop: UOp, text: str) -> str:
+    ctx.names[uop] = text
+    return text
 
-    def op_range(self, uop: UOp) -> None:
-        name = self.fresh("ridx")
-        end = self.expression(uop.src[0])
-        self.names[uop] = name
-        limit = self.wgsl.max_loop_iterations
-        size = uop.src[0].arg if uop.src[0].op is Ops.CONST else None
-        # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
-        entries = 1
-        for enclosing in self.open_ranges:
-            entries *= enclosing if enclosing is not None else 1
-        self.open_ranges.append(size)
-        total = None if size is None else entries * size
-        if limit is None or (total is not None and total <= limit):
-            self.emit(f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{")
-            self.depth += 1
-            self.closing[uop] = 1
-            return
-        # the driver stops a loop after `limit` iterations in a thread (counted over all its entries): run blocks of
-        # up to MAX_UNROLL steps, the inner loop of constant trip count being unrolled by the driver
-        unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
-        if unroll > MAX_UNROLL:
-            raise RuntimeError(
-                f"a loop of this kernel runs {total} times in one thread, but {self.wgsl.adapter_name} ends a "
-                f"loop after {limit} iterations (even unrolled {MAX_UNROLL} times it would stop early); reduce "
-                f"in several steps (e.g. sum over a reshaped axis first) or use another device")
-        if uop.src[0] in self.inlined:  # the bound is written twice below: compute it once
-            self.materialize(uop.src[0])
-            end = self.expression(uop.src[0])
-        self.emit(f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{")
-        self.emit(f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{")
-        self.emit(f"    let {name}: i32 = {name}_block + {name}_step;")
-        self.emit(f"    if ({name} < {end}) {{")
-        self.depth += 3
-        self.closing[uop] = 3
 
-    def op_end(self, uop: UOp) -> None:
-        ranges = [source for source in uop.src if source.op is Ops.RANGE]
-        for _ in range(sum(self.closing.get(source, 1) for source in ranges) or 1):
-            self.depth -= 1
-            self.emit("}")
-        del self.open_ranges[len(self.open_ranges) - len(ranges):]
+def _define_global(ctx: RenderContext, x: UOp) -> str:
+    pointer = x.dtype
+    assert isinstance(pointer, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {pointer}"
+    if pointer.base.count != 1:
+        raise ValueError(f"the WGSL renderer renders scalar buffers only, got {pointer.base}")
+    _type_of(ctx, pointer.base)
+    ctx.state.globals[x.arg] = pointer.base.scalar
+    return _named(ctx, x, f"data{x.arg}")
 
-    def op_barrier(self, uop: UOp) -> None:
-        if not self.local_mode:
-            raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels "
-                             "return early and cannot synchronize")
-        self.emit("workgroupBarrier();")
 
-    def op_index(self, uop: UOp) -> None:
-        buffer = uop.src[0]
-        if uop.src[1] in self.inlined and self.uses.get(uop, 0) > 1:  # an index used several times: once
-            self.materialize(uop.src[1])
-        index = self.expression(uop.src[1]) if len(uop.src) > 1 else "0i"
-        gate = self.expression(uop.src[2]) if len(uop.src) > 2 else None
-        element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
-        position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
-        self.accesses[uop] = _Access(self.expression(buffer), index, gate, element.scalar, position)
-        self.names[uop] = f"&{self.expression(buffer)}[{index}]"
+def _define_var(ctx: RenderContext, x: UOp) -> str:
+    variable = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(x.arg[0]))
+    ctx.state.variables[str(x.arg[0])] = f"var_{variable}"
+    return _named(ctx, x, f"params.var_{variable}")
 
-    def op_cast(self, uop: UOp) -> None:
-        if isinstance(uop.dtype, PtrDType):
-            raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
-        source = uop.src[0]
-        self.bind(uop, self.wgsl.render_cast(self.expression(source), source.dtype.scalar, uop.dtype.scalar))
 
-    def op_bitcast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        self.bind(uop, self.wgsl.render_bitcast(self.expression(source), source.dtype.scalar, uop.dtype.scalar))
+def _special(ctx: RenderContext, x: UOp) -> str:
+    label = str(x.arg)
+    axis = int(label[-1])
+    if label.startswith("lidx"):
+        code = f"i32(lid.{'xyz'[axis]})"
+    elif ctx.state.local_mode:
+        code = f"i32(group.{'xyz'[axis]})"
+    elif label.startswith("gidx"):
+        below = "".join(f" / params.size{inner}" for inner in range(axis))
+        code = f"i32((flat{below}) % params.size{axis})" if axis < 2 else f"i32(flat{below})"
+    else:
+        raise ValueError(f"the WGSL renderer has no thread index {label!r} (only gidx0..2 and lidx0..2)")
+    ctx.emit(f"let {label}: i32 = {code};")
+    return _named(ctx, x, label)
 
-    # ---- memory ----
 
-    def access_of(self, uop: UOp) -> _Access:
-        access = self.accesses.get(uop)
-        if access is None:
-            raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {uop.op}")
-        return access
+def _define_reg(ctx: RenderContext, x: UOp) -> str:
+    pointer = x.dtype
+    assert isinstance(pointer, PtrDType), f"DEFINE_REG needs a pointer dtype, got {pointer}"
+    name = ctx.fresh("acc")
+    ctx.emit(f"var {name}: array<{_type_of(ctx, pointer.base)}, {max(pointer.size, 1)}>;")
+    return _named(ctx, x, name)
 
-    def packed_address(self, access: _Access) -> str:
-        """A `let` holding the byte address of a packed element."""
-        name = self.fresh("addr")
-        size = access.element.itemsize
-        element = f"({access.index})" if size == 1 else f"({access.index}) * {size}"
-        self.emit(f"let {name}: u32 = u32(params.start{access.global_position} + {element});")
+
+def _define_local(ctx: RenderContext, x: UOp) -> str:
+    pointer = x.dtype
+    assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
+    name = ctx.fresh("temp")
+    ctx.state.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
+    ctx.state.module_lines.append(f"var<workgroup> {name}: array<{_type_of(ctx, pointer.base)}, "
+                                  f"{max(pointer.size, 1)}>;")
+    return _named(ctx, x, name)
+
+
+def _range(ctx: RenderContext, x: UOp) -> str:
+    renderer, state = ctx.renderer, ctx.state
+    assert isinstance(renderer, WGSLRenderer)
+    name = ctx.fresh("ridx")
+    end = ctx.expression(x.src[0])
+    ctx.names[x] = name
+    limit = renderer.max_loop_iterations
+    size = x.src[0].arg if x.src[0].op is Ops.CONST else None
+    # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
+    entries = 1
+    for enclosing in state.open_ranges:
+        entries *= enclosing if enclosing is not None else 1
+    state.open_ranges.append(size)
+    total = None if size is None else entries * size
+    if limit is None or (total is not None and total <= limit):
+        ctx.emit(f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{")
+        ctx.depth += 1
+        state.closing[x] = 1
         return name
+    # the driver stops a loop after `limit` iterations in a thread (counted over all its entries): run blocks of up
+    # to MAX_UNROLL steps, the inner loop of constant trip count being unrolled by the driver
+    unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
+    if unroll > MAX_UNROLL:
+        raise RuntimeError(
+            f"a loop of this kernel runs {total} times in one thread, but {renderer.adapter_name} ends a loop after "
+            f"{limit} iterations (even unrolled {MAX_UNROLL} times it would stop early); reduce in several steps "
+            f"(e.g. sum over a reshaped axis first) or use another device")
+    if x.src[0] in ctx.inlined:  # the bound is written twice below: compute it once
+        ctx.materialize(x.src[0])
+        end = ctx.expression(x.src[0])
+    ctx.emit(f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{")
+    ctx.emit(f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{")
+    ctx.emit(f"    let {name}: i32 = {name}_block + {name}_step;")
+    ctx.emit(f"    if ({name} < {end}) {{")
+    ctx.depth += 3
+    state.closing[x] = 3
+    return name
 
-    def read(self, access: _Access) -> str:
-        """The expression reading the element (emitting address lets for packed buffers)."""
-        if access.global_position is None:
-            return f"{access.memory}[{access.index}]"
-        if access.global_position in self.atomic_globals:
-            word = f"atomicLoad(&{access.memory}[params.start{access.global_position} + {access.index}])"
-            return f"bitcast<f32>({word})" if access.element == dtypes.float32 else word
-        if access.element not in PACKED_DTYPES:
-            return f"{access.memory}[params.start{access.global_position} + {access.index}]"
-        address = self.packed_address(access)
+
+def _end(ctx: RenderContext, x: UOp) -> str:
+    ranges = [source for source in x.src if source.op is Ops.RANGE]
+    for _ in range(sum(ctx.state.closing.get(source, 1) for source in ranges) or 1):
+        ctx.depth -= 1
+        ctx.emit("}")
+    del ctx.state.open_ranges[len(ctx.state.open_ranges) - len(ranges):]
+    return ""
+
+
+def _barrier(ctx: RenderContext) -> str:
+    if not ctx.state.local_mode:
+        raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return "
+                         "early and cannot synchronize")
+    ctx.emit("workgroupBarrier();")
+    return ""
+
+
+def _index(ctx: RenderContext, x: UOp) -> str:
+    buffer = x.src[0]
+    if x.src[1] in ctx.inlined and ctx.uses.get(x, 0) > 1:  # an index used several times: once
+        ctx.materialize(x.src[1])
+    index = ctx.expression(x.src[1]) if len(x.src) > 1 else "0i"
+    gate = ctx.expression(x.src[2]) if len(x.src) > 2 else None
+    element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
+    position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
+    ctx.state.accesses[x] = _Access(ctx.expression(buffer), index, gate, element.scalar, position)
+    return _named(ctx, x, f"&{ctx.expression(buffer)}[{index}]")
+
+
+def _cast(ctx: RenderContext, x: UOp) -> str:
+    if isinstance(x.dtype, PtrDType):
+        raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
+    source = x.src[0]
+    return ctx.bind(x, ctx.renderer.render_cast(ctx.expression(source), source.dtype.scalar, x.dtype.scalar))
+
+
+def _bitcast(ctx: RenderContext, x: UOp) -> str:
+    """A bitcast; rendered in place when used once (WGSL's is an expression)."""
+    source = x.src[0]
+    code = ctx.renderer.render_bitcast(ctx.expression(source), source.dtype.scalar, x.dtype.scalar)
+    if ctx.uses.get(x, 0) <= 1:
+        ctx.inlined.add(x)
+        return _named(ctx, x, code)
+    return ctx.bind(x, code)
+
+
+def _access_of(ctx: RenderContext, uop: UOp) -> _Access:
+    access = ctx.state.accesses.get(uop)
+    if access is None:
+        raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {uop.op}")
+    return access
+
+
+def _packed_address(ctx: RenderContext, access: _Access) -> str:
+    """A `let` holding the byte address of a packed element."""
+    name = ctx.fresh("addr")
+    size = access.element.itemsize
+    element = f"({access.index})" if size == 1 else f"({access.index}) * {size}"
+    ctx.emit(f"let {name}: u32 = u32(params.start{access.global_position} + {element});")
+    return name
+
+
+def _read(ctx: RenderContext, access: _Access) -> str:
+    """The expression reading the element (emitting address lets for packed buffers)."""
+    if access.global_position is None:
+        return f"{access.memory}[{access.index}]"
+    if access.global_position in ctx.state.atomic_globals:
+        word = f"atomicLoad(&{access.memory}[params.start{access.global_position} + {access.index}])"
+        return f"bitcast<f32>({word})" if access.element == dtypes.float32 else word
+    if access.element not in PACKED_DTYPES:
+        return f"{access.memory}[params.start{access.global_position} + {access.index}]"
+    address = _packed_address(ctx, access)
+    mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
+    lane = "3u" if access.element.itemsize == 1 else "2u"
+    bits = f"((atomicLoad(&{access.memory}[{address} >> 2u]) >> (({address} & {lane}) * 8u)) & {mask})"
+    if access.element == dtypes.bool:
+        return f"({bits} != 0u)"
+    if dtypes.is_unsigned(access.element):
+        return bits
+    return _WRAP[access.element](f"bitcast<i32>({bits})")
+
+
+def _load(ctx: RenderContext, x: UOp) -> str:
+    access = _access_of(ctx, x.src[0])
+    name = ctx.fresh("val")
+    type_name = _type_of(ctx, x.dtype)
+    if access.gate is None:
+        ctx.emit(f"let {name}: {type_name} = {_read(ctx, access)};")
+    else:
+        alternatives = [source for source in x.src[1:] if source.dtype != dtypes.void]
+        alternative = ctx.expression(alternatives[0]) if alternatives else ctx.renderer.render_const(0, x.dtype)
+        ctx.emit(f"var {name}: {type_name} = {alternative};")
+        ctx.emit(f"if ({access.gate}) {{")
+        ctx.depth += 1
+        ctx.emit(f"{name} = {_read(ctx, access)};")
+        ctx.depth -= 1
+        ctx.emit("}")
+    return _named(ctx, x, name)
+
+
+def _store(ctx: RenderContext, x: UOp) -> str:
+    access = _access_of(ctx, x.src[0])
+    value = ctx.expression(x.src[1])
+    if access.gate is not None:
+        ctx.emit(f"if ({access.gate}) {{")
+        ctx.depth += 1
+    if access.global_position is None:
+        ctx.emit(f"{access.memory}[{access.index}] = {value};")
+    elif access.global_position in ctx.state.atomic_globals:
+        _atomic_word_update(ctx, access, value, None if x.arg is None else str(x.arg))
+    elif access.element not in PACKED_DTYPES:
+        ctx.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
+    else:
+        address = _packed_address(ctx, access)
         mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
         lane = "3u" if access.element.itemsize == 1 else "2u"
-        bits = f"((atomicLoad(&{access.memory}[{address} >> 2u]) >> (({address} & {lane}) * 8u)) & {mask})"
-        if access.element == dtypes.bool:
-            return f"({bits} != 0u)"
-        if dtypes.is_unsigned(access.element):
-            return bits
-        return _WRAP[access.element](f"bitcast<i32>({bits})")
-
-    def op_load(self, uop: UOp) -> None:
-        access = self.access_of(uop.src[0])
-        name = self.fresh("val")
-        type_name = self.type_of(uop.dtype)
-        if access.gate is None:
-            self.emit(f"let {name}: {type_name} = {self.read(access)};")
-        else:
-            alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-            alternative = self.expression(alternatives[0]) if alternatives else \
-                self.renderer.render_const(0, uop.dtype)
-            self.emit(f"var {name}: {type_name} = {alternative};")
-            self.emit(f"if ({access.gate}) {{")
-            self.depth += 1
-            self.emit(f"{name} = {self.read(access)};")
-            self.depth -= 1
-            self.emit("}")
-        self.names[uop] = name
-
-    def op_store(self, uop: UOp) -> None:
-        access = self.access_of(uop.src[0])
-        value = self.expression(uop.src[1])
-        if access.gate is not None:
-            self.emit(f"if ({access.gate}) {{")
-            self.depth += 1
-        if access.global_position is None:
-            self.emit(f"{access.memory}[{access.index}] = {value};")
-        elif access.global_position in self.atomic_globals:
-            self.atomic_word_update(access, value, None if uop.arg is None else str(uop.arg))
-        elif access.element not in PACKED_DTYPES:
-            self.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
-        else:
-            address = self.packed_address(access)
-            mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
-            lane = "3u" if access.element.itemsize == 1 else "2u"
-            bits = f"select(0u, 1u, {value})" if access.element == dtypes.bool else f"(u32({value}) & {mask})"
-            word = f"&{access.memory}[{address} >> 2u]"
-            shift = f"(({address} & {lane}) * 8u)"
-            self.emit(f"atomicAnd({word}, ~({mask} << {shift}));")
-            self.emit(f"atomicOr({word}, {bits} << {shift});")
-        if access.gate is not None:
-            self.depth -= 1
-            self.emit("}")
-
-    def atomic_word_update(self, access: _Access, value: str, reduce: str | None) -> None:
-        """Combine `value` into an element of an atomic buffer: atomicAdd / atomicMax / atomicMin for integers, else
-        a compare-exchange loop over the element's bits (floats, integer products); no reduce is atomicStore."""
-        dtype = access.element
-        word = f"&{access.memory}[params.start{access.global_position} + {access.index}]"
-        bits = (lambda text: f"bitcast<u32>({text})") if dtype == dtypes.float32 else (lambda text: text)
-        if reduce is None:
-            self.emit(f"atomicStore({word}, {bits(value)});")
-            return
-        if dtype != dtypes.float32 and reduce in ("add", "max", "min"):
-            self.emit(f"atomic{reduce.capitalize()}({word}, {value});")
-            return
-        operand, old = self.fresh("operand"), self.fresh("old")
-        self.emit(f"let {operand}: {self.type_of(dtype)} = {value};")
-        self.emit(f"var {old} = atomicLoad({word});")
-        self.emit("loop {")
-        current = f"bitcast<f32>({old})" if dtype == dtypes.float32 else old
-        combined = self.combine_code(reduce, current, operand, dtype)
-        result = self.fresh("exchange")
-        self.emit(f"  let {result} = atomicCompareExchangeWeak({word}, {old}, {bits(combined)});")
-        self.emit(f"  if ({result}.exchanged) {{ break; }}")
-        self.emit(f"  {old} = {result}.old_value;")
-        self.emit("}")
+        bits = f"select(0u, 1u, {value})" if access.element == dtypes.bool else f"(u32({value}) & {mask})"
+        word = f"&{access.memory}[{address} >> 2u]"
+        shift = f"(({address} & {lane}) * 8u)"
+        ctx.emit(f"atomicAnd({word}, ~({mask} << {shift}));")
+        ctx.emit(f"atomicOr({word}, {bits} << {shift});")
+    if access.gate is not None:
+        ctx.depth -= 1
+        ctx.emit("}")
+    return ""
 
 
-WGSLRenderer.walk_class = WGSLWalk
+def _atomic_word_update(ctx: RenderContext, access: _Access, value: str, reduce: str | None) -> None:
+    """Combine `value` into an element of an atomic buffer: atomicAdd / atomicMax / atomicMin for integers, else a
+    compare-exchange loop over the element's bits (floats, integer products); no reduce is atomicStore."""
+    dtype = access.element
+    word = f"&{access.memory}[params.start{access.global_position} + {access.index}]"
+    bits = (lambda text: f"bitcast<u32>({text})") if dtype == dtypes.float32 else (lambda text: text)
+    if reduce is None:
+        ctx.emit(f"atomicStore({word}, {bits(value)});")
+        return
+    if dtype != dtypes.float32 and reduce in ("add", "max", "min"):
+        ctx.emit(f"atomic{reduce.capitalize()}({word}, {value});")
+        return
+    operand, old = ctx.fresh("operand"), ctx.fresh("old")
+    ctx.emit(f"let {operand}: {_type_of(ctx, dtype)} = {value};")
+    ctx.emit(f"var {old} = atomicLoad({word});")
+    ctx.emit("loop {")
+    current = f"bitcast<f32>({old})" if dtype == dtypes.float32 else old
+    combined = ctx.combine_code(reduce, current, operand, dtype)
+    result = ctx.fresh("exchange")
+    ctx.emit(f"  let {result} = atomicCompareExchangeWeak({word}, {old}, {bits(combined)});")
+    ctx.emit(f"  if ({result}.exchanged) {{ break; }}")
+    ctx.emit(f"  {old} = {result}.old_value;")
+    ctx.emit("}")
+
+
+def _const(ctx: RenderContext, x: UOp) -> None:
+    """Notes a constant's type (float16 enables the extension); the base rule names it."""
+    _type_of(ctx, x.dtype)
+
+
+wgsl_rendering = PatternMatcher([
+    (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global), (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
+    (UPat(Ops.CONST, name="x"), _const), (UPat(Ops.SPECIAL, name="x"), _special),
+    (UPat(Ops.DEFINE_REG, name="x"), _define_reg), (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),
+    (UPat(Ops.RANGE, name="x"), _range), (UPat(Ops.END, name="x"), _end), (UPat(Ops.BARRIER), _barrier),
+    (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.CAST, name="x"), _cast), (UPat(Ops.BITCAST, name="x"), _bitcast),
+    (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+])
+"""WGSL's own rules, before the base's: thread indices, loops (Mesa's loop limit), workgroup memory, memory accesses
+(element-indexed storage arrays, packed words, atomics) and bindings instead of parameters."""
+WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
+
 
 
 def _fits(from_dtype: DType, to_dtype: DType) -> bool:
@@ -720,4 +739,4 @@ def _fits(from_dtype: DType, to_dtype: DType) -> bool:
     return dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
 
 
-__all__ = ["WGSLRenderer", "WGSLWalk", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
+__all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
