@@ -1,8 +1,10 @@
 """The optional C renderer: kernels as portable C, compiled to a shared object by the system's C compiler.
 
-This is the worked example of a C-rendering plugin. tinycore's `CStyleLanguage` walks the linear program and asks
-this subclass only for what differs between C-like languages: type names (`type_map`), math spellings
-(`code_for_op`), literals (`infinity`, `nan`), the lines before the kernel (`render_prelude`) and launch limits.
+This is the worked example of a C-rendering plugin. tinycore's `CStyleLanguage` renders each UOp of the linear
+program with rules (`string_rewrite`: a PatternMatcher of UOp -> text) and asks this subclass only for what differs
+between C-like languages: its own rules in front of the base's (`template_rendering` below), type names
+(`type_map`), math spellings (`code_for_op`), literals (`infinity`, `nan`), the lines before the kernel
+(`render_prelude`) and launch limits.
 The compiler turns the source into bytes (here: a shared object) that `runtime.CProgram` loads.
 
 Enable it with `C_RENDERER = True` in hooks.py; select it with `DEV=PYTHON:C` (it is then preferred by default).
@@ -17,9 +19,18 @@ from typing import Any
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, dtypes
-from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, BASE_TYPE_MAP, CodeForOp, CStyleLanguage
+from tinycore.renderer.cstyle import (
+    BASE_CODE_FOR_OP,
+    BASE_TYPE_MAP,
+    CodeForOp,
+    CStyleLanguage,
+    RenderContext,
+    base_rendering,
+)
 from tinycore.testing.capabilities import DeviceCapabilities
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.uop import UOp
 
 C_DTYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
                       dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64})
@@ -54,6 +65,25 @@ C_TYPE_MAP: dict[DType, str] = {
 }
 
 
+def _is_nan(ctx: RenderContext, value: UOp) -> str | None:
+    """`value != value` (how Tensor.isnan asks) as <math.h>'s `isnan(value)`: the same answer, said plainly. Only
+    scalar floats; returning None leaves the UOp to the next rule (the base's `!=`)."""
+    if not dtypes.is_float(value.dtype) or value.dtype.count != 1:
+        return None
+    return f"isnan({ctx.expression(value)})"
+
+
+template_rendering = PatternMatcher([
+    # both sources are the same UOp: a name used twice in a pattern must match one UOp
+    (UPat(Ops.CMPNE, src=(UPat.var("value"), UPat.var("value")), name="x"),
+     lambda ctx, x, value: None if (text := _is_nan(ctx, value)) is None else ctx.bind(x, text)),
+])
+"""This renderer's own rules. Each is (UPat, function): the pattern says which UOps it applies to (op, dtype,
+sources, arg; see tinycore/uop/patterns.py), the function receives the matched UOps by name and the RenderContext as
+`ctx`, writes through it (`ctx.bind` names a value or renders it in place, `ctx.emit` writes a statement,
+`ctx.expression` reads a source's text) and returns the UOp's text, or None to leave the UOp to the next rule."""
+
+
 class CRenderer(CStyleLanguage):
     """Portable C99 for PYTHON: one function per kernel, plain loops over scalars, `float*` buffer parameters and
     `const int` integer parameters, in DEFINE_GLOBAL then DEFINE_VAR order (the order runtime.CProgram passes)."""
@@ -71,6 +101,7 @@ class CRenderer(CStyleLanguage):
     buffer_suffix = " restrict"  # outputs never alias inputs within a kernel
     type_map = C_TYPE_MAP
     code_for_op = C_CODE_FOR_OP
+    string_rewrite = template_rendering + base_rendering  # our rules first, the base's for everything else
     infinity = "INFINITY"  # from <math.h>
     nan = "NAN"
     capabilities = DeviceCapabilities(dtypes=C_DTYPES, large_grids=True)
