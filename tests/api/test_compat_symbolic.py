@@ -73,3 +73,27 @@ def test_matmul_over_a_symbolic_inner_axis(i: int) -> None:
     vi = Variable("i", 1, 10).bind(i)
     np.testing.assert_allclose((Tensor(A)[:, :vi] @ Tensor(B)[:vi, :]).numpy(), A[:, :i] @ B[:i], rtol=1e-5,
                                atol=1e-6)
+
+
+def test_cat_of_two_symbolic_axes_matches_numpy() -> None:
+    for i, j in ((2, 3), (4, 2)):
+        vi, vj = Variable("i", 1, 10).bind(i), Variable("j", 1, 10).bind(j)
+        joined = Tensor(B)[:vi].cat(Tensor(B * 3)[:vj], dim=0)
+        np.testing.assert_allclose(joined[:i + j, :3].numpy(), np.concatenate([B[:i], B[:j] * 3]), rtol=1e-6)
+
+
+def test_jit_replays_symbolic_inputs_for_every_binding_and_rebinds_its_result() -> None:
+    from tinycore import TinyJit
+
+    @TinyJit
+    def plus_one(a: Tensor) -> Tensor:
+        return (a + 1).realize()
+
+    a = Tensor(A).realize()
+    for i in (1, 2, 3, 5, 4):
+        vi = Variable("i", 1, 10).bind(i)
+        result = plus_one(a[:, :vi])
+        np.testing.assert_allclose(result[:3, :i].numpy(), A[:, :i] + 1, rtol=1e-6)
+    assert plus_one.captured is not None and len(plus_one.captured.jit_cache) == 1
+    with pytest.raises(AssertionError):
+        plus_one(Tensor(np.zeros((4, 10), np.float32))[:, :Variable("i", 1, 10).bind(7)])

@@ -25,6 +25,11 @@ class JitError(RuntimeError):
     """A TinyJit call that cannot be captured or replayed, with what to change."""
 
 
+class JitInputError(JitError, AssertionError):
+    """A replay whose inputs differ in shape, dtype or device from the captured ones (an AssertionError too, the type
+    tinygrad raises there)."""
+
+
 def _collect_tensors(value: Any, found: list[Any]) -> None:
     """Every Tensor inside `value` (nested lists, tuples and dict values), in order."""
     from tinycore.tensor import Tensor
@@ -70,10 +75,70 @@ def _input_buffers(tensors: list[Any]) -> list[Any]:
     return buffers
 
 
+def _tensor_bindings(tensors: list[Any], found: dict[Any, int]) -> None:
+    """The bound Variables in the shapes of `tensors` (a tensor sliced with `Variable(...).bind(n)`)."""
+    from tinycore.uop.ops import Ops
+    for tensor in tensors:
+        for size in tensor.shape:
+            if not isinstance(size, int):
+                for node in size.toposort:
+                    if node.op is Ops.BIND:
+                        variable, bound = node.unbind()
+                        found[variable] = bound
+
+
+def _unbound(size: Any) -> Any:
+    """A size with its bound Variables unbound (the shape a capture serves for every binding)."""
+    from tinycore.uop.ops import Ops
+    if isinstance(size, int):
+        return size
+    return size.substitute({node: node.src[0] for node in size.toposort if node.op is Ops.BIND})
+
+
 def _signature(tensors: list[Any]) -> list[tuple[Any, ...]]:
     from tinycore.uop.ops import Ops
-    return [(tuple(tensor.shape), tensor.dtype, tensor.device, tensor.uop.arg if tensor.uop.op is Ops.MULTI else None)
-            for tensor in tensors]
+    return [(tuple(_unbound(size) for size in tensor.shape), tensor.dtype, tensor.device,
+             tensor.uop.arg if tensor.uop.op is Ops.MULTI else None) for tensor in tensors]
+
+
+def _rebind_size(size: Any, bindings: dict[Any, int]) -> Any:
+    """A size (or a nested tuple of sizes) with its bound Variables bound to their values in `bindings`."""
+    from tinycore.uop.ops import Ops
+    if isinstance(size, tuple):
+        return tuple(_rebind_size(item, bindings) for item in size)
+    if isinstance(size, int) or not hasattr(size, "toposort"):
+        return size
+    mapping = {node: node.src[0].bind(bindings[node.src[0]]) for node in size.toposort
+               if node.op is Ops.BIND and node.src[0] in bindings}
+    return size.substitute(mapping) if mapping else size
+
+
+def _rebind_view(uop: Any, bindings: dict[Any, int], memo: dict[Any, Any]) -> Any:
+    """`uop` (a realized view: movement ops over a buffer) with the sizes in its movement ops' arguments rebound."""
+    from tinycore.uop.ops import GroupOp
+    if uop in memo:
+        return memo[uop]
+    sources = tuple(_rebind_view(source, bindings, memo) for source in uop.src)
+    arg = _rebind_size(uop.arg, bindings) if uop.op in GroupOp.Movement else uop.arg
+    memo[uop] = result = uop if sources == uop.src and arg == uop.arg else uop.replace(src=sources, arg=arg)
+    return result
+
+
+def _rebind(value: Any, bindings: dict[Any, int]) -> None:
+    """Point the tensors returned by a replay (nested in lists, tuples and dict values) at this call's values of the
+    Variables in their shapes, so a symbolic result reads as large as this call made it."""
+    from tinycore.tensor import Tensor
+    if isinstance(value, Tensor):
+        uop = value.uop
+        if all(isinstance(size, int) for size in uop.shape):
+            return
+        value.uop = _rebind_view(uop, bindings, {})
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _rebind(item, bindings)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _rebind(item, bindings)
 
 
 class _Replay:
@@ -371,6 +436,7 @@ class TinyJit(Generic[ReturnType]):
         if self.replay is not None:
             bindings: dict[Any, int] = {}
             _collect_bindings(list(args) + list(kwargs.values()), bindings)
+            _tensor_bindings(inputs, bindings)
             return self._replay(inputs, bindings)
         input_buffers = _input_buffers(inputs)
         self.count += 1
@@ -429,7 +495,7 @@ class TinyJit(Generic[ReturnType]):
                                f"{len(signature)}: pass the same tensors, or call reset() to capture again")
             for position, (now, then) in enumerate(zip(signature, self.captured_signature, strict=True)):
                 if now != then:
-                    raise JitError(f"TinyJit input {position} changed from shape={then[0]} dtype={then[1]} "
+                    raise JitInputError(f"TinyJit input {position} changed from shape={then[0]} dtype={then[1]} "
                                    f"device={then[2]} (sharded axis {then[3]}) to shape={now[0]} dtype={now[1]} "
                                    f"device={now[2]} (sharded axis {now[3]}): "
                                    "use one TinyJit per input signature, or call reset() to capture again")
@@ -441,4 +507,6 @@ class TinyJit(Generic[ReturnType]):
         self.replay.run(_input_buffers(inputs), bindings)
         self._captured.count()
         invalidate_known_results()
+        if bindings:
+            _rebind(self.captured_return, bindings)
         return self.captured_return  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
-from tinycore.tensor.support import broadcast_shape, scalar_result_dtype, scalars_dtype
+from tinycore.tensor.support import broadcast_shape, same_size, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -60,6 +60,8 @@ class ElementwiseMixin:
         if self.shape == shape:
             return self
         shape = tuple(shape)
+        if len(shape) == self.ndim and all(same_size(old, new) for old, new in zip(self.shape, shape, strict=True)):
+            return self  # symbolic sizes equal in value though built differently
         if len(shape) < self.ndim:
             raise BroadcastError(f"cannot broadcast shape {self.shape} to {shape}: the target has fewer dimensions")
         if broadcast_shape(self.shape, shape) != shape:

@@ -52,6 +52,16 @@ def int_shape(node: UOp) -> tuple[int, ...]:
     return cast(tuple[int, ...], node.shape)
 
 
+def same_size(first: Any, second: Any) -> bool:
+    """Whether two sizes are equal; symbolic ones when their difference simplifies to 0 (i+j and j+i)."""
+    if isinstance(first, int) and isinstance(second, int):
+        return first == second
+    if first is second:
+        return True
+    difference = (first - second).ssimplify() if not isinstance(first, int) else (-(second - first)).ssimplify()
+    return isinstance(difference, int) and difference == 0
+
+
 def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """The shape that `shapes` broadcast to (numpy rules); a clear error when they do not."""
     if len(shapes) == 2 and shapes[0] == shapes[1]:
@@ -61,6 +71,13 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     result = []
     for sizes in zip(*padded, strict=True):
         others = {size for size in sizes if size != 1}
+        if len(others) > 1 and not all(isinstance(size, int) for size in others):
+            # symbolic sizes built in different orders (i+j, j+i) are one size
+            kept: list[Any] = []
+            for size in others:
+                if not any(same_size(size, seen) for seen in kept):
+                    kept.append(size)
+            others = set(kept)
         if len(others) > 1:
             raise BroadcastError(f"shapes {' and '.join(str(tuple(shape)) for shape in shapes)} cannot be broadcast "
                              f"together: sizes {sorted(others)} conflict (each size must match or be 1)")
