@@ -20,7 +20,12 @@ from tinycore.device.compiler import CompileError, Compiler
 CODE_OBJECT_VERSION = 5
 """HSA code object v5: accepted by ld.lld 15 and newer and by ROCm 5.3 and newer."""
 CLANG_VERSIONS = (22, 21, 20, 19, 18, 17, 16, 15)
-INSTALL_HINT = "apt-get install -y clang-19 lld-19 (clang 15 covers gfx90a and gfx1100 only)"
+INSTALL_HINT = ("apt-get install -y clang-19 lld-19 (it covers every target; clang 16 covers gfx90a and gfx1100, "
+                "clang 15 gfx90a only)")
+TOO_OLD = {("gfx1100", 15): "clang 15 knows gfx1100 but fails to assemble some of its own code for it (kernel.s: "
+                            "'destination must be different than all sources': its register allocator lets "
+                            "v_mad_u64_u32 write registers it reads, which its assembler then rejects)"}
+"""(target, clang major version) pairs a clang knows but builds wrongly, and why (shown when it is the newest here)."""
 COMPILE_FLAGS = ("-O3", "-ffp-contract=fast", "-fno-exceptions", "-std=c++17")
 
 
@@ -62,8 +67,9 @@ def find_toolchain(arch: str) -> tuple[int, str, str]:
         if version >= target.min_clang:
             return version, clang, linker
     have = f"clang {found[0][0]} is the newest here" if found else "no clang-N/ld.lld-N pair is on PATH"
+    why = f" ({TOO_OLD[(arch, found[0][0])]})" if found and (arch, found[0][0]) in TOO_OLD else ""
     raise ToolchainMissingError(f"compiling for {arch} ({target.family}) needs clang {target.min_clang} or newer with "
-                                f"its ld.lld, and {have}: {INSTALL_HINT}")
+                                f"its ld.lld, and {have}{why}: {INSTALL_HINT}")
 
 
 def run_tool(command: list[str], what: str) -> None:
