@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import prod, to_function_name
@@ -14,6 +14,16 @@ from tinycore.uop.symbolic import sym_infer
 from tinycore.uop.uop import UOp, exec_alu
 
 Sizes = tuple["int | UOp", ...]
+ContextT = TypeVar("ContextT")
+
+
+def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[ContextT, UOp], str]:
+    """A renderer's PatternMatcher rule from `function(ctx, uop)`, which renders its UOp (captured as "uop") into the
+    context: the rule answers "" (the UOp is handled) whatever the function returns, so none falls through."""
+    def rule(ctx: ContextT, uop: UOp) -> str:
+        function(ctx, uop)
+        return ""
+    return rule
 
 
 class Renderer(RendererContract):
@@ -265,4 +275,4 @@ class ProgramSpec:
         return to_function_name(self.name)
 
 
-__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name"]
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "statement_rule"]

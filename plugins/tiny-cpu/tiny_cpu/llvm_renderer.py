@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
-from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule
 from tinycore.uop.ops import FUSED, GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -92,7 +93,7 @@ def vector_constant(values: list[object], dtype: DType) -> str:
 
 @dataclass
 class Pointer:
-    """An INDEX as the walk keeps it: the buffer register, the element index, the gate, and the element type read
+    """An INDEX as the context keeps it: the buffer register, the element index, the gate, and the element type read
     or written (a vector type after a pointer CAST); `elements` is the buffer's size in elements (-1 unknown)."""
 
     buffer: str
@@ -146,10 +147,10 @@ class LLVMRenderer(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The LLVM IR module of `uops` with the kernel called `name` and its entry point `name`_entry."""
-        return LLVMWalk(uops).run(name)
+        return LLVMContext(uops).run(name)
 
 
-class LLVMWalk:
+class LLVMContext:
     """The state of rendering one linear program to LLVM IR: registers of values, open loops and blocks."""
 
     def __init__(self, uops: list[UOp]):
@@ -163,6 +164,8 @@ class LLVMWalk:
         self.block = "start"
         self.loops: list[tuple[str, str, str, str, str]] = []
         self.conditionals: list[str] = []
+        self.globals: dict[int, str] = {}
+        self.variables: dict[str, str] = {}
 
     # ---- helpers ----
 
@@ -216,38 +219,15 @@ class LLVMWalk:
         self.declare(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
         return self.assign(f"call {type_text} {function}({', '.join(f'{type_text} {a}' for a in arguments)})")
 
-    # ---- the walk ----
+    # ---- the program ----
 
     def run(self, name: str) -> str:
-        globals_: dict[int, str] = {}
-        variables: dict[str, str] = {}
-        uses_core_id = False
+        """The LLVM IR module: each UOp rendered by the first of `llvm_rendering`'s rules that matches it."""
         for uop in self.uops:
-            op = uop.op
-            if op is Ops.DEFINE_GLOBAL:
-                register = f"%data{uop.arg}"
-                self.names[uop] = register
-                globals_[uop.arg] = register
-            elif op is Ops.DEFINE_VAR:
-                register = "%" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-                self.names[uop] = register
-                variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {register}"
-            elif op is Ops.SPECIAL:
-                if uop.arg != "core_id":
-                    raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
-                self.names[uop] = "%core_id"
-                uses_core_id = True
-            elif op in GroupOp.ALU:
-                self.names[uop] = self.alu(uop)
-            elif op in (Ops.SINK, Ops.GROUP, Ops.BARRIER):
-                continue
-            else:
-                handler = getattr(self, f"op_{op.name.lower()}", None)
-                if handler is None:
-                    raise ValueError(f"the LLVM renderer cannot render {op} (dtype {uop.dtype}, arg {uop.arg!r}): it "
-                                     "is not part of the linear program contract")
-                handler(uop)
-        del uses_core_id  # the trailing core_id is always declared: the entry point passes it
+            if llvm_rendering.rewrite(uop, self) is None:
+                raise ValueError(f"the LLVM renderer cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): it "
+                                 "is not part of the linear program contract")
+        globals_, variables = self.globals, self.variables
         buffer_parameters = [f"ptr noalias {globals_[position]}" for position in sorted(globals_)]
         variable_parameters = [variables[key] for key in sorted(variables)]
         parameters = [*buffer_parameters, *variable_parameters, "i32 %core_id"]
@@ -259,122 +239,15 @@ class LLVMWalk:
         attributes = 'attributes #0 = { nounwind "frame-pointer"="none" "min-legal-vector-width"="512" }'
         return "\n".join([*sorted(self.declarations), *body, *entry, attributes]) + "\n"
 
-    # ---- ops ----
 
-    def op_const(self, uop: UOp) -> None:
-        self.names[uop] = constant(uop.arg, uop.dtype)
-
-    def op_vconst(self, uop: UOp) -> None:
-        self.names[uop] = vector_constant(list(uop.arg), uop.dtype)
-
-    def op_noop(self, uop: UOp) -> None:
-        self.names[uop] = self.value(uop.src[0])
-
-    op_precast = op_noop
-    op_bind = op_noop
-
-    def op_define_reg(self, uop: UOp) -> None:
-        self._alloca(uop)
-
-    def op_define_local(self, uop: UOp) -> None:
-        self._alloca(uop)
-
-    def _alloca(self, uop: UOp) -> None:
+    def alloca(self, uop: UOp) -> None:
+        """DEFINE_REG / DEFINE_LOCAL: an array on the stack, allocated in the entry block."""
         pointer = uop.dtype
         assert isinstance(pointer, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
         register = self.fresh("acc")
         element = llvm_type(pointer.base, memory=True)
         self.allocas.append(f"  {register} = alloca [{max(pointer.size, 1)} x {element}], align 64")
         self.names[uop] = register
-
-    def op_range(self, uop: UOp) -> None:
-        number = self.counter = self.counter + 1
-        counter_type = llvm_type(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
-        header, body, latch, exit_ = (f"loop{kind}{number}" for kind in ("_header", "_body", "_latch", "_exit"))
-        register, following = f"%ridx{number}", f"%ridx{number}_next"
-        self.emit(f"br label %{header}")
-        predecessor = self.block
-        self.label(header)
-        self.emit(f"{register} = phi {counter_type} [ 0, %{predecessor} ], [ {following}, %{latch} ]")
-        end = self.value(uop.src[0])
-        condition = self.assign(f"icmp slt {counter_type} {register}, {end}")
-        self.emit(f"br i1 {condition}, label %{body}, label %{exit_}")
-        self.label(body)
-        self.names[uop] = register
-        self.loops.append((latch, exit_, header, register, counter_type))
-
-    def op_end(self, uop: UOp) -> None:
-        closing = sum(1 for source in uop.src if source.op is Ops.RANGE) or 1
-        for _ in range(closing):
-            latch, exit_, header, register, counter_type = self.loops.pop()
-            self.emit(f"br label %{latch}")
-            self.label(latch)
-            self.emit(f"{register}_next = add {counter_type} {register}, 1")
-            self.emit(f"br label %{header}")
-            self.label(exit_)
-
-    def op_if(self, uop: UOp) -> None:
-        number = self.counter = self.counter + 1
-        then, after = f"if_then{number}", f"if_end{number}"
-        self.emit(f"br i1 {self.value(uop.src[0])}, label %{then}, label %{after}")
-        self.label(then)
-        self.conditionals.append(after)
-
-    def op_endif(self, uop: UOp) -> None:
-        after = self.conditionals.pop()
-        self.emit(f"br label %{after}")
-        self.label(after)
-
-    def op_index(self, uop: UOp) -> None:
-        buffer = uop.src[0]
-        pointer = buffer.dtype
-        element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
-        elements = pointer.size if isinstance(pointer, PtrDType) else -1
-        index = self.value(uop.src[1]) if len(uop.src) > 1 else None
-        index_type = llvm_type(uop.src[1].dtype) if len(uop.src) > 1 else "i32"
-        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element, elements, element)
-        self.names[uop] = self.value(buffer)
-
-    def op_cast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        if isinstance(uop.dtype, PtrDType):  # vector access through an INDEX
-            pointer = self.pointers.get(source)
-            if pointer is None:
-                raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
-            self.pointers[uop] = Pointer(pointer.buffer, pointer.index, pointer.index_type, pointer.gate,
-                                         uop.dtype.base, pointer.elements, pointer.step)
-            self.names[uop] = pointer.buffer
-            return
-        count = uop.dtype.count
-        self.names[uop] = self.convert(self.operand(source, count), source.dtype.scalar, uop.dtype.scalar, count)
-
-    def op_bitcast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
-            raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-        self.names[uop] = self.assign(f"bitcast {llvm_type(source.dtype)} {self.value(source)} to "
-                                      f"{llvm_type(uop.dtype)}")
-
-    def op_vectorize(self, uop: UOp) -> None:
-        vector = llvm_type(uop.dtype)
-        scalar = scalar_type(uop.dtype)
-        current = "undef"
-        for lane, source in enumerate(uop.src):
-            current = self.assign(f"insertelement {vector} {current}, {scalar} {self.value(source)}, i32 {lane}")
-        self.names[uop] = current
-
-    def op_gep(self, uop: UOp) -> None:
-        source = uop.src[0]
-        vector = llvm_type(source.dtype)
-        lanes = list(uop.arg)
-        if len(lanes) == 1:
-            self.names[uop] = self.assign(f"extractelement {vector} {self.value(source)}, i32 {lanes[0]}")
-            return
-        mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
-        self.names[uop] = self.assign(f"shufflevector {vector} {self.value(source)}, {vector} undef, {mask}")
-
-    # ---- conversions ----
 
     def convert(self, text: str, source: DType, target: DType, count: int) -> str:
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
@@ -575,73 +448,11 @@ class LLVMWalk:
         step = llvm_type(pointer.step, memory=True)
         return self.assign(f"getelementptr {step}, ptr {pointer.buffer}, {pointer.index_type} {index}")
 
-    def op_load(self, uop: UOp) -> None:
-        pointer = self.pointer_of(uop.src[0])
-        dtype = uop.dtype
-        count = dtype.count
-        memory_type, value_type = llvm_type(dtype, memory=True), llvm_type(dtype)
-        alignment = dtype.scalar.itemsize
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        if pointer.gate is None:
-            loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, pointer.index)}, align {alignment}")
-            self.names[uop] = self.from_memory(loaded, dtype)
-            return
-        alternative = self.operand(alternatives[0], count) if alternatives else self.zero(dtype.scalar, count)
-        flag = "i1" if count == 1 else f"<{count} x i1>"
-        if pointer.index is not None and pointer.elements >= max(count, 1):
-            # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
-            index = self.assign(f"select i1 {pointer.gate}, {pointer.index_type} {pointer.index}, "
-                                f"{pointer.index_type} 0")
-            loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
-            value = self.from_memory(loaded, dtype)
-            gate = pointer.gate if count == 1 else self.splat(pointer.gate, dtypes.bool, count)
-            del flag
-            self.names[uop] = self.assign(f"select {'i1' if count == 1 else f'<{count} x i1>'} {gate}, "
-                                          f"{value_type} {value}, {value_type} {alternative}")
-            return
-        number = self.counter = self.counter + 1
-        then, after = f"load_then{number}", f"load_end{number}"
-        before = self.block
-        self.emit(f"br i1 {pointer.gate}, label %{then}, label %{after}")
-        self.label(then)
-        loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, pointer.index)}, align {alignment}")
-        value = self.from_memory(loaded, dtype)
-        loaded_block = self.block
-        self.emit(f"br label %{after}")
-        self.label(after)
-        self.names[uop] = self.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
-
     def from_memory(self, loaded: str, dtype: DType) -> str:
         """A loaded value as computed with (bytes to bools)."""
         if dtype.scalar != dtypes.bool:
             return loaded
         return self.assign(f"icmp ne {llvm_type(dtype, memory=True)} {loaded}, {self.zero(dtypes.int8, dtype.count)}")
-
-    def op_store(self, uop: UOp) -> None:
-        pointer = self.pointer_of(uop.src[0])
-        value = uop.src[1]
-        dtype = value.dtype
-        if uop.arg is not None and dtype.count != 1:
-            raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
-                             f"{dtype}: codegen must split it into lanes")
-        text = self.value(value)
-        if uop.arg is not None:
-            self.atomic_update(pointer, text, dtype, str(uop.arg))
-            return
-        if dtype.scalar == dtypes.bool:
-            text = self.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
-        after = None
-        if pointer.gate is not None:
-            number = self.counter = self.counter + 1
-            then, after = f"store_then{number}", f"store_end{number}"
-            self.emit(f"br i1 {pointer.gate}, label %{then}, label %{after}")
-            self.label(then)
-        address = self.address(pointer, pointer.index)
-        self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {address}, align {dtype.scalar.itemsize}")
-        if after is not None:
-            self.emit(f"br label %{after}")
-            self.label(after)
-
 
     def atomic_update(self, pointer: Pointer, value: str, dtype: DType, reduce: str) -> None:
         """Combine `value` into the element at `pointer` with no update lost to another worker: `atomicrmw add` for
@@ -707,6 +518,225 @@ class LLVMWalk:
         if op is None:
             raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
         return self.arithmetic(op, [old, new], dtype, 1)
+
+
+def _define_global(ctx: LLVMContext, uop: UOp) -> None:
+    ctx.names[uop] = ctx.globals[uop.arg] = f"%data{uop.arg}"
+
+
+def _define_var(ctx: LLVMContext, uop: UOp) -> None:
+    register = "%" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
+    ctx.names[uop] = register
+    ctx.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {register}"
+
+
+def _special(ctx: LLVMContext, uop: UOp) -> None:
+    # the trailing core_id is always declared: the entry point passes it
+    if uop.arg != "core_id":
+        raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
+    ctx.names[uop] = "%core_id"
+
+
+def _const(ctx: LLVMContext, uop: UOp) -> None:
+    ctx.names[uop] = constant(uop.arg, uop.dtype)
+
+
+def _vconst(ctx: LLVMContext, uop: UOp) -> None:
+    ctx.names[uop] = vector_constant(list(uop.arg), uop.dtype)
+
+
+def _noop(ctx: LLVMContext, uop: UOp) -> None:
+    ctx.names[uop] = ctx.value(uop.src[0])
+
+
+def _range(ctx: LLVMContext, uop: UOp) -> None:
+    number = ctx.counter = ctx.counter + 1
+    counter_type = llvm_type(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
+    header, body, latch, exit_ = (f"loop{kind}{number}" for kind in ("_header", "_body", "_latch", "_exit"))
+    register, following = f"%ridx{number}", f"%ridx{number}_next"
+    ctx.emit(f"br label %{header}")
+    predecessor = ctx.block
+    ctx.label(header)
+    ctx.emit(f"{register} = phi {counter_type} [ 0, %{predecessor} ], [ {following}, %{latch} ]")
+    end = ctx.value(uop.src[0])
+    condition = ctx.assign(f"icmp slt {counter_type} {register}, {end}")
+    ctx.emit(f"br i1 {condition}, label %{body}, label %{exit_}")
+    ctx.label(body)
+    ctx.names[uop] = register
+    ctx.loops.append((latch, exit_, header, register, counter_type))
+
+
+def _end(ctx: LLVMContext, uop: UOp) -> None:
+    closing = sum(1 for source in uop.src if source.op is Ops.RANGE) or 1
+    for _ in range(closing):
+        latch, exit_, header, register, counter_type = ctx.loops.pop()
+        ctx.emit(f"br label %{latch}")
+        ctx.label(latch)
+        ctx.emit(f"{register}_next = add {counter_type} {register}, 1")
+        ctx.emit(f"br label %{header}")
+        ctx.label(exit_)
+
+
+def _if(ctx: LLVMContext, uop: UOp) -> None:
+    number = ctx.counter = ctx.counter + 1
+    then, after = f"if_then{number}", f"if_end{number}"
+    ctx.emit(f"br i1 {ctx.value(uop.src[0])}, label %{then}, label %{after}")
+    ctx.label(then)
+    ctx.conditionals.append(after)
+
+
+def _endif(ctx: LLVMContext, uop: UOp) -> None:
+    after = ctx.conditionals.pop()
+    ctx.emit(f"br label %{after}")
+    ctx.label(after)
+
+
+def _index(ctx: LLVMContext, uop: UOp) -> None:
+    buffer = uop.src[0]
+    pointer = buffer.dtype
+    element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
+    elements = pointer.size if isinstance(pointer, PtrDType) else -1
+    index = ctx.value(uop.src[1]) if len(uop.src) > 1 else None
+    index_type = llvm_type(uop.src[1].dtype) if len(uop.src) > 1 else "i32"
+    gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
+    ctx.pointers[uop] = Pointer(ctx.value(buffer), index, index_type, gate, element, elements, element)
+    ctx.names[uop] = ctx.value(buffer)
+
+
+def _cast(ctx: LLVMContext, uop: UOp) -> None:
+    source = uop.src[0]
+    if isinstance(uop.dtype, PtrDType):  # vector access through an INDEX
+        pointer = ctx.pointers.get(source)
+        if pointer is None:
+            raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
+        ctx.pointers[uop] = Pointer(pointer.buffer, pointer.index, pointer.index_type, pointer.gate,
+                                     uop.dtype.base, pointer.elements, pointer.step)
+        ctx.names[uop] = pointer.buffer
+        return
+    count = uop.dtype.count
+    ctx.names[uop] = ctx.convert(ctx.operand(source, count), source.dtype.scalar, uop.dtype.scalar, count)
+
+
+def _bitcast(ctx: LLVMContext, uop: UOp) -> None:
+    source = uop.src[0]
+    if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
+        raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
+    ctx.names[uop] = ctx.assign(f"bitcast {llvm_type(source.dtype)} {ctx.value(source)} to "
+                                  f"{llvm_type(uop.dtype)}")
+
+
+def _vectorize(ctx: LLVMContext, uop: UOp) -> None:
+    vector = llvm_type(uop.dtype)
+    scalar = scalar_type(uop.dtype)
+    current = "undef"
+    for lane, source in enumerate(uop.src):
+        current = ctx.assign(f"insertelement {vector} {current}, {scalar} {ctx.value(source)}, i32 {lane}")
+    ctx.names[uop] = current
+
+
+def _gep(ctx: LLVMContext, uop: UOp) -> None:
+    source = uop.src[0]
+    vector = llvm_type(source.dtype)
+    lanes = list(uop.arg)
+    if len(lanes) == 1:
+        ctx.names[uop] = ctx.assign(f"extractelement {vector} {ctx.value(source)}, i32 {lanes[0]}")
+        return
+    mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
+    ctx.names[uop] = ctx.assign(f"shufflevector {vector} {ctx.value(source)}, {vector} undef, {mask}")
+
+# ---- conversions ----
+
+
+def _load(ctx: LLVMContext, uop: UOp) -> None:
+    pointer = ctx.pointer_of(uop.src[0])
+    dtype = uop.dtype
+    count = dtype.count
+    memory_type, value_type = llvm_type(dtype, memory=True), llvm_type(dtype)
+    alignment = dtype.scalar.itemsize
+    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+    if pointer.gate is None:
+        loaded = ctx.assign(f"load {memory_type}, ptr {ctx.address(pointer, pointer.index)}, align {alignment}")
+        ctx.names[uop] = ctx.from_memory(loaded, dtype)
+        return
+    alternative = ctx.operand(alternatives[0], count) if alternatives else ctx.zero(dtype.scalar, count)
+    flag = "i1" if count == 1 else f"<{count} x i1>"
+    if pointer.index is not None and pointer.elements >= max(count, 1):
+        # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
+        index = ctx.assign(f"select i1 {pointer.gate}, {pointer.index_type} {pointer.index}, "
+                            f"{pointer.index_type} 0")
+        loaded = ctx.assign(f"load {memory_type}, ptr {ctx.address(pointer, index)}, align {alignment}")
+        value = ctx.from_memory(loaded, dtype)
+        gate = pointer.gate if count == 1 else ctx.splat(pointer.gate, dtypes.bool, count)
+        del flag
+        ctx.names[uop] = ctx.assign(f"select {'i1' if count == 1 else f'<{count} x i1>'} {gate}, "
+                                      f"{value_type} {value}, {value_type} {alternative}")
+        return
+    number = ctx.counter = ctx.counter + 1
+    then, after = f"load_then{number}", f"load_end{number}"
+    before = ctx.block
+    ctx.emit(f"br i1 {pointer.gate}, label %{then}, label %{after}")
+    ctx.label(then)
+    loaded = ctx.assign(f"load {memory_type}, ptr {ctx.address(pointer, pointer.index)}, align {alignment}")
+    value = ctx.from_memory(loaded, dtype)
+    loaded_block = ctx.block
+    ctx.emit(f"br label %{after}")
+    ctx.label(after)
+    ctx.names[uop] = ctx.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
+
+
+def _store(ctx: LLVMContext, uop: UOp) -> None:
+    pointer = ctx.pointer_of(uop.src[0])
+    value = uop.src[1]
+    dtype = value.dtype
+    if uop.arg is not None and dtype.count != 1:
+        raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
+                         f"{dtype}: codegen must split it into lanes")
+    text = ctx.value(value)
+    if uop.arg is not None:
+        ctx.atomic_update(pointer, text, dtype, str(uop.arg))
+        return
+    if dtype.scalar == dtypes.bool:
+        text = ctx.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
+    after = None
+    if pointer.gate is not None:
+        number = ctx.counter = ctx.counter + 1
+        then, after = f"store_then{number}", f"store_end{number}"
+        ctx.emit(f"br i1 {pointer.gate}, label %{then}, label %{after}")
+        ctx.label(then)
+    address = ctx.address(pointer, pointer.index)
+    ctx.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {address}, align {dtype.scalar.itemsize}")
+    if after is not None:
+        ctx.emit(f"br label %{after}")
+        ctx.label(after)
+
+
+def _alu(ctx: LLVMContext, uop: UOp) -> None:
+    ctx.names[uop] = ctx.alu(uop)
+
+
+llvm_rendering = PatternMatcher([
+    (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
+    (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
+    (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),
+    (UPat(Ops.CONST, name="uop"), statement_rule(_const)),
+    (UPat(Ops.VCONST, name="uop"), statement_rule(_vconst)),
+    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"), statement_rule(_noop)),
+    (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="uop"), statement_rule(LLVMContext.alloca)),
+    (UPat(Ops.RANGE, name="uop"), statement_rule(_range)),
+    (UPat(Ops.END, name="uop"), statement_rule(_end)),
+    (UPat(Ops.IF, name="uop"), statement_rule(_if)),
+    (UPat(Ops.ENDIF, name="uop"), statement_rule(_endif)),
+    (UPat(Ops.INDEX, name="uop"), statement_rule(_index)),
+    (UPat(Ops.CAST, name="uop"), statement_rule(_cast)),
+    (UPat(Ops.BITCAST, name="uop"), statement_rule(_bitcast)),
+    (UPat(Ops.VECTORIZE, name="uop"), statement_rule(_vectorize)),
+    (UPat(Ops.GEP, name="uop"), statement_rule(_gep)),
+    (UPat(Ops.LOAD, name="uop"), statement_rule(_load)),
+    (UPat(Ops.STORE, name="uop"), statement_rule(_store)),
+    (UPat(GroupOp.ALU, name="uop"), statement_rule(_alu)),
+    (UPat((Ops.SINK, Ops.GROUP, Ops.BARRIER)), lambda: ""),
+])
+"""LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
 
 
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:

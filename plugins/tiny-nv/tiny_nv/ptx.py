@@ -20,8 +20,9 @@ from typing import Any
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer
+from tinycore.renderer.renderer import Renderer, statement_rule
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _AXES = "xyz"
@@ -48,7 +49,7 @@ def _info(dtype: DType) -> tuple[str, str, str]:
     return found
 
 
-class _Program:
+class PTXContext:
     """The state of rendering one linear program into PTX."""
 
     def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
@@ -132,18 +133,12 @@ class _Program:
         self.emit(f"cvt.{'s' if narrow[0] == 's' else 'u'}32.{narrow} {register}, {register};")
         return register
 
-    # ---- the walk ----
+    # ---- the program ----
 
     def run(self, name: str) -> str:
+        """The PTX module: each UOp rendered by the first of `ptx_rendering`'s rules that matches it."""
         for uop in self.uops:
-            handler = getattr(self, f"op_{uop.op.name.lower()}", None)
-            if uop.op in GroupOp.ALU:
-                self.op_alu(uop)
-            elif handler is not None:
-                handler(uop)
-            elif uop.op in (Ops.SINK, Ops.GROUP, Ops.CONST):
-                continue
-            else:
+            if ptx_rendering.rewrite(uop, self) is None:
                 raise ValueError(f"the PTX renderer cannot render {uop.op} (dtype {uop.dtype})")
         registers = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items()
                      if count]
@@ -152,22 +147,8 @@ class _Program:
                   "{"]
         return "\n".join(header + registers + self.declarations + self.lines + ["\tret;", "}"]) + "\n"
 
-    def op_define_global(self, uop: UOp) -> None:
-        parameter = f"data{uop.arg}"
-        self.parameters.append(f".param .u64 {parameter}")
-        register = self.new("rd")
-        self.emit(f"ld.param.u64 {register}, [{parameter}];")
-        self.emit(f"cvta.to.global.u64 {register}, {register};")
-        self.values[uop] = register
-
-    def op_define_var(self, uop: UOp) -> None:
-        parameter = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-        self.parameters.append(f".param .s32 {parameter}")
-        register = self.new("r")
-        self.emit(f"ld.param.s32 {register}, [{parameter}];")
-        self.values[uop] = register
-
-    def _array(self, uop: UOp, space: str, prefix: str) -> None:
+    def array(self, uop: UOp, space: str, prefix: str) -> None:
+        """DEFINE_REG / DEFINE_LOCAL: a byte array declared in `space` (.local or .shared), its address a register."""
         pointer = uop.dtype
         assert isinstance(pointer, PtrDType)
         name = f"{prefix}{len(self.declarations)}"
@@ -176,130 +157,6 @@ class _Program:
         register = self.new("rd")
         self.emit(f"mov.u64 {register}, {name};")
         self.values[uop] = register
-
-    def op_define_reg(self, uop: UOp) -> None:
-        self._array(uop, "local", "acc")
-
-    def op_define_local(self, uop: UOp) -> None:
-        self._array(uop, "shared", "temp")
-
-    def op_special(self, uop: UOp) -> None:
-        label = str(uop.arg)
-        axis = _AXES[int(label[-1])]
-        register = self.new("r")
-        if label.startswith("gidx"):
-            self.emit(f"mov.u32 {register}, %ctaid.{axis};")
-        elif label.startswith("lidx"):
-            self.emit(f"mov.u32 {register}, %tid.{axis};")
-        else:
-            raise ValueError(f"the PTX renderer has no thread index {label!r}: expected gidxN or lidxN")
-        self.values[uop] = register
-
-    def op_index(self, uop: UOp) -> None:
-        buffer = uop.src[0]
-        pointer = buffer.dtype
-        assert isinstance(pointer, PtrDType)
-        space = {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global")
-        base = self.value(buffer)
-        address = base
-        if len(uop.src) > 1:
-            index = uop.src[1]
-            offset = self.new("rd")
-            if index.dtype.scalar in (dtypes.int64, dtypes.uint64):
-                self.emit(f"mul.lo.s64 {offset}, {self.value(index)}, {pointer.base.itemsize};")
-            else:
-                self.emit(f"mul.wide.s32 {offset}, {self.value(index)}, {pointer.base.itemsize};")
-            address = self.new("rd")
-            self.emit(f"add.s64 {address}, {base}, {offset};")
-        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.addresses[uop] = (address, gate, space)
-
-    def op_load(self, uop: UOp) -> None:
-        if uop.src[0] not in self.addresses:
-            raise ValueError(f"LOAD needs an INDEX as its first source, got {uop.src[0].op}")
-        address, gate, space = self.addresses[uop.src[0]]
-        kind, _arithmetic, memory = _info(uop.dtype)
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        target = self.new("r" if kind == "p" else kind)
-        if gate is not None:
-            alternative = self.value(alternatives[0]) if alternatives else None
-            if kind == "p":
-                self.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
-            else:
-                zero = alternative or self.constant(0, uop.dtype)
-                self.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {zero};")
-        predicate = f"@{gate} " if gate is not None else ""
-        self.emit(f"{predicate}ld.{space}.{memory} {target}, [{address}];")
-        if kind == "p":
-            flag = self.new("p")
-            self.emit(f"setp.ne.u32 {flag}, {target}, 0;")
-            target = flag
-        self.values[uop] = target
-
-    def op_store(self, uop: UOp) -> None:
-        if uop.src[0] not in self.addresses:
-            raise ValueError(f"STORE needs an INDEX as its first source, got {uop.src[0].op}")
-        address, gate, space = self.addresses[uop.src[0]]
-        value = uop.src[1]
-        if uop.arg is not None:
-            self.atomic_store(uop, address, gate, space)
-            return
-        kind, _arithmetic, memory = _info(value.dtype)
-        register = self.value(value)
-        if kind == "p":
-            byte = self.new("r")
-            self.emit(f"selp.u32 {byte}, 1, 0, {register};")
-            register = byte
-        predicate = f"@{gate} " if gate is not None else ""
-        self.emit(f"{predicate}st.{space}.{memory} [{address}], {register};")
-
-    def op_range(self, uop: UOp) -> None:
-        counter, head, exit_ = self.new("r"), self.label("loop"), self.label("end_loop")
-        done = self.new("p")
-        self.emit(f"mov.u32 {counter}, 0;")
-        self.lines.append(f"{head}:")
-        self.emit(f"setp.ge.s32 {done}, {counter}, {self.value(uop.src[0])};")
-        self.emit(f"@{done} bra {exit_};")
-        self.loops[uop] = (counter, head, exit_)
-        self.values[uop] = counter
-
-    def op_end(self, uop: UOp) -> None:
-        for source in uop.src:
-            if source.op is not Ops.RANGE:
-                continue
-            counter, head, exit_ = self.loops[source]
-            self.emit(f"add.s32 {counter}, {counter}, 1;")
-            self.emit(f"bra {head};")
-            self.lines.append(f"{exit_}:")
-
-    def op_if(self, uop: UOp) -> None:
-        exit_ = self.label("end_if")
-        self.emit(f"@!{self.value(uop.src[0])} bra {exit_};")
-        self.branches.append(exit_)
-
-    def op_endif(self, uop: UOp) -> None:
-        self.lines.append(f"{self.branches.pop()}:")
-
-    def op_barrier(self, uop: UOp) -> None:
-        self.emit("bar.sync 0;")
-
-    def op_noop(self, uop: UOp) -> None:
-        self.values[uop] = self.value(uop.src[0])
-
-    op_precast = op_noop
-    op_bind = op_noop
-
-    def op_bitcast(self, uop: UOp) -> None:
-        source = uop.src[0]
-        if source.dtype.itemsize != uop.dtype.itemsize:
-            raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-        kind = _info(uop.dtype)[0]
-        target = self.new(kind)
-        self.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {self.value(source)};")
-        self.values[uop] = target
-
-    def op_cast(self, uop: UOp) -> None:
-        self.values[uop] = self.cast(self.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar)
 
     def cast(self, register: str, source: DType, target: DType) -> str:
         """`register` (of `source`) converted to `target` the way C converts."""
@@ -427,19 +284,6 @@ class _Program:
         if skip is not None:
             self.lines.append(f"{skip}:")
 
-    def op_alu(self, uop: UOp) -> None:
-        operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
-        registers = [self.value(source) for source in uop.src]
-        if operand_dtype in _HALVES:  # computed in float32, rounded back to the 16-bit type
-            widened = [register if source.dtype.scalar == dtypes.bool else self.widen(register, source.dtype)
-                       for register, source in zip(registers, uop.src, strict=True)]
-            result = self.alu(uop.op, widened, dtypes.float32, uop.dtype.scalar == dtypes.bool)
-            self.values[uop] = result if uop.dtype.scalar == dtypes.bool else self.narrow(result, operand_dtype)
-            return
-        self.values[uop] = self.alu(uop.op, registers, operand_dtype, uop.dtype.scalar == dtypes.bool)
-        if uop.dtype.scalar in _NARROW:
-            self.wrap(self.values[uop], uop.dtype.scalar)
-
     def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
         """One scalar ALU op over registers of `dtype` (for WHERE, the value type); returns the result register."""
         kind, arithmetic, _ = _info(dtype)
@@ -529,6 +373,194 @@ class _Program:
         return result
 
 
+def _define_global(ctx: PTXContext, uop: UOp) -> None:
+    parameter = f"data{uop.arg}"
+    ctx.parameters.append(f".param .u64 {parameter}")
+    register = ctx.new("rd")
+    ctx.emit(f"ld.param.u64 {register}, [{parameter}];")
+    ctx.emit(f"cvta.to.global.u64 {register}, {register};")
+    ctx.values[uop] = register
+
+
+def _define_var(ctx: PTXContext, uop: UOp) -> None:
+    parameter = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
+    ctx.parameters.append(f".param .s32 {parameter}")
+    register = ctx.new("r")
+    ctx.emit(f"ld.param.s32 {register}, [{parameter}];")
+    ctx.values[uop] = register
+
+
+def _define_reg(ctx: PTXContext, uop: UOp) -> None:
+    ctx.array(uop, "local", "acc")
+
+
+def _define_local(ctx: PTXContext, uop: UOp) -> None:
+    ctx.array(uop, "shared", "temp")
+
+
+def _special(ctx: PTXContext, uop: UOp) -> None:
+    label = str(uop.arg)
+    axis = _AXES[int(label[-1])]
+    register = ctx.new("r")
+    if label.startswith("gidx"):
+        ctx.emit(f"mov.u32 {register}, %ctaid.{axis};")
+    elif label.startswith("lidx"):
+        ctx.emit(f"mov.u32 {register}, %tid.{axis};")
+    else:
+        raise ValueError(f"the PTX renderer has no thread index {label!r}: expected gidxN or lidxN")
+    ctx.values[uop] = register
+
+
+def _index(ctx: PTXContext, uop: UOp) -> None:
+    buffer = uop.src[0]
+    pointer = buffer.dtype
+    assert isinstance(pointer, PtrDType)
+    space = {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global")
+    base = ctx.value(buffer)
+    address = base
+    if len(uop.src) > 1:
+        index = uop.src[1]
+        offset = ctx.new("rd")
+        if index.dtype.scalar in (dtypes.int64, dtypes.uint64):
+            ctx.emit(f"mul.lo.s64 {offset}, {ctx.value(index)}, {pointer.base.itemsize};")
+        else:
+            ctx.emit(f"mul.wide.s32 {offset}, {ctx.value(index)}, {pointer.base.itemsize};")
+        address = ctx.new("rd")
+        ctx.emit(f"add.s64 {address}, {base}, {offset};")
+    gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
+    ctx.addresses[uop] = (address, gate, space)
+
+
+def _load(ctx: PTXContext, uop: UOp) -> None:
+    if uop.src[0] not in ctx.addresses:
+        raise ValueError(f"LOAD needs an INDEX as its first source, got {uop.src[0].op}")
+    address, gate, space = ctx.addresses[uop.src[0]]
+    kind, _arithmetic, memory = _info(uop.dtype)
+    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+    target = ctx.new("r" if kind == "p" else kind)
+    if gate is not None:
+        alternative = ctx.value(alternatives[0]) if alternatives else None
+        if kind == "p":
+            ctx.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
+        else:
+            zero = alternative or ctx.constant(0, uop.dtype)
+            ctx.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {zero};")
+    predicate = f"@{gate} " if gate is not None else ""
+    ctx.emit(f"{predicate}ld.{space}.{memory} {target}, [{address}];")
+    if kind == "p":
+        flag = ctx.new("p")
+        ctx.emit(f"setp.ne.u32 {flag}, {target}, 0;")
+        target = flag
+    ctx.values[uop] = target
+
+
+def _store(ctx: PTXContext, uop: UOp) -> None:
+    if uop.src[0] not in ctx.addresses:
+        raise ValueError(f"STORE needs an INDEX as its first source, got {uop.src[0].op}")
+    address, gate, space = ctx.addresses[uop.src[0]]
+    value = uop.src[1]
+    if uop.arg is not None:
+        ctx.atomic_store(uop, address, gate, space)
+        return
+    kind, _arithmetic, memory = _info(value.dtype)
+    register = ctx.value(value)
+    if kind == "p":
+        byte = ctx.new("r")
+        ctx.emit(f"selp.u32 {byte}, 1, 0, {register};")
+        register = byte
+    predicate = f"@{gate} " if gate is not None else ""
+    ctx.emit(f"{predicate}st.{space}.{memory} [{address}], {register};")
+
+
+def _range(ctx: PTXContext, uop: UOp) -> None:
+    counter, head, exit_ = ctx.new("r"), ctx.label("loop"), ctx.label("end_loop")
+    done = ctx.new("p")
+    ctx.emit(f"mov.u32 {counter}, 0;")
+    ctx.lines.append(f"{head}:")
+    ctx.emit(f"setp.ge.s32 {done}, {counter}, {ctx.value(uop.src[0])};")
+    ctx.emit(f"@{done} bra {exit_};")
+    ctx.loops[uop] = (counter, head, exit_)
+    ctx.values[uop] = counter
+
+
+def _end(ctx: PTXContext, uop: UOp) -> None:
+    for source in uop.src:
+        if source.op is not Ops.RANGE:
+            continue
+        counter, head, exit_ = ctx.loops[source]
+        ctx.emit(f"add.s32 {counter}, {counter}, 1;")
+        ctx.emit(f"bra {head};")
+        ctx.lines.append(f"{exit_}:")
+
+
+def _if(ctx: PTXContext, uop: UOp) -> None:
+    exit_ = ctx.label("end_if")
+    ctx.emit(f"@!{ctx.value(uop.src[0])} bra {exit_};")
+    ctx.branches.append(exit_)
+
+
+def _endif(ctx: PTXContext, uop: UOp) -> None:
+    ctx.lines.append(f"{ctx.branches.pop()}:")
+
+
+def _barrier(ctx: PTXContext, uop: UOp) -> None:
+    ctx.emit("bar.sync 0;")
+
+
+def _noop(ctx: PTXContext, uop: UOp) -> None:
+    ctx.values[uop] = ctx.value(uop.src[0])
+
+
+def _bitcast(ctx: PTXContext, uop: UOp) -> None:
+    source = uop.src[0]
+    if source.dtype.itemsize != uop.dtype.itemsize:
+        raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
+    kind = _info(uop.dtype)[0]
+    target = ctx.new(kind)
+    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {ctx.value(source)};")
+    ctx.values[uop] = target
+
+
+def _cast(ctx: PTXContext, uop: UOp) -> None:
+    ctx.values[uop] = ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar)
+
+
+def _alu(ctx: PTXContext, uop: UOp) -> None:
+    operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
+    registers = [ctx.value(source) for source in uop.src]
+    if operand_dtype in _HALVES:  # computed in float32, rounded back to the 16-bit type
+        widened = [register if source.dtype.scalar == dtypes.bool else ctx.widen(register, source.dtype)
+                   for register, source in zip(registers, uop.src, strict=True)]
+        result = ctx.alu(uop.op, widened, dtypes.float32, uop.dtype.scalar == dtypes.bool)
+        ctx.values[uop] = result if uop.dtype.scalar == dtypes.bool else ctx.narrow(result, operand_dtype)
+        return
+    ctx.values[uop] = ctx.alu(uop.op, registers, operand_dtype, uop.dtype.scalar == dtypes.bool)
+    if uop.dtype.scalar in _NARROW:
+        ctx.wrap(ctx.values[uop], uop.dtype.scalar)
+
+
+ptx_rendering = PatternMatcher([
+    (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
+    (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
+    (UPat(Ops.DEFINE_REG, name="uop"), statement_rule(_define_reg)),
+    (UPat(Ops.DEFINE_LOCAL, name="uop"), statement_rule(_define_local)),
+    (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),
+    (UPat(Ops.INDEX, name="uop"), statement_rule(_index)),
+    (UPat(Ops.LOAD, name="uop"), statement_rule(_load)),
+    (UPat(Ops.STORE, name="uop"), statement_rule(_store)),
+    (UPat(Ops.RANGE, name="uop"), statement_rule(_range)),
+    (UPat(Ops.END, name="uop"), statement_rule(_end)),
+    (UPat(Ops.IF, name="uop"), statement_rule(_if)),
+    (UPat(Ops.ENDIF, name="uop"), statement_rule(_endif)),
+    (UPat(Ops.BARRIER, name="uop"), statement_rule(_barrier)),
+    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"), statement_rule(_noop)),
+    (UPat(Ops.BITCAST, name="uop"), statement_rule(_bitcast)),
+    (UPat(Ops.CAST, name="uop"), statement_rule(_cast)),
+    (UPat(GroupOp.ALU, name="uop"), statement_rule(_alu)),
+    (UPat((Ops.SINK, Ops.GROUP, Ops.CONST)), lambda: ""),
+])
+"""PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
+
 class PTXRenderer(Renderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
@@ -560,7 +592,7 @@ class PTXRenderer(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The PTX module of the linear program `uops` with one entry called `name`."""
-        source = _Program(self, uops).run(name)
+        source = PTXContext(self, uops).run(name)
         if self.embed_program:
             from tiny_nv.mock import embed_program
             source = embed_program(source, uops)
