@@ -14,7 +14,7 @@ from tinycore.codegen.expand import expand
 from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
-from tinycore.codegen.optimize import hand_coded_optimizations, vector_width
+from tinycore.codegen.optimize import choose_optimizations, vector_width
 from tinycore.codegen.row_values import share_row_values
 from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import DType
@@ -26,9 +26,6 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import simplify, simplify_indices
 from tinycore.uop.uop import UOp
 
-_TILE_NOTES = ("(matmul", "(dot tile", "(convolution")
-"""Heuristic notes of the register tiles (tinycore.codegen.optimize)."""
-
 
 def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> Kernel:
     """The kernel of `ast` with `opts` applied, or the heuristic's choice when `opts` is None (none with NOOPT=1)."""
@@ -39,8 +36,9 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
     elif NOOPT:
         notes = []
     else:
-        notes = hand_coded_optimizations(kernel, renderer)
-        if renderer.has_threads and not any(_TILED in note for note in notes for _TILED in _TILE_NOTES):
+        choices = choose_optimizations(kernel, renderer)
+        notes = list(choices.notes)
+        if renderer.has_threads and not choices.tiles:
             # no register tile: the axes its indices divide may hide one (a product over a merged axis)
             candidate = Kernel(kernel.original_ast)
             try:
@@ -48,9 +46,10 @@ def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None
             except KernelOptError:
                 pass
             else:
-                candidate_notes = hand_coded_optimizations(candidate, renderer)
-                if any(_TILED in note for note in candidate_notes for _TILED in _TILE_NOTES):
-                    kernel, notes = candidate, candidate_notes + ["axes split where their indices divide them"]
+                candidate_choices = choose_optimizations(candidate, renderer)
+                if candidate_choices.tiles:
+                    kernel = candidate
+                    notes = [*candidate_choices.notes, "axes split where their indices divide them"]
     if renderer.has_local and not renderer.has_threads:
         notes += gpu_optimize(kernel, renderer, choose=opts is None and not NOOPT)
     if renderer.has_threads:

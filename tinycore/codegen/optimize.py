@@ -19,6 +19,8 @@ CPU kernels, in this order:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from enum import Enum, auto
 
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count
 from tinycore.codegen.split_ranges import replace_range
@@ -193,26 +195,64 @@ def _product_loads_of(kernel: Kernel) -> tuple[UOp, UOp] | None:
     return left, right
 
 
+class TileKind(Enum):
+    """The register tiles the CPU heuristic builds."""
+
+    MATMUL = auto()
+    """A sum over a product of two loads, rows and columns upcast (A @ B, and the gathered dout @ W.T)."""
+    DOT = auto()
+    """A product whose two inputs are both contiguous along the reduce (A @ B.T, a weight gradient)."""
+    CONVOLUTION = auto()
+    """Output pixels along a row by output channels, the window along the columns unrolled."""
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """One register tile the heuristic applied: its kind and the opts that build it (in the order applied)."""
+
+    kind: TileKind
+    opts: tuple[Opt, ...]
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What the heuristic chose for a kernel: every opt applied, the register tiles among them, and a readable line
+    per opt for DEBUG output (`notes`, which no code reads)."""
+
+    opts: tuple[Opt, ...]
+    tiles: tuple[RegisterTile, ...]
+    notes: tuple[str, ...]
+
+    def tile(self, kind: TileKind) -> RegisterTile | None:
+        """The register tile of `kind`, or None when the heuristic built none."""
+        return next((tile for tile in self.tiles if tile.kind is kind), None)
+
+
 class Heuristic:
     """Chooses and applies opts to one kernel for one renderer; `applied` lists them."""
 
     def __init__(self, kernel: Kernel, renderer: RendererContract):
         self.kernel, self.renderer = kernel, renderer
         self.notes: list[str] = []
+        self.tiles: dict[TileKind, list[Opt]] = {}
         self.original_sizes = {axis_id(r): range_size(r) for r in kernel.axes}
         self.panel_axis: UOp | None = None
         """The column panels' axis of a packed-panel matmul whose row groups fit a core's private cache: the workers
         split it (`threads`), each running every row group over its own panels."""
 
-    def attempt(self, range_node: UOp, op: OptOps, amount: int, why: str) -> bool:
-        """Apply `op` to the axis whose RANGE is `range_node`; False when it does not fit."""
+    def attempt(self, range_node: UOp, op: OptOps, amount: int, why: str, tile: TileKind | None = None) -> bool:
+        """Apply `op` to the axis whose RANGE is `range_node`; False when it does not fit. `why` is for DEBUG notes;
+        `tile` says which register tile the opt belongs to (what the code after the heuristic reads)."""
         if range_node not in self.kernel.axes:
             return False
+        opt = Opt(op, self.kernel.axes.index(range_node), amount)
         try:
-            self.kernel.apply_opt(Opt(op, self.kernel.axes.index(range_node), amount))
+            self.kernel.apply_opt(opt)
         except KernelOptError:
             return False
         self.notes.append(f"{op.name} {amount} ({why})")
+        if tile is not None:
+            self.tiles.setdefault(tile, []).append(opt)
         return True
 
     def output_axes(self) -> list[UOp]:
@@ -280,7 +320,8 @@ class Heuristic:
             if columns is None and panel_columns is not None and rows is not None and width >= 2:
                 # the second input packed in panels (Tensor.dot): the columns split at the panel width are contiguous
                 position = self.kernel.axes.index(panel_columns)
-                if self.attempt(panel_columns, OptOps.UPCAST, panel_width, "matmul columns, packed panels"):
+                if self.attempt(panel_columns, OptOps.UPCAST, panel_width, "matmul columns, packed panels",
+                                tile=TileKind.MATMUL):
                     panel_columns = self.kernel.axes[position]
                 column_tile, row_size = panel_width, range_size(rows) or 0
             elif columns is None or rows is None or width < 2:
@@ -288,7 +329,8 @@ class Heuristic:
             elif gathered:
                 column_tile, row_size = width, range_size(rows) or 0
                 if (range_size(columns) or 0) % width or not self.attempt(columns, OptOps.UPCAST, width,
-                                                                            "matmul columns, gathered"):
+                                                                            "matmul columns, gathered",
+                                                                            tile=TileKind.MATMUL):
                     continue
             elif (window := self._window(first, second, columns)) is not None and \
                     (range_size(columns) or 0) >= narrow:
@@ -299,7 +341,7 @@ class Heuristic:
                 shifted = bool((range_size(columns) or 0) % narrow)
                 if (shifted and self._in_place()) or not self.attempt(
                         columns, OptOps.SHIFTED_UPCAST if shifted else OptOps.UPCAST, narrow,
-                        "matmul columns, narrower vectors"):
+                        "matmul columns, narrower vectors", tile=TileKind.MATMUL):
                     continue
                 width = column_tile = narrow
                 row_size = range_size(rows) or 0
@@ -312,15 +354,15 @@ class Heuristic:
                     column_tile = 2 * width if column_size >= 2 * width else width
                     if column_size < width or self._in_place() or \
                             not self.attempt(columns, OptOps.SHIFTED_UPCAST, column_tile,
-                                             "matmul columns, last block shifted"):
+                                             "matmul columns, last block shifted", tile=TileKind.MATMUL):
                         if dividing is None:
                             continue
                         # in place (an update of 48 columns in 16-lane vectors): one vector that divides them
                         column_tile = dividing
-                        self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
+                        self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns", tile=TileKind.MATMUL)
                 else:
                     column_tile = dividing
-                    self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns")
+                    self.attempt(columns, OptOps.UPCAST, column_tile, "matmul columns", tile=TileKind.MATMUL)
             if column_tile == 2 * width:
                 # MATMUL_ROWS rows of two vectors: 12 accumulators, the two vectors of the second input and one
                 # broadcast fit the 16 vector registers (8 rows spill accumulators to the stack); with 32 registers
@@ -345,7 +387,7 @@ class Heuristic:
             for reduce_range in self.reduce_axes()[-1:]:
                 size = range_size(reduce_range)
                 if column_tile == width and size is not None and size % 4 == 0 and size >= 8:
-                    self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce")
+                    self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce", tile=TileKind.MATMUL)
             return True
         return False
 
@@ -362,7 +404,8 @@ class Heuristic:
                     tile = size if 5 <= size <= 8 else None
                 else:
                     tile = next((t for t in tiles if size % t == 0), None)
-                if tile is not None and self.attempt(candidate, OptOps.UPCAST, tile, "matmul rows"):
+                if tile is not None and self.attempt(candidate, OptOps.UPCAST, tile, "matmul rows",
+                                                     tile=TileKind.MATMUL):
                     return candidate
         return rows
 
@@ -383,7 +426,7 @@ class Heuristic:
             if tile is not None and (best is None or tile > best[1]):
                 best = (candidate, tile)
         if best is not None:
-            self.attempt(best[0], OptOps.UPCAST, best[1], "matmul rows, second axis")
+            self.attempt(best[0], OptOps.UPCAST, best[1], "matmul rows, second axis", tile=TileKind.MATMUL)
 
     def _wide_registers(self) -> bool:
         """True where vectors are WIDE_VECTOR_BYTES, which come with 32 vector registers for larger tiles."""
@@ -395,19 +438,20 @@ class Heuristic:
         to the largest of `tiles` they hold."""
         for tile in tiles:
             if row_size % tile == 0:
-                self.attempt(rows, OptOps.UPCAST, tile, "matmul rows")
+                self.attempt(rows, OptOps.UPCAST, tile, "matmul rows", tile=TileKind.MATMUL)
                 return
             recomputed = -(-row_size // tile) * tile - row_size
             if row_size >= tile and recomputed <= SHIFTED_WASTE * row_size and \
-                    self.attempt(rows, OptOps.SHIFTED_UPCAST, tile, "matmul rows, last block shifted"):
+                    self.attempt(rows, OptOps.SHIFTED_UPCAST, tile, "matmul rows, last block shifted",
+                                 tile=TileKind.MATMUL):
                 return
         divisor = next((tile for tile in (5, 4, 3, 2) if tile < tiles[-1] and row_size % tile == 0), None)
         if divisor is not None:
-            self.attempt(rows, OptOps.UPCAST, divisor, "matmul rows")
+            self.attempt(rows, OptOps.UPCAST, divisor, "matmul rows", tile=TileKind.MATMUL)
             return
         largest = next((tile for tile in tiles if tile <= row_size), None)
         if largest is not None:
-            self.attempt(rows, OptOps.SHIFTED_UPCAST, largest, "matmul rows, last block shifted")
+            self.attempt(rows, OptOps.SHIFTED_UPCAST, largest, "matmul rows, last block shifted", tile=TileKind.MATMUL)
 
     def _narrow_width(self, width: int, size: int) -> int:
         """`width` when `size` columns fill a vector, else the widest supported vector of at least 4 lanes that
@@ -443,22 +487,23 @@ class Heuristic:
         column_size, row_size = range_size(columns) or 0, range_size(rows) or 0
         pixels = CONV_PIXEL_VECTORS * width if column_size >= CONV_PIXEL_VECTORS * width else width
         if column_size % pixels == 0:
-            self.attempt(columns, OptOps.UPCAST, pixels, "convolution pixels")
+            self.attempt(columns, OptOps.UPCAST, pixels, "convolution pixels", tile=TileKind.CONVOLUTION)
         elif self._in_place() or not self.attempt(columns, OptOps.SHIFTED_UPCAST, pixels,
-                                                    "convolution pixels, last block shifted"):
+                                                    "convolution pixels, last block shifted",
+                                                    tile=TileKind.CONVOLUTION):
             return False
         wide = self._wide_registers()
         channels = 2 * CONV_ROWS if wide else CONV_ROWS
         channel_tiles = (channels, 6, CONV_ROWS, 3, 2) if pixels > width else (2 * CONV_ROWS, 6, CONV_ROWS, 3, 2)
         row_tile = next((t for t in channel_tiles if row_size % t == 0), None)
         if row_tile is not None:
-            self.attempt(rows, OptOps.UPCAST, row_tile, "convolution channels")
+            self.attempt(rows, OptOps.UPCAST, row_tile, "convolution channels", tile=TileKind.CONVOLUTION)
         for axis in (rows, columns):
             blocks = self._block_positions(axis)
             if blocks:
                 self.kernel.nest_inside(blocks[0])
         self.notes.append("channel blocks, then pixel blocks innermost")
-        self.attempt(window, OptOps.UNROLL, range_size(window) or 1, "convolution window")
+        self.attempt(window, OptOps.UNROLL, range_size(window) or 1, "convolution window", tile=TileKind.CONVOLUTION)
         return True
 
     def _row_block_in_l1(self, first: UOp) -> bool:
@@ -506,7 +551,7 @@ class Heuristic:
         group = next((size for size in range(max(1, GROUP_BYTES // max(bytes_per_block, 1)), 1, -1)
                       if blocks % size == 0 and blocks // size >= 2 and (blocks // size) % workers == 0), None)
         return group is not None and self.attempt(self.kernel.axes[position], OptOps.BLOCK, group,
-                                                  "matmul row blocks grouped for the cache")
+                                                  "matmul row blocks grouped for the cache", tile=TileKind.MATMUL)
 
     def _group_rows_for_panels(self, position: int, first: UOp, column_tile: int, panels: UOp) -> bool:
         """Cache blocking of a packed-panel matmul on a host whose cores have a large private cache
@@ -528,7 +573,7 @@ class Heuristic:
         limit = WIDE_PANEL_GROUP_CACHES * cache if wide and panel_bytes * WIDE_PANEL_SMALL >= cache else cache // 2
         groups = max(2, round(blocks * bytes_per_block / limit))
         if not self.attempt(self.kernel.axes[position], OptOps.BLOCK, max(1, round(blocks / groups)),
-                            "matmul row blocks grouped for the core's cache"):
+                            "matmul row blocks grouped for the core's cache", tile=TileKind.MATMUL):
             return False
         self.panel_axis = panels
         return True
@@ -606,10 +651,10 @@ class Heuristic:
         tile = next((t for t in (DOT_TILE, DOT_TILE // 2) if (range_size(larger) or 0) % t == 0), None)
         if tile is None:
             return False
-        self.attempt(larger, OptOps.UPCAST, tile, "dot tile")
+        self.attempt(larger, OptOps.UPCAST, tile, "dot tile", tile=TileKind.DOT)
         if wide and tile == DOT_TILE and (range_size(smaller) or 0) % DOT_SMALLER_ROWS == 0:
             # 32 registers: DOT_SMALLER_ROWS rows of the smaller input too, each loaded vector used twice as often
-            self.attempt(smaller, OptOps.UPCAST, DOT_SMALLER_ROWS, "dot tile, smaller input")
+            self.attempt(smaller, OptOps.UPCAST, DOT_SMALLER_ROWS, "dot tile, smaller input", tile=TileKind.DOT)
         self.attempt(self.reduce_axes()[-1], OptOps.ACCUMULATORS, width, "dot reduce")
         blocks = self._block_positions(smaller)
         if blocks:  # none left when the smaller input's rows were upcast whole
@@ -623,9 +668,9 @@ class Heuristic:
         rows = next((t for t in (DOT_TILE, DOT_TILE // 2, 2) if (range_size(larger) or 0) % t == 0 and
                      t * window_size <= DOT_WINDOW_ACCUMULATORS[wide]), 1)
         if rows > 1:
-            self.attempt(larger, OptOps.UPCAST, rows, "dot tile")
+            self.attempt(larger, OptOps.UPCAST, rows, "dot tile", tile=TileKind.DOT)
         for axis in window:
-            self.attempt(axis, OptOps.UPCAST, range_size(axis) or 1, "dot tile, window")
+            self.attempt(axis, OptOps.UPCAST, range_size(axis) or 1, "dot tile, window", tile=TileKind.DOT)
         self.attempt(self.reduce_axes()[-1], OptOps.ACCUMULATORS, width, "dot reduce")
         return True
 
@@ -843,11 +888,18 @@ class Heuristic:
         return sum(footprint(index) for index in loads if axis_stride(index.src[1], axis) == 0)
 
 
-def hand_coded_optimizations(kernel: Kernel, renderer: RendererContract) -> list[str]:
-    """Apply the heuristic's opts to `kernel`; returns a readable line per opt applied."""
+def choose_optimizations(kernel: Kernel, renderer: RendererContract) -> Choices:
+    """Apply the heuristic's opts to `kernel`; returns what it chose."""
     heuristic = Heuristic(kernel, renderer)
-    heuristic.run()
-    return heuristic.notes
+    opts = heuristic.run()
+    tiles = tuple(RegisterTile(kind, tuple(tile_opts)) for kind, tile_opts in heuristic.tiles.items())
+    return Choices(tuple(opts), tiles, tuple(heuristic.notes))
+
+
+def hand_coded_optimizations(kernel: Kernel, renderer: RendererContract) -> list[str]:
+    """Apply the heuristic's opts to `kernel`; returns a readable line per opt applied (for people: code reads
+    `choose_optimizations`)."""
+    return list(choose_optimizations(kernel, renderer).notes)
 
 
 def map_global_dims(kernel: Kernel, renderer: RendererContract) -> None:
