@@ -224,12 +224,16 @@ def write_cached(key: str, opts: Sequence[Opt], seconds: float, heuristic_second
 # ---- progress ----
 
 class _Progress:
-    """A progress bar on stderr: tqdm when installed, else one rewritten line; shown at DEBUG >= 1 or on a tty."""
+    """A progress bar on stderr: tqdm when installed, else one rewritten line; shown at DEBUG >= 1 or on a tty.
+    Elsewhere (stderr a file or a pipe: CI logs, `2>log`) one line per kernel searched, when its search ends, so a
+    long search is not silent and the log holds no carriage returns."""
 
     def __init__(self, name: str):
         self.name, self.shown = name, DEBUG >= 1 or sys.stderr.isatty()
         self.bar: Any = None
         self.done = self.total = 0
+        self.best: float | None = None
+        self.started = time.perf_counter()
         if self.shown:
             try:
                 from tqdm import tqdm
@@ -247,6 +251,7 @@ class _Progress:
     def step(self, best: float) -> None:
         """One candidate timed; `best` is the fastest time so far (seconds)."""
         self.done += 1
+        self.best = best
         if not self.shown:
             return
         if self.bar is not None:
@@ -257,11 +262,15 @@ class _Progress:
                   file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        """Remove the bar."""
+        """Remove the bar (or, without one, print the kernel's line)."""
         if self.bar is not None:
             self.bar.close()
         elif self.shown:
             print(file=sys.stderr)
+        else:
+            best = f", best {self.best * 1e6:.1f} us" if self.best is not None and self.best != float("inf") else ""
+            print(f"BEAM {self.name}: {self.done}/{self.total} candidates timed in "
+                  f"{time.perf_counter() - self.started:.1f} s{best}", file=sys.stderr, flush=True)
 
 
 # ---- the search ----
