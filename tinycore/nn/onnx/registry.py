@@ -54,9 +54,11 @@ def known_versions(domain: str, name: str) -> list[int]:
 def load_all() -> None:
     """Import every operator file so that its registrations run."""
     from tinycore.nn.onnx import (  # noqa: F401
+        ops_attention,
         ops_contrib,
         ops_control,
         ops_detection,
+        ops_loss,
         ops_math,
         ops_nn,
         ops_quant,
