@@ -97,3 +97,8 @@ def test_jit_replays_symbolic_inputs_for_every_binding_and_rebinds_its_result() 
     assert plus_one.captured is not None and len(plus_one.captured.jit_cache) == 1
     with pytest.raises(AssertionError):
         plus_one(Tensor(np.zeros((4, 10), np.float32))[:, :Variable("i", 1, 10).bind(7)])
+
+
+def test_reshaping_a_concrete_shape_to_a_symbolic_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="slice with the bound Variable"):
+        Tensor(A.reshape(30)).reshape((3, Variable("i", 1, 10).bind(4)))

@@ -41,6 +41,9 @@ class MovementMixin:
         sizes = list(argfix(shape, *args))
         sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
         if not all(isinstance(size, int) for size in sizes + list(self.shape)):
+            if all(isinstance(size, int) for size in self.shape):
+                raise ValueError(f"cannot reshape the concrete shape {self.shape} to the symbolic {tuple(sizes)}: "
+                                 "slice with the bound Variable instead (t[:, :v]), as tinygrad requires")
             return self._result(self.uop.reshape(tuple(sizes)))
         if sum(1 for size in sizes if size == -1) > 1:
             raise ShapeError(f"reshape to {tuple(sizes)}: only one size can be -1")
