@@ -102,3 +102,36 @@ print("ok")
                            DEV="MYDEV:C")
     assert conformance.returncode == 0, conformance.stdout[-3000:] + conformance.stderr[-3000:]
     assert "MYDEV: CONFORMS" in conformance.stdout
+
+
+def test_renamed_plugin_leaves_no_template_names(renamed: Path) -> None:
+    """After the README's renaming, nothing a user sees or a file on disk is named after the template: the
+    description, the distribution's summary, the compiler's name (a cache directory and key) and the prefixes of
+    temporary files all carry the new name. (`template_rendering`, the C renderer's rule set, is a variable.)"""
+    for path in [renamed / "pyproject.toml", *(renamed / "tiny_mydev").glob("*.py")]:
+        text = re.sub(r"\btemplate_rendering\b", "", path.read_text())
+        leftovers = [line for line in text.splitlines() if "template" in line.lower()]
+        assert not leftovers, (path, leftovers)
+    code = """
+from tinycore import Device
+device = Device["MYDEV"]
+print(device.compiler.name)
+"""
+    result = run_with(renamed, ["-c", code], DEV="MYDEV:C")
+    assert result.returncode == 0 and result.stdout.strip().startswith("mydev-c-"), result.stdout + result.stderr
+    summary = re.search(r'^description = "(.*)"$', (renamed / "pyproject.toml").read_text(), re.MULTILINE)
+    assert summary is not None and "MYDEV" in summary.group(1)
+    sources = "".join((renamed / "tiny_mydev" / name).read_text() for name in ("c_renderer.py", "runtime.py"))
+    assert 'prefix="tiny-mydev-c-"' in sources and 'prefix="tiny-mydev-"' in sources
+
+
+def test_section_3_declares_capabilities_on_the_device_class_section_2_names() -> None:
+    """Section 2 says the device subclasses HCQCompiled, and so does device.py: section 3's example must too."""
+    device_source = (TEMPLATE / "tiny_python_template" / "device.py").read_text()
+    base = re.search(r"^class PythonDevice\((\w+)\):", device_source, re.MULTILINE)
+    assert base is not None
+    section_2 = README.split("\n## 2.", 1)[1].split("\n## 3.", 1)[0]
+    section_3 = README.split("\n## 3.", 1)[1].split("\n## 4.", 1)[0]
+    assert f"subclass of `tinycore.hcq.{base.group(1)}`" in section_2
+    example = section_3.split("```python\n", 1)[1].split("```", 1)[0]
+    assert f"class MyDevice({base.group(1)}):" in example and f"import {base.group(1)}" in example

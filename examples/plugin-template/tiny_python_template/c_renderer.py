@@ -122,9 +122,10 @@ class SystemCCompiler(Compiler):
     flags = ("-O2", "-shared", "-fPIC", "-std=c99", "-fno-math-errno")
 
     def __init__(self, executable: str):
-        super().__init__("template-c")
+        # names that README section 1's renaming turns into the plugin's own ("mydev-c", "tiny-mydev-c-")
+        super().__init__("python-template-c")
         self.executable = executable
-        self.name = f"template-c-{os.path.basename(executable)}"
+        self.name = f"python-template-c-{os.path.basename(executable)}"
 
     def version(self) -> str:
         """The compiler's first `--version` line (part of the cache key)."""
@@ -133,7 +134,7 @@ class SystemCCompiler(Compiler):
 
     def compile(self, src: str) -> bytes:
         """Compile `src` to a shared object and return its bytes; CompileError with the compiler's log on failure."""
-        with tempfile.TemporaryDirectory(prefix="tiny-template-c-") as directory:
+        with tempfile.TemporaryDirectory(prefix="tiny-python-template-c-") as directory:
             output = os.path.join(directory, "kernel.so")
             command = [self.executable, *self.flags, "-x", "c", "-", "-o", output, "-lm"]
             result = subprocess.run(command, input=src, capture_output=True, text=True, timeout=120)

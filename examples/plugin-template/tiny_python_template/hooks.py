@@ -15,7 +15,7 @@ TINYCORE_PLUGIN_API = 1
 DEVICE_NAME = "PYTHON"
 """The device's name, as DEV and Device[...] spell it."""
 
-DESCRIPTION = "the template device: kernels interpreted as UOps, or compiled as C by the system compiler"
+DESCRIPTION = "PYTHON: kernels interpreted as UOps, or compiled as C by the system compiler"
 """The one line `tiny devices` shows for the device."""
 
 PRIORITY = 1

@@ -57,7 +57,7 @@ class CProgram:
 
     def __init__(self, name: str, lib: bytes):
         self.name = name
-        handle, path = tempfile.mkstemp(prefix="tiny-template-", suffix=".so")
+        handle, path = tempfile.mkstemp(prefix="tiny-python-template-", suffix=".so")
         try:
             with os.fdopen(handle, "wb") as file:
                 file.write(lib)
