@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.renderer.renderer import Renderer, kernel_name, text_rules
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
@@ -642,7 +642,7 @@ def _store(ctx: RenderContext, x: UOp) -> str:
     return ""
 
 
-base_rendering = PatternMatcher([
+base_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global),
     (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
     (UPat(GroupOp.ALU, name="x"), lambda ctx, x: ctx.alu(x)),

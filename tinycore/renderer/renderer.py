@@ -2,19 +2,28 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import prod, to_function_name
 from tinycore.plugins.contract import DeviceContract, RendererContract
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.symbolic import sym_infer
 from tinycore.uop.uop import UOp, exec_alu
 
 Sizes = tuple["int | UOp", ...]
 ContextT = TypeVar("ContextT")
+TextRule = Callable[..., "str | None"]
+"""A rendering rule: given the renderer's context as `ctx` and its pattern's captures, it renders the UOp and returns
+its text ("" for a statement), or None to leave the UOp to the next rule."""
+
+
+def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
+    """A PatternMatcher of rendering rules (PatternMatcher types its rules as UOp rewrites; these return text)."""
+    return PatternMatcher(cast(Sequence[tuple[UPat, RewriteFunction]], rules))
 
 
 def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[ContextT, UOp], str]:
@@ -275,4 +284,4 @@ class ProgramSpec:
         return to_function_name(self.name)
 
 
-__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "statement_rule"]
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "statement_rule", "text_rules"]

@@ -27,9 +27,10 @@ from tinycore.renderer.cstyle import (
     RenderContext,
     base_rendering,
 )
+from tinycore.renderer.renderer import text_rules
 from tinycore.testing.capabilities import DeviceCapabilities
 from tinycore.uop.ops import Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 C_DTYPES = frozenset({dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.int32,
@@ -73,7 +74,7 @@ def _is_nan(ctx: RenderContext, value: UOp) -> str | None:
     return f"isnan({ctx.expression(value)})"
 
 
-template_rendering = PatternMatcher([
+template_rendering = text_rules([
     # both sources are the same UOp: a name used twice in a pattern must match one UOp
     (UPat(Ops.CMPNE, src=(UPat.var("value"), UPat.var("value")), name="x"),
      lambda ctx, x, value: None if (text := _is_nan(ctx, value)) is None else ctx.bind(x, text)),

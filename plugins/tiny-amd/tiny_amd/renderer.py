@@ -34,8 +34,9 @@ from tinycore.renderer.cstyle import (
     RenderContext,
     base_rendering,
 )
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 HIP_TYPE_MAP: dict[DType, str] = {
@@ -138,7 +139,7 @@ def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
     return ""
 
 
-hip_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _atomic_update)])
+hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), _atomic_update)])
 """HIP's own rules: scatter reductions as agent-scope atomics on global pointers."""
 
 

@@ -20,8 +20,9 @@ from tinycore.renderer.cstyle import (
     RenderedPointer,
     base_rendering,
 )
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 CL_TYPE_MAP: dict[DType, str] = {
@@ -98,7 +99,8 @@ def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
     return ""
 
 
-cl_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _atomic_update), (UPat(Ops.STORE, name="x"), _vector_store)])
+cl_rendering = text_rules([(UPat(Ops.STORE, name="x"), _atomic_update),
+                           (UPat(Ops.STORE, name="x"), _vector_store)])
 """OpenCL's own rules: vector stores through vstoreN and atomic updates (vector loads: `render_access`)."""
 
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
-from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule
+from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule, text_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -714,7 +714,7 @@ def _alu(ctx: LLVMContext, uop: UOp) -> None:
     ctx.names[uop] = ctx.alu(uop)
 
 
-llvm_rendering = PatternMatcher([
+llvm_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
     (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
     (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),

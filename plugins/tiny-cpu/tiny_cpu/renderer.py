@@ -19,8 +19,9 @@ from tinycore.renderer.cstyle import (
     base_rendering,
     render_load,
 )
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 _HALF = "_Float16"
@@ -452,7 +453,7 @@ def _mask_lane(ctx: RenderContext, x: UOp) -> str | None:
     return text
 
 
-c_rendering = PatternMatcher([
+c_rendering = text_rules([
     (UPat(Ops.WHERE, name="x"), _vector_where),
     (UPat(Ops.MULACC, name="x"), _fused_multiply_add),
     (UPat(Ops.MAX, name="x"), _vector_max),

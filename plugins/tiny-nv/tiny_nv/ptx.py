@@ -20,9 +20,9 @@ from typing import Any
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, statement_rule
+from tinycore.renderer.renderer import Renderer, statement_rule, text_rules
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 _AXES = "xyz"
@@ -539,7 +539,7 @@ def _alu(ctx: PTXContext, uop: UOp) -> None:
         ctx.wrap(ctx.values[uop], uop.dtype.scalar)
 
 
-ptx_rendering = PatternMatcher([
+ptx_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
     (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
     (UPat(Ops.DEFINE_REG, name="uop"), statement_rule(_define_reg)),

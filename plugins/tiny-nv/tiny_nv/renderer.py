@@ -29,8 +29,9 @@ from tinycore.renderer.cstyle import (
     RenderedPointer,
     base_rendering,
 )
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 CUDA_TYPE_MAP: dict[DType, str] = {
@@ -163,7 +164,7 @@ def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
     return ""
 
 
-cuda_rendering = PatternMatcher([(UPat(Ops.STORE, name="x"), _vector_store),
+cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), _vector_store),
                                  (UPat(Ops.STORE, name="x"), _atomic_update)])
 """CUDA's own rules: vector stores lane by lane (no alignment is assumed; vector loads: `render_access`) and
 atomic updates."""

@@ -5,7 +5,8 @@ the control flow and arithmetic; this module's rules (`wgsl_rendering`) come fir
 names (`i32`, `f32`, no 64-bit types), declarations (typed `let`s, `var` accumulators and loop counters), literals,
 casts (narrow integers wrap), `bitcast<T>()`, the math builtins with C / numpy semantics (`select` for the
 ternary), and memory: buffers are storage arrays indexed by element (no pointer arithmetic), packed narrow types and
-atomic buffers are words updated with atomics, and the kernel is a module with a uniform parameter struct and bindings instead of a C signature.
+atomic buffers are words updated with atomics, and the kernel is a module with a uniform parameter struct and
+bindings instead of a C signature.
 
 Memory layout of a kernel (the runtime reads the layout from the header comment of the source):
 - binding 0 is a uniform `Params` struct: the thread count, the dispatch strides, each buffer's start (a view's offset,
@@ -31,8 +32,9 @@ from dataclasses import dataclass, field
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, base_rendering
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 HEADER_PREFIX = "// tinycore-webgpu"
@@ -716,7 +718,7 @@ def _const(ctx: RenderContext, x: UOp) -> None:
     _type_of(ctx, x.dtype)
 
 
-wgsl_rendering = PatternMatcher([
+wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global), (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
     (UPat(Ops.CONST, name="x"), _const), (UPat(Ops.SPECIAL, name="x"), _special),
     (UPat(Ops.DEFINE_REG, name="x"), _define_reg), (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),

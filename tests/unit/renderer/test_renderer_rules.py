@@ -13,6 +13,7 @@ import pytest
 
 from tinycore.dtype import dtypes
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, base_rendering
+from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
@@ -31,7 +32,7 @@ class FmulLanguage(CStyleLanguage):
     """A dialect that spells float products as a function call and everything else as the base does."""
 
     device = "TESTRULES"
-    string_rewrite = PatternMatcher([(UPat(Ops.MUL, name="x"), _float_multiply)]) + base_rendering
+    string_rewrite = text_rules([(UPat(Ops.MUL, name="x"), _float_multiply)]) + base_rendering
 
 
 def _program() -> list[UOp]:
@@ -62,7 +63,7 @@ def test_the_base_alone_renders_the_product_with_an_operator() -> None:
 
 def test_an_op_no_rule_renders_is_refused_with_its_name() -> None:
     class NoLoads(CStyleLanguage):
-        string_rewrite = PatternMatcher([(UPat(Ops.LOAD), lambda: None)]) + PatternMatcher(
+        string_rewrite = text_rules([(UPat(Ops.LOAD), lambda: None)]) + PatternMatcher(
             [rule for rule in base_rendering.patterns if rule[0].op != (Ops.LOAD,)])
     with pytest.raises(ValueError, match="NoLoads cannot render Ops.LOAD"):
         NoLoads().render_named(_program(), "square")
