@@ -66,12 +66,15 @@ def test_slot_arguments_are_checked(model_path: str) -> None:
         model.decode_slots([1], [16])
 
 
-def _collect(events: queue.Queue[Event], count: int) -> tuple[dict[int, list[int]], dict[int, str]]:
-    """The tokens and finish reasons of `count` sequences, read until each has finished."""
+def _collect(events: queue.Queue[Event], count: int,
+             already: tuple[Event, ...] = ()) -> tuple[dict[int, list[int]], dict[int, str]]:
+    """The tokens and finish reasons of `count` sequences, from the events `already` read and then the queue's,
+    until each has finished."""
     tokens: dict[int, list[int]] = {index: [] for index in range(count)}
     reasons: dict[int, str] = {}
+    pending = list(already)
     while len(reasons) < count:
-        event = events.get(timeout=TIMEOUT)
+        event = pending.pop(0) if pending else events.get(timeout=TIMEOUT)
         if isinstance(event, ErrorEvent):
             raise AssertionError(event.message)
         if isinstance(event, TokenEvent):
@@ -101,8 +104,7 @@ def test_scheduler_matches_one_at_a_time(model_path: str) -> None:
         scheduler.submit(requests[:2])
         first = events.get(timeout=TIMEOUT)  # the first wave is running
         scheduler.submit(requests[2:])
-        events.put(first)
-        tokens, reasons = _collect(events, 5)
+        tokens, reasons = _collect(events, 5, (first,))
         assert [tokens[index] for index in range(5)] == expected
         assert reasons[3] == "stop" and len(expected[3]) == 4
         assert all(reasons[index] == "length" for index in (0, 1, 2, 4))
@@ -136,8 +138,7 @@ def test_scheduler_reuses_a_slots_prefix_and_cancels(model_path: str) -> None:
         scheduler.submit([running])
         first = events.get(timeout=TIMEOUT)
         running.cancelled = True  # cancelled while it runs: it ends at the next step, far before 28 tokens
-        events.put(first)
-        tokens, reasons = _collect(events, 1)
+        tokens, reasons = _collect(events, 1, (first,))
         assert reasons == {0: "cancelled"} and 1 <= len(tokens[0]) < 28
         assert tokens[0] == greedy_reference(model_path, [3], len(tokens[0]))
     finally:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy
 
@@ -26,6 +27,15 @@ from tinycore.uop.uop import UOp
 
 Position = int | UOp
 """A start position: a Python int, or a bound Variable inside the jitted decode step."""
+
+
+@dataclass
+class RowPositions:
+    """Each row's own position in a decode step of several sequences: an int32 tensor (batch,) for the attention
+    masks and the rope angles, and one bound Variable per row for the cache writes."""
+
+    tensor: Tensor
+    variables: list[UOp]
 
 PREFILL_CHUNK = 64
 """Prompt tokens run through the model at once while prefilling."""
@@ -134,12 +144,12 @@ class Block:
         self.cache_values.realize()
 
     def attention(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
-                  positions: Tensor | None = None, slot: int = 0) -> Tensor:
+                  positions: RowPositions | None = None, slot: int = 0) -> Tensor:
         """Grouped-query attention of x (batch, T, dim) over the cached positions and its own, after writing its
         keys and values into the cache rows [slot, slot + batch) at start_pos. `valid` (batch, max_context) bool
         marks the positions that hold tokens of each sequence (False: left padding, never attended to except by the
-        padding itself). With `positions` (batch,) int32 (T = 1, slot 0), each row's token sits at its own position
-        (start_pos is then their largest) and attends to the row's positions up to its own."""
+        padding itself). With `positions` (T = 1, slot 0), each row's token sits at its own position (start_pos is then
+        their largest) and attends to the row's positions up to its own."""
         config = self.config
         batch, length, _ = x.shape
         projected = []
@@ -163,13 +173,12 @@ class Block:
             for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
                 cache.shrink((rows, (start_pos, end), None, None)).assign(new).realize()  # type: ignore[arg-type]
         else:
-            # each row writes its one position: the window [0, end) that attention reads anyway is rewritten with
-            # the new key where the position matches, which costs what reading it costs (no scatter needed)
-            here = self.key_positions(end, x.device).unsqueeze(0).unsqueeze(-1).unsqueeze(-1) == \
-                positions.reshape(batch, 1, 1, 1)
-            for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
-                window = cache.shrink((rows, (0, end), None, None))  # type: ignore[arg-type]
-                window.assign(here.where(new, window)).realize()
+            # each row writes its one position through a Variable of its own: a small kernel per row, where one
+            # masked rewrite of every row's window would move as many bytes as attention reads
+            writes = [cache.shrink(((row, row + 1), (variable, variable + 1), None, None)).assign(  # type: ignore
+                new[row:row + 1]) for row, variable in enumerate(positions.variables)
+                for cache, new in ((self.cache_keys, key), (self.cache_values, value))]
+            writes[0].realize(*writes[1:])
         group = config.heads // config.kv_heads
         # (batch, kv_heads, group, T, head_dim) against (batch, kv_heads, 1, S, head_dim): no repeated keys
         query = query.reshape(batch, length, config.kv_heads, group, config.head_dim).permute(0, 2, 3, 1, 4)
@@ -178,7 +187,7 @@ class Block:
         scores = query.matmul(keys.transpose(-2, -1)) * (1.0 / math.sqrt(config.head_dim))
         allowed: Tensor | None = None
         if positions is not None:  # (batch, 1, 1, 1, S): a row's own positions, none past its token
-            allowed = (self.key_positions(end, x.device).unsqueeze(0) <= positions.reshape(batch, 1))
+            allowed = (self.key_positions(end, x.device).unsqueeze(0) <= positions.tensor.reshape(batch, 1))
             allowed = allowed.unsqueeze(1).unsqueeze(1).unsqueeze(1)
         if length > 1:
             assert isinstance(start_pos, int), "several positions at once run with a concrete start position"
@@ -272,7 +281,7 @@ class Block:
         return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
     def __call__(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
-                 positions: Tensor | None = None, slot: int = 0) -> Tensor:
+                 positions: RowPositions | None = None, slot: int = 0) -> Tensor:
         """The layer's output for x (batch, T, dim) at positions start_pos.. (or `positions`, one per row) of the
         cache rows from `slot` (pre-norm residual blocks)."""
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
@@ -311,6 +320,7 @@ class Transformer:
         self._decode = TinyJit(self._decode_step)
         self._batch_decodes: dict[int, TinyJit] = {}  # one captured step per batch size
         self._slot_decodes: dict[int, TinyJit] = {}  # one captured step per row count
+        self.row_positions = [Variable(f"row_{row}_pos", 0, self.max_context - 1) for row in range(max_batch)]
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], max_context: int | None = None,
@@ -331,15 +341,16 @@ class Transformer:
         return cls(config, weights, max_context, device, metadata, max_batch)
 
     def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False,
-                valid: Tensor | None = None, positions: Tensor | None = None, slot: int = 0) -> Tensor:
+                valid: Tensor | None = None, positions: RowPositions | None = None, slot: int = 0) -> Tensor:
         """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
         (batch, 1, vocab), when `last_only`), writing their keys and values into the cache rows [slot, slot +
         batch). `valid` (batch, max_context) bool: the positions holding tokens (left padding excluded from
-        attention). `positions` (batch,) int32, with T = 1: each row's own position (start_pos their largest)."""
+        attention). `positions`, with T = 1: each row's own position (start_pos their largest)."""
         batch, length = tokens.shape
         x = self.embedding.gather_rows(tokens)
         if positions is not None:
-            rope = self.rope[positions].reshape(batch, 1, *self.rope.shape[1:])
+            # gathered once per step: left lazy, every layer's rope would select its rows from the whole table again
+            rope = self.rope[positions.tensor].reshape(batch, 1, *self.rope.shape[1:]).realize()
         else:
             # reshaped to the static length: a shrink by a bound Variable leaves the size as (start + T) - start
             rope = self.rope.shrink(((start_pos, start_pos + length), None, None))  # type: ignore[arg-type]
@@ -375,8 +386,9 @@ class Transformer:
     def _batch_decode_step(self, tokens: Tensor, start_pos: UOp, valid: Tensor) -> Tensor:
         return self.forward(tokens, start_pos, valid=valid).reshape(tokens.shape[0], -1).realize()
 
-    def _slot_decode_step(self, tokens: Tensor, positions: Tensor, end: UOp) -> Tensor:
-        return self.forward(tokens, end, positions=positions).reshape(tokens.shape[0], -1).realize()
+    def _slot_decode_step(self, tokens: Tensor, positions: Tensor, end: UOp, variables: list[UOp]) -> Tensor:
+        rows = RowPositions(positions, variables)
+        return self.forward(tokens, end, positions=rows).reshape(tokens.shape[0], -1).realize()
 
     def _prefill(self, ids: Sequence[int], start_pos: int, slot: int = 0) -> numpy.ndarray:
         """Run ids from position start_pos in chunks into cache row `slot`; the last position's logits."""
@@ -417,7 +429,8 @@ class Transformer:
         step = self._slot_decodes.setdefault(rows, TinyJit(self._slot_decode_step))
         token_tensor = Tensor([[int(token)] for token in tokens], dtype=dtypes.int32, device=self.device)
         position_tensor = Tensor([int(position) for position in positions], dtype=dtypes.int32, device=self.device)
-        logits = step(token_tensor, position_tensor, self.position.bind(int(max(positions))))
+        variables = [self.row_positions[row].bind(int(position)) for row, position in enumerate(positions)]
+        logits = step(token_tensor, position_tensor, self.position.bind(int(max(positions))), variables)
         return numpy.asarray(logits.numpy()).reshape(rows, -1)
 
     def generate(self, ids: Sequence[int], max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
