@@ -4,6 +4,7 @@ in a few seconds."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -67,7 +68,12 @@ if __name__ == "__main__":
     parser.add_argument("--compile", action="store_true", help="torch.compile(model, backend='tiny')")
     options = parser.parse_args()
     if options.device.startswith("tiny"):
-        import tiny_torch
+        try:
+            import tiny_torch
+        except ImportError as error:  # a simple mistake: one line and status 2, as the `tiny` command does
+            print(f"torch_digits.py: --device {options.device} needs tiny-torch ({error}): "
+                  "pip install -e plugins/tiny-torch, or pass --device cpu", file=sys.stderr)
+            sys.exit(2)
     start = time.perf_counter()
     accuracy = train(options.device, options.compile)
     print(f"test accuracy {accuracy:.3f} on {options.device} in {time.perf_counter() - start:.1f} s")

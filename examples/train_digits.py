@@ -78,8 +78,9 @@ def train_distributed(args: argparse.Namespace, data: tuple[np.ndarray, ...], na
     distributed.init()  # outside mpiexec this says how to launch; without mpi4py, what to install
     rank, world = distributed.rank(), distributed.world_size()
     if args.batch % world:
-        raise SystemExit(f"--batch {args.batch} does not split evenly over {world} processes: pass a multiple of "
-                         f"{world}")
+        print(f"train_digits.py: --batch {args.batch} does not split evenly over {world} processes: pass a multiple "
+              f"of {world}", file=sys.stderr)
+        return 2
     x_train, y_train, x_test, y_test = data
     part = distributed.shard_indices(len(x_train))
     x_local, y_local = x_train[part.start:part.stop], y_train[part.start:part.stop]
@@ -201,4 +202,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tinycore.cli import run_program
+    sys.exit(run_program("train_digits.py", main))  # a mistake (--distributed outside mpiexec): one line, status 2

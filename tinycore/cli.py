@@ -8,7 +8,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tinycore.helpers import DEV, colored
@@ -239,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `tiny` command; returns the exit status.
 
-    A reader that closes the pipe early (`tiny plugins | head -1`) ends the command quietly with status 0."""
+    A reader that closes the pipe early (`tiny plugins | head -1`) ends the command quietly with status 0. A mistake
+    in how the command was run or set up (see `user_errors`) is one line on stderr and status 2."""
     try:
         status = _run(argv)
         sys.stdout.flush()
@@ -247,6 +248,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 0
+    except user_errors() as error:
+        return report_user_error("tiny", error)
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """The errors that report a mistake in how a program was run or set up, not a fault in tinycore: a DEV that is
+    malformed or names what is not installed, a device that cannot be opened, a distributed run outside its launcher
+    or without MPI, a missing or malformed file. Their messages say what to do, so they are shown without a
+    traceback."""
+    from tinycore.device.registry import DeviceNotInstalledError, DeviceOpenError, SelectionError
+    from tinycore.distributed import DistributedError, MPIUnavailableError
+    from tinycore.nn.file_checks import MalformedFileError
+    from tinycore.target import DevError
+    return (DevError, DeviceNotInstalledError, DeviceOpenError, SelectionError, DistributedError, MPIUnavailableError,
+            MalformedFileError, FileNotFoundError)
+
+
+def report_user_error(program: str, error: BaseException) -> int:
+    """Print `program: message` for a user error on one line of stderr (the traceback too at DEBUG >= 1, for a bug
+    report) and return the exit status 2."""
+    from tinycore.helpers import DEBUG
+    if DEBUG >= 1:
+        import traceback
+        traceback.print_exception(error, file=sys.stderr)
+    message = " ".join(str(error).split()) or type(error).__name__
+    print(f"{program}: {message}", file=sys.stderr)
+    return 2
+
+
+def run_program(program: str, entry: Callable[[], int]) -> int:
+    """Run a program's `entry` (an example's main) and return its exit status; a user error (`user_errors`) is one
+    line on stderr, `program: message`, and status 2."""
+    try:
+        return entry()
+    except user_errors() as error:
+        return report_user_error(program, error)
 
 
 def _silence_stdout() -> None:
