@@ -153,7 +153,7 @@ def test_queue_cap(model_path: str) -> None:
     try:
         events: queue.Queue[Event] = queue.Queue()
         requests = [GenerationRequest([1], 2, events, index=index) for index in range(3)]
-        with pytest.raises(QueueFullError, match="the queue holds 1"):
+        with pytest.raises(QueueFullError, match="which holds 1"):
             scheduler.submit(requests)
         scheduler.submit(requests[:2])
         tokens, reasons = _collect(events, 2)

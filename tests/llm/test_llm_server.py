@@ -185,7 +185,8 @@ def _log_softmax(logits: numpy.ndarray) -> numpy.ndarray:
 def test_logprobs(server: tuple[str, str]) -> None:
     """Greedy completions with logprobs=2: each token's log-probability is the reference's log-softmax at the
     chosen token (1e-3), its two alternatives start with the chosen token itself, and text offsets count the
-    tokens' characters; chat's logprobs/top_logprobs give the same numbers with the tokens' bytes."""
+    tokens' characters; streamed chunks carry the same entries between them; chat's logprobs/top_logprobs give
+    the same numbers with the tokens' bytes."""
     base, path = server
     prompt = [ord("a"), ord("b")]
     expected = [token for token in greedy_reference(path, prompt, 4, stop=(IM_END,)) if token != IM_END]
@@ -202,6 +203,12 @@ def test_logprobs(server: tuple[str, str]) -> None:
         assert len(top) <= 2 and list(top)[0] == bytes([token]).decode("utf-8", errors="replace")
         assert abs(list(top.values())[0] - row.max()) < 1e-3
     assert logprobs["text_offset"] == list(range(len(expected)))
+    streamed = [choice["logprobs"] for event in _events(base, "/completions", {"prompt": "ab", "max_tokens": 4,
+                                                                               "temperature": 0, "logprobs": 2})
+                for choice in event["choices"] if choice["logprobs"] is not None]
+    assert [token for part in streamed for token in part["tokens"]] == logprobs["tokens"]
+    assert [value for part in streamed for value in part["token_logprobs"]] == logprobs["token_logprobs"]
+    assert [offset for part in streamed for offset in part["text_offset"]] == logprobs["text_offset"]
     status, body = _post(base, "/chat/completions", {"messages": [{"role": "user", "content": "ab"}],
                                                      "max_tokens": 3, "temperature": 0, "logprobs": True,
                                                      "top_logprobs": 1})
@@ -253,7 +260,8 @@ def test_port_in_use_is_one_line(server: tuple[str, str], capsys: pytest.Capture
 
 def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
     """With one slot and no room to wait (--parallel 1 --max-queue 0), a request that comes while another streams
-    gets 429 with a rate_limit_error; once the first is done, the next is served."""
+    gets 429 with a rate_limit_error; once the first is done, the next is served; n=2, which could never fit, is a
+    400 naming 'n'."""
     path = os.fspath(tmp_path_factory.mktemp("busy") / "busy.gguf")
     write_model(path, dim=32, hidden=64, layers=1, heads=2, kv_heads=1, vocab=40, seed=2)  # no stop token
     with served(path, "--parallel", "1", "--max-queue", "0", "--max-context", "64") as base:
@@ -268,3 +276,6 @@ def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
             stream.read()
         status, body = _post(base, "/completions", {"prompt": [3], "max_tokens": 2, "temperature": 0})
         assert status == 200 and body["usage"]["completion_tokens"] == 2
+        status, body = _post(base, "/completions", {"prompt": [3], "max_tokens": 2, "n": 2})
+        assert status == 400 and body["error"]["param"] == "n" and "(1: --parallel plus --max-queue)" in \
+            body["error"]["message"]

@@ -110,8 +110,9 @@ class BatchScheduler:
         with self.condition:
             free = self.model.max_batch - len(self.active)
             if len(self.waiting) + len(requests) - free > self.max_queued:
-                raise QueueFullError(f"{len(self.waiting)} sequences already wait for one of the "
-                                     f"{self.model.max_batch} slots (the queue holds {self.max_queued})")
+                raise QueueFullError(f"{len(self.waiting)} sequence(s) already wait for one of the "
+                                     f"{self.model.max_batch} slots and {len(requests)} more would exceed the queue, "
+                                     f"which holds {self.max_queued}")
             self.waiting.extend(requests)
             self.condition.notify_all()
 

@@ -179,6 +179,10 @@ class LLMServer:
                                       frozenset(tokenizer.stop_ids), options["logprobs"], index)
                     for index in range(count)]
         choices = [_Choice(TextAssembler(tokenizer, options["stop"])) for _ in range(count)]
+        capacity = self.session.model.max_batch + self.scheduler.max_queued
+        if count > capacity:
+            raise RequestError(400, f"'n' is {count}, more sequences than this server runs and queues together "
+                               f"({capacity}: --parallel plus --max-queue)", "n")
         try:
             self.scheduler.submit(requests)
         except QueueFullError as error:
