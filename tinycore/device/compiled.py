@@ -7,7 +7,7 @@ from typing import Any
 
 from tinycore.device.allocator import Allocator
 from tinycore.device.compiler import Compiler
-from tinycore.plugins.contract import DeviceContract
+from tinycore.plugins.contract import DeviceContract, GraphFactory
 
 
 class Compiled(DeviceContract):
@@ -19,7 +19,7 @@ class Compiled(DeviceContract):
     """
 
     def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
-                 runtime: Callable[[str, bytes], Any], graph: Any = None):
+                 runtime: Callable[[str, bytes], Any], graph: GraphFactory | None = None):
         self.device = device
         self.allocator = allocator
         self.renderer = renderer

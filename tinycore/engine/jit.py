@@ -12,11 +12,12 @@ temporaries are never alive at the same time share memory.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 from tinycore.counters import GlobalCounters
 from tinycore.helpers import JIT
+from tinycore.plugins.contract import GraphContract
 
 ReturnType = TypeVar("ReturnType")
 
@@ -167,13 +168,19 @@ class _Replay:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
 
-    def _refresh_handles(self) -> None:
-        """Device handles for every argument again, after free_intermediates released the intermediates."""
+    def held_buffers(self) -> list[Any]:
+        """The Buffers of the last replay's arguments (its inputs in place of the captured ones)."""
+        return [buffer for buffers in self.buffer_objects for buffer in buffers]
+
+    def refreshed(self) -> _Replay:
+        """This replay with device handles for every argument again, after free_intermediates released the
+        intermediates."""
         for handles, buffers in zip(self.arguments, self.buffer_objects, strict=True):
             for position, buffer in enumerate(buffers):
                 handles[position] = buffer.ensure_allocated()._buf
+        return self
 
-    def run(self, input_buffers: list[Any], bindings: dict[Any, int] | None = None) -> None:
+    def run(self, input_buffers: Sequence[Any], bindings: Mapping[Any, int] | None = None) -> None:
         """Run every captured launch with `input_buffers` in place of the captured inputs and the values of
         `bindings` (variable -> value) for the captured values of those variables."""
         views: list[Any] = []
@@ -220,7 +227,7 @@ class CapturedJit:
     """What TinyJit captured (`TinyJit.captured`, as tinygrad names it): the launches, the return value, and a way to
     release the replay's intermediate memory between calls."""
 
-    def __init__(self, replay: Any, ret: Any, pruned_count: int, input_buffers: list[Any]):
+    def __init__(self, replay: GraphContract, ret: Any, pruned_count: int, input_buffers: list[Any]):
         from tinycore.tensor.creation import random_key_buffers
         self.replay, self.ret, self.pruned_count = replay, ret, pruned_count
         self.input_buffers = input_buffers
@@ -256,7 +263,7 @@ class CapturedJit:
         freed_ids = {id(base) for base in freed}
         views = [buffer for call in self.replay.calls for buffer in call.buffers
                  if buffer._base is not None and id(buffer._base) in freed_ids]
-        views += [buffer for buffers in getattr(self.replay, "buffer_objects", []) for buffer in buffers
+        views += [buffer for buffer in self.replay.held_buffers()
                   if buffer._base is not None and id(buffer._base) in freed_ids]
         for view in views:
             view.deallocate()
@@ -272,12 +279,7 @@ class CapturedJit:
         for call in self.replay.calls:
             for buffer in call.buffers:
                 buffer.ensure_allocated()
-        refresh = getattr(self.replay, "_refresh_handles", None)
-        if refresh is not None:
-            refresh()
-        else:  # a queue device's graph holds addresses in its command queue: build it again
-            self.replay = type(self.replay)(self.replay.device, self.replay.calls, self.input_buffers,
-                                            self.replay.keep_alive)
+        self.replay = self.replay.refreshed()
         self.released = False
 
     def next_random_keys(self) -> None:
@@ -406,7 +408,7 @@ class TinyJit(Generic[ReturnType]):
     def reset(self) -> None:
         """Forget the captured launches: the next call runs the function, the one after captures again."""
         self.count = 0
-        self.replay: Any = None  # a _Replay, or an HCQGraph on a queue device
+        self.replay: GraphContract | None = None  # a _Replay, or the first device's graph (DeviceContract.graph)
         self._captured: CapturedJit | None = None
         self.captured_signature: list[tuple[Any, ...]] | None = None
         self.captured_return: Any = None
@@ -456,12 +458,11 @@ class TinyJit(Generic[ReturnType]):
             recorded, pruned = _prune(recorded, input_buffers)
             _settle_pruned(pruned)
         pools = _plan_temporaries(recorded)
-        from tinycore.hcq.graph import HCQGraph, graph_device
-        device = graph_device(recorded, input_buffers)
-        if device is not None:
-            self.replay = HCQGraph(device, recorded, input_buffers, pools)
-        else:
-            self.replay = _Replay(recorded, input_buffers, pools)
+        from tinycore.device.registry import Device
+        first = recorded[0]  # a kernel's device, or a copy's destination's: its graph may run the whole capture
+        graph = Device[first.runner.device if first.runner is not None else first.buffers[0].device].graph
+        replay = graph(recorded, input_buffers, pools) if graph is not None else None
+        self.replay = replay if replay is not None else _Replay(recorded, input_buffers, pools)
         self._captured = CapturedJit(self.replay, result, len(pruned), input_buffers)
         self.captured_signature = _signature(inputs)
         self.captured_return = result

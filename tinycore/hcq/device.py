@@ -17,6 +17,7 @@ from tinycore.device.allocator import Allocator
 from tinycore.device.compiled import Compiled
 from tinycore.device.compiler import Compiler
 from tinycore.hcq import profile
+from tinycore.hcq.graph import capture_graph
 from tinycore.hcq.queue import HCQArguments, HWQueue
 from tinycore.hcq.signal import HCQSignal
 from tinycore.helpers import PROFILE
@@ -134,7 +135,7 @@ class HCQCompiled(Compiled):
 
     def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
                  program_type: type[HCQProgram], queues: HCQQueues | None = None):
-        super().__init__(device, allocator, renderer, compiler, self._load_program, graph=None)
+        super().__init__(device, allocator, renderer, compiler, self._load_program, graph=capture_graph)
         self.program_type = program_type
         if queues is None:
             from tinycore.device.registry import hcq_queues

@@ -5,26 +5,50 @@ At capture every kernel gets an argument block of its own (kept for the graph's 
 device's queue; each queue first waits for its device's timeline and ends by signalling it, and is bound to the
 device once. Where the capture passes from one device to another, the first device's queue signals a graph signal
 of its own and the next device's queue waits for it, so the calls keep their captured order; a copy between two
-devices that share memory (`HCQCompiled.shares_memory_with`) is a copy command in the destination's queue. A replay
+devices that share memory (`GraphDevice.shares_memory_with`) is a copy command in the destination's queue. A replay
 writes only what changed into the argument blocks (the addresses of the new input buffers, the values of the
 Variables) and submits each queue once: the timeline and graph-signal values and any symbolic launch sizes are
 resolved at submit. A capture on one device is one submission.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tinycore.dtype import dtypes
 from tinycore.hcq import profile
-from tinycore.hcq.device import HCQCompiled, HCQProgram
-from tinycore.hcq.queue import HCQArguments, HWQueue
+from tinycore.hcq.queue import HCQArguments, HWQueue, QueueDevice
 from tinycore.hcq.signal import HCQSignal
 from tinycore.uop.symbolic import Variable, sym_infer
 from tinycore.uop.uop import UOp
 
-DeviceQueue = HWQueue[HCQSignal, HCQProgram]
-"""The queues the graph records into: the device's compute and copy queues."""
+DeviceQueue = HWQueue[HCQSignal, Any]
+"""The queues the graph records into: the device's compute queues."""
+
+
+class GraphDevice(QueueDevice, Protocol):
+    """What the graph uses of a queue device (tinycore.hcq.device.HCQCompiled, whose `graph` is `capture_graph`)."""
+
+    profiling: bool
+    submit_lock: threading.Lock
+    timeline_signal: HCQSignal
+    timeline_value: int
+
+    def compute_queue(self) -> DeviceQueue:
+        """A new compute queue."""
+
+    def new_signal(self, value: int = 0, name: str = "signal") -> HCQSignal:
+        """A new signal holding `value`."""
+
+    def next_timeline_value(self) -> int:
+        """The timeline value the next submission signals."""
+
+    def shares_memory_with(self, other: GraphDevice) -> bool:
+        """True when the two devices' queues can copy between each other's memory."""
+
+    def synchronize(self) -> None:
+        """Wait for every submitted command."""
 
 TIMELINE_WAIT = Variable("hcq_timeline_wait", 0, 2**62, dtypes.int64)
 TIMELINE_SIGNAL = Variable("hcq_timeline_signal", 0, 2**62, dtypes.int64)
@@ -36,7 +60,7 @@ def _call_device(call: Any) -> str:
     return str(call.runner.device if call.runner is not None else call.buffers[0].device)
 
 
-def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> HCQCompiled | None:
+def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> GraphDevice | None:
     """The first queue device of the captured `calls` when the queues of their devices can run all of them, else
     None (TinyJit then replays call by call).
 
@@ -50,23 +74,30 @@ def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> HCQCompi
     for call in calls:
         devices = [call.runner.device] if call.runner is not None else [buffer.device for buffer in call.buffers]
         opened = [Device[name] for name in devices]
-        if not all(isinstance(device, HCQCompiled) for device in opened):
+        if not all(device.graph is capture_graph for device in opened):  # queue devices, run by this graph
             return None
         if call.runner is None:
             if any(id(buffer) in inputs or id(buffer.base) in inputs for buffer in call.buffers):
                 return None
             if not opened[0].shares_memory_with(opened[1]):
                 return None
-    first: HCQCompiled = Device[_call_device(calls[0])]
+    first: GraphDevice = Device[_call_device(calls[0])]  # type: ignore[assignment]  # a queue device (above)
     return first
+
+
+def capture_graph(calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]) -> HCQGraph | None:
+    """`GraphDevice.graph` (GraphContract): an HCQGraph of `calls` when the queues of their devices can run all of
+    them (graph_device), else None."""
+    device = graph_device(calls, input_buffers)
+    return None if device is None else HCQGraph(device, calls, input_buffers, keep_alive)
 
 
 class HCQGraph:
     """Captured calls of queue devices as one bound compute queue per device (see the module docstring)."""
 
-    def __init__(self, device: HCQCompiled, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
+    def __init__(self, device: GraphDevice, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
         from tinycore.device.registry import Device
-        self.device, self.calls, self.keep_alive = device, calls, keep_alive
+        self.device, self.calls, self.keep_alive, self.input_buffers = device, calls, keep_alive, input_buffers
         input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
         # (argument block, argument number, input number, view (size, dtype, offset) or None for the whole buffer)
         self.input_patches: list[tuple[HCQArguments, int, int, Any]] = []
@@ -74,16 +105,16 @@ class HCQGraph:
         self.value_patches: list[tuple[HCQArguments, int, UOp]] = []
         self.captured_values: dict[UOp, int] = {}
         self.argument_blocks: list[HCQArguments] = []  # the queues hold only their addresses
-        self.timed: list[tuple[HCQCompiled, str, HCQSignal, HCQSignal]] = []
-        self.devices: list[HCQCompiled] = [device]
-        self.queues: dict[HCQCompiled, DeviceQueue] = {}
-        self.sync_signals: dict[HCQCompiled, HCQSignal] = {}
+        self.timed: list[tuple[GraphDevice, str, HCQSignal, HCQSignal]] = []
+        self.devices: list[GraphDevice] = [device]
+        self.queues: dict[GraphDevice, DeviceQueue] = {}
+        self.sync_signals: dict[GraphDevice, HCQSignal] = {}
         syncs = 0
-        previous: HCQCompiled | None = None
+        previous: GraphDevice | None = None
         for call in calls:
             self.captured_values.update(call.var_vals)
             name = _call_device(call)
-            current: HCQCompiled = device if name == device.device else Device[name]
+            current: GraphDevice = device if name == device.device else Device[name]
             if current not in self.queues:
                 if current not in self.devices:
                     self.devices.append(current)
@@ -108,10 +139,10 @@ class HCQGraph:
             queue.signal(current.timeline_signal, TIMELINE_SIGNAL).bind(current)
         self.sync_stride = syncs + 1
         self.replays = 0
-        self.last_values: dict[HCQCompiled, int] = {current: 0 for current in self.queues}
+        self.last_values: dict[GraphDevice, int] = {current: 0 for current in self.queues}
         self.queue = self.queues[self.devices[0]] if self.devices else None
 
-    def _add_kernel(self, device: HCQCompiled, queue: DeviceQueue, call: Any, input_index: dict[int, int]) -> None:
+    def _add_kernel(self, device: GraphDevice, queue: DeviceQueue, call: Any, input_index: dict[int, int]) -> None:
         runner = call.runner
         buffers = [call.buffers[position] for position in runner.globals] if runner.globals else list(call.buffers)
         spec = runner.spec
@@ -128,7 +159,7 @@ class HCQGraph:
         self._timed(device, queue, runner.name, queue.exec, runner.program, arguments, spec.global_size,
                     spec.local_size)
 
-    def _timed(self, device: HCQCompiled, queue: DeviceQueue, name: str, add: Any, *arguments: Any) -> None:
+    def _timed(self, device: GraphDevice, queue: DeviceQueue, name: str, add: Any, *arguments: Any) -> None:
         """Add a command (`add(*arguments)`), between two timestamps when the device is profiling."""
         if not device.profiling:
             add(*arguments)
@@ -158,6 +189,14 @@ class HCQGraph:
     def kernel_count(self) -> int:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
+
+    def held_buffers(self) -> list[Any]:
+        """None besides the calls' own: the queues hold device addresses, not Buffers."""
+        return []
+
+    def refreshed(self) -> HCQGraph:
+        """A graph built again: its queues hold the addresses of the memory that was released."""
+        return HCQGraph(self.device, self.calls, self.input_buffers, self.keep_alive)
 
     def run(self, input_buffers: Sequence[Any], var_vals: Mapping[UOp, int] | None = None) -> None:
         """Replay with `input_buffers` in place of the captured inputs and `var_vals` for the Variables: patch the

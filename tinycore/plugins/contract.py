@@ -15,7 +15,7 @@ Optional methods are found by the helpers at the end (`makes_views`, `copies_to_
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -206,6 +206,34 @@ class LaunchableProgram(ProgramContract, Protocol):
         """A fast launch function for these launch dimensions."""
 
 
+class GraphContract(Protocol):
+    """A device's runner of a whole TinyJit capture, as `DeviceContract.graph` builds it: the captured calls (kernel
+    launches and copies, in order) replayed as one unit with new input buffers and Variable values."""
+
+    calls: list[Any]
+    """The captured calls it replays (the JIT reads their buffers and runners)."""
+
+    @property
+    def kernel_count(self) -> int:
+        """How many kernel launches (not copies) a replay runs."""
+
+    def run(self, input_buffers: Sequence[Any], var_vals: Mapping[Any, int] | None = None) -> None:
+        """Replay with `input_buffers` in place of the captured inputs and `var_vals` for the captured values of
+        those Variables."""
+
+    def held_buffers(self) -> list[Any]:
+        """The Buffers it holds besides those of `calls` (the last replay's inputs), for the JIT to release."""
+
+    def refreshed(self) -> GraphContract:
+        """A runner of the same calls after the JIT allocated their intermediate buffers again (it may be this one,
+        its device handles updated, or a new one built over the new memory)."""
+
+
+GraphFactory = Callable[[list[Any], list[Any], list[Any]], "GraphContract | None"]
+"""`graph(calls, input_buffers, keep_alive)`: the device's runner of a whole capture, or None when it cannot run
+these calls (the JIT then replays them call by call). `keep_alive` are buffers the runner must hold."""
+
+
 class DeviceContract:
     """An opened device, as the device class named by `tiny_devices` builds it (subclass tinycore.device.Compiled)."""
 
@@ -219,8 +247,9 @@ class DeviceContract:
     """The compiler for its renderer's source."""
     runtime: Callable[[str, bytes], Any]
     """`runtime(function name, binary)` loads a program (ProgramContract)."""
-    graph: Any
-    """A graph runner class for TinyJit replays, or None."""
+    graph: GraphFactory | None
+    """How TinyJit replays a capture whose first call runs on this device as one unit (GraphFactory), or None: it
+    replays call by call."""
     capabilities: Any = None
     """What the conformance suite may check and `Renderer.supported_dtypes` answers (a dict or
     tinycore.testing DeviceCapabilities); None: the renderer's declaration, else every check."""
