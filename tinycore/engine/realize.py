@@ -163,6 +163,16 @@ def capture_end() -> None:
     _capturing.pop()
 
 
+def run_linear(linear: Any, var_vals: dict[UOp, int] | None = None) -> None:
+    """Run a schedule from `Tensor.linear_with_vars()` / `schedule_linear()` (a LinearSchedule), as tinygrad's
+    run_linear runs its LINEAR program; `var_vals` overrides the Variables' values the calls were made with."""
+    items = linear.items
+    if var_vals:
+        items = [item._replace(var_vals={variable: var_vals.get(variable, value)
+                                         for variable, value in item.var_vals.items()}) for item in items]
+    run_schedule(items, linear.temporaries)
+
+
 def run_schedule(items: Sequence[ScheduleItem], temporaries: Sequence[UOp] = ()) -> None:
     """Run `items` in order: copies through host memory, kernels through their compiled programs.
 

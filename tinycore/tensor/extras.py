@@ -9,7 +9,9 @@ from tinycore.dtype import ConstType, DTypeLike, dtypes
 from tinycore.tensor.support import optional_dtype
 
 if TYPE_CHECKING:
+    from tinycore.engine.linear import LinearSchedule
     from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.uop import UOp
 
 _MASK32 = 0xFFFFFFFF
 
@@ -88,15 +90,17 @@ class ExtrasMixin:
         _not_available("is_param_", "the engine has no parameter slots for callable graphs",
                        "Pass tensors as ordinary inputs to a TinyJit-decorated function instead")
 
-    def linear_with_vars(self: Tensor, *lst: Tensor) -> NoReturn:
-        """Not available: the engine exposes no LINEAR program graph."""
-        _not_available("linear_with_vars", "the engine does not expose a linearized program graph",
-                       "Call .realize() on the tensors, or use TinyJit to capture and replay the kernels")
+    def linear_with_vars(self: Tensor, *lst: Tensor) -> tuple[LinearSchedule, dict[UOp, int]]:
+        """The kernels and copies that realize this tensor and `lst`, in order, without running them (see
+        tinycore/engine/linear.py), and the values of the Variables they read. The tensors then name the buffers
+        the schedule fills: run it with `tinycore.engine.realize.run_linear` before reading them."""
+        from tinycore.engine.linear import linear_with_vars
+        return linear_with_vars([self, *lst])
 
-    def schedule_linear(self: Tensor, *lst: Tensor) -> NoReturn:
-        """Not available: the engine exposes no LINEAR schedule graph."""
-        _not_available("schedule_linear", "the engine does not expose a linearized schedule graph",
-                       "Call .realize() on the tensors, or use TinyJit to capture and replay the kernels")
+    def schedule_linear(self: Tensor, *lst: Tensor) -> LinearSchedule:
+        """The kernels and copies that realize this tensor and `lst`, in order, without running them (see
+        linear_with_vars)."""
+        return self.linear_with_vars(*lst)[0]
 
     def call(self: Tensor, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
         """Not available: calling a graph function needs the function-call engine."""

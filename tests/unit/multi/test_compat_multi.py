@@ -109,3 +109,30 @@ def test_allreduce_helper_sums_each_device() -> None:
     reduced = [Tensor(node).numpy() for node in allreduce(Ops.ADD, parts)]
     for value in reduced:
         np.testing.assert_array_equal(value, [3.0, 3.0, 3.0])
+
+
+def test_linear_schedule_lists_the_ring_copies_and_runs() -> None:
+    from tinycore.engine.realize import run_linear
+    devices = FOUR
+    data = np.arange(4 * 400, dtype=np.float32).reshape(4, 400)
+    with Context(RING=2):
+        total = Tensor(data).shard(devices, axis=0).realize().sum(0)
+        linear, var_vals = total.linear_with_vars()
+    copies = [call for call in linear.src if call.src[0].op is Ops.COPY]
+    kernels = [call for call in linear.src if call.src[0].op is Ops.SINK]
+    pairs = {(call.src[1].buffer.device, call.src[2].buffer.device) for call in copies}
+    # a reduce-scatter and an all-gather: each of the 4 chunks crosses 3 links, twice, always to the next device
+    assert len(copies) == 4 * 3 * 2 and len(pairs) == 4 and kernels and var_vals == {}
+    assert all(int(destination.split(":")[1]) == int(source.split(":")[1]) % 4 + 1 for destination, source in pairs)
+    run_linear(linear, var_vals)
+    np.testing.assert_array_equal(total.numpy(), data.sum(0))
+
+
+@pytest.mark.parametrize("cast", [0, 1])
+def test_linear_schedule_copy_dtypes_follow_allreduce_cast(cast: int) -> None:
+    with Context(ALLREDUCE_CAST=cast, RING=0):
+        total = Tensor(np.ones((4, 4), np.float16)).shard(DEVICES, axis=0).sum(0)
+        linear = total.schedule_linear()
+    crossing = {call.src[1].buffer.dtype for call in linear.src
+                if call.src[0].op is Ops.COPY and call.src[2].device in DEVICES}
+    assert crossing == ({dtypes.half} if cast else {dtypes.float})

@@ -187,8 +187,6 @@ def test_fetch_gunzip_and_errors(tmp_path: pathlib.Path, monkeypatch: pytest.Mon
     lambda tensor: tensor.custom_kernel(fxn=lambda *args: None),
     lambda tensor: tensor.call(fxn=tensor),
     lambda tensor: tensor.callify(),
-    lambda tensor: tensor.linear_with_vars(),
-    lambda tensor: tensor.schedule_linear(),
     lambda tensor: tensor.decode_hevc_frame(0, (2, 2), tensor),
 ])
 def test_unavailable_features_raise(call: object) -> None:
