@@ -212,6 +212,17 @@ def bench(session: nox.Session) -> None:
     session.run("python", "bench/bench_cpu.py", *session.posargs)
 
 
+@nox.session
+@frees_environment
+def onnx_backend(session: nox.Session) -> None:
+    """onnx's backend test suite (node cases written once to a cache, simple and pytorch-converted/operator models)
+    on tinycore's CPU, with a pass/fail line per case (`-- -k conv` for a part). Not run by default: ~2,000 cases
+    take ~30 minutes on two cores; tests/onnx keeps a fast subset in the default tests."""
+    session.install("-e", ".[test,onnx-test]", "-e", "plugins/tiny-cpu", "-e", "plugins/tiny-disk", TORCH)
+    session.run("pytest", "-q", "-p", "no:randomly", "tests/onnx/run_backend_suite.py",
+                *session.posargs, env={"DEV": "CPU"})
+
+
 DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
 """The source folders of every distribution built for release: tinycore and each in-tree plugin."""
 

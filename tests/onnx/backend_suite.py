@@ -2,8 +2,8 @@
 
 Node cases come from the on-disk cache that backend_cases.py writes; the simple, pytorch-converted and
 pytorch-operator cases from the onnx wheel's data folder. Cases whose model must be downloaded (the "real"
-models) are left out: the test machines have no network. `build_suite(patterns)` keeps only the cases matching
-any of `patterns` (regular expressions, as BackendTest.include takes them).
+models) are left out: the test machines have no network. `build_suite(module, names)` keeps only the node cases
+one of the given case names.
 """
 from __future__ import annotations
 
@@ -32,14 +32,18 @@ def node_cases_from_disk(node_dir: pathlib.Path) -> list[TestCase]:
     return cases
 
 
-def build_suite(module: str, patterns: Sequence[str] | None = None) -> BackendTest:
-    """BackendTest over TinycoreBackend with node cases read from the cache, real (downloaded) models left out."""
+def build_suite(module: str, names: Sequence[str] | None = None) -> BackendTest:
+    """BackendTest over TinycoreBackend with node cases read from the cache, real (downloaded) models left out.
+
+    With `names` (case names without test_), only those node cases are loaded."""
     node_dir = write_node_cases()
+    chosen = {f"test_{name}" for name in names} if names is not None else None
 
     def loader(data_dir: str = "", kind: str | None = None) -> list[TestCase]:
         if kind == "node":
-            return node_cases_from_disk(node_dir)
-        if kind == "real":
+            cases = node_cases_from_disk(node_dir)
+            return cases if chosen is None else [case for case in cases if case.name in chosen]
+        if kind == "real" or chosen is not None:
             return []
         return load_model_tests(kind=kind)
 
@@ -49,11 +53,14 @@ def build_suite(module: str, patterns: Sequence[str] | None = None) -> BackendTe
         suite = BackendTest(TinycoreBackend, module)
     finally:
         onnx_runner.load_model_tests = original
-    for pattern in patterns or ():
-        suite.include(pattern)
     return suite
 
 
 def cpu_cases(suite: BackendTest) -> dict[str, type[unittest.TestCase]]:
-    """The suite's test classes (pytest collects their `*_cpu` methods)."""
-    return suite.test_cases
+    """The suite's test classes with only their CPU variants (the suite also makes a CUDA variant of each case, which
+    TinycoreBackend.supports_device declines)."""
+    classes = suite.test_cases
+    for test_class in classes.values():
+        for name in [name for name in vars(test_class) if name.endswith("_cuda")]:
+            delattr(test_class, name)
+    return classes

@@ -2,6 +2,6 @@
 start with test_): `nox -s onnx_backend` runs it, or `pytest tests/onnx/run_backend_suite.py`."""
 from __future__ import annotations
 
-from backend_suite import build_suite
+from backend_suite import build_suite, cpu_cases
 
-globals().update(build_suite(__name__).test_cases)
+globals().update(cpu_cases(build_suite(__name__)))

@@ -47,13 +47,13 @@ def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
     integers (held one per byte)."""
     if array.dtype.name in ML_DTYPE_NAMES:
         target = ML_DTYPE_NAMES[array.dtype.name]
-        bits = np.ascontiguousarray(array).view(np.uint16 if target.itemsize == 2 else np.uint8)
+        bits = np.require(array, requirements="C").view(np.uint16 if target.itemsize == 2 else np.uint8)
         return Tensor(bits, device=device).bitcast(target)
     if array.dtype.name in ("int4", "uint4"):
         return Tensor(array.astype(np.int8 if array.dtype.name == "int4" else np.uint8), device=device)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))
-    return Tensor(np.ascontiguousarray(array), device=device)
+    return Tensor(np.require(array, requirements="C"), device=device)
 
 
 def dtype_label(dtype: DType) -> str:

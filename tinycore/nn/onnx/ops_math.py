@@ -315,9 +315,14 @@ def bitwise_not(x: Tensor) -> Tensor:
 
 @onnx_op("BitShift", 11)
 def bit_shift(x: Tensor, y: Tensor, direction: str = "LEFT") -> Tensor:
-    """x shifted left or right by y bits (unsigned integers)."""
-    shifted = x.lshift(y) if direction == "LEFT" else x.rshift(y)
-    return shifted.cast(x.dtype)
+    """x shifted left or right by y bits; a shift outside [0, bit width) gives 0 (or -1 shifting a negative right)."""
+    width = x.dtype.itemsize * 8
+    outside = (y < 0).bitwise_or(y >= width)
+    safe = outside.where(0, y)
+    if direction == "LEFT":
+        return outside.where(0, x.lshift(safe)).cast(x.dtype)
+    fill = (x < 0).where(-1, 0) if not dtypes.is_unsigned(x.dtype) else 0
+    return outside.where(fill, x.rshift(safe)).cast(x.dtype)
 
 
 @onnx_op("IsNaN", 9)

@@ -225,7 +225,7 @@ def lp_normalization(x: Tensor, axis: int = -1, p: int = 2) -> Tensor:
     """x divided by its p-norm (1 or 2) along `axis`."""
     axis = axis_of(axis, x.ndim)
     norm = x.abs().sum(axis, keepdim=True) if p == 1 else (x * x).sum(axis, keepdim=True).sqrt()
-    return x / norm
+    return (norm == 0).where(0, x / norm)
 
 
 @onnx_op("MeanVarianceNormalization", 9)
@@ -276,7 +276,9 @@ def _source_coordinates(mode: str, out_size: int, in_size: int, scale: float, ro
     if mode == "pytorch_half_pixel":
         return (position + 0.5) / scale - 0.5 if out_size > 1 else np.zeros(out_size)
     if mode == "align_corners":
-        return position * (in_size - 1) / (out_size - 1) if out_size > 1 else np.zeros(out_size)
+        # the resized length is in_size * scale, not its floor, when the output size came from a scale
+        resized = in_size * scale
+        return position * (in_size - 1) / (resized - 1) if out_size > 1 else np.zeros(out_size)
     if mode == "asymmetric":
         return position / scale
     if mode == "tf_crop_and_resize":

@@ -18,7 +18,7 @@ from tinycore.tensor import Tensor
 
 def _from_numpy(array: np.ndarray, like: Tensor) -> Tensor:
     """A host result as a Tensor on the device of `like`."""
-    return Tensor(np.ascontiguousarray(array), device=like.device)
+    return Tensor(np.require(array, requirements="C"), device=like.device)
 
 
 @onnx_op("Shape", 1)
@@ -49,7 +49,7 @@ def reshape(x: Tensor, shape: list[int], allowzero: int = 0) -> Tensor:
 @onnx_op("Flatten", 1)
 def flatten(x: Tensor, axis: int = 1) -> Tensor:
     """x as a matrix: the dims before `axis` become rows, the rest columns."""
-    axis = axis % (x.ndim + 1) if axis < 0 else axis
+    axis = axis + x.ndim if axis < 0 else axis
     return x.reshape(prod(x.shape[:axis]), prod(x.shape[axis:]))
 
 
@@ -348,11 +348,12 @@ def depth_to_space(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
 
 
 @onnx_op("SpaceToDepth", 1)
-def space_to_depth(x: Tensor, blocksize: int) -> Tensor:
-    """Blocks of the spatial axes moved into channels."""
+def space_to_depth(x: Tensor, blocksize: int, mode: str = "DCR") -> Tensor:
+    """Blocks of the spatial axes moved into channels (block offsets before or after the channel)."""
     batch, channels, height, width = x.shape
     block = blocksize
-    y = x.reshape(batch, channels, height // block, block, width // block, block).permute(0, 3, 5, 1, 2, 4)
+    y = x.reshape(batch, channels, height // block, block, width // block, block)
+    y = y.permute(0, 1, 3, 5, 2, 4) if mode == "CRD" else y.permute(0, 3, 5, 1, 2, 4)
     return y.reshape(batch, channels * block * block, height // block, width // block)
 
 

@@ -314,10 +314,10 @@ def _tensor_from_array(array: np.ndarray, dtype: DType, device: str | None) -> T
     """A Tensor of `dtype` from a numpy array (float8 arrays from ml_dtypes are carried as their bits)."""
     if dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz):
         bits = {1: np.uint8, 2: np.uint16}[dtype.itemsize]
-        return Tensor(np.ascontiguousarray(array).view(bits), device=device).bitcast(dtype)
+        return Tensor(np.require(array, requirements="C").view(bits), device=device).bitcast(dtype)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))
-    return Tensor(np.ascontiguousarray(array), device=device, dtype=dtype)
+    return Tensor(np.require(array, requirements="C"), device=device, dtype=dtype)
 
 
 def _external_tensor(proto: onnx.TensorProto, context: _Context, where: str, dtype: DType,
