@@ -80,7 +80,7 @@ class CStyleLanguage(Renderer):
     """A renderer for C-like languages: rules (`string_rewrite`), tables and a few hooks.
 
     Rules: `string_rewrite`, a PatternMatcher of UOp -> text rules called with the RenderContext as `ctx`; a
-    language (or a vendor's plugin) writes `string_rewrite = PatternMatcher([...]) + base_rendering`, its rules
+    language (or a vendor's plugin) writes `string_rewrite = text_rules([...]) + base_rendering`, its rules
     returning None to leave a UOp to the next rule, and `context_state` for what its rules keep per program.
     Tables: `code_for_op` (ALU op -> expression), `type_map` (scalar dtype -> type name), `kernel_prefix`,
     `buffer_prefix` / `buffer_suffix` / `const_buffer_prefix` (kernel buffer parameter qualifiers), `arg_int_prefix`

@@ -4,7 +4,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import prod, to_function_name
@@ -39,6 +39,13 @@ class Renderer(RendererContract):
     """Turns a linearized kernel (a list of kernel-level UOps in execution order) into source code and describes it
     in a ProgramSpec. Every attribute the core reads, with its default, is declared in
     `tinycore.plugins.contract.RendererContract`."""
+
+    string_rewrite: ClassVar[PatternMatcher | None] = None
+    """The rules that render each UOp of a linear program (a PatternMatcher of `text_rules`, called with the
+    renderer's per-program context as `ctx`), where the renderer is written as rules: the C-like family's
+    (`cstyle.base_rendering` and each language's in front), PTX's and LLVM IR's. The extension point of a renderer: a
+    subclass adds or overrides rules with `string_rewrite = its_rules + Parent.string_rewrite`, the first rule
+    that returns text wins and one returning None leaves the UOp to the next."""
 
     def supported_dtypes(self) -> set[DType]:
         """The scalar dtypes this renderer's kernels can load, compute with and store (tinygrad's

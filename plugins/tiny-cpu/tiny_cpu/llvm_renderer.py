@@ -17,7 +17,7 @@ from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
 from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule, text_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
-from tinycore.uop.patterns import UPat
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -147,7 +147,8 @@ class LLVMRenderer(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The LLVM IR module of `uops` with the kernel called `name` and its entry point `name`_entry."""
-        return LLVMContext(uops).run(name)
+        assert self.string_rewrite is not None
+        return LLVMContext(uops).run(name, self.string_rewrite)
 
 
 class LLVMContext:
@@ -221,10 +222,11 @@ class LLVMContext:
 
     # ---- the program ----
 
-    def run(self, name: str) -> str:
-        """The LLVM IR module: each UOp rendered by the first of `llvm_rendering`'s rules that matches it."""
+    def run(self, name: str, rules: PatternMatcher) -> str:
+        """The LLVM IR module: each UOp rendered by the first of `rules` (the renderer's, `llvm_rendering`) that
+        matches it."""
         for uop in self.uops:
-            if llvm_rendering.rewrite(uop, self) is None:
+            if rules.rewrite(uop, self) is None:
                 raise ValueError(f"the LLVM renderer cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): it "
                                  "is not part of the linear program contract")
         globals_, variables = self.globals, self.variables
@@ -737,6 +739,7 @@ llvm_rendering = text_rules([
     (UPat((Ops.SINK, Ops.GROUP, Ops.BARRIER)), lambda: ""),
 ])
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
+LLVMRenderer.string_rewrite = llvm_rendering
 
 
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:

@@ -136,9 +136,11 @@ class PTXContext:
     # ---- the program ----
 
     def run(self, name: str) -> str:
-        """The PTX module: each UOp rendered by the first of `ptx_rendering`'s rules that matches it."""
+        """The PTX module: each UOp rendered by the first of the renderer's rules (`ptx_rendering`) that matches."""
+        rules = self.renderer.string_rewrite
+        assert rules is not None
         for uop in self.uops:
-            if ptx_rendering.rewrite(uop, self) is None:
+            if rules.rewrite(uop, self) is None:
                 raise ValueError(f"the PTX renderer cannot render {uop.op} (dtype {uop.dtype})")
         registers = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items()
                      if count]
@@ -566,6 +568,7 @@ class PTXRenderer(Renderer):
 
     device = "NV"
     suffix = "ptx"
+    string_rewrite = ptx_rendering
     has_local = True
     has_shared = True
     has_threads = False
