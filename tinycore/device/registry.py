@@ -359,17 +359,17 @@ def check_dev_targets(targets: tuple[Target, ...], dev_text: str | None = None) 
             Device.spec(target.device)
         except DeviceNotInstalledError:
             raise DeviceNotInstalledError(Device._not_installed_message(target.device, family, shown)) from None
-        offered = renderer_specs(target.device)
-        renderer_names = [spec.name for spec, _record in offered]
+        device_renderers = renderer_specs(target.device)
+        renderer_names = [spec.name for spec, _record in device_renderers]
         interface_names = [spec.name for spec, _record in interface_specs(target.device)]
         for kind, wanted, names in (("renderer", target.renderer, renderer_names),
                                     ("interface", target.interface, interface_names)):
             if wanted and wanted not in names:
                 raise SelectionError(f"{family} has no {kind} {wanted!r} (DEV={shown!r}); available: "
                                      f"{', '.join(names) or 'none'}{_did_you_mean(wanted, names)}")
-        wanted_specs = [spec for spec, _record in offered if spec.name == target.renderer]
+        wanted_specs = [spec for spec, _record in device_renderers if spec.name == target.renderer]
         if wanted_specs and not any(renderer_status(spec)[0] for spec in wanted_specs):
-            others = [spec.name for spec, _record in offered if spec.name != target.renderer
+            others = [spec.name for spec, _record in device_renderers if spec.name != target.renderer
                       and renderer_status(spec)[0]]
             instead = f"; or choose another: {', '.join(f'DEV={family}:{name}' for name in others)}" if others else ""
             raise SelectionError(f"{family}'s renderer {target.renderer!r} is unavailable here (DEV={shown!r}): "

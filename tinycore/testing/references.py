@@ -31,7 +31,7 @@ def numeric_gradients(function: NumpyFunction, arrays: list[numpy.ndarray], step
     float32 tolerances the checks use. At a kink (relu, max) the inputs must stay further than `step` from it.
     """
     points = [numpy.array(array, dtype=numpy.float64) for array in arrays]
-    gradients = []
+    gradients: list[numpy.ndarray] = []
     for point in points:
         gradient = numpy.zeros_like(point)
         flat, flat_gradient = point.reshape(-1), gradient.reshape(-1)
@@ -50,7 +50,7 @@ def numeric_gradients(function: NumpyFunction, arrays: list[numpy.ndarray], step
 def _along(index: numpy.ndarray, dim: int) -> tuple[numpy.ndarray, ...]:
     """The full index tuple that addresses, for each element of `index`, the position `index` names along `dim` and
     the element's own position along every other axis (torch's scatter and gather addressing)."""
-    grids = list(numpy.indices(index.shape, sparse=True))
+    grids: list[numpy.ndarray] = list(numpy.indices(index.shape, sparse=True))
     grids[dim] = index.astype(numpy.int64)
     return tuple(grids)
 
