@@ -112,3 +112,21 @@ def test_unfold_of_size_zero_gives_torch_shape() -> None:
     expected = torch.ones(3, 3, 3).unfold(1, 0, 8)
     assert Tensor.ones(3, 3, 3).unfold(1, 0, 8).shape == tuple(expected.shape)
     np.testing.assert_equal(Tensor.arange(8).unfold(0, 7, 3).numpy(), torch.arange(8).unfold(0, 7, 3).numpy())
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "softmin"])
+@pytest.mark.parametrize("shape,axis", [((45, 65), 1), ((10, 10, 10), 0), ((10, 10, 10), 2), ((45,), 0)])
+def test_row_function_gradients_match_torch(name: str, shape: tuple[int, ...], axis: int) -> None:
+    """tinygrad's test_ops data (numpy's legacy seed 0, uniform in [-2, 2]): the gradient of the plain sum is
+    within 1e-7 of torch's (0 up to rounding), and of a weighted sum within float32 rounding of its row sums."""
+    np.random.seed(0)
+    data = np.random.uniform(low=-2, high=2, size=shape).astype(np.float32)
+    weights = np.random.default_rng(1).uniform(-1, 1, shape).astype(np.float32)
+    expected_input = torch.tensor(data, requires_grad=True)
+    expected = getattr(torch.nn.functional, name)(expected_input, dim=axis)
+    for seed, tolerance in ((np.ones(shape, np.float32), 1e-7), (weights, 1e-6)):
+        (expected_gradient,) = torch.autograd.grad((expected * torch.tensor(seed)).sum(), [expected_input],
+                                                   retain_graph=True)
+        source = Tensor(data, requires_grad=True)
+        (gradient,) = (getattr(source, name)(axis) * Tensor(seed)).sum().gradient(source)
+        np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), atol=tolerance, rtol=1e-3)

@@ -27,6 +27,7 @@ from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
     from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.uop import UOp
 
 _REDUCTIONS = ("none", "sum", "mean")
 
@@ -107,6 +108,27 @@ def _multiply_with_tensors(left: Tensor, right: Tensor, panel: int | None, accum
         return blocks.transpose(-3, -2).reshape(*blocks.shape[:-3], left.shape[-2], columns).cast(result_dtype)
     products = left.unsqueeze(-2) * right.transpose(-1, -2).unsqueeze(-3)
     return products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
+
+
+def _with_row_gradient(value: Tensor, source: Tensor, axis: int, logarithmic: bool) -> Tensor:
+    """`value`, softmax (or log_softmax when `logarithmic`) of `source` along `axis`, with torch's gradient:
+    y * (g - sum(g * y)) for softmax, g - exp(y) * sum(g) for log_softmax. Differentiated through its own graph
+    (the max shift, exp, the sum and the division), a row's gradient of softmax(x).sum() came out near 3e-7 where
+    these formulas give torch's 0: the terms that cancel are rounded apart before they meet."""
+    if value.ndim == 0 or not dtypes.is_float(value.dtype):
+        return value
+    from tinycore.gradient import with_gradient
+    wrap = type(value)._wrap
+
+    def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+        upstream, result = wrap(gradient), wrap(node)
+        if logarithmic:
+            found = upstream - result.exp() * upstream.sum(axis, keepdim=True)
+        else:
+            found = result * (upstream - (upstream * result).sum(axis, keepdim=True))
+        return {source.uop: found.cast(source.dtype).uop}
+
+    return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
 
 class NNMixin:
@@ -527,19 +549,22 @@ class NNMixin:
     def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """exp(self) normalised to sum 1 along `axis`."""
         if dtype is None and fast_row_function(self.uop):
-            return self._result(softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
+            value = self._result(softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
+            return _with_row_gradient(value, self, axis, logarithmic=False)
         source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
         exponent = shifted.exp()
-        return exponent / exponent.sum(axis, keepdim=True)
+        return _with_row_gradient(exponent / exponent.sum(axis, keepdim=True), source, axis, logarithmic=False)
 
     def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """log(softmax(self)) along `axis`, computed stably."""
         if dtype is None and fast_row_function(self.uop):
-            return self._result(log_softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
+            value = self._result(log_softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
+            return _with_row_gradient(value, self, axis, logarithmic=True)
         source = self.cast(dtype) if dtype is not None else self._float()
         shifted = source - source.max(axis, keepdim=True)
-        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+        return _with_row_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), source, axis,
+                                  logarithmic=True)
 
     def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
         """softmax(-self)."""
