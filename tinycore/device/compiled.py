@@ -8,6 +8,7 @@ from typing import Any
 from tinycore.device.allocator import Allocator
 from tinycore.device.compiler import Compiler
 from tinycore.plugins.contract import DeviceContract, GraphFactory
+from tinycore.renderer.renderer import Renderer
 
 
 class Compiled(DeviceContract):
@@ -17,6 +18,10 @@ class Compiled(DeviceContract):
     `program(*buffers, global_size=(..), local_size=(..), vals=(ints), wait=False)`; with `wait=True` it returns the
     kernel time in seconds.
     """
+
+    allocator: Allocator
+    renderer: Renderer
+    compiler: Compiler
 
     def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
                  runtime: Callable[[str, bytes], Any], graph: GraphFactory | None = None):

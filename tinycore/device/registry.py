@@ -10,15 +10,19 @@ import difflib
 import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tinycore.device.target import DevError, Target, canonicalize, current_targets, dev_default_device, format_dev
 from tinycore.device.target import target_for as _dev_target_for
 from tinycore.helpers import DEV
 
 if TYPE_CHECKING:
+    from tinycore.device.allocator import Allocator
+    from tinycore.device.compiled import Compiled
+    from tinycore.device.compiler import Compiler
     from tinycore.plugins.manager import PluginManager, PluginRecord
-    from tinycore.plugins.specs import DeviceSpec, InterfaceSpec, RendererSpec
+    from tinycore.plugins.specs import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec
+    from tinycore.renderer.renderer import Renderer
 
 from tinycore.plugins.install import KNOWN_DISTRIBUTIONS, install_command
 
@@ -61,7 +65,7 @@ class _DeviceRegistry:
     """The `Device` object: opened devices by canonical name, the default device, and plugin lookups."""
 
     def __init__(self) -> None:
-        self._opened: dict[str, Any] = {}
+        self._opened: dict[str, Compiled] = {}
         self._open_errors: dict[str, str] = {}
         self._probes: dict[str, tuple[bool, str, int]] = {}
         self._auto_default: str | None = None
@@ -199,7 +203,7 @@ class _DeviceRegistry:
 
     # ---- opening -----------------------------------------------------------------------------------------------
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> Compiled:
         """The opened device `name` (canonicalized; every form DEV accepts for one device, e.g. "GL+WEBGPU"),
         constructed on first use and then shared."""
         canonical = self.canonicalize(name)
@@ -227,7 +231,7 @@ class _DeviceRegistry:
             self._opened[canonical] = instance
             return instance
 
-    def opened(self) -> dict[str, Any]:
+    def opened(self) -> dict[str, Compiled]:
         """The devices opened so far, by canonical name."""
         return dict(self._opened)
 
@@ -266,7 +270,7 @@ class _DeviceRegistry:
         DEV.value = format_dev([existing, *targets])
 
     @property
-    def default(self) -> Any:
+    def default(self) -> Compiled:
         """The opened default device."""
         return self[self.DEFAULT]
 
@@ -407,7 +411,7 @@ def interface_specs(device: str) -> list[tuple[InterfaceSpec, PluginRecord]]:
     return _manager().interface_specs(canonicalize(device).split(":", 1)[0])
 
 
-def select_renderer(device: str) -> tuple[Any, Any, RendererSpec]:
+def select_renderer(device: str) -> tuple[Renderer, Compiler, RendererSpec]:
     """Construct the renderer and compiler for `device`: (renderer, compiler, the RendererSpec used).
 
     DEV's renderer and arch for this device are honoured (`DEV=CPU:LLVM`, `DEV=:LLVM` for every device); without
@@ -446,7 +450,7 @@ def select_renderer(device: str) -> tuple[Any, Any, RendererSpec]:
     raise SelectionError(f"no renderer for {canonical} could be constructed: {'; '.join(failures)}{hint}")
 
 
-def select_interface(device: str) -> tuple[InterfaceSpec, Any]:
+def select_interface(device: str) -> tuple[InterfaceSpec, object]:
     """Open the interface to `device`'s hardware: (the InterfaceSpec used, the interface object).
 
     DEV's interface and indices are honoured (`DEV=MOCK+NV`, `DEV=PCI:0,1+AMD`); without one, the non-mock
@@ -483,7 +487,7 @@ def select_interface(device: str) -> tuple[InterfaceSpec, Any]:
     raise SelectionError(f"no interface to {canonical} could be opened: {'; '.join(failures)}")
 
 
-def select_allocator(device: Any) -> Any:
+def select_allocator(device: object) -> Allocator:
     """The allocator for the opened device object `device`, from the first plugin whose tiny_allocator answers."""
     allocator = _manager().call_first("tiny_allocator", device=device)
     if allocator is None:
@@ -492,6 +496,6 @@ def select_allocator(device: Any) -> Any:
     return allocator
 
 
-def hcq_queues(device: Any) -> Any:
+def hcq_queues(device: object) -> HCQQueues | None:
     """The HCQQueues of the opened queue-based device object `device`, or None when it is not queue-based."""
     return _manager().call_first("tiny_hcq_queues", device=device)

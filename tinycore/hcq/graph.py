@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from tinycore.dtype import dtypes
 from tinycore.hcq import profile
@@ -60,6 +60,13 @@ def _call_device(call: Any) -> str:
     return str(call.runner.device if call.runner is not None else call.buffers[0].device)
 
 
+def _queue_device(name: str) -> GraphDevice:
+    """The opened device `name`, whose graph is `capture_graph`: a queue device (HCQCompiled), which this module
+    cannot name (it imports this one), hence the cast to the protocol it fulfils."""
+    from tinycore.device.registry import Device
+    return cast(GraphDevice, Device[name])
+
+
 def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> GraphDevice | None:
     """The first queue device of the captured `calls` when the queues of their devices can run all of them, else
     None (TinyJit then replays call by call).
@@ -73,16 +80,15 @@ def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> GraphDev
     inputs = {id(buffer) for buffer in input_buffers}
     for call in calls:
         devices = [call.runner.device] if call.runner is not None else [buffer.device for buffer in call.buffers]
-        opened = [Device[name] for name in devices]
-        if not all(device.graph is capture_graph for device in opened):  # queue devices, run by this graph
+        if not all(Device[name].graph is capture_graph for name in devices):  # queue devices, run by this graph
             return None
+        opened = [_queue_device(name) for name in devices]
         if call.runner is None:
             if any(id(buffer) in inputs or id(buffer.base) in inputs for buffer in call.buffers):
                 return None
             if not opened[0].shares_memory_with(opened[1]):
                 return None
-    first: GraphDevice = Device[_call_device(calls[0])]  # type: ignore[assignment]  # a queue device (above)
-    return first
+    return _queue_device(_call_device(calls[0]))
 
 
 def capture_graph(calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]) -> HCQGraph | None:
@@ -96,7 +102,6 @@ class HCQGraph:
     """Captured calls of queue devices as one bound compute queue per device (see the module docstring)."""
 
     def __init__(self, device: GraphDevice, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
-        from tinycore.device.registry import Device
         self.device, self.calls, self.keep_alive, self.input_buffers = device, calls, keep_alive, input_buffers
         input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
         # (argument block, argument number, input number, view (size, dtype, offset) or None for the whole buffer)
@@ -114,7 +119,7 @@ class HCQGraph:
         for call in calls:
             self.captured_values.update(call.var_vals)
             name = _call_device(call)
-            current: GraphDevice = device if name == device.device else Device[name]
+            current = device if name == device.device else _queue_device(name)
             if current not in self.queues:
                 if current not in self.devices:
                     self.devices.append(current)
