@@ -6,6 +6,7 @@ from tiny_torch.wrapper import TinyTensor
 
 _register()
 from tiny_torch.compiler import tiny_backend  # noqa: E402  (needs the device registered)
+from tiny_torch.helpers import calculate_storage_offset, mod, unwrap, update_metadata, wrap  # noqa: E402
 
 
 def mapped_operators() -> list[str]:
@@ -18,4 +19,5 @@ def fallbacks_hit() -> list[str]:
     return sorted(FALLBACKS_HIT)
 
 
-__all__ = ["TinyTensor", "mapped_operators", "fallbacks_hit", "tiny_backend"]
+__all__ = ["TinyTensor", "mapped_operators", "fallbacks_hit", "tiny_backend", "unwrap", "wrap",
+           "calculate_storage_offset", "update_metadata", "mod"]

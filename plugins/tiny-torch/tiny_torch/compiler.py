@@ -174,20 +174,23 @@ COMPILED_GRAPHS: weakref.WeakSet[_GraphRunner] = weakref.WeakSet()
 
 def _compile_graph(graph_module: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
     """One aten graph as a boxed function: AOTAutograd hands over its list of inputs, which is emptied so that the
-    inputs are not kept alive longer than the graph needs them. The backward's function reaches AOTAutograd through
-    a wrapper that loses the boxed mark and calls it with the inputs as arguments: both forms are taken."""
+    inputs are not kept alive longer than the graph needs them. A call with the inputs as separate arguments is
+    taken too."""
     runner = _GraphRunner(graph_module)
     COMPILED_GRAPHS.add(runner)
 
-    @torch._dynamo.disable  # the graph runs tinycore code, which Dynamo must not trace again
     def run(*inputs: object) -> list[object]:
         if len(inputs) == 1 and isinstance(inputs[0], list):
             arguments = list(inputs[0])
             inputs[0].clear()
             return runner(*arguments)
         return runner(*inputs)
+    # the mark goes on the undecorated function: AOTAutograd wraps the backward's function in torch._dynamo.disable
+    # once more, which unwraps to the innermost function and copies its attributes onto the new wrapper
     run._boxed_call = True  # type: ignore[attr-defined]
-    return run
+    disabled = torch._dynamo.disable(run)  # the graph runs tinycore code, which Dynamo must not trace again
+    disabled._boxed_call = True  # type: ignore[attr-defined]
+    return disabled
 
 
 declare_tiny_tensors_plain()

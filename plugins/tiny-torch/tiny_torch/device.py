@@ -95,6 +95,13 @@ def _empty_strided(size: list[int], stride: list[int], dtype: torch.dtype | None
     return _empty(size, dtype, device)
 
 
+def _copy_from(self: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    """The cross-device copy PyTorch's copy_ asks of a backend (`torch.tensor(data, device="tiny")`, `.to("tiny")`
+    below the Python key): self's values into dst, either of them on tiny."""
+    from tiny_torch.direct import copy_
+    return copy_(dst, self, non_blocking)
+
+
 def register() -> None:
     """Make `tiny` a PyTorch device (idempotent)."""
     global _REGISTERED, _LIBRARY
@@ -105,10 +112,12 @@ def register() -> None:
     _LIBRARY = torch.library.Library("aten", "IMPL")
     _LIBRARY.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     _LIBRARY.impl("empty_strided", _empty_strided, "PrivateUse1")
+    _LIBRARY.impl("_copy_from", _copy_from, "PrivateUse1")
     import tiny_torch.direct  # (registers the operators)
     for name, factory in tiny_torch.direct.FACTORIES.items():
         _LIBRARY.impl(name, factory, "PrivateUse1")
     import tiny_torch.ops  # noqa: F401
+    import tiny_torch.rnn  # noqa: F401
     from tiny_torch.dispatch import run_backward_raising
     engine_run_backward = torch.autograd._engine_run_backward
     if not getattr(engine_run_backward, "tiny_torch_wrapped", False):

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tiny_torch.dispatch import aten, check_no_internal_overlap, commit, register
+from tiny_torch.dispatch import aten, check_no_internal_overlap, commit, meta_result, register
 from tiny_torch.dtypes import to_tiny_dtype
+from tiny_torch.storage import BitcastStorage
 from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 
@@ -340,11 +341,19 @@ def alias(self: TinyTensor) -> TinyTensor:
 
 @register(aten.view.dtype, direct=True)
 def view_dtype(self: TinyTensor, dtype: torch.dtype) -> TinyTensor:
-    """Reinterpreting elements as another dtype is supported only when the dtype does not change."""
-    if dtype != self.dtype:
-        raise NotImplementedError(f"tensor.view({dtype}) on the tiny device: reinterpreting {self.dtype} storage "
-                                  f"is not supported; use .to({dtype}) (a converting copy)")
-    return alias(self)
+    """The same bytes read as `dtype` (a view: writes through either tensor show in the other). Sizes and strides
+    follow PyTorch's rules for element sizes that differ (the last dim scales; PyTorch's checks apply)."""
+    if dtype == self.dtype:
+        return alias(self)
+    meta = meta_result(aten.view.dtype, (self, dtype), {})
+    if not isinstance(meta, torch.Tensor):
+        # PyTorch's own check says what is wrong (a last dim that does not divide, a stride that is not 1, ...)
+        with torch._C.DisableTorchFunctionSubclass():
+            torch.empty_strided(tuple(self.shape), self.stride(), dtype=self.dtype, device="meta").view(dtype)
+        raise RuntimeError(f"tensor.view({dtype}) of a {self.dtype} tensor of shape {tuple(self.shape)} is not "
+                           f"possible; use .to({dtype}) for a converting copy")
+    storage = BitcastStorage(self.tiny_storage, to_tiny_dtype(dtype))
+    return TinyTensor(storage, tuple(meta.shape), tuple(meta.stride()), meta.storage_offset(), _index(self))
 
 
 @register(aten.set_.source_Tensor, direct=True)

@@ -172,6 +172,10 @@ def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
     base = next(leaf for leaf in tree_flatten((args, kwargs))[0] if isinstance(leaf, TinyTensor))
     meta = meta_result(func, args, kwargs)
     if meta is None:
+        # the meta kernel refused the arguments (select(1, -4) of a (2, 3) tensor): its own error, as the CPU's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func(*tree_map(to_meta, args), **tree_map(to_meta, kwargs))
         raise RuntimeError(f"tiny device: the view operator {func} has no meta kernel to compute its strides")
 
     def share(value: object) -> object:
@@ -414,6 +418,10 @@ def run_on_cpu(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
     if not fallback_allowed():
         raise NotImplementedError(f"aten operator {name} is not mapped onto tinycore for the tiny device; unset "
                                   f"TINY_TORCH_FALLBACK=0 to run it on the CPU (copies in and out)")
+    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(func.name(), "CPU"):
+        raise NotImplementedError(f"aten operator {name} is not mapped onto tinycore for the tiny device, and PyTorch "
+                                  f"has no CPU kernel for it to fall back on (it is an accelerator-only operator); "
+                                  f"please report it to tiny-torch with the call that reached it")
     if name not in FALLBACKS_HIT:
         FALLBACKS_HIT.add(name)
         warnings.warn(f"tiny device: aten operator {name} is not mapped onto tinycore and runs on the CPU "

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tiny_torch.bitcast import reinterpret
 from tinycore import Tensor
 from tinycore.dtype import DType
 
@@ -145,3 +146,30 @@ def _is_contiguous(size: tuple[int, ...], stride: tuple[int, ...]) -> bool:
             return False
         expected *= extent
     return True
+
+
+class BitcastStorage(TinyStorage):
+    """The storage of `tensor.view(dtype)`: the bytes of another storage read as `dtype`. Reads and writes go to that
+    storage (reinterpreted each way), so the two tensors alias as PyTorch's do."""
+
+    def __init__(self, base: TinyStorage, dtype: DType):  # noqa: D107 (no super: flat is a property here)
+        self.base = base
+        self.view_dtype = dtype
+        self.version = 0
+        self.pending_writes = 0
+        self.realized = False
+
+    @property  # type: ignore[override]
+    def flat(self) -> Tensor:
+        """The base storage's current elements reinterpreted as this storage's dtype."""
+        return reinterpret(self.base.flat, self.view_dtype)
+
+    @flat.setter
+    def flat(self, value: Tensor) -> None:
+        self.base.flat = reinterpret(value, self.base.dtype).shrink(((0, self.base.numel),))
+        self.base.version += 1
+
+    @property
+    def dtype(self) -> DType:
+        """The dtype the bytes are read as."""
+        return self.view_dtype

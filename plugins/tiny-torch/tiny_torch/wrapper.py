@@ -83,6 +83,12 @@ class TinyTensor(torch.Tensor):
         taken for plain tensors on `tiny` (see tiny_torch.compiler), so there is no other metadata to match."""
         return self
 
+    def tolist(self) -> object:  # type: ignore[override]
+        """The elements as nested Python lists (a number for a 0-d tensor), read back through the CPU: PyTorch's
+        own tolist refuses tensor subclasses."""
+        with torch._C.DisableTorchFunctionSubclass():
+            return torch.Tensor.cpu(self).tolist()
+
     def __repr__(self, *, tensor_contents: object = None) -> str:  # type: ignore[override]
         return f"{self.cpu()!r}".replace("tensor(", "tiny_tensor(", 1)[:-1] + f", device='{self.device}')"
 
