@@ -102,3 +102,16 @@ def test_jit_replays_symbolic_inputs_for_every_binding_and_rebinds_its_result() 
 def test_reshaping_a_concrete_shape_to_a_symbolic_one_is_refused() -> None:
     with pytest.raises(ValueError, match="slice with the bound Variable"):
         Tensor(A.reshape(30)).reshape((3, Variable("i", 1, 10).bind(4)))
+
+
+@pytest.mark.parametrize("target", ["uint8", "uint16", "uint64"])
+def test_bitcast_to_another_element_size_rescales_the_last_axis(target: str) -> None:
+    from tinycore import dtypes
+    values = RNG.standard_normal((5, 4)).astype(np.float32)
+    wanted = values.view(getattr(np, target))
+    np.testing.assert_array_equal(Tensor(values).bitcast(getattr(dtypes, target)).numpy(), wanted)
+    vi = Variable("i", 1, 10).bind(3)
+    symbolic = Tensor(values)[:vi].bitcast(getattr(dtypes, target))
+    np.testing.assert_array_equal(symbolic[:3, :wanted.shape[1]].numpy(), wanted[:3])
+    back = Tensor(wanted).bitcast(dtypes.float32).numpy()
+    np.testing.assert_array_equal(back, values)

@@ -423,12 +423,38 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     def bitcast(self, dtype: DTypeLike) -> Tensor:
         """The same bits read as `dtype`; the element size must match."""
         target = to_dtype(dtype)
-        if target.itemsize != self.dtype.itemsize:
-            raise ValueError(f"bitcast from {self.dtype} ({self.dtype.itemsize} bytes) to {target} "
-                             f"({target.itemsize} bytes) needs equal element sizes")
         if self.requires_grad:
             raise RuntimeError("bitcast cannot be differentiated: detach() the tensor first")
+        if target.itemsize != self.dtype.itemsize:
+            return self._bitcast_resized(target)
         return self if target == self.dtype else self._result(self.uop.bitcast(target))
+
+    def _bitcast_resized(self, target: DType) -> Tensor:
+        """bitcast to a dtype of another element size: the last axis is rescaled (little-endian, as tinygrad), the
+        bytes moved through unsigned ints of each size with shifts and masks."""
+        unsigned = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dtypes.uint64}
+        size, new_size = self.dtype.itemsize, target.itemsize
+        if size not in unsigned or new_size not in unsigned or self.dtype == dtypes.bool or target == dtypes.bool:
+            raise ValueError(f"bitcast from {self.dtype} to {target}: sizes of 1, 2, 4 or 8 bytes are supported")
+        last = self.shape[-1] if self.ndim else 1
+        if not isinstance(last, int) or (last * size) % new_size:
+            raise RuntimeError(f"bitcast from {self.dtype} to {target} needs a concrete last axis whose bytes "
+                               f"({last} x {size}) divide into {new_size}-byte elements")
+        source = (self.reshape(1) if not self.ndim else self).bitcast(unsigned[size])
+        wide, narrow = unsigned[max(size, new_size)], unsigned[min(size, new_size)]
+        if new_size < size:  # each element split into its bytes' groups, lowest first
+            ratio = size // new_size
+            parts = [((source >> (8 * new_size * index)) & ((1 << (8 * new_size)) - 1)).cast(narrow)
+                     for index in range(ratio)]
+            joined = parts[0].unsqueeze(-1).cat(*[part.unsqueeze(-1) for part in parts[1:]], dim=-1)
+            result = joined.reshape(source.shape[:-1] + (last * ratio,))
+        else:  # groups of elements packed into one, the first in the lowest bytes
+            ratio = new_size // size
+            grouped = source.reshape(source.shape[:-1] + (last // ratio, ratio)).cast(wide)
+            result = grouped[..., 0]
+            for index in range(1, ratio):
+                result = result | (grouped[..., index] << (8 * size * index))
+        return result.bitcast(target)
 
     def _const(self, value: ConstType, dtype: DType | None = None, shape: Sequence[int] | None = None) -> Tensor:
         """A constant on this tensor's device with this tensor's shape (or `shape`) and dtype (or `dtype`)."""
