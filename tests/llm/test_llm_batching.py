@@ -179,3 +179,29 @@ def test_free_row_inside_the_batch_keeps_its_prefix(model_path: str) -> None:
         assert scheduler.slot_tokens[0][:len(follow)] == follow
     finally:
         scheduler.close()
+
+
+def test_long_prompt_is_prefilled_between_steps(model_path: str) -> None:
+    """A 12-token prompt prefilled 4 tokens at a time (three chunks, one before each step) beside a 1-token prompt:
+    the short request's first two tokens come before the long one's first (which follows its third chunk), and both
+    get the reference's greedy tokens."""
+    model = Transformer.from_gguf(model_path, max_context=32, max_batch=2)
+    scheduler = BatchScheduler(model, max_queued=4, step_prefill=2, prefill_chunk=4)
+    try:
+        events: queue.Queue[Event] = queue.Queue()
+        long_prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+        scheduler.submit([GenerationRequest([9], 6, events, index=0),
+                          GenerationRequest(long_prompt, 3, events, index=1)])
+        order: list[int] = []
+        tokens: dict[int, list[int]] = {0: [], 1: []}
+        finished = 0
+        while finished < 2:
+            event = events.get(timeout=TIMEOUT)
+            if isinstance(event, TokenEvent):
+                order.append(event.index)
+                tokens[event.index].append(event.token)
+            finished += isinstance(event, FinishEvent)
+        assert order[:3] == [0, 0, 1]
+        assert tokens == {0: greedy_reference(model_path, [9], 6), 1: greedy_reference(model_path, long_prompt, 3)}
+    finally:
+        scheduler.close()

@@ -2,13 +2,14 @@
 
 The KV cache holds `model.max_batch` slots (rows), each one sequence at positions of its own. A request waits in a
 bounded queue until a slot is free, then its prompt goes in: a long remainder (more than `step_prefill` tokens) is
-prefilled into its slot in chunks, which holds the other slots for that long; a short one is fed one token per
-step. Every step then runs the jitted decode of rows 0..r (r the highest busy slot; a free row in between computes
-a throw-away token just past the positions it keeps) with each row's token at its own position
-(`Transformer.decode_slots`), and each request samples from its row with its own settings and generator. A request
-leaves its slot when it stops, reaches its token limit or is cancelled, and a waiting one takes the slot before the
-next step: the batch grows and shrinks between steps. A slot keeps the tokens of its last sequence, so a request
-that repeats them (the next turn of a chat) is admitted to that slot and only its new tokens run.
+prefilled into its slot one chunk (`prefill_chunk` tokens) between two decode steps, so the other sequences wait
+one chunk per step rather than the whole prompt; a short one is fed one token per step. Every step then runs the
+jitted decode of rows 0..r (r the highest busy slot; a free or prefilling row in between computes a throw-away
+token just past the positions it keeps) with each row's token at its own position (`Transformer.decode_slots`),
+and each request samples from its row with its own settings and generator. A request leaves its slot when it
+stops, reaches its token limit or is cancelled, and a waiting one takes the slot before the next step: the batch
+grows and shrinks between steps. A slot keeps the tokens of its last sequence, so a request that repeats them (the
+next turn of a chat) is admitted to that slot and only its new tokens run.
 
 Consumers read `TokenEvent`s and a final `FinishEvent` (or an `ErrorEvent`) from the queue they passed in; text,
 stop strings and the HTTP side are theirs (tinycore.llm.server).
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy
 
-from tinycore.llm.model import Transformer, sample
+from tinycore.llm.model import PREFILL_CHUNK, Transformer, sample
 
 STEP_PREFILL = 16
 """Prompt remainders of at most this many tokens are fed through the shared decode steps instead of prefilled alone
@@ -78,6 +79,7 @@ class GenerationRequest:
     cancelled: bool = False
     # the scheduler's state
     pending: list[int] = field(default_factory=list)
+    prefilling: list[int] = field(default_factory=list)
     position: int = 0
     generated: int = 0
     generator: numpy.random.Generator | None = None
@@ -89,12 +91,16 @@ class QueueFullError(Exception):
 
 class BatchScheduler:
     """Runs `model` for every submitted GenerationRequest on a thread of its own, up to model.max_batch at once and
-    `max_queued` more waiting (submit raises QueueFullError beyond that)."""
+    `max_queued` more waiting (submit raises QueueFullError beyond that). Prompt remainders longer than
+    `step_prefill` tokens are prefilled `prefill_chunk` tokens between two steps."""
 
-    def __init__(self, model: Transformer, max_queued: int = 64, step_prefill: int = STEP_PREFILL):
-        if max_queued < 0:
-            raise ValueError(f"max_queued must be at least 0, got {max_queued}")
+    def __init__(self, model: Transformer, max_queued: int = 64, step_prefill: int = STEP_PREFILL,
+                 prefill_chunk: int = PREFILL_CHUNK):
+        if max_queued < 0 or step_prefill < 0 or prefill_chunk < 1:
+            raise ValueError(f"the scheduler needs max_queued >= 0, step_prefill >= 0 and prefill_chunk >= 1; got "
+                             f"{max_queued}, {step_prefill}, {prefill_chunk}")
         self.model, self.max_queued, self.step_prefill = model, max_queued, step_prefill
+        self.prefill_chunk = prefill_chunk
         self.condition = threading.Condition()
         self.waiting: deque[GenerationRequest] = deque()
         self.active: dict[int, GenerationRequest] = {}
@@ -143,6 +149,7 @@ class BatchScheduler:
             try:
                 for slot in admitted:
                     self._start(slot)
+                self._prefill_chunk()
                 self._step()
             except Exception as error:  # noqa: BLE001 - any model failure fails the running requests, not the server
                 with self.condition:
@@ -167,15 +174,29 @@ class BatchScheduler:
         request = self.active[slot]
         request.generator = numpy.random.default_rng(request.seed)
         reused = _shared_prefix(self.slot_tokens[slot], request.prompt)
-        cached = self.slot_tokens[slot] = self.slot_tokens[slot][:reused]
+        self.slot_tokens[slot] = self.slot_tokens[slot][:reused]
         remainder = request.prompt[reused:]
+        request.position = reused
         if len(remainder) > self.step_prefill:
-            logits = self.model.prefill_slot(slot, remainder, reused)
-            cached.extend(remainder)
-            request.position = len(request.prompt)
-            self._sampled(slot, logits)
+            request.prefilling = remainder
         else:
-            request.pending, request.position = remainder, reused
+            request.pending = remainder
+
+    def _prefill_chunk(self) -> None:
+        """Prefill the next chunk of the first request that is prefilling (its first token is sampled after its
+        last chunk): one chunk between two steps."""
+        with self.condition:
+            prefilling = [(slot, request) for slot, request in self.active.items()
+                          if request.prefilling and not request.cancelled]
+        if not prefilling:
+            return
+        slot, request = prefilling[0]
+        chunk, request.prefilling = request.prefilling[:self.prefill_chunk], request.prefilling[self.prefill_chunk:]
+        logits = self.model.prefill_slot(slot, chunk, request.position)
+        self.slot_tokens[slot].extend(chunk)
+        request.position += len(chunk)
+        if not request.prefilling:
+            self._sampled(slot, logits)
 
     def _step(self) -> None:
         with self.condition:
@@ -183,7 +204,8 @@ class BatchScheduler:
                 if request.cancelled:
                     request.events.put(FinishEvent(request.index, "cancelled"))
                     del self.active[slot]
-            running = dict(self.active)
+            # a slot still prefilling rides along as a free row: its throw-away write lands where its next chunk goes
+            running = {slot: request for slot, request in self.active.items() if request.pending}
         if not running:
             return
         rows = max(running) + 1
