@@ -44,13 +44,18 @@ def test_benchmark_prints_rates(model_path: str, capsys: pytest.CaptureFixture[s
 
 def test_errors_exit_2_with_a_message(model_path: str, tmp_path: os.PathLike[str],
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    """A missing file, a prompt longer than --max-context and a bad --max-tokens each exit 2 saying why."""
+    """A missing file, a prompt longer than --max-context, a bad --max-tokens, --parallel or --max-queue each exit 2
+    saying why."""
     assert main(["llm", "--model", os.path.join(os.fspath(tmp_path), "none.gguf"), "--prompt", "x"]) == 2
     assert "no model file" in capsys.readouterr().err
     assert main(["llm", "--model", model_path, "--prompt", "x" * 40, "--raw", "--max-context", "16"]) == 2
     assert "--max-context is 16" in capsys.readouterr().err
     assert main(["llm", "--model", model_path, "--max-tokens", "0", "--prompt", "x"]) == 2
     assert "--max-tokens must be at least 1" in capsys.readouterr().err
+    assert main(["llm", "--model", model_path, "--serve", "0", "--parallel", "0"]) == 2
+    assert "--parallel must be at least 1" in capsys.readouterr().err
+    assert main(["llm", "--model", model_path, "--serve", "0", "--max-queue", "-1"]) == 2
+    assert "--max-queue must be at least 0" in capsys.readouterr().err
 
 
 def test_interactive_chat_keeps_the_conversation(model_path: str, monkeypatch: pytest.MonkeyPatch,
