@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from tinycore.counters import GlobalCounters
 from tinycore.helpers import JIT
 from tinycore.plugins.contract import GraphContract
+
+if TYPE_CHECKING:
+    from tinycore.device.buffer import Buffer
+    from tinycore.dtype import DType
+    from tinycore.engine.realize import CapturedCall
+    from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.symbolic import sint
+    from tinycore.uop.uop import UOp
 
 ReturnType = TypeVar("ReturnType")
 
@@ -31,7 +39,7 @@ class JitInputError(JitError, AssertionError):
     tinygrad raises there)."""
 
 
-def _collect_tensors(value: Any, found: list[Any]) -> None:
+def _collect_tensors(value: object, found: list[Tensor]) -> None:
     """Every Tensor inside `value` (nested lists, tuples and dict values), in order."""
     from tinycore.tensor import Tensor
     if isinstance(value, Tensor):
@@ -44,7 +52,7 @@ def _collect_tensors(value: Any, found: list[Any]) -> None:
             _collect_tensors(item, found)
 
 
-def _collect_bindings(value: Any, found: dict[Any, int]) -> None:
+def _collect_bindings(value: object, found: dict[UOp, int]) -> None:
     """The bound Variables (BIND UOps) inside `value` (nested lists, tuples and dict values): variable -> value."""
     from tinycore.uop.ops import Ops
     from tinycore.uop.uop import UOp
@@ -59,13 +67,13 @@ def _collect_bindings(value: Any, found: dict[Any, int]) -> None:
             _collect_bindings(item, found)
 
 
-def _input_buffers(tensors: list[Any]) -> list[Any]:
+def _input_buffers(tensors: list[Tensor]) -> list[Buffer]:
     """The device Buffers holding the tensors' elements in C order (made contiguous and realized if needed); a
     multi-device tensor gives one Buffer per device, in device order."""
     from tinycore.engine.memory import buffer_of
     from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
     from tinycore.uop.ops import Ops
-    buffers: list[Any] = []
+    buffers: list[Buffer] = []
     for tensor in tensors:
         tensor.realize()
         parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
@@ -76,7 +84,7 @@ def _input_buffers(tensors: list[Any]) -> list[Any]:
     return buffers
 
 
-def _tensor_bindings(tensors: list[Any], found: dict[Any, int]) -> None:
+def _tensor_bindings(tensors: list[Tensor], found: dict[UOp, int]) -> None:
     """The bound Variables in the shapes of `tensors` (a tensor sliced with `Variable(...).bind(n)`)."""
     from tinycore.uop.ops import Ops
     for tensor in tensors:
@@ -88,7 +96,7 @@ def _tensor_bindings(tensors: list[Any], found: dict[Any, int]) -> None:
                         found[variable] = bound
 
 
-def _unbound(size: Any) -> Any:
+def _unbound(size: sint) -> sint:
     """A size with its bound Variables unbound (the shape a capture serves for every binding)."""
     from tinycore.uop.ops import Ops
     if isinstance(size, int):
@@ -96,25 +104,26 @@ def _unbound(size: Any) -> Any:
     return size.substitute({node: node.src[0] for node in size.toposort if node.op is Ops.BIND})
 
 
-def _signature(tensors: list[Any]) -> list[tuple[Any, ...]]:
+def _signature(tensors: list[Tensor]) -> list[tuple[object, ...]]:
     from tinycore.uop.ops import Ops
     return [(tuple(_unbound(size) for size in tensor.shape), tensor.dtype, tensor.device,
              tensor.uop.arg if tensor.uop.op is Ops.MULTI else None) for tensor in tensors]
 
 
-def _rebind_size(size: Any, bindings: dict[Any, int]) -> Any:
+def _rebind_size(size: object, bindings: dict[UOp, int]) -> object:
     """A size (or a nested tuple of sizes) with its bound Variables bound to their values in `bindings`."""
     from tinycore.uop.ops import Ops
+    from tinycore.uop.uop import UOp
     if isinstance(size, tuple):
         return tuple(_rebind_size(item, bindings) for item in size)
-    if isinstance(size, int) or not hasattr(size, "toposort"):
+    if not isinstance(size, UOp):
         return size
     mapping = {node: node.src[0].bind(bindings[node.src[0]]) for node in size.toposort
                if node.op is Ops.BIND and node.src[0] in bindings}
     return size.substitute(mapping) if mapping else size
 
 
-def _rebind_view(uop: Any, bindings: dict[Any, int], memo: dict[Any, Any]) -> Any:
+def _rebind_view(uop: UOp, bindings: dict[UOp, int], memo: dict[UOp, UOp]) -> UOp:
     """`uop` (a realized view: movement ops over a buffer) with the sizes in its movement ops' arguments rebound."""
     from tinycore.uop.ops import GroupOp
     if uop in memo:
@@ -125,7 +134,7 @@ def _rebind_view(uop: Any, bindings: dict[Any, int], memo: dict[Any, Any]) -> An
     return result
 
 
-def _rebind(value: Any, bindings: dict[Any, int]) -> None:
+def _rebind(value: object, bindings: dict[UOp, int]) -> None:
     """Point the tensors returned by a replay (nested in lists, tuples and dict values) at this call's values of the
     Variables in their shapes, so a symbolic result reads as large as this call made it."""
     from tinycore.tensor import Tensor
@@ -145,14 +154,14 @@ def _rebind(value: Any, bindings: dict[Any, int]) -> None:
 class _Replay:
     """The captured launches, with the positions where each input's buffer goes."""
 
-    def __init__(self, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
+    def __init__(self, calls: list[CapturedCall], input_buffers: list[Buffer], keep_alive: list[Buffer]):
         self.calls = calls
         self.keep_alive = keep_alive
         input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
         # (call number, argument number, input number, view offset in bytes or None for the whole buffer)
-        self.patches: list[tuple[int, int, int, Any]] = []
-        self.arguments: list[list[Any]] = []
-        self.buffer_objects: list[list[Any]] = [list(call.buffers) for call in calls]
+        self.patches: list[tuple[int, int, int, tuple[int, DType, int] | None]] = []
+        self.arguments: list[list[object]] = []  # device handles, opaque to the core
+        self.buffer_objects: list[list[Buffer]] = [list(call.buffers) for call in calls]
         for call_number, call in enumerate(calls):
             handles = []
             for argument_number, buffer in enumerate(call.buffers):
@@ -168,7 +177,7 @@ class _Replay:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
 
-    def held_buffers(self) -> list[Any]:
+    def held_buffers(self) -> list[Buffer]:
         """The Buffers of the last replay's arguments (its inputs in place of the captured ones)."""
         return [buffer for buffers in self.buffer_objects for buffer in buffers]
 
@@ -180,10 +189,10 @@ class _Replay:
                 handles[position] = buffer.ensure_allocated()._buf
         return self
 
-    def run(self, input_buffers: Sequence[Any], bindings: Mapping[Any, int] | None = None) -> None:
+    def run(self, input_buffers: Sequence[Buffer], bindings: Mapping[UOp, int] | None = None) -> None:
         """Run every captured launch with `input_buffers` in place of the captured inputs and the values of
         `bindings` (variable -> value) for the captured values of those variables."""
-        views: list[Any] = []
+        views: list[Buffer] = []
         for call_number, argument_number, input_number, view in self.patches:
             buffer = input_buffers[input_number]
             if view is not None:
@@ -203,11 +212,11 @@ class _Replay:
                 call.runner(handles, call.var_vals)
 
 
-def _intermediates(calls: list[Any], kept: set[int]) -> list[Any]:
+def _intermediates(calls: list[CapturedCall], kept: set[int]) -> list[Buffer]:
     """The base buffers that `calls` write before reading them (their values never outlive a replay), except those
     whose id is in `kept`."""
     first_written: dict[int, bool] = {}
-    bases: dict[int, Any] = {}
+    bases: dict[int, Buffer] = {}
     for call in calls:
         buffers = call.buffers
         if call.runner is None:
@@ -227,17 +236,17 @@ class CapturedJit:
     """What TinyJit captured (`TinyJit.captured`, as tinygrad names it): the launches, the return value, and a way to
     release the replay's intermediate memory between calls."""
 
-    def __init__(self, replay: GraphContract, ret: Any, pruned_count: int, input_buffers: list[Any]):
+    def __init__(self, replay: GraphContract, ret: object, pruned_count: int, input_buffers: list[Buffer]):
         from tinycore.tensor.creation import random_key_buffers
         self.replay, self.ret, self.pruned_count = replay, ret, pruned_count
         self.input_buffers = input_buffers
         self.released = False
         # the key buffers of random draws made inside the function: each replay draws the next keys, as tinygrad
         self.random_keys = random_key_buffers([buffer for call in replay.calls for buffer in call.buffers])
-        self._totals: tuple[Any, Any, Any, Any] | None = None  # (replay, kernels, ops, bytes) of one replay
+        self._totals: tuple[GraphContract, int, int, int] | None = None  # (replay, kernels, ops, bytes) of one replay
 
     @property
-    def jit_cache(self) -> list[Any]:
+    def jit_cache(self) -> list[CapturedCall]:
         """The captured launches in replay order: CapturedCall objects with `runner` (None for a copy), `buffers`
         and `var_vals`. Launches dropped by `prune=True` are not in it (`pruned_count` says how many were)."""
         return list(self.replay.calls)
@@ -253,7 +262,7 @@ class CapturedJit:
         from tinycore.engine.realize import invalidate_known_results
         from tinycore.schedule.fusion import is_realized_view, view_base
         kept = {id(buffer.base) for buffer in self.input_buffers}
-        returned: list[Any] = []
+        returned: list[Tensor] = []
         _collect_tensors(self.ret, returned)
         kept |= {id(buffer_of(view_base(tensor.uop)).base) for tensor in returned if is_realized_view(tensor.uop)}
         freed = _intermediates(self.replay.calls, kept)
@@ -311,12 +320,12 @@ class CapturedJit:
         GlobalCounters.global_mem += totals[3]
 
 
-def _prune(calls: list[Any], input_buffers: list[Any]) -> tuple[list[Any], list[Any]]:
+def _prune(calls: list[CapturedCall], input_buffers: list[Buffer]) -> tuple[list[CapturedCall], list[CapturedCall]]:
     """(kept, pruned): a launch is kept when it touches a buffer an input reaches (the inputs, and every buffer of
     a kept launch before it) or takes variables; the others compute the same thing on every call."""
     reached = {id(buffer.base) for buffer in input_buffers}
-    kept: list[Any] = []
-    pruned: list[Any] = []
+    kept: list[CapturedCall] = []
+    pruned: list[CapturedCall] = []
     for call in calls:
         touched = {id(buffer.base) for buffer in call.buffers}
         if touched & reached or call.var_vals:
@@ -327,7 +336,7 @@ def _prune(calls: list[Any], input_buffers: list[Any]) -> tuple[list[Any], list[
     return kept, pruned
 
 
-def _settle_pruned(pruned: list[Any]) -> None:
+def _settle_pruned(pruned: list[CapturedCall]) -> None:
     """Give the temporaries that pruned launches touch memory of their own and run those launches once more, so the
     kept launches read what they computed (during capture the temporaries went back to the allocator)."""
     from tinycore.engine.realize import copy_buffers
@@ -342,7 +351,7 @@ def _settle_pruned(pruned: list[Any]) -> None:
             call.runner([buffer._buf for buffer in call.buffers], call.var_vals)
 
 
-def _plan_temporaries(calls: list[Any]) -> list[Any]:
+def _plan_temporaries(calls: list[CapturedCall]) -> list[Buffer]:
     """Give buffers freed during capture (temporaries) memory shared between non-overlapping lifetimes.
 
     Returns the pool buffers that must stay alive with the replay.
@@ -351,15 +360,15 @@ def _plan_temporaries(calls: list[Any]) -> list[Any]:
     from tinycore.dtype import dtypes
     first_use: dict[int, int] = {}
     last_use: dict[int, int] = {}
-    temporaries: dict[int, Any] = {}
+    temporaries: dict[int, Buffer] = {}
     for position, call in enumerate(calls):
         for buffer in call.buffers:
             if buffer._base is None and buffer._buf is None:
                 temporaries[id(buffer)] = buffer
                 first_use.setdefault(id(buffer), position)
                 last_use[id(buffer)] = position
-    pools: list[tuple[Any, int]] = []  # (pool buffer, position of its current occupant's last use)
-    replacement: dict[int, Any] = {}
+    pools: list[tuple[Buffer, int]] = []  # (pool buffer, position of its current occupant's last use)
+    replacement: dict[int, Buffer] = {}
     for key in sorted(temporaries, key=lambda identity: first_use[identity]):
         buffer = temporaries[key]
         chosen = None
@@ -410,8 +419,8 @@ class TinyJit(Generic[ReturnType]):
         self.count = 0
         self.replay: GraphContract | None = None  # a _Replay, or the first device's graph (DeviceContract.graph)
         self._captured: CapturedJit | None = None
-        self.captured_signature: list[tuple[Any, ...]] | None = None
-        self.captured_return: Any = None
+        self.captured_signature: list[tuple[object, ...]] | None = None
+        self.captured_return: ReturnType | None = None
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
@@ -429,14 +438,14 @@ class TinyJit(Generic[ReturnType]):
         return self.replay.kernel_count if self.replay is not None else 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-        inputs: list[Any] = []
+        inputs: list[Tensor] = []
         _collect_tensors(list(args) + list(kwargs.values()), inputs)
         if len({id(tensor) for tensor in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not JIT:
             return self.function(*args, **kwargs)
         if self.replay is not None:
-            bindings: dict[Any, int] = {}
+            bindings: dict[UOp, int] = {}
             _collect_bindings(list(args) + list(kwargs.values()), bindings)
             _tensor_bindings(inputs, bindings)
             return self._replay(inputs, bindings)
@@ -453,7 +462,7 @@ class TinyJit(Generic[ReturnType]):
         if not recorded:
             raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
                            "it must realize tensors (return them realized, or call .realize())")
-        pruned: list[Any] = []
+        pruned: list[CapturedCall] = []
         if self.prune:
             recorded, pruned = _prune(recorded, input_buffers)
             _settle_pruned(pruned)
@@ -474,20 +483,20 @@ class TinyJit(Generic[ReturnType]):
         from tinycore.tensor import Tensor
         result = self.function(*args, **kwargs)
         self._check_return(result)
-        outputs: list[Any] = []
+        outputs: list[Tensor] = []
         _collect_tensors(result, outputs)
         if outputs:
             Tensor.realize(*outputs)
         return result
 
-    def _check_return(self, result: Any) -> None:
-        found: list[Any] = []
+    def _check_return(self, result: object) -> None:
+        found: list[Tensor] = []
         _collect_tensors(result, found)
         if result is not None and not found:
             raise JitError(f"a TinyJit function must return Tensors (or None), got {type(result).__name__}: "
                            "return the tensors it computes")
 
-    def _replay(self, inputs: list[Any], bindings: dict[Any, int]) -> ReturnType:
+    def _replay(self, inputs: list[Tensor], bindings: dict[UOp, int]) -> ReturnType:
         assert self.replay is not None and self.captured_signature is not None
         signature = _signature(inputs)
         if signature != self.captured_signature:
@@ -510,4 +519,4 @@ class TinyJit(Generic[ReturnType]):
         invalidate_known_results()
         if bindings:
             _rebind(self.captured_return, bindings)
-        return self.captured_return  # type: ignore[no-any-return]
+        return cast(ReturnType, self.captured_return)  # set with the signature, checked above
