@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--traceback", action="store_true", help="show the traceback of each broken plugin")
     add_conformance_parser(commands)
     add_llm_parser(commands)
+    from tinycore.nn.onnx.cli import add_onnx_parser
+    add_onnx_parser(commands)
     return parser
 
 
@@ -313,6 +315,9 @@ def _run(argv: Sequence[str] | None) -> int:
         return run_conformance(arguments)
     if arguments.command == "llm":
         return run_llm(arguments)
+    if arguments.command == "onnx":
+        from tinycore.nn.onnx.cli import run_onnx
+        return run_onnx(arguments)
     parser.print_help()
     return 2
 
