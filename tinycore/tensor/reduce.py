@@ -186,9 +186,19 @@ class ReduceMixin:
         if self.ndim == 0:
             resolve_axis(axis, 0)
             return self
-        top = self.max(axis, keepdim=True)
-        top = top.isinf().where(top._const(0.0, top.dtype), top)
-        return (self - top).exp().cumsum(axis).log() + top
+        dim = resolve_axis(axis, self.ndim)
+        rows = self.transpose(dim, -1)
+        length = rows.shape[-1]
+        # Each prefix is shifted by its own maximum, as torch's running log-add-exp is: shifted by the row's maximum
+        # instead, the early terms of a row with a large late value underflowed ([0, 100] gave [0.017, 100]).
+        # Prefix i's terms x[j], j <= i, lie along a new last axis; the (length, length) view is fused into the sum.
+        running = rows.cummax(-1)[0].detach()
+        running = running.isinf().where(running._const(0.0, running.dtype), running)
+        positions = type(self).arange(length, device=self.device)
+        included = positions.reshape(length, 1) >= positions.reshape(1, length)
+        terms = rows.unsqueeze(-2) - running.unsqueeze(-1)
+        masked = included.where(terms, terms._const(-math.inf, terms.dtype))
+        return (masked.exp().sum(-1).log() + running).transpose(-1, dim)
 
     def usum(self: Tensor, *others: Tensor) -> Tensor:
         """The sum of this tensor and `others`."""
