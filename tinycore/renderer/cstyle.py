@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name, text_rules
@@ -332,7 +332,8 @@ class RenderContext:
                 while target.op in (Ops.INDEX, Ops.CAST) and target.src:
                     target = target.src[0]
                 self.stored.add(target)
-        self.state = renderer.context_state(uops)
+        # each language's own type (its rules know it; the core does not)
+        self.state: Any = renderer.context_state(uops)
 
     def fresh(self, prefix: str) -> str:
         """A new variable name `prefix` + a counter."""

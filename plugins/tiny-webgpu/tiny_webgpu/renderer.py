@@ -249,7 +249,7 @@ class WGSLRenderer(CStyleLanguage):
         return self.value_type(dtype)
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
-        """A typed `let` (values are immutable; accumulators are declared as `var` arrays by the walk)."""
+        """A typed `let` (values are immutable; accumulators are declared as `var` arrays by the DEFINE_REG rule)."""
         return f"let {name}: {self.render_dtype(dtype)} = {code};"
 
     def render_vector(self, dtype: DType, items: list[str]) -> str:
