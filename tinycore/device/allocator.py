@@ -2,30 +2,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any
 
-from tinycore.plugins.contract import AllocatorContract
+from tinycore.plugins.contract import AllocatorContract, BufferSpec, Handle
 
-
-@dataclass(frozen=True)
-class BufferSpec:
-    """How a buffer is allocated.
-
-    `image`: an image dtype for texture memory (None for plain memory); `uncached` / `cpu_access` / `host`:
-    placement hints a device may honour; `nolru`: never keep this allocation in the LRU cache after it is freed;
-    `external_ptr`: wrap memory that someone else owns (never freed by the allocator).
-    """
-
-    image: Any = None
-    uncached: bool = False
-    cpu_access: bool = False
-    host: bool = False
-    nolru: bool = False
-    external_ptr: int | None = None
+__all__ = ["Allocator", "LRUAllocator", "BufferSpec"]
 
 
-class Allocator(AllocatorContract):
+class Allocator(AllocatorContract[Handle]):
     """The memory interface of one device.
 
     Subclasses implement `_alloc(size, options)` and `_free(opaque, size, options)` and the copies
@@ -40,7 +23,7 @@ class Allocator(AllocatorContract):
         if self.before_host_access is not None:
             self.before_host_access()
 
-    def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+    def alloc(self, size: int, options: BufferSpec | None = None) -> Handle:
         """A new allocation of `size` bytes (size > 0), or a clear MemoryError."""
         if not isinstance(size, int) or size <= 0:
             raise ValueError(f"{self.device}: allocation size must be a positive int, got {size!r}")
@@ -50,32 +33,32 @@ class Allocator(AllocatorContract):
             raise MemoryError(f"{self.device}: out of memory allocating {size} bytes ({error}); free tensors or "
                               f"use a smaller size") from error
 
-    def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+    def free(self, opaque: Handle, size: int, options: BufferSpec | None = None) -> None:
         """Release an allocation made by `alloc` with the same size and options."""
         self._settle()
         self._free(opaque, size, options)
 
-    def copyin(self, dest: Any, src: memoryview) -> None:
+    def copyin(self, dest: Handle, src: memoryview) -> None:
         """Copy host bytes `src` into the device allocation `dest`."""
         self._settle()
         self._copyin(dest, src)
 
-    def copyout(self, dest: memoryview, src: Any) -> None:
+    def copyout(self, dest: memoryview, src: Handle) -> None:
         """Copy the device allocation `src` into the writable host memoryview `dest`."""
         self._settle()
         self._copyout(dest, src)
 
-    def offset(self, opaque: Any, size: int, offset: int) -> Any:
+    def offset(self, opaque: Handle, size: int, offset: int) -> Handle:
         """A handle to `size` bytes starting `offset` bytes into the allocation `opaque` (a view, not a copy)."""
         return self._offset(opaque, size, offset)
 
-    def as_memoryview(self, opaque: Any, size: int) -> memoryview:
+    def as_memoryview(self, opaque: Handle, size: int) -> memoryview:
         """The host-visible bytes of `opaque` as a writable memoryview (only on devices with host memory)."""
         self._settle()
         return self._as_memoryview(opaque, size)
 
 
-class LRUAllocator(Allocator):
+class LRUAllocator(Allocator[Handle]):
     """An Allocator that keeps freed allocations and hands them out again for the same size and options.
 
     When the device runs out of memory, the cache is emptied and the allocation retried once before a
@@ -84,9 +67,9 @@ class LRUAllocator(Allocator):
 
     def __init__(self, device: str = "?"):
         super().__init__(device)
-        self.cache: dict[tuple[int, BufferSpec | None], list[Any]] = defaultdict(list)
+        self.cache: dict[tuple[int, BufferSpec | None], list[Handle]] = defaultdict(list)
 
-    def alloc(self, size: int, options: BufferSpec | None = None) -> Any:
+    def alloc(self, size: int, options: BufferSpec | None = None) -> Handle:
         """A cached allocation of the same size and options if one is free, else a new one."""
         if not isinstance(size, int) or size <= 0:
             raise ValueError(f"{self.device}: allocation size must be a positive int, got {size!r}")
@@ -103,7 +86,7 @@ class LRUAllocator(Allocator):
             raise MemoryError(f"{self.device}: out of memory allocating {size} bytes, even after releasing the "
                               f"allocation cache ({error}); free tensors or use a smaller size") from error
 
-    def free(self, opaque: Any, size: int, options: BufferSpec | None = None) -> None:
+    def free(self, opaque: Handle, size: int, options: BufferSpec | None = None) -> None:
         """Keep the allocation for reuse (unless options forbid it)."""
         if options is not None and (options.nolru or options.external_ptr is not None):
             self._settle()

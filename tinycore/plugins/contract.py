@@ -16,7 +16,8 @@ Optional methods are found by the helpers at the end (`makes_views`, `copies_to_
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from tinycore.dtype import DType
@@ -118,10 +119,32 @@ class RendererContract:
         return width == 1 or width in self.vector_widths.get(dtype.scalar, ())
 
 
-class AllocatorContract:
+@dataclass(frozen=True)
+class BufferSpec:
+    """How a buffer is allocated (the `options` an allocator gets).
+
+    `image`: an image dtype for texture memory (None for plain memory); `uncached` / `cpu_access` / `host`:
+    placement hints a device may honour; `nolru`: never keep this allocation in the LRU cache after it is freed;
+    `external_ptr`: wrap memory that someone else owns (never freed by the allocator).
+    """
+
+    image: DType | None = None
+    uncached: bool = False
+    cpu_access: bool = False
+    host: bool = False
+    nolru: bool = False
+    external_ptr: int | None = None
+
+
+Handle = TypeVar("Handle")
+"""An allocator's handle on device memory: whatever the device's programs take as a buffer argument (an address, a
+driver object); opaque to the core, which only passes it back to the allocator and the programs."""
+
+
+class AllocatorContract(Generic[Handle]):
     """What Buffer and the engine call on a device's allocator. Subclasses implement the underscored methods; the
-    public ones (in tinycore.device.Allocator) wrap them. An `opaque` handle is whatever the device's programs take
-    as a buffer argument."""
+    public ones (in tinycore.device.Allocator) wrap them. A plugin names its handle type:
+    `class MyAllocator(LRUAllocator[int])`."""
 
     device: str = "?"
     """The canonical name of the device the allocator serves."""
@@ -129,37 +152,37 @@ class AllocatorContract:
     """Set by a queue-based device to its `synchronize`: called before the host reads or writes device memory or
     releases it, so that no queued command still uses it."""
 
-    def _alloc(self, size: int, options: Any) -> Any:
+    def _alloc(self, size: int, options: BufferSpec | None) -> Handle:
         """Allocate `size` bytes (options: a BufferSpec); return the opaque handle. Required."""
         raise NotImplementedError(f"{type(self).__name__} must implement _alloc")
 
-    def _free(self, opaque: Any, size: int, options: Any) -> None:
+    def _free(self, opaque: Handle, size: int, options: BufferSpec | None) -> None:
         """Release a handle from `_alloc` (default: nothing to release, memory owned by Python objects)."""
 
-    def _copyin(self, dest: Any, src: memoryview) -> None:
+    def _copyin(self, dest: Handle, src: memoryview) -> None:
         """Copy host bytes `src` into device memory `dest`. Required."""
         raise NotImplementedError(f"{type(self).__name__} must implement _copyin")
 
-    def _copyout(self, dest: memoryview, src: Any) -> None:
+    def _copyout(self, dest: memoryview, src: Handle) -> None:
         """Copy device memory `src` into the host buffer `dest`. Required."""
         raise NotImplementedError(f"{type(self).__name__} must implement _copyout")
 
-    def _offset(self, opaque: Any, size: int, offset: int) -> Any:
+    def _offset(self, opaque: Handle, size: int, offset: int) -> Handle:
         """Optional: a handle for `size` bytes starting `offset` bytes into `opaque` (a view sharing its memory).
         A device that overrides it gets buffer views and copies of contiguous ranges without a kernel."""
         raise NotImplementedError(f"{self.device} does not support buffer views (sub-buffers at an offset)")
 
-    def _as_memoryview(self, opaque: Any, size: int) -> memoryview:
+    def _as_memoryview(self, opaque: Handle, size: int) -> memoryview:
         """Optional: the host-visible memory of a handle (zero-copy reads and writes)."""
         raise NotImplementedError(f"{self.device} memory is not host visible: use copyout instead")
 
-    def open_existing(self, size: int) -> Any:
+    def open_existing(self, size: int) -> Handle:
         """Optional: an opaque handle on the first `size` bytes of memory that already exists, read only (a DISK
         device's existing file: never created, grown or written). The file loaders of tinycore.nn (safetensors, GGUF,
         torch files) read through it when `opens_existing` says an allocator has it, else they allocate a Buffer."""
         raise NotImplementedError(f"{type(self).__name__} opens no existing memory")
 
-    def copy_to_buffer(self, source: Any, destination: Any) -> None:
+    def copy_to_buffer(self, source: Handle, destination: Any) -> None:
         """Optional: copy the handle `source` of this device straight into the Buffer `destination` of another
         device (no host bounce). The engine uses it when overridden (see `copies_to_buffer`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot copy to another device's buffer")
