@@ -187,3 +187,26 @@ def test_compiled_forward_and_backward_are_boxed() -> None:
     for _ in range(2):
         layer(inputs).square().sum().backward()
     torch.testing.assert_close(tiny_layer.weight.grad.cpu(), layer.weight.grad, atol=1e-5, rtol=1e-4)
+
+
+# ---- batch norm's backward from the statistics it is handed -------------------------------------------------------
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("eps", [1e-5, 0.3])
+def test_batch_norm_backward_uses_the_statistics_it_is_given(train: bool, eps: float) -> None:
+    torch.manual_seed(3)
+    inputs, grad_out = torch.randn(8, 4, 3, 3), torch.randn(8, 4, 3, 3)
+
+    def run(device: str) -> list[torch.Tensor]:
+        weight = torch.linspace(0.5, 2.0, 4).to(device)
+        running_mean, running_var = torch.linspace(-1, 1, 4).to(device), torch.linspace(0.5, 2, 4).to(device)
+        _, mean, invstd = torch.ops.aten.native_batch_norm(inputs.to(device), weight, None, running_mean.clone(),
+                                                           running_var.clone(), True, 0.1, 1e-5)
+        # in training the saved statistics are used as given (eps unused); a copy, as a realized input, must not
+        # cut the input gradient's path through them
+        saved = (mean.clone(), invstd.clone()) if train else (None, None)
+        grads = torch.ops.aten.native_batch_norm_backward(grad_out.to(device), inputs.to(device), weight,
+                                                          running_mean, running_var, *saved, train, eps,
+                                                          [True, True, True])
+        return [grad.cpu() for grad in grads]
+    for result, expected in zip(run(TINY), run("cpu"), strict=True):
+        torch.testing.assert_close(result, expected, atol=1e-4, rtol=1e-3)

@@ -221,25 +221,34 @@ def native_batch_norm_backward(grad_out: TinyTensor, input: TinyTensor, weight: 
                                running_mean: TinyTensor | None, running_var: TinyTensor | None,
                                save_mean: TinyTensor | None, save_invstd: TinyTensor | None, train: bool, eps: float,
                                output_mask: Sequence[bool]) -> tuple[TinyTensor | None, ...]:
-    """Gradients of batch norm for input, weight and bias, by tinycore's autograd over the forward."""
-    from tiny_torch.ops import _vjp
+    """Gradients of batch norm for input, weight and bias, in closed form as PyTorch's kernels compute them: in
+    training from the batch statistics it is handed (save_mean, save_invstd; eps unused), the input's gradient
+    including their dependence on the input; in evaluation from the running statistics."""
     value, grad = input.tiny_value(), grad_out.tiny_value()
     axes = tuple(axis for axis in range(value.ndim) if axis != 1)
     shape = [1] * value.ndim
     shape[1] = value.shape[1]
-    fixed_mean = None if train else running_mean.tiny_value()  # type: ignore[union-attr]
-    fixed_var = None if train else running_var.tiny_value()  # type: ignore[union-attr]
-
-    def forward(x: Tensor, w: Tensor | None, b: Tensor | None) -> Tensor:
-        mean = x.mean(axes) if train else fixed_mean
-        variance = (x - mean.reshape(shape)).square().mean(axes) if train else fixed_var  # type: ignore[union-attr]
-        output = (x - mean.reshape(shape)) * (variance + eps).rsqrt().reshape(shape)  # type: ignore[union-attr]
-        output = output * w.reshape(shape) if w is not None else output
-        return output + b.reshape(shape) if b is not None else output
-    bias = Tensor.zeros(value.shape[1], dtype=value.dtype, device=value.device)
-    grads = _vjp(forward, [value, weight.tiny_value() if weight is not None else None, bias], grad, output_mask)
+    if train:
+        mean, invstd = save_mean.tiny_value(), save_invstd.tiny_value()  # type: ignore[union-attr]
+    else:
+        mean = running_mean.tiny_value()  # type: ignore[union-attr]
+        invstd = (running_var.tiny_value() + eps).rsqrt()  # type: ignore[union-attr]
+    mean, invstd = mean.cast(value.dtype), invstd.cast(value.dtype)
+    centered = value - mean.reshape(shape)
+    grad_sum = grad.sum(axes)
+    dot = (grad * centered).sum(axes)
+    scale = invstd * weight.tiny_value() if weight is not None else invstd
+    grad_input = None
+    if output_mask[0]:
+        if train:
+            count = value.numel() // value.shape[1]
+            projection = centered * (dot * invstd * invstd / count).reshape(shape)
+            grad_input = (grad - projection - (grad_sum / count).reshape(shape)) * scale.reshape(shape)
+        else:
+            grad_input = grad * scale.reshape(shape)
     index = _index(input)
-    return tuple(wrap(part, index) if part is not None else None for part in grads)
+    results = (grad_input, dot * invstd if output_mask[1] else None, grad_sum if output_mask[2] else None)
+    return tuple(wrap(part.cast(value.dtype), index) if part is not None else None for part in results)
 
 
 @register(aten.empty_like.default, aten.zeros_like.default, direct=True)
