@@ -159,3 +159,33 @@ def test_cl_without_an_icd_loader_names_the_line_that_gives_one(monkeypatch: pyt
     assert (ok, count) == (False, 0)
     assert reason.startswith("no OpenCL ICD loader (libOpenCL) found (libOpenCL.so.1: cannot open shared object)")
     assert reason.endswith(f"{PIP} -e '{REPOSITORY_ROOT / 'plugins' / 'tiny-cl'}[pocl]'"), reason
+
+
+HIDE_TINY_DISK = """
+import importlib.metadata as metadata
+original = metadata.entry_points
+def entry_points(**selection):
+    found = original(**selection)
+    if selection.get("group") == "tinycore.plugins":
+        return metadata.EntryPoints(point for point in found if point.name != "disk")
+    return found
+metadata.entry_points = entry_points
+"""
+"""A sitecustomize that makes tiny-disk look not installed (its entry point is not listed)."""
+
+
+def test_conformance_disk_note_from_the_checkout_root(tmp_path: Path) -> None:
+    """`tiny conformance CPU`, run at the checkout's root without tiny-disk, names the checkout's install line for it
+    in the DISK check's note (it named `pip install 'tinycore[disk]'` there)."""
+    (tmp_path / "sitecustomize.py").write_text(HIDE_TINY_DISK)
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("DEV", "TINYCORE_PLUGINS", "TINYCORE_DISABLE_PLUGINS", "PYTHONPATH")}
+    environment.update({"PYTHONPATH": str(tmp_path), "CC": "gcc"} if shutil.which("gcc") else
+                       {"PYTHONPATH": str(tmp_path)})
+    finished = subprocess.run([sys.executable, "-m", "tinycore.cli", "conformance", "CPU", "--json", "-k",
+                               "disk_both_ways"], capture_output=True, text=True, timeout=300,
+                              cwd=str(REPOSITORY_ROOT), env=environment, check=False)
+    summary = json.loads(finished.stdout)
+    (note,) = [item["reason"] for item in summary["not_applicable"] if item["test"].endswith("test_disk_both_ways")]
+    assert "the DISK device does not open here: no installed plugin provides device 'DISK'" in note, note
+    assert note.endswith(f"to get DISK: {PIP} -e {REPOSITORY_ROOT / 'plugins' / 'tiny-disk'}"), note
