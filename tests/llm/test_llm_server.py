@@ -245,17 +245,23 @@ def test_malformed_requests_get_json(server: tuple[str, str]) -> None:
 
 
 def test_port_in_use_is_one_line(server: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
-    """Serving on a port another socket holds exits 2 with one line naming the address, no traceback."""
+    """Serving on a port another socket holds exits 2 with one line naming the address, no traceback, before the
+    model is loaded (a missing model file is not what it reports); a port past 65535 likewise."""
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()
     try:
         port = holder.getsockname()[1]
         assert main(["llm", "--model", server[1], "--serve", str(port), "--max-context", "16"]) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and f"cannot serve on 127.0.0.1:{port}" in error and "Traceback" not in error
+        assert main(["llm", "--model", server[1] + ".missing", "--serve", str(port)]) == 2
+        assert f"cannot serve on 127.0.0.1:{port}" in capsys.readouterr().err
     finally:
         holder.close()
+    assert main(["llm", "--model", server[1], "--serve", "70000"]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and f"cannot serve on 127.0.0.1:{port}" in error and "Traceback" not in error
+    assert error.count("\n") == 1 and "cannot serve on 127.0.0.1:70000" in error
 
 
 def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:

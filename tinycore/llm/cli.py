@@ -151,20 +151,25 @@ def run_llm(arguments: argparse.Namespace) -> int:
         print("tiny llm: pass --model FILE.gguf (or --make-test-model PATH to write a small one to try)",
               file=sys.stderr)
         return 2
+    httpd = None
+    if arguments.serve is not None:  # the address is bound first: a port in use is reported before the model loads
+        from tinycore.llm.server import bind
+        try:
+            httpd = bind(arguments.host, arguments.serve)
+        except (OSError, OverflowError) as error:
+            reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+            print(f"tiny llm: cannot serve on {arguments.host}:{arguments.serve}: {reason}; pick another --serve "
+                  "PORT (0 picks a free one)", file=sys.stderr)
+            return 2
     try:
-        serving = arguments.serve is not None
         session, name = load_session(arguments.model, arguments.max_context, arguments.device,
-                                     arguments.parallel if serving else 1)
-        if serving:
+                                     arguments.parallel if httpd is not None else 1)
+        if httpd is not None:
             from tinycore.llm.server import serve
             try:
-                serve(session, name, arguments.serve, arguments.host, max_queued=arguments.max_queue)
+                serve(session, name, arguments.serve, arguments.host, max_queued=arguments.max_queue, httpd=httpd)
             except KeyboardInterrupt:
                 pass
-            except OSError as error:
-                print(f"tiny llm: cannot serve on {arguments.host}:{arguments.serve}: {error.strerror or error}; "
-                      "pick another --serve PORT (0 picks a free one)", file=sys.stderr)
-                return 2
             return 0
         if arguments.benchmark is not None:
             return _benchmark(session, arguments)
@@ -184,3 +189,6 @@ def run_llm(arguments: argparse.Namespace) -> int:
     except (FileNotFoundError, UnsupportedModelError, ContextOverflowError, ValueError) as error:
         print(f"tiny llm: {error}", file=sys.stderr)
         return 2
+    finally:
+        if httpd is not None:
+            httpd.server_close()

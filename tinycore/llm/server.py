@@ -405,13 +405,20 @@ class _QueueingServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
+def bind(host: str, port: int) -> ThreadingHTTPServer:
+    """A listening HTTP server on host:port (port 0 picks a free one) that `serve` will run; raises OSError when the
+    address cannot be bound (a port in use), so a caller can learn that before it loads a model."""
+    return _QueueingServer((host, port), BaseHTTPRequestHandler)
+
+
 def serve(session: Session, model_name: str, port: int, host: str = "127.0.0.1",
-          ready: threading.Event | None = None, max_queued: int = 64) -> ThreadingHTTPServer:
-    """Serve the API on host:port until interrupted (`ready` is set once the socket listens; port 0 picks a free
-    port, printed with the address). The model's max_batch slots run at once and `max_queued` more sequences wait;
-    beyond that a request gets 429. Raises OSError when the address cannot be bound (a port in use). Returns the
-    server after it stops."""
-    httpd = _QueueingServer((host, port), BaseHTTPRequestHandler)  # bound first: a port in use fails before work
+          ready: threading.Event | None = None, max_queued: int = 64,
+          httpd: ThreadingHTTPServer | None = None) -> ThreadingHTTPServer:
+    """Serve the API on host:port (or on `httpd`, from `bind`) until interrupted (`ready` is set once the socket
+    listens; port 0 picks a free port, printed with the address). The model's max_batch slots run at once and
+    `max_queued` more sequences wait; beyond that a request gets 429. Raises OSError when the address cannot be
+    bound (a port in use). Returns the server after it stops."""
+    httpd = httpd if httpd is not None else bind(host, port)
     api = LLMServer(session, model_name, max_queued)
     httpd.RequestHandlerClass = make_handler(api)
     print(f"serving {model_name} ({session.model.max_batch} sequences at once, up to {max_queued} waiting) "
