@@ -1,6 +1,7 @@
 """GGUF language models: weights kept quantized on the device (weights), the tokenizer from the metadata
-(tokenizer), the transformer with a KV cache and generation (model), chat formats (chat), the OpenAI-compatible
-server (server) and `tiny llm` (cli).
+(tokenizer), the transformer with a KV cache and generation (model), chat formats (chat), continuous batching of
+many requests (batching), the OpenAI-compatible server (server), small random models to try (test_model) and
+`tiny llm` (cli).
 
 The names below are imported when first used, so `tiny` (which adds the `llm` subcommand's parser) stays fast."""
 from __future__ import annotations
