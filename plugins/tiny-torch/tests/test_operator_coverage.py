@@ -470,8 +470,17 @@ def overload(name: str) -> torch._ops.OpOverload:
     return getattr(getattr(getattr(torch.ops, namespace), packet), overload_name)
 
 
+ACCELERATOR_ONLY = {
+    name: "tests/test_everyday_calls.py::test_recurrent_layers_match_cpu"
+    for name in ("aten._thnn_fused_lstm_cell.default", "aten._thnn_fused_lstm_cell_backward_impl.default",
+                 "aten._thnn_fused_gru_cell.default", "aten._thnn_fused_gru_cell_backward.default")
+}
+"""Mapped overloads PyTorch's CPU has no kernel for, so no sample can run them there: the named test compares the
+layers that call them (nn.LSTM, nn.GRU: values and gradients) with the CPU's own path through those layers."""
+
+
 def test_every_mapped_operator_has_samples() -> None:
-    mapped = set(tiny_torch.mapped_operators())
+    mapped = set(tiny_torch.mapped_operators()) - set(ACCELERATOR_ONLY)
     assert not mapped - set(SAMPLES), f"mapped operators without samples in SAMPLES: {sorted(mapped - set(SAMPLES))}"
     assert not set(SAMPLES) - mapped, f"samples for operators that are not mapped: {sorted(set(SAMPLES) - mapped)}"
     assert all(SAMPLES.values()), [name for name, samples in SAMPLES.items() if not samples]
