@@ -23,7 +23,7 @@ class Compiled(DeviceContract):
     renderer: Renderer
     compiler: Compiler
 
-    def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+    def __init__(self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
                  runtime: Callable[[str, bytes], Any], graph: GraphFactory | None = None):
         self.device = device
         self.allocator = allocator
@@ -33,7 +33,7 @@ class Compiled(DeviceContract):
         self.graph = graph
         if renderer is not None:
             try:  # Renderer.supported_dtypes reads the capabilities this device declares
-                renderer._opened_device = weakref.ref(self)
+                renderer.__dict__["_opened_device"] = weakref.ref(self)  # read back from __dict__ there
             except (AttributeError, TypeError):
                 pass  # a renderer object that takes no attributes: it answers from its own declarations
 

@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tinycore.helpers import DEBUG
 from tinycore.plugins.contract import copies_to_buffer, expects_launches, launcher_of
 from tinycore.uop.uop import UOp
+
+if TYPE_CHECKING:
+    from tinycore.codegen.opt import Opt
+    from tinycore.device.buffer import Buffer
+    from tinycore.renderer.renderer import ProgramSpec
 
 
 class Runner:
@@ -21,8 +26,8 @@ class Runner:
     prepare_runners); otherwise it is rendered with `opts` (None: the heuristic's) and compiled here.
     """
 
-    def __init__(self, ast: UOp, device: str, prepared: tuple[Any, bytes, str] | None = None,
-                 opts: list[Any] | None = None):
+    def __init__(self, ast: UOp, device: str, prepared: tuple[ProgramSpec, bytes, str] | None = None,
+                 opts: list[Opt] | None = None):
         from tinycore.device.registry import Device
         self.device = device
         opened = Device[device]
@@ -46,12 +51,12 @@ class Runner:
         self.name = self.spec.name
         self.globals = tuple(self.spec.globals)
         self.static_dims = None if self.spec.vars else self.spec.launch_dims()
-        self._launch: Any = launcher_of(self.program)
+        self._launch = launcher_of(self.program)
         self._fast = None
         if self.static_dims is not None and self._launch is not None:
             self._fast = self._launch(*self.static_dims)
 
-    def __call__(self, buffers: Sequence[Any], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
+    def __call__(self, buffers: Sequence[object], var_vals: dict[UOp, int], wait: bool = False) -> float | None:
         """Launch on the device handles `buffers` (in the AST's DEFINE_GLOBAL order)."""
         arguments = [buffers[position] for position in self.globals] if self.globals else list(buffers)
         if self._fast is not None and not wait:
@@ -71,7 +76,7 @@ launch_expectations: dict[str, Callable[[], None] | None] = {}
 runners are made, so a realize never opens a device just to tell it that launches may come."""
 
 
-def copy_buffers(destination: Any, source: Any) -> None:
+def copy_buffers(destination: Buffer, source: Buffer) -> None:
     """Copy the device Buffer `source` into `destination` (same byte count, any two devices).
 
     A source allocator with `copy_to_buffer` (DISK) moves the data itself with bounded memory; otherwise the bytes

@@ -35,7 +35,7 @@ from tinycore.codegen import lower_to_program, optimize_kernel
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count
 from tinycore.codegen.optimize import vector_width
 from tinycore.device.buffer import Buffer
-from tinycore.device.compiler import CompileError
+from tinycore.device.compiler import CompileError, Compiler
 from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.helpers import (
     BEAM_BUDGET,
@@ -181,7 +181,7 @@ def kernel_key(ast: UOp) -> str:
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()
 
 
-def cache_key(ast: UOp, device: str, renderer: RendererContract, compiler: Any, width: int) -> str:
+def cache_key(ast: UOp, device: str, renderer: RendererContract, compiler: Compiler, width: int) -> str:
     """The beam cache key: kernel, device family, renderer, compiler and arch (its version and flags), workers, N,
     and the opts the heuristic chooses for the kernel.
 
@@ -291,7 +291,7 @@ BATCH = 8
 small kernel's compile)."""
 
 
-def _compile_all(compiler: Any, specs: list[ProgramSpec]) -> list[tuple[bytes, str] | None]:
+def _compile_all(compiler: Compiler, specs: list[ProgramSpec]) -> list[tuple[bytes, str] | None]:
     """(binary, symbol) of each of `specs`, compiled in parallel compiler processes (None where one fails)."""
     def compile_one(spec: ProgramSpec) -> tuple[bytes, str] | None:
         try:

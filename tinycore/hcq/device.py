@@ -24,6 +24,7 @@ from tinycore.helpers import PROFILE
 
 if TYPE_CHECKING:
     from tinycore.plugins.specs import HCQQueues
+    from tinycore.renderer.renderer import Renderer
 
 
 _OPENED: weakref.WeakSet[HCQCompiled] = weakref.WeakSet()
@@ -133,7 +134,7 @@ class HCQCompiled(Compiled):
 
     kernarg_ring_bytes = 1 << 20
 
-    def __init__(self, device: str, allocator: Allocator, renderer: Any, compiler: Compiler,
+    def __init__(self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
                  program_type: type[HCQProgram], queues: HCQQueues | None = None):
         super().__init__(device, allocator, renderer, compiler, self._load_program, graph=capture_graph)
         self.program_type = program_type

@@ -13,10 +13,11 @@ resolved at submit. A capture on one device is one submission.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, cast
 
-from tinycore.dtype import dtypes
+from tinycore.device.buffer import Buffer
+from tinycore.dtype import DType, dtypes
 from tinycore.hcq import profile
 from tinycore.hcq.queue import HCQArguments, HWQueue, QueueDevice
 from tinycore.hcq.signal import HCQSignal
@@ -67,7 +68,7 @@ def _queue_device(name: str) -> GraphDevice:
     return cast(GraphDevice, Device[name])
 
 
-def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> GraphDevice | None:
+def graph_device(calls: Sequence[Any], input_buffers: Sequence[Buffer]) -> GraphDevice | None:
     """The first queue device of the captured `calls` when the queues of their devices can run all of them, else
     None (TinyJit then replays call by call).
 
@@ -91,7 +92,7 @@ def graph_device(calls: Sequence[Any], input_buffers: Sequence[Any]) -> GraphDev
     return _queue_device(_call_device(calls[0]))
 
 
-def capture_graph(calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]) -> HCQGraph | None:
+def capture_graph(calls: list[Any], input_buffers: list[Buffer], keep_alive: list[Buffer]) -> HCQGraph | None:
     """`GraphDevice.graph` (GraphContract): an HCQGraph of `calls` when the queues of their devices can run all of
     them (graph_device), else None."""
     device = graph_device(calls, input_buffers)
@@ -101,11 +102,11 @@ def capture_graph(calls: list[Any], input_buffers: list[Any], keep_alive: list[A
 class HCQGraph:
     """Captured calls of queue devices as one bound compute queue per device (see the module docstring)."""
 
-    def __init__(self, device: GraphDevice, calls: list[Any], input_buffers: list[Any], keep_alive: list[Any]):
+    def __init__(self, device: GraphDevice, calls: list[Any], input_buffers: list[Buffer], keep_alive: list[Buffer]):
         self.device, self.calls, self.keep_alive, self.input_buffers = device, calls, keep_alive, input_buffers
         input_index = {id(buffer): position for position, buffer in enumerate(input_buffers)}
         # (argument block, argument number, input number, view (size, dtype, offset) or None for the whole buffer)
-        self.input_patches: list[tuple[HCQArguments, int, int, Any]] = []
+        self.input_patches: list[tuple[HCQArguments, int, int, tuple[int, DType, int] | None]] = []
         # (argument block, value number, the Variable or expression whose value goes there)
         self.value_patches: list[tuple[HCQArguments, int, UOp]] = []
         self.captured_values: dict[UOp, int] = {}
@@ -164,7 +165,8 @@ class HCQGraph:
         self._timed(device, queue, runner.name, queue.exec, runner.program, arguments, spec.global_size,
                     spec.local_size)
 
-    def _timed(self, device: GraphDevice, queue: DeviceQueue, name: str, add: Any, *arguments: Any) -> None:
+    def _timed(self, device: GraphDevice, queue: DeviceQueue, name: str, add: Callable[..., object],
+               *arguments: object) -> None:
         """Add a command (`add(*arguments)`), between two timestamps when the device is profiling."""
         if not device.profiling:
             add(*arguments)
@@ -195,7 +197,7 @@ class HCQGraph:
         """How many kernel launches (not copies) a replay runs."""
         return sum(1 for call in self.calls if call.runner is not None)
 
-    def held_buffers(self) -> list[Any]:
+    def held_buffers(self) -> list[Buffer]:
         """None besides the calls' own: the queues hold device addresses, not Buffers."""
         return []
 
@@ -203,7 +205,7 @@ class HCQGraph:
         """A graph built again: its queues hold the addresses of the memory that was released."""
         return HCQGraph(self.device, self.calls, self.input_buffers, self.keep_alive)
 
-    def run(self, input_buffers: Sequence[Any], var_vals: Mapping[UOp, int] | None = None) -> None:
+    def run(self, input_buffers: Sequence[Buffer], var_vals: Mapping[UOp, int] | None = None) -> None:
         """Replay with `input_buffers` in place of the captured inputs and `var_vals` for the Variables: patch the
         argument blocks in place, then one submission per device."""
         values: dict[UOp, int] = dict(self.captured_values) if self.value_patches or var_vals else {}
@@ -213,7 +215,7 @@ class HCQGraph:
             for device, last in self.last_values.items():
                 # the previous replay must be done with the argument blocks before they change
                 device.timeline_signal.wait(last)
-            views: list[Any] = []
+            views: list[Buffer] = []
             for arguments, number, input_number, view in self.input_patches:
                 buffer = input_buffers[input_number]
                 if view is not None:

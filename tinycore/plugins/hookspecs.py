@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from tinycore.plugins.contract import AllocatorContract, DeviceContract
     from tinycore.plugins.specs import DeviceSpec, HCQQueues, InterfaceSpec, RendererSpec
 
 hookspec = pluggy.HookspecMarker("tinycore")
@@ -61,7 +62,7 @@ def tiny_renderers(device: str) -> list[RendererSpec]:
 
 
 @hookspec(firstresult=True)
-def tiny_allocator(device: Any) -> Any:
+def tiny_allocator(device: DeviceContract) -> AllocatorContract[Any] | None:
     """The allocator for the opened device object `device` (its `.device` attribute is the canonical name).
 
     Called by a device class while it is being constructed, when it asks `tinycore.device.select_allocator`.
@@ -84,7 +85,7 @@ def tiny_interfaces(device: str) -> list[InterfaceSpec]:
 
 
 @hookspec(firstresult=True)
-def tiny_hcq_queues(device: Any) -> HCQQueues | None:
+def tiny_hcq_queues(device: DeviceContract) -> HCQQueues | None:
     """For a queue-based (HCQ) device object `device`: the queue and signal types the core's HCQ machinery drives.
 
     Called once by `tinycore.hcq.HCQCompiled.__init__` while the device is being constructed (the device class
