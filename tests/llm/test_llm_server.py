@@ -285,3 +285,27 @@ def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
         status, body = _post(base, "/completions", {"prompt": [3], "max_tokens": 2, "n": 2})
         assert status == 400 and body["error"]["param"] == "n" and "(1: --parallel plus --max-queue)" in \
             body["error"]["message"]
+
+
+def test_stalled_body_is_408(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A body that stops before its Content-Length is answered 408 JSON once the socket timeout (here 1 s) passes,
+    and the connection is closed; the server goes on serving."""
+    from tinycore.llm.cli import load_session
+    from tinycore.llm.server import bind, serve
+    path = os.fspath(tmp_path_factory.mktemp("stall") / "stall.gguf")
+    write_model(path, dim=32, hidden=64, layers=1, heads=2, kv_heads=1, vocab=40, seed=4)
+    session, name = load_session(path, 16, None)
+    httpd = bind("127.0.0.1", 0)
+    thread = threading.Thread(target=serve, args=(session, name, 0), daemon=True,
+                              kwargs={"httpd": httpd, "socket_timeout": 1.0})
+    thread.start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        status, body = raw_request(base, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                                         b'{"pro', timeout=30)
+        assert status == 408 and "stopped after 5 of the 100 bytes" in body["error"]["message"]
+        status, body = _post(base, "/completions", {"prompt": [1, 2], "max_tokens": 2, "temperature": 0})
+        assert status == 200 and body["usage"]["completion_tokens"] == 2
+    finally:
+        httpd.shutdown()
+        thread.join(timeout=60)

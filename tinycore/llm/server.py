@@ -35,6 +35,10 @@ from tinycore.llm.config import UnsupportedModelError
 MAX_BODY = 16 << 20
 """The largest request body accepted (bytes)."""
 
+SOCKET_TIMEOUT = 60.0
+"""Seconds a connection may stall while the server reads from or writes to it (a body that stops arriving, a client
+that stops reading its stream, an idle keep-alive connection) before it is closed."""
+
 MAX_CHOICES = 16
 """The largest `n` (choices per request)."""
 
@@ -80,10 +84,12 @@ class _Choice:
 
 class LLMServer:
     """The API's logic, apart from HTTP: parse a request body, run it, return a JSON body or an SSE stream.
-    `max_queued` caps the sequences waiting for one of the model's max_batch slots."""
+    `max_queued` caps the sequences waiting for one of the model's max_batch slots; `socket_timeout` bounds a
+    stalled connection."""
 
-    def __init__(self, session: Session, model_name: str, max_queued: int = 64, step_prefill: int = STEP_PREFILL):
-        self.session, self.model_name = session, model_name
+    def __init__(self, session: Session, model_name: str, max_queued: int = 64, step_prefill: int = STEP_PREFILL,
+                 socket_timeout: float = SOCKET_TIMEOUT):
+        self.session, self.model_name, self.socket_timeout = session, model_name, socket_timeout
         self.scheduler = BatchScheduler(session.model, max_queued, step_prefill)
         self.created = int(time.time())
 
@@ -299,6 +305,7 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "tinycore-llm"
+        timeout = server.socket_timeout  # applied to the connection by StreamRequestHandler.setup
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
             pass
@@ -353,7 +360,20 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
             if int(text) > MAX_BODY:
                 self.close_connection = True
                 raise RequestError(413, f"the body is larger than {MAX_BODY} bytes")
-            return self.rfile.read(int(text)) if int(text) else b""
+            data = bytearray()
+            try:
+                while len(data) < int(text):
+                    piece = self.rfile.read1(int(text) - len(data))
+                    if not piece:
+                        break
+                    data += piece
+            except TimeoutError:
+                pass
+            if len(data) < int(text):
+                self.close_connection = True
+                raise RequestError(408, f"the body stopped after {len(data)} of the {text} bytes its Content-Length "
+                                        f"declares (waited {server.socket_timeout:g} s)")
+            return bytes(data)
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             routes = {"/v1/completions": "completions", "/v1/chat/completions": "chat", "/completions": "completions",
@@ -413,13 +433,14 @@ def bind(host: str, port: int) -> ThreadingHTTPServer:
 
 def serve(session: Session, model_name: str, port: int, host: str = "127.0.0.1",
           ready: threading.Event | None = None, max_queued: int = 64,
-          httpd: ThreadingHTTPServer | None = None) -> ThreadingHTTPServer:
+          httpd: ThreadingHTTPServer | None = None, socket_timeout: float = SOCKET_TIMEOUT) -> ThreadingHTTPServer:
     """Serve the API on host:port (or on `httpd`, from `bind`) until interrupted (`ready` is set once the socket
     listens; port 0 picks a free port, printed with the address). The model's max_batch slots run at once and
-    `max_queued` more sequences wait; beyond that a request gets 429. Raises OSError when the address cannot be
-    bound (a port in use). Returns the server after it stops."""
+    `max_queued` more sequences wait; beyond that a request gets 429; a connection stalled for `socket_timeout`
+    seconds is closed. Raises OSError when the address cannot be bound (a port in use). Returns the server after it
+    stops."""
     httpd = httpd if httpd is not None else bind(host, port)
-    api = LLMServer(session, model_name, max_queued)
+    api = LLMServer(session, model_name, max_queued, socket_timeout=socket_timeout)
     httpd.RequestHandlerClass = make_handler(api)
     print(f"serving {model_name} ({session.model.max_batch} sequences at once, up to {max_queued} waiting) "
           f"on http://{host}:{httpd.server_address[1]}/v1", flush=True)
