@@ -37,6 +37,7 @@ class RowPositions:
     tensor: Tensor
     variables: list[UOp]
 
+
 PREFILL_CHUNK = 64
 """Prompt tokens run through the model at once while prefilling."""
 
