@@ -115,3 +115,34 @@ def test_bitcast_to_another_element_size_rescales_the_last_axis(target: str) -> 
     np.testing.assert_array_equal(symbolic[:3, :wanted.shape[1]].numpy(), wanted[:3])
     back = Tensor(wanted).bitcast(dtypes.float32).numpy()
     np.testing.assert_array_equal(back, values)
+
+
+@pytest.mark.parametrize("i", [4, 9])
+def test_conv_over_a_symbolic_spatial_axis_matches_torch(i: int) -> None:
+    torch = pytest.importorskip("torch")
+    x = RNG.standard_normal((2, 3, 12, 7)).astype(np.float32)
+    w = RNG.standard_normal((5, 3, 3, 3)).astype(np.float32)
+    v = Variable("v", 3, 12).bind(i)
+    result = Tensor(x)[:, :, :v].conv2d(Tensor(w), padding=1)
+    expected = torch.nn.functional.conv2d(torch.tensor(x[:, :, :i]), torch.tensor(w), padding=1).numpy()
+    np.testing.assert_allclose(result[:2, :5, :i, :7].numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_attention_with_a_symbolic_batch_heads_or_sequence_matches_torch(n: int) -> None:
+    torch = pytest.importorskip("torch")
+    q = RNG.standard_normal((4, 3, 5, 8)).astype(np.float32)
+    v = Variable("n", 1, 4).bind(n)
+    t = Tensor(q)
+
+    def reference(part: np.ndarray, causal: bool) -> np.ndarray:
+        view = torch.tensor(part)
+        return torch.nn.functional.scaled_dot_product_attention(view, view, view, is_causal=causal).numpy()
+
+    batch = t[:v].scaled_dot_product_attention(t[:v], t[:v])
+    np.testing.assert_allclose(batch[:n].numpy(), reference(q[:n], False), rtol=1e-5, atol=1e-6)
+    heads = t[:, :v].scaled_dot_product_attention(t[:, :v], t[:, :v], is_causal=True)
+    np.testing.assert_allclose(heads[:4, :n].numpy(), reference(q[:, :n], True), rtol=1e-5, atol=1e-6)
+    sequence = t[:, :, :v + 1].scaled_dot_product_attention(t[:, :, :v + 1], t[:, :, :v + 1], is_causal=True)
+    np.testing.assert_allclose(sequence[:4, :3, :n + 1].numpy(), reference(q[:, :, :n + 1], True), rtol=1e-5,
+                               atol=1e-6)

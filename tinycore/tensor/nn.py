@@ -291,7 +291,7 @@ class NNMixin:
         """Sliding windows over the last axis: (..., n) -> (..., out, kernel), as movement ops only."""
         length = self.shape[-1]
         span = dilation * (kernel - 1) + 1
-        if span > length:
+        if isinstance(length, int) and span > length:
             raise ShapeError(f"window of {kernel} with dilation {dilation} (span {span}) does not fit an axis of "
                              f"size {length}")
         out = (length - span) // stride + 1
@@ -306,7 +306,10 @@ class NNMixin:
         padded = repeated._pad_constant([(0, 0)] * len(lead) + [(0, kernel * dilation)], 0)
         rows = padded.reshape(lead + [kernel, length + dilation])
         rows = rows.shrink(tuple(None for _ in lead) + (None, (0, length - span + 1)))
-        strided = rows._slice_axis(rows.ndim - 1, 0, (out - 1) * stride + 1, stride)
+        if stride == 1 and not isinstance(out, int):  # a symbolic length: the rows are the windows already
+            strided = rows
+        else:
+            strided = rows._slice_axis(rows.ndim - 1, 0, (out - 1) * stride + 1, stride)
         return strided.transpose(-1, -2)
 
     def _pool(self: Tensor, kernel: Sequence[int], stride: int | Sequence[int] = 1,
@@ -638,8 +641,13 @@ class NNMixin:
         rows, columns = self.shape[-2:]
         # a multi-device tensor: the mask is made on the first device and copied to every one
         where = self.device[0] if isinstance(self.device, tuple) else self.device
-        row = type(self).arange(rows, dtype=dtypes.int32, device=where).reshape(rows, 1)
-        column = type(self).arange(columns, dtype=dtypes.int32, device=where).reshape(1, columns)
+        def positions(count: Any) -> Tensor:
+            """0 .. count-1; for a symbolic count, the first `count` of its largest value's positions."""
+            if isinstance(count, int):
+                return type(self).arange(count, dtype=dtypes.int32, device=where)
+            return type(self).arange(int(count.vmax), dtype=dtypes.int32, device=where)[:count]
+        row = positions(rows).reshape(rows, 1)
+        column = positions(columns).reshape(1, columns)
         mask = (column - row >= diagonal) if upper else (column - row <= diagonal)
         if isinstance(self.device, tuple):
             mask = mask.to(self.device)
