@@ -1,6 +1,7 @@
 """tinygrad-ported programs see torch's values at the edges of elementwise ops: pow's NaN placement and gradients,
 bitwise ops' errors, div's rounding modes. Every oracle here is torch."""
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -151,3 +152,17 @@ def test_logcumsumexp_along_each_axis_matches_torch(axis: int) -> None:
     data = np.random.default_rng(2).normal(0, 3, (6, 7, 8)).astype(np.float32)
     expected = torch.logcumsumexp(torch.tensor(data), axis).numpy()
     np.testing.assert_allclose(Tensor(data).logcumsumexp(axis).numpy(), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("axis,correction", [((0, 3), 1), ((0, 4), 5), ((0, 3), 5), ((0, 4), 1), ((0, 3), 0)])
+def test_var_and_std_without_degrees_of_freedom_match_torch(name: str, axis: tuple[int, ...],
+                                                             correction: int) -> None:
+    np.random.seed(0)
+    data = np.random.uniform(-2, 2, (1, 2, 3, 1, 5)).astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*degrees of freedom is <= 0")
+        expected = getattr(torch.tensor(data), name)(axis, correction=correction).numpy()
+    np.testing.assert_allclose(getattr(Tensor(data), name)(axis, correction=correction).numpy(), expected,
+                               rtol=1e-5, atol=1e-7)
+

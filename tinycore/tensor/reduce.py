@@ -76,7 +76,9 @@ class ReduceMixin:
         """Variance over `axis` with `correction` (1: the unbiased estimator)."""
         squares = (self - self.mean(axis, keepdim=True)).square()
         divisor = max(0, self._reduced_count(axis) - correction)
-        return squares.sum(axis, keepdim) / divisor if divisor else squares.sum(axis, keepdim) * math.nan
+        summed = squares.sum(axis, keepdim)
+        # no degrees of freedom left: the sum over 0, as torch (inf, or nan where every deviation is 0)
+        return summed / divisor if divisor else summed / summed._const(0.0)
 
     def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Standard deviation over `axis`."""
