@@ -269,10 +269,11 @@ def test_full_queue_is_429(tmp_path_factory: pytest.TempPathFactory) -> None:
     gets 429 with a rate_limit_error; once the first is done, the next is served; n=2, which could never fit, is a
     400 naming 'n'."""
     path = os.fspath(tmp_path_factory.mktemp("busy") / "busy.gguf")
-    write_model(path, dim=32, hidden=64, layers=1, heads=2, kv_heads=1, vocab=40, seed=2)  # no stop token
-    with served(path, "--parallel", "1", "--max-queue", "0", "--max-context", "64") as base:
+    # no stop token, and room for 500 tokens: the first request runs far longer than the second takes to arrive
+    write_model(path, dim=32, hidden=64, layers=1, heads=2, kv_heads=1, vocab=40, seed=2, context=512)
+    with served(path, "--parallel", "1", "--max-queue", "0", "--max-context", "512") as base:
         request = urllib.request.Request(base + "/completions", headers={"Content-Type": "application/json"},
-                                         data=json.dumps({"prompt": [1, 2], "max_tokens": 60, "temperature": 0,
+                                         data=json.dumps({"prompt": [1, 2], "max_tokens": 500, "temperature": 0,
                                                           "stream": True}).encode())
         with urllib.request.urlopen(request, timeout=120) as stream:
             assert stream.readline().startswith(b"data: ")  # the first token: the one slot is busy
