@@ -140,8 +140,8 @@ def test_detection_head_with_nms_matches_onnxruntime():
     model = onnx.load_from_string(data)
     # NonMaxSuppression on the exported boxes (corners given as x1, y1, x2, y2: center_point_box=0 reads y, x pairs,
     # which is the same suppression up to the axes' names)
-    settings = [helper.make_tensor(name, kind, [1], [value]) for name, kind, value in
-                (("max_boxes", TensorProto.INT64, 5), ("iou", TensorProto.FLOAT, 0.3), ("floor", TensorProto.FLOAT, 0.2))]
+    limits = (("max_boxes", TensorProto.INT64, 5), ("iou", TensorProto.FLOAT, 0.3), ("floor", TensorProto.FLOAT, 0.2))
+    settings = [helper.make_tensor(name, kind, [1], [value]) for name, kind, value in limits]
     model.graph.initializer.extend(settings)
     model.graph.node.append(helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_boxes", "iou", "floor"],
                                              ["selected"], name="nms"))

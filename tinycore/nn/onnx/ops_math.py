@@ -407,3 +407,21 @@ def determinant(x: Tensor) -> Tensor:
     """The determinant of each square matrix in the last two axes (LU with partial pivoting, on the host)."""
     import numpy as np
     return Tensor(np.linalg.det(x.numpy()).astype(x.numpy().dtype), device=x.device)
+
+
+@onnx_op("Shrink", 9)
+def shrink(x: Tensor, bias: float = 0.0, lambd: float = 0.5) -> Tensor:
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    return (x < -lambd).where(x + bias, (x > lambd).where(x - bias, 0)).cast(x.dtype)
+
+
+@onnx_op("BitCast", 26)
+def bit_cast(x: Tensor, to: int) -> Tensor:
+    """x's bits read as ONNX element type `to` (of the same width)."""
+    return x.bitcast(onnx_dtype(to, "BitCast"))
+
+
+@onnx_op("SwiGLU", 26)
+def swiglu(a: Tensor, b: Tensor, alpha: float = 1.0) -> Tensor:
+    """a * sigmoid(alpha * a) * b."""
+    return (a * (alpha * a).sigmoid() * b).cast(a.dtype)

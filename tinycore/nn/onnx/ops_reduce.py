@@ -175,3 +175,17 @@ def cumulative_sum(x: Tensor, axis: list[int] | int, exclusive: int = 0, reverse
     if exclusive:
         result = result - x
     return result.flip(dim) if reverse else result
+
+
+@onnx_op("CumProd", 26, host_inputs=(1,))
+def cumulative_product(x: Tensor, axis: list[int] | int, exclusive: int = 0, reverse: int = 0) -> Tensor:
+    """Running products along `axis`, optionally excluding each element itself and from the end."""
+    dim = axis_of(int(scalar_of(axis)), x.ndim)
+    if reverse:
+        x = x.flip(dim)
+    if exclusive:
+        shifted = x.pad(tuple((1, -1) if axis == dim else (0, 0) for axis in range(x.ndim)), value=1)
+        result = shifted.cumprod(dim).cast(x.dtype)
+    else:
+        result = x.cumprod(dim).cast(x.dtype)
+    return result.flip(dim) if reverse else result
