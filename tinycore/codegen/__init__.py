@@ -25,6 +25,7 @@ from tinycore.uop.axis import AxisType
 from tinycore.uop.ops import Ops
 from tinycore.uop.symbolic import simplify, simplify_indices
 from tinycore.uop.uop import UOp
+from tinycore.viz import hook as _viz
 
 
 def optimize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = None) -> Kernel:
@@ -106,8 +107,14 @@ def _kernel_name(ast: UOp, kernel: Kernel) -> str:
 
 def lower_to_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """The ProgramSpec of the kernel `ast` rendered by `renderer` (see linearize for `opts`)."""
+    if _viz.ENABLED:
+        from tinycore.viz import record
+        record.kernel_begin(ast)
     kernel, uops = _linearize_kernel(ast, renderer, opts)
     spec = renderer.to_program(uops, uops[-1].arg)
+    if _viz.ENABLED:
+        from tinycore.viz import record
+        record.kernel_end(ast, kernel.ast, spec, uops, renderer)
     if kernel.recomputed != 1.0:
         # the estimates count the work the program does; GFLOPS figures divide the work the kernel needs
         estimates = spec.estimates

@@ -24,6 +24,7 @@ from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view,
 from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
+from tinycore.viz import hook as _viz
 
 _runners: dict[tuple[UOp, str, int], Runner] = {}
 """Compiled kernels by (AST, device, NUM_CPU_THREADS): the heuristic splits a CPU kernel across that many workers
@@ -198,7 +199,12 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
     runner = get_runner(item.ast, device_buffers[0].device, device_buffers, item.var_vals)
     if _capturing:
         _capturing[-1].append(CapturedCall(runner, device_buffers, dict(item.var_vals)))
-    elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
+    if _viz.ENABLED:
+        from tinycore.viz import record
+        elapsed = record.timed_launch(runner, [buffer._buf for buffer in device_buffers], item.var_vals, timed,
+                                      item.ast)
+    else:
+        elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
     GlobalCounters.kernel_count += 1
     estimates = runner.spec.estimates
     GlobalCounters.global_ops += estimates.ops
@@ -324,7 +330,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     if plan is not None and plan.setting != (setting := _plan_setting()):
         # its runners were compiled for another NUM_CPU_THREADS or BEAM: the plan made under this one, if any
         plan = plan.alternatives.get(setting)
-    if plan is not None and not _capturing and DEBUG.value < 1:
+    if plan is not None and not _capturing and DEBUG.value < 1 and not _viz.ENABLED:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])
         has_assign = plan.has_assign
     else:
@@ -334,6 +340,9 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
             print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "
                   f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
         run_schedule(schedule.items, schedule.temporaries)
+        if _viz.ENABLED:  # after the run: the kernels it compiled are recorded by then
+            from tinycore.viz import record
+            record.record_schedule(to_schedule, schedule)
         if template is not None and plan is None:
             made = _make_plan(template, schedule)
             if made is not None and template.plan is not None:

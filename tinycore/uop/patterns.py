@@ -18,6 +18,7 @@ from typing import Any
 from tinycore.dtype import DType
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
+from tinycore.viz import hook as _viz
 
 RewriteFunction = Callable[..., "UOp | None"]
 
@@ -538,8 +539,14 @@ def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any = None, bottom_up
     Default order: a node's sources are rewritten first, then the node (rewritten again while rules apply; a
     replacement is itself rewritten completely). With `bottom_up=True` the rules are tried on a node before its
     sources are visited (and again after its sources changed). Work is memoized within the call, and the walk
-    is iterative, so graphs of any depth work. `name` labels errors.
+    is iterative, so graphs of any depth work. `name` labels errors (and, with VIZ=1, the recorded pass).
     """
+    if _viz.REWRITE is not None and name is not None:
+        return _viz.REWRITE(_graph_rewrite, sink, matcher, ctx, bottom_up, name)
+    return _graph_rewrite(sink, matcher, ctx, bottom_up, name)
+
+
+def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None) -> UOp:
     done: dict[UOp, UOp] = {}
     rewrite = matcher.rewrite
     # stack entries: (node, stage, current); stage 0 = visit, 1 = sources done, 2 = link node to its replacement
