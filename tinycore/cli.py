@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_llm_parser(commands)
     from tinycore.nn.onnx.cli import add_onnx_parser
     add_onnx_parser(commands)
+    from tinycore.viz.cli import add_viz_parser
+    add_viz_parser(commands)
     return parser
 
 
@@ -318,6 +320,9 @@ def _run(argv: Sequence[str] | None) -> int:
     if arguments.command == "onnx":
         from tinycore.nn.onnx.cli import run_onnx
         return run_onnx(arguments)
+    if arguments.command == "viz":
+        from tinycore.viz.cli import run_viz
+        return run_viz(arguments)
     parser.print_help()
     return 2
 
