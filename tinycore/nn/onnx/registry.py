@@ -65,5 +65,6 @@ def load_all() -> None:
         ops_random,
         ops_reduce,
         ops_rnn,
+        ops_sampling,
         ops_shape,
     )

@@ -1,0 +1,164 @@
+"""Sampling ONNX operators: GridSample and AffineGrid (spatial transformers), and the signal windows
+(HannWindow, HammingWindow, BlackmanWindow).
+
+GridSample gathers on the device: the sampling positions come from the grid tensor, each tap of the interpolation
+(2 per axis for linear, 4 for cubic, 1 for nearest) is one gather of the flattened image, weighted and summed.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from tinycore.dtype import dtypes
+from tinycore.helpers import prod
+from tinycore.nn.onnx.common import as_ints, onnx_dtype, scalar_of
+from tinycore.nn.onnx.registry import onnx_op
+from tinycore.tensor import Tensor
+
+
+def _reflect(x: Tensor, low: float, high: float) -> Tensor:
+    """x folded back into [low, high] by reflecting at the borders as often as needed."""
+    span = high - low
+    below, above = x < low, x > high
+    distance = below.where(low - x, above.where(x - high, 0.0))
+    folds = (distance / span).floor() if span > 0 else distance * 0
+    rest = distance - folds * span
+    even = (folds - (folds / 2).floor() * 2) == 0
+    from_below = even.where(low + rest, high - rest)
+    from_above = even.where(high - rest, low + rest)
+    return below.where(from_below, above.where(from_above, x))
+
+
+def _cubic_weights(fraction: Tensor) -> list[Tensor]:
+    """Keys' cubic weights (a = -0.75) of the taps at offsets -1, 0, 1, 2 from the floor."""
+    a = -0.75
+
+    def near(t: Tensor) -> Tensor:
+        return ((a + 2) * t - (a + 3)) * t * t + 1
+
+    def far(t: Tensor) -> Tensor:
+        return ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+
+    return [far(fraction + 1), near(fraction), near(1 - fraction), far(2 - fraction)]
+
+
+@onnx_op("GridSample", 16)
+def grid_sample(x: Tensor, grid: Tensor, align_corners: int = 0, mode: str = "linear",
+                padding_mode: str = "zeros") -> Tensor:
+    """x (N, C, *spatial) sampled at the normalized positions of grid (N, *out, axes): nearest, linear or cubic,
+    with zeros, border or reflection padding."""
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    spatial = x.shape[2:]
+    axes = len(spatial)
+    work = grid.cast(dtypes.float32)
+    borders = [(0.0, size - 1.0) if align_corners else (-0.5, size - 0.5) for size in spatial]
+    coordinates = []
+    for axis, size in enumerate(spatial):
+        normalized = work[..., axes - 1 - axis]
+        position = (normalized + 1) / 2 * (size - 1) if align_corners else ((normalized + 1) * size - 1) / 2
+        if mode == "nearest":
+            position = position.round()
+        low, high = borders[axis]
+        outside = (position < low).bitwise_or(position > high)
+        if padding_mode == "border":
+            position = outside.where(position.clip(0, size - 1), position)
+        elif padding_mode == "reflection":
+            position = outside.where(_reflect(position, low, high), position)
+        coordinates.append(position)
+    taps_per_axis: list[list[tuple[Tensor, Tensor | None]]] = []
+    for position in coordinates:
+        if mode == "nearest":
+            taps_per_axis.append([(position, None)])
+            continue
+        base = position.floor()
+        fraction = position - base
+        if mode == "linear":
+            taps_per_axis.append([(base, 1 - fraction), (base + 1, fraction)])
+        else:
+            weights = _cubic_weights(fraction)
+            taps_per_axis.append([(base + offset, weight) for offset, weight in zip(range(-1, 3), weights,
+                                                                                     strict=True)])
+    batch, channels = x.shape[0], x.shape[1]
+    out_shape = grid.shape[1:-1]
+    flat = x.reshape(batch, channels, prod(spatial))
+    strides = [prod(spatial[axis + 1:]) for axis in range(axes)]
+    result: Tensor | None = None
+    for combination in itertools.product(*taps_per_axis):
+        linear_index: Tensor | None = None
+        valid: Tensor | None = None
+        weight: Tensor | None = None
+        for axis, (index, tap_weight) in enumerate(combination):
+            size = spatial[axis]
+            if padding_mode == "zeros":
+                inside = (index >= 0).bitwise_and(index <= size - 1)
+                valid = inside if valid is None else valid.bitwise_and(inside)
+                index = index.clip(0, size - 1)
+            elif padding_mode == "border":
+                index = index.clip(0, size - 1)
+            else:
+                index = _reflect(index, *borders[axis]).trunc().clip(0, size - 1)
+            part = index.cast(dtypes.int32) * strides[axis]
+            linear_index = part if linear_index is None else linear_index + part
+            if tap_weight is not None:
+                weight = tap_weight if weight is None else weight * tap_weight
+        assert linear_index is not None
+        gathered = flat.gather(2, linear_index.reshape(batch, 1, -1).expand(batch, channels, prod(out_shape)))
+        value = gathered.reshape(batch, channels, *out_shape).cast(dtypes.float32)
+        if weight is not None:
+            value = value * weight.unsqueeze(1)
+        if valid is not None:
+            value = valid.unsqueeze(1).where(value, 0.0)
+        result = value if result is None else result + value
+    assert result is not None
+    return result.cast(x.dtype)
+
+
+@onnx_op("AffineGrid", 20, host_inputs=(1,))
+def affine_grid(theta: Tensor, size: list[int], align_corners: int = 0) -> Tensor:
+    """The normalized sampling grid (N, *spatial, axes) of the affine maps theta (N, axes, axes + 1)."""
+    dims = as_ints(size) or []
+    spatial = dims[2:]
+    axes = len(spatial)
+
+    def steps(length: int) -> np.ndarray:
+        if align_corners:
+            return np.linspace(-1.0, 1.0, length) if length > 1 else np.zeros(1)
+        return (np.arange(length) * 2 + 1) / length - 1
+
+    mesh = np.meshgrid(*[steps(length) for length in spatial], indexing="ij")
+    # the grid's last axis lists x first: the spatial axes reversed, then the homogeneous 1
+    base = np.stack([*reversed(mesh), np.ones_like(mesh[0])], axis=-1).reshape(-1, axes + 1)
+    points = Tensor(base.astype(np.float32), device=theta.device).cast(theta.dtype)
+    grid = points.unsqueeze(0).matmul(theta.transpose(1, 2))
+    return grid.reshape(dims[0], *spatial, axes)
+
+
+def _window(size: Tensor | int, periodic: int, output_datatype: int, coefficients: list[float], device: str | None
+            ) -> Tensor:
+    length = int(scalar_of(size))
+    denominator = length if periodic else length - 1
+    n = np.arange(length, dtype=np.float64)
+    values = np.zeros(length)
+    for order, coefficient in enumerate(coefficients):
+        values += coefficient * np.cos(2 * math.pi * order * n / max(denominator, 1))
+    return Tensor(values.astype(np.float32), device=device).cast(onnx_dtype(output_datatype, "window"))
+
+
+@onnx_op("HannWindow", 17)
+def hann_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    """The Hann window of `size` points."""
+    return _window(size, periodic, output_datatype, [0.5, -0.5], size.device)
+
+
+@onnx_op("HammingWindow", 17)
+def hamming_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    """The Hamming window (alpha 25/46) of `size` points."""
+    return _window(size, periodic, output_datatype, [25 / 46, -(1 - 25 / 46)], size.device)
+
+
+@onnx_op("BlackmanWindow", 17)
+def blackman_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
+    """The Blackman window of `size` points."""
+    return _window(size, periodic, output_datatype, [0.42, -0.5, 0.08], size.device)
