@@ -25,5 +25,10 @@ class DTypeMismatchError(RuntimeError, TypeError):
     """A dtype an operation cannot take (one_hot of floats, an integer raised to a negative integer power)."""
 
 
+class UnsupportedModeError(NotImplementedError, ValueError):
+    """A mode an operation does not offer (pad's mode names, circular padding with negative amounts): tinygrad and
+    torch raise NotImplementedError."""
+
+
 class UnknownDTypeError(AttributeError, TypeError):
     """A dtype given by a name (or an object) that is not a dtype (tinygrad: AttributeError from `dtypes`)."""

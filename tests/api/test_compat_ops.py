@@ -166,3 +166,31 @@ def test_var_and_std_without_degrees_of_freedom_match_torch(name: str, axis: tup
     np.testing.assert_allclose(getattr(Tensor(data), name)(axis, correction=correction).numpy(), expected,
                                rtol=1e-5, atol=1e-7)
 
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate"])
+@pytest.mark.parametrize("padding", [(0, 2, 3, 2), (-1, 2, 2, -1), (3, -3, 0, -3), (3, -5, 1, -5), (0, 0, 0, -5),
+                                     (4, 4, 0, 4)])
+def test_reflect_and_replicate_padding_with_negative_amounts_match_torch(mode: str, padding: tuple[int, ...]) -> None:
+    data = np.random.default_rng(3).uniform(-2, 2, (1, 1, 5, 5)).astype(np.float32)
+    expected_input = torch.tensor(data, requires_grad=True)
+    expected = torch.nn.functional.pad(expected_input, padding, mode=mode)
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [expected_input])
+    source = Tensor(data, requires_grad=True)
+    value = source.pad(padding, mode=mode)
+    (gradient,) = value.sum().gradient(source)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy())
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy())
+
+
+def test_padding_errors_are_torch_types() -> None:
+    source, expected_source = Tensor.ones(1, 1, 5, 5), torch.ones(1, 1, 5, 5)
+    for raised, call in ((NotImplementedError, lambda pad, x: pad(x, (3, 0), mode="typo")),
+                         (RuntimeError, lambda pad, x: pad(x, (3, 5, 0, 0), mode="reflect")),
+                         (RuntimeError, lambda pad, x: pad(x, (3, 6, 0, 0), mode="circular"))):
+        with pytest.raises(raised):
+            call(torch.nn.functional.pad, expected_source)
+        with pytest.raises(raised):
+            call(Tensor.pad, source)
+    with pytest.raises(NotImplementedError):  # tinygrad's answer; torch computes it
+        source.pad((3, -5, 1, -5), mode="circular")

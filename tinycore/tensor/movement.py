@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
-from tinycore.errors import ArgumentError, ShapeError
+from tinycore.errors import ArgumentError, ShapeError, UnsupportedModeError
 from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
@@ -131,25 +131,33 @@ class MovementMixin:
         (before, after) pair or None per axis. Modes: constant (with `value`), reflect, replicate, circular.
         Negative amounts remove elements."""
         if mode not in ("constant", "reflect", "replicate", "circular"):
-            raise ValueError(f"pad mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+            raise UnsupportedModeError(f"pad mode {mode!r} is not supported: use 'constant', 'reflect', 'replicate' "
+                                       "or 'circular'")
         pairs = self._pad_pairs(padding)
         if mode != "constant" and value != 0.0:
             raise ValueError(f"pad value is only used with mode='constant', got value={value} with mode={mode!r}")
+        grow = [(_added(before), _added(after)) for before, after in pairs]
+        if mode == "circular" and any(_removed(before) or _removed(after) for before, after in pairs):
+            raise UnsupportedModeError(f"circular padding with negative amounts {pairs} is not supported")
+        if mode != "constant":
+            # as torch: the reflected or repeated elements come from the whole axis, and the negative amounts then
+            # remove elements from the padded result
+            grown = self
+            for axis, (before, after) in enumerate(grow):
+                if before or after:
+                    grown = grown._pad_axis(axis, before, after, mode)
+            return grown._remove_negative(pairs)
+        return self._remove_negative(pairs)._pad_constant(grow, value)
+
+    def _remove_negative(self: Tensor, pairs: list[tuple[Any, Any]]) -> Tensor:
+        """This tensor with the negative amounts of `pairs` removed from each axis."""
         bounds = []
         for size, (before, after) in zip(self.shape, pairs, strict=True):
             start, end = _removed(before), size - _removed(after)
             if isinstance(start, int) and isinstance(end, int) and start > end:
-                raise ShapeError(f"negative padding {pairs} removes more than the axis of size {size} holds")
+                raise ShapeError(f"negative padding {pairs} removes more than an axis holds (shape {self.shape})")
             bounds.append((start, end))
-        shrunk = self.shrink(tuple(bounds))
-        grow = [(_added(before), _added(after)) for before, after in pairs]
-        if mode == "constant":
-            return shrunk._pad_constant(grow, value)
-        result = shrunk
-        for axis, (before, after) in enumerate(grow):
-            if before or after:
-                result = result._pad_axis(axis, before, after, mode)
-        return result
+        return self.shrink(tuple(bounds))
 
     def _pad_constant(self: Tensor, pairs: list[tuple[int, int]], value: Any) -> Tensor:
         """Constant padding (zero directly, other values through a mask)."""
@@ -166,11 +174,11 @@ class MovementMixin:
         """Reflect, replicate or circular padding of one axis."""
         size = self.shape[axis]
         if mode == "reflect" and (before >= size or after >= size):
-            raise ValueError(f"reflect padding ({before}, {after}) must be smaller than the axis size {size}")
+            raise ShapeError(f"reflect padding ({before}, {after}) must be smaller than the axis size {size}")
         if mode == "circular" and (before > size or after > size):
-            raise ValueError(f"circular padding ({before}, {after}) can be at most the axis size {size}")
+            raise ShapeError(f"circular padding ({before}, {after}) can be at most the axis size {size}")
         if mode in ("reflect", "replicate") and size == 0:
-            raise ValueError(f"{mode} padding of an empty axis (shape {self.shape})")
+            raise ShapeError(f"{mode} padding of an empty axis (shape {self.shape})")
 
         def part(start: int, end: int) -> Tensor:
             """The slice [start, end) of the padded axis."""
