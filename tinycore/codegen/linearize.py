@@ -13,11 +13,12 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Union
 
 from tinycore.codegen.devectorize import legalize
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import ConstType, DType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, new_range, range_dependencies
 from tinycore.uop.ops import FUSED, Ops
@@ -25,13 +26,15 @@ from tinycore.uop.uop import UOp
 
 DEFINE_OPS = (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)
 RESULT_ARG = "result"
+BodyItem = Union[UOp, tuple[str, UOp]]
+"""An item of a loop body being ordered: a node, or ("block", first RANGE) for a loop nested in it."""
 
 
 class LinearizeError(ValueError):
     """A kernel whose ranges cannot be arranged into nested loops."""
 
 
-def reduce_identity(op: Ops, dtype: DType) -> Any:
+def reduce_identity(op: Ops, dtype: DType) -> ConstType:
     """The starting value of an accumulator for the reduce op `op`."""
     if op is Ops.ADD or op in (Ops.OR, Ops.XOR):
         return 0
@@ -60,7 +63,7 @@ class LoopTree:
         """The loops from the outermost down to `loop` (empty for the top level)."""
         return self.ancestry[loop] if loop is not None else ()
 
-    def deepest(self, first: UOp | None, second: UOp | None, what: Any = None) -> UOp | None:
+    def deepest(self, first: UOp | None, second: UOp | None, what: UOp | None = None) -> UOp | None:
         """The deeper of two loops on one nesting path; LinearizeError when neither encloses the other."""
         if first is None or first is second:
             return second
@@ -275,7 +278,8 @@ class Linearizer:
 
     # ---- 4. ordering ----
 
-    def _order_stores_before_loads(self, depends: dict[Any, set[Any]], child_towards: Any) -> None:
+    def _order_stores_before_loads(self, depends: dict[BodyItem, set[BodyItem]],
+                                   child_towards: Callable[..., UOp]) -> None:
         """A LOAD of a global buffer comes after every STORE to that buffer whose value reads no load of it (a row
         value stored in a reduce's loop and read back by the output loop, codegen/row_values.py): no data dependency
         orders them. Stores that read the buffer (an update in place, the output loop's own stores) add nothing, so
@@ -315,7 +319,7 @@ class Linearizer:
                 continue
             members.setdefault(loop, []).append(node)
         # dependencies between the items of one loop body: nodes and the child loops (blocks)
-        depends: dict[Any, set[Any]] = {}
+        depends: dict[BodyItem, set[BodyItem]] = {}
 
         def child_towards(outer: UOp | None, inner: UOp) -> UOp:
             """The loop directly inside `outer` on the way down to `inner`."""
@@ -357,7 +361,7 @@ class Linearizer:
             program.append(define)
         members = {loop: [n for n in nodes if n not in launch_set] for loop, nodes in members.items()}
 
-        def rank(item: Any) -> tuple[int, int]:
+        def rank(item: BodyItem) -> tuple[int, int]:
             """Ordering priority: values, accumulator set-up, nested loops, stores; then graph order."""
             if isinstance(item, tuple):
                 return 2, position[item[1]]
@@ -367,16 +371,16 @@ class Linearizer:
 
         def emit(loop: UOp | None) -> None:
             """Append the body of `loop` (None: the kernel's top level), nested loops recursively."""
-            items: list[Any] = list(members.get(loop, [])) + [("block", c) for c in children.get(loop, [])]
+            items: list[BodyItem] = [*members.get(loop, []), *(("block", c) for c in children.get(loop, []))]
             item_set = set(items)
             waiting = {item: {d for d in depends.get(item, ()) if d in item_set} for item in items}
-            users: dict[Any, list[Any]] = {}
+            users: dict[BodyItem, list[BodyItem]] = {}
             for item, needs in waiting.items():
                 for need in needs:
                     users.setdefault(need, []).append(item)
             chain_keys = _chain_keys(items, users, position)  # {} keeps graph order: (kind, 0, position, position)
 
-            def rank_in_body(item: Any) -> tuple[int, ...]:
+            def rank_in_body(item: BodyItem) -> tuple[int, ...]:
                 kind, order = rank(item)
                 return (kind, *chain_keys.get(item, (0, order)), order)
             ready = [(rank_in_body(item), i, item) for i, item in enumerate(items) if not waiting[item]]
@@ -415,7 +419,8 @@ def _reads_register(node: UOp) -> bool:
     return target.op is Ops.DEFINE_REG
 
 
-def _chain_keys(items: list[Any], users: dict[Any, list[Any]], position: dict[UOp, int]) -> dict[Any, tuple[int, int]]:
+def _chain_keys(items: list[BodyItem], users: dict[BodyItem, list[BodyItem]],
+                position: dict[UOp, int]) -> dict[BodyItem, tuple[int, int]]:
     """Ordering keys for a loop body where at least two accumulators (register values a reduce carries) take several
     multiply-adds each (a reduce unrolled inside the register tile: a convolution's window), else {}. A chain's k-th
     FMA gets (k, its graph position) and every other value the smallest key of the values using it, so the body runs
@@ -423,12 +428,12 @@ def _chain_keys(items: list[Any], users: dict[Any, list[Any]], position: dict[UO
     ran accumulator by accumulator: every input vector of the unrolled window stayed live across all channels and a
     4 x 16 convolution tile spilled an accumulator (gcc does not reorder for register pressure on x86)."""
     steps: dict[UOp, int] = {}
-    for item in sorted((i for i in items if isinstance(i, UOp) and i.op is Ops.MULACC), key=lambda n: position[n]):
-        accumulated = item.src[2]
+    for mulacc in sorted((i for i in items if isinstance(i, UOp) and i.op is Ops.MULACC), key=lambda n: position[n]):
+        accumulated = mulacc.src[2]
         if accumulated in steps:
-            steps[item] = steps[accumulated] + 1
+            steps[mulacc] = steps[accumulated] + 1
         elif _reads_register(accumulated):
-            steps[item] = 0
+            steps[mulacc] = 0
     if sum(1 for step in steps.values() if step == 1) < 2:
         return {}
     # Kahn's order of the body (sources first), then keys from the last item back: a value's users have theirs
@@ -442,13 +447,13 @@ def _chain_keys(items: list[Any], users: dict[Any, list[Any]], position: dict[UO
             remaining[user] -= 1
             if remaining[user] == 0:
                 ordered.append(user)
-    keys: dict[Any, tuple[int, int]] = {}
+    keys: dict[BodyItem, tuple[int, int]] = {}
     for item in reversed(ordered):
         if item in steps:
             keys[item] = (steps[item], position[item])
         else:
             keys[item] = min((keys[user] for user in users.get(item, ())),
-                             default=(len(items), position.get(item, 0)))
+                             default=(len(items), position.get(item, 0) if isinstance(item, UOp) else 0))
     return keys
 
 
