@@ -341,10 +341,13 @@ SAMPLES: dict[str, list[Sample]] = {
         s(r(2, 3, 3, 3), IMAGE, [2, 2], [2, 2], [0, 0], [1, 1], False, _POOL[1], grad=False),
         s(r(2, 3, 4, 4), IMAGE, [3, 3], [2, 2], [1, 1], [1, 1], True, _POOL_PADDED[1], grad=False)],
     "aten.avg_pool2d.default": [s(IMAGE, [2, 2], [2, 2]), s(IMAGE, [3, 3], [2, 2], [1, 1], True, False),
-                                s(IMAGE, [3, 3], [2, 2], [1, 1], False, True)],
+                                s(IMAGE, [3, 3], [2, 2], [1, 1], False, True),
+                                s(IMAGE, [3, 3], [2, 2], [1, 1], False, True, 4),
+                                s(r(1, 2, 7, 7), [3, 2], [2, 3], [1, 1], True, False, 5)],
     "aten.avg_pool2d_backward.default": [
         s(r(2, 3, 3, 3), IMAGE, [2, 2], [2, 2], [0, 0], False, True, None, grad=False),
-        s(r(2, 3, 3, 3), IMAGE, [3, 3], [2, 2], [1, 1], False, False, None, grad=False)],
+        s(r(2, 3, 3, 3), IMAGE, [3, 3], [2, 2], [1, 1], False, False, None, grad=False),
+        s(r(2, 3, 3, 3), IMAGE, [3, 3], [2, 2], [1, 1], False, True, 7, grad=False)],
     "aten._adaptive_avg_pool2d.default": [s(IMAGE, [2, 3]), s(IMAGE, [1, 1])],
     "aten._adaptive_avg_pool2d_backward.default": [s(r(2, 3, 2, 3), IMAGE, grad=False)],
     # ---- normalization, softmax, losses ----

@@ -505,11 +505,26 @@ def max_pool2d_with_indices_backward(grad_output: Tensor, self: Tensor, kernel_s
 @register(aten.avg_pool2d.default)
 def avg_pool2d(self: Tensor, kernel_size: Sequence[int], stride: Sequence[int] = (), padding: Sequence[int] = (0,),
                ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: int | None = None) -> Tensor:
-    """2-d average pooling."""
-    if divisor_override is not None:
-        raise NotImplementedError("avg_pool2d divisor_override")
+    """2-d average pooling; with divisor_override, each window's sum divided by that number instead of its count."""
     kernel, strides, pads = _pool_arguments(kernel_size, stride, padding)
-    return self.avg_pool2d(kernel, strides, 1, pads, ceil_mode, count_include_pad)
+    if divisor_override is None:
+        return self.avg_pool2d(kernel, strides, 1, pads, ceil_mode, count_include_pad)
+    # zero padding that makes every window PyTorch forms a full kernel, so the mean of each is its sum / kernel area
+    extents = tuple(int(extent) for extent in self.shape[-2:])
+    extra = [max(0, (_pool_output(extent, size, step, pad, ceil_mode) - 1) * step + size - (extent + 2 * pad))
+             for extent, size, step, pad in zip(extents, kernel, strides, pads, strict=True)]
+    padded = self.pad(((0, 0),) * (self.ndim - 2) + ((pads[0], pads[0] + extra[0]), (pads[1], pads[1] + extra[1])))
+    means = padded.avg_pool2d(kernel, strides, 1, 0, False, True)
+    return means * (kernel[0] * kernel[1] / divisor_override)
+
+
+def _pool_output(extent: int, kernel: int, stride: int, padding: int, ceil_mode: bool) -> int:
+    """The number of windows PyTorch's pooling forms along one dim (with ceil_mode, none starts in the padding)."""
+    span = extent + 2 * padding - kernel
+    count = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (count - 1) * stride >= extent + padding:
+        count -= 1
+    return count
 
 
 @register(aten.avg_pool2d_backward.default)
