@@ -136,3 +136,16 @@ def test_linear_schedule_copy_dtypes_follow_allreduce_cast(cast: int) -> None:
     crossing = {call.src[1].buffer.dtype for call in linear.src
                 if call.src[0].op is Ops.COPY and call.src[2].device in DEVICES}
     assert crossing == ({dtypes.half} if cast else {dtypes.float})
+
+
+def test_scache_zero_neither_reads_nor_fills_the_schedule_cache() -> None:
+    from tinycore.schedule.cache import cached_template, schedule_cached, structure_key
+    graph = (Tensor.arange(12).float().reshape(3, 4) * 7 + 1).sum(1).uop
+    key = structure_key([graph])[0]
+    with Context(SCACHE=0):
+        schedule_cached([graph])
+        assert cached_template(key) is None
+    schedule_cached([graph])
+    assert cached_template(key) is not None  # filled once the cache is on again
+    with Context(SCACHE=0):
+        assert cached_template(key) is None  # and not read while it is off
