@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from tinycore.device.allocator import Allocator
 from tinycore.device.compiler import Compiler
-from tinycore.plugins.contract import DeviceContract, GraphFactory
+from tinycore.plugins.contract import DeviceContract, GraphFactory, ProgramContract
 from tinycore.renderer.renderer import Renderer
 
 
@@ -24,7 +23,7 @@ class Compiled(DeviceContract):
     compiler: Compiler
 
     def __init__(self, device: str, allocator: Allocator, renderer: Renderer, compiler: Compiler,
-                 runtime: Callable[[str, bytes], Any], graph: GraphFactory | None = None):
+                 runtime: Callable[[str, bytes], ProgramContract], graph: GraphFactory | None = None):
         self.device = device
         self.allocator = allocator
         self.renderer = renderer

@@ -215,7 +215,7 @@ class CompilerContract:
 class ProgramContract(Protocol):
     """A loaded kernel, as `Compiled.runtime(name, binary)` returns it."""
 
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = ..., local_size: Sequence[int] | None = ...,
+    def __call__(self, *buffers: object, global_size: Sequence[int] = ..., local_size: Sequence[int] | None = ...,
                  vals: Sequence[int] = ..., wait: bool = ...) -> float | None:
         """Launch on the opaque buffer handles; with `wait` block until done and return the kernel time (s)."""
 
@@ -268,7 +268,7 @@ class DeviceContract:
     """The renderer chosen for it (DEV=DEVICE:RENDERER, or the first the plugins offer)."""
     compiler: CompilerContract
     """The compiler for its renderer's source."""
-    runtime: Callable[[str, bytes], Any]
+    runtime: Callable[[str, bytes], ProgramContract]
     """`runtime(function name, binary)` loads a program (ProgramContract)."""
     graph: GraphFactory | None
     """How TinyJit replays a capture whose first call runs on this device as one unit (GraphFactory), or None: it
