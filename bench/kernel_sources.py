@@ -117,7 +117,7 @@ def _worker(label: str, directory: Path, timing: bool, rerender: Path | None = N
     """Render every program's kernels for the renderer DEV selects into directory/label (and their linear programs
     into directory/_uops/label); with `rerender`, render that baseline's saved linear programs instead."""
     from tinycore import Device
-    from tinycore.codegen import _linearize_kernel
+    from tinycore.codegen import linearize
     from tinycore.engine.memory import device_facts
     from tinycore.schedule.cache import create_schedule
     from tinycore.uop.ops import Ops
@@ -144,7 +144,7 @@ def _worker(label: str, directory: Path, timing: bool, rerender: Path | None = N
             continue
         for position, ast in enumerate(asts):
             try:
-                _kernel, uops = _linearize_kernel(ast, renderer, None)
+                uops = linearize(ast, renderer)
                 file_name = f"{program}.{position:02d}.{uops[-1].arg}"
                 source = _render_timed(renderer, uops, timing, totals)
                 (target / file_name).write_text(_stable(source))
