@@ -1,0 +1,130 @@
+"""The VIZ recording: passes recorded with hand-counted nodes and rules, realized programs against numpy, and
+nothing recorded with VIZ off."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from tinycore import Context, Tensor, dtypes
+from tinycore.counters import GlobalCounters
+from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+from tinycore.uop.uop import UOp
+from tinycore.viz import hook, record
+
+
+@pytest.fixture
+def recording() -> Iterator[record.Recording]:
+    """Recording on for one test, off again after it (whatever the environment says)."""
+    was_enabled = hook.ENABLED
+    record.reset()
+    record.enable()
+    try:
+        yield record.RECORDING
+    finally:
+        hook.set_enabled(was_enabled)
+        record.reset()
+
+
+def _variable(name: str) -> UOp:
+    return UOp(Ops.DEFINE_VAR, dtypes.int32, (), (name, 0, 10))
+
+
+def _drop_add_zero() -> PatternMatcher:
+    return PatternMatcher([(UPat(Ops.ADD, src=(UPat.var("x"), UPat.cvar("zero"))),
+                            lambda x, zero: x if zero.arg == 0 else None)])
+
+
+def test_a_named_pass_is_recorded_with_its_graph_rules_and_changes(recording: record.Recording) -> None:
+    a, b, c = _variable("a"), _variable("b"), _variable("c")
+    zero = UOp.const(dtypes.int32, 0)
+    # SINK(a+0, (b+0)*(c+0)): three ADDs with zero, which the rule removes
+    sink = UOp(Ops.SINK, dtypes.void, (a + zero, (b + zero) * (c + zero)))
+    kernel = record.kernel_begin(sink)
+    result = graph_rewrite(sink, _drop_add_zero(), name="drop add zero")
+    record.kernel_end(sink, sink, _FakeSpec(), [], object())
+    assert [step["name"] for step in kernel.passes] == ["kernel AST", "drop add zero"]
+    ast_step, step = kernel.passes
+    # by hand: a, b, c, 0, a+0, b+0, c+0, (b+0)*(c+0), SINK = 9 nodes before; a, b, c, b*c, SINK = 5 after
+    assert len(ast_step["nodes"]) == 9
+    assert len(step["nodes"]) == 5 == len(list(result.toposort))
+    assert sorted(node["op"] for node in step["nodes"]) == sorted(["DEFINE_VAR"] * 3 + ["MUL", "SINK"])
+    assert [count for _, count in step["rules"]] == [3]
+    assert "test_record.py" in step["rules"][0][0]
+    # the new MUL and the new SINK are the changed nodes; a, b and c were there before
+    changed_ops = sorted(step["nodes"][index]["op"] for index in step["changed"])
+    assert changed_ops == ["MUL", "SINK"]
+    # edges point at sources listed earlier (toposort order)
+    for node in step["nodes"]:
+        assert all(source < node["id"] for source in node["src"])
+
+
+class _FakeSpec:
+    name, device, src = "hand_made", "NONE", "void hand_made() {}"
+
+
+def test_rewrites_outside_a_kernel_or_of_single_expressions_are_not_recorded(recording: record.Recording) -> None:
+    a, zero = _variable("a"), UOp.const(dtypes.int32, 0)
+    assert graph_rewrite(a + zero, _drop_add_zero(), name="outside") is a
+    record.kernel_begin(UOp(Ops.SINK, dtypes.void, (a,)))
+    assert graph_rewrite(a + zero, _drop_add_zero(), name="an expression") is a
+    assert [step["name"] for step in recording.kernels[0].passes] == ["kernel AST"]
+
+
+def test_a_realized_program_records_its_kernels_schedule_and_timeline(recording: record.Recording) -> None:
+    values = np.arange(24, dtype=np.float32).reshape(4, 6) - 11.5
+    (Tensor([1.0]) + 1).realize()  # the device opens outside PROFILE: its bars are the engine's own host timings
+    before = GlobalCounters.kernel_count
+    with Context(PROFILE=1):
+        result = (Tensor(values) * 1.75 + 0.3125).relu().sum(axis=1).numpy()
+    launched = GlobalCounters.kernel_count - before
+    np.testing.assert_allclose(result, np.maximum(values * 1.75 + 0.3125, 0).sum(axis=1), rtol=1e-6)
+    document = recording.to_json()
+    assert launched >= 1 and len(document["kernels"]) >= 1
+    for kernel in document["kernels"]:
+        assert kernel["name"] and kernel["source"] and kernel["linear"]
+        assert kernel["passes"][0]["name"] == "kernel AST"
+        assert kernel["linear"][-1].split()[1] == "SINK"
+    schedule = document["schedules"][-1]
+    kernel_items = [item for item in schedule["items"] if item["kind"] == "kernel"]
+    assert len(kernel_items) == launched
+    names = {kernel["id"]: kernel["name"] for kernel in document["kernels"]}
+    assert all(names[item["kernel"]] == item["name"] for item in kernel_items)
+    assert sum(len(group["nodes"]) > 0 for group in schedule["groups"]) >= launched
+    bars = [event for event in document["timeline"] if event["kernel"] in names]
+    assert len(bars) == launched
+    assert all(event["end_us"] >= event["start_us"] for event in bars)
+
+
+def test_viz_off_records_nothing() -> None:
+    was_enabled = hook.ENABLED
+    hook.set_enabled(False)
+    record.reset()
+    try:
+        values = np.linspace(-2, 2, 10, dtype=np.float32)
+        np.testing.assert_allclose((Tensor(values) * 2.625 - 0.5).numpy(), values * 2.625 - 0.5, rtol=1e-6)
+        assert hook.REWRITE is None
+        document = record.RECORDING.to_json()
+        assert document["kernels"] == [] and document["schedules"] == []
+    finally:
+        hook.set_enabled(was_enabled)
+
+
+def test_viz_at_exit_writes_the_file_and_does_not_serve_without_a_terminal(tmp_path: os.PathLike[str]) -> None:
+    path = os.path.join(tmp_path, "recording.json")
+    program = "from tinycore import Tensor; print((Tensor([1.0, 2.0]) * 3).tolist())"
+    environment = {**os.environ, "VIZ": "1", "VIZ_PATH": path}
+    environment.pop("VIZ_SERVE", None)
+    finished = subprocess.run([sys.executable, "-c", program], env=environment, capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL)
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.strip() == "[3.0, 6.0]"
+    assert f"tiny viz {path}" in finished.stderr
+    from tinycore.viz.server import load_recording
+    document = load_recording(path)
+    assert len(document["kernels"]) >= 1 and len(document["schedules"]) >= 1
