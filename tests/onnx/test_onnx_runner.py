@@ -162,3 +162,30 @@ def test_runtime_failure_names_the_node():
     runner = OnnxRunner(helper.make_model(graph).SerializeToString())
     with pytest.raises(RuntimeError, match="node 'adder'"):
         runner({"a": np.ones(3, np.float32), "b": np.ones(4, np.float32)})
+
+
+def test_second_call_with_the_same_shapes_replays(classifier):
+    model, weights = classifier
+    runner = OnnxRunner(model.SerializeToString())
+    assert runner.jit
+    results = []
+    for seed in range(4):
+        x = np.random.default_rng(seed).standard_normal((2, 3, 8, 8)).astype(np.float32)
+        results.append(runner({"x": x})["y"].numpy())
+        np.testing.assert_allclose(results[-1], classifier_reference(x, weights), rtol=1e-4, atol=1e-6)
+    (jitted,) = runner._jits.values()
+    assert jitted.captured is not None and jitted.captured_kernel_count > 0, "calls 3 and 4 should replay"
+    x = np.random.default_rng(9).standard_normal((5, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), classifier_reference(x, weights), rtol=1e-4, atol=1e-6)
+    assert len(runner._jits) == 2, "another batch size gets its own capture"
+
+
+def test_graphs_reading_input_values_on_the_host_are_not_jitted():
+    graph = helper.make_graph([helper.make_node("NonZero", ["a"], ["b"])], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("b", TensorProto.INT64, None)])
+    runner = OnnxRunner(helper.make_model(graph).SerializeToString())
+    assert not runner.jit
+    for values in ([0, 1, 0, 2], [3, 0, 0, 0], [1, 1, 1, 1]):
+        np.testing.assert_array_equal(runner({"a": np.array(values, np.float32)})["b"].numpy(),
+                                      np.array(np.nonzero(values), dtype=np.int64))

@@ -23,6 +23,16 @@ from tinycore.tensor import Tensor
 Value = Union[Tensor, list[Tensor], None]
 """What flows along a graph edge: a tensor, a sequence of tensors, or an empty optional."""
 
+HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonMaxSuppression", "RoiAlign", "Det",
+                    "Bernoulli", "Multinomial", "RandomNormal", "RandomUniform", "RandomNormalLike",
+                    "RandomUniformLike", "Dropout", "Range", "SequenceAt", "SequenceInsert", "SequenceErase",
+                    "SequenceMap", "SplitToSequence", "OptionalHasElement"}
+"""Ops that read tensor values on the host (conditions, data-dependent sizes, host-side samplers): a graph where
+they read values that depend on the inputs' data cannot be replayed by the JIT."""
+
+SHAPE_OPS = {"Shape", "Size"}
+"""Ops whose outputs depend only on their input's shape, which is fixed for one JIT signature."""
+
 MAX_OPSETS = {"": 28, "ai.onnx.ml": 5, "com.microsoft": 1, "ai.onnx.preview.training": 1}
 """The newest opset version of each domain whose semantics the operator files follow."""
 
@@ -127,6 +137,27 @@ def unsupported_nodes(graph: Graph) -> list[str]:
     return problems
 
 
+def jittable(graph: Graph) -> bool:
+    """Whether every value the graph reads on the host is fixed once the input shapes are: derived only from
+    initializers, constants and shapes. Such a graph launches the same kernels on every call with the same shapes,
+    so TinyJit can capture and replay it."""
+    fixed = set(graph.initializers) | {""}
+    for node in graph.nodes:
+        spec = find_op(node.domain, node.op, node.opset)
+        if spec is None:
+            return False
+        inputs_fixed = all(name in fixed for name in node.inputs)
+        reads_host = node.op in HOST_READING_OPS or any(isinstance(value, Graph) for value in node.attributes.values())
+        for index in spec.host_inputs:
+            if index < len(node.inputs) and node.inputs[index] not in fixed:
+                return False
+        if reads_host and not inputs_fixed:
+            return False
+        if node.op in SHAPE_OPS or node.op == "Constant" or (inputs_fixed and node.inputs):
+            fixed.update(node.outputs)
+    return all(info.type is None or info.type.kind == "tensor" for info in graph.outputs)
+
+
 class OnnxRunner:
     """Runs an ONNX model with tinycore: `OnnxRunner(path)(dict(name=value))` -> dict of output Tensors.
 
@@ -134,7 +165,7 @@ class OnnxRunner:
     next to the model's path). Weights live on `device` (default: DEV's device).
     """
 
-    def __init__(self, model: Tensor | str | os.PathLike[str] | bytes, device: str | None = None):
+    def __init__(self, model: Tensor | str | os.PathLike[str] | bytes, device: str | None = None, jit: bool = True):
         from tinycore.device.registry import Device
         load_all()
         self.device: str = Device.canonicalize(device) if device is not None else Device.DEFAULT
@@ -148,6 +179,11 @@ class OnnxRunner:
         self.graph_inputs: dict[str, ValueType | None] = {info.name: info.type for info in self.graph.inputs}
         self.graph_outputs: tuple[str, ...] = tuple(info.name for info in self.graph.outputs)
         self.opsets: dict[str, int] = self.model.opsets
+        self.jit: bool = jit and jittable(self.graph)
+        """Whether calls run through TinyJit (one per set of input shapes and dtypes): the second call with the same
+        shapes captures the kernels, later calls replay them. The returned tensors are then the JIT's output buffers,
+        overwritten by the next call with the same shapes (copy them with .clone() to keep them)."""
+        self._jits: dict[tuple[object, ...], Any] = {}
 
     def _input(self, info: ValueInfo, value: Any, dims: dict[str, int]) -> Value:
         """One user input as a graph value, checked against its declared type."""
@@ -219,7 +255,28 @@ class OnnxRunner:
                 raise RuntimeError(f"missing input {info.name!r} ({described}); the model's inputs are "
                                    f"{list(self.graph_inputs)}")
             feeds[info.name] = self._input(info, inputs[info.name], dims)
+        if self.jit and all(isinstance(value, Tensor) for value in feeds.values()):
+            return self._jitted(feeds)
         results = run_graph(self.graph, feeds, Scope(), self.device)
+        return dict(zip(self.graph_outputs, results, strict=False))
+
+    def _jitted(self, feeds: dict[str, Value]) -> dict[str, Value]:
+        """Run through the TinyJit of these input shapes and dtypes (made on first use)."""
+        from tinycore.engine.jit import TinyJit
+        names = list(feeds)
+        tensors = [feeds[name] for name in names]
+        signature = tuple((name, tuple(tensor.shape), tensor.dtype) for name, tensor in zip(names, tensors,
+                                                                                              strict=True)
+                          if isinstance(tensor, Tensor))
+
+        def run(*values: Tensor) -> list[Value]:
+            outputs = run_graph(self.graph, dict(zip(names, values, strict=True)), Scope(), self.device)
+            return [output.contiguous() if isinstance(output, Tensor) else output for output in outputs]
+
+        if signature not in self._jits:
+            self._jits[signature] = TinyJit(run)
+        results = self._jits[signature](*[tensor.contiguous().realize() for tensor in tensors
+                                          if isinstance(tensor, Tensor)])
         return dict(zip(self.graph_outputs, results, strict=False))
 
     def get_empty_input_data(self, device: str | None = None, dtype: DType | None = None) -> dict[str, Tensor]:
