@@ -194,6 +194,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten.ceil.default": [s(X * 3)],
     "aten.trunc.default": [s(X * 3)],
     "aten.round.default": [s(X * 3), s(t([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49, 3.51]))],
+    "aten.round.decimals": [s(X * 3, decimals=2), s(t([0.125, 1.375, -2.625, 12.5]), decimals=2),
+                            s(t([1250.0, -3499.0, 15.0, 4500.0]), decimals=-3), s(X, decimals=0)],
     "aten.sign.default": [s(t([-2.0, 0.0, 3.0, -0.0])), s(INT)],
     "aten.erf.default": [s(X)],
     "aten.silu.default": [s(X * 3)],
@@ -396,7 +398,8 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten.scatter.value": [s(X, 1, t([[0, 2], [1, 3], [3, 0]]), 2.5), s(INT, 0, t([[2, 0, 1, 0]]), -1)],
     "aten.scatter_add.default": [s(X, 0, t([[2, 0, 2, 0], [2, 2, 1, 0]]), Y[:2]),
                                  s(torch.zeros(2, 5), 1, t([[0, 0, 4], [1, 4, 4]]), X[:2, :3])],
-    "aten.index_select.default": [s(X, 0, t([2, 0, 2])), s(X, 1, t([3, -1 + 4, 0])), s(INT, 1, t([1]))],
+    "aten.index_select.default": [s(X, 0, t([2, 0, 2])), s(X, 1, t([3, -1 + 4, 0])), s(INT, 1, t([1])),
+                                  s(t(2.5), 0, t([0])), s(t(-1.0), 0, t(0))],
     "aten.index.Tensor": [s(X, [t([2, 0, 2])]), s(X, [None, t([3, 1])]), s(X, [t([[0], [2]]), t([1, 3])]),
                           s(X, [t([-1, 0])]), s(X, [MASK]), s(X, [t([True, False, True])]),
                           s(r(2, 3, 4), [None, t([True, False, True]), t([0, 3])])],
@@ -451,7 +454,7 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten.alias.default": [s(X), s(NONCONTIGUOUS)],
     "aten.view.dtype": [s(X, torch.float32)],
     "aten.set_.source_Tensor": [s(torch.zeros(2), X)],
-    "aten.nonzero.default": [s(MASK), s(INT), s(torch.zeros(2, 3))],
+    "aten.nonzero.default": [s(MASK), s(INT), s(torch.zeros(2, 3)), s(t(3.0)), s(t(0.0))],
 }
 
 # samples whose comparison is statistical (the tiny device draws from tinycore's generator, not PyTorch's)

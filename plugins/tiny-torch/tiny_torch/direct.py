@@ -377,5 +377,8 @@ def set_(self: TinyTensor, source: TinyTensor) -> TinyTensor:
 def nonzero(self: TinyTensor) -> TinyTensor:
     """Indices of the nonzero elements (a data-dependent shape: the mask is read back to the host)."""
     mask = (self.tiny_value() != 0).numpy()  # compared on the device: numpy has no bfloat16
-    indices = np.stack(np.nonzero(mask), axis=-1).astype(np.int64).reshape(-1, self.ndim)
+    if self.ndim == 0:  # one row of no coordinates when the element is nonzero, as PyTorch
+        indices = np.zeros((int(mask), 0), dtype=np.int64)
+    else:
+        indices = np.stack(np.nonzero(mask), axis=-1).astype(np.int64).reshape(-1, self.ndim)
     return wrap(Tensor(indices, device=self.tiny_storage.flat.device, dtype=dtypes.int64), _index(self))

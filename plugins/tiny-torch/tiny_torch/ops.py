@@ -127,6 +127,15 @@ for _overload, _method in [
         _unary(_overload, _method)
 
 
+@register(aten.round.decimals)
+def round_decimals(self: Tensor, decimals: int = 0) -> Tensor:
+    """Round half to even at `decimals` digits after the point (before it when negative), as PyTorch scales."""
+    if decimals == 0:
+        return self.round()
+    scale = 10.0 ** abs(decimals)
+    return (self * scale).round() / scale if decimals > 0 else (self / scale).round() * scale
+
+
 @register(aten.isfinite.default)
 def isfinite(self: Tensor) -> Tensor:
     """True where neither inf nor nan."""
@@ -742,7 +751,9 @@ def scatter_add(self: Tensor, dim: int, index: Tensor, src: Tensor) -> Tensor:
 
 @register(aten.index_select.default)
 def index_select(self: Tensor, dim: int, index: Tensor) -> Tensor:
-    """Slices of self at `index` along dim."""
+    """Slices of self at `index` along dim (a 0-d self: its one element, for each index, 0-d again)."""
+    if self.ndim == 0:
+        return self.reshape(1)[index.cast(dtypes.int32).reshape(-1)].reshape(())
     selector = [slice(None)] * self.ndim
     selector[dim] = index.cast(dtypes.int32)
     return self[tuple(selector)]
