@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -125,19 +126,17 @@ def as_ints(value: Tensor | Sequence[int] | int | None) -> list[int] | None:
     """A shape-like input (a host list, an int or a Tensor) as a list of ints."""
     if value is None:
         return None
-    if isinstance(value, Tensor):
-        value = value.tolist()
-    if isinstance(value, (int, float)):
-        return [int(value)]
-    return [int(item) for item in value]
+    items = value.tolist() if isinstance(value, Tensor) else value
+    if isinstance(items, (int, float)):
+        return [int(items)]
+    return [int(item) for item in items]
 
 
 def scalar_of(value: Tensor | Sequence[float] | float | int) -> float | int:
     """A one-element input (host list, number or Tensor) as a Python number."""
-    if isinstance(value, Tensor):
-        value = value.tolist()
-    while isinstance(value, (list, tuple)):
-        if len(value) != 1:
-            raise ValueError(f"expected a single value, got {len(value)}")
-        value = value[0]
-    return value
+    item: Any = value.tolist() if isinstance(value, Tensor) else value
+    while isinstance(item, (list, tuple)):
+        if len(item) != 1:
+            raise ValueError(f"expected a single value, got {len(item)}")
+        item = item[0]
+    return item

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.nn.onnx.common import onnx_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
@@ -20,7 +20,7 @@ def _heads(x: Tensor, count: int | None) -> Tensor:
     return x.reshape(x.shape[0], x.shape[1], count, -1).transpose(1, 2)
 
 
-def _additive(mask: Tensor, dtype: object) -> Tensor:
+def _additive(mask: Tensor, dtype: DType) -> Tensor:
     """A boolean keep-mask as 0 / -inf, or a float mask as it is."""
     return mask.where(0.0, NEGATIVE_INFINITY).cast(dtype) if mask.dtype == dtypes.bool else mask
 

@@ -71,10 +71,10 @@ def scan(*values: Tensor, body: Graph, num_scan_inputs: int, scan_input_axes: li
             position = length - 1 - step if direction else step
             slices.append(value[tuple([slice(None)] * axis + [position])])
         outputs = context.run_subgraph(body, [*states, *slices])
-        states = [value.realize() for value in outputs[:state_count] if isinstance(value, Tensor)]
-        for gathered, value in zip(collected, outputs[state_count:], strict=False):
-            assert isinstance(value, Tensor)
-            gathered.append(value.realize())
+        states = [state.realize() for state in outputs[:state_count] if isinstance(state, Tensor)]
+        for gathered, output in zip(collected, outputs[state_count:], strict=False):
+            assert isinstance(output, Tensor)
+            gathered.append(output.realize())
     out_axes = scan_output_axes or [0] * output_count
     out_directions = scan_output_directions or [0] * output_count
     stacked = []

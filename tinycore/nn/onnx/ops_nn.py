@@ -243,7 +243,9 @@ def local_response_normalization(x: Tensor, size: int, alpha: float = 0.0001, be
     """x / (bias + alpha / size * sum of squares over `size` neighbouring channels) ** beta."""
     before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
     squares = (x * x).pad(((0, 0), (before, after), *[(0, 0)] * (x.ndim - 2)))
-    window = sum(squares[:, offset:offset + x.shape[1]] for offset in range(size))
+    window = squares[:, 0:x.shape[1]]
+    for offset in range(1, size):
+        window = window + squares[:, offset:offset + x.shape[1]]
     return x / (bias + alpha / size * window).pow(beta)
 
 

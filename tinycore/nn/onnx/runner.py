@@ -93,7 +93,8 @@ def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
         value = None if name == "" else scope.get(name)
         values.append(host_value(value) if index in spec.host_inputs and value is not None else value)
     accepted = _ACCEPTED.setdefault(id(spec.function), _accepted_attributes(spec))
-    attributes = {key: value for key, value in node.attributes.items() if accepted is None or key in accepted}
+    attributes: dict[str, object] = {key: value for key, value in node.attributes.items()
+                                     if accepted is None or key in accepted}
     if spec.context:
         attributes["context"] = NodeContext(node, scope, device)
     try:
