@@ -84,6 +84,23 @@ def scan(*values: Tensor, body: Graph, num_scan_inputs: int, scan_input_axes: li
     return (*states, *stacked)
 
 
+@onnx_op("Scan", 8, context=True)
+def scan_batched(sequence_lens: Tensor | None, *values: Tensor, body: Graph, num_scan_inputs: int,
+                 directions: list[int] | None = None, context: NodeContext) -> tuple[Tensor, ...]:
+    """Scan of opset 8: every state and scan input has a leading batch axis (scanned along axis 1), each batch entry
+    scanned on its own; sequence_lens, when given, must cover the whole sequence."""
+    state_count = len(values) - num_scan_inputs
+    if sequence_lens is not None:
+        lengths = set(sequence_lens.tolist())
+        if lengths != {values[state_count].shape[1]}:
+            raise NotImplementedError("Scan (opset 8) with sequence_lens shorter than the sequence is not supported")
+    per_batch = []
+    for index in range(values[0].shape[0]):
+        per_batch.append(scan(*[value[index] for value in values], body=body, num_scan_inputs=num_scan_inputs,
+                              scan_input_directions=directions, context=context))
+    return tuple(_stack([outputs[position] for outputs in per_batch]) for position in range(len(per_batch[0])))
+
+
 # ---- sequences ----
 
 @onnx_op("SequenceEmpty", 11)

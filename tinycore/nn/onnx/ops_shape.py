@@ -451,3 +451,22 @@ def center_crop_pad(x: Tensor, shape: list[int], axes: list[int] | None = None) 
             before = (target - current) // 2
             x = x.pad(tuple((before, target - current - before) if dim == axis else (0, 0) for dim in range(x.ndim)))
     return x
+
+
+@onnx_op("TensorScatter", 24)
+def tensor_scatter(past_cache: Tensor, update: Tensor, write_indices: Tensor | None = None, axis: int = -2,
+                   mode: str = "linear") -> Tensor:
+    """A KV-cache write: update's steps along `axis` placed into past_cache from each batch entry's write index
+    (wrapping around the cache in circular mode)."""
+    axis = axis_of(axis, past_cache.ndim)
+    length, steps = past_cache.shape[axis], update.shape[axis]
+    batch = past_cache.shape[0]
+    starts = write_indices.cast(dtypes.int64) if write_indices is not None else \
+        Tensor.zeros(batch, dtype=dtypes.int64, device=past_cache.device)
+    positions = starts.reshape(batch, *[1] * (past_cache.ndim - 1)) + Tensor.arange(
+        steps, device=past_cache.device, dtype=dtypes.int64).reshape([steps if dim == axis else 1
+                                                                      for dim in range(past_cache.ndim)])
+    if mode == "circular":
+        positions = positions % length
+    index = positions.expand(update.shape)
+    return past_cache.scatter(axis, index, update)
