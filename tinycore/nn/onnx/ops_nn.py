@@ -414,3 +414,31 @@ def upsample_attribute(x: Tensor, scales: list[float] | None = None, mode: str =
 def upsample(x: Tensor, scales: list[float], mode: str = "nearest") -> Tensor:
     """Upsample by the `scales` input (opset 9)."""
     return _resize(x, None, scales, None, None, mode, "asymmetric", "floor", -0.75, 0, 0.0, 0, "stretch")
+
+
+@onnx_op("Col2Im", 18, host_inputs=(1, 2))
+def col_to_image(x: Tensor, image_shape: list[int], block_shape: list[int], dilations: list[int] | None = None,
+                 pads: list[int] | None = None, strides: list[int] | None = None) -> Tensor:
+    """Sliding blocks (N, C * prod(block), L) summed back into an image (N, C, *image_shape), the inverse layout of
+    an unfold; overlapping blocks add up."""
+    image, block = as_ints(image_shape) or [], as_ints(block_shape) or []
+    count = len(image)
+    dilations, strides = list(dilations or [1] * count), list(strides or [1] * count)
+    pairs = pairs_from_onnx_pads(pads) if pads else [(0, 0)] * count
+    blocks = [(size + begin + end - dilation * (k - 1) - 1) // stride + 1 for size, (begin, end), dilation, k, stride in
+              zip(image, pairs, dilations, block, strides, strict=True)]
+    # for each (kernel offset, block) pair, the flat image position it adds to (or a spare slot when it is padding)
+    kernel_grid = np.stack(np.meshgrid(*[np.arange(k) for k in block], indexing="ij"), -1).reshape(-1, count)
+    block_grid = np.stack(np.meshgrid(*[np.arange(n) for n in blocks], indexing="ij"), -1).reshape(-1, count)
+    positions = (block_grid[None, :, :] * np.array(strides) - np.array([begin for begin, _ in pairs])
+                 + kernel_grid[:, None, :] * np.array(dilations))
+    inside = np.all((positions >= 0) & (positions < np.array(image)), axis=-1)
+    flat = np.ravel_multi_index(tuple(np.clip(positions, 0, np.array(image) - 1).reshape(-1, count).T), image)
+    spare = prod(image)
+    flat = np.where(inside.reshape(-1), flat, spare).astype(np.int32)
+    batch, channels = x.shape[0], x.shape[1] // prod(block)
+    values = x.reshape(batch, channels, -1)
+    index = Tensor(flat, device=x.device).reshape(1, 1, -1).expand(values.shape)
+    canvas = Tensor.zeros(batch, channels, spare + 1, dtype=x.dtype, device=x.device)
+    summed = canvas.scatter_reduce(2, index, values, "sum", include_self=True)
+    return summed[:, :, :spare].reshape(batch, channels, *image)
