@@ -223,6 +223,21 @@ def onnx_backend(session: nox.Session) -> None:
                 *session.posargs, env={"DEV": "CPU"})
 
 
+@nox.session
+@frees_environment
+def viz_browser(session: nox.Session) -> None:
+    """The VIZ page in headless Chromium (tests/viz/browser_check.py): a training step recorded under VIZ=1
+    PROFILE=1, then no console errors, every kernel listed, a clicked pass drawn with its UOp count, the source, one
+    timeline bar per launched kernel, a screenshot that is not blank (saved to docs/images/viz.png). Installs
+    Debian's chromium and chromium-driver with apt-get (root or sudo needed). Not run by default: about a minute,
+    and a browser CI machines may lack."""
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        session.run("apt-get", "install", "-y", "chromium", "chromium-driver", external=True)
+    session.install("-e", ".", "-e", "plugins/tiny-cpu", "selenium")
+    session.run("python", "tests/viz/browser_check.py", "--screenshot", "docs/images/viz.png", *session.posargs,
+                env={"DEV": "CPU"})
+
+
 DISTRIBUTIONS = [".", *(f"plugins/tiny-{name}" for name in PLUGINS)]
 """The source folders of every distribution built for release: tinycore and each in-tree plugin."""
 

@@ -16,8 +16,8 @@ VIZ_SERVE = ContextVar("VIZ_SERVE", -1)  # 1: serve at exit even without a termi
 
 def _recorded_rewrite(*arguments: Any) -> Any:
     # imported on first use: the recorder needs the IR, which imports this module
-    from tinycore.viz import record
-    return record.recorded_rewrite(*arguments)
+    from tinycore.viz.record import recorded_rewrite
+    return recorded_rewrite(*arguments)
 
 
 ENABLED = bool(VIZ.value)

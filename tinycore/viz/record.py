@@ -242,7 +242,7 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[s
     index = {node: position for position, node in enumerate(order)}
     roots = list(find_roots(prepared, (), no_device_facts))
     root_set = set(roots)
-    groups = []
+    groups: list[dict[str, Any]] = []
     for root in roots:
         members, stack = [], [root]
         seen: set[UOp] = set()
@@ -254,7 +254,7 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[s
             members.append(index[node])
             stack.extend(source for source in node.src if source not in root_set and source.op is not Ops.BUFFER)
         groups.append({"root": index.get(root), "nodes": sorted(members)})
-    items = []
+    items: list[dict[str, Any]] = []
     for item in schedule.items:
         if item.ast.op is Ops.COPY:
             items.append({"kind": "copy", "kernel": None, "name": "copy"})
