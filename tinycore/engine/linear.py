@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.schedule.cache import schedule_cached
@@ -21,7 +21,13 @@ from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tinycore.device.buffer import Buffer
-    from tinycore.tensor.tensor import Tensor
+
+
+class HoldsGraph(Protocol):
+    """What linear_with_vars needs of a Tensor: its graph, which it repoints at the scheduled buffers (a protocol,
+    so the engine does not import the tensor layer above it)."""
+
+    uop: UOp
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,7 +93,7 @@ class LinearSchedule:
         return [call.item for call in self.src]
 
 
-def linear_with_vars(tensors: Sequence[Tensor]) -> tuple[LinearSchedule, dict[UOp, int]]:
+def linear_with_vars(tensors: Sequence[HoldsGraph]) -> tuple[LinearSchedule, dict[UOp, int]]:
     """Schedule `tensors` together without running anything: the calls in order and the values of every Variable
     they read. The tensors then name the buffers the calls fill, so run the schedule (run_linear) before reading
     them."""

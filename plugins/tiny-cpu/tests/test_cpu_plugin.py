@@ -49,7 +49,8 @@ def test_cpu_has_the_highest_priority_of_the_installed_devices() -> None:
 def test_renderers() -> None:
     offered = hooks.tiny_renderers("CPU")
     assert offered == [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer", offered[0].description),
-                       RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer", offered[1].description)]
+                       RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer", offered[1].description,
+                                       probe="tiny_cpu.hooks:llvm_probe")]
     assert hooks.tiny_renderers("CL") == []
 
 
