@@ -162,3 +162,80 @@ def hamming_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) ->
 def blackman_window(size: Tensor, output_datatype: int = 1, periodic: int = 1) -> Tensor:
     """The Blackman window of `size` points."""
     return _window(size, periodic, output_datatype, [0.42, -0.5, 0.08], size.device)
+
+
+def _along_last(x: Tensor, axis: int) -> tuple[Tensor, list[int]]:
+    """x with `axis` moved last, and the permutation that moves it back."""
+    order = [dim for dim in range(x.ndim) if dim != axis] + [axis]
+    back = [order.index(dim) for dim in range(x.ndim)]
+    return x.permute(order), back
+
+
+def _dft(x: Tensor, length: int | None, axis: int, inverse: bool, onesided: bool) -> Tensor:
+    """The discrete Fourier transform of x (..., 1 or 2) along `axis`, as dense cosine and sine products."""
+    axis = axis % x.ndim
+    real = x[..., 0].cast(dtypes.float32)
+    imaginary = x[..., 1].cast(dtypes.float32) if x.shape[-1] == 2 else None
+    samples = x.shape[axis]
+    if length is None:
+        length = 2 * (samples - 1) if inverse and onesided else samples
+    real, back = _along_last(real, axis)
+    imaginary = _along_last(imaginary, axis)[0] if imaginary is not None else None
+    used = np.arange(samples)[None, :]
+    if inverse and onesided:
+        # the missing half of the spectrum is the conjugate mirror: frequencies 1..N/2-1 count twice
+        frequencies = np.arange(samples)[None, :]
+        times = np.arange(length)[:, None]
+        weights = np.where((frequencies == 0) | (2 * frequencies == length), 1.0, 2.0) * (frequencies < length)
+        angle = 2 * math.pi * times * frequencies / length
+        cosine, sine = weights * np.cos(angle) / length, -weights * np.sin(angle) / length
+        out_real = real.matmul(Tensor(cosine.T.astype(np.float32), device=x.device))
+        if imaginary is not None:
+            out_real = out_real + imaginary.matmul(Tensor(sine.T.astype(np.float32), device=x.device))
+        return out_real.permute(back).unsqueeze(-1).cast(x.dtype)
+    outputs = length // 2 + 1 if onesided else length
+    frequencies = np.arange(outputs)[:, None]
+    sign = 1.0 if inverse else -1.0
+    angle = 2 * math.pi * frequencies * used / length
+    scale = 1.0 / length if inverse else 1.0
+    inside = used < length
+    cosine = (np.cos(angle) * inside * scale).T.astype(np.float32)
+    sine = (sign * np.sin(angle) * inside * scale).T.astype(np.float32)
+    cos_tensor, sin_tensor = Tensor(cosine, device=x.device), Tensor(sine, device=x.device)
+    out_real, out_imaginary = real.matmul(cos_tensor), real.matmul(sin_tensor)
+    if imaginary is not None:
+        out_real = out_real - imaginary.matmul(sin_tensor)
+        out_imaginary = out_imaginary + imaginary.matmul(cos_tensor)
+    return Tensor.stack(out_real.permute(back), out_imaginary.permute(back), dim=-1).cast(x.dtype)
+
+
+@onnx_op("DFT", 17)
+def dft_17(x: Tensor, dft_length: Tensor | None = None, axis: int = 1, inverse: int = 0, onesided: int = 0
+           ) -> Tensor:
+    """The (inverse, one-sided) discrete Fourier transform along `axis` (an attribute, opset 17)."""
+    length = int(scalar_of(dft_length)) if dft_length is not None else None
+    return _dft(x, length, axis, bool(inverse), bool(onesided))
+
+
+@onnx_op("DFT", 20)
+def dft(x: Tensor, dft_length: Tensor | None = None, axis: Tensor | None = None, inverse: int = 0,
+        onesided: int = 0) -> Tensor:
+    """The (inverse, one-sided) discrete Fourier transform along `axis` (an input, default -2)."""
+    length = int(scalar_of(dft_length)) if dft_length is not None else None
+    chosen = int(scalar_of(axis)) if axis is not None else -2
+    return _dft(x, length, chosen, bool(inverse), bool(onesided))
+
+
+@onnx_op("STFT", 17)
+def stft(signal: Tensor, frame_step: Tensor, window: Tensor | None = None, frame_length: Tensor | None = None,
+         onesided: int = 1) -> Tensor:
+    """The short-time Fourier transform: windowed frames of `signal` (batch, length, 1 or 2), each transformed;
+    (batch, frames, bins, 2)."""
+    step = int(scalar_of(frame_step))
+    size = int(scalar_of(frame_length)) if frame_length is not None else int(window.shape[0]) if window is not None \
+        else signal.shape[1]
+    count = (signal.shape[1] - size) // step + 1
+    frames = Tensor.stack(*[signal[:, index * step:index * step + size] for index in range(count)], dim=1)
+    if window is not None:
+        frames = frames * window.reshape(1, 1, size, 1).cast(frames.dtype)
+    return _dft(frames, size, 2, False, bool(onesided) and signal.shape[-1] == 1)
