@@ -1,0 +1,79 @@
+"""The x86-64 assembler: instructions by Intel mnemonic into a byte buffer, with labels and jump fixups."""
+
+from __future__ import annotations
+
+import struct
+
+from tiny_cpu.x86.encoding import Encoded, EncodingError
+from tiny_cpu.x86.integer_ops import CONDITIONS, INTEGER_ENCODERS
+from tiny_cpu.x86.vector_ops import VECTOR_OPS, encode_vector
+from tinycore.renderer.isa import Instruction, Label, Memory, Operand, Register
+
+BRANCHES = {"jmp": b"\xe9", "call": b"\xe8", **{"j" + c: bytes([0x0F, 0x80 | n]) for c, n in CONDITIONS.items()}}
+
+
+class Assembler:
+    """Collects machine code. `emit(mnemonic, *operands)` appends one instruction; `bind(label)` marks a position;
+    `finish()` resolves every jump and RIP-relative reference to its label and returns the bytes."""
+
+    def __init__(self) -> None:
+        self.code = bytearray()
+        self.labels: dict[Label, int] = {}
+        self._fixups: list[tuple[int, Label, int]] = []  # (where the rel32 is, its label, the address it counts from)
+        self._addends: dict[int, int] = {}  # a RIP-relative reference's own displacement, added to its label's distance
+
+    def bind(self, label: Label) -> None:
+        """Place `label` at the current end of the code."""
+        if label in self.labels:
+            raise EncodingError(f"label {label!r} is bound twice")
+        self.labels[label] = len(self.code)
+
+    def emit(self, op: str, *operands: Operand, mask: Register | None = None, zeroing: bool = False) -> None:
+        """Append instruction `op` (an Intel mnemonic) with Intel-order operands; jumps and calls may name a Label."""
+        if op in BRANCHES and len(operands) == 1 and isinstance(operands[0], Label):
+            self.code += BRANCHES[op]
+            self._fixups.append((len(self.code), operands[0], len(self.code) + 4))
+            self.code += b"\0\0\0\0"
+            return
+        encoded = self.encode(op, operands, mask, zeroing)
+        start = len(self.code)
+        self.code += encoded.data
+        label = next((o.label for o in operands if isinstance(o, Memory) and o.label is not None), None)
+        if label is not None and encoded.rip_offset is not None:
+            self._fixups.append((start + encoded.rip_offset, label, start + len(encoded.data)))
+            self._addends[start + encoded.rip_offset] = struct.unpack_from("<i", self.code, start + encoded.rip_offset)[
+                0
+            ]
+
+    @staticmethod
+    def encode(op: str, operands: tuple[Operand, ...], mask: Register | None = None, zeroing: bool = False) -> Encoded:
+        """The bytes of one instruction that names no label."""
+        if op in VECTOR_OPS:
+            return encode_vector(op, operands, mask, zeroing)
+        if mask is not None:
+            raise EncodingError(f"{op} takes no opmask")
+        encoder = INTEGER_ENCODERS.get(op)
+        if encoder is None:
+            raise EncodingError(f"the x86 assembler has no instruction {op!r}")
+        try:
+            return encoder(*operands)
+        except TypeError as error:
+            raise EncodingError(f"{op}: wrong number of operands ({len(operands)})") from error
+
+    def emit_instruction(self, instruction: Instruction) -> None:
+        """Append an `Instruction` (a label pseudo-instruction binds its label)."""
+        if instruction.op == "label":
+            label = instruction.operands[0]
+            if not isinstance(label, Label):
+                raise EncodingError("a label instruction takes a Label")
+            self.bind(label)
+        else:
+            self.emit(instruction.op, *instruction.operands)
+
+    def finish(self) -> bytes:
+        """The code with every label reference filled in."""
+        for where, label, origin in self._fixups:
+            if label not in self.labels:
+                raise EncodingError(f"label {label!r} is used but never bound")
+            struct.pack_into("<i", self.code, where, self.labels[label] - origin + self._addends.get(where, 0))
+        return bytes(self.code)
