@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import DType
 from tinycore.nn.onnx.common import onnx_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
@@ -77,4 +77,3 @@ def dropout_contrib(x: Tensor) -> Tensor:
     return x
 
 
-_ = dtypes

@@ -1,5 +1,5 @@
-"""Sampling ONNX operators: GridSample and AffineGrid (spatial transformers), and the signal windows
-(HannWindow, HammingWindow, BlackmanWindow).
+"""Sampling and signal ONNX operators: GridSample and AffineGrid (spatial transformers), the signal windows
+(HannWindow, HammingWindow, BlackmanWindow), DFT and STFT, and ImageDecoder (through Pillow, when installed).
 
 GridSample gathers on the device: the sampling positions come from the grid tensor, each tap of the interpolation
 (2 per axis for linear, 4 for cubic, 1 for nearest) is one gather of the flattened image, weighted and summed.
@@ -239,3 +239,21 @@ def stft(signal: Tensor, frame_step: Tensor, window: Tensor | None = None, frame
     if window is not None:
         frames = frames * window.reshape(1, 1, size, 1).cast(frames.dtype)
     return _dft(frames, size, 2, False, bool(onesided) and signal.shape[-1] == 1)
+
+
+@onnx_op("ImageDecoder", 20)
+def image_decoder(encoded: Tensor, pixel_format: str = "RGB") -> Tensor:
+    """An encoded image (the file's bytes as uint8) decoded by Pillow into (height, width, channels) uint8, in RGB,
+    BGR or Grayscale order."""
+    try:
+        import PIL.Image
+    except ImportError as error:
+        raise NotImplementedError("ImageDecoder needs Pillow: pip install pillow") from error
+    import io
+    image = PIL.Image.open(io.BytesIO(encoded.numpy().tobytes()))
+    if pixel_format == "Grayscale":
+        pixels = np.array(image.convert("L"))[:, :, None]
+    else:
+        pixels = np.array(image.convert("RGB"))
+        pixels = pixels[:, :, ::-1] if pixel_format == "BGR" else pixels
+    return Tensor(np.require(pixels, dtype=np.uint8, requirements="C"), device=encoded.device)
