@@ -99,6 +99,12 @@ def distinct_colours(driver: Any, png: bytes) -> int:
     return int(driver.execute_async_script(script, base64.b64encode(png).decode()))
 
 
+def _shows_kernel(kernel: dict[str, Any]) -> str:
+    """JavaScript true once `kernel` is the selected one and its passes are listed (not the previous kernel's)."""
+    return (f"const s = document.querySelector('#kernels li.selected'); return !!s && s.dataset.id === "
+            f"'{kernel['id']}' && document.querySelectorAll('#passes li.pass').length === {len(kernel['passes'])}")
+
+
 def check_page(url: str, recording: dict[str, Any], launched: int, screenshot: str | None) -> list[str]:
     """Every check of the module docstring against the page at `url`; the failures."""
     from selenium.webdriver.common.by import By
@@ -121,7 +127,7 @@ def check_page(url: str, recording: dict[str, Any], launched: int, screenshot: s
         # the kernel with the most passes, and its last pass
         chosen = max(kernels, key=lambda kernel: (len(kernel["passes"]), len(kernel["passes"][-1]["nodes"])))
         driver.find_element(By.CSS_SELECTOR, f"#kernels li[data-id='{chosen['id']}']").click()
-        wait_for(driver, "return document.querySelectorAll('#passes li.pass').length > 0")
+        wait_for(driver, _shows_kernel(chosen))
         last = len(chosen["passes"]) - 1
         driver.find_element(By.CSS_SELECTOR, f"#passes li[data-index='{last}']").click()
         wanted = len(chosen["passes"][last]["nodes"])
@@ -158,7 +164,7 @@ def check_page(url: str, recording: dict[str, Any], launched: int, screenshot: s
         # for the screenshot: a mid-sized kernel's optimized AST, its labels readable and its changes marked
         shown = min(kernels, key=lambda kernel: abs(len(kernel["passes"][-1]["nodes"]) - 45))
         driver.find_element(By.CSS_SELECTOR, f"#kernels li[data-id='{shown['id']}']").click()
-        wait_for(driver, "return document.querySelectorAll('#passes li.pass').length > 0")
+        wait_for(driver, _shows_kernel(shown))
         driver.find_element(By.CSS_SELECTOR, f"#passes li[data-index='{min(1, len(shown['passes']) - 1)}']").click()
         wait_for(driver, "return document.getElementById('graph').dataset.state === 'ready'", 60)
         time.sleep(0.3)
