@@ -25,6 +25,11 @@ class DTypeMismatchError(RuntimeError, TypeError):
     """A dtype an operation cannot take (one_hot of floats, an integer raised to a negative integer power)."""
 
 
+class DimensionError(IndexError, ShapeError):
+    """An axis the tensor does not have, where torch raises RuntimeError and tinygrad IndexError (cat of
+    zero-dimensional tensors)."""
+
+
 class UnsupportedModeError(NotImplementedError, ValueError):
     """A mode an operation does not offer (pad's mode names, circular padding with negative amounts): tinygrad and
     torch raise NotImplementedError."""

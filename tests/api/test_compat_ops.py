@@ -194,3 +194,64 @@ def test_padding_errors_are_torch_types() -> None:
             call(Tensor.pad, source)
     with pytest.raises(NotImplementedError):  # tinygrad's answer; torch computes it
         source.pad((3, -5, 1, -5), mode="circular")
+
+
+@pytest.mark.parametrize("low,high", [(-2.5, 1.5), (3.0, 0.0), (None, 0.0), (0.0, None), (0.0, 0.0)])
+def test_clip_values_and_gradient_at_the_bounds_match_torch(low: float | None, high: float | None) -> None:
+    data = np.array([-3.0, -2.5, 0.0, 1.5, 2.0, math.nan], np.float32)
+    expected_input = torch.tensor(data, requires_grad=True)
+    expected = expected_input.clip(low, high)
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [expected_input])
+    source = Tensor(data, requires_grad=True)
+    value = source.clip(low, high)
+    (gradient,) = value.sum().gradient(source)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy())
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy())
+
+
+def test_clip_without_bounds_is_a_runtime_error_as_torch() -> None:
+    with pytest.raises(RuntimeError):
+        torch.ones(3).clip(None, None)
+    with pytest.raises(RuntimeError):
+        Tensor.ones(3).clip(None, None)
+
+
+def test_joining_errors_are_tinygrads_and_torchs_types() -> None:
+    scalar = Tensor(3.14)
+    with pytest.raises(RuntimeError):
+        torch.cat((torch.tensor(3.14), torch.tensor(3.14)))
+    with pytest.raises(IndexError):  # tinygrad's type
+        scalar.cat(scalar)
+    with pytest.raises(RuntimeError):
+        scalar.cat(scalar)
+    with pytest.raises(ValueError):
+        Tensor.stack((Tensor([1, 2]), Tensor([3, 4])), Tensor([5, 6]))
+    np.testing.assert_allclose(Tensor.stack(scalar, scalar).numpy(), torch.stack((torch.tensor(3.14),) * 2).numpy())
+
+
+def test_scatter_and_loss_argument_errors_are_runtime_errors_as_torch() -> None:
+    index = torch.randint(3, size=(3, 4, 5))
+    tiny_index = Tensor(index.numpy().astype(np.int32))
+    cases = [
+        (lambda: torch.ones(3, 4, 5).half().scatter(1, index, torch.ones(3, 4, 5)),
+         lambda: Tensor.ones(3, 4, 5).half().scatter(1, tiny_index, Tensor.ones(3, 4, 5))),
+        (lambda: torch.ones(4, 5, 6).scatter_reduce(0, index, torch.ones(4, 5, 6), reduce="INVALID"),
+         lambda: Tensor.ones(4, 5, 6).scatter_reduce(0, tiny_index, Tensor.ones(4, 5, 6), reduce="INVALID")),
+        (lambda: torch.nn.functional.cross_entropy(torch.ones(32, 10), torch.ones(32, 1)),
+         lambda: Tensor.ones(32, 10).cross_entropy(Tensor.ones(32, 1))),
+    ]
+    for expected, actual in cases:
+        with pytest.raises(RuntimeError):
+            expected()
+        with pytest.raises(RuntimeError):
+            actual()
+
+
+def test_attention_with_a_mask_and_causal_is_a_runtime_error() -> None:
+    """torch raises only on its math path (here: a mask that needs a gradient); its fused kernels ignore the pair."""
+    data = torch.ones(2, 2, 4, 8, requires_grad=True)
+    with pytest.raises(RuntimeError):
+        torch.nn.functional.scaled_dot_product_attention(data, data, data, attn_mask=data[..., :4], is_causal=True)
+    source = Tensor.ones(2, 2, 4, 8)
+    with pytest.raises(RuntimeError):
+        source.scaled_dot_product_attention(source, source, attn_mask=Tensor.ones(2, 2, 4, 4), is_causal=True)

@@ -299,15 +299,31 @@ class ElementwiseMixin:
         return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
 
     def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
-        """Values limited to [min_, max_] (either bound may be None, not both)."""
+        """Values limited to [min_, max_] (either bound may be None, not both); min_ applies first, so min_ > max_
+        gives max_ everywhere, as torch. The gradient passes where min_ <= self <= max_, the bounds included (torch's
+        rule: maximum and minimum would split it in half at a tie)."""
         if min_ is None and max_ is None:
-            raise ValueError("clip needs at least one of min_ and max_")
+            raise ArgumentError("clip needs at least one of min_ and max_")
         result = self
         if min_ is not None:
-            result = result.maximum(min_)
+            result = (result < min_).where(min_, result)
         if max_ is not None:
-            result = result.minimum(max_)
-        return result
+            result = (result > max_).where(max_, result)
+        if not dtypes.is_float(result.dtype):
+            return result
+        from tinycore.gradient import with_gradient
+        wrap = type(self)._wrap
+
+        def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+            inside = self._const(True, dtypes.bool)
+            if min_ is not None:
+                inside = inside & (self >= min_)
+            if max_ is not None:
+                inside = inside & (self <= max_)
+            # a NaN input is in no range: its gradient is 0, as torch's
+            return {self.uop: inside.where(wrap(gradient), 0.0).cast(self.dtype).uop}
+
+        return wrap(with_gradient(result.uop, rule), result.requires_grad)
 
     def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
         """Alias of clip."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
-from tinycore.errors import ShapeError
+from tinycore.errors import ArgumentError, DTypeMismatchError, ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor import segments  # noqa: F401 - registers the sort-and-segment lowering of scatter reductions
 from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
@@ -645,6 +645,9 @@ class IndexingMixin:
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
                 raise ShapeError(f"scatter src shape {src.shape} must cover index shape {index.shape}")
+            if src.dtype != self.dtype:
+                raise DTypeMismatchError(f"scatter src dtype {src.dtype} differs from the tensor's {self.dtype}: cast "
+                                         "one of them (as torch and tinygrad, no implicit conversion)")
             return src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
         return self._const(src, self.dtype, index.shape)
 
@@ -671,7 +674,8 @@ class IndexingMixin:
         indices included)."""
         axis = self._check_index_like(dim, index, "scatter_reduce")
         if reduce not in ("sum", "prod", "mean", "amax", "amin"):
-            raise ValueError(f"scatter_reduce reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got {reduce!r}")
+            raise ArgumentError(f"scatter_reduce reduce must be 'sum', 'prod', 'mean', 'amax' or 'amin', got "
+                                f"{reduce!r}")
         values = self._scatter_values(index, src)
         base = self
         if not include_self:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes, least_upper_dtype
-from tinycore.errors import ArgumentError, ShapeError, UnsupportedModeError
+from tinycore.errors import ArgumentError, DimensionError, ShapeError, UnsupportedModeError
 from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
@@ -308,12 +308,13 @@ class MovementMixin:
     def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
         """This tensor and `args` joined along `dim` (dtypes promoted); `Tensor.cat((a, b))` works too."""
         if isinstance(self, (list, tuple)):
-            if not self:
-                raise ValueError("cat needs at least one tensor")
-            return self[0].cat(*self[1:], *args, dim=dim)  # type: ignore[no-any-return]
+            if not self or args:
+                raise ArgumentError("cat takes the tensors either as one sequence or as separate arguments, got "
+                                    f"{len(self)} in a sequence and {len(args)} more")
+            return self[0].cat(*self[1:], dim=dim)  # type: ignore[no-any-return]
         tensors = [self, *args]
         if any(tensor.ndim == 0 for tensor in tensors):
-            raise ShapeError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
+            raise DimensionError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
         axis = resolve_axis(dim, self.ndim)
         for tensor in tensors:
             mismatched = tensor.ndim != self.ndim or any(
@@ -344,9 +345,10 @@ class MovementMixin:
         """This tensor and `args` (of one shape) joined along a new axis `dim`; `Tensor.stack((a, b))` (a sequence
         as the one argument) works too."""
         if isinstance(self, (list, tuple)):
-            if not self:
-                raise ValueError("stack needs at least one tensor")
-            return self[0].stack(*self[1:], *args, dim=dim)  # type: ignore[no-any-return]
+            if not self or args:
+                raise ArgumentError("stack takes the tensors either as one sequence or as separate arguments, got "
+                                    f"{len(self)} in a sequence and {len(args)} more")
+            return self[0].stack(*self[1:], dim=dim)  # type: ignore[no-any-return]
         tensors = [self, *args]
         for tensor in tensors:
             if tuple(tensor.shape) != tuple(self.shape):

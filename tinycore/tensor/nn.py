@@ -690,6 +690,9 @@ class NNMixin:
         _check_smoothing(label_smoothing)
         classes = self.shape[1] if self.ndim > 1 else self.shape[0]
         axis = 1 if self.ndim > 1 else 0
+        if Y.ndim == self.ndim and tuple(Y.shape) != tuple(self.shape):
+            raise ShapeError(f"cross_entropy probabilities Y {Y.shape} must have the input's shape {self.shape} "
+                             "(or give class indices, one axis fewer)")
         if Y.ndim < self.ndim:
             target = Y.one_hot(classes)
             if self.ndim > 1:
@@ -768,7 +771,7 @@ class NNMixin:
         scores = self.matmul(key.transpose(-2, -1)) / math.sqrt(self.shape[-1])
         if is_causal:
             if attn_mask is not None:
-                raise ValueError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
+                raise ArgumentError("scaled_dot_product_attention takes attn_mask or is_causal, not both")
             attn_mask = type(self).ones(scores.shape[-2], scores.shape[-1], dtype=dtypes.bool,
                                         device=self.device).tril()
         if attn_mask is not None:
