@@ -357,8 +357,10 @@ def saturate_cast(x: Tensor, dtype: DType, saturate: bool = True, code: int | No
         clipped = x.clip(-limit, limit)
         x = x.isinf().logical_not().where(clipped, x) if dtype != dtypes.fp8e5m2 else clipped
     if code in INT4_RANGES:
+        # onnx's reference gives 0 for values outside the 4-bit range (a Cast does not saturate integers)
         low, high = INT4_RANGES[code]
-        return x.round().clip(low, high).cast(dtype) if dtypes.is_float(x.dtype) else x.clip(low, high).cast(dtype)
+        value = x.round() if dtypes.is_float(x.dtype) else x
+        return ((value >= low).bitwise_and(value <= high)).where(value, 0).cast(dtype)
     if dtype == dtypes.bool:
         return x != 0
     if dtypes.is_int(dtype) and dtypes.is_float(x.dtype):
@@ -373,9 +375,9 @@ def cast(x: Tensor, to: int, saturate: int = 1) -> Tensor:
 
 
 @onnx_op("CastLike", 15)
-def cast_like(x: Tensor, target: Tensor, saturate: int = 1) -> Tensor:
-    """x converted to the element type of `target`."""
-    return saturate_cast(x, target.dtype, bool(saturate))
+def cast_like(x: Tensor, target: Tensor, saturate: int = 1, target_type: int = 0) -> Tensor:
+    """x converted to the element type of `target` (`target_type`: its ONNX type when it is a 4-bit one)."""
+    return saturate_cast(x, target.dtype, bool(saturate), target_type or None)
 
 
 @onnx_op("MatMul", 1)

@@ -220,9 +220,11 @@ def _graph(proto: onnx.GraphProto, opsets: Mapping[str, int], context: _Context,
                            for attribute in node_proto.attribute}
         if node.op == "Constant" and node_proto.attribute and node_proto.attribute[0].type == 4:
             element_types[node.outputs[0]] = int(node_proto.attribute[0].t.data_type)
+        # 4-bit values are held in 8-bit tensors: nodes whose output type follows such an input are told its type
         if node.op == "QuantizeLinear" and len(node.inputs) > 2 and element_types.get(node.inputs[2]) in (21, 22):
-            # 4-bit zero points are held in 8-bit tensors: the node is told the narrower range to saturate to
             node.attributes["zero_point_type"] = element_types[node.inputs[2]]
+        if node.op == "CastLike" and len(node.inputs) > 1 and element_types.get(node.inputs[1]) in (21, 22):
+            node.attributes["target_type"] = element_types[node.inputs[1]]
         defined.update(node.outputs)
         nodes.append(node)
     for info in outputs:
