@@ -95,10 +95,32 @@ def test_a_realized_program_records_its_kernels_schedule_and_timeline(recording:
     assert len(kernel_items) == launched
     names = {kernel["id"]: kernel["name"] for kernel in document["kernels"]}
     assert all(names[item["kernel"]] == item["name"] for item in kernel_items)
-    assert sum(len(group["nodes"]) > 0 for group in schedule["groups"]) >= launched
+    linked = sorted(group["kernel"] for group in schedule["groups"] if group["kernel"] is not None)
+    assert linked == sorted(item["kernel"] for item in kernel_items)
     bars = [event for event in document["timeline"] if event["kernel"] in names]
     assert len(bars) == launched
     assert all(event["end_us"] >= event["start_us"] for event in bars)
+
+
+def test_each_outline_of_a_schedule_names_the_kernel_of_its_nodes(recording: record.Recording) -> None:
+    values = np.arange(12, dtype=np.float32).reshape(3, 4) / 7 - 0.8125
+    # two kernels realized together: a max (a REDUCE, no exp) and an exp (no REDUCE)
+    largest, exponential = Tensor(values).max(axis=1), (Tensor(values) * 1.5).exp()
+    Tensor.realize(largest, exponential)
+    np.testing.assert_allclose(largest.numpy(), values.max(axis=1), rtol=1e-6)
+    np.testing.assert_allclose(exponential.numpy(), np.exp(values * 1.5), rtol=1e-5)
+    document = recording.to_json()
+    schedule = document["schedules"][-1]
+    nodes = schedule["graph"]["nodes"]
+    linked = [group for group in schedule["groups"] if group["kernel"] is not None]
+    assert len(linked) == sum(item["kind"] == "kernel" for item in schedule["items"]) >= 2
+    for group in linked:
+        kernel = document["kernels"][group["kernel"]]
+        ast_ops = {node["op"] for node in kernel["passes"][0]["nodes"]}
+        group_ops = {nodes[index]["op"] for index in group["nodes"]}
+        # a max or a sum in the outlined part <-> a REDUCE in that kernel; EXP2 (exp) likewise
+        assert ("REDUCE_AXIS" in group_ops) == ("REDUCE" in ast_ops), (group_ops, ast_ops)
+        assert ("EXP2" in group_ops) == ("EXP2" in ast_ops), (group_ops, ast_ops)
 
 
 def test_viz_off_records_nothing() -> None:

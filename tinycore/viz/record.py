@@ -230,17 +230,19 @@ def record_schedule(outputs: Sequence[UOp], schedule: Any) -> None:
 
 def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[str, Any]:
     from tinycore.dtype import dtypes
-    from tinycore.schedule.device_facts import no_device_facts
+    from tinycore.engine.memory import device_facts  # what realize schedules with: fusion depends on the device
     from tinycore.schedule.empty import fold_empty
     from tinycore.schedule.factor import factor_reduces
     from tinycore.schedule.fusion import find_roots
+    from tinycore.schedule.lower import lower_kernel
+    from tinycore.schedule.scheduler import _output_view  # the scheduler's own buffers for its roots
     from tinycore.schedule.split_reduce import split_large_reduces
-    prepared = split_large_reduces(factor_reduces(fold_empty(list(outputs))), no_device_facts)
+    prepared = split_large_reduces(factor_reduces(fold_empty(list(outputs))), device_facts)
     sink = UOp(Ops.SINK, dtypes.void, tuple(prepared))
     graph = graph_json(sink)
     order = list(sink.toposort)
     index = {node: position for position, node in enumerate(order)}
-    roots = list(find_roots(prepared, (), no_device_facts))
+    roots = list(find_roots(prepared, (), device_facts))
     root_set = set(roots)
     groups: list[dict[str, Any]] = []
     for root in roots:
@@ -262,14 +264,19 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[s
             kernel_id = RECORDING.kernel_of_ast.get(item.ast)
             items.append({"kind": "kernel", "kernel": kernel_id,
                           "name": RECORDING.kernels[kernel_id].name if kernel_id is not None else "kernel"})
-    kernel_items = [item for item in items if item["kind"] == "kernel"]
-    # roots that lower to a kernel are the schedule's kernels in order; a root with nothing to do has no item
-    computing = [group for group, root in zip(groups, roots, strict=True) if root.op is not Ops.COPY and root.size != 0]
-    if len(computing) == len(kernel_items):
-        # the roots' kernels, matched by position: exact for a chain; for independent siblings the scheduler
-        # may run them in another order, and an outline can then name its sibling
-        for group, item in zip(computing, kernel_items, strict=True):
-            group["kernel"] = item["kernel"]
+    # each root's kernel: its AST lowered as the scheduler lowers it (ASTs name no buffers, so the same AST)
+    scheduled = {item.ast for item in schedule.items}
+    realized = {root: _output_view(root) for root in roots}
+    for group, root in zip(groups, roots, strict=True):
+        group["kernel"] = None
+        if root.op is Ops.COPY or root.size == 0:
+            continue
+        try:
+            ast = lower_kernel(root, realized)[0]
+        except Exception:  # a root the scheduler handles otherwise (an ASSIGN of a copy): left unnamed
+            continue
+        if ast in scheduled:
+            group["kernel"] = RECORDING.kernel_of_ast.get(ast)
     kernels = sum(1 for item in items if item["kind"] == "kernel")
     return {"id": number, "name": f"schedule {number}: {kernels} kernel{'s' if kernels != 1 else ''}, "
                                   f"{len(items) - kernels} cop{'ies' if len(items) - kernels != 1 else 'y'}",
