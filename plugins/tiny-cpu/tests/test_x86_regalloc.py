@@ -1,0 +1,213 @@
+"""Linear-scan allocation under pressure: more live values than registers, spilled to the stack, with the System V
+convention (arguments in registers and on the stack, callee-saved registers preserved). Generated functions run and
+are compared with numpy and Python integer arithmetic."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from tiny_cpu.x86.assembler import Assembler
+from tiny_cpu.x86.executable import ExecutableCode, host_is_x86_64
+from tiny_cpu.x86.function import FunctionBuilder
+from tiny_cpu.x86.registers import CALLEE_SAVED, r10, rax, rdi, rsi, rsp
+
+from tinycore.renderer.isa import (
+    Instruction,
+    Interval,
+    Label,
+    Memory,
+    Register,
+    VirtualRegister,
+    linear_scan,
+    live_intervals,
+)
+
+on_x86 = pytest.mark.skipif(not host_is_x86_64(), reason="x86-64 machine code runs only on x86-64 hosts")
+MASK64 = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    value &= MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def test_linear_scan_never_shares_a_register_between_overlapping_values() -> None:
+    registers = [Register(f"r{i}", i, 64, "gpr") for i in range(3)]
+    spans = [(0, 10), (1, 3), (2, 8), (3, 4), (4, 12), (5, 6), (6, 9), (9, 11)]
+    intervals = {
+        VirtualRegister(i, "gpr", 64): Interval(VirtualRegister(i, "gpr", 64), s, e) for i, (s, e) in enumerate(spans)
+    }
+    allocation = linear_scan(intervals, {"gpr": registers})
+    kept = [i for i in intervals.values() if i.value in allocation.assigned]
+    for a in kept:
+        for b in kept:
+            if a is not b and a.start <= b.end and b.start <= a.end:
+                assert allocation.assigned[a.value] != allocation.assigned[b.value], (a, b)
+    # at most 3 values are ever live at once in registers; the peak overlap is 4 (positions 5-6), so some spill
+    assert set(allocation.assigned) | set(allocation.spill_offset) == set(intervals)
+    assert len(allocation.spill_offset) >= 1
+    assert allocation.spill_bytes == 8 * len(allocation.spill_offset)
+
+
+def test_live_intervals_stretch_over_loops() -> None:
+    counter, accumulator, temporary = (VirtualRegister(i, "gpr", 64) for i in range(3))
+    top = Label("top")
+    program = [
+        Instruction("mov", (counter, 0)),
+        Instruction("mov", (accumulator, 0)),
+        Instruction("label", (top,), ("r",)),
+        Instruction("mov", (temporary, counter)),
+        Instruction("add", (accumulator, temporary), ("rw", "r")),
+        Instruction("add", (counter, 1), ("rw", "r")),
+        Instruction("cmp", (counter, 10), ("r", "r")),
+        Instruction("jl", (top,), ("r",)),
+        Instruction("mov", (accumulator, accumulator)),
+    ]
+    intervals = live_intervals(program)
+    assert (intervals[counter].start, intervals[counter].end) == (0, 7)  # live around the back edge at 7
+    assert (intervals[accumulator].start, intervals[accumulator].end) == (1, 8)
+    assert (intervals[temporary].start, intervals[temporary].end) == (3, 4)  # defined and dead within one trip
+
+
+@on_x86
+def test_forty_live_floats_summed_in_a_tree() -> None:
+    builder = FunctionBuilder(integer_arguments=1)
+    pointer = builder.arguments[0]
+    values = []
+    for i in range(40):  # all 40 are loaded before any is added: 40 live values, 13 allocatable vector registers
+        value = builder.value("vec", 128)
+        builder.emit("vmovss", value, Memory(pointer, None, 1, 4 * i, 32))
+        values.append(value)
+    while len(values) > 1:
+        pairs = []
+        for a, b in zip(values[::2], values[1::2], strict=False):
+            total = builder.value("vec", 128)
+            builder.emit("vaddss", total, a, b)
+            pairs.append(total)
+        values = pairs + ([values[-1]] if len(values) % 2 else [])
+    builder.ret(values[0])
+    code = builder.assemble()
+    assert len(builder.allocation.spill_offset) >= 40 - 13
+    function = ExecutableCode(code).function(ctypes.c_float, ctypes.c_void_p)
+    data = np.random.default_rng(1).standard_normal(40).astype(np.float32) * 1000
+    expected = list(data)
+    while len(expected) > 1:  # the same tree in float32
+        expected = [np.float32(a + b) for a, b in zip(expected[::2], expected[1::2], strict=False)] + (
+            [expected[-1]] if len(expected) % 2 else []
+        )
+    assert function(data.ctypes.data) == expected[0]
+
+
+@on_x86
+def test_thirty_live_integers_with_stack_arguments() -> None:
+    builder = FunctionBuilder(integer_arguments=8)  # rdi..r9, then two on the stack
+    pointer, extra = builder.arguments[0], builder.arguments[1:]
+    values = []
+    for i in range(30):
+        value = builder.value("gpr", 64)
+        builder.emit("mov", value, Memory(pointer, None, 1, 8 * i, 64))
+        values.append(value)
+    for i, value in enumerate(values):  # every value is still live here: 30 + 7 arguments over 11 registers
+        builder.emit("imul", value, value, 2 * i + 1)
+        builder.emit("xor", value, extra[i % 7])
+    while len(values) > 1:
+        pairs = []
+        for j, (a, b) in enumerate(zip(values[::2], values[1::2], strict=False)):
+            builder.emit("sub" if j % 2 else "add", a, b)
+            pairs.append(a)
+        values = pairs + ([values[-1]] if len(values) % 2 else [])
+    builder.ret(values[0])
+    function = ExecutableCode(builder.assemble()).function(ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_int64] * 7)
+    assert builder.allocation.spill_offset, "the test must put the allocator under pressure"
+    rng = np.random.default_rng(2)
+    data = rng.integers(-(1 << 62), 1 << 62, 30, dtype=np.int64)
+    arguments = [int(x) for x in rng.integers(-(1 << 40), 1 << 40, 7)]
+    expected = [(int(x) * (2 * i + 1)) & MASK64 ^ (arguments[i % 7] & MASK64) for i, x in enumerate(data)]
+    while len(expected) > 1:
+        expected = [
+            (a - b if j % 2 else a + b) & MASK64
+            for j, (a, b) in enumerate(zip(expected[::2], expected[1::2], strict=False))
+        ] + ([expected[-1]] if len(expected) % 2 else [])
+    assert function(data.ctypes.data, *arguments) == _signed(expected[0])
+
+
+@on_x86
+def test_loop_carried_accumulators_spill_across_the_back_edge() -> None:
+    accumulators_count = 20  # more than the 13 allocatable vector registers, each live around the loop
+    builder = FunctionBuilder(integer_arguments=3)  # out, x (n rows of 20*8 floats), n
+    out, x, n = builder.arguments
+    accumulators = []
+    for _ in range(accumulators_count):
+        accumulator = builder.value("vec", 256)
+        builder.emit("vxorps", accumulator, accumulator, accumulator)
+        accumulators.append(accumulator)
+    row, top, done = builder.value("gpr", 64), builder.label(), builder.label()
+    builder.emit("mov", row, 0)
+    builder.bind(top)
+    builder.emit("cmp", row, n)
+    builder.emit("jge", done)
+    for k, accumulator in enumerate(accumulators):
+        loaded = builder.value("vec", 256)
+        builder.emit("vmovups", loaded, Memory(x, None, 1, 32 * k, 256))
+        builder.emit("vaddps", accumulator, accumulator, loaded)
+    builder.emit("add", x, 32 * accumulators_count)
+    builder.emit("add", row, 1)
+    builder.emit("jmp", top)
+    builder.bind(done)
+    for k, accumulator in enumerate(accumulators):
+        builder.emit("vmovups", Memory(out, None, 1, 32 * k, 256), accumulator)
+    builder.ret()
+    function = ExecutableCode(builder.assemble()).function(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+    assert builder.allocation.spill_offset
+    data = np.random.default_rng(3).standard_normal((17, accumulators_count * 8)).astype(np.float32)
+    result = np.full(accumulators_count * 8, np.nan, np.float32)
+    function(result.ctypes.data, data.ctypes.data, len(data))
+    expected = np.zeros(accumulators_count * 8, np.float32)
+    for data_row in data:  # the kernel adds row by row in float32
+        expected = expected + data_row
+    np.testing.assert_array_equal(result, expected)
+
+
+@on_x86
+def test_callee_saved_registers_are_preserved() -> None:
+    builder = FunctionBuilder(integer_arguments=1)
+    values = []
+    for i in range(14):  # enough live values to need rbx and r12-r15
+        value = builder.value("gpr", 64)
+        builder.emit("mov", value, Memory(builder.arguments[0], None, 1, 8 * i, 64))
+        values.append(value)
+    total = values[0]
+    for value in values[1:]:
+        builder.emit("add", total, value)
+    builder.ret(total)
+    callee = ExecutableCode(builder.assemble())
+    assert set(builder.saved_registers) == set(CALLEE_SAVED) - {CALLEE_SAVED[1]}  # every one but rbp, the frame
+    # a caller that plants known values in the callee-saved registers, calls, and checks them
+    sentinels = {register: 0x1111111111111111 * (i + 1) for i, register in enumerate(CALLEE_SAVED)}
+    a = Assembler()
+    broken, restore = Label("broken"), Label("restore")
+    for register in CALLEE_SAVED:
+        a.emit("push", register)
+    a.emit("sub", rsp, 8)  # six pushes and the return address: realign the stack to 16 for the call
+    for register, sentinel in sentinels.items():
+        a.emit("mov", register, sentinel)
+    a.emit("mov", rax, rdi)
+    a.emit("mov", rdi, rsi)
+    a.emit("call", rax)
+    for register, sentinel in sentinels.items():
+        a.emit("mov", r10, sentinel)
+        a.emit("cmp", register, r10)
+        a.emit("jne", broken)
+    a.emit("jmp", restore)
+    a.bind(broken)
+    a.emit("mov", rax, -1)
+    a.bind(restore)
+    a.emit("add", rsp, 8)
+    for register in reversed(CALLEE_SAVED):
+        a.emit("pop", register)
+    a.emit("ret")
+    caller = ExecutableCode(a.finish()).function(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
+    data = np.arange(1, 15, dtype=np.int64) * 1000
+    assert caller(callee.address, data.ctypes.data) == int(data.sum())

@@ -1,0 +1,159 @@
+"""x86-64 functions over virtual registers: linear-scan allocation, spills to the stack, and the System V frame.
+
+A `FunctionBuilder` takes instructions whose operands may be `VirtualRegister`s. `assemble()` allocates registers
+(incoming arguments arrive in rdi, rsi, rdx, rcx, r8, r9 then on the stack, floats in xmm0-7), rewrites spilled
+values through scratch registers, and wraps the body in a prologue that saves the callee-saved registers it uses
+and an epilogue that restores them.
+"""
+
+from __future__ import annotations
+
+from tiny_cpu.x86.assembler import BRANCHES, Assembler
+from tiny_cpu.x86.registers import (
+    CALLEE_SAVED,
+    FLOAT_ARGUMENTS,
+    GPR64,
+    INTEGER_ARGUMENTS,
+    XMM,
+    r10,
+    r11,
+    rax,
+    rbp,
+    rsp,
+    view,
+)
+from tinycore.renderer.isa import (
+    Instruction,
+    Label,
+    Memory,
+    Operand,
+    Register,
+    VirtualRegister,
+    linear_scan,
+    live_intervals,
+    rewrite_program,
+)
+
+# rax, r10 and r11 are kept out of allocation: scratch for spilled operands and the return value
+GENERAL_POOL = [r for r in GPR64 if r not in (rax, r10, r11, rsp, rbp)]
+GENERAL_POOL.sort(key=lambda r: r in CALLEE_SAVED)  # caller-saved first: they cost no save and restore
+GENERAL_SCRATCH = [rax, r10, r11]
+# destination read as well as written: two-operand ALU forms, conditional moves, FMA accumulators
+_READ_WRITE = {"add", "sub", "and", "or", "xor", "adc", "sbb", "imul", "shl", "shr", "sar", "rol", "ror", "not", "neg"}
+_READ_ONLY = {"cmp", "test", "push"}
+
+
+def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
+    """How each operand of x86 instruction `op` is used: "r", "w" or "rw" (the allocator's view)."""
+    if not operands:
+        return ()
+    if op in BRANCHES or op in _READ_ONLY or isinstance(operands[0], (Memory, Label, int)):
+        return ("r",) * len(operands)
+    if op == "imul" and len(operands) == 3:
+        first = "w"
+    elif op in _READ_WRITE or op.startswith(("cmov", "vfm", "vfnm")):
+        first = "rw"
+    else:
+        first = "w"
+    return (first,) + ("r",) * (len(operands) - 1)
+
+
+class FunctionBuilder:
+    """Builds one System V function. `arguments` are its integer/pointer arguments (64-bit values) followed by its
+    float arguments (scalars in the low lane of a 128-bit value); `vector_registers` is 16, or 32 with AVX-512."""
+
+    def __init__(self, integer_arguments: int, float_arguments: int = 0, vector_registers: int = 16) -> None:
+        if float_arguments > len(FLOAT_ARGUMENTS):
+            raise ValueError(f"at most {len(FLOAT_ARGUMENTS)} float arguments are supported (they arrive in xmm0-7)")
+        if vector_registers not in (16, 32):
+            raise ValueError("vector_registers is 16 (AVX2) or 32 (AVX-512)")
+        self.program: list[Instruction] = []
+        self._count = 0
+        self._labels = 0
+        self.vector_pool = XMM[: vector_registers - 3]
+        self.vector_scratch = XMM[vector_registers - 3 : vector_registers]
+        self.blocked: dict[Register, int] = {}
+        self.arguments: list[VirtualRegister] = []
+        for i in range(integer_arguments):
+            value = self.value("gpr", 64)
+            if i < len(INTEGER_ARGUMENTS):
+                self.blocked[INTEGER_ARGUMENTS[i]] = len(self.program)
+                self.emit("mov", value, INTEGER_ARGUMENTS[i])
+            else:  # above the return address and the saved rbp
+                self.emit("mov", value, Memory(rbp, None, 1, 16 + 8 * (i - len(INTEGER_ARGUMENTS)), 64))
+            self.arguments.append(value)
+        for i in range(float_arguments):
+            value = self.value("vec", 128)
+            self.blocked[FLOAT_ARGUMENTS[i]] = len(self.program)
+            self.emit("vmovaps", value, FLOAT_ARGUMENTS[i])
+            self.arguments.append(value)
+
+    def value(self, kind: str, bits: int) -> VirtualRegister:
+        """A fresh virtual register: kind "gpr" (bits 8-64) or "vec" (bits 128-512)."""
+        self._count += 1
+        return VirtualRegister(self._count, kind, bits)
+
+    def label(self) -> Label:
+        """A fresh label, to `bind` and jump to."""
+        self._labels += 1
+        return Label(f"L{self._labels}")
+
+    def bind(self, label: Label) -> None:
+        """Place `label` here."""
+        self.program.append(Instruction("label", (label,), ("r",)))
+
+    def emit(self, op: str, *operands: Operand) -> None:
+        """Append an x86 instruction (Intel mnemonic and operand order) over virtual or physical registers."""
+        self.program.append(Instruction(op, operands, access_modes(op, operands)))
+
+    def ret(self, value: VirtualRegister | None = None) -> None:
+        """Return `value` (in rax for an integer, xmm0 for a float) and leave the function."""
+        if value is not None and value.kind == "gpr":
+            self.emit("mov", view(rax, value.bits), value)
+        elif value is not None:
+            self.emit("vmovaps", view(XMM[0], value.bits), value)
+        self.program.append(Instruction("ret"))
+
+    def assemble(self) -> bytes:
+        """Allocate registers, add the prologue and epilogue, and encode."""
+        intervals = live_intervals(self.program)
+        allocation = linear_scan(intervals, {"gpr": GENERAL_POOL, "vec": self.vector_pool}, self.blocked)
+        saved = [r for r in CALLEE_SAVED if r in allocation.used_registers()]
+        spill_base = 8 * len(saved)
+        frame = allocation.spill_bytes + (-(spill_base + allocation.spill_bytes) % 16)
+
+        def slot(offset: int, bits: int) -> Memory:
+            return Memory(rbp, None, 1, -(spill_base + offset + bits // 8), bits)
+
+        def load(register: Register, offset: int) -> Instruction:
+            return Instruction("mov" if register.kind == "gpr" else "vmovups", (register, slot(offset, register.bits)))
+
+        def store(offset: int, register: Register) -> Instruction:
+            return Instruction("mov" if register.kind == "gpr" else "vmovups", (slot(offset, register.bits), register))
+
+        body = rewrite_program(
+            self.program, allocation, {"gpr": GENERAL_SCRATCH, "vec": self.vector_scratch}, view, load, store
+        )
+        assembler = Assembler()
+        assembler.emit("push", rbp)
+        assembler.emit("mov", rbp, rsp)
+        for register in saved:
+            assembler.emit("push", register)
+        if frame:
+            assembler.emit("sub", rsp, frame)
+        uses_vectors = any(v.kind == "vec" for v in intervals)
+        for instruction in body:
+            if instruction.op == "ret":
+                if uses_vectors:
+                    assembler.emit("vzeroupper")
+                assembler.emit("lea", rsp, Memory(rbp, None, 1, -spill_base, 64))
+                for register in reversed(saved):
+                    assembler.emit("pop", register)
+                assembler.emit("pop", rbp)
+                assembler.emit("ret")
+            elif instruction.op in ("mov", "vmovaps", "vmovups") and instruction.operands[0] == instruction.operands[1]:
+                continue  # a copy the allocator made redundant
+            else:
+                assembler.emit_instruction(instruction)
+        self.allocation, self.saved_registers = allocation, saved
+        return assembler.finish()
