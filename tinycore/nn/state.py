@@ -108,6 +108,17 @@ def get_parameters(obj: Any) -> list[Tensor]:
     return list(get_state_dict(obj).values())
 
 
+def _placed_like(source: Tensor, target: Tensor) -> Tensor:
+    """`source` on `target`'s device(s): a model sharded over several devices shards a single-device value on the
+    model's axis; a value already sharded keeps its own sharding (its devices and axis, as tinygrad); a model on one
+    device gathers a sharded value onto that device."""
+    if isinstance(target.device, tuple) and not isinstance(source.device, tuple):
+        return source.shard(target.device, target.uop.axis)
+    if isinstance(target.device, tuple):
+        return source
+    return source.to(target.device)
+
+
 def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
     """Load `state_dict`'s tensors into `model`'s tensors of the same names; returns the loaded tensors.
@@ -146,7 +157,7 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
         if source.dtype != target.dtype:
             raise TypeError(f"load_state_dict: dtype mismatch for {key!r}: the model has {target.dtype}, the state "
                             f"dict has {source.dtype}; cast the state dict's tensor with .cast({target.dtype}) first")
-        target.replace(source.to(target.device))
+        target.replace(_placed_like(source, target))
         loaded.append(target)
         if consume:
             del state_dict[key]
