@@ -137,3 +137,58 @@ def rotary_embedding(x: Tensor, cos_cache: Tensor, sin_cache: Tensor, position_i
         rotated = real.cat(imaginary, dim=-1)
     result = rotated.cat(keep, dim=-1) if keep.shape[-1] else rotated
     return result.transpose(1, 2) if len(original) == 4 else result.reshape(original)
+
+
+@onnx_op("CausalConvWithState", 27)
+def causal_conv_with_state(x: Tensor, weight: Tensor, bias: Tensor | None = None, past_state: Tensor | None = None,
+                           activation: str = "none") -> tuple[Tensor, Tensor]:
+    """A depthwise causal 1-D convolution over (batch, channels, length) continuing from `past_state` (the last
+    kernel - 1 steps of the previous call, zeros by default), optionally followed by SiLU; and the new state."""
+    batch, channels, _ = x.shape
+    size = weight.shape[2]
+    state = past_state if past_state is not None else Tensor.zeros(batch, channels, size - 1, dtype=x.dtype,
+                                                                   device=x.device)
+    padded = state.cat(x, dim=2) if size > 1 else x
+    output = padded.conv2d(weight, bias, groups=channels).cast(x.dtype)
+    if activation in ("silu", "swish"):
+        wide = output.cast(dtypes.float32)
+        output = (wide * wide.sigmoid()).cast(x.dtype)
+    return output, padded[:, :, padded.shape[2] - (size - 1):]
+
+
+@onnx_op("LinearAttention", 27)
+def linear_attention(query: Tensor, key: Tensor, value: Tensor, past_state: Tensor | None = None,
+                     decay: Tensor | None = None, beta: Tensor | None = None, chunk_size: int = 0,
+                     kv_num_heads: int = 1, q_num_heads: int = 1, scale: float = 0.0,
+                     update_rule: str = "gated_delta") -> tuple[Tensor, Tensor]:
+    """Recurrent linear attention over (batch, time, heads * size) inputs: a (key size x value size) state per KV
+    head, decayed (gated rules), corrected toward each value (delta rules), read by each query; outputs and the
+    final state. `chunk_size` is only a hint."""
+    batch, steps = query.shape[0], query.shape[1]
+    q = _heads(query, q_num_heads).cast(dtypes.float32)
+    k = _heads(key, kv_num_heads).cast(dtypes.float32)
+    v = _heads(value, kv_num_heads).cast(dtypes.float32)
+    key_size, value_size = q.shape[3], v.shape[3]
+    group = q_num_heads // kv_num_heads
+    if decay is not None:
+        decay = (decay.reshape(batch, steps, kv_num_heads, 1) if decay.shape[-1] == kv_num_heads else
+                 decay.reshape(batch, steps, kv_num_heads, key_size)).transpose(1, 2).cast(dtypes.float32)
+    if beta is not None:
+        beta = beta.reshape(batch, steps, beta.shape[-1], 1).transpose(1, 2).cast(dtypes.float32)
+    state = past_state.cast(dtypes.float32) if past_state is not None else \
+        Tensor.zeros(batch, kv_num_heads, key_size, value_size, device=query.device)
+    factor = scale if scale else 1 / math.sqrt(key_size)
+    outputs = []
+    for step in range(steps):
+        k_t, v_t = k[:, :, step], v[:, :, step]
+        if decay is not None:
+            state = state * decay[:, :, step].exp().unsqueeze(-1)
+        if beta is not None:
+            retrieved = (state * k_t.unsqueeze(-1)).sum(2)
+            v_t = beta[:, :, step] * (v_t - retrieved)
+        state = state + k_t.unsqueeze(-1) * v_t.unsqueeze(-2)
+        readable = state.repeat_interleave(group, 1) if group > 1 else state
+        outputs.append(factor * (q[:, :, step].unsqueeze(-1) * readable).sum(2))
+    output = Tensor.stack(*outputs, dim=2).transpose(1, 2).reshape(batch, steps, q_num_heads * value_size)
+    state_dtype = past_state.dtype if past_state is not None else query.dtype
+    return output.cast(query.dtype), state.cast(state_dtype)
