@@ -10,20 +10,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tinycore.codegen.atomics import resolve_combining_stores
-from tinycore.codegen.expand import expand
+from tinycore.codegen.expand import Expander, expand_stores, reduce_expansion_rules
 from tinycore.codegen.gpu import gpu_optimize
+from tinycore.codegen.indexing import IndexFolding, decided_select_rules, index_rules
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
 from tinycore.codegen.optimize import choose_optimizations, vector_width
 from tinycore.codegen.row_values import share_row_values
-from tinycore.codegen.transcendental import decompose_transcendentals
+from tinycore.codegen.transcendental import fused_transcendental_rules, transcendental_rules
 from tinycore.dtype import DType
 from tinycore.helpers import DEBUG, NOOPT
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.renderer import ProgramSpec, Renderer
 from tinycore.uop.axis import AxisType
-from tinycore.uop.ops import Ops
-from tinycore.uop.symbolic import simplify, simplify_indices
+from tinycore.uop.patterns import graph_rewrite
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook as _viz
 
@@ -67,31 +67,26 @@ def linearize(ast: UOp, renderer: RendererContract, opts: list[Opt] | None = Non
 
 
 def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | None) -> tuple[Kernel, list[UOp]]:
+    """Codegen's pipeline: each step a named pass over the kernel's graph (rules, or a graph algorithm where rules
+    cannot say it), in order. docs/architecture.md lists them."""
     kernel = optimize_kernel(ast, renderer, opts)
-    optimized = decompose_transcendentals(kernel.ast, renderer.fused_multiply_add) if \
-        renderer.decompose_transcendentals else kernel.ast
-    stores = expand(decided_selects(simplify_indices(optimized)), lambda dtype: vector_width(renderer, dtype),
-                    lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks,
-                    renderer.masked_load_dtypes)
-    return kernel, linearize_stores(stores, renderer, _kernel_name(ast, kernel))
-
-
-def decided_selects(root: UOp) -> UOp:
-    """`root` with every WHERE whose condition is index arithmetic that its bounds decide (a padding check that
-    always holds, say `oy + 65*ky < 192` of a convolution) replaced by the branch taken. Opts can hide such a
-    condition from the folding that expansion does (a SHIFTED_UPCAST's min() start), and a vector select per load
-    would stay in the inner loop."""
-    memo: dict[UOp, UOp] = {}
-    for node in root.toposort:
-        new_src = tuple(memo[source] for source in node.src)
-        rebuilt = node if new_src == node.src else node.replace(src=new_src)
-        if rebuilt.op is Ops.WHERE and rebuilt.src[0].dtype.count == 1 and \
-                all(leaf.op not in (Ops.LOAD, Ops.REDUCE) for leaf in rebuilt.src[0].toposort):
-            decided = simplify(rebuilt.src[0])
-            if decided.op is Ops.CONST:
-                rebuilt = rebuilt.src[1] if decided.arg else rebuilt.src[2]
-        memo[node] = rebuilt
-    return memo[root]
+    sink = kernel.ast
+    if renderer.pre_matcher is not None:
+        sink = graph_rewrite(sink, renderer.pre_matcher, renderer, name="renderer: pre")
+    if renderer.decompose_transcendentals:
+        sink = graph_rewrite(sink, fused_transcendental_rules if renderer.fused_multiply_add else
+                             transcendental_rules, name="decompose transcendentals")
+    sink = graph_rewrite(sink, index_rules, IndexFolding(), name="fold indices")
+    sink = graph_rewrite(sink, decided_select_rules, name="decided selects")
+    expander = Expander(lambda dtype: vector_width(renderer, dtype),
+                        lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks,
+                        renderer.masked_load_dtypes)
+    sink = graph_rewrite(sink, reduce_expansion_rules, expander, name="expand reduces")
+    sink = expand_stores(sink, expander)  # a graph step: one store becomes many, grouped into vector stores
+    if renderer.extra_matcher is not None:
+        sink = graph_rewrite(sink, renderer.extra_matcher, renderer, name="renderer: extra")
+    # the rest (loop tree, accumulators, devectorize, renderer: post, placement, order) is linearize's
+    return kernel, linearize_stores(list(sink.src), renderer, _kernel_name(ast, kernel))
 
 
 def renderer_supports_vector(renderer: RendererContract, dtype: DType, width: int) -> bool:
@@ -108,13 +103,11 @@ def _kernel_name(ast: UOp, kernel: Kernel) -> str:
 def lower_to_program(ast: UOp, renderer: Renderer, opts: list[Opt] | None = None) -> ProgramSpec:
     """The ProgramSpec of the kernel `ast` rendered by `renderer` (see linearize for `opts`)."""
     if _viz.ENABLED:
-        from tinycore.viz import record
-        record.kernel_begin(ast)
+        _viz.kernel_begin(ast)
     kernel, uops = _linearize_kernel(ast, renderer, opts)
     spec = renderer.to_program(uops, uops[-1].arg)
     if _viz.ENABLED:
-        from tinycore.viz import record
-        record.kernel_end(ast, kernel.ast, spec, uops, renderer)
+        _viz.kernel_end(ast, kernel.ast, spec, uops, renderer)
     if kernel.recomputed != 1.0:
         # the estimates count the work the program does; GFLOPS figures divide the work the kernel needs
         estimates = spec.estimates

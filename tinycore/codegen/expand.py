@@ -19,6 +19,7 @@ from tinycore.codegen.vectorize import Packer, consecutive
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.symbolic import constant_difference, fold
 from tinycore.uop.uop import UOp
 
@@ -87,16 +88,10 @@ class Expander:
             width //= 2
         return width
 
-    def expand_reduces(self, root: UOp) -> UOp:
-        """Every REDUCE with UNROLL or ACCUMULATOR ranges rewritten (inner reduces first)."""
-        memo: dict[UOp, UOp] = {}
-        for node in root.toposort:
-            new_src = tuple(memo[source] for source in node.src)
-            rebuilt = node if new_src == node.src else node.replace(src=new_src)
-            memo[node] = self._expand_reduce(rebuilt) if rebuilt.op is Ops.REDUCE else rebuilt
-        return memo[root]
-
-    def _expand_reduce(self, node: UOp) -> UOp:
+    def expand_reduce(self, node: UOp) -> UOp:
+        """The REDUCE `node` with its UNROLL ranges combined in the body, its ACCUMULATOR ranges as (vector)
+        accumulators combined after the loop, and the loops its value does not depend on replaced by their result
+        (`node` itself when none of that applies)."""
         value, ranges, op = node.src[0], list(node.src[1:]), node.arg
         unrolled = [r for r in ranges if axis_kind(r) is AxisType.UNROLL]
         accumulators = [r for r in ranges if axis_kind(r) is AxisType.ACCUMULATOR]
@@ -222,9 +217,26 @@ def _powers_up_to(limit: int) -> set[int]:
     return {1 << shift for shift in range(limit.bit_length()) if 1 << shift <= limit}
 
 
+def _expand_reduce(ctx: Expander, reduce: UOp) -> UOp | None:
+    expanded = ctx.expand_reduce(reduce)
+    return None if expanded is reduce else expanded
+
+
+reduce_expansion_rules = PatternMatcher([(UPat(Ops.REDUCE, name="reduce"), _expand_reduce)])
+"""Each REDUCE expanded (Expander.expand_reduce; context: the Expander). Sources come first, so inner reduces are
+expanded before the reduces whose values hold them."""
+
+
+def expand_stores(sink: UOp, expander: Expander) -> UOp:
+    """The SINK of `sink`'s stores each copied for every value of its UPCAST ranges, in vector stores where the
+    addresses are consecutive (Expander.expand_stores): a graph step, as one store becomes many."""
+    return UOp(Ops.SINK, dtypes.void, tuple(expander.expand_stores(sink.src)))
+
+
 def expand(ast: UOp, vector_width: Callable[[DType], int],
            supported: Callable[[DType, int], bool] | None = None, masks: bool = False,
            masked_loads: frozenset[DType] = frozenset()) -> list[UOp]:
     """The stores of `ast` with every UPCAST / UNROLL / ACCUMULATOR axis expanded (see Expander for the arguments)."""
     expander = Expander(vector_width, supported, masks, masked_loads)
-    return expander.expand_stores(expander.expand_reduces(ast).src)
+    expanded = graph_rewrite(ast, reduce_expansion_rules, expander, name="expand reduces")
+    return list(expand_stores(expanded, expander).src)

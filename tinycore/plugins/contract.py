@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, run
 if TYPE_CHECKING:
     from tinycore.dtype import DType
     from tinycore.uop.ops import Ops
+    from tinycore.uop.patterns import PatternMatcher
     from tinycore.uop.uop import UOp
 
 
@@ -105,6 +106,16 @@ class RendererContract:
     type_map: dict[DType, str] | None = None
     """The type name of each scalar dtype the language spells (C-like renderers); without a declared `capabilities`
     (here or on the device), `Renderer.supported_dtypes` is the dtypes it names. None: every dtype."""
+    pre_matcher: PatternMatcher | None = None
+    """Lowering rules of the renderer's own, run on the optimized kernel AST before codegen's passes (codegen's
+    pipeline, `tinycore.codegen`: the pass "renderer: pre"). None: no pass."""
+    extra_matcher: PatternMatcher | None = None
+    """Rules run on the expanded stores (no UPCAST, UNROLL or ACCUMULATOR range left, vectors packed) before they
+    are linearized (the pass "renderer: extra"). None: no pass."""
+    post_matcher: PatternMatcher | None = None
+    """Rules run after devectorization, on the stores, accumulator set-ups and updates the program is ordered from
+    (the pass "renderer: post"): what the renderer rewrites last, with every op in a form it declared. None: no
+    pass."""
 
     def render(self, uops: list[UOp]) -> str:
         """The source of the linear program `uops` (see docs/architecture.md, "Kernel-level graph")."""
