@@ -303,10 +303,21 @@ def new_ones(self: torch.Tensor, size: Sequence[int], dtype: torch.dtype | None 
 
 @register(aten.resize_.default, direct=True)
 def resize_(self: TinyTensor, size: Sequence[int], memory_format: object = None) -> TinyTensor:
-    """Resizing is supported only when the shape already matches (out= tensors of the right shape)."""
-    if tuple(int(extent) for extent in size) != tuple(self.shape):
-        raise NotImplementedError(f"resizing a tiny tensor from {tuple(self.shape)} to {tuple(size)}: pass an out= "
-                                  f"tensor of the result's shape, or no out= tensor")
+    """A new contiguous shape over the same storage from the same offset, as PyTorch resizes: the elements in memory
+    order keep their values. Growing past the storage's end is refused (a tiny storage does not grow)."""
+    shape = tuple(int(extent) for extent in size)
+    if shape == tuple(self.shape):
+        return self
+    numel = int(np.prod(shape)) if shape else 1
+    if self.storage_offset() + numel > self.tiny_storage.numel:
+        raise NotImplementedError(f"resizing a tiny tensor from {tuple(self.shape)} to {shape} needs more elements "
+                                  f"than its storage holds ({self.tiny_storage.numel}); make a new tensor of that "
+                                  f"shape instead (torch.empty(..., device='tiny'))")
+    stride, running = [], 1
+    for extent in reversed(shape):
+        stride.append(running)
+        running *= max(extent, 1)
+    restride(self, self, shape, tuple(reversed(stride)), int(self.storage_offset()))
     return self
 
 
