@@ -69,6 +69,7 @@ class _DeviceRegistry:
         self._open_errors: dict[str, str] = {}
         self._probes: dict[str, tuple[bool, str, int]] = {}
         self._auto_default: str | None = None
+        self._checked_default: tuple[str, PluginManager] | None = None
         self._requested: dict[str, Target] = {}
         self._lock = threading.RLock()
         self.selected_renderers: dict[str, str] = {}
@@ -254,7 +255,11 @@ class _DeviceRegistry:
         that opens (chosen once per process). Setting it puts that device first in DEV."""
         from_dev = dev_default_device()
         if from_dev is not None:
-            self.spec(from_dev)
+            # checked once per name and plugin manager: every Tensor() without a device asks (a sort of the specs)
+            manager = _manager()
+            if self._checked_default != (from_dev, manager):
+                self.spec(from_dev)
+                self._checked_default = (from_dev, manager)
             return from_dev
         with self._lock:
             if self._auto_default is None:

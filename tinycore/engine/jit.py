@@ -12,6 +12,7 @@ temporaries are never alive at the same time share memory.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
@@ -108,6 +109,37 @@ def _signature(tensors: list[Tensor]) -> list[tuple[object, ...]]:
     from tinycore.uop.ops import Ops
     return [(tuple(_unbound(size) for size in tensor.shape), tensor.dtype, tensor.device,
              tensor.uop.arg if tensor.uop.op is Ops.MULTI else None) for tensor in tensors]
+
+
+class _KnownInputs:
+    """The inputs of the last replay, by weak reference: their graph nodes, the Buffers they gave and the Variables
+    bound in their shapes. A replay whose tensors still hold the same nodes (a training loop passing the same
+    realized tensors, or tensors assigned in place) has the same signature and Buffers, so it skips the checks; the
+    references are weak so that the TinyJit does not keep the memory of tensors dropped since."""
+
+    __slots__ = ("nodes", "buffers", "shape_bindings")
+
+    def __init__(self, inputs: list[Tensor], buffers: list[Buffer]):
+        self.nodes = [weakref.ref(tensor.uop) for tensor in inputs]
+        self.buffers = [weakref.ref(buffer) for buffer in buffers]
+        self.shape_bindings: dict[UOp, int] = {}
+        _tensor_bindings(inputs, self.shape_bindings)
+
+    def buffers_for(self, inputs: list[Tensor]) -> list[Buffer] | None:
+        """The Buffers of `inputs` when they hold the same nodes as last time (all still allocated), else None."""
+        nodes = self.nodes
+        if len(inputs) != len(nodes):
+            return None
+        for tensor, node in zip(inputs, nodes, strict=True):
+            if tensor.uop is not node():
+                return None
+        buffers = []
+        for reference in self.buffers:
+            buffer = reference()
+            if buffer is None or buffer._buf is None:
+                return None
+            buffers.append(buffer)
+        return buffers
 
 
 def _rebind_size(size: object, bindings: dict[UOp, int]) -> object:
@@ -421,6 +453,7 @@ class TinyJit(Generic[ReturnType]):
         self._captured: CapturedJit | None = None
         self.captured_signature: list[tuple[object, ...]] | None = None
         self.captured_return: ReturnType | None = None
+        self._known_inputs: _KnownInputs | None = None
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
@@ -439,15 +472,18 @@ class TinyJit(Generic[ReturnType]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
         inputs: list[Tensor] = []
-        _collect_tensors(list(args) + list(kwargs.values()), inputs)
-        if len({id(tensor) for tensor in inputs}) != len(inputs):
+        values = list(args) + list(kwargs.values()) if kwargs else list(args)
+        _collect_tensors(values, inputs)
+        if len(inputs) > 1 and len({id(tensor) for tensor in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not JIT:
             return self.function(*args, **kwargs)
         if self.replay is not None:
             bindings: dict[UOp, int] = {}
-            _collect_bindings(list(args) + list(kwargs.values()), bindings)
-            _tensor_bindings(inputs, bindings)
+            # only arguments other than Tensors can hold bound Variables
+            if len(values) != len(inputs) or any(value is not tensor
+                                                 for value, tensor in zip(values, inputs, strict=True)):
+                _collect_bindings(values, bindings)
             return self._replay(inputs, bindings)
         input_buffers = _input_buffers(inputs)
         self.count += 1
@@ -498,6 +534,26 @@ class TinyJit(Generic[ReturnType]):
 
     def _replay(self, inputs: list[Tensor], bindings: dict[UOp, int]) -> ReturnType:
         assert self.replay is not None and self.captured_signature is not None
+        input_buffers = self._known_inputs.buffers_for(inputs) if self._known_inputs is not None else None
+        if input_buffers is None:
+            input_buffers = self._checked_input_buffers(inputs)
+            self._known_inputs = _KnownInputs(inputs, input_buffers)
+        bindings.update(self._known_inputs.shape_bindings)  # type: ignore[union-attr]  # set just above
+        from tinycore.engine.realize import invalidate_known_results
+        assert self._captured is not None
+        self._captured.prepare()
+        self._captured.next_random_keys()
+        self.replay = self._captured.replay
+        self.replay.run(input_buffers, bindings)
+        self._captured.count()
+        invalidate_known_results()
+        if bindings:
+            _rebind(self.captured_return, bindings)
+        return cast(ReturnType, self.captured_return)  # set with the signature, checked above
+
+    def _checked_input_buffers(self, inputs: list[Tensor]) -> list[Buffer]:
+        """The inputs' Buffers for a replay, after checking their shapes, dtypes and devices against the capture's."""
+        assert self.captured_signature is not None
         signature = _signature(inputs)
         if signature != self.captured_signature:
             if len(signature) != len(self.captured_signature):
@@ -509,14 +565,4 @@ class TinyJit(Generic[ReturnType]):
                                    f"device={then[2]} (sharded axis {then[3]}) to shape={now[0]} dtype={now[1]} "
                                    f"device={now[2]} (sharded axis {now[3]}): "
                                    "use one TinyJit per input signature, or call reset() to capture again")
-        from tinycore.engine.realize import invalidate_known_results
-        assert self._captured is not None
-        self._captured.prepare()
-        self._captured.next_random_keys()
-        self.replay = self._captured.replay
-        self.replay.run(_input_buffers(inputs), bindings)
-        self._captured.count()
-        invalidate_known_results()
-        if bindings:
-            _rebind(self.captured_return, bindings)
-        return cast(ReturnType, self.captured_return)  # set with the signature, checked above
+        return _input_buffers(inputs)
