@@ -48,7 +48,7 @@ class ExecutableCode:
         """A ctypes function calling the code's entry point with the System V ABI."""
         prototype = ctypes.CFUNCTYPE(restype, *argtypes)
         function = prototype(self.address)
-        function._code = self  # keeps the mapping alive while the callable is
+        function._code = self  # type: ignore[attr-defined]  # keeps the mapping alive while the callable is
         return function
 
     def __del__(self) -> None:

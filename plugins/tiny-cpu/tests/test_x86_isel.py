@@ -1,0 +1,85 @@
+"""Instruction selection from codegen's linear program: float32 elementwise kernels selected, allocated, encoded and
+run as x86-64 machine code, compared with numpy; constructs without a rule are refused, naming the op."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+from tiny_cpu.x86.executable import ExecutableCode, host_is_x86_64
+from tiny_cpu.x86.isel import ScalarX86Contract, SelectionError, select_kernel
+
+from tinycore import Tensor
+from tinycore.codegen import linearize
+from tinycore.engine.memory import device_facts
+from tinycore.schedule import create_schedule
+
+pytestmark = pytest.mark.skipif(not host_is_x86_64(), reason="x86-64 machine code runs only on x86-64 hosts")
+
+RNG = np.random.default_rng(4)
+A = RNG.standard_normal(37).astype(np.float32)
+B = (RNG.standard_normal(37) + 3).astype(np.float32)
+M = RNG.standard_normal((5, 7)).astype(np.float32)
+ROW = RNG.standard_normal(7).astype(np.float32)
+CASES = {
+    "multiply, add and relu": (lambda a, b: (a * b + 2.5).relu(), lambda a, b: np.maximum(a * b + np.float32(2.5), 0)),
+    "sqrt, divide and max": (lambda a, b: (b.sqrt() / a).maximum(a), lambda a, b: np.maximum(np.sqrt(b) / a, a)),
+    "negate and subtract": (lambda a, b: -a - b * 3, lambda a, b: -a - b * np.float32(3)),
+    "where of a compare": (lambda a, b: (a < b - 3).where(a, b), lambda a, b: np.where(a < b - 3, a, b)),
+    "not equal": (
+        lambda a, b: (a != a.maximum(0.0)).where(a, 1.0),
+        lambda a, b: np.where(a != np.maximum(a, 0), a, np.float32(1)),
+    ),
+}
+
+
+def _kernel(expression: Tensor) -> tuple[list, tuple]:
+    items = [item for item in create_schedule([expression.uop], device_facts).items if not item.is_copy]
+    assert len(items) == 1
+    return linearize(items[0].ast, ScalarX86Contract()), items[0].buffers
+
+
+def _uops(expression: Tensor) -> list:
+    return _kernel(expression)[0]
+
+
+def _run(expression: Tensor, inputs: list[tuple[Tensor, np.ndarray]], shape: tuple[int, ...]) -> np.ndarray:
+    """Run the selected kernel on the inputs' numpy data, matched to the kernel's buffers (outputs first)."""
+    uops, buffers = _kernel(expression)
+    code = ExecutableCode(select_kernel(uops))
+    output = np.full(shape, np.nan, np.float32)
+    arrays = [output]
+    for buffer in buffers[1:]:
+        matches = [array for tensor, array in inputs if tensor.uop.base is buffer or tensor.uop is buffer]
+        assert len(matches) == 1, f"cannot tell which input {buffer} is"
+        arrays.append(matches[0])
+    function = code.function(None, *[ctypes.c_void_p] * len(arrays))
+    function(*[array.ctypes.data for array in arrays])
+    return output
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_elementwise_kernels_match_numpy(name: str) -> None:
+    build, reference = CASES[name]
+    a, b = Tensor(A).realize(), Tensor(B).realize()
+    np.testing.assert_array_equal(_run(build(a, b), [(a, A), (b, B)], A.shape), reference(A, B))
+
+
+def test_broadcast_over_two_loops_uses_index_arithmetic() -> None:
+    m, row = Tensor(M).realize(), Tensor(ROW).realize()
+    np.testing.assert_array_equal(_run(m * row + m, [(m, M), (row, ROW)], M.shape), M * ROW + M)
+
+
+def test_transposed_read_uses_index_arithmetic() -> None:
+    m = Tensor(M).realize()
+    np.testing.assert_array_equal(_run(m.T * 2.0, [(m, M)], M.T.shape), M.T * np.float32(2))
+
+
+def test_unsupported_constructs_are_refused_naming_the_op() -> None:
+    a = Tensor(A).realize()
+    with pytest.raises(SelectionError, match=r"cannot select Ops\.\w+ .*DEV=CPU"):
+        select_kernel(_uops(a.exp2()))
+    integers = Tensor(np.arange(10, dtype=np.int32)).realize()
+    with pytest.raises(SelectionError, match="only float32 buffers"):
+        select_kernel(_uops(integers + 1))
