@@ -1,8 +1,8 @@
 """Neural-network layers with tinygrad's names, arguments, defaults and initialization schemes.
 
 A layer is a plain object whose Tensor attributes are its state (see `tinycore.nn.state.get_state_dict`) and whose
-`__call__` runs it. Training mode is `Context(TRAINING=1)`: BatchNorm uses batch statistics and updates its running
-statistics only then.
+`__call__` runs it. Training mode is `Tensor.train()` (or `Tensor.training = True`, or `Context(TRAINING=1)`):
+BatchNorm uses batch statistics and updates its running statistics only then.
 """
 from __future__ import annotations
 

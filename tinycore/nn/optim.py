@@ -4,9 +4,10 @@ An optimizer holds the parameters it trains (`params`, tensors with requires_gra
 realized with them (`buffers`, such as BatchNorm running statistics). `step()` builds each parameter's update from
 its `.grad`, writes it into the parameter with `assign`, and realizes everything in one schedule. The learning rate
 `lr` is a one-element Tensor, so a schedule that changes it (`optimizer.lr.assign(...)`) does not change the
-compiled kernels. Stepping is only allowed in training mode, `Context(TRAINING=1)`. With `fused=True` the
-parameters and gradients are flattened into one vector and the update (and its state) is computed on that vector:
-norms (LARS, LAMB) are then taken over all parameters together, as tinygrad's fused optimizers do.
+compiled kernels. Stepping is only allowed in training mode (`Tensor.train()`, `Tensor.training = True` or
+`Context(TRAINING=1)`, one switch). With `fused=True` the parameters and gradients are flattened into one vector
+and the update (and its state) is computed on that vector: norms (LARS, LAMB) are then taken over all parameters
+together, as tinygrad's fused optimizers do.
 """
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ class Optimizer:
         """Assign the updated values to the parameters without realizing; returns the tensors to realize."""
         if not helpers.TRAINING:
             raise RuntimeError(f"TRAINING={helpers.TRAINING.value}: an optimizer steps only in training mode. Wrap "
-                               "the training step in `with Context(TRAINING=1):` (or set TRAINING=1 in the "
+                               "the training step in `with Tensor.train():` (or decorate it with @Tensor.train(), "
+                               "set Tensor.training = True, use Context(TRAINING=1) or TRAINING=1 in the "
                                "environment) before calling Optimizer.step().")
         missing = [index for index, param in enumerate(self.params) if param.grad is None]
         if missing:
