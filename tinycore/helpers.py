@@ -124,6 +124,11 @@ class Context(contextlib.ContextDecorator):
             ContextVar._cache[key].value = value
 
 
+OSX = sys.platform == "darwin"
+LINUX = sys.platform.startswith("linux")
+WIN = sys.platform == "win32"
+CI = os.getenv("CI", "") != ""  # tinygrad's name: tests and examples read it to shorten work on CI machines
+
 DEBUG = ContextVar("DEBUG", 0)
 BEAM = ContextVar("BEAM", 0)
 IGNORE_BEAM_CACHE = ContextVar("IGNORE_BEAM_CACHE", 0)  # 1: a BEAM search does not reuse results cached on disk
