@@ -49,7 +49,18 @@ def mod(x: Tensor, y: Tensor, fmod: int = 0) -> Tensor:
         if dtypes.is_int(x.dtype):
             return (x - x.div(y, rounding_mode="trunc") * y).cast(x.dtype)
         return x.fmod(y)
+    if dtypes.is_float(x.dtype):
+        return _float_mod(x, y)
     return x.mod(y)
+
+
+def _float_mod(x: Tensor, y: Tensor) -> Tensor:
+    """Python's float modulo: the remainder with the divisor's sign, exact for infinite divisors (x, or an infinity
+    when the signs differ) and signed zeros (a zero takes the divisor's sign)."""
+    truncated = x - (x / y).trunc() * y
+    truncated = y.isinf().bitwise_and(x.isinf().logical_not()).where(x, truncated)
+    shifted = ((truncated != 0).bitwise_and((truncated < 0) != (y < 0))).where(truncated + y, truncated)
+    return (shifted == 0).where(Tensor.zeros_like(shifted).copysign(y), shifted).cast(x.dtype)
 
 
 @onnx_op("Pow", 1)

@@ -257,3 +257,26 @@ def image_decoder(encoded: Tensor, pixel_format: str = "RGB") -> Tensor:
         pixels = np.array(image.convert("RGB"))
         pixels = pixels[:, :, ::-1] if pixel_format == "BGR" else pixels
     return Tensor(np.require(pixels, dtype=np.uint8, requirements="C"), device=encoded.device)
+
+
+@onnx_op("MelWeightMatrix", 17)
+def mel_weight_matrix(num_mel_bins: Tensor, dft_length: Tensor, sample_rate: Tensor, lower_edge_hertz: Tensor,
+                      upper_edge_hertz: Tensor, output_datatype: int = 1) -> Tensor:
+    """The (dft_length // 2 + 1, num_mel_bins) matrix of triangular mel filters over the spectrogram's bins."""
+    bins, length, rate = int(scalar_of(num_mel_bins)), int(scalar_of(dft_length)), int(scalar_of(sample_rate))
+    low, high = float(scalar_of(lower_edge_hertz)), float(scalar_of(upper_edge_hertz))
+    low_mel, high_mel = 2595 * math.log10(1 + low / 700), 2595 * math.log10(1 + high / 700)
+    step = (high_mel - low_mel) / (bins + 2)
+    edges = 700 * (10 ** ((np.arange(bins + 2) * step + low_mel) / 2595) - 1)
+    points = (((length + 1) * edges) // rate).astype(int)
+    matrix = np.zeros((length // 2 + 1, bins))
+    for index in range(bins):
+        left, center, right = points[index], points[index + 1], points[index + 2]
+        if center == left:
+            matrix[center, index] = 1
+        else:
+            matrix[left:center + 1, index] = (np.arange(left, center + 1) - left) / (center - left)
+        if right > center:
+            matrix[center:right, index] = (right - np.arange(center, right)) / (right - center)
+    return Tensor(matrix.astype(np.float32), device=num_mel_bins.device).cast(onnx_dtype(output_datatype,
+                                                                                         "MelWeightMatrix"))

@@ -60,6 +60,7 @@ def load_all() -> None:
         ops_detection,
         ops_loss,
         ops_math,
+        ops_ml,
         ops_nn,
         ops_quant,
         ops_random,
