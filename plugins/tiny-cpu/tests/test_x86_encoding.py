@@ -328,6 +328,14 @@ def test_evex_masks() -> None:
         check(cases + [("vcmpps", (k, ZMM[i % 32], m, 2)) for i, m in enumerate(memory_forms(512))])
 
 
+def test_evex_zeroing_masks() -> None:
+    for k in MASK[1:]:
+        for i in range(32):
+            operands = (ZMM[i], ZMM[(i + 5) % 32], ZMM[(i + 11) % 32])
+            text = decode(Assembler.encode("vaddps", operands, k, zeroing=True).data)[2]
+            assert text == f"vaddps {operands[0].name} {{{k.name}}} {{z}}, {operands[1].name}, {operands[2].name}", text
+
+
 def test_bad_operands_are_refused() -> None:
     with pytest.raises(EncodingError, match="rsp cannot be a memory index"):
         Assembler.encode("mov", (GPR64[0], Memory(GPR64[1], GPR64[4], 2, 0, 64)))

@@ -211,3 +211,64 @@ def test_callee_saved_registers_are_preserved() -> None:
     caller = ExecutableCode(a.finish()).function(ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)
     data = np.arange(1, 15, dtype=np.int64) * 1000
     assert caller(callee.address, data.ctypes.data) == int(data.sum())
+
+
+def _avx512() -> bool:
+    with open("/proc/cpuinfo") as cpuinfo:
+        return any("avx512f" in line.split() for line in cpuinfo if line.startswith("flags"))
+
+
+@on_x86
+@pytest.mark.skipif(not _avx512(), reason="this CPU has no AVX-512")
+def test_forty_live_zmm_values_over_thirty_two_registers() -> None:
+    builder = FunctionBuilder(integer_arguments=2, vector_registers=32)  # out, data of 40 rows of 16 floats
+    out, data = builder.arguments
+    values = []
+    for i in range(40):  # 40 live 512-bit values, 29 allocatable: spills of 64 bytes, EVEX for zmm16-31
+        value = builder.value("vec", 512)
+        builder.emit("vmovups", value, Memory(data, None, 1, 64 * i, 512))
+        values.append(value)
+    for i, value in enumerate(values):
+        builder.emit("vmulps", value, value, values[(i + 1) % 40])
+    total = values[0]
+    for value in values[1:]:
+        builder.emit("vaddps", total, total, value)
+    builder.emit("vmovups", Memory(out, None, 1, 0, 512), total)
+    builder.ret()
+    function = ExecutableCode(builder.assemble()).function(None, ctypes.c_void_p, ctypes.c_void_p)
+    assert builder.allocation.spill_offset
+    rows = np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32)
+    result = np.full(16, np.nan, np.float32)
+    function(result.ctypes.data, rows.ctypes.data)
+    # each product reads the value before it is overwritten, except the last, which reads the new first value
+    products = [rows[i] * rows[i + 1] for i in range(39)]
+    products.append(rows[39] * products[0])
+    expected = products[0]
+    for product in products[1:]:
+        expected = expected + product
+    np.testing.assert_array_equal(result, expected)
+
+
+@on_x86
+def test_spilled_pointers_are_reloaded_as_address_registers() -> None:
+    builder = FunctionBuilder(integer_arguments=1)  # a table of 16 pointers, each to one int64
+    table = builder.arguments[0]
+    pointers = []
+    for i in range(16):  # 16 live pointers over 11 registers: some bases of the loads below are spilled
+        pointer = builder.value("gpr", 64)
+        builder.emit("mov", pointer, Memory(table, None, 1, 8 * i, 64))
+        pointers.append(pointer)
+    total = builder.value("gpr", 64)
+    builder.emit("mov", total, 0)
+    for i, pointer in enumerate(pointers):
+        builder.emit("add", total, Memory(pointer, None, 1, 0, 64))
+        builder.emit("imul", total, total, 3 if i % 2 else 5)
+    builder.ret(total)
+    function = ExecutableCode(builder.assemble()).function(ctypes.c_int64, ctypes.c_void_p)
+    assert any(p in builder.allocation.spill_offset for p in pointers)
+    cells = [ctypes.c_int64(1000 * i - 7) for i in range(16)]
+    addresses = (ctypes.c_int64 * 16)(*[ctypes.addressof(cell) for cell in cells])
+    expected = 0
+    for i, cell in enumerate(cells):
+        expected = (expected + cell.value) * (3 if i % 2 else 5) & MASK64
+    assert function(ctypes.addressof(addresses)) == _signed(expected)
