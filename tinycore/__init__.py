@@ -12,6 +12,11 @@ from tinycore.helpers import DEV as _DEV
 from tinycore.helpers import Context, getenv
 from tinycore.tensor import Tensor
 from tinycore.uop.uop import UOp
+from tinycore.viz.hook import VIZ as _VIZ
+
+if _VIZ.value:  # VIZ=1: record from the first kernel on; write (and maybe serve) the recording at exit
+    from tinycore.viz.record import enable as _enable_viz
+    _enable_viz(at_exit=True)
 
 
 def _check_dev(targets: tuple[object, ...]) -> None:

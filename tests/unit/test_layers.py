@@ -17,7 +17,7 @@ CORE = Path(__file__).resolve().parents[2] / "tinycore"
 LAYERS: list[tuple[str, ...]] = [
     ("tinycore.counters", "tinycore.target", "tinycore.errors"),
     ("tinycore.helpers",),
-    ("tinycore.dtype", "tinycore.download"),
+    ("tinycore.dtype", "tinycore.download", "tinycore.viz.hook"),
     ("tinycore.uop",),
     ("tinycore.plugins.contract",),
     ("tinycore.renderer",),
@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("tinycore.engine.jit",),
     ("tinycore.nn",),
     ("tinycore.llm", "tinycore.distributed"),
-    ("tinycore.testing",),
+    ("tinycore.testing", "tinycore.viz"),
     ("tinycore.cli", "tinycore"),
 ]
 """Lowest first. Packages in one tuple share a layer: they may not import each other (checked below) but each may

@@ -20,14 +20,15 @@ from tinycore.viz import hook, record
 
 @pytest.fixture
 def recording() -> Iterator[record.Recording]:
-    """Recording on for one test, off again after it (whatever the environment says)."""
+    """Recording on for one test, then as it was before."""
     was_enabled = hook.ENABLED
     record.reset()
     record.enable()
     try:
         yield record.RECORDING
     finally:
-        hook.set_enabled(was_enabled)
+        if not was_enabled:
+            record.disable()
         record.reset()
 
 
@@ -125,7 +126,7 @@ def test_each_outline_of_a_schedule_names_the_kernel_of_its_nodes(recording: rec
 
 def test_viz_off_records_nothing() -> None:
     was_enabled = hook.ENABLED
-    hook.set_enabled(False)
+    record.disable()
     record.reset()
     try:
         values = np.linspace(-2, 2, 10, dtype=np.float32)
@@ -134,7 +135,8 @@ def test_viz_off_records_nothing() -> None:
         document = record.RECORDING.to_json()
         assert document["kernels"] == [] and document["schedules"] == []
     finally:
-        hook.set_enabled(was_enabled)
+        if was_enabled:
+            record.enable()
 
 
 def test_viz_at_exit_writes_the_file_and_does_not_serve_without_a_terminal(tmp_path: os.PathLike[str]) -> None:

@@ -200,9 +200,7 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
     if _capturing:
         _capturing[-1].append(CapturedCall(runner, device_buffers, dict(item.var_vals)))
     if _viz.ENABLED:
-        from tinycore.viz import record
-        elapsed = record.timed_launch(runner, [buffer._buf for buffer in device_buffers], item.var_vals, timed,
-                                      item.ast)
+        elapsed = _viz.launch(runner, [buffer._buf for buffer in device_buffers], item.var_vals, timed, item.ast)
     else:
         elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
     GlobalCounters.kernel_count += 1
@@ -341,8 +339,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
                   f"{len(schedule.items) - kernels} cop{'ies' if len(schedule.items) - kernels != 1 else 'y'}")
         run_schedule(schedule.items, schedule.temporaries)
         if _viz.ENABLED:  # after the run: the kernels it compiled are recorded by then
-            from tinycore.viz import record
-            record.record_schedule(to_schedule, schedule)
+            _viz.schedule(to_schedule, schedule)
         if template is not None and plan is None:
             made = _make_plan(template, schedule)
             if made is not None and template.plan is not None:

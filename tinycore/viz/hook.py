@@ -1,9 +1,11 @@
 """The switches the core reads to record for VIZ: module-level values, so that with VIZ unset each hook costs one
-attribute test. tinycore.viz.record sets them when recording starts (import time with VIZ=1, or `enable()`)."""
+attribute test. This module sits low (it imports only helpers) so that the IR, codegen and the engine can call it;
+the recorder (tinycore.viz.record, a high layer) installs itself here when recording starts: `import tinycore` does
+that with VIZ=1, `tinycore.viz.record.enable()` any time."""
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from tinycore.helpers import ContextVar
 
@@ -13,23 +15,62 @@ VIZ_PORT = ContextVar("VIZ_PORT", 8000)
 VIZ_SERVE = ContextVar("VIZ_SERVE", -1)  # 1: serve at exit even without a terminal, 0: never, -1: on a terminal
 
 
+class Recorder(Protocol):
+    """What the core hands a recorder (tinycore.viz.record implements it)."""
 
-def _recorded_rewrite(*arguments: Any) -> Any:
-    # imported on first use: the recorder needs the IR, which imports this module
-    from tinycore.viz.record import recorded_rewrite
-    return recorded_rewrite(*arguments)
+    def rewrite(self, run: Callable[..., Any], sink: Any, matcher: Any, ctx: Any, bottom_up: bool, name: str) -> Any:
+        """Perform the named graph_rewrite `run(sink, matcher, ctx, bottom_up, name)`, recording it."""
+
+    def kernel_begin(self, ast: Any) -> None:
+        """codegen starts lowering the kernel `ast`."""
+
+    def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+        """codegen lowered `ast` (the AST with opts `optimized`) to the linear program `uops` and the ProgramSpec."""
+
+    def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
+        """realize ran `schedule`, made for the tensor graphs `outputs`."""
+
+    def launch(self, runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+        """Launch `runner` as realize would (`runner(buffers, var_vals, wait=wait)`), timing it when asked."""
 
 
-ENABLED = bool(VIZ.value)
+ENABLED = False
 """True while a recording is being made; every core hook tests this first."""
 
-REWRITE: Callable[..., Any] | None = _recorded_rewrite if ENABLED else None
-"""With VIZ on: `REWRITE(run, sink, matcher, ctx, bottom_up, name)` records a named graph_rewrite that `run`
-performs; None otherwise (graph_rewrite then runs directly)."""
+REWRITE: Callable[..., Any] | None = None
+"""While recording: the recorder's `rewrite`, which graph_rewrite calls for a named pass; None otherwise."""
+
+_recorder: Recorder | None = None
 
 
-def set_enabled(enabled: bool) -> None:
-    """Turn recording on or off (tinycore.viz.record.enable/disable call this)."""
-    global ENABLED, REWRITE
-    ENABLED = enabled
-    REWRITE = _recorded_rewrite if enabled else None
+def install(recorder: Recorder | None) -> None:
+    """Start recording into `recorder`, or stop (None)."""
+    global ENABLED, REWRITE, _recorder
+    _recorder, ENABLED = recorder, recorder is not None
+    REWRITE = None if recorder is None else recorder.rewrite
+
+
+def kernel_begin(ast: Any) -> None:
+    """See Recorder.kernel_begin (nothing when not recording)."""
+    if _recorder is not None:
+        _recorder.kernel_begin(ast)
+
+
+def kernel_end(ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+    """See Recorder.kernel_end (nothing when not recording)."""
+    if _recorder is not None:
+        _recorder.kernel_end(ast, optimized, spec, uops, renderer)
+
+
+def schedule(outputs: Sequence[Any], schedule: Any) -> None:
+    """See Recorder.schedule (nothing when not recording)."""
+    if _recorder is not None:
+        _recorder.schedule(outputs, schedule)
+
+
+def launch(runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+    """See Recorder.launch; a plain launch when not recording."""
+    if _recorder is not None:
+        return _recorder.launch(runner, buffers, var_vals, wait, ast)
+    result: float | None = runner(buffers, var_vals, wait=wait)
+    return result

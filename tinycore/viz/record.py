@@ -1,9 +1,9 @@
 """The VIZ recording: realized tensor graphs and their schedules, each kernel's named passes (graph after the pass,
 rules fired, time, nodes changed), linear program and source, and with PROFILE=1 the launch timeline.
 
-Everything here runs only while recording (tinycore.viz.hook.ENABLED); the core calls in through small hooks in
-graph_rewrite, lower_to_program and realize. A failure while recording is kept in the recording's `errors`, never
-raised into the program being watched.
+Everything here runs only while recording (tinycore.viz.hook.ENABLED): the core calls in through tinycore.viz.hook,
+where this module installs itself, from graph_rewrite, lower_to_program and realize. A failure while recording is
+kept in the recording's `errors`, never raised into the program being watched.
 """
 from __future__ import annotations
 
@@ -129,9 +129,34 @@ _current = threading.local()  # .kernel: the KernelRecord being lowered on this 
 _at_exit_registered: list[bool] = []
 
 
+class _Recorder:
+    """This module as the core's hook.Recorder."""
+
+    def rewrite(self, run: Callable[..., Any], sink: Any, matcher: Any, ctx: Any, bottom_up: bool, name: str) -> Any:
+        """See hook.Recorder."""
+        return recorded_rewrite(run, sink, matcher, ctx, bottom_up, name)
+
+    def kernel_begin(self, ast: Any) -> None:
+        """See hook.Recorder."""
+        kernel_begin(ast)
+
+    def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+        """See hook.Recorder."""
+        kernel_end(ast, optimized, spec, uops, renderer)
+
+    def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
+        """See hook.Recorder."""
+        record_schedule(outputs, schedule)
+
+    def launch(self, runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+        """See hook.Recorder."""
+        return timed_launch(runner, buffers, var_vals, wait, ast)
+
+
 def enable(at_exit: bool = False) -> None:
-    """Start recording (VIZ=1 does this at import); with `at_exit`, write and serve the recording at exit."""
-    hook.set_enabled(True)
+    """Start recording (`import tinycore` does this with VIZ=1); with `at_exit`, write and serve the recording at
+    exit."""
+    hook.install(_Recorder())
     if at_exit and not _at_exit_registered:
         _at_exit_registered.append(True)
         atexit.register(write_and_serve)
@@ -139,7 +164,7 @@ def enable(at_exit: bool = False) -> None:
 
 def disable() -> None:
     """Stop recording (what was recorded stays in RECORDING)."""
-    hook.set_enabled(False)
+    hook.install(None)
 
 
 def reset() -> None:
@@ -348,7 +373,7 @@ def write_and_serve() -> None:
     """At exit: write the recording, then serve it until Ctrl-C (see should_serve) or say how to serve it."""
     if not hook.ENABLED:
         return
-    hook.set_enabled(False)
+    hook.install(None)
     path = write()
     kernels = len(RECORDING.kernels)
     print(f"VIZ: {kernels} kernel{'s' if kernels != 1 else ''}, {len(RECORDING.schedules)} schedules written to "
@@ -358,7 +383,3 @@ def write_and_serve() -> None:
         return
     from tinycore.viz.server import serve_file
     serve_file(path, int(hook.VIZ_PORT.value), open_browser=sys.stdout.isatty())
-
-
-if hook.ENABLED:  # VIZ=1 turned the hooks on at import; this module loads at the first thing they record
-    enable(at_exit=True)
