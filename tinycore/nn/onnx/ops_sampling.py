@@ -280,3 +280,59 @@ def mel_weight_matrix(num_mel_bins: Tensor, dft_length: Tensor, sample_rate: Ten
             matrix[center:right, index] = (right - np.arange(center, right)) / (right - center)
     return Tensor(matrix.astype(np.float32), device=num_mel_bins.device).cast(onnx_dtype(output_datatype,
                                                                                          "MelWeightMatrix"))
+
+
+@onnx_op("DeformConv", 19)
+def deform_conv(x: Tensor, weight: Tensor, offset: Tensor, bias: Tensor | None = None, mask: Tensor | None = None,
+                dilations: list[int] | None = None, group: int = 1, kernel_shape: list[int] | None = None,
+                offset_group: int = 1, pads: list[int] | None = None, strides: list[int] | None = None) -> Tensor:
+    """A 2-D convolution whose kernel taps sample x at learned offsets (bilinear, zero outside the image), each
+    tap's sample scaled by `mask` when given."""
+    batch, channels, height, width = x.shape
+    kernel = list(kernel_shape or weight.shape[2:])
+    taps = kernel[0] * kernel[1]
+    dilation_y, dilation_x = dilations or [1, 1]
+    stride_y, stride_x = strides or [1, 1]
+    top, left = (pads or [0, 0, 0, 0])[:2]
+    out_h, out_w = offset.shape[2], offset.shape[3]
+    per_group = channels // offset_group
+    offsets = offset.reshape(batch, offset_group, taps, 2, out_h, out_w).cast(dtypes.float32)
+    masks = mask.reshape(batch, offset_group, taps, out_h, out_w).cast(dtypes.float32) if mask is not None else None
+    rows = Tensor.arange(out_h, device=x.device).reshape(1, 1, out_h, 1).cast(dtypes.float32) * stride_y - top
+    columns = Tensor.arange(out_w, device=x.device).reshape(1, 1, 1, out_w).cast(dtypes.float32) * stride_x - left
+    flat = x.reshape(batch, offset_group, per_group, height * width).cast(dtypes.float32)
+    samples = []
+    for tap in range(taps):
+        ky, kx = divmod(tap, kernel[1])
+        y = rows + ky * dilation_y + offsets[:, :, tap, 0]
+        x_position = columns + kx * dilation_x + offsets[:, :, tap, 1]
+        y0, x0 = y.floor(), x_position.floor()
+        value: Tensor | None = None
+        for corner_y, weight_y in ((y0, 1 - (y - y0)), (y0 + 1, y - y0)):
+            for corner_x, weight_x in ((x0, 1 - (x_position - x0)), (x0 + 1, x_position - x0)):
+                inside = (corner_y >= 0).bitwise_and(corner_y <= height - 1).bitwise_and(corner_x >= 0) \
+                    .bitwise_and(corner_x <= width - 1)
+                index = (corner_y.clip(0, height - 1) * width + corner_x.clip(0, width - 1)).cast(dtypes.int32)
+                gathered = flat.gather(3, index.reshape(batch, offset_group, 1, -1).expand(
+                    batch, offset_group, per_group, out_h * out_w)).reshape(batch, offset_group, per_group, out_h,
+                                                                            out_w)
+                term = inside.unsqueeze(2).where(gathered * (weight_y * weight_x).unsqueeze(2), 0.0)
+                value = term if value is None else value + term
+        assert value is not None
+        if masks is not None:
+            value = value * masks[:, :, tap].unsqueeze(2)
+        samples.append(value.reshape(batch, channels, out_h * out_w))
+    columns_all = Tensor.stack(*samples, dim=2)
+    per_conv_group = channels // group
+    outputs = []
+    out_per_group = weight.shape[0] // group
+    for index in range(group):
+        weights = weight[index * out_per_group:(index + 1) * out_per_group].reshape(out_per_group, -1)
+        cols = columns_all[:, index * per_conv_group:(index + 1) * per_conv_group].reshape(batch, per_conv_group * taps,
+                                                                                          -1)
+        outputs.append(weights.cast(dtypes.float32).matmul(cols))
+    result = (outputs[0].cat(*outputs[1:], dim=1) if len(outputs) > 1 else outputs[0]).reshape(
+        batch, weight.shape[0], out_h, out_w)
+    if bias is not None:
+        result = result + bias.reshape(1, -1, 1, 1)
+    return result.cast(x.dtype)
