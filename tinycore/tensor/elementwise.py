@@ -35,17 +35,14 @@ def _with_pow_gradient(value: Tensor, base: Tensor, exponent: Tensor | int | flo
 
     def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
         upstream, operand = wrap(gradient), wrap(base.uop)
-        power = wrap(exponent.uop) if _is_tensor(exponent) else exponent
-        lowered = operand._pow_plain(power - 1)
-        base_gradient = power * lowered
-        if _is_tensor(power):
-            base_gradient = power.eq(0).where(0.0, base_gradient)
-        found = {base.uop: (upstream * base_gradient).cast(base.dtype).uop}
-        if _is_tensor(power):
-            zero_base = operand.eq(0) & (power >= 0)
-            exponent_gradient = zero_base.where(0.0, wrap(node) * operand.cast(node.dtype).log())
-            found[power.uop] = (upstream * exponent_gradient).cast(power.dtype).uop
-        return found
+        if isinstance(exponent, (int, float)):  # a constant exponent, never 0 here (x**0 carries no rule)
+            return {base.uop: (upstream * (exponent * operand._pow_plain(exponent - 1))).cast(base.dtype).uop}
+        power = wrap(exponent.uop)
+        base_gradient = power.eq(0).where(0.0, power * operand._pow_plain(power - 1))
+        zero_base = operand.eq(0) & (power >= 0)
+        exponent_gradient = zero_base.where(0.0, wrap(node) * operand.cast(node.dtype).log())
+        return {base.uop: (upstream * base_gradient).cast(base.dtype).uop,
+                exponent.uop: (upstream * exponent_gradient).cast(exponent.dtype).uop}
 
     return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
