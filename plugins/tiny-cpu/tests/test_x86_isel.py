@@ -8,7 +8,7 @@ import ctypes
 import numpy as np
 import pytest
 from tiny_cpu.x86.executable import ExecutableCode, host_is_x86_64
-from tiny_cpu.x86.isel import ScalarX86Contract, SelectionError, select_kernel
+from tiny_cpu.x86.isel import ScalarX86Contract, SelectionError, VectorX86Contract, select_kernel
 
 from tinycore import Tensor
 from tinycore.codegen import linearize
@@ -34,19 +34,26 @@ CASES = {
 }
 
 
-def _kernel(expression: Tensor) -> tuple[list, tuple]:
+def _kernel(expression: Tensor, contract: type = ScalarX86Contract) -> tuple[list, tuple]:
     items = [item for item in create_schedule([expression.uop], device_facts).items if not item.is_copy]
     assert len(items) == 1
-    return linearize(items[0].ast, ScalarX86Contract()), items[0].buffers
+    return linearize(items[0].ast, contract()), items[0].buffers
 
 
 def _uops(expression: Tensor) -> list:
     return _kernel(expression)[0]
 
 
-def _run(expression: Tensor, inputs: list[tuple[Tensor, np.ndarray]], shape: tuple[int, ...]) -> np.ndarray:
+def _run(
+    expression: Tensor,
+    inputs: list[tuple[Tensor, np.ndarray]],
+    shape: tuple[int, ...],
+    contract: type = ScalarX86Contract,
+) -> np.ndarray:
     """Run the selected kernel on the inputs' numpy data, matched to the kernel's buffers (outputs first)."""
-    uops, buffers = _kernel(expression)
+    uops, buffers = _kernel(expression, contract)
+    if contract is VectorX86Contract:  # the kernel must really be vectorized for the test to mean anything
+        assert any(u.dtype.count == 8 for u in uops if u.op.name == "LOAD"), "codegen did not vectorize the loads"
     code = ExecutableCode(select_kernel(uops))
     output = np.full(shape, np.nan, np.float32)
     arrays = [output]
@@ -64,6 +71,15 @@ def test_elementwise_kernels_match_numpy(name: str) -> None:
     build, reference = CASES[name]
     a, b = Tensor(A).realize(), Tensor(B).realize()
     np.testing.assert_array_equal(_run(build(a, b), [(a, A), (b, B)], A.shape), reference(A, B))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_vector_kernels_match_numpy(name: str) -> None:
+    build, reference = CASES[name]
+    wide_a, wide_b = np.resize(A, 64) * np.float32(1.5), np.resize(B, 64)
+    a, b = Tensor(wide_a).realize(), Tensor(wide_b).realize()
+    result = _run(build(a, b), [(a, wide_a), (b, wide_b)], wide_a.shape, VectorX86Contract)
+    np.testing.assert_array_equal(result, reference(wide_a, wide_b))
 
 
 def test_broadcast_over_two_loops_uses_index_arithmetic() -> None:

@@ -1,7 +1,8 @@
 """Instruction selection: the linear program (codegen's UOps in execution order) to x86-64 over virtual registers.
 
-A first, deliberately small cut: scalar float32 elementwise kernels (loads, stores, + - * / max sqrt neg, compares
-and where, int32-to-float casts) over float32 buffers, with loops and integer index arithmetic. Each UOp is matched
+A first, deliberately small cut: float32 elementwise kernels over float32 buffers, scalar or in vectors of 4, 8 or 16
+lanes (xmm, ymm, zmm): loads, stores, + - * / max sqrt neg, multiply-add, compares and where, broadcasts of one
+scalar, int32-to-float casts of scalars, with loops and integer index arithmetic. Each UOp is matched
 by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a UOp no rule takes is refused with
 an error naming it. Nothing registers this as a device renderer yet: the CPU's C and LLVM renderers do the work.
 """
@@ -9,7 +10,8 @@ an error naming it. Nothing registers this as a device renderer yet: the CPU's C
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import cast
 
 from tiny_cpu.x86.function import FunctionBuilder
@@ -37,6 +39,42 @@ class ScalarX86Contract(RendererContract):
     global_max = None
     local_max = None
     decompose_transcendentals = True
+
+
+class VectorX86Contract(ScalarX86Contract):
+    """The same target with float32 vectors of 8 lanes (AVX2 ymm) and lane-mask compares and selects."""
+
+    vector_widths = {dtypes.float32: (8,)}
+    vector_alu_ops = frozenset(
+        {
+            Ops.ADD,
+            Ops.SUB,
+            Ops.MUL,
+            Ops.FDIV,
+            Ops.MAX,
+            Ops.NEG,
+            Ops.SQRT,
+            Ops.MULACC,
+            Ops.CMPLT,
+            Ops.CMPNE,
+            Ops.CMPEQ,
+            Ops.WHERE,
+        }
+    )
+    vector_masks = True
+
+
+SelectionRule = Callable[["Selection", UOp], str]
+
+
+def _shape(uop: UOp) -> tuple[int, str]:
+    """The register width and the instruction suffix of a float32 value: a scalar is the low lane of an xmm."""
+    count = uop.dtype.count
+    if count == 1:
+        return 128, "ss"
+    if count not in (4, 8, 16):
+        raise SelectionError(f"the x86 renderer has no {count}-lane float32 vectors (only 4, 8 and 16): {uop.op}")
+    return 32 * count, "ps"
 
 
 class Selection:
@@ -147,9 +185,11 @@ def _index(ctx: Selection, uop: UOp) -> str:
 def _load(ctx: Selection, uop: UOp) -> str:
     if len(uop.src) > 1:
         ctx.refuse(uop, "loads with an alternative value are not selected yet")
+    bits, suffix = _shape(uop)
     address = ctx.values[uop.src[0]]
-    value = ctx.builder.value("vec", 128)
-    ctx.builder.emit("vmovss", value, address)
+    assert isinstance(address, Memory)
+    value = ctx.builder.value("vec", bits)
+    ctx.builder.emit("vmovss" if suffix == "ss" else "vmovups", value, replace(address, bits=uop.dtype.count * 32))
     ctx.values[uop] = value
     return ""
 
@@ -157,45 +197,67 @@ def _load(ctx: Selection, uop: UOp) -> str:
 def _store(ctx: Selection, uop: UOp) -> str:
     if uop.arg is not None:
         ctx.refuse(uop, "combining (atomic) stores are not selected yet")
-    ctx.builder.emit("vmovss", ctx.values[uop.src[0]], ctx.register(uop.src[1]))
+    value = uop.src[1]
+    if value.dtype.scalar != dtypes.float32:
+        ctx.refuse(uop, "only float32 values are stored yet")
+    address = ctx.values[uop.src[0]]
+    assert isinstance(address, Memory)
+    moved = replace(address, bits=value.dtype.count * 32)
+    ctx.builder.emit("vmovss" if value.dtype.count == 1 else "vmovups", moved, ctx.register(value))
     return ""
 
 
-_FLOAT_BINARY = {Ops.ADD: "vaddss", Ops.SUB: "vsubss", Ops.MUL: "vmulss", Ops.FDIV: "vdivss", Ops.MAX: "vmaxss"}
+_FLOAT_BINARY = {Ops.ADD: "vadd", Ops.SUB: "vsub", Ops.MUL: "vmul", Ops.FDIV: "vdiv", Ops.MAX: "vmax"}
 _PREDICATES = {Ops.CMPLT: 1, Ops.CMPEQ: 0, Ops.CMPNE: 4}  # lt, eq, neq (true when unordered, as != is)
 
 
 def _float_binary(ctx: Selection, uop: UOp) -> str:
-    result = ctx.builder.value("vec", 128)
-    ctx.builder.emit(_FLOAT_BINARY[uop.op], result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    bits, suffix = _shape(uop)
+    result = ctx.builder.value("vec", bits)
+    ctx.builder.emit(_FLOAT_BINARY[uop.op] + suffix, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     ctx.values[uop] = result
     return ""
 
 
 def _float_unary(ctx: Selection, uop: UOp) -> str:
-    result, source = ctx.builder.value("vec", 128), ctx.register(uop.src[0])
+    bits, suffix = _shape(uop)
+    result, source = ctx.builder.value("vec", bits), ctx.register(uop.src[0])
     if uop.op is Ops.SQRT:
-        ctx.builder.emit("vsqrtss", result, source, source)
-    else:  # NEG: flip the sign bit
-        carrier, sign = ctx.builder.value("gpr", 32), ctx.builder.value("vec", 128)
-        ctx.builder.emit("mov", carrier, 0x80000000)
-        ctx.builder.emit("vmovd", sign, carrier)
+        ctx.builder.emit("vsqrt" + suffix, result, *((source, source) if suffix == "ss" else (source,)))
+    else:  # NEG: flip the sign bits
+        sign = _splat_bits(ctx, 0x80000000, bits)
         ctx.builder.emit("vxorps", result, source, sign)
     ctx.values[uop] = result
     return ""
 
 
+def _splat_bits(ctx: Selection, bits_of_float: int, width: int) -> VirtualRegister:
+    """A register of `width` bits with every float32 lane holding `bits_of_float`."""
+    carrier, scalar = ctx.builder.value("gpr", 32), ctx.builder.value("vec", 128)
+    ctx.builder.emit("mov", carrier, bits_of_float)
+    ctx.builder.emit("vmovd", scalar, carrier)
+    if width == 128:
+        return scalar
+    wide = ctx.builder.value("vec", width)
+    ctx.builder.emit("vbroadcastss", wide, scalar)
+    return wide
+
+
 def _multiply_add(ctx: Selection, uop: UOp) -> str:
-    result = ctx.builder.value("vec", 128)
+    bits, suffix = _shape(uop)
+    result = ctx.builder.value("vec", bits)
     ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
-    ctx.builder.emit("vfmadd231ss", result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    ctx.builder.emit("vfmadd231" + suffix, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     ctx.values[uop] = result
     return ""
 
 
 def _float_compare(ctx: Selection, uop: UOp) -> str:
-    mask = ctx.builder.value("vec", 128)  # all ones where true: what vblendvps reads
-    ctx.builder.emit("vcmpss", mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
+    if uop.src[0].dtype.scalar != dtypes.float32:
+        ctx.refuse(uop, "only float32 compares are selected yet")
+    bits, suffix = _shape(uop.src[0])
+    mask = ctx.builder.value("vec", bits)  # all ones in the lanes where true: what vblendvps reads
+    ctx.builder.emit("vcmp" + suffix, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
     ctx.values[uop] = mask
     return ""
 
@@ -204,10 +266,35 @@ def _where(ctx: Selection, uop: UOp) -> str:
     condition, if_true, if_false = (ctx.register(source) for source in uop.src)
     if condition.kind != "vec":
         ctx.refuse(uop, "only conditions from float compares are selected yet")
-    result = ctx.builder.value("vec", 128)
+    bits, _ = _shape(uop)
+    result = ctx.builder.value("vec", bits)
     ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
     ctx.values[uop] = result
     return ""
+
+
+def _broadcast(ctx: Selection, uop: UOp) -> str:
+    if any(source is not uop.src[0] for source in uop.src) or uop.src[0].dtype != dtypes.float32:
+        ctx.refuse(uop, "only vectors of one repeated float32 scalar are selected yet")
+    bits, _ = _shape(uop)
+    result = ctx.builder.value("vec", bits)
+    ctx.builder.emit("vbroadcastss", result, ctx.register(uop.src[0]))
+    ctx.values[uop] = result
+    return ""
+
+
+def _float_or_integer(float_rule: SelectionRule, integer_rule: SelectionRule | None) -> SelectionRule:
+    """One rule for an op taken by float32 values (any lane count) and, if given, by index integers."""
+
+    def rule(ctx: Selection, uop: UOp) -> str:
+        if uop.dtype.scalar == dtypes.float32:
+            return float_rule(ctx, uop)
+        if integer_rule is not None and uop.dtype in _INDEX_DTYPES:
+            return integer_rule(ctx, uop)
+        ctx.refuse(uop, "only float32 and index arithmetic is selected yet")
+        return ""
+
+    return rule
 
 
 def _integer_alu(ctx: Selection, uop: UOp) -> str:
@@ -249,22 +336,15 @@ x86_selection = PatternMatcher(
             (UPat(Ops.RANGE, name="uop"), _range),
             (UPat(Ops.END, name="uop"), _end),
             (UPat(Ops.INDEX, name="uop"), _index),
-            (UPat(Ops.LOAD, dtype=dtypes.float32, name="uop"), _load),
+            (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, None)),
             (UPat(Ops.STORE, name="uop"), _store),
-            (UPat(tuple(_FLOAT_BINARY), dtype=dtypes.float32, name="uop"), _float_binary),
-            (UPat((Ops.SQRT, Ops.NEG), dtype=dtypes.float32, name="uop"), _float_unary),
-            (UPat(Ops.MULACC, dtype=dtypes.float32, name="uop"), _multiply_add),
-            (
-                UPat(
-                    tuple(_PREDICATES),
-                    dtype=dtypes.bool,
-                    src=(UPat(dtype=dtypes.float32), UPat(dtype=dtypes.float32)),
-                    name="uop",
-                ),
-                _float_compare,
-            ),
-            (UPat(Ops.WHERE, dtype=dtypes.float32, name="uop"), _where),
-            (UPat((Ops.ADD, Ops.SUB, Ops.MUL), dtype=_INDEX_DTYPES, name="uop"), _integer_alu),
+            (UPat((Ops.ADD, Ops.SUB, Ops.MUL), name="uop"), _float_or_integer(_float_binary, _integer_alu)),
+            (UPat((Ops.FDIV, Ops.MAX), name="uop"), _float_or_integer(_float_binary, None)),
+            (UPat((Ops.SQRT, Ops.NEG), name="uop"), _float_or_integer(_float_unary, None)),
+            (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
+            (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
+            (UPat(tuple(_PREDICATES), name="uop"), _float_compare),
+            (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, None)),
             (UPat(Ops.CAST, dtype=dtypes.float32, src=(UPat(dtype=dtypes.int32),), name="uop"), _integer_to_float),
             (UPat((Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER), name="uop"), _nothing),
         ],
