@@ -103,6 +103,7 @@ def linear_scan(
     allocation = Allocation()
     active: list[Interval] = []
     free: dict[str, list[Register]] = {kind: list(regs) for kind, regs in registers.items()}
+    rank = {kind: {r: i for i, r in enumerate(regs)} for kind, regs in registers.items()}  # the order to try them in
 
     def spill(interval: Interval) -> None:
         size = interval.value.bits // 8
@@ -117,13 +118,14 @@ def linear_scan(
         kind = interval.value.kind
         if kind not in free:
             raise ValueError(f"no registers of kind {kind!r} were given to the allocator")
-        pool = registers[kind]
-        usable = sorted(
-            (r for r in free[kind] if r not in interval.avoid and blocked.get(r, 0) <= interval.start), key=pool.index
+        usable = min(
+            (r for r in free[kind] if r not in interval.avoid and blocked.get(r, 0) <= interval.start),
+            key=rank[kind].__getitem__,
+            default=None,
         )
-        if usable:
-            allocation.assigned[interval.value] = usable[0]
-            free[kind].remove(usable[0])
+        if usable is not None:
+            allocation.assigned[interval.value] = usable
+            free[kind].remove(usable)
             active.append(interval)
             continue
         candidates = [
