@@ -161,11 +161,14 @@ def check_page(url: str, recording: dict[str, Any], launched: int, screenshot: s
         drawn = wait_for(driver, f"const c = document.getElementById('graph'); return c.dataset.state === 'ready' "
                                  f"&& c.dataset.nodes === '{wanted}' && c.dataset.nodes", 60)
         check(drawn == str(wanted), f"{schedule['name']}: tensor graph of {drawn} nodes ({wanted} recorded)")
-        # for the screenshot: a mid-sized kernel's optimized AST, its labels readable and its changes marked
-        shown = min(kernels, key=lambda kernel: abs(len(kernel["passes"][-1]["nodes"]) - 45))
-        driver.find_element(By.CSS_SELECTOR, f"#kernels li[data-id='{shown['id']}']").click()
+        # for the screenshot: a pass that fired rules on a graph small enough to read, its changes marked
+        candidates = [(len(step["changed"]) if step["rules"] and 20 <= len(step["nodes"]) <= 70 else -1, -index,
+                       kernel["id"], index) for kernel in kernels for index, step in enumerate(kernel["passes"])]
+        _, _, shown_id, shown_pass = max(candidates)
+        shown = kernels[shown_id]
+        driver.find_element(By.CSS_SELECTOR, f"#kernels li[data-id='{shown_id}']").click()
         wait_for(driver, _shows_kernel(shown))
-        driver.find_element(By.CSS_SELECTOR, f"#passes li[data-index='{min(1, len(shown['passes']) - 1)}']").click()
+        driver.find_element(By.CSS_SELECTOR, f"#passes li[data-index='{shown_pass}']").click()
         wait_for(driver, "return document.getElementById('graph').dataset.state === 'ready'", 60)
         time.sleep(0.3)
         png = driver.get_screenshot_as_png()

@@ -75,7 +75,7 @@ async function selectKernel(id, passIndex) {
   passes.replaceChildren();
   kernel.passes.forEach((step, index) => {
     const fired = step.rules.reduce((total, rule) => total + rule[1], 0);
-    const item = listItem(step.name, fired ? `${fired} rules` : `${step.nodes.length} nodes`,
+    const item = listItem(step.name, fired ? `${fired} rule${fired === 1 ? "" : "s"}` : `${step.nodes.length} nodes`,
                           () => selectPass(index));
     item.className = "pass";
     item.dataset.index = index;
