@@ -248,6 +248,7 @@ def encode_vector(
     if len(operands) != expected:
         raise EncodingError(f"{name} takes {expected} operands, got {len(operands)}")
     imm = b""
+    shifts_memory = False
     if form == "rvm":
         reg, vvvv, rm = _vector_number(operands[0]), _vector_number(operands[1]), _rm_operand(operands[2])
     elif form == "rvmi":
@@ -268,6 +269,7 @@ def encode_vector(
         vvvv, rm, reg, imm = _vector_number(operands[0]), _rm_operand(operands[1]), op.digit, _imm(operands[2])
         if isinstance(rm, Memory) and not op.has_evex:
             raise EncodingError(f"{name} shifts a register, not memory")
+        shifts_memory = isinstance(rm, Memory)  # only the EVEX form of a shift by an immediate reads memory
     registers = [o for o in operands if isinstance(o, Register)]
     memory = next((o for o in operands if isinstance(o, Memory)), None)
     widths = [r.bits for r in registers if r.kind == "vec"]
@@ -281,6 +283,7 @@ def encode_vector(
         or any(r.number >= 16 for r in registers if r.kind == "vec")
         or mask is not None
         or (memory is not None and memory.broadcast)
+        or shifts_memory
         or any(r.kind == "mask" for r in registers)
     )
     if op.has_vex and not needs_evex:
