@@ -12,7 +12,8 @@ from __future__ import annotations
 from tinycore.dtype import DType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.symbolic import fold_node
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
+from tinycore.uop.symbolic import fold_node, folding
 from tinycore.uop.uop import UOp
 
 DEFAULT_VECTOR_FLOAT_OPS = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.NEG, Ops.FDIV})
@@ -71,17 +72,26 @@ def _split_lanes(node: UOp) -> UOp:
     return UOp(Ops.VECTORIZE, node.dtype, tuple(lanes))
 
 
-def legalize(roots: list[UOp], renderer: RendererContract) -> dict[UOp, UOp]:
-    """The rewritten form of every node under `roots` (a mapping old node -> legal node)."""
-    memo: dict[UOp, UOp] = {}
-    for node in UOp(Ops.SINK, dtypes.void, tuple(roots)).toposort:
-        new_src = tuple(memo[source] for source in node.src)
-        rebuilt = node if new_src == node.src else node.replace(src=new_src)
-        if rebuilt.dtype.count > 1 and rebuilt.op in (GroupOp.ALU | {Ops.CAST, Ops.BITCAST}):
-            select = _mask_select(rebuilt) if renderer.vector_masks else None
-            if select is not None and vector_op_supported(renderer, select):
-                rebuilt = select
-            elif not vector_op_supported(renderer, rebuilt):
-                rebuilt = _split_lanes(rebuilt)
-        memo[node] = fold_node(rebuilt)
-    return memo
+def _legalize(ctx: RendererContract, node: UOp) -> UOp | None:
+    """The vector op `node` as `ctx` can emit it: a CAST of a mask as a select of whole vectors, or the op lane by
+    lane; None when it stays as it is."""
+    if node.dtype.count == 1:
+        return None
+    if ctx.vector_masks:
+        select = _mask_select(node)
+        if select is not None and vector_op_supported(ctx, select):
+            return select
+    return None if vector_op_supported(ctx, node) else _split_lanes(node)
+
+
+devectorize_rules = PatternMatcher([
+    (UPat(tuple(GroupOp.ALU | {Ops.CAST, Ops.BITCAST}), name="node"), _legalize),
+]) + folding
+"""Vector ops the renderer (the context) cannot emit split into lanes, and the `folding` rules everywhere (GEPs of
+VECTORIZEs fold away, so a chain of unsupported ops stays scalar)."""
+
+
+def legalize(roots: list[UOp], renderer: RendererContract) -> list[UOp]:
+    """`roots` (stores) with every vector op the renderer cannot emit split into lanes (the pass "devectorize")."""
+    return list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(roots)), devectorize_rules, renderer,
+                              name="devectorize").src)

@@ -22,6 +22,7 @@ from tinycore.dtype import ConstType, DType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_id, new_range, range_dependencies
 from tinycore.uop.ops import FUSED, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
 DEFINE_OPS = (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR, Ops.SPECIAL, Ops.DEFINE_REG, Ops.DEFINE_LOCAL)
@@ -155,7 +156,6 @@ class Linearizer:
         self.renderer = renderer
         self.sink = _rename_shared_ranges(UOp(Ops.SINK, dtypes.void, tuple(stores)))
         self.tree = LoopTree()
-        self.group_of: dict[UOp, tuple[UOp, ...]] = {}
         self.group_parent: dict[tuple[UOp, ...], UOp | None] = {}
         self.stores: list[UOp] = list(self.sink.src)
         self.forced: dict[UOp, UOp | None] = {}  # nodes whose loop is fixed, not derived from their sources
@@ -177,7 +177,6 @@ class Linearizer:
         groups: dict[tuple[UOp, ...], list[UOp]] = {}
         for node in reduces:
             groups.setdefault(node.src[1:], []).append(node)
-            self.group_of[node] = node.src[1:]
         reduced = {r for ranges in groups for r in ranges}
         outputs = sorted((n for n in self.sink.toposort if n.op is Ops.RANGE and n not in reduced), key=axis_id)
         previous = None
@@ -209,17 +208,12 @@ class Linearizer:
 
     def make_accumulators(self) -> None:
         """Replace each REDUCE by its accumulator's result; collect the set-up and update stores."""
-        memo: dict[UOp, UOp] = {}
-        for node in self.sink.toposort:
-            if node.op is Ops.REDUCE:
-                memo[node] = self._accumulate(node, memo[node.src[0]])
-                continue
-            new_src = tuple(memo[source] for source in node.src)
-            memo[node] = node if new_src == node.src else node.replace(src=new_src)
-        self.stores = list(memo[self.sink].src)
+        self.stores = list(graph_rewrite(self.sink, accumulator_rules, self, name="place accumulators").src)
 
-    def _accumulate(self, node: UOp, value: UOp) -> UOp:
-        ranges = self.group_of[node]
+    def accumulate(self, node: UOp) -> UOp:
+        """The REDUCE `node` (its value's reduces already replaced) as the LOAD of its accumulator's result; its
+        register, set-up and update are recorded."""
+        value, ranges = node.src[0], node.src[1:]
         parent, innermost = self.group_parent[ranges], ranges[-1]
         register = UOp(Ops.DEFINE_REG, node.dtype.ptr(1, "reg"), (), len(self.registers))
         self.registers.append(register)
@@ -245,12 +239,16 @@ class Linearizer:
     def legalize_and_place(self) -> None:
         """Split unsupported vector ops, then give every node the loop it runs in."""
         roots = self.stores + self.inits + self.updates
-        memo = legalize(roots, self.renderer)
+        legal = legalize(roots, self.renderer)
+        if self.renderer.post_matcher is not None:
+            legal = list(graph_rewrite(UOp(Ops.SINK, dtypes.void, tuple(legal)), self.renderer.post_matcher,
+                                       self.renderer, name="renderer: post").src)
+        # the roots keep their positions; an accumulator's loads (of a register at index 0) are no vector ops and
+        # come out of both passes as they went in, so `forced` and the blocks' results keep their keys
+        memo = dict(zip(roots, legal, strict=True))
         self.stores = [memo[s] for s in self.stores]
-        self.forced = {memo.get(k, k): v for k, v in self.forced.items()}
         self.forced.update({memo[s]: p for s, p in self.placed_stores.items()})
         self.block_inputs = {k: [memo[s] for s in v] for k, v in self.block_inputs.items()}
-        self.block_outputs = {k: [memo.get(r, r) for r in v] for k, v in self.block_outputs.items()}
         self.roots = self.stores + [memo[s] for s in self.inits] + [memo[s] for s in self.updates]
         self.graph = UOp(Ops.SINK, dtypes.void, tuple(self.roots))
         self.place = {}
@@ -455,6 +453,11 @@ def _chain_keys(items: list[BodyItem], users: dict[BodyItem, list[BodyItem]],
             keys[item] = min((keys[user] for user in users.get(item, ())),
                              default=(len(items), position.get(item, 0) if isinstance(item, UOp) else 0))
     return keys
+
+
+accumulator_rules = PatternMatcher([(UPat(Ops.REDUCE, name="node"), lambda ctx, node: ctx.accumulate(node))])
+"""Each REDUCE as its accumulator (context: the Linearizer, which records the registers, set-ups and updates). Sources
+come first, so the registers are numbered in the order the walk meets the reduces, inner ones first."""
 
 
 def linearize_stores(stores: list[UOp], renderer: RendererContract, name: str = "kernel") -> list[UOp]:
