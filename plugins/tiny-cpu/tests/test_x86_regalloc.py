@@ -272,3 +272,28 @@ def test_spilled_pointers_are_reloaded_as_address_registers() -> None:
     for i, cell in enumerate(cells):
         expected = (expected + cell.value) * (3 if i % 2 else 5) & MASK64
     assert function(ctypes.addressof(addresses)) == _signed(expected)
+
+
+def test_values_live_across_a_clobber_avoid_the_clobbered_registers() -> None:
+    first, second = Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")
+    across, after = VirtualRegister(0, "gpr", 64), VirtualRegister(1, "gpr", 64)
+    program = [
+        Instruction("mov", (across, 1)),
+        Instruction("call", (), (), clobbers=(first,)),
+        Instruction("mov", (after, across)),
+        Instruction("add", (after, across), ("rw", "r")),
+    ]
+    intervals = live_intervals(program)
+    assert intervals[across].avoid == frozenset({first}) and intervals[after].avoid == frozenset()
+    allocation = linear_scan(intervals, {"gpr": [first, second]})
+    assert allocation.assigned[across] == second  # r0 is tried first, but the call overwrites it
+    assert allocation.assigned[after] == first
+
+
+def test_blocked_registers_wait_for_their_position() -> None:
+    argument, other = Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")
+    early, late = VirtualRegister(0, "gpr", 64), VirtualRegister(1, "gpr", 64)
+    intervals = {early: Interval(early, 0, 5), late: Interval(late, 2, 6)}
+    # r0 holds an incoming value until position 2: the value starting at 0 must not take it, the one at 2 may
+    allocation = linear_scan(intervals, {"gpr": [argument, other]}, blocked={argument: 2})
+    assert allocation.assigned == {early: other, late: argument}
