@@ -92,6 +92,17 @@ def test_transposed_read_uses_index_arithmetic() -> None:
     np.testing.assert_array_equal(_run(m.T * 2.0, [(m, M)], M.T.shape), M.T * np.float32(2))
 
 
+def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
+    a, b = Tensor(A).realize(), Tensor(B).realize()
+    uops, buffers = _kernel((a * b + 2.5).relu())
+    function = ExecutableCode(select_kernel(uops, entry=True)).function(None, ctypes.c_void_p, ctypes.c_int)
+    output = np.full(A.shape, np.nan, np.float32)
+    by_buffer = {a.uop.base: A, b.uop.base: B}
+    words = np.array([output.ctypes.data, *[by_buffer[buffer].ctypes.data for buffer in buffers[1:]]], np.uint64)
+    function(words.ctypes.data, 0)
+    np.testing.assert_array_equal(output, np.maximum(A * B + np.float32(2.5), 0))
+
+
 def test_unsupported_constructs_are_refused_naming_the_op() -> None:
     a = Tensor(A).realize()
     with pytest.raises(SelectionError, match=r"cannot select Ops\.\w+ .*DEV=CPU"):

@@ -81,13 +81,14 @@ class Selection:
     """The state of selecting one kernel: the function being built and what each UOp became (a register, an
     immediate, or a memory reference)."""
 
-    def __init__(self, uops: list[UOp]) -> None:
-        self.uops = uops
+    def __init__(self, uops: list[UOp], entry: bool = False) -> None:
+        self.uops, self.entry = uops, entry
         buffers = sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL)
         variables = sorted(str(u.arg[0]) for u in uops if u.op is Ops.DEFINE_VAR)
         self.argument_order = {("buffer", arg): i for i, arg in enumerate(buffers)}
         self.argument_order.update({("variable", name): len(buffers) + i for i, name in enumerate(variables)})
-        self.builder = FunctionBuilder(integer_arguments=len(self.argument_order))
+        # the CPU queue's entry convention: (const int64 *arguments, int core_id), one word per argument
+        self.builder = FunctionBuilder(integer_arguments=2 if entry else len(self.argument_order))
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
 
@@ -143,7 +144,28 @@ def _integer_constant(ctx: Selection, uop: UOp) -> str:
 
 def _argument(ctx: Selection, uop: UOp) -> str:
     key = ("buffer", uop.arg) if uop.op is Ops.DEFINE_GLOBAL else ("variable", str(uop.arg[0]))
-    ctx.values[uop] = ctx.builder.arguments[ctx.argument_order[key]]
+    position = ctx.argument_order[key]
+    if not ctx.entry:
+        ctx.values[uop] = ctx.builder.arguments[position]
+        return ""
+    word = Memory(ctx.builder.arguments[0], None, 1, 8 * position, 64)
+    value = ctx.builder.value("gpr", 64)
+    if uop.op is Ops.DEFINE_GLOBAL:
+        ctx.builder.emit("mov", value, word)
+    else:  # a variable is the low 32 bits of its word, as an int
+        ctx.builder.emit("movsxd", value, replace(word, bits=32))
+    ctx.values[uop] = value
+    return ""
+
+
+def _special(ctx: Selection, uop: UOp) -> str:
+    if uop.arg != "core_id" or not ctx.entry:
+        ctx.refuse(uop, "only the CPU worker's core_id is known, and only to an entry-convention kernel")
+    core = ctx.builder.value("gpr", 64)
+    ctx.builder.emit("mov", core, ctx.builder.arguments[1])
+    ctx.builder.emit("shl", core, 32)  # an int argument's upper 32 bits are undefined: sign-extend the low half
+    ctx.builder.emit("sar", core, 32)
+    ctx.values[uop] = core
     return ""
 
 
@@ -333,6 +355,7 @@ x86_selection = PatternMatcher(
             (UPat(Ops.CONST, dtype=dtypes.float32, name="uop"), _float_constant),
             (UPat(Ops.CONST, dtype=_INDEX_DTYPES, name="uop"), _integer_constant),
             (UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR), name="uop"), _argument),
+            (UPat(Ops.SPECIAL, name="uop"), _special),
             (UPat(Ops.RANGE, name="uop"), _range),
             (UPat(Ops.END, name="uop"), _end),
             (UPat(Ops.INDEX, name="uop"), _index),
@@ -354,6 +377,10 @@ x86_selection = PatternMatcher(
 (the rule's answer "" only says the UOp was handled)."""
 
 
-def select_kernel(uops: list[UOp]) -> bytes:
-    """The x86-64 machine code of a linear program, or a SelectionError naming the first UOp it cannot take."""
-    return Selection(uops).select()
+def select_kernel(uops: list[UOp], entry: bool = False) -> bytes:
+    """The x86-64 machine code of a linear program, or a SelectionError naming the first UOp it cannot take.
+
+    The function takes the buffers then the variables as System V arguments, or with `entry` the CPU queue's
+    convention: a pointer to one 64-bit word per argument (same order) and the worker's core_id.
+    """
+    return Selection(uops, entry).select()
