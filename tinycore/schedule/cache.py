@@ -37,6 +37,8 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
 
     The key is built from primitive values (op numbers, dtype names) so hashing and comparing it is cheap.
     """
+    if len(outputs) == 1 and "_nodes_below" not in outputs[0].__dict__:
+        return _walked_structure_key(outputs[0])
     numbering: dict[UOp, int] = {}
     parts: list[Any] = []
     inputs: list[UOp] = []
@@ -60,6 +62,46 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
             (number(src[0]), number(src[1])) if count == 2 else tuple(map(number, src))
         parts.append((op._value_, node.dtype.name, arg, sources))
     parts.append(tuple([numbering[output] for output in outputs]))
+    return tuple(parts), inputs
+
+
+def _walked_structure_key(root: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
+    """`structure_key([root])` numbering the nodes as the walk finishes them, in `root.toposort`'s order (the same
+    depth-first walk, sources in order): a new eager graph has no cached toposort, and building one only to number
+    it was half the key's cost."""
+    numbering: dict[UOp, int] = {}
+    parts: list[Any] = []
+    inputs: list[UOp] = []
+    buffer_op = Ops.BUFFER
+    number = numbering.__getitem__
+    stack: list[tuple[UOp, bool]] = [(root, False)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, sources_done = pop()
+        if node in numbering:
+            continue
+        src = node.src
+        if not sources_done:
+            if src:
+                push((node, True))
+                for source in reversed(src):
+                    if source not in numbering:
+                        push((source, False))
+                continue
+        numbering[node] = len(parts)
+        op = node.op
+        if op is buffer_op:
+            inputs.append(node)
+            parts.append((-1, node.dtype.name, node.arg[1], number(src[0])))
+            continue
+        arg = node.arg
+        if arg.__class__ is float:
+            arg = _float_key(arg)
+        count = len(src)
+        sources = () if count == 0 else (number(src[0]),) if count == 1 else \
+            (number(src[0]), number(src[1])) if count == 2 else tuple(map(number, src))
+        parts.append((op._value_, node.dtype.name, arg, sources))
+    parts.append((numbering[root],))
     return tuple(parts), inputs
 
 
