@@ -92,6 +92,26 @@ def test_transposed_read_uses_index_arithmetic() -> None:
     np.testing.assert_array_equal(_run(m.T * 2.0, [(m, M)], M.T.shape), M.T * np.float32(2))
 
 
+PADDED = {
+    "pad both axes": (lambda m: m.pad(((1, 1), (2, 0))) * 2.0, lambda m: np.pad(m, ((1, 1), (2, 0))) * np.float32(2)),
+    "shrink then pad": (
+        lambda m: m[:, 1:].pad(((0, 0), (0, 3))) + 1.0,
+        lambda m: np.pad(m[:, 1:], ((0, 0), (0, 3))) + np.float32(1),
+    ),
+    "concatenate": (lambda m: m.cat(m * 3.0, dim=0), lambda m: np.concatenate([m, m * np.float32(3)], axis=0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PADDED))
+def test_gated_loads_of_padded_kernels(name: str) -> None:
+    build, reference = PADDED[name]
+    m = Tensor(M).realize()
+    expected = reference(M)
+    uops = _uops(build(m))
+    assert any(u.op.name == "INDEX" and len(u.src) > 2 for u in uops), "the kernel has no gated access"
+    np.testing.assert_array_equal(_run(build(m), [(m, M)], expected.shape), expected)
+
+
 def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
     a, b = Tensor(A).realize(), Tensor(B).realize()
     uops, buffers = _kernel((a * b + 2.5).relu())

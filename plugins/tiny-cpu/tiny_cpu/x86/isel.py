@@ -2,7 +2,8 @@
 
 A first, deliberately small cut: float32 elementwise kernels over float32 buffers, scalar or in vectors of 4, 8 or 16
 lanes (xmm, ymm, zmm): loads, stores, + - * / max sqrt neg, multiply-add, compares and where, broadcasts of one
-scalar, int32-to-float casts of scalars, with loops and integer index arithmetic. Each UOp is matched
+scalar, int32-to-float casts of scalars, with loops, integer index arithmetic, and loads and stores gated by
+integer compares (padding). Each UOp is matched
 by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a UOp no rule takes is refused with
 an error naming it. Nothing registers this as a device renderer yet: the CPU's C and LLVM renderers do the work.
 """
@@ -91,6 +92,7 @@ class Selection:
         self.builder = FunctionBuilder(integer_arguments=2 if entry else len(self.argument_order))
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
+        self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -191,7 +193,10 @@ def _end(ctx: Selection, uop: UOp) -> str:
 
 def _index(ctx: Selection, uop: UOp) -> str:
     if len(uop.src) > 2:
-        ctx.refuse(uop, "gated loads and stores are not selected yet")
+        gate = ctx.register(uop.src[2])
+        if gate.kind != "gpr":
+            ctx.refuse(uop, "a gate must come from an integer compare")
+        ctx.gates[uop] = gate
     pointer = uop.src[0].dtype
     element: DType = pointer.base if isinstance(pointer, PtrDType) else pointer
     if element != dtypes.float32:
@@ -204,14 +209,33 @@ def _index(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _skip_unless(ctx: Selection, gate: VirtualRegister) -> Label:
+    """Jump past what follows (to the returned label, bound by the caller) when the byte `gate` is 0."""
+    skip = ctx.builder.label()
+    ctx.builder.emit("test", gate, gate)
+    ctx.builder.emit("je", skip)
+    return skip
+
+
 def _load(ctx: Selection, uop: UOp) -> str:
-    if len(uop.src) > 1:
-        ctx.refuse(uop, "loads with an alternative value are not selected yet")
     bits, suffix = _shape(uop)
     address = ctx.values[uop.src[0]]
     assert isinstance(address, Memory)
     value = ctx.builder.value("vec", bits)
+    gate = ctx.gates.get(uop.src[0])
+    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+    skip = None
+    if gate is not None:  # the value is the alternative (or 0) unless the gate lets the load happen
+        if alternatives:
+            ctx.builder.emit("vmovaps", value, ctx.register(alternatives[0]))
+        else:
+            ctx.builder.emit("vxorps", value, value, value)
+        skip = _skip_unless(ctx, gate)
+    elif alternatives:
+        ctx.refuse(uop, "an alternative value needs a gated INDEX")
     ctx.builder.emit("vmovss" if suffix == "ss" else "vmovups", value, replace(address, bits=uop.dtype.count * 32))
+    if skip is not None:
+        ctx.builder.bind(skip)
     ctx.values[uop] = value
     return ""
 
@@ -224,8 +248,13 @@ def _store(ctx: Selection, uop: UOp) -> str:
         ctx.refuse(uop, "only float32 values are stored yet")
     address = ctx.values[uop.src[0]]
     assert isinstance(address, Memory)
+    gate = ctx.gates.get(uop.src[0])
+    register = ctx.register(value)
+    skip = _skip_unless(ctx, gate) if gate is not None else None
     moved = replace(address, bits=value.dtype.count * 32)
-    ctx.builder.emit("vmovss" if value.dtype.count == 1 else "vmovups", moved, ctx.register(value))
+    ctx.builder.emit("vmovss" if value.dtype.count == 1 else "vmovups", moved, register)
+    if skip is not None:
+        ctx.builder.bind(skip)
     return ""
 
 
@@ -274,9 +303,15 @@ def _multiply_add(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
-def _float_compare(ctx: Selection, uop: UOp) -> str:
-    if uop.src[0].dtype.scalar != dtypes.float32:
-        ctx.refuse(uop, "only float32 compares are selected yet")
+_CONDITIONS = {Ops.CMPLT: ("l", "g"), Ops.CMPEQ: ("e", "e"), Ops.CMPNE: ("ne", "ne")}  # (a op b, b op' a)
+
+
+def _compare(ctx: Selection, uop: UOp) -> str:
+    source = uop.src[0].dtype
+    if source in _INDEX_DTYPES:
+        return _integer_compare(ctx, uop)
+    if source.scalar != dtypes.float32:
+        ctx.refuse(uop, "only float32 and index compares are selected yet")
     bits, suffix = _shape(uop.src[0])
     mask = ctx.builder.value("vec", bits)  # all ones in the lanes where true: what vblendvps reads
     ctx.builder.emit("vcmp" + suffix, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
@@ -284,13 +319,42 @@ def _float_compare(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _integer_compare(ctx: Selection, uop: UOp) -> str:
+    left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
+    condition, swapped = _CONDITIONS[uop.op]
+    if isinstance(left, int):  # cmp takes its immediate second: compare the other way round
+        left, right, condition = right, left, swapped
+    if isinstance(left, int):
+        ctx.refuse(uop, "constant operands should have been folded")
+    flag = ctx.builder.value("gpr", 8)
+    ctx.builder.emit("cmp", left, right)
+    ctx.builder.emit("set" + condition, flag)
+    ctx.values[uop] = flag
+    return ""
+
+
+def _bool_logic(ctx: Selection, uop: UOp) -> str:
+    left, right = ctx.register(uop.src[0]), ctx.register(uop.src[1])
+    if uop.dtype != dtypes.bool or left.kind != "gpr" or right.kind != "gpr":
+        ctx.refuse(uop, "only logic of scalar bools from integer compares is selected yet")
+    result = ctx.builder.value("gpr", 8)
+    ctx.builder.emit("mov", result, left)
+    ctx.builder.emit({Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}[uop.op], result, right)
+    ctx.values[uop] = result
+    return ""
+
+
 def _where(ctx: Selection, uop: UOp) -> str:
     condition, if_true, if_false = (ctx.register(source) for source in uop.src)
-    if condition.kind != "vec":
-        ctx.refuse(uop, "only conditions from float compares are selected yet")
     bits, _ = _shape(uop)
     result = ctx.builder.value("vec", bits)
-    ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
+    if condition.kind == "gpr":  # a scalar bool byte: branch around the copy of the true value
+        ctx.builder.emit("vmovaps", result, if_false)
+        skip = _skip_unless(ctx, condition)
+        ctx.builder.emit("vmovaps", result, if_true)
+        ctx.builder.bind(skip)
+    else:
+        ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
     ctx.values[uop] = result
     return ""
 
@@ -366,7 +430,8 @@ x86_selection = PatternMatcher(
             (UPat((Ops.SQRT, Ops.NEG), name="uop"), _float_or_integer(_float_unary, None)),
             (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
             (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
-            (UPat(tuple(_PREDICATES), name="uop"), _float_compare),
+            (UPat(tuple(_PREDICATES), name="uop"), _compare),
+            (UPat((Ops.AND, Ops.OR, Ops.XOR), name="uop"), _bool_logic),
             (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, None)),
             (UPat(Ops.CAST, dtype=dtypes.float32, src=(UPat(dtype=dtypes.int32),), name="uop"), _integer_to_float),
             (UPat((Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER), name="uop"), _nothing),
