@@ -9,7 +9,8 @@ Measures (the speed gates of the engine, see bench/README.md):
 - fused `relu(a*b+c)*d` on 16M float32, and the same followed by `.sum()`: wall time, Gelem/s;
 - matmul 1024x1024 float32: GFLOPS;
 - eager `(Tensor([1.0]) + 1).realize()` on new tensors: wall and CPU time per op;
-- a jitted function of 10 tiny kernels: wall and CPU time per call (TinyJit replay overhead);
+- a jitted function of 10 tiny kernels: wall and CPU time per call (TinyJit replay overhead), and its fixed cost
+  (the call's time less its kernels': twice the 10-kernel call less a 20-kernel call, so the per-kernel cost cancels);
 - cold first op (the first realize in the process, device start included) and compile time per new kernel
   (a graph with a constant never seen before, so no compile cache can answer).
 Ratios are tinycore / tinygrad in the sense of the gate: throughput ratios (higher is better for tinycore) for
@@ -164,15 +165,19 @@ class TensorLibrarySide(Side):
         self.a, self.b, self.c, self.d = (tensor(array).realize() for array in arrays)
         self.left, self.right = tensor(left).realize(), tensor(right).realize()
 
-        def ten_kernels(value: Any) -> Any:
-            for _ in range(JIT_KERNELS):
-                value = (value + 1).contiguous()
-            return value.realize()
+        def kernels(count: int) -> Callable[[Any], Any]:
+            def chain(value: Any) -> Any:
+                for _ in range(count):
+                    value = (value + 1).contiguous()
+                return value.realize()
+            return chain
 
-        self.jitted = self.TinyJit(ten_kernels)
+        self.jitted = self.TinyJit(kernels(JIT_KERNELS))
+        self.jitted_twice = self.TinyJit(kernels(2 * JIT_KERNELS))
         self.jit_input = tensor.rand(4).realize()
         for _ in range(3):
             self.jitted(self.jit_input)
+            self.jitted_twice(self.jit_input)
 
     def fused(self) -> None:
         ((self.a * self.b + self.c).relu() * self.d).realize()
@@ -189,6 +194,10 @@ class TensorLibrarySide(Side):
     def jit_call(self) -> None:
         self.jitted(self.jit_input)
 
+    def jit_call_twice(self) -> None:
+        """One call of the jitted 20-kernel function."""
+        self.jitted_twice(self.jit_input)
+
     def compile_seconds(self) -> float:
         """Wall time of realizing a small graph never seen before (codegen and compile) minus running it warm."""
         constant = random.random()
@@ -198,6 +207,15 @@ class TensorLibrarySide(Side):
         cold = time.perf_counter() - started
         warm = best_time(lambda: ((a * constant + b).exp2() * 3.5).realize(), 3)
         return cold - warm
+
+
+def jit_fixed_us(side: Side) -> float:
+    """The fixed cost of a TinyJit call in us: 2 x (10-kernel call) - (20-kernel call), in the calling thread's CPU
+    time (spinning worker threads do not count; kernels run on this thread or not, their time cancels out)."""
+    assert isinstance(side, TensorLibrarySide)
+    ten = best_time(repeat(side.jit_call, JIT_CALLS), 5, time.thread_time) / JIT_CALLS
+    twenty = best_time(repeat(side.jit_call_twice, JIT_CALLS), 5, time.thread_time) / JIT_CALLS
+    return max(2 * ten - twenty, 0.0) * 1e6
 
 
 def run(rounds: int) -> dict[str, dict[str, float]]:
@@ -222,6 +240,7 @@ def run(rounds: int) -> dict[str, dict[str, float]]:
         "jit call us": lambda side: best_time(repeat(side.jit_call, JIT_CALLS), 3) / JIT_CALLS * 1e6,
         "jit call cpu us": lambda side: best_time(repeat(side.jit_call, JIT_CALLS), 3, time.process_time) / JIT_CALLS
         * 1e6,
+        "jit fixed us": jit_fixed_us,
     }
     higher_is_better = {"fused Gelem/s", "fused+sum Gelem/s", "matmul GFLOPS"}
     for _ in range(rounds):
@@ -245,6 +264,7 @@ GATES = {  # measure: (required tinycore / tinygrad ratio, True when higher is b
     "eager cpu us": (0.1, False),
     "jit call us": (0.2, False),
     "jit call cpu us": (0.2, False),
+    "jit fixed us": (0.2, False),
 }
 
 
