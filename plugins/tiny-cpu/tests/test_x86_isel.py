@@ -112,6 +112,19 @@ def test_gated_loads_of_padded_kernels(name: str) -> None:
     np.testing.assert_array_equal(_run(build(m), [(m, M)], expected.shape), expected)
 
 
+def test_reductions_accumulate_in_registers() -> None:
+    wide = RNG.standard_normal((5, 300)).astype(np.float32)
+    w = Tensor(wide).realize()
+    uops = _uops(w.sum(1))
+    assert any(u.op.name == "DEFINE_REG" for u in uops), "the kernel has no accumulator"
+    expected = np.zeros(5, np.float32)
+    for column in wide.T:  # the kernel adds the row's elements one after another in float32
+        expected = expected + column
+    np.testing.assert_array_equal(_run(w.sum(1), [(w, wide)], (5,)), expected)
+    np.testing.assert_array_equal(_run(w.max(1), [(w, wide)], (5,)), wide.max(1))
+    np.testing.assert_array_equal(_run((w * w).max(0), [(w, wide)], (300,)), (wide * wide).max(0))
+
+
 def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
     a, b = Tensor(A).realize(), Tensor(B).realize()
     uops, buffers = _kernel((a * b + 2.5).relu())

@@ -3,9 +3,10 @@
 A first, deliberately small cut: float32 elementwise kernels over float32 buffers, scalar or in vectors of 4, 8 or 16
 lanes (xmm, ymm, zmm): loads, stores, + - * / max sqrt neg, multiply-add, compares and where, broadcasts of one
 scalar, int32-to-float casts of scalars, with loops, integer index arithmetic, and loads and stores gated by
-integer compares (padding). Each UOp is matched
-by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a UOp no rule takes is refused with
-an error naming it. Nothing registers this as a device renderer yet: the CPU's C and LLVM renderers do the work.
+integer compares (padding), and reductions into float32 accumulators (DEFINE_REG, kept in registers).
+Each UOp is matched by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a UOp no rule
+takes is refused with an error naming it. Nothing registers this as a device renderer yet: the CPU's C and LLVM
+renderers do the work.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Selection:
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
+        self.accumulators: dict[UOp, list[VirtualRegister]] = {}  # a DEFINE_REG's elements, each kept in a register
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -191,7 +193,24 @@ def _end(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _define_register(ctx: Selection, uop: UOp) -> str:
+    pointer = uop.dtype
+    if not isinstance(pointer, PtrDType) or pointer.base.scalar != dtypes.float32:
+        ctx.refuse(uop, "only float32 accumulators are selected yet")
+    assert isinstance(pointer, PtrDType)
+    bits = 128 if pointer.base.count == 1 else 32 * pointer.base.count
+    ctx.accumulators[uop] = [ctx.builder.value("vec", bits) for _ in range(pointer.size)]
+    return ""
+
+
 def _index(ctx: Selection, uop: UOp) -> str:
+    if uop.src[0] in ctx.accumulators:  # an element of an accumulator array lives in a register, not memory
+        position = ctx.values.get(uop.src[1])
+        if not isinstance(position, int) or len(uop.src) > 2:
+            ctx.refuse(uop, "accumulator elements are selected only at constant, ungated positions")
+        assert isinstance(position, int)
+        ctx.values[uop] = ctx.accumulators[uop.src[0]][position]
+        return ""
     if len(uop.src) > 2:
         gate = ctx.register(uop.src[2])
         if gate.kind != "gpr":
@@ -220,6 +239,11 @@ def _skip_unless(ctx: Selection, gate: VirtualRegister) -> Label:
 def _load(ctx: Selection, uop: UOp) -> str:
     bits, suffix = _shape(uop)
     address = ctx.values[uop.src[0]]
+    if isinstance(address, VirtualRegister):  # an accumulator: copy it, as a later store replaces it
+        copy = ctx.builder.value("vec", bits)
+        ctx.builder.emit("vmovaps", copy, address)
+        ctx.values[uop] = copy
+        return ""
     assert isinstance(address, Memory)
     value = ctx.builder.value("vec", bits)
     gate = ctx.gates.get(uop.src[0])
@@ -247,9 +271,12 @@ def _store(ctx: Selection, uop: UOp) -> str:
     if value.dtype.scalar != dtypes.float32:
         ctx.refuse(uop, "only float32 values are stored yet")
     address = ctx.values[uop.src[0]]
+    register = ctx.register(value)
+    if isinstance(address, VirtualRegister):  # an accumulator
+        ctx.builder.emit("vmovaps", address, register)
+        return ""
     assert isinstance(address, Memory)
     gate = ctx.gates.get(uop.src[0])
-    register = ctx.register(value)
     skip = _skip_unless(ctx, gate) if gate is not None else None
     moved = replace(address, bits=value.dtype.count * 32)
     ctx.builder.emit("vmovss" if value.dtype.count == 1 else "vmovups", moved, register)
@@ -421,6 +448,7 @@ x86_selection = PatternMatcher(
             (UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR), name="uop"), _argument),
             (UPat(Ops.SPECIAL, name="uop"), _special),
             (UPat(Ops.RANGE, name="uop"), _range),
+            (UPat(Ops.DEFINE_REG, name="uop"), _define_register),
             (UPat(Ops.END, name="uop"), _end),
             (UPat(Ops.INDEX, name="uop"), _index),
             (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, None)),
