@@ -272,6 +272,11 @@ SAMPLES: dict[str, list[Sample]] = {
     "aten.bitwise_or.Scalar": [s(INT, 6)],
     "aten.bitwise_xor.Tensor": [s(INT, INT.flip(0)), s(MASK, MASK.flip(0))],
     "aten.bitwise_xor.Scalar": [s(INT, 6)],
+    "aten.__lshift__.Tensor": [s(INT, ints(0, 5, 3, 4)), s(ints(-9, 10, 3, 4, dtype=torch.int32), t([0, 1, 2, 3]))],
+    "aten.__lshift__.Scalar": [s(INT, 2), s(t([1, 2, -3], dtype=torch.int8), 7)],
+    "aten.__rshift__.Tensor": [s(INT, ints(0, 5, 3, 4)), s(t([-7, -8, 5, 3], dtype=torch.int32), t([0, 1, 2, 3]))],
+    "aten.__rshift__.Scalar": [s(INT, 1), s(t([-7, -8, 5, -1], dtype=torch.int16), 2)],
+    "aten.equal.default": [s(X, X.clone()), s(X, Y), s(X, X[:2]), s(INT, INT.clone()), s(MASK, ~MASK)],
     # ---- activations and their backwards ----
     "aten.gelu.default": [s(X * 2), s(X * 2, approximate="tanh")],
     "aten.gelu_backward.default": [s(Y, X * 2), s(Y, X * 2, approximate="tanh")],

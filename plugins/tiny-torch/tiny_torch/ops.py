@@ -136,6 +136,14 @@ def round_decimals(self: Tensor, decimals: int = 0) -> Tensor:
     return (self * scale).round() / scale if decimals > 0 else (self / scale).round() * scale
 
 
+@register(aten.equal.default)
+def equal(self: Tensor, other: Tensor) -> bool:
+    """True when both have the same shape and equal elements (a host read of one boolean)."""
+    if tuple(self.shape) != tuple(other.shape):
+        return False
+    return bool((self == other).all().item())
+
+
 @register(aten.isfinite.default)
 def isfinite(self: Tensor) -> Tensor:
     """True where neither inf nor nan."""
@@ -294,6 +302,8 @@ for _overloads, _operator in [
     ((aten.bitwise_and.Tensor, aten.bitwise_and.Scalar), lambda a, b: a & b),
     ((aten.bitwise_or.Tensor, aten.bitwise_or.Scalar), lambda a, b: a | b),
     ((aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar), lambda a, b: a ^ b),
+    ((aten.__lshift__.Tensor, aten.__lshift__.Scalar), lambda a, b: a << b),
+    ((aten.__rshift__.Tensor, aten.__rshift__.Scalar), lambda a, b: a >> b),
 ]:
     register(*_overloads)(_operator)
 
