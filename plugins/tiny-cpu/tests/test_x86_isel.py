@@ -125,6 +125,15 @@ def test_reductions_accumulate_in_registers() -> None:
     np.testing.assert_array_equal(_run((w * w).max(0), [(w, wide)], (300,)), (wide * wide).max(0))
 
 
+def test_matmul_in_three_loops_matches_sequential_float32() -> None:
+    left, right = RNG.standard_normal((9, 33)).astype(np.float32), RNG.standard_normal((33, 7)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    expected = np.zeros((9, 7), np.float32)
+    for k in range(33):  # the kernel's order: each product rounded, then added to the accumulator
+        expected = expected + np.outer(left[:, k], right[k, :])
+    np.testing.assert_array_equal(_run(a @ b, [(a, left), (b, right)], (9, 7)), expected)
+
+
 def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
     a, b = Tensor(A).realize(), Tensor(B).realize()
     uops, buffers = _kernel((a * b + 2.5).relu())
