@@ -40,6 +40,13 @@ class JitInputError(JitError, AssertionError):
     tinygrad raises there)."""
 
 
+@functools.cache
+def _tensor_type() -> type[Tensor]:
+    """The Tensor class (imported on first use: the engine is below the tensor layer)."""
+    from tinycore.tensor import Tensor
+    return Tensor
+
+
 def _collect_tensors(value: object, found: list[Tensor]) -> None:
     """Every Tensor inside `value` (nested lists, tuples and dict values), in order."""
     from tinycore.tensor import Tensor
@@ -471,9 +478,13 @@ class TinyJit(Generic[ReturnType]):
         return self.replay.kernel_count if self.replay is not None else 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-        inputs: list[Tensor] = []
         values = list(args) + list(kwargs.values()) if kwargs else list(args)
-        _collect_tensors(values, inputs)
+        tensor_type = _tensor_type()
+        if all(value.__class__ is tensor_type for value in values):
+            inputs: list[Tensor] = values  # the common call: Tensors only, nothing nested to look into
+        else:
+            inputs = []
+            _collect_tensors(values, inputs)
         if len(inputs) > 1 and len({id(tensor) for tensor in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not JIT:

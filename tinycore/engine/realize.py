@@ -285,7 +285,7 @@ def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool)
 def invalidate_known_results() -> None:
     """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
     global _generation
-    if _remembered:
+    if _remembered.data:  # the weak references themselves: WeakSet's own length is a Python-level call
         _generation += 1
         _remembered.clear()
 
@@ -315,7 +315,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         if expect is not None:
             expect()
     if len(uops) == 1:
-        to_schedule = pending if _capturing or not _remembered else [_with_known_results(pending[0])]
+        to_schedule = pending if _capturing or not _remembered.data else [_with_known_results(pending[0])]
     else:
         to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
     if len(to_schedule) == 1:
