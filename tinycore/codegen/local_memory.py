@@ -15,9 +15,11 @@ only kernels whose output axes all became SPECIAL indices and whose grouped REDU
 """
 from __future__ import annotations
 
+from tinycore.codegen.gating import StoreGate, gated_store_rules
 from tinycore.dtype import dtypes
 from tinycore.uop.axis import AxisType, new_range, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.symbolic import simplify
 from tinycore.uop.uop import UOp
 
@@ -43,6 +45,42 @@ def group_partial_end(size: int, group: int, local_index: UOp) -> UOp:
     return simplify((UOp.const(dtypes.int32, size - 1) - local_index) // group + 1)
 
 
+class _GroupLowering:
+    """The context of `group_reduce_rules`: the grouped RANGE, the work-item index, the partial loops' ends, and
+    what the rewrite made so far (the two loops of each group of ranges, the local buffers)."""
+
+    def __init__(self, grouped: UOp, local_index: UOp, group: int, partial_end: UOp, first_only_end: UOp,
+                 next_id: int):
+        self.grouped, self.local_index, self.group = grouped, local_index, group
+        self.partial_end, self.first_only_end, self.next_id = partial_end, first_only_end, next_id
+        self.partial_ranges: dict[tuple[UOp, ...], tuple[UOp, UOp]] = {}
+        self.locals_made = 0
+
+
+def _group_reduce(ctx: _GroupLowering, node: UOp) -> UOp | None:
+    """A REDUCE over the grouped range as each work-item's partial (over its elements local_index, +group, ...)
+    stored into local memory, a barrier, and work-item 0's combination of the partials."""
+    if ctx.grouped not in node.src[1:]:
+        return None
+    if node.src[1:] not in ctx.partial_ranges:
+        ctx.partial_ranges[node.src[1:]] = (new_range(ctx.partial_end, ctx.next_id, AxisType.REDUCE),
+                                            new_range(ctx.first_only_end, ctx.next_id + 1, AxisType.REDUCE))
+        ctx.next_id += 2
+    inner, combine = ctx.partial_ranges[node.src[1:]]
+    value = node.src[0].substitute({ctx.grouped: inner * ctx.group + ctx.local_index})
+    others = tuple(source for source in node.src[1:] if source is not ctx.grouped)
+    partial = UOp(Ops.REDUCE, node.dtype, (value,) + others + (inner,), node.arg)
+    shared = UOp(Ops.DEFINE_LOCAL, node.dtype.ptr(ctx.group, "local"), (), ctx.locals_made)
+    ctx.locals_made += 1
+    barrier = UOp(Ops.BARRIER, dtypes.void, (shared.index(ctx.local_index).store(partial),))
+    read = UOp(Ops.LOAD, node.dtype, (shared.index(combine), barrier))
+    return UOp(Ops.REDUCE, node.dtype, (read, combine), node.arg)
+
+
+group_reduce_rules = PatternMatcher([(UPat(Ops.REDUCE, name="node"), _group_reduce)])
+"""Each REDUCE over the grouped range through local memory (context: a _GroupLowering)."""
+
+
 def lower_group_reduce(ast: UOp, grouped: UOp, local_index: UOp, next_id: int) -> tuple[UOp, int]:
     """`ast` with every REDUCE over the RANGE `grouped` reduced by the work-group of SPECIAL `local_index`.
 
@@ -65,33 +103,12 @@ def lower_group_reduce(ast: UOp, grouped: UOp, local_index: UOp, next_id: int) -
     # partials alone (the others loop zero times and their stores are gated off)
     first = local_index.eq(0)
     first_only_end = simplify(first.where(UOp.const(dtypes.int32, group), UOp.const(dtypes.int32, 0)))
-    partial_ranges: dict[tuple[UOp, ...], tuple[UOp, UOp]] = {}
-    locals_made = 0
-    memo: dict[UOp, UOp] = {}
-    for node in ast.toposort:
-        new_src = tuple(memo[source] for source in node.src)
-        rebuilt = node if new_src == node.src else node.replace(src=new_src)
-        if node.op is not Ops.REDUCE or grouped not in node.src[1:]:
-            memo[node] = rebuilt
-            continue
-        if node.src[1:] not in partial_ranges:
-            partial_ranges[node.src[1:]] = (new_range(partial_end, next_id, AxisType.REDUCE),
-                                            new_range(first_only_end, next_id + 1, AxisType.REDUCE))
-            next_id += 2
-        inner, combine = partial_ranges[node.src[1:]]
-        value = rebuilt.src[0].substitute({grouped: inner * group + local_index})
-        others = tuple(source for source in rebuilt.src[1:] if source is not grouped)
-        partial = UOp(Ops.REDUCE, node.dtype, (value,) + others + (inner,), node.arg)
-        shared = UOp(Ops.DEFINE_LOCAL, node.dtype.ptr(group, "local"), (), locals_made)
-        locals_made += 1
-        barrier = UOp(Ops.BARRIER, dtypes.void, (shared.index(local_index).store(partial),))
-        read = UOp(Ops.LOAD, node.dtype, (shared.index(combine), barrier))
-        memo[node] = UOp(Ops.REDUCE, node.dtype, (read, combine), node.arg)
-    stores = []
-    for store in memo[ast].src:
-        address = store.src[0]
-        if address.op is not Ops.INDEX:
-            raise GroupReduceError(f"a kernel store writes through {address.op}, not an INDEX: it cannot be gated")
-        valid = first if len(address.src) < 3 else address.src[2] & first
-        stores.append(store.replace(src=(address.replace(src=address.src[:2] + (valid,)),) + store.src[1:]))
-    return memo[ast].replace(src=tuple(stores)), next_id
+    lowering = _GroupLowering(grouped, local_index, group, partial_end, first_only_end, next_id)
+    grouped_ast = graph_rewrite(ast, group_reduce_rules, lowering, name="group reduces")
+    for store in grouped_ast.src:
+        if store.src[0].op is not Ops.INDEX:
+            raise GroupReduceError(f"a kernel store writes through {store.src[0].op}, not an INDEX: it cannot be gated")
+    # the kernel's own stores only: the partials' stores into local memory stay ungated
+    outputs = frozenset(store.src[0].src[0] for store in grouped_ast.src)
+    return graph_rewrite(grouped_ast, gated_store_rules, StoreGate(first, outputs), name="gate stores"), \
+        lowering.next_id

@@ -12,11 +12,13 @@ import os
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from tinycore.codegen.gating import StoreGate, gated_store_rules
 from tinycore.codegen.split_ranges import replace_range, split_merged_axes
 from tinycore.dtype import dtypes
 from tinycore.helpers import NUM_CPU_THREADS, prod
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, new_range, range_size
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import graph_rewrite
 from tinycore.uop.symbolic import simplify
 from tinycore.uop.uop import UOp
 
@@ -62,14 +64,7 @@ class KernelOptError(ValueError):
 
 def _gate_stores(root: UOp, buffers: set[UOp], gate: UOp) -> UOp:
     """`root` (a kernel SINK) with its stores into `buffers` done only where `gate` holds (and their own gate)."""
-    stores = []
-    for store in root.src:
-        index = store.src[0]
-        if index.src[0] in buffers:
-            valid = gate if len(index.src) < 3 else index.src[2] & gate
-            store = store.replace(src=(index.replace(src=index.src[:2] + (valid,)),) + store.src[1:])
-        stores.append(store)
-    return root.replace(src=tuple(stores))
+    return graph_rewrite(root, gated_store_rules, StoreGate(gate, frozenset(buffers)), name="gate stores")
 
 
 def default_worker_count() -> int:
