@@ -36,6 +36,13 @@ def filled_buffer(shape: Sequence[int], value: float, dtype: DType, device: str 
                                                                               device=device))
 
 
+def _check_non_negative(**settings: float) -> None:
+    """A ValueError naming the first setting below 0 (momentum, weight decay, eps), as torch's optimizers raise."""
+    for name, value in settings.items():
+        if value < 0:
+            raise ValueError(f"Invalid {name} value: {value} (it must be >= 0)")
+
+
 class Optimizer:
     """The base class: owns params, buffers and lr, and turns `_step`'s new values into assignments."""
 
@@ -185,6 +192,7 @@ class LARS(Optimizer):
                  classic: bool = True, pre_wd: bool = True, tcoef: float = 0.001, device: str | None = None,
                  fused: bool = False):
         super().__init__(params, lr, device, fused)
+        _check_non_negative(momentum=momentum, weight_decay=weight_decay)
         if fused and ns_steps:
             raise ValueError("Muon orthogonalizes each parameter as a matrix, which a fused (flattened) optimizer "
                              "cannot do: use fused=False")
@@ -259,6 +267,7 @@ class LAMB(Optimizer):
     def __init__(self, params: list[Tensor], lr: float = 0.001, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-6,
                  weight_decay: float = 0.0, adam: bool = False, device: str | None = None, fused: bool = False):
         super().__init__(params, lr, device, fused)
+        _check_non_negative(weight_decay=weight_decay, eps=eps)
         self.b1, self.b2, self.eps, self.wd, self.adam = b1, b2, eps, weight_decay, adam
         self.b1_t = _untrained(filled_buffer((1,), 1, dtypes.float32, self.device))
         self.b2_t = _untrained(filled_buffer((1,), 1, dtypes.float32, self.device))

@@ -607,7 +607,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if self.uop.op is Ops.MULTI and self._is_realized() and value.uop is not self.uop:
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))  # one ASSIGN per device
         elif self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop:
+            whole = self.uop.is_contiguous_buffer
             self.uop = self.uop.assign(value.uop)
+            if not whole:
+                # a view (shrink, permute, ...) of another tensor's buffer: written now, so that the tensor owning
+                # the buffer reads the new values (as in tinygrad and torch), which it would not see from a lazy write
+                self.realize()
         else:
             self.uop = value.uop
         return self
