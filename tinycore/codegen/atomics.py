@@ -21,6 +21,7 @@ from tinycore.plugins.contract import RendererContract
 from tinycore.uop.axis import AxisType, axis_kind, range_size
 from tinycore.uop.indexing import combine_scatter
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
 ATOMIC_MIN_WORKERS = 4
@@ -36,26 +37,37 @@ def combines_atomically(renderer: RendererContract, store: UOp) -> bool:
     return store.arg is not None and value.dtype.count == 1 and value.dtype in renderer.atomic_dtypes
 
 
+def _ordered_store(ctx: set[UOp], store: UOp) -> UOp | None:
+    """A combining store of `ctx` (those that stay ordered) as a load, the combination and a plain store."""
+    if store not in ctx:
+        return None
+    address, value = store.src[0], store.src[1]
+    return address.store(combine_scatter(store.arg, address.load(), value))
+
+
+ordered_store_rules = PatternMatcher([(UPat(Ops.STORE, name="store"), _ordered_store)])
+"""The combining stores of the context (a set) in their ordered form."""
+
+parallel_axis_rules = PatternMatcher([
+    (UPat(Ops.RANGE, name="axis"), lambda axis: axis.replace(arg=(axis.arg[0], AxisType.LOOP))
+     if axis_kind(axis) is AxisType.SEQUENTIAL else None),
+])
+"""SEQUENTIAL axes as LOOP axes (once every combining store is atomic, none needs its order)."""
+
+
 def resolve_combining_stores(ast: UOp, renderer: RendererContract) -> UOp:
     """`ast` (a kernel's SINK of STOREs) with every combining store made atomic or ordered (see the module)."""
     combining = [store for store in ast.src if store.op is Ops.STORE and store.arg is not None]
     if not combining:
         return ast
-    mapping: dict[UOp, UOp] = {}
-    ordered = False
     pays = _atomics_pay(ast, renderer)
-    for store in combining:
-        if pays and combines_atomically(renderer, store):
-            continue
-        address, value = store.src[0], store.src[1]
-        mapping[store] = address.store(combine_scatter(store.arg, address.load(), value))
-        ordered = True
+    ordered = {store for store in combining if not (pays and combines_atomically(renderer, store))}
+    if ordered:
+        return graph_rewrite(ast, ordered_store_rules, ordered, name="ordered combining stores")
     # a plain store under a SEQUENTIAL axis may repeat an address (last write wins): its order must stay
-    ordered = ordered or any(store.arg is None and _has_sequential(store) for store in ast.src)
-    if not ordered:
-        mapping.update({node: node.replace(arg=(node.arg[0], AxisType.LOOP)) for node in ast.toposort
-                        if node.op is Ops.RANGE and axis_kind(node) is AxisType.SEQUENTIAL})
-    return ast.substitute(mapping)
+    if any(store.arg is None and _has_sequential(store) for store in ast.src):
+        return ast
+    return graph_rewrite(ast, parallel_axis_rules, name="parallel atomic axes")
 
 
 def _has_sequential(store: UOp) -> bool:

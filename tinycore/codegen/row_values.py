@@ -22,6 +22,7 @@ from tinycore.codegen.opt import Kernel, KernelOptError, OptOps
 from tinycore.dtype import PtrDType, dtypes
 from tinycore.uop.axis import axis_id, range_dependencies, range_size
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
 TRANSCENDENTAL_COST = 16
@@ -129,19 +130,28 @@ def _share_in_store(store: UOp, reduce_ranges: set[UOp], deps: dict[UOp, frozens
     return None
 
 
+def _reciprocal_divisor(ctx: dict[UOp, frozenset[UOp]], node: UOp, dividend: UOp, divisor: UOp) -> UOp | None:
+    """dividend / divisor as dividend * (1 / divisor) where the divisor holds a REDUCE and varies along fewer loops
+    than the dividend. `ctx` holds the ranges each node depends on; a node a rule rebuilt depends on the same ranges
+    as the one it replaced, so it is looked up once, when first met."""
+    if not dtypes.is_float(node.dtype) or not any(inner.op is Ops.REDUCE for inner in divisor.toposort):
+        return None
+    for operand in (dividend, divisor):
+        if operand not in ctx:
+            ctx.update(range_dependencies(operand))
+    return dividend * divisor.alu(Ops.RECIPROCAL) if ctx[divisor] < ctx[dividend] else None
+
+
+reciprocal_divisor_rules = PatternMatcher([
+    (UPat(Ops.FDIV, src=(UPat.var("dividend"), UPat.var("divisor")), name="node"), _reciprocal_divisor),
+])
+"""FDIV by a per-row REDUCE as a multiplication by its reciprocal (context: range_dependencies of the kernel)."""
+
+
 def reciprocal_row_divisors(ast: UOp) -> UOp:
     """`ast` with every float division whose divisor holds a REDUCE and varies along fewer loops than the dividend
     (constant along the row the dividend runs over) written as a multiplication by the divisor's reciprocal."""
-    deps = range_dependencies(ast)
-    memo: dict[UOp, UOp] = {}
-    for node in ast.toposort:
-        new_src = tuple(memo[source] for source in node.src)
-        rebuilt = node if new_src == node.src else node.replace(src=new_src)
-        if node.op is Ops.FDIV and dtypes.is_float(node.dtype) and deps[node.src[1]] < deps[node.src[0]] and \
-                any(inner.op is Ops.REDUCE for inner in node.src[1].toposort):
-            rebuilt = rebuilt.src[0] * rebuilt.src[1].alu(Ops.RECIPROCAL)
-        memo[node] = rebuilt
-    return memo[ast]
+    return graph_rewrite(ast, reciprocal_divisor_rules, range_dependencies(ast), name="reciprocal row divisors")
 
 
 def share_row_values(kernel: Kernel) -> tuple[Kernel, list[str]]:
