@@ -184,6 +184,12 @@ def vector_cases(name: str, op: VectorOp, evex: bool) -> list[Case]:
     def triples(table: list[Register]) -> list[tuple[Register, Register, Register]]:
         return [(table[i], table[(i + 5) % count], table[(i + 11) % count]) for i in range(count)]
 
+    if op.form == "rmv":  # BMI2 shifts of general registers
+        for bits in (32, 64):
+            regs = GPRS[bits]
+            cases += [(name, (regs[i], regs[(i + 5) % 16], regs[(i + 11) % 16])) for i in range(16)]
+            cases += [(name, (regs[i % 16], m, regs[(i + 3) % 16])) for i, m in enumerate(memory_forms(bits))]
+        return cases
     imm: tuple[Operand, ...] = (3,) if op.form.endswith("i") else ()
     if name.startswith("vcmp"):
         imm = (1,)

@@ -59,10 +59,17 @@ def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
 
 
 class FunctionBuilder:
-    """Builds one System V function. `arguments` are its integer/pointer arguments (64-bit values) followed by its
-    float arguments (scalars in the low lane of a 128-bit value); `vector_registers` is 16, or 32 with AVX-512."""
+    """Builds one System V function. `arguments` are its integer/pointer arguments (64-bit values, or the widths in
+    `integer_argument_bits`) followed by its float arguments (scalars in the low lane of a 128-bit value);
+    `vector_registers` is 16, or 32 with AVX-512."""
 
-    def __init__(self, integer_arguments: int, float_arguments: int = 0, vector_registers: int = 16) -> None:
+    def __init__(
+        self,
+        integer_arguments: int,
+        float_arguments: int = 0,
+        vector_registers: int = 16,
+        integer_argument_bits: list[int] | None = None,
+    ) -> None:
         if float_arguments > len(FLOAT_ARGUMENTS):
             raise ValueError(f"at most {len(FLOAT_ARGUMENTS)} float arguments are supported (they arrive in xmm0-7)")
         if vector_registers not in (16, 32):
@@ -74,13 +81,15 @@ class FunctionBuilder:
         self.vector_scratch = XMM[vector_registers - 3 : vector_registers]
         self.blocked: dict[Register, int] = {}
         self.arguments: list[VirtualRegister] = []
+        widths = integer_argument_bits or [64] * integer_arguments
         for i in range(integer_arguments):
-            value = self.value("gpr", 64)
+            value = self.value("gpr", widths[i])  # an int arrives in the low 32 bits; the rest is undefined
             if i < len(INTEGER_ARGUMENTS):
                 self.blocked[INTEGER_ARGUMENTS[i]] = len(self.program)
-                self.emit("mov", value, INTEGER_ARGUMENTS[i])
+                self.emit("mov", value, view(INTEGER_ARGUMENTS[i], widths[i]))
             else:  # above the return address and the saved rbp
-                self.emit("mov", value, Memory(rbp, None, 1, 16 + 8 * (i - len(INTEGER_ARGUMENTS)), 64))
+                stack = Memory(rbp, None, 1, 16 + 8 * (i - len(INTEGER_ARGUMENTS)), widths[i])
+                self.emit("mov", value, stack)
             self.arguments.append(value)
         for i in range(float_arguments):
             value = self.value("vec", 128)

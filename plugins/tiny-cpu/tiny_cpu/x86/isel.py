@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
+from tiny_cpu.x86.encoding import fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
@@ -24,7 +25,13 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.uop import UOp
 
-_INDEX_DTYPES = (dtypes.int32, dtypes.int64)
+_INTEGER_DTYPES = (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
+_UNSIGNED = (dtypes.uint32, dtypes.uint64)
+
+
+def _integer_bits(dtype: DType) -> int:
+    """The general-register width of an integer or bool value: 32-bit ints wrap at 32 bits, in 32-bit registers."""
+    return 8 if dtype == dtypes.bool else 64 if dtype.itemsize == 8 else 32
 
 
 class SelectionError(NotImplementedError):
@@ -90,7 +97,12 @@ class Selection:
         self.argument_order = {("buffer", arg): i for i, arg in enumerate(buffers)}
         self.argument_order.update({("variable", name): len(buffers) + i for i, name in enumerate(variables)})
         # the CPU queue's entry convention: (const int64 *arguments, int core_id), one word per argument
-        self.builder = FunctionBuilder(integer_arguments=2 if entry else len(self.argument_order))
+        variable_bits = [
+            _integer_bits(u.dtype)
+            for u in sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]))
+        ]
+        widths = [64, 32] if entry else [64] * len(buffers) + variable_bits
+        self.builder = FunctionBuilder(integer_arguments=len(widths), integer_argument_bits=widths)
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
@@ -109,7 +121,7 @@ class Selection:
         if isinstance(value, VirtualRegister):
             return value
         if isinstance(value, int):
-            fresh = self.builder.value("gpr", 64)
+            fresh = self.builder.value("gpr", _integer_bits(uop.dtype))
             self.builder.emit("mov", fresh, value)
             return fresh
         self.refuse(uop, "its value is not in a register")
@@ -156,8 +168,9 @@ def _argument(ctx: Selection, uop: UOp) -> str:
     value = ctx.builder.value("gpr", 64)
     if uop.op is Ops.DEFINE_GLOBAL:
         ctx.builder.emit("mov", value, word)
-    else:  # a variable is the low 32 bits of its word, as an int
-        ctx.builder.emit("movsxd", value, replace(word, bits=32))
+    else:  # a variable is the low bits of its word
+        value = ctx.builder.value("gpr", _integer_bits(uop.dtype))
+        ctx.builder.emit("mov", value, replace(word, bits=value.bits))
     ctx.values[uop] = value
     return ""
 
@@ -165,16 +178,12 @@ def _argument(ctx: Selection, uop: UOp) -> str:
 def _special(ctx: Selection, uop: UOp) -> str:
     if uop.arg != "core_id" or not ctx.entry:
         ctx.refuse(uop, "only the CPU worker's core_id is known, and only to an entry-convention kernel")
-    core = ctx.builder.value("gpr", 64)
-    ctx.builder.emit("mov", core, ctx.builder.arguments[1])
-    ctx.builder.emit("shl", core, 32)  # an int argument's upper 32 bits are undefined: sign-extend the low half
-    ctx.builder.emit("sar", core, 32)
-    ctx.values[uop] = core
+    ctx.values[uop] = ctx.builder.arguments[1]
     return ""
 
 
 def _range(ctx: Selection, uop: UOp) -> str:
-    counter, top, done = ctx.builder.value("gpr", 64), ctx.builder.label(), ctx.builder.label()
+    counter, top, done = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.builder.label(), ctx.builder.label()
     ctx.builder.emit("mov", counter, 0)
     ctx.builder.bind(top)
     ctx.builder.emit("cmp", counter, ctx.integer(uop.src[0]))
@@ -221,6 +230,10 @@ def _index(ctx: Selection, uop: UOp) -> str:
     if element != dtypes.float32:
         ctx.refuse(uop, "only float32 buffers are selected yet")
     base, index = ctx.register(uop.src[0]), ctx.integer(uop.src[1])
+    if isinstance(index, VirtualRegister) and index.bits != 64:  # addresses are formed from 64-bit registers
+        wide = ctx.builder.value("gpr", 64)
+        ctx.builder.emit("movsxd", wide, index)
+        index = wide
     if isinstance(index, int):
         ctx.values[uop] = Memory(base, None, 1, index * element.itemsize, element.itemsize * 8)
     else:
@@ -335,7 +348,7 @@ _CONDITIONS = {Ops.CMPLT: ("l", "g"), Ops.CMPEQ: ("e", "e"), Ops.CMPNE: ("ne", "
 
 def _compare(ctx: Selection, uop: UOp) -> str:
     source = uop.src[0].dtype
-    if source in _INDEX_DTYPES:
+    if source in _INTEGER_DTYPES:
         return _integer_compare(ctx, uop)
     if source.scalar != dtypes.float32:
         ctx.refuse(uop, "only float32 and index compares are selected yet")
@@ -349,6 +362,8 @@ def _compare(ctx: Selection, uop: UOp) -> str:
 def _integer_compare(ctx: Selection, uop: UOp) -> str:
     left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
     condition, swapped = _CONDITIONS[uop.op]
+    if uop.src[0].dtype in _UNSIGNED and uop.op is Ops.CMPLT:
+        condition, swapped = "b", "a"
     if isinstance(left, int):  # cmp takes its immediate second: compare the other way round
         left, right, condition = right, left, swapped
     if isinstance(left, int):
@@ -361,9 +376,11 @@ def _integer_compare(ctx: Selection, uop: UOp) -> str:
 
 
 def _bool_logic(ctx: Selection, uop: UOp) -> str:
+    if uop.dtype in _INTEGER_DTYPES:
+        return _integer_alu(ctx, uop)
     left, right = ctx.register(uop.src[0]), ctx.register(uop.src[1])
     if uop.dtype != dtypes.bool or left.kind != "gpr" or right.kind != "gpr":
-        ctx.refuse(uop, "only logic of scalar bools from integer compares is selected yet")
+        ctx.refuse(uop, "only logic of scalar bools from integer compares, and of integers, is selected yet")
     result = ctx.builder.value("gpr", 8)
     ctx.builder.emit("mov", result, left)
     ctx.builder.emit({Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}[uop.op], result, right)
@@ -373,12 +390,20 @@ def _bool_logic(ctx: Selection, uop: UOp) -> str:
 
 def _where(ctx: Selection, uop: UOp) -> str:
     condition, if_true, if_false = (ctx.register(source) for source in uop.src)
-    bits, _ = _shape(uop)
-    result = ctx.builder.value("vec", bits)
+    integer = uop.dtype in _INTEGER_DTYPES
+    if integer and condition.kind != "gpr":  # a scalar float compare's lane mask: its low 32 bits are all ones or 0
+        if uop.src[0].dtype.count != 1:
+            ctx.refuse(uop, "integer vector selects are not selected yet")
+        flag = ctx.builder.value("gpr", 32)
+        ctx.builder.emit("vmovd", flag, condition)
+        condition = flag
+    bits = _integer_bits(uop.dtype) if integer else _shape(uop)[0]
+    result = ctx.builder.value("gpr" if integer else "vec", bits)
+    move = "mov" if integer else "vmovaps"
     if condition.kind == "gpr":  # a scalar bool byte: branch around the copy of the true value
-        ctx.builder.emit("vmovaps", result, if_false)
+        ctx.builder.emit(move, result, if_false)
         skip = _skip_unless(ctx, condition)
-        ctx.builder.emit("vmovaps", result, if_true)
+        ctx.builder.emit(move, result, if_true)
         ctx.builder.bind(skip)
     else:
         ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
@@ -402,26 +427,114 @@ def _float_or_integer(float_rule: SelectionRule, integer_rule: SelectionRule | N
     def rule(ctx: Selection, uop: UOp) -> str:
         if uop.dtype.scalar == dtypes.float32:
             return float_rule(ctx, uop)
-        if integer_rule is not None and uop.dtype in _INDEX_DTYPES:
+        if integer_rule is not None and uop.dtype in _INTEGER_DTYPES:
             return integer_rule(ctx, uop)
-        ctx.refuse(uop, "only float32 and index arithmetic is selected yet")
+        ctx.refuse(uop, "only float32 and integer arithmetic is selected yet")
         return ""
 
     return rule
+
+
+_INTEGER_OPS = {
+    Ops.ADD: "add",
+    Ops.SUB: "sub",
+    Ops.MUL: "imul",
+    Ops.AND: "and",
+    Ops.OR: "or",
+    Ops.XOR: "xor",
+    Ops.SHL: "shl",
+}
+
+
+def _integer_only(rule: SelectionRule) -> SelectionRule:
+    """A rule for an op that only integers take."""
+
+    def only(ctx: Selection, uop: UOp) -> str:
+        if uop.dtype not in _INTEGER_DTYPES:
+            ctx.refuse(uop, "only integer operands are selected for it")
+        return rule(ctx, uop)
+
+    return only
 
 
 def _integer_alu(ctx: Selection, uop: UOp) -> str:
     left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
     if isinstance(left, int) and isinstance(right, int):
         ctx.refuse(uop, "constant operands should have been folded")
-    result = ctx.builder.value("gpr", 64)
-    if uop.op is Ops.MUL and isinstance(right, int):
-        ctx.builder.emit("imul", result, ctx.register(uop.src[0]), right)
-    elif uop.op is Ops.MUL and isinstance(left, int):
-        ctx.builder.emit("imul", result, right, left)
+    bits = _integer_bits(uop.dtype)
+    result = ctx.builder.value("gpr", bits)
+    if uop.op in (Ops.SHL, Ops.SHR):
+        operation = "shl" if uop.op is Ops.SHL else "shr" if uop.dtype in _UNSIGNED else "sar"
+        if isinstance(right, int):
+            ctx.builder.emit("mov", result, left)
+            ctx.builder.emit(operation, result, right & (bits - 1))
+        else:  # BMI2 takes the count in any register (the legacy form wants cl); it masks the count as C's shift does
+            ctx.builder.emit(operation + "x", result, ctx.register(uop.src[0]), right)
+    elif uop.op is Ops.MUL and (isinstance(right, int) or isinstance(left, int)):
+        constant, other = (right, uop.src[0]) if isinstance(right, int) else (left, uop.src[1])
+        ctx.builder.emit("imul", result, ctx.register(other), constant)
     else:
+        if isinstance(right, int) and bits == 64 and not fits_int32(right):
+            right = ctx.register(uop.src[1])  # a 64-bit operation takes a sign-extended 32-bit immediate only
         ctx.builder.emit("mov", result, left)
-        ctx.builder.emit({Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "imul"}[uop.op], result, right)
+        ctx.builder.emit(_INTEGER_OPS[uop.op], result, right)
+    ctx.values[uop] = result
+    return ""
+
+
+def _integer_maximum(ctx: Selection, uop: UOp) -> str:
+    result, other = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.register(uop.src[1])
+    ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
+    ctx.builder.emit("cmp", result, other)
+    ctx.builder.emit("cmovb" if uop.dtype in _UNSIGNED else "cmovl", result, other)
+    ctx.values[uop] = result
+    return ""
+
+
+def _integer_negate(ctx: Selection, uop: UOp) -> str:
+    result = ctx.builder.value("gpr", _integer_bits(uop.dtype))
+    ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
+    ctx.builder.emit("neg", result)
+    ctx.values[uop] = result
+    return ""
+
+
+def _bitcast(ctx: Selection, uop: UOp) -> str:
+    source, target = uop.src[0].dtype, uop.dtype
+    if {source, target} <= {dtypes.float32, dtypes.int32, dtypes.uint32} and source != target:
+        if target == dtypes.float32:
+            result = ctx.builder.value("vec", 128)
+        else:
+            result = ctx.builder.value("gpr", 32)
+        if (source == dtypes.float32) == (target == dtypes.float32):
+            ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))  # int32 <-> uint32: the same bits
+        else:
+            ctx.builder.emit("vmovd", result, ctx.register(uop.src[0]))
+        ctx.values[uop] = result
+        return ""
+    ctx.refuse(uop, "only bitcasts among float32, int32 and uint32 scalars are selected yet")
+    return ""
+
+
+def _cast(ctx: Selection, uop: UOp) -> str:
+    source, target = uop.src[0].dtype, uop.dtype
+    if target == dtypes.float32 and source == dtypes.int32:
+        return _integer_to_float(ctx, uop)
+    if source == dtypes.float32 and target == dtypes.int32:
+        result = ctx.builder.value("gpr", 32)
+        ctx.builder.emit("vcvttss2si", result, ctx.register(uop.src[0]))  # truncates toward zero, as C does
+        ctx.values[uop] = result
+        return ""
+    if {source, target} <= {dtypes.int32, dtypes.uint32}:
+        return _bitcast(ctx, uop)
+    ctx.refuse(uop, "only casts between float32 and int32 (and int32 <-> uint32) are selected yet")
+    return ""
+
+
+def _reciprocal(ctx: Selection, uop: UOp) -> str:
+    bits, suffix = _shape(uop)
+    one, result = _splat_bits(ctx, 0x3F800000, bits), ctx.builder.value("vec", bits)
+    ctx.builder.emit("vdiv" + suffix, result, one, ctx.register(uop.src[0]))
     ctx.values[uop] = result
     return ""
 
@@ -444,7 +557,7 @@ x86_selection = PatternMatcher(
         Sequence[tuple[UPat, RewriteFunction]],
         [
             (UPat(Ops.CONST, dtype=dtypes.float32, name="uop"), _float_constant),
-            (UPat(Ops.CONST, dtype=_INDEX_DTYPES, name="uop"), _integer_constant),
+            (UPat(Ops.CONST, dtype=(*_INTEGER_DTYPES, dtypes.bool), name="uop"), _integer_constant),
             (UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR), name="uop"), _argument),
             (UPat(Ops.SPECIAL, name="uop"), _special),
             (UPat(Ops.RANGE, name="uop"), _range),
@@ -454,14 +567,19 @@ x86_selection = PatternMatcher(
             (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, None)),
             (UPat(Ops.STORE, name="uop"), _store),
             (UPat((Ops.ADD, Ops.SUB, Ops.MUL), name="uop"), _float_or_integer(_float_binary, _integer_alu)),
-            (UPat((Ops.FDIV, Ops.MAX), name="uop"), _float_or_integer(_float_binary, None)),
-            (UPat((Ops.SQRT, Ops.NEG), name="uop"), _float_or_integer(_float_unary, None)),
+            (UPat(Ops.FDIV, name="uop"), _float_or_integer(_float_binary, None)),
+            (UPat(Ops.MAX, name="uop"), _float_or_integer(_float_binary, _integer_maximum)),
+            (UPat(Ops.SQRT, name="uop"), _float_or_integer(_float_unary, None)),
+            (UPat(Ops.NEG, name="uop"), _float_or_integer(_float_unary, _integer_negate)),
+            (UPat(Ops.RECIPROCAL, name="uop"), _float_or_integer(_reciprocal, None)),
+            (UPat((Ops.SHL, Ops.SHR), name="uop"), _integer_only(_integer_alu)),
             (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
             (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
             (UPat(tuple(_PREDICATES), name="uop"), _compare),
             (UPat((Ops.AND, Ops.OR, Ops.XOR), name="uop"), _bool_logic),
-            (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, None)),
-            (UPat(Ops.CAST, dtype=dtypes.float32, src=(UPat(dtype=dtypes.int32),), name="uop"), _integer_to_float),
+            (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, _where)),
+            (UPat(Ops.CAST, name="uop"), _cast),
+            (UPat(Ops.BITCAST, name="uop"), _bitcast),
             (UPat((Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER), name="uop"), _nothing),
         ],
     )

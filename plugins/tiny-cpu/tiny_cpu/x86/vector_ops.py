@@ -20,10 +20,11 @@ _MAP = {"0F": 1, "0F38": 2, "0F3A": 3}
 class VectorOp:
     """One mnemonic's encoding.
 
-    form: how operands map to fields: "rvm" (dst=reg, src1=vvvv, src2=r/m), "rm" (dst=reg, src=r/m), "mr" (dst=r/m,
-    src=reg), "vmi" (dst=vvvv, src=r/m, reg=digit), "rvmr" (fourth register in imm8[7:4]), "load_store" (rm when the
-    destination is a vector register, else mr with `store_opcode`), "scalar_move" (rm/mr with memory, rvm with
-    three registers); a trailing "i" takes an imm8. w=None takes W from the general-register operand's size.
+    form: how operands map to fields: "rvm" (dst=reg, src1=vvvv, src2=r/m), "rmv" (dst=reg, src=r/m, count=vvvv),
+    "rm" (dst=reg, src=r/m), "mr" (dst=r/m, src=reg), "vmi" (dst=vvvv, src=r/m, reg=digit), "rvmr" (fourth register
+    in imm8[7:4]), "load_store" (rm when the destination is a vector register, else mr with `store_opcode`),
+    "scalar_move" (rm/mr with memory, rvm with three registers); a trailing "i" takes an imm8. w=None takes W from
+    the general-register operand's size.
     vex_w: W under VEX where it differs from W under EVEX.
     tuple: EVEX disp8 unit: "full" (the vector, or the element when broadcast), "vector" (the vector; no broadcast),
     "scalar" (one element), "half" (half the vector).
@@ -125,6 +126,9 @@ for _kind, _fma_opcode in {"fmadd": 0x98, "fmsub": 0x9A, "fnmadd": 0x9C}.items()
                 tuple=_tuple,
                 element=_element,
             )
+# BMI2 shifts by a register other than cl (VEX-encoded general-register instructions): dst, source, count
+for _name, _prefix in {"shlx": "66", "shrx": "F2", "sarx": "F3"}.items():
+    _add(_name, _prefix, "0F38", 0xF7, None, "rmv")
 # conversions
 _add("vcvtdq2ps", "", "0F", 0x5B, 0, "rm", has_evex=True)
 _add("vcvtps2dq", "66", "0F", 0x5B, 0, "rm", has_evex=True)
@@ -244,7 +248,7 @@ def encode_vector(
             form, opcode = "mr", op.store_opcode
         else:
             form = "rm"
-    expected = {"rvm": 3, "rvmi": 4, "rm": 2, "rmi": 3, "mr": 2, "mri": 3, "vmi": 3, "rvmr": 4}[form]
+    expected = {"rvm": 3, "rvmi": 4, "rm": 2, "rmi": 3, "mr": 2, "mri": 3, "vmi": 3, "rvmr": 4, "rmv": 3}[form]
     if len(operands) != expected:
         raise EncodingError(f"{name} takes {expected} operands, got {len(operands)}")
     imm = b""
@@ -257,6 +261,8 @@ def encode_vector(
     elif form == "rvmr":
         reg, vvvv, rm = _vector_number(operands[0]), _vector_number(operands[1]), _rm_operand(operands[2])
         imm = bytes([_vector_number(operands[3]) << 4])
+    elif form == "rmv":
+        reg, rm, vvvv = _vector_number(operands[0]), _rm_operand(operands[1]), _vector_number(operands[2])
     elif form in ("rm", "rmi"):
         reg, vvvv, rm = _vector_number(operands[0]), 0, _rm_operand(operands[1])
         if form == "rmi":
