@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from tinycore.counters import GlobalCounters
+from tinycore.engine.realize import invalidate_known_results
 from tinycore.helpers import JIT
 from tinycore.plugins.contract import GraphContract
 
@@ -480,8 +481,9 @@ class TinyJit(Generic[ReturnType]):
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
         values = list(args) + list(kwargs.values()) if kwargs else list(args)
         tensor_type = _tensor_type()
-        if all(value.__class__ is tensor_type for value in values):
-            inputs: list[Tensor] = values  # the common call: Tensors only, nothing nested to look into
+        only_tensors = all(value.__class__ is tensor_type for value in values)
+        if only_tensors:
+            inputs: list[Tensor] = values  # the common call: nothing nested to look into, no Variables to bind
         else:
             inputs = []
             _collect_tensors(values, inputs)
@@ -491,9 +493,7 @@ class TinyJit(Generic[ReturnType]):
             return self.function(*args, **kwargs)
         if self.replay is not None:
             bindings: dict[UOp, int] = {}
-            # only arguments other than Tensors can hold bound Variables
-            if len(values) != len(inputs) or any(value is not tensor
-                                                 for value, tensor in zip(values, inputs, strict=True)):
+            if not only_tensors:  # only arguments other than Tensors can hold bound Variables
                 _collect_bindings(values, bindings)
             return self._replay(inputs, bindings)
         input_buffers = _input_buffers(inputs)
@@ -550,7 +550,6 @@ class TinyJit(Generic[ReturnType]):
             input_buffers = self._checked_input_buffers(inputs)
             self._known_inputs = _KnownInputs(inputs, input_buffers)
         bindings.update(self._known_inputs.shape_bindings)  # type: ignore[union-attr]  # set just above
-        from tinycore.engine.realize import invalidate_known_results
         assert self._captured is not None
         self._captured.prepare()
         self._captured.next_random_keys()
