@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -40,9 +40,16 @@ class SelectionError(RuntimeError):
 
 
 def _manager() -> PluginManager:
-    """The process-wide plugin manager (imported lazily so that `import tinycore` stays cheap)."""
-    from tinycore.plugins.manager import get_plugin_manager
-    return get_plugin_manager()
+    """The process-wide plugin manager (imported lazily so that `import tinycore` stays cheap; the import runs once:
+    every Tensor() without a device asks, and an import statement costs about a microsecond each time)."""
+    getter = _MANAGER_GETTER
+    if not getter:
+        from tinycore.plugins.manager import get_plugin_manager
+        getter.append(get_plugin_manager)
+    return getter[0]()
+
+
+_MANAGER_GETTER: list[Callable[[], PluginManager]] = []
 
 
 def _dev_text() -> str:
