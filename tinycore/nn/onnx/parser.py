@@ -114,6 +114,7 @@ class _Context:
         self.external: dict[pathlib.Path, ByteSource] = {}
 
     def error(self, problem: str) -> OnnxFormatError:
+        """The format error for this file and `problem`."""
         return OnnxFormatError(f"{self.source}: not a valid {KIND} file: {problem}")
 
 

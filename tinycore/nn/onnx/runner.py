@@ -60,6 +60,7 @@ class Scope:
         self.parent = parent
 
     def get(self, name: str) -> Value:
+        """The value of `name` in this graph or the nearest enclosing one (KeyError when none defines it)."""
         scope: Scope | None = self
         while scope is not None:
             if name in scope.values:
