@@ -44,18 +44,26 @@ def _uops(expression: Tensor) -> list:
     return _kernel(expression)[0]
 
 
+def _run_typed(
+    expression: Tensor, inputs: list[tuple[Tensor, np.ndarray]], shape: tuple[int, ...], dtype: type
+) -> np.ndarray:
+    """`_run` with an output of another dtype."""
+    return _run(expression, inputs, shape, output_dtype=dtype)
+
+
 def _run(
     expression: Tensor,
     inputs: list[tuple[Tensor, np.ndarray]],
     shape: tuple[int, ...],
     contract: type = ScalarX86Contract,
+    output_dtype: type = np.float32,
 ) -> np.ndarray:
     """Run the selected kernel on the inputs' numpy data, matched to the kernel's buffers (outputs first)."""
     uops, buffers = _kernel(expression, contract)
     if contract is VectorX86Contract:  # the kernel must really be vectorized for the test to mean anything
         assert any(u.dtype.count == 8 for u in uops if u.op.name == "LOAD"), "codegen did not vectorize the loads"
     code = ExecutableCode(select_kernel(uops))
-    output = np.full(shape, np.nan, np.float32)
+    output = np.full(shape, np.nan if output_dtype == np.float32 else 0x7F7F7F7F, output_dtype)
     arrays = [output]
     for buffer in buffers[1:]:
         matches = [array for tensor, array in inputs if tensor.uop.base is buffer or tensor.uop is buffer]
@@ -156,6 +164,24 @@ def test_decomposed_transcendentals_use_integer_bit_tricks(name: str) -> None:
     )
 
 
+def test_integer_buffers_and_arithmetic_wrap_at_32_bits() -> None:
+    values = np.array([0, 1, -1, 7, -8, 2**31 - 1, -(2**31), 123456789, -987654321], np.int32)
+    floats = np.linspace(-5.5, 5.5, 9, dtype=np.float32)
+    i, f = Tensor(values).realize(), Tensor(floats).realize()
+    with np.errstate(over="ignore"):
+        wrapped = values * np.int32(3) + np.int32(5)
+    np.testing.assert_array_equal(_run_typed(i * 3 + 5, [(i, values)], values.shape, np.int32), wrapped)
+    np.testing.assert_array_equal(
+        _run_typed(i.maximum(-3) ^ 0x5555, [(i, values)], values.shape, np.int32), np.maximum(values, -3) ^ 0x5555
+    )
+    np.testing.assert_array_equal(
+        _run_typed(f.cast("int32"), [(f, floats)], floats.shape, np.int32), floats.astype(np.int32)
+    )  # truncation toward zero
+    np.testing.assert_array_equal(
+        _run(i.cast("float32") * 0.5, [(i, values)], values.shape), values.astype(np.float32) * np.float32(0.5)
+    )
+
+
 def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
     a, b = Tensor(A).realize(), Tensor(B).realize()
     uops, buffers = _kernel((a * b + 2.5).relu())
@@ -171,6 +197,6 @@ def test_unsupported_constructs_are_refused_naming_the_op() -> None:
     a = Tensor(A).realize()
     with pytest.raises(SelectionError, match=r"cannot select Ops\.\w+ \(dtype dtypes\.float64.*DEV=CPU"):
         select_kernel(_uops(a.cast("float64") * 2))
-    integers = Tensor(np.arange(10, dtype=np.int32)).realize()
-    with pytest.raises(SelectionError, match="only float32 buffers"):
-        select_kernel(_uops(integers + 1))
+    halves = Tensor(np.arange(10, dtype=np.float16)).realize()
+    with pytest.raises(SelectionError, match="only float32 and 32/64-bit integer buffers"):
+        select_kernel(_uops(halves.cast("float32") * 2))

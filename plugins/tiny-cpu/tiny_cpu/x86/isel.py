@@ -227,8 +227,8 @@ def _index(ctx: Selection, uop: UOp) -> str:
         ctx.gates[uop] = gate
     pointer = uop.src[0].dtype
     element: DType = pointer.base if isinstance(pointer, PtrDType) else pointer
-    if element != dtypes.float32:
-        ctx.refuse(uop, "only float32 buffers are selected yet")
+    if element not in (dtypes.float32, *_INTEGER_DTYPES):
+        ctx.refuse(uop, "only float32 and 32/64-bit integer buffers are selected yet")
     base, index = ctx.register(uop.src[0]), ctx.integer(uop.src[1])
     if isinstance(index, VirtualRegister) and index.bits != 64:  # addresses are formed from 64-bit registers
         wide = ctx.builder.value("gpr", 64)
@@ -247,6 +247,27 @@ def _skip_unless(ctx: Selection, gate: VirtualRegister) -> Label:
     ctx.builder.emit("test", gate, gate)
     ctx.builder.emit("je", skip)
     return skip
+
+
+def _integer_load(ctx: Selection, uop: UOp) -> str:
+    address = ctx.values[uop.src[0]]
+    if not isinstance(address, Memory) or uop.dtype.count != 1:
+        ctx.refuse(uop, "integers are loaded only as scalars from buffers")
+    assert isinstance(address, Memory)
+    value = ctx.builder.value("gpr", _integer_bits(uop.dtype))
+    gate = ctx.gates.get(uop.src[0])
+    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+    skip = None
+    if gate is not None:
+        ctx.builder.emit("mov", value, ctx.integer(alternatives[0]) if alternatives else 0)
+        skip = _skip_unless(ctx, gate)
+    elif alternatives:
+        ctx.refuse(uop, "an alternative value needs a gated INDEX")
+    ctx.builder.emit("mov", value, replace(address, bits=value.bits))
+    if skip is not None:
+        ctx.builder.bind(skip)
+    ctx.values[uop] = value
+    return ""
 
 
 def _load(ctx: Selection, uop: UOp) -> str:
@@ -281,10 +302,21 @@ def _store(ctx: Selection, uop: UOp) -> str:
     if uop.arg is not None:
         ctx.refuse(uop, "combining (atomic) stores are not selected yet")
     value = uop.src[1]
-    if value.dtype.scalar != dtypes.float32:
-        ctx.refuse(uop, "only float32 values are stored yet")
+    integer = value.dtype in _INTEGER_DTYPES
+    if value.dtype.scalar != dtypes.float32 and not integer:
+        ctx.refuse(uop, "only float32 values and scalar integers are stored yet")
     address = ctx.values[uop.src[0]]
     register = ctx.register(value)
+    if integer:
+        if not isinstance(address, Memory):
+            ctx.refuse(uop, "integers are stored only to buffers")
+        assert isinstance(address, Memory)
+        gate = ctx.gates.get(uop.src[0])
+        skip = _skip_unless(ctx, gate) if gate is not None else None
+        ctx.builder.emit("mov", replace(address, bits=register.bits), register)
+        if skip is not None:
+            ctx.builder.bind(skip)
+        return ""
     if isinstance(address, VirtualRegister):  # an accumulator
         ctx.builder.emit("vmovaps", address, register)
         return ""
@@ -564,7 +596,7 @@ x86_selection = PatternMatcher(
             (UPat(Ops.DEFINE_REG, name="uop"), _define_register),
             (UPat(Ops.END, name="uop"), _end),
             (UPat(Ops.INDEX, name="uop"), _index),
-            (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, None)),
+            (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, _integer_load)),
             (UPat(Ops.STORE, name="uop"), _store),
             (UPat((Ops.ADD, Ops.SUB, Ops.MUL), name="uop"), _float_or_integer(_float_binary, _integer_alu)),
             (UPat(Ops.FDIV, name="uop"), _float_or_integer(_float_binary, None)),
