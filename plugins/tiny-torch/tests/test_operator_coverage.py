@@ -355,7 +355,7 @@ SAMPLES: dict[str, list[Sample]] = {
         s(r(2, 3, 3, 3), IMAGE, [2, 2], [2, 2], [0, 0], False, True, None, grad=False),
         s(r(2, 3, 3, 3), IMAGE, [3, 3], [2, 2], [1, 1], False, False, None, grad=False),
         s(r(2, 3, 3, 3), IMAGE, [3, 3], [2, 2], [1, 1], False, True, 7, grad=False)],
-    "aten._adaptive_avg_pool2d.default": [s(IMAGE, [2, 3]), s(IMAGE, [1, 1])],
+    "aten._adaptive_avg_pool2d.default": [s(IMAGE, [2, 3]), s(IMAGE, [1, 1]), s(IMAGE, [4, 5]), s(r(3, 7, 5), [3, 2])],
     "aten._adaptive_avg_pool2d_backward.default": [s(r(2, 3, 2, 3), IMAGE, grad=False)],
     # ---- normalization, softmax, losses ----
     "aten._softmax.default": [s(X, 1, False), s(r(2, 3, 4) * 5, 0, False)],

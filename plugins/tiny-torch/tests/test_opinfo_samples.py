@@ -1,7 +1,8 @@
 """PyTorch's own OpInfo samples (torch.testing._internal's op_db) on the tiny device against the CPU: every OpInfo
-whose aten name is a mapped operator, its first float32 samples, values and the gradients of every input that
-requires one, with TINY_TORCH_FALLBACK=0 (each aten operator the call reaches runs on tinycore).
-test_operator_coverage.py has the hand-written table; this file is the independent oracle PyTorch ships."""
+whose aten name is a mapped operator, and those named after a functional that reaches one; the first float32
+samples of each, values and the gradients of every input that requires one, with TINY_TORCH_FALLBACK=0 (each aten
+operator the call reaches runs on tinycore). test_operator_coverage.py has the hand-written table; this file is the
+independent oracle PyTorch ships."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,20 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 SAMPLES_PER_OPINFO = 2
 PACKETS = {name.split(".")[1] for name in tiny_torch.mapped_operators()}
-SELECTED = [info for info in op_db if (info.aten_name or info.name).split(".")[-1] in PACKETS
+REACHING_MAPPED = {
+    "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.linear", "softmax", "log_softmax",
+    "nn.functional.softmax", "nn.functional.log_softmax", "nn.functional.nll_loss", "nn.functional.cross_entropy",
+    "nn.functional.mse_loss", "nn.functional.group_norm", "nn.functional.batch_norm", "nn.functional.layer_norm",
+    "nn.functional.dropout", "nn.functional.adaptive_avg_pool2d", "nn.functional.max_pool2d",
+    "nn.functional.avg_pool2d", "nn.functional.embedding", "nn.functional.silu", "nn.functional.gelu",
+    "nn.functional.softplus", "nn.functional.elu", "nn.functional.hardtanh", "nn.functional.leaky_relu",
+    "nn.functional.relu", "nn.functional.hardswish", "nn.functional.mish", "nn.functional.logsigmoid",
+    "nn.functional.tanhshrink", "clamp", "square", "lerp", "isfinite", "where", "bitwise_or", "bitwise_xor", "fmod",
+    "remainder", "rsub", "pow", "__lshift__", "__rshift__", "equal",
+}
+"""OpInfos named after a functional (or an alias) rather than the aten operator they reach, which is mapped."""
+SELECTED = [info for info in op_db if ((info.aten_name or info.name).split(".")[-1] in PACKETS
+                                       or info.name in REACHING_MAPPED)
             and torch.float32 in info.supported_dtypes("cpu")]
 
 UNSUPPORTED = {

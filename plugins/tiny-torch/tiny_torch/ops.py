@@ -557,13 +557,17 @@ def avg_pool2d_backward(grad_output: Tensor, self: Tensor, kernel_size: Sequence
 
 @register(aten._adaptive_avg_pool2d.default)
 def adaptive_avg_pool2d(self: Tensor, output_size: Sequence[int]) -> Tensor:
-    """Adaptive average pooling where the output size divides the input size."""
-    height, width = self.shape[-2], self.shape[-1]
-    out_h, out_w = output_size
-    if height % out_h or width % out_w:
-        raise NotImplementedError("adaptive_avg_pool2d with an output size that does not divide the input")
-    kernel = (height // out_h, width // out_w)
-    return self.avg_pool2d(kernel, kernel)
+    """Adaptive average pooling: output cell i of a dim averages input [floor(i*n/out), ceil((i+1)*n/out)), as in
+    PyTorch (one pooling when the output size divides the input size, else a mean per output row and column)."""
+    height, width = int(self.shape[-2]), int(self.shape[-1])
+    out_h, out_w = (int(extent) for extent in output_size)
+    if height % out_h == 0 and width % out_w == 0:
+        kernel = (height // out_h, width // out_w)
+        return self.avg_pool2d(kernel, kernel)
+    rows = Tensor.cat(*(self[..., (i * height) // out_h:-(-((i + 1) * height) // out_h), :].mean(-2, keepdim=True)
+                        for i in range(out_h)), dim=-2)
+    return Tensor.cat(*(rows[..., (j * width) // out_w:-(-((j + 1) * width) // out_w)].mean(-1, keepdim=True)
+                        for j in range(out_w)), dim=-1)
 
 
 @register(aten._adaptive_avg_pool2d_backward.default)
