@@ -45,3 +45,11 @@ def test_check_reports_a_mismatch(tmp_path: pathlib.Path, capsys: pytest.Capture
     monkeypatch.setattr(onnx_cli, "_onnxruntime_outputs", lambda *_: [np.zeros((1, 5), np.float32)])
     assert main(["onnx", str(path), "--runs", "0", "--check"]) == 1
     assert "check     y: MISMATCH" in capsys.readouterr().out
+
+
+def test_a_malformed_model_is_one_line_and_status_2(tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]):
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(small_classifier()[0].SerializeToString()[:40])
+    assert main(["onnx", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "not a valid ONNX file" in error and "Traceback" not in error
