@@ -182,6 +182,22 @@ def test_integer_buffers_and_arithmetic_wrap_at_32_bits() -> None:
     )
 
 
+def test_integer_division_by_variables_and_constants_floors_as_numpy() -> None:
+    values = np.array([-7, 7, -8, 5, 0, -1, 2**31 - 1, -(2**31) + 1, 123, -456], np.int32)
+    divisors = np.array([2, -2, 3, -3, 5, 7, 10, -9, 1, -1], np.int32)
+    a, b = Tensor(values).realize(), Tensor(divisors).realize()
+    inputs = [(a, values), (b, divisors)]
+    assert any(u.op.name in ("IDIV", "MOD") for u in _uops(a // b)), "the kernel should divide"
+    for expression, expected in [
+        (a // b, np.floor_divide(values, divisors)),
+        (a % b, np.mod(values, divisors)),
+        (a // 3, values // 3),
+        (a % 7, values % 7),
+        (a // -4, values // -4),
+    ]:
+        np.testing.assert_array_equal(_run_typed(expression, inputs, values.shape, np.int32), expected)
+
+
 def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
     a, b = Tensor(A).realize(), Tensor(B).realize()
     uops, buffers = _kernel((a * b + 2.5).relu())

@@ -297,3 +297,34 @@ def test_blocked_registers_wait_for_their_position() -> None:
     # r0 holds an incoming value until position 2: the value starting at 0 must not take it, the one at 2 may
     allocation = linear_scan(intervals, {"gpr": [argument, other]}, blocked={argument: 2})
     assert allocation.assigned == {early: other, late: argument}
+
+
+@on_x86
+def test_values_live_across_a_division_survive_its_use_of_rdx() -> None:
+    from tiny_cpu.x86.registers import GPR32, rdx
+
+    builder = FunctionBuilder(integer_arguments=1)
+    pointer = builder.arguments[0]
+    values = []
+    for i in range(14):  # 14 live 32-bit values over 11 registers, all live across each division below
+        value = builder.value("gpr", 32)
+        builder.emit("mov", value, Memory(pointer, None, 1, 4 * i, 32))
+        values.append(value)
+    quotients = []
+    for i in range(0, 14, 2):
+        builder.emit("mov", GPR32[0], values[i])  # eax: the dividend
+        builder.emit("cdq", clobbers=(rdx,))
+        builder.emit("idiv", values[i + 1], clobbers=(rdx,))
+        quotient = builder.value("gpr", 32)
+        builder.emit("mov", quotient, GPR32[0])
+        quotients.append(quotient)
+    total = builder.value("gpr", 32)
+    builder.emit("mov", total, 0)
+    for value in values + quotients:
+        builder.emit("add", total, value)
+    builder.ret(total)
+    function = ExecutableCode(builder.assemble()).function(ctypes.c_int32, ctypes.c_void_p)
+    assert builder.allocation.spill_offset
+    data = np.array([1000, 7, -999, 5, 123456, -11, 77, 3, -5, 2, 2**30, 9, -(2**30), 13], np.int32)
+    truncated = [int(a / b) for a, b in zip(data[::2].tolist(), data[1::2].tolist(), strict=True)]
+    assert function(data.ctypes.data) == int(data.astype(np.int64).sum()) + sum(truncated)

@@ -34,13 +34,14 @@ from tinycore.renderer.isa import (
     rewrite_program,
 )
 
-# rax, r10 and r11 are kept out of allocation: scratch for spilled operands and the return value
+# rax, r10 and r11 are kept out of allocation: scratch for spilled operands, the return value, and the dividend
+# (r10 and r11 are taken first, so a spilled divisor does not land in rax)
 GENERAL_POOL = [r for r in GPR64 if r not in (rax, r10, r11, rsp, rbp)]
 GENERAL_POOL.sort(key=lambda r: r in CALLEE_SAVED)  # caller-saved first: they cost no save and restore
-GENERAL_SCRATCH = [rax, r10, r11]
+GENERAL_SCRATCH = [r10, r11, rax]
 # destination read as well as written: two-operand ALU forms, conditional moves, FMA accumulators
 _READ_WRITE = {"add", "sub", "and", "or", "xor", "adc", "sbb", "imul", "shl", "shr", "sar", "rol", "ror", "not", "neg"}
-_READ_ONLY = {"cmp", "test", "push"}
+_READ_ONLY = {"cmp", "test", "push", "idiv", "div", "mul"}  # division and mul read rax/rdx implicitly
 
 
 def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
@@ -111,9 +112,10 @@ class FunctionBuilder:
         """Place `label` here."""
         self.program.append(Instruction("label", (label,), ("r",)))
 
-    def emit(self, op: str, *operands: Operand) -> None:
-        """Append an x86 instruction (Intel mnemonic and operand order) over virtual or physical registers."""
-        self.program.append(Instruction(op, operands, access_modes(op, operands)))
+    def emit(self, op: str, *operands: Operand, clobbers: tuple[Register, ...] = ()) -> None:
+        """Append an x86 instruction (Intel mnemonic and operand order) over virtual or physical registers;
+        `clobbers` are physical registers it overwrites beyond its operands (values live across it avoid them)."""
+        self.program.append(Instruction(op, operands, access_modes(op, operands), clobbers))
 
     def ret(self, value: VirtualRegister | None = None) -> None:
         """Return `value` (in rax for an integer, xmm0 for a float) and leave the function."""

@@ -18,6 +18,7 @@ from typing import cast
 
 from tiny_cpu.x86.encoding import fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
+from tiny_cpu.x86.registers import rax, rdx, view
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.isa import Label, Memory, Operand, VirtualRegister
@@ -514,6 +515,24 @@ def _integer_alu(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _integer_divide(ctx: Selection, uop: UOp) -> str:
+    """Quotient (IDIV) or remainder (MOD), truncated toward zero as C's / and %: the dividend in rax, rdx extended
+    from it, and rdx clobbered, so values live across the division keep out of it."""
+    bits, unsigned = _integer_bits(uop.dtype), uop.dtype in _UNSIGNED
+    dividend, extension = view(rax, bits), view(rdx, bits)
+    divisor = ctx.register(uop.src[1])
+    ctx.builder.emit("mov", dividend, ctx.integer(uop.src[0]))
+    if unsigned:
+        ctx.builder.emit("xor", view(rdx, 32), view(rdx, 32), clobbers=(rdx,))
+    else:
+        ctx.builder.emit("cdq" if bits == 32 else "cqo", clobbers=(rdx,))
+    ctx.builder.emit("div" if unsigned else "idiv", divisor, clobbers=(rdx,))
+    result = ctx.builder.value("gpr", bits)
+    ctx.builder.emit("mov", result, dividend if uop.op is Ops.IDIV else extension)
+    ctx.values[uop] = result
+    return ""
+
+
 def _integer_maximum(ctx: Selection, uop: UOp) -> str:
     result, other = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.register(uop.src[1])
     ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
@@ -605,6 +624,7 @@ x86_selection = PatternMatcher(
             (UPat(Ops.NEG, name="uop"), _float_or_integer(_float_unary, _integer_negate)),
             (UPat(Ops.RECIPROCAL, name="uop"), _float_or_integer(_reciprocal, None)),
             (UPat((Ops.SHL, Ops.SHR), name="uop"), _integer_only(_integer_alu)),
+            (UPat((Ops.IDIV, Ops.MOD), name="uop"), _integer_only(_integer_divide)),
             (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
             (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
             (UPat(tuple(_PREDICATES), name="uop"), _compare),
