@@ -8,7 +8,17 @@ const state = {
   drawing: null, layoutRequest: 0, timelineView: null,
 };
 const $ = (id) => document.getElementById(id);
-const worker = new Worker("/assets/layout.worker.js");
+const WORKER_URL = "/assets/layout.worker.js";
+let worker = new Worker(WORKER_URL), workerBusy = false;
+
+function idleWorker() {
+  // a layout still running is for a graph no longer wanted: stop it rather than queue behind it
+  if (workerBusy) {
+    worker.terminate();
+    worker = new Worker(WORKER_URL);
+  }
+  return worker;
+}
 
 async function getJSON(url) {
   const response = await fetch(url);
@@ -155,7 +165,9 @@ function drawGraph(graph, groups, title) {
   const id = ++state.layoutRequest;
   canvas.dataset.state = "layout";
   $("graph-info").textContent = `${title}: laying out ${sized.length} nodes...`;
-  worker.onmessage = (event) => {
+  const layout = idleWorker();
+  layout.onmessage = (event) => {
+    workerBusy = false;
     if (event.data.id !== id) return;  // a later graph was asked for meanwhile
     const placed = new Map(event.data.nodes.map((node) => [node.id, node]));
     for (const node of sized) Object.assign(node, placed.get(node.id));
@@ -166,9 +178,11 @@ function drawGraph(graph, groups, title) {
     canvas.dataset.nodes = sized.length;
     canvas.dataset.edges = event.data.edges.length;
     canvas.dataset.state = "ready";
-    $("graph-info").textContent = `${title}: ${sized.length} nodes, ${changed.size} changed (orange)`;
+    $("graph-info").textContent = `${title}: ${sized.length} nodes, ${changed.size} changed (orange)` +
+      (event.data.engine === "dagre" ? "" : " (large graph: layered layout, straight edges)");
   };
-  worker.postMessage({ id, nodes: sized.map(({ id: node, width, height }) => ({ id: node, width, height })),
+  workerBusy = true;
+  layout.postMessage({ id, nodes: sized.map(({ id: node, width, height }) => ({ id: node, width, height })),
                        edges });
 }
 
