@@ -1,12 +1,14 @@
 """Codegen: a kernel AST (SINK of STOREs over RANGEs) -> an optimized, linearized program -> a ProgramSpec.
 
-    opts (heuristic or given) -> expand (upcast/unroll/accumulators, vector packing) -> linearize (loops, accumulators,
-    placement, order) -> renderer.to_program
+    opts (heuristic or given) -> named passes (`_linearize_kernel`: renderer pre-rules, transcendentals, index folding,
+    decided selects, reduce expansion, store expansion, renderer extra-rules) -> linearize (loop tree, accumulators,
+    devectorize, renderer post-rules, placement, order) -> renderer.to_program
 
-See docs/architecture.md, "Kernel-level graph", for the input and output contracts.
+See docs/architecture.md, "Codegen, pass by pass", for the passes and "Kernel-level graph" for the contracts.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from tinycore.codegen.atomics import resolve_combining_stores
@@ -82,11 +84,21 @@ def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | No
                         lambda dtype, width: renderer_supports_vector(renderer, dtype, width), renderer.vector_masks,
                         renderer.masked_load_dtypes)
     sink = graph_rewrite(sink, reduce_expansion_rules, expander, name="expand reduces")
-    sink = expand_stores(sink, expander)  # a graph step: one store becomes many, grouped into vector stores
+    sink = _graph_step("expand stores", lambda stores: expand_stores(stores, expander), sink)
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, renderer, name="renderer: extra")
     # the rest (loop tree, accumulators, devectorize, renderer: post, placement, order) is linearize's
     return kernel, linearize_stores(list(sink.src), renderer, _kernel_name(ast, kernel))
+
+
+def _graph_step(name: str, step: Callable[[UOp], UOp], sink: UOp) -> UOp:
+    """`step(sink)`: a pass that is a graph algorithm, not rules (one store becoming many, grouped into vector
+    stores), recorded under `name` with VIZ=1 as a graph_rewrite pass is."""
+    result = step(sink)
+    if _viz.ENABLED:
+        from tinycore.viz import record
+        record.step(name, result, sink)
+    return result
 
 
 def renderer_supports_vector(renderer: RendererContract, dtype: DType, width: int) -> bool:

@@ -111,3 +111,24 @@ def test_gated_stores_add_the_gate_to_the_named_buffers_once() -> None:
     gated = graph_rewrite(sink, gated_store_rules, StoreGate(gate, frozenset({first})), name="gate stores")
     assert gated.src[0].src[0].src[2] is (own & gate), "the store's own gate is kept, the new one added once"
     assert gated.src[1] is sink.src[1], "a store into another buffer is left alone"
+
+
+def test_viz_records_the_passes_and_graph_steps_of_a_kernel() -> None:
+    from tinycore import Tensor
+    from tinycore.viz import record
+    was_enabled = hook.ENABLED
+    record.reset()
+    record.enable()
+    try:
+        values = np.arange(48, dtype=np.float32).reshape(6, 8) - 20.0
+        result = (Tensor(values) * 1.8125).sum(axis=1).numpy()
+        document = record.RECORDING.to_json()
+    finally:
+        if not was_enabled:
+            record.disable()
+        record.reset()
+    np.testing.assert_allclose(result, (values * 1.8125).sum(axis=1), rtol=1e-6)
+    wanted = ["fold indices", "decided selects", "expand reduces", "expand stores", "place accumulators",
+              "devectorize"]
+    recorded = [[step["name"] for step in kernel["passes"] if step["name"] in wanted] for kernel in document["kernels"]]
+    assert wanted in recorded
