@@ -152,3 +152,17 @@ def test_viz_at_exit_writes_the_file_and_does_not_serve_without_a_terminal(tmp_p
     from tinycore.viz.server import load_recording
     document = load_recording(path)
     assert len(document["kernels"]) >= 1 and len(document["schedules"]) >= 1
+
+
+def test_a_graph_step_outside_graph_rewrite_is_recorded_through_the_hook(recording: record.Recording) -> None:
+    a, b = _variable("a"), _variable("b")
+    before = UOp(Ops.SINK, dtypes.void, (a + b,))
+    after = UOp(Ops.SINK, dtypes.void, (a * b,))
+    kernel = record.kernel_begin(before)
+    hook.step("my step", after, before)
+    hook.step("no before", after)
+    assert [step["name"] for step in kernel.passes] == ["kernel AST", "my step", "no before"]
+    step = kernel.passes[1]
+    assert len(step["nodes"]) == 4  # a, b, a*b, SINK
+    assert sorted(step["nodes"][index]["op"] for index in step["changed"]) == ["MUL", "SINK"]
+    assert kernel.passes[2]["changed"] == []

@@ -27,6 +27,9 @@ class Recorder(Protocol):
     def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
         """codegen lowered `ast` (the AST with opts `optimized`) to the linear program `uops` and the ProgramSpec."""
 
+    def step(self, name: str, graph: Any, before: Any) -> None:
+        """A codegen step that is not a graph_rewrite turned the graph `before` into `graph`."""
+
     def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
         """realize ran `schedule`, made for the tensor graphs `outputs`."""
 
@@ -60,6 +63,13 @@ def kernel_end(ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], rendere
     """See Recorder.kernel_end (nothing when not recording)."""
     if _recorder is not None:
         _recorder.kernel_end(ast, optimized, spec, uops, renderer)
+
+
+def step(name: str, graph: Any, before: Any = None) -> None:
+    """Record a codegen step that is not a graph_rewrite (a graph algorithm) as a pass of the kernel being lowered:
+    the graph after it, the nodes not in `before` marked as changed (nothing when not recording)."""
+    if _recorder is not None:
+        _recorder.step(name, graph, before)
 
 
 def schedule(outputs: Sequence[Any], schedule: Any) -> None:

@@ -144,6 +144,10 @@ class _Recorder:
         """See hook.Recorder."""
         kernel_end(ast, optimized, spec, uops, renderer)
 
+    def step(self, name: str, graph: Any, before: Any) -> None:
+        """See hook.Recorder."""
+        step(name, graph, before)
+
     def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
         """See hook.Recorder."""
         record_schedule(outputs, schedule)
@@ -190,7 +194,10 @@ def recorded_rewrite(run: Callable[..., UOp], sink: UOp, matcher: PatternMatcher
     start = time.perf_counter()
     result = run(sink, counting, ctx, bottom_up, name)
     elapsed = time.perf_counter() - start
-    record_pass(kernel, name, result, set(sink.toposort), elapsed, counting.rule_counts())
+    try:
+        record_pass(kernel, name, result, set(sink.toposort), elapsed, counting.rule_counts())
+    except Exception as error:  # a recording problem must not break the program being watched
+        _note_error(f"pass {name}", error)
     return result
 
 
@@ -207,7 +214,10 @@ def kernel_begin(ast: UOp) -> KernelRecord:
         kernel = KernelRecord(len(RECORDING.kernels))
         RECORDING.kernels.append(kernel)
     _current.kernel = kernel
-    record_pass(kernel, "kernel AST", ast, None)
+    try:
+        record_pass(kernel, "kernel AST", ast, None)
+    except Exception as error:
+        _note_error("kernel AST", error)
     return kernel
 
 
