@@ -229,6 +229,9 @@ _generation = 0
 _remembered: weakref.WeakSet[UOp] = weakref.WeakSet()
 """The live nodes that remember a result of the current generation (none: graphs are not walked looking for them).
 A realized Tensor drops its graph for the result, so in eager code the set is mostly empty again by the next call."""
+_remembered_references: set[weakref.ref[UOp]] = _remembered.data  # type: ignore[attr-defined]
+"""The set of weak references inside `_remembered` (the same object for its life: clear() empties it), whose
+truth is read on every realize and TinyJit call: WeakSet's own length is a Python-level call."""
 
 
 def _device_hint(uop: UOp) -> Any:
@@ -285,7 +288,7 @@ def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool)
 def invalidate_known_results() -> None:
     """Forget every remembered result: buffers were written outside realize (a TinyJit replay)."""
     global _generation
-    if _remembered.data:  # the weak references themselves: WeakSet's own length is a Python-level call
+    if _remembered_references:
         _generation += 1
         _remembered.clear()
 
@@ -315,7 +318,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         if expect is not None:
             expect()
     if len(uops) == 1:
-        to_schedule = pending if _capturing or not _remembered.data else [_with_known_results(pending[0])]
+        to_schedule = pending if _capturing or not _remembered_references else [_with_known_results(pending[0])]
     else:
         to_schedule = pending if _capturing else [_with_known_results(uop) for uop in pending]
     if len(to_schedule) == 1:
