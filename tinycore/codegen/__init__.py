@@ -96,8 +96,7 @@ def _graph_step(name: str, step: Callable[[UOp], UOp], sink: UOp) -> UOp:
     stores), recorded under `name` with VIZ=1 as a graph_rewrite pass is."""
     result = step(sink)
     if _viz.ENABLED:
-        from tinycore.viz import record
-        record.step(name, result, sink)
+        _viz.step(name, result, sink)
     return result
 
 
