@@ -386,8 +386,9 @@ def write_and_serve() -> None:
     hook.install(None)
     path = write()
     kernels = len(RECORDING.kernels)
-    print(f"VIZ: {kernels} kernel{'s' if kernels != 1 else ''}, {len(RECORDING.schedules)} schedules written to "
-          f"{path}", file=sys.stderr)
+    schedules = len(RECORDING.schedules)
+    print(f"VIZ: {kernels} kernel{'s' if kernels != 1 else ''}, {schedules} schedule{'s' if schedules != 1 else ''} "
+          f"written to {path}", file=sys.stderr)
     if not should_serve():
         print(f"VIZ: view it with `tiny viz {path}`", file=sys.stderr)
         return
