@@ -94,3 +94,39 @@ def test_no_grad_flag_can_be_set_directly() -> None:
     assert not value.requires_grad
     (gradient,) = (value.sum() + weight.sum()).gradient(weight)
     np.testing.assert_allclose(gradient.numpy(), [1.0, 1.0])
+
+
+def test_a_jitted_training_step_wrapped_in_train_matches_torch() -> None:
+    """tinygrad's training examples: `@TinyJit` over `@Tensor.train()`. The loss is realized before the step (a lazy
+    loss read after `opt.step()` sees the updated weights, in tinygrad as here)."""
+    from tinycore import TinyJit
+    from tinycore.nn import Linear
+    from tinycore.nn.state import get_parameters
+    rng = np.random.default_rng(0)
+    inputs, labels = rng.normal(size=(8, 4)).astype(np.float32), rng.integers(0, 3, 8).astype(np.int32)
+    model = Linear(4, 3)
+    expected_model = torch.nn.Linear(4, 3)
+    with torch.no_grad():
+        expected_model.weight.copy_(torch.tensor(model.weight.numpy()))
+        expected_model.bias.copy_(torch.tensor(model.bias.numpy()))
+    optimizer = SGD(get_parameters(model), lr=0.1)
+    expected_optimizer = torch.optim.SGD(expected_model.parameters(), lr=0.1)
+
+    @TinyJit
+    @Tensor.train()
+    def step(x: Tensor, y: Tensor) -> Tensor:
+        optimizer.zero_grad()
+        loss = model(x).cross_entropy(y).backward().realize()
+        optimizer.step()
+        return loss
+
+    Tensor.training = False
+    for _ in range(4):
+        loss = step(Tensor(inputs), Tensor(labels)).item()
+        expected_optimizer.zero_grad()
+        expected = torch.nn.functional.cross_entropy(expected_model(torch.tensor(inputs)), torch.tensor(labels).long())
+        expected.backward()
+        expected_optimizer.step()
+        np.testing.assert_allclose(loss, expected.item(), rtol=1e-5)
+    assert Tensor.training is False
+    np.testing.assert_allclose(model.weight.numpy(), expected_model.weight.detach().numpy(), rtol=1e-5, atol=1e-6)
