@@ -41,3 +41,21 @@ def test_adamw_refuses_a_negative_weight_decay_as_torch() -> None:
         torch.optim.AdamW([torch.tensor([1.0], requires_grad=True)], lr=0.1, weight_decay=-0.1)
     with pytest.raises(ValueError):
         optim.AdamW([Tensor([1.0], requires_grad=True)], lr=0.1, weight_decay=-0.1)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_a_large_learning_rate_survives_a_half_default_float(name: str) -> None:
+    """The rate is kept in at least float32: under DEFAULT_FLOAT=half, 1e10 was inf and every weight with it."""
+    from tinycore import Context, dtypes
+    data = np.array([[0.5, -1.0, 2.0, 0.25]], np.float32)
+    expected = torch.tensor(data, requires_grad=True)
+    expected_optimizer = getattr(torch.optim, name)([expected], lr=1e10)
+    (expected * expected).sum().backward()
+    expected_optimizer.step()
+    with Context(DEFAULT_FLOAT="HALF", TRAINING=1):
+        weight = Tensor(data, requires_grad=True)
+        optimizer = getattr(optim, name)([weight], lr=1e10)
+        assert dtypes.default_float == dtypes.half and optimizer.lr.dtype == dtypes.float32
+        (weight * weight).sum().backward()
+        optimizer.step()
+        np.testing.assert_allclose(weight.numpy(), expected.detach().numpy(), rtol=1e-4)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tinycore import helpers
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import DType, dtypes, least_upper_dtype
 from tinycore.helpers import dedup
 from tinycore.tensor import Tensor
 from tinycore.uop.ops import Ops
@@ -64,7 +64,9 @@ class Optimizer:
         if not self.params:
             raise ValueError("none of the optimizer's tensors requires a gradient (all have requires_grad=False)")
         self.device = device if device is not None else self.params[0].device
-        self.lr = Tensor([lr], requires_grad=False, device=self.device).contiguous().realize()
+        # at least float32: a half default float would round the rate (1e10 overflows to inf), as tinygrad keeps it
+        lr_dtype = least_upper_dtype(dtypes.default_float, dtypes.float32)
+        self.lr = Tensor([lr], requires_grad=False, device=self.device, dtype=lr_dtype).contiguous().realize()
         self.fused = bool(fused)
         if self.fused:
             dtypes_seen = {param.dtype for param in self.params}
