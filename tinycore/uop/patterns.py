@@ -13,26 +13,29 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from tinycore.dtype import DType
+from tinycore.dtype import ConstType, DType
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook as _viz
 
 RewriteFunction = Callable[..., "UOp | None"]
+CompiledRule = Callable[["UOp", object], "UOp | None"]
+"""A compiled rule: `rule(uop, ctx)` returns the replacement of `uop`, or None when the rule does not apply."""
+_Item = TypeVar("_Item")
 
 # permutation lists longer than this are matched by the interpreter instead of unrolled into compiled code
 _MAX_UNROLLED_PERMUTATION = 3
 
 
-def _as_tuple(value: Any, kind: type) -> tuple[Any, ...] | None:
+def _as_tuple(value: _Item | Iterable[_Item] | None, kind: type[_Item]) -> tuple[_Item, ...] | None:
     """None, one `kind`, or an iterable of `kind` as a tuple (None stays None)."""
     if value is None:
         return None
     if isinstance(value, kind):
         return (value,)
-    return tuple(value)
+    return tuple(cast("Iterable[_Item]", value))
 
 
 class UPat:
@@ -52,7 +55,7 @@ class UPat:
     __slots__ = ("op", "dtype", "src_kind", "src", "arg", "name", "allow_any_len", "alternatives", "early_reject")
 
     def __init__(self, op: Ops | Iterable[Ops] | None = None, dtype: DType | Iterable[DType] | None = None,
-                 src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: Any = None, name: str | None = None,
+                 src: tuple[UPat, ...] | list[UPat] | UPat | None = None, arg: object = None, name: str | None = None,
                  allow_any_len: bool = False, alternatives: tuple[UPat, ...] | None = None):
         self.op: tuple[Ops, ...] | None = _as_tuple(op, Ops)
         self.dtype: frozenset[DType] | None = None if dtype is None else frozenset(_as_tuple(dtype, DType) or ())
@@ -95,7 +98,7 @@ class UPat:
         return UPat(Ops.CONST, dtype=dtype, name=name)
 
     @staticmethod
-    def const(dtype: DType | Iterable[DType] | None, value: Any) -> UPat:
+    def const(dtype: DType | Iterable[DType] | None, value: ConstType) -> UPat:
         """A CONST with value `value` (compared with ==) and dtype `dtype` (None: any dtype)."""
         return UPat(Ops.CONST, dtype=dtype, arg=value)
 
@@ -118,62 +121,62 @@ class UPat:
 
     # ---- operator overloads: patterns written like the expressions they match ----
 
-    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UPat:
+    def _binary(self, op: Ops, other: UPat | ConstType, reverse: bool = False) -> UPat:
         other_pattern = other if isinstance(other, UPat) else UPat.const(self.dtype, other)
         operands = [other_pattern, self] if reverse else [self, other_pattern]
         return UPat(op, src=operands if op in GroupOp.Commutative else tuple(operands))
 
-    def __add__(self, other: Any) -> UPat:
+    def __add__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.ADD, other)
 
-    def __radd__(self, other: Any) -> UPat:
+    def __radd__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.ADD, other, True)
 
-    def __mul__(self, other: Any) -> UPat:
+    def __mul__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.MUL, other)
 
-    def __rmul__(self, other: Any) -> UPat:
+    def __rmul__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.MUL, other, True)
 
-    def __sub__(self, other: Any) -> UPat:
+    def __sub__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.SUB, other)
 
-    def __floordiv__(self, other: Any) -> UPat:
+    def __floordiv__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.IDIV, other)
 
-    def __mod__(self, other: Any) -> UPat:
+    def __mod__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.MOD, other)
 
-    def __truediv__(self, other: Any) -> UPat:
+    def __truediv__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.FDIV, other)
 
-    def __and__(self, other: Any) -> UPat:
+    def __and__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.AND, other)
 
-    def __or__(self, other: Any) -> UPat:
+    def __or__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.OR, other)
 
-    def __xor__(self, other: Any) -> UPat:
+    def __xor__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.XOR, other)
 
-    def __lt__(self, other: Any) -> UPat:
+    def __lt__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.CMPLT, other)
 
-    def __gt__(self, other: Any) -> UPat:
+    def __gt__(self, other: UPat | ConstType) -> UPat:
         return self._binary(Ops.CMPLT, other, True)
 
     def __neg__(self) -> UPat:
         return UPat(Ops.NEG, src=(self,))
 
-    def ne(self, other: Any) -> UPat:
+    def ne(self, other: UPat | ConstType) -> UPat:
         """A CMPNE pattern (sources in any order)."""
         return self._binary(Ops.CMPNE, other)
 
-    def eq(self, other: Any) -> UPat:
+    def eq(self, other: UPat | ConstType) -> UPat:
         """A CMPEQ pattern (sources in any order)."""
         return self._binary(Ops.CMPEQ, other)
 
-    def maximum(self, other: Any) -> UPat:
+    def maximum(self, other: UPat | ConstType) -> UPat:
         """A MAX pattern (sources in any order)."""
         return self._binary(Ops.MAX, other)
 
@@ -261,7 +264,7 @@ class UPat:
         return f"UPat({', '.join(parts)})"
 
 
-def _arg_equal(found: Any, wanted: Any) -> bool:
+def _arg_equal(found: object, wanted: object) -> bool:
     """Arg comparison used by matching: == but a bool never equals an int or float (True is not 1)."""
     if (found.__class__ is bool) != (wanted.__class__ is bool):
         return False
@@ -281,10 +284,10 @@ class _Compiler:
         self.pattern, self.function = pattern, function
         self.passed_names, self.wants_ctx = passed_names, wants_ctx
         self.lines: list[str] = []
-        self.constants: dict[str, Any] = {"_function": function}
+        self.constants: dict[str, object] = {"_function": function}
         self.counter = 0
 
-    def constant(self, value: Any) -> str:
+    def constant(self, value: object) -> str:
         """A global name for `value` in the generated code."""
         name = f"_k{len(self.constants)}"
         self.constants[name] = value
@@ -299,7 +302,7 @@ class _Compiler:
         """Add one line of generated code at indentation `depth`."""
         self.lines.append("    " * depth + line)
 
-    def compile(self) -> Callable[[UOp, Any], UOp | None]:
+    def compile(self) -> CompiledRule:
         """The compiled rule function."""
         self.emit(0, "def _rule(uop, ctx):")
         self.generate([(self.pattern, "uop")], 1, {}, root=True)
@@ -308,8 +311,8 @@ class _Compiler:
         namespace = dict(self.constants)
         exec(compile(source, f"<pattern {self.pattern!r}>"[:200], "exec"), namespace)  # noqa: S102
         rule = namespace["_rule"]
-        rule.source = source
-        return rule
+        rule.__dict__["source"] = source  # the generated code, for reading when a rule misbehaves
+        return cast(CompiledRule, rule)
 
     def generate(self, todo: list[tuple[UPat, str]], depth: int, bound: dict[str, str], root: bool = False) -> None:
         """Emit the checks of the first (pattern, variable) pair of `todo`, then those of the rest, then the call."""
@@ -415,7 +418,7 @@ def _rule_arguments(pattern: UPat, function: RewriteFunction) -> tuple[list[str]
     return sorted(captured if var_keyword else captured & names), "ctx" in names or var_keyword
 
 
-def compile_rule(pattern: UPat, function: RewriteFunction) -> Callable[[UOp, Any], UOp | None]:
+def compile_rule(pattern: UPat, function: RewriteFunction) -> CompiledRule:
     """The function `rule(uop, ctx)` that returns `function`'s result for the first match of `pattern` on `uop`.
 
     `function` receives the named captures it declares as keyword arguments, and `ctx` if it declares it.
@@ -424,9 +427,9 @@ def compile_rule(pattern: UPat, function: RewriteFunction) -> Callable[[UOp, Any
     if not _needs_interpreter(pattern):
         return _Compiler(pattern, function, passed, wants_ctx).compile()
 
-    def interpreted_rule(uop: UOp, ctx: Any) -> UOp | None:
+    def interpreted_rule(uop: UOp, ctx: object) -> UOp | None:
         for store in pattern.match(uop):
-            arguments = {name: store[name] for name in passed}
+            arguments: dict[str, object] = {name: store[name] for name in passed}
             if wants_ctx:
                 arguments["ctx"] = ctx
             result = function(**arguments)
@@ -445,9 +448,9 @@ class _Rule:
         _rule_arguments(pattern, function)  # reject a rule that needs captures its pattern lacks, right away
         self.pattern, self.function = pattern, function
         self.early_reject = tuple(pattern.early_reject)
-        self._compiled: Callable[[UOp, Any], UOp | None] | None = None
+        self._compiled: CompiledRule | None = None
 
-    def compiled(self) -> Callable[[UOp, Any], UOp | None]:
+    def compiled(self) -> CompiledRule:
         """The compiled rule function."""
         if self._compiled is None:
             self._compiled = compile_rule(self.pattern, self.function)
@@ -461,7 +464,7 @@ class _RulesByOp(dict):
         super().__init__()
         self.rules = rules
 
-    def __missing__(self, op: Ops) -> tuple[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]], ...]:
+    def __missing__(self, op: Ops) -> tuple[tuple[CompiledRule, tuple[Ops, ...]], ...]:
         found = tuple((rule.compiled(), rule.early_reject) for rule in self.rules
                       if rule.pattern.op is None or op in rule.pattern.op)
         self[op] = found
@@ -486,7 +489,7 @@ class PatternMatcher:
         self.rules = _rules
         self.patterns = [(rule.pattern, rule.function) for rule in _rules]
         # op -> the rules whose root can have that op, compiled and indexed on first use
-        self.by_op: dict[Ops, tuple[tuple[Callable[[UOp, Any], UOp | None], tuple[Ops, ...]], ...]] = \
+        self.by_op: dict[Ops, tuple[tuple[CompiledRule, tuple[Ops, ...]], ...]] = \
             _RulesByOp(_rules)
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
@@ -497,7 +500,7 @@ class PatternMatcher:
     def __len__(self) -> int:
         return len(self.rules)
 
-    def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    def rewrite(self, uop: UOp, ctx: object = None) -> UOp | None:
         """The first rule result for `uop` that is a different UOp, or None when no rule applies."""
         rules = self.by_op[uop.op]
         sources = uop.src
@@ -532,7 +535,7 @@ def _cycle_error(name: str | None, node: UOp) -> RewriteCycleError:
                              f"({node.op}); check the rules for a loop")
 
 
-def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any = None, bottom_up: bool = False,
+def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object = None, bottom_up: bool = False,
                   name: str | None = None) -> UOp:
     """Rewrite every node of the graph under `sink` with `matcher` until no rule applies anywhere.
 
@@ -546,7 +549,7 @@ def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any = None, bottom_up
     return _graph_rewrite(sink, matcher, ctx, bottom_up, name)
 
 
-def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: Any, bottom_up: bool, name: str | None) -> UOp:
+def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: bool, name: str | None) -> UOp:
     done: dict[UOp, UOp] = {}
     rewrite = matcher.rewrite
     # stack entries: (node, stage, current); stage 0 = visit, 1 = sources done, 2 = link node to its replacement

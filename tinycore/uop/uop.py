@@ -12,7 +12,7 @@ from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.shape import ShapeMixin
 
 
-def _arg_key(arg: Any) -> Any:
+def _arg_key(arg: object) -> object:
     """A cache key for `arg` that tells apart values Python considers equal (1, 1.0, True; 0.0, -0.0; nan)."""
     if arg.__class__ is float:
         return ("float", repr(arg))
@@ -58,14 +58,14 @@ class UOpMetaClass(type):
     weak references: node construction is the unit cost of every graph built, and a WeakValueDictionary's entry
     costs two Python-level calls to make and one to drop."""
 
-    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None) -> UOp:
+    def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: object = None) -> UOp:
         if src and op is not Ops.MULTI:
             for source in src:  # a multi-device value is built one node per device (see _touches_several_devices)
                 if source.op is Ops.MULTI or (source.op is Ops.DEVICE and isinstance(source.arg, tuple)):
                     from tinycore.uop.multi import map_multi
                     return map_multi(op, dtype, src, arg)
         # _arg_key's common cases inline: this runs for every node built
-        key: tuple[Any, ...]
+        key: tuple[object, ...]
         if arg is None or arg.__class__ is str:
             key = (op, dtype, src, arg)
         elif arg.__class__ is tuple:
@@ -93,7 +93,7 @@ class UOpMetaClass(type):
         cache[key] = reference
         return created
 
-    def keyed(cls, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any, arg_key: Any) -> UOp:
+    def keyed(cls, op: Ops, dtype: DType, src: tuple[UOp, ...], arg: object, arg_key: object) -> UOp:
         """`UOp(op, dtype, src, arg)` for a caller that has `_arg_key(arg)` already (a recorded step replayed many
         times) and whose sources are single-device nodes: the same node, without computing the key."""
         key = (op, dtype, src, arg_key)
@@ -123,7 +123,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return UOp, (self.op, self.dtype, self.src, self.arg)
 
     def __repr__(self) -> str:
@@ -239,7 +239,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
         return UOp.const(dtype, value)
 
-    def ufix(self, value: Any) -> UOp:
+    def ufix(self, value: UOp | ConstType) -> UOp:
         """`value` as a UOp usable in arithmetic with this node (Python numbers become constants)."""
         if isinstance(value, UOp):
             return value
@@ -265,47 +265,47 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             dtype = operands[-1].dtype if op is Ops.MULACC else operands[0].dtype
         return UOp(op, dtype, operands)
 
-    def _binary(self, op: Ops, other: Any, reverse: bool = False) -> UOp:
+    def _binary(self, op: Ops, other: UOp | ConstType, reverse: bool = False) -> UOp:
         other_uop = self.ufix(other)
         if other_uop.dtype != self.dtype and not isinstance(other, UOp):
             other_uop = UOp.const(self.dtype, other)
         return other_uop.alu(op, self) if reverse else self.alu(op, other_uop)
 
-    def __add__(self, other: Any) -> UOp:
+    def __add__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.ADD, other)
 
-    def __radd__(self, other: Any) -> UOp:
+    def __radd__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.ADD, other, True)
 
-    def __sub__(self, other: Any) -> UOp:
+    def __sub__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.ADD, -self.ufix(other)) if not dtypes.is_unsigned(self.dtype) else \
             self._binary(Ops.SUB, other)
 
-    def __rsub__(self, other: Any) -> UOp:
+    def __rsub__(self, other: UOp | ConstType) -> UOp:
         return self.ufix(other) - self
 
-    def __mul__(self, other: Any) -> UOp:
+    def __mul__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.MUL, other)
 
-    def __rmul__(self, other: Any) -> UOp:
+    def __rmul__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.MUL, other, True)
 
-    def __floordiv__(self, other: Any) -> UOp:
+    def __floordiv__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.IDIV, other)
 
-    def __rfloordiv__(self, other: Any) -> UOp:
+    def __rfloordiv__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.IDIV, other, True)
 
-    def __mod__(self, other: Any) -> UOp:
+    def __mod__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.MOD, other)
 
-    def __rmod__(self, other: Any) -> UOp:
+    def __rmod__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.MOD, other, True)
 
-    def __truediv__(self, other: Any) -> UOp:
+    def __truediv__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.FDIV, other)
 
-    def __rtruediv__(self, other: Any) -> UOp:
+    def __rtruediv__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.FDIV, other, True)
 
     def __neg__(self) -> UOp:
@@ -313,47 +313,47 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             return self.logical_not()
         return self.alu(Ops.NEG)
 
-    def __and__(self, other: Any) -> UOp:
+    def __and__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.AND, other)
 
-    def __rand__(self, other: Any) -> UOp:
+    def __rand__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.AND, other, True)
 
-    def __or__(self, other: Any) -> UOp:
+    def __or__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.OR, other)
 
-    def __ror__(self, other: Any) -> UOp:
+    def __ror__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.OR, other, True)
 
-    def __xor__(self, other: Any) -> UOp:
+    def __xor__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.XOR, other)
 
-    def __rxor__(self, other: Any) -> UOp:
+    def __rxor__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.XOR, other, True)
 
-    def __lshift__(self, other: Any) -> UOp:
+    def __lshift__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.SHL, other)
 
-    def __rshift__(self, other: Any) -> UOp:
+    def __rshift__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.SHR, other)
 
-    def __lt__(self, other: Any) -> UOp:
+    def __lt__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.CMPLT, other)
 
-    def __gt__(self, other: Any) -> UOp:
+    def __gt__(self, other: UOp | ConstType) -> UOp:
         return self._binary(Ops.CMPLT, other, True)
 
-    def __le__(self, other: Any) -> UOp:
+    def __le__(self, other: UOp | ConstType) -> UOp:
         return (self > other).logical_not()
 
-    def __ge__(self, other: Any) -> UOp:
+    def __ge__(self, other: UOp | ConstType) -> UOp:
         return (self < other).logical_not()
 
-    def ne(self, other: Any) -> UOp:
+    def ne(self, other: UOp | ConstType) -> UOp:
         """`self != other` as a bool node."""
         return self._binary(Ops.CMPNE, other)
 
-    def eq(self, other: Any) -> UOp:
+    def eq(self, other: UOp | ConstType) -> UOp:
         """`self == other` as a bool node."""
         return self._binary(Ops.CMPEQ, other)
 
@@ -361,15 +361,15 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         """Boolean negation."""
         return self.ne(True)
 
-    def maximum(self, other: Any) -> UOp:
+    def maximum(self, other: UOp | ConstType) -> UOp:
         """Elementwise maximum."""
         return self._binary(Ops.MAX, other)
 
-    def minimum(self, other: Any) -> UOp:
+    def minimum(self, other: UOp | ConstType) -> UOp:
         """Elementwise minimum (as -max(-a, -b))."""
         return -((-self).maximum(-self.ufix(other)))
 
-    def where(self, if_true: Any, if_false: Any) -> UOp:
+    def where(self, if_true: UOp | ConstType, if_false: UOp | ConstType) -> UOp:
         """`if_true` where this (bool) node holds, else `if_false`."""
         true_uop = if_true if isinstance(if_true, UOp) else (
             if_false.const_like(if_true) if isinstance(if_false, UOp) else UOp.const(dtypes.from_py(if_true),
@@ -424,7 +424,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         """A store of `value` through this INDEX node."""
         return UOp(Ops.STORE, dtypes.void, (self, value))
 
-    def sink(self, *others: UOp, arg: Any = None) -> UOp:
+    def sink(self, *others: UOp, arg: object = None) -> UOp:
         """A SINK over this node and `others`."""
         return UOp(Ops.SINK, dtypes.void, (self,) + others, arg)
 
@@ -511,7 +511,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         return render_expr(self)
 
 
-def _bounds(uop: UOp) -> tuple[Any, Any]:
+def _bounds(uop: UOp) -> tuple[ConstType, ConstType]:
     """(vmin, vmax) of `uop`, computed by the symbolic engine (imported on first use: it imports this module)."""
     from tinycore.uop.symbolic import bounds
     return bounds(uop)
@@ -524,14 +524,14 @@ def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
     return truncate(result, dtype) if dtype.count == 1 else result
 
 
-def _c_div(a: Any, b: Any) -> Any:
+def _c_div(a: int, b: int) -> int:
     if b == 0:
         return 0
     quotient = abs(a) // abs(b)
     return quotient if (a >= 0) == (b >= 0) else -quotient
 
 
-def _c_mod(a: Any, b: Any) -> Any:
+def _c_mod(a: int, b: int) -> int:
     if b == 0:
         return 0
     return a - b * _c_div(a, b)
