@@ -21,7 +21,7 @@ from typing import Any
 
 from tinycore.helpers import PROFILE
 from tinycore.uop.ops import Ops
-from tinycore.uop.patterns import PatternMatcher
+from tinycore.uop.patterns import CompiledRule, PatternMatcher
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook
 
@@ -30,14 +30,14 @@ ARG_LIMIT = 80  # characters of a node's argument kept in the recording
 GraphJSON = dict[str, Any]
 
 
-def _arg_text(arg: Any) -> str:
+def _arg_text(arg: object) -> str:
     if arg is None:
         return ""
     text = arg.name if isinstance(arg, enum.Enum) else repr(arg)
     return text if len(text) <= ARG_LIMIT else text[:ARG_LIMIT - 3] + "..."
 
 
-def _dtype_text(dtype: Any) -> str:
+def _dtype_text(dtype: object) -> str:
     return str(dtype).removeprefix("dtypes.")
 
 
@@ -52,7 +52,7 @@ def graph_json(root: UOp, before: set[UOp] | None = None) -> GraphJSON:
     return {"nodes": nodes, "changed": changed}
 
 
-def _rule_label(function: Callable[..., Any]) -> str:
+def _rule_label(function: Callable[..., object]) -> str:
     code = getattr(function, "__code__", None)
     if code is None:
         return repr(function)
@@ -67,9 +67,9 @@ class CountingMatcher:
 
     def __init__(self, matcher: PatternMatcher):
         self.matcher = matcher
-        self.counts: dict[Callable[..., Any], int] = {}
+        self.counts: dict[CompiledRule, int] = {}
 
-    def rewrite(self, uop: UOp, ctx: Any = None) -> UOp | None:
+    def rewrite(self, uop: UOp, ctx: object = None) -> UOp | None:
         """PatternMatcher.rewrite, counting the rule whose result is used."""
         sources = uop.src
         for rule, early_reject in self.matcher.by_op[uop.op]:
@@ -132,27 +132,30 @@ _at_exit_registered: list[bool] = []
 class _Recorder:
     """This module as the core's hook.Recorder."""
 
-    def rewrite(self, run: Callable[..., Any], sink: Any, matcher: Any, ctx: Any, bottom_up: bool, name: str) -> Any:
+    def rewrite(self, run: Callable[..., UOp], sink: UOp, matcher: object, ctx: object, bottom_up: bool,
+                name: str) -> UOp:
         """See hook.Recorder."""
         return recorded_rewrite(run, sink, matcher, ctx, bottom_up, name)
 
-    def kernel_begin(self, ast: Any) -> None:
+    def kernel_begin(self, ast: UOp) -> None:
         """See hook.Recorder."""
         kernel_begin(ast)
 
-    def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+    def kernel_end(self, ast: UOp, optimized: UOp, spec: hook.KernelSource, uops: Sequence[UOp],
+                   renderer: object) -> None:
         """See hook.Recorder."""
         kernel_end(ast, optimized, spec, uops, renderer)
 
-    def step(self, name: str, graph: Any, before: Any) -> None:
+    def step(self, name: str, graph: UOp, before: UOp | None) -> None:
         """See hook.Recorder."""
         step(name, graph, before)
 
-    def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
+    def schedule(self, outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> None:
         """See hook.Recorder."""
         record_schedule(outputs, schedule)
 
-    def launch(self, runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+    def launch(self, runner: hook.Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
+               ast: UOp) -> float | None:
         """See hook.Recorder."""
         return timed_launch(runner, buffers, var_vals, wait, ast)
 
@@ -183,12 +186,12 @@ def _note_error(where: str, error: BaseException) -> None:
 
 # ---- passes ----
 
-def recorded_rewrite(run: Callable[..., UOp], sink: UOp, matcher: PatternMatcher, ctx: Any, bottom_up: bool,
+def recorded_rewrite(run: Callable[..., UOp], sink: UOp, matcher: object, ctx: object, bottom_up: bool,
                      name: str) -> UOp:
     """graph_rewrite's body `run`, recorded as a pass of the kernel being lowered when it rewrites a whole graph
     (a SINK); rewrites of single expressions (index simplification) and rewrites outside a kernel just run."""
     kernel: KernelRecord | None = getattr(_current, "kernel", None)
-    if kernel is None or sink.op is not Ops.SINK:
+    if kernel is None or sink.op is not Ops.SINK or not isinstance(matcher, PatternMatcher):
         return run(sink, matcher, ctx, bottom_up, name)
     counting = CountingMatcher(matcher)
     start = time.perf_counter()
@@ -229,7 +232,7 @@ def step(name: str, graph: UOp, before: UOp | None = None) -> None:
         record_pass(kernel, name, graph, None if before is None else set(before.toposort))
 
 
-def kernel_end(ast: UOp, optimized: UOp, spec: Any, uops: Sequence[UOp], renderer: Any) -> None:
+def kernel_end(ast: UOp, optimized: UOp, spec: hook.KernelSource, uops: Sequence[UOp], renderer: object) -> None:
     """Finish the current kernel: the `optimized` AST (opts applied) as a pass, its name, device, linear program
     and source (from the ProgramSpec `spec`)."""
     kernel: KernelRecord | None = getattr(_current, "kernel", None)
@@ -254,7 +257,7 @@ def kernel_end(ast: UOp, optimized: UOp, spec: Any, uops: Sequence[UOp], rendere
 
 # ---- schedules ----
 
-def record_schedule(outputs: Sequence[UOp], schedule: Any) -> None:
+def record_schedule(outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> None:
     """Record the tensor graph of `outputs` and the kernels and copies of its `schedule`, with each kernel's part
     of the graph (the nodes between its root and the roots it reads) outlined."""
     try:
@@ -263,7 +266,7 @@ def record_schedule(outputs: Sequence[UOp], schedule: Any) -> None:
         _note_error("record_schedule", error)
 
 
-def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[str, Any]:
+def _schedule_json(number: int, outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> dict[str, Any]:
     from tinycore.dtype import dtypes
     from tinycore.engine.memory import device_facts  # what realize schedules with: fusion depends on the device
     from tinycore.schedule.empty import fold_empty
@@ -320,7 +323,8 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: Any) -> dict[s
 
 # ---- timeline ----
 
-def timed_launch(runner: Any, buffers: list[Any], var_vals: dict[UOp, int], wait: bool, ast: UOp) -> float | None:
+def timed_launch(runner: hook.Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
+                 ast: UOp) -> float | None:
     """Launch `runner` as realize does; with PROFILE=1, waited for and timed on the host, as a timeline bar."""
     if not PROFILE or _queue_profiled(str(runner.device)):
         result: float | None = runner(buffers, var_vals, wait=wait)
