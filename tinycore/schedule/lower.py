@@ -19,12 +19,13 @@ node is evaluated at a tuple of index expressions (one per axis of its shape), w
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.schedule.nodes import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
+from tinycore.uop.indexing import AxisEntry
 from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.shape import sint
 from tinycore.uop.symbolic import fold_node, index_folding, simplify_indices
 from tinycore.uop.uop import UOp
 
@@ -46,11 +47,11 @@ def index_const(value: int) -> UOp:
     return UOp.const(INDEX_DTYPE, value)
 
 
-def _as_index(value: Any) -> UOp:
+def _as_index(value: sint) -> UOp:
     return value if isinstance(value, UOp) else index_const(value)
 
 
-def idx_add(first: Any, second: Any) -> UOp:
+def idx_add(first: sint, second: sint) -> UOp:
     """first + second, folded."""
     if second.__class__ is int and second == 0:  # adding a Python 0 (most offsets) builds nothing
         return _as_index(first)
@@ -59,12 +60,12 @@ def idx_add(first: Any, second: Any) -> UOp:
     return fold_node(_as_index(first) + _as_index(second), index_folding)
 
 
-def idx_sub(first: Any, second: Any) -> UOp:
+def idx_sub(first: sint, second: sint) -> UOp:
     """first - second, built as first + second * -1 (the form the symbolic sums use), folded."""
     return idx_add(first, idx_mul(second, -1))
 
 
-def idx_mul(first: Any, second: Any) -> UOp:
+def idx_mul(first: sint, second: sint) -> UOp:
     """first * second, folded."""
     if second.__class__ is int and second == 1:  # a Python stride of 1 builds nothing
         return _as_index(first)
@@ -73,12 +74,12 @@ def idx_mul(first: Any, second: Any) -> UOp:
     return fold_node(_as_index(first) * _as_index(second), index_folding)
 
 
-def idx_div(numerator: UOp, divisor: Any) -> UOp:
+def idx_div(numerator: UOp, divisor: sint) -> UOp:
     """numerator // divisor, folded (0 when the bounds of a non-negative numerator lie below the divisor)."""
     return fold_node(numerator // _as_index(divisor), index_folding)
 
 
-def idx_mod(numerator: UOp, divisor: Any) -> UOp:
+def idx_mod(numerator: UOp, divisor: sint) -> UOp:
     """numerator % divisor, folded (the numerator itself when its bounds lie in [0, divisor))."""
     return fold_node(numerator % _as_index(divisor), index_folding)
 
@@ -92,10 +93,10 @@ def idx_and(first: UOp | None, second: UOp | None) -> UOp | None:
     return first & second
 
 
-def flat_index(shape: Sequence[Any], index: Index) -> UOp:
+def flat_index(shape: Sequence[sint], index: Index) -> UOp:
     """The row-major element number of `index` in a contiguous array of `shape`."""
-    total: Any = 0
-    stride: Any = 1
+    total: sint = 0
+    stride: sint = 1
     for size, axis_index in zip(reversed(shape), reversed(index), strict=True):
         if not (isinstance(size, int) and size == 1):
             total = idx_add(total, idx_mul(axis_index, stride))
@@ -103,10 +104,10 @@ def flat_index(shape: Sequence[Any], index: Index) -> UOp:
     return _as_index(total)
 
 
-def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
+def unflatten_index(flat: UOp, shape: Sequence[sint]) -> Index:
     """The per-axis indices of element number `flat` of a contiguous array of `shape`."""
     result: list[UOp] = []
-    stride: Any = 1
+    stride: sint = 1
     for position in range(len(shape) - 1, -1, -1):
         size = shape[position]
         if isinstance(size, int) and size == 1:
@@ -118,13 +119,13 @@ def unflatten_index(flat: UOp, shape: Sequence[Any]) -> Index:
     return tuple(reversed(result))
 
 
-def _axis_groups(out_shape: Sequence[Any], in_shape: Sequence[Any]) -> list[tuple[list[int], list[int]]] | None:
+def _axis_groups(out_shape: Sequence[sint], in_shape: Sequence[sint]) -> list[tuple[list[int], list[int]]] | None:
     """Pairs of (output axes, input axes) with equal products, ignoring size-1 axes (None where no such pairing is
     found). A symbolic size pairs only with the same symbolic size on the other side, alone: unsqueezing or
     squeezing a tensor with a symbolic axis (a KV cache's positions) then keeps that axis's index as it is, where
     flattening and unflattening the whole index would divide by the symbolic size (integer divisions and remainders
     for every element read, which the simplifier cannot take back apart)."""
-    def unit(size: Any) -> bool:
+    def unit(size: sint) -> bool:
         return isinstance(size, int) and size == 1
     if any(isinstance(size, int) and size == 0 for size in (*out_shape, *in_shape)):
         return None
@@ -160,7 +161,7 @@ def _axis_groups(out_shape: Sequence[Any], in_shape: Sequence[Any]) -> list[tupl
     return groups
 
 
-def reshape_index(index: Index, out_shape: Sequence[Any], in_shape: Sequence[Any]) -> Index:
+def reshape_index(index: Index, out_shape: Sequence[sint], in_shape: Sequence[sint]) -> Index:
     """The source index of a RESHAPE from `in_shape` to `out_shape` evaluated at `index`."""
     groups = _axis_groups(out_shape, in_shape)
     if groups is None:
@@ -207,7 +208,7 @@ class KernelLowerer:
             self.buffers[buffer] = found
         return found
 
-    def new_range(self, size: Any, axis_type: Any) -> UOp:
+    def new_range(self, size: sint, axis_type: AxisType) -> UOp:
         """A fresh RANGE over [0, size), or constant 0 for a size-1 axis."""
         if isinstance(size, int) and size == 1:
             return index_const(0)
@@ -248,7 +249,7 @@ class KernelLowerer:
             value = self.lower(root, ranges, None)
         return self.unbind(UOp(Ops.SINK, dtypes.void, (address.store(value),)))
 
-    def mapped_coordinates(self, shape: Sequence[Any], axis_map: Sequence[Any], index: Index,
+    def mapped_coordinates(self, shape: Sequence[sint], axis_map: Sequence[AxisEntry], index: Index,
                            index_values: Sequence[UOp]) -> tuple[Index, UOp | None]:
         """The coordinates an axis map (see tinycore.uop.indexing) gives at `index`, and the mask of those in range."""
         coordinates: list[UOp] = []
