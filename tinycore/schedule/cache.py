@@ -26,13 +26,13 @@ CACHE_LIMIT = 4096
 """How many distinct graph structures the cache remembers (the oldest is forgotten first)."""
 
 
-def _float_key(arg: Any) -> Any:
+def _float_key(arg: float) -> tuple[str, str]:
     """A float made distinct where Python equality is too loose (0.0 == -0.0); other args are already exact
     together with the node's dtype (a CONST's value is truncated to its dtype)."""
     return ("float", repr(arg))
 
 
-def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
+def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
     """The structural key of `outputs` and their BUFFER nodes in order of first appearance.
 
     The key is built from primitive values (op numbers, dtype names) so hashing and comparing it is cheap.
@@ -40,7 +40,7 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
     if len(outputs) == 1 and "_nodes_below" not in outputs[0].__dict__:
         return _walked_structure_key(outputs[0])
     numbering: dict[UOp, int] = {}
-    parts: list[Any] = []
+    parts: list[object] = []
     inputs: list[UOp] = []
     buffer_op = Ops.BUFFER
     nodes = outputs[0].toposort if len(outputs) == 1 else _toposort_all(outputs)
@@ -65,12 +65,12 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[Any, ...], list[UOp]]:
     return tuple(parts), inputs
 
 
-def _walked_structure_key(root: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
+def _walked_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]]:
     """`structure_key([root])` numbering the nodes as the walk finishes them, in `root.toposort`'s order (the same
     depth-first walk, sources in order): a new eager graph has no cached toposort, and building one only to number
     it was half the key's cost."""
     numbering: dict[UOp, int] = {}
-    parts: list[Any] = []
+    parts: list[object] = []
     inputs: list[UOp] = []
     buffer_op = Ops.BUFFER
     number = numbering.__getitem__
@@ -108,7 +108,7 @@ def _walked_structure_key(root: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
 _STRUCTURE_ATTRIBUTE = "_structure_key"
 
 
-def node_structure_key(node: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
+def node_structure_key(node: UOp) -> tuple[tuple[object, ...], list[UOp]]:
     """`structure_key([node])`, kept on the node after the first call: a node's graph never changes, so neither
     does its key (realize asks again for every node realized twice, and the setitem front end for its inputs)."""
     found = node.__dict__.get(_STRUCTURE_ATTRIBUTE)
@@ -117,7 +117,7 @@ def node_structure_key(node: UOp) -> tuple[tuple[Any, ...], list[UOp]]:
     return found
 
 
-def set_node_structure_key(node: UOp, keyed: tuple[tuple[Any, ...], list[UOp]]) -> None:
+def set_node_structure_key(node: UOp, keyed: tuple[tuple[object, ...], list[UOp]]) -> None:
     """Record `keyed` as `node`'s structure key, for a caller that derived it without the walk (it must equal
     `structure_key([node])`)."""
     node.__dict__.setdefault(_STRUCTURE_ATTRIBUTE, keyed)
@@ -229,16 +229,16 @@ def _make_template(schedule: Schedule, outputs: Sequence[UOp], inputs: list[UOp]
     return _Template(items, new_buffers, results, len(inputs), schedule.has_assign, temporaries)
 
 
-_cache: dict[tuple[Any, ...], _Template] = {}
+_cache: dict[tuple[object, ...], _Template] = {}
 
 
-def cached_template(key: tuple[Any, ...]) -> _Template | None:
+def cached_template(key: tuple[object, ...]) -> _Template | None:
     """The template cached under the structure key `key` (see structure_key), if any (none under SCACHE=0)."""
     return _cache.get(key) if SCACHE.value else None
 
 
 def schedule_cached(outputs: Sequence[UOp], facts: DeviceFactsLookup = no_device_facts,
-                    keyed: tuple[tuple[Any, ...], list[UOp]] | None = None) -> Schedule:
+                    keyed: tuple[tuple[object, ...], list[UOp]] | None = None) -> Schedule:
     """`create_schedule(outputs, facts)`, reusing the schedule of an earlier graph of the same structure (a device's
     facts must not change once its schedules are cached). `keyed` is `structure_key(outputs)` when the caller has
     it already."""
@@ -272,7 +272,7 @@ def schedule_generation() -> int:
     return _generation
 
 
-def known_template(key: tuple[Any, ...]) -> tuple[int, _Template] | None:
+def known_template(key: tuple[object, ...]) -> tuple[int, _Template] | None:
     """The template cached under `key` once it has a launch plan, tagged with the cache's generation, for a caller
     that hands it to the nodes of that structure it builds (see set_node_template); None before."""
     template = _cache.get(key) if SCACHE.value else None
@@ -284,7 +284,7 @@ def set_node_template(node: UOp, known: tuple[int, _Template]) -> None:
     node.__dict__[_TEMPLATE_ATTRIBUTE] = known
 
 
-def template_of(node: UOp, key: tuple[Any, ...]) -> _Template | None:
+def template_of(node: UOp, key: tuple[object, ...]) -> _Template | None:
     """`cached_template(key)` for `node` of structure `key`, without hashing the key when the node carries its
     template from this cache generation."""
     if not SCACHE.value:
