@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tinycore.dtype import dtypes
+from tinycore.dtype import ConstType, dtypes
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import UOp
 
 
-def _identity(operation: Ops, node: UOp) -> object:
+def _identity(operation: Ops, node: UOp) -> ConstType:
     """The value a reduce `operation` gives over no elements, in `node`'s dtype."""
-    return {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(node.dtype)}[operation]
+    identities: dict[Ops, ConstType] = {Ops.ADD: 0, Ops.MUL: 1, Ops.MAX: dtypes.min(node.dtype)}
+    return identities[operation]
 
 
 def _empty(node: UOp) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Union
 
-from tinycore.dtype import DType, dtypes, truncate
+from tinycore.dtype import ConstType, DType, dtypes, truncate
 from tinycore.helpers import cached_node_property, prod
 from tinycore.uop.ops import GroupOp, Ops
 
@@ -53,17 +53,17 @@ def _add_size(size: sint, amount: sint) -> sint:
     return total.ssimplify()  # type: ignore[no-any-return]
 
 
-_device_nodes: dict[Any, Any] = {}
-_const_cache: dict[tuple[Any, ...], Any] = {}  # recently built constants, so eager code does not rebuild them
+_device_nodes: dict[str | tuple[str, ...], UOp] = {}
+_const_cache: dict[tuple[object, ...], UOp] = {}  # recently built constants, so eager code does not rebuild them
 _CONST_CACHE_LIMIT = 4096
 
 
-def _fill_sources(node: Any, name: str) -> None:
+def _fill_sources(node: ShapeMixin, name: str) -> None:
     """Compute the cached property `name` of every node below `node`, sources first, when a source lacks it.
 
     Inference then never recurses deeper than one level, so graphs thousands of ops deep work.
     """
-    stack: list[tuple[Any, bool]] = [(source, False) for source in node.src if name not in source.__dict__]
+    stack: list[tuple[UOp, bool]] = [(source, False) for source in node.src if name not in source.__dict__]
     if not stack:
         return
     # a walk over only the nodes that lack the property (not the whole graph below `node`, which an eager
@@ -81,7 +81,7 @@ def _fill_sources(node: Any, name: str) -> None:
             stack.extend((source, False) for source in current.src if name not in source.__dict__)
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     """True for a Python int (bool excluded)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -179,7 +179,7 @@ class ShapeMixin:
             node = node.src[0]
         return node
 
-    def _new(self, op: Ops, arg: Any, src: tuple[UOp, ...] | None = None) -> UOp:
+    def _new(self, op: Ops, arg: object, src: tuple[UOp, ...] | None = None) -> UOp:
         """A new node `op` over this one (keeping the dtype)."""
         node_class: Any = type(self)
         return node_class(op, self.dtype, (self,) if src is None else src, arg)
@@ -284,7 +284,7 @@ class ShapeMixin:
     # ---- constants ----
 
     @classmethod
-    def const_on(cls, dtype: DType, value: Any, device: Any, shape: Sequence[sint] = ()) -> UOp:
+    def const_on(cls, dtype: DType, value: ConstType, device: str | tuple[str, ...], shape: Sequence[sint] = ()) -> UOp:
         """A tensor-level constant `value` of `dtype` on `device`, broadcast to `shape`."""
         target = tuple(shape)
         value_key = repr(value) if value.__class__ is float else value
@@ -323,7 +323,7 @@ class ShapeMixin:
         """A CONTIGUOUS node even over a realized buffer: realizing it copies the data into a new buffer."""
         return self._new(Ops.CONTIGUOUS, None)
 
-    def copy_to_device(self, device: Any) -> UOp:
+    def copy_to_device(self, device: str | tuple[str, ...]) -> UOp:
         """This value copied to `device` (no node when it is already there)."""
         if device == self.device:
             return self  # type: ignore[return-value]
