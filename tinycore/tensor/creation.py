@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
 from tinycore.errors import ArgumentError
 from tinycore.tensor.support import argfix, check_shape, optional_dtype
+from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -55,7 +56,19 @@ def _index_buffer(count: int, device: str) -> UOp:
     if count >= 2 ** 31:
         raise ValueError(f"arange of {count} elements does not fit int32 indices")
     values = array.array("i", range(count))
-    return uop_from_bytes(values.tobytes(), dtypes.int32, device)
+    node = uop_from_bytes(values.tobytes(), dtypes.int32, device)
+    _shared_index_buffers.add(node.base)
+    return node
+
+
+_shared_index_buffers: weakref.WeakSet[UOp] = weakref.WeakSet()
+"""The cached index buffers: `Tensor.arange(n)` (int32 from 0 by 1) wraps one as it is, shared by every such tensor."""
+
+
+def is_shared_buffer(uop: UOp) -> bool:
+    """True when `uop` is (a view of) a cached index buffer: writing into it in place (setitem, assign) would change
+    every other `Tensor.arange` of that length, so such a write makes a new buffer instead."""
+    return uop.op is not Ops.MULTI and uop.base in _shared_index_buffers
 
 
 # key buffers of random draws -> (creation order, device, words drawn); TinyJit refreshes them on every replay

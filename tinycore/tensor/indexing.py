@@ -15,6 +15,7 @@ from tinycore.dtype import dtypes
 from tinycore.errors import ArgumentError, DTypeMismatchError, ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor import segments  # noqa: F401 - registers the sort-and-segment lowering of scatter reductions
+from tinycore.tensor.creation import is_shared_buffer
 from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import gather as gather_node
@@ -600,7 +601,7 @@ class IndexingMixin:
         written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""
         if values.numel() == 0:
             return self.uop
-        if in_place and writes_in_place(self.uop):
+        if in_place and writes_in_place(self.uop) and not is_shared_buffer(self.uop):
             target = self.uop
             buffers = [_buffer_below(part) for part in (self.uop.src if self.uop.op is Ops.MULTI else (self.uop,))]
             if any(_reads_any(tensor.uop, buffers) for tensor in [values, *indices]):

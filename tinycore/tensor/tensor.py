@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
 from tinycore.helpers import TRAINING, all_int, fully_flatten, get_shape
-from tinycore.tensor.creation import CreationMixin
+from tinycore.tensor.creation import CreationMixin, is_shared_buffer
 from tinycore.tensor.elementwise import ElementwiseMixin
 from tinycore.tensor.extras import ExtrasMixin
 from tinycore.tensor.indexing import IndexingMixin
@@ -606,7 +606,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             value = value.cast(self.dtype)
         if self.uop.op is Ops.MULTI and self._is_realized() and value.uop is not self.uop:
             self.uop = UOp(Ops.ASSIGN, self.dtype, (self.uop, value.uop))  # one ASSIGN per device
-        elif self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop:
+        elif self._is_realized() and self.uop.base.op is Ops.BUFFER and value.uop is not self.uop \
+                and not is_shared_buffer(self.uop):
             whole = self.uop.is_contiguous_buffer
             self.uop = self.uop.assign(value.uop)
             if not whole:

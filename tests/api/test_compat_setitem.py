@@ -1,0 +1,43 @@
+"""Writes into `Tensor.arange` results (setitem, assign, scatter) stay in that tensor: arange of int32 from 0 by 1
+wraps a cached index buffer, which a later arange of the same length must still read as 0..n-1. Oracle: numpy."""
+import numpy as np
+
+from tinycore import Tensor
+
+
+def test_setitem_into_arange_leaves_later_aranges_alone() -> None:
+    written = Tensor.arange(10)
+    written[4:1:-2] = 11
+    expected = np.arange(10)
+    expected[4:1:-2] = 11
+    np.testing.assert_equal(written.numpy(), expected)
+    np.testing.assert_equal(Tensor.arange(10).numpy(), np.arange(10))
+
+
+def test_inplace_mul_into_realized_arange() -> None:
+    scaled = Tensor.arange(12).realize()
+    scaled[:3] *= 10
+    expected = np.arange(12)
+    expected[:3] *= 10
+    np.testing.assert_equal(scaled.numpy(), expected)
+    np.testing.assert_equal(Tensor.arange(12).numpy(), np.arange(12))
+
+
+def test_fancy_setitem_and_assign_into_arange() -> None:
+    indexed = Tensor.arange(7)
+    indexed[[0, 5]] = Tensor([-1, -2], dtype=indexed.dtype)
+    expected = np.arange(7)
+    expected[[0, 5]] = [-1, -2]
+    np.testing.assert_equal(indexed.numpy(), expected)
+    replaced = Tensor.arange(7).realize().assign(Tensor.full((7,), 3, dtype=indexed.dtype))
+    np.testing.assert_equal(replaced.numpy(), np.full(7, 3))
+    np.testing.assert_equal(Tensor.arange(7).numpy(), np.arange(7))
+
+
+def test_loop_of_scalar_writes_builds_arange() -> None:
+    Tensor.arange(10).realize()[:] = 5  # a write that must not reach the shared range
+    built = Tensor.empty(10)
+    for position in range(10):
+        built[position] = position
+    np.testing.assert_equal(built.numpy(), np.arange(10, dtype=np.float32))
+    np.testing.assert_equal(Tensor.arange(10).numpy(), np.arange(10))
