@@ -41,3 +41,18 @@ def test_loop_of_scalar_writes_builds_arange() -> None:
         built[position] = position
     np.testing.assert_equal(built.numpy(), np.arange(10, dtype=np.float32))
     np.testing.assert_equal(Tensor.arange(10).numpy(), np.arange(10))
+
+
+def test_tinyjit_step_that_only_writes_into_its_input() -> None:
+    from tinycore import TinyJit, dtypes
+
+    @TinyJit
+    def write_block(target: Tensor, block: Tensor) -> None:
+        target[2:4, 3:5] = block
+
+    for call in range(1, 6):  # the first calls run and capture, the later ones replay
+        target = Tensor.zeros(6, 6).contiguous().realize()
+        write_block(target, Tensor.full((2, 2), call, dtype=dtypes.float32).contiguous())
+        expected = np.zeros((6, 6), dtype=np.float32)
+        expected[2:4, 3:5] = call
+        np.testing.assert_equal(target.numpy(), expected)

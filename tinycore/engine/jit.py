@@ -61,6 +61,14 @@ def _collect_tensors(value: object, found: list[Tensor]) -> None:
             _collect_tensors(item, found)
 
 
+def _writes_pending(tensor: Tensor) -> bool:
+    """True when `tensor` ends in a write (ASSIGN) into its buffer that has not run yet."""
+    from tinycore.uop.ops import Ops
+    node = tensor.uop
+    parts = node.src if node.op is Ops.MULTI else (node,)
+    return any(part.base.op is Ops.ASSIGN for part in parts)
+
+
 def _collect_bindings(value: object, found: dict[UOp, int]) -> None:
     """The bound Variables (BIND UOps) inside `value` (nested lists, tuples and dict values): variable -> value."""
     from tinycore.uop.ops import Ops
@@ -532,6 +540,12 @@ class TinyJit(Generic[ReturnType]):
         self._check_return(result)
         outputs: list[Tensor] = []
         _collect_tensors(result, outputs)
+        # a write into an input (t[2:4] = a, t.assign(...)) stays lazy until read; it is part of the step, so it is
+        # realized (and captured) with the outputs, as tinygrad's eager setitem is
+        written: list[Tensor] = []
+        _collect_tensors((args, kwargs), written)
+        outputs += [tensor for tensor in written if _writes_pending(tensor) and all(tensor is not output
+                                                                                     for output in outputs)]
         if outputs:
             Tensor.realize(*outputs)
         return result
