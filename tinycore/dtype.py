@@ -5,9 +5,13 @@ import builtins
 import functools
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Final, Union
+from typing import TYPE_CHECKING, Any, Final, Union
 
 from tinycore.errors import UnknownDTypeError
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing
 
 ConstType = Union[float, int, bool]
 
@@ -156,7 +160,7 @@ class dtypes:  # noqa: N801 - mirrors the public name
         return x.scalar == dtypes.bool
 
     @staticmethod
-    def from_py(x: Any) -> DType:
+    def from_py(x: object) -> DType:
         """The dtype a Python value (or nested list/tuple of values) gets: float, bool or int defaults."""
         if x.__class__ is float:
             return dtypes.default_float
@@ -169,7 +173,7 @@ class dtypes:  # noqa: N801 - mirrors the public name
         raise TypeError(f"cannot infer a dtype from {type(x).__name__} {x!r}: pass dtype= explicitly")
 
     @staticmethod
-    def as_const(value: Any, dtype: DType) -> ConstType:
+    def as_const(value: ConstType | tuple[ConstType, ...], dtype: DType) -> ConstType:
         """`value` converted to the Python type that holds constants of `dtype` (wrapping integers)."""
         if isinstance(value, tuple):
             return tuple(dtypes.as_const(item, dtype) for item in value)  # type: ignore[return-value]
@@ -234,7 +238,7 @@ dtypes.fp8_fnuz = dtypes.fp8s  # type: ignore[attr-defined]
 _FLOAT_SET = frozenset(dtypes.floats)
 
 
-def _default_dtype(key: str, value: Any, fallback: DType, allowed: tuple[DType, ...]) -> DType:
+def _default_dtype(key: str, value: object, fallback: DType, allowed: tuple[DType, ...]) -> DType:
     """The dtype a DEFAULT_FLOAT / DEFAULT_INT setting names ("half", "float32", a DType), `fallback` when empty."""
     if isinstance(value, DType):
         chosen: DType | None = value
@@ -269,10 +273,10 @@ def _follow_default_settings() -> None:
     """Keep dtypes.default_float/default_int equal to the DEFAULT_FLOAT/DEFAULT_INT settings (environment, Context)."""
     from tinycore.helpers import DEFAULT_FLOAT, DEFAULT_INT
 
-    def set_float(value: Any) -> None:
+    def set_float(value: object) -> None:
         dtypes.default_float = _default_dtype("DEFAULT_FLOAT", value, dtypes.float32, dtypes.floats)
 
-    def set_int(value: Any) -> None:
+    def set_int(value: object) -> None:
         dtypes.default_int = _default_dtype("DEFAULT_INT", value, dtypes.int32, dtypes.ints)
 
     DEFAULT_FLOAT.watch(set_float)
@@ -400,7 +404,7 @@ def truncate(value: ConstType, dtype: DType) -> ConstType:
     return value
 
 
-def to_numpy_dtype(dtype: DType) -> Any:
+def to_numpy_dtype(dtype: DType) -> numpy.dtype:
     """The numpy dtype of `dtype`; a clear error where numpy has none (bfloat16, fp8)."""
     import numpy
     if dtype.fmt is None:
@@ -408,7 +412,7 @@ def to_numpy_dtype(dtype: DType) -> Any:
     return numpy.dtype(dtype.fmt)
 
 
-def from_numpy_dtype(numpy_dtype: Any) -> DType:
+def from_numpy_dtype(numpy_dtype: numpy.typing.DTypeLike) -> DType:
     """The DType of a numpy dtype; a clear error for ones tinycore does not have."""
     import numpy
     numpy_dtype = numpy.dtype(numpy_dtype)
@@ -431,7 +435,7 @@ def to_torch_dtype(dtype: DType) -> Any:
     return getattr(torch, _TORCH_NAMES[dtype.scalar])
 
 
-def from_torch_dtype(torch_dtype: Any) -> DType:
+def from_torch_dtype(torch_dtype: object) -> DType:
     """The DType of a torch dtype."""
     for dtype, name in _TORCH_NAMES.items():
         if str(torch_dtype) == f"torch.{name}":
