@@ -56,3 +56,30 @@ def test_tinyjit_step_that_only_writes_into_its_input() -> None:
         expected = np.zeros((6, 6), dtype=np.float32)
         expected[2:4, 3:5] = call
         np.testing.assert_equal(target.numpy(), expected)
+
+
+def test_setitem_through_detach_writes_the_original() -> None:
+    import torch
+
+    reference = torch.zeros(3, 3)
+    reference.detach()[1, 2] = 5
+    original = Tensor.zeros(3, 3).contiguous().realize()
+    detached = original.detach()
+    detached[1, 2] = 5
+    np.testing.assert_equal(original.numpy(), reference.numpy())
+    np.testing.assert_equal(detached.numpy(), reference.numpy())
+
+
+def test_assign_through_detach_keeps_gradients_of_the_original() -> None:
+    import torch
+
+    reference = torch.ones(4, requires_grad=True)
+    with torch.no_grad():
+        reference.detach().copy_(reference.detach() * 3)
+    (reference * reference).sum().backward()
+    weights = Tensor.ones(4, requires_grad=True).contiguous().realize()
+    weights.detach().assign(weights.detach() * 3)
+    (weights * weights).sum().backward()
+    np.testing.assert_equal(weights.numpy(), reference.detach().numpy())
+    assert weights.grad is not None and reference.grad is not None
+    np.testing.assert_equal(weights.grad.numpy(), reference.grad.numpy())

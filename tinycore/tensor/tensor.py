@@ -614,6 +614,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 # a view (shrink, permute, ...) of another tensor's buffer: written now, so that the tensor owning
                 # the buffer reads the new values (as in tinygrad and torch), which it would not see from a lazy write
                 self.realize()
+        elif self.uop.op is Ops.DETACH and self.uop.src[0].base.op is Ops.BUFFER and value.uop is not self.uop \
+                and not is_shared_buffer(self.uop.src[0]):
+            # t.detach() shares t's buffer (as in tinygrad and torch): written now, so that t reads the new values
+            self.uop = self.uop.src[0].assign(value.uop).detach()
+            self.realize()
         else:
             self.uop = value.uop
         return self
