@@ -16,12 +16,17 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from tinycore.counters import GlobalCounters as GlobalCounters
 from tinycore.target import DevError, Target, find_target, format_dev, parse_dev
 
 T = TypeVar("T")
+_Key = TypeVar("_Key")
+_Item = TypeVar("_Item")
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
 
 @functools.cache
@@ -47,12 +52,12 @@ class ContextVar:
     _cache: dict[str, ContextVar] = {}
     key: str
 
-    def __init__(self, key: str, default_value: Any):
+    def __init__(self, key: str, default_value: object):
         if key in ContextVar._cache:
             raise RuntimeError(f"ContextVar {key} is already defined")
         self.key = key
         self._value = getenv(key, default_value)
-        self._watchers: list[Callable[[Any], None]] = []
+        self._watchers: list[Callable[[object], None]] = []
         ContextVar._cache[key] = self
 
     @property
@@ -67,7 +72,7 @@ class ContextVar:
             watcher(new_value)
         self._value = new_value
 
-    def watch(self, watcher: Callable[[Any], None]) -> None:
+    def watch(self, watcher: Callable[[object], None]) -> None:
         """Call `watcher(new_value)` before every change (a module that mirrors the setting elsewhere keeps up)."""
         self._watchers.append(watcher)
         watcher(self._value)
@@ -75,16 +80,16 @@ class ContextVar:
     def __bool__(self) -> bool:
         return bool(self.value)
 
-    def __ge__(self, other: Any) -> bool:
+    def __ge__(self, other: float) -> bool:
         return self.value >= other
 
-    def __gt__(self, other: Any) -> bool:
+    def __gt__(self, other: float) -> bool:
         return self.value > other
 
-    def __lt__(self, other: Any) -> bool:
+    def __lt__(self, other: float) -> bool:
         return self.value < other
 
-    def __le__(self, other: Any) -> bool:
+    def __le__(self, other: float) -> bool:
         return self.value <= other
 
     def __eq__(self, other: object) -> bool:
@@ -100,12 +105,12 @@ class ContextVar:
 class Context(contextlib.ContextDecorator):
     """Temporarily set ContextVars: `with Context(DEBUG=2, DEV="CPU"): ...` (also usable as a decorator)."""
 
-    def __init__(self, **kwargs: Any):
+    def __init__(self, **kwargs: object):
         unknown = [key for key in kwargs if key not in ContextVar._cache]
         if unknown:
             raise KeyError(f"Context got unknown setting(s) {unknown}; known: {sorted(ContextVar._cache)}")
         self.kwargs = kwargs
-        self.saved: list[dict[str, Any]] = []
+        self.saved: list[dict[str, object]] = []
 
     def __enter__(self) -> Context:
         saved = {key: ContextVar._cache[key].value for key in self.kwargs}
@@ -324,7 +329,7 @@ class cached_node_property(Generic[_Value]):  # noqa: N801 - named like the func
     @overload
     def __get__(self, instance: object, owner: type | None = None) -> _Value: ...
 
-    def __get__(self, instance: object | None, owner: type | None = None) -> Any:
+    def __get__(self, instance: object | None, owner: type | None = None) -> cached_node_property[_Value] | _Value:
         if instance is None:
             return self
         value = self.function(instance)
@@ -345,17 +350,17 @@ def dedup(items: Iterable[T]) -> list[T]:
     return list(dict.fromkeys(items))
 
 
-def argsort(items: Sequence[Any]) -> list[int]:
+def argsort(items: Sequence[SupportsRichComparison]) -> list[int]:
     """The indices that sort `items`."""
     return sorted(range(len(items)), key=items.__getitem__)
 
 
-def all_same(items: Sequence[Any]) -> bool:
+def all_same(items: Sequence[object]) -> bool:
     """True when every element equals the first (and for an empty sequence)."""
     return all(item == items[0] for item in items)
 
 
-def all_int(items: Iterable[Any]) -> bool:
+def all_int(items: Iterable[object]) -> bool:
     """True when every element is a Python int (not a symbolic value)."""
     return all(isinstance(item, int) for item in items)
 
@@ -414,7 +419,7 @@ def write_atomically(path: pathlib.Path, data: bytes, what: str) -> bool:
                 pass
 
 
-def colored(text: str, color: str | None, stream: Any = None) -> str:
+def colored(text: str, color: str | None, stream: object = None) -> str:
     """`text` in ANSI colour, unless NO_COLOR is set or `stream` (default stdout) is not a terminal."""
     stream = stream if stream is not None else sys.stdout
     if color is None or os.environ.get("NO_COLOR") is not None or not getattr(stream, "isatty", lambda: False)():
@@ -441,7 +446,7 @@ def fully_flatten(value: Any) -> list[Any]:
     return [value]
 
 
-def get_shape(value: Any) -> tuple[int, ...]:
+def get_shape(value: object) -> tuple[int, ...]:
     """The shape of nested lists/tuples; a clear error when they are ragged."""
     if not isinstance(value, (list, tuple)):
         return ()
@@ -480,9 +485,9 @@ def partition(items: Iterable[T], predicate: Callable[[T], bool]) -> tuple[list[
     return chosen, others
 
 
-def merge_dicts(dicts: Iterable[dict[Any, Any]]) -> dict[Any, Any]:
+def merge_dicts(dicts: Iterable[dict[_Key, _Item]]) -> dict[_Key, _Item]:
     """One dict with every key of `dicts`; a key given two different values is a RuntimeError naming it."""
-    merged: dict[Any, Any] = {}
+    merged: dict[_Key, _Item] = {}
     for mapping in dicts:
         for key, value in mapping.items():
             if key in merged and merged[key] != value:

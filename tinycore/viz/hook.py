@@ -5,12 +5,9 @@ that with VIZ=1, `tinycore.viz.record.enable()` any time."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from tinycore.helpers import ContextVar
-
-if TYPE_CHECKING:
-    from tinycore.uop.uop import UOp
 
 VIZ = ContextVar("VIZ", 0)
 VIZ_PATH = ContextVar("VIZ_PATH", "")  # where the recording is written at exit (default: a temporary file)
@@ -18,70 +15,32 @@ VIZ_PORT = ContextVar("VIZ_PORT", 8000)
 VIZ_SERVE = ContextVar("VIZ_SERVE", -1)  # 1: serve at exit even without a terminal, 0: never, -1: on a terminal
 
 
-class KernelSource(Protocol):
-    """What a recorder reads of a ProgramSpec (described here, not imported: this module sits below the renderer)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def device(self) -> str: ...
-
-    @property
-    def src(self) -> str: ...
-
-
-class ScheduledKernel(Protocol):
-    """What a recorder reads of a ScheduleItem."""
-
-    @property
-    def ast(self) -> UOp: ...
-
-
-class ScheduleLike(Protocol):
-    """What a recorder reads of a Schedule."""
-
-    @property
-    def items(self) -> Sequence[ScheduledKernel]: ...
-
-
-class Launcher(Protocol):
-    """What a recorder reads of and does with a CompiledRunner."""
-
-    name: str
-    device: str
-
-    def __call__(self, buffers: Sequence[object], var_vals: dict[UOp, int], wait: bool = False) -> float | None: ...
-
-
 class Recorder(Protocol):
     """What the core hands a recorder (tinycore.viz.record implements it)."""
 
-    def rewrite(self, run: Callable[..., UOp], sink: UOp, matcher: object, ctx: object, bottom_up: bool,
-                name: str) -> UOp:
+    def rewrite(self, run: Callable[..., Any], sink: Any, matcher: Any, ctx: Any, bottom_up: bool, name: str) -> Any:
         """Perform the named graph_rewrite `run(sink, matcher, ctx, bottom_up, name)`, recording it."""
 
-    def kernel_begin(self, ast: UOp) -> None:
+    def kernel_begin(self, ast: Any) -> None:
         """codegen starts lowering the kernel `ast`."""
 
-    def kernel_end(self, ast: UOp, optimized: UOp, spec: KernelSource, uops: Sequence[UOp], renderer: object) -> None:
+    def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
         """codegen lowered `ast` (the AST with opts `optimized`) to the linear program `uops` and the ProgramSpec."""
 
-    def step(self, name: str, graph: UOp, before: UOp | None) -> None:
+    def step(self, name: str, graph: Any, before: Any) -> None:
         """A codegen step that is not a graph_rewrite turned the graph `before` into `graph`."""
 
-    def schedule(self, outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
+    def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
         """realize ran `schedule`, made for the tensor graphs `outputs`."""
 
-    def launch(self, runner: Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
-               ast: UOp) -> float | None:
+    def launch(self, runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
         """Launch `runner` as realize would (`runner(buffers, var_vals, wait=wait)`), timing it when asked."""
 
 
 ENABLED = False
 """True while a recording is being made; every core hook tests this first."""
 
-REWRITE: Callable[..., UOp] | None = None
+REWRITE: Callable[..., Any] | None = None
 """While recording: the recorder's `rewrite`, which graph_rewrite calls for a named pass; None otherwise."""
 
 _recorder: Recorder | None = None
@@ -94,32 +53,32 @@ def install(recorder: Recorder | None) -> None:
     REWRITE = None if recorder is None else recorder.rewrite
 
 
-def kernel_begin(ast: UOp) -> None:
+def kernel_begin(ast: Any) -> None:
     """See Recorder.kernel_begin (nothing when not recording)."""
     if _recorder is not None:
         _recorder.kernel_begin(ast)
 
 
-def kernel_end(ast: UOp, optimized: UOp, spec: KernelSource, uops: Sequence[UOp], renderer: object) -> None:
+def kernel_end(ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
     """See Recorder.kernel_end (nothing when not recording)."""
     if _recorder is not None:
         _recorder.kernel_end(ast, optimized, spec, uops, renderer)
 
 
-def step(name: str, graph: UOp, before: UOp | None = None) -> None:
+def step(name: str, graph: Any, before: Any = None) -> None:
     """Record a codegen step that is not a graph_rewrite (a graph algorithm) as a pass of the kernel being lowered:
     the graph after it, the nodes not in `before` marked as changed (nothing when not recording)."""
     if _recorder is not None:
         _recorder.step(name, graph, before)
 
 
-def schedule(outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
+def schedule(outputs: Sequence[Any], schedule: Any) -> None:
     """See Recorder.schedule (nothing when not recording)."""
     if _recorder is not None:
         _recorder.schedule(outputs, schedule)
 
 
-def launch(runner: Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool, ast: UOp) -> float | None:
+def launch(runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
     """See Recorder.launch; a plain launch when not recording."""
     if _recorder is not None:
         return _recorder.launch(runner, buffers, var_vals, wait, ast)

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tinycore.helpers import PROFILE
 from tinycore.uop.ops import Ops
@@ -28,6 +28,42 @@ from tinycore.viz import hook
 FORMAT_VERSION = 1
 ARG_LIMIT = 80  # characters of a node's argument kept in the recording
 GraphJSON = dict[str, Any]
+
+
+class KernelSource(Protocol):
+    """What the recording reads of a ProgramSpec."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def device(self) -> str: ...
+
+    @property
+    def src(self) -> str: ...
+
+
+class ScheduledKernel(Protocol):
+    """What the recording reads of a ScheduleItem."""
+
+    @property
+    def ast(self) -> UOp: ...
+
+
+class ScheduleLike(Protocol):
+    """What the recording reads of a Schedule."""
+
+    @property
+    def items(self) -> Sequence[ScheduledKernel]: ...
+
+
+class Launcher(Protocol):
+    """What the recording reads of, and does with, a CompiledRunner."""
+
+    name: str
+    device: str
+
+    def __call__(self, buffers: Sequence[object], var_vals: dict[UOp, int], wait: bool = False) -> float | None: ...
 
 
 def _arg_text(arg: object) -> str:
@@ -132,7 +168,7 @@ _at_exit_registered: list[bool] = []
 class _Recorder:
     """This module as the core's hook.Recorder."""
 
-    def rewrite(self, run: Callable[..., UOp], sink: UOp, matcher: object, ctx: object, bottom_up: bool,
+    def rewrite(self, run: Callable[..., UOp], sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: bool,
                 name: str) -> UOp:
         """See hook.Recorder."""
         return recorded_rewrite(run, sink, matcher, ctx, bottom_up, name)
@@ -141,7 +177,7 @@ class _Recorder:
         """See hook.Recorder."""
         kernel_begin(ast)
 
-    def kernel_end(self, ast: UOp, optimized: UOp, spec: hook.KernelSource, uops: Sequence[UOp],
+    def kernel_end(self, ast: UOp, optimized: UOp, spec: KernelSource, uops: Sequence[UOp],
                    renderer: object) -> None:
         """See hook.Recorder."""
         kernel_end(ast, optimized, spec, uops, renderer)
@@ -150,11 +186,11 @@ class _Recorder:
         """See hook.Recorder."""
         step(name, graph, before)
 
-    def schedule(self, outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> None:
+    def schedule(self, outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
         """See hook.Recorder."""
         record_schedule(outputs, schedule)
 
-    def launch(self, runner: hook.Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
+    def launch(self, runner: Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
                ast: UOp) -> float | None:
         """See hook.Recorder."""
         return timed_launch(runner, buffers, var_vals, wait, ast)
@@ -186,12 +222,12 @@ def _note_error(where: str, error: BaseException) -> None:
 
 # ---- passes ----
 
-def recorded_rewrite(run: Callable[..., UOp], sink: UOp, matcher: object, ctx: object, bottom_up: bool,
+def recorded_rewrite(run: Callable[..., UOp], sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: bool,
                      name: str) -> UOp:
     """graph_rewrite's body `run`, recorded as a pass of the kernel being lowered when it rewrites a whole graph
     (a SINK); rewrites of single expressions (index simplification) and rewrites outside a kernel just run."""
     kernel: KernelRecord | None = getattr(_current, "kernel", None)
-    if kernel is None or sink.op is not Ops.SINK or not isinstance(matcher, PatternMatcher):
+    if kernel is None or sink.op is not Ops.SINK:
         return run(sink, matcher, ctx, bottom_up, name)
     counting = CountingMatcher(matcher)
     start = time.perf_counter()
@@ -232,7 +268,7 @@ def step(name: str, graph: UOp, before: UOp | None = None) -> None:
         record_pass(kernel, name, graph, None if before is None else set(before.toposort))
 
 
-def kernel_end(ast: UOp, optimized: UOp, spec: hook.KernelSource, uops: Sequence[UOp], renderer: object) -> None:
+def kernel_end(ast: UOp, optimized: UOp, spec: KernelSource, uops: Sequence[UOp], renderer: object) -> None:
     """Finish the current kernel: the `optimized` AST (opts applied) as a pass, its name, device, linear program
     and source (from the ProgramSpec `spec`)."""
     kernel: KernelRecord | None = getattr(_current, "kernel", None)
@@ -257,7 +293,7 @@ def kernel_end(ast: UOp, optimized: UOp, spec: hook.KernelSource, uops: Sequence
 
 # ---- schedules ----
 
-def record_schedule(outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> None:
+def record_schedule(outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
     """Record the tensor graph of `outputs` and the kernels and copies of its `schedule`, with each kernel's part
     of the graph (the nodes between its root and the roots it reads) outlined."""
     try:
@@ -266,7 +302,7 @@ def record_schedule(outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> None
         _note_error("record_schedule", error)
 
 
-def _schedule_json(number: int, outputs: Sequence[UOp], schedule: hook.ScheduleLike) -> dict[str, Any]:
+def _schedule_json(number: int, outputs: Sequence[UOp], schedule: ScheduleLike) -> dict[str, Any]:
     from tinycore.dtype import dtypes
     from tinycore.engine.memory import device_facts  # what realize schedules with: fusion depends on the device
     from tinycore.schedule.empty import fold_empty
@@ -323,7 +359,7 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: hook.ScheduleL
 
 # ---- timeline ----
 
-def timed_launch(runner: hook.Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
+def timed_launch(runner: Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
                  ast: UOp) -> float | None:
     """Launch `runner` as realize does; with PROFILE=1, waited for and timed on the host, as a timeline bar."""
     if not PROFILE or _queue_profiled(str(runner.device)):
