@@ -12,7 +12,7 @@ import struct
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
-from tinycore.dtype import DType, PtrDType, dtypes, truncate
+from tinycore.dtype import ConstType, DType, PtrDType, dtypes, truncate
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp, exec_alu
 
@@ -21,7 +21,7 @@ class InterpreterError(RuntimeError):
     """A linear program the interpreter cannot run (unknown op, out-of-bounds access, missing argument)."""
 
 
-def cast_value(value: Any, dtype: DType) -> Any:
+def cast_value(value: ConstType, dtype: DType) -> ConstType:
     """`value` converted to scalar `dtype` the way C converts (floats to ints truncate toward zero)."""
     if dtypes.is_bool(dtype):
         return bool(value)
@@ -34,18 +34,18 @@ def cast_value(value: Any, dtype: DType) -> Any:
     return truncate(float(value), dtype)
 
 
-def bitcast_value(value: Any, source: DType, target: DType) -> Any:
+def bitcast_value(value: ConstType, source: DType, target: DType) -> ConstType:
     """The bits of `value` (of scalar `source`) read as scalar `target`."""
     if source.fmt is None or target.fmt is None:
         raise InterpreterError(f"cannot bitcast {source} to {target} in the interpreter")
     return struct.unpack(target.fmt, struct.pack(source.fmt, value))[0]
 
 
-def _lanes(value: Any, lane: int) -> Any:
+def _lanes(value: ConstType | tuple[ConstType, ...], lane: int) -> ConstType:
     return value[lane] if isinstance(value, tuple) else value
 
 
-def _zero(dtype: DType) -> Any:
+def _zero(dtype: DType) -> ConstType | tuple[ConstType, ...]:
     zero = False if dtypes.is_bool(dtype) else 0 if dtypes.is_int(dtype) else 0.0
     return zero if dtype.count == 1 else (zero,) * dtype.count
 
@@ -76,7 +76,7 @@ class Program:
     """The UOps at which a work-item yields `(name, operands)` and waits for its value (none here; the wave
     interpreter's collective ops)."""
 
-    def __call__(self, buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
+    def __call__(self, buffers: Sequence[object], var_vals: Mapping[str, int] | None = None) -> None:
         """Run every thread of the program on `buffers` (mutable lists or numpy arrays, by DEFINE_GLOBAL position)."""
         import numpy
         var_vals = dict(var_vals or {})
@@ -108,7 +108,7 @@ class Program:
 
     @staticmethod
     def _evaluate_size(node: UOp, var_vals: Mapping[str, int]) -> int:
-        values: dict[UOp, Any] = {}
+        values: dict[UOp, ConstType] = {}
         for item in node.toposort:
             if item.op is Ops.CONST:
                 values[item] = item.arg
@@ -237,7 +237,7 @@ class Program:
             memory[index] = value
 
 
-def _combined(reduce: str, dtype: DType, old: Any, new: Any) -> Any:
+def _combined(reduce: str, dtype: DType, old: ConstType, new: ConstType) -> ConstType:
     """A scatter reduce of the stored `old` with `new` (as tinycore.uop.indexing.combine_scatter computes it)."""
     if reduce == "min":
         return new if exec_alu(Ops.CMPLT, dtypes.bool, [new, old]) else old
@@ -246,6 +246,6 @@ def _combined(reduce: str, dtype: DType, old: Any, new: Any) -> Any:
     return exec_alu(op, dtype, [old, new])
 
 
-def run_linear(uops: Sequence[UOp], buffers: Sequence[Any], var_vals: Mapping[str, int] | None = None) -> None:
+def run_linear(uops: Sequence[UOp], buffers: Sequence[object], var_vals: Mapping[str, int] | None = None) -> None:
     """Run the linear program `uops` on `buffers` (numpy arrays are updated in place)."""
     Program(uops)(buffers, var_vals)
