@@ -35,5 +35,11 @@ class UnsupportedModeError(NotImplementedError, ValueError):
     torch raise NotImplementedError."""
 
 
+class ArgumentAssertionError(AssertionError, ValueError):
+    """An argument tinygrad rejects with an assert (multinomial's weights of rank 0 or 3+, a sample count of zero,
+    more samples than weights without replacement): AssertionError for ported tinygrad code, ValueError for tinycore
+    code written before."""
+
+
 class UnknownDTypeError(AttributeError, TypeError):
     """A dtype given by a name (or an object) that is not a dtype (tinygrad: AttributeError from `dtypes`)."""

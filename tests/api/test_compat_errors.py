@@ -63,6 +63,12 @@ CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None, type[Excepti
                                   TypeError),
     "linspace_negative_steps": (lambda: Tensor.linspace(0, 1, -2), lambda: torch.linspace(0, 1, -2), RuntimeError,
                                 ValueError),
+    "multinomial_of_a_scalar": (lambda: Tensor(2.0).multinomial(1), lambda: torch.tensor(2.0).multinomial(1),
+                                AssertionError, ValueError),
+    "multinomial_no_samples": (lambda: Tensor([1.0, 9.0]).multinomial(0),
+                               lambda: torch.tensor([1.0, 9.0]).multinomial(0), AssertionError, ValueError),
+    "multinomial_more_than_weights": (lambda: Tensor([1.0, 9.0]).multinomial(3),
+                                      lambda: torch.tensor([1.0, 9.0]).multinomial(3), AssertionError, ValueError),
 }
 
 

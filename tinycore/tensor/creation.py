@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
-from tinycore.errors import ArgumentError
+from tinycore.errors import ArgumentAssertionError, ArgumentError
 from tinycore.tensor.support import argfix, check_shape, optional_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -510,12 +510,12 @@ class CreationMixin:
         weights' Efraimidis-Spirakis keys (log2 of a uniform draw over the weight) pick the top `num_samples`.
         """
         if not 1 <= self.ndim <= 2:
-            raise ValueError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
+            raise ArgumentAssertionError(f"multinomial needs a 1-D or 2-D tensor of weights, got shape {self.shape}")
         if not isinstance(num_samples, int) or num_samples <= 0:
-            raise ValueError(f"multinomial needs a positive number of samples, got {num_samples!r}")
+            raise ArgumentAssertionError(f"multinomial needs a positive number of samples, got {num_samples!r}")
         weights = self.unsqueeze(0) if self.ndim == 1 else self
         if not replacement and num_samples > weights.shape[1]:
-            raise ValueError(f"multinomial without replacement cannot draw {num_samples} samples from "
+            raise ArgumentAssertionError(f"multinomial without replacement cannot draw {num_samples} samples from "
                              f"{weights.shape[1]} weights: pass replacement=True or fewer samples")
         if replacement or num_samples == 1:
             cumulative = weights.cumsum(1).float()
