@@ -18,7 +18,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pluggy
 
@@ -37,6 +37,20 @@ REFUSED = "refused"
 DISABLED = "disabled"
 NOT_ALLOWED = "not allowed"
 
+_Spec = TypeVar("_Spec")
+
+
+class EntryPointLike(Protocol):
+    """What discovery reads of an importlib.metadata entry point (tests pass stand-ins)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+    def load(self) -> types.ModuleType: ...
+
 
 @dataclass
 class PluginRecord:
@@ -52,14 +66,14 @@ class PluginRecord:
     api_level: int | None = None
     hooks: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
-    module: Any = None
+    module: types.ModuleType | None = None
 
     @property
     def install_name(self) -> str:
         """The name to give pip for this plugin (its distribution, else its entry-point name)."""
         return self.distribution or self.name
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """A JSON-friendly view (for `tiny plugins --json`)."""
         return {"name": self.name, "module": self.module_path, "distribution": self.distribution,
                 "version": self.version, "status": self.status, "reason": self.reason,
@@ -80,7 +94,7 @@ def _name_list(variable: str) -> set[str] | None:
     return {_normalize(part) for part in value.split(",") if part.strip()}
 
 
-def _format_value(value: Any, limit: int = 400) -> str:
+def _format_value(value: object, limit: int = 400) -> str:
     """`repr(value)`, shortened for trace output."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
@@ -89,7 +103,7 @@ def _format_value(value: Any, limit: int = 400) -> str:
 class PluginManager:
     """Discovers the installed plugins once and calls their hooks with per-plugin failure isolation."""
 
-    def __init__(self, entry_points: Iterable[Any] | None = None) -> None:
+    def __init__(self, entry_points: Iterable[EntryPointLike] | None = None) -> None:
         """`entry_points` replaces the importlib.metadata lookup (for tests); by default it happens on first use."""
         self._given_entry_points = list(entry_points) if entry_points is not None else None
         self._pluggy = pluggy.PluginManager("tinycore")
@@ -154,14 +168,14 @@ class PluginManager:
             self._discovered = True
 
     @staticmethod
-    def _new_record(entry_point: Any) -> PluginRecord:
+    def _new_record(entry_point: EntryPointLike) -> PluginRecord:
         """A record for `entry_point` with its distribution name and version filled in when known."""
         distribution = getattr(entry_point, "dist", None)
         distribution_name = distribution.metadata["Name"] if distribution is not None else None
         version = distribution.version if distribution is not None else None
         return PluginRecord(entry_point.name, entry_point.value, distribution_name, version)
 
-    def _load(self, record: PluginRecord, entry_point: Any) -> None:
+    def _load(self, record: PluginRecord, entry_point: EntryPointLike) -> None:
         """Import the plugin module and check its API level; failures mark the record."""
         try:
             module = entry_point.load()
@@ -189,14 +203,15 @@ class PluginManager:
             return
         record.hooks = tuple(name for name in HOOK_NAMES if hasattr(implementations, name))
 
-    def _isolated(self, record: PluginRecord, hook_name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def _isolated(self, record: PluginRecord, hook_name: str,
+                  function: Callable[..., object]) -> Callable[..., tuple[PluginRecord, object] | None]:
         """`function` (a hook implementation of `record`) answering `(record, result)`, or None when it returns
         None, raises (the plugin is then marked broken) or its plugin is broken already. pluggy reads the
         implementation's argument names and hookimpl options through the wrapper (functools.wraps)."""
         parameter_names = tuple(inspect.signature(function).parameters)
 
         @functools.wraps(function)
-        def isolated(*arguments: Any, **keywords: Any) -> tuple[PluginRecord, Any] | None:
+        def isolated(*arguments: object, **keywords: object) -> tuple[PluginRecord, object] | None:
             if record.status != OK:
                 return None
             try:
@@ -213,7 +228,7 @@ class PluginManager:
         return isolated
 
     @staticmethod
-    def _api_message(record: PluginRecord, level: Any) -> str:
+    def _api_message(record: PluginRecord, level: object) -> str:
         """Why a plugin of API level `level` is refused, and the pip command that fixes it."""
         from tinycore.plugins.api_level import core_version
         from tinycore.plugins.install import install_command
@@ -258,8 +273,8 @@ class PluginManager:
         results = self.call(hook_name, **arguments)
         return results[0][1] if results else None
 
-    def _checked_calls(self, hook_name: str, is_valid: Callable[[Any], bool], expected: str,
-                       arguments: dict[str, Any]) -> list[tuple[PluginRecord, Any]]:
+    def _checked_calls(self, hook_name: str, is_valid: Callable[[object], bool], expected: str,
+                       arguments: dict[str, object]) -> list[tuple[PluginRecord, Any]]:
         """`call`, with results failing `is_valid` turning their plugin broken."""
         checked = []
         for record, result in self.call(hook_name, **arguments):
@@ -272,9 +287,10 @@ class PluginManager:
                     self._mark_broken(record, str(error))
         return checked
 
-    def _spec_lists(self, hook_name: str, spec_type: type, arguments: dict[str, Any]) -> list[tuple[Any, PluginRecord]]:
+    def _spec_lists(self, hook_name: str, spec_type: type[_Spec],
+                    arguments: dict[str, object]) -> list[tuple[_Spec, PluginRecord]]:
         """Every spec returned by list-returning hook `hook_name`, with the plugin that returned it."""
-        def is_valid(value: Any) -> bool:
+        def is_valid(value: object) -> bool:
             return isinstance(value, (list, tuple)) and all(isinstance(item, spec_type) for item in value)
         expected = f"a list of {spec_type.__name__}"
         return [(spec, record) for record, specs in self._checked_calls(hook_name, is_valid, expected, arguments)
@@ -310,7 +326,8 @@ class PluginManager:
                 self._interface_specs[device] = self._owner_first(device, specs)
             return list(self._interface_specs[device])
 
-    def _owner_first(self, device: str, specs: list[tuple[Any, PluginRecord]]) -> list[tuple[Any, PluginRecord]]:
+    def _owner_first(self, device: str,
+                     specs: list[tuple[_Spec, PluginRecord]]) -> list[tuple[_Spec, PluginRecord]]:
         """`specs` reordered so that those of the plugin providing `device` come first (stable otherwise)."""
         owner = next((record.name for spec, record in self.device_specs() if spec.name == device), None)
         return sorted(specs, key=lambda pair: pair[1].name != owner)
