@@ -88,7 +88,7 @@ class RendererContract:
     """Bool vectors may be lane masks: vector comparisons of the dtypes whose `vector_alu_ops` hold them, logic
     (AND, OR, XOR) on such masks and WHERE over them stay vector ops; the renderer writes the masks and selects
     (blends). False: every op with a bool vector source or result is computed lane by lane."""
-    tensor_cores: list[Any] = []
+    tensor_cores: list[object] = []
     """Matrix units codegen may use (none are used yet)."""
     tensor_core_opt: Callable[[Any, list[str]], bool] | None = None
     """`tensor_core_opt(kernel, notes)`: given each GPU kernel first; it may rewrite the kernel for the device's
@@ -101,7 +101,7 @@ class RendererContract:
     min): a STORE whose arg is the reduce must then render as one read-modify-write that loses no concurrent update.
     A scatter reduction of such a dtype runs all its axes in parallel; others run the axes that may repeat an
     address in order inside one worker (codegen/atomics.py)."""
-    capabilities: ClassVar[Any] = None
+    capabilities: ClassVar[object] = None
     """What the conformance suite may check (a dict or tinycore.testing DeviceCapabilities); None: every check."""
     type_map: dict[DType, str] | None = None
     """The type name of each scalar dtype the language spells (C-like renderers); without a declared `capabilities`
@@ -236,7 +236,8 @@ class LaunchableProgram(ProgramContract, Protocol):
     """A program that can prepare a launch once: `launcher(global_size, local_size)` returns a callable taking only
     the buffer handles (and `vals`), which the engine then calls for every launch of that kernel."""
 
-    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None) -> Any:
+    def launcher(self, global_size: Sequence[int],
+                 local_size: Sequence[int] | None = None) -> Callable[..., float | None]:
         """A fast launch function for these launch dimensions."""
 
 
@@ -284,7 +285,7 @@ class DeviceContract:
     graph: GraphFactory | None
     """How TinyJit replays a capture whose first call runs on this device as one unit (GraphFactory), or None: it
     replays call by call."""
-    capabilities: Any = None
+    capabilities: object = None
     """What the conformance suite may check and `Renderer.supported_dtypes` answers (a dict or
     tinycore.testing DeviceCapabilities); None: the renderer's declaration, else every check."""
     broken: str | None = None
@@ -329,6 +330,6 @@ def expects_launches(device: DeviceContract) -> bool:
     return type(device).expect_launches is not DeviceContract.expect_launches
 
 
-def launcher_of(program: object) -> Callable[..., Any] | None:
+def launcher_of(program: object) -> Callable[..., Callable[..., float | None]] | None:
     """The program's `launcher` method when it is a LaunchableProgram, else None."""
     return program.launcher if isinstance(program, LaunchableProgram) else None
