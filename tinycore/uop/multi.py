@@ -29,7 +29,7 @@ RING_ALLREDUCE_THRESHOLD = 256_000
 _PER_SHARD = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.ASSIGN})
 
 
-def _uop_class() -> Any:
+def _uop_class() -> type[UOp]:
     from tinycore.uop.uop import UOp
     return UOp
 

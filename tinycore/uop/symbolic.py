@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Union
 
-from tinycore.dtype import DType, dtypes
+from tinycore.dtype import ConstType, DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
 from tinycore.uop.uop import PYTHON_ALU, UOp, exec_alu
@@ -255,7 +255,7 @@ def Variable(name: str, min_value: int, max_value: int, dtype: DType = dtypes.in
     return UOp(Ops.DEFINE_VAR, dtype, (), (name, min_value, max_value))
 
 
-def sym_infer(expression: sint, var_values: Mapping[Any, int]) -> int:
+def sym_infer(expression: sint, var_values: Mapping[str, int] | Mapping[UOp, int]) -> int:
     """The integer value of `expression` with the variables set to `var_values`.
 
     Keys of `var_values` may be variable names or DEFINE_VAR UOps; BINDs evaluate to their bound value unless
@@ -269,7 +269,7 @@ def sym_infer(expression: sint, var_values: Mapping[Any, int]) -> int:
     for node in expression.toposort:
         if node.op is Ops.BIND:
             by_name.setdefault(node.src[0].arg[0], node.src[1].arg)
-    values: dict[UOp, Any] = {}
+    values: dict[UOp, ConstType] = {}
     for node in expression.toposort:
         if node.op is Ops.DEFINE_VAR:
             if node.arg[0] not in by_name:
@@ -298,7 +298,7 @@ def ssimplify(value: sint) -> sint:
     return simplified.arg if simplified.op is Ops.CONST else simplified
 
 
-def resolve(value: Any, default: bool = True) -> bool:
+def resolve(value: object, default: bool = True) -> bool:
     """A Python bool for `value`; a bool UOp is decided by its bounds, `default` when they do not decide it."""
     if not isinstance(value, UOp):
         return bool(value)
@@ -379,7 +379,7 @@ def linear_form(uop: UOp, limit: int | None = _MAX_LINEAR_NODES) -> tuple[dict[U
     return terms, constant
 
 
-def _term_order(item: tuple[int, tuple[UOp, int]]) -> tuple[int, Any, int]:
+def _term_order(item: tuple[int, tuple[UOp, int]]) -> tuple[int, object, int]:
     """Sort key of a term: ranges by axis, then variables and thread indices by name, then the rest as they came."""
     position, (term, _) = item
     if term.op is Ops.DEFINE_VAR and len(term.arg) == 4:  # a stand-in of simplify_given_valid sorts as its subject
