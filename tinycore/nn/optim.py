@@ -1,7 +1,8 @@
 """Optimizers: SGD, LARS, Muon, LAMB, Adam, AdamW and OptimizerGroup, with tinygrad's names and defaults.
 
-An optimizer holds the parameters it trains (`params`, tensors with requires_grad) and the other tensors it keeps
-realized with them (`buffers`, such as BatchNorm running statistics). `step()` builds each parameter's update from
+An optimizer holds the parameters it trains (`params`: `is_param`, off for `requires_grad=False` or after
+`is_param_(False)`, as tinygrad 0.14) and the other tensors it keeps realized with them (`buffers`, such as
+BatchNorm running statistics). `step()` builds each parameter's update from
 its `.grad`, writes it into the parameter with `assign`, and realizes everything in one schedule. The learning rate
 `lr` is a one-element Tensor, so a schedule that changes it (`optimizer.lr.assign(...)`) does not change the
 compiled kernels. Stepping is only allowed in training mode (`Tensor.train()`, `Tensor.training = True` or
@@ -56,11 +57,12 @@ class Optimizer:
         if not params:
             raise ValueError("the optimizer got an empty parameter list: pass the model's tensors, for example "
                              "nn.state.get_parameters(model)")
-        for tensor in params:
+        trained = [tensor for tensor in params if tensor.is_param and tensor.requires_grad is not False]
+        for tensor in trained:
             if tensor.requires_grad is None:
                 tensor.requires_grad = True
-        self.params: list[Tensor] = [tensor for tensor in params if tensor.requires_grad]
-        self.buffers: list[Tensor] = [tensor for tensor in params if not tensor.requires_grad]
+        self.params: list[Tensor] = trained
+        self.buffers: list[Tensor] = [tensor for tensor in params if all(tensor is not param for param in trained)]
         if not self.params:
             raise ValueError("none of the optimizer's tensors requires a gradient (all have requires_grad=False)")
         self.device = device if device is not None else self.params[0].device

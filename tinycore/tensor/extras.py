@@ -82,13 +82,20 @@ class ExtrasMixin:
 
     @property
     def is_param(self: Tensor) -> bool:
-        """Whether this tensor is a parameter slot: never, since the engine has no parameter slots."""
-        return False
+        """Whether optimizers given this tensor train it (tinygrad 0.14's flag): True unless set False with
+        `is_param_(False)` or `t.is_param = False`; a tensor with `requires_grad=False` (running statistics,
+        counters) is not one unless set True."""
+        flag = self.__dict__.get("_is_param")
+        return self.requires_grad is not False if flag is None else flag
 
-    def is_param_(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
-        """Not available: parameter slots need the function-call engine."""
-        _not_available("is_param_", "the engine has no parameter slots for callable graphs",
-                       "Pass tensors as ordinary inputs to a TinyJit-decorated function instead")
+    @is_param.setter
+    def is_param(self: Tensor, flag: bool) -> None:
+        self.__dict__["_is_param"] = bool(flag)
+
+    def is_param_(self: Tensor, is_param: bool = True) -> Tensor:
+        """Set whether optimizers train this tensor (False: a buffer they only realize); returns self."""
+        self.is_param = is_param
+        return self
 
     def linear_with_vars(self: Tensor, *lst: Tensor) -> tuple[LinearSchedule, dict[UOp, int]]:
         """The kernels and copies that realize this tensor and `lst`, in order, without running them (see

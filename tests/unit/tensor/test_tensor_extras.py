@@ -183,7 +183,6 @@ def test_fetch_gunzip_and_errors(tmp_path: pathlib.Path, monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("call", [
     lambda tensor: tensor.as_param(0),
-    lambda tensor: tensor.is_param_(),
     lambda tensor: tensor.custom_kernel(fxn=lambda *args: None),
     lambda tensor: tensor.call(fxn=tensor),
     lambda tensor: tensor.callify(),
@@ -193,7 +192,6 @@ def test_unavailable_features_raise(call: object) -> None:
     tensor = Tensor([1.0, 2.0])
     with pytest.raises(NotImplementedError, match="not available in tinycore"):
         call(tensor)  # type: ignore[operator]
-    assert tensor.is_param is False
 
 
 def test_function_unavailable() -> None:
