@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from tinycore.viz.hook import VIZ_PORT
 
 
-def add_viz_parser(commands: Any) -> None:
+def add_viz_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `viz` subcommand to the `tiny` command's subparsers."""
     viz = commands.add_parser("viz", help="serve a VIZ=1 recording in the browser (http://127.0.0.1:PORT)")
     viz.add_argument("file", help="the recording VIZ=1 wrote (its path is printed at exit, or VIZ_PATH)")

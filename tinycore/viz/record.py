@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from tinycore.helpers import PROFILE
 from tinycore.uop.ops import Ops
@@ -27,7 +27,7 @@ from tinycore.viz import hook
 
 FORMAT_VERSION = 1
 ARG_LIMIT = 80  # characters of a node's argument kept in the recording
-GraphJSON = dict[str, Any]
+GraphJSON = dict[str, object]
 
 
 class KernelSource(Protocol):
@@ -132,12 +132,12 @@ class KernelRecord:
     id: int
     name: str = ""
     device: str = ""
-    passes: list[dict[str, Any]] = field(default_factory=list)
+    passes: list[dict[str, object]] = field(default_factory=list)
     linear: list[str] = field(default_factory=list)
     source: str = ""
     language: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The JSON form (see docs/architecture.md, "VIZ")."""
         return {"id": self.id, "name": self.name, "device": self.device, "passes": self.passes,
                 "linear": self.linear, "source": self.source, "language": self.language}
@@ -148,13 +148,13 @@ class Recording:
     """All that VIZ recorded in this process."""
 
     kernels: list[KernelRecord] = field(default_factory=list)
-    schedules: list[dict[str, Any]] = field(default_factory=list)
-    timeline: list[dict[str, Any]] = field(default_factory=list)
+    schedules: list[dict[str, object]] = field(default_factory=list)
+    timeline: list[dict[str, object]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     kernel_of_ast: dict[UOp, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The recording as one JSON document."""
         return {"version": FORMAT_VERSION, "kernels": [kernel.to_json() for kernel in self.kernels],
                 "schedules": self.schedules, "timeline": self.timeline + _queue_events(), "errors": self.errors}
@@ -302,7 +302,7 @@ def record_schedule(outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
         _note_error("record_schedule", error)
 
 
-def _schedule_json(number: int, outputs: Sequence[UOp], schedule: ScheduleLike) -> dict[str, Any]:
+def _schedule_json(number: int, outputs: Sequence[UOp], schedule: ScheduleLike) -> dict[str, object]:
     from tinycore.dtype import dtypes
     from tinycore.engine.memory import device_facts  # what realize schedules with: fusion depends on the device
     from tinycore.schedule.empty import fold_empty
@@ -318,7 +318,7 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: ScheduleLike) 
     index = {node: position for position, node in enumerate(order)}
     roots = list(find_roots(prepared, (), device_facts))
     root_set = set(roots)
-    groups: list[dict[str, Any]] = []
+    groups: list[dict[str, object]] = []
     for root in roots:
         members, stack = [], [root]
         seen: set[UOp] = set()
@@ -330,7 +330,7 @@ def _schedule_json(number: int, outputs: Sequence[UOp], schedule: ScheduleLike) 
             members.append(index[node])
             stack.extend(source for source in node.src if source not in root_set and source.op is not Ops.BUFFER)
         groups.append({"root": index.get(root), "nodes": sorted(members)})
-    items: list[dict[str, Any]] = []
+    items: list[dict[str, object]] = []
     for item in schedule.items:
         if item.ast.op is Ops.COPY:
             items.append({"kind": "copy", "kernel": None, "name": "copy"})
@@ -387,7 +387,7 @@ def _queue_profiled(device: str) -> bool:
     return found
 
 
-def _queue_events() -> list[dict[str, Any]]:
+def _queue_events() -> list[dict[str, object]]:
     """The queue devices' own timestamps (tinycore.hcq.profile), when any device profiled."""
     if "tinycore.hcq.profile" not in sys.modules:
         return []

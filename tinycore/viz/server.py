@@ -42,7 +42,7 @@ def load_recording(path: str) -> dict[str, Any]:
     return document
 
 
-def summary(recording: dict[str, Any]) -> dict[str, Any]:
+def summary(recording: dict[str, Any]) -> dict[str, object]:
     """What the page lists first: kernels with their passes (no graphs), schedules (no graphs), the timeline."""
     kernels = [{"id": kernel["id"], "name": kernel["name"], "device": kernel.get("device", ""),
                 "passes": [{"name": step["name"], "nodes": len(step["nodes"]), "changed": len(step["changed"]),
@@ -60,7 +60,7 @@ class VizHandler(BaseHTTPRequestHandler):
 
     server: VizServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base class's name)
         """Quiet: a page load makes many requests."""
 
     def _send(self, status: int, body: bytes, content_type: str) -> None:
@@ -71,7 +71,7 @@ class VizHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def _json(self, status: int, document: Any) -> None:
+    def _json(self, status: int, document: object) -> None:
         self._send(status, json.dumps(document).encode(), "application/json")
 
     def _error(self, status: HTTPStatus, message: str) -> None:
