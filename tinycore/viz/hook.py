@@ -18,22 +18,25 @@ VIZ_SERVE = ContextVar("VIZ_SERVE", -1)  # 1: serve at exit even without a termi
 class Recorder(Protocol):
     """What the core hands a recorder (tinycore.viz.record implements it)."""
 
-    def rewrite(self, run: Callable[..., Any], sink: Any, matcher: Any, ctx: Any, bottom_up: bool, name: str) -> Any:
+    def rewrite(self, run: Callable[..., Any], sink: object, matcher: object, ctx: object, bottom_up: bool,
+                name: str) -> Any:
         """Perform the named graph_rewrite `run(sink, matcher, ctx, bottom_up, name)`, recording it."""
 
-    def kernel_begin(self, ast: Any) -> None:
+    def kernel_begin(self, ast: object) -> None:
         """codegen starts lowering the kernel `ast`."""
 
-    def kernel_end(self, ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+    def kernel_end(self, ast: object, optimized: object, spec: object, uops: Sequence[object],
+                   renderer: object) -> None:
         """codegen lowered `ast` (the AST with opts `optimized`) to the linear program `uops` and the ProgramSpec."""
 
-    def step(self, name: str, graph: Any, before: Any) -> None:
+    def step(self, name: str, graph: object, before: object) -> None:
         """A codegen step that is not a graph_rewrite turned the graph `before` into `graph`."""
 
-    def schedule(self, outputs: Sequence[Any], schedule: Any) -> None:
+    def schedule(self, outputs: Sequence[object], schedule: object) -> None:
         """realize ran `schedule`, made for the tensor graphs `outputs`."""
 
-    def launch(self, runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+    def launch(self, runner: Callable[..., float | None], buffers: list[object], var_vals: object, wait: bool,
+               ast: object) -> float | None:
         """Launch `runner` as realize would (`runner(buffers, var_vals, wait=wait)`), timing it when asked."""
 
 
@@ -53,32 +56,33 @@ def install(recorder: Recorder | None) -> None:
     REWRITE = None if recorder is None else recorder.rewrite
 
 
-def kernel_begin(ast: Any) -> None:
+def kernel_begin(ast: object) -> None:
     """See Recorder.kernel_begin (nothing when not recording)."""
     if _recorder is not None:
         _recorder.kernel_begin(ast)
 
 
-def kernel_end(ast: Any, optimized: Any, spec: Any, uops: Sequence[Any], renderer: Any) -> None:
+def kernel_end(ast: object, optimized: object, spec: object, uops: Sequence[object], renderer: object) -> None:
     """See Recorder.kernel_end (nothing when not recording)."""
     if _recorder is not None:
         _recorder.kernel_end(ast, optimized, spec, uops, renderer)
 
 
-def step(name: str, graph: Any, before: Any = None) -> None:
+def step(name: str, graph: object, before: object = None) -> None:
     """Record a codegen step that is not a graph_rewrite (a graph algorithm) as a pass of the kernel being lowered:
     the graph after it, the nodes not in `before` marked as changed (nothing when not recording)."""
     if _recorder is not None:
         _recorder.step(name, graph, before)
 
 
-def schedule(outputs: Sequence[Any], schedule: Any) -> None:
+def schedule(outputs: Sequence[object], schedule: object) -> None:
     """See Recorder.schedule (nothing when not recording)."""
     if _recorder is not None:
         _recorder.schedule(outputs, schedule)
 
 
-def launch(runner: Any, buffers: list[Any], var_vals: dict[Any, int], wait: bool, ast: Any) -> float | None:
+def launch(runner: Callable[..., float | None], buffers: list[object], var_vals: object, wait: bool,
+           ast: object) -> float | None:
     """See Recorder.launch; a plain launch when not recording."""
     if _recorder is not None:
         return _recorder.launch(runner, buffers, var_vals, wait, ast)

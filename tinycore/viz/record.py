@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from tinycore.helpers import PROFILE
 from tinycore.uop.ops import Ops
@@ -166,34 +166,36 @@ _at_exit_registered: list[bool] = []
 
 
 class _Recorder:
-    """This module as the core's hook.Recorder."""
+    """This module as the core's hook.Recorder. The hook sits below the IR, so it hands on objects: its callers
+    (graph_rewrite, codegen, realize) pass the types each cast names."""
 
-    def rewrite(self, run: Callable[..., UOp], sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: bool,
+    def rewrite(self, run: Callable[..., UOp], sink: object, matcher: object, ctx: object, bottom_up: bool,
                 name: str) -> UOp:
         """See hook.Recorder."""
-        return recorded_rewrite(run, sink, matcher, ctx, bottom_up, name)
+        return recorded_rewrite(run, cast(UOp, sink), cast(PatternMatcher, matcher), ctx, bottom_up, name)
 
-    def kernel_begin(self, ast: UOp) -> None:
+    def kernel_begin(self, ast: object) -> None:
         """See hook.Recorder."""
-        kernel_begin(ast)
+        kernel_begin(cast(UOp, ast))
 
-    def kernel_end(self, ast: UOp, optimized: UOp, spec: KernelSource, uops: Sequence[UOp],
+    def kernel_end(self, ast: object, optimized: object, spec: object, uops: Sequence[object],
                    renderer: object) -> None:
         """See hook.Recorder."""
-        kernel_end(ast, optimized, spec, uops, renderer)
+        kernel_end(cast(UOp, ast), cast(UOp, optimized), cast(KernelSource, spec), cast("Sequence[UOp]", uops),
+                   renderer)
 
-    def step(self, name: str, graph: UOp, before: UOp | None) -> None:
+    def step(self, name: str, graph: object, before: object) -> None:
         """See hook.Recorder."""
-        step(name, graph, before)
+        step(name, cast(UOp, graph), cast("UOp | None", before))
 
-    def schedule(self, outputs: Sequence[UOp], schedule: ScheduleLike) -> None:
+    def schedule(self, outputs: Sequence[object], schedule: object) -> None:
         """See hook.Recorder."""
-        record_schedule(outputs, schedule)
+        record_schedule(cast("Sequence[UOp]", outputs), cast(ScheduleLike, schedule))
 
-    def launch(self, runner: Launcher, buffers: list[object], var_vals: dict[UOp, int], wait: bool,
-               ast: UOp) -> float | None:
+    def launch(self, runner: Callable[..., float | None], buffers: list[object], var_vals: object, wait: bool,
+               ast: object) -> float | None:
         """See hook.Recorder."""
-        return timed_launch(runner, buffers, var_vals, wait, ast)
+        return timed_launch(cast(Launcher, runner), buffers, cast("dict[UOp, int]", var_vals), wait, cast(UOp, ast))
 
 
 def enable(at_exit: bool = False) -> None:
