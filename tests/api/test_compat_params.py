@@ -35,3 +35,16 @@ def test_optimizer_trains_only_params() -> None:
         optimizer.step()
     np.testing.assert_allclose(weight.numpy(), torch_weight.detach().numpy(), rtol=1e-6)
     np.testing.assert_equal(scale.numpy(), start_scale)
+
+
+def test_clone_copies_the_gradient() -> None:
+    start = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    reference = torch.tensor(start, requires_grad=True)
+    reference.mul(5.0).add(5.0).mean().backward()
+    assert reference.grad is not None
+    source = Tensor(start, requires_grad=True)
+    source.mul(5.0).add(5.0).mean().backward()
+    copied = source.clone()
+    assert copied.grad is not None and copied.grad is not source.grad
+    np.testing.assert_allclose(copied.grad.numpy(), reference.grad.numpy(), rtol=1e-6)
+    np.testing.assert_equal(copied.numpy(), start)

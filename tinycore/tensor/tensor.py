@@ -575,9 +575,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         return self
 
     def clone(self, device: str | None = None) -> Tensor:
-        """A copy in a new buffer (on `device` if given)."""
+        """A copy in a new buffer (on `device` if given), with a copy of `.grad` when there is one (as tinygrad)."""
         source = self if device is None else self.to(device)
-        return source._result(source.uop.clone())
+        copied = source._result(source.uop.clone())
+        if self.grad is not None:
+            copied.grad = self.grad.clone(device)
+        return copied
 
     def contiguous(self) -> Tensor:
         """This value in its own contiguous buffer when realized (a no-op for one that already is)."""
