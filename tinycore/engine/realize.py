@@ -10,7 +10,7 @@ import concurrent.futures
 import os
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
@@ -25,6 +25,12 @@ from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook as _viz
+
+if TYPE_CHECKING:
+    from tinycore.device.buffer import Buffer
+    from tinycore.engine.linear import LinearSchedule
+    from tinycore.schedule.cache import _Template
+    from tinycore.schedule.scheduler import Schedule
 
 _runners: dict[tuple[UOp, str, int], Runner] = {}
 """Compiled kernels by (AST, device, NUM_CPU_THREADS): the heuristic splits a CPU kernel across that many workers
@@ -41,7 +47,7 @@ def _threads_setting() -> int:
     return int(NUM_CPU_THREADS.value)
 
 
-def get_runner(ast: UOp, device: str, buffers: Sequence[Any] | None = None,
+def get_runner(ast: UOp, device: str, buffers: Sequence[Buffer] | None = None,
                var_vals: dict[UOp, int] | None = None) -> Runner:
     """The compiled kernel for `ast` on `device` (compiled on first use, then cached by AST identity).
 
@@ -164,7 +170,7 @@ def capture_end() -> None:
     _capturing.pop()
 
 
-def run_linear(linear: Any, var_vals: dict[UOp, int] | None = None) -> None:
+def run_linear(linear: LinearSchedule, var_vals: dict[UOp, int] | None = None) -> None:
     """Run a schedule from `Tensor.linear_with_vars()` / `schedule_linear()` (a LinearSchedule), as tinygrad's
     run_linear runs its LINEAR program; `var_vals` overrides the Variables' values the calls were made with."""
     items = linear.items
@@ -331,7 +337,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     if plan is not None and plan.setting != (setting := _plan_setting()):
         # its runners were compiled for another NUM_CPU_THREADS or BEAM: the plan made under this one, if any
         plan = plan.alternatives.get(setting)
-    if plan is not None and not _capturing and DEBUG.value < 1 and not _viz.ENABLED:
+    if plan is not None and template is not None and not _capturing and DEBUG.value < 1 and not _viz.ENABLED:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])
         has_assign = plan.has_assign
     else:
@@ -405,7 +411,7 @@ def forget_searched_kernels() -> None:
     _beam_generation += 1
 
 
-def _make_plan(template: Any, schedule: Any) -> _Plan | None:
+def _make_plan(template: _Template, schedule: Schedule) -> _Plan | None:
     """The launch plan of `template`, made after `schedule` (its first instance since it was cached) ran: the
     runners its kernels compiled to, looked up once. None when a kernel has no plain runner (symbolic launch
     counters are read per launch, so those are kept too) or a copy's counters depend on its buffers."""
@@ -435,7 +441,7 @@ def _make_plan(template: Any, schedule: Any) -> _Plan | None:
     return _Plan(steps, template.has_assign)
 
 
-def _run_plan(plan: _Plan, template: Any, outputs: Sequence[UOp], inputs: list[UOp]) -> list[UOp]:
+def _run_plan(plan: _Plan, template: _Template, outputs: Sequence[UOp], inputs: list[UOp]) -> list[UOp]:
     """Run `plan` on new graphs of its template's structure reading `inputs`; returns the realized outputs.
 
     The same launches run_schedule makes for the template's instance, without building schedule items: buffers
