@@ -11,7 +11,7 @@ from tinycore.helpers import prod, to_function_name
 from tinycore.plugins.contract import DeviceContract, RendererContract
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
-from tinycore.uop.symbolic import sym_infer
+from tinycore.uop.symbolic import sint, sym_infer
 from tinycore.uop.uop import UOp, exec_alu
 
 Sizes = tuple["int | UOp", ...]
@@ -74,7 +74,7 @@ class Renderer(RendererContract):
         return ProgramSpec.from_uops(function_name, self.render_named(uops, function_name), self.device, uops)
 
 
-def _declared_dtypes(capabilities: Any) -> Any:
+def _declared_dtypes(capabilities: object) -> Any:
     """The `dtypes` field of a capabilities declaration (a DeviceCapabilities or a dict), or None."""
     if capabilities is None:
         return None
@@ -218,6 +218,10 @@ def estimate(uops: list[UOp]) -> Estimates:
     return result
 
 
+def _unit_dims() -> list[sint]:
+    return [1, 1, 1]
+
+
 @dataclass
 class ProgramSpec:
     """A rendered kernel: `name`, source `src` for `device`, launch sizes, and what it reads and writes.
@@ -231,8 +235,8 @@ class ProgramSpec:
     name: str
     src: str
     device: str
-    global_size: list[Any] = field(default_factory=lambda: [1, 1, 1])
-    local_size: list[Any] | None = field(default_factory=lambda: [1, 1, 1])
+    global_size: list[sint] = field(default_factory=_unit_dims)
+    local_size: list[sint] | None = field(default_factory=_unit_dims)
     vars: list[UOp] = field(default_factory=list)
     globals: list[int] = field(default_factory=list)
     outs: list[int] = field(default_factory=list)
@@ -243,8 +247,8 @@ class ProgramSpec:
     @staticmethod
     def from_uops(name: str, src: str, device: str, uops: list[UOp]) -> ProgramSpec:
         """Describe the linear program `uops` rendered as `src`."""
-        global_size: list[Any] = [1, 1, 1]
-        local_size: list[Any] = [1, 1, 1]
+        global_size: list[sint] = [1, 1, 1]
+        local_size: list[sint] = [1, 1, 1]
         variables: dict[str, UOp] = {}
         globals_: list[int] = []
         outs: list[int] = []
@@ -273,14 +277,15 @@ class ProgramSpec:
                            [variables[key] for key in sorted(variables)], sorted(set(globals_)),
                            sorted(set(outs)), sorted(set(ins)), estimate(uops), uops)
 
-    def launch_dims(self, var_vals: Mapping[Any, int] | None = None) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
+    def launch_dims(self, var_vals: Mapping[str, int] | Mapping[UOp, int] | None = None
+                    ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
         """The global and local sizes as ints, with symbolic sizes evaluated for `var_vals`."""
         values = var_vals or {}
         global_size = tuple(sym_infer(size, values) for size in self.global_size)
         local_size = None if self.local_size is None else tuple(sym_infer(size, values) for size in self.local_size)
         return global_size, local_size
 
-    def vals(self, var_vals: Mapping[Any, int] | None = None) -> tuple[int, ...]:
+    def vals(self, var_vals: Mapping[str, int] | Mapping[UOp, int] | None = None) -> tuple[int, ...]:
         """The integer arguments for `vars`, in parameter order, from `var_vals` (keyed by UOp or name)."""
         values = var_vals or {}
         return tuple(sym_infer(variable, values) for variable in self.vars)
