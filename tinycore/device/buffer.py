@@ -1,11 +1,14 @@
 """Buffer: a typed region of device memory, allocated lazily through the device's allocator, possibly a view."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.allocator import Allocator, BufferSpec
 from tinycore.dtype import DType, PtrDType
+
+if TYPE_CHECKING:
+    import numpy
 
 __all__ = ["Buffer", "BufferSpec"]
 
@@ -173,7 +176,7 @@ class Buffer:
         """A host copy of the contents."""
         return bytes(self.copyout(memoryview(bytearray(self.nbytes))))
 
-    def numpy(self) -> Any:
+    def numpy(self) -> numpy.ndarray:
         """A numpy copy of the contents (1-D, this buffer's dtype)."""
         import numpy
 

@@ -19,10 +19,10 @@ from tinycore.uop.uop import UOp
 _BUFFER_ATTRIBUTE = "_device_buffer"
 """The attribute of a BUFFER / BUFFER_VIEW node holding its Buffer once used (it dies with its node). An attribute
 rather than a weak-keyed table: a lookup per buffer per launch is then a plain dict read."""
-_allocators: dict[Any, Any] = {}
+_allocators: dict[str, Any] = {}
 
 
-def _allocator_of(device: Any) -> Any:
+def _allocator_of(device: str) -> Any:
     """The allocator of `device` (the device is opened on first use)."""
     found = _allocators.get(device)
     if found is None:
@@ -31,7 +31,7 @@ def _allocator_of(device: Any) -> Any:
     return found
 
 
-def supports_views(device: Any) -> bool:
+def supports_views(device: object) -> bool:
     """True when `device`'s allocator can make buffers that are views (sub-ranges) of other buffers."""
     if not isinstance(device, str):
         return False
@@ -76,7 +76,7 @@ def buffer_of(uop: UOp) -> Buffer:
     return found
 
 
-def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: Any) -> UOp:
+def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: str) -> UOp:
     """A new BUFFER node on `device` filled now with the host bytes `data` (a whole number of `dtype` items)."""
     view = memoryview(data)
     if view.nbytes % dtype.itemsize:
