@@ -4,7 +4,7 @@ own values (numpy) and hand-counted kernels."""
 import numpy as np
 import pytest
 
-from tinycore import Device, GlobalCounters, Tensor
+from tinycore import Device, GlobalCounters, Tensor, dtypes
 from tinycore.nn import BatchNorm, Conv2d, Embedding, Linear
 from tinycore.nn.state import get_state_dict, load_state_dict
 
@@ -71,7 +71,7 @@ def test_num_batches_tracked_loads_whether_saved_as_a_scalar_or_one_element(save
 
 def test_a_shape_mismatch_is_a_value_error_naming_the_key_and_both_shapes() -> None:
     layer = Linear(2, 2, bias=False)
-    with pytest.raises(ValueError, match=r"'weight'.*\(2, 2\).*\(4, 4\)"):
+    with pytest.raises(ValueError, match=r"`weight`.*\(2, 2\).*\(4, 4\)"):
         load_state_dict(layer, {"weight": Tensor.ones(4, 4)})
 
 
@@ -83,3 +83,36 @@ def test_embedding_of_a_realized_table_is_one_kernel() -> None:
     result = layer(indices).realize()
     assert GlobalCounters.kernel_count == 1
     np.testing.assert_equal(result.numpy(), np.zeros((3, 3, 30), np.float32))
+
+
+def test_load_state_dict_casts_to_the_model_dtype_as_torch() -> None:
+    import torch as torch_module
+
+    saved = {"weight": np.arange(6, dtype=np.float16).reshape(2, 3) / 4, "bias": np.array([0.5, -1.5], np.float16)}
+    reference = torch_module.nn.Linear(3, 2)
+    reference.load_state_dict({key: torch_module.tensor(value) for key, value in saved.items()})
+    layer = Linear(3, 2)
+    load_state_dict(layer, {key: Tensor(value) for key, value in saved.items()}, verbose=False)
+    assert layer.weight.dtype == dtypes.float32
+    np.testing.assert_equal(layer.weight.numpy(), reference.weight.detach().numpy())
+    np.testing.assert_equal(layer.bias.numpy(), reference.bias.detach().numpy())
+
+
+def test_load_state_dict_float_num_batches_tracked_into_batchnorm() -> None:
+    import torch as torch_module
+
+    reference = torch_module.nn.BatchNorm2d(2)
+    reference.load_state_dict({"weight": torch_module.ones(2), "bias": torch_module.zeros(2),
+                               "running_mean": torch_module.zeros(2), "running_var": torch_module.ones(2),
+                               "num_batches_tracked": torch_module.tensor(3.0)})
+    norm = BatchNorm(2)
+    load_state_dict(norm, {"weight": Tensor.ones(2), "bias": Tensor.zeros(2), "running_mean": Tensor.zeros(2),
+                           "running_var": Tensor.ones(2), "num_batches_tracked": Tensor(3.0)}, verbose=False)
+    assert norm.num_batches_tracked.dtype == dtypes.int64
+    np.testing.assert_equal(norm.num_batches_tracked.numpy(), reference.num_batches_tracked.numpy())
+
+
+def test_load_state_dict_shape_mismatch_message_as_tinygrad() -> None:
+    with pytest.raises(ValueError, match=r"Shape mismatch in layer `weight`: Expected shape \(2, 2\), but found "
+                                         r"\(4, 4\) in state dict\."):
+        load_state_dict(Linear(2, 2, bias=False), {"weight": Tensor.ones(4, 4)})

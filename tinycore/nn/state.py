@@ -124,9 +124,9 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
     """Load `state_dict`'s tensors into `model`'s tensors of the same names; returns the loaded tensors.
 
     With `strict`, a key missing from state_dict or one the model does not have is an error; otherwise missing
-    keys are skipped (and reported when `verbose`). A shape or dtype that differs from the model's is always an
-    error naming the key. With `consume`, loaded keys are removed from state_dict; with `realize`, the loaded
-    tensors are realized before returning.
+    keys are skipped (and reported when `verbose`). A shape that differs from the model's is an error naming
+    the key (tinygrad's message); a dtype that differs is cast to the model's, as torch copies it. With `consume`,
+    loaded keys are removed from state_dict; with `realize`, the loaded tensors are realized before returning.
     """
     model_state = get_state_dict(model)
     missing = [key for key in model_state if key not in state_dict]
@@ -152,11 +152,13 @@ def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = Tr
             # one-element counters (BatchNorm's num_batches_tracked) are saved as () or (1,) by different writers
             source = source.reshape(target.shape)
         if tuple(source.shape) != tuple(target.shape):
-            raise ValueError(f"load_state_dict: shape mismatch for {key!r}: the model has {tuple(target.shape)}, "
-                             f"the state dict has {tuple(source.shape)}")
+            raise ValueError(f"Shape mismatch in layer `{key}`: Expected shape {tuple(target.shape)}, but found "
+                             f"{tuple(source.shape)} in state dict. Check that the model is built with the sizes "
+                             "the weights were saved with")
         if source.dtype != target.dtype:
-            raise TypeError(f"load_state_dict: dtype mismatch for {key!r}: the model has {target.dtype}, the state "
-                            f"dict has {source.dtype}; cast the state dict's tensor with .cast({target.dtype}) first")
+            # as torch's load_state_dict copies into the model's parameter: the model keeps its dtype (a float
+            # num_batches_tracked loads into BatchNorm's int64 counter, float16 weights into a float32 model)
+            source = source.cast(target.dtype)
         target.replace(_placed_like(source, target))
         loaded.append(target)
         if consume:
