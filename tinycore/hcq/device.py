@@ -10,8 +10,8 @@ import ctypes
 import struct
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tinycore.device.allocator import Allocator
 from tinycore.device.compiled import Compiled
@@ -67,7 +67,7 @@ class HCQProgram:
         self.device, self.name, self.lib = device, name, lib
         self.display_name = name  # the kernel's name in profiles (the engine sets the unrenamed one)
 
-    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
+    def new_arguments(self, buffers: Sequence[object], values: Sequence[int], persistent: bool = False) -> HCQArguments:
         """An argument block holding `buffers` then `values`, in the kernarg ring (or, `persistent`, in memory
         of its own that stays valid for a graph's life)."""
         words = len(buffers) + len(values)
@@ -82,13 +82,14 @@ class HCQProgram:
             struct.pack_into(f"{words}q", memory, offset, *buffers, *values)
         return HCQArguments(memory, offset, address, len(buffers))
 
-    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None) -> Any:
+    def launcher(self, global_size: Sequence[int],
+                 local_size: Sequence[int] | None = None) -> Callable[[Sequence[object]], None]:
         """A function launching this program on a list of buffer handles (no variables) over `global_size` groups
         of `local_size`: the engine's path for kernels whose sizes are fixed."""
         sizes, local = tuple(global_size), None if local_size is None else tuple(local_size)
         device = self.device
 
-        def launch(buffers: Sequence[Any]) -> None:
+        def launch(buffers: Sequence[object]) -> None:
             if device.profiling:
                 self(*buffers, global_size=sizes, local_size=local)
                 return
@@ -98,8 +99,8 @@ class HCQProgram:
                 queue.signal(device.timeline_signal, device.next_timeline_value()).submit(device)
         return launch
 
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+    def __call__(self, *buffers: object, global_size: Sequence[int] = (1, 1, 1),
+                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> float | None:
         """Launch on `buffers` with the integer arguments `vals`; with `wait`, the kernel's device time in seconds."""
         device = self.device
         timed = wait or device.profiling

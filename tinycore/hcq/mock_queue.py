@@ -36,7 +36,7 @@ class MockQueueProgram(HCQProgram):
     def argument_block_size(self, buffer_count: int, value_count: int) -> int:
         """Bytes of one argument block holding `buffer_count` buffer addresses and `value_count` values."""
 
-    def new_arguments(self, buffers: Sequence[Any], values: Sequence[int], persistent: bool = False) -> HCQArguments:
+    def new_arguments(self, buffers: Sequence[object], values: Sequence[int], persistent: bool = False) -> HCQArguments:
         """An argument block of `arguments_class` with `buffers` and `values` written in (in the kernarg ring, or,
         `persistent`, in memory of its own for a graph's life)."""
         size = self.argument_block_size(len(buffers), len(values))
@@ -53,8 +53,8 @@ class MockQueueProgram(HCQProgram):
             arguments.set_value(index, int(value))
         return arguments
 
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+    def __call__(self, *buffers: object, global_size: Sequence[int] = (1, 1, 1),
+                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> float | None:
         """Check the arguments against the program, then the core's launch (exec and a timeline signal)."""
         if len(buffers) != self.buffer_count or len(vals) != self.variable_count:
             raise TypeError(f"kernel {self.name} takes {self.buffer_count} buffers and {self.variable_count} values, "

@@ -60,7 +60,7 @@ class HCQArguments:
     def __init__(self, memory: memoryview, offset: int, address: int | None, buffer_count: int):
         self.memory, self.offset, self.address, self.buffer_count = memory, offset, address, buffer_count
 
-    def set_buffer(self, index: int, handle: Any) -> None:
+    def set_buffer(self, index: int, handle: object) -> None:
         """Put the allocator handle of buffer argument `index` in the block."""
         struct.pack_into("q", self.memory, self.offset + 8 * index, handle)
 
@@ -122,7 +122,7 @@ class HWQueue(Generic[SignalType, ProgramType]):
         self._encode_exec(program, arguments, tuple(global_size), None if local_size is None else tuple(local_size))
         return self
 
-    def copy(self: QueueType, destination: Any, source: Any, nbytes: int | UOp) -> QueueType:
+    def copy(self: QueueType, destination: object, source: object, nbytes: int | UOp) -> QueueType:
         """Copy `nbytes` from the allocation `source` to `destination` (allocator handles of this device)."""
         self._check_open("a copy")
         self._encode_copy(destination, source, nbytes)
@@ -142,7 +142,7 @@ class HWQueue(Generic[SignalType, ProgramType]):
         self.bound_to = device
         return self
 
-    def submit(self: QueueType, device: QueueDevice, var_vals: Mapping[Any, int] | None = None) -> QueueType:
+    def submit(self: QueueType, device: QueueDevice, var_vals: Mapping[UOp, int] | None = None) -> QueueType:
         """Resolve the symbolic words with `var_vals` (keyed by Variable) and run the commands on `device`."""
         if self.bound_to is not None and self.bound_to is not device:
             raise RuntimeError(f"a queue bound to {self.bound_to.device} cannot be submitted to {device.device}")
@@ -175,7 +175,7 @@ class HWQueue(Generic[SignalType, ProgramType]):
                      local_size: tuple[int | UOp, ...] | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no exec: it is not a compute queue")
 
-    def _encode_copy(self, destination: Any, source: Any, nbytes: int | UOp) -> None:
+    def _encode_copy(self, destination: object, source: object, nbytes: int | UOp) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no copy command")
 
     def _encode_memory_barrier(self) -> None:
