@@ -293,6 +293,7 @@ ALL2ALL = ContextVar("ALL2ALL", 0)  # allreduce: 1 all-to-all above a size, 2 al
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: a half/bfloat16 sum is allreduced in its own dtype
 SCACHE = ContextVar("SCACHE", 1)  # 0: every realize schedules afresh (the schedule cache is neither read nor filled)
 WINO = ContextVar("WINO", 0)  # accepted for tinygrad programs; convolutions have one lowering here: no effect
+CHECK_OOB = ContextVar("CHECK_OOB", 0)  # accepted for tinygrad programs; no symbolic bounds prover here: no effect
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
 CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: index tensors are read and bounds-checked (IndexError) when used

@@ -83,3 +83,20 @@ def test_assign_through_detach_keeps_gradients_of_the_original() -> None:
     np.testing.assert_equal(weights.numpy(), reference.detach().numpy())
     assert weights.grad is not None and reference.grad is not None
     np.testing.assert_equal(weights.grad.numpy(), reference.grad.numpy())
+
+
+def test_tinyjit_row_write_at_a_variable_offset_under_check_oob() -> None:
+    from tinycore import Context, TinyJit, Variable, dtypes
+
+    with Context(CHECK_OOB=0):  # tinygrad's flag: accepted, as tinygrad programs set it
+        @TinyJit
+        def write_row(target: Tensor, row: Tensor, offset: Variable) -> None:
+            target.shrink(((offset, offset + 1), None)).assign(row).realize()
+
+        target = Tensor.zeros(6, 6).contiguous().realize()
+        expected = np.zeros((6, 6), dtype=np.float32)
+        for position in range(6):
+            write_row(target, Tensor.full((1, 6), position + 1, dtype=dtypes.float32).contiguous(),
+                      Variable("offset", 0, 6).bind(position))
+            expected[position] = position + 1
+            np.testing.assert_equal(target.numpy(), expected)
