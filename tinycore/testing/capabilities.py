@@ -17,7 +17,6 @@ failures. A device that declares nothing gets capabilities inferred from its ren
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.plugins.contract import DeviceContract, RendererContract
@@ -73,7 +72,7 @@ class DeviceCapabilities:
         """True when `dtype` (its scalar type) is declared."""
         return dtype.scalar in self.dtypes
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         """A JSON-friendly description (dtypes by name)."""
         return {"dtypes": sorted(dtype_name(dtype) for dtype in self.dtypes), "float64": self.float64,
                 "half": self.half, "int64": self.int64, "max_buffers": self.max_buffers,
@@ -82,7 +81,7 @@ class DeviceCapabilities:
                 "inferred": self.inferred}
 
 
-def _from_declaration(declared: Any, where: str) -> DeviceCapabilities:
+def _from_declaration(declared: object, where: str) -> DeviceCapabilities:
     """A DeviceCapabilities from a declared DeviceCapabilities or dict (clear error for anything else)."""
     if isinstance(declared, DeviceCapabilities):
         return declared

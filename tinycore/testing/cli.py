@@ -12,12 +12,11 @@ import json
 import os
 import sys
 import tempfile
-from typing import Any
 
 PLUGIN_MODULE = "tinycore.testing.plugin"
 
 
-def add_conformance_parser(subparsers: Any) -> argparse.ArgumentParser:
+def add_conformance_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Add the `conformance` subcommand to the `tiny` command's subparsers and return its parser."""
     parser = subparsers.add_parser("conformance", help="check a device against the conformance suite",
                                    description="Run the device conformance suite on DEVICE and print pass / fail / "

@@ -3,12 +3,15 @@ with TINY_DEVICE set): the fixtures and the summary work; `--tiny-device` needs 
 (`-p tinycore.testing.plugin`, as `tiny conformance` does)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
 
 PLUGIN_MODULE = "tinycore.testing.plugin"
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """Register the suite's plugin unless it is already loaded (by -p or an entry point)."""
     import tinycore.testing.plugin as plugin
     if not config.pluginmanager.is_registered(plugin):

@@ -10,7 +10,6 @@ only for runs that collect the suite's checks, so the plugin is harmless in othe
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,7 @@ from tinycore.testing.support import not_applicable
 REPORT_PLUGIN_NAME = "tinycore-conformance-report"
 
 
-def pytest_addoption(parser: Any) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
     """Register --tiny-device and --tiny-json."""
     group = parser.getgroup("tinycore", "tinycore device conformance")
     group.addoption("--tiny-device", action="store", default=None, metavar="DEVICE",
@@ -30,7 +29,7 @@ def pytest_addoption(parser: Any) -> None:
                     help="write the conformance summary as JSON to PATH")
 
 
-def _device_name(config: Any) -> str:
+def _device_name(config: pytest.Config) -> str:
     """The canonical name of the device under test."""
     from tinycore.device.registry import Device
     from tinycore.device.target import canonicalize
@@ -38,13 +37,13 @@ def _device_name(config: Any) -> str:
     return canonicalize(requested)
 
 
-def pytest_configure(config: Any) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """Register the category marker."""
     config.addinivalue_line("markers", "conformance_category(name): the conformance summary category of a test")
     config.addinivalue_line("markers", "runs_kernels: a memory or copy check that also runs kernels on the device")
 
 
-def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     """When the run collected conformance checks, register the summary report (once) and give it the items."""
     if not any(item.get_closest_marker("conformance_category") is not None for item in items):
         return
@@ -68,7 +67,7 @@ def _open(device: str) -> DeviceCapabilities:
 
 
 @pytest.fixture(scope="session")
-def device(pytestconfig: Any) -> str:
+def device(pytestconfig: pytest.Config) -> str:
     """The canonical name of the device under test (opened once; an error here fails every check)."""
     name = _device_name(pytestconfig)
     _open(name)
@@ -86,7 +85,7 @@ KERNEL_CATEGORIES = frozenset({"ops", "dtypes", "autograd", "indexing", "jit", "
 
 
 @pytest.fixture(autouse=True)
-def _kernels_apply(request: Any) -> None:
+def _kernels_apply(request: pytest.FixtureRequest) -> None:
     """Checks that run kernels do not apply to a device that declares it runs none (DISK)."""
     marker = request.node.get_closest_marker("conformance_category")
     runs_kernels = request.node.get_closest_marker("runs_kernels") is not None

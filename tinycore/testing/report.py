@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinycore.testing import CATEGORIES, NOT_APPLICABLE, NOT_BUILT
+
+if TYPE_CHECKING:
+    import pytest
 
 
 @dataclass
@@ -35,13 +38,13 @@ class ConformanceReport:
 
     # ---- pytest hooks ----
 
-    def record_items(self, items: list[Any]) -> None:
+    def record_items(self, items: list[pytest.Item]) -> None:
         """Remember the category of every collected check."""
         for item in items:
             marker = item.get_closest_marker("conformance_category")
             self.categories[item.nodeid] = marker.args[0] if marker is not None else "other"
 
-    def pytest_runtest_logreport(self, report: Any) -> None:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Record the outcome of one phase of a check (a failing setup or teardown fails the check)."""
         category = self.categories.get(report.nodeid, "other")
         name = short_id(report.nodeid)
@@ -59,7 +62,7 @@ class ConformanceReport:
         elif report.when == "call":
             self.outcomes[report.nodeid] = Outcome(name, category, "passed")
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         """Print the summary table (and write the JSON file when asked)."""
         terminalreporter.write_line("")
         for line in format_summary(self.summary()).splitlines():
@@ -93,7 +96,7 @@ def short_id(nodeid: str) -> str:
     return path.replace("\\", "/").rsplit("/", 1)[-1] + separator + rest
 
 
-def _skip_reason(report: Any) -> str:
+def _skip_reason(report: pytest.TestReport) -> str:
     """The reason given to pytest.skip, from a skipped report."""
     longrepr = report.longrepr
     if isinstance(longrepr, tuple) and len(longrepr) == 3:
@@ -102,7 +105,7 @@ def _skip_reason(report: Any) -> str:
     return str(longrepr)
 
 
-def _failure_message(report: Any) -> str:
+def _failure_message(report: pytest.TestReport) -> str:
     """The first lines of a failure's exception message (what was asked, what was found)."""
     crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
     message = crash.message if crash is not None else str(report.longrepr).strip().splitlines()[-1:]

@@ -1,7 +1,7 @@
 """Helpers of the conformance checks: declared-capability gates and comparisons with readable failure messages."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy
 import pytest
@@ -11,12 +11,12 @@ from tinycore.testing import NOT_APPLICABLE, NOT_BUILT
 from tinycore.testing.capabilities import DeviceCapabilities, dtype_name
 
 
-def not_applicable(reason: str) -> None:
+def not_applicable(reason: str) -> NoReturn:
     """Stop the current check as not applicable to this device, because of what it declares."""
     pytest.skip(f"{NOT_APPLICABLE}: {reason}")
 
 
-def not_built(reason: str) -> None:
+def not_built(reason: str) -> NoReturn:
     """Stop the current check because the core feature it needs is not part of this tinycore."""
     pytest.skip(f"{NOT_BUILT}: {reason}")
 

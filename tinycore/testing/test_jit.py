@@ -1,7 +1,7 @@
 """Conformance, jit: TinyJit captures a function's kernels on the device and replays them with new inputs."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy
 import pytest
@@ -9,10 +9,13 @@ import pytest
 from tinycore.tensor import Tensor
 from tinycore.testing.support import assert_matches, not_built, sample
 
+if TYPE_CHECKING:
+    from tinycore.engine.jit import TinyJit
+
 pytestmark = pytest.mark.conformance_category("jit")
 
 
-def _tiny_jit() -> Any:
+def _tiny_jit() -> type[TinyJit]:
     try:
         from tinycore.engine.jit import TinyJit
     except ImportError as error:

@@ -7,7 +7,7 @@ values, and a wait that times out raises the clear error, marks the device broke
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 import pytest
@@ -15,13 +15,16 @@ import pytest
 from tinycore.tensor import Tensor
 from tinycore.testing.support import assert_matches, not_applicable, sample
 
+if TYPE_CHECKING:
+    from tinycore.hcq import HCQCompiled
+
 pytestmark = pytest.mark.conformance_category("queues")
 
 TIMEOUT_S = 20.0  # generous: a loaded CI machine may be slow, and a passing check never waits this long
 
 
 @pytest.fixture
-def queue_device(device: str) -> Any:
+def queue_device(device: str) -> HCQCompiled:
     """The opened device, when it is a queue device (else the check does not apply)."""
     from tinycore.device.registry import Device, hcq_queues
     from tinycore.hcq import HCQCompiled
@@ -32,7 +35,7 @@ def queue_device(device: str) -> Any:
     return opened
 
 
-def test_signals_are_set_in_queue_order(queue_device: Any) -> None:
+def test_signals_are_set_in_queue_order(queue_device: HCQCompiled) -> None:
     """Three signals set by one queue, around a kernel, hold their values with nondecreasing timestamps."""
     signals = [queue_device.new_signal(0, name=f"order{number}") for number in range(3)]
     queue = queue_device.compute_queue().signal(signals[0], 10)
@@ -43,7 +46,7 @@ def test_signals_are_set_in_queue_order(queue_device: Any) -> None:
     assert stamps == sorted(stamps) and stamps[0] > 0, f"signal timestamps out of order: {stamps}"
 
 
-def test_a_wait_holds_its_queue_until_another_queue_signals(queue_device: Any) -> None:
+def test_a_wait_holds_its_queue_until_another_queue_signals(queue_device: HCQCompiled) -> None:
     """The compute queue waits for a signal the copy queue sets later; its own signal comes after that."""
     gate, done = queue_device.new_signal(0, name="gate"), queue_device.new_signal(0, name="done")
     queue_device.compute_queue().wait(gate, 5).signal(done, 1).submit(queue_device)
@@ -54,7 +57,7 @@ def test_a_wait_holds_its_queue_until_another_queue_signals(queue_device: Any) -
     assert gate.timestamp <= done.timestamp
 
 
-def test_timestamps_are_monotonic_microseconds(queue_device: Any) -> None:
+def test_timestamps_are_monotonic_microseconds(queue_device: HCQCompiled) -> None:
     """Two timestamps around a wait the host releases after 50 ms are 40 ms to 10 s apart, in microseconds."""
     first, second = queue_device.new_signal(name="first"), queue_device.new_signal(name="second")
     gate, done = queue_device.new_signal(0, name="gate"), queue_device.new_signal(0, name="done")
@@ -67,7 +70,7 @@ def test_timestamps_are_monotonic_microseconds(queue_device: Any) -> None:
     assert 40_000 <= elapsed <= 10_000_000, f"50 ms measured as {elapsed} timestamp units; expected microseconds"
 
 
-def test_copy_queue_copies(queue_device: Any) -> None:
+def test_copy_queue_copies(queue_device: HCQCompiled) -> None:
     """The copy queue moves bytes between two device buffers (part of one, all of another)."""
     from tinycore.device.buffer import Buffer
     from tinycore.dtype import dtypes
@@ -84,7 +87,7 @@ def test_copy_queue_copies(queue_device: Any) -> None:
     assert_matches(got, expected, f"copy queue: 128 bytes of a 256-byte buffer on {queue_device.device}")
 
 
-def test_graph_replay_is_one_submission_with_new_inputs_and_variables(queue_device: Any) -> None:
+def test_graph_replay_is_one_submission_with_new_inputs_and_variables(queue_device: HCQCompiled) -> None:
     """A jitted prefix sum over a bound Variable gives numpy's answer for new data and new lengths, and every
     replay is one submission to the device."""
     from tinycore.engine.jit import TinyJit
@@ -107,7 +110,7 @@ def test_graph_replay_is_one_submission_with_new_inputs_and_variables(queue_devi
         assert_matches(result, expected, f"jitted prefix dot product of length {count}", rtol=1e-5, atol=1e-5)
 
 
-def test_a_wait_that_times_out_breaks_the_device_and_leaves_the_process_usable(queue_device: Any) -> None:
+def test_a_wait_that_times_out_breaks_the_device_and_leaves_the_process_usable(queue_device: HCQCompiled) -> None:
     """A host wait on a signal a blocked queue never reaches raises DeviceTimeoutError naming the device, the
     signal and the value; launches then refuse with that reason; once the queue drains, recover() makes the
     device compute numpy's answer again."""

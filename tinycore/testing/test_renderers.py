@@ -3,7 +3,7 @@ run at the launch limits (large grids, many buffers in one kernel)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy
 import pytest
@@ -13,6 +13,10 @@ from tinycore.dtype import dtypes
 from tinycore.tensor import Tensor
 from tinycore.testing.capabilities import DeviceCapabilities
 from tinycore.testing.support import assert_matches, not_applicable, sample
+
+if TYPE_CHECKING:
+    from tinycore.plugins.specs import RendererSpec
+    from tinycore.uop.uop import UOp
 
 pytestmark = pytest.mark.conformance_category("renderers")
 
@@ -26,12 +30,12 @@ GRAPHS: list[tuple[str, Callable[[str], Tensor]]] = [
 ]
 
 
-def _renderers(device: str) -> list[tuple[str, Any]]:
+def _renderers(device: str) -> list[tuple[str, RendererSpec]]:
     from tinycore.device.registry import renderer_specs
     return [(spec.name, spec) for spec, _record in renderer_specs(device.split(":")[0])]
 
 
-def _schedule_asts(graph: Tensor) -> list[Any]:
+def _schedule_asts(graph: Tensor) -> list[UOp]:
     from tinycore.engine.memory import device_facts
     from tinycore.schedule.cache import create_schedule
     from tinycore.uop.ops import Ops
