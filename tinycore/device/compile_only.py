@@ -4,7 +4,7 @@ raises NoGPUForLaunchError saying the kernel was compiled but cannot run here. D
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import NoReturn
 
 from tinycore.device.allocator import Allocator, BufferSpec
 
@@ -42,8 +42,8 @@ class CompiledOnlyProgram:
         self.device, self.arch, self.name, self.lib, self.reason = device, arch, name, lib, reason
         self.binary_kind, self.hardware, self.elsewhere = binary_kind, hardware, elsewhere
 
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1),
-                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> Any:
+    def __call__(self, *buffers: object, global_size: Sequence[int] = (1, 1, 1),
+                 local_size: Sequence[int] | None = None, vals: Sequence[int] = (), wait: bool = False) -> NoReturn:
         raise NoGPUForLaunchError(
             f"{self.device} is compile-only here: kernel {self.name!r} was rendered and compiled for {self.arch} "
             f"({len(self.lib)} bytes of {self.binary_kind}) but there is no {self.hardware} to launch it "

@@ -12,7 +12,7 @@ if TYPE_CHECKING:  # the model code is imported only when the subcommand runs
     from tinycore.llm.chat import Completion, Session
 
 
-def add_llm_parser(commands: Any) -> None:
+def add_llm_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `llm` subcommand to the `tiny` command's subparsers."""
     parser = commands.add_parser("llm", help="run a GGUF language model (prompt, chat, benchmark, OpenAI server)",
                                  description="Run a GGUF language model: --prompt streams one answer, no --prompt "

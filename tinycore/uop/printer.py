@@ -43,7 +43,7 @@ _BINARY_SYMBOLS: dict[Ops, tuple[str, int]] = {
 _ADDITIVE_STRENGTH = 5
 
 
-def _const_text(value: Any) -> str:
+def _const_text(value: object) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "nan"

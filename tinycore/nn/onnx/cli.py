@@ -9,12 +9,15 @@ from __future__ import annotations
 import argparse
 import collections
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from tinycore.nn.onnx.runner import OnnxRunner
 
-def add_onnx_parser(commands: Any) -> None:
+
+def add_onnx_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register the `onnx` subcommand on the `tiny` command's subparsers."""
     parser = commands.add_parser("onnx", help="describe, run, time and check an ONNX model on DEV's device")
     parser.add_argument("model", help="path of the .onnx file (external data files next to it)")
@@ -39,7 +42,7 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
     return result
 
 
-def random_inputs(runner: Any, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
+def random_inputs(runner: OnnxRunner, dims: dict[str, int], seed: int) -> dict[str, np.ndarray]:
     """A random array for each graph input: normal floats, small non-negative integers, random booleans."""
     from tinycore.nn.onnx.common import dtype_label
     generator = np.random.default_rng(seed)
