@@ -170,7 +170,7 @@ class LLMServer:
             raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return int(_number(body, "top_logprobs", 0, 0, MAX_LOGPROBS, integer=True)) if wanted else None
 
-    def run(self, route: str, ids: list[int], options: dict[str, Any]) -> Generator[dict[str, Any], None, None]:
+    def run(self, route: str, ids: list[int], options: dict[str, Any]) -> Generator[dict[str, object], None, None]:
         """The response objects: one for a plain request; chunks (the last with the usage, if asked) when
         streaming. The request's `n` sequences run in the batch scheduler; closing the generator (a client that
         left) cancels them."""
@@ -242,7 +242,7 @@ class LLMServer:
             results = []
             for index, choice in enumerate(choices):
                 text = "".join(choice.text)
-                result: dict[str, Any] = {"index": index, "finish_reason": choice.finish,
+                result: dict[str, object] = {"index": index, "finish_reason": choice.finish,
                                           "logprobs": self._entries(route, choice)}
                 if route == "chat":
                     result["message"] = {"role": "assistant", "content": text}
@@ -255,7 +255,7 @@ class LLMServer:
             for request in requests:
                 request.cancelled = True
 
-    def _entries(self, route: str, choice: _Choice) -> dict[str, Any] | None:
+    def _entries(self, route: str, choice: _Choice) -> dict[str, object] | None:
         """The OpenAI logprobs object of the choice's entries not yet sent (None without logprobs)."""
         if not choice.entries:
             return None
@@ -281,9 +281,9 @@ class LLMServer:
                 "top_logprobs": [{text(token): logprob for token, logprob in entry.top} for entry in entries],
                 "text_offset": offsets}
 
-    def _chunk(self, route: str, identifier: str, created: int, index: int, content: Any, finish: str | None,
-               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-        choice = {"index": index, "finish_reason": finish, "logprobs": logprobs}
+    def _chunk(self, route: str, identifier: str, created: int, index: int, content: object, finish: str | None,
+               logprobs: dict[str, object] | None = None) -> dict[str, object]:
+        choice: dict[str, object] = {"index": index, "finish_reason": finish, "logprobs": logprobs}
         if route == "chat":
             choice["delta"] = content
             return {"id": identifier, "object": "chat.completion.chunk", "created": created, "model": self.model_name,
@@ -307,7 +307,7 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
         server_version = "tinycore-llm"
         timeout = server.socket_timeout  # applied to the connection by StreamRequestHandler.setup
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's signature
             pass
 
         def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
@@ -318,7 +318,7 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self.request_version = "HTTP/1.1"  # since an HTTP/0.9 reply has no status line for clients to read
             self._send_json(code, RequestError(code, message or explain or "malformed request").body())
 
-        def _send_json(self, status: int, body: dict[str, Any]) -> None:
+        def _send_json(self, status: int, body: dict[str, object]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -415,7 +415,7 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _chain(first: dict[str, Any], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+def _chain(first: dict[str, object], rest: Iterator[dict[str, object]]) -> Iterator[dict[str, object]]:
     yield first
     yield from rest
 
