@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tinycore.engine.memory import buffer_of, device_facts
 from tinycore.schedule.cache import schedule_cached
@@ -21,6 +21,7 @@ from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tinycore.device.buffer import Buffer
+    from tinycore.dtype import DType
 
 
 class HoldsGraph(Protocol):
@@ -47,7 +48,7 @@ class BufferArgument:
         return str(self.node.device)
 
     @property
-    def dtype(self) -> Any:
+    def dtype(self) -> DType:
         """The element dtype of the buffer."""
         return self.node.dtype
 
@@ -58,7 +59,7 @@ class ScheduleCall:
     (outputs first; for a copy, destination then source), `var_vals` the values of its Variables."""
 
     item: ScheduleItem
-    src: tuple[Any, ...] = field(init=False)
+    src: tuple[UOp | BufferArgument, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "src", (self.item.ast,) + tuple(BufferArgument(node) for node in self.item.buffers))

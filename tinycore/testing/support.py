@@ -1,7 +1,7 @@
 """Helpers of the conformance checks: declared-capability gates and comparisons with readable failure messages."""
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import numpy
 import pytest
@@ -42,12 +42,12 @@ def sample(shape: tuple[int, ...], dtype: DType = dtypes.float32, seed: int = 0,
     return generator.uniform(low, high, size=shape).astype(numpy.float32).astype(numpy_dtype)
 
 
-def host(value: Any) -> numpy.ndarray:
+def host(value: object) -> numpy.ndarray:
     """A numpy copy of a Tensor (or anything numpy accepts)."""
     return value.numpy() if hasattr(value, "numpy") else numpy.asarray(value)
 
 
-def assert_matches(got: Any, expected: Any, what: str, rtol: float = 1e-5, atol: float = 1e-6,
+def assert_matches(got: object, expected: object, what: str, rtol: float = 1e-5, atol: float = 1e-6,
                    check_dtype: bool = True) -> None:
     """Fail with a readable message unless `got` (a Tensor or array) equals `expected` within tolerances.
 

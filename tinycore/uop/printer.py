@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import Ops
@@ -141,7 +141,7 @@ def _dtype_word(dtype: DType) -> str:
 
 # ---- Python code ----
 
-def _python_literal(value: Any, imports: set[str]) -> str:
+def _python_literal(value: object, imports: set[str]) -> str:
     """Python source evaluating to `value` (DTypes, Ops and other enums, infinities and nested tuples)."""
     if isinstance(value, DType):
         imports.add("from tinycore.dtype import dtypes")
