@@ -7,10 +7,9 @@ whose `run(inputs)` takes the inputs positionally and returns numpy arrays of th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-from onnx import ModelProto
+from onnx import ModelProto, TypeProto
 from onnx.backend.base import Backend, BackendRep
 
 from tinycore.dtype import dtypes
@@ -22,7 +21,7 @@ _BIT_VIEWS = {16: ("bfloat16", np.uint16), 17: ("float8_e4m3fn", np.uint8), 18: 
 _NARROW_INTS = {21: "uint4", 22: "int4"}
 
 
-def to_numpy(value: Any, elem_type: int | None) -> Any:
+def to_numpy(value: object, elem_type: int | None) -> object:
     """A runner output as numpy: Tensors converted (to ml_dtypes types where declared), sequences element-wise."""
     if isinstance(value, list):
         return [to_numpy(item, elem_type) for item in value]
@@ -42,7 +41,7 @@ def to_numpy(value: Any, elem_type: int | None) -> Any:
     return value.numpy()
 
 
-def _elem_type(type_proto: Any) -> int | None:
+def _elem_type(type_proto: TypeProto) -> int | None:
     """The element type code of a tensor, sequence or optional TypeProto."""
     which = type_proto.WhichOneof("value")
     if which == "tensor_type":
@@ -59,7 +58,7 @@ class TinycoreRep(BackendRep):
         super().__init__()
         self.runner, self.input_names, self.output_types = runner, input_names, output_types
 
-    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+    def run(self, inputs: object, **kwargs: object) -> tuple[object, ...]:
         """Run on `inputs` (a sequence in the graph's input order, or one array)."""
         values = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         outputs = self.runner(dict(zip(self.input_names, values, strict=False)))
@@ -70,7 +69,7 @@ class TinycoreBackend(Backend):
     """The onnx backend API over OnnxRunner, on DEV's device (the suite asks for "CPU")."""
 
     @classmethod
-    def prepare(cls, model: ModelProto, device: str = "CPU", **kwargs: Any) -> TinycoreRep:
+    def prepare(cls, model: ModelProto, device: str = "CPU", **kwargs: object) -> TinycoreRep:
         """Build a runner for `model`; unsupported ops raise NotImplementedError here."""
         runner = OnnxRunner(model.SerializeToString())
         initializers = {tensor.name for tensor in model.graph.initializer}
@@ -78,7 +77,7 @@ class TinycoreBackend(Backend):
         return TinycoreRep(runner, names, [_elem_type(info.type) for info in model.graph.output])
 
     @classmethod
-    def run_model(cls, model: ModelProto, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
+    def run_model(cls, model: ModelProto, inputs: object, device: str = "CPU", **kwargs: object) -> tuple[object, ...]:
         """Prepare and run in one step."""
         return cls.prepare(model, device, **kwargs).run(inputs)
 

@@ -187,7 +187,7 @@ class OnnxRunner:
         overwritten by the next call with the same shapes (copy them with .clone() to keep them)."""
         self._jits: dict[tuple[object, ...], Any] = {}
 
-    def _input(self, info: ValueInfo, value: Any, dims: dict[str, int]) -> Value:
+    def _input(self, info: ValueInfo, value: object, dims: dict[str, int]) -> Value:
         """One user input as a graph value, checked against its declared type."""
         kind = info.type.kind if info.type is not None else "tensor"
         if kind == "optional" and value is None:
@@ -202,7 +202,7 @@ class OnnxRunner:
         element_type = info.type.element if kind == "optional" and info.type is not None else info.type
         return self._tensor_input(ValueInfo(info.name, element_type), value, dims)
 
-    def _tensor_input(self, info: ValueInfo, value: Any, dims: dict[str, int]) -> Tensor:
+    def _tensor_input(self, info: ValueInfo, value: object, dims: dict[str, int]) -> Tensor:
         """One tensor input, converted to a Tensor on the runner's device and checked."""
         expected: DType | None = info.type.dtype if info.type is not None else None
         if isinstance(value, Tensor):
@@ -241,7 +241,7 @@ class OnnxRunner:
                                    f"not {declared})")
         return tensor
 
-    def __call__(self, inputs: Mapping[str, Any], debug: bool = False) -> dict[str, Value]:
+    def __call__(self, inputs: Mapping[str, object], debug: bool = False) -> dict[str, Value]:
         """Run the model on `inputs` (name -> numpy array, Tensor or Python value); the outputs by name."""
         unknown = [name for name in inputs if name not in self.graph_inputs]
         if unknown:
