@@ -100,3 +100,23 @@ def test_tinyjit_row_write_at_a_variable_offset_under_check_oob() -> None:
                       Variable("offset", 0, 6).bind(position))
             expected[position] = position + 1
             np.testing.assert_equal(target.numpy(), expected)
+
+
+def test_jitted_method_captures_per_instance() -> None:
+    from tinycore import TinyJit
+
+    class Scaled:
+        def __init__(self, scale: float) -> None:
+            self.scale = Tensor([scale])
+
+        @TinyJit
+        def forward(self, x: Tensor) -> Tensor:
+            return (x * self.scale).realize()
+
+    first, second = Scaled(2.0), Scaled(3.0)
+    values = np.array([5.0, -1.0], dtype=np.float32)
+    for _ in range(3):  # run, capture, replay
+        np.testing.assert_equal(first.forward(Tensor(values)).numpy(), values * 2)
+    np.testing.assert_equal(second.forward(Tensor(values)).numpy(), values * 3)
+    np.testing.assert_equal(second.forward(Tensor(values)).numpy(), values * 3)
+    np.testing.assert_equal(first.forward(Tensor(values)).numpy(), values * 2)

@@ -470,11 +470,20 @@ class TinyJit(Generic[ReturnType]):
         self.captured_signature: list[tuple[object, ...]] | None = None
         self.captured_return: ReturnType | None = None
         self._known_inputs: _KnownInputs | None = None
+        self._instance_jits: weakref.WeakKeyDictionary[object, TinyJit[ReturnType]] = weakref.WeakKeyDictionary()
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
+        """A jitted method: each instance gets a capture of its own, since the kernels read that instance's tensors
+        (a shared capture would replay the first instance's weights for every other one)."""
         if instance is None:
             return self
-        return functools.partial(self.__call__, instance)
+        try:
+            jit = self._instance_jits.get(instance)
+            if jit is None:
+                jit = self._instance_jits[instance] = type(self)(self.function, prune=self.prune)
+        except TypeError:  # an instance that cannot be weakly referenced or hashed shares this capture
+            jit = self
+        return functools.partial(jit.__call__, instance)
 
     @property
     def captured(self) -> CapturedJit | None:
