@@ -9,15 +9,61 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tinycore.helpers import DEV, colored
 from tinycore.llm.cli import add_llm_parser, run_llm
 from tinycore.testing.cli import add_conformance_parser, run_conformance
 
+if TYPE_CHECKING:
+    from tinycore.plugins.manager import PluginSummary
+
 STATUS_COLOURS = {"ok": "green", "unavailable": "yellow", "fails to open": "red", "plugin broken": "red",
                   "plugin refused": "red", "plugin disabled": "yellow", "plugin not allowed": "yellow",
                   "broken": "red", "refused": "red", "disabled": "yellow", "not allowed": "yellow"}
+
+
+class PartRow(TypedDict, total=False):
+    """One renderer or interface of a device in `tiny devices` (a renderer says whether it is available and why
+    not, an interface whether it is a mock)."""
+
+    name: str
+    distribution: str
+    description: str
+    selected: bool
+    available: bool
+    reason: str | None
+    is_mock: bool
+    dev: str
+
+
+class DeviceRow(TypedDict):
+    """One device (or one plugin that did not load: no name) in `tiny devices`."""
+
+    name: str | None
+    status: str
+    reason: str
+    count: int
+    priority: int | None
+    description: str
+    plugin: str
+    distribution: str
+    version: str | None
+    default: bool
+    dev: str | None
+    fix: str | None
+    renderers: list[PartRow]
+    interfaces: list[PartRow]
+
+
+class DevicesReport(TypedDict):
+    """What `tiny devices` shows (and prints with --json)."""
+
+    dev: str
+    dev_error: str | None
+    default: str | None
+    default_error: str | None
+    devices: list[DeviceRow]
 
 
 def _plugin_status_label(status: str) -> str:
@@ -25,11 +71,11 @@ def _plugin_status_label(status: str) -> str:
     return f"plugin {status}"
 
 
-def _renderer_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
+def _renderer_rows(name: str, selected: str | None) -> list[PartRow]:
     """The renderers offered for device `name`, each with whether it is selected, whether what it needs is installed
     (with the reason and the fix when not) and the DEV= line choosing it."""
     from tinycore.device.registry import renderer_specs, renderer_status
-    rows = []
+    rows: list[PartRow] = []
     for spec, record in renderer_specs(name):
         available, reason = renderer_status(spec)
         rows.append({"name": spec.name, "distribution": record.install_name, "description": spec.description,
@@ -38,7 +84,7 @@ def _renderer_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _interface_rows(name: str, selected: str | None) -> list[dict[str, Any]]:
+def _interface_rows(name: str, selected: str | None) -> list[PartRow]:
     """The interfaces offered for device `name`, each with whether it is selected and the DEV= line choosing it."""
     from tinycore.device.registry import interface_specs
     return [{"name": spec.name, "distribution": record.install_name, "description": spec.description,
@@ -65,7 +111,7 @@ def _plugin_fix(status: str, distribution: str) -> str:
     return f"reinstall or upgrade it: {install_command(distribution, upgrade=True)}"
 
 
-def collect_devices() -> dict[str, Any]:
+def collect_devices() -> DevicesReport:
     """Everything `tiny devices` shows: each device's status and parts, the default device, skipped plugins."""
     from tinycore.device.registry import Device
     from tinycore.device.target import Target, target_for
@@ -79,7 +125,7 @@ def collect_devices() -> dict[str, Any]:
     except Exception as error:
         default_error = str(error)
     dev_error = _dev_error()
-    devices: list[dict[str, Any]] = []
+    devices: list[DeviceRow] = []
     for spec, record in Device.specs():
         ok, reason, count = Device.probe(spec.name)
         status = "ok" if ok else "unavailable"
@@ -147,13 +193,13 @@ def _table(headers: list[str], rows: list[list[str]], colours: list[list[str | N
     return "\n".join(lines)
 
 
-def _names(items: list[dict[str, Any]]) -> str:
+def _names(items: list[PartRow]) -> str:
     """Comma-separated names, the selected one starred, mocks marked."""
     return ", ".join(item["name"] + ("*" if item["selected"] else "") + (" (mock)" if item.get("is_mock") else "")
                      + (" (unavailable)" if item.get("available") is False else "") for item in items) or "-"
 
 
-def format_devices(report: dict[str, Any]) -> str:
+def format_devices(report: DevicesReport) -> str:
     """The `tiny devices` table and the notes under it."""
     headers = ["", "DEVICE", "STATUS", "COUNT", "DISTRIBUTION", "RENDERERS", "INTERFACES"]
     rows, colours = [], []
@@ -191,13 +237,13 @@ def format_devices(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def collect_plugins() -> list[dict[str, Any]]:
+def collect_plugins() -> list[PluginSummary]:
     """Everything `tiny plugins` shows: one dict per discovered plugin."""
     from tinycore.plugins.manager import get_plugin_manager
     return [record.as_dict() for record in get_plugin_manager().records]
 
 
-def format_plugins(plugins: list[dict[str, Any]], show_tracebacks: bool = False) -> str:
+def format_plugins(plugins: list[PluginSummary], show_tracebacks: bool = False) -> str:
     """The `tiny plugins` table and, for plugins that did not load, the reason (and traceback if asked)."""
     from tinycore.plugins import PLUGIN_API_LEVEL, core_version
     headers = ["PLUGIN", "DISTRIBUTION", "VERSION", "API", "STATUS", "HOOKS"]

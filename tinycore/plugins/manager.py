@@ -18,7 +18,7 @@ import traceback
 import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypedDict, TypeVar
 
 import pluggy
 
@@ -52,6 +52,21 @@ class EntryPointLike(Protocol):
     def load(self) -> types.ModuleType: ...
 
 
+class PluginSummary(TypedDict):
+    """A plugin record as `tiny plugins --json` prints it."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    status: str
+    reason: str
+    traceback: str
+    api_level: int | None
+    hooks: list[str]
+    notes: list[str]
+
+
 @dataclass
 class PluginRecord:
     """What the core knows about one plugin entry point: where it comes from, whether it loaded, and why not."""
@@ -73,7 +88,7 @@ class PluginRecord:
         """The name to give pip for this plugin (its distribution, else its entry-point name)."""
         return self.distribution or self.name
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> PluginSummary:
         """A JSON-friendly view (for `tiny plugins --json`)."""
         return {"name": self.name, "module": self.module_path, "distribution": self.distribution,
                 "version": self.version, "status": self.status, "reason": self.reason,
