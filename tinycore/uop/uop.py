@@ -234,7 +234,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             return UOp(Ops.VECTORIZE, dtype, (scalar,) * dtype.count)
         return UOp(Ops.CONST, dtype, src, truncate(dtypes.as_const(value, dtype), dtype))
 
-    def const_like(self, value: Any) -> UOp:
+    def const_like(self, value: UOp | ConstType | tuple[ConstType, ...]) -> UOp:
         """A constant of this node's dtype (scalar dtype for pointers)."""
         dtype = self.dtype.base if isinstance(self.dtype, PtrDType) else self.dtype
         return UOp.const(dtype, value)
@@ -564,7 +564,7 @@ def _safe_fdiv(a: float, b: float) -> float:
     return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
 
 
-PYTHON_ALU: dict[Ops, Callable[..., Any]] = {
+PYTHON_ALU: dict[Ops, Callable[..., ConstType]] = {
     Ops.EXP2: _safe_exp2, Ops.LOG2: _safe_log2, Ops.SIN: lambda x: math.sin(x) if math.isfinite(x) else math.nan,
     Ops.SQRT: _safe_sqrt, Ops.RECIPROCAL: _safe_reciprocal, Ops.NEG: lambda x: (not x) if isinstance(x, bool) else -x,
     Ops.TRUNC: lambda x: math.trunc(x) if math.isfinite(x) else x,
