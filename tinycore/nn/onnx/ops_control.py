@@ -8,8 +8,7 @@ from __future__ import annotations
 from tinycore.dtype import dtypes
 from tinycore.nn.onnx.common import as_ints, axis_of, onnx_dtype, scalar_of
 from tinycore.nn.onnx.parser import Graph
-from tinycore.nn.onnx.registry import onnx_op
-from tinycore.nn.onnx.runner import NodeContext, Value
+from tinycore.nn.onnx.registry import NodeContext, Value, onnx_op
 from tinycore.tensor import Tensor
 
 

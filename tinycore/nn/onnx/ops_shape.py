@@ -11,8 +11,7 @@ import numpy as np
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
 from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, onnx_dtype, pairs_from_onnx_pads, scalar_of
-from tinycore.nn.onnx.registry import onnx_op
-from tinycore.nn.onnx.runner import NodeContext
+from tinycore.nn.onnx.registry import NodeContext, onnx_op
 from tinycore.tensor import Tensor
 
 

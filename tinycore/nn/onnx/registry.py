@@ -8,10 +8,28 @@ passes the node's NodeContext (subgraphs, the random seed, the number of outputs
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, Union
+
+from tinycore.nn.onnx.parser import Graph, Node
+from tinycore.tensor import Tensor
 
 OpFunction = Callable[..., Any]
+
+Value = Union[Tensor, list[Tensor], None]
+"""What flows along a graph edge: a tensor, a sequence of tensors, or an empty optional."""
+
+
+class NodeContext(Protocol):
+    """What an op registered with `context=True` receives (the runner provides it; declared here so that the
+    operator files depend on the table only, not on the runner that imports them)."""
+
+    node: Node
+    device: str
+
+    def run_subgraph(self, graph: Graph, inputs: Sequence[Value]) -> list[Value]:
+        """Run `graph` with its declared inputs bound to `inputs` in order; enclosing scopes' values are visible."""
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,23 +67,3 @@ def find_op(domain: str, name: str, opset: int) -> OpSpec | None:
 def known_versions(domain: str, name: str) -> list[int]:
     """The `since` versions registered for an op (empty when it is unknown), for error messages."""
     return [spec.since for spec in OPS.get((domain, name), [])]
-
-
-def load_all() -> None:
-    """Import every operator file so that its registrations run."""
-    from tinycore.nn.onnx import (  # noqa: F401
-        ops_attention,
-        ops_contrib,
-        ops_control,
-        ops_detection,
-        ops_loss,
-        ops_math,
-        ops_ml,
-        ops_nn,
-        ops_quant,
-        ops_random,
-        ops_reduce,
-        ops_rnn,
-        ops_sampling,
-        ops_shape,
-    )

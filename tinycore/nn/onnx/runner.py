@@ -10,18 +10,15 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
 from tinycore.dtype import DType, dtypes
 from tinycore.nn.onnx.common import dtype_label, tensor_from_numpy
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
-from tinycore.nn.onnx.registry import OpSpec, find_op, known_versions, load_all
+from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
 from tinycore.tensor import Tensor
-
-Value = Union[Tensor, list[Tensor], None]
-"""What flows along a graph edge: a tensor, a sequence of tensors, or an empty optional."""
 
 HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonMaxSuppression", "RoiAlign", "Det",
                     "Bernoulli", "Multinomial", "RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -37,8 +34,8 @@ MAX_OPSETS = {"": 28, "ai.onnx.ml": 5, "com.microsoft": 1, "ai.onnx.preview.trai
 """The newest opset version of each domain whose semantics the operator files follow."""
 
 
-class NodeContext:
-    """What an op with `context=True` receives: its node, a way to run subgraphs, the values in scope."""
+class RunContext:
+    """The runner's NodeContext (registry.py): an op's node, a way to run subgraphs, the values in scope."""
 
     def __init__(self, node: Node, scope: Scope, device: str):
         self.node, self.scope, self.device = node, scope, device
@@ -97,7 +94,7 @@ def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
     attributes: dict[str, object] = {key: value for key, value in node.attributes.items()
                                      if accepted is None or key in accepted}
     if spec.context:
-        attributes["context"] = NodeContext(node, scope, device)
+        attributes["context"] = RunContext(node, scope, device)
     try:
         result = spec.function(*values, **attributes)
     except NotImplementedError as error:
@@ -169,7 +166,7 @@ class OnnxRunner:
 
     def __init__(self, model: Tensor | str | os.PathLike[str] | bytes, device: str | None = None, jit: bool = True):
         from tinycore.device.registry import Device
-        load_all()
+        load_operators()
         self.device: str = Device.canonicalize(device) if device is not None else Device.DEFAULT
         self.model: Model = read_model(model, self.device)
         self.graph: Graph = self.model.graph
@@ -290,3 +287,23 @@ class OnnxRunner:
             chosen = dtype or (value_type.dtype if value_type is not None and value_type.dtype else dtypes.float32)
             result[name] = Tensor.empty(*shape, device=device or self.device, dtype=chosen)
         return result
+
+
+def load_operators() -> None:
+    """Import every operator file so that its registrations run (here, above them: they import only the table)."""
+    from tinycore.nn.onnx import (  # noqa: F401
+        ops_attention,
+        ops_contrib,
+        ops_control,
+        ops_detection,
+        ops_loss,
+        ops_math,
+        ops_ml,
+        ops_nn,
+        ops_quant,
+        ops_random,
+        ops_reduce,
+        ops_rnn,
+        ops_sampling,
+        ops_shape,
+    )
