@@ -260,7 +260,7 @@ def _map_movement(op: Ops, node: UOp, arg: Any) -> UOp:
     return multi([source.flip(arg) for source in node.src], axis)
 
 
-def _through_one_device(op: Ops, node: UOp, arg: Any) -> UOp:
+def _through_one_device(op: Ops, node: UOp, arg: object) -> UOp:
     """A pad, shrink or flip that moves values across the blocks of the sharded axis: the blocks are gathered on the
     first device, the op applied there, and the result sharded again on the same axis (replicated when its new size
     does not divide evenly over the devices). Correct for any bounds, at the cost of the copies."""
@@ -443,7 +443,7 @@ def _narrow_dtype(node: UOp) -> DType | None:
     return narrow
 
 
-def _apply_movement(op: Ops, source: UOp, arg: Any) -> UOp:
+def _apply_movement(op: Ops, source: UOp, arg: object) -> UOp:
     method = {Ops.RESHAPE: "reshape", Ops.PERMUTE: "permute", Ops.EXPAND: "expand", Ops.PAD: "pad",
               Ops.SHRINK: "shrink", Ops.FLIP: "flip"}[op]
     result: UOp = getattr(source, method)(arg)
