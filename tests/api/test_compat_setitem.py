@@ -1,6 +1,8 @@
-"""Writes into `Tensor.arange` results (setitem, assign, scatter) stay in that tensor: arange of int32 from 0 by 1
-wraps a cached index buffer, which a later arange of the same length must still read as 0..n-1. Oracle: numpy."""
+"""tinygrad's setitem and TinyJit tests as programs meet them: writes into `Tensor.arange` results stay in that
+tensor (arange of int32 from 0 by 1 wraps a cached index buffer), writes through `detach()`, a jitted step that only
+writes its input, jitted methods per instance, non-Tensor returns. Oracles: numpy and torch."""
 import numpy as np
+import pytest
 
 from tinycore import Tensor
 
@@ -120,3 +122,18 @@ def test_jitted_method_captures_per_instance() -> None:
     np.testing.assert_equal(second.forward(Tensor(values)).numpy(), values * 3)
     np.testing.assert_equal(second.forward(Tensor(values)).numpy(), values * 3)
     np.testing.assert_equal(first.forward(Tensor(values)).numpy(), values * 2)
+
+
+def test_tinyjit_refuses_a_number_in_its_return_at_capture() -> None:
+    from tinycore import TinyJit
+    from tinycore.engine.jit import JitError
+
+    @TinyJit
+    def add_and_count(a: Tensor, b: Tensor, count: int) -> tuple[Tensor, int]:
+        return (a + b).realize(), count
+
+    first = add_and_count(Tensor([1.0]), Tensor([2.0]), 0)  # the first call runs the function, as tinygrad
+    np.testing.assert_equal(first[0].numpy(), [3.0])
+    assert first[1] == 0
+    with pytest.raises(JitError, match="int"):  # a replay would hand back count=1 for every later call
+        add_and_count(Tensor([1.0]), Tensor([2.0]), 1)

@@ -61,6 +61,20 @@ def _collect_tensors(value: object, found: list[Tensor]) -> None:
             _collect_tensors(item, found)
 
 
+def _non_tensor_value(value: object) -> object | None:
+    """The first value inside `value` (nested lists, tuples and dict values) that is neither a Tensor nor None."""
+    from tinycore.tensor import Tensor
+    if value is None or isinstance(value, Tensor):
+        return None
+    if isinstance(value, (list, tuple, dict)):
+        for item in value.values() if isinstance(value, dict) else value:
+            found = _non_tensor_value(item)
+            if found is not None:
+                return found
+        return None
+    return value
+
+
 def _writes_pending(tensor: Tensor) -> bool:
     """True when `tensor` ends in a write (ASSIGN) into its buffer that has not run yet."""
     from tinycore.uop.ops import Ops
@@ -523,6 +537,10 @@ class TinyJit(Generic[ReturnType]):
             result = self._call_and_realize(args, kwargs)
         finally:
             capture_end()
+        other = _non_tensor_value(result)
+        if other is not None:  # checked at capture, as tinygrad: the replay hands back the captured value
+            raise JitError(f"a TinyJit function returned a {type(other).__name__} next to its Tensors: a replay "
+                           "would return the captured value again; return only Tensors (or None)")
         if not recorded:
             raise JitError(f"TinyJit captured no kernel in {getattr(self.function, '__name__', 'the function')}: "
                            "it must realize tensors (return them realized, or call .realize())")
