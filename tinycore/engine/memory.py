@@ -6,8 +6,7 @@ device's allocator. This module also tells the scheduler the facts of an opened 
 """
 from __future__ import annotations
 
-from typing import Any
-
+from tinycore.device.allocator import Allocator
 from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
 from tinycore.plugins.contract import RendererContract, makes_views
@@ -19,10 +18,10 @@ from tinycore.uop.uop import UOp
 _BUFFER_ATTRIBUTE = "_device_buffer"
 """The attribute of a BUFFER / BUFFER_VIEW node holding its Buffer once used (it dies with its node). An attribute
 rather than a weak-keyed table: a lookup per buffer per launch is then a plain dict read."""
-_allocators: dict[str, Any] = {}
+_allocators: dict[str, Allocator] = {}
 
 
-def _allocator_of(device: str) -> Any:
+def _allocator_of(device: str) -> Allocator:
     """The allocator of `device` (the device is opened on first use)."""
     found = _allocators.get(device)
     if found is None:
