@@ -26,12 +26,12 @@ pytestmark = pytest.mark.conformance_category("indexing")
 SHAPES = [(11,), (9, 3), (2, 9, 3), (2, 3, 9, 2), (2, 2, 3, 9, 2)]
 
 
-def _indices(size: int, shape: tuple[int, ...], seed: int, dtype: Any = numpy.int32) -> numpy.ndarray:
+def _indices(size: int, shape: tuple[int, ...], seed: int, dtype: type[numpy.integer] = numpy.int32) -> numpy.ndarray:
     """Random indices in [-size, size) (negative ones included, repeats likely)."""
     return numpy.random.default_rng(seed).integers(-size, size, size=shape).astype(dtype)
 
 
-def _index_dtype(capabilities: DeviceCapabilities, name: str) -> Any:
+def _index_dtype(capabilities: DeviceCapabilities, name: str) -> type[numpy.integer]:
     if name == "int64":
         require_dtype(capabilities, dtypes.int64)
         return numpy.int64
