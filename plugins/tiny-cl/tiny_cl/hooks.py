@@ -8,7 +8,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 
-from tinycore.plugins import DeviceSpec, RendererSpec, hookimpl
+from tinycore.plugins import DeviceSpec, RendererSpec, device_hooks
 from tinycore.plugins.probing import bounded_probe, load_library
 
 TINYCORE_PLUGIN_API = 1
@@ -64,18 +64,8 @@ def probe() -> tuple[bool, str, int]:
     return bounded_probe(_count_with_ctypes)
 
 
-@hookimpl
-def tiny_devices() -> list[DeviceSpec]:
-    """The CL device."""
-    return [DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cl.device:CLDevice",
-                       "OpenCL devices through the ICD loader (OpenCL C compiled by the driver)",
-                       probe="tiny_cl.hooks:probe")]
-
-
-@hookimpl
-def tiny_renderers(device: str) -> list[RendererSpec]:
-    """The OpenCL C renderer for CL (built by the device's OpenCL driver)."""
-    if device != DEVICE_NAME:
-        return []
-    return [RendererSpec("OPENCL", "tiny_cl.renderer:make_cl_renderer",
-                         "OpenCL C built by the device's OpenCL driver (binaries cached per driver version)")]
+tiny_devices, tiny_renderers, _ = device_hooks(
+    DeviceSpec(DEVICE_NAME, PRIORITY, "tiny_cl.device:CLDevice",
+               "OpenCL devices through the ICD loader (OpenCL C compiled by the driver)", probe="tiny_cl.hooks:probe"),
+    renderers=[RendererSpec("OPENCL", "tiny_cl.renderer:make_cl_renderer",
+                            "OpenCL C built by the device's OpenCL driver (binaries cached per driver version)")])
