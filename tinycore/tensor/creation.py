@@ -157,8 +157,8 @@ class CreationMixin:
         if self.uop.axis is None:
             return make(self.shape, None).shard(devices, None)
         block_shape = self.uop.src[0].shape
-        return type(self)._wrap(multi([make(block_shape, device).uop for device in devices],  # type: ignore[attr-defined]
-                                      self.uop.axis))
+        blocks = [make(block_shape, device).uop for device in devices]
+        return type(self)._wrap(multi(blocks, self.uop.axis))  # type: ignore[attr-defined]
 
     def full_like(self: Tensor, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
                   **kw: Any) -> Tensor:

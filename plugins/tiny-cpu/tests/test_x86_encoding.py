@@ -361,4 +361,5 @@ def test_bad_operands_are_refused() -> None:
     with pytest.raises(EncodingError, match="shift amount"):
         Assembler.encode("shl", (GPR64[0], GPR8[2]))
     with pytest.raises(EncodingError, match="physical register"):
-        Assembler.encode("mov", (GPR64[0], Memory(view(rcx, 64), None, 1, 0, 64).with_registers(object(), None)))  # type: ignore[arg-type]
+        unallocated = Memory(view(rcx, 64), None, 1, 0, 64).with_registers(object(), None)  # type: ignore[arg-type]
+        Assembler.encode("mov", (GPR64[0], unallocated))
