@@ -15,7 +15,11 @@ from tinycore.helpers import HCQ_TIMEOUT_MS
 
 
 def _loader(device: HCQCompiled) -> Any:
-    """How the device's binaries load: LLVM objects are linked in process, C shared objects are opened."""
+    """How the device's binaries load: LLVM objects are linked in process, C shared objects are opened (a compiler
+    with a `program_loader`, as the x86 renderer's, names its own)."""
+    program_loader = getattr(device.compiler, "program_loader", None)
+    if program_loader is not None:
+        return program_loader()
     if isinstance(device.compiler, LLVMCompiler):
         return LLVMProgram
     return CPUProgram

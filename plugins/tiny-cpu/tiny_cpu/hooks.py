@@ -58,6 +58,15 @@ def llvm_probe() -> tuple[bool, str]:
     return (True, "llvmlite is installed") if found else (False, llvm_missing_reason())
 
 
+def x86_probe() -> tuple[bool, str]:
+    """The x86 renderer is available on x86-64 hosts; elsewhere it says why not (nothing heavy is imported)."""
+    import platform
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        return (True, "x86-64 host: kernels encoded in Python, no compiler needed")
+    return (False, f"this host is {platform.machine()}, not x86-64: the X86 renderer emits x86-64 machine code only; "
+                   "use DEV=CPU (C) or DEV=CPU:LLVM")
+
+
 # the C renderer (compiled by $CC, gcc or clang), then the LLVM renderer (LLVM IR compiled in process by llvmlite:
 # DEV=CPU:LLVM, with tiny-cpu[llvm] installed)
 tiny_devices, tiny_renderers, _ = device_hooks(
@@ -68,7 +77,10 @@ tiny_devices, tiny_renderers, _ = device_hooks(
                             "C source compiled to a shared object by $CC, gcc or clang"),
                RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
                             "LLVM IR compiled in process by llvmlite (the llvm extra of tiny-cpu)",
-                            probe="tiny_cpu.hooks:llvm_probe")])
+                            probe="tiny_cpu.hooks:llvm_probe"),
+               RendererSpec("X86", "tiny_cpu.x86.renderer:make_x86_renderer",
+                            "x86-64 machine code selected and encoded in Python (no compiler), x86-64 hosts only",
+                            probe="tiny_cpu.hooks:x86_probe")])
 
 
 @hookimpl

@@ -28,6 +28,8 @@ from tinycore.uop.uop import UOp
 
 _INTEGER_DTYPES = (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
 _UNSIGNED = (dtypes.uint32, dtypes.uint64)
+SELECTED_DTYPES = frozenset({dtypes.float32, dtypes.bool, *_INTEGER_DTYPES})
+"""The scalar dtypes the selection has rules for."""
 
 
 def _integer_bits(dtype: DType) -> int:

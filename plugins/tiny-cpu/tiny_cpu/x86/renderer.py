@@ -1,0 +1,135 @@
+"""DEV=CPU:X86: the CPU's kernels as x86-64 machine code selected, allocated and encoded in Python (no toolchain).
+
+The renderer runs instruction selection (tiny_cpu.x86.isel) when a kernel is rendered, so a construct it cannot
+encode is refused there with a SelectionError naming it; nothing falls back to another renderer. Its "source" is a
+short text header followed by the machine code in hex, which keys the compile cache as any source does; the
+"compiler" only turns the hex back into bytes, and `X86Program` maps them into executable memory (W^X) and hands the
+entry point to the CPU queue and its worker pool as the other CPU renderers do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tiny_cpu.hooks import x86_probe
+from tiny_cpu.x86.executable import ExecutableCode
+from tiny_cpu.x86.isel import ScalarX86Contract, select_kernel
+from tinycore.device.compiler import CompileError, Compiler
+from tinycore.dtype import DType, dtypes
+from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.uop.uop import UOp
+
+_HEADER = "; x86-64 machine code, tinycore x86 renderer"
+
+
+class X86Renderer(ScalarX86Contract, Renderer):
+    """The x86 renderer on the CPU device: scalar code (codegen devectorizes), split across the worker pool's
+    threads by core_id, with the core's transcendental decomposition."""
+
+    suffix = "x86"
+    has_threads = True
+    shared_max = 0
+    supports_float4 = False
+
+    def __init__(self, device: str = "CPU", arch: str | None = None):
+        from tiny_cpu.runtime import worker_count
+        self.device = device
+        self.arch = arch
+        self.global_max = (worker_count(), 1, 1)
+
+    def spelled_dtypes(self) -> set[DType]:
+        """Every dtype the selection has rules for (fp8 has none)."""
+        from tiny_cpu.x86.isel import SELECTED_DTYPES
+        return {dtype for dtype in dtypes.all if dtype in SELECTED_DTYPES}
+
+    def render(self, uops: list[UOp]) -> str:
+        """The machine code of the linear program `uops`, as text (see the module's docstring)."""
+        return self.render_named(uops, kernel_name(uops))
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """The header naming the kernel, then its machine code in hex: the entry convention of the CPU queue
+        (a pointer to one 64-bit word per argument, then the worker's core_id)."""
+        code = select_kernel(uops, entry=True)
+        return f"{_HEADER}: {name}\n{code.hex()}\n"
+
+
+def machine_code(src: str) -> bytes:
+    """The bytes of a rendered kernel's text (CompileError when it is not the x86 renderer's)."""
+    lines = src.splitlines()
+    if len(lines) < 2 or not lines[0].startswith(_HEADER):
+        raise CompileError("not a kernel rendered by the x86 renderer (DEV=CPU:X86)", log=src[:2000])
+    try:
+        return bytes.fromhex("".join(lines[1:]))
+    except ValueError as error:
+        raise CompileError(f"the x86 kernel's hex is damaged: {error}", log=src[:2000]) from error
+
+
+class X86Compiler(Compiler):
+    """Hex to bytes: the code was selected, allocated and encoded when the kernel was rendered."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu-x86")
+        self.name = "x86"
+        self.flags = ()
+
+    def version(self) -> str:
+        """The encoder's own version: there is no external tool."""
+        return "tinycore-x86 1"
+
+    def compile(self, src: str) -> bytes:
+        """The machine code of a rendered kernel."""
+        return machine_code(src)
+
+    def program_loader(self) -> type[X86Program]:
+        """What loads this compiler's binaries on the CPU device."""
+        return X86Program
+
+
+class X86Program:
+    """Machine code in executable memory: `program(*addresses, global_size=(N, 1, 1), vals=(ints), wait=False)`.
+
+    `_entry` is the address of its entry point `(const long long *arguments, int core_id)`, which the CPU queue's
+    EXEC command and the worker pool call."""
+
+    def __init__(self, name: str, lib: bytes):
+        self.name = name
+        self._code = ExecutableCode(lib)
+        self._entry: int | None = self._code.address
+        self._call = self._code.function(None, ctypes.c_void_p, ctypes.c_int32)
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """Run the kernel on buffer addresses and variable values (once per core_id below global_size[0])."""
+        from tiny_cpu.pool import parallel_runner
+        from tiny_cpu.runtime import worker_count
+        arguments = [int(argument or 0) for argument in (*buffers, *vals)]
+        packed = (ctypes.c_longlong * max(1, len(arguments)))(*arguments)
+        workers = int(global_size[0]) if global_size else 1
+        start = time.perf_counter() if wait else 0.0
+        runner = parallel_runner() if workers > 1 else None
+        if runner is not None:
+            runner(self._code.address, packed, workers, worker_count())
+        else:
+            for core_id in range(workers):
+                self._call(ctypes.addressof(packed), core_id)
+        return time.perf_counter() - start if wait else None
+
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
+                 ) -> Callable[[Sequence[Any]], None]:
+        """A function launching this program on a list of buffer addresses with `global_size`."""
+        def launch(buffers: Sequence[Any]) -> None:
+            self(*buffers, global_size=global_size)
+        return launch
+
+
+def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Compiler]:
+    """The CPU's x86 renderer and its compiler; RuntimeError on a host that is not x86-64 or with an arch."""
+    available, reason = x86_probe()
+    if not available:
+        raise RuntimeError(reason)
+    if arch is not None:
+        raise ValueError(f"DEV=CPU:X86:{arch}: the x86 renderer encodes for this host only; leave the arch out")
+    return X86Renderer(device, arch), X86Compiler()
