@@ -5,24 +5,34 @@ Transcendental functions are built from the primitives EXP2, LOG2, SIN, SQRT and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from tinycore.dtype import DType, dtypes, least_upper_dtype, least_upper_float
+from tinycore.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
 from tinycore.tensor.support import broadcast_shape, same_size, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    from collections.abc import Sequence
+
+    import numpy
+    from typing_extensions import TypeIs
+
+    from tinycore.tensor.tensor import NestedValues, Operand, Tensor
 
 _LOG2_E = 1 / math.log(2)
 _LN_2 = math.log(2)
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> TypeIs[Tensor]:
     """True for a Tensor (every Tensor is an ElementwiseMixin)."""
     return isinstance(value, ElementwiseMixin)
+
+
+def _is_data(value: object) -> TypeIs[Sequence[NestedValues] | numpy.ndarray | numpy.generic]:
+    """True for values that become a tensor of their own: lists, tuples and numpy arrays or scalars."""
+    return isinstance(value, (list, tuple)) or type(value).__module__ == "numpy"
 
 
 def _with_pow_gradient(value: Tensor, base: Tensor, exponent: Tensor | int | float) -> Tensor:
@@ -66,7 +76,7 @@ class ElementwiseMixin:
         padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
         return self._result(self.uop.reshape(padded).expand(shape))
 
-    def _operand(self: Tensor, value: Any, dtype: DType | None = None) -> Tensor:
+    def _operand(self: Tensor, value: Operand, dtype: DType | None = None) -> Tensor:
         """`value` as a tensor on this device (scalars become constants of `dtype` or their own dtype)."""
         if _is_tensor(value):
             if value.device != self.device and value.device is not None:  # None: a constant on no device
@@ -75,11 +85,11 @@ class ElementwiseMixin:
             return value
         if isinstance(value, (int, float, bool)):
             return self._const(value, dtype or dtypes.from_py(value), ())
-        if isinstance(value, (list, tuple)) or type(value).__module__ == "numpy":
+        if _is_data(value):
             return type(self)(value, device=self.device)
         raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__} {value!r}")
 
-    def _broadcasted(self: Tensor, other: Any, reverse: bool = False,
+    def _broadcasted(self: Tensor, other: Operand, reverse: bool = False,
                      match_dtype: bool = True) -> tuple[Tensor, Tensor]:
         """This tensor and `other` broadcast to one shape and promoted to one dtype (swapped if `reverse`)."""
         if _is_tensor(other):
@@ -88,7 +98,7 @@ class ElementwiseMixin:
                 common = least_upper_dtype(first.dtype, second.dtype)
                 first, second = first.cast(common), second.cast(common)
         else:
-            if isinstance(other, (list, tuple)) or type(other).__module__ == "numpy":
+            if _is_data(other):
                 return self._broadcasted(self._operand(other), reverse, match_dtype)
             if isinstance(other, UOp):  # a symbolic int (a size with bound Variables): a scalar read at run time
                 return self._broadcasted(self._symbolic_scalar(other), reverse, match_dtype)
@@ -106,7 +116,7 @@ class ElementwiseMixin:
             raise TypeError(f"expected a Tensor, a Python number or a symbolic int, got a {value.dtype} UOp {value}")
         return type(self)._wrap(UOp.const_on(value.dtype, 0, self.device, ()) + value)
 
-    def _binary(self: Tensor, op: Ops, other: Any, reverse: bool = False) -> Tensor:
+    def _binary(self: Tensor, op: Ops, other: Operand, reverse: bool = False) -> Tensor:
         """The ALU op `op` on this tensor and `other` broadcast and promoted."""
         first, second = self._broadcasted(other, reverse)
         return first._alu(op, second)
@@ -125,28 +135,28 @@ class ElementwiseMixin:
 
     # ---- arithmetic ----
 
-    def add(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def add(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self + x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.ADD, second)
 
-    def sub(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def sub(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self - x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^ instead")
         return first._alu(Ops.ADD, second._alu(Ops.NEG))
 
-    def mul(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def mul(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self * x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
         return first._alu(Ops.MUL, second)
 
-    def div(self: Tensor, x: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    def div(self: Tensor, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
         """self / x: true division, or rounded with rounding_mode 'trunc' or 'floor'."""
         first, second = self._broadcasted(x, reverse)
         if rounding_mode is None:
@@ -181,19 +191,19 @@ class ElementwiseMixin:
             raise TypeError("remainder of bool tensors is not supported: cast to int first")
         return self - other * self._alu(Ops.FDIV, other).floor()
 
-    def mod(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def mod(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self % x with the sign of x (Python and torch.remainder semantics)."""
         first, second = self._broadcasted(x, reverse)
         return first._mod(second)
 
-    def fmod(self: Tensor, x: Any) -> Tensor:
+    def fmod(self: Tensor, x: Operand) -> Tensor:
         """Remainder with the sign of self (C fmod semantics)."""
         first, second = self._broadcasted(x)
         if dtypes.is_int(first.dtype):
             return first._alu(Ops.MOD, second)
         return first - second * first._alu(Ops.FDIV, second).trunc()
 
-    def pow(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def pow(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self ** x (x ** self when `reverse`). Values and gradients are torch's, edges included: a negative base
         to a non-integral power is NaN and so are its gradients; the base's gradient is 0 where the exponent is 0,
         the exponent's is 0 where the base is 0 and the exponent is not negative."""
@@ -261,7 +271,7 @@ class ElementwiseMixin:
             return None
         if self.dtype == dtypes.bool:
             return None
-        result: Any = None
+        result: Tensor | None = None
         square = self
         while power:
             if power & 1:
@@ -273,14 +283,14 @@ class ElementwiseMixin:
             return self.ones_like()
         return result.reciprocal() if exponent < 0 else result
 
-    def maximum(self: Tensor, x: Any) -> Tensor:
+    def maximum(self: Tensor, x: Operand) -> Tensor:
         """Elementwise maximum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.MAX, second)
 
-    def minimum(self: Tensor, x: Any) -> Tensor:
+    def minimum(self: Tensor, x: Operand) -> Tensor:
         """Elementwise minimum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
@@ -295,7 +305,7 @@ class ElementwiseMixin:
             return self.logical_not()
         return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
 
-    def clip(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
+    def clip(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
         """Values limited to [min_, max_] (either bound may be None, not both); min_ applies first, so min_ > max_
         gives max_ everywhere, as torch. The gradient passes where min_ <= self <= max_, the bounds included (torch's
         rule: maximum and minimum would split it in half at a tie)."""
@@ -322,7 +332,7 @@ class ElementwiseMixin:
 
         return wrap(with_gradient(result.uop, rule), result.requires_grad)
 
-    def clamp(self: Tensor, min_: Any = None, max_: Any = None) -> Tensor:
+    def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
         """Alias of clip."""
         return self.clip(min_, max_)
 
@@ -344,7 +354,7 @@ class ElementwiseMixin:
         result = (self < 0).where(self._const(-1), self.ne(0).where(self._const(1), self._const(0)))
         return result + self * 0 if dtypes.is_float(self.dtype) else result
 
-    def copysign(self: Tensor, other: Any) -> Tensor:
+    def copysign(self: Tensor, other: Operand) -> Tensor:
         """|self| with the sign of `other`."""
         first, second = self._broadcasted(other)
         first = first._float()
@@ -356,7 +366,7 @@ class ElementwiseMixin:
         """self * self."""
         return self * self
 
-    def lerp(self: Tensor, end: Any, weight: Any) -> Tensor:
+    def lerp(self: Tensor, end: Operand, weight: Operand) -> Tensor:
         """self + (end - self) * weight."""
         return self + (end - self) * weight
 
@@ -366,99 +376,99 @@ class ElementwiseMixin:
         """-self."""
         return self.neg()
 
-    def __add__(self: Tensor, x: Any) -> Tensor:
+    def __add__(self: Tensor, x: Operand) -> Tensor:
         """self + x."""
         return self.add(x)
 
-    def __radd__(self: Tensor, x: Any) -> Tensor:
+    def __radd__(self: Tensor, x: Operand) -> Tensor:
         """x + self."""
         return self.add(x, True)
 
-    def __sub__(self: Tensor, x: Any) -> Tensor:
+    def __sub__(self: Tensor, x: Operand) -> Tensor:
         """self - x."""
         return self.sub(x)
 
-    def __rsub__(self: Tensor, x: Any) -> Tensor:
+    def __rsub__(self: Tensor, x: Operand) -> Tensor:
         """x - self."""
         return self.sub(x, True)
 
-    def __mul__(self: Tensor, x: Any) -> Tensor:
+    def __mul__(self: Tensor, x: Operand) -> Tensor:
         """self * x."""
         return self.mul(x)
 
-    def __rmul__(self: Tensor, x: Any) -> Tensor:
+    def __rmul__(self: Tensor, x: Operand) -> Tensor:
         """x * self."""
         return self.mul(x, True)
 
-    def __truediv__(self: Tensor, x: Any) -> Tensor:
+    def __truediv__(self: Tensor, x: Operand) -> Tensor:
         """self / x (true division)."""
         return self.div(x)
 
-    def __rtruediv__(self: Tensor, x: Any) -> Tensor:
+    def __rtruediv__(self: Tensor, x: Operand) -> Tensor:
         """x / self (true division)."""
         return self.div(x, True)
 
-    def __floordiv__(self: Tensor, x: Any) -> Tensor:
+    def __floordiv__(self: Tensor, x: Operand) -> Tensor:
         """self // x (floor division)."""
         return self.div(x, rounding_mode="floor")
 
-    def __rfloordiv__(self: Tensor, x: Any) -> Tensor:
+    def __rfloordiv__(self: Tensor, x: Operand) -> Tensor:
         """x // self (floor division)."""
         return self.div(x, True, rounding_mode="floor")
 
-    def __mod__(self: Tensor, x: Any) -> Tensor:
+    def __mod__(self: Tensor, x: Operand) -> Tensor:
         """self % x."""
         return self.mod(x)
 
-    def __rmod__(self: Tensor, x: Any) -> Tensor:
+    def __rmod__(self: Tensor, x: Operand) -> Tensor:
         """x % self."""
         return self.mod(x, True)
 
-    def __pow__(self: Tensor, x: Any) -> Tensor:
+    def __pow__(self: Tensor, x: Operand) -> Tensor:
         """self ** x."""
         return self.pow(x)
 
-    def __rpow__(self: Tensor, x: Any) -> Tensor:
+    def __rpow__(self: Tensor, x: Operand) -> Tensor:
         """x ** self."""
         return self.pow(x, True)
 
-    def __and__(self: Tensor, x: Any) -> Tensor:
+    def __and__(self: Tensor, x: Operand) -> Tensor:
         """self & x."""
         return self.bitwise_and(x)
 
-    def __rand__(self: Tensor, x: Any) -> Tensor:
+    def __rand__(self: Tensor, x: Operand) -> Tensor:
         """x & self."""
         return self.bitwise_and(x, True)
 
-    def __or__(self: Tensor, x: Any) -> Tensor:
+    def __or__(self: Tensor, x: Operand) -> Tensor:
         """self | x."""
         return self.bitwise_or(x)
 
-    def __ror__(self: Tensor, x: Any) -> Tensor:
+    def __ror__(self: Tensor, x: Operand) -> Tensor:
         """x | self."""
         return self.bitwise_or(x, True)
 
-    def __xor__(self: Tensor, x: Any) -> Tensor:
+    def __xor__(self: Tensor, x: Operand) -> Tensor:
         """self ^ x."""
         return self.bitwise_xor(x)
 
-    def __rxor__(self: Tensor, x: Any) -> Tensor:
+    def __rxor__(self: Tensor, x: Operand) -> Tensor:
         """x ^ self."""
         return self.bitwise_xor(x, True)
 
-    def __lshift__(self: Tensor, x: Any) -> Tensor:
+    def __lshift__(self: Tensor, x: Operand) -> Tensor:
         """self << x."""
         return self.lshift(x)
 
-    def __rshift__(self: Tensor, x: Any) -> Tensor:
+    def __rshift__(self: Tensor, x: Operand) -> Tensor:
         """self >> x."""
         return self.rshift(x)
 
-    def __rlshift__(self: Tensor, x: Any) -> Tensor:
+    def __rlshift__(self: Tensor, x: Operand) -> Tensor:
         """x << self."""
         return self.lshift(x, True)
 
-    def __rrshift__(self: Tensor, x: Any) -> Tensor:
+    def __rrshift__(self: Tensor, x: Operand) -> Tensor:
         """x >> self."""
         return self.rshift(x, True)
 
@@ -466,29 +476,29 @@ class ElementwiseMixin:
         """~self (bitwise not)."""
         return self.bitwise_not()
 
-    def __lt__(self: Tensor, x: Any) -> Tensor:
+    def __lt__(self: Tensor, x: Operand) -> Tensor:
         """self < x as bool."""
         return self._binary(Ops.CMPLT, x)
 
-    def __gt__(self: Tensor, x: Any) -> Tensor:
+    def __gt__(self: Tensor, x: Operand) -> Tensor:
         """self > x as bool."""
         return self._binary(Ops.CMPLT, x, True)
 
-    def __le__(self: Tensor, x: Any) -> Tensor:
+    def __le__(self: Tensor, x: Operand) -> Tensor:
         """self <= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return first._alu(Ops.CMPLT, second) | first._alu(Ops.CMPEQ, second)
 
-    def __ge__(self: Tensor, x: Any) -> Tensor:
+    def __ge__(self: Tensor, x: Operand) -> Tensor:
         """self >= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return second._alu(Ops.CMPLT, first) | first._alu(Ops.CMPEQ, second)
 
-    def __eq__(self: Tensor, x: Any) -> Tensor:  # type: ignore[override]
+    def __eq__(self: Tensor, x: Operand) -> Tensor:  # type: ignore[override]
         """self == x as a bool tensor (not a Python bool)."""
         return self.eq(x)
 
-    def __ne__(self: Tensor, x: Any) -> Tensor:  # type: ignore[override]
+    def __ne__(self: Tensor, x: Operand) -> Tensor:  # type: ignore[override]
         """self != x as a bool tensor (not a Python bool)."""
         return self.ne(x)
 
@@ -496,61 +506,61 @@ class ElementwiseMixin:
         """self == x as a bool tensor."""
         return self.assign(result)
 
-    def __iadd__(self: Tensor, x: Any) -> Tensor:
+    def __iadd__(self: Tensor, x: Operand) -> Tensor:
         """self += x (assigns)."""
         return self._inplace(self + x)
 
-    def __isub__(self: Tensor, x: Any) -> Tensor:
+    def __isub__(self: Tensor, x: Operand) -> Tensor:
         """self -= x (assigns)."""
         return self._inplace(self - x)
 
-    def __imul__(self: Tensor, x: Any) -> Tensor:
+    def __imul__(self: Tensor, x: Operand) -> Tensor:
         """self *= x (assigns)."""
         return self._inplace(self * x)
 
-    def __itruediv__(self: Tensor, x: Any) -> Tensor:
+    def __itruediv__(self: Tensor, x: Operand) -> Tensor:
         """self /= x (assigns)."""
         return self._inplace(self / x)
 
-    def __ifloordiv__(self: Tensor, x: Any) -> Tensor:
+    def __ifloordiv__(self: Tensor, x: Operand) -> Tensor:
         """self //= x (assigns)."""
         return self._inplace(self // x)
 
-    def __imod__(self: Tensor, x: Any) -> Tensor:
+    def __imod__(self: Tensor, x: Operand) -> Tensor:
         """self %= x (assigns)."""
         return self._inplace(self % x)
 
-    def __ipow__(self: Tensor, x: Any) -> Tensor:
+    def __ipow__(self: Tensor, x: Operand) -> Tensor:
         """self **= x (assigns)."""
         return self._inplace(self ** x)
 
-    def __iand__(self: Tensor, x: Any) -> Tensor:
+    def __iand__(self: Tensor, x: Operand) -> Tensor:
         """self &= x (assigns)."""
         return self._inplace(self & x)
 
-    def __ior__(self: Tensor, x: Any) -> Tensor:
+    def __ior__(self: Tensor, x: Operand) -> Tensor:
         """self |= x (assigns)."""
         return self._inplace(self | x)
 
-    def __ixor__(self: Tensor, x: Any) -> Tensor:
+    def __ixor__(self: Tensor, x: Operand) -> Tensor:
         """self ^= x (assigns)."""
         return self._inplace(self ^ x)
 
-    def __ilshift__(self: Tensor, x: Any) -> Tensor:
+    def __ilshift__(self: Tensor, x: Operand) -> Tensor:
         """self <<= x (assigns)."""
         return self._inplace(self << x)
 
-    def __irshift__(self: Tensor, x: Any) -> Tensor:
+    def __irshift__(self: Tensor, x: Operand) -> Tensor:
         """self >>= x (assigns)."""
         return self._inplace(self >> x)
 
     # ---- comparison and logic ----
 
-    def eq(self: Tensor, x: Any) -> Tensor:
+    def eq(self: Tensor, x: Operand) -> Tensor:
         """self == x as bool."""
         return self._binary(Ops.CMPEQ, x)
 
-    def ne(self: Tensor, x: Any) -> Tensor:
+    def ne(self: Tensor, x: Operand) -> Tensor:
         """self != x as bool."""
         return self._binary(Ops.CMPNE, x)
 
@@ -560,21 +570,21 @@ class ElementwiseMixin:
             return self._alu(Ops.CMPNE, self._const(True))
         return self.eq(0)
 
-    def _bitwise(self: Tensor, op: Ops, x: Any, reverse: bool, name: str) -> Tensor:
+    def _bitwise(self: Tensor, op: Ops, x: Operand, reverse: bool, name: str) -> Tensor:
         """The bitwise op `op` on broadcast integer or bool operands."""
         first, second = self._broadcasted(x, reverse)
         first._require("ib", name)
         return first._alu(op, second)
 
-    def bitwise_and(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_and(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) and."""
         return self._bitwise(Ops.AND, x, reverse, "bitwise_and")
 
-    def bitwise_or(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_or(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) or."""
         return self._bitwise(Ops.OR, x, reverse, "bitwise_or")
 
-    def bitwise_xor(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def bitwise_xor(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """Bitwise (logical for bool) exclusive or."""
         return self._bitwise(Ops.XOR, x, reverse, "bitwise_xor")
 
@@ -583,19 +593,19 @@ class ElementwiseMixin:
         self._require("ib", "bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._inverse()
 
-    def lshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def lshift(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self << x (integers)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "lshift")
         return first._alu(Ops.SHL, second)
 
-    def rshift(self: Tensor, x: Any, reverse: bool = False) -> Tensor:
+    def rshift(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
         """self >> x (integers; arithmetic shift for signed types)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "rshift")
         return first._alu(Ops.SHR, second)
 
-    def where(self: Tensor, x: Any, y: Any) -> Tensor:
+    def where(self: Tensor, x: Tensor | ConstType, y: Tensor | ConstType) -> Tensor:
         """x where self is true, else y (broadcast together)."""
         condition = self if self.dtype == dtypes.bool else self.ne(0)
         if _is_tensor(x):
@@ -609,7 +619,7 @@ class ElementwiseMixin:
         condition, x_tensor, y_tensor = (tensor._broadcast_to(shape) for tensor in (condition, x_tensor, y_tensor))
         return condition._alu(Ops.WHERE, x_tensor, y_tensor)
 
-    def masked_fill(self: Tensor, mask: Any, value: Any) -> Tensor:
+    def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
         """`value` where mask is true, else self."""
         return mask.where(value, self)
 
@@ -629,7 +639,8 @@ class ElementwiseMixin:
         """True where the value is neither inf nor nan."""
         return (self.isinf() | self.isnan()).logical_not()
 
-    def isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Tensor:
+    def isclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08,
+                equal_nan: bool = False) -> Tensor:
         """True where self == other or, both finite, |self - other| <= atol + rtol * |other| (as torch: an infinity is
         close only to itself); nan is close to nan only with equal_nan."""
         first, second = self._broadcasted(other)
@@ -639,7 +650,8 @@ class ElementwiseMixin:
             close = close | (first.isnan() & second.isnan())
         return close
 
-    def allclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+    def allclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08,
+                 equal_nan: bool = False) -> bool:
         """True when isclose holds everywhere."""
         return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
 
@@ -873,20 +885,20 @@ class ElementwiseMixin:
         """self / (1 + |self|)."""
         return self / (1 + self.abs())
 
-    def logaddexp(self: Tensor, other: Any) -> Tensor:
+    def logaddexp(self: Tensor, other: Operand) -> Tensor:
         """log(exp(self) + exp(other)) computed stably."""
         first, second = self._broadcasted(other)
         top = first.maximum(second)
         safe_top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top
         return ((first - safe_top).exp() + (second - safe_top).exp()).log() + safe_top
 
-    def ufix(self: Tensor, x: Any) -> Tensor:
+    def ufix(self: Tensor, x: Tensor | ConstType) -> Tensor:
         """`x` as a tensor usable with this one (a Python scalar becomes a constant of the promoted dtype)."""
         if _is_tensor(x):
             return x
         return self._const(x, scalar_result_dtype(self.dtype, x), ())
 
-    def alu(self: Tensor, op: Ops, *src: Any) -> Tensor:
+    def alu(self: Tensor, op: Ops, *src: Tensor | ConstType) -> Tensor:
         """The ALU operation `op` applied to this tensor and `src` (broadcast and promoted together)."""
         if op in (Ops.WHERE,):
             return self.where(*src)

@@ -12,7 +12,7 @@ import pathlib
 import struct
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
@@ -31,6 +31,14 @@ from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     import numpy
+
+NestedValues: TypeAlias = Union[ConstType, "numpy.generic", Sequence["NestedValues"]]
+"""Python (or numpy) scalars, or lists and tuples of them nested to any depth."""
+TensorData: TypeAlias = Union[NestedValues, "numpy.ndarray", bytes, bytearray, memoryview, UOp, pathlib.Path, None]
+"""What `Tensor(data)` accepts."""
+Operand: TypeAlias = Union["Tensor", NestedValues, "numpy.ndarray", UOp]
+"""The other side of a Tensor operation: a tensor, scalars (nested lists of them become tensors), a numpy array, or a
+symbolic int."""
 
 # Both registries are keyed by id(): a WeakSet would compare tensors with ==, which is elementwise for a Tensor.
 _GRAD_TENSORS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
