@@ -1,31 +1,26 @@
-"""The PTX renderer (DEV=NV:PTX): PTX assembly written straight from the linear program, no NVRTC.
+"""The PTX renderer (DEV=NV:PTX): PTX assembly written straight from the scalar linear program, no NVRTC.
 
-Every value gets a virtual register of its class (%p predicates, %h 16-bit, %r 32-bit, %rd 64-bit, %f / %fd
-floats); ptxas (or the driver, at load time) allocates the real ones. Buffers are kernel parameters converted to
-global addresses; accumulators (DEFINE_REG) are .local arrays, which ptxas keeps in registers when their indices are
-constant; group-reduce partials (DEFINE_LOCAL) are .shared arrays. Loops are a compare, a branch and a back edge.
-Integers narrower than 32 bits live in 32-bit registers and are sign- or zero-extended after each op (per-op
-wrap-around); half and bfloat16 values are 16-bit registers widened to float for arithmetic and rounded back after
-each op (per-op rounding, as the IEEE types). Vectors are not used: codegen keeps this renderer's programs scalar.
-Scatter reductions (a STORE whose arg is the reduce) update global memory atomically for 32- and 64-bit integers and
-floats, half and bfloat16 (`atomic_dtypes`): red.global.add for sums (float64 from sm_60), red.global.max / min for
-integers, and an atom.global.cas loop over the element's bits for the rest (products, float max/min; 16-bit floats
-over the aligned 32-bit word that holds them).
-exp2, log2 and sin use the hardware's approximations (ex2/lg2/sin.approx.f32), like CUDA's fast-math intrinsics.
+Values are virtual registers of their class (%p, %h 16-bit, %r, %rd, %f, %fd) that ptxas allocates; buffers are
+parameters converted to global addresses, DEFINE_REG / DEFINE_LOCAL are .local / .shared arrays. Narrow integers
+live in 32-bit registers and wrap after each op; half and bfloat16 are widened to float and rounded back after each
+op. Scatter reduces use red.global where PTX has it for the type, else an atom.global.cas loop (16-bit floats over
+their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations, as CUDA's fast math.
 """
 from __future__ import annotations
 
 import struct
-from typing import Any
+import subprocess
+import tempfile
+from pathlib import Path
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, statement_rule, text_rules
+from tinycore.renderer.cstyle import bfloat16_bits
+from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule, text_rules
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
-_AXES = "xyz"
 # dtype -> (register class, arithmetic type suffix, memory type suffix)
 _TYPES: dict[DType, tuple[str, str, str]] = {
     dtypes.bool: ("p", "pred", "u8"), dtypes.int8: ("r", "s32", "s8"), dtypes.uint8: ("r", "u32", "u8"),
@@ -38,19 +33,50 @@ _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.ui
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 _ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
                             dtypes.float16, dtypes.bfloat16})
+# float dtype -> (struct format of the value, of its bits, PTX literal prefix, hex digits, bits)
+_FLOAT_LITERALS = {dtypes.float32: ("<f", "<I", "0f", 8, 32), dtypes.float64: ("<d", "<Q", "0d", 16, 64),
+                   dtypes.float16: ("<e", "<H", "0x", 4, 16)}
+# ALU op -> (register classes of its temporaries x0, x1: "=" is the operands' class, its instructions). Fields: r the
+# result, a b c the operands, t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo" for
+# integers, mad the multiply-add, ne the inequality, shift the move of a shift amount into a 32-bit register.
+_Template = tuple[tuple[str, ...], tuple[str, ...]]
+_ALU: dict[Ops, _Template] = {
+    Ops.CMPLT: ((), ("setp.lt.{t} {r}, {a}, {b};",)), Ops.CMPEQ: ((), ("setp.eq.{t} {r}, {a}, {b};",)),
+    Ops.CMPNE: ((), ("setp.{ne}.{t} {r}, {a}, {b};",)), Ops.WHERE: ((), ("selp.{w} {r}, {b}, {c}, {a};",)),
+    # C's (a<b)?b:a, which keeps a NaN first operand
+    Ops.MAX: (("p",), ("setp.lt.{t} {x0}, {a}, {b};", "selp.{w} {r}, {b}, {a}, {x0};")),
+    Ops.AND: ((), ("and.{bits} {r}, {a}, {b};",)), Ops.OR: ((), ("or.{bits} {r}, {a}, {b};",)),
+    Ops.XOR: ((), ("xor.{bits} {r}, {a}, {b};",)), Ops.NEG: ((), ("neg.{s} {r}, {a};",)),
+    # a zero divisor gives 0, as the constant folder does
+    Ops.IDIV: (("p", "="), ("setp.eq.{t} {x0}, {b}, 0;", "div.{t} {x1}, {a}, {b};", "selp.{bits} {r}, 0, {x1}, {x0};")),
+    Ops.MOD: (("p", "="), ("setp.eq.{t} {x0}, {b}, 0;", "rem.{t} {x1}, {a}, {b};", "selp.{bits} {r}, 0, {x1}, {x0};")),
+    Ops.ADD: ((), ("add.{t} {r}, {a}, {b};",)), Ops.SUB: ((), ("sub.{t} {r}, {a}, {b};",)),
+    Ops.MUL: ((), ("mul{lo}.{t} {r}, {a}, {b};",)), Ops.MULACC: ((), ("{mad}.{t} {r}, {a}, {b}, {c};",)),
+    Ops.SHL: (("r",), ("{shift} {x0}, {b};", "shl.{bits} {r}, {a}, {x0};")),
+    Ops.SHR: (("r",), ("{shift} {x0}, {b};", "shr.{t} {r}, {a}, {x0};")),
+    Ops.FDIV: ((), ("div.rn.{t} {r}, {a}, {b};",)), Ops.SQRT: ((), ("sqrt.rn.{t} {r}, {a};",)),
+    Ops.RECIPROCAL: ((), ("rcp.rn.{t} {r}, {a};",)), Ops.TRUNC: ((), ("cvt.rzi.{t}.{t} {r}, {a};",)),
+    Ops.EXP2: ((), ("ex2.approx.f32 {r}, {a};",)), Ops.LOG2: ((), ("lg2.approx.f32 {r}, {a};",)),
+    Ops.SIN: ((), ("sin.approx.f32 {r}, {a};",))}
+_PREDICATE_ALU: dict[Ops, _Template] = {  # bool operands (false < true)
+    Ops.CMPNE: ((), ("xor.pred {r}, {a}, {b};",)), Ops.CMPEQ: ((), ("xor.pred {r}, {a}, {b};", "not.pred {r}, {r};")),
+    Ops.CMPLT: ((), ("not.pred {r}, {a};", "and.pred {r}, {r}, {b};")), Ops.MAX: ((), ("or.pred {r}, {a}, {b};",)),
+    Ops.WHERE: (("p",), ("and.pred {r}, {a}, {b};", "not.pred {x0}, {a};", "and.pred {x0}, {x0}, {c};",
+                         "or.pred {r}, {r}, {x0};")), Ops.NEG: ((), ("not.pred {r}, {a};",))}
+_FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
+_REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
 
 
 def _info(dtype: DType) -> tuple[str, str, str]:
     if dtype.count != 1:
         raise ValueError(f"the PTX renderer renders scalar programs only, got {dtype}: vectors should not reach it")
-    found = _TYPES.get(dtype.scalar)
-    if found is None:
+    if (found := _TYPES.get(dtype.scalar)) is None:
         raise ValueError(f"the PTX renderer has no type for {dtype}")
     return found
 
 
 class PTXContext:
-    """The state of rendering one linear program into PTX."""
+    """The state of rendering one linear program into PTX: registers, lines, parameters, labels, open blocks."""
 
     def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
         self.renderer, self.uops = renderer, uops
@@ -64,39 +90,35 @@ class PTXContext:
         self.loops: dict[UOp, tuple[str, str, str]] = {}  # RANGE -> (counter, head label, exit label)
         self.branches: list[str] = []  # IF exit labels, innermost last
 
-    # ---- registers and instructions ----
-
     def new(self, kind: str) -> str:
-        number = self.counts[kind]
-        self.counts[kind] = number + 1
-        return f"%{kind}{number}"
+        """A fresh virtual register of class `kind`."""
+        self.counts[kind] += 1
+        return f"%{kind}{self.counts[kind] - 1}"
 
-    def emit(self, line: str) -> None:
-        self.lines.append(f"\t{line}")
+    def emit(self, *lines: str) -> None:
+        """Append instructions."""
+        self.lines.extend(f"\t{line}" for line in lines)
 
     def label(self, prefix: str) -> str:
+        """A fresh label name."""
         self.labels += 1
         return f"{prefix.upper()}_{self.labels}"
 
-    def constant(self, value: Any, dtype: DType) -> str:
+    def constant(self, value: object, dtype: DType) -> str:
         """A register holding the constant `value` of `dtype`."""
-        kind, _arithmetic, _memory = _info(dtype)
+        kind, scalar = _info(dtype)[0], dtype.scalar
         register = self.new(kind)
-        scalar = dtype.scalar
         if scalar == dtypes.bool:
             self.emit(f"setp.ne.u32 {register}, {1 if value else 0}, 0;")
-        elif scalar == dtypes.float32:
-            self.emit(f"mov.b32 {register}, 0f{struct.unpack('<I', struct.pack('<f', float(value)))[0]:08X};")
-        elif scalar == dtypes.float64:
-            self.emit(f"mov.b64 {register}, 0d{struct.unpack('<Q', struct.pack('<d', float(value)))[0]:016X};")
-        elif scalar == dtypes.float16:
-            self.emit(f"mov.b16 {register}, 0x{struct.unpack('<H', struct.pack('<e', float(value)))[0]:04X};")
         elif scalar == dtypes.bfloat16:
-            from tinycore.renderer.cstyle import bfloat16_bits
-            self.emit(f"mov.b16 {register}, 0x{bfloat16_bits(float(value)):04X};")
+            self.emit(f"mov.b16 {register}, 0x{bfloat16_bits(float(value)):04X};")  # type: ignore[arg-type]
+        elif scalar in _FLOAT_LITERALS:
+            number, bits_format, prefix, digits, bits = _FLOAT_LITERALS[scalar]
+            pattern = struct.unpack(bits_format, struct.pack(number, float(value)))[0]  # type: ignore[arg-type]
+            self.emit(f"mov.b{bits} {register}, {prefix}{pattern:0{digits}X};")
         else:
             bits = 64 if kind == "rd" else 32
-            self.emit(f"mov.b{bits} {register}, {int(value) & ((1 << bits) - 1)};")
+            self.emit(f"mov.b{bits} {register}, {int(value) & ((1 << bits) - 1)};")  # type: ignore[call-overload]
         return register
 
     def value(self, uop: UOp) -> str:
@@ -114,9 +136,7 @@ class PTXContext:
             self.emit(f"cvt.f32.f16 {widened}, {register};")
         else:
             bits = self.new("r")
-            self.emit(f"cvt.u32.u16 {bits}, {register};")
-            self.emit(f"shl.b32 {bits}, {bits}, 16;")
-            self.emit(f"mov.b32 {widened}, {bits};")
+            self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {widened}, {bits};")
         return widened
 
     def narrow(self, register: str, dtype: DType) -> str:
@@ -127,18 +147,13 @@ class PTXContext:
 
     def wrap(self, register: str, dtype: DType) -> str:
         """Sign- or zero-extend the low bits of a narrow integer result (per-op wrap-around)."""
-        narrow = _NARROW.get(dtype.scalar)
-        if narrow is None:
-            return register
-        self.emit(f"cvt.{'s' if narrow[0] == 's' else 'u'}32.{narrow} {register}, {register};")
+        if (narrow := _NARROW.get(dtype.scalar)) is not None:
+            self.emit(f"cvt.{narrow[0]}32.{narrow} {register}, {register};")
         return register
-
-    # ---- the program ----
 
     def run(self, name: str) -> str:
         """The PTX module: each UOp rendered by the first of the renderer's rules (`ptx_rendering`) that matches."""
-        rules = self.renderer.string_rewrite
-        assert rules is not None
+        assert (rules := self.renderer.string_rewrite) is not None
         for uop in self.uops:
             if rules.rewrite(uop, self) is None:
                 raise ValueError(f"the PTX renderer cannot render {uop.op} (dtype {uop.dtype})")
@@ -151,14 +166,12 @@ class PTXContext:
 
     def array(self, uop: UOp, space: str, prefix: str) -> None:
         """DEFINE_REG / DEFINE_LOCAL: a byte array declared in `space` (.local or .shared), its address a register."""
-        pointer = uop.dtype
-        assert isinstance(pointer, PtrDType)
+        assert isinstance(pointer := uop.dtype, PtrDType)
         name = f"{prefix}{len(self.declarations)}"
         size = max(pointer.size, 1) * max(pointer.base.itemsize, 1)
         self.declarations.append(f"\t.{space} .align 16 .b8 {name}[{size}];")
-        register = self.new("rd")
+        self.values[uop] = register = self.new("rd")
         self.emit(f"mov.u64 {register}, {name};")
-        self.values[uop] = register
 
     def cast(self, register: str, source: DType, target: DType) -> str:
         """`register` (of `source`) converted to `target` the way C converts."""
@@ -168,13 +181,10 @@ class PTXContext:
             return self.cast(self.widen(register, source), dtypes.float32, target)
         if target in _HALVES:
             return self.narrow(self.cast(register, source, dtypes.float32), target)
-        source_kind, source_type, _ = _info(source)
-        target_kind, target_type, _ = _info(target)
+        (source_kind, source_type, _), (target_kind, target_type, _) = _info(source), _info(target)
         result = self.new(target_kind)
         if target == dtypes.bool:
-            zero = self.constant(0, source)
-            self.emit(f"setp.ne.{source_type} {result}, {register}, {zero};" if source_kind != "p" else
-                      f"mov.pred {result}, {register};")
+            self.emit(f"setp.ne.{source_type} {result}, {register}, {self.constant(0, source)};")
             return result
         if source == dtypes.bool:
             self.emit(f"selp.{target_type} {result}, {self.constant(1, target)}, {self.constant(0, target)}, "
@@ -182,262 +192,141 @@ class PTXContext:
             return result
         source_float, target_float = dtypes.is_float(source), dtypes.is_float(target)
         if source_float and target_float:
-            rounding = ".rn" if target.itemsize < source.itemsize else ""
-            self.emit(f"cvt{rounding}.{target_type}.{source_type} {result}, {register};")
-        elif source_float:
-            self.emit(f"cvt.rzi.{target_type}.{source_type} {result}, {register};")
-            self.wrap(result, target)
-        elif target_float:
-            self.emit(f"cvt.rn.{target_type}.{source_type} {result}, {register};")
+            instruction = f"cvt{'.rn' if target.itemsize < source.itemsize else ''}.{target_type}.{source_type}"
+        elif source_float or target_float:
+            instruction = f"cvt.{'rzi' if source_float else 'rn'}.{target_type}.{source_type}"
+        elif source_kind == target_kind:
+            instruction = f"mov.b{64 if source_kind == 'rd' else 32}"
         else:
-            if source_kind == target_kind:
-                self.emit(f"mov.b{64 if source_kind == 'rd' else 32} {result}, {register};")
-            else:
-                self.emit(f"cvt.{target_type}.{source_type} {result}, {register};")
-            self.wrap(result, target)
-        return result
+            instruction = f"cvt.{target_type}.{source_type}"
+        self.emit(f"{instruction} {result}, {register};")
+        return self.wrap(result, target)
 
-    # ---- arithmetic ----
+    def combine(self, reduce: str, old: str, value: str, dtype: DType) -> str:
+        """`old` combined with `value` by a scatter reduce (min as C's (value<old)?value:old)."""
+        if reduce == "min":
+            below = self.alu(Ops.CMPLT, [value, old], dtype, True)
+            return self.alu(Ops.WHERE, [below, value, old], dtype, False)
+        return self.alu(_REDUCE_OPS[reduce], [old, value], dtype, False)
 
     def atomic_store(self, uop: UOp, address: str, gate: str | None, space: str) -> None:
         """Combine the STORE's value into global memory with the reduce in its arg: a `red` instruction where PTX
-        has one for the type, else a compare-and-swap loop over the element's bits."""
-        value = uop.src[1]
-        dtype, reduce = value.dtype.scalar, str(uop.arg)
+        has one for the type, else a compare-and-swap loop over the element's bits (for half and bfloat16, over the
+        aligned 32-bit word holding the element, combined in float32, the other half written back unchanged)."""
+        dtype, reduce = uop.src[1].dtype.scalar, str(uop.arg)
         if space != "global" or dtype not in self.renderer.atomic_dtypes:
             raise ValueError(f"the PTX renderer updates global {sorted(map(str, self.renderer.atomic_dtypes))} "
                              f"atomically, got a combining store ({reduce}) of {dtype} in {space} memory")
-        kind, arithmetic, _memory = _info(dtype)
-        register = self.value(value)
-        predicate = f"@{gate} " if gate is not None else ""
-        if dtype in _HALVES:
-            self.atomic_half(address, gate, register, dtype, reduce)
-            return
-        integer = dtypes.is_int(dtype)
-        native = (reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or \
-                 (reduce in ("max", "min") and integer)
-        if native:
+        kind, arithmetic, _ = _info(dtype)
+        register, half = self.value(uop.src[1]), dtype in _HALVES
+        if not half and ((reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or
+                         (reduce in ("max", "min") and dtypes.is_int(dtype))):
             type_name = "u64" if reduce == "add" and dtype == dtypes.int64 else arithmetic
-            self.emit(f"{predicate}red.global.{reduce}.{type_name} [{address}], {register};")
+            self.emit(f"{'' if gate is None else f'@{gate} '}red.global.{reduce}.{type_name} [{address}], {register};")
             return
-        bits = "b64" if dtype.itemsize == 8 else "b32"
-        bits_kind = "rd" if dtype.itemsize == 8 else "r"
-        skip = self.label("atomic_skip") if gate is not None else None
-        if skip is not None:
+        bits, bits_kind = ("b64", "rd") if dtype.itemsize == 8 else ("b32", "r")
+        if (skip := self.label("atomic_skip") if gate is not None else None) is not None:
             self.emit(f"@!{gate} bra {skip};")
+        word = address
+        if half:
+            word, low_bits, shift, keep = self.new("rd"), self.new("rd"), self.new("r"), self.new("r")
+            self.emit(f"and.b64 {word}, {address}, -4;", f"and.b64 {low_bits}, {address}, 2;",
+                      f"cvt.u32.u64 {shift}, {low_bits};", f"shl.b32 {shift}, {shift}, 3;",
+                      f"shl.b32 {keep}, 65535, {shift};", f"not.b32 {keep}, {keep};")
         seen, expected = self.new(bits_kind), self.new(bits_kind)
-        self.emit(f"ld.global.{bits} {seen}, [{address}];")
-        retry = self.label("atomic_retry")
-        self.lines.append(f"{retry}:")
+        element = self.new("r") if half else ""
+        self.emit(f"ld.global.{bits} {seen}, [{word}];")
+        self.lines.append(f"{(retry := self.label('atomic_retry'))}:")
         self.emit(f"mov.{bits} {expected}, {seen};")
-        old = self.new(kind)
-        self.emit(f"mov.{bits} {old}, {expected};")
-        if reduce == "min":
-            below = self.alu(Ops.CMPLT, [register, old], dtype, True)
-            combined = self.alu(Ops.WHERE, [below, register, old], dtype, False)
+        if half:
+            self.emit(f"shr.b32 {element}, {expected}, {shift};")
+            old = self.new("h")
+            self.emit(f"cvt.u16.u32 {old}, {element};")
+            wide_old, wide_value = self.widen(old, dtype), self.widen(register, dtype)
+            narrowed, placed, new_bits = self.narrow(self.combine(reduce, wide_old, wide_value, dtypes.float32),
+                                                     dtype), self.new("r"), self.new("r")
+            self.emit(f"cvt.u32.u16 {placed}, {narrowed};", f"shl.b32 {placed}, {placed}, {shift};",
+                      f"and.b32 {new_bits}, {expected}, {keep};", f"or.b32 {new_bits}, {new_bits}, {placed};")
         else:
-            combined = self.alu({"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce], [old, register], dtype, False)
-        new_bits = self.new(bits_kind)
-        self.emit(f"mov.{bits} {new_bits}, {combined};")
-        self.emit(f"atom.global.cas.{bits} {seen}, [{address}], {expected}, {new_bits};")
+            old = self.new(kind)
+            self.emit(f"mov.{bits} {old}, {expected};")
+            combined, new_bits = self.combine(reduce, old, register, dtype), self.new(bits_kind)
+            self.emit(f"mov.{bits} {new_bits}, {combined};")
         changed = self.new("p")
-        self.emit(f"setp.ne.{bits} {changed}, {seen}, {expected};")
-        self.emit(f"@{changed} bra {retry};")
-        if skip is not None:
-            self.lines.append(f"{skip}:")
-
-    def atomic_half(self, address: str, gate: str | None, register: str, dtype: DType, reduce: str) -> None:
-        """A half or bfloat16 scatter reduce: a compare-and-swap loop on the aligned 32-bit word holding the element,
-        combined in float32 and rounded back (as every half op), the word's other half written back unchanged."""
-        skip = self.label("atomic_skip") if gate is not None else None
-        if skip is not None:
-            self.emit(f"@!{gate} bra {skip};")
-        word, low_bits, shift, keep = self.new("rd"), self.new("rd"), self.new("r"), self.new("r")
-        self.emit(f"and.b64 {word}, {address}, -4;")
-        self.emit(f"and.b64 {low_bits}, {address}, 2;")
-        self.emit(f"cvt.u32.u64 {shift}, {low_bits};")
-        self.emit(f"shl.b32 {shift}, {shift}, 3;")
-        self.emit(f"shl.b32 {keep}, 65535, {shift};")
-        self.emit(f"not.b32 {keep}, {keep};")
-        seen, expected, element = self.new("r"), self.new("r"), self.new("r")
-        self.emit(f"ld.global.b32 {seen}, [{word}];")
-        retry = self.label("atomic_retry")
-        self.lines.append(f"{retry}:")
-        self.emit(f"mov.b32 {expected}, {seen};")
-        self.emit(f"shr.b32 {element}, {expected}, {shift};")
-        old = self.new("h")
-        self.emit(f"cvt.u16.u32 {old}, {element};")
-        wide_old, wide_value = self.widen(old, dtype), self.widen(register, dtype)
-        if reduce == "min":
-            below = self.alu(Ops.CMPLT, [wide_value, wide_old], dtypes.float32, True)
-            combined = self.alu(Ops.WHERE, [below, wide_value, wide_old], dtypes.float32, False)
-        else:
-            op = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}[reduce]
-            combined = self.alu(op, [wide_old, wide_value], dtypes.float32, False)
-        narrowed, placed, new_word = self.narrow(combined, dtype), self.new("r"), self.new("r")
-        self.emit(f"cvt.u32.u16 {placed}, {narrowed};")
-        self.emit(f"shl.b32 {placed}, {placed}, {shift};")
-        self.emit(f"and.b32 {new_word}, {expected}, {keep};")
-        self.emit(f"or.b32 {new_word}, {new_word}, {placed};")
-        self.emit(f"atom.global.cas.b32 {seen}, [{word}], {expected}, {new_word};")
-        changed = self.new("p")
-        self.emit(f"setp.ne.b32 {changed}, {seen}, {expected};")
-        self.emit(f"@{changed} bra {retry};")
+        self.emit(f"atom.global.cas.{bits} {seen}, [{word}], {expected}, {new_bits};",
+                  f"setp.ne.{bits} {changed}, {seen}, {expected};", f"@{changed} bra {retry};")
         if skip is not None:
             self.lines.append(f"{skip}:")
 
     def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
-        """One scalar ALU op over registers of `dtype` (for WHERE, the value type); returns the result register."""
+        """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from the op's instruction
+        template (`_ALU`, `_PREDICATE_ALU` for bools); returns the result register."""
         kind, arithmetic, _ = _info(dtype)
         integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
-        result = self.new("p" if boolean_result else kind)
-        a = operands[0]
-        b = operands[1] if len(operands) > 1 else ""
-        bits = {"p": "pred", "r": "b32", "rd": "b64"}.get(kind, "")
-        if op in (Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ):
-            if kind == "p":
-                if op is Ops.CMPNE:
-                    self.emit(f"xor.pred {result}, {a}, {b};")
-                elif op is Ops.CMPEQ:
-                    self.emit(f"xor.pred {result}, {a}, {b};")
-                    self.emit(f"not.pred {result}, {result};")
-                else:  # false < true
-                    self.emit(f"not.pred {result}, {a};")
-                    self.emit(f"and.pred {result}, {result}, {b};")
-                return result
-            comparison = {Ops.CMPLT: "lt", Ops.CMPEQ: "eq", Ops.CMPNE: "neu" if not integer else "ne"}[op]
-            self.emit(f"setp.{comparison}.{arithmetic} {result}, {a}, {b};")
-            return result
-        if op is Ops.WHERE:
-            condition, yes, no = operands
-            if kind == "p":
-                other = self.new("p")
-                self.emit(f"and.pred {result}, {condition}, {yes};")
-                self.emit(f"not.pred {other}, {condition};")
-                self.emit(f"and.pred {other}, {other}, {no};")
-                self.emit(f"or.pred {result}, {result}, {other};")
-            else:
-                self.emit(f"selp.{_REGISTER_TYPES[kind]} {result}, {yes}, {no}, {condition};")
-            return result
-        if op is Ops.MAX and kind == "p":
-            self.emit(f"or.pred {result}, {a}, {b};")
-            return result
-        if op is Ops.MAX:  # C's (a<b)?b:a, which keeps a NaN first operand
-            less = self.new("p")
-            self.emit(f"setp.lt.{arithmetic} {less}, {a}, {b};")
-            self.emit(f"selp.{_REGISTER_TYPES[kind]} {result}, {b}, {a}, {less};")
-            return result
-        if op in (Ops.AND, Ops.OR, Ops.XOR):
-            self.emit(f"{op.name.lower()}.{bits} {result}, {a}, {b};")
-            return result
-        if op is Ops.NEG:
-            signed = arithmetic.replace("u", "s")  # two's complement negation is the same bits for unsigned types
-            self.emit(f"not.pred {result}, {a};" if kind == "p" else f"neg.{signed} {result}, {a};")
-            return result
-        if op in (Ops.IDIV, Ops.MOD) and integer:  # a zero divisor gives 0, as the constant folder does
-            zero_divisor, quotient = self.new("p"), self.new(kind)
-            self.emit(f"setp.eq.{arithmetic} {zero_divisor}, {b}, 0;")
-            self.emit(f"{'div' if op is Ops.IDIV else 'rem'}.{arithmetic} {quotient}, {a}, {b};")
-            self.emit(f"selp.{bits} {result}, 0, {quotient}, {zero_divisor};")
-            return result
-        simple = {Ops.ADD: "add", Ops.SUB: "sub", Ops.MUL: "mul.lo" if integer else "mul", Ops.SHL: "shl",
-                  Ops.SHR: "shr"}
-        if op in simple:
-            type_name = bits if op is Ops.SHL else arithmetic
-            if op in (Ops.SHL, Ops.SHR):
-                shift = self.new("r")
-                self.emit(f"cvt.u32.{arithmetic} {shift}, {b};" if kind == "rd" else f"mov.b32 {shift}, {b};")
-                b = shift
-            self.emit(f"{simple[op]}.{type_name} {result}, {a}, {b};")
-            return result
-        if op is Ops.MULACC:
-            instruction = "mad.lo" if integer else "fma.rn"
-            self.emit(f"{instruction}.{arithmetic} {result}, {a}, {b}, {operands[2]};")
-            return result
-        if integer:
-            raise ValueError(f"the PTX renderer has no integer {op}")
-        if op is Ops.FDIV:
-            self.emit(f"div.rn.{arithmetic} {result}, {a}, {b};")
-        elif op is Ops.SQRT:
-            self.emit(f"sqrt.rn.{arithmetic} {result}, {a};")
-        elif op is Ops.RECIPROCAL:
-            self.emit(f"rcp.rn.{arithmetic} {result}, {a};")
-        elif op is Ops.TRUNC:
-            self.emit(f"cvt.rzi.{arithmetic}.{arithmetic} {result}, {a};")
-        elif op in (Ops.EXP2, Ops.LOG2, Ops.SIN):
-            if dtype != dtypes.float32:
-                raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or "
-                                 "use the CUDA renderer (DEV=NV:CUDA)")
-            instruction = {Ops.EXP2: "ex2", Ops.LOG2: "lg2", Ops.SIN: "sin"}[op]
-            self.emit(f"{instruction}.approx.f32 {result}, {a};")
-        else:
+        template = _PREDICATE_ALU.get(op) if kind == "p" else None
+        template = template or _ALU.get(op)
+        if template is None or (integer and op in _FLOAT_ONLY) or (not integer and op in (Ops.IDIV, Ops.MOD)):
             raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
+        if op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and dtype != dtypes.float32:
+            raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or use "
+                             "the CUDA renderer (DEV=NV:CUDA)")
+        result = self.new("p" if boolean_result else kind)
+        temporaries, instructions = template
+        fields = dict(zip("abc", operands, strict=False), r=result, t=arithmetic, w=_REGISTER_TYPES[kind],
+                      s=arithmetic.replace("u", "s"), bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""),
+                      lo=".lo" if integer else "", mad="mad.lo" if integer else "fma.rn",
+                      ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
+        for position, temporary in enumerate(temporaries):
+            fields[f"x{position}"] = self.new(kind if temporary == "=" else temporary)
+        self.emit(*(instruction.format(**fields) for instruction in instructions))
         return result
 
 
+def _parameter(ctx: PTXContext, uop: UOp, name: str, type_name: str, kind: str) -> str:
+    ctx.parameters.append(f".param .{type_name} {name}")
+    ctx.values[uop] = register = ctx.new(kind)
+    ctx.emit(f"ld.param.{type_name} {register}, [{name}];")
+    return register
+
+
 def _define_global(ctx: PTXContext, uop: UOp) -> None:
-    parameter = f"data{uop.arg}"
-    ctx.parameters.append(f".param .u64 {parameter}")
-    register = ctx.new("rd")
-    ctx.emit(f"ld.param.u64 {register}, [{parameter}];")
+    register = _parameter(ctx, uop, f"data{uop.arg}", "u64", "rd")
     ctx.emit(f"cvta.to.global.u64 {register}, {register};")
-    ctx.values[uop] = register
 
 
 def _define_var(ctx: PTXContext, uop: UOp) -> None:
-    parameter = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-    ctx.parameters.append(f".param .s32 {parameter}")
-    register = ctx.new("r")
-    ctx.emit(f"ld.param.s32 {register}, [{parameter}];")
-    ctx.values[uop] = register
-
-
-def _define_reg(ctx: PTXContext, uop: UOp) -> None:
-    ctx.array(uop, "local", "acc")
-
-
-def _define_local(ctx: PTXContext, uop: UOp) -> None:
-    ctx.array(uop, "shared", "temp")
+    _parameter(ctx, uop, "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0])), "s32", "r")
 
 
 def _special(ctx: PTXContext, uop: UOp) -> None:
     label = str(uop.arg)
-    axis = _AXES[int(label[-1])]
-    register = ctx.new("r")
-    if label.startswith("gidx"):
-        ctx.emit(f"mov.u32 {register}, %ctaid.{axis};")
-    elif label.startswith("lidx"):
-        ctx.emit(f"mov.u32 {register}, %tid.{axis};")
-    else:
+    if (source := {"gidx": "ctaid", "lidx": "tid"}.get(label[:4])) is None:
         raise ValueError(f"the PTX renderer has no thread index {label!r}: expected gidxN or lidxN")
-    ctx.values[uop] = register
+    ctx.values[uop] = register = ctx.new("r")
+    ctx.emit(f"mov.u32 {register}, %{source}.{'xyz'[int(label[-1])]};")
 
 
 def _index(ctx: PTXContext, uop: UOp) -> None:
-    buffer = uop.src[0]
-    pointer = buffer.dtype
-    assert isinstance(pointer, PtrDType)
-    space = {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global")
-    base = ctx.value(buffer)
-    address = base
+    assert isinstance(pointer := uop.src[0].dtype, PtrDType)
+    address = base = ctx.value(uop.src[0])
     if len(uop.src) > 1:
-        index = uop.src[1]
-        offset = ctx.new("rd")
-        if index.dtype.scalar in (dtypes.int64, dtypes.uint64):
-            ctx.emit(f"mul.lo.s64 {offset}, {ctx.value(index)}, {pointer.base.itemsize};")
-        else:
-            ctx.emit(f"mul.wide.s32 {offset}, {ctx.value(index)}, {pointer.base.itemsize};")
+        offset, wide = ctx.new("rd"), uop.src[1].dtype.scalar in (dtypes.int64, dtypes.uint64)
+        ctx.emit(f"mul.{'lo.s64' if wide else 'wide.s32'} {offset}, {ctx.value(uop.src[1])}, {pointer.base.itemsize};")
         address = ctx.new("rd")
         ctx.emit(f"add.s64 {address}, {base}, {offset};")
     gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
-    ctx.addresses[uop] = (address, gate, space)
+    ctx.addresses[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
+
+
+def _address(ctx: PTXContext, uop: UOp) -> tuple[str, str | None, str]:
+    if uop.src[0] not in ctx.addresses:
+        raise ValueError(f"{uop.op.name} needs an INDEX as its first source, got {uop.src[0].op}")
+    return ctx.addresses[uop.src[0]]
 
 
 def _load(ctx: PTXContext, uop: UOp) -> None:
-    if uop.src[0] not in ctx.addresses:
-        raise ValueError(f"LOAD needs an INDEX as its first source, got {uop.src[0].op}")
-    address, gate, space = ctx.addresses[uop.src[0]]
-    kind, _arithmetic, memory = _info(uop.dtype)
+    address, gate, space = _address(ctx, uop)
+    kind, _, memory = _info(uop.dtype)
     alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
     target = ctx.new("r" if kind == "p" else kind)
     if gate is not None:
@@ -445,10 +334,8 @@ def _load(ctx: PTXContext, uop: UOp) -> None:
         if kind == "p":
             ctx.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
         else:
-            zero = alternative or ctx.constant(0, uop.dtype)
-            ctx.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {zero};")
-    predicate = f"@{gate} " if gate is not None else ""
-    ctx.emit(f"{predicate}ld.{space}.{memory} {target}, [{address}];")
+            ctx.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or ctx.constant(0, uop.dtype)};")
+    ctx.emit(f"{'' if gate is None else f'@{gate} '}ld.{space}.{memory} {target}, [{address}];")
     if kind == "p":
         flag = ctx.new("p")
         ctx.emit(f"setp.ne.u32 {flag}, {target}, 0;")
@@ -457,21 +344,16 @@ def _load(ctx: PTXContext, uop: UOp) -> None:
 
 
 def _store(ctx: PTXContext, uop: UOp) -> None:
-    if uop.src[0] not in ctx.addresses:
-        raise ValueError(f"STORE needs an INDEX as its first source, got {uop.src[0].op}")
-    address, gate, space = ctx.addresses[uop.src[0]]
-    value = uop.src[1]
+    address, gate, space = _address(ctx, uop)
     if uop.arg is not None:
-        ctx.atomic_store(uop, address, gate, space)
-        return
-    kind, _arithmetic, memory = _info(value.dtype)
-    register = ctx.value(value)
+        return ctx.atomic_store(uop, address, gate, space)
+    kind, _, memory = _info(uop.src[1].dtype)
+    register = ctx.value(uop.src[1])
     if kind == "p":
         byte = ctx.new("r")
         ctx.emit(f"selp.u32 {byte}, 1, 0, {register};")
         register = byte
-    predicate = f"@{gate} " if gate is not None else ""
-    ctx.emit(f"{predicate}st.{space}.{memory} [{address}], {register};")
+    ctx.emit(f"{'' if gate is None else f'@{gate} '}st.{space}.{memory} [{address}], {register};")
 
 
 def _range(ctx: PTXContext, uop: UOp) -> None:
@@ -479,73 +361,46 @@ def _range(ctx: PTXContext, uop: UOp) -> None:
     done = ctx.new("p")
     ctx.emit(f"mov.u32 {counter}, 0;")
     ctx.lines.append(f"{head}:")
-    ctx.emit(f"setp.ge.s32 {done}, {counter}, {ctx.value(uop.src[0])};")
-    ctx.emit(f"@{done} bra {exit_};")
-    ctx.loops[uop] = (counter, head, exit_)
-    ctx.values[uop] = counter
+    ctx.emit(f"setp.ge.s32 {done}, {counter}, {ctx.value(uop.src[0])};", f"@{done} bra {exit_};")
+    ctx.loops[uop], ctx.values[uop] = (counter, head, exit_), counter
 
 
 def _end(ctx: PTXContext, uop: UOp) -> None:
-    for source in uop.src:
-        if source.op is not Ops.RANGE:
-            continue
-        counter, head, exit_ = ctx.loops[source]
-        ctx.emit(f"add.s32 {counter}, {counter}, 1;")
-        ctx.emit(f"bra {head};")
+    for counter, head, exit_ in (ctx.loops[source] for source in uop.src if source.op is Ops.RANGE):
+        ctx.emit(f"add.s32 {counter}, {counter}, 1;", f"bra {head};")
         ctx.lines.append(f"{exit_}:")
 
 
 def _if(ctx: PTXContext, uop: UOp) -> None:
-    exit_ = ctx.label("end_if")
+    ctx.branches.append(exit_ := ctx.label("end_if"))
     ctx.emit(f"@!{ctx.value(uop.src[0])} bra {exit_};")
-    ctx.branches.append(exit_)
-
-
-def _endif(ctx: PTXContext, uop: UOp) -> None:
-    ctx.lines.append(f"{ctx.branches.pop()}:")
-
-
-def _barrier(ctx: PTXContext, uop: UOp) -> None:
-    ctx.emit("bar.sync 0;")
-
-
-def _noop(ctx: PTXContext, uop: UOp) -> None:
-    ctx.values[uop] = ctx.value(uop.src[0])
 
 
 def _bitcast(ctx: PTXContext, uop: UOp) -> None:
-    source = uop.src[0]
-    if source.dtype.itemsize != uop.dtype.itemsize:
-        raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-    kind = _info(uop.dtype)[0]
-    target = ctx.new(kind)
-    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {ctx.value(source)};")
-    ctx.values[uop] = target
-
-
-def _cast(ctx: PTXContext, uop: UOp) -> None:
-    ctx.values[uop] = ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar)
+    if uop.src[0].dtype.itemsize != uop.dtype.itemsize:
+        raise ValueError(f"BITCAST from {uop.src[0].dtype} to {uop.dtype}: the sizes differ")
+    ctx.values[uop] = target = ctx.new(_info(uop.dtype)[0])
+    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {ctx.value(uop.src[0])};")
 
 
 def _alu(ctx: PTXContext, uop: UOp) -> None:
     operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
+    boolean = uop.dtype.scalar == dtypes.bool
     registers = [ctx.value(source) for source in uop.src]
     if operand_dtype in _HALVES:  # computed in float32, rounded back to the 16-bit type
         widened = [register if source.dtype.scalar == dtypes.bool else ctx.widen(register, source.dtype)
                    for register, source in zip(registers, uop.src, strict=True)]
-        result = ctx.alu(uop.op, widened, dtypes.float32, uop.dtype.scalar == dtypes.bool)
-        ctx.values[uop] = result if uop.dtype.scalar == dtypes.bool else ctx.narrow(result, operand_dtype)
-        return
-    ctx.values[uop] = ctx.alu(uop.op, registers, operand_dtype, uop.dtype.scalar == dtypes.bool)
-    if uop.dtype.scalar in _NARROW:
-        ctx.wrap(ctx.values[uop], uop.dtype.scalar)
+        result = ctx.alu(uop.op, widened, dtypes.float32, boolean)
+        ctx.values[uop] = result if boolean else ctx.narrow(result, operand_dtype)
+    else:
+        ctx.values[uop] = ctx.wrap(ctx.alu(uop.op, registers, operand_dtype, boolean), uop.dtype.scalar)
 
 
 ptx_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
     (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
-    (UPat(Ops.DEFINE_REG, name="uop"), statement_rule(_define_reg)),
-    (UPat(Ops.DEFINE_LOCAL, name="uop"), statement_rule(_define_local)),
+    (UPat(Ops.DEFINE_REG, name="uop"), statement_rule(lambda ctx, uop: ctx.array(uop, "local", "acc"))),
+    (UPat(Ops.DEFINE_LOCAL, name="uop"), statement_rule(lambda ctx, uop: ctx.array(uop, "shared", "temp"))),
     (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),
     (UPat(Ops.INDEX, name="uop"), statement_rule(_index)),
     (UPat(Ops.LOAD, name="uop"), statement_rule(_load)),
@@ -553,44 +408,37 @@ ptx_rendering = text_rules([
     (UPat(Ops.RANGE, name="uop"), statement_rule(_range)),
     (UPat(Ops.END, name="uop"), statement_rule(_end)),
     (UPat(Ops.IF, name="uop"), statement_rule(_if)),
-    (UPat(Ops.ENDIF, name="uop"), statement_rule(_endif)),
-    (UPat(Ops.BARRIER, name="uop"), statement_rule(_barrier)),
-    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"), statement_rule(_noop)),
+    (UPat(Ops.ENDIF), lambda ctx: ctx.lines.append(f"{ctx.branches.pop()}:") or ""),
+    (UPat(Ops.BARRIER), lambda ctx: ctx.emit("bar.sync 0;") or ""),
+    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"),
+     statement_rule(lambda ctx, uop: ctx.values.__setitem__(uop, ctx.value(uop.src[0])))),
     (UPat(Ops.BITCAST, name="uop"), statement_rule(_bitcast)),
-    (UPat(Ops.CAST, name="uop"), statement_rule(_cast)),
+    (UPat(Ops.CAST, name="uop"), statement_rule(
+        lambda ctx, uop: ctx.values.__setitem__(uop, ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar,
+                                                              uop.dtype.scalar)))),
     (UPat(GroupOp.ALU, name="uop"), statement_rule(_alu)),
     (UPat((Ops.SINK, Ops.GROUP, Ops.CONST)), lambda: ""),
 ])
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
 
+
 class PTXRenderer(Renderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
-    device = "NV"
-    suffix = "ptx"
-    string_rewrite = ptx_rendering
-    has_local = True
-    has_shared = True
-    has_threads = False
-    global_max = (2 ** 31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    max_local_total = 256
-    shared_max = 48 * 1024
-    group_size = 128
-    register_tile = (4, 4)
-    max_buffers = 500
+    device, suffix, string_rewrite = "NV", "ptx", ptx_rendering
+    has_local, has_shared, has_threads = True, True, False
+    global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
+    shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500
 
     def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False):
         from tiny_nv.nvrtc import parse_arch
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.arch_number = parse_arch(arch)
         self.ptx_version = "7.8" if self.arch_number <= 90 else "8.6"
-        self.atomic_dtypes = _ATOMIC_DTYPES
-        self.vector_widths = {}
+        self.atomic_dtypes, self.vector_widths = _ATOMIC_DTYPES, {}
 
     def render(self, uops: list[UOp]) -> str:
         """The PTX of `uops` (entry named after the SINK)."""
-        from tinycore.renderer.renderer import kernel_name
         return self.render_named(uops, kernel_name(uops))
 
     def render_named(self, uops: list[UOp], name: str) -> str:
@@ -607,8 +455,7 @@ class PTXCompiler(Compiler):
 
     def __init__(self, arch: str):
         super().__init__("nv-ptx")
-        self.arch = arch
-        self.name = f"ptx-{arch}"
+        self.arch, self.name = arch, f"ptx-{arch}"
 
     def compile(self, src: str) -> bytes:
         """The NUL-terminated PTX (checked to be one module for this arch)."""
@@ -625,13 +472,8 @@ class PTXCompiler(Compiler):
 def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
     """The CUBIN ptxas (from the nvidia-cuda-nvcc wheel) makes of `source`, None when ptxas is not installed;
     CompileError with ptxas's messages when it refuses the PTX."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
     from tiny_nv.toolkit import find_tool
-    ptxas = find_tool("ptxas")
-    if ptxas is None:
+    if (ptxas := find_tool("ptxas")) is None:
         return None
     with tempfile.TemporaryDirectory() as directory:
         source_path, output = Path(directory) / "kernel.ptx", Path(directory) / "kernel.cubin"
@@ -644,7 +486,7 @@ def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
         return output.read_bytes()
 
 
-def make_ptx_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
+def make_ptx_renderer(device: str, arch: str | None) -> tuple[PTXRenderer, Compiler]:
     """The PTX renderer and its (pass-through) compiler for `device` (DEV=NV:PTX, NV:PTX:sm_90)."""
     from tiny_nv.target import device_arch
     from tinycore.device.registry import target_for
