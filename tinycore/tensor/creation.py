@@ -8,17 +8,61 @@ import itertools
 import math
 import time
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypedDict, TypeVar, Union
 
-from tinycore.dtype import ConstType, DTypeLike, dtypes, to_dtype
+from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, to_dtype
 from tinycore.errors import ArgumentAssertionError, ArgumentError
 from tinycore.tensor.support import argfix, check_shape, optional_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
+    from typing_extensions import ParamSpec, Unpack
+
+    from tinycore.device.buffer import Buffer
     from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.uop import sint
+
+    _Params = ParamSpec("_Params")
+    _Shape: TypeAlias = Union[sint, Sequence[sint]]
+
+_Word = TypeVar("_Word", "Tensor", int)
+"""A Threefry word: a Python int (keys derived on the host) or a uint32 Tensor (numbers drawn on a device)."""
+_Value = TypeVar("_Value", "Tensor", int, "Tensor | int")
+
+
+class _Grad(TypedDict, total=False):
+    """The gradient option of a creation method."""
+    requires_grad: bool | None
+
+
+class _Device(TypedDict, total=False):
+    """The device option of a creation method."""
+    device: str | None
+
+
+class _Placement(_Device, total=False):
+    """Where a new tensor lives and its dtype."""
+    dtype: DTypeLike | None
+
+
+class _Like(_Placement, _Grad, total=False):
+    """The options of full_like and the methods built on it."""
+
+
+class _Draw(_Device, total=False):
+    """The options of a uniform draw that uniform passes on to rand."""
+    contiguous: bool
+
+
+class _Random(_Draw, _Grad, total=False):
+    """The options of rand (and of uniform, which takes the same)."""
+    dtype: DTypeLike | None
+
+
+class _DrawGrad(_Draw, _Grad, total=False):
+    """A draw's options without its dtype (the caller sets it)."""
 
 # Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011).
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -39,11 +83,11 @@ def _device_of(device: str | None) -> str:
     return name
 
 
-def _creates_leaf(method: Any) -> Any:
+def _creates_leaf(method: Callable[_Params, Tensor]) -> Callable[_Params, Tensor]:
     """Marks what a creation class method returns as a leaf tensor (see Tensor._mark_leaf)."""
     @functools.wraps(method)
-    def create(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        return method(cls, *args, **kwargs)._mark_leaf()
+    def create(*args: _Params.args, **kwargs: _Params.kwargs) -> Tensor:
+        return method(*args, **kwargs)._mark_leaf()
     return create
 
 
@@ -72,7 +116,7 @@ def is_shared_buffer(uop: UOp) -> bool:
 
 
 # key buffers of random draws -> (creation order, device, words drawn); TinyJit refreshes them on every replay
-_random_key_buffers: weakref.WeakKeyDictionary[Any, tuple[int, str, int]] = weakref.WeakKeyDictionary()
+_random_key_buffers: weakref.WeakKeyDictionary[Buffer, tuple[int, str, int]] = weakref.WeakKeyDictionary()
 _key_sequence = itertools.count()
 
 
@@ -83,7 +127,7 @@ def _key_words(device: str, count: int) -> bytes:
     return array.array("I", [word for pair in derived for word in pair]).tobytes()
 
 
-def random_key_buffers(buffers: list[Any]) -> list[tuple[Any, str, int]]:
+def random_key_buffers(buffers: list[Buffer]) -> list[tuple[Buffer, str, int]]:
     """The random key buffers among `buffers`, in the order they were drawn: (buffer, device, words) each."""
     found = {id(buffer): (buffer, _random_key_buffers[buffer]) for buffer in buffers if buffer in _random_key_buffers}
     return [(buffer, device, count) for buffer, (_, device, count) in sorted(found.values(), key=lambda x: x[1][0])]
@@ -105,7 +149,8 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def full(cls, shape: Any, fill_value: ConstType, dtype: DTypeLike | None = None, device: Any = None,
+    def full(cls, shape: _Shape, fill_value: ConstType, dtype: DTypeLike | None = None,
+             device: str | tuple[str, ...] | None = None,
              requires_grad: bool | None = None) -> Tensor:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
         sizes = check_shape(argfix(shape) if not isinstance(shape, int) else (shape,))
@@ -120,18 +165,20 @@ class CreationMixin:
         return result
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: DTypeLike | None = None, device: str | None = None, **kw: Any) -> Tensor:
+    def zeros(cls, *shape: _Shape, dtype: DTypeLike | None = None, device: str | None = None,
+              **kw: Unpack[_Grad]) -> Tensor:
         """A tensor of zeros (default float dtype)."""
         return cls.full(argfix(*shape), 0, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: DTypeLike | None = None, device: str | None = None, **kw: Any) -> Tensor:
+    def ones(cls, *shape: _Shape, dtype: DTypeLike | None = None, device: str | None = None,
+             **kw: Unpack[_Grad]) -> Tensor:
         """A tensor of ones (default float dtype)."""
         return cls.full(argfix(*shape), 1, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
     @_creates_leaf
-    def empty(cls, *shape: Any, device: Any = None, dtype: DTypeLike | None = None,
+    def empty(cls, *shape: _Shape, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
               requires_grad: bool | None = None) -> Tensor:
         """A tensor whose contents are not initialised (a new buffer)."""
         from tinycore.uop.buffer import new_buffer_uop
@@ -149,7 +196,7 @@ class CreationMixin:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
-    def _multi_like(self: Tensor, make: Callable[[tuple[Any, ...], str | None], Tensor]) -> Tensor:
+    def _multi_like(self: Tensor, make: Callable[[tuple[sint, ...], str | None], Tensor]) -> Tensor:
         """A new tensor sharded as this multi-device one: `make(shape, device)` builds each device's block (for a
         replicated tensor, one value on the default device copied to every device)."""
         from tinycore.uop.multi import multi
@@ -161,7 +208,7 @@ class CreationMixin:
         return type(self)._wrap(multi(blocks, self.uop.axis))  # type: ignore[attr-defined]
 
     def full_like(self: Tensor, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
-                  **kw: Any) -> Tensor:
+                  **kw: Unpack[_Grad]) -> Tensor:
         """A tensor shaped like this one filled with `fill_value` (this tensor's dtype and device by default; a
         multi-device tensor's result is sharded the same way)."""
         if isinstance(self.device, tuple):
@@ -172,11 +219,11 @@ class CreationMixin:
                                                                          where, **kw))
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kw)
 
-    def zeros_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def zeros_like(self: Tensor, **kwargs: Unpack[_Like]) -> Tensor:
         """Zeros shaped like this tensor."""
         return self.full_like(0, **kwargs)
 
-    def ones_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def ones_like(self: Tensor, **kwargs: Unpack[_Like]) -> Tensor:
         """Ones shaped like this tensor."""
         return self.full_like(1, **kwargs)
 
@@ -207,7 +254,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-               dtype: DTypeLike | None = None, device: str | None = None, **_: Any) -> Tensor:
+               dtype: DTypeLike | None = None, device: str | None = None, **_: object) -> Tensor:
         """Values from `start` (inclusive) to `stop` (exclusive) spaced by `step`."""
         if stop is None:
             start, stop = 0, start
@@ -282,13 +329,13 @@ class CreationMixin:
         return keys[device], CreationMixin._seed & _MASK32, start
 
     @staticmethod
-    def _threefry(word0: Any, word1: Any, key0: Any, key1: Any) -> tuple[Any, Any]:
+    def _threefry(word0: _Word, word1: _Word, key0: _Word | int, key1: _Word | int) -> tuple[_Word, _Word]:
         """Threefry-2x32-20 of the counter words (word0, word1) under the key (key0, key1).
 
         Words and keys are uint32 Tensors (broadcast together) or Python ints, in any mix; Python ints are reduced
         to 32 bits after every step, so the same function derives keys on the host and draws numbers on devices.
         """
-        def wrap(value: Any) -> Any:
+        def wrap(value: _Value) -> _Value:
             return value & _MASK32 if isinstance(value, int) else value
 
         keys = (wrap(key0), wrap(key1), wrap(key0 ^ key1 ^ _THREEFRY_PARITY))
@@ -302,15 +349,16 @@ class CreationMixin:
         return word0, word1
 
     @classmethod
-    def _derived_keys(cls, key0: Any, key1: Any, counter_low: Any, counter_high: Any, count: int) -> list[Any]:
+    def _derived_keys(cls, key0: _Word, key1: _Word, counter_low: _Word, counter_high: _Word,
+                      count: int) -> list[tuple[_Word, _Word]]:
         """The (word 0, word 1) key of each chunk of 2**32 - 1 words: the chunk's start counter encrypted under the
         stream's key. Python ints in, ints out (rand); uint32 Tensors of shape (1,) in, Tensors out (random_bits)."""
         keys = []
         for offset in range(0, count, _MASK32):
             if isinstance(counter_low, int):
                 total = ((counter_high << 32) | counter_low) + offset
-                chunk_low: Any = total & _MASK32
-                chunk_high: Any = (total >> 32) & _MASK32
+                chunk_low: _Word = total & _MASK32
+                chunk_high: _Word = (total >> 32) & _MASK32
             else:
                 chunk_low = counter_low + (offset & _MASK32)
                 chunk_high = counter_high + (offset >> 32) + (chunk_low < counter_low).cast(dtypes.uint32)
@@ -318,7 +366,7 @@ class CreationMixin:
         return keys
 
     @classmethod
-    def _stream_words(cls, derived: list[Any], count: int, device: str) -> Tensor:
+    def _stream_words(cls, derived: list[tuple[Tensor, Tensor]], count: int, device: str) -> Tensor:
         """`count` uint32 words under the chunk keys `derived` ((word 0, word 1) uint32 Tensors of shape (1,)): word
         i of a chunk of n is the first output of Threefry on the counter pair (i, i + half) for i < half = ceil(n / 2),
         the second output after that."""
@@ -353,7 +401,7 @@ class CreationMixin:
         return cls._stream_words(derived, count, canonical)
 
     @staticmethod
-    def _words_to_floats(words: Tensor, count: int, dtype: Any) -> Tensor:
+    def _words_to_floats(words: Tensor, count: int, dtype: DType) -> Tensor:
         """`count` floats of `dtype` in [0, 1) from uint32 `words` (one per `dtype.itemsize` bytes, little-endian).
 
         Each element's top mantissa-many bits become the mantissa of a number in [1, 2); 1 is then subtracted.
@@ -377,7 +425,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def rand(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None, contiguous: bool = True,
+    def rand(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None, contiguous: bool = True,
              requires_grad: bool | None = None) -> Tensor:
         """Uniform random values in [0, 1), tinygrad 0.14's values after the same `manual_seed` (lazy until read).
 
@@ -400,7 +448,7 @@ class CreationMixin:
             result.requires_grad = requires_grad
         return result
 
-    def rand_like(self: Tensor, **kwargs: Any) -> Tensor:
+    def rand_like(self: Tensor, **kwargs: Unpack[_Random]) -> Tensor:
         """Uniform random values shaped like this tensor (its dtype and device unless given; a multi-device tensor's
         result is sharded the same way, each device drawing its own block)."""
         if isinstance(self.device, tuple):
@@ -414,24 +462,24 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def randn(cls, *shape: Any, dtype: DTypeLike | None = None, requires_grad: bool | None = None,
-              **kwargs: Any) -> Tensor:
+    def randn(cls, *shape: _Shape, dtype: DTypeLike | None = None, requires_grad: bool | None = None,
+              **kwargs: Unpack[_Device]) -> Tensor:
         """Standard normal random values: the Box-Muller transform of two uniform float32 draws, as tinygrad."""
         result = cls.empty(*shape, **kwargs).randn_like(dtype=dtype)
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
 
-    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Any) -> Tensor:
+    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Unpack[_DrawGrad]) -> Tensor:
         """Standard normal values shaped like this tensor (this tensor's dtype unless given)."""
         target = to_dtype(dtype or self.dtype)
-        uniform = self.stack(self).rand_like(**{**kwargs, "dtype": dtypes.float32})
+        uniform = self.stack(self).rand_like(dtype=dtypes.float32, **kwargs)
         radius = (1 - uniform[1]).log().mul(-2).sqrt()
         return (uniform[0] * (2 * math.pi)).cos().mul(radius).cast(target)
 
     @classmethod
-    def randint(cls, *shape: Any, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
-                **kwargs: Any) -> Tensor:
+    def randint(cls, *shape: _Shape, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
+                **kwargs: Unpack[_DrawGrad]) -> Tensor:
         """Random integers in [low, high): the uniform float draw scaled by high - low and truncated, as tinygrad."""
         if not isinstance(low, int) or not isinstance(high, int):
             raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
@@ -444,8 +492,8 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def normal(cls, *shape: Any, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
-               **kwargs: Any) -> Tensor:
+    def normal(cls, *shape: _Shape, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
+               **kwargs: Unpack[_Placement]) -> Tensor:
         """Normal random values with the given mean and standard deviation (std >= 0)."""
         if std < 0:
             raise ValueError(f"normal needs std >= 0, got std={std}")
@@ -456,8 +504,8 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def uniform(cls, *shape: Any, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
-                requires_grad: bool | None = None, **kwargs: Any) -> Tensor:
+    def uniform(cls, *shape: _Shape, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
+                requires_grad: bool | None = None, **kwargs: Unpack[_Draw]) -> Tensor:
         """Uniform random values in [low, high): a default-float draw scaled, cast to `dtype`, then shifted."""
         if low >= high:
             raise ValueError(f"uniform needs low < high, got low={low}, high={high}")
@@ -469,14 +517,14 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def scaled_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    def scaled_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Tensor:
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
         sizes = argfix(*shape)
         return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(max(math.prod(sizes), 1) ** -0.5)
 
     @classmethod
     @_creates_leaf
-    def glorot_uniform(cls, *shape: Any, **kwargs: Any) -> Tensor:
+    def glorot_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Tensor:
         """Glorot (Xavier) uniform initialisation: uniform in +-sqrt(6 / (fan_in + fan_out))."""
         sizes = argfix(*shape)
         bound = (6 / max(sizes[0] + math.prod(sizes[1:]), 1)) ** 0.5
@@ -484,7 +532,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def kaiming_uniform(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_uniform(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Random]) -> Tensor:
         """He uniform initialisation for a leaky ReLU of slope `a`: uniform in +-sqrt(6 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
         bound = (6 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
@@ -492,14 +540,15 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def kaiming_normal(cls, *shape: Any, a: float = 0.01, **kwargs: Any) -> Tensor:
+    def kaiming_normal(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Like]) -> Tensor:
         """He normal initialisation: standard deviation sqrt(2 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
         std = (2 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
         return cls.normal(*sizes, mean=0.0, std=std, **kwargs)
 
     @classmethod
-    def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32, **kwargs: Any) -> Tensor:
+    def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
+                 **kwargs: Unpack[_DrawGrad]) -> Tensor:
         """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
         return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
 
@@ -529,7 +578,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Any) -> Tensor:
+    def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Unpack[_Placement]) -> Tensor:
         """A tensor holding a copy of the `shape` elements at host address `ptr` (dtype= and device= as keywords)."""
         import ctypes
 
@@ -541,13 +590,13 @@ class CreationMixin:
         return cls._wrap(node)  # type: ignore[attr-defined]
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Any) -> Tensor:
+    def from_url(cls, url: str, **kwargs: Unpack[_Like]) -> Tensor:
         """A uint8 tensor of the bytes at `url`."""
         import urllib.request
         with urllib.request.urlopen(url) as response:
             return cls(response.read(), **kwargs)  # type: ignore[call-arg,return-value]
 
     @classmethod
-    def invalids(cls, *shape: Any, device: str | None = None, dtype: DTypeLike | None = None) -> Tensor:
+    def invalids(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None) -> Tensor:
         """A tensor whose values must not be read before they are written (uninitialised memory)."""
         return cls.empty(*shape, device=device, dtype=dtype)
