@@ -2,23 +2,27 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeAlias, Union
 
 from tinycore.dtype import DTypeLike, dtypes, sum_acc_dtype, to_dtype
 from tinycore.tensor.support import resolve_axes, resolve_axis
 from tinycore.uop.ops import Ops
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tinycore.dtype import ConstType
     from tinycore.tensor.tensor import Tensor
 
-AxisArg = "int | Sequence[int] | None"
+    AxisArg: TypeAlias = Union[int, Sequence[int], None]
+    """Reduce axes: one axis, several, or None for all of them."""
 _LOW_PRECISION_FLOATS = (dtypes.float16, dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2)
 
 
 class ReduceMixin:
     """Reductions over axes (int, tuple, negative or None for all) with keepdim."""
 
-    def _reduce(self: Tensor, op: Ops, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def _reduce(self: Tensor, op: Ops, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """The reduction `op` (ADD, MUL or MAX) over `axis`."""
         axes = resolve_axes(axis, self.ndim)
         # a reduce over an empty axis gives the identity of `op`; the node stays in the graph so gradients reach
@@ -28,41 +32,41 @@ class ReduceMixin:
             return result
         return result.reshape(tuple(size for index, size in enumerate(self.shape) if index not in axes))
 
-    def sum(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def sum(self: Tensor, axis: AxisArg = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """Sum over `axis` (accumulated in int32/uint32 for small ints and bool, like tinygrad)."""
         if dtype is not None:
             return self.cast(to_dtype(dtype))._reduce(Ops.ADD, axis, keepdim)
         result = self.cast(sum_acc_dtype(self.dtype))._reduce(Ops.ADD, axis, keepdim)
         return result.cast(self.dtype) if self.dtype in _LOW_PRECISION_FLOATS else result
 
-    def prod(self: Tensor, axis: Any = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def prod(self: Tensor, axis: AxisArg = None, keepdim: bool = False, dtype: DTypeLike | None = None) -> Tensor:
         """Product over `axis` (in this tensor's dtype unless `dtype` is given)."""
         source = self if dtype is None else self.cast(to_dtype(dtype))
         if source.dtype == dtypes.bool:
             return source.all(axis, keepdim)
         return source._reduce(Ops.MUL, axis, keepdim)
 
-    def max(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def max(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """Maximum over `axis` (-inf / the dtype's minimum for an empty axis)."""
         return self._reduce(Ops.MAX, axis, keepdim)
 
-    def min(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def min(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """Minimum over `axis`."""
         return self._inverse()._reduce(Ops.MAX, axis, keepdim)._inverse()
 
-    def any(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def any(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """True where any element along `axis` is nonzero."""
         return self.bool()._reduce(Ops.MAX, axis, keepdim)
 
-    def all(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def all(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """True where every element along `axis` is nonzero."""
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def _reduced_count(self: Tensor, axis: Any) -> int:
+    def _reduced_count(self: Tensor, axis: AxisArg) -> int:
         """How many elements each output of a reduction over `axis` combines."""
         return math.prod([self.shape[index] for index in resolve_axes(axis, self.ndim)])
 
-    def mean(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """Arithmetic mean over `axis` (float result; nan for an empty axis)."""
         output_dtype = self.dtype if dtypes.is_float(self.dtype) else dtypes.float32
         count = self._reduced_count(axis)
@@ -72,7 +76,7 @@ class ReduceMixin:
         compute = total.dtype if dtypes.is_float(total.dtype) else dtypes.float32
         return (total.cast(compute) / count).cast(output_dtype)
 
-    def var(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def var(self: Tensor, axis: AxisArg = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Variance over `axis` with `correction` (1: the unbiased estimator)."""
         squares = (self - self.mean(axis, keepdim=True)).square()
         divisor = max(0, self._reduced_count(axis) - correction)
@@ -80,19 +84,21 @@ class ReduceMixin:
         # no degrees of freedom left: the sum over 0, as torch (inf, or nan where every deviation is 0)
         return summed / divisor if divisor else summed / summed._const(0.0)
 
-    def std(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> Tensor:
+    def std(self: Tensor, axis: AxisArg = None, keepdim: bool = False, correction: int = 1) -> Tensor:
         """Standard deviation over `axis`."""
         return self.var(axis, keepdim, correction).sqrt()
 
-    def var_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def var_mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
         """(variance, mean) over `axis`."""
         return self.var(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def std_mean(self: Tensor, axis: Any = None, keepdim: bool = False, correction: int = 1) -> tuple[Tensor, Tensor]:
+    def std_mean(self: Tensor, axis: AxisArg = None, keepdim: bool = False,
+                 correction: int = 1) -> tuple[Tensor, Tensor]:
         """(standard deviation, mean) over `axis`."""
         return self.std(axis, keepdim, correction), self.mean(axis, keepdim)
 
-    def logsumexp(self: Tensor, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def logsumexp(self: Tensor, axis: AxisArg = None, keepdim: bool = False) -> Tensor:
         """log(sum(exp(self))) over `axis`, computed stably."""
         top = self.max(axis, keepdim=True)
         top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top.float()
@@ -136,7 +142,7 @@ class ReduceMixin:
         indices = type(self).arange(length, dtype=dtypes.int32, device=self.device)
         return indices.reshape(length, 1) >= indices.reshape(1, length)
 
-    def _scan(self: Tensor, axis: int, op: Ops, identity: Any) -> Tensor:
+    def _scan(self: Tensor, axis: int, op: Ops, identity: Tensor | ConstType) -> Tensor:
         """The inclusive scan of `op` along `axis`."""
         if self.ndim == 0:
             resolve_axis(axis, 0)  # a 0-d tensor takes axis 0 or -1, as tinygrad
