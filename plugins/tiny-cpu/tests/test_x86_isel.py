@@ -211,8 +211,6 @@ def test_entry_convention_reads_arguments_from_one_array_of_words() -> None:
 
 def test_unsupported_constructs_are_refused_naming_the_op() -> None:
     a = Tensor(A).realize()
-    with pytest.raises(SelectionError, match=r"cannot select Ops\.\w+ \(dtype dtypes\.float64.*DEV=CPU"):
-        select_kernel(_uops(a.cast("float64") * 2))
-    halves = Tensor(np.arange(10, dtype=np.float16)).realize()
-    with pytest.raises(SelectionError, match="only float32 and 32/64-bit integer buffers"):
-        select_kernel(_uops(halves.cast("float32") * 2))
+    # float64's exp2 is neither decomposed by the core nor selected here
+    with pytest.raises(SelectionError, match=r"cannot select Ops\.EXP2 \(dtype dtypes\.float64.*DEV=CPU"):
+        select_kernel(_uops(a.cast("float64").exp2()))

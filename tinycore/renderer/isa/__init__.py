@@ -5,7 +5,7 @@ A device plugin that writes machine code for its own chip (tiny-cpu's x86-64 enc
 one over physical registers, with spills to stack slots. Nothing here knows an instruction set.
 """
 
-from tinycore.renderer.isa.operands import Instruction, Label, Memory, Operand, Register, VirtualRegister
+from tinycore.renderer.isa.operands import Instruction, Label, Memory, Operand, Register, SubRegister, VirtualRegister
 from tinycore.renderer.isa.regalloc import Allocation, Interval, linear_scan, live_intervals, rewrite_program
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "Memory",
     "Operand",
     "Register",
+    "SubRegister",
     "VirtualRegister",
     "Allocation",
     "Interval",

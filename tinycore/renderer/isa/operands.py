@@ -35,6 +35,18 @@ class VirtualRegister:
         return f"%{self.kind}{self.index}"
 
 
+@dataclass(frozen=True)
+class SubRegister:
+    """The low `bits` bits of a virtual register (x86's eax of rax, al of eax): the allocator gives it the register
+    its `value` gets, named at this width. A spilled value is loaded whole into a scratch register first."""
+
+    value: VirtualRegister
+    bits: int
+
+    def __repr__(self) -> str:
+        return f"{self.value!r}:{self.bits}"
+
+
 RegisterLike = Union[Register, VirtualRegister]
 
 
@@ -80,7 +92,7 @@ class Memory:
         return Memory(base, index, self.scale, self.disp, self.bits, self.label, self.rip, self.broadcast)
 
 
-Operand = Union[Register, VirtualRegister, Memory, Label, int]
+Operand = Union[Register, VirtualRegister, SubRegister, Memory, Label, int]
 
 
 @dataclass

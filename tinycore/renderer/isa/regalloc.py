@@ -12,7 +12,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tinycore.renderer.isa.operands import Instruction, Label, Memory, Operand, Register, VirtualRegister
+from tinycore.renderer.isa.operands import (
+    Instruction,
+    Label,
+    Memory,
+    Operand,
+    Register,
+    SubRegister,
+    VirtualRegister,
+)
 
 
 @dataclass
@@ -41,6 +49,8 @@ class Allocation:
 def _mentions(operand: Operand) -> tuple[VirtualRegister, ...]:
     if isinstance(operand, VirtualRegister):
         return (operand,)
+    if isinstance(operand, SubRegister):
+        return (operand.value,)
     if isinstance(operand, Memory):
         return tuple(r for r in operand.registers() if isinstance(r, VirtualRegister))
     return ()
@@ -186,6 +196,8 @@ class _SpillRewriter:
             operand, mode = instruction.operands[i], instruction.access[i]
             if isinstance(operand, VirtualRegister):
                 placed[i] = place(operand, mode)
+            elif isinstance(operand, SubRegister):  # a narrower name of the value's register
+                placed[i] = self.view(place(operand.value, mode), operand.bits)
             elif isinstance(operand, Memory):
                 base = place(operand.base, "r") if isinstance(operand.base, VirtualRegister) else operand.base
                 index = place(operand.index, "r") if isinstance(operand.index, VirtualRegister) else operand.index

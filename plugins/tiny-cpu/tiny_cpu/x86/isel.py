@@ -1,40 +1,48 @@
 """Instruction selection: the linear program (codegen's UOps in execution order) to x86-64 over virtual registers.
 
-A first, deliberately small cut: float32 elementwise kernels over float32 buffers, scalar or in vectors of 4, 8 or 16
-lanes (xmm, ymm, zmm): loads, stores, + - * / max sqrt neg, multiply-add, compares and where, broadcasts of one
-scalar, int32-to-float casts of scalars, with loops, integer index arithmetic, and loads and stores gated by
-integer compares (padding), and reductions into float32 accumulators (DEFINE_REG, kept in registers).
-Each UOp is matched by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a UOp no rule
-takes is refused with an error naming it. Nothing registers this as a device renderer yet: the CPU's C and LLVM
-renderers do the work.
+Scalars of every dtype but fp8 (tiny_cpu.x86.scalars says where each lives; tiny_cpu.x86.casts converts them), and
+float32 vectors of 4, 8 or 16 lanes (xmm, ymm, zmm): loads, stores, arithmetic, compares and selects, casts and
+bitcasts, loops, loads and stores gated by a bool (padding), and reductions into accumulators (DEFINE_REG, kept in
+registers). Each UOp is matched by a rule of `x86_selection` (a PatternMatcher), which emits into a `Selection`; a
+UOp no rule takes is refused with an error naming it. tiny_cpu.x86.renderer offers it as DEV=CPU:X86.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
+from tiny_cpu.x86.casts import bitcast, mask_to_bool
+from tiny_cpu.x86.casts import cast as convert_scalar
 from tiny_cpu.x86.encoding import fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tiny_cpu.x86.registers import rax, rdx, view
+from tiny_cpu.x86.scalars import (
+    HALVES,
+    SCALARS,
+    UNSIGNED,
+    branch_over,
+    float_bits,
+    integer_bits,
+    integer_constant,
+    is_float,
+    load_scalar,
+    normalize,
+    round_half,
+    store_scalar,
+    suffix,
+)
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
-from tinycore.renderer.isa import Label, Memory, Operand, VirtualRegister
+from tinycore.renderer.isa import Label, Memory, Operand, SubRegister, VirtualRegister
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.uop import UOp
 
-_INTEGER_DTYPES = (dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64)
-_UNSIGNED = (dtypes.uint32, dtypes.uint64)
-SELECTED_DTYPES = frozenset({dtypes.float32, dtypes.bool, *_INTEGER_DTYPES})
+SELECTED_DTYPES = SCALARS
 """The scalar dtypes the selection has rules for."""
-
-
-def _integer_bits(dtype: DType) -> int:
-    """The general-register width of an integer or bool value: 32-bit ints wrap at 32 bits, in 32-bit registers."""
-    return 8 if dtype == dtypes.bool else 64 if dtype.itemsize == 8 else 32
+_integer_bits = integer_bits
 
 
 class SelectionError(NotImplementedError):
@@ -133,7 +141,7 @@ class Selection:
     def integer(self, uop: UOp) -> VirtualRegister | int:
         """An index value: an immediate when it is a constant, else its register."""
         value = self.values.get(uop)
-        if isinstance(value, int):
+        if isinstance(value, int) and fits_int32(value):
             return value
         return self.register(uop)
 
@@ -147,18 +155,28 @@ class Selection:
         return self.builder.assemble()
 
 
+def _is_vector(uop: UOp) -> bool:
+    return uop.dtype.count > 1
+
+
 def _float_constant(ctx: Selection, uop: UOp) -> str:
-    bits = struct.unpack("<I", struct.pack("<f", float(uop.arg)))[0]
-    carrier, value = ctx.builder.value("gpr", 32), ctx.builder.value("vec", 128)
-    ctx.builder.emit("mov", carrier, bits)
-    ctx.builder.emit("vmovd", value, carrier)
+    bits, width = float_bits(float(uop.arg), uop.dtype)
+    carrier, value = ctx.builder.value("gpr", width), ctx.builder.value("vec", 128)
+    ctx.builder.emit("mov", carrier, bits - (1 << 64) if width == 64 and bits >> 63 else bits)
+    ctx.builder.emit("vmovd" if width == 32 else "vmovq", value, carrier)
     ctx.values[uop] = value
     return ""
 
 
 def _integer_constant(ctx: Selection, uop: UOp) -> str:
-    ctx.values[uop] = int(uop.arg)
+    ctx.values[uop] = integer_constant(int(uop.arg), uop.dtype)
     return ""
+
+
+def _constant(ctx: Selection, uop: UOp) -> str:
+    if uop.dtype.scalar not in SCALARS or _is_vector(uop):
+        ctx.refuse(uop, "only scalar constants of the selected dtypes are selected")
+    return _float_constant(ctx, uop) if is_float(uop.dtype) else _integer_constant(ctx, uop)
 
 
 def _argument(ctx: Selection, uop: UOp) -> str:
@@ -181,7 +199,12 @@ def _argument(ctx: Selection, uop: UOp) -> str:
 def _special(ctx: Selection, uop: UOp) -> str:
     if uop.arg != "core_id" or not ctx.entry:
         ctx.refuse(uop, "only the CPU worker's core_id is known, and only to an entry-convention kernel")
-    ctx.values[uop] = ctx.builder.arguments[1]
+    value = ctx.builder.arguments[1]
+    if _integer_bits(uop.dtype) == 64:  # an index held in 64 bits: the worker number is never negative
+        wide = ctx.builder.value("gpr", 64)
+        ctx.builder.emit("movsxd", wide, value)
+        value = wide
+    ctx.values[uop] = value
     return ""
 
 
@@ -205,13 +228,31 @@ def _end(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _register_of(ctx: Selection, dtype: DType) -> VirtualRegister:
+    """A fresh register for a value of `dtype`: a float32 vector's width, an xmm for a float, else a general one."""
+    if dtype.count > 1:
+        return ctx.builder.value("vec", 32 * dtype.count)
+    if is_float(dtype):
+        return ctx.builder.value("vec", 128)
+    return ctx.builder.value("gpr", _integer_bits(dtype))
+
+
+def _copy(ctx: Selection, destination: VirtualRegister, source: Operand) -> None:
+    """Copy a register, or move an immediate, into `destination`."""
+    if destination.kind == "gpr":
+        ctx.builder.emit("mov", destination, source)
+    else:
+        ctx.builder.emit("vmovaps", destination, source)
+
+
 def _define_register(ctx: Selection, uop: UOp) -> str:
     pointer = uop.dtype
-    if not isinstance(pointer, PtrDType) or pointer.base.scalar != dtypes.float32:
-        ctx.refuse(uop, "only float32 accumulators are selected yet")
+    if not isinstance(pointer, PtrDType) or pointer.base.scalar not in SCALARS:
+        ctx.refuse(uop, "accumulators of this dtype are not selected")
     assert isinstance(pointer, PtrDType)
-    bits = 128 if pointer.base.count == 1 else 32 * pointer.base.count
-    ctx.accumulators[uop] = [ctx.builder.value("vec", bits) for _ in range(pointer.size)]
+    if pointer.base.count > 1 and pointer.base.scalar != dtypes.float32:
+        ctx.refuse(uop, "only float32 vector accumulators are selected")
+    ctx.accumulators[uop] = [_register_of(ctx, pointer.base) for _ in range(pointer.size)]
     return ""
 
 
@@ -226,78 +267,61 @@ def _index(ctx: Selection, uop: UOp) -> str:
     if len(uop.src) > 2:
         gate = ctx.register(uop.src[2])
         if gate.kind != "gpr":
-            ctx.refuse(uop, "a gate must come from an integer compare")
+            ctx.refuse(uop, "a gate must be a scalar bool")
         ctx.gates[uop] = gate
     pointer = uop.src[0].dtype
     element: DType = pointer.base if isinstance(pointer, PtrDType) else pointer
-    if element not in (dtypes.float32, *_INTEGER_DTYPES):
-        ctx.refuse(uop, "only float32 and 32/64-bit integer buffers are selected yet")
+    if element.scalar not in SCALARS or uop.src[0].op is not Ops.DEFINE_GLOBAL:
+        ctx.refuse(uop, "only global buffers of the selected dtypes are indexed")
     base, index = ctx.register(uop.src[0]), ctx.integer(uop.src[1])
     if isinstance(index, VirtualRegister) and index.bits != 64:  # addresses are formed from 64-bit registers
         wide = ctx.builder.value("gpr", 64)
         ctx.builder.emit("movsxd", wide, index)
         index = wide
-    if isinstance(index, int):
-        ctx.values[uop] = Memory(base, None, 1, index * element.itemsize, element.itemsize * 8)
+    size = element.scalar.itemsize
+    if isinstance(index, int) and fits_int32(index * size):
+        ctx.values[uop] = Memory(base, None, 1, index * size, size * 8)
     else:
-        ctx.values[uop] = Memory(base, index, element.itemsize, 0, element.itemsize * 8)
+        index_register = ctx.register(uop.src[1]) if isinstance(index, int) else index
+        if size > 8:
+            ctx.refuse(uop, "elements wider than 8 bytes are not addressed")
+        ctx.values[uop] = Memory(base, index_register, size, 0, size * 8)
     return ""
 
 
-def _skip_unless(ctx: Selection, gate: VirtualRegister) -> Label:
-    """Jump past what follows (to the returned label, bound by the caller) when the byte `gate` is 0."""
-    skip = ctx.builder.label()
-    ctx.builder.emit("test", gate, gate)
-    ctx.builder.emit("je", skip)
-    return skip
-
-
-def _integer_load(ctx: Selection, uop: UOp) -> str:
-    address = ctx.values[uop.src[0]]
-    if not isinstance(address, Memory) or uop.dtype.count != 1:
-        ctx.refuse(uop, "integers are loaded only as scalars from buffers")
-    assert isinstance(address, Memory)
-    value = ctx.builder.value("gpr", _integer_bits(uop.dtype))
-    gate = ctx.gates.get(uop.src[0])
+def _alternative(ctx: Selection, uop: UOp) -> UOp | None:
     alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-    skip = None
-    if gate is not None:
-        ctx.builder.emit("mov", value, ctx.integer(alternatives[0]) if alternatives else 0)
-        skip = _skip_unless(ctx, gate)
-    elif alternatives:
-        ctx.refuse(uop, "an alternative value needs a gated INDEX")
-    ctx.builder.emit("mov", value, replace(address, bits=value.bits))
-    if skip is not None:
-        ctx.builder.bind(skip)
-    ctx.values[uop] = value
-    return ""
+    return alternatives[0] if alternatives else None
 
 
 def _load(ctx: Selection, uop: UOp) -> str:
-    bits, suffix = _shape(uop)
     address = ctx.values[uop.src[0]]
+    result = _register_of(ctx, uop.dtype)
     if isinstance(address, VirtualRegister):  # an accumulator: copy it, as a later store replaces it
-        copy = ctx.builder.value("vec", bits)
-        ctx.builder.emit("vmovaps", copy, address)
-        ctx.values[uop] = copy
+        _copy(ctx, result, address)
+        ctx.values[uop] = result
         return ""
     assert isinstance(address, Memory)
-    value = ctx.builder.value("vec", bits)
-    gate = ctx.gates.get(uop.src[0])
-    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-    skip = None
+    gate, alternative, skip = ctx.gates.get(uop.src[0]), _alternative(ctx, uop), None
     if gate is not None:  # the value is the alternative (or 0) unless the gate lets the load happen
-        if alternatives:
-            ctx.builder.emit("vmovaps", value, ctx.register(alternatives[0]))
+        if alternative is not None:
+            _copy(ctx, result, ctx.integer(alternative) if result.kind == "gpr" else ctx.register(alternative))
+        elif result.kind == "gpr":
+            ctx.builder.emit("mov", result, 0)
         else:
-            ctx.builder.emit("vxorps", value, value, value)
-        skip = _skip_unless(ctx, gate)
-    elif alternatives:
+            ctx.builder.emit("vxorps", result, result, result)
+        skip = branch_over(ctx.builder, gate)
+    elif alternative is not None:
         ctx.refuse(uop, "an alternative value needs a gated INDEX")
-    ctx.builder.emit("vmovss" if suffix == "ss" else "vmovups", value, replace(address, bits=uop.dtype.count * 32))
+    if _is_vector(uop):
+        if uop.dtype.scalar != dtypes.float32:
+            ctx.refuse(uop, "only float32 vectors are loaded")
+        ctx.builder.emit("vmovups", result, replace(address, bits=uop.dtype.count * 32))
+    else:
+        load_scalar(ctx.builder, result, address, uop.dtype)
     if skip is not None:
         ctx.builder.bind(skip)
-    ctx.values[uop] = value
+    ctx.values[uop] = result
     return ""
 
 
@@ -305,29 +329,20 @@ def _store(ctx: Selection, uop: UOp) -> str:
     if uop.arg is not None:
         ctx.refuse(uop, "combining (atomic) stores are not selected yet")
     value = uop.src[1]
-    integer = value.dtype in _INTEGER_DTYPES
-    if value.dtype.scalar != dtypes.float32 and not integer:
-        ctx.refuse(uop, "only float32 values and scalar integers are stored yet")
+    if value.dtype.scalar not in SCALARS or (_is_vector(value) and value.dtype.scalar != dtypes.float32):
+        ctx.refuse(uop, "only scalars of the selected dtypes and float32 vectors are stored")
     address = ctx.values[uop.src[0]]
     register = ctx.register(value)
-    if integer:
-        if not isinstance(address, Memory):
-            ctx.refuse(uop, "integers are stored only to buffers")
-        assert isinstance(address, Memory)
-        gate = ctx.gates.get(uop.src[0])
-        skip = _skip_unless(ctx, gate) if gate is not None else None
-        ctx.builder.emit("mov", replace(address, bits=register.bits), register)
-        if skip is not None:
-            ctx.builder.bind(skip)
-        return ""
     if isinstance(address, VirtualRegister):  # an accumulator
-        ctx.builder.emit("vmovaps", address, register)
+        _copy(ctx, address, register)
         return ""
     assert isinstance(address, Memory)
     gate = ctx.gates.get(uop.src[0])
-    skip = _skip_unless(ctx, gate) if gate is not None else None
-    moved = replace(address, bits=value.dtype.count * 32)
-    ctx.builder.emit("vmovss" if value.dtype.count == 1 else "vmovups", moved, register)
+    skip = branch_over(ctx.builder, gate) if gate is not None else None
+    if _is_vector(value):
+        ctx.builder.emit("vmovups", replace(address, bits=value.dtype.count * 32), register)
+    else:
+        store_scalar(ctx.builder, address, register, value.dtype)
     if skip is not None:
         ctx.builder.bind(skip)
     return ""
@@ -337,31 +352,56 @@ _FLOAT_BINARY = {Ops.ADD: "vadd", Ops.SUB: "vsub", Ops.MUL: "vmul", Ops.FDIV: "v
 _PREDICATES = {Ops.CMPLT: 1, Ops.CMPEQ: 0, Ops.CMPNE: 4}  # lt, eq, neq (true when unordered, as != is)
 
 
-def _float_binary(ctx: Selection, uop: UOp) -> str:
-    bits, suffix = _shape(uop)
-    result = ctx.builder.value("vec", bits)
-    ctx.builder.emit(_FLOAT_BINARY[uop.op] + suffix, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
-    ctx.values[uop] = result
+def _float_shape(uop: UOp) -> tuple[int, str]:
+    """The register width and instruction suffix of a float value of any dtype (vectors only of float32)."""
+    if _is_vector(uop):
+        if uop.dtype.scalar != dtypes.float32:
+            raise SelectionError(f"the x86 renderer has float32 vectors only, not {uop.dtype}: {uop.op}")
+        return _shape(uop)
+    return 128, suffix(uop.dtype)
+
+
+def _rounded(ctx: Selection, uop: UOp, value: VirtualRegister) -> str:
+    """Record `value` as `uop`'s, rounded to its dtype's precision first when that is a half."""
+    ctx.values[uop] = round_half(ctx.builder, value, uop.dtype) if uop.dtype.scalar in HALVES else value
     return ""
+
+
+def _float_binary(ctx: Selection, uop: UOp) -> str:
+    bits, flavour = _float_shape(uop)
+    result = ctx.builder.value("vec", bits)
+    ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    return _rounded(ctx, uop, result)
 
 
 def _float_unary(ctx: Selection, uop: UOp) -> str:
-    bits, suffix = _shape(uop)
+    bits, flavour = _float_shape(uop)
     result, source = ctx.builder.value("vec", bits), ctx.register(uop.src[0])
     if uop.op is Ops.SQRT:
-        ctx.builder.emit("vsqrt" + suffix, result, *((source, source) if suffix == "ss" else (source,)))
-    else:  # NEG: flip the sign bits
-        sign = _splat_bits(ctx, 0x80000000, bits)
-        ctx.builder.emit("vxorps", result, source, sign)
+        ctx.builder.emit("vsqrt" + flavour, result, *((source, source) if bits == 128 and flavour[1] == "s"
+                                                      and not _is_vector(uop) else (source,)))
+        return _rounded(ctx, uop, result)
+    if uop.op is Ops.TRUNC:
+        if _is_vector(uop):
+            ctx.builder.emit("vroundps", result, source, 3)
+        else:
+            ctx.builder.emit("vround" + flavour, result, source, source, 3)  # 3: toward zero
+        ctx.values[uop] = result
+        return ""
+    # NEG: flip the sign bits
+    double = uop.dtype.scalar == dtypes.float64
+    sign = _splat_bits(ctx, 1 << 63 if double else 0x80000000, bits, 64 if double else 32)
+    ctx.builder.emit("vxorpd" if double else "vxorps", result, source, sign)
     ctx.values[uop] = result
     return ""
 
 
-def _splat_bits(ctx: Selection, bits_of_float: int, width: int) -> VirtualRegister:
-    """A register of `width` bits with every float32 lane holding `bits_of_float`."""
-    carrier, scalar = ctx.builder.value("gpr", 32), ctx.builder.value("vec", 128)
-    ctx.builder.emit("mov", carrier, bits_of_float)
-    ctx.builder.emit("vmovd", scalar, carrier)
+def _splat_bits(ctx: Selection, bits_of_float: int, width: int, element: int = 32) -> VirtualRegister:
+    """A register of `width` bits with every float lane (of `element` bits) holding `bits_of_float`."""
+    carrier, scalar = ctx.builder.value("gpr", element), ctx.builder.value("vec", 128)
+    immediate = bits_of_float - (1 << 64) if element == 64 and bits_of_float >> 63 else bits_of_float
+    ctx.builder.emit("mov", carrier, immediate)
+    ctx.builder.emit("vmovd" if element == 32 else "vmovq", scalar, carrier)
     if width == 128:
         return scalar
     wide = ctx.builder.value("vec", width)
@@ -370,12 +410,11 @@ def _splat_bits(ctx: Selection, bits_of_float: int, width: int) -> VirtualRegist
 
 
 def _multiply_add(ctx: Selection, uop: UOp) -> str:
-    bits, suffix = _shape(uop)
+    bits, flavour = _float_shape(uop)
     result = ctx.builder.value("vec", bits)
     ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
-    ctx.builder.emit("vfmadd231" + suffix, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
-    ctx.values[uop] = result
-    return ""
+    ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    return _rounded(ctx, uop, result)
 
 
 _CONDITIONS = {Ops.CMPLT: ("l", "g"), Ops.CMPEQ: ("e", "e"), Ops.CMPNE: ("ne", "ne")}  # (a op b, b op' a)
@@ -383,21 +422,23 @@ _CONDITIONS = {Ops.CMPLT: ("l", "g"), Ops.CMPEQ: ("e", "e"), Ops.CMPNE: ("ne", "
 
 def _compare(ctx: Selection, uop: UOp) -> str:
     source = uop.src[0].dtype
-    if source in _INTEGER_DTYPES:
+    if source.scalar not in SCALARS:
+        ctx.refuse(uop, "compares of this dtype are not selected")
+    if not is_float(source):
+        if _is_vector(uop):
+            ctx.refuse(uop, "integer vector compares are not selected")
         return _integer_compare(ctx, uop)
-    if source.scalar != dtypes.float32:
-        ctx.refuse(uop, "only float32 and index compares are selected yet")
-    bits, suffix = _shape(uop.src[0])
+    bits, flavour = _float_shape(uop.src[0])
     mask = ctx.builder.value("vec", bits)  # all ones in the lanes where true: what vblendvps reads
-    ctx.builder.emit("vcmp" + suffix, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
-    ctx.values[uop] = mask
+    ctx.builder.emit("vcmp" + flavour, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
+    ctx.values[uop] = mask if _is_vector(uop) else mask_to_bool(ctx.builder, mask)
     return ""
 
 
 def _integer_compare(ctx: Selection, uop: UOp) -> str:
     left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
     condition, swapped = _CONDITIONS[uop.op]
-    if uop.src[0].dtype in _UNSIGNED and uop.op is Ops.CMPLT:
+    if uop.src[0].dtype.scalar in UNSIGNED and uop.op is Ops.CMPLT:
         condition, swapped = "b", "a"
     if isinstance(left, int):  # cmp takes its immediate second: compare the other way round
         left, right, condition = right, left, swapped
@@ -410,37 +451,19 @@ def _integer_compare(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
-def _bool_logic(ctx: Selection, uop: UOp) -> str:
-    if uop.dtype in _INTEGER_DTYPES:
-        return _integer_alu(ctx, uop)
-    left, right = ctx.register(uop.src[0]), ctx.register(uop.src[1])
-    if uop.dtype != dtypes.bool or left.kind != "gpr" or right.kind != "gpr":
-        ctx.refuse(uop, "only logic of scalar bools from integer compares, and of integers, is selected yet")
-    result = ctx.builder.value("gpr", 8)
-    ctx.builder.emit("mov", result, left)
-    ctx.builder.emit({Ops.AND: "and", Ops.OR: "or", Ops.XOR: "xor"}[uop.op], result, right)
-    ctx.values[uop] = result
-    return ""
-
-
 def _where(ctx: Selection, uop: UOp) -> str:
-    condition, if_true, if_false = (ctx.register(source) for source in uop.src)
-    integer = uop.dtype in _INTEGER_DTYPES
-    if integer and condition.kind != "gpr":  # a scalar float compare's lane mask: its low 32 bits are all ones or 0
-        if uop.src[0].dtype.count != 1:
-            ctx.refuse(uop, "integer vector selects are not selected yet")
-        flag = ctx.builder.value("gpr", 32)
-        ctx.builder.emit("vmovd", flag, condition)
-        condition = flag
-    bits = _integer_bits(uop.dtype) if integer else _shape(uop)[0]
-    result = ctx.builder.value("gpr" if integer else "vec", bits)
-    move = "mov" if integer else "vmovaps"
+    condition = ctx.register(uop.src[0])
+    result = _register_of(ctx, uop.dtype)
     if condition.kind == "gpr":  # a scalar bool byte: branch around the copy of the true value
-        ctx.builder.emit(move, result, if_false)
-        skip = _skip_unless(ctx, condition)
-        ctx.builder.emit(move, result, if_true)
+        integer = result.kind == "gpr"
+        _copy(ctx, result, ctx.integer(uop.src[2]) if integer else ctx.register(uop.src[2]))
+        skip = branch_over(ctx.builder, condition)
+        _copy(ctx, result, ctx.integer(uop.src[1]) if integer else ctx.register(uop.src[1]))
         ctx.builder.bind(skip)
     else:
+        if uop.dtype.scalar != dtypes.float32:
+            ctx.refuse(uop, "only float32 vector selects are selected")
+        if_true, if_false = ctx.register(uop.src[1]), ctx.register(uop.src[2])
         ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
     ctx.values[uop] = result
     return ""
@@ -457,14 +480,16 @@ def _broadcast(ctx: Selection, uop: UOp) -> str:
 
 
 def _float_or_integer(float_rule: SelectionRule, integer_rule: SelectionRule | None) -> SelectionRule:
-    """One rule for an op taken by float32 values (any lane count) and, if given, by index integers."""
+    """One rule for an op taken by floats and, if given, by integers and bools."""
 
     def rule(ctx: Selection, uop: UOp) -> str:
-        if uop.dtype.scalar == dtypes.float32:
+        if uop.dtype.scalar not in SCALARS:
+            ctx.refuse(uop, f"{uop.dtype.scalar} values are not selected")
+        if is_float(uop.dtype):
             return float_rule(ctx, uop)
-        if integer_rule is not None and uop.dtype in _INTEGER_DTYPES:
+        if integer_rule is not None and not _is_vector(uop):
             return integer_rule(ctx, uop)
-        ctx.refuse(uop, "only float32 and integer arithmetic is selected yet")
+        ctx.refuse(uop, "only float and scalar integer arithmetic is selected for it")
         return ""
 
     return rule
@@ -482,11 +507,11 @@ _INTEGER_OPS = {
 
 
 def _integer_only(rule: SelectionRule) -> SelectionRule:
-    """A rule for an op that only integers take."""
+    """A rule for an op that only scalar integers (and bools) take."""
 
     def only(ctx: Selection, uop: UOp) -> str:
-        if uop.dtype not in _INTEGER_DTYPES:
-            ctx.refuse(uop, "only integer operands are selected for it")
+        if uop.dtype.scalar not in SCALARS or is_float(uop.dtype) or _is_vector(uop):
+            ctx.refuse(uop, "only scalar integer operands are selected for it")
         return rule(ctx, uop)
 
     return only
@@ -498,29 +523,48 @@ def _integer_alu(ctx: Selection, uop: UOp) -> str:
         ctx.refuse(uop, "constant operands should have been folded")
     bits = _integer_bits(uop.dtype)
     result = ctx.builder.value("gpr", bits)
-    if uop.op in (Ops.SHL, Ops.SHR):
-        operation = "shl" if uop.op is Ops.SHL else "shr" if uop.dtype in _UNSIGNED else "sar"
+    operation = uop.op
+    if uop.dtype == dtypes.bool:  # bools are 0 or 1: * is and, + is or, - and != are xor
+        operation = {Ops.MUL: Ops.AND, Ops.ADD: Ops.OR, Ops.SUB: Ops.XOR}.get(operation, operation)
+        if operation not in (Ops.AND, Ops.OR, Ops.XOR):
+            ctx.refuse(uop, "this op of bools is not selected")
+    if operation in (Ops.SHL, Ops.SHR):
+        name = "shl" if operation is Ops.SHL else "shr" if uop.dtype.scalar in UNSIGNED else "sar"
         if isinstance(right, int):
             ctx.builder.emit("mov", result, left)
-            ctx.builder.emit(operation, result, right & (bits - 1))
+            ctx.builder.emit(name, result, right & (bits - 1))
         else:  # BMI2 takes the count in any register (the legacy form wants cl); it masks the count as C's shift does
-            ctx.builder.emit(operation + "x", result, ctx.register(uop.src[0]), right)
-    elif uop.op is Ops.MUL and (isinstance(right, int) or isinstance(left, int)):
+            count = right if right.bits == bits else _resized(ctx, right, bits)
+            ctx.builder.emit(name + "x", result, ctx.register(uop.src[0]), count)
+    elif operation is Ops.MUL and (isinstance(right, int) or isinstance(left, int)):
         constant, other = (right, uop.src[0]) if isinstance(right, int) else (left, uop.src[1])
         ctx.builder.emit("imul", result, ctx.register(other), constant)
     else:
-        if isinstance(right, int) and bits == 64 and not fits_int32(right):
-            right = ctx.register(uop.src[1])  # a 64-bit operation takes a sign-extended 32-bit immediate only
         ctx.builder.emit("mov", result, left)
-        ctx.builder.emit(_INTEGER_OPS[uop.op], result, right)
+        ctx.builder.emit(_INTEGER_OPS[operation], result, right)
+    normalize(ctx.builder, result, uop.dtype)
     ctx.values[uop] = result
     return ""
+
+
+def _resized(ctx: Selection, value: VirtualRegister, bits: int) -> VirtualRegister:
+    """A shift count in a register of another width (only its low bits count)."""
+    resized = ctx.builder.value("gpr", bits)
+    if value.bits == 8:
+        ctx.builder.emit("movzx", resized, value)
+    elif bits < value.bits:
+        ctx.builder.emit("mov", resized, SubRegister(value, bits))
+    else:
+        ctx.builder.emit("mov", SubRegister(resized, value.bits), value)
+    return resized
 
 
 def _integer_divide(ctx: Selection, uop: UOp) -> str:
     """Quotient (IDIV) or remainder (MOD), truncated toward zero as C's / and %: the dividend in rax, rdx extended
     from it, and rdx clobbered, so values live across the division keep out of it."""
-    bits, unsigned = _integer_bits(uop.dtype), uop.dtype in _UNSIGNED
+    bits, unsigned = _integer_bits(uop.dtype), uop.dtype.scalar in UNSIGNED
+    if bits == 8:
+        ctx.refuse(uop, "bools are not divided")
     dividend, extension = view(rax, bits), view(rdx, bits)
     divisor = ctx.register(uop.src[1])
     ctx.builder.emit("mov", dividend, ctx.integer(uop.src[0]))
@@ -531,15 +575,26 @@ def _integer_divide(ctx: Selection, uop: UOp) -> str:
     ctx.builder.emit("div" if unsigned else "idiv", divisor, clobbers=(rdx,))
     result = ctx.builder.value("gpr", bits)
     ctx.builder.emit("mov", result, dividend if uop.op is Ops.IDIV else extension)
+    normalize(ctx.builder, result, uop.dtype)
     ctx.values[uop] = result
     return ""
 
 
 def _integer_maximum(ctx: Selection, uop: UOp) -> str:
+    if uop.dtype == dtypes.bool:
+        return _bool_or(ctx, uop)
     result, other = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.register(uop.src[1])
     ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
     ctx.builder.emit("cmp", result, other)
-    ctx.builder.emit("cmovb" if uop.dtype in _UNSIGNED else "cmovl", result, other)
+    ctx.builder.emit("cmovb" if uop.dtype.scalar in UNSIGNED else "cmovl", result, other)
+    ctx.values[uop] = result
+    return ""
+
+
+def _bool_or(ctx: Selection, uop: UOp) -> str:
+    result = ctx.builder.value("gpr", 8)
+    ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
+    ctx.builder.emit("or", result, ctx.integer(uop.src[1]))
     ctx.values[uop] = result
     return ""
 
@@ -548,56 +603,29 @@ def _integer_negate(ctx: Selection, uop: UOp) -> str:
     result = ctx.builder.value("gpr", _integer_bits(uop.dtype))
     ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))
     ctx.builder.emit("neg", result)
+    normalize(ctx.builder, result, uop.dtype)
     ctx.values[uop] = result
     return ""
 
 
-def _bitcast(ctx: Selection, uop: UOp) -> str:
+def _scalar_conversion(ctx: Selection, uop: UOp) -> str:
     source, target = uop.src[0].dtype, uop.dtype
-    if {source, target} <= {dtypes.float32, dtypes.int32, dtypes.uint32} and source != target:
-        if target == dtypes.float32:
-            result = ctx.builder.value("vec", 128)
-        else:
-            result = ctx.builder.value("gpr", 32)
-        if (source == dtypes.float32) == (target == dtypes.float32):
-            ctx.builder.emit("mov", result, ctx.integer(uop.src[0]))  # int32 <-> uint32: the same bits
-        else:
-            ctx.builder.emit("vmovd", result, ctx.register(uop.src[0]))
-        ctx.values[uop] = result
-        return ""
-    ctx.refuse(uop, "only bitcasts among float32, int32 and uint32 scalars are selected yet")
-    return ""
-
-
-def _cast(ctx: Selection, uop: UOp) -> str:
-    source, target = uop.src[0].dtype, uop.dtype
-    if target == dtypes.float32 and source == dtypes.int32:
-        return _integer_to_float(ctx, uop)
-    if source == dtypes.float32 and target == dtypes.int32:
-        result = ctx.builder.value("gpr", 32)
-        ctx.builder.emit("vcvttss2si", result, ctx.register(uop.src[0]))  # truncates toward zero, as C does
-        ctx.values[uop] = result
-        return ""
-    if {source, target} <= {dtypes.int32, dtypes.uint32}:
-        return _bitcast(ctx, uop)
-    ctx.refuse(uop, "only casts between float32 and int32 (and int32 <-> uint32) are selected yet")
+    if _is_vector(uop) or source.scalar not in SCALARS or target.scalar not in SCALARS:
+        ctx.refuse(uop, "only scalar casts among the selected dtypes are selected")
+    if uop.op is Ops.BITCAST and source.scalar.itemsize != target.scalar.itemsize:
+        ctx.refuse(uop, "a bitcast between dtypes of different sizes")
+    convert = convert_scalar if uop.op is Ops.CAST else bitcast
+    ctx.values[uop] = convert(ctx.builder, ctx.register(uop.src[0]), source, target)
     return ""
 
 
 def _reciprocal(ctx: Selection, uop: UOp) -> str:
-    bits, suffix = _shape(uop)
-    one, result = _splat_bits(ctx, 0x3F800000, bits), ctx.builder.value("vec", bits)
-    ctx.builder.emit("vdiv" + suffix, result, one, ctx.register(uop.src[0]))
-    ctx.values[uop] = result
-    return ""
-
-
-def _integer_to_float(ctx: Selection, uop: UOp) -> str:
-    result = ctx.builder.value("vec", 128)
-    ctx.builder.emit("vxorps", result, result, result)  # no false dependency on an old value of the register
-    ctx.builder.emit("vcvtsi2ss", result, result, ctx.register(uop.src[0]))
-    ctx.values[uop] = result
-    return ""
+    bits, flavour = _float_shape(uop)
+    double = uop.dtype.scalar == dtypes.float64
+    one = _splat_bits(ctx, 0x3FF0000000000000 if double else 0x3F800000, bits, 64 if double else 32)
+    result = ctx.builder.value("vec", bits)
+    ctx.builder.emit("vdiv" + flavour, result, one, ctx.register(uop.src[0]))
+    return _rounded(ctx, uop, result)
 
 
 def _nothing(ctx: Selection, uop: UOp) -> str:
@@ -609,31 +637,28 @@ x86_selection = PatternMatcher(
     cast(
         Sequence[tuple[UPat, RewriteFunction]],
         [
-            (UPat(Ops.CONST, dtype=dtypes.float32, name="uop"), _float_constant),
-            (UPat(Ops.CONST, dtype=(*_INTEGER_DTYPES, dtypes.bool), name="uop"), _integer_constant),
+            (UPat(Ops.CONST, name="uop"), _constant),
             (UPat((Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR), name="uop"), _argument),
             (UPat(Ops.SPECIAL, name="uop"), _special),
             (UPat(Ops.RANGE, name="uop"), _range),
             (UPat(Ops.DEFINE_REG, name="uop"), _define_register),
             (UPat(Ops.END, name="uop"), _end),
             (UPat(Ops.INDEX, name="uop"), _index),
-            (UPat(Ops.LOAD, name="uop"), _float_or_integer(_load, _integer_load)),
+            (UPat(Ops.LOAD, name="uop"), _load),
             (UPat(Ops.STORE, name="uop"), _store),
             (UPat((Ops.ADD, Ops.SUB, Ops.MUL), name="uop"), _float_or_integer(_float_binary, _integer_alu)),
             (UPat(Ops.FDIV, name="uop"), _float_or_integer(_float_binary, None)),
             (UPat(Ops.MAX, name="uop"), _float_or_integer(_float_binary, _integer_maximum)),
-            (UPat(Ops.SQRT, name="uop"), _float_or_integer(_float_unary, None)),
+            (UPat((Ops.SQRT, Ops.TRUNC), name="uop"), _float_or_integer(_float_unary, None)),
             (UPat(Ops.NEG, name="uop"), _float_or_integer(_float_unary, _integer_negate)),
             (UPat(Ops.RECIPROCAL, name="uop"), _float_or_integer(_reciprocal, None)),
-            (UPat((Ops.SHL, Ops.SHR), name="uop"), _integer_only(_integer_alu)),
+            (UPat((Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR), name="uop"), _integer_only(_integer_alu)),
             (UPat((Ops.IDIV, Ops.MOD), name="uop"), _integer_only(_integer_divide)),
             (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
             (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
             (UPat(tuple(_PREDICATES), name="uop"), _compare),
-            (UPat((Ops.AND, Ops.OR, Ops.XOR), name="uop"), _bool_logic),
             (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, _where)),
-            (UPat(Ops.CAST, name="uop"), _cast),
-            (UPat(Ops.BITCAST, name="uop"), _bitcast),
+            (UPat((Ops.CAST, Ops.BITCAST), name="uop"), _scalar_conversion),
             (UPat((Ops.SINK, Ops.NOOP, Ops.GROUP, Ops.BARRIER), name="uop"), _nothing),
         ],
     )
