@@ -25,9 +25,8 @@ from tinycore.schedule.nodes import LEAF_BUFFERS, strip_identity, view_base
 from tinycore.uop.axis import AxisType
 from tinycore.uop.indexing import AxisEntry
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.shape import sint
 from tinycore.uop.symbolic import fold_node, index_folding, simplify_indices
-from tinycore.uop.uop import UOp
+from tinycore.uop.uop import UOp, sint
 
 INDEX_DTYPE: DType = dtypes.int32
 """The dtype of every index expression in the kernel AST being built: int32, or int64 for a kernel that touches

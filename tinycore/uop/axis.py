@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import Enum, auto
 
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import Ops
+from tinycore.uop.opcodes import Ops
 from tinycore.uop.uop import UOp
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 
 from tinycore.dtype import DType
-from tinycore.uop.ops import Ops
+from tinycore.uop.opcodes import Ops
 from tinycore.uop.uop import UOp
 
 _unique_ids = itertools.count()

@@ -24,9 +24,8 @@ from collections.abc import Callable, Sequence
 from typing import Union
 
 from tinycore.dtype import dtypes
-from tinycore.uop.ops import Ops
-from tinycore.uop.shape import sint
-from tinycore.uop.uop import UOp
+from tinycore.uop.opcodes import Ops
+from tinycore.uop.uop import UOp, sint
 
 SCATTER_REDUCES = (None, "add", "mul", "max", "min")
 """How a SCATTER combines a value with the element it lands on: None overwrites."""

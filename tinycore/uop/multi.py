@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ALL2ALL, ALLREDUCE_CAST, RING, getenv, prod
-from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.shape import sint
-
-if TYPE_CHECKING:
-    from tinycore.uop.uop import UOp
+from tinycore.uop.indexing import gather as gather_node
+from tinycore.uop.indexing import scatter as scatter_node
+from tinycore.uop.opcodes import GroupOp, Ops
+from tinycore.uop.uop import UOp, sint, upper
 
 RING_ALLREDUCE_THRESHOLD = 256_000
 """Elements above which an allreduce over more than two devices goes around a ring (RING=1) or all-to-all
@@ -29,17 +28,12 @@ RING_ALLREDUCE_THRESHOLD = 256_000
 _PER_SHARD = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH, Ops.ASSIGN})
 
 
-def _uop_class() -> type[UOp]:
-    from tinycore.uop.uop import UOp
-    return UOp
-
-
 def multi(sources: Sequence[UOp], axis: int | None) -> UOp:
     """The MULTI node over one graph per device (every source on a different device)."""
     devices = [source.device for source in sources]
     if len(set(devices)) != len(devices):
         raise ValueError(f"a multi-device tensor needs distinct devices, got {tuple(devices)}")
-    return _uop_class()(Ops.MULTI, sources[0].dtype, tuple(sources), axis)
+    return UOp(Ops.MULTI, sources[0].dtype, tuple(sources), axis)
 
 
 def shard_bounds(node: UOp) -> list[tuple[int, int]]:
@@ -296,7 +290,6 @@ def _map_gather(src: tuple[UOp, ...], arg: Any) -> UOp:
     made local (an index outside the block reads zero) and the partial results are allreduced (OR for bool), giving a
     replicated result. Otherwise the result is sharded where the source is (on the output axis its sharded axis maps
     to) or, for a replicated source, where the index tensors are; replicated operands are cut to each block."""
-    from tinycore.uop.indexing import gather as gather_node
     shape, axis_map = arg
     devices = next(node.device for node in src if node.op is Ops.MULTI)
     source, indices = _on_devices(src[0], devices), [_on_devices(node, devices) for node in src[1:]]
@@ -333,7 +326,6 @@ def _map_gather(src: tuple[UOp, ...], arg: Any) -> UOp:
 def _gather_across_blocks(source: UOp, indices: list[UOp], shape: Any, axis_map: Any, selector: int) -> UOp:
     """A gather whose index tensor `selector` picks along the source's sharded axis: per device, from its block,
     with that index made local (outside the block: the block's size, which reads zero), then allreduced."""
-    from tinycore.uop.indexing import gather as gather_node
     axis, devices = source.arg, source.device
     size = source.shape[axis]
     partial = []
@@ -350,7 +342,7 @@ def _localized(chosen: UOp, size: int, start: int, end: int) -> UOp:
     of the whole axis first; those outside the block become end - start (out of the block's range: a gather reads
     zero there, a scatter writes nothing)."""
     def constant(value: int) -> UOp:
-        return _uop_class().const_on(chosen.dtype, value, chosen.device, chosen.shape)
+        return UOp.const_on(chosen.dtype, value, chosen.device, chosen.shape)
     wrapped = chosen.alu(Ops.CMPLT, constant(0)).alu(Ops.WHERE, chosen.alu(Ops.ADD, constant(size)), chosen)
     below, within = wrapped.alu(Ops.CMPLT, constant(start)), wrapped.alu(Ops.CMPLT, constant(end))
     outside_block = constant(end - start)
@@ -387,7 +379,6 @@ def _map_scatter(src: tuple[UOp, ...], arg: Any) -> UOp:
     that runs along the sharded axis (a `:` or a slice there) is cut to the part landing in each block; an index
     tensor that selects along it is made local to each block (values landing elsewhere are skipped); a single
     position there is written by the device that holds it."""
-    from tinycore.uop.indexing import scatter as scatter_node
     axis_map, reduce, parallel = arg
     target = src[0]
     if target.op is not Ops.MULTI:
@@ -452,7 +443,7 @@ def _apply_movement(op: Ops, source: UOp, arg: object) -> UOp:
 
 def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
     """The node `op(src)` where a source is multi-device: built on each device's graph (see the module docstring)."""
-    node_class = _uop_class()
+    node_class = UOp
     if op is Ops.CONST:  # a constant on a tuple of devices: one constant per device
         return multi([node_class(Ops.CONST, dtype, (node_class(Ops.DEVICE, arg=device),), arg)
                       for device in src[0].arg], None)
@@ -490,3 +481,7 @@ def map_multi(op: Ops, dtype: DType, src: tuple[UOp, ...], arg: Any) -> UOp:
         return multi(allreduce(arg[0], reduced), None)
     raise NotImplementedError(f"{op.name} is not supported on a multi-device tensor yet: gather it to one device "
                               "with .to(device) first")
+
+
+# the UOp constructor sends multi-device nodes here, and UOp.bounds asks for the blocks, through this table
+upper.map_multi, upper.shard_bounds = map_multi, shard_bounds

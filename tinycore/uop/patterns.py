@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 from tinycore.dtype import ConstType, DType
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.opcodes import GroupOp, Ops
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook as _viz
 

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import TYPE_CHECKING
 
 from tinycore.dtype import DType, dtypes
-from tinycore.uop.ops import Ops
-
-if TYPE_CHECKING:
-    from tinycore.uop.uop import UOp
+from tinycore.uop.opcodes import Ops
+from tinycore.uop.uop import UOp, upper
 
 
 def pretty_print(root: UOp) -> str:
@@ -183,3 +180,7 @@ def print_uops_python(root: UOp, result_name: str = "result") -> str:
                     f"{_python_literal(node.arg, imports)})")
     body.append(f"{result_name} = {names[root]}")
     return "\n".join(sorted(imports)) + "\n\n" + "\n".join(body) + "\n"
+
+
+# UOp's repr and render() call these through the table in tinycore.uop.uop
+upper.pretty_print, upper.render_expr = pretty_print, render_expr

@@ -7,17 +7,20 @@ computations stay the same hash-consed node.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeGuard, TypeVar, Union
 
 from tinycore.dtype import ConstType, DType, dtypes, truncate
 from tinycore.helpers import cached_node_property, prod
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.opcodes import GroupOp, Ops
 
 if TYPE_CHECKING:
-    from tinycore.uop.uop import UOp
+    from typing import Self  # Python 3.11; the annotations are strings at run time (3.10 included)
 
-sint = Union[int, "UOp"]
-"""A size: a Python int or a symbolic integer UOp."""
+Node = TypeVar("Node", bound="ShapeMixin")
+Size = Union[int, "ShapeMixin"]
+"""A size as this module sees it: a Python int or a symbolic integer node. UOp derives from ShapeMixin, which
+therefore cannot name it: the mixin's methods speak of `Self` (a UOp, on a UOp), and `tinycore.uop.uop.sint` is
+`int | UOp`."""
 
 # ops whose shape is the shape of their first source
 _SAME_SHAPE_AS_FIRST = frozenset(GroupOp.Elementwise | {Ops.CONTIGUOUS, Ops.CONTIGUOUS_BACKWARD, Ops.DETACH,
@@ -28,19 +31,19 @@ _SCALAR_OPS = frozenset({Ops.CONST, Ops.DEFINE_VAR, Ops.BIND})
 REDUCE_OPS = frozenset({Ops.ADD, Ops.MUL, Ops.MAX})
 
 
-def _size_eq(first: sint, second: sint) -> bool:
+def _size_eq(first: Size, second: Size) -> bool:
     """Equality of two sizes that never builds a comparison node (symbolic sizes compare by identity)."""
     if isinstance(first, int) and isinstance(second, int):
         return first == second
     return first is second
 
 
-def shapes_equal(first: tuple[sint, ...], second: tuple[sint, ...]) -> bool:
+def shapes_equal(first: tuple[Size, ...], second: tuple[Size, ...]) -> bool:
     """Equality of two shapes that never builds comparison nodes."""
     return len(first) == len(second) and all(_size_eq(a, b) for a, b in zip(first, second, strict=True))
 
 
-def _add_size(size: sint, amount: sint) -> sint:
+def _add_size(size: int | Node, amount: int | Node) -> int | Node:
     """size + amount, without a node when amount is 0 or both are ints."""
     if _is_int(amount) and amount == 0:
         return size
@@ -49,12 +52,12 @@ def _add_size(size: sint, amount: sint) -> sint:
     if _is_int(size) and _is_int(amount):
         return size + amount
     # a symbolic size is simplified, so that equal sizes built differently ((i+2)-i, 2) compare equal
-    total: Any = size + amount
-    return total.ssimplify()  # type: ignore[no-any-return]
+    total: Any = size  # int + node or node + node: a node, whose class (UOp) this module cannot name
+    return (total + amount).ssimplify()  # type: ignore[no-any-return]
 
 
-_device_nodes: dict[str | tuple[str, ...], UOp] = {}
-_const_cache: dict[tuple[object, ...], UOp] = {}  # recently built constants, so eager code does not rebuild them
+_device_nodes: dict[str | tuple[str, ...], ShapeMixin] = {}
+_const_cache: dict[tuple[object, ...], ShapeMixin] = {}  # recently built constants, so eager code does not rebuild them
 _CONST_CACHE_LIMIT = 4096
 
 
@@ -63,7 +66,7 @@ def _fill_sources(node: ShapeMixin, name: str) -> None:
 
     Inference then never recurses deeper than one level, so graphs thousands of ops deep work.
     """
-    stack: list[tuple[UOp, bool]] = [(source, False) for source in node.src if name not in source.__dict__]
+    stack: list[tuple[ShapeMixin, bool]] = [(source, False) for source in node.src if name not in source.__dict__]
     if not stack:
         return
     # a walk over only the nodes that lack the property (not the whole graph below `node`, which an eager
@@ -81,7 +84,7 @@ def _fill_sources(node: ShapeMixin, name: str) -> None:
             stack.extend((source, False) for source in current.src if name not in source.__dict__)
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     """True for a Python int (bool excluded)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -92,13 +95,13 @@ class ShapeMixin:
     __slots__ = ()
     op: Ops
     dtype: DType
-    src: tuple[UOp, ...]
+    src: tuple[Self, ...]
     arg: Any
 
     # ---- inference ----
 
     @cached_node_property
-    def _shape(self) -> tuple[sint, ...] | None:
+    def _shape(self) -> tuple[int | Self, ...] | None:
         """The shape, or None for nodes that have none (DEVICE, kernel-level nodes)."""
         _fill_sources(self, "_shape")
         op = self.op
@@ -137,7 +140,7 @@ class ShapeMixin:
         return None
 
     @property
-    def shape(self) -> tuple[sint, ...]:
+    def shape(self) -> tuple[int | Self, ...]:
         """The shape of this tensor-level node (a tuple of ints or symbolic sizes)."""
         shape = self._shape
         if shape is None:
@@ -150,7 +153,7 @@ class ShapeMixin:
         return len(self.shape)
 
     @property
-    def size(self) -> sint:
+    def size(self) -> int | Self:
         """The number of elements (a symbolic UOp if the shape is symbolic)."""
         return prod(self.shape)
 
@@ -172,21 +175,21 @@ class ShapeMixin:
         return None
 
     @property
-    def base(self) -> UOp:
+    def base(self) -> Self:
         """This node with its movement ops stripped: the node that holds the data a view reads."""
         node: Any = self
         while node.op in GroupOp.Movement:
             node = node.src[0]
         return node
 
-    def _new(self, op: Ops, arg: object, src: tuple[UOp, ...] | None = None) -> UOp:
+    def _new(self, op: Ops, arg: object, src: tuple[Self, ...] | None = None) -> Self:
         """A new node `op` over this one (keeping the dtype)."""
         node_class: Any = type(self)
         return node_class(op, self.dtype, (self,) if src is None else src, arg)
 
     # ---- movement ----
 
-    def reshape(self, shape: Sequence[sint]) -> UOp:
+    def reshape(self, shape: Sequence[int | Self]) -> Self:
         """This node viewed with `shape` (same element count)."""
         new_shape = tuple(shape)
         current = self.shape
@@ -203,7 +206,7 @@ class ShapeMixin:
             assert prod(new_shape) == prod(current), f"reshape from {current} to {new_shape} changes the size"
         return self._new(Ops.RESHAPE, new_shape)
 
-    def permute(self, order: Sequence[int]) -> UOp:
+    def permute(self, order: Sequence[int]) -> Self:
         """This node with its axes reordered: axis i of the result is axis order[i] of this node."""
         new_order = tuple(order)
         assert sorted(new_order) == list(range(len(self.shape))), \
@@ -212,7 +215,7 @@ class ShapeMixin:
             return self  # type: ignore[return-value]
         return self._new(Ops.PERMUTE, new_order)
 
-    def expand(self, shape: Sequence[sint]) -> UOp:
+    def expand(self, shape: Sequence[int | Self]) -> Self:
         """This node broadcast to `shape`: only size-1 axes may change size."""
         new_shape = tuple(shape)
         current = self.shape
@@ -223,7 +226,7 @@ class ShapeMixin:
             f"expand from {current} to {new_shape}: only size-1 axes can grow"
         return self._new(Ops.EXPAND, new_shape)
 
-    def pad(self, padding: Sequence[tuple[sint, sint]]) -> UOp:
+    def pad(self, padding: Sequence[tuple[int | Self, int | Self]]) -> Self:
         """This node grown by `padding` ((before, after) per axis); the new area reads zero."""
         new_padding = tuple((before, after) for before, after in padding)
         assert len(new_padding) == len(self.shape), f"pad {new_padding} does not match shape {self.shape}"
@@ -231,7 +234,8 @@ class ShapeMixin:
             # plain int amounts (the common case), checked without the symbolic-size branches below
             if all(pair == (0, 0) for pair in new_padding):
                 return self  # type: ignore[return-value]
-            assert all(before >= 0 and after >= 0 for before, after in new_padding), \
+            assert all(before >= 0 and after >= 0  # type: ignore[operator]  # ints, checked above
+                       for before, after in new_padding), \
                 f"pad {new_padding} has a negative size"
             return self._new(Ops.PAD, new_padding)
         assert all(not _is_int(size) or size >= 0 for pair in new_padding for size in pair), \
@@ -240,7 +244,7 @@ class ShapeMixin:
             return self  # type: ignore[return-value]
         return self._new(Ops.PAD, new_padding)
 
-    def shrink(self, bounds: Sequence[tuple[sint, sint]]) -> UOp:
+    def shrink(self, bounds: Sequence[tuple[int | Self, int | Self]]) -> Self:
         """The part [start, end) of each axis of this node."""
         new_bounds = tuple((start, end) for start, end in bounds)
         current = self.shape
@@ -250,7 +254,8 @@ class ShapeMixin:
             # plain ints (the common case), checked without the symbolic-size branches below
             if all(start == 0 and end == size for (start, end), size in zip(new_bounds, current, strict=True)):
                 return self  # type: ignore[return-value]
-            assert all(0 <= start <= end <= size for (start, end), size in zip(new_bounds, current, strict=True)), \
+            assert all(0 <= start <= end <= size  # type: ignore[operator]  # ints, checked above
+                       for (start, end), size in zip(new_bounds, current, strict=True)), \
                 f"shrink {new_bounds} is out of bounds for shape {current}"
             return self._new(Ops.SHRINK, new_bounds)
         pairs = zip(new_bounds, current, strict=True)
@@ -261,7 +266,7 @@ class ShapeMixin:
             f"shrink {new_bounds} is out of bounds for shape {current}"
         return self._new(Ops.SHRINK, new_bounds)
 
-    def flip(self, axes: Sequence[bool]) -> UOp:
+    def flip(self, axes: Sequence[bool]) -> Self:
         """This node reversed along the axes marked True."""
         flags = tuple(bool(flag) for flag in axes)
         assert len(flags) == len(self.shape), f"flip {flags} does not match shape {self.shape}"
@@ -271,7 +276,7 @@ class ShapeMixin:
 
     # ---- reduce ----
 
-    def r(self, op: Ops, axes: Sequence[int]) -> UOp:
+    def r(self, op: Ops, axes: Sequence[int]) -> Self:
         """The reduction `op` (ADD, MUL or MAX) over `axes`; reduced axes keep size 1."""
         assert op in REDUCE_OPS, f"reduce op must be one of ADD, MUL, MAX, got {op}"
         ndim = len(self.shape)
@@ -284,14 +289,15 @@ class ShapeMixin:
     # ---- constants ----
 
     @classmethod
-    def const_on(cls, dtype: DType, value: ConstType, device: str | tuple[str, ...], shape: Sequence[sint] = ()) -> UOp:
+    def const_on(cls, dtype: DType, value: ConstType, device: str | tuple[str, ...],
+                 shape: Sequence[int | Self] = ()) -> Self:
         """A tensor-level constant `value` of `dtype` on `device`, broadcast to `shape`."""
         target = tuple(shape)
         value_key = repr(value) if value.__class__ is float else value
         key = (device, dtype.name, value.__class__, value_key, target)
         found = _const_cache.get(key)
         if found is not None and found.dtype is dtype:
-            return found
+            return found  # type: ignore[return-value]  # the cache holds nodes of this class (UOp)
         node_class: Any = cls
         device_node = _device_nodes.get(device)
         if device_node is None:
@@ -313,24 +319,24 @@ class ShapeMixin:
             node = node.src[0]
         return node.op is Ops.BUFFER
 
-    def contiguous(self) -> UOp:
+    def contiguous(self) -> Self:
         """This value in its own contiguous buffer (no node when it already is one)."""
         if self.is_contiguous_buffer or self.op is Ops.CONTIGUOUS:
             return self  # type: ignore[return-value]
         return self._new(Ops.CONTIGUOUS, None)
 
-    def clone(self) -> UOp:
+    def clone(self) -> Self:
         """A CONTIGUOUS node even over a realized buffer: realizing it copies the data into a new buffer."""
         return self._new(Ops.CONTIGUOUS, None)
 
-    def copy_to_device(self, device: str | tuple[str, ...]) -> UOp:
+    def copy_to_device(self, device: str | tuple[str, ...]) -> Self:
         """This value copied to `device` (no node when it is already there)."""
         if device == self.device:
             return self  # type: ignore[return-value]
         node_class: Any = type(self)
         return node_class(Ops.COPY, self.dtype, (self, node_class(Ops.DEVICE, arg=device)))
 
-    def assign(self, value: UOp) -> UOp:
+    def assign(self, value: Self) -> Self:
         """`value` written into this node's buffer (this node must be a realized buffer or a view of one)."""
         written: Any = self.base
         while written.op is Ops.ASSIGN or written.op is Ops.DETACH:
@@ -342,10 +348,10 @@ class ShapeMixin:
             f"assign of shape {value.shape} into shape {self.shape}"
         return self._new(Ops.ASSIGN, None, (self, value))  # type: ignore[arg-type]
 
-    def detach(self) -> UOp:
+    def detach(self) -> Self:
         """The same value, with gradients stopped."""
         return self._new(Ops.DETACH, None)
 
-    def contiguous_backward(self) -> UOp:
+    def contiguous_backward(self) -> Self:
         """The same value forwards; its gradient is made contiguous."""
         return self._new(Ops.CONTIGUOUS_BACKWARD, None)

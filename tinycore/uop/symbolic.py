@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Union
+from typing import Any
 
 from tinycore.dtype import ConstType, DType, dtypes
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.opcodes import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat, graph_rewrite
-from tinycore.uop.uop import PYTHON_ALU, UOp, exec_alu
-
-sint = Union[int, UOp]
-"""A shape entry or size: a Python int or an integer UOp expression over DEFINE_VARs."""
+from tinycore.uop.uop import PYTHON_ALU, UOp, exec_alu, sint, upper
 
 Bounds = tuple[Any, Any]
 
@@ -1074,3 +1071,6 @@ def constant_difference(first: UOp, second: UOp) -> int | None:
         return None
     return second_constant - first_constant
 
+
+# UOp's methods (simplify, ssimplify, variable, vmin/vmax) call these through the table in tinycore.uop.uop
+upper.simplify, upper.ssimplify, upper.variable, upper.bounds = simplify, ssimplify, Variable, bounds

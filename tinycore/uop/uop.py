@@ -4,12 +4,38 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn, Union
 
 from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
 from tinycore.helpers import cached_node_property
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.opcodes import GroupOp, Ops
 from tinycore.uop.shape import ShapeMixin
+
+
+class UpperFunctions:
+    """The functions of the modules above this one that UOp's methods call.
+
+    The simplifier, the printer and the multi-device mapping build UOps, so they import this module and it cannot
+    import them. Each fills its entries here when it is imported (multi.py, printer.py, symbolic.py), and
+    tinycore/uop/__init__.py imports them all, so they are in place before any code outside the IR runs.
+    """
+
+    map_multi: Callable[[Ops, DType, tuple[UOp, ...], Any], UOp]
+    shard_bounds: Callable[[UOp], list[tuple[int, int]]]
+    pretty_print: Callable[[UOp], str]
+    render_expr: Callable[[UOp], str]
+    simplify: Callable[[UOp], UOp]
+    ssimplify: Callable[[sint], sint]
+    variable: Callable[[str, int, int, DType], UOp]
+    bounds: Callable[[UOp], tuple[ConstType, ConstType]]
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise RuntimeError(f"UOp needs {name}, which a module of tinycore.uop fills when it is imported: import "
+                           "tinycore.uop (the package) before using UOps")
+
+
+upper = UpperFunctions()
+"""The one table of UpperFunctions."""
 
 
 def _arg_key(arg: object) -> object:
@@ -62,8 +88,7 @@ class UOpMetaClass(type):
         if src and op is not Ops.MULTI:
             for source in src:  # a multi-device value is built one node per device (see _touches_several_devices)
                 if source.op is Ops.MULTI or (source.op is Ops.DEVICE and isinstance(source.arg, tuple)):
-                    from tinycore.uop.multi import map_multi
-                    return map_multi(op, dtype, src, arg)
+                    return upper.map_multi(op, dtype, src, arg)
         # _arg_key's common cases inline: this runs for every node built
         key: tuple[object, ...]
         if arg is None or arg.__class__ is str:
@@ -119,6 +144,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
     `a.ne(b)`, `a.eq(b)` (`==` stays identity so UOps can key dicts).
     """
 
+    src: tuple[UOp, ...]
 
     def __init__(self, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: Any = None):
         self.op, self.dtype, self.src, self.arg = op, dtype, src, arg
@@ -127,8 +153,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         return UOp, (self.op, self.dtype, self.src, self.arg)
 
     def __repr__(self) -> str:
-        from tinycore.uop.printer import pretty_print
-        return pretty_print(self)
+        return upper.pretty_print(self)
 
     def replace(self, **kwargs: Any) -> UOp:
         """This node with some of op, dtype, src, arg replaced."""
@@ -451,19 +476,16 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
 
     def simplify(self) -> UOp:
         """This graph rewritten with the `symbolic` rules to a fixpoint."""
-        from tinycore.uop.symbolic import simplify
-        return simplify(self)
+        return upper.simplify(self)
 
     def ssimplify(self) -> UOp | ConstType:
         """The simplified graph, or its Python value when it simplifies to a constant."""
-        from tinycore.uop.symbolic import ssimplify
-        return ssimplify(self)
+        return upper.ssimplify(self)
 
     @staticmethod
     def variable(name: str, min_val: int, max_val: int, dtype: DType = dtypes.int) -> UOp:
         """A symbolic integer `name` in [min_val, max_val] (a DEFINE_VAR), as tinygrad's `UOp.variable` spells it."""
-        from tinycore.uop.symbolic import Variable
-        return Variable(name, min_val, max_val, dtype)
+        return upper.variable(name, min_val, max_val, dtype)
 
     def bind(self, value: int) -> UOp:
         """This DEFINE_VAR bound to `value` (a BIND node), checked against the variable's bounds."""
@@ -502,19 +524,20 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         if self.op is not Ops.MULTI or self.arg is None:
             raise ValueError(f"bounds needs a value sharded on an axis, got {self.op.name} with axis {self.axis}: "
                              "shard it with .shard(devices, axis) first")
-        from tinycore.uop.multi import shard_bounds
-        return shard_bounds(self)
+        return upper.shard_bounds(self)
 
     def render(self) -> str:
         """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
-        from tinycore.uop.printer import render_expr
-        return render_expr(self)
+        return upper.render_expr(self)
 
 
 def _bounds(uop: UOp) -> tuple[ConstType, ConstType]:
-    """(vmin, vmax) of `uop`, computed by the symbolic engine (imported on first use: it imports this module)."""
-    from tinycore.uop.symbolic import bounds
-    return bounds(uop)
+    """(vmin, vmax) of `uop`, computed by the symbolic engine."""
+    return upper.bounds(uop)
+
+
+sint = Union[int, UOp]
+"""A size: a Python int or a symbolic integer UOp."""
 
 
 def exec_alu(op: Ops, dtype: DType, operands: Sequence[ConstType]) -> ConstType:
