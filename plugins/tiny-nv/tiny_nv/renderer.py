@@ -1,33 +1,27 @@
 """The CUDA C renderer: the core's C-like family with CUDA's thread indices, shared memory and types.
 
-- SPECIAL gidxN is `blockIdx.{x,y,z}`, lidxN `threadIdx.{x,y,z}` (the core's launch contract: global_size counts
-  blocks, local_size threads per block); kernels with thread indices get `__launch_bounds__` of their block size.
-- DEFINE_LOCAL is `__shared__` memory (group reduces), BARRIER is `__syncthreads()`.
-- half and bfloat16 are small structs declared in the kernel's prelude (no cuda_fp16.h / cuda_bf16.h, so NVRTC
-  needs no toolkit headers): 16 bits in memory, converted to float for arithmetic and rounded back after each op
-  (round to nearest even; half through PTX's cvt.rn.f16.f32), which gives the per-op rounding of the IEEE types.
-- Scatter reductions update global memory atomically (`atomic_dtypes`: 32- and 64-bit integers and floats, half
-  and bfloat16): atomicAdd for sums (64-bit integers through the unsigned long long overload; float64 from sm_60),
-  atomicMax / atomicMin for integers, and an atomicCAS loop over the element's bits for the rest (products, float
-  max/min); half and bfloat16 exchange the aligned 32-bit word that holds them.
-- Vector values use CUDA's built-in float2/float4, int4, ... (make_float4(...), .x .y .z .w). Vector memory
-  accesses are rendered lane by lane: a buffer view may start at any element, and CUDA's 8- and 16-byte vector
-  loads fault on addresses that are not aligned to their size.
+gidxN is blockIdx, lidxN threadIdx (global_size counts blocks); kernels with threads get `__launch_bounds__`.
+half and bfloat16 are 16-bit structs from the prelude (NVRTC needs no toolkit headers), computed in float and
+rounded after each op. Scatter reduces are atomicAdd/Max/Min where CUDA has them, else an atomicCAS loop over the
+element's bits (the aligned 32-bit word for 16-bit types). Vector memory accesses go lane by lane: a buffer view may
+start at any element, and 8- and 16-byte vector loads fault on unaligned addresses.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
 from tinycore.renderer.cstyle import (
     BASE_CODE_FOR_OP,
     BASE_TYPE_MAP,
-    CodeForOp,
     CStyleLanguage,
     RenderContext,
     RenderedPointer,
+    atomic_rule,
     base_rendering,
+    math_functions,
+    threads_per_group,
 )
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
@@ -40,33 +34,17 @@ CUDA_TYPE_MAP: dict[DType, str] = {
 
 NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 """NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
-_AXES = "xyz"
-_VECTOR_WIDTHS = (2, 4)
-_VECTOR_SCALARS = (dtypes.float32, dtypes.int32, dtypes.uint32)
-_LANES = "xyzw"
+_VECTOR_NAMES = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
+                 "long long": "longlong", "unsigned long long": "ulonglong"}
 
 
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats (float or double overload); integers through float and back."""
     if dtype.scalar == dtypes.float64:
         return f"pow({base},{exponent})"
-    if dtypes.is_float(dtype):
-        return f"powf((float)({base}),(float)({exponent}))"
-    return f"(({CUDA_TYPE_MAP[dtype.scalar]})powf((float)({base}),(float)({exponent})))"
+    code = f"powf((float)({base}),(float)({exponent}))"
+    return code if dtypes.is_float(dtype) else f"(({CUDA_TYPE_MAP[dtype.scalar]}){code})"
 
-
-def _float_math(name: str) -> CodeForOp:
-    """A unary math builtin: the f-suffixed float version except for double (half and bfloat16 go through float)."""
-    def code(operand: str, dtype: DType) -> str:
-        if dtype.scalar == dtypes.float64:
-            return f"{name}({operand})"
-        return f"{name}f((float)({operand}))"
-    return code
-
-
-CUDA_CODE_FOR_OP: dict[Ops, CodeForOp] = {
-    **BASE_CODE_FOR_OP, Ops.POW: _pow, Ops.EXP2: _float_math("exp2"), Ops.LOG2: _float_math("log2"),
-    Ops.SIN: _float_math("sin"), Ops.SQRT: _float_math("sqrt"), Ops.TRUNC: _float_math("trunc")}
 
 PRELUDE = r"""#define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
@@ -90,38 +68,26 @@ template <class To, class From> __device__ __forceinline__ To tc_bitcast(From va
   static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
   union { From from; To to; } both; both.from = value; return both.to; }"""
 
-
 _ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
                             dtypes.float16, dtypes.bfloat16})
-# the overloads of CUDA's atomic functions (by element size) and the native sums
+# the overloads of CUDA's atomic functions: by element size for atomicCAS, by dtype for the native operations
 _CAS_BITS = {2: "unsigned int", 4: "unsigned int", 8: "unsigned long long"}
-_NATIVE_ADD = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "unsigned long long",
-               dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"}
-_NATIVE_MAX_MIN = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-                   dtypes.uint64: "unsigned long long"}
+_NATIVE = {"add": {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "unsigned long long",
+                   dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"},
+           "max": {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+                   dtypes.uint64: "unsigned long long"}}
+_NATIVE["min"] = _NATIVE["max"]
 
 
-def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
-    """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type, else an atomicCAS loop over the
-    element's bits (over the 32-bit word holding a 16-bit element)."""
-    if x.arg is None:
-        return None
-    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
-    dtype = value.dtype
-    renderer = ctx.renderer
+def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
+    """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type (float64 sums from sm_60), else an
+    atomicCAS loop over the element's bits (over the 32-bit word holding a 16-bit element)."""
+    renderer, address = ctx.renderer, pointer.address()
     assert isinstance(renderer, CUDARenderer)
-    address = pointer.address()
-    operand_code = ctx.expression(value)
-    native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else {}
-    if dtype in native and not (dtype == dtypes.float64 and renderer.arch_number < 60):
-        cast = native[dtype]
-        function = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[reduce]
-        ctx.emit(ctx.gated(pointer, f"{function}(({cast}*){address}, ({cast})({operand_code}));"))
-        return ""
-    type_name = renderer.render_dtype(dtype)
-    bits = _CAS_BITS[dtype.itemsize]
-    word, operand, seen, expected, old = (ctx.fresh(prefix)
-                                         for prefix in ("word", "operand", "seen", "expected", "old"))
+    if (cast := _NATIVE.get(reduce, {}).get(dtype)) and not (dtype == dtypes.float64 and renderer.arch_number < 60):
+        return f"atomic{reduce.capitalize()}(({cast}*){address}, ({cast})({value}));"
+    type_name, bits = renderer.render_dtype(dtype), _CAS_BITS[dtype.itemsize]
+    word, operand, seen, expected, old = (ctx.fresh(name) for name in ("word", "operand", "seen", "expected", "old"))
     combined = ctx.combine_code(reduce, old, operand, dtype)
     if dtype.itemsize == 2:  # the aligned word holding the element; the other half is written back unchanged
         shift = ctx.fresh("shift")
@@ -133,30 +99,24 @@ def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
         head = f"{bits}* {word} = ({bits}*){address};"
         unpack = f"{type_name} {old} = tc_bitcast<{type_name}, {bits}>({expected});"
         pack = f"tc_bitcast<{bits}, {type_name}>(({type_name})({combined}))"
-    ctx.emit(ctx.gated(pointer, f"{{ {head} {type_name} {operand} = {operand_code}; {bits} {seen} = *{word}, "
-                                f"{expected}; do {{ {expected} = {seen}; {unpack} {seen} = atomicCAS({word}, "
-                                f"{expected}, {pack}); }} while ({seen} != {expected}); }}"))
-    return ""
+    return (f"{{ {head} {type_name} {operand} = {value}; {bits} {seen} = *{word}, {expected}; do {{ {expected} = "
+            f"{seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} while ({seen} != {expected}); }}")
 
 
 def _lane_addresses(pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
     """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
     if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
         return None
-    base = pointer.buffer
-    index = pointer.index if pointer.index not in (None, "0") else None
-    return [f"{base}[{index}+{lane}]" if index is not None else f"{base}[{lane}]" for lane in range(value_dtype.count)]
+    index = f"{pointer.index}+" if pointer.index not in (None, "0") else ""
+    return [f"{pointer.buffer}[{index}{lane}]" for lane in range(value_dtype.count)]
 
 
 def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
     """A vector write stores lane by lane; scalar writes are left to the base rules."""
     pointer, value = ctx.pointer_of(x.src[0]), x.src[1]
-    lanes = _lane_addresses(pointer, value.dtype)
-    if lanes is None:
+    if (lanes := _lane_addresses(pointer, value.dtype)) is None:
         return None
-    if ctx.names.get(value, "").isidentifier():
-        source = ctx.names[value]
-    else:
+    if not (source := ctx.names.get(value, "")).isidentifier():
         source = ctx.fresh("vec")
         ctx.emit(f"{ctx.renderer.render_dtype(value.dtype)} {source} = {ctx.expression(value)};")
     ctx.emit(ctx.gated(pointer, " ".join(f"{lane} = {ctx.renderer.render_gep(source, position, value.dtype)};"
@@ -165,50 +125,38 @@ def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
 
 
 cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), _vector_store),
-                                 (UPat(Ops.STORE, name="x"), _atomic_update)])
-"""CUDA's own rules: vector stores lane by lane (no alignment is assumed; vector loads: `render_access`) and
-atomic updates."""
+                             (UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
+"""CUDA's own rules: vector stores lane by lane (vector loads: `render_access`) and atomic updates."""
 
 
 class CUDARenderer(CStyleLanguage):
     """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
 
-    device = "NV"
-    suffix = "cu"
-    has_local = True
-    has_shared = True
-    has_threads = False
-    kernel_prefix = 'extern "C" __global__ '
-    smem_prefix = "__shared__ "
-    barrier = "__syncthreads();"
-    arg_int_prefix = "const int"
+    device, suffix, has_local, has_shared, has_threads = "NV", "cu", True, True, False
+    kernel_prefix, smem_prefix, barrier = 'extern "C" __global__ ', "__shared__ ", "__syncthreads();"
     native_bfloat16 = True  # tc_bfloat16 converts itself; see PRELUDE
     string_rewrite = cuda_rendering + base_rendering
-    code_for_op = CUDA_CODE_FOR_OP
+    code_for_op = {**BASE_CODE_FOR_OP, Ops.POW: _pow, **math_functions(
+        lambda name, x, dtype: f"{name}({x})" if dtype.scalar == dtypes.float64 else f"{name}f((float)({x}))")}
     type_map = CUDA_TYPE_MAP
+    vector_format, bitcast_format = "make_{type}({items})", "tc_bitcast<{type}, {source}>({x})"
+    code_for_workitem = {"g": lambda axis: f"(int)blockIdx.{'xyz'[axis]}",
+                         "l": lambda axis: f"(int)threadIdx.{'xyz'[axis]}",
+                         "i": lambda axis: "(int)(blockIdx.{0}*blockDim.{0}+threadIdx.{0})".format("xyz"[axis])}
     vector_alu_ops: frozenset[Ops] = frozenset()  # CUDA's vector structs have no arithmetic operators
-    global_max = (2 ** 31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 64)
-    max_local_total = 256
-    shared_max = 48 * 1024
-    group_size = 128
-    register_tile = (4, 4)
+    global_max, local_max, max_local_total, shared_max = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256, 48 * 1024
+    group_size, register_tile = 128, (4, 4)
     max_buffers = 500  # 4 KB of kernel parameters at 8 bytes a pointer, with room for the integer arguments
 
     def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False,
                  tensor_cores: bool | None = None):
         self.arch, self.device, self.embed_program = arch, device, embed_program
-        number = int(arch[3:5]) if arch[3:5].isdigit() else 0
-        self.arch_number = number
+        self.arch_number = int(arch[3:5]) if arch[3:5].isdigit() else 0
         self.atomic_dtypes = _ATOMIC_DTYPES
-        wanted = NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores
-        if wanted and number >= 80:  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
-            from tiny_nv.tensor_core import tensor_core_opt
+        if (NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores) and self.arch_number >= 80:
+            from tiny_nv.tensor_core import tensor_core_opt  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
             self.tensor_core_opt = tensor_core_opt
-        self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in _VECTOR_SCALARS}
-        self._block_size: int | None = None
-
-    # ---- types and literals ----
+        self.vector_widths = {dtype: (2, 4) for dtype in (dtypes.float32, dtypes.int32, dtypes.uint32)}
 
     def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Value conversions; to half and bfloat16 through float (their only constructor)."""
@@ -216,79 +164,37 @@ class CUDARenderer(CStyleLanguage):
             return f"{self.storage_type(to_dtype.scalar)}((float)({expression}))"
         return super().render_cast(expression, from_dtype, to_dtype)
 
-    def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
-        """A union-based bit copy (see tc_bitcast in the prelude)."""
-        return f"tc_bitcast<{self.render_dtype(to_dtype)}, {self.render_dtype(from_dtype)}>({expression})"
-
-    def render_vector(self, dtype: DType, items: list[str]) -> str:
-        """make_float4(a, b, c, d) and friends."""
-        return f"make_{self.render_dtype(dtype)}({','.join(items)})"
-
     def render_gep(self, expression: str, lane: int, dtype: DType) -> str:
         """Lane `lane` of a CUDA vector: .x .y .z .w."""
-        if lane >= len(_LANES):
+        if lane >= 4:
             raise ValueError(f"CUDA vectors have at most 4 lanes; lane {lane} of {dtype} was asked")
-        return f"({expression}).{_LANES[lane]}"
+        return f"({expression}).{'xyzw'[lane]}"
 
     def vector_type_name(self, scalar: str, count: int) -> str:
         """CUDA's built-in vector type names (float4, uint2, longlong2, ...)."""
-        if count not in (2, 3, 4):
-            raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}; use 2, 3 or 4")
-        short = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort",
-                 "unsigned int": "uint", "long long": "longlong", "unsigned long long": "ulonglong"}.get(scalar, scalar)
-        if short in ("tc_half", "tc_bfloat16", "bool"):
-            raise ValueError(f"CUDA has no built-in vector of {scalar}: codegen must keep it scalar")
-        return f"{short}{count}"
-
-    # ---- memory declarations and thread indices ----
+        if count not in (2, 3, 4) or scalar in ("tc_half", "tc_bfloat16", "bool"):
+            raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}: codegen must keep it scalar")
+        return f"{_VECTOR_NAMES.get(scalar, scalar)}{count}"
 
     def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """A vector read is built from its lanes; scalar reads are the base's lvalues."""
         lanes = _lane_addresses(pointer, value_dtype)
-        if lanes is None:
-            return super().render_access(pointer, index_uop, value_dtype)
-        return self.render_vector(value_dtype, lanes)
-
-    def render_buffer_parameter(self, name: str, dtype: PtrDType, read_only: bool) -> str:
-        """`[const] T* name` (global memory is the default address space in CUDA)."""
-        const = self.const_buffer_prefix if read_only else ""
-        return f"{const}{self.render_dtype(dtype.base)}* {name}"
-
-    def render_special(self, name: str) -> str:
-        """blockIdx / threadIdx, or the flat global index for idxN."""
-        axis = _AXES[int(name[-1])]
-        if name.startswith("lidx"):
-            return f"(int)threadIdx.{axis}"
-        if name.startswith("gidx"):
-            return f"(int)blockIdx.{axis}"
-        if name.startswith("idx"):
-            return f"(int)(blockIdx.{axis}*blockDim.{axis}+threadIdx.{axis})"
-        raise ValueError(f"CUDA has no thread index {name!r}: expected gidxN, lidxN or idxN")
-
-    # ---- the program ----
+        return super().render_access(pointer, index_uop, value_dtype) if lanes is None else \
+            self.render_vector(value_dtype, lanes)
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
-        """Infinity and NaN literals, the half and bfloat16 structs and the bitcast helper (and the mma helper for
-        tensor-core kernels)."""
+        """Infinity and NaN, the half and bfloat16 structs, the bitcast helper (and mma for tensor-core kernels)."""
         from tiny_nv.tensor_core import MMA_PRELUDE, uses_tensor_cores
         return [PRELUDE, MMA_PRELUDE] if uses_tensor_cores(uops) else [PRELUDE]
 
-    def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
-        """The source with `__launch_bounds__` of the block size when the kernel has thread indices."""
-        bounds = f"__launch_bounds__({self._block_size}) " if self._block_size else ""
-        signature = f"{self.kernel_prefix}{bounds}void {name}({', '.join(parameters)}) {{"
-        return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
+    def kernel_attributes(self, uops: list[UOp]) -> str:
+        """`__launch_bounds__` of the block size when the kernel has thread indices of constant sizes."""
+        return f"__launch_bounds__({block}) " if (block := threads_per_group(uops)) and block > 1 else ""
 
     def render_named(self, uops: list[UOp], name: str) -> str:
-        """The CUDA C source of the linear program `uops` as a kernel called `name`."""
-        block = 1
-        for uop in uops:
-            if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
-                size = uop.src[0] if uop.src else None
-                block = block * size.arg if size is not None and size.op is Ops.CONST else 0
-        self._block_size = block if block > 1 else None
+        """The CUDA C source of `uops` as a kernel called `name` (with its linear program for the MOCK GPU)."""
         source = super().render_named(uops, name)
-        if self.embed_program:  # the MOCK GPU runs the linear program itself (see tiny_nv.mock)
+        if self.embed_program:
             from tiny_nv.mock import embed_program
             source = embed_program(source, uops)
         return source
