@@ -3,17 +3,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from tinycore.dtype import dtypes, least_upper_dtype
 from tinycore.errors import ArgumentError, DimensionError, ShapeError, UnsupportedModeError
 from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
+    from tinycore.dtype import ConstType
     from tinycore.tensor.tensor import Tensor
+    from tinycore.uop.uop import sint
+
+    Sizes: TypeAlias = Union[sint, None, Sequence[Union[sint, None]]]
+    """A shape given as one sequence or as its first size (the others follow as separate arguments); None keeps an
+    axis' size where the method allows it."""
+    Axes: TypeAlias = Union[int, Sequence[int]]
+    """Axes given as one sequence or as the first of separate arguments."""
 
 
-def _amount(value: Any) -> Any:
+def _amount(value: sint) -> sint:
     """A padding amount: an int, or a symbolic int (an expression of bound Variables) kept as it is."""
     from tinycore.uop.uop import UOp
     if isinstance(value, UOp):
@@ -23,7 +31,7 @@ def _amount(value: Any) -> Any:
     return int(value)
 
 
-def _removed(amount: Any) -> Any:
+def _removed(amount: sint) -> int:
     """How much a padding amount removes (a negative int amount), 0 for a symbolic one (never negative)."""
     return 0 if not isinstance(amount, int) else max(-amount, 0)
 
@@ -36,7 +44,7 @@ def _added(amount: Any) -> Any:
 class MovementMixin:
     """reshape, permute, expand, pad, shrink, flip and the operations built from them."""
 
-    def reshape(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    def reshape(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
         """The same elements viewed with a new shape (one size may be -1; None keeps that axis' size)."""
         sizes = list(argfix(shape, *args))
         sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
@@ -61,11 +69,11 @@ class MovementMixin:
                              f"{tuple(sizes)} ({math.prod(sizes)} elements)")
         return self._result(self.uop.reshape(tuple(sizes)))
 
-    def view(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    def view(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
         """Alias of reshape."""
         return self.reshape(shape, *args)
 
-    def permute(self: Tensor, order: Any, *args: Any) -> Tensor:
+    def permute(self: Tensor, order: Axes, *args: int) -> Tensor:
         """The axes reordered: axis i of the result is axis order[i] of this tensor."""
         axes = tuple(resolve_axis(axis, self.ndim) for axis in argfix(order, *args))
         if sorted(axes) != list(range(self.ndim)):
@@ -73,7 +81,7 @@ class MovementMixin:
                              f"of shape {self.shape}")
         return self._result(self.uop.permute(axes))
 
-    def expand(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    def expand(self: Tensor, shape: Sizes, *args: sint) -> Tensor:
         """Broadcast to `shape` (size-1 axes stretch, new axes are added on the left, -1 keeps a size)."""
         sizes = argfix(shape, *args)
         if len(sizes) < self.ndim:
@@ -101,7 +109,7 @@ class MovementMixin:
             resolved.append((start, end))
         return self._result(self.uop.shrink(tuple(resolved)))
 
-    def flip(self: Tensor, axis: Any, *args: Any) -> Tensor:
+    def flip(self: Tensor, axis: Axes, *args: int) -> Tensor:
         """The elements reversed along the given axes."""
         axes = [resolve_axis(item, self.ndim) for item in argfix(axis, *args)]
         if len(set(axes)) != len(axes):
@@ -126,7 +134,7 @@ class MovementMixin:
                              f"{self.shape}")
         return [(0, 0) if item is None else (_amount(item[0]), _amount(item[1])) for item in items]
 
-    def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: Any = 0.0) -> Tensor:
+    def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: ConstType = 0.0) -> Tensor:
         """Padding per axis: a flat (left, right, top, bottom, ...) sequence starting from the last axis, or one
         (before, after) pair or None per axis. Modes: constant (with `value`), reflect, replicate, circular.
         Negative amounts remove elements."""
@@ -159,7 +167,7 @@ class MovementMixin:
             bounds.append((start, end))
         return self.shrink(tuple(bounds))
 
-    def _pad_constant(self: Tensor, pairs: list[tuple[int, int]], value: Any) -> Tensor:
+    def _pad_constant(self: Tensor, pairs: list[tuple[int, int]], value: ConstType) -> Tensor:
         """Constant padding (zero directly, other values through a mask)."""
         if all(before == 0 and after == 0 for before, after in pairs):
             return self
@@ -197,7 +205,7 @@ class MovementMixin:
             pieces = [part(size - before, size), self, part(0, after)]
         return pieces[0].cat(*pieces[1:], dim=axis)
 
-    def pad_to(self: Tensor, shape: Any, *args: Any, value: Any = 0) -> Tensor:
+    def pad_to(self: Tensor, shape: Sizes, *args: sint | None, value: ConstType = 0) -> Tensor:
         """Padding at the end of each axis up to `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -205,7 +213,7 @@ class MovementMixin:
         return self.pad(tuple((0, 0 if new is None else new - old) for old, new in zip(self.shape, sizes, strict=True)),
                         value=value)
 
-    def shrink_to(self: Tensor, shape: Any, *args: Any) -> Tensor:
+    def shrink_to(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
         """The leading part of each axis, of `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -258,7 +266,7 @@ class MovementMixin:
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def repeat(self: Tensor, repeats: Any, *args: Any) -> Tensor:
+    def repeat(self: Tensor, repeats: int | Sequence[int], *args: int) -> Tensor:
         """The tensor tiled `repeats[i]` times along axis i (extra leading repeats add axes)."""
         counts = argfix(repeats, *args)
         if len(counts) < self.ndim:
@@ -297,7 +305,7 @@ class MovementMixin:
                 continue
             amount = shift % size
 
-            def part(start: int, end: int, source: Any = result, axis: int = axis) -> Tensor:
+            def part(start: int, end: int, source: Tensor = result, axis: int = axis) -> Tensor:
                 """The slice [start, end) of the padded axis."""
                 return source.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
             result = part(size - amount, size).cat(part(0, size - amount), dim=axis)
