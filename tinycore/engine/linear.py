@@ -9,6 +9,7 @@ Building one schedules the tensors without running anything and points them at t
 """
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
@@ -33,51 +34,82 @@ class HoldsGraph(Protocol):
 
 @dataclass(frozen=True, eq=False)
 class BufferArgument:
-    """One buffer a call writes or reads: `node` (a BUFFER or BUFFER_VIEW UOp) and its device Buffer."""
+    """One buffer a call writes or reads: `node` (a BUFFER or BUFFER_VIEW UOp) and its device Buffer. For a kernel
+    that runs on several devices, `nodes` holds that buffer's node on each device, in the call's device order."""
 
-    node: UOp
+    nodes: tuple[UOp, ...]
+
+    @property
+    def node(self) -> UOp:
+        """The buffer's node (on the first device, for a call over several devices)."""
+        return self.nodes[0]
+
+    @property
+    def buffers(self) -> tuple[Buffer, ...]:
+        """The device Buffer behind each node (created on first use, allocated when the call runs)."""
+        return tuple(buffer_of(node) for node in self.nodes)
 
     @property
     def buffer(self) -> Buffer:
         """The device Buffer behind the node (created on first use, allocated when the call runs)."""
-        return buffer_of(self.node)
+        if len(self.nodes) > 1:
+            raise RuntimeError(f"this buffer lives on {len(self.nodes)} devices {self.device}: read .buffers, one "
+                               "Buffer per device")
+        return buffer_of(self.nodes[0])
 
     @property
-    def device(self) -> str:
-        """The device the buffer lives on."""
-        return str(self.node.device)
+    def device(self) -> str | tuple[str, ...]:
+        """The device the buffer lives on (a tuple of devices for a call over several devices)."""
+        devices = tuple(str(node.device) for node in self.nodes)
+        return devices[0] if len(devices) == 1 else devices
 
     @property
     def dtype(self) -> DType:
         """The element dtype of the buffer."""
-        return self.node.dtype
+        return self.nodes[0].dtype
 
 
 @dataclass(frozen=True, eq=False)
 class ScheduleCall:
     """One kernel launch or copy: `src[0]` the AST (SINK for a kernel, COPY for a copy), `src[1:]` its buffers
-    (outputs first; for a copy, destination then source), `var_vals` the values of its Variables."""
+    (outputs first; for a copy, destination then source), `var_vals` the values of its Variables.
 
-    item: ScheduleItem
+    As in tinygrad, the same kernel run on each device of a sharded tensor is one call: `items` holds its
+    schedule item on each device, and `device` is then the tuple of those devices."""
+
+    items: tuple[ScheduleItem, ...]
     src: tuple[UOp | BufferArgument, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "src", (self.item.ast,) + tuple(BufferArgument(node) for node in self.item.buffers))
+        first = self.items[0]
+        arguments = tuple(BufferArgument(tuple(item.buffers[position] for item in self.items))
+                          for position in range(len(first.buffers)))
+        object.__setattr__(self, "src", (first.ast, *arguments))
+
+    @property
+    def item(self) -> ScheduleItem:
+        """The schedule item (on the first device, for a call over several devices)."""
+        return self.items[0]
 
     @property
     def op(self) -> Ops:
         """Ops.COPY for a copy, Ops.SINK for a kernel (what tinygrad's CALL holds at src[0])."""
-        return self.item.ast.op
+        return self.items[0].ast.op
 
     @property
-    def device(self) -> str:
-        """The device that runs this call (a copy's destination)."""
-        return str(self.item.buffers[0].device)
+    def device(self) -> str | tuple[str, ...]:
+        """The device that runs this call (a copy's destination), or the tuple of devices of a kernel run on
+        several."""
+        devices = tuple(_device_of(item) for item in self.items)
+        return devices[0] if len(devices) == 1 else devices
 
     @property
     def var_vals(self) -> dict[UOp, int]:
         """The values of the Variables the call reads."""
-        return dict(self.item.var_vals)
+        merged: dict[UOp, int] = {}
+        for item in self.items:
+            merged.update(item.var_vals)
+        return merged
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,8 +122,109 @@ class LinearSchedule:
 
     @property
     def items(self) -> list[ScheduleItem]:
-        """The schedule items, in order."""
-        return [call.item for call in self.src]
+        """The schedule items, in the order they run (a call over several devices gives one per device)."""
+        return [item for call in self.src for item in call.items]
+
+
+def _device_of(item: ScheduleItem) -> str:
+    return str(item.buffers[0].device)
+
+
+def _device_order(item: ScheduleItem) -> tuple[str, int]:
+    """Sorts "CPU" before "CPU:1" before "CPU:10", the order of a sharded tensor's devices."""
+    name, _, number = _device_of(item).partition(":")
+    return name, int(number) if number.isdigit() else 0
+
+
+def _base(node: UOp) -> UOp:
+    return node.src[0] if node.op is Ops.BUFFER_VIEW else node
+
+
+def _written_and_read(item: ScheduleItem) -> tuple[set[UOp], set[UOp]]:
+    """The base buffers `item` writes and those it reads. A kernel's outputs come first in its buffers, one per
+    STORE of its SINK; when the SINK holds anything else every buffer counts as written (a safe overestimate)."""
+    if item.ast.op is Ops.COPY:
+        outputs = 1
+    elif all(source.op is Ops.STORE for source in item.ast.src):
+        outputs = len(item.ast.src)
+    else:
+        outputs = len(item.buffers)
+    written = {_base(node) for node in item.buffers[:outputs]}
+    return written, {_base(node) for node in item.buffers[outputs:]} | written
+
+
+def _group_members(items: Sequence[ScheduleItem]) -> list[list[int]]:
+    """Positions of the items that form one call: a kernel with the same AST as an earlier one on another device
+    joins the first group of that AST without a kernel on its device; copies stay alone."""
+    groups: list[list[int]] = []
+    open_groups: dict[UOp, list[tuple[list[int], set[str]]]] = {}
+    for position, item in enumerate(items):
+        if item.ast.op is Ops.COPY:
+            groups.append([position])
+            continue
+        device = _device_of(item)
+        candidates = open_groups.setdefault(item.ast, [])
+        for members, devices in candidates:
+            if device not in devices and len(item.buffers) == len(items[members[0]].buffers):
+                members.append(position)
+                devices.add(device)
+                break
+        else:
+            groups.append([position])
+            candidates.append((groups[-1], {device}))
+    return groups
+
+
+def _group_calls(items: Sequence[ScheduleItem]) -> tuple[ScheduleCall, ...]:
+    """The items as calls, a kernel run on several devices as one call, in an order that keeps every dependency
+    of the original order (a write before its readers, a read before the next write). Should grouping make two
+    calls wait on each other, every item stays its own call, in the original order."""
+    groups = _group_members(items)
+    if all(len(members) == 1 for members in groups):
+        return tuple(ScheduleCall((items[members[0]],)) for members in groups)
+    group_of = {position: index for index, members in enumerate(groups) for position in members}
+    access = [_written_and_read(item) for item in items]
+    last_writer: dict[UOp, int] = {}
+    readers_since_write: dict[UOp, list[int]] = {}
+    waits_on: list[set[int]] = [set() for _ in groups]
+    for position, (written, read) in enumerate(access):
+        group = group_of[position]
+        for node in read:
+            if node in last_writer:
+                waits_on[group].add(group_of[last_writer[node]])
+        for node in written:
+            waits_on[group].update(group_of[reader] for reader in readers_since_write.get(node, ()))
+            last_writer[node] = position
+            readers_since_write[node] = []
+        for node in read - written:
+            readers_since_write.setdefault(node, []).append(position)
+        waits_on[group].discard(group)
+    order = _ordered(waits_on)
+    if order is None:
+        return tuple(ScheduleCall((item,)) for item in items)
+    return tuple(ScheduleCall(tuple(sorted((items[position] for position in groups[index]), key=_device_order)))
+                 for index in order)
+
+
+def _ordered(waits_on: list[set[int]]) -> list[int] | None:
+    """The groups in dependency order, each as early as its dependencies allow and ties by first position, or
+    None when the dependencies form a cycle."""
+    remaining = [len(dependencies) for dependencies in waits_on]
+    unblocks: list[list[int]] = [[] for _ in waits_on]
+    for group, dependencies in enumerate(waits_on):
+        for dependency in dependencies:
+            unblocks[dependency].append(group)
+    ready = [group for group, count in enumerate(remaining) if count == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        group = heapq.heappop(ready)
+        order.append(group)
+        for waiting in unblocks[group]:
+            remaining[waiting] -= 1
+            if remaining[waiting] == 0:
+                heapq.heappush(ready, waiting)
+    return order if len(order) == len(waits_on) else None
 
 
 def linear_with_vars(tensors: Sequence[HoldsGraph]) -> tuple[LinearSchedule, dict[UOp, int]]:
@@ -112,4 +245,4 @@ def linear_with_vars(tensors: Sequence[HoldsGraph]) -> tuple[LinearSchedule, dic
     var_vals: dict[UOp, int] = {}
     for item in schedule.items:
         var_vals.update(item.var_vals)
-    return LinearSchedule(tuple(ScheduleCall(item) for item in schedule.items), schedule.temporaries), var_vals
+    return LinearSchedule(_group_calls(schedule.items), schedule.temporaries), var_vals

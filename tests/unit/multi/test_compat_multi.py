@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from tinycore import Context, Tensor, UOp, dtypes
 from tinycore.uop.multi import allreduce
@@ -126,6 +127,43 @@ def test_linear_schedule_lists_the_ring_copies_and_runs() -> None:
     assert all(int(destination.split(":")[1]) == int(source.split(":")[1]) % 4 + 1 for destination, source in pairs)
     run_linear(linear, var_vals)
     np.testing.assert_array_equal(total.numpy(), data.sum(0))
+
+
+def test_linear_schedule_runs_a_sharded_kernel_as_one_call_over_its_devices() -> None:
+    from tinycore.engine.realize import run_linear
+    data = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
+    with Context(RING=0, ALL2ALL=0):
+        total = Tensor(data).shard(FOUR, axis=0).realize().sum(0)
+        linear, var_vals = total.linear_with_vars()
+    kinds = [call.src[0].op for call in linear.src]
+    # the naive allreduce: each device's partial sum, every partial sent to the 3 other devices, each device's total
+    assert kinds == [Ops.SINK] + [Ops.COPY] * 12 + [Ops.SINK]
+    for kernel in (linear.src[0], linear.src[-1]):
+        assert kernel.device == FOUR and len(kernel.items) == 4
+        assert all(argument.device == FOUR for argument in kernel.src[1:])
+    copies = [(call.src[1].buffer.device, call.src[2].buffer.device) for call in linear.src[1:-1]]
+    assert sorted(copies) == sorted((destination, source) for destination in FOUR for source in FOUR
+                                    if destination != source)
+    assert len(linear.items) == 4 + 12 + 4
+    run_linear(linear, var_vals)
+    np.testing.assert_array_equal(total.numpy(), data.sum(0))
+
+
+def test_linear_schedule_batchnorm_on_sharded_input_is_one_kernel_on_every_device() -> None:
+    from tinycore.engine.realize import run_linear
+    from tinycore.nn import BatchNorm2d
+    data = np.random.default_rng(3).standard_normal((8, 4, 3, 3)).astype(np.float32)
+    norm = BatchNorm2d(4)
+    for parameter in (norm.weight, norm.bias, norm.running_mean, norm.running_var):
+        parameter.shard_(FOUR).realize()
+    output = norm(Tensor(data).shard(FOUR, axis=0).realize())
+    linear, var_vals = output.linear_with_vars()
+    kernels = [call for call in linear.src if call.src[0].op is Ops.SINK]
+    assert [call.device for call in kernels] == [FOUR]
+    run_linear(linear, var_vals)
+    expected = torch.nn.functional.batch_norm(torch.tensor(data), torch.zeros(4), torch.ones(4), torch.ones(4),
+                                              torch.zeros(4), training=False, eps=1e-5).numpy()
+    np.testing.assert_allclose(output.numpy(), expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("cast", [0, 1])
