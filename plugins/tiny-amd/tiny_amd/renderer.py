@@ -1,38 +1,29 @@
 """The HIP-style C renderer for AMD GPUs: the core's C-like family compiled by clang for amdgcn-amd-amdhsa, with no
-ROCm headers or device libraries (everything the kernels use is a clang builtin or defined in the prelude).
+ROCm headers or device libraries (everything is a clang builtin or defined in the prelude).
 
-- SPECIAL gidxN is `__builtin_amdgcn_workgroup_id_{x,y,z}()`, lidxN `__builtin_amdgcn_workitem_id_{x,y,z}()` (the
-  core's launch contract: global_size counts workgroups, local_size work-items per group); kernels with work-item
-  ids declare their group size with `amdgpu_flat_work_group_size`, so the backend sizes registers for it.
-- DEFINE_LOCAL is LDS (`__attribute__((shared))`, address space 3); BARRIER is a workgroup release fence, `s_barrier`
-  and an acquire fence, so LDS writes before the barrier are seen after it.
-- half is clang's `_Float16` (native arithmetic); bfloat16 is stored as its 16 bits and computed in float32.
-- Math is clang's builtins, which the AMDGPU backend lowers to instructions (no libm, no ocml): exp2, log2, sin,
-  sqrt and trunc of float; pow through exp2/log2 in the prelude. float64 keeps sqrt and trunc (native) and refuses
-  the transcendental ops, which only ROCm's device library provides.
-- Scatter reductions update global memory atomically at agent scope through clang's `__hip_atomic_*` builtins on
-  address-space-1 (global) pointers (`atomic_dtypes`: 32- and 64-bit integers and floats, half, bfloat16): fetch-add
-  for integer and float64 sums, `__builtin_amdgcn_global_atomic_fadd_f32` for float32 sums (kernel buffers are
-  coarse-grained device memory, where the instruction is exact; the generic fetch-add would be a compare-exchange
-  loop on gfx90a, gfx11 and gfx12), fetch-max / fetch-min for integers, and a compare-exchange loop over the
-  element's bits for the rest (products, float max/min, 16-bit floats; the backend widens 16-bit exchanges to the
-  32-bit word). Where a target has no instruction for an operation (float64 add on gfx90a, gfx11 and gfx12) the
-  backend itself makes the compare-exchange loop.
-- Vectors are not used (every access and op is scalar): buffer views may start at any element.
+gidxN and lidxN are the AMDGPU workgroup and work-item id builtins; kernels declare their flat work-group size.
+LDS is address space 3; BARRIER fences the workgroup around `s_barrier`. half is `_Float16`, bfloat16 its 16 bits
+computed in float32. float64 has sqrt and trunc only (the transcendentals need ROCm's device library). Scatter
+reduces are agent-scope `__hip_atomic_*` on global pointers (float32 sums: the global fadd instruction, exact on
+the coarse-grained memory of kernel buffers), else a compare-exchange loop over the element's bits. No vectors:
+buffer views may start at any element.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
 from tinycore.renderer.cstyle import (
     BASE_CODE_FOR_OP,
     BASE_TYPE_MAP,
-    CodeForOp,
     CStyleLanguage,
     RenderContext,
+    RenderedPointer,
+    atomic_rule,
     base_rendering,
+    math_functions,
+    threads_per_group,
 )
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
@@ -46,22 +37,18 @@ HIP_TYPE_MAP: dict[DType, str] = {
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942; used by
 default)."""
-_AXES = "xyz"
-_NATIVE_DOUBLE = {"sqrt", "trunc"}
 
 
-def _float_math(name: str) -> CodeForOp:
-    """A unary math builtin: `__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for
-    double where the backend has an instruction for it."""
-    def code(operand: str, dtype: DType) -> str:
-        if dtype.scalar == dtypes.float64:
-            if name not in _NATIVE_DOUBLE:
-                raise ValueError(f"AMD kernels have no float64 {name} without ROCm's device library: compute it in "
-                                 "float32 (x.float()) or on another device")
-            return f"__builtin_{name}({operand})"
-        result = f"__builtin_{name}f((float)({operand}))"
-        return result if dtype.scalar == dtypes.float32 else f"(({HIP_TYPE_MAP[dtype.scalar]}){result})"
-    return code
+def _float_math(name: str, operand: str, dtype: DType) -> str:
+    """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double where the
+    backend has an instruction for it."""
+    if dtype.scalar == dtypes.float64 and name not in ("sqrt", "trunc"):
+        raise ValueError(f"AMD kernels have no float64 {name} without ROCm's device library: compute it in "
+                         "float32 (x.float()) or on another device")
+    if dtype.scalar == dtypes.float64:
+        return f"__builtin_{name}({operand})"
+    result = f"__builtin_{name}f((float)({operand}))"
+    return result if dtype.scalar == dtypes.float32 else f"(({HIP_TYPE_MAP[dtype.scalar]}){result})"
 
 
 def _pow(base: str, exponent: str, dtype: DType) -> str:
@@ -70,10 +57,6 @@ def _pow(base: str, exponent: str, dtype: DType) -> str:
         raise ValueError("AMD kernels have no float64 pow without ROCm's device library: compute it in float32")
     return f"(({HIP_TYPE_MAP[dtype.scalar]})tc_pow((float)({base}),(float)({exponent})))"
 
-
-HIP_CODE_FOR_OP: dict[Ops, CodeForOp] = {
-    **BASE_CODE_FOR_OP, Ops.POW: _pow, Ops.EXP2: _float_math("exp2"), Ops.LOG2: _float_math("log2"),
-    Ops.SIN: _float_math("sin"), Ops.SQRT: _float_math("sqrt"), Ops.TRUNC: _float_math("trunc")}
 
 PRELUDE = r"""#define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
@@ -98,50 +81,35 @@ TC_DEVICE float tc_pow(float base, float exponent) {
 
 _ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
                             dtypes.float16, dtypes.bfloat16})
-_NATIVE_ADD = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64})
-_NATIVE_MAX_MIN = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+_NATIVE = {"add": _ATOMIC_DTYPES - {dtypes.float16, dtypes.bfloat16},
+           "max": frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})}
+_NATIVE["min"] = _NATIVE["max"]
 _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-_GLOBAL = "__attribute__((address_space(1)))"
-_ORDER = "__ATOMIC_RELAXED"
-_SCOPE = "__HIP_MEMORY_SCOPE_AGENT"
+_GLOBAL, _ORDER, _SCOPE = "__attribute__((address_space(1)))", "__ATOMIC_RELAXED", "__HIP_MEMORY_SCOPE_AGENT"
 
 
-def _atomic_update(ctx: RenderContext, x: UOp) -> str | None:
+def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop over
     the element's bits."""
-    if x.arg is None:
-        return None
-    pointer, value, reduce = ctx.pointer_of(x.src[0]), x.src[1], str(x.arg)
-    dtype = value.dtype
-    type_name = ctx.renderer.render_dtype(dtype)
-    address = pointer.address()
-    operand_code = ctx.expression(value)
-    native = _NATIVE_ADD if reduce == "add" else _NATIVE_MAX_MIN if reduce in ("max", "min") else frozenset()
-    if reduce == "add" and dtype == dtypes.float32:
-        # the builtin asserts coarse-grained memory (kernel buffers are), where a plain fetch-add on gfx90a and
-        # gfx11/gfx12 becomes a compare-exchange loop
-        statement = f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({operand_code}));"
-    elif dtype in native:
-        statement = (f"__hip_atomic_fetch_{reduce}(({_GLOBAL} {type_name}*){address}, ({type_name})({operand_code}), "
-                     f"{_ORDER}, {_SCOPE});")
-    else:
-        bits = _BITS[dtype.itemsize]
-        target, operand, seen, expected, old, done = (ctx.fresh(prefix) for prefix in
-                                                     ("target", "operand", "seen", "expected", "old", "done"))
-        combined = ctx.combine_code(reduce, old, operand, dtype)
-        statement = (f"{{ {_GLOBAL} {bits}* {target} = ({_GLOBAL} {bits}*){address}; {type_name} {operand} = "
-                     f"{operand_code}; {bits} {seen} = __hip_atomic_load({target}, {_ORDER}, {_SCOPE}), {expected}; "
-                     f"bool {done}; do {{ {expected} = {seen}; {type_name} {old} = __builtin_bit_cast({type_name}, "
-                     f"{expected}); {done} = __hip_atomic_compare_exchange_strong({target}, &{seen}, "
-                     f"__builtin_bit_cast({bits}, ({type_name})({combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} "
-                     f"while (!{done}); }}")
-    ctx.emit(ctx.gated(pointer, statement))
-    return ""
+    type_name, address = ctx.renderer.render_dtype(dtype), pointer.address()
+    if reduce == "add" and dtype == dtypes.float32:  # a plain fetch-add is a compare-exchange loop on gfx90a, gfx11+
+        return f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({value}));"
+    if dtype in _NATIVE.get(reduce, ()):
+        return (f"__hip_atomic_fetch_{reduce}(({_GLOBAL} {type_name}*){address}, ({type_name})({value}), {_ORDER}, "
+                f"{_SCOPE});")
+    bits = _BITS[dtype.itemsize]
+    target, operand, seen, expected, old, done = (ctx.fresh(name) for name in
+                                                 ("target", "operand", "seen", "expected", "old", "done"))
+    combined = ctx.combine_code(reduce, old, operand, dtype)
+    return (f"{{ {_GLOBAL} {bits}* {target} = ({_GLOBAL} {bits}*){address}; {type_name} {operand} = {value}; {bits} "
+            f"{seen} = __hip_atomic_load({target}, {_ORDER}, {_SCOPE}), {expected}; bool {done}; do {{ {expected} = "
+            f"{seen}; {type_name} {old} = __builtin_bit_cast({type_name}, {expected}); {done} = "
+            f"__hip_atomic_compare_exchange_strong({target}, &{seen}, __builtin_bit_cast({bits}, ({type_name})("
+            f"{combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} while (!{done}); }}")
 
 
-hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), _atomic_update)])
+hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
 """HIP's own rules: scatter reductions as agent-scope atomics on global pointers."""
-
 
 BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
            '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
@@ -150,27 +118,17 @@ BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amd
 class HIPRenderer(CStyleLanguage):
     """HIP-style C for one AMD target (`arch`, e.g. "gfx1100"), compiled by clang (tiny_amd.compiler)."""
 
-    device = "AMD"
-    suffix = "hip"
-    has_local = True
-    has_shared = True
-    has_threads = False
-    supports_float4 = False
-    kernel_prefix = 'extern "C" __attribute__((global)) '
-    smem_prefix = "__attribute__((shared)) "
-    barrier = BARRIER
-    arg_int_prefix = "const int"
-    native_bfloat16 = False
+    device, suffix, has_local, has_shared, has_threads, supports_float4 = "AMD", "hip", True, True, False, False
+    kernel_prefix, smem_prefix, barrier = 'extern "C" __attribute__((global)) ', "__attribute__((shared)) ", BARRIER
     string_rewrite = hip_rendering + base_rendering
-    code_for_op = HIP_CODE_FOR_OP
+    code_for_op = {**BASE_CODE_FOR_OP, Ops.POW: _pow, **math_functions(_float_math)}
     type_map = HIP_TYPE_MAP
+    bitcast_format = "__builtin_bit_cast({type}, ({source})({x}))"
+    code_for_workitem = {"g": lambda axis: f"(int)__builtin_amdgcn_workgroup_id_{'xyz'[axis]}()",
+                         "l": lambda axis: f"(int)__builtin_amdgcn_workitem_id_{'xyz'[axis]}()"}
     vector_alu_ops: frozenset[Ops] = frozenset()
-    global_max = (2 ** 31 - 1, 65535, 65535)
-    local_max = (1024, 1024, 1024)
-    max_local_total = 256
-    shared_max = 64 * 1024
-    group_size = 128
-    register_tile = (4, 4)
+    global_max, local_max, max_local_total, shared_max = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 1024), 256, 65536
+    group_size, register_tile = 128, (4, 4)
     max_buffers = 200  # kernarg segments stay well under the 4 KB the AQL path preloads
 
     def __init__(self, arch: str = "gfx1100", device: str = "AMD", embed_program: bool = False,
@@ -180,7 +138,6 @@ class HIPRenderer(CStyleLanguage):
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
         self.atomic_dtypes = _ATOMIC_DTYPES
-        self._group_size: int | None = None
         self.matrix_instructions: tuple[Any, ...] = ()
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
             from functools import partial
@@ -189,45 +146,20 @@ class HIPRenderer(CStyleLanguage):
             self.matrix_instructions = matrix_instructions(arch)
             self.tensor_core_opt = partial(matrix_core_opt, self.matrix_instructions)
 
-    def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
-        """clang's bit cast between types of the same size."""
-        return f"__builtin_bit_cast({self.render_dtype(to_dtype)}, ({self.render_dtype(from_dtype)})({expression}))"
-
-    def render_buffer_parameter(self, name: str, dtype: PtrDType, read_only: bool) -> str:
-        """`[const] T* name` (flat pointers to global memory)."""
-        const = self.const_buffer_prefix if read_only else ""
-        return f"{const}{self.render_dtype(dtype.base)}* {name}"
-
-    def render_special(self, name: str) -> str:
-        """Workgroup and work-item ids from the AMDGPU builtins."""
-        if name[:-1] not in ("gidx", "lidx") or not name[-1].isdigit() or int(name[-1]) > 2:
-            raise ValueError(f"AMD has no thread index {name!r}: expected gidxN or lidxN with N in 0..2")
-        kind = "workitem" if name.startswith("lidx") else "workgroup"
-        return f"(int)__builtin_amdgcn_{kind}_id_{_AXES[int(name[-1])]}()"
-
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Infinity and NaN, the bfloat16 conversions and pow; the matrix-instruction helper when the kernel uses it."""
         from tiny_amd.matrix_core import uses_matrix_cores
         return [PRELUDE] + [instruction.prelude() for instruction in self.matrix_instructions
                             if uses_matrix_cores(uops, instruction)]
 
-    def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str]) -> str:
-        """The source, declaring the flat work-group size when the kernel has work-item ids."""
-        size = self._group_size or 1
-        bounds = f"__attribute__((amdgpu_flat_work_group_size(1, {size}))) "
-        signature = f"{self.kernel_prefix}{bounds}void {name}({', '.join(parameters)}) {{"
-        return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
+    def kernel_attributes(self, uops: list[UOp]) -> str:
+        """The flat work-group size (1024 where a work-item count is not a constant)."""
+        return f"__attribute__((amdgpu_flat_work_group_size(1, {min(threads_per_group(uops) or 1024, 1024)}))) "
 
     def render_named(self, uops: list[UOp], name: str) -> str:
-        """The source of the linear program `uops` as a kernel called `name`."""
-        group = 1
-        for uop in uops:
-            if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
-                size = uop.src[0] if uop.src else None
-                group = group * size.arg if size is not None and size.op is Ops.CONST else 1024
-        self._group_size = min(group, 1024)
+        """The source of `uops` as a kernel called `name` (with its linear program for the MOCK GPU)."""
         source = super().render_named(uops, name)
-        if self.embed_program:  # the MOCK GPU runs the linear program itself (see tinycore.hcq.mock)
+        if self.embed_program:
             from tinycore.hcq.mock import embed_program
             source = embed_program(source, uops)
         return source
