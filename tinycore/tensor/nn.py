@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Union, overload
 
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
@@ -26,13 +26,18 @@ from tinycore.tensor.row_functions import fast_row_function, log_softmax_nodes, 
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from tinycore.tensor.tensor import Tensor
-    from tinycore.uop.uop import UOp
+    from tinycore.uop.uop import UOp, sint
+
+    Ints: TypeAlias = Union[int, Sequence[int]]
+    """One value for every spatial axis, or a value per axis."""
 
 _REDUCTIONS = ("none", "sum", "mean")
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> TypeIs[Tensor]:
     """True for a Tensor."""
     from tinycore.tensor.tensor import Tensor
     return isinstance(value, Tensor)
@@ -344,8 +349,8 @@ class NNMixin:
 
     # ---- convolution ----
 
-    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
-               dilation: Any = 1, padding: Any = 0, dtype: DTypeLike | None = None) -> Tensor:
+    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Ints = 1,
+               dilation: Ints = 1, padding: Ints = 0, dtype: DTypeLike | None = None) -> Tensor:
         """Convolution (any number of spatial axes) of (batch, in_channels, *spatial) with weight
         (out_channels, in_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
@@ -406,8 +411,8 @@ class NNMixin:
                                                    result_dtype)
         return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
 
-    def _convolve_with_tensors(self: Tensor, weight: Tensor, groups: int, flat_padding: list[int], stride: Any,
-                               dilation: Any, accumulate: DType | None, result_dtype: DType) -> Tensor:
+    def _convolve_with_tensors(self: Tensor, weight: Tensor, groups: int, flat_padding: list[int], stride: Ints,
+                               dilation: Ints, accumulate: DType | None, result_dtype: DType) -> Tensor:
         """conv2d without its bias, spelled in Tensor operations: mixed dtypes, negative padding, symbolic shapes
         and the errors of bad strides or windows; the reference that tinycore.tensor.convolution matches."""
         spatial = weight.ndim - 2
@@ -424,8 +429,8 @@ class NNMixin:
         result = products.sum(reduce_axes, dtype=accumulate or sum_acc_dtype(products.dtype))
         return result.cast(result_dtype).reshape([batch, out_channels] + outs)
 
-    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
-                         dilation: Any = 1, padding: Any = 0, output_padding: Any = 0) -> Tensor:
+    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Ints = 1,
+                         dilation: Ints = 1, padding: Ints = 0, output_padding: Ints = 0) -> Tensor:
         """Transposed convolution with weight (in_channels, out_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
         if spatial < 1 or self.ndim != weight.ndim:
@@ -467,7 +472,7 @@ class NNMixin:
 
     # ---- pooling ----
 
-    def _pool_setup(self: Tensor, kernel_size: Any, stride: Any, dilation: Any, padding: Any,
+    def _pool_setup(self: Tensor, kernel_size: Ints, stride: Ints | None, dilation: Ints, padding: Ints,
                     ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int], list[int]]:
         """Kernel, stride, dilation, explicit flat padding and the extra right padding that ceil_mode needs."""
         kernel = make_tuple(kernel_size, 2)
@@ -494,8 +499,18 @@ class NNMixin:
         """Right-only padding for the last axes as a flat pad list."""
         return [value for amount in reversed(extra) for value in (0, amount)]
 
-    def max_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
-                   ceil_mode: bool = False, return_indices: bool = False) -> Any:
+    @overload
+    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False, return_indices: Literal[False] = False) -> Tensor: ...
+
+    @overload
+    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False, *,
+                   return_indices: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False,
+                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
         """Maximum over sliding windows of the last len(kernel_size) axes (optionally with flat indices)."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         count = len(kernel)
@@ -515,8 +530,8 @@ class NNMixin:
         indices = matches.where(positions._broadcast_to(windows.shape), big).min(window_axes)
         return result, indices
 
-    def avg_pool2d(self: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1, padding: Any = 0,
-                   ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    def avg_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
         """Mean over sliding windows of the last len(kernel_size) axes."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         count = len(kernel)
@@ -528,8 +543,8 @@ class NNMixin:
         divisor = ones._pool(kernel, strides, dilations).sum(tuple(range(count, 2 * count)))
         return windows.sum(window_axes) / divisor
 
-    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Any = (2, 2), stride: Any = None, dilation: Any = 1,
-                     padding: Any = 0, output_size: Any = None) -> Tensor:
+    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None,
+                     dilation: Ints = 1, padding: Ints = 0, output_size: Sequence[int] | None = None) -> Tensor:
         """The inverse of max_pool2d with return_indices: values placed at their flat indices, zeros elsewhere."""
         kernel = make_tuple(kernel_size, 2)
         count = len(kernel)
@@ -641,7 +656,7 @@ class NNMixin:
         rows, columns = self.shape[-2:]
         # a multi-device tensor: the mask is made on the first device and copied to every one
         where = self.device[0] if isinstance(self.device, tuple) else self.device
-        def positions(count: Any) -> Tensor:
+        def positions(count: sint) -> Tensor:
             """0 .. count-1; for a symbolic count, the first `count` of its largest value's positions."""
             if isinstance(count, int):
                 return type(self).arange(count, dtype=dtypes.int32, device=where)
@@ -792,7 +807,7 @@ class NNMixin:
             matrix = first * matrix + (second * gram + third * (gram @ gram)) @ matrix
         return matrix.transpose(-2, -1) if wide else matrix
 
-    def sequential(self: Tensor, ll: list[Callable[[Any], Any]]) -> Tensor:
+    def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
         """The functions of `ll` applied in order."""
         return functools.reduce(lambda value, function: function(value), ll, self)
 
