@@ -378,8 +378,7 @@ def _float_unary(ctx: Selection, uop: UOp) -> str:
     bits, flavour = _float_shape(uop)
     result, source = ctx.builder.value("vec", bits), ctx.register(uop.src[0])
     if uop.op is Ops.SQRT:
-        ctx.builder.emit("vsqrt" + flavour, result, *((source, source) if bits == 128 and flavour[1] == "s"
-                                                      and not _is_vector(uop) else (source,)))
+        ctx.builder.emit("vsqrt" + flavour, result, *((source,) if _is_vector(uop) else (source, source)))
         return _rounded(ctx, uop, result)
     if uop.op is Ops.TRUNC:
         if _is_vector(uop):

@@ -20,9 +20,24 @@ from tiny_cpu.x86.isel import ScalarX86Contract, select_kernel
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _HEADER = "; x86-64 machine code, tinycore x86 renderer"
+
+
+def _in_float32(value: UOp, operation: UOp) -> UOp:
+    """`operation` of a half computed on the float32 of its operand, then rounded back to the half."""
+    return UOp(operation.op, dtypes.float32, (value.cast(dtypes.float32),)).cast(operation.dtype)
+
+
+# the core decomposes float32 exp2, log2 and sin into arithmetic; halves take that path through float32 (as the C
+# renderer computes them), float64 is refused at selection
+_half_transcendentals = PatternMatcher([
+    (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=(dtypes.float16, dtypes.bfloat16), src=(UPat.var("value"),),
+          name="operation"), _in_float32),
+])
 
 
 class X86Renderer(ScalarX86Contract, Renderer):
@@ -33,6 +48,7 @@ class X86Renderer(ScalarX86Contract, Renderer):
     has_threads = True
     shared_max = 0
     supports_float4 = False
+    pre_matcher = _half_transcendentals
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         from tiny_cpu.runtime import worker_count

@@ -66,7 +66,8 @@ def float_bits(value: float, dtype: DType) -> tuple[int, int]:
     if dtype.scalar == dtypes.float64:
         return struct.unpack("<Q", struct.pack("<d", float(value)))[0], 64
     if dtype.scalar == dtypes.float16:
-        value = float(np.float16(value))
+        with np.errstate(over="ignore"):  # past float16's range the constant is an infinity, as C's would be
+            value = float(np.float16(value))
     single = struct.unpack("<I", struct.pack("<f", float(np.float32(value))))[0]
     if dtype.scalar == dtypes.bfloat16:
         single = bfloat16_round_bits(single)

@@ -1,0 +1,214 @@
+"""DEV=CPU:X86: kernels of every dtype selected, encoded and run through the CPU queue and its worker pool, with
+results equal to numpy's. The device is opened with the x86 renderer in a child process (a process opens CPU once),
+which saves each case's result; numpy computes the references here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_cpu.hooks import x86_probe
+from tiny_cpu.x86.executable import host_is_x86_64
+from tiny_cpu.x86.renderer import X86Compiler, machine_code, make_x86_renderer
+
+from tinycore.device.compiler import CompileError
+
+RNG = np.random.default_rng(45)
+INTEGER_RANGES = {"int8": (-128, 128), "int16": (-30000, 30000), "int32": (-10**9, 10**9),
+                  "int64": (-10**15, 10**15), "uint8": (0, 256), "uint16": (0, 65536), "uint32": (0, 2**32),
+                  "uint64": (0, 2**64)}
+INPUTS: dict[str, np.ndarray] = {}
+for _name, (_low, _high) in INTEGER_RANGES.items():
+    INPUTS[f"{_name}_a"] = RNG.integers(_low, _high, 41, dtype=_name)
+    _divisor = RNG.integers(_low, _high, 41, dtype=_name)
+    INPUTS[f"{_name}_b"] = np.where(_divisor == 0, 3, _divisor).astype(_name)
+for _name in ("float16", "float32", "float64"):
+    INPUTS[f"{_name}_a"] = (RNG.standard_normal(41) * 40).astype(_name)
+    INPUTS[f"{_name}_b"] = (RNG.standard_normal(41) + 0.5).astype(_name)
+INPUTS["special"] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38, -2.5, 2.5, 7.9, -7.9, 65519.0,
+                              65521.0, 1e-8], np.float32)
+INPUTS["large_u64"] = np.array([0, 1, 2**63 - 1, 2**63, 2**63 + 2**11, 2**64 - 1, 12345678901234567890], np.uint64)
+INPUTS["large_f64"] = np.array([0.0, 1.5, 9.2e18, 9.3e18, 1.8e19, 2.0**63, 2.0**64 - 2**11], np.float64)
+INPUTS["m"] = RNG.standard_normal((33, 47)).astype(np.float32)
+INPUTS["n"] = RNG.standard_normal((47, 29)).astype(np.float32)
+INPUTS["bools"] = RNG.integers(0, 2, 41).astype(np.bool_)
+
+# each case: an expression over the tensors `t` (run in the child under DEV=CPU:X86) and its numpy reference
+CASES: dict[str, tuple[str, object]] = {}
+for _name in INTEGER_RANGES:
+    _a, _b = f"t['{_name}_a']", f"t['{_name}_b']"
+    CASES[f"{_name} wrapping arithmetic"] = (
+        f"({_a} * {_b} + {_a} - {_b}).numpy()",
+        lambda v, n=_name: v[f"{n}_a"] * v[f"{n}_b"] + v[f"{n}_a"] - v[f"{n}_b"])
+    CASES[f"{_name} wrapped values feed compares, casts and divisions"] = (
+        f"[({_a} * {_b} < 0).numpy(), ({_a} * {_b}).cast('int64').numpy(), (({_a} + {_b}) // 3).numpy()]",
+        lambda v, n=_name: [v[f"{n}_a"] * v[f"{n}_b"] < 0, (v[f"{n}_a"] * v[f"{n}_b"]).astype(np.int64),
+                            (v[f"{n}_a"] + v[f"{n}_b"]) // 3])
+    CASES[f"{_name} floor division and modulo by a tensor"] = (
+        f"[({_a} // {_b}).numpy(), ({_a} % {_b}).numpy()]",
+        lambda v, n=_name: [v[f"{n}_a"] // v[f"{n}_b"], v[f"{n}_a"] % v[f"{n}_b"]])
+    CASES[f"{_name} division by a constant"] = (
+        f"[({_a} // 7).numpy(), ({_a} % 10).numpy()]", lambda v, n=_name: [v[f"{n}_a"] // 7, v[f"{n}_a"] % 10])
+    CASES[f"{_name} max, compare, xor, shifts"] = (
+        f"[{_a}.maximum({_b}).numpy(), ({_a} < {_b}).numpy(), ({_a} ^ {_b}).numpy(), ({_a} >> 3).numpy(), "
+        f"({_a} << 2).numpy()]",
+        lambda v, n=_name: [np.maximum(v[f"{n}_a"], v[f"{n}_b"]), v[f"{n}_a"] < v[f"{n}_b"],
+                            v[f"{n}_a"] ^ v[f"{n}_b"], v[f"{n}_a"] >> 3, v[f"{n}_a"] << 2])
+    CASES[f"{_name} casts to every other dtype"] = (
+        f"[{_a}.cast(d).numpy() for d in ('bool', 'int8', 'uint8', 'int16', 'uint16', 'int32', 'uint32', 'int64', "
+        "'uint64', 'float32', 'float64')]",
+        lambda v, n=_name: [v[f"{n}_a"].astype(d) for d in ("bool", "int8", "uint8", "int16", "uint16", "int32",
+                                                          "uint32", "int64", "uint64", "float32", "float64")])
+for _name in ("float16", "float32", "float64"):
+    _a, _b = f"t['{_name}_a']", f"t['{_name}_b']"
+    CASES[f"{_name} arithmetic rounds to its precision"] = (
+        f"[({_a} * {_b} + {_a} / {_b} - {_b}).numpy(), (-{_a}).maximum({_b}).numpy(), {_a}.abs().sqrt().numpy(), "
+        f"{_a}.trunc().numpy(), {_b}.reciprocal().numpy(), ({_a} < {_b}).where({_a}, {_b}).numpy()]",
+        lambda v, n=_name: [v[f"{n}_a"] * v[f"{n}_b"] + v[f"{n}_a"] / v[f"{n}_b"] - v[f"{n}_b"],
+                            np.maximum(-v[f"{n}_a"], v[f"{n}_b"]), np.sqrt(np.abs(v[f"{n}_a"])), np.trunc(v[f"{n}_a"]),
+                            np.reciprocal(v[f"{n}_b"]), np.where(v[f"{n}_a"] < v[f"{n}_b"], v[f"{n}_a"], v[f"{n}_b"])])
+    CASES[f"{_name} casts to integers (truncating) and floats"] = (
+        f"[{_a}.cast(d).numpy() for d in ('bool', 'int8', 'int16', 'int32', 'int64', 'float16', 'float32', "
+        "'float64')]",
+        lambda v, n=_name: [v[f"{n}_a"].astype(d) for d in ("bool", "int8", "int16", "int32", "int64", "float16",
+                                                          "float32", "float64")])
+CASES.update({
+    "float32 specials to float16, bool and back": (
+        "[t['special'].cast('float16').numpy(), t['special'].cast('bool').numpy(), "
+        "t['special'].cast('float64').numpy()]",
+        lambda v: [v["special"].astype(np.float16), v["special"].astype(np.bool_), v["special"].astype(np.float64)]),
+    "uint64 above 2**63 to floats and back": (
+        "[t['large_u64'].cast('float64').numpy(), t['large_u64'].cast('float32').numpy(), "
+        "t['large_f64'].cast('uint64').numpy()]",
+        lambda v: [v["large_u64"].astype(np.float64), v["large_u64"].astype(np.float32),
+                   v["large_f64"].astype(np.uint64)]),
+    "bitcasts": (
+        "[t['float32_a'].bitcast('int32').numpy(), t['int32_a'].bitcast('float32').numpy(), "
+        "t['float64_a'].bitcast('uint64').numpy(), t['float16_a'].bitcast('int16').numpy(), "
+        "t['uint16_a'].bitcast('float16').numpy()]",
+        lambda v: [v["float32_a"].view(np.int32), v["int32_a"].view(np.float32), v["float64_a"].view(np.uint64),
+                   v["float16_a"].view(np.int16), v["uint16_a"].view(np.float16)]),
+    "bool logic": (
+        "[(t['bools'] & (t['int8_a'] > 0)).numpy(), (t['bools'] | (t['float32_a'] < 0)).numpy(), "
+        "(t['bools'] ^ True).numpy(), t['bools'].where(t['int64_a'], 5).numpy()]",
+        lambda v: [v["bools"] & (v["int8_a"] > 0), v["bools"] | (v["float32_a"] < 0), ~v["bools"],
+                   np.where(v["bools"], v["int64_a"], 5)]),
+    "gated loads of a padded convolution": (
+        "t['m'].reshape(1, 1, 33, 47).conv2d(Tensor.ones(2, 1, 3, 3), padding=1).numpy()",
+        lambda v: np.broadcast_to(sum(np.pad(v["m"], 1)[r:r + 33, c:c + 47] for r in range(3) for c in range(3)),
+                                  (1, 2, 33, 47))),
+    "reductions": (
+        "[t['m'].sum(axis=0).numpy(), t['m'].max(axis=1).numpy(), t['m'].argmax(axis=1).numpy(), "
+        "t['int32_a'].sum().numpy(), t['float64_a'].sum().numpy()]",
+        lambda v: [v["m"].sum(0), v["m"].max(1), v["m"].argmax(1).astype(np.int32),
+                   v["int32_a"].sum(dtype=np.int32), v["float64_a"].sum()]),
+    "matmul": ("(t['m'] @ t['n']).numpy()", lambda v: v["m"] @ v["n"]),
+    "float32 transcendentals (the core's decomposition)": (
+        "[t['m'].exp().numpy(), t['m'].abs().log().numpy(), t['m'].sin().numpy(), t['m'].softmax(1).numpy()]",
+        lambda v: [np.exp(v["m"]), np.log(np.abs(v["m"])), np.sin(v["m"]),
+                   np.exp(v["m"] - v["m"].max(1, keepdims=True)) /
+                   np.exp(v["m"] - v["m"].max(1, keepdims=True)).sum(1, keepdims=True)]),
+    "float16 transcendentals through float32": (
+        "[t['float16_b'].exp().numpy(), t['float16_b'].abs().log2().numpy()]",
+        lambda v: [np.exp(v["float16_b"].astype(np.float32)).astype(np.float16),
+                   np.log2(np.abs(v["float16_b"]).astype(np.float32)).astype(np.float16)]),
+    "symbolic shape": (
+        "[(t['float32_a'][:Variable('n', 1, 41).bind(n)] * 2).sum().numpy() for n in (5, 17, 41)]",
+        lambda v: [(v["float32_a"][:n] * 2).sum() for n in (5, 17, 41)]),
+})
+TOLERANT = {"matmul", "reductions", "float32 transcendentals (the core's decomposition)", "symbolic shape",
+            "float16 transcendentals through float32"}
+
+CHILD = """
+import json, sys
+import numpy as np
+from tinycore import Tensor, Variable
+from tinycore.device import Device
+inputs = np.load(sys.argv[1])
+t = {name: Tensor(inputs[name]) for name in inputs.files}
+cases = json.loads(sys.argv[2])
+results = {}
+for number, (name, code) in enumerate(cases.items()):
+    value = eval(code)
+    for part, array in enumerate(value if isinstance(value, list) else [value]):
+        results[f"{number}/{part}"] = np.asarray(array)
+np.savez(sys.argv[3], **results)
+device = Device["CPU"]
+print(json.dumps({"renderer": type(device.renderer).__name__, "global_max": list(device.renderer.global_max)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def x86_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """Every case run once in a child process under DEV=CPU:X86 with two worker threads."""
+    folder = tmp_path_factory.mktemp("x86")
+    inputs, outputs = folder / "inputs.npz", folder / "outputs.npz"
+    np.savez(inputs, **INPUTS)
+    environment = {**os.environ, "DEV": "CPU:X86", "NUM_CPU_THREADS": "2"}
+    codes = {name: code for name, (code, _reference) in CASES.items()}
+    done = subprocess.run([sys.executable, "-c", CHILD, str(inputs), json.dumps(codes), str(outputs)],
+                          env=environment, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    with np.load(outputs) as saved:
+        return report, {name: saved[name] for name in saved.files}
+
+
+pytestmark = pytest.mark.skipif(not host_is_x86_64(), reason="x86-64 machine code runs only on x86-64 hosts")
+
+
+def test_the_child_ran_the_x86_renderer_on_two_workers(x86_results: tuple[dict[str, object], dict]) -> None:
+    report, _ = x86_results
+    assert report == {"renderer": "X86Renderer", "global_max": [2, 1, 1]}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_case_matches_numpy(name: str, x86_results: tuple[dict[str, object], dict[str, np.ndarray]]) -> None:
+    _, results = x86_results
+    number = list(CASES).index(name)
+    with np.errstate(all="ignore"):
+        expected = CASES[name][1](INPUTS)  # type: ignore[operator]
+    for part, reference in enumerate(expected if isinstance(expected, list) else [expected]):
+        reference = np.asarray(reference)
+        got = results[f"{number}/{part}"]
+        assert got.dtype == reference.dtype and got.shape == reference.shape, (part, got.dtype, reference.dtype)
+        if name in TOLERANT:
+            tolerance = 2e-3 if reference.dtype == np.float16 else 1e-5
+            np.testing.assert_allclose(got, reference, rtol=tolerance, atol=tolerance, err_msg=f"part {part}")
+        else:
+            np.testing.assert_array_equal(got, reference, err_msg=f"part {part}")
+
+
+def test_x86_is_offered_only_on_x86_64_hosts(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert x86_probe()[0]
+    monkeypatch.setattr("platform.machine", lambda: "aarch64")
+    available, reason = x86_probe()
+    assert not available and "aarch64" in reason and "DEV=CPU" in reason
+    with pytest.raises(RuntimeError, match="not x86-64"):
+        make_x86_renderer("CPU", None)
+
+
+def test_an_arch_is_refused() -> None:
+    with pytest.raises(ValueError, match="leave the arch out"):
+        make_x86_renderer("CPU", "znver3")
+
+
+def test_the_compiler_takes_only_the_renderers_text() -> None:
+    assert machine_code("; x86-64 machine code, tinycore x86 renderer: k\nc390\n") == b"\xc3\x90"
+    with pytest.raises(CompileError, match="not a kernel rendered by the x86 renderer"):
+        X86Compiler().compile("int main() {}")
+    with pytest.raises(CompileError, match="damaged"):
+        X86Compiler().compile("; x86-64 machine code, tinycore x86 renderer: k\nzz\n")
+
+
+def test_inputs_are_what_the_cases_name() -> None:
+    names = set(INPUTS)
+    for code, _reference in CASES.values():
+        for part in code.split("t['")[1:]:
+            assert part.split("'")[0] in names
+    assert Path(__file__).name.startswith("test_x86_")
