@@ -16,7 +16,7 @@ import pickletools
 import struct
 import zipfile
 import zlib
-from typing import Any
+from typing import IO, Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
@@ -44,7 +44,7 @@ class _StorageType:
     def __init__(self, name: str, dtype: DType):
         self.name, self.dtype = name, dtype
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         raise TypeError("a pickle may not set the state of a storage class")
 
 
@@ -54,7 +54,7 @@ class _Storage:
     def __init__(self, dtype: DType, offset: int, count: int):
         self.dtype, self.offset, self.count = dtype, offset, count
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         raise TypeError("a pickle may not set the state of a storage")
 
 
@@ -65,7 +65,7 @@ class _PendingTensor:
                  extent: int):
         self.storage, self.offset, self.shape, self.stride, self.extent = storage, offset, shape, stride, extent
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         raise TypeError("a pickle may not set the state of a tensor")
 
 
@@ -82,18 +82,19 @@ class _Loader:
 
     # ---- the allowed globals ----
 
-    def rebuild_tensor(self, storage: Any, storage_offset: Any, size: Any, stride: Any, *_rest: Any,
-                       **_kwargs: Any) -> _PendingTensor:
+    def rebuild_tensor(self, storage: object, storage_offset: object, size: object, stride: object, *_rest: object,
+                       **_kwargs: object) -> _PendingTensor:
         """torch._utils._rebuild_tensor_v2: a tensor of `size` and `stride` over `storage` from `storage_offset`."""
         if not isinstance(storage, _Storage):
             raise self.error(f"a tensor is rebuilt from {type(storage).__name__}, not a storage")
         if not isinstance(size, (tuple, list)) or not isinstance(stride, (tuple, list)) or len(size) != len(stride):
             raise self.error(f"a tensor has size {size!r:.200} and stride {stride!r:.200}, expected tuples of equal "
                              "length")
-        for value in (storage_offset, *size, *stride):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise self.error(f"a tensor has offset {storage_offset!r:.100}, size {size!r:.200}, stride "
-                                 f"{stride!r:.200}: expected non-negative integers")
+        if not isinstance(storage_offset, int) or not all(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0
+                for value in (storage_offset, *size, *stride)):
+            raise self.error(f"a tensor has offset {storage_offset!r:.100}, size {size!r:.200}, stride "
+                             f"{stride!r:.200}: expected non-negative integers")
         shape = tuple(size)
         if len(shape) > 64:
             raise self.error(f"a tensor has {len(shape)} dimensions")
@@ -119,13 +120,13 @@ class _Loader:
         raw = self.source.read(start, pending.extent * itemsize, "a tensor")
         return _strided_tensor(raw, storage.dtype, shape, stride)
 
-    def rebuild_parameter(self, data: Any, *_rest: Any, **_kwargs: Any) -> Any:
+    def rebuild_parameter(self, data: object, *_rest: object, **_kwargs: object) -> _PendingTensor:
         """torch._utils._rebuild_parameter: the tensor itself."""
         if not isinstance(data, _PendingTensor):
             raise self.error(f"a parameter is rebuilt from {type(data).__name__}, not a tensor")
         return data
 
-    def storage(self, pid: Any) -> _Storage:
+    def storage(self, pid: object) -> _Storage:
         """A pickle persistent id ('storage', type, key, location, count[, view]) as a checked storage."""
         if not isinstance(pid, tuple) or len(pid) not in (5, 6) or pid[0] != "storage":
             raise self.error(f"unknown persistent id {pid!r:.200}")
@@ -147,9 +148,9 @@ class _Loader:
             raise self.error(f"storage {key!r:.100} is used with two different types or sizes")
         return found
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         """The allowed globals; anything else is refused before it is looked up."""
-        allowed: dict[tuple[str, str], Any] = {
+        allowed: dict[tuple[str, str], object] = {
             ("collections", "OrderedDict"): collections.OrderedDict,
             ("torch._utils", "_rebuild_tensor_v2"): self.rebuild_tensor,
             ("torch._utils", "_rebuild_tensor"): self.rebuild_tensor,
@@ -178,14 +179,14 @@ def _strided_tensor(raw: bytes, dtype: DType, shape: tuple[int, ...], stride: tu
 class _RestrictedUnpickler(pickle.Unpickler):
     """An unpickler whose globals and persistent ids go through a _Loader."""
 
-    def __init__(self, stream: Any, loader: _Loader):
+    def __init__(self, stream: IO[bytes], loader: _Loader):
         super().__init__(stream)
         self.loader = loader
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         return self.loader.find_class(module, name)
 
-    def persistent_load(self, pid: Any) -> Any:
+    def persistent_load(self, pid: object) -> _Storage:
         return self.loader.storage(pid)
 
 
@@ -238,7 +239,7 @@ def _pickle_end(loader: _Loader, stream: Any, what: str) -> int:
     return int(stream.tell())
 
 
-def _unpickle(loader: _Loader, raw: bytes, what: str) -> Any:
+def _unpickle(loader: _Loader, raw: bytes, what: str) -> object:
     """The object of the pickle `raw` (checked by _pickle_end), with every failure reported as TorchFormatError."""
     stream = io.BytesIO(raw)
     if _pickle_end(loader, stream, what) != len(raw):
@@ -254,7 +255,7 @@ def _unpickle(loader: _Loader, raw: bytes, what: str) -> Any:
         raise loader.error(f"{what} is not a valid pickle ({type(error).__name__}: {error})") from None
 
 
-def _next_pickle(loader: _Loader, stream: _SourceFile, what: str) -> Any:
+def _next_pickle(loader: _Loader, stream: _SourceFile, what: str) -> object:
     """The next pickle of a legacy file at `stream`'s position (the stream moves past it)."""
     start = stream.tell()
     end = _pickle_end(loader, stream, what)
@@ -263,7 +264,7 @@ def _next_pickle(loader: _Loader, stream: _SourceFile, what: str) -> Any:
     return _unpickle(loader, loader.source.read(start, end - start, what), what)
 
 
-def _load_zip(loader: _Loader, archive: zipfile.ZipFile) -> Any:
+def _load_zip(loader: _Loader, archive: zipfile.ZipFile) -> object:
     """The object of a zip-format file: <root>/data.pkl with storages in <root>/data/<key> (stored, not deflated)."""
     source = loader.source
     members = {info.filename: info for info in archive.infolist()}
@@ -296,7 +297,7 @@ def _load_zip(loader: _Loader, archive: zipfile.ZipFile) -> Any:
     return _resolve(_unpickle(loader, archive.read(info), info.filename), loader)
 
 
-def _load_legacy(loader: _Loader, stream: _SourceFile) -> Any:
+def _load_legacy(loader: _Loader, stream: _SourceFile) -> object:
     """The object of a legacy file: magic, protocol, system info, the object pickle, storage keys, storages."""
     stream.seek(0)
     empty = _Loader(loader.source)
@@ -337,11 +338,11 @@ def _load_legacy(loader: _Loader, stream: _SourceFile) -> Any:
     return _resolve(result, loader)
 
 
-def _resolve(value: Any, loader: _Loader) -> Any:
+def _resolve(value: object, loader: _Loader) -> object:
     """`value` with every tensor placeholder replaced by its Tensor (containers are rebuilt, cycles kept)."""
-    memo: dict[int, Any] = {}
+    memo: dict[int, object] = {}
 
-    def walk(item: Any) -> Any:
+    def walk(item: object) -> object:
         if isinstance(item, _PendingTensor):
             if id(item) not in memo:
                 memo[id(item)] = loader.materialize(item)
@@ -349,16 +350,16 @@ def _resolve(value: Any, loader: _Loader) -> Any:
         if id(item) in memo:
             return memo[id(item)]
         if isinstance(item, dict):
-            rebuilt: Any = type(item)()
-            memo[id(item)] = rebuilt
+            mapping: dict[object, object] = type(item)()
+            memo[id(item)] = mapping
             for key, entry in item.items():
-                rebuilt[key] = walk(entry)
-            return rebuilt
+                mapping[key] = walk(entry)
+            return mapping
         if isinstance(item, list):
-            rebuilt = []
-            memo[id(item)] = rebuilt
-            rebuilt.extend(walk(entry) for entry in item)
-            return rebuilt
+            items: list[object] = []
+            memo[id(item)] = items
+            items.extend(walk(entry) for entry in item)
+            return items
         if isinstance(item, (tuple, set, frozenset)):
             memo[id(item)] = rebuilt = type(item)(walk(entry) for entry in item)
             return rebuilt
@@ -369,7 +370,7 @@ def _resolve(value: Any, loader: _Loader) -> Any:
         raise loader.error("its object nests containers too deeply") from None
 
 
-def torch_load(fn: Tensor | str | os.PathLike[str]) -> Any:
+def torch_load(fn: Tensor | str | os.PathLike[str]) -> object:
     """The object saved by torch.save in `fn` (a path or a 1-D uint8 Tensor), with tensors as tinycore Tensors.
 
     Only tensors, parameters and plain containers are built; any other global in the pickle raises
