@@ -8,6 +8,7 @@ their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations
 """
 from __future__ import annotations
 
+import functools
 import struct
 import subprocess
 import tempfile
@@ -97,7 +98,7 @@ class PTXContext:
 
     def emit(self, *lines: str) -> None:
         """Append instructions."""
-        self.lines.extend(f"\t{line}" for line in lines)
+        self.lines += ["\t" + line for line in lines]
 
     def label(self, prefix: str) -> str:
         """A fresh label name."""
@@ -260,26 +261,34 @@ class PTXContext:
 
     def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
         """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from the op's instruction
-        template (`_ALU`, `_PREDICATE_ALU` for bools); returns the result register."""
-        kind, arithmetic, _ = _info(dtype)
-        integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
-        template = _PREDICATE_ALU.get(op) if kind == "p" else None
-        template = template or _ALU.get(op)
-        if template is None or (integer and op in _FLOAT_ONLY) or (not integer and op in (Ops.IDIV, Ops.MOD)):
-            raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
-        if op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and dtype != dtypes.float32:
-            raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or use "
-                             "the CUDA renderer (DEV=NV:CUDA)")
+        template (`_alu_plan`); returns the result register."""
+        kind, temporaries, instructions = _alu_plan(op, dtype)
         result = self.new("p" if boolean_result else kind)
-        temporaries, instructions = template
-        fields = dict(zip("abc", operands, strict=False), r=result, t=arithmetic, w=_REGISTER_TYPES[kind],
-                      s=arithmetic.replace("u", "s"), bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""),
-                      lo=".lo" if integer else "", mad="mad.lo" if integer else "fma.rn",
-                      ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
+        fields = dict(zip("abc", operands, strict=False), r=result)
         for position, temporary in enumerate(temporaries):
-            fields[f"x{position}"] = self.new(kind if temporary == "=" else temporary)
-        self.emit(*(instruction.format(**fields) for instruction in instructions))
+            fields[f"x{position}"] = self.new(temporary)
+        self.lines += [instruction.format_map(fields) for instruction in instructions]
         return result
+
+
+@functools.cache
+def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The register class of `dtype`, and `op`'s template (`_ALU`, `_PREDICATE_ALU` for bools) on it with the
+    fields of the type filled in (registers are left to `PTXContext.alu`)."""
+    kind, arithmetic, _ = _info(dtype)
+    integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
+    template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
+    if template is None or (integer and op in _FLOAT_ONLY) or (not integer and op in (Ops.IDIV, Ops.MOD)):
+        raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
+    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and dtype != dtypes.float32:
+        raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or use "
+                         "the CUDA renderer (DEV=NV:CUDA)")
+    fields = dict(t=arithmetic, w=_REGISTER_TYPES[kind], s=arithmetic.replace("u", "s"), lo=".lo" if integer else "",
+                  bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""), mad="mad.lo" if integer else "fma.rn",
+                  ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
+    kept = {name: f"{{{name}}}" for name in ("r", "a", "b", "c", "x0", "x1")}
+    return (kind, tuple(kind if temporary == "=" else temporary for temporary in template[0]),
+            tuple("\t" + instruction.format(**kept, **fields) for instruction in template[1]))
 
 
 def _parameter(ctx: PTXContext, uop: UOp, name: str, type_name: str, kind: str) -> str:
