@@ -1,27 +1,13 @@
-"""The WGSL renderer of the WEBGPU device: one compute entry point per kernel.
+"""The WGSL renderer of the WEBGPU device: one compute entry point per kernel, scalar code only.
 
-WGSL is close enough to C for the core's C-style base (`CStyleLanguage` and its rules, `base_rendering`) to render
-the control flow and arithmetic; this module's rules (`wgsl_rendering`) come first and override what differs: type
-names (`i32`, `f32`, no 64-bit types), declarations (typed `let`s, `var` accumulators and loop counters), literals,
-casts (narrow integers wrap), `bitcast<T>()`, the math builtins with C / numpy semantics (`select` for the
-ternary), and memory: buffers are storage arrays indexed by element (no pointer arithmetic), packed narrow types and
-atomic buffers are words updated with atomics, and the kernel is a module with a uniform parameter struct and
-bindings instead of a C signature.
-
-Memory layout of a kernel (the runtime reads the layout from the header comment of the source):
-- binding 0 is a uniform `Params` struct: the thread count, the dispatch strides, each buffer's start (a view's offset,
-  in elements for word arrays, in bytes for packed ones) and the DEFINE_VARs;
-- binding 1 + k is DEFINE_GLOBAL k, a read_write storage array: `array<f32>`, `array<i32>`, `array<u32>` or
-  `array<f16>` (with `shader-f16`); bool, int8, uint8, int16 and uint16 are packed into `array<atomic<u32>>` words
-  (byte addressing, atomic read-modify-write stores so neighbouring threads never lose each other's bytes).
-
-Thread mapping: programs with lidx SPECIALs (what the core's GPU codegen makes of most kernels: workgroups, group
-reduces, register tiles; see tinycore/codegen/gpu.py) use the hardware layout: gidxN is workgroup_id, lidxN the local
-invocation id, and the lidx sizes become the shader's fixed `@workgroup_size` (the launch's local size must match
-it). Programs without lidx decode gidx0..2 from one flat invocation number (workgroups of WORKGROUP_SIZE, the
-dispatch spread over x/y/z so no dimension exceeds maxComputeWorkgroupsPerDimension); invocations past the end
-return at once. Group reduces keep their partial results in `var<workgroup>` arrays and synchronise with
-`workgroupBarrier()`.
+The C-style base (`base_rendering`) renders control flow and arithmetic; this module's rules (`wgsl_rendering`) come
+first for what WGSL does differently: thread indices, loops (Mesa's loop limit), workgroup memory, element-indexed
+storage arrays (packed narrow types and atomic buffers as u32 words updated with atomics) and bindings: binding 0 is a
+uniform `Params` struct (thread count, dispatch strides, each buffer's start, the DEFINE_VARs), binding 1 + k is
+DEFINE_GLOBAL k. The hooks give WGSL's types, `let`s, literals, casts, bitcasts and math with C / numpy semantics.
+Kernels with lidx SPECIALs use the hardware workgroup layout (their lidx sizes become `@workgroup_size`); the others
+decode gidx0..2 from one flat invocation number (workgroups of WORKGROUP_SIZE) and return past the end.
+The runtime reads each kernel's layout from the header comment on its first line (`KernelLayout`).
 """
 from __future__ import annotations
 
@@ -39,38 +25,50 @@ from tinycore.uop.uop import UOp
 
 HEADER_PREFIX = "// tinycore-webgpu"
 """The first line of every rendered kernel: the layout the runtime needs (see `KernelLayout.header`)."""
-
 PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 """Element types stored packed in u32 words (WGSL has no 8- or 16-bit integer types)."""
-
-_VALUE_TYPES: dict[DType, str] = {
-    dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
-    dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float32: "f32", dtypes.float16: "f16"}
-
-_WRAP: dict[DType, Callable[[str], str]] = {
-    dtypes.int8: lambda x: f"(({x} << 24u) >> 24u)", dtypes.int16: lambda x: f"(({x} << 16u) >> 16u)",
-    dtypes.uint8: lambda x: f"({x} & 0xFFu)", dtypes.uint16: lambda x: f"({x} & 0xFFFFu)"}
-
 WORKGROUP_SIZE = 64
 """Threads per workgroup for flat-mapped kernels."""
-
 PREFERRED_INVOCATIONS = 256
 """Invocations per workgroup codegen aims at on GPU adapters (within maxComputeInvocationsPerWorkgroup)."""
 CPU_PREFERRED_INVOCATIONS = 64
 """Invocations per workgroup on CPU adapters: a workgroup runs on one driver thread, so smaller groups spread a kernel
-over more of them (a 256x256 matmul with 16x16 tiles is 256 invocations: as one workgroup it ran 1.9x slower on
-lavapipe's 2 threads than as four)."""
+over more of them (a 256x256 matmul in 16x16 tiles ran 1.9x slower on lavapipe's 2 threads as one workgroup)."""
 CPU_REGISTER_TILE = (16, 16)
-"""Outputs per invocation (rows, columns) of matmul-like kernels on CPU adapters: lavapipe's loads are loops over the
-SIMD lanes, so 16x16 (32 loads per 256 multiply-adds) beats 8x8 (16 per 64) by 1.7x (2 driver threads) to 1.9x (one) at
-256x256x256."""
+"""Outputs per invocation of matmul-like kernels on CPU adapters: lavapipe's loads are loops over the SIMD lanes, so
+16x16 (32 loads per 256 multiply-adds) beats 8x8 by 1.7x to 1.9x at 256x256x256."""
 CPU_GROUP_MAX_OUTPUTS = 256
-"""Reduces with more outputs than this skip the group reduce on CPU adapters: one invocation per output already
-fills the SIMD lanes and threads, and the group's barrier and workgroup memory only add work (1024 row sums of 1024:
-about 25% faster without)."""
-
+"""Reduces with more outputs skip the group reduce on CPU adapters: one invocation per output already fills the lanes
+and threads (1024 row sums of 1024: about 25% faster without)."""
 MAX_UNROLL = 32
 """The longest constant-trip loop the drivers with a loop limit (llvmpipe) unroll, used to stretch long loops."""
+
+_VALUE_TYPES: dict[DType, str] = {
+    dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
+    dtypes.uint16: "u32", dtypes.uint32: "u32", dtypes.float32: "f32", dtypes.float16: "f16"}
+_WRAP: dict[DType, Callable[[str], str]] = {
+    dtypes.int8: lambda x: f"(({x} << 24u) >> 24u)", dtypes.int16: lambda x: f"(({x} << 16u) >> 16u)",
+    dtypes.uint8: lambda x: f"({x} & 0xFFu)", dtypes.uint16: lambda x: f"({x} & 0xFFFFu)"}
+# ALU op -> WGSL expression with C / numpy semantics; a b c the operands, the other fields constants of their type.
+# The adapters leave log2 of 0 and of negatives (and sqrt of negatives) undefined; WGSL's integer division truncates
+# like C, % is spelled out because some backends get negative operands wrong, and a zero divisor gives 0 as in the
+# core's constant folding; x != x must be true for NaN where backends compare ordered.
+_MATH: dict[Ops, str] = {
+    Ops.NEG: "({negate}{a})", Ops.EXP2: "exp2({a})", Ops.TRUNC: "{a}", Ops.RECIPROCAL: "({one} / {a})",
+    Ops.LOG2: "select(select(log2({a}), {minus_inf}, {a} == {zero}), {nan}, {a} < {zero})",
+    Ops.SIN: "select(sin({a}), {nan}, abs({a}) == {inf})", Ops.SQRT: "select(sqrt({a}), {nan}, {a} < {zero})",
+    Ops.ADD: "({a} + {b})", Ops.SUB: "({a} - {b})", Ops.MUL: "({a} * {b})", Ops.FDIV: "({a} / {b})",
+    Ops.IDIV: "select(({a} / select({b}, {one}, {b} == {zero})), {zero}, {b} == {zero})",
+    Ops.MOD: "select(({a} - ({a} / select({b}, {one}, {b} == {zero})) * select({b}, {one}, {b} == {zero})), {zero}, "
+             "{b} == {zero})",
+    Ops.MAX: "select({a}, {b}, {a} < {b})", Ops.POW: "pow({a}, {b})", Ops.CMPLT: "({a} < {b})",
+    Ops.CMPNE: "({a} != {b})", Ops.CMPEQ: "({a} == {b})", Ops.AND: "({a} & {b})", Ops.OR: "({a} | {b})",
+    Ops.XOR: "({a} ^ {b})", Ops.SHL: "({a} << u32({b}))", Ops.SHR: "({a} >> u32({b}))",
+    Ops.WHERE: "select({c}, {b}, {a})", Ops.MULACC: "(({a} * {b}) + {c})"}
+_FLOAT_MATH = {Ops.TRUNC: "trunc({a})", Ops.IDIV: "({a} / {b})", Ops.MOD: "({a} - {b} * trunc({a} / {b}))",
+               Ops.CMPNE: "(!({a} == {b}))"}
+_BOOL_MATH = {Ops.NEG: "(!{a})", Ops.ADD: "({a} | {b})", Ops.MUL: "({a} & {b})", Ops.SUB: "({a} != {b})",
+              Ops.FDIV: "({a} & {b})", Ops.MAX: "({a} | {b})", Ops.CMPLT: "((!{a}) & {b})", Ops.XOR: "({a} != {b})"}
 
 
 class UnsupportedDTypeError(TypeError):
@@ -92,9 +90,8 @@ class KernelLayout:
         """The header line encoding this layout."""
         buffers = ",".join(f"{size}{'p' if packed else 'w'}" for size, packed in zip(self.element_sizes, self.packed,
                                                                                       strict=True))
-        workgroup = "x".join(str(size) for size in self.workgroup)
         return (f"{HEADER_PREFIX} buffers={buffers or '-'} vars={','.join(self.variables) or '-'} "
-                f"workgroup={workgroup} mode={'flat' if self.flat else 'local'}")
+                f"workgroup={'x'.join(str(size) for size in self.workgroup)} mode={'flat' if self.flat else 'local'}")
 
     @staticmethod
     def parse(source: str) -> KernelLayout:
@@ -111,80 +108,61 @@ class KernelLayout:
 
 
 class WGSLRenderer(CStyleLanguage):
-    """WGSL compute shaders for WebGPU adapters: the C-style base with WGSL's types, declarations, literals, casts,
-    bitcasts, math and memory (see the module docstring).
+    """WGSL compute shaders for WebGPU adapters: the C-style base with WGSL's rules and hooks (module docstring).
 
-    `has_f16`: the adapter has `shader-f16` (float16 buffers and math); `max_storage_buffers`: the adapter's
-    maxStorageBuffersPerShaderStage, also `max_buffers`, which the scheduler reads to split kernels that would take
-    more (outputs counted; the uniform parameters are not a storage buffer); `max_workgroup_storage` bytes of
-    workgroup memory (maxComputeWorkgroupStorageSize, the core's `shared_max`); `max_loop_iterations`: the most
-    iterations the driver runs of one loop (Mesa's llvmpipe and lavapipe stop loops after 65535), longer loops are
-    rendered as blocks of unrolled steps. No vectors are used (scalar code only).
-
-    Workgroups (the core's GPU codegen, tinycore/codegen/gpu.py, reads these): `max_workgroup_size` is
-    maxComputeWorkgroupSizeX/Y/Z (the core's `local_max`), `max_workgroup_invocations` is
-    maxComputeInvocationsPerWorkgroup and `max_workgroups_per_dimension` maxComputeWorkgroupsPerDimension (the core's
-    `max_groups` and the y/z entries of `global_max`); the defaults are WebGPU's guaranteed minimums. Kernels whose
-    workgroup exceeds them are refused with the limit named. Within them codegen aims at `max_local_total`
-    invocations per workgroup (PREFERRED_INVOCATIONS, CPU_PREFERRED_INVOCATIONS on CPU adapters).
-
-    `cpu_adapter` (a software adapter such as Mesa's lavapipe) tunes codegen for SIMD lanes on CPU cores, where every
-    storage or workgroup memory access is a loop over the lanes and so costs far more than arithmetic:
-    `register_tile` CPU_REGISTER_TILE (fewer loads per multiply-add), `group_size` one SIMD vector (`simd_lanes`),
-    `group_max_outputs` CPU_GROUP_MAX_OUTPUTS (reduces with more outputs fill the lanes without a group reduce), and
-    smaller workgroups so the driver's threads get several each.
+    `has_f16`: the adapter has `shader-f16`; `max_storage_buffers` (maxStorageBuffersPerShaderStage) is also
+    `max_buffers`, which the scheduler splits kernels to fit; `max_workgroup_storage` is `shared_max`;
+    `max_loop_iterations`: the most iterations the driver runs of one loop (llvmpipe and lavapipe stop at 65535),
+    longer loops are rendered as blocks of unrolled steps. `max_workgroup_size`, `max_workgroup_invocations` and
+    `max_workgroups_per_dimension` are the adapter's limits (WebGPU's guaranteed minimums by default), which the
+    core's GPU codegen reads as `local_max`, `max_groups` and `global_max`; kernels past them are refused naming the
+    limit. `cpu_adapter` (a software adapter such as lavapipe, where every memory access is a loop over the SIMD
+    lanes) tunes codegen: CPU_REGISTER_TILE, one SIMD vector (`simd_lanes`) per group, CPU_GROUP_MAX_OUTPUTS and
+    smaller workgroups (CPU_PREFERRED_INVOCATIONS).
     """
 
-    device = "WEBGPU"
-    suffix = "wgsl"
-    has_local = True
-    has_shared = True
-    has_threads = False
-    global_max = (2 ** 31 - 1, 65535, 65535)
-    local_max = (256, 256, 64)
-    shared_max = 16384
+    device, suffix = "WEBGPU", "wgsl"
+    has_local, has_shared, has_threads = True, True, False
+    global_max, local_max, shared_max = (2 ** 31 - 1, 65535, 65535), (256, 256, 64), 16384
     supports_float4 = False
     vector_widths: dict[DType, tuple[int, ...]] = {}
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # the C-style base's tables: no vector ALU ops (scalar code), `render_math` wraps narrow results and guards
-    # integer division itself, the base's bfloat16 emulation is never reached (`render_dtype` refuses bfloat16)
+    # no vector ALU ops (scalar code); `render_math` wraps narrow results and guards integer division itself
     vector_alu_ops: frozenset[Ops] = frozenset()
     narrow_dtypes: tuple[DType, ...] = ()
     guard_integer_division = False
     barrier = "workgroupBarrier();"
-
-    def context_state(self, uops: list[UOp]) -> _State:
-        """What the WGSL rules keep while rendering `uops`."""
-        return _state(uops)
-
-    def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The module around the body (see `_assemble`)."""
-        return _assemble(ctx, name)
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
                  max_loop_iterations: int | None = None, max_workgroup_size: tuple[int, int, int] = (256, 256, 64),
                  max_workgroup_invocations: int = 256, max_workgroups_per_dimension: int = 65535,
                  cpu_adapter: bool = False, simd_lanes: int = 8):
-        self.device = device
-        self.max_loop_iterations = max_loop_iterations
-        self.has_f16 = has_f16
+        self.device, self.has_f16, self.adapter_name, self.cpu_adapter = device, has_f16, adapter_name, cpu_adapter
+        self.max_loop_iterations, self.shared_max = max_loop_iterations, max_workgroup_storage
         self.max_storage_buffers = max_storage_buffers
         self.max_buffers: int | None = max_storage_buffers
-        self.shared_max = max_workgroup_storage
-        self.adapter_name = adapter_name
-        self.max_workgroup_size = (int(max_workgroup_size[0]), int(max_workgroup_size[1]),
-                                   int(max_workgroup_size[2]))
+        self.max_workgroup_size = (int(max_workgroup_size[0]), int(max_workgroup_size[1]), int(max_workgroup_size[2]))
         self.max_workgroup_invocations = int(max_workgroup_invocations)
-        self.local_max = self.max_workgroup_size
         self.max_groups = int(max_workgroups_per_dimension)
-        self.global_max = (2 ** 31 - 1, self.max_groups, self.max_groups)
-        self.cpu_adapter = cpu_adapter
+        self.local_max, self.global_max = self.max_workgroup_size, (2 ** 31 - 1, self.max_groups, self.max_groups)
         preferred = CPU_PREFERRED_INVOCATIONS if cpu_adapter else PREFERRED_INVOCATIONS
         self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
         self.register_tile: tuple[int, int] | None = CPU_REGISTER_TILE if cpu_adapter else None
         self.group_size: int | None = max(2, simd_lanes) if cpu_adapter else None
         self.group_max_outputs: int | None = CPU_GROUP_MAX_OUTPUTS if cpu_adapter else None
+        self.math_templates: dict[tuple[Ops, DType], str] = {}
+
+    def context_state(self, uops: list[UOp]) -> _State:
+        """What the WGSL rules keep while rendering `uops`: buffers a combining store updates are atomic words (every
+        access to them is atomic); programs with lidx indices use the hardware's workgroup layout."""
+        return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
+                      {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
+                       uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
+
+    def render_function(self, ctx: RenderContext, name: str) -> str:
+        """The module around the body (see `_assemble`)."""
+        return _assemble(ctx, name)
 
     def check_workgroup(self, sizes: tuple[int, int, int], name: str) -> None:
         """Raise a ValueError naming the adapter limit when a kernel's workgroup of `sizes` does not fit it."""
@@ -221,20 +199,16 @@ class WGSLRenderer(CStyleLanguage):
             number = float(value)  # type: ignore[arg-type]
             if math.isnan(number) or math.isinf(number):
                 bits = 0x7FC00000 if math.isnan(number) else (0x7F800000 if number > 0 else 0xFF800000)
-                text = f"bitcast<f32>({bits:#x}u)"
-                return text if scalar == dtypes.float32 else f"f16({text})"
+                return f"bitcast<f32>({bits:#x}u)" if scalar == dtypes.float32 else f"f16(bitcast<f32>({bits:#x}u))"
             if scalar == dtypes.float32:
                 number = struct.unpack("<f", struct.pack("<f", number))[0]
             literal = repr(number)
-            if "e" not in literal and "." not in literal:
-                literal += ".0"
+            literal += "" if "e" in literal or "." in literal else ".0"
             return f"{literal}{'f' if scalar == dtypes.float32 else 'h'}"
         number = int(value)  # type: ignore[call-overload]
         if type_name == "u32":
             return f"{number & 0xFFFFFFFF}u"
-        if number == -2 ** 31:
-            return "i32(-2147483647 - 1)"
-        return f"{number}i" if number >= 0 else f"({number}i)"
+        return "i32(-2147483647 - 1)" if number == -2 ** 31 else (f"{number}i" if number >= 0 else f"({number}i)")
 
     def spelled_dtypes(self) -> set[DType]:
         """Every dtype: `value_type` refuses the ones WGSL lacks when a kernel uses them, naming the adapter."""
@@ -267,10 +241,8 @@ class WGSLRenderer(CStyleLanguage):
             # C converts negative floats to unsigned through the signed integer (numpy and clang agree)
             zero = self.render_const(0, from_dtype)
             converted = f"select(u32({expression}), bitcast<u32>(i32({expression})), {expression} < {zero})"
-        elif from_type == to_type:
-            converted = expression
         else:
-            converted = f"{to_type}({expression})"
+            converted = expression if from_type == to_type else f"{to_type}({expression})"
         wrap = _WRAP.get(to_dtype)
         return wrap(converted) if wrap is not None and not _fits(from_dtype, to_dtype) else converted
 
@@ -291,79 +263,31 @@ class WGSLRenderer(CStyleLanguage):
         return self.render_cast(expression, source, target)
 
     def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
-        """The WGSL expression of one scalar ALU op on operands of `dtype` with C / numpy semantics (the results of
-        narrow integer types wrap; a zero integer divisor gives 0 as in the core's constant folding)."""
-        dtype = dtype.scalar
-        value_type = self.render_dtype(dtype)
-        is_float = dtypes.is_float(dtype)
-        zero = self.render_const(0, dtype)
-        nan = self.render_const(math.nan, dtype) if is_float else zero
-        code: str
-        if op is Ops.NEG:
-            code = f"(!{operands[0]})" if dtype == dtypes.bool else (
-                f"(0u - {operands[0]})" if value_type == "u32" else f"(-{operands[0]})")
-        elif op is Ops.EXP2:
-            code = f"exp2({operands[0]})"
-        elif op is Ops.LOG2:  # the adapters leave log2 of 0 and of negatives undefined
-            x = operands[0]
-            minus_inf = self.render_const(-math.inf, dtype)
-            code = f"select(select(log2({x}), {minus_inf}, {x} == {zero}), {nan}, {x} < {zero})"
-        elif op is Ops.SIN:
-            x = operands[0]
-            code = f"select(sin({x}), {nan}, abs({x}) == {self.render_const(math.inf, dtype)})"
-        elif op is Ops.SQRT:
-            code = f"select(sqrt({operands[0]}), {nan}, {operands[0]} < {zero})"
-        elif op is Ops.RECIPROCAL:
-            code = f"({self.render_const(1, dtype)} / {operands[0]})"
-        elif op is Ops.TRUNC:
-            code = f"trunc({operands[0]})" if is_float else operands[0]
-        elif op in (Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV):
-            symbol = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/"}[op]
-            if dtype == dtypes.bool:
-                code = {Ops.ADD: f"({operands[0]} | {operands[1]})", Ops.MUL: f"({operands[0]} & {operands[1]})",
-                        Ops.SUB: f"({operands[0]} != {operands[1]})"}.get(op, f"({operands[0]} & {operands[1]})")
-            else:
-                code = f"({operands[0]} {symbol} {operands[1]})"
-        elif op in (Ops.IDIV, Ops.MOD):
-            a, b = operands
-            if is_float:
-                code = f"({a} / {b})" if op is Ops.IDIV else f"({a} - {b} * trunc({a} / {b}))"
-            else:
-                # WGSL's integer division truncates like C; % is spelled out because some backends get negative
-                # operands wrong; a zero divisor gives 0 as in the core's constant folding
-                safe = f"select({b}, {self.render_const(1, dtype)}, {b} == {zero})"
-                quotient = f"({a} / {safe})"
-                body = quotient if op is Ops.IDIV else f"({a} - {quotient} * {safe})"
-                code = f"select({body}, {zero}, {b} == {zero})"
-        elif op is Ops.MAX:
-            a, b = operands
-            code = f"select({a}, {b}, {a} < {b})" if dtype != dtypes.bool else f"({a} | {b})"
-        elif op is Ops.POW:
-            code = f"pow({operands[0]}, {operands[1]})"
-        elif op is Ops.CMPLT:
-            a, b = operands
-            code = f"((!{a}) & {b})" if dtype == dtypes.bool else f"({a} < {b})"
-        elif op is Ops.CMPNE:
-            # ordered comparisons on some backends: x != x must be true for NaN
-            code = f"(!({operands[0]} == {operands[1]}))" if is_float else f"({operands[0]} != {operands[1]})"
-        elif op is Ops.CMPEQ:
-            code = f"({operands[0]} == {operands[1]})"
-        elif op in (Ops.AND, Ops.OR, Ops.XOR):
-            a, b = operands
-            if dtype == dtypes.bool and op is Ops.XOR:
-                code = f"({a} != {b})"
-            else:
-                code = f"({a} {'&' if op is Ops.AND else ('|' if op is Ops.OR else '^')} {b})"
-        elif op in (Ops.SHL, Ops.SHR):
-            code = f"({operands[0]} {'<<' if op is Ops.SHL else '>>'} u32({operands[1]}))"
-        elif op is Ops.WHERE:
-            code = f"select({operands[2]}, {operands[1]}, {operands[0]})"
-        elif op is Ops.MULACC:
-            code = f"(({operands[0]} * {operands[1]}) + {operands[2]})"
-        else:
+        """The WGSL expression of one scalar ALU op on operands of `dtype` (`_MATH`, with `_FLOAT_MATH` or
+        `_BOOL_MATH` first), results of narrow integer types wrapped."""
+        if (template := self.math_templates.get((op, dtype.scalar))) is None:
+            template = self.math_templates[(op, dtype.scalar)] = self.math_template(op, dtype.scalar)
+        return template.format(*operands)
+
+    def math_template(self, op: Ops, dtype: DType) -> str:
+        """`render_math`'s expression of `op` on `dtype` with the operands as {0}, {1}, {2}."""
+        value_type, is_float = self.render_dtype(dtype), dtypes.is_float(dtype)
+        code = ((_FLOAT_MATH if is_float else _BOOL_MATH if dtype == dtypes.bool else {}).get(op) or _MATH.get(op))
+        if code is None:
             raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
+        zero = self.render_const(0, dtype)
+        constants = {"zero": zero, "one": self.render_const(1, dtype),
+                     "negate": "0u - " if value_type == "u32" else "-",
+                     "nan": self.render_const(math.nan, dtype) if is_float else zero,
+                     **({"inf": self.render_const(math.inf, dtype), "minus_inf": self.render_const(-math.inf, dtype)}
+                        if is_float else {})}
+        try:
+            code = code.format(a="{0}", b="{1}", c="{2}", **constants)
+        except KeyError as missing:
+            raise ValueError(f"the WGSL renderer cannot render {op} on {dtype}: it has no {missing}") from None
         wrap = _WRAP.get(dtype)
         return wrap(code) if wrap is not None and op not in GroupOp.Comparison else code
+
 
 @dataclass
 class _Access:
@@ -393,14 +317,6 @@ class _State:
     workgroup_bytes: int = 0
 
 
-def _state(uops: list[UOp]) -> _State:
-    """The rules' state for `uops`: buffers a combining store updates are declared as atomic words (every access to
-    them then is atomic); programs with lidx indices use the hardware's workgroup layout."""
-    return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
-                  {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
-                   uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
-
-
 def _type_of(ctx: RenderContext, dtype: DType) -> str:
     """The WGSL type of `dtype`, noting float16 (the module then enables it)."""
     if dtype.scalar == dtypes.float16:
@@ -418,37 +334,33 @@ def _assemble(ctx: RenderContext, name: str) -> str:
         raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
     if len(positions) > renderer.max_storage_buffers:
         raise RuntimeError(
-            f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} "
-            f"({renderer.adapter_name}) allows {renderer.max_storage_buffers} per shader stage "
-            f"(maxStorageBuffersPerShaderStage); the scheduler splits the kernels it makes to fit (the renderer's "
-            f"max_buffers), so this kernel was built elsewhere: realize intermediate results first, or run it "
-            f"on another device")
+            f"kernel {name} needs {len(positions)} storage buffers but {renderer.device} ({renderer.adapter_name}) "
+            f"allows {renderer.max_storage_buffers} per shader stage (maxStorageBuffersPerShaderStage); the scheduler "
+            f"splits the kernels it makes to fit (the renderer's max_buffers), so this kernel was built elsewhere: "
+            f"realize intermediate results first, or run it on another device")
     workgroup = (max(1, min(WORKGROUP_SIZE, renderer.max_workgroup_size[0], renderer.max_workgroup_invocations)), 1, 1)
     if state.local_mode:
         sizes = [1, 1, 1]
         for uop in ctx.uops:
             if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
-                size = uop.src[0] if uop.src else None
-                if size is None or size.op is not Ops.CONST:
+                if not uop.src or uop.src[0].op is not Ops.CONST:
                     raise ValueError(f"{uop.arg} needs a constant size to be a WGSL workgroup size")
-                sizes[int(str(uop.arg)[-1])] = int(size.arg)
+                sizes[int(str(uop.arg)[-1])] = int(uop.src[0].arg)
         workgroup = (sizes[0], sizes[1], sizes[2])
         renderer.check_workgroup(workgroup, name)
     if state.workgroup_bytes > renderer.shared_max:
         raise ValueError(f"kernel {name} declares {state.workgroup_bytes} bytes of workgroup memory, more than "
-                         f"{renderer.adapter_name} allows (maxComputeWorkgroupStorageSize = "
-                         f"{renderer.shared_max}); pick a smaller GROUP opt")
+                         f"{renderer.adapter_name} allows (maxComputeWorkgroupStorageSize = {renderer.shared_max}); "
+                         f"pick a smaller GROUP opt")
+    variables = sorted(state.variables)
     layout = KernelLayout([state.globals[position].itemsize for position in positions],
-                          [state.globals[position] in PACKED_DTYPES for position in positions],
-                          [key for key in sorted(state.variables)], workgroup, not state.local_mode)
-    fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32"]
-    fields += [f"start{position}: i32" for position in positions]
-    fields += [f"{state.variables[key]}: i32" for key in sorted(state.variables)]
-    module = [layout.header()]
-    if state.uses_f16 or dtypes.float16 in ctx.used_dtypes:
-        module.append("enable f16;")
-    module.append("struct Params { " + ", ".join(fields) + " }")
-    module.append("@group(0) @binding(0) var<uniform> params: Params;")
+                          [state.globals[position] in PACKED_DTYPES for position in positions], variables,
+                          workgroup, not state.local_mode)
+    fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32",
+              *(f"start{position}: i32" for position in positions),
+              *(f"{state.variables[key]}: i32" for key in variables)]
+    module = [layout.header(), *(["enable f16;"] if state.uses_f16 or dtypes.float16 in ctx.used_dtypes else []),
+              "struct Params { " + ", ".join(fields) + " }", "@group(0) @binding(0) var<uniform> params: Params;"]
     for position in positions:
         element = state.globals[position]
         if position in state.atomic_globals:
@@ -456,36 +368,28 @@ def _assemble(ctx: RenderContext, name: str) -> str:
         else:
             array = "atomic<u32>" if element in PACKED_DTYPES else _type_of(ctx, element)
         module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;")
-    module += state.module_lines
-    builtins = ("@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
-                "@builtin(local_invocation_id) lid: vec3<u32>")
-    module.append(f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})")
-    module.append(f"fn {name}({builtins}) {{")
+    module += [*state.module_lines, f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})",
+               f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
+               "@builtin(local_invocation_id) lid: vec3<u32>) {"]
     if not state.local_mode:
-        module.append("  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;")
-        module.append("  if (flat >= params.total) { return; }")
+        module += ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
+                   "  if (flat >= params.total) { return; }"]
     return "\n".join(module + ctx.lines + ["}"]) + "\n"
 
 
-def _named(ctx: RenderContext, uop: UOp, text: str) -> str:
-    ctx.names[uop] = text
-    return text
-
-
 def _define_global(ctx: RenderContext, x: UOp) -> str:
-    pointer = x.dtype
-    assert isinstance(pointer, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {pointer}"
+    assert isinstance(pointer := x.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {x.dtype}"
     if pointer.base.count != 1:
         raise ValueError(f"the WGSL renderer renders scalar buffers only, got {pointer.base}")
     _type_of(ctx, pointer.base)
     ctx.state.globals[x.arg] = pointer.base.scalar
-    return _named(ctx, x, f"data{x.arg}")
+    return ctx.name(x, f"data{x.arg}")
 
 
 def _define_var(ctx: RenderContext, x: UOp) -> str:
     variable = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(x.arg[0]))
     ctx.state.variables[str(x.arg[0])] = f"var_{variable}"
-    return _named(ctx, x, f"params.var_{variable}")
+    return ctx.name(x, f"params.var_{variable}")
 
 
 def _special(ctx: RenderContext, x: UOp) -> str:
@@ -501,45 +405,34 @@ def _special(ctx: RenderContext, x: UOp) -> str:
     else:
         raise ValueError(f"the WGSL renderer has no thread index {label!r} (only gidx0..2 and lidx0..2)")
     ctx.emit(f"let {label}: i32 = {code};")
-    return _named(ctx, x, label)
+    return ctx.name(x, label)
 
 
-def _define_reg(ctx: RenderContext, x: UOp) -> str:
-    pointer = x.dtype
-    assert isinstance(pointer, PtrDType), f"DEFINE_REG needs a pointer dtype, got {pointer}"
-    name = ctx.fresh("acc")
-    ctx.emit(f"var {name}: array<{_type_of(ctx, pointer.base)}, {max(pointer.size, 1)}>;")
-    return _named(ctx, x, name)
-
-
-def _define_local(ctx: RenderContext, x: UOp) -> str:
-    pointer = x.dtype
-    assert isinstance(pointer, PtrDType), f"DEFINE_LOCAL needs a pointer dtype, got {pointer}"
-    name = ctx.fresh("temp")
-    ctx.state.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
-    ctx.state.module_lines.append(f"var<workgroup> {name}: array<{_type_of(ctx, pointer.base)}, "
-                                  f"{max(pointer.size, 1)}>;")
-    return _named(ctx, x, name)
+def _define_memory(ctx: RenderContext, x: UOp) -> str:
+    """DEFINE_REG: a `var` array in the function; DEFINE_LOCAL: a `var<workgroup>` array of the module."""
+    assert isinstance(pointer := x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
+    declaration = f"array<{_type_of(ctx, pointer.base)}, {max(pointer.size, 1)}>;"
+    if x.op is Ops.DEFINE_REG:
+        ctx.emit(f"var {(name := ctx.fresh('acc'))}: {declaration}")
+    else:
+        ctx.state.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
+        ctx.state.module_lines.append(f"var<workgroup> {(name := ctx.fresh('temp'))}: {declaration}")
+    return ctx.name(x, name)
 
 
 def _range(ctx: RenderContext, x: UOp) -> str:
     renderer, state = ctx.renderer, ctx.state
     assert isinstance(renderer, WGSLRenderer)
-    name = ctx.fresh("ridx")
-    end = ctx.expression(x.src[0])
+    name, end = ctx.fresh("ridx"), ctx.expression(x.src[0])
     ctx.names[x] = name
-    limit = renderer.max_loop_iterations
-    size = x.src[0].arg if x.src[0].op is Ops.CONST else None
+    limit, size = renderer.max_loop_iterations, x.src[0].arg if x.src[0].op is Ops.CONST else None
     # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
-    entries = 1
-    for enclosing in state.open_ranges:
-        entries *= enclosing if enclosing is not None else 1
+    entries = math.prod(enclosing if enclosing is not None else 1 for enclosing in state.open_ranges)
     state.open_ranges.append(size)
     total = None if size is None else entries * size
     if limit is None or (total is not None and total <= limit):
         ctx.emit(f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{")
-        ctx.depth += 1
-        state.closing[x] = 1
+        ctx.depth, state.closing[x] = ctx.depth + 1, 1
         return name
     # the driver stops a loop after `limit` iterations in a thread (counted over all its entries): run blocks of up
     # to MAX_UNROLL steps, the inner loop of constant trip count being unrolled by the driver
@@ -556,8 +449,7 @@ def _range(ctx: RenderContext, x: UOp) -> str:
     ctx.emit(f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{")
     ctx.emit(f"    let {name}: i32 = {name}_block + {name}_step;")
     ctx.emit(f"    if ({name} < {end}) {{")
-    ctx.depth += 3
-    state.closing[x] = 3
+    ctx.depth, state.closing[x] = ctx.depth + 3, 3
     return name
 
 
@@ -587,66 +479,58 @@ def _index(ctx: RenderContext, x: UOp) -> str:
     element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
     position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
     ctx.state.accesses[x] = _Access(ctx.expression(buffer), index, gate, element.scalar, position)
-    return _named(ctx, x, f"&{ctx.expression(buffer)}[{index}]")
+    return ctx.name(x, f"&{ctx.expression(buffer)}[{index}]")
 
 
 def _cast(ctx: RenderContext, x: UOp) -> str:
     if isinstance(x.dtype, PtrDType):
         raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
-    source = x.src[0]
-    return ctx.bind(x, ctx.renderer.render_cast(ctx.expression(source), source.dtype.scalar, x.dtype.scalar))
+    return ctx.bind(x, ctx.renderer.render_cast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar))
 
 
 def _bitcast(ctx: RenderContext, x: UOp) -> str:
     """A bitcast; rendered in place when used once (WGSL's is an expression)."""
-    source = x.src[0]
-    code = ctx.renderer.render_bitcast(ctx.expression(source), source.dtype.scalar, x.dtype.scalar)
+    code = ctx.renderer.render_bitcast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar)
     if ctx.uses.get(x, 0) <= 1:
         ctx.inlined.add(x)
-        return _named(ctx, x, code)
+        return ctx.name(x, code)
     return ctx.bind(x, code)
 
 
 def _access_of(ctx: RenderContext, uop: UOp) -> _Access:
-    access = ctx.state.accesses.get(uop)
-    if access is None:
+    if (access := ctx.state.accesses.get(uop)) is None:
         raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {uop.op}")
     return access
 
 
-def _packed_address(ctx: RenderContext, access: _Access) -> str:
-    """A `let` holding the byte address of a packed element."""
-    name = ctx.fresh("addr")
-    size = access.element.itemsize
-    element = f"({access.index})" if size == 1 else f"({access.index}) * {size}"
-    ctx.emit(f"let {name}: u32 = u32(params.start{access.global_position} + {element});")
-    return name
+def _packed(ctx: RenderContext, access: _Access) -> tuple[str, str, str]:
+    """A packed element's word (a `let` holds its byte address), mask and bit shift."""
+    name, size = ctx.fresh("addr"), access.element.itemsize
+    ctx.emit(f"let {name}: u32 = u32(params.start{access.global_position} + "
+             f"{f'({access.index})' if size == 1 else f'({access.index}) * {size}'});")
+    return (f"&{access.memory}[{name} >> 2u]", "0xFFu" if size == 1 else "0xFFFFu",
+            f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
 
 
 def _read(ctx: RenderContext, access: _Access) -> str:
     """The expression reading the element (emitting address lets for packed buffers)."""
     if access.global_position is None:
         return f"{access.memory}[{access.index}]"
+    element = f"{access.memory}[params.start{access.global_position} + {access.index}]"
     if access.global_position in ctx.state.atomic_globals:
-        word = f"atomicLoad(&{access.memory}[params.start{access.global_position} + {access.index}])"
-        return f"bitcast<f32>({word})" if access.element == dtypes.float32 else word
+        loaded = f"atomicLoad(&{element})"
+        return f"bitcast<f32>({loaded})" if access.element == dtypes.float32 else loaded
     if access.element not in PACKED_DTYPES:
-        return f"{access.memory}[params.start{access.global_position} + {access.index}]"
-    address = _packed_address(ctx, access)
-    mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
-    lane = "3u" if access.element.itemsize == 1 else "2u"
-    bits = f"((atomicLoad(&{access.memory}[{address} >> 2u]) >> (({address} & {lane}) * 8u)) & {mask})"
+        return element
+    word, mask, shift = _packed(ctx, access)
+    bits = f"((atomicLoad({word}) >> {shift}) & {mask})"
     if access.element == dtypes.bool:
         return f"({bits} != 0u)"
-    if dtypes.is_unsigned(access.element):
-        return bits
-    return _WRAP[access.element](f"bitcast<i32>({bits})")
+    return bits if dtypes.is_unsigned(access.element) else _WRAP[access.element](f"bitcast<i32>({bits})")
 
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    access = _access_of(ctx, x.src[0])
-    name = ctx.fresh("val")
-    type_name = _type_of(ctx, x.dtype)
+    access, name, type_name = _access_of(ctx, x.src[0]), ctx.fresh("val"), _type_of(ctx, x.dtype)
     if access.gate is None:
         ctx.emit(f"let {name}: {type_name} = {_read(ctx, access)};")
     else:
@@ -658,12 +542,11 @@ def _load(ctx: RenderContext, x: UOp) -> str:
         ctx.emit(f"{name} = {_read(ctx, access)};")
         ctx.depth -= 1
         ctx.emit("}")
-    return _named(ctx, x, name)
+    return ctx.name(x, name)
 
 
 def _store(ctx: RenderContext, x: UOp) -> str:
-    access = _access_of(ctx, x.src[0])
-    value = ctx.expression(x.src[1])
+    access, value = _access_of(ctx, x.src[0]), ctx.expression(x.src[1])
     if access.gate is not None:
         ctx.emit(f"if ({access.gate}) {{")
         ctx.depth += 1
@@ -674,12 +557,8 @@ def _store(ctx: RenderContext, x: UOp) -> str:
     elif access.element not in PACKED_DTYPES:
         ctx.emit(f"{access.memory}[params.start{access.global_position} + {access.index}] = {value};")
     else:
-        address = _packed_address(ctx, access)
-        mask = "0xFFu" if access.element.itemsize == 1 else "0xFFFFu"
-        lane = "3u" if access.element.itemsize == 1 else "2u"
+        word, mask, shift = _packed(ctx, access)
         bits = f"select(0u, 1u, {value})" if access.element == dtypes.bool else f"(u32({value}) & {mask})"
-        word = f"&{access.memory}[{address} >> 2u]"
-        shift = f"(({address} & {lane}) * 8u)"
         ctx.emit(f"atomicAnd({word}, ~({mask} << {shift}));")
         ctx.emit(f"atomicOr({word}, {bits} << {shift});")
     if access.gate is not None:
@@ -694,42 +573,20 @@ def _atomic_word_update(ctx: RenderContext, access: _Access, value: str, reduce:
     dtype = access.element
     word = f"&{access.memory}[params.start{access.global_position} + {access.index}]"
     bits = (lambda text: f"bitcast<u32>({text})") if dtype == dtypes.float32 else (lambda text: text)
-    if reduce is None:
-        ctx.emit(f"atomicStore({word}, {bits(value)});")
-        return
-    if dtype != dtypes.float32 and reduce in ("add", "max", "min"):
-        ctx.emit(f"atomic{reduce.capitalize()}({word}, {value});")
+    if reduce is None or (dtype != dtypes.float32 and reduce in ("add", "max", "min")):
+        ctx.emit(f"atomicStore({word}, {bits(value)});" if reduce is None else
+                 f"atomic{reduce.capitalize()}({word}, {value});")
         return
     operand, old = ctx.fresh("operand"), ctx.fresh("old")
     ctx.emit(f"let {operand}: {_type_of(ctx, dtype)} = {value};")
     ctx.emit(f"var {old} = atomicLoad({word});")
     ctx.emit("loop {")
-    current = f"bitcast<f32>({old})" if dtype == dtypes.float32 else old
-    combined = ctx.combine_code(reduce, current, operand, dtype)
+    combined = ctx.combine_code(reduce, f"bitcast<f32>({old})" if dtype == dtypes.float32 else old, operand, dtype)
     result = ctx.fresh("exchange")
     ctx.emit(f"  let {result} = atomicCompareExchangeWeak({word}, {old}, {bits(combined)});")
     ctx.emit(f"  if ({result}.exchanged) {{ break; }}")
     ctx.emit(f"  {old} = {result}.old_value;")
     ctx.emit("}")
-
-
-def _const(ctx: RenderContext, x: UOp) -> None:
-    """Notes a constant's type (float16 enables the extension); the base rule names it."""
-    _type_of(ctx, x.dtype)
-
-
-wgsl_rendering = text_rules([
-    (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global), (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
-    (UPat(Ops.CONST, name="x"), _const), (UPat(Ops.SPECIAL, name="x"), _special),
-    (UPat(Ops.DEFINE_REG, name="x"), _define_reg), (UPat(Ops.DEFINE_LOCAL, name="x"), _define_local),
-    (UPat(Ops.RANGE, name="x"), _range), (UPat(Ops.END, name="x"), _end), (UPat(Ops.BARRIER), _barrier),
-    (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.CAST, name="x"), _cast), (UPat(Ops.BITCAST, name="x"), _bitcast),
-    (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
-])
-"""WGSL's own rules, before the base's: thread indices, loops (Mesa's loop limit), workgroup memory, memory accesses
-(element-indexed storage arrays, packed words, atomics) and bindings instead of parameters."""
-WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
-
 
 
 def _fits(from_dtype: DType, to_dtype: DType) -> bool:
@@ -740,5 +597,17 @@ def _fits(from_dtype: DType, to_dtype: DType) -> bool:
         return False
     return dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
 
+
+wgsl_rendering = text_rules([
+    (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global), (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
+    (UPat(Ops.CONST, name="x"), lambda ctx, x: _type_of(ctx, x.dtype) and None),  # notes float16; the base names it
+    (UPat(Ops.SPECIAL, name="x"), _special), (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _define_memory),
+    (UPat(Ops.RANGE, name="x"), _range), (UPat(Ops.END, name="x"), _end), (UPat(Ops.BARRIER), _barrier),
+    (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.CAST, name="x"), _cast), (UPat(Ops.BITCAST, name="x"), _bitcast),
+    (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+])
+"""WGSL's own rules, before the base's: thread indices, loops (Mesa's loop limit), workgroup memory, memory accesses
+(element-indexed storage arrays, packed words, atomics) and bindings instead of parameters."""
+WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
