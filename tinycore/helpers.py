@@ -288,6 +288,7 @@ class DevVar(ContextVar):
 
 DEV = DevVar("DEV", "")
 JIT = ContextVar("JIT", 1)
+CAPTURING = ContextVar("CAPTURING", 1)  # 0: launches run while TinyJit captures stay out of the capture
 RING = ContextVar("RING", 1)  # allreduce: 0 never ring, 1 ring above a size, 2 always ring
 ALL2ALL = ContextVar("ALL2ALL", 0)  # allreduce: 1 all-to-all above a size, 2 always all-to-all
 ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: a half/bfloat16 sum is allreduced in its own dtype

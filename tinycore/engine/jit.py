@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from tinycore.counters import GlobalCounters
 from tinycore.engine.realize import invalidate_known_results
-from tinycore.helpers import JIT
-from tinycore.plugins.contract import GraphContract
+from tinycore.helpers import CAPTURING, JIT
+from tinycore.plugins.contract import DeviceContract, GraphContract, GraphFactory
 
 if TYPE_CHECKING:
     from tinycore.device.buffer import Buffer
@@ -42,6 +42,13 @@ class JitInputError(JitError, AssertionError):
 
 
 @functools.cache
+def graph_class(device: DeviceContract) -> GraphFactory | None:
+    """What replays a whole capture on `device` as one unit (its graph factory, unwrapped from a functools.partial),
+    or None where the device has none and TinyJit replays launch by launch (as tinygrad's graph_class)."""
+    graph = getattr(device, "graph", None)
+    return cast("GraphFactory | None", graph.func if isinstance(graph, functools.partial) else graph)
+
+
 def _tensor_type() -> type[Tensor]:
     """The Tensor class (imported on first use: the engine is below the tensor layer)."""
     from tinycore.tensor import Tensor
@@ -483,6 +490,7 @@ class TinyJit(Generic[ReturnType]):
         self._captured: CapturedJit | None = None
         self.captured_signature: list[tuple[object, ...]] | None = None
         self.captured_return: ReturnType | None = None
+        self._returned_inputs: list[tuple[int, int]] = []  # (position among the returned tensors, input position)
         self._known_inputs: _KnownInputs | None = None
         self._instance_jits: weakref.WeakKeyDictionary[object, TinyJit[ReturnType]] = weakref.WeakKeyDictionary()
 
@@ -510,7 +518,8 @@ class TinyJit(Generic[ReturnType]):
         return self.replay.kernel_count if self.replay is not None else 0
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-        values = list(args) + list(kwargs.values()) if kwargs else list(args)
+        # keyword arguments by name, as tinygrad: a replay called with them in another order maps the same inputs
+        values = list(args) + [kwargs[name] for name in sorted(kwargs)] if kwargs else list(args)
         tensor_type = _tensor_type()
         only_tensors = all(value.__class__ is tensor_type for value in values)
         if only_tensors:
@@ -522,6 +531,10 @@ class TinyJit(Generic[ReturnType]):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not JIT:
             return self.function(*args, **kwargs)
+        from tinycore.engine.realize import capture_begin, capture_end, capturing
+        if capturing() and CAPTURING:
+            raise JitError("having TinyJit inside another TinyJit is not supported: jit only the outer function "
+                           "(call the inner one's undecorated function there)")
         if self.replay is not None:
             bindings: dict[UOp, int] = {}
             if not only_tensors:  # only arguments other than Tensors can hold bound Variables
@@ -531,7 +544,6 @@ class TinyJit(Generic[ReturnType]):
         self.count += 1
         if self.count == 1:
             return self._call_and_realize(args, kwargs)
-        from tinycore.engine.realize import capture_begin, capture_end
         recorded = capture_begin()
         try:
             result = self._call_and_realize(args, kwargs)
@@ -557,6 +569,11 @@ class TinyJit(Generic[ReturnType]):
         self._captured = CapturedJit(self.replay, result, len(pruned), input_buffers)
         self.captured_signature = _signature(inputs)
         self.captured_return = result
+        returned: list[Tensor] = []
+        _collect_tensors(result, returned)
+        # a function that returns one of its inputs (`b.assign(a + 1)`) returns that call's input on each replay
+        self._returned_inputs = [(position, index) for position, tensor in enumerate(returned)
+                                 for index, given in enumerate(inputs) if tensor is given]
         return result
 
     def _call_and_realize(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -598,6 +615,11 @@ class TinyJit(Generic[ReturnType]):
         self.replay.run(input_buffers, bindings)
         self._captured.count()
         invalidate_known_results()
+        if self._returned_inputs:
+            returned: list[Tensor] = []
+            _collect_tensors(self.captured_return, returned)
+            for position, index in self._returned_inputs:
+                returned[position].uop = inputs[index].uop
         if bindings:
             _rebind(self.captured_return, bindings)
         return cast(ReturnType, self.captured_return)  # set with the signature, checked above

@@ -17,7 +17,7 @@ from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.engine.runner import launch_expectations as _expectations
-from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS
+from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS
 from tinycore.plugins.contract import compiles_in_batches
 from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
@@ -124,7 +124,7 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
 
 def _run_copy(item: ScheduleItem) -> None:
     destination, source = (buffer_of(node) for node in item.buffers)
-    if _capturing:
+    if _capturing and CAPTURING:
         _capturing[-1].append(CapturedCall(None, [destination.ensure_allocated(), source.ensure_allocated()], {}))
     copy_buffers(destination, source)
     GlobalCounters.global_mem += source.nbytes
@@ -170,6 +170,11 @@ def capture_end() -> None:
     _capturing.pop()
 
 
+def capturing() -> bool:
+    """Whether a TinyJit capture is recording launches now."""
+    return bool(_capturing)
+
+
 def run_linear(linear: LinearSchedule, var_vals: dict[UOp, int] | None = None) -> None:
     """Run a schedule from `Tensor.linear_with_vars()` / `schedule_linear()` (a LinearSchedule), as tinygrad's
     run_linear runs its LINEAR program; `var_vals` overrides the Variables' values the calls were made with."""
@@ -203,7 +208,7 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
     """Launch one kernel item (timed and reported at DEBUG >= 2)."""
     device_buffers = [buffer_of(node).ensure_allocated() for node in item.buffers]
     runner = get_runner(item.ast, device_buffers[0].device, device_buffers, item.var_vals)
-    if _capturing:
+    if _capturing and CAPTURING:  # Context(CAPTURING=0): run, but leave out of the capture
         _capturing[-1].append(CapturedCall(runner, device_buffers, dict(item.var_vals)))
     if _viz.ENABLED:
         elapsed = _viz.launch(runner, [buffer._buf for buffer in device_buffers], item.var_vals, timed, item.ast)

@@ -4,12 +4,15 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Union
 
 from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
 from tinycore.helpers import cached_node_property
 from tinycore.uop.opcodes import GroupOp, Ops
 from tinycore.uop.shape import ShapeMixin
+
+if TYPE_CHECKING:
+    from tinycore.device.buffer import Buffer
 
 
 class UpperFunctions:
@@ -525,6 +528,18 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             raise ValueError(f"bounds needs a value sharded on an axis, got {self.op.name} with axis {self.axis}: "
                              "shard it with .shard(devices, axis) first")
         return upper.shard_bounds(self)
+
+    @property
+    def is_realized(self) -> bool:
+        """Whether this value sits in device memory: a buffer, or movement ops over one (nothing left to compute)."""
+        base = self.base
+        return base.op is Ops.BUFFER or base.op is Ops.BUFFER_VIEW
+
+    @property
+    def buffer(self) -> Buffer:
+        """The device Buffer of a BUFFER or BUFFER_VIEW node (`tensor.uop.base.buffer` after realize), as tinygrad."""
+        from tinycore.engine.memory import buffer_of  # the engine owns Buffers; the IR only names them
+        return buffer_of(self)
 
     def render(self) -> str:
         """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
