@@ -177,8 +177,8 @@ class CStyleLanguage(Renderer):
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Reinterpretation of the bits of an expression (`bitcast_format`)."""
-        return self.bitcast_format.format(x=expression, type=self.render_dtype(to_dtype),
-                                          source=self.render_dtype(from_dtype))
+        source = self.render_dtype(from_dtype) if "{source}" in self.bitcast_format else ""
+        return self.bitcast_format.format(x=expression, type=self.render_dtype(to_dtype), source=source)
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
         """The statement declaring the value `name` of `dtype` as `code` (the named intermediate values)."""

@@ -101,7 +101,8 @@ class OpenCLRenderer(CStyleLanguage):
             dtype for dtype in wide if dtype in self.type_map))
         self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in self.type_map
                               if dtype not in (dtypes.bool, dtypes.void, dtypes.bfloat16)}
-        self.code_for_workitem = {"l": lambda axis: f"get_local_id({axis})", "i": lambda axis: f"get_global_id({axis})"}
+        self.code_for_workitem = {"l": lambda axis: f"get_local_id({axis})", "i": lambda axis: f"get_global_id({axis})",
+                                  "g": lambda axis: f"get_global_id({axis})"}
 
     def storage_type(self, dtype: DType) -> str:
         """The OpenCL scalar type of `dtype`; half and double need the device's extension."""
