@@ -14,7 +14,8 @@ import pathlib
 import sys
 import types
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
@@ -34,6 +35,10 @@ _UNSIGNED_OF_SIZE = {1: dtypes.uint8, 2: dtypes.uint16, 4: dtypes.uint32, 8: dty
 
 
 SafetensorsError = SafetensorsFormatError
+_Reader: TypeAlias = Callable[[int, int], bytes]
+"""`read(offset, count)`: `count` bytes of a file from byte `offset`."""
+_Entry: TypeAlias = tuple[DType, tuple[int, ...], int, int]
+"""A checked header entry: dtype, shape and [start, end) offsets in the data."""
 """A safetensors file (or the tensors to save) does not follow the format (one class for every loader)."""
 
 
@@ -51,13 +56,14 @@ def _default_device() -> str:
     return str(Device.DEFAULT)
 
 
-def gguf_load(fn: Any, device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+def gguf_load(fn: Tensor | str | os.PathLike[str],
+              device: str | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
     """(metadata, tensors) of a GGUF file; quantized tensors are dequantized on `device` (see tinycore.nn.gguf)."""
     from tinycore.nn.gguf import gguf_load as load
     return load(fn, device=device)
 
 
-def torch_load(fn: Any) -> Any:
+def torch_load(fn: Tensor | str | os.PathLike[str]) -> object:
     """The tensors and containers of a torch .pt/.pth file, through a restricted unpickler (tinycore.nn.torch_load).
     """
     from tinycore.nn.torch_load import torch_load as load
@@ -66,7 +72,7 @@ def torch_load(fn: Any) -> Any:
 
 # ---- state dicts ----
 
-def _collect(obj: Any, prefix: str, tensor_type: type, found: dict[str, Any], visiting: set[int]) -> None:
+def _collect(obj: object, prefix: str, tensor_type: type[Tensor], found: dict[str, Tensor], visiting: set[int]) -> None:
     """Add every tensor reachable from `obj` to `found` under its dotted attribute / index / key path."""
     if isinstance(obj, tensor_type):
         found[prefix.strip(".")] = obj
@@ -92,7 +98,7 @@ def _collect(obj: Any, prefix: str, tensor_type: type, found: dict[str, Any], vi
         visiting.discard(id(obj))
 
 
-def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> dict[str, Tensor]:
+def get_state_dict(obj: object, prefix: str = "", tensor_type: type[Tensor] = Tensor) -> dict[str, Tensor]:
     """Every tensor reachable from `obj` through attributes, list/tuple indices and dict keys, by dotted name.
 
     `Linear(2, 3)` gives {"weight": ..., "bias": ...}; a model with `self.layers = [Linear(...), ...]` gives
@@ -103,7 +109,7 @@ def get_state_dict(obj: Any, prefix: str = "", tensor_type: type = Tensor) -> di
     return found
 
 
-def get_parameters(obj: Any) -> list[Tensor]:
+def get_parameters(obj: object) -> list[Tensor]:
     """Every tensor reachable from `obj` (the values of get_state_dict), ready for an optimizer."""
     return list(get_state_dict(obj).values())
 
@@ -119,7 +125,7 @@ def _placed_like(source: Tensor, target: Tensor) -> Tensor:
     return source.to(target.device)
 
 
-def load_state_dict(model: Any, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
+def load_state_dict(model: object, state_dict: dict[str, Tensor], strict: bool = True, verbose: bool = True,
                     consume: bool = False, realize: bool = True) -> list[Tensor]:
     """Load `state_dict`'s tensors into `model`'s tensors of the same names; returns the loaded tensors.
 
@@ -174,7 +180,7 @@ def _fail(name: str, problem: str) -> SafetensorsError:
     return SafetensorsError(f"{name}: not a valid safetensors file: {problem}")
 
 
-def _check_entry(name: str, key: str, entry: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
+def _check_entry(name: str, key: str, entry: object, data_size: int) -> _Entry:
     """The dtype, shape and [start, end) offsets of one header entry, validated against the data size."""
     if not isinstance(entry, dict):
         raise _fail(name, f"entry {key!r} is a {type(entry).__name__}, expected an object")
@@ -201,7 +207,7 @@ def _check_entry(name: str, key: str, entry: Any, data_size: int) -> tuple[DType
     return dtype, tuple(shape), start, end
 
 
-def _parse_header(name: str, file_size: int, read: Any) -> tuple[int, dict[str, Any], dict[str, str]]:
+def _parse_header(name: str, file_size: int, read: _Reader) -> tuple[int, dict[str, _Entry], dict[str, str]]:
     """The header length, the validated entries (name -> (dtype, shape, start, end)) and the metadata of a file.
 
     `read(offset, count)` returns `count` bytes of the file from `offset`.
@@ -247,7 +253,7 @@ def _tensor_from_bytes(raw: bytes, dtype: DType, shape: tuple[int, ...], device:
     return tensor if storage == dtype else tensor.bitcast(dtype)
 
 
-def _file_reader(path: pathlib.Path) -> tuple[int, Any]:
+def _file_reader(path: pathlib.Path) -> tuple[int, _Reader]:
     """The size of the file at `path` and a `read(offset, count)` function over it."""
     size = path.stat().st_size
 
@@ -261,12 +267,12 @@ def _file_reader(path: pathlib.Path) -> tuple[int, Any]:
     return size, read
 
 
-def _bytes_reader(data: bytes) -> tuple[int, Any]:
+def _bytes_reader(data: bytes) -> tuple[int, _Reader]:
     """The size of `data` and a `read(offset, count)` function over it."""
     return len(data), lambda offset, count: data[offset:offset + count]
 
 
-def _source(fn: Tensor | str | os.PathLike[str]) -> tuple[str, int, Any]:
+def _source(fn: Tensor | str | os.PathLike[str]) -> tuple[str, int, _Reader]:
     """A display name, the size and a reader for a safetensors file given as a path or a uint8 Tensor."""
     if isinstance(fn, Tensor):
         if fn.dtype != dtypes.uint8 or fn.ndim != 1:
@@ -280,7 +286,7 @@ def _source(fn: Tensor | str | os.PathLike[str]) -> tuple[str, int, Any]:
     return str(path), size, read
 
 
-def safe_load_metadata(t: Tensor | str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, Any]]:
+def safe_load_metadata(t: Tensor | str | os.PathLike[str]) -> tuple[Tensor, int, dict[str, object]]:
     """The file as a uint8 Tensor, its header length and its parsed header (entries and "__metadata__").
 
     The header is fully validated against the file's size first.
@@ -319,9 +325,9 @@ def _tensor_bytes(tensor: Tensor) -> bytes:
     return value.numpy().tobytes()
 
 
-def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike[str], metadata: dict[str, Any] | None = None) -> None:
+def safe_save(tensors: dict[str, Tensor], fn: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> None:
     """Write `tensors` (name -> Tensor) to the safetensors file `fn`, with optional string `metadata`."""
-    header: dict[str, Any] = {}
+    header: dict[str, object] = {}
     if metadata is not None:
         if not all(isinstance(key, str) and isinstance(value, str) for key, value in metadata.items()):
             raise SafetensorsError(f"safe_save: metadata must map strings to strings (the format's rule), got "
