@@ -36,37 +36,26 @@ def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[Con
 
 
 class Renderer(RendererContract):
-    """Turns a linearized kernel (a list of kernel-level UOps in execution order) into source code and describes it
-    in a ProgramSpec. Every attribute the core reads, with its default, is declared in
-    `tinycore.plugins.contract.RendererContract`."""
+    """Turns a linear program (kernel-level UOps in execution order) into source and a ProgramSpec. Every attribute
+    the core reads, with its default, is declared in `tinycore.plugins.contract.RendererContract`."""
 
     string_rewrite: ClassVar[PatternMatcher | None] = None
-    """The rules that render each UOp of a linear program (a PatternMatcher of `text_rules`, called with the
-    renderer's per-program context as `ctx`), where the renderer is written as rules: the C-like family's
-    (`cstyle.base_rendering` and each language's in front), PTX's and LLVM IR's. The extension point of a renderer: a
-    subclass adds or overrides rules with `string_rewrite = its_rules + Parent.string_rewrite`, the first rule
-    that returns text wins and one returning None leaves the UOp to the next."""
+    """The rules rendering each UOp (`text_rules`, called with the renderer's per-program context as `ctx`) of a
+    renderer written as rules (the C-like family, PTX, LLVM IR). A subclass writes `string_rewrite = its_rules +
+    Parent.string_rewrite`: the first rule that returns text wins, one returning None leaves the UOp to the next."""
 
     def supported_dtypes(self) -> set[DType]:
-        """The scalar dtypes this renderer's kernels can load, compute with and store (tinygrad's
-        `Renderer.supported_dtypes`): the `dtypes` of the `capabilities` this renderer, or else the device it renders
-        for, declares; without a declaration, those of `dtypes.all` its `type_map` spells (C-like renderers), or all
-        of them."""
+        """The scalar dtypes kernels can load, compute with and store: the `dtypes` of the `capabilities` this
+        renderer, or else its device, declares; without a declaration those its `type_map` spells (or all)."""
         declared = _declared_dtypes(self.capabilities)
-        if declared is None:
-            device_reference = self.__dict__.get("_opened_device")
-            device: DeviceContract | None = device_reference() if device_reference is not None else None
+        if declared is None and (device_reference := self.__dict__.get("_opened_device")) is not None:
+            device: DeviceContract | None = device_reference()
             declared = _declared_dtypes(device.capabilities if device is not None else None)
-        if declared is not None:
-            return {dtype.scalar for dtype in declared}
-        return self.spelled_dtypes()
+        return {dtype.scalar for dtype in declared} if declared is not None else self.spelled_dtypes()
 
     def spelled_dtypes(self) -> set[DType]:
         """The dtypes of `dtypes.all` this renderer has a type for (its `type_map`; all of them without one)."""
-        type_map = self.type_map
-        if type_map:
-            return {dtype for dtype in dtypes.all if dtype in type_map}
-        return set(dtypes.all)
+        return {dtype for dtype in dtypes.all if dtype in self.type_map} if self.type_map else set(dtypes.all)
 
     def to_program(self, uops: list[UOp], name: str | None = None) -> ProgramSpec:
         """Render `uops` and describe the result (launch sizes, arguments, estimates) in a ProgramSpec."""
@@ -76,30 +65,22 @@ class Renderer(RendererContract):
 
 def _declared_dtypes(capabilities: object) -> Any:
     """The `dtypes` field of a capabilities declaration (a DeviceCapabilities or a dict), or None."""
-    if capabilities is None:
-        return None
-    if isinstance(capabilities, Mapping):
-        return capabilities.get("dtypes")
-    return getattr(capabilities, "dtypes", None)
+    return capabilities.get("dtypes") if isinstance(capabilities, Mapping) else getattr(capabilities, "dtypes", None)
 
 
 def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
     """The function name of a linear program: the SINK's arg (a string or an object with `.name`), else default."""
-    for uop in reversed(uops):
-        if uop.op is Ops.SINK:
-            arg = uop.arg
-            candidate = arg if isinstance(arg, str) else getattr(arg, "function_name", getattr(arg, "name", None))
-            if isinstance(candidate, str) and candidate:
-                return to_function_name(candidate)
+    for arg in (uop.arg for uop in reversed(uops) if uop.op is Ops.SINK):
+        name = arg if isinstance(arg, str) else getattr(arg, "function_name", getattr(arg, "name", None))
+        if isinstance(name, str) and name:
+            return to_function_name(name)
     return default
 
 
 @dataclass
 class Estimates:
-    """Rough costs of one launch: `ops` arithmetic operations on values (what GFLOPS figures divide; index and
-    address arithmetic is not counted), `lds` bytes loaded and stored, `mem` bytes of the global buffers touched
-    (each counted once). A loop whose bound depends on the CPU worker or on enclosing loops (uneven splits and row
-    groups) counts its mean over their values; a bound of a variable counts once."""
+    """Rough costs of one launch: `ops` arithmetic operations on values (not index arithmetic), `lds` bytes loaded
+    and stored, `mem` bytes of the global buffers touched (each once)."""
 
     ops: int = 0
     lds: int = 0
@@ -112,35 +93,25 @@ depends on them (`_trip_count`); past it the loop counts once."""
 
 
 def _trip_count(size: UOp | int) -> float:
-    """Iterations of a loop of bound `size`. A bound that depends on the worker (an uneven split of an axis across
-    CPU workers) or on enclosing loops (row groups of uneven sizes, whose group counter sets the inner trip count)
-    counts its mean over every combination of their values, so that the total over the workers and the enclosing
+    """Iterations of a loop of bound `size`. A bound that depends on the CPU worker (uneven splits) or on enclosing
+    loops (row groups of uneven sizes) counts its mean over their values, so that the total over the workers and
     loops, which the caller multiplies in, is right. Bounds of variables (DEFINE_VAR) count 1."""
-    if isinstance(size, int):
-        return size
-    if size.op is Ops.CONST:
-        return size.arg
+    if isinstance(size, int) or size.op is Ops.CONST:
+        return size if isinstance(size, int) else size.arg
     counters = [node for node in size.toposort if node.op in (Ops.SPECIAL, Ops.RANGE)]
     if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters):
         return 1
-    cases = prod(node.src[0].arg for node in counters)
-    if cases > TRIP_COUNT_CASES:
+    if (cases := prod(node.src[0].arg for node in counters)) > TRIP_COUNT_CASES:
         return 1
-    total = 0
-    for values in itertools.product(*(range(node.src[0].arg) for node in counters)):
-        bound = _evaluate(size, dict(zip(counters, values, strict=True)))
-        if bound is None:
-            return 1
-        total += bound
-    return total / cases
+    bounds = [_evaluate(size, dict(zip(counters, values, strict=True)))
+              for values in itertools.product(*(range(node.src[0].arg) for node in counters))]
+    return 1 if None in bounds else sum(bound for bound in bounds if bound is not None) / cases
 
 
 def _evaluate(expression: UOp, known: dict[UOp, int] | None = None) -> int | None:
     """The value of an integer expression of constants and the `known` values of some nodes, else None."""
     values: dict[UOp, int] = dict(known or {})
-    for node in expression.toposort:
-        if node in values:
-            continue
+    for node in (node for node in expression.toposort if node not in values):
         if node.op is Ops.CONST:
             values[node] = node.arg
         elif node.op in GroupOp.ALU and all(source in values for source in node.src):
@@ -163,9 +134,8 @@ def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
     loaded value (a gather's index, say) or yields a float is arithmetic on values."""
     index_ops: set[UOp] = set()
     for uop in uops:  # sources come before their users in a linear program
-        if uop.op not in _INDEX_CARRIERS and uop.op not in GroupOp.ALU or dtypes.is_float(uop.dtype.scalar):
-            continue
-        if all(source in index_ops or source.op in _INDEX_LEAVES for source in uop.src):
+        if (uop.op in _INDEX_CARRIERS or uop.op in GroupOp.ALU) and not dtypes.is_float(uop.dtype.scalar) and \
+                all(source in index_ops or source.op in _INDEX_LEAVES for source in uop.src):
             index_ops.add(uop)
     return index_ops
 
@@ -173,22 +143,17 @@ def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
 def _is_read_mask(uop: UOp, index_ops: set[UOp]) -> bool:
     """A select on a bounds check between a value and a constant: the masking of a padded or gated read (what a
     gated load does for free), not arithmetic on the value."""
-    if uop.op is not Ops.WHERE or not (uop.src[0] in index_ops or uop.src[0].op in _INDEX_LEAVES):
-        return False
-    return any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
+    return uop.op is Ops.WHERE and (uop.src[0] in index_ops or uop.src[0].op in _INDEX_LEAVES) and \
+        any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
 
 
 def estimate(uops: list[UOp]) -> Estimates:
     """Estimates for a linear program, multiplying each op by the trip counts of the loops and threads around it.
     `ops` counts only arithmetic on values (see `_index_arithmetic` and `_is_read_mask`): a matmul of (M, K) by
     (K, N) counts 2*M*N*K."""
-    result = Estimates()
-    index_ops = _index_arithmetic(uops)
-    multiplier = 1.0
+    index_ops, open_ranges, touched = _index_arithmetic(uops), list[float](), dict[int, int]()
+    multiplier = thread_count = 1.0
     ops = lds = 0.0
-    open_ranges: list[float] = []
-    thread_count = 1.0
-    touched: dict[int, int] = {}
     for uop in uops:
         if uop.op is Ops.SPECIAL:
             thread_count *= _trip_count(uop.src[0]) if uop.src else 1
@@ -201,21 +166,15 @@ def estimate(uops: list[UOp]) -> Estimates:
                 if source.op is Ops.RANGE and open_ranges:
                     multiplier /= max(open_ranges.pop(), 1)
         elif uop.op in GroupOp.ALU and uop not in index_ops and not _is_read_mask(uop, index_ops):
-            lanes = uop.src[0].dtype.count if uop.src else 1
-            ops += multiplier * lanes * (2 if uop.op is Ops.MULACC else 1)
+            ops += multiplier * (uop.src[0].dtype.count if uop.src else 1) * (2 if uop.op is Ops.MULACC else 1)
         elif uop.op in (Ops.LOAD, Ops.STORE):
-            index = uop.src[0]
-            buffer = index.src[0] if index.op is Ops.INDEX else index
+            buffer = uop.src[0].src[0] if uop.src[0].op is Ops.INDEX else uop.src[0]
             if buffer.op is Ops.DEFINE_GLOBAL:
                 value_dtype = uop.dtype if uop.op is Ops.LOAD else uop.src[1].dtype
                 lds += multiplier * value_dtype.itemsize * value_dtype.count
-                pointer = buffer.dtype
-                if isinstance(pointer, PtrDType) and pointer.size > 0:
+                if isinstance(pointer := buffer.dtype, PtrDType) and pointer.size > 0:
                     touched[buffer.arg] = pointer.size * pointer.base.itemsize
-    result.ops = round(ops * thread_count)
-    result.lds = round(lds * thread_count)
-    result.mem = sum(touched.values())
-    return result
+    return Estimates(round(ops * thread_count), round(lds * thread_count), sum(touched.values()))
 
 
 def _unit_dims() -> list[sint]:
@@ -224,13 +183,9 @@ def _unit_dims() -> list[sint]:
 
 @dataclass
 class ProgramSpec:
-    """A rendered kernel: `name`, source `src` for `device`, launch sizes, and what it reads and writes.
-
-    `global_size` / `local_size` are three entries each (ints, or UOps over DEFINE_VARs; see `launch_dims`).
-    On CPU, `global_size[0]` is the number of workers (the size of SPECIAL "core_id"). `globals` lists the
-    DEFINE_GLOBAL positions, `outs` those stored to, `ins` those loaded from; `vars` the DEFINE_VARs in parameter
-    order (sorted by name).
-    """
+    """A rendered kernel: `name`, source `src` for `device`, launch sizes (three ints or UOps over DEFINE_VARs each;
+    on CPU `global_size[0]` is the number of workers), the DEFINE_GLOBAL positions (`globals`, `outs` stored to, `ins`
+    loaded from) and the DEFINE_VARs in parameter order (`vars`, sorted by name)."""
 
     name: str
     src: str
@@ -250,19 +205,14 @@ class ProgramSpec:
         global_size: list[sint] = [1, 1, 1]
         local_size: list[sint] = [1, 1, 1]
         variables: dict[str, UOp] = {}
-        globals_: list[int] = []
-        outs: list[int] = []
-        ins: list[int] = []
+        globals_, outs, ins = list[int](), list[int](), list[int]()
         for uop in uops:
             if uop.op is Ops.SPECIAL:
                 size = uop.src[0] if uop.src else 1
                 size = size.arg if isinstance(size, UOp) and size.op is Ops.CONST else size
                 label: str = uop.arg
-                if label == "core_id":
-                    global_size[0] = size
-                else:
-                    axis = int(label[-1])
-                    (local_size if label.startswith("l") else global_size)[axis] = size
+                axis = 0 if label == "core_id" else int(label[-1])
+                (local_size if label.startswith("l") else global_size)[axis] = size
             elif uop.op is Ops.DEFINE_VAR:
                 variables[uop.arg[0]] = uop
             elif uop.op is Ops.DEFINE_GLOBAL:
@@ -281,14 +231,12 @@ class ProgramSpec:
                     ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
         """The global and local sizes as ints, with symbolic sizes evaluated for `var_vals`."""
         values = var_vals or {}
-        global_size = tuple(sym_infer(size, values) for size in self.global_size)
         local_size = None if self.local_size is None else tuple(sym_infer(size, values) for size in self.local_size)
-        return global_size, local_size
+        return tuple(sym_infer(size, values) for size in self.global_size), local_size
 
     def vals(self, var_vals: Mapping[str, int] | Mapping[UOp, int] | None = None) -> tuple[int, ...]:
         """The integer arguments for `vars`, in parameter order, from `var_vals` (keyed by UOp or name)."""
-        values = var_vals or {}
-        return tuple(sym_infer(variable, values) for variable in self.vars)
+        return tuple(sym_infer(variable, var_vals or {}) for variable in self.vars)
 
     @property
     def function_name(self) -> str:
