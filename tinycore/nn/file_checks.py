@@ -52,7 +52,7 @@ def check_range(name: str, kind: str, what: str, offset: int, count: int, limit:
                                "available bytes (the file may be truncated or corrupt)", error_type)
 
 
-def checked_shape(name: str, kind: str, what: str, shape: Any, max_elements: int,
+def checked_shape(name: str, kind: str, what: str, shape: object, max_elements: int,
                   error_type: type[MalformedFileError] = MalformedFileError) -> tuple[int, ...]:
     """`shape` as a tuple of non-negative ints whose product is at most `max_elements`, else `error_type`."""
     if not isinstance(shape, (list, tuple)) or len(shape) > 64:

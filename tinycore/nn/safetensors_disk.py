@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
@@ -37,9 +36,9 @@ def _error(name: str, problem: str) -> MalformedFileError:
     return fail(name, KIND, problem, SafetensorsFormatError)
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
     """A JSON object hook refusing repeated keys (which would hide a tensor)."""
-    result: dict[str, Any] = {}
+    result: dict[str, object] = {}
     for key, value in pairs:
         if key in result:
             raise ValueError(f"duplicate key {key!r}")
@@ -47,7 +46,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def read_header(source: ByteSource) -> tuple[int, dict[str, Any], dict[str, str]]:
+def read_header(source: ByteSource) -> tuple[int, dict[str, object], dict[str, str]]:
     """The header length, the raw entries (name -> entry object) and the metadata of a safetensors file."""
     name = source.name
     if source.size < 8:
@@ -70,7 +69,7 @@ def read_header(source: ByteSource) -> tuple[int, dict[str, Any], dict[str, str]
     return header_length, header, metadata
 
 
-def _check_entry(name: str, key: str, entry: Any, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
+def _check_entry(name: str, key: str, entry: object, data_size: int) -> tuple[DType, tuple[int, ...], int, int]:
     """The dtype, shape and [start, end) data offsets of one header entry, validated against the data size."""
     if not isinstance(entry, dict) or set(entry) != {"dtype", "shape", "data_offsets"}:
         fields = sorted(entry) if isinstance(entry, dict) else type(entry).__name__
