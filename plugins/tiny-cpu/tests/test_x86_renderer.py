@@ -34,6 +34,8 @@ INPUTS["special"] = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, 3.4e38,
                               65521.0, 1e-8], np.float32)
 INPUTS["large_u64"] = np.array([0, 1, 2**63 - 1, 2**63, 2**63 + 2**11, 2**64 - 1, 12345678901234567890], np.uint64)
 INPUTS["large_f64"] = np.array([0.0, 1.5, 9.2e18, 9.3e18, 1.8e19, 2.0**63, 2.0**64 - 2**11], np.float64)
+INPUTS["wide_f64"] = np.concatenate([np.linspace(-1100.0, 1100.0, 97), RNG.standard_normal(31) * 1e5,
+                                      [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1e300, -1074.5]])
 INPUTS["m"] = RNG.standard_normal((33, 47)).astype(np.float32)
 INPUTS["n"] = RNG.standard_normal((47, 29)).astype(np.float32)
 INPUTS["bools"] = RNG.integers(0, 2, 41).astype(np.bool_)
@@ -117,11 +119,17 @@ CASES.update({
         "[t['float16_b'].exp().numpy(), t['float16_b'].abs().log2().numpy()]",
         lambda v: [np.exp(v["float16_b"].astype(np.float32)).astype(np.float16),
                    np.log2(np.abs(v["float16_b"]).astype(np.float32)).astype(np.float16)]),
+    "float64 transcendentals (the renderer's own decomposition)": (
+        "[t['wide_f64'].exp2().numpy(), t['wide_f64'].log2().numpy(), (t['wide_f64'][:135] / 1e3).sin().numpy(), "
+        "t['float64_b'].exp().numpy(), t['float64_b'].abs().pow(1.7).numpy()]",
+        lambda v: [np.exp2(v["wide_f64"]), np.log2(v["wide_f64"]), np.sin(v["wide_f64"][:135] / 1e3),
+                   np.exp(v["float64_b"]), np.abs(v["float64_b"]) ** 1.7]),
     "symbolic shape": (
         "[(t['float32_a'][:Variable('n', 1, 41).bind(n)] * 2).sum().numpy() for n in (5, 17, 41)]",
         lambda v: [(v["float32_a"][:n] * 2).sum() for n in (5, 17, 41)]),
 })
-TOLERANT = {"matmul", "reductions", "float32 transcendentals (the core's decomposition)", "symbolic shape",
+TOLERANT = {"float64 transcendentals (the renderer's own decomposition)",
+            "matmul", "reductions", "float32 transcendentals (the core's decomposition)", "symbolic shape",
             "float16 transcendentals through float32"}
 
 CHILD = """
@@ -178,7 +186,7 @@ def test_case_matches_numpy(name: str, x86_results: tuple[dict[str, object], dic
         got = results[f"{number}/{part}"]
         assert got.dtype == reference.dtype and got.shape == reference.shape, (part, got.dtype, reference.dtype)
         if name in TOLERANT:
-            tolerance = 2e-3 if reference.dtype == np.float16 else 1e-5
+            tolerance = {np.dtype(np.float16): 2e-3, np.dtype(np.float64): 1e-14}.get(reference.dtype, 1e-5)
             np.testing.assert_allclose(got, reference, rtol=tolerance, atol=tolerance, err_msg=f"part {part}")
         else:
             np.testing.assert_array_equal(got, reference, err_msg=f"part {part}")

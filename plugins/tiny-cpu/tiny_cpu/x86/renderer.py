@@ -16,6 +16,7 @@ from typing import Any
 
 from tiny_cpu.hooks import x86_probe
 from tiny_cpu.x86.executable import ExecutableCode
+from tiny_cpu.x86.float64_math import float64_transcendentals
 from tiny_cpu.x86.isel import ScalarX86Contract, select_kernel
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, dtypes
@@ -33,11 +34,11 @@ def _in_float32(value: UOp, operation: UOp) -> UOp:
 
 
 # the core decomposes float32 exp2, log2 and sin into arithmetic; halves take that path through float32 (as the C
-# renderer computes them), float64 is refused at selection
-_half_transcendentals = PatternMatcher([
+# renderer computes them), float64 has arithmetic of its own (tiny_cpu.x86.float64_math)
+_transcendentals = PatternMatcher([
     (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN), dtype=(dtypes.float16, dtypes.bfloat16), src=(UPat.var("value"),),
           name="operation"), _in_float32),
-])
+]) + float64_transcendentals
 
 
 class X86Renderer(ScalarX86Contract, Renderer):
@@ -48,7 +49,7 @@ class X86Renderer(ScalarX86Contract, Renderer):
     has_threads = True
     shared_max = 0
     supports_float4 = False
-    pre_matcher = _half_transcendentals
+    pre_matcher = _transcendentals
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         from tiny_cpu.runtime import worker_count
