@@ -295,6 +295,7 @@ ALLREDUCE_CAST = ContextVar("ALLREDUCE_CAST", 1)  # 1: a half/bfloat16 sum is al
 SCACHE = ContextVar("SCACHE", 1)  # 0: every realize schedules afresh (the schedule cache is neither read nor filled)
 WINO = ContextVar("WINO", 0)  # accepted for tinygrad programs; convolutions have one lowering here: no effect
 CHECK_OOB = ContextVar("CHECK_OOB", 0)  # accepted for tinygrad programs; no symbolic bounds prover here: no effect
+IGNORE_OOB = ContextVar("IGNORE_OOB", 0)  # accepted for tinygrad programs: nothing here proves index bounds
 SPLIT_REDUCEOP = ContextVar("SPLIT_REDUCEOP", 1)
 NUM_CPU_THREADS = ContextVar("NUM_CPU_THREADS", 0)
 CHECK_INDEX = ContextVar("CHECK_INDEX", 0)  # 1: index tensors are read and bounds-checked (IndexError) when used

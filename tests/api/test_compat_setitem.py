@@ -87,10 +87,11 @@ def test_assign_through_detach_keeps_gradients_of_the_original() -> None:
     np.testing.assert_equal(weights.grad.numpy(), reference.grad.numpy())
 
 
-def test_tinyjit_row_write_at_a_variable_offset_under_check_oob() -> None:
+@pytest.mark.parametrize("flag", [{"CHECK_OOB": 0}, {"IGNORE_OOB": 1}])
+def test_tinyjit_row_write_at_a_variable_offset_under_tinygrad_bounds_flags(flag: dict[str, int]) -> None:
     from tinycore import Context, TinyJit, Variable, dtypes
 
-    with Context(CHECK_OOB=0):  # tinygrad's flag: accepted, as tinygrad programs set it
+    with Context(**flag):  # tinygrad's bounds-check flags: accepted, as tinygrad programs set them
         @TinyJit
         def write_row(target: Tensor, row: Tensor, offset: Variable) -> None:
             target.shrink(((offset, offset + 1), None)).assign(row).realize()
