@@ -100,10 +100,11 @@ def _export(module: torch.nn.Module, example: tuple[torch.Tensor, ...], names: l
     return buffer.getvalue()
 
 
-def _compare(model: bytes, inputs: dict[str, np.ndarray], rtol: float = RTOL, atol: float = ATOL) -> None:
+def _compare(model: bytes, inputs: dict[str, np.ndarray], rtol: float = RTOL, atol: float = ATOL,
+             device: str | None = None) -> None:
     session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     expected = session.run(None, inputs)
-    actual = OnnxRunner(model)(inputs)
+    actual = OnnxRunner(model, device=device)(inputs)
     assert len(actual) == len(expected)
     for (name, value), reference in zip(actual.items(), expected, strict=True):
         np.testing.assert_allclose(value.numpy(), reference, rtol=rtol, atol=atol, err_msg=f"output {name}")
@@ -126,6 +127,15 @@ def test_transformer_matches_onnxruntime():
     data = _export(SmallTransformer(), (torch.randint(0, 50, (2, 12)),), ["tokens"], ["logits"])
     tokens = np.random.default_rng(0).integers(0, 50, (2, 12)).astype(np.int64)
     _compare(data, {"tokens": tokens})
+
+
+def test_transformer_on_a_device_without_int64():
+    """WGSL has no 64-bit integers: the int64 token ids, shapes and Gather indices are held as int32 on WEBGPU (Mesa's
+    software adapter; the core test session installs every plugin, so a WEBGPU that cannot open fails here)."""
+    torch.manual_seed(0)
+    data = _export(SmallTransformer(), (torch.randint(0, 50, (2, 12)),), ["tokens"], ["logits"])
+    tokens = np.random.default_rng(1).integers(0, 50, (2, 12)).astype(np.int64)
+    _compare(data, {"tokens": tokens}, device="WEBGPU")
 
 
 def test_recurrent_matches_onnxruntime():

@@ -189,3 +189,13 @@ def test_graphs_reading_input_values_on_the_host_are_not_jitted():
     for values in ([0, 1, 0, 2], [3, 0, 0, 0], [1, 1, 1, 1]):
         np.testing.assert_array_equal(runner({"a": np.array(values, np.float32)})["b"].numpy(),
                                       np.array(np.nonzero(values), dtype=np.int64))
+
+
+def test_int64_values_saturate_when_narrowed_for_a_device_without_int64():
+    """Slice's "to the end" is INT64_MAX: narrowed to int32 it must stay the largest int32, not wrap to -1."""
+    from tinycore.nn.onnx.common import device_array
+    values = np.array([2**63 - 1, -2**63, 5, -7], dtype=np.int64)
+    narrowed = device_array(values, "WEBGPU")
+    assert narrowed.dtype == np.int32
+    np.testing.assert_array_equal(narrowed, [2**31 - 1, -2**31, 5, -7])
+    np.testing.assert_array_equal(device_array(values, "CPU"), values)

@@ -1,6 +1,7 @@
 """What the ONNX operator files share: ONNX element types as tinycore dtypes, attribute helpers, pads and axes."""
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,9 +44,58 @@ ML_DTYPE_NAMES: dict[str, DType] = {
 """ml_dtypes' numpy types (which onnx uses for these ONNX types) and the tinycore dtypes of the same bits."""
 
 
+NARROWER: dict[DType, DType] = {dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32,
+                                dtypes.float64: dtypes.float32}
+"""What a 64-bit dtype becomes on a device that cannot compute in it: ONNX carries every shape, index and count as
+int64, and WGSL (WEBGPU) has no 64-bit types, so there the runner holds them as int32."""
+
+
+@functools.cache
+def _computable(device: str) -> frozenset[DType] | None:
+    """The dtypes `device`'s renderer computes in (None: all of them)."""
+    from tinycore.device.registry import Device
+    supported = Device[device].renderer.supported_dtypes()
+    return None if supported is None else frozenset(supported)
+
+
+def device_dtype(dtype: DType, device: str | None) -> DType:
+    """`dtype`, or its 32-bit stand-in (NARROWER) on a device without 64-bit `dtype`."""
+    if dtype not in NARROWER:
+        return dtype
+    from tinycore.device.registry import Device
+    computable = _computable(Device.canonicalize(device) if device is not None else Device.DEFAULT)
+    return dtype if computable is None or dtype in computable else NARROWER[dtype]
+
+
+def index_dtype(device: str | None) -> DType:
+    """The dtype of ONNX's int64 shapes and indices on `device` (int32 where it has no int64)."""
+    return device_dtype(dtypes.int64, device)
+
+
+def device_array(array: np.ndarray, device: str | None) -> np.ndarray:
+    """`array` in the numpy type of `device_dtype` of its dtype. Integers saturate: ONNX spells "to the end" of a
+    Slice as INT64_MAX, which stays the largest int32 rather than wrapping round."""
+    if array.dtype not in (np.int64, np.uint64, np.float64):
+        return array
+    dtype = {np.dtype(np.int64): dtypes.int64, np.dtype(np.uint64): dtypes.uint64}.get(array.dtype, dtypes.float64)
+    target = device_dtype(dtype, device)
+    if target == dtype:
+        return array
+    narrow = np.dtype(target.fmt or "f")
+    if narrow.kind in "iu":
+        limits = np.iinfo(narrow)
+        array = np.clip(array, limits.min, limits.max)
+    return array.astype(narrow)
+
+
+def host_tensor(array: np.ndarray, device: str | None) -> Tensor:
+    """A host-computed result (shapes, indices, counts) as a Tensor on `device`, narrowed where it has to be."""
+    return Tensor(np.require(device_array(np.asarray(array), device), requirements="C"), device=device)
+
+
 def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
     """A numpy array as a Tensor, including ml_dtypes' bfloat16 and 8-bit floats (carried bit for bit) and 4-bit
-    integers (held one per byte)."""
+    integers (held one per byte); 64-bit arrays narrowed on a device without them (`device_array`)."""
     if array.dtype.name in ML_DTYPE_NAMES:
         target = ML_DTYPE_NAMES[array.dtype.name]
         bits = np.require(array, requirements="C").view(np.uint16 if target.itemsize == 2 else np.uint8)
@@ -54,7 +104,7 @@ def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
         return Tensor(array.astype(np.int8 if array.dtype.name == "int4" else np.uint8), device=device)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))
-    return Tensor(np.require(array, requirements="C"), device=device)
+    return Tensor(np.require(device_array(array, device), requirements="C"), device=device)
 
 
 def dtype_label(dtype: DType) -> str:

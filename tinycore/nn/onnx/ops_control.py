@@ -6,7 +6,7 @@ iteration's loop-carried values are realized to keep the lazy graph from growing
 from __future__ import annotations
 
 from tinycore.dtype import dtypes
-from tinycore.nn.onnx.common import as_ints, axis_of, onnx_dtype, scalar_of
+from tinycore.nn.onnx.common import as_ints, axis_of, index_dtype, onnx_dtype, scalar_of
 from tinycore.nn.onnx.parser import Graph
 from tinycore.nn.onnx.registry import NodeContext, Value, onnx_op
 from tinycore.tensor import Tensor
@@ -36,8 +36,8 @@ def loop(trip_count: Tensor | None, condition: Tensor | None, *initial: Value, b
     scans: list[list[Tensor]] = [[] for _ in range(len(body.outputs) - 1 - len(carried))]
     iteration = 0
     while keep_going and (limit is None or iteration < limit):
-        outputs = context.run_subgraph(body, [Tensor(iteration, dtype=dtypes.int64, device=context.device),
-                                              Tensor(keep_going, device=context.device), *carried])
+        counter = Tensor(iteration, dtype=index_dtype(context.device), device=context.device)
+        outputs = context.run_subgraph(body, [counter, Tensor(keep_going, device=context.device), *carried])
         condition_out = outputs[0]
         carried = [value.realize() if isinstance(value, Tensor) else value for value in outputs[1:1 + len(carried)]]
         for collected, value in zip(scans, outputs[1 + len(carried):], strict=False):
@@ -148,7 +148,8 @@ def sequence_erase(sequence: list[Tensor], position: Tensor | None = None) -> li
 @onnx_op("SequenceLength", 11)
 def sequence_length(sequence: list[Tensor]) -> Tensor:
     """The int64 number of elements."""
-    return Tensor(len(sequence), dtype=dtypes.int64)
+    return Tensor(len(sequence), dtype=index_dtype(sequence[0].device if sequence else None),
+                  device=sequence[0].device if sequence else None)
 
 
 @onnx_op("ConcatFromSequence", 11)

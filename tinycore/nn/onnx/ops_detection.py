@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tinycore.nn.onnx.common import scalar_of
+from tinycore.nn.onnx.common import host_tensor, scalar_of
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -58,7 +58,7 @@ def non_max_suppression(boxes: Tensor, scores: Tensor, max_output_boxes_per_clas
                     continue
                 kept.append(int(index))
             selected += [(batch, klass, index) for index in kept]
-    return Tensor(np.array(selected, dtype=np.int64).reshape(-1, 3), device=boxes.device)
+    return host_tensor(np.array(selected, dtype=np.int64).reshape(-1, 3), boxes.device)
 
 
 def _bilinear(plane: np.ndarray, y: float, x: float) -> float:

@@ -2,7 +2,7 @@
 index and none / sum / mean reductions."""
 from __future__ import annotations
 
-from tinycore.dtype import dtypes
+from tinycore.nn.onnx.common import index_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -10,7 +10,7 @@ from tinycore.tensor import Tensor
 def _negative_log_likelihood(log_probabilities: Tensor, target: Tensor, weight: Tensor | None, ignore_index: int | None,
                              reduction: str) -> Tensor:
     """-log_probabilities[n, target[n, ...], ...] weighted per class; the mean divides by the weights summed."""
-    target = target.cast(dtypes.int64)
+    target = target.cast(index_dtype(target.device))
     ignored = (target == ignore_index) if ignore_index is not None else None
     safe_target = ignored.where(0, target) if ignored is not None else target
     picked = -log_probabilities.gather(1, safe_target.unsqueeze(1)).squeeze(1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import INT4_RANGES, onnx_dtype
+from tinycore.nn.onnx.common import INT4_RANGES, device_dtype, onnx_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -67,7 +67,8 @@ def _float_mod(x: Tensor, y: Tensor) -> Tensor:
 def power(x: Tensor, y: Tensor) -> Tensor:
     """x ** y in x's dtype (integer bases raised exactly through float64, then rounded)."""
     if dtypes.is_int(x.dtype):
-        return x.cast(dtypes.float64).pow(y.cast(dtypes.float64)).round().cast(x.dtype)
+        wide = device_dtype(dtypes.float64, x.device)
+        return x.cast(wide).pow(y.cast(wide)).round().cast(x.dtype)
     return x.pow(y.cast(x.dtype) if isinstance(y, Tensor) else y)
 
 
@@ -382,7 +383,7 @@ def saturate_cast(x: Tensor, dtype: DType, saturate: bool = True, code: int | No
 @onnx_op("Cast", 1)
 def cast(x: Tensor, to: int, saturate: int = 1) -> Tensor:
     """x converted to ONNX element type `to`."""
-    return saturate_cast(x, onnx_dtype(to, "Cast"), bool(saturate), to)
+    return saturate_cast(x, device_dtype(onnx_dtype(to, "Cast"), x.device), bool(saturate), to)
 
 
 @onnx_op("CastLike", 15)

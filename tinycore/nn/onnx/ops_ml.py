@@ -2,7 +2,7 @@
 over integer tokens."""
 from __future__ import annotations
 
-from tinycore.dtype import dtypes
+from tinycore.nn.onnx.common import index_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -18,7 +18,7 @@ def binarizer(x: Tensor, threshold: float = 0.0) -> Tensor:
 @onnx_op("ArrayFeatureExtractor", 1, domain=ML)
 def array_feature_extractor(x: Tensor, indices: Tensor) -> Tensor:
     """The entries of x's last axis at `indices` (a 1-D x gives a (1, count) result)."""
-    picked = x[..., indices.reshape(-1).cast(dtypes.int64)]
+    picked = x[..., indices.reshape(-1).cast(index_dtype(indices.device))]
     return picked.reshape(1, -1) if x.ndim == 1 else picked
 
 

@@ -8,7 +8,16 @@ import numpy as np
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
-from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, pairs_from_onnx_pads, spatial_pads, torch_style_padding
+from tinycore.nn.onnx.common import (
+    as_ints,
+    axes_of,
+    axis_of,
+    host_tensor,
+    index_dtype,
+    pairs_from_onnx_pads,
+    spatial_pads,
+    torch_style_padding,
+)
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -84,11 +93,11 @@ def max_pool(x: Tensor, kernel_shape: list[int], auto_pad: str = "NOTSET", ceil_
                                         return_indices=True)
     values = values.cast(x.dtype)
     spatial = x.shape[2:]
-    indices = indices.cast(dtypes.int64)
+    indices = indices.cast(index_dtype(x.device))
     if storage_order and len(spatial) == 2:
         row, column = indices // spatial[1], indices % spatial[1]
         indices = column * spatial[0] + row
-    planes = Tensor.arange(x.shape[0] * x.shape[1], device=x.device, dtype=dtypes.int64).reshape(
+    planes = Tensor.arange(x.shape[0] * x.shape[1], device=x.device, dtype=index_dtype(x.device)).reshape(
         x.shape[0], x.shape[1], *[1] * len(spatial))
     return values, indices + planes * prod(spatial)
 
@@ -148,7 +157,7 @@ def max_unpool(x: Tensor, indices: Tensor, output_shape: list[int] | None = None
                    zip(x.shape[2:], strides, kernel, pairs, strict=False)]
         shape = [x.shape[0], x.shape[1], *spatial]
     flat = Tensor.zeros(prod(shape), dtype=x.dtype, device=x.device)
-    return flat.scatter(0, indices.reshape(-1).cast(dtypes.int64), x.reshape(-1)).reshape(tuple(shape))
+    return flat.scatter(0, indices.reshape(-1).cast(index_dtype(x.device)), x.reshape(-1)).reshape(tuple(shape))
 
 
 def _channel_shape(x: Tensor) -> tuple[int, ...]:
@@ -372,7 +381,7 @@ def _resize(x: Tensor, roi: list[float] | None, scales: list[float] | None, size
         for tap in range(index.shape[0]):
             if not np.any(weights[tap]):
                 continue
-            picked = x[tuple([slice(None)] * axis + [Tensor(index[tap], device=x.device)])]
+            picked = x[tuple([slice(None)] * axis + [host_tensor(index[tap], x.device)])]
             if mode != "nearest":
                 picked = picked * Tensor(weights[tap].astype(np.float32), device=x.device).reshape(shape)
             result = picked if result is None else result + picked
@@ -438,7 +447,7 @@ def col_to_image(x: Tensor, image_shape: list[int], block_shape: list[int], dila
     flat = np.where(inside.reshape(-1), flat, spare).astype(np.int32)
     batch, channels = x.shape[0], x.shape[1] // prod(block)
     values = x.reshape(batch, channels, -1)
-    index = Tensor(flat, device=x.device).reshape(1, 1, -1).expand(values.shape)
+    index = host_tensor(flat, x.device).reshape(1, 1, -1).expand(values.shape)
     canvas = Tensor.zeros(batch, channels, spare + 1, dtype=x.dtype, device=x.device)
     summed = canvas.scatter_reduce(2, index, values, "sum", include_self=True)
     return summed[:, :, :spare].reshape(batch, channels, *image)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from tinycore.dtype import DType
-from tinycore.nn.onnx.common import onnx_dtype
+from tinycore.nn.onnx.common import device_dtype, host_tensor, onnx_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -68,7 +68,8 @@ def multinomial(x: Tensor, dtype: int = 6, sample_size: int = 1, seed: float | N
     probabilities /= probabilities.sum(-1, keepdims=True)
     generator = _generator(seed)
     samples = np.stack([generator.choice(row.size, size=sample_size, p=row) for row in probabilities])
-    return Tensor(samples.astype(np.int64), device=x.device).cast(onnx_dtype(dtype, "Multinomial"))
+    chosen = device_dtype(onnx_dtype(dtype, "Multinomial"), x.device)
+    return host_tensor(samples.astype(np.int64), x.device).cast(chosen)
 
 
 @onnx_op("Dropout", 1, domain="com.microsoft")

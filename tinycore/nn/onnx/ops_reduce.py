@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tinycore.dtype import dtypes
-from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, scalar_of
+from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, index_dtype, scalar_of
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -81,7 +81,7 @@ def _arg_extreme(x: Tensor, axis: int, keepdims: int, select_last_index: int, la
         index = (x.shape[axis] - 1) - index
     else:
         index = x.argmax(axis, keepdim=True) if largest else x.argmin(axis, keepdim=True)
-    index = index.cast(dtypes.int64)
+    index = index.cast(index_dtype(x.device))
     return index if keepdims else index.squeeze(axis)
 
 
@@ -162,7 +162,7 @@ def top_k(x: Tensor, k: list[int] | int, axis: int = -1, largest: int = 1, sorte
     count = int(scalar_of(k))
     axis = axis_of(axis, x.ndim)
     values, indices = x.topk(count, dim=axis, largest=bool(largest), sorted_=True)
-    return values, indices.cast(dtypes.int64)
+    return values, indices.cast(index_dtype(x.device))
 
 
 @onnx_op("CumSum", 11, host_inputs=(1,))

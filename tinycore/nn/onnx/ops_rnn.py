@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from tinycore.dtype import dtypes
+from tinycore.nn.onnx.common import index_dtype
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -54,8 +54,8 @@ def _reverse_within(x: Tensor, lengths: Tensor | None) -> Tensor:
     if lengths is None:
         return x.flip(0)
     steps = x.shape[0]
-    time = Tensor.arange(steps, device=x.device, dtype=dtypes.int64).reshape(steps, 1)
-    lengths = lengths.cast(dtypes.int64).reshape(1, -1)
+    time = Tensor.arange(steps, device=x.device, dtype=index_dtype(x.device)).reshape(steps, 1)
+    lengths = lengths.cast(index_dtype(x.device)).reshape(1, -1)
     source = (time < lengths).where(lengths - 1 - time, time)
     index = source.reshape(steps, -1, *[1] * (x.ndim - 2)).expand(x.shape)
     return x.gather(0, index)
@@ -72,7 +72,7 @@ def _run_direction(x: Tensor, states: list[Tensor], step: StepFunction, lengths:
     for time in range(sequence.shape[0]):
         new_states = step(sequence[time], states)
         if lengths is not None:
-            active = (lengths.cast(dtypes.int64) > time).reshape(-1, 1)
+            active = (lengths.cast(index_dtype(lengths.device)) > time).reshape(-1, 1)
             new_states = [active.where(new, old) for new, old in zip(new_states, states, strict=False)]
             outputs.append(active.where(new_states[0], 0))
         else:

@@ -10,27 +10,36 @@ import numpy as np
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
-from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, onnx_dtype, pairs_from_onnx_pads, scalar_of
+from tinycore.nn.onnx.common import (
+    as_ints,
+    axes_of,
+    axis_of,
+    host_tensor,
+    index_dtype,
+    onnx_dtype,
+    pairs_from_onnx_pads,
+    scalar_of,
+)
 from tinycore.nn.onnx.registry import NodeContext, onnx_op
 from tinycore.tensor import Tensor
 
 
 def _from_numpy(array: np.ndarray, like: Tensor) -> Tensor:
     """A host result as a Tensor on the device of `like`."""
-    return Tensor(np.require(array, requirements="C"), device=like.device)
+    return host_tensor(array, like.device)
 
 
 @onnx_op("Shape", 1)
 def shape(x: Tensor, start: int = 0, end: int | None = None) -> Tensor:
     """The int64 shape of x, optionally the dims [start, end)."""
     dims = [int(size) for size in x.shape]
-    return Tensor(np.array(dims[slice(start, end)], dtype=np.int64), device=x.device)
+    return host_tensor(np.array(dims[slice(start, end)], dtype=np.int64), x.device)
 
 
 @onnx_op("Size", 1)
 def size(x: Tensor) -> Tensor:
     """The int64 number of elements of x."""
-    return Tensor(np.array(prod(x.shape), dtype=np.int64), device=x.device)
+    return host_tensor(np.array(prod(x.shape), dtype=np.int64), x.device)
 
 
 @onnx_op("Reshape", 5, host_inputs=(1,))
@@ -169,7 +178,8 @@ def slice_(x: Tensor, starts: list[int], ends: list[int], axes: list[int] | None
 
 
 def _positive_indices(indices: Tensor, size: int) -> Tensor:
-    indices = indices.cast(dtypes.int64) if indices.dtype != dtypes.int64 else indices
+    wide = index_dtype(indices.device)
+    indices = indices.cast(wide) if indices.dtype != wide else indices
     return (indices < 0).where(indices + size, indices)
 
 
@@ -199,7 +209,7 @@ def _linear_index(data_shape: tuple[int, ...], indices: Tensor, batch_dims: int)
         part = _positive_indices(indices[..., position], size) * prod(dims[position + 1:])
         linear = part if linear is None else linear + part
     if linear is None:
-        linear = Tensor.zeros(indices.shape[:-1], dtype=dtypes.int64, device=indices.device)
+        linear = Tensor.zeros(indices.shape[:-1], dtype=index_dtype(indices.device), device=indices.device)
     return linear, depth
 
 
@@ -210,7 +220,7 @@ def gather_nd(x: Tensor, indices: Tensor, batch_dims: int = 0) -> Tensor:
     batch, inner = prod(x.shape[:batch_dims]), prod(x.shape[batch_dims:batch_dims + depth])
     rest = x.shape[batch_dims + depth:]
     flat = x.reshape(batch * inner, *rest)
-    offsets = Tensor.arange(batch, device=x.device, dtype=dtypes.int64).reshape(
+    offsets = Tensor.arange(batch, device=x.device, dtype=index_dtype(x.device)).reshape(
         *x.shape[:batch_dims], *[1] * (linear.ndim - batch_dims)) * inner if batch_dims else 0
     picked = flat[(linear + offsets).reshape(-1)]
     return picked.reshape(*indices.shape[:-1], *rest)
@@ -310,9 +320,9 @@ def constant(value: Tensor | None = None, value_float: float | None = None, valu
     if value_floats is not None:
         return Tensor(np.array(value_floats, dtype=np.float32))
     if value_int is not None:
-        return Tensor(np.array(value_int, dtype=np.int64))
+        return host_tensor(np.array(value_int, dtype=np.int64), None)
     if value_ints is not None:
-        return Tensor(np.array(value_ints, dtype=np.int64))
+        return host_tensor(np.array(value_ints, dtype=np.int64), None)
     raise NotImplementedError("string constants are not supported (tinycore has no string dtype)")
 
 
@@ -365,7 +375,7 @@ def compress(x: Tensor, condition: list[bool], axis: int | None = None) -> Tenso
     axis = axis_of(axis, x.ndim)
     if keep.size == 0:
         return x[tuple([slice(None)] * axis + [slice(0, 0)])]
-    return x[tuple([slice(None)] * axis + [Tensor(keep.astype(np.int64), device=x.device)])]
+    return x[tuple([slice(None)] * axis + [host_tensor(keep.astype(np.int64), x.device)])]
 
 
 @onnx_op("NonZero", 9)
@@ -380,9 +390,9 @@ def one_hot(indices: Tensor, depth: list[int] | int, values: Tensor, axis: int =
     count = int(scalar_of(depth))
     rank = indices.ndim + 1
     axis = axis_of(axis, rank)
-    indices = indices.cast(dtypes.int64)
+    indices = indices.cast(index_dtype(indices.device))
     indices = (indices < 0).where(indices + count, indices).unsqueeze(axis)
-    positions = Tensor.arange(count, device=indices.device, dtype=dtypes.int64).reshape(
+    positions = Tensor.arange(count, device=indices.device, dtype=index_dtype(indices.device)).reshape(
         [count if dim == axis else 1 for dim in range(rank)])
     off, on = values[0], values[1]
     return (indices == positions).where(on, off)
@@ -409,9 +419,9 @@ def trilu(x: Tensor, k: list[int] | int | None = None, upper: int = 1) -> Tensor
 @onnx_op("ReverseSequence", 10, host_inputs=(1,))
 def reverse_sequence(x: Tensor, sequence_lens: list[int], batch_axis: int = 1, time_axis: int = 0) -> Tensor:
     """Each batch entry's first sequence_lens[b] steps along `time_axis` reversed."""
-    lengths = Tensor(np.array(sequence_lens, dtype=np.int64), device=x.device)
+    lengths = host_tensor(np.array(sequence_lens, dtype=np.int64), x.device)
     steps = x.shape[time_axis]
-    time = Tensor.arange(steps, device=x.device, dtype=dtypes.int64)
+    time = Tensor.arange(steps, device=x.device, dtype=index_dtype(x.device))
     shape_time = [steps if dim == time_axis else 1 for dim in range(x.ndim)]
     shape_batch = [x.shape[batch_axis] if dim == batch_axis else 1 for dim in range(x.ndim)]
     time, lengths = time.reshape(shape_time), lengths.reshape(shape_batch)
@@ -460,10 +470,11 @@ def tensor_scatter(past_cache: Tensor, update: Tensor, write_indices: Tensor | N
     axis = axis_of(axis, past_cache.ndim)
     length, steps = past_cache.shape[axis], update.shape[axis]
     batch = past_cache.shape[0]
-    starts = write_indices.cast(dtypes.int64) if write_indices is not None else \
-        Tensor.zeros(batch, dtype=dtypes.int64, device=past_cache.device)
+    wide = index_dtype(past_cache.device)
+    starts = write_indices.cast(wide) if write_indices is not None else \
+        Tensor.zeros(batch, dtype=wide, device=past_cache.device)
     positions = starts.reshape(batch, *[1] * (past_cache.ndim - 1)) + Tensor.arange(
-        steps, device=past_cache.device, dtype=dtypes.int64).reshape([steps if dim == axis else 1
+        steps, device=past_cache.device, dtype=wide).reshape([steps if dim == axis else 1
                                                                       for dim in range(past_cache.ndim)])
     if mode == "circular":
         positions = positions % length

@@ -20,7 +20,7 @@ import numpy as np
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.nn.file_checks import ByteSource, MalformedFileError
-from tinycore.nn.onnx.common import ONNX_TYPE_NAMES, dtype_label, onnx_dtype
+from tinycore.nn.onnx.common import NARROWER, ONNX_TYPE_NAMES, device_array, device_dtype, dtype_label, onnx_dtype
 from tinycore.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -320,6 +320,8 @@ def _tensor_from_array(array: np.ndarray, dtype: DType, device: str | None) -> T
         return Tensor(np.require(array, requirements="C").view(bits), device=device).bitcast(dtype)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))
+    if dtype in NARROWER:
+        array, dtype = device_array(array, device), device_dtype(dtype, device)
     return Tensor(np.require(array, requirements="C"), device=device, dtype=dtype)
 
 

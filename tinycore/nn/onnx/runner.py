@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import dtype_label, tensor_from_numpy
+from tinycore.nn.onnx.common import device_dtype, dtype_label, tensor_from_numpy
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
 from tinycore.tensor import Tensor
@@ -215,7 +215,7 @@ class OnnxRunner:
             except (TypeError, ValueError) as error:
                 raise RuntimeError(f"input {info.name!r}: cannot make a tensor of {type(value).__name__} ({error})"
                                    ) from error
-        if expected is not None and tensor.dtype != expected:
+        if expected is not None and tensor.dtype not in (expected, device_dtype(expected, self.device)):
             raise RuntimeError(f"input {info.name!r} has dtype {dtype_label(tensor.dtype)}, the model expects "
                                f"{dtype_label(expected)}; convert it first (numpy: .astype)")
         shape = info.type.shape if info.type is not None else None
