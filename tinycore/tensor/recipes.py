@@ -16,9 +16,9 @@ builds, with the positions of its buffers among the leaves' buffers, so realize 
 from __future__ import annotations
 
 from itertools import count
-from typing import Any
+from typing import TYPE_CHECKING
 
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.schedule.cache import (
     known_template,
     node_structure_key,
@@ -29,16 +29,19 @@ from tinycore.schedule.cache import (
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp, _arg_key, _touches_several_devices
 
+if TYPE_CHECKING:
+    from tinycore.schedule.cache import _Template
+
 RECIPE_LIMIT = 1024
 """How many recipes are remembered (all are forgotten when the table is full: structures seen again are recorded
 again)."""
 
-_STRUCTURE_IDS: dict[tuple[Any, ...], int] = {}
+_STRUCTURE_IDS: dict[tuple[object, ...], int] = {}
 _NEXT_ID = count()
 LEAF_ATTRIBUTE = "_recipe_leaf"
 """Where leaf_info keeps its answer on a node (read directly on hot paths)."""
 _CHAIN_ATTRIBUTE = "_recipe_chains"
-Step = tuple[Ops, Any, Any, Any, tuple[int, ...]]
+Step = tuple[Ops, DType, object, object, tuple[int, ...]]
 """One node to build: op, dtype, arg, the arg's cache key and the slots of its sources."""
 
 
@@ -68,10 +71,10 @@ class Recipe:
     __slots__ = ("constants", "chains", "steps", "result_key", "origins", "template")
 
     def __init__(self, constants: tuple[UOp, ...], chains: tuple[tuple[int, tuple[Step, ...]], ...],
-                 steps: tuple[Step, ...], result_key: tuple[Any, ...], origins: tuple[tuple[int, int], ...]):
+                 steps: tuple[Step, ...], result_key: tuple[object, ...], origins: tuple[tuple[int, int], ...]):
         self.constants, self.chains, self.steps = constants, chains, steps
         self.result_key, self.origins = result_key, origins
-        self.template: tuple[int, Any] | None = None
+        self.template: tuple[int, _Template] | None = None
 
     def build(self, leaves: list[UOp], leaf_buffers: list[list[UOp]]) -> UOp:
         """The operation's graph over `leaves` (whose buffers are `leaf_buffers`), its structure key recorded."""
@@ -105,7 +108,7 @@ class Recipe:
 
 
 def key_of(leaves: list[UOp], infos: list[tuple[int, list[UOp], int]],
-           arguments: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[list[UOp]]]:
+           arguments: tuple[object, ...]) -> tuple[tuple[object, ...], list[list[UOp]]]:
     """RecipeBook.key for leaves whose `leaf_info` the caller has already."""
     ids = tuple([info[0] for info in infos])
     buffers = [info[1] for info in infos]
@@ -125,19 +128,19 @@ class RecipeBook:
     """Recipes of one operation by key; `key()` says whether a call's inputs can be looked up at all."""
 
     def __init__(self) -> None:
-        self.recipes: dict[tuple[Any, ...], Recipe] = {}
+        self.recipes: dict[tuple[object, ...], Recipe] = {}
 
     @staticmethod
-    def key(leaves: list[UOp], arguments: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[list[UOp]]]:
+    def key(leaves: list[UOp], arguments: tuple[object, ...]) -> tuple[tuple[object, ...], list[list[UOp]]]:
         """The lookup key of a call with these leaves and (hashable, exactly keyed) non-tensor `arguments`, and
         each leaf's buffers."""
         return key_of(leaves, [leaf_info(leaf) for leaf in leaves], arguments)
 
-    def get(self, key: tuple[Any, ...]) -> Recipe | None:
+    def get(self, key: tuple[object, ...]) -> Recipe | None:
         """The recipe recorded under `key`, if any."""
         return self.recipes.get(key)
 
-    def record(self, key: tuple[Any, ...], leaves: list[UOp], leaf_buffers: list[list[UOp]], result: UOp) -> None:
+    def record(self, key: tuple[object, ...], leaves: list[UOp], leaf_buffers: list[list[UOp]], result: UOp) -> None:
         """Record how `result` was built over `leaves`; nothing when it depends on anything else that holds memory
         (a new buffer, another tensor's graph)."""
         slots: dict[UOp, int] = {}
