@@ -57,7 +57,7 @@ ProbeAnswer = tuple[bool, str, int]
 
 __all__ = ["ENTRY_POINT_GROUP", "CORE_REQUIREMENT", "PROBE_SECONDS", "TINY_DEVICES_TIMEOUT_SECONDS", "ProbeAnswer",
            "check_api_level", "check_pyproject", "check_installed_entry_point", "check_device_spec",
-           "check_probe_is_quick", "check_tiny_devices_row"]
+           "check_probe_is_quick", "check_tiny_devices_row", "check_registration"]
 
 
 def _require(condition: bool, message: str) -> None:
@@ -145,6 +145,23 @@ def check_device_spec(hooks_module: ModuleType, device_name: str, device_class: 
                      f"probe {probe!r} resolves to {resolved!r}, not to {hooks_module.__name__}.{attribute}")
         _require(callable(resolved), f"probe {probe!r} resolves to {resolved!r}, which is not callable")
     return spec
+
+
+def check_registration(hooks_module: ModuleType, plugin_root: str | Path, device_name: str, device_class: str, *,
+                       dependencies: Sequence[str] = (CORE_REQUIREMENT,)) -> DeviceSpec:
+    """check_api_level, check_pyproject, check_installed_entry_point and check_device_spec for a plugin named the
+    usual way: hooks in the module `tiny_NAME.hooks` (whose `probe` is the device's probe), distribution
+    `tiny-NAME`, entry point `NAME`. Returns the device spec. A plugin named otherwise calls the four itself."""
+    package, _separator, module = hooks_module.__name__.partition(".")
+    _require(package.startswith("tiny_") and module == "hooks",
+             f"check_registration derives the names from a hooks module tiny_NAME.hooks, got {hooks_module.__name__}: "
+             "call check_api_level, check_pyproject, check_installed_entry_point and check_device_spec instead")
+    entry_name = package.removeprefix("tiny_")
+    distribution = f"tiny-{entry_name}"
+    check_api_level(hooks_module)
+    check_pyproject(plugin_root, distribution, entry_name, hooks_module.__name__, dependencies=dependencies)
+    check_installed_entry_point(entry_name, hooks_module.__name__, distribution, plugin_root=plugin_root)
+    return check_device_spec(hooks_module, device_name, device_class, f"{hooks_module.__name__}:probe")
 
 
 def check_probe_is_quick(probe: Callable[[], Any]) -> ProbeAnswer:

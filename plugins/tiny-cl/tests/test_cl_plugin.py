@@ -15,20 +15,9 @@ from tinycore.testing import registration
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_api_level_matches_the_core() -> None:
-    registration.check_api_level(hooks)
-
-
-def test_pyproject_declares_entry_point_and_core_range() -> None:
-    registration.check_pyproject(PLUGIN_ROOT, "tiny-cl", "cl", "tiny_cl.hooks")
-
-
-def test_installed_entry_point() -> None:
-    registration.check_installed_entry_point("cl", "tiny_cl.hooks", "tiny-cl", plugin_root=PLUGIN_ROOT)
-
-
-def test_device_spec() -> None:
-    registration.check_device_spec(hooks, "CL", "tiny_cl.device:CLDevice", "tiny_cl.hooks:probe")
+def test_registration() -> None:
+    """API level, pyproject.toml, the installed entry point and the device spec."""
+    registration.check_registration(hooks, PLUGIN_ROOT, "CL", "tiny_cl.device:CLDevice")
 
 
 def test_device_class_and_renderer_are_named_by_import_path() -> None:

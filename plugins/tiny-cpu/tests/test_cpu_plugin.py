@@ -23,20 +23,9 @@ def make_program(directory: Path, name: str) -> Path:
     return program
 
 
-def test_api_level_matches_the_core() -> None:
-    registration.check_api_level(hooks)
-
-
-def test_pyproject_declares_entry_point_and_core_range() -> None:
-    registration.check_pyproject(PLUGIN_ROOT, "tiny-cpu", "cpu", "tiny_cpu.hooks")
-
-
-def test_installed_entry_point() -> None:
-    registration.check_installed_entry_point("cpu", "tiny_cpu.hooks", "tiny-cpu", plugin_root=PLUGIN_ROOT)
-
-
-def test_device_spec() -> None:
-    registration.check_device_spec(hooks, "CPU", "tiny_cpu.device:CPUDevice", "tiny_cpu.hooks:probe")
+def test_registration() -> None:
+    """API level, pyproject.toml, the installed entry point and the device spec."""
+    registration.check_registration(hooks, PLUGIN_ROOT, "CPU", "tiny_cpu.device:CPUDevice")
 
 
 def test_cpu_has_the_highest_priority_of_the_installed_devices() -> None:

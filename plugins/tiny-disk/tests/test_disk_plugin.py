@@ -12,20 +12,9 @@ from tinycore.testing import registration
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_api_level_matches_the_core() -> None:
-    registration.check_api_level(hooks)
-
-
-def test_pyproject_declares_entry_point_and_core_range() -> None:
-    registration.check_pyproject(PLUGIN_ROOT, "tiny-disk", "disk", "tiny_disk.hooks")
-
-
-def test_installed_entry_point() -> None:
-    registration.check_installed_entry_point("disk", "tiny_disk.hooks", "tiny-disk", plugin_root=PLUGIN_ROOT)
-
-
-def test_device_spec() -> None:
-    registration.check_device_spec(hooks, "DISK", "tiny_disk.device:DiskDevice", "tiny_disk.hooks:probe")
+def test_registration() -> None:
+    """API level, pyproject.toml, the installed entry point and the device spec."""
+    registration.check_registration(hooks, PLUGIN_ROOT, "DISK", "tiny_disk.device:DiskDevice")
 
 
 def test_device_opens() -> None:

@@ -13,20 +13,9 @@ from tinycore.testing import registration
 PLUGIN_ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_api_level_matches_the_core() -> None:
-    registration.check_api_level(hooks)
-
-
-def test_pyproject_declares_entry_point_and_core_range() -> None:
-    registration.check_pyproject(PLUGIN_ROOT, "tiny-nv", "nv", "tiny_nv.hooks")
-
-
-def test_installed_entry_point() -> None:
-    registration.check_installed_entry_point("nv", "tiny_nv.hooks", "tiny-nv", plugin_root=PLUGIN_ROOT)
-
-
-def test_device_spec() -> None:
-    registration.check_device_spec(hooks, "NV", "tiny_nv.device:NVDevice", "tiny_nv.hooks:probe")
+def test_registration() -> None:
+    """API level, pyproject.toml, the installed entry point and the device spec."""
+    registration.check_registration(hooks, PLUGIN_ROOT, "NV", "tiny_nv.device:NVDevice")
 
 
 def test_renderers_and_interfaces() -> None:
