@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tinycore.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
-from tinycore.tensor.support import broadcast_shape, same_size, scalar_result_dtype, scalars_dtype
+from tinycore.tensor.support import LN_2, LOG2_E, broadcast_shape, same_size, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -20,9 +20,6 @@ if TYPE_CHECKING:
     from typing_extensions import TypeIs
 
     from tinycore.tensor.tensor import NestedValues, Operand, Tensor
-
-_LOG2_E = 1 / math.log(2)
-_LN_2 = math.log(2)
 
 
 def _is_tensor(value: object) -> TypeIs[Tensor]:
@@ -659,7 +656,7 @@ class ElementwiseMixin:
 
     def exp(self: Tensor) -> Tensor:
         """e ** self."""
-        return (self._float() * _LOG2_E)._alu(Ops.EXP2)
+        return (self._float() * LOG2_E)._alu(Ops.EXP2)
 
     def exp2(self: Tensor) -> Tensor:
         """2 ** self."""
@@ -667,7 +664,7 @@ class ElementwiseMixin:
 
     def log(self: Tensor) -> Tensor:
         """Natural logarithm."""
-        return self._float()._alu(Ops.LOG2) * _LN_2
+        return self._float()._alu(Ops.LOG2) * LN_2
 
     def log2(self: Tensor) -> Tensor:
         """Base-2 logarithm."""
@@ -812,7 +809,7 @@ class ElementwiseMixin:
         z / (1 + z) below, so values far below zero keep their precision and gradients stay finite everywhere."""
         x = self._float()
         negative = x < 0
-        z = (negative.where(x, -x) * _LOG2_E)._alu(Ops.EXP2)
+        z = (negative.where(x, -x) * LOG2_E)._alu(Ops.EXP2)
         positive_branch = (1.0 + z)._alu(Ops.RECIPROCAL)
         return negative.where(z * positive_branch, positive_branch)
 

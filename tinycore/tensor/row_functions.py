@@ -12,7 +12,7 @@ Tensor operations make (tests/unit/tensor/test_row_functions.py checks that); gr
 from __future__ import annotations
 
 from tinycore.dtype import dtypes
-from tinycore.tensor.elementwise import _LN_2, _LOG2_E
+from tinycore.tensor.support import LN_2, LOG2_E
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -32,7 +32,7 @@ def _shifted(source: UOp, axis: int) -> UOp:
 
 def _exp(value: UOp) -> UOp:
     """e ** value as Tensor.exp spells it: 2 ** (value * log2(e))."""
-    scale = UOp.const_on(value.dtype, _LOG2_E, value.device, value.shape)
+    scale = UOp.const_on(value.dtype, LOG2_E, value.device, value.shape)
     return value.alu(Ops.MUL, scale).alu(Ops.EXP2)
 
 
@@ -48,5 +48,5 @@ def log_softmax_nodes(source: UOp, axis: int) -> UOp:
     shifted = _shifted(source, axis)
     total = _exp(shifted).r(Ops.ADD, (axis,))
     # Tensor.log: log2(x) * ln(2)
-    logarithm = total.alu(Ops.LOG2).alu(Ops.MUL, UOp.const_on(total.dtype, _LN_2, total.device, total.shape))
+    logarithm = total.alu(Ops.LOG2).alu(Ops.MUL, UOp.const_on(total.dtype, LN_2, total.device, total.shape))
     return shifted.alu(Ops.ADD, logarithm.expand(source.shape).alu(Ops.NEG))

@@ -1,6 +1,7 @@
 """Argument handling shared by the Tensor mixins: shapes, axes, devices, dtypes of Python scalars."""
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -9,6 +10,11 @@ from tinycore.errors import BroadcastError
 
 if TYPE_CHECKING:
     from tinycore.uop.uop import UOp
+
+LOG2_E = 1 / math.log(2)
+"""log2(e): exp(x) is exp2(x * LOG2_E) (the elementwise ops and the softmax rows both build it so)."""
+LN_2 = math.log(2)
+"""ln(2): log(x) is log2(x) * LN_2."""
 
 
 def argfix(*args: Any) -> tuple[Any, ...]:
