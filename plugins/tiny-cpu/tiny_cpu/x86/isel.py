@@ -453,12 +453,25 @@ def _integer_compare(ctx: Selection, uop: UOp) -> str:
 def _where(ctx: Selection, uop: UOp) -> str:
     condition = ctx.register(uop.src[0])
     result = _register_of(ctx, uop.dtype)
-    if condition.kind == "gpr":  # a scalar bool byte: branch around the copy of the true value
-        integer = result.kind == "gpr"
-        _copy(ctx, result, ctx.integer(uop.src[2]) if integer else ctx.register(uop.src[2]))
-        skip = branch_over(ctx.builder, condition)
-        _copy(ctx, result, ctx.integer(uop.src[1]) if integer else ctx.register(uop.src[1]))
-        ctx.builder.bind(skip)
+    if condition.kind == "gpr":  # a scalar bool byte; no branch, which data-dependent selects (relu) mispredict
+        if result.kind == "vec":  # the byte widened to a lane mask of all ones or zeros, then a blend
+            bits, mask = ctx.builder.value("gpr", 64), ctx.builder.value("vec", 128)  # 64 bits: a double's lanes
+            ctx.builder.emit("movzx", bits, condition)
+            ctx.builder.emit("neg", bits)
+            ctx.builder.emit("vmovq", mask, bits)
+            ctx.builder.emit("vblendvps", result, ctx.register(uop.src[2]), ctx.register(uop.src[1]), mask)
+        elif result.bits == 8:  # bools: (c and t) or (not c and f)
+            other = ctx.builder.value("gpr", 8)
+            ctx.builder.emit("mov", result, condition)
+            ctx.builder.emit("and", result, ctx.integer(uop.src[1]))
+            ctx.builder.emit("mov", other, condition)
+            ctx.builder.emit("xor", other, 1)
+            ctx.builder.emit("and", other, ctx.integer(uop.src[2]))
+            ctx.builder.emit("or", result, other)
+        else:
+            ctx.builder.emit("mov", result, ctx.integer(uop.src[2]))
+            ctx.builder.emit("test", condition, condition)
+            ctx.builder.emit("cmovne", result, ctx.register(uop.src[1]))
     else:
         if uop.dtype.scalar != dtypes.float32:
             ctx.refuse(uop, "only float32 vector selects are selected")
