@@ -577,34 +577,21 @@ def _define_global(ctx: LLVMContext, uop: UOp) -> None:
     ctx.names[uop] = ctx.globals[uop.arg] = f"%data{uop.arg}"
 
 
-def _named(function: Callable[[LLVMContext, UOp], str]) -> Callable[[LLVMContext, UOp], str]:
-    """A rule naming its UOp by what `function` renders."""
-    return statement_rule(lambda ctx, uop: ctx.names.__setitem__(uop, function(ctx, uop)))
+def _named(function: Callable[[LLVMContext, UOp], str]) -> Callable[[LLVMContext, UOp], None]:
+    return lambda ctx, uop: ctx.names.__setitem__(uop, function(ctx, uop))
 
 
-llvm_rendering = text_rules([
-    (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
-    (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
-    (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),
-    (UPat(Ops.CONST, name="uop"), _named(lambda ctx, uop: constant(uop.arg, uop.dtype))),
-    (UPat(Ops.VCONST, name="uop"), _named(lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype))),
-    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"), _named(lambda ctx, uop: ctx.value(uop.src[0]))),
-    (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="uop"), statement_rule(LLVMContext.alloca)),
-    (UPat(Ops.RANGE, name="uop"), statement_rule(_range)),
-    (UPat(Ops.END, name="uop"), statement_rule(_end)),
-    (UPat(Ops.IF, name="uop"),
-     statement_rule(lambda ctx, uop: ctx.conditionals.append(ctx.branch(ctx.value(uop.src[0]), "if")))),
-    (UPat(Ops.ENDIF), lambda ctx: ctx.join(ctx.conditionals.pop()) or ""),
-    (UPat(Ops.INDEX, name="uop"), statement_rule(_index)),
-    (UPat(Ops.CAST, name="uop"), statement_rule(_cast)),
-    (UPat(Ops.BITCAST, name="uop"), statement_rule(_bitcast)),
-    (UPat(Ops.VECTORIZE, name="uop"), statement_rule(_vectorize)),
-    (UPat(Ops.GEP, name="uop"), statement_rule(_gep)),
-    (UPat(Ops.LOAD, name="uop"), statement_rule(_load)),
-    (UPat(Ops.STORE, name="uop"), statement_rule(_store)),
-    (UPat(GroupOp.ALU, name="uop"), _named(LLVMContext.alu)),
-    (UPat((Ops.SINK, Ops.GROUP, Ops.BARRIER)), lambda: ""),
-])
+_RULES: dict[Ops | tuple[Ops, ...], Callable[[LLVMContext, UOp], object]] = {
+    Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special, Ops.RANGE: _range,
+    Ops.CONST: _named(lambda ctx, uop: constant(uop.arg, uop.dtype)),
+    Ops.VCONST: _named(lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype)),
+    (Ops.NOOP, Ops.PRECAST, Ops.BIND): _named(lambda ctx, uop: ctx.value(uop.src[0])),
+    (Ops.DEFINE_REG, Ops.DEFINE_LOCAL): LLVMContext.alloca, Ops.END: _end, Ops.INDEX: _index, Ops.CAST: _cast,
+    Ops.IF: lambda ctx, uop: ctx.conditionals.append(ctx.branch(ctx.value(uop.src[0]), "if")),
+    Ops.ENDIF: lambda ctx, uop: ctx.join(ctx.conditionals.pop()), Ops.BITCAST: _bitcast, Ops.VECTORIZE: _vectorize,
+    Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, tuple(GroupOp.ALU): _named(LLVMContext.alu),
+    (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None}
+llvm_rendering = text_rules([(UPat(op, name="uop"), statement_rule(function)) for op, function in _RULES.items()])
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
 LLVMRenderer.string_rewrite = llvm_rendering
 
@@ -612,15 +599,11 @@ LLVMRenderer.string_rewrite = llvm_rendering
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:
     """`void @NAME_entry(ptr %arguments, i32 %core_id)`: the kernel's arguments unpacked from 64-bit words."""
     lines, arguments = [f"define void @{name}_entry(ptr %arguments, i32 %core_id) #0 {{"], []
-    for position in range(buffers + len(variable_types)):
+    for position, kind in enumerate(["ptr"] * buffers + variable_types):
+        word = f"%word{position}"
+        converted = f"inttoptr i64 {word} to ptr" if kind == "ptr" else \
+            f"trunc i64 {word} to {kind}" if kind != "i64" else f"add i64 {word}, 0"
         lines += [f"  %slot{position} = getelementptr i64, ptr %arguments, i64 {position}",
-                  f"  %word{position} = load i64, ptr %slot{position}, align 8"]
-        if position < buffers:
-            lines.append(f"  %argument{position} = inttoptr i64 %word{position} to ptr")
-            arguments.append(f"ptr %argument{position}")
-        else:
-            variable_type = variable_types[position - buffers]
-            lines.append(f"  %argument{position} = " + (f"trunc i64 %word{position} to {variable_type}"
-                         if variable_type != "i64" else f"add i64 %word{position}, 0"))
-            arguments.append(f"{variable_type} %argument{position}")
+                  f"  {word} = load i64, ptr %slot{position}, align 8", f"  %argument{position} = {converted}"]
+        arguments.append(f"{kind} %argument{position}")
     return lines + [f"  call void @{name}({', '.join([*arguments, 'i32 %core_id'])})", "  ret void", "}"]

@@ -12,6 +12,7 @@ import functools
 import struct
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from tinycore.device.compiler import CompileError, Compiler
@@ -405,29 +406,18 @@ def _alu(ctx: PTXContext, uop: UOp) -> None:
         ctx.values[uop] = ctx.wrap(ctx.alu(uop.op, registers, operand_dtype, boolean), uop.dtype.scalar)
 
 
-ptx_rendering = text_rules([
-    (UPat(Ops.DEFINE_GLOBAL, name="uop"), statement_rule(_define_global)),
-    (UPat(Ops.DEFINE_VAR, name="uop"), statement_rule(_define_var)),
-    (UPat(Ops.DEFINE_REG, name="uop"), statement_rule(lambda ctx, uop: ctx.array(uop, "local", "acc"))),
-    (UPat(Ops.DEFINE_LOCAL, name="uop"), statement_rule(lambda ctx, uop: ctx.array(uop, "shared", "temp"))),
-    (UPat(Ops.SPECIAL, name="uop"), statement_rule(_special)),
-    (UPat(Ops.INDEX, name="uop"), statement_rule(_index)),
-    (UPat(Ops.LOAD, name="uop"), statement_rule(_load)),
-    (UPat(Ops.STORE, name="uop"), statement_rule(_store)),
-    (UPat(Ops.RANGE, name="uop"), statement_rule(_range)),
-    (UPat(Ops.END, name="uop"), statement_rule(_end)),
-    (UPat(Ops.IF, name="uop"), statement_rule(_if)),
-    (UPat(Ops.ENDIF), lambda ctx: ctx.lines.append(f"{ctx.branches.pop()}:") or ""),
-    (UPat(Ops.BARRIER), lambda ctx: ctx.emit("bar.sync 0;") or ""),
-    (UPat((Ops.NOOP, Ops.PRECAST, Ops.BIND), name="uop"),
-     statement_rule(lambda ctx, uop: ctx.values.__setitem__(uop, ctx.value(uop.src[0])))),
-    (UPat(Ops.BITCAST, name="uop"), statement_rule(_bitcast)),
-    (UPat(Ops.CAST, name="uop"), statement_rule(
-        lambda ctx, uop: ctx.values.__setitem__(uop, ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar,
-                                                              uop.dtype.scalar)))),
-    (UPat(GroupOp.ALU, name="uop"), statement_rule(_alu)),
-    (UPat((Ops.SINK, Ops.GROUP, Ops.CONST)), lambda: ""),
-])
+_RULES: dict[Ops | tuple[Ops, ...], Callable[[PTXContext, UOp], object]] = {
+    Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special, Ops.INDEX: _index,
+    Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"),
+    Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"),
+    Ops.LOAD: _load, Ops.STORE: _store, Ops.RANGE: _range, Ops.END: _end, Ops.IF: _if, Ops.BITCAST: _bitcast,
+    Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.branches.pop()}:"),
+    Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"),
+    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.values.__setitem__(uop, ctx.value(uop.src[0])),
+    Ops.CAST: lambda ctx, uop: ctx.values.__setitem__(uop, ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar,
+                                                                    uop.dtype.scalar)),
+    tuple(GroupOp.ALU): _alu, (Ops.SINK, Ops.GROUP, Ops.CONST): lambda ctx, uop: None}
+ptx_rendering = text_rules([(UPat(op, name="uop"), statement_rule(function)) for op, function in _RULES.items()])
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
 
 
