@@ -9,7 +9,7 @@ nonzero, masked_select) read the mask to the host.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Union
 
 from tinycore.dtype import dtypes
 from tinycore.errors import ArgumentError, DTypeMismatchError, ShapeError
@@ -25,13 +25,30 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    from collections.abc import Sequence
+    from types import EllipsisType
+
+    import numpy
+    from typing_extensions import TypeIs
+
+    from tinycore.dtype import ConstType
+    from tinycore.tensor.tensor import NestedValues, Tensor
+    from tinycore.uop.uop import sint
+
+    Index: TypeAlias = Union[int, slice, None, EllipsisType, Tensor, UOp, Sequence[NestedValues], numpy.ndarray,
+                             numpy.generic]
+    """One item of an index: an int, a slice, None, Ellipsis, an index tensor or bool mask, a list or numpy array
+    of ints or bools, or a symbolic int."""
+    Indices: TypeAlias = Union[Index, tuple[Index, ...]]
+    """What `tensor[...]` takes: one index item or a tuple of them."""
+    SetValue: TypeAlias = Union[Tensor, ConstType, list[NestedValues], tuple[NestedValues, ...]]
+    """What `tensor[...] = value` writes: a tensor, a scalar, or (nested) lists of scalars."""
 
 
 _TENSOR_CLASS: list[type] = []  # the Tensor class, imported on first use (tensor.py imports this module)
 
 
-def _is_tensor(value: Any) -> bool:
+def _is_tensor(value: object) -> TypeIs[Tensor]:
     """True for a Tensor."""
     if not _TENSOR_CLASS:
         from tinycore.tensor.tensor import Tensor
@@ -39,7 +56,7 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, _TENSOR_CLASS[0])
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> TypeGuard[int | numpy.integer]:
     """True for Python and numpy integers (not bools)."""
     return not isinstance(value, bool) and (isinstance(value, int) or (type(value).__module__ == "numpy" and
                                                                         hasattr(value, "__index__") and
@@ -150,7 +167,7 @@ def _index_position(axes: list[int]) -> int:
     return axes[0] if axes == list(range(axes[0], axes[0] + len(axes))) else 0
 
 
-def _placed_index(index: UOp, index_shape: tuple[Any, ...], before: int, shape: tuple[Any, ...]) -> UOp:
+def _placed_index(index: UOp, index_shape: tuple[sint, ...], before: int, shape: tuple[sint, ...]) -> UOp:
     """An index of a shape that broadcasts to `index_shape`, expanded to the result `shape` where the index axes
     start at axis `before`."""
     own = tuple(index.shape)
@@ -193,7 +210,7 @@ class IndexingMixin:
 
     # ---- index normalisation ----
 
-    def _normalize_indices(self: Tensor, indices: Any) -> list[Any]:
+    def _normalize_indices(self: Tensor, indices: Indices) -> list[Any]:
         """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
@@ -285,7 +302,7 @@ class IndexingMixin:
             result = picked.reshape(shape[:axis] + [count] + shape[axis + 1:])
         return result
 
-    def _unslice_axis(self: Tensor, axis: int, size: int, start: int, stop: int, step: int, fill: Any) -> Tensor:
+    def _unslice_axis(self: Tensor, axis: int, size: int, start: int, stop: int, step: int, fill: ConstType) -> Tensor:
         """The inverse placement of `_slice_axis`: this tensor's axis spread back into `size` slots (rest `fill`)."""
         count = len(range(start, stop, step))
         pairs = [(0, 0)] * self.ndim
@@ -308,7 +325,7 @@ class IndexingMixin:
         pairs[axis] = (low, size - low - result.shape[axis])
         return result._pad_with(pairs, fill)
 
-    def _pad_with(self: Tensor, pairs: list[tuple[int, int]], fill: Any) -> Tensor:
+    def _pad_with(self: Tensor, pairs: list[tuple[int, int]], fill: ConstType) -> Tensor:
         """Constant padding with `fill` (bool False/True included)."""
         if fill is False or fill == 0:
             return self._pad_constant(pairs, 0)
@@ -357,7 +374,7 @@ class IndexingMixin:
                 axis += 1
         return result, steps, advanced
 
-    def _invert_basic(self: Tensor, steps: list[tuple[Any, ...]], fill: Any) -> Tensor:
+    def _invert_basic(self: Tensor, steps: list[tuple[Any, ...]], fill: ConstType) -> Tensor:
         """This tensor (shaped like a basic-indexed view) placed back into the original shape, `fill` elsewhere."""
         result = self
         for step in reversed(steps):
@@ -498,7 +515,7 @@ class IndexingMixin:
         order = order[:before] + list(range(len(rest_shape), len(rest_shape) + len(index_shape))) + order[before:]
         return picked.permute(order)
 
-    def __getitem__(self: Tensor, indices: Any) -> Tensor:
+    def __getitem__(self: Tensor, indices: Indices) -> Tensor:
         """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
         if _is_tensor(indices) and dtypes.is_int(indices.dtype) and self.ndim and \
                 isinstance(self.shape[0], int) and self.shape[0] > ONEHOT_MAX_ELEMENTS:
@@ -509,7 +526,7 @@ class IndexingMixin:
             result = result._apply_advanced(advanced)
         return result
 
-    def __setitem__(self: Tensor, indices: Any, value: Any) -> None:
+    def __setitem__(self: Tensor, indices: Indices, value: SetValue) -> None:
         """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
         keyed = None if CHECK_INDEX.value else _setitem_key(self, indices, value)
         if keyed is not None:
@@ -521,7 +538,7 @@ class IndexingMixin:
         if keyed is not None:
             _SETITEM_RECIPES.record(keyed[0], keyed[1], keyed[2], self.uop)
 
-    def _setitem_built(self: Tensor, indices: Any, value: Any) -> None:
+    def _setitem_built(self: Tensor, indices: Indices, value: SetValue) -> None:
         """__setitem__ building its graph step by step (what a recipe records)."""
         items = self._normalize_indices(indices)
         if not _is_tensor(value):
@@ -641,7 +658,7 @@ class IndexingMixin:
         axis_map = [-1 if position == axis else position for position in range(self.ndim)]
         return source._result(gather_node(source.uop, [wrapped.uop], index.shape, axis_map))
 
-    def _scatter_values(self: Tensor, index: Tensor, src: Any) -> Tensor:
+    def _scatter_values(self: Tensor, index: Tensor, src: Tensor | ConstType) -> Tensor:
         """`src` (a tensor covering index's shape, or a scalar) as values shaped like `index` in this dtype."""
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
@@ -659,7 +676,7 @@ class IndexingMixin:
         parallel = [position for position in range(self.ndim) if position != axis]
         return self._result(self._scatter_into(values, [wrapped], axis_map, reduce, parallel, in_place=False), values)
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src: Any, reduce: str | None = None) -> Tensor:
+    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
         """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead.
 
         Where indices repeat, the write of the last position (in C order of `index`) wins."""
@@ -697,7 +714,7 @@ class IndexingMixin:
 
     # ---- data-dependent selections ----
 
-    def nonzero(self: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The (count, ndim) int32 coordinates of the nonzero elements (reads the tensor to the host)."""
         import numpy
         positions = numpy.argwhere(self.numpy()).astype(numpy.int32).reshape(-1, self.ndim)
@@ -709,7 +726,7 @@ class IndexingMixin:
             return type(self).full(positions.shape, 0, dtypes.int32, self.device)
         return type(self)(positions, device=self.device)
 
-    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: Any = 0) -> Tensor:
+    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
         """The elements where `mask` (broadcast) is true, as a 1-D tensor (reads the mask to the host)."""
         import numpy
         shape = broadcast_shape(self.shape, mask.shape)
