@@ -197,28 +197,12 @@ class CStyleLanguage(Renderer):
         prefix = self.buffer_prefix if addrspace == "global" else (self.smem_prefix if addrspace == "local" else "")
         return f"{prefix}{self.render_dtype(dtype)}*"
 
-    def render_vector_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str | None:
-        """A whole-vector value conversion (`vector_cast`; bool and bfloat16 go lane by lane), or None."""
-        plain = (dtypes.bool, dtypes.bfloat16)
-        if self.vector_cast is None or from_dtype.scalar in plain or to_dtype.scalar in plain:
-            return None
-        return self.vector_cast.format(x=expression, type=self.render_dtype(to_dtype))
-
     def render_special(self, name: str) -> str:
         """The expression for the thread index SPECIAL `name` (gidx0, lidx1, idx2, ...)."""
         kind = {"lidx": "l", "gidx": "g", "idx": "i"}.get(name[:-1], "")
         if kind not in self.code_for_workitem or not name[-1].isdigit():
             raise ValueError(f"{type(self).__name__} has no thread index {name!r}")
         return self.code_for_workitem[kind](int(name[-1]))
-
-    def render_local(self, name: str, dtype: DType, size: int) -> str:
-        """The declaration of a local (shared) memory array."""
-        return f"{self.smem_prefix}{self.memory_type(dtype)} {name}[{size}];"
-
-    def render_buffer_parameter(self, name: str, dtype: PtrDType, read_only: bool) -> str:
-        """The kernel parameter declaration of a global buffer."""
-        const = self.const_buffer_prefix if read_only else ""
-        return f"{self.buffer_prefix}{const}{self.memory_type(dtype.base)}*{self.buffer_suffix} {name}"
 
     def extra_parameters(self, uops: list[UOp]) -> list[str]:
         """Parameters after buffers and variables (the CPU's core_id, for example)."""
@@ -366,12 +350,15 @@ class RenderContext:
         self.inlined.discard(uop)
 
     def cast(self, source: UOp, dtype: DType) -> str:
-        """The value conversion of `source` to `dtype`: whole vectors where the renderer can, else lane by lane."""
+        """The value conversion of `source` to `dtype`: whole vectors with the renderer's `vector_cast` (not of bool
+        or bfloat16), else lane by lane."""
+        renderer = self.renderer
         if dtype.count == 1:
             return self.scalar_cast(self.expression(source), source.dtype, dtype)
-        whole = self.renderer.render_vector_cast(self.expression(source), source.dtype, dtype)
-        return whole if whole is not None else self.renderer.render_vector(dtype, [self.scalar_cast(
-            self.lane(source, lane), source.dtype.scalar, dtype.scalar) for lane in range(dtype.count)])
+        if renderer.vector_cast and not {source.dtype.scalar, dtype.scalar} & {dtypes.bool, dtypes.bfloat16}:
+            return renderer.vector_cast.format(x=self.expression(source), type=renderer.render_dtype(dtype))
+        return renderer.render_vector(dtype, [self.scalar_cast(self.lane(source, lane), source.dtype.scalar,
+                                                               dtype.scalar) for lane in range(dtype.count)])
 
     def scalar_cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
         """The conversion of a scalar expression (bfloat16 through float32 where it is only a storage type)."""
@@ -469,7 +456,9 @@ def atomic_rule(statement: AtomicStatement) -> TextRule:
 
 def _define_global(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {x.dtype}"
-    ctx.buffers[x.arg] = ctx.renderer.render_buffer_parameter(f"data{x.arg}", x.dtype, x not in ctx.stored)
+    renderer, const = ctx.renderer, ctx.renderer.const_buffer_prefix if x not in ctx.stored else ""
+    type_name = f"{renderer.buffer_prefix}{const}{renderer.memory_type(x.dtype.base)}*{renderer.buffer_suffix}"
+    ctx.buffers[x.arg] = f"{type_name} data{x.arg}"
     return ctx.name(x, f"data{x.arg}")
 
 
@@ -490,7 +479,7 @@ def _define_memory(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
     name, base, size = ctx.fresh("acc" if x.op is Ops.DEFINE_REG else "temp"), x.dtype.base, max(x.dtype.size, 1)
     ctx.emit(f"{ctx.renderer.render_dtype(base)} {name}[{size}];" if x.op is Ops.DEFINE_REG else
-             ctx.renderer.render_local(name, base, size))
+             f"{ctx.renderer.smem_prefix}{ctx.renderer.memory_type(base)} {name}[{size}];")
     return ctx.name(x, name)
 
 
