@@ -208,6 +208,17 @@ class NoGradMode(_ModeSwitch):
     switch = "no_grad"
 
 
+def _numpy_arrays_as_lists(data: list[object] | tuple[object, ...]) -> list[object]:
+    """`data` with each numpy array inside it (at any depth) replaced by its nested Python list."""
+    def convert(value: object) -> object:
+        if type(value).__module__ == "numpy" and hasattr(value, "tolist"):
+            return value.tolist()
+        if isinstance(value, (list, tuple)):
+            return [convert(item) for item in value]
+        return value
+    return [convert(value) for value in data]
+
+
 class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin,
              KeccakMixin, LinalgMixin, metaclass=_TensorType):
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
@@ -274,6 +285,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             return result.cast(dtype) if dtype is not None else result
         if isinstance(data, (list, tuple)):
             flat = all(value.__class__ in (int, float, bool) for value in data)
+            if not flat and any(type(value).__module__ == "numpy" for value in data):
+                data = _numpy_arrays_as_lists(data)  # [np.array([1, 2]), ...] nests as the lists the arrays hold
             shape = (len(data),) if flat else get_shape(data)
             values = list(data) if flat else fully_flatten(data)
             if not flat:
@@ -485,6 +498,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """Compute this tensor and `lst` now, together (shared work is done once); returns self."""
         uop = self.uop
         if not lst and uop.op is not Ops.MULTI:  # one tensor (eager code): no repeats to tell apart
+            if uop.op is Ops.CONST and not uop.src:
+                return self  # a constant on no device (Tensor(UOp.const(...))): nothing to compute, as tinygrad
             if uop.base.op is Ops.BUFFER:
                 return self
             only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
@@ -518,6 +533,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         if not all_int(self.shape):
             raise ValueError(f"cannot read a tensor with symbolic shape {self.shape}: bind its variables first")
         from tinycore.engine.realize import to_host
+        if self.uop.op is Ops.CONST and not self.uop.src:
+            return self.to(None)._host_view()  # a constant on no device is read through the default device
         self.realize()
         return to_host(self.uop)
 
@@ -567,6 +584,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         target = canonical_device(device)
         if target == self.device:
             return self
+        if self.uop.op is Ops.CONST and not self.uop.src and isinstance(target, str):
+            # a constant on no device is made on the target: there is nothing to copy
+            return self._result(UOp.const_on(self.dtype, self.uop.arg, target, self.shape))
         if isinstance(target, tuple) and self.uop.op is Ops.MULTI and self.uop.arg is not None:
             return self.to(self.device[0]).to(target)  # a sharded tensor replicated: gathered first
         result = self._result(self.uop.copy_to_device(target))
@@ -584,6 +604,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def clone(self, device: str | None = None) -> Tensor:
         """A copy in a new buffer (on `device` if given), with a copy of `.grad` when there is one (as tinygrad)."""
+        if device is None and self.uop.op is Ops.CONST and not self.uop.src:
+            device = canonical_device(None)  # a constant on no device is cloned onto the default device
         source = self if device is None else self.to(device)
         copied = source._result(source.uop.clone())
         if self.grad is not None:
