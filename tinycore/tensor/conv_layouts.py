@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tinycore.dtype import DType, dtypes
 
@@ -80,8 +80,8 @@ def weight_gradient_channels_last(source: Tensor, weight: Tensor, groups: int, d
     return weight.shape[0] >= width
 
 
-def folds_strides(source: Tensor, weight: Tensor, groups: Any, strides: tuple[Any, ...], dilations: tuple[Any, ...],
-                   flat_padding: list[Any], accumulate: DType | None) -> bool:
+def folds_strides(source: Tensor, weight: Tensor, groups: int, strides: tuple[int, ...], dilations: tuple[int, ...],
+                   flat_padding: list[int], accumulate: DType | None) -> bool:
     """True when conv2d computes a strided convolution as a stride-1 one over the folded input (space_to_depth): a
     float convolution with some stride above 1, dilation 1, int sizes, non-negative int padding and a window that
     fits, on a device whose renderer loops over rows (CPU renderers)."""

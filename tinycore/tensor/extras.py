@@ -3,12 +3,14 @@ devices, and, kept together with the reason each gives, the names whose features
 video decoding) the engine does not provide. Keccak/SHA-3 hashing is in keccak.py."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from tinycore.dtype import ConstType, DTypeLike, dtypes
 from tinycore.tensor.support import optional_dtype
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from tinycore.engine.linear import LinearSchedule
     from tinycore.tensor.tensor import Tensor
     from tinycore.uop.uop import UOp
@@ -63,8 +65,9 @@ class ExtrasMixin:
             raise TypeError(f"Tensor.const needs a Python number, got {type(b).__name__}: use Tensor(...) for data")
         return cls.full((), b, optional_dtype(dtype))  # type: ignore[attr-defined]
 
-    def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Any = 1,
-                     dilation: Any = 1, padding: Any = 0, dtype: DTypeLike | None = None) -> Tensor:
+    def image_conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1,
+                     stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, dtype: DTypeLike | None = None) -> Tensor:
         """2D convolution with the image-texture argument layout (NCHW input, OIHW weight); same math as conv2d."""
         result = self.conv2d(weight, bias, groups=groups, stride=stride, dilation=dilation, padding=padding)
         return result.cast(dtype) if dtype is not None else result
@@ -109,7 +112,7 @@ class ExtrasMixin:
         linear_with_vars)."""
         return self.linear_with_vars(*lst)[0]
 
-    def call(self: Tensor, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
+    def call(self: Tensor, *lst: Tensor, fxn: object = None, grad_fxn: object = None) -> NoReturn:
         """Not available: calling a graph function needs the function-call engine."""
         _not_available("call", "the engine cannot call a graph function on tensors",
                        "Apply the Python function to the tensors directly, or wrap it in TinyJit")
@@ -119,7 +122,7 @@ class ExtrasMixin:
         _not_available("callify", "the engine cannot turn a tensor graph into a callable",
                        "Wrap the computation in a TinyJit-decorated function instead")
 
-    def custom_kernel(self: Tensor, *lst: Tensor, fxn: Any = None, grad_fxn: Any = None) -> NoReturn:
+    def custom_kernel(self: Tensor, *lst: Tensor, fxn: object = None, grad_fxn: object = None) -> NoReturn:
         """Not available: user-written UOp kernels are not accepted by the scheduler."""
         _not_available("custom_kernel", "the scheduler does not accept user-written UOp kernels",
                        "Express the computation with Tensor operations")
@@ -155,14 +158,14 @@ class ExtrasMixin:
             return self
         return self.shard(y.device, y.uop.arg)
 
-    def decode_hevc_frame(self: Tensor, frame_pos: Any, shape: tuple[int, ...], state: Tensor,
+    def decode_hevc_frame(self: Tensor, frame_pos: object, shape: tuple[int, ...], state: Tensor,
                           ref_frames: list[Tensor] | None = None) -> NoReturn:
         """Not available: decoding HEVC needs a hardware video decoder, which no device plugin provides."""
         _not_available("decode_hevc_frame", "no device plugin drives a hardware HEVC video decoder",
                        "Decode the video on the host (for example with ffmpeg) and build a Tensor from the frames")
 
 
-def function(*args: Any, **kwargs: Any) -> NoReturn:
+def function(*args: object, **kwargs: object) -> NoReturn:
     """Not available: graph functions with parameter slots need the function-call engine."""
     raise NotImplementedError("tinycore.function is not available: the engine cannot compile a Python function into "
                               "a callable graph with parameter slots. Use tinycore.TinyJit to capture and replay it")

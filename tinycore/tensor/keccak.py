@@ -2,7 +2,7 @@
 the tensor's device with uint64 lanes (FIPS 202)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tinycore.dtype import dtypes
 
@@ -143,8 +143,8 @@ _GATHER_PI = _lane_gather_matrix(_PI_SOURCE)
 class _KeccakTables:
     """The per-device uint64 tables of a Keccak-f[1600] round (rotation amounts and lane gather matrices)."""
 
-    def __init__(self, tensor_type: Any, device: str):
-        def table(values: list[Any]) -> Tensor:
+    def __init__(self, tensor_type: type[Tensor], device: str):
+        def table(values: list[int] | list[list[int]]) -> Tensor:
             return tensor_type(values, dtype=dtypes.uint64, device=device)
         self.rotations = table(_ROTATIONS)
         self.previous_column = table(_GATHER_PREVIOUS_COLUMN)
