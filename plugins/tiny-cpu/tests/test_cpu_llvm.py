@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from atomic_scatter_check import run_in_child
 from tiny_cpu.llvm_compiler import LLVMCompiler, LLVMProgram, undefined_symbols
 from tiny_cpu.llvm_renderer import LLVMRenderer
 
@@ -178,46 +179,9 @@ def test_missing_entry_point_is_a_clear_error() -> None:
         LLVMProgram("kernel", obj)
 
 
-ATOMIC_SCRIPT = """
-import numpy as np
-from tinycore import Tensor
-from tinycore.codegen import lower_to_program
-from tinycore.device import Device
-from tinycore.schedule import create_schedule
-
-generator = np.random.default_rng(5)
-count = 70000
-index = generator.integers(-37, 37, count).astype(np.int32)
-renderer = Device["CPU"].renderer
-assert type(renderer).__name__ == "LLVMRenderer"
-ufuncs = {"sum": np.add, "prod": np.multiply, "amax": np.maximum, "amin": np.minimum}
-for numpy_dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.int8):
-    for reduce, ufunc in ufuncs.items():
-        if numpy_dtype == np.float16 and reduce in ("sum", "prod"):
-            continue  # half sums round differently in another order: only order-free reduces compare exactly
-        if reduce == "prod":
-            values = (generator.integers(0, 2, count) * 2 - 1).astype(numpy_dtype)
-        else:
-            values = generator.integers(-100, 100, count).astype(numpy_dtype)
-        base = generator.integers(1, 3, 37).astype(numpy_dtype)
-        expected = base.copy()
-        ufunc.at(expected, index, values)
-        result = Tensor(base).scatter_reduce(0, Tensor(index), Tensor(values), reduce)
-        kernels = [item for item in create_schedule([result.uop]).items if not item.is_copy]
-        source = lower_to_program(kernels[-1].ast, renderer).src
-        assert "core_id" in source and ("atomicrmw" in source or "cmpxchg" in source), source
-        np.testing.assert_array_equal(result.numpy(), expected, err_msg=f"{reduce} of {numpy_dtype.__name__}")
-print("ok")
-"""
-
-
 def test_scatter_reductions_combine_atomically_across_workers() -> None:
     """Scatter reductions split across 4 workers update with atomicrmw / cmpxchg; results equal numpy's ufunc.at."""
-    environment = {**os.environ, "DEV": "CPU:LLVM", "NUM_CPU_THREADS": "4"}
-    finished = subprocess.run([sys.executable, "-c", ATOMIC_SCRIPT], capture_output=True, text=True, env=environment,
-                              timeout=300)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert finished.stdout.strip().endswith("ok")
+    run_in_child("LLVM")
 
 
 def test_unresolved_library_call_is_an_error_not_an_abort() -> None:
