@@ -18,8 +18,8 @@ from tinycore.tensor import segments  # noqa: F401 - registers the sort-and-segm
 from tinycore.tensor.creation import is_shared_buffer
 from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
 from tinycore.tensor.support import broadcast_shape, resolve_axis
+from tinycore.uop.indexing import AxisEntry, scatter_assign, writes_in_place
 from tinycore.uop.indexing import gather as gather_node
-from tinycore.uop.indexing import scatter_assign, writes_in_place
 from tinycore.uop.multi import multi
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -597,7 +597,7 @@ class IndexingMixin:
                        for position, view_axis in enumerate(rest)}
         result_axis = result_axes.__getitem__
 
-        axis_map: list[Any] = []
+        axis_map: list[AxisEntry] = []
         for entry in entries:
             if entry[0] == "int":
                 axis_map.append((None, entry[1], 0))
@@ -612,8 +612,8 @@ class IndexingMixin:
         self.uop = self._scatter_into(value._broadcast_to(shape), placed, tuple(axis_map), None, parallel,
                                       in_place=True)
 
-    def _scatter_into(self: Tensor, values: Tensor, indices: list[Tensor], axis_map: tuple[Any, ...],
-                      reduce: str | None, parallel: list[int], in_place: bool) -> Any:
+    def _scatter_into(self: Tensor, values: Tensor, indices: list[Tensor], axis_map: tuple[AxisEntry, ...],
+                      reduce: str | None, parallel: list[int], in_place: bool) -> UOp:
         """The node of this tensor with `values` scattered at the wrapped int32 `indices` (see uop/indexing.py):
         written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""
         if values.numel() == 0:

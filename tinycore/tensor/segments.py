@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from tinycore.dtype import dtypes
 from tinycore.helpers import SCATTER_SORT
 from tinycore.plugins.contract import RendererContract
-from tinycore.uop.indexing import REDUCE_LOWERINGS, ScatterInputs, combine_scatter
+from tinycore.uop.indexing import REDUCE_LOWERINGS, AxisEntry, ScatterInputs, combine_scatter
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ PACKED_LIMIT = 2 ** 31 - 1
 under this; else as two arrays (two kernels per stage)."""
 
 
-def _lower(target: UOp, values: UOp, indices: list[UOp], axis_map: tuple[Any, ...], reduce: str,
+def _lower(target: UOp, values: UOp, indices: list[UOp], axis_map: tuple[AxisEntry, ...], reduce: str,
            parallel: list[int]) -> ScatterInputs | None:
     """A REDUCE_LOWERINGS entry: the sorted and segmented inputs where sorts_scatter says so (front-end scatters and
     the gradients of gathers alike)."""
@@ -92,7 +92,8 @@ def _partner(tensor: Tensor, j: int, count: int) -> Tensor:
     return tensor.reshape(count // (2 * j), 2, j).flip(1).reshape(count)
 
 
-def segment_scatter(target_shape: tuple[int, ...], values: Tensor, indices: list[Tensor], axis_map: tuple[Any, ...],
+def segment_scatter(target_shape: tuple[int, ...], values: Tensor, indices: list[Tensor],
+                    axis_map: tuple[AxisEntry, ...],
                     reduce: str) -> tuple[Tensor, list[Tensor], tuple[int, ...], list[int]]:
     """The inputs of a scatter equal to reducing `values` into a target of `target_shape` at the coordinates
     `axis_map` and `indices` give (see tinycore/uop/indexing.py): one value per distinct address (its segment's
@@ -110,22 +111,22 @@ def segment_scatter(target_shape: tuple[int, ...], values: Tensor, indices: list
         return positions.reshape(tuple(shape[axis] if here == axis else 1 for here in range(len(shape))))
 
     address: Any = None
-    valid: Any = None
+    valid: Tensor | None = None
     stride = size
     for axis, entry in enumerate(axis_map):
         stride //= target_shape[axis]
         extent = target_shape[axis]
         if isinstance(entry, tuple):
             iteration_axis, start, step = entry
-            coordinate: Any = start if iteration_axis is None else along(iteration_axis) * step + start
+            axis_coordinate: Tensor | int = start if iteration_axis is None else along(iteration_axis) * step + start
         elif entry >= 0:
-            coordinate = along(entry)
+            axis_coordinate = along(entry)
         else:
             index = indices[-1 - entry]
-            coordinate = (index < 0).where(index + extent, index)  # negative indices count from the end
-            inside = (coordinate >= 0) & (coordinate < extent)
+            axis_coordinate = (index < 0).where(index + extent, index)  # negative indices count from the end
+            inside = (axis_coordinate >= 0) & (axis_coordinate < extent)
             valid = inside if valid is None else valid & inside
-        term = coordinate * stride
+        term = axis_coordinate * stride
         address = term if address is None else address + term
     if not isinstance(address, tensor):
         address = tensor.full(shape, address, dtypes.int32, device)
