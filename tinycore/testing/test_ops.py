@@ -4,7 +4,7 @@ NaN and infinity."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Union
 
 import numpy
 import pytest
@@ -40,11 +40,14 @@ UNARY_OPS: list[Unary] = [
     ("sign", Tensor.sign, numpy.sign, (-3, 3), 0.0),
 ]
 
-BINARY_OPS: list[tuple[str, Callable[[Any, Any], Any], float]] = [
+Operand = Union[Tensor, numpy.ndarray]
+"""What the operations below take and give: the tensor under test, or the numpy array they are checked against."""
+
+BINARY_OPS: list[tuple[str, Callable[[Operand, Operand], Operand], float]] = [
     ("add", lambda x, y: x + y, 1e-6), ("sub", lambda x, y: x - y, 1e-6), ("mul", lambda x, y: x * y, 1e-6),
     ("div", lambda x, y: x / y, 1e-6), ("maximum", lambda x, y: x.maximum(y) if isinstance(x, Tensor) else
-                                        numpy.maximum(x, y), 0.0),
-    ("minimum", lambda x, y: x.minimum(y) if isinstance(x, Tensor) else numpy.minimum(x, y), 0.0),
+                                        numpy.maximum(x, numpy.asarray(y)), 0.0),
+    ("minimum", lambda x, y: x.minimum(y) if isinstance(x, Tensor) else numpy.minimum(x, numpy.asarray(y)), 0.0),
     ("lt", lambda x, y: x < y, 0.0), ("eq", lambda x, y: x == y, 0.0), ("ne", lambda x, y: x != y, 0.0),
     ("ge", lambda x, y: x >= y, 0.0),
 ]
@@ -61,7 +64,7 @@ def test_unary(device: str, name: str, operation: Callable[[Tensor], Tensor],
 
 
 @pytest.mark.parametrize("name,operation,rtol", BINARY_OPS, ids=[item[0] for item in BINARY_OPS])
-def test_binary(device: str, name: str, operation: Callable[[Any, Any], Any], rtol: float) -> None:
+def test_binary(device: str, name: str, operation: Callable[[Operand, Operand], Operand], rtol: float) -> None:
     """Each binary op on two 3x4 float32 tensors matches numpy (comparisons give bool)."""
     left, right = sample((3, 4), seed=1), sample((3, 4), seed=2, low=0.5, high=4.0)
     right[0, 0] = left[0, 0]  # equal operands for the comparisons
@@ -113,7 +116,7 @@ def test_odd_shapes(device: str, shape: tuple[int, ...]) -> None:
     assert_matches(result, (left + right) * numpy.float32(2.0), f"(x + y) * 2 with shape {shape} on {device}")
 
 
-VIEWS: list[tuple[str, Callable[[Any], Any]]] = [
+VIEWS: list[tuple[str, Callable[[Operand], Operand]]] = [
     ("permute", lambda x: x.permute(1, 0, 2) if isinstance(x, Tensor) else x.transpose(1, 0, 2)),
     ("flip", lambda x: x.flip(2) if isinstance(x, Tensor) else x[:, :, ::-1]),
     ("shrink", lambda x: x[1:, 1:3, ::2]),
@@ -132,7 +135,7 @@ VIEWS: list[tuple[str, Callable[[Any], Any]]] = [
 
 
 @pytest.mark.parametrize("name,view", VIEWS, ids=[item[0] for item in VIEWS])
-def test_non_contiguous_views(device: str, name: str, view: Callable[[Any], Any]) -> None:
+def test_non_contiguous_views(device: str, name: str, view: Callable[[Operand], Operand]) -> None:
     """Non-contiguous views (permuted, flipped, strided, expanded, padded, and chains of them) of realized buffers
     read back on their own, and read by an elementwise kernel."""
     data = sample((2, 3, 4), seed=13)
