@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from tinycore.testing import CATEGORIES, NOT_APPLICABLE, NOT_BUILT
 
@@ -26,12 +26,23 @@ class Outcome:
     message: str = ""
 
 
+class ConformanceSummary(TypedDict):
+    """What a conformance run found, as printed and as written to the JSON file."""
+    device: str
+    capabilities: dict[str, object]
+    categories: dict[str, dict[str, int]]
+    totals: dict[str, int]
+    failures: list[dict[str, str]]
+    not_applicable: list[dict[str, str]]
+    ok: bool
+
+
 @dataclass(eq=False)
 class ConformanceReport:
     """Collects outcomes while pytest runs and summarises them by category."""
 
     device: str
-    capabilities: dict[str, Any] = field(default_factory=dict)
+    capabilities: dict[str, object] = field(default_factory=dict)
     categories: dict[str, str] = field(default_factory=dict)
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     json_path: str | None = None
@@ -73,7 +84,7 @@ class ConformanceReport:
 
     # ---- results ----
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> ConformanceSummary:
         """Counts by category, every failure and not-applicable check with its message, and the overall verdict."""
         table: dict[str, dict[str, int]] = {}
         for category in (*CATEGORIES, *sorted({outcome.category for outcome in self.outcomes.values()}
@@ -115,7 +126,7 @@ def _failure_message(report: pytest.TestReport) -> str:
     return prefix + " / ".join(lines[:4])
 
 
-def format_summary(summary: dict[str, Any]) -> str:
+def format_summary(summary: ConformanceSummary) -> str:
     """The summary as a table by category, then each failure with its message, then the not-applicable reasons."""
     capabilities = summary.get("capabilities") or {}
     inferred = " (inferred from the renderer: the device declares none)" if capabilities.get("inferred") else ""
