@@ -38,6 +38,8 @@ INPUTS["wide_f64"] = np.concatenate([np.linspace(-1100.0, 1100.0, 97), RNG.stand
                                       [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1e300, -1074.5]])
 INPUTS["m"] = RNG.standard_normal((33, 47)).astype(np.float32)
 INPUTS["n"] = RNG.standard_normal((47, 29)).astype(np.float32)
+INPUTS["rows"] = RNG.integers(0, 33, 24).astype(np.int32)
+INPUTS["g"] = RNG.standard_normal((40, 16)).astype(np.float32)  # rows of 16: its row sums are folded from vectors
 INPUTS["bools"] = RNG.integers(0, 2, 41).astype(np.bool_)
 
 # each case: an expression over the tensors `t` (run in the child under DEV=CPU:X86) and its numpy reference
@@ -109,6 +111,12 @@ CASES.update({
         "t['int32_a'].sum().numpy(), t['float64_a'].sum().numpy()]",
         lambda v: [v["m"].sum(0), v["m"].max(1), v["m"].argmax(1).astype(np.int32),
                    v["int32_a"].sum(dtype=np.int32), v["float64_a"].sum()]),
+    "gathers in vector kernels (lanes taken and built)": (
+        "[t['m'][t['rows']].numpy(), t['g'].sum(1)[t['rows']].numpy(), (t['m'][t['rows']] @ t['n']).numpy()]",
+        lambda v: [v["m"][v["rows"]], v["g"].sum(1)[v["rows"]], v["m"][v["rows"]] @ v["n"]]),
+    "scatter reduce": (
+        "Tensor.zeros(33).scatter_reduce(0, t['rows'], t['float32_b'][:24], 'sum').numpy()",
+        lambda v: np.bincount(v["rows"], v["float32_b"][:24].astype(np.float64), 33).astype(np.float32)),
     "matmul": ("(t['m'] @ t['n']).numpy()", lambda v: v["m"] @ v["n"]),
     "float32 transcendentals (the core's decomposition)": (
         "[t['m'].exp().numpy(), t['m'].abs().log().numpy(), t['m'].sin().numpy(), t['m'].softmax(1).numpy()]",
@@ -129,7 +137,8 @@ CASES.update({
         lambda v: [(v["float32_a"][:n] * 2).sum() for n in (5, 17, 41)]),
 })
 TOLERANT = {"float64 transcendentals (the renderer's own decomposition)",
-            "matmul", "reductions", "float32 transcendentals (the core's decomposition)", "symbolic shape",
+            "matmul", "gathers in vector kernels (lanes taken and built)", "scatter reduce",
+            "reductions", "float32 transcendentals (the core's decomposition)", "symbolic shape",
             "float16 transcendentals through float32"}
 
 CHILD = """

@@ -481,14 +481,84 @@ def _where(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
-def _broadcast(ctx: Selection, uop: UOp) -> str:
-    if any(source is not uop.src[0] for source in uop.src) or uop.src[0].dtype != dtypes.float32:
-        ctx.refuse(uop, "only vectors of one repeated float32 scalar are selected yet")
-    bits, _ = _shape(uop)
-    result = ctx.builder.value("vec", bits)
-    ctx.builder.emit("vbroadcastss", result, ctx.register(uop.src[0]))
-    ctx.values[uop] = result
+def _vectorize(ctx: Selection, uop: UOp) -> str:
+    """A float32 vector, or a lane mask (a bool vector, each lane all ones or zeros), from scalars: one repeated
+    scalar is broadcast, distinct ones assembled."""
+    count, scalar = uop.dtype.count, uop.dtype.scalar
+    if scalar not in (dtypes.float32, dtypes.bool) or count not in (4, 8):
+        ctx.refuse(uop, "only float32 vectors and lane masks of 4 or 8 lanes are built")
+    lanes: dict[UOp, VirtualRegister] = {}
+    for source in uop.src:
+        if source not in lanes:
+            lanes[source] = ctx.register(source) if scalar == dtypes.float32 else _lane_mask(ctx, source)
+    if len(lanes) == 1:
+        result = ctx.builder.value("vec", 32 * count)
+        ctx.builder.emit("vbroadcastss", result, lanes[uop.src[0]])
+        ctx.values[uop] = result
+        return ""
+    ctx.values[uop] = _assemble(ctx, [lanes[source] for source in uop.src])
     return ""
+
+
+def _lane(ctx: Selection, vector: VirtualRegister, lane: int) -> VirtualRegister:
+    """Lane `lane` of a float32 vector (or lane mask) moved to the low lane of a fresh xmm register."""
+    if lane >= 8 or vector.bits < 32 * (lane + 1):
+        raise SelectionError(f"no lane {lane} in a {vector.bits}-bit vector")
+    low: Operand = SubRegister(vector, 128) if vector.bits > 128 else vector
+    if lane >= 4:
+        upper = ctx.builder.value("vec", 128)
+        ctx.builder.emit("vextractf128", upper, vector, 1)
+        low, lane = upper, lane - 4
+    result = ctx.builder.value("vec", 128)
+    if lane:
+        ctx.builder.emit("vpermilps", result, low, lane)
+    else:
+        ctx.builder.emit("vmovaps", result, low)
+    return result
+
+
+def _element(ctx: Selection, uop: UOp) -> str:
+    """GEP: lanes of a float32 vector or lane mask, as a scalar (a float, or a bool byte) or a shorter vector."""
+    source = uop.src[0]
+    if source.dtype.scalar not in (dtypes.float32, dtypes.bool) or not isinstance(uop.arg, tuple):
+        ctx.refuse(uop, "only lanes of float32 vectors and lane masks are taken")
+    vector = ctx.register(source)
+    if vector.kind != "vec":
+        ctx.refuse(uop, "its vector is not in a vector register")
+    lanes = [_lane(ctx, vector, lane) for lane in uop.arg]
+    if len(lanes) == 1:
+        ctx.values[uop] = lanes[0] if source.dtype.scalar == dtypes.float32 else mask_to_bool(ctx.builder, lanes[0])
+        return ""
+    if len(lanes) not in (4, 8):
+        ctx.refuse(uop, "only 1, 4 or 8 lanes are taken at once")
+    ctx.values[uop] = _assemble(ctx, lanes)
+    return ""
+
+
+def _assemble(ctx: Selection, lanes: list[VirtualRegister]) -> VirtualRegister:
+    """A vector of 4 or 8 float32 lanes from xmm registers holding each in their low lane: interleaved in fours
+    (vunpcklps, vunpcklpd), and two fours joined (vinsertf128)."""
+    quarters = []
+    for start in range(0, len(lanes), 4):
+        first, second, quarter = (ctx.builder.value("vec", 128) for _ in range(3))
+        ctx.builder.emit("vunpcklps", first, lanes[start], lanes[start + 1])
+        ctx.builder.emit("vunpcklps", second, lanes[start + 2], lanes[start + 3])
+        ctx.builder.emit("vunpcklpd", quarter, first, second)
+        quarters.append(quarter)
+    if len(quarters) == 1:
+        return quarters[0]
+    result = ctx.builder.value("vec", 256)
+    ctx.builder.emit("vinsertf128", result, SubRegister(quarters[0], 256), quarters[1], 1)
+    return result
+
+
+def _lane_mask(ctx: Selection, source: UOp) -> VirtualRegister:
+    """A scalar bool as a 32-bit lane of all ones (true) or zeros, in the low lane of an xmm register."""
+    bits, mask = ctx.builder.value("gpr", 32), ctx.builder.value("vec", 128)
+    ctx.builder.emit("movzx", bits, ctx.register(source))
+    ctx.builder.emit("neg", bits)
+    ctx.builder.emit("vmovd", mask, bits)
+    return mask
 
 
 def _float_or_integer(float_rule: SelectionRule, integer_rule: SelectionRule | None) -> SelectionRule:
@@ -667,7 +737,8 @@ x86_selection = PatternMatcher(
             (UPat((Ops.SHL, Ops.SHR, Ops.AND, Ops.OR, Ops.XOR), name="uop"), _integer_only(_integer_alu)),
             (UPat((Ops.IDIV, Ops.MOD), name="uop"), _integer_only(_integer_divide)),
             (UPat(Ops.MULACC, name="uop"), _float_or_integer(_multiply_add, None)),
-            (UPat(Ops.VECTORIZE, name="uop"), _float_or_integer(_broadcast, None)),
+            (UPat(Ops.VECTORIZE, name="uop"), _vectorize),
+            (UPat(Ops.GEP, name="uop"), _element),
             (UPat(tuple(_PREDICATES), name="uop"), _compare),
             (UPat(Ops.WHERE, name="uop"), _float_or_integer(_where, _where)),
             (UPat((Ops.CAST, Ops.BITCAST), name="uop"), _scalar_conversion),

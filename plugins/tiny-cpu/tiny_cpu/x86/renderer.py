@@ -17,7 +17,7 @@ from typing import Any
 from tiny_cpu.hooks import x86_probe
 from tiny_cpu.x86.executable import ExecutableCode
 from tiny_cpu.x86.float64_math import float64_transcendentals
-from tiny_cpu.x86.isel import ScalarX86Contract, select_kernel
+from tiny_cpu.x86.isel import VectorX86Contract, select_kernel
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
@@ -41,14 +41,15 @@ _transcendentals = PatternMatcher([
 ]) + float64_transcendentals
 
 
-class X86Renderer(ScalarX86Contract, Renderer):
-    """The x86 renderer on the CPU device: scalar code (codegen devectorizes), split across the worker pool's
-    threads by core_id, with the core's transcendental decomposition."""
+class X86Renderer(VectorX86Contract, Renderer):
+    """The x86 renderer on the CPU device: float32 in AVX2 vectors of 8 lanes, every other dtype as scalars
+    (codegen devectorizes them), split across the worker pool's threads by core_id, with the core's
+    transcendental decomposition (and this renderer's for halves and float64)."""
 
     suffix = "x86"
     has_threads = True
     shared_max = 0
-    supports_float4 = False
+    preferred_vector_bytes = 32
     pre_matcher = _transcendentals
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
