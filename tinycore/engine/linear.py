@@ -33,6 +33,33 @@ class HoldsGraph(Protocol):
 
 
 @dataclass(frozen=True, eq=False)
+class MultiBuffer:
+    """The Buffers of one argument of a kernel run on several devices, one per device in the call's order: tinygrad's
+    MultiBuffer fields (`bufs`, `size`, `dtype`, `is_allocated()`), and `device`, the tuple of their devices."""
+
+    bufs: tuple[Buffer, ...]
+
+    @property
+    def size(self) -> int:
+        """Elements in each device's Buffer."""
+        return self.bufs[0].size
+
+    @property
+    def dtype(self) -> DType:
+        """The element dtype of the Buffers."""
+        return self.bufs[0].dtype
+
+    @property
+    def device(self) -> tuple[str, ...]:
+        """The device of each Buffer."""
+        return tuple(str(buffer.device) for buffer in self.bufs)
+
+    def is_allocated(self) -> bool:
+        """Whether every device's Buffer has its memory."""
+        return all(buffer.is_allocated() for buffer in self.bufs)
+
+
+@dataclass(frozen=True, eq=False)
 class BufferArgument:
     """One buffer a call writes or reads: `node` (a BUFFER or BUFFER_VIEW UOp) and its device Buffer. For a kernel
     that runs on several devices, `nodes` holds that buffer's node on each device, in the call's device order."""
@@ -50,11 +77,11 @@ class BufferArgument:
         return tuple(buffer_of(node) for node in self.nodes)
 
     @property
-    def buffer(self) -> Buffer:
-        """The device Buffer behind the node (created on first use, allocated when the call runs)."""
+    def buffer(self) -> Buffer | MultiBuffer:
+        """The device Buffer behind the node (created on first use, allocated when the call runs); for a call over
+        several devices a MultiBuffer of one Buffer per device, as tinygrad's."""
         if len(self.nodes) > 1:
-            raise RuntimeError(f"this buffer lives on {len(self.nodes)} devices {self.device}: read .buffers, one "
-                               "Buffer per device")
+            return MultiBuffer(self.buffers)
         return buffer_of(self.nodes[0])
 
     @property

@@ -141,6 +141,9 @@ def test_linear_schedule_runs_a_sharded_kernel_as_one_call_over_its_devices() ->
     for kernel in (linear.src[0], linear.src[-1]):
         assert kernel.device == FOUR and len(kernel.items) == 4
         assert all(argument.device == FOUR for argument in kernel.src[1:])
+    partials = linear.src[0].src[1].buffer  # tinygrad's MultiBuffer: one Buffer of the 64 partial sums per device
+    assert [buffer.device for buffer in partials.bufs] == list(FOUR) and partials.size == 64
+    assert partials.dtype == dtypes.float32 and not partials.is_allocated()
     copies = [(call.src[1].buffer.device, call.src[2].buffer.device) for call in linear.src[1:-1]]
     assert sorted(copies) == sorted((destination, source) for destination in FOUR for source in FOUR
                                     if destination != source)
