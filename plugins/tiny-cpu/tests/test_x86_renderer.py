@@ -229,3 +229,28 @@ def test_inputs_are_what_the_cases_name() -> None:
         for part in code.split("t['")[1:]:
             assert part.split("'")[0] in names
     assert Path(__file__).name.startswith("test_x86_")
+
+
+def test_an_unencodable_kernel_is_refused_when_rendered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An encoder or allocator failure surfaces as the renderer's refusal, naming the renderers to use instead."""
+    from tiny_cpu.x86.encoding import EncodingError
+    from tiny_cpu.x86.function import FunctionBuilder
+    from tiny_cpu.x86.isel import SelectionError
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    from tinycore import Tensor
+    from tinycore.codegen import linearize
+    from tinycore.engine.memory import device_facts
+    from tinycore.schedule import create_schedule
+
+    items = [item for item in create_schedule([(Tensor(INPUTS["m"]) * 2).uop], device_facts).items
+             if not item.is_copy]
+    uops = linearize(items[0].ast, X86Renderer())
+    assert X86Renderer().render(uops).startswith("; x86-64 machine code")
+
+    def unencodable(self: FunctionBuilder) -> bytes:
+        raise EncodingError("vblendvps has no EVEX (AVX-512) form")
+
+    monkeypatch.setattr(FunctionBuilder, "assemble", unencodable)
+    with pytest.raises(SelectionError, match="cannot encode this kernel: vblendvps has no EVEX.*DEV=CPU:LLVM"):
+        X86Renderer().render(uops)

@@ -15,7 +15,7 @@ from typing import cast
 
 from tiny_cpu.x86.casts import bitcast, mask_to_bool
 from tiny_cpu.x86.casts import cast as convert_scalar
-from tiny_cpu.x86.encoding import fits_int32
+from tiny_cpu.x86.encoding import EncodingError, fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tiny_cpu.x86.registers import rax, rdx, view
 from tiny_cpu.x86.scalars import (
@@ -149,10 +149,18 @@ class Selection:
         """The machine code of the kernel: a System V function taking the buffers (by DEFINE_GLOBAL number), then
         the variables (by name)."""
         for uop in self.uops:
-            if x86_selection.rewrite(uop, self) is None:
+            try:
+                handled = x86_selection.rewrite(uop, self)
+            except EncodingError as error:  # an operand form the encoder has no instruction for
+                self.refuse(uop, str(error))
+            if handled is None:
                 self.refuse(uop, "no selection rule matches it")
         self.builder.ret()
-        return self.builder.assemble()
+        try:
+            return self.builder.assemble()
+        except (EncodingError, RuntimeError) as error:  # an instruction the allocator made unencodable
+            raise SelectionError(f"the x86 renderer cannot encode this kernel: {error}; render it with DEV=CPU or "
+                                 "DEV=CPU:LLVM") from error
 
 
 def _is_vector(uop: UOp) -> bool:

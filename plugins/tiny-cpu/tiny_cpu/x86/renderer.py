@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tiny_cpu.hooks import x86_probe
 from tiny_cpu.x86.executable import ExecutableCode
 from tiny_cpu.x86.float64_math import float64_transcendentals
 from tiny_cpu.x86.isel import VectorX86Contract, select_kernel
@@ -145,6 +144,7 @@ class X86Program:
 
 def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Compiler]:
     """The CPU's x86 renderer and its compiler; RuntimeError on a host that is not x86-64 or with an arch."""
+    from tiny_cpu.hooks import x86_probe  # here: the hooks module is what plugin discovery imports first
     available, reason = x86_probe()
     if not available:
         raise RuntimeError(reason)
