@@ -5,13 +5,14 @@ import builtins
 import functools
 import math
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Final, Union
+from typing import TYPE_CHECKING, Final, Union
 
 from tinycore.errors import UnknownDTypeError
 
 if TYPE_CHECKING:
     import numpy
     import numpy.typing
+    import torch
 
 ConstType = Union[float, int, bool]
 
@@ -429,7 +430,7 @@ _TORCH_NAMES = {dtypes.bool: "bool", dtypes.int8: "int8", dtypes.uint8: "uint8",
                 dtypes.fp8e5m2: "float8_e5m2"}
 
 
-def to_torch_dtype(dtype: DType) -> Any:
+def to_torch_dtype(dtype: DType) -> torch.dtype:
     """The torch dtype of `dtype` (imports torch)."""
     import torch
     return getattr(torch, _TORCH_NAMES[dtype.scalar])
