@@ -311,17 +311,9 @@ class _State:
     module_lines: list[str] = field(default_factory=list)
     globals: dict[int, DType] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)
-    uses_f16: bool = False
     closing: dict[UOp, int] = field(default_factory=dict)
     open_ranges: list[int | None] = field(default_factory=list)
     workgroup_bytes: int = 0
-
-
-def _type_of(ctx: RenderContext, dtype: DType) -> str:
-    """The WGSL type of `dtype`, noting float16 (the module then enables it)."""
-    if dtype.scalar == dtypes.float16:
-        ctx.state.uses_f16 = True
-    return ctx.renderer.render_dtype(dtype)
 
 
 def _assemble(ctx: RenderContext, name: str) -> str:
@@ -359,14 +351,14 @@ def _assemble(ctx: RenderContext, name: str) -> str:
     fields = ["total: u32", "stride_y: u32", "stride_z: u32", "size0: u32", "size1: u32", "size2: u32",
               *(f"start{position}: i32" for position in positions),
               *(f"{state.variables[key]}: i32" for key in variables)]
-    module = [layout.header(), *(["enable f16;"] if state.uses_f16 or dtypes.float16 in ctx.used_dtypes else []),
+    module = [layout.header(), *(["enable f16;"] if dtypes.float16 in ctx.used_dtypes else []),
               "struct Params { " + ", ".join(fields) + " }", "@group(0) @binding(0) var<uniform> params: Params;"]
     for position in positions:
         element = state.globals[position]
         if position in state.atomic_globals:
             array = "atomic<i32>" if element == dtypes.int32 else "atomic<u32>"
         else:
-            array = "atomic<u32>" if element in PACKED_DTYPES else _type_of(ctx, element)
+            array = "atomic<u32>" if element in PACKED_DTYPES else renderer.render_dtype(element)
         module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;")
     module += [*state.module_lines, f"@compute @workgroup_size({','.join(str(size) for size in workgroup)})",
                f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
@@ -381,7 +373,7 @@ def _define_global(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(pointer := x.dtype, PtrDType), f"DEFINE_GLOBAL needs a pointer dtype, got {x.dtype}"
     if pointer.base.count != 1:
         raise ValueError(f"the WGSL renderer renders scalar buffers only, got {pointer.base}")
-    _type_of(ctx, pointer.base)
+    ctx.renderer.render_dtype(pointer.base)  # refuses a dtype the adapter lacks
     ctx.state.globals[x.arg] = pointer.base.scalar
     return ctx.name(x, f"data{x.arg}")
 
@@ -411,7 +403,7 @@ def _special(ctx: RenderContext, x: UOp) -> str:
 def _define_memory(ctx: RenderContext, x: UOp) -> str:
     """DEFINE_REG: a `var` array in the function; DEFINE_LOCAL: a `var<workgroup>` array of the module."""
     assert isinstance(pointer := x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
-    declaration = f"array<{_type_of(ctx, pointer.base)}, {max(pointer.size, 1)}>;"
+    declaration = f"array<{ctx.renderer.render_dtype(pointer.base)}, {max(pointer.size, 1)}>;"
     if x.op is Ops.DEFINE_REG:
         ctx.emit(f"var {(name := ctx.fresh('acc'))}: {declaration}")
     else:
@@ -530,7 +522,7 @@ def _read(ctx: RenderContext, access: _Access) -> str:
 
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    access, name, type_name = _access_of(ctx, x.src[0]), ctx.fresh("val"), _type_of(ctx, x.dtype)
+    access, name, type_name = _access_of(ctx, x.src[0]), ctx.fresh("val"), ctx.renderer.render_dtype(x.dtype)
     if access.gate is None:
         ctx.emit(f"let {name}: {type_name} = {_read(ctx, access)};")
     else:
@@ -578,7 +570,7 @@ def _atomic_word_update(ctx: RenderContext, access: _Access, value: str, reduce:
                  f"atomic{reduce.capitalize()}({word}, {value});")
         return
     operand, old = ctx.fresh("operand"), ctx.fresh("old")
-    ctx.emit(f"let {operand}: {_type_of(ctx, dtype)} = {value};")
+    ctx.emit(f"let {operand}: {ctx.renderer.render_dtype(dtype)} = {value};")
     ctx.emit(f"var {old} = atomicLoad({word});")
     ctx.emit("loop {")
     combined = ctx.combine_code(reduce, f"bitcast<f32>({old})" if dtype == dtypes.float32 else old, operand, dtype)
@@ -600,7 +592,6 @@ def _fits(from_dtype: DType, to_dtype: DType) -> bool:
 
 wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global), (UPat(Ops.DEFINE_VAR, name="x"), _define_var),
-    (UPat(Ops.CONST, name="x"), lambda ctx, x: _type_of(ctx, x.dtype) and None),  # notes float16; the base names it
     (UPat(Ops.SPECIAL, name="x"), _special), (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _define_memory),
     (UPat(Ops.RANGE, name="x"), _range), (UPat(Ops.END, name="x"), _end), (UPat(Ops.BARRIER), _barrier),
     (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.CAST, name="x"), _cast), (UPat(Ops.BITCAST, name="x"), _bitcast),
