@@ -210,6 +210,12 @@ def test_x86_is_offered_only_on_x86_64_hosts(monkeypatch: pytest.MonkeyPatch) ->
         make_x86_renderer("CPU", None)
 
 
+def test_x86_is_not_offered_without_the_features_its_code_uses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tiny_cpu.target.host_cpu_flags", lambda: frozenset({"sse2", "avx", "fma"}))
+    available, reason = x86_probe()
+    assert not available and "lacks avx2, f16c, bmi2" in reason and "DEV=CPU" in reason
+
+
 def test_an_arch_is_refused() -> None:
     with pytest.raises(ValueError, match="leave the arch out"):
         make_x86_renderer("CPU", "znver3")

@@ -58,13 +58,24 @@ def llvm_probe() -> tuple[bool, str]:
     return (True, "llvmlite is installed") if found else (False, llvm_missing_reason())
 
 
+X86_FEATURES = ("avx", "avx2", "fma", "f16c", "bmi2")
+"""The CPU features the x86 renderer's code uses (/proc/cpuinfo's names)."""
+
+
 def x86_probe() -> tuple[bool, str]:
-    """The x86 renderer is available on x86-64 hosts; elsewhere it says why not (nothing heavy is imported)."""
+    """The x86 renderer is available on x86-64 hosts with AVX2, FMA, F16C and BMI2; elsewhere it says why not
+    (nothing heavy is imported)."""
     import platform
-    if platform.machine().lower() in ("x86_64", "amd64"):
-        return (True, "x86-64 host: kernels encoded in Python, no compiler needed")
-    return (False, f"this host is {platform.machine()}, not x86-64: the X86 renderer emits x86-64 machine code only; "
-                   "use DEV=CPU (C) or DEV=CPU:LLVM")
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return (False, f"this host is {platform.machine()}, not x86-64: the X86 renderer emits x86-64 machine code "
+                       "only; use DEV=CPU (C) or DEV=CPU:LLVM")
+    from tiny_cpu.target import host_cpu_flags
+    flags = host_cpu_flags()
+    missing = [feature for feature in X86_FEATURES if flags and feature not in flags]
+    if missing:
+        return (False, f"this x86-64 CPU lacks {', '.join(missing)}, which the X86 renderer's code uses; use DEV=CPU "
+                       "(C) or DEV=CPU:LLVM")
+    return (True, "x86-64 host: kernels encoded in Python, no compiler needed")
 
 
 # the C renderer (compiled by $CC, gcc or clang), then the LLVM renderer (LLVM IR compiled in process by llvmlite:
