@@ -165,7 +165,7 @@ class CStyleLanguage(Renderer):
         number, suffix = int(value), self.integer_suffix.get(scalar)  # type: ignore[call-overload]
         if suffix is None:
             return f"(({self.render_dtype(scalar)}){number})"
-        if dtypes.is_unsigned(scalar):
+        if number >= 0 or suffix.startswith("u"):  # unsigned literals carry a u
             return f"{number}{suffix}"
         if number == -2 ** (scalar.itemsize * 8 - 1):
             return f"(-{2 ** (scalar.itemsize * 8 - 1) - 1}{suffix}-1)"
