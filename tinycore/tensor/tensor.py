@@ -12,7 +12,7 @@ import pathlib
 import struct
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, Union, overload
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
@@ -59,7 +59,19 @@ def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
     return realize_uops
 
 
-def canonical_device(device: str | tuple[str, ...] | None) -> Any:
+@overload
+def canonical_device(device: str | None) -> str: ...
+
+
+@overload
+def canonical_device(device: tuple[str, ...] | list[str]) -> tuple[str, ...]: ...
+
+
+@overload
+def canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]: ...
+
+
+def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
     """The canonical name of `device` (the default device for None), through the device registry; a tuple or list
     of names (several devices) gives a tuple of canonical names."""
     from tinycore.device.registry import Device
@@ -137,7 +149,7 @@ def _reads_memory(node: UOp) -> bool:
     return any(source.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for source in node.toposort)
 
 
-def _bytes_from_values(values: list[Any], dtype: DType) -> bytes:
+def _bytes_from_values(values: list[ConstType], dtype: DType) -> bytes:
     """Python scalars packed as `dtype` in native byte order."""
     if dtype.fmt is None:
         raise TypeError(f"cannot pack Python values as {dtype}")
@@ -329,7 +341,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             _UNDECIDED_LEAVES[id(self)] = self
         return self
 
-    def _result(self, uop: UOp, *others: Any) -> Tensor:
+    def _result(self, uop: UOp, *others: object) -> Tensor:
         """A new Tensor over `uop`, which was built from this tensor and `others` (gradients flow if any needs)."""
         needs = self._requires_grad or any(isinstance(other, Tensor) and other._requires_grad for other in others)
         if needs and _TensorType._gradients_off:
@@ -624,7 +636,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
         """The same value with gradients stopped."""
         return type(self)._wrap(self.uop.detach())
 
-    def assign(self, value: Any) -> Tensor:
+    def assign(self, value: Tensor | TensorData) -> Tensor:
         """Write `value` (broadcast and cast to this tensor's shape and dtype) into this tensor; returns self."""
         if not isinstance(value, Tensor):
             value = type(self)(value, device=self.device, dtype=self.dtype)
