@@ -117,6 +117,7 @@ def register() -> None:
     for name, factory in tiny_torch.direct.FACTORIES.items():
         _LIBRARY.impl(name, factory, "PrivateUse1")
     import tiny_torch.ops  # noqa: F401
+    import tiny_torch.optimizers  # noqa: F401
     import tiny_torch.rnn  # noqa: F401
     from tiny_torch.dispatch import run_backward_raising
     engine_run_backward = torch.autograd._engine_run_backward

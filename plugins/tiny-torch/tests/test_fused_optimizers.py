@@ -1,0 +1,68 @@
+"""The fused optimizer steps (`fused=True`) on the tiny device against PyTorch's own CPU fused kernels: the same
+model, data and hyperparameters, four steps, parameters compared; and a step skipped when found_inf is set."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tiny_torch
+import torch
+
+CASES = [
+    ("Adam", {}),
+    ("Adam", {"amsgrad": True, "weight_decay": 0.1}),
+    ("Adam", {"maximize": True, "betas": (0.8, 0.95)}),
+    ("AdamW", {"weight_decay": 0.1}),
+    ("AdamW", {"amsgrad": True}),
+    ("SGD", {}),
+    ("SGD", {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
+    ("SGD", {"momentum": 0.5, "dampening": 0.2, "maximize": True}),
+    ("Adagrad", {"lr_decay": 0.1, "weight_decay": 0.1}),
+]
+
+
+def _train(device: str, name: str, options: dict[str, object], lr: float | torch.Tensor = 0.05) -> list[np.ndarray]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).to(device)
+    optimizer = getattr(torch.optim, name)(model.parameters(), lr=lr, fused=True, **options)
+    inputs = torch.randn(4, 5).to(device)
+    for _ in range(4):
+        loss = model(inputs).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return [parameter.detach().cpu().numpy() for parameter in model.parameters()]
+
+
+@pytest.mark.parametrize(("name", "options"), CASES, ids=[f"{name}-{sorted(options)}" for name, options in CASES])
+def test_fused_step_matches_pytorch_cpu(name: str, options: dict[str, object]) -> None:
+    before = set(tiny_torch.fallbacks_hit())
+    expected, actual = _train("cpu", name, options), _train("tiny", name, options)
+    for reference, value in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)
+    assert set(tiny_torch.fallbacks_hit()) == before, "the fused step must run on tinycore, not the CPU fallback"
+
+
+def test_fused_adam_with_a_tensor_learning_rate() -> None:
+    expected = _train("cpu", "Adam", {}, lr=torch.tensor(0.02))
+    actual = _train("tiny", "Adam", {}, lr=torch.tensor(0.02))
+    for reference, value in zip(expected, actual, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("found", [0.0, 1.0])
+def test_fused_adam_skips_the_step_when_found_inf_is_set(found: float) -> None:
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(6).astype(np.float32) for _ in range(4)]
+    results = {}
+    for device in ("cpu", "tiny"):
+        param, grad, average, square = (torch.tensor(value, device=device) for value in values)
+        square = square.abs()
+        step = torch.tensor(3.0, device=device)
+        torch._fused_adam_([param], [grad], [average], [square], [], [step], lr=0.1, beta1=0.9, beta2=0.99,
+                           weight_decay=0.0, eps=1e-8, amsgrad=False, maximize=False,
+                           grad_scale=torch.tensor(2.0, device=device), found_inf=torch.tensor(found, device=device))
+        results[device] = [tensor.cpu().numpy() for tensor in (param, average, square)]
+    for reference, value in zip(results["cpu"], results["tiny"], strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-7)
+    if found:
+        np.testing.assert_array_equal(results["tiny"][0], values[0])

@@ -1,0 +1,177 @@
+"""The fused optimizer steps (`torch.optim.Adam(..., fused=True)`, AdamW, SGD and Adagrad): one lazy tinycore graph
+for every parameter's update, realized in one schedule.
+
+PyTorch's fused path calls one operator per step (`aten::_fused_adam_` and its siblings) with the lists of
+parameters, gradients and state; the unfused `foreach` path calls a dozen `_foreach_*` operators, each of which the
+tiny device realizes on its own. Here the whole update is written into the storages and they are realized together,
+so a step costs one schedule (a cache hit from the second step on) and one submission of its kernels.
+
+The arithmetic follows PyTorch's CPU fused kernels (aten/src/ATen/native/cpu/Fused*Kernel.cpp): the step counts
+arrive already incremented, as tensors, so the bias corrections are computed on the device from them and the kernels
+stay the same from step to step. With `found_inf` set (a GradScaler that found an overflow) nothing is written.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from tiny_torch.dispatch import DEFERRED, aten, commit, flush, register
+from tiny_torch.wrapper import TinyTensor
+from tinycore.dtype import dtypes
+from tinycore.tensor import Tensor
+
+
+def _tiny(values: Sequence[torch.Tensor], what: str) -> list[TinyTensor]:
+    """The tiny tensors of one list argument (the fused operators run on one device, as PyTorch's do)."""
+    tiny = [value for value in values if isinstance(value, TinyTensor)]
+    if len(tiny) != len(values):
+        raise RuntimeError(f"fused optimizer step on the tiny device: every tensor of {what} must be on the tiny "
+                           f"device (found {sorted({str(value.device) for value in values})})")
+    return tiny
+
+
+def _scalar(value: float | torch.Tensor | None) -> float | Tensor | None:
+    """A float argument as itself, a tensor argument (tensor_lr, grad_scale, found_inf) as its lazy value."""
+    if isinstance(value, TinyTensor):
+        return value.tiny_value().reshape(())
+    if isinstance(value, torch.Tensor):
+        return float(value.item())
+    return value
+
+
+def _store(pairs: list[tuple[TinyTensor, Tensor]], found_inf: float | Tensor | None) -> None:
+    """Write each new value into its tensor (keeping the old value where `found_inf` is set), realized together."""
+    DEFERRED.append(True)
+    try:
+        for target, value in pairs:
+            old = target.tiny_value()
+            if isinstance(found_inf, Tensor):
+                value = (found_inf != 0).where(old, value.cast(old.dtype))
+            elif found_inf:
+                value = old
+            target.tiny_write(value.cast(old.dtype))
+            commit(target)
+    finally:
+        DEFERRED.pop()
+    flush()
+
+
+def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+          exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor], *,
+          lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float, amsgrad: bool,
+          maximize: bool, grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None, decoupled: bool) -> None:
+    """Adam (decoupled=False) or AdamW (decoupled=True) over every parameter, in one realize."""
+    tiny_params, tiny_grads = _tiny(params, "params"), _tiny(grads, "grads")
+    tiny_avgs, tiny_squares = _tiny(exp_avgs, "exp_avgs"), _tiny(exp_avg_sqs, "exp_avg_sqs")
+    tiny_maxima = _tiny(max_exp_avg_sqs, "max_exp_avg_sqs") if amsgrad else []
+    tiny_steps = _tiny(state_steps, "state_steps")
+    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    writes: list[tuple[TinyTensor, Tensor]] = []
+    for position, param in enumerate(tiny_params):
+        value = param.tiny_value()
+        work = value.dtype if dtypes.is_float(value.dtype) and value.dtype.itemsize >= 4 else dtypes.float32
+        weights, grad = value.cast(work), tiny_grads[position].tiny_value().cast(work)
+        if scale is not None:
+            grad = grad / scale
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            if decoupled:
+                weights = weights * (1 - rate * weight_decay)  # type: ignore[operator]
+            else:
+                grad = grad + weights * weight_decay
+        average = tiny_avgs[position].tiny_value().cast(work)
+        average = average + (grad - average) * (1 - beta1)
+        square = tiny_squares[position].tiny_value().cast(work) * beta2 + grad * grad * (1 - beta2)
+        step = tiny_steps[position].tiny_value().reshape(()).cast(dtypes.float32)
+        correction1 = 1 - (step * math.log(beta1)).exp() if beta1 > 0 else Tensor(1.0, device=step.device)
+        correction2 = 1 - (step * math.log(beta2)).exp() if beta2 > 0 else Tensor(1.0, device=step.device)
+        root = correction2.sqrt()
+        if amsgrad:
+            maximum = tiny_maxima[position].tiny_value().cast(work).maximum(square)
+            writes.append((tiny_maxima[position], maximum))
+            denominator = maximum.sqrt() / root + eps
+        else:
+            denominator = square.sqrt() / root + eps
+        step_size = rate / correction1
+        writes += [(param, weights - step_size * average / denominator), (tiny_avgs[position], average),
+                   (tiny_squares[position], square)]
+    _store(writes, overflow)
+
+
+@register(aten._fused_adam_.default, aten._fused_adam_.tensor_lr, direct=True)
+def fused_adam(self: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+               exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
+               *, lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float,
+               amsgrad: bool, maximize: bool, grad_scale: torch.Tensor | None = None,
+               found_inf: torch.Tensor | None = None) -> None:
+    """`torch.optim.Adam(..., fused=True)`'s step: every parameter and its moments updated in one realize."""
+    _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
+          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
+          found_inf=found_inf, decoupled=False)
+
+
+@register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr, direct=True)
+def fused_adamw(self: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+                exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
+                *, lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float,
+                amsgrad: bool, maximize: bool, grad_scale: torch.Tensor | None = None,
+                found_inf: torch.Tensor | None = None) -> None:
+    """`torch.optim.AdamW(..., fused=True)`'s step (weight decay applied to the weights, not the gradient)."""
+    _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
+          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
+          found_inf=found_inf, decoupled=True)
+
+
+@register(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, direct=True)
+def fused_sgd(self: list[torch.Tensor], grads: list[torch.Tensor], momentum_buffer_list: list[torch.Tensor], *,
+              weight_decay: float, momentum: float, lr: float | torch.Tensor, dampening: float, nesterov: bool,
+              maximize: bool, is_first_step: bool, grad_scale: torch.Tensor | None = None,
+              found_inf: torch.Tensor | None = None) -> None:
+    """`torch.optim.SGD(..., fused=True)`'s step: momentum buffers start as the first gradient, as PyTorch's do."""
+    tiny_params, tiny_grads = _tiny(self, "params"), _tiny(grads, "grads")
+    tiny_buffers = _tiny(momentum_buffer_list, "momentum_buffer_list") if momentum != 0 else []
+    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    writes: list[tuple[TinyTensor, Tensor]] = []
+    for position, param in enumerate(tiny_params):
+        weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
+        if scale is not None:
+            grad = grad / scale
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad + weights * weight_decay
+        if momentum != 0:
+            buffer = grad if is_first_step else \
+                tiny_buffers[position].tiny_value() * momentum + grad * (1 - dampening)
+            writes.append((tiny_buffers[position], buffer))
+            grad = grad + buffer * momentum if nesterov else buffer
+        writes.append((param, weights - grad * rate))
+    _store(writes, overflow)
+
+
+@register(aten._fused_adagrad_.default, aten._fused_adagrad_.tensor_lr, direct=True)
+def fused_adagrad(self: list[torch.Tensor], grads: list[torch.Tensor], state_sums: list[torch.Tensor],
+                  state_steps: list[torch.Tensor], *, lr: float | torch.Tensor, lr_decay: float, weight_decay: float,
+                  eps: float, maximize: bool, grad_scale: torch.Tensor | None = None,
+                  found_inf: torch.Tensor | None = None) -> None:
+    """`torch.optim.Adagrad(..., fused=True)`'s step: the learning rate decays with the (incremented) step count."""
+    tiny_params, tiny_grads = _tiny(self, "params"), _tiny(grads, "grads")
+    tiny_sums, tiny_steps = _tiny(state_sums, "state_sums"), _tiny(state_steps, "state_steps")
+    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    writes: list[tuple[TinyTensor, Tensor]] = []
+    for position, param in enumerate(tiny_params):
+        weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
+        if scale is not None:
+            grad = grad / scale
+        if maximize:
+            grad = -grad
+        if weight_decay != 0:
+            grad = grad + weights * weight_decay
+        step = tiny_steps[position].tiny_value().reshape(()).cast(dtypes.float32)
+        decayed = rate / ((step - 1) * lr_decay + 1)
+        total = tiny_sums[position].tiny_value() + grad * grad
+        writes += [(tiny_sums[position], total), (param, weights - decayed * grad / (total.sqrt() + eps))]
+    _store(writes, overflow)
