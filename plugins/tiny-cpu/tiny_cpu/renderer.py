@@ -301,21 +301,21 @@ def _vector_max(ctx: RenderContext, x: UOp) -> str | None:
     return ctx.bind(x, _min_max("MAX", right, left, _blend(ctx, mask, right, left, x.dtype), x.dtype))
 
 
-def _vector_compare(ctx: RenderContext, x: UOp) -> str | None:
-    if x.dtype.count == 1 or not _vector_lanes(ctx, x.src[0].dtype):
-        return None
-    left, right = _whole(ctx, x.src[0], x.dtype.count), _whole(ctx, x.src[1], x.dtype.count)
-    symbol = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "=="}[x.op]
-    return _bind_mask(ctx, x, f"({left}{symbol}{right})", x.src[0].dtype)
+_MASK_SYMBOLS = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
 
 
-def _mask_logic(ctx: RenderContext, x: UOp) -> str | None:
-    if x.dtype.count == 1 or x.dtype.scalar != dtypes.bool or not any(source in ctx.masks for source in x.src):
+def _mask_op(ctx: RenderContext, x: UOp) -> str | None:
+    """A comparison of whole vectors, or logic on masks, as a mask."""
+    if x.dtype.count == 1:
         return None
-    reference = next(ctx.masks[source][1] for source in x.src if source in ctx.masks)
-    left, right = (_mask_of(ctx, source, reference.itemsize, x.dtype.count) for source in x.src)
-    symbol = {Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}[x.op]
-    return _bind_mask(ctx, x, f"({left}{symbol}{right})", reference)
+    if x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
+        reference, (left, right) = x.src[0].dtype, (_whole(ctx, source, x.dtype.count) for source in x.src)
+    elif x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and any(s in ctx.masks for s in x.src):
+        reference = next(ctx.masks[source][1] for source in x.src if source in ctx.masks)
+        left, right = (_mask_of(ctx, source, reference.itemsize, x.dtype.count) for source in x.src)
+    else:
+        return None
+    return _bind_mask(ctx, x, f"({left}{_MASK_SYMBOLS[x.op]}{right})", reference)
 
 
 def _mask_lane(ctx: RenderContext, x: UOp) -> str | None:
@@ -388,8 +388,7 @@ c_rendering = text_rules([
     (UPat(Ops.WHERE, name="x"), _vector_where),
     (UPat(Ops.MULACC, name="x"), _fused_multiply_add),
     (UPat(Ops.MAX, name="x"), _vector_max),
-    (UPat(GroupOp.Comparison, name="x"), _vector_compare),
-    (UPat((Ops.AND, Ops.OR, Ops.XOR), name="x"), _mask_logic),
+    (UPat(tuple(_MASK_SYMBOLS), name="x"), _mask_op),
     (UPat(Ops.GEP, name="x"), _mask_lane),
     (UPat(Ops.LOAD, name="x"), _load),
     (UPat(Ops.STORE, name="x"), atomic_rule(_atomic)),
