@@ -9,6 +9,8 @@ from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, least_upper_dtyp
 from tinycore.errors import BroadcastError
 
 if TYPE_CHECKING:
+    from typing_extensions import TypeIs
+
     from tinycore.uop.uop import UOp
 
 LOG2_E = 1 / math.log(2)
@@ -79,7 +81,7 @@ def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...]:
         others = {size for size in sizes if size != 1}
         if len(others) > 1 and not all(isinstance(size, int) for size in others):
             # symbolic sizes built in different orders (i+j, j+i) are one size
-            kept: list[Any] = []
+            kept: list[int] = []
             for size in others:
                 if not any(same_size(size, seen) for seen in kept):
                     kept.append(size)
@@ -113,7 +115,7 @@ def scalars_dtype(*values: ConstType) -> DType:
     return least_upper_dtype(*(dtypes.from_py(value) for value in values))
 
 
-def is_scalar(value: Any) -> bool:
+def is_scalar(value: object) -> TypeIs[ConstType]:
     """True for a Python int, float or bool."""
     return isinstance(value, (int, float, bool))
 
