@@ -328,3 +328,35 @@ def test_values_live_across_a_division_survive_its_use_of_rdx() -> None:
     data = np.array([1000, 7, -999, 5, 123456, -11, 77, 3, -5, 2, 2**30, 9, -(2**30), 13], np.int32)
     truncated = [int(a / b) for a, b in zip(data[::2].tolist(), data[1::2].tolist(), strict=True)]
     assert function(data.ctypes.data) == int(data.astype(np.int64).sum()) + sum(truncated)
+
+
+@on_x86
+@pytest.mark.skipif(not _avx512(), reason="this CPU has no AVX-512")
+def test_values_of_vex_only_instructions_keep_to_the_first_sixteen_vector_registers() -> None:
+    """With 32 vector registers, 24 live ymm values spread over xmm16-31 too; those that meet vblendvps (VEX only)
+    and the compare feeding it (whose EVEX form writes a mask register) must stay below 16."""
+    builder = FunctionBuilder(integer_arguments=2, vector_registers=32)  # out, data of 24 rows of 8 floats
+    out, data = builder.arguments
+    values = []
+    for i in range(24):
+        value = builder.value("vec", 256)
+        builder.emit("vmovups", value, Memory(data, None, 1, 32 * i, 256))
+        values.append(value)
+    total = builder.value("vec", 256)
+    builder.emit("vxorps", total, total, total)
+    for i in range(0, 24, 2):  # total += max(a, b) lane by lane, as compare and blend
+        mask, larger = builder.value("vec", 256), builder.value("vec", 256)
+        builder.emit("vcmpps", mask, values[i], values[i + 1], 1)  # a < b
+        builder.emit("vblendvps", larger, values[i], values[i + 1], mask)
+        builder.emit("vaddps", total, total, larger)
+    builder.emit("vmovups", Memory(out, None, 1, 0, 256), total)
+    builder.ret()
+    function = ExecutableCode(builder.assemble()).function(None, ctypes.c_void_p, ctypes.c_void_p)
+    assert any(register.number >= 16 for register in builder.allocation.used_registers() if register.kind == "vec")
+    rows = np.random.default_rng(7).standard_normal((24, 8)).astype(np.float32)
+    result = np.full(8, np.nan, np.float32)
+    function(result.ctypes.data, rows.ctypes.data)
+    expected = np.zeros(8, np.float32)
+    for i in range(0, 24, 2):
+        expected = expected + np.maximum(rows[i], rows[i + 1])
+    np.testing.assert_array_equal(result, expected)

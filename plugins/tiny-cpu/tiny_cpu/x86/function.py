@@ -22,12 +22,14 @@ from tiny_cpu.x86.registers import (
     rsp,
     view,
 )
+from tiny_cpu.x86.vector_ops import VECTOR_OPS
 from tinycore.renderer.isa import (
     Instruction,
     Label,
     Memory,
     Operand,
     Register,
+    SubRegister,
     VirtualRegister,
     linear_scan,
     live_intervals,
@@ -59,6 +61,24 @@ def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
     return (first,) + ("r",) * (len(operands) - 1)
 
 
+_HIGH_VECTORS = frozenset(XMM[16:])
+
+
+def _vex_only_values(program: list[Instruction]) -> set[VirtualRegister]:
+    """The vector values that some instruction without an EVEX form reads or writes (xmm16-31 cannot be named
+    there). Compares count as such: their EVEX form writes a mask register, not a vector of lane masks."""
+    values: set[VirtualRegister] = set()
+    for instruction in program:
+        op = VECTOR_OPS.get(instruction.op)
+        if op is not None and op.has_evex and not instruction.op.startswith("vcmp"):
+            continue
+        for operand in instruction.operands:
+            mentioned = operand.value if isinstance(operand, SubRegister) else operand
+            if isinstance(mentioned, VirtualRegister) and mentioned.kind == "vec":
+                values.add(mentioned)
+    return values
+
+
 class FunctionBuilder:
     """Builds one System V function. `arguments` are its integer/pointer arguments (64-bit values, or the widths in
     `integer_argument_bits`) followed by its float arguments (scalars in the low lane of a 128-bit value);
@@ -78,8 +98,10 @@ class FunctionBuilder:
         self.program: list[Instruction] = []
         self._count = 0
         self._labels = 0
-        self.vector_pool = XMM[: vector_registers - 3]
-        self.vector_scratch = XMM[vector_registers - 3 : vector_registers]
+        # the scratch registers for spilled operands are xmm13-15 either way: they serve every instruction, and
+        # xmm16-31 (AVX-512) only those with an EVEX form (see `assemble`)
+        self.vector_pool = XMM[:13] + XMM[16:vector_registers]
+        self.vector_scratch = XMM[13:16]
         self.blocked: dict[Register, int] = {}
         self.arguments: list[VirtualRegister] = []
         widths = integer_argument_bits or [64] * integer_arguments
@@ -128,6 +150,11 @@ class FunctionBuilder:
     def assemble(self) -> bytes:
         """Allocate registers, add the prologue and epilogue, and encode."""
         intervals = live_intervals(self.program)
+        if len(self.vector_pool) > 13:  # values that meet an instruction with no EVEX form keep to xmm0-15
+            legacy = _vex_only_values(self.program)
+            for interval in intervals.values():
+                if interval.value in legacy:
+                    interval.avoid = interval.avoid | _HIGH_VECTORS
         allocation = linear_scan(intervals, {"gpr": GENERAL_POOL, "vec": self.vector_pool}, self.blocked)
         saved = [r for r in CALLEE_SAVED if r in allocation.used_registers()]
         spill_base = 8 * len(saved)

@@ -101,7 +101,7 @@ class Selection:
     """The state of selecting one kernel: the function being built and what each UOp became (a register, an
     immediate, or a memory reference)."""
 
-    def __init__(self, uops: list[UOp], entry: bool = False) -> None:
+    def __init__(self, uops: list[UOp], entry: bool = False, vector_registers: int = 16) -> None:
         self.uops, self.entry = uops, entry
         buffers = sorted(u.arg for u in uops if u.op is Ops.DEFINE_GLOBAL)
         variables = sorted(str(u.arg[0]) for u in uops if u.op is Ops.DEFINE_VAR)
@@ -113,7 +113,8 @@ class Selection:
             for u in sorted((u for u in uops if u.op is Ops.DEFINE_VAR), key=lambda u: str(u.arg[0]))
         ]
         widths = [64, 32] if entry else [64] * len(buffers) + variable_bits
-        self.builder = FunctionBuilder(integer_arguments=len(widths), integer_argument_bits=widths)
+        self.builder = FunctionBuilder(integer_arguments=len(widths), integer_argument_bits=widths,
+                                       vector_registers=vector_registers)
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
@@ -758,10 +759,12 @@ x86_selection = PatternMatcher(
 (the rule's answer "" only says the UOp was handled)."""
 
 
-def select_kernel(uops: list[UOp], entry: bool = False) -> bytes:
+def select_kernel(uops: list[UOp], entry: bool = False, vector_registers: int = 16) -> bytes:
     """The x86-64 machine code of a linear program, or a SelectionError naming the first UOp it cannot take.
 
     The function takes the buffers then the variables as System V arguments, or with `entry` the CPU queue's
-    convention: a pointer to one 64-bit word per argument (same order) and the worker's core_id.
+    convention: a pointer to one 64-bit word per argument (same order) and the worker's core_id. With
+    `vector_registers=32` (AVX-512F, VL and DQ) values that meet only instructions with EVEX forms may also live in
+    xmm16-31.
     """
-    return Selection(uops, entry).select()
+    return Selection(uops, entry, vector_registers).select()

@@ -27,6 +27,12 @@ from tinycore.uop.uop import UOp
 _HEADER = "; x86-64 machine code, tinycore x86 renderer"
 
 
+def host_vector_registers() -> int:
+    """32 where this CPU has AVX-512 F, VL and DQ (xmm16-31 usable by 256-bit EVEX instructions), else 16."""
+    from tiny_cpu.target import host_cpu_flags
+    return 32 if {"avx512f", "avx512vl", "avx512dq"} <= host_cpu_flags() else 16
+
+
 def _in_float32(value: UOp, operation: UOp) -> UOp:
     """`operation` of a half computed on the float32 of its operand, then rounded back to the half."""
     return UOp(operation.op, dtypes.float32, (value.cast(dtypes.float32),)).cast(operation.dtype)
@@ -56,6 +62,7 @@ class X86Renderer(VectorX86Contract, Renderer):
         self.device = device
         self.arch = arch
         self.global_max = (worker_count(), 1, 1)
+        self.vector_registers = host_vector_registers()
 
     def spelled_dtypes(self) -> set[DType]:
         """Every dtype the selection has rules for (fp8 has none)."""
@@ -69,7 +76,7 @@ class X86Renderer(VectorX86Contract, Renderer):
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The header naming the kernel, then its machine code in hex: the entry convention of the CPU queue
         (a pointer to one 64-bit word per argument, then the worker's core_id)."""
-        code = select_kernel(uops, entry=True)
+        code = select_kernel(uops, entry=True, vector_registers=self.vector_registers)
         return f"{_HEADER}: {name}\n{code.hex()}\n"
 
 
@@ -150,4 +157,10 @@ def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Co
         raise RuntimeError(reason)
     if arch is not None:
         raise ValueError(f"DEV=CPU:X86:{arch}: the x86 renderer encodes for this host only; leave the arch out")
-    return X86Renderer(device, arch), X86Compiler()
+    from tiny_cpu.target import NARROW_VECTOR_BYTES, host_core_cache_bytes, matmul_panel_bytes
+    renderer = X86Renderer(device, arch)
+    # as the C and LLVM renderers on an AVX2 target: large matmuls stream packed panels two vectors wide, and cache
+    # blocks are sized by this host's private cache
+    renderer.matmul_panel_bytes = matmul_panel_bytes(NARROW_VECTOR_BYTES)
+    renderer.core_cache_bytes = host_core_cache_bytes()
+    return renderer, X86Compiler()
