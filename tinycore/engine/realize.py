@@ -22,6 +22,7 @@ from tinycore.plugins.contract import compiles_in_batches
 from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
+from tinycore.schedule.views import contiguous_range
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 from tinycore.viz import hook as _viz
@@ -514,6 +515,12 @@ def to_host(uop: UOp) -> memoryview:
         uop = gather(uop, uop.src[0].device)
     realized = strip_identity(realize_uops([uop])[0])
     if not is_contiguous_buffer_view(realized):
+        found = contiguous_range(realized) if device_facts(realized.device).supports_views else None
+        if found is not None and found[2] > 0 and found[0].op is Ops.BUFFER:
+            # a range of a buffer (t[10:20]) is read where it lies: no kernel, so a device that runs none (DISK) too
+            base, offset, count = found
+            view = buffer_of(base).view(count, realized.dtype, offset)
+            return view.copyout(memoryview(bytearray(view.nbytes)))
         realized = realize_uops([realized.clone()])[0]
     buffer = buffer_of(view_base(realized))
     return buffer.copyout(memoryview(bytearray(buffer.nbytes)))
