@@ -180,8 +180,10 @@ so does a listed one that is gone or changed, so that the list is brought down w
 
 
 def test_the_ir_fills_every_function_uop_calls_upward() -> None:
-    """UOp's methods reach the simplifier, the printer and the multi-device mapping through a table those modules fill
-    when imported (so that uop.py imports none of them): importing the IR fills every entry with a function."""
+    """UOp's methods reach the simplifier, the printer and the multi-device mapping (and UOp.buffer the engine's
+    memory) through a table those modules fill when imported, so that uop.py imports none of them: importing the IR
+    and the engine's memory fills every entry with a function."""
+    import tinycore.engine.memory
     import tinycore.uop  # noqa: F401 - the package imports the modules that fill the table
     from tinycore.uop.uop import UpperFunctions, upper
     missing = [name for name in UpperFunctions.__annotations__ if not callable(vars(upper).get(name))]
@@ -190,6 +192,7 @@ def test_the_ir_fills_every_function_uop_calls_upward() -> None:
     size = UOp.variable("n", 0, 9)
     assert (size * 1).simplify() is size and (size * 2 + 1).render() == "n*2+1"
     assert ((size * 2 + 1).vmin, (size * 2 + 1).vmax) == (1, 19)
+    assert upper.buffer_of is tinycore.engine.memory.buffer_of
 
 
 def test_the_core_has_no_new_circles() -> None:

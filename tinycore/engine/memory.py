@@ -13,7 +13,7 @@ from tinycore.plugins.contract import RendererContract, makes_views
 from tinycore.schedule.device_facts import DeviceFacts
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
-from tinycore.uop.uop import UOp
+from tinycore.uop.uop import UOp, upper
 
 _BUFFER_ATTRIBUTE = "_device_buffer"
 """The attribute of a BUFFER / BUFFER_VIEW node holding its Buffer once used (it dies with its node). An attribute
@@ -83,3 +83,7 @@ def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: s
     node = new_buffer_uop(device, dtype, view.nbytes // dtype.itemsize)
     buffer_of(node).copyin(view)
     return node
+
+
+# UOp.buffer (tinygrad's name) reaches the Buffers through this table: the IR sits below the engine
+upper.buffer_of = buffer_of

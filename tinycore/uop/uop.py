@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn, Union
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, Union
 
 from tinycore.dtype import ConstType, DType, PtrDType, dtypes, least_upper_dtype, truncate
 from tinycore.helpers import cached_node_property
@@ -12,7 +12,20 @@ from tinycore.uop.opcodes import GroupOp, Ops
 from tinycore.uop.shape import ShapeMixin
 
 if TYPE_CHECKING:
-    from tinycore.device.buffer import Buffer
+    import numpy
+
+
+class DeviceBuffer(Protocol):
+    """What `UOp.buffer` gives: the device Buffer behind a BUFFER node (tinycore.device.buffer.Buffer). The IR sits
+    below the devices, so it declares only what it hands on."""
+
+    device: str
+    size: int
+    dtype: DType
+
+    def numpy(self) -> numpy.ndarray:
+        """The buffer's contents copied to the host."""
+        ...
 
 
 class UpperFunctions:
@@ -20,7 +33,9 @@ class UpperFunctions:
 
     The simplifier, the printer and the multi-device mapping build UOps, so they import this module and it cannot
     import them. Each fills its entries here when it is imported (multi.py, printer.py, symbolic.py), and
-    tinycore/uop/__init__.py imports them all, so they are in place before any code outside the IR runs.
+    tinycore/uop/__init__.py imports them all, so they are in place before any code outside the IR runs. The engine's
+    memory (tinycore.engine.memory, far above) fills `buffer_of` for `UOp.buffer`: only a realized node has one,
+    and realizing imports it.
     """
 
     map_multi: Callable[[Ops, DType, tuple[UOp, ...], Any], UOp]
@@ -30,11 +45,13 @@ class UpperFunctions:
     simplify: Callable[[UOp], UOp]
     ssimplify: Callable[[sint], sint]
     variable: Callable[[str, int, int, DType], UOp]
+    buffer_of: Callable[[UOp], DeviceBuffer]
     bounds: Callable[[UOp], tuple[ConstType, ConstType]]
 
     def __getattr__(self, name: str) -> NoReturn:
-        raise RuntimeError(f"UOp needs {name}, which a module of tinycore.uop fills when it is imported: import "
-                           "tinycore.uop (the package) before using UOps")
+        raise RuntimeError(f"UOp needs {name}, which the module defining it fills when imported: import tinycore.uop "
+                           "(the package) before using UOps; for buffer_of, import tinycore.engine.memory (realizing "
+                           "a Tensor does)")
 
 
 upper = UpperFunctions()
@@ -536,10 +553,9 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         return base.op is Ops.BUFFER or base.op is Ops.BUFFER_VIEW
 
     @property
-    def buffer(self) -> Buffer:
+    def buffer(self) -> DeviceBuffer:
         """The device Buffer of a BUFFER or BUFFER_VIEW node (`tensor.uop.base.buffer` after realize), as tinygrad."""
-        from tinycore.engine.memory import buffer_of  # the engine owns Buffers; the IR only names them
-        return buffer_of(self)
+        return upper.buffer_of(self)
 
     def render(self) -> str:
         """A compact infix rendering of this expression, e.g. '(a*4+b)//4'."""
