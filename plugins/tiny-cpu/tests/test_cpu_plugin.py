@@ -39,7 +39,9 @@ def test_renderers() -> None:
     offered = hooks.tiny_renderers("CPU")
     assert offered == [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer", offered[0].description),
                        RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer", offered[1].description,
-                                       probe="tiny_cpu.hooks:llvm_probe")]
+                                       probe="tiny_cpu.hooks:llvm_probe"),
+                       RendererSpec("X86", "tiny_cpu.x86.renderer:make_x86_renderer", offered[2].description,
+                                    probe="tiny_cpu.hooks:x86_probe")]
     assert hooks.tiny_renderers("CL") == []
 
 

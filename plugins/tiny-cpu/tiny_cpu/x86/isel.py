@@ -56,7 +56,7 @@ class ScalarX86Contract(RendererContract):
     has_local = False
     has_shared = False
     has_threads = False
-    global_max = None
+    global_max: tuple[int, ...] | None = None
     local_max = None
     decompose_transcendentals = True
 
