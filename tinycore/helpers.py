@@ -24,13 +24,22 @@ from tinycore.target import DevError, Target, find_target, format_dev, parse_dev
 T = TypeVar("T")
 _Key = TypeVar("_Key")
 _Item = TypeVar("_Item")
+_Setting = TypeVar("_Setting", int, float, str)
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRichComparison
 
 
+@overload
+def getenv(key: str) -> int: ...
+
+
+@overload
+def getenv(key: str, default: _Setting) -> _Setting: ...
+
+
 @functools.cache
-def getenv(key: str, default: Any = 0) -> Any:
+def getenv(key: str, default: int | float | str = 0) -> int | float | str:
     """The environment variable `key` converted to the type of `default` (cached: read once per process)."""
     value = os.environ.get(key)
     if value is None:
@@ -52,7 +61,7 @@ class ContextVar:
     _cache: dict[str, ContextVar] = {}
     key: str
 
-    def __init__(self, key: str, default_value: object):
+    def __init__(self, key: str, default_value: int | float | str):
         if key in ContextVar._cache:
             raise RuntimeError(f"ContextVar {key} is already defined")
         self.key = key
