@@ -26,3 +26,28 @@ def test_weight_used_by_two_convolutions_gets_both_gradients_once(kernel: int) -
     np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-4, atol=1e-4)
     for gradient, expected_gradient in zip(gradients, expected_gradients, strict=True):
         np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(("low", "high", "beta"), [(-2, 2, 1.0), (300, 400, 1.0), (-400, -300, 1.0), (5, 30, 3.0)])
+def test_softplus_and_its_gradient_stay_finite_at_large_inputs(low: float, high: float, beta: float) -> None:
+    data = np.random.default_rng(3).uniform(low, high, (45, 65)).astype(np.float32)
+    torch_input = torch.tensor(data, requires_grad=True)
+    expected = torch.nn.functional.softplus(torch_input, beta=beta)
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [torch_input])
+    tensor = Tensor(data, requires_grad=True)
+    value = tensor.softplus(beta=beta)
+    (gradient,) = value.sum().gradient(tensor)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_cos_gradient_is_minus_sin_of_the_input_at_large_inputs() -> None:
+    data = np.array([1e1, 1e2, 1e3, 1e4, 1e5, 1e6, -1e1, -1e2, -1e3, -1e4, -1e5, -1e6, 0.5, -2.0], np.float32)
+    torch_input = torch.tensor(data, requires_grad=True)
+    expected = torch.cos(torch_input)
+    (expected_gradient,) = torch.autograd.grad(expected.sum(), [torch_input])
+    tensor = Tensor(data, requires_grad=True)
+    value = tensor.cos()
+    (gradient,) = value.sum().gradient(tensor)
+    np.testing.assert_allclose(value.numpy(), expected.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(gradient.numpy(), expected_gradient.numpy(), rtol=1e-5, atol=1e-5)

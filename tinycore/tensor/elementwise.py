@@ -699,8 +699,17 @@ class ElementwiseMixin:
         return self._float()._alu(Ops.SIN)
 
     def cos(self: Tensor) -> Tensor:
-        """Cosine (as sin(pi/2 - x))."""
-        return ((math.pi / 2) - self._float())._alu(Ops.SIN)
+        """Cosine (as sin(pi/2 - x), which the kernels compute as cos(x)), with the gradient -sin(x). Through sin's
+        own rule the gradient would be cos(pi/2 - x) of the rounded pi/2 - x: 2e-2 off at x = 1e6."""
+        from tinycore.gradient import with_gradient
+        source = self._float()
+        value = ((math.pi / 2) - source)._alu(Ops.SIN)
+        wrap = type(self)._wrap
+
+        def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+            return {source.uop: (-(wrap(gradient) * source.sin())).uop}
+
+        return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
     def tan(self: Tensor) -> Tensor:
         """Tangent."""
@@ -864,7 +873,11 @@ class ElementwiseMixin:
     def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta (linear above beta * self = 20, like torch)."""
         scaled = self._float() * beta
-        return (scaled > 20).where(self._float(), (1 + scaled.exp()).log() * (1 / beta))
+        linear = scaled > 20
+        # the log branch reads 0 where the linear one is taken: its exp would overflow there, and the zero gradient
+        # the where gives that branch times exp's infinite gradient would be NaN
+        bounded = linear.where(0.0, scaled)
+        return linear.where(self._float(), (1 + bounded.exp()).log() * (1 / beta))
 
     def mish(self: Tensor) -> Tensor:
         """self * tanh(softplus(self))."""
