@@ -14,10 +14,10 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Literal, TypedDict, overload
 
 from tinycore.llm.batching import (
     STEP_PREFILL,
@@ -54,12 +54,25 @@ class RequestError(Exception):
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, object]:
         """The OpenAI-style error object."""
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
 
 
-def _number(body: dict[str, Any], name: str, default: float, low: float, high: float, integer: bool = False) -> Any:
+@overload
+def _number(body: Mapping[str, object], name: str, default: float, low: float, high: float,
+            integer: Literal[False] = False) -> float: ...
+
+
+@overload
+def _number(body: Mapping[str, object], name: str, default: float, low: float, high: float,
+            integer: Literal[True]) -> int: ...
+
+
+def _number(body: Mapping[str, object], name: str, default: float, low: float, high: float,
+            integer: bool = False) -> int | float:
+    """`body[name]` (`default` when absent or null) checked to be a number (an int when `integer`) in [low, high];
+    a RequestError naming the parameter otherwise."""
     value = body.get(name, default)
     if value is None:
         value = default
@@ -68,6 +81,26 @@ def _number(body: dict[str, Any], name: str, default: float, low: float, high: f
     if not low <= value <= high:
         raise RequestError(400, f"'{name}' must lie in [{low}, {high}], got {value!r}", name)
     return value
+
+
+class ModelList(TypedDict):
+    """GET /v1/models's answer: the one model this server runs."""
+    object: str
+    data: list[dict[str, object]]
+
+
+class SamplingOptions(TypedDict):
+    """A completion request's options, checked: how many tokens and sequences, sampling, stops and streaming."""
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    seed: int | None
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    n: int
+    logprobs: int | None
 
 
 @dataclass
@@ -93,12 +126,12 @@ class LLMServer:
         self.scheduler = BatchScheduler(session.model, max_queued, step_prefill)
         self.created = int(time.time())
 
-    def models(self) -> dict[str, Any]:
+    def models(self) -> ModelList:
         """GET /v1/models."""
         return {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": self.created,
                                             "owned_by": "tinycore"}]}
 
-    def prepare(self, route: str, body: Any) -> tuple[list[int], dict[str, Any]]:
+    def prepare(self, route: str, body: object) -> tuple[list[int], SamplingOptions]:
         """The prompt ids and the sampling options of a completion request, or a RequestError."""
         if not isinstance(body, dict):
             raise RequestError(400, "the request body must be a JSON object")
@@ -147,16 +180,17 @@ class LLMServer:
         seed = body.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise RequestError(400, f"'seed' must be an integer, got {seed!r}", "seed")
-        options = {"max_tokens": max_tokens, "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
-                   "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0), "top_k": _number(body, "top_k", 0, 0, 1 << 30,
-                                                                                      integer=True),
-                   "seed": seed, "stop": stop, "stream": bool(body.get("stream", False)),
-                   "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
-                   "n": _number(body, "n", 1, 1, MAX_CHOICES, integer=True), "logprobs": self._logprobs(route, body)}
+        options: SamplingOptions = {
+            "max_tokens": max_tokens, "temperature": _number(body, "temperature", 1.0, 0.0, 2.0),
+            "top_p": _number(body, "top_p", 1.0, 1e-9, 1.0),
+            "top_k": _number(body, "top_k", 0, 0, 1 << 30, integer=True),
+            "seed": seed, "stop": stop, "stream": bool(body.get("stream", False)),
+            "include_usage": bool((body.get("stream_options") or {}).get("include_usage", False)),
+            "n": _number(body, "n", 1, 1, MAX_CHOICES, integer=True), "logprobs": self._logprobs(route, body)}
         return ids, options
 
     @staticmethod
-    def _logprobs(route: str, body: dict[str, Any]) -> int | None:
+    def _logprobs(route: str, body: Mapping[str, object]) -> int | None:
         """How many alternatives each token's log-probability comes with, or None when none were asked for:
         completions take `logprobs: k`, chats `logprobs: true` with `top_logprobs: k`."""
         if route == "completions":
@@ -170,7 +204,7 @@ class LLMServer:
             raise RequestError(400, "'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return int(_number(body, "top_logprobs", 0, 0, MAX_LOGPROBS, integer=True)) if wanted else None
 
-    def run(self, route: str, ids: list[int], options: dict[str, Any]) -> Generator[dict[str, object], None, None]:
+    def run(self, route: str, ids: list[int], options: SamplingOptions) -> Generator[dict[str, object], None, None]:
         """The response objects: one for a plain request; chunks (the last with the usage, if asked) when
         streaming. The request's `n` sequences run in the batch scheduler; closing the generator (a client that
         left) cancels them."""
@@ -318,7 +352,7 @@ def make_handler(server: LLMServer) -> type[BaseHTTPRequestHandler]:
                 self.request_version = "HTTP/1.1"  # since an HTTP/0.9 reply has no status line for clients to read
             self._send_json(code, RequestError(code, message or explain or "malformed request").body())
 
-        def _send_json(self, status: int, body: dict[str, object]) -> None:
+        def _send_json(self, status: int, body: Mapping[str, object]) -> None:
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
