@@ -214,3 +214,27 @@ def test_unsupported_constructs_are_refused_naming_the_op() -> None:
     # float64's exp2 is neither decomposed by the core nor selected here
     with pytest.raises(SelectionError, match=r"cannot select Ops\.EXP2 \(dtype dtypes\.float64.*DEV=CPU"):
         select_kernel(_uops(a.cast("float64").exp2()))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_multiply_add_rounds_once_only_where_codegen_fused_it(fused: bool) -> None:
+    """(1 + 2**-12)**2 - (1 + 2**-11) is 2**-24 exactly; rounding the product first loses it (ties to even)."""
+    from tinycore.dtype import dtypes
+    from tinycore.uop.ops import FUSED, Ops
+    from tinycore.uop.uop import UOp
+
+    pointer = dtypes.float32.ptr(3)
+    output, data = UOp(Ops.DEFINE_GLOBAL, pointer, (), 0), UOp(Ops.DEFINE_GLOBAL, pointer, (), 1)
+    loads = [UOp(Ops.LOAD, dtypes.float32, (UOp(Ops.INDEX, pointer, (data, UOp.const(dtypes.int32, i))),))
+             for i in range(3)]
+    multiply_add = UOp(Ops.MULACC, dtypes.float32, tuple(loads), FUSED if fused else None)
+    store = UOp(Ops.STORE, dtypes.void, (UOp(Ops.INDEX, pointer, (output, UOp.const(dtypes.int32, 0))), multiply_add))
+    uops = [output, data, *[u for load in loads for u in (load.src[0].src[1], load.src[0], load)],
+            store.src[0].src[1], multiply_add, store.src[0], store, UOp(Ops.SINK, dtypes.void, (store,))]
+    values = np.array([1 + 2**-12, 1 + 2**-12, -(1 + 2**-11)], np.float32)
+    result = np.full(3, np.nan, np.float32)
+    function = ExecutableCode(select_kernel(uops)).function(None, ctypes.c_void_p, ctypes.c_void_p)
+    function(result.ctypes.data, values.ctypes.data)
+    exact = np.float32(np.float64(values[0]) * np.float64(values[1]) + np.float64(values[2]))
+    assert result[0] == (exact if fused else values[0] * values[1] + values[2])
+    assert (result[0] != 0) == fused

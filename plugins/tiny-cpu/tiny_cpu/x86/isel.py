@@ -36,7 +36,7 @@ from tiny_cpu.x86.scalars import (
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.isa import Label, Memory, Operand, SubRegister, VirtualRegister
-from tinycore.uop.ops import Ops
+from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.uop import UOp
 
@@ -418,10 +418,16 @@ def _splat_bits(ctx: Selection, bits_of_float: int, width: int, element: int = 3
 
 
 def _multiply_add(ctx: Selection, uop: UOp) -> str:
+    """a * b + c: one FMA (one rounding) where codegen marked it FUSED, else a multiply and an add, as written."""
     bits, flavour = _float_shape(uop)
     result = ctx.builder.value("vec", bits)
-    ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
-    ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    if uop.arg is FUSED:
+        ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
+        ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    else:
+        product = ctx.builder.value("vec", bits)
+        ctx.builder.emit("vmul" + flavour, product, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+        ctx.builder.emit("vadd" + flavour, result, product, ctx.register(uop.src[2]))
     return _rounded(ctx, uop, result)
 
 

@@ -55,6 +55,7 @@ class X86Renderer(VectorX86Contract, Renderer):
     has_threads = True
     shared_max = 0
     preferred_vector_bytes = 32
+    fused_multiply_add = True  # the probe requires FMA: reduce loops' multiply-adds round once, as the C renderer's
     pre_matcher = _transcendentals
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
