@@ -38,7 +38,8 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[object, ...], list[UOp]
     The key is built from primitive values (op numbers, dtype names) so hashing and comparing it is cheap.
     """
     if len(outputs) == 1 and "_nodes_below" not in outputs[0].__dict__:
-        return _walked_structure_key(outputs[0])
+        root = outputs[0]
+        return _composed_structure_key(root) or _walked_structure_key(root)
     numbering: dict[UOp, int] = {}
     parts: list[object] = []
     inputs: list[UOp] = []
@@ -63,6 +64,75 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[object, ...], list[UOp]
         parts.append((op._value_, node.dtype.name, arg, sources))
     parts.append(tuple([numbering[output] for output in outputs]))
     return tuple(parts), inputs
+
+
+_COMPOSED: dict[tuple[object, ...], tuple[tuple[object, ...], tuple[int, ...]]] = {}
+"""An op's description from its sources (`_composed_structure_key`) -> its graph's key and the source positions
+of the graph's BUFFER nodes, in the key's input order."""
+COMPOSED_LIMIT = 1024
+"""How many op descriptions `_COMPOSED` keeps (it holds their constant sources alive): emptied when full."""
+SMALL_CONSTANT_NODES = 6
+"""The most nodes a buffer-free source may have for `_composed_structure_key` to describe it by identity."""
+
+
+def _composed_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
+    """`structure_key([root])` for an op whose sources are BUFFER nodes and small graphs without buffers (an eager
+    `x + 1`), by one dictionary lookup: such a graph's structure is fixed by the op, each buffer's dtype, size and
+    device node, which sources are the same buffer, and the buffer-free sources themselves (hash-consed nodes,
+    compared by identity). None for any other graph (the walk keys it)."""
+    sources = root.src
+    if not sources or len(sources) > 3:
+        return None
+    buffer_op = Ops.BUFFER
+    described: list[object] = []
+    buffers: list[UOp] = []
+    for source in sources:
+        if source.op is buffer_op:
+            if source in buffers:
+                described.append(buffers.index(source))
+            else:
+                buffers.append(source)
+                described.append((source.dtype.name, source.arg[1], source.src[0]))
+        elif _is_small_constant(source):
+            described.append(source)
+        else:
+            return None
+    arg = root.arg
+    description = (root.op, root.dtype.name, None if arg is None else _arg_key(arg), tuple(described))
+    found = _COMPOSED.get(description)
+    if found is not None:
+        return found[0], [sources[position] for position in found[1]]
+    key, inputs = _walked_structure_key(root)
+    positions = tuple(sources.index(buffer) for buffer in buffers)
+    if inputs == buffers:  # always, by the walk's order; checked so that a mismatch costs only the shortcut
+        if len(_COMPOSED) >= COMPOSED_LIMIT:
+            _COMPOSED.clear()
+        _COMPOSED[description] = (key, positions)
+    return key, inputs
+
+
+def _is_small_constant(node: UOp) -> bool:
+    """True when `node`'s graph has no BUFFER and at most SMALL_CONSTANT_NODES nodes (a broadcast constant); kept
+    on the node, whose graph never changes."""
+    known = node.__dict__.get(_SMALL_CONSTANT_ATTRIBUTE)
+    if known is None:
+        known = node.__dict__[_SMALL_CONSTANT_ATTRIBUTE] = _count_small_constant(node)
+    return known
+
+
+_SMALL_CONSTANT_ATTRIBUTE = "_small_constant"
+
+
+def _count_small_constant(node: UOp) -> bool:
+    """`_is_small_constant(node)` by a walk that stops at the first BUFFER or past SMALL_CONSTANT_NODES nodes."""
+    stack, seen = [node], 0
+    while stack:
+        current = stack.pop()
+        seen += 1
+        if current.op is Ops.BUFFER or seen > SMALL_CONSTANT_NODES:
+            return False
+        stack.extend(current.src)
+    return True
 
 
 def _walked_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]]:

@@ -32,6 +32,8 @@ from tinycore.uop.uop import UOp
 if TYPE_CHECKING:
     import numpy
 
+    from tinycore.device.registry import _DeviceRegistry
+
 NestedValues: TypeAlias = Union[ConstType, "numpy.generic", Sequence["NestedValues"]]
 """Python (or numpy) scalars, or lists and tuples of them nested to any depth."""
 TensorData: TypeAlias = Union[NestedValues, "numpy.ndarray", bytes, bytearray, memoryview, UOp, pathlib.Path, None]
@@ -59,6 +61,19 @@ def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
     return realize_uops
 
 
+_DEVICE_REGISTRY: _DeviceRegistry | None = None
+"""tinycore.device.registry.Device once loaded: every Tensor() asks it for its device, and an import statement on
+that path costs about a microsecond per call."""
+
+
+def _load_device_registry() -> _DeviceRegistry:
+    """tinycore.device.registry.Device, imported on first use (the registry's module imports this one's users)."""
+    global _DEVICE_REGISTRY
+    from tinycore.device.registry import Device
+    _DEVICE_REGISTRY = Device
+    return Device
+
+
 @overload
 def canonical_device(device: str | None) -> str: ...
 
@@ -74,9 +89,9 @@ def canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, .
 def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
     """The canonical name of `device` (the default device for None), through the device registry; a tuple or list
     of names (several devices) gives a tuple of canonical names."""
-    from tinycore.device.registry import Device
+    registry = _DEVICE_REGISTRY or _load_device_registry()
     if device is None:
-        return Device.DEFAULT
+        return registry.DEFAULT
     if isinstance(device, (tuple, list)):
         names = tuple(canonical_device(name) for name in device)
         if not names or len(set(names)) != len(names):
@@ -84,7 +99,7 @@ def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | 
         return names
     if not isinstance(device, str):
         raise TypeError(f"device must be a device name such as 'CPU', got {type(device).__name__} {device!r}")
-    return Device.canonicalize(device)
+    return registry.canonicalize(device)
 
 
 def _uses(graph: dict[UOp, None], node: UOp) -> bool:
@@ -147,6 +162,27 @@ def _gradients(root: UOp, seed: UOp, targets: list[UOp]) -> dict[UOp, UOp]:
 def _reads_memory(node: UOp) -> bool:
     """True when `node` reads a buffer (it is not a graph of constants only)."""
     return any(source.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for source in node.toposort)
+
+
+def _flat_dtype(values: list[ConstType]) -> DType:
+    """`dtypes.from_py(values)` for a flat list of Python bools, ints and floats, from the set of their classes
+    (from_py's maximum over one dtype per value is the float, else the int, else the bool default)."""
+    classes = {value.__class__ for value in values}
+    if float in classes or not classes:
+        return dtypes.default_float
+    return dtypes.default_int if int in classes else dtypes.bool
+
+
+_UOP_FROM_BYTES: Callable[[bytes, DType, str], UOp] | None = None
+"""tinycore.engine.memory.uop_from_bytes once loaded (an import statement per Tensor() costs about a microsecond)."""
+
+
+def _load_uop_from_bytes() -> Callable[[bytes, DType, str], UOp]:
+    """tinycore.engine.memory.uop_from_bytes, imported on first use."""
+    global _UOP_FROM_BYTES
+    from tinycore.engine.memory import uop_from_bytes
+    _UOP_FROM_BYTES = uop_from_bytes
+    return uop_from_bytes
 
 
 def _bytes_from_values(values: list[ConstType], dtype: DType) -> bytes:
@@ -286,7 +322,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
     @staticmethod
     def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
         """The graph node holding `data` (scalars become constants, everything else a filled buffer)."""
-        from tinycore.engine.memory import uop_from_bytes
+        uop_from_bytes = _UOP_FROM_BYTES or _load_uop_from_bytes()
         if data is None:
             return UOp.const_on(dtype or dtypes.default_float, 0, device, (0,))
         if isinstance(data, (bool, int, float)):
@@ -308,7 +344,7 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                     if not isinstance(value, (bool, int, float)):
                         raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} "
                                         f"{value!r}")
-            target = dtype or dtypes.from_py(values)
+            target = dtype or (_flat_dtype(values) if flat else dtypes.from_py(values))
             storage = target if target.fmt is not None else dtypes.float32
             node = uop_from_bytes(_bytes_from_values(values, storage), storage, device).reshape(shape)
             return node.cast(target)
