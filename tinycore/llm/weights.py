@@ -3,7 +3,7 @@ by Tensor ops inside the kernels that read them, so resident weight memory stays
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
@@ -19,6 +19,9 @@ from tinycore.nn.gguf import (
 )
 from tinycore.tensor import Tensor
 from tinycore.uop.symbolic import Variable
+
+if TYPE_CHECKING:
+    from tinycore.uop.uop import UOp
 
 PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 """ggml types held as tensors of their own dtype."""
@@ -109,7 +112,7 @@ class GGUFWeight:
             return self.data.cast(dtypes.float32).reshape(self.shape)
         return dequantize(self._row_blocks(), self.ggml_type).reshape(self.shape)
 
-    def rows(self, start: int | Any, count: int) -> Tensor:
+    def rows(self, start: int | UOp, count: int) -> Tensor:
         """Rows [start, start + count) of a 2-D weight as float32 (count, columns), dequantizing only those rows'
         blocks. `start` may be a bound Variable."""
         rows, columns = self.shape[0], prod(self.shape[1:])

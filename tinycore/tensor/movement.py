@@ -95,7 +95,7 @@ class MovementMixin:
         check_shape(target)
         return self._result(self.uop.reshape(current).expand(target))
 
-    def shrink(self: Tensor, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+    def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
         """The part [start, end) of each axis (None keeps the whole axis)."""
         bounds = tuple(arg)
         if len(bounds) != self.ndim:

@@ -4,7 +4,7 @@ NaN and infinity."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Union
+from typing import Union
 
 import numpy
 import pytest
@@ -198,7 +198,7 @@ def test_symbolic_shapes(device: str, capabilities: DeviceCapabilities) -> None:
     width = Variable("conformance_width", 1, 10)
     kernels = []
     for value in (3, 7):
-        bound: Any = width.bind(value)
+        bound = width.bind(value)
         result = (source.shrink(((0, 4), (0, bound))) * 2.0).sum(1)
         schedule = create_schedule([result.uop], device_facts)
         kernels.append([item.ast for item in schedule.items if item.ast.op is not Ops.COPY])

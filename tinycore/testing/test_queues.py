@@ -7,7 +7,7 @@ values, and a wait that times out raises the clear error, marks the device broke
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy
 import pytest
@@ -17,6 +17,7 @@ from tinycore.testing.support import assert_matches, not_applicable, sample
 
 if TYPE_CHECKING:
     from tinycore.hcq import HCQCompiled
+    from tinycore.uop.uop import UOp
 
 pytestmark = pytest.mark.conformance_category("queues")
 
@@ -95,7 +96,7 @@ def test_graph_replay_is_one_submission_with_new_inputs_and_variables(queue_devi
     length = Variable("queue_length", 1, 12)
 
     @TinyJit
-    def step(values: Tensor, scale: Tensor, count: Any) -> Tensor:
+    def step(values: Tensor, scale: Tensor, count: int | UOp) -> Tensor:
         return ((values.shrink(((0, count),)) * scale.shrink(((0, count),))).sum() + 1.0).realize()
 
     for call, count in enumerate((4, 7, 12, 1, 9)):
