@@ -238,3 +238,22 @@ def test_multiply_add_rounds_once_only_where_codegen_fused_it(fused: bool) -> No
     exact = np.float32(np.float64(values[0]) * np.float64(values[1]) + np.float64(values[2]))
     assert result[0] == (exact if fused else values[0] * values[1] + values[2])
     assert (result[0] != 0) == fused
+
+
+def test_matmul_accumulators_are_updated_in_place() -> None:
+    """The register tile's fused multiply-adds write the accumulators' own registers: no copy in and out of each
+    per reduce step (test_x86_renderer.py checks the matmul's values against numpy on the device)."""
+    from tiny_cpu.x86.isel import Selection
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    m = Tensor(RNG.standard_normal((64, 64)).astype(np.float32)).realize()
+    n = Tensor(RNG.standard_normal((64, 64)).astype(np.float32)).realize()
+    items = [item for item in create_schedule([(m @ n).uop], device_facts).items if not item.is_copy]
+    uops = linearize(items[-1].ast, X86Renderer())
+    selection = Selection(uops, entry=True)
+    selection.select()
+    fused = [u for u in uops if u.op.name == "MULACC"]
+    assert fused and all(u.src[2] in selection.in_place for u in fused)
+    accumulators = {register for registers in selection.accumulators.values() for register in registers}
+    updates = [i for i in selection.builder.program if i.op.startswith("vfmadd") and i.operands[0] in accumulators]
+    assert len(updates) == len(fused)

@@ -119,6 +119,12 @@ class Selection:
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
         self.accumulators: dict[UOp, list[VirtualRegister]] = {}  # a DEFINE_REG's elements, each kept in a register
+        self.consumers: dict[UOp, list[UOp]] = {}
+        for uop in uops:
+            for source in uop.src:
+                self.consumers.setdefault(source, []).append(uop)
+        self.position = {uop: number for number, uop in enumerate(uops)}
+        self.in_place: set[UOp] = set()  # accumulator loads whose one consumer updates the accumulator's register
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -303,8 +309,41 @@ def _alternative(ctx: Selection, uop: UOp) -> UOp | None:
     return alternatives[0] if alternatives else None
 
 
+_IN_PLACE_OPS = (Ops.MULACC, Ops.ADD, Ops.MUL, Ops.MAX)
+
+
+def _updates_in_place(ctx: Selection, load: UOp) -> bool:
+    """Whether an accumulator's load can be the accumulator's register itself, updated there by its one consumer:
+    `acc = acc + x` (or * max, or a fused multiply-add into it) whose result is only stored back to the same
+    element, with no loop starting or ending in between (a later iteration would read the updated register)."""
+    users = ctx.consumers.get(load, [])
+    if len(users) != 1 or users[0].op not in _IN_PLACE_OPS or not is_float(users[0].dtype):
+        return False
+    user = users[0]
+    if user.dtype.scalar in HALVES:  # rounded into a fresh register anyway
+        return False
+    if user.op is Ops.MULACC:
+        if user.arg is not FUSED or user.src[2] is not load or load in user.src[:2]:
+            return False
+    elif user.src[0] is not load or user.src[1] is load:
+        return False
+    stores = ctx.consumers.get(user, [])
+    if len(stores) != 1 or stores[0].op is not Ops.STORE or stores[0].src[1] is not user:
+        return False
+    element, stored = load.src[0], stores[0].src[0]
+    if element is not stored and (element.op is not Ops.INDEX or stored.op is not Ops.INDEX
+                                  or element.src[:2] != stored.src[:2]):
+        return False
+    start, end = ctx.position[load], ctx.position[stores[0]]
+    return not any(uop.op in (Ops.RANGE, Ops.END) for uop in ctx.uops[start:end])
+
+
 def _load(ctx: Selection, uop: UOp) -> str:
     address = ctx.values[uop.src[0]]
+    if isinstance(address, VirtualRegister) and _updates_in_place(ctx, uop):
+        ctx.values[uop] = address
+        ctx.in_place.add(uop)
+        return ""
     result = _register_of(ctx, uop.dtype)
     if isinstance(address, VirtualRegister):  # an accumulator: copy it, as a later store replaces it
         _copy(ctx, result, address)
@@ -378,7 +417,7 @@ def _rounded(ctx: Selection, uop: UOp, value: VirtualRegister) -> str:
 
 def _float_binary(ctx: Selection, uop: UOp) -> str:
     bits, flavour = _float_shape(uop)
-    result = ctx.builder.value("vec", bits)
+    result = ctx.register(uop.src[0]) if uop.src[0] in ctx.in_place else ctx.builder.value("vec", bits)
     ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     return _rounded(ctx, uop, result)
 
@@ -422,7 +461,10 @@ def _multiply_add(ctx: Selection, uop: UOp) -> str:
     bits, flavour = _float_shape(uop)
     result = ctx.builder.value("vec", bits)
     if uop.arg is FUSED:
-        ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
+        if uop.src[2] in ctx.in_place:  # into the accumulator's own register
+            result = ctx.register(uop.src[2])
+        else:
+            ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
         ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     else:
         product = ctx.builder.value("vec", bits)
