@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:  # the model code is imported only when the subcommand runs
     from tinycore.llm.chat import Completion, Session
@@ -61,7 +61,15 @@ def load_session(path: str, max_context: int | None, device: str | None,
     return Session(model, tokenizer, template if isinstance(template, str) else None), name
 
 
-def _sampling(arguments: argparse.Namespace) -> dict[str, Any]:
+class _Sampling(TypedDict):
+    """The sampling options of the command line, as Session.complete takes them."""
+    temperature: float
+    top_k: int
+    top_p: float
+    seed: int | None
+
+
+def _sampling(arguments: argparse.Namespace) -> _Sampling:
     return {"temperature": arguments.temperature, "top_k": arguments.top_k, "top_p": arguments.top_p,
             "seed": arguments.seed}
 
