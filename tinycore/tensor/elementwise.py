@@ -89,6 +89,8 @@ class ElementwiseMixin:
     def _broadcasted(self: Tensor, other: Operand, reverse: bool = False,
                      match_dtype: bool = True) -> tuple[Tensor, Tensor]:
         """This tensor and `other` broadcast to one shape and promoted to one dtype (swapped if `reverse`)."""
+        if other.__class__ is int or other.__class__ is float:  # `x + 1`, the common case: tested first
+            return self._scalar_broadcasted(other, reverse, match_dtype)
         if _is_tensor(other):
             first, second = self, self._operand(other)
             if match_dtype and first.dtype != second.dtype:
@@ -99,12 +101,16 @@ class ElementwiseMixin:
                 return self._broadcasted(self._operand(other), reverse, match_dtype)
             if isinstance(other, UOp):  # a symbolic int (a size with bound Variables): a scalar read at run time
                 return self._broadcasted(self._symbolic_scalar(other), reverse, match_dtype)
-            common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
-            first = self.cast(common) if match_dtype else self
-            second = self._const(other, common)
-            return (second, first) if reverse else (first, second)
+            return self._scalar_broadcasted(other, reverse, match_dtype)
         shape = broadcast_shape(first.shape, second.shape)
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
+        return (second, first) if reverse else (first, second)
+
+    def _scalar_broadcasted(self: Tensor, other: ConstType, reverse: bool, match_dtype: bool) -> tuple[Tensor, Tensor]:
+        """`_broadcasted` for a Python scalar `other`: a constant of the promoted dtype in this tensor's shape."""
+        common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
+        first = self.cast(common) if match_dtype else self
+        second = self._const(other, common)
         return (second, first) if reverse else (first, second)
 
     def _symbolic_scalar(self: Tensor, value: UOp) -> Tensor:

@@ -379,7 +379,12 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def _result(self, uop: UOp, *others: object) -> Tensor:
         """A new Tensor over `uop`, which was built from this tensor and `others` (gradients flow if any needs)."""
-        needs = self._requires_grad or any(isinstance(other, Tensor) and other._requires_grad for other in others)
+        needs = self._requires_grad
+        if not needs:  # a loop, not any() over a generator: every op of the front end passes here
+            for other in others:
+                if isinstance(other, Tensor) and other._requires_grad:
+                    needs = True
+                    break
         if needs and _TensorType._gradients_off:
             return type(self)._wrap(uop.detach())
         return type(self)._wrap(uop, True if needs else None)
@@ -482,6 +487,9 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
 
     def _alu(self, op: Ops, *others: Tensor) -> Tensor:
         """The ALU node `op` over this tensor and `others` (already broadcast and of matching dtypes)."""
+        if len(others) == 1:  # a binary op, most of them: without the generator
+            other = others[0]
+            return self._result(self.uop.alu(op, other.uop), other)
         return self._result(self.uop.alu(op, *(other.uop for other in others)), *others)
 
     def cast(self, dtype: DTypeLike) -> Tensor:
