@@ -45,7 +45,7 @@ class JitInputError(JitError, AssertionError):
 def graph_class(device: DeviceContract) -> GraphFactory | None:
     """What replays a whole capture on `device` as one unit (its graph factory, unwrapped from a functools.partial),
     or None where the device has none and TinyJit replays launch by launch (as tinygrad's graph_class)."""
-    graph = getattr(device, "graph", None)
+    graph = device.graph
     return cast("GraphFactory | None", graph.func if isinstance(graph, functools.partial) else graph)
 
 
