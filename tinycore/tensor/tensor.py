@@ -164,10 +164,13 @@ def _reads_memory(node: UOp) -> bool:
     return any(source.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for source in node.toposort)
 
 
-def _flat_dtype(values: list[ConstType]) -> DType:
-    """`dtypes.from_py(values)` for a flat list of Python bools, ints and floats, from the set of their classes
-    (from_py's maximum over one dtype per value is the float, else the int, else the bool default)."""
-    classes = {value.__class__ for value in values}
+_PYTHON_SCALARS = frozenset((bool, int, float))
+"""The classes of the values in a flat list of Python numbers."""
+
+
+def _flat_dtype(classes: set[type]) -> DType:
+    """`dtypes.from_py(values)` for a flat list of Python numbers whose classes are `classes` (from_py's maximum
+    over one dtype per value is the float default, else the int default, else bool; an empty list is float)."""
     if float in classes or not classes:
         return dtypes.default_float
     return dtypes.default_int if int in classes else dtypes.bool
@@ -300,9 +303,10 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             else:
                 self.uop = self._uop_from_data(data, where, wanted)
         self._requires_grad: bool | None = None
-        self.requires_grad = requires_grad
-        if requires_grad is None:
+        if requires_grad is None:  # the setter's work for None is nothing on a new tensor: skipped
             _UNDECIDED_LEAVES[id(self)] = self
+        else:
+            self.requires_grad = requires_grad
 
     @staticmethod
     def _uop_from_path(path: pathlib.Path, dtype: DType | None) -> UOp:
@@ -332,7 +336,8 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
             result = uop_from_bytes(raw, dtypes.uint8, device)
             return result.cast(dtype) if dtype is not None else result
         if isinstance(data, (list, tuple)):
-            flat = all(value.__class__ in (int, float, bool) for value in data)
+            classes = {value.__class__ for value in data}
+            flat = classes <= _PYTHON_SCALARS
             if not flat and any(type(value).__module__ == "numpy" for value in data):
                 data = _numpy_arrays_as_lists(data)  # [np.array([1, 2]), ...] nests as the lists the arrays hold
             shape = (len(data),) if flat else get_shape(data)
@@ -344,10 +349,11 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                     if not isinstance(value, (bool, int, float)):
                         raise TypeError(f"Tensor data must hold Python numbers, found {type(value).__name__} "
                                         f"{value!r}")
-            target = dtype or (_flat_dtype(values) if flat else dtypes.from_py(values))
+            target = dtype or (_flat_dtype(classes) if flat else dtypes.from_py(values))
             storage = target if target.fmt is not None else dtypes.float32
-            node = uop_from_bytes(_bytes_from_values(values, storage), storage, device).reshape(shape)
-            return node.cast(target)
+            node = uop_from_bytes(_bytes_from_values(values, storage), storage, device)
+            # a flat list's shape is its buffer's own
+            return (node if flat else node.reshape(shape)).cast(target)
         if type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
             import numpy
             array = numpy.asarray(data)
