@@ -1,0 +1,258 @@
+"""The CPU's x86 renderer (DEV=CPU:X86: selection, allocation and encoding in Python, no toolchain) against the C
+renderer (gcc) and the LLVM renderer (llvmlite), side by side in one run, as ratios.
+
+    python bench/bench_x86.py [--quick] [--rounds N] [--repeat N] [--steps N] [--json out.json]
+
+Three parts, each renderer in child processes of its own (DEV is read once per process), the configurations taking
+turns within each round so that the shared machine's load hits all alike:
+
+- compile: every kernel of the bench programs (bench/kernel_sources.py's set, scheduled and linearized once per
+  child, outside the clock) is rendered, compiled and loaded into the CPU runtime, each step timed per kernel. For
+  X86 rendering is selection + register allocation + encoding and compiling only turns hex into bytes; for C it
+  is the text and a gcc subprocess, for LLVM the IR text and llvmlite. Printed: the median and the 10th / 90th
+  percentiles of the total per kernel, and the C and LLVM medians over X86's (> 1: X86 compiles faster).
+  Kernels a renderer refuses (the x86 selection has no rule for the construct) are counted, not timed.
+- cold start: `examples/train_digits.py --steps N` in a fresh interpreter with an empty kernel cache (a new
+  TINYCORE_CACHE_DIR per run): wall time, C over X86 (the goal: >= 2).
+- kernels: bench_cpu's rows that the x86 renderer runs (fused `relu(a*b+c)*d`, the same summed, softmax, matmul,
+  conv2d), best of `--repeat` realizes after a warm-up; speed as C time over X86 time (>= 1: X86 as fast as C).
+
+`--quick` shrinks everything (a subset of the programs, smaller kernel rows, one round, few steps) for a check
+that the bench runs; its figures are rough. The goals are issue 45's: compile median <= 5 ms, cold start at most
+half of C's, kernel speed >= 0.8x C's on every row and >= 1.0x on the elementwise and reduce rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+CONFIGURATIONS: dict[str, tuple[str, str | None]] = {"X86": ("CPU:X86", None), "C (gcc)": ("CPU:C", "gcc"),
+                                                     "LLVM": ("CPU:LLVM", None)}
+"""Label -> (DEV, CC) of each renderer measured; X86 is the one the others are compared with."""
+QUICK_PROGRAMS = ("matmul_small", "matmul_256", "conv2d", "softmax", "reduce_sum_rows", "reduce_mean_all", "argmax",
+                  "transcendental", "pad_gated", "where_compare", "mlp_sgd_step", "mlp_adam_step")
+"""The programs `--quick` compiles (every program of bench/kernel_sources.py otherwise)."""
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    """The `fraction` quantile of `values` (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
+
+
+def child_compile(programs: list[str] | None) -> dict[str, Any]:
+    """Per kernel render, compile and load seconds for the renderer DEV selects (run in a child process)."""
+    sys.path.insert(0, str(BENCH))
+    import kernel_sources
+
+    from tinycore import Device
+    from tinycore.codegen import linearize
+    from tinycore.engine.memory import device_facts
+    from tinycore.schedule.cache import create_schedule
+    from tinycore.uop.ops import Ops
+    device = Device[Device.DEFAULT]
+    renderer = device.renderer
+    builds = kernel_sources._programs()
+    chosen = programs if programs is not None else list(builds)
+    linear_programs = []
+    for program in chosen:
+        try:
+            items = create_schedule([tensor.uop for tensor in builds[program]()], device_facts).items
+        except Exception:  # noqa: BLE001 - a program this device cannot schedule is left out for every renderer
+            continue
+        for ast in (item.ast for item in items if item.ast.op is not Ops.COPY):
+            try:
+                linear_programs.append(linearize(ast, renderer))
+            except Exception:  # noqa: BLE001 - counted below as refused
+                linear_programs.append(None)
+    render_times, compile_times, load_times, refused = [], [], [], 0
+    for uops in linear_programs:
+        if uops is None:
+            refused += 1
+            continue
+        name = str(uops[-1].arg)
+        try:
+            started = time.perf_counter()
+            source = renderer.render_named(uops, name)
+            rendered = time.perf_counter()
+            binary = device.compiler.compile(source)
+            compiled = time.perf_counter()
+            device.runtime(name, binary)
+            loaded = time.perf_counter()
+        except Exception:  # noqa: BLE001 - a construct the renderer refuses (x86: SelectionError)
+            refused += 1
+            continue
+        render_times.append(rendered - started)
+        compile_times.append(compiled - rendered)
+        load_times.append(loaded - compiled)
+    return {"render": render_times, "compile": compile_times, "load": load_times, "refused": refused,
+            "compiler": device.compiler.version()}
+
+
+def _kernel_rows(quick: bool) -> dict[str, Any]:
+    """bench_cpu's rows the x86 renderer runs: label -> a function building the lazy result (inputs realized)."""
+    import numpy as np
+
+    from tinycore import Tensor
+    rng = np.random.default_rng(0)
+    elements = 1 << (22 if quick else 24)
+    size = 512 if quick else 1024
+    rows_of_softmax = 1024 if quick else 4096
+    image = (8, 16, 32, 32) if quick else (32, 16, 64, 64)
+
+    def held(*shape: int) -> Tensor:
+        return Tensor(rng.standard_normal(shape).astype(np.float32)).realize()
+
+    a, b, c, d = (held(elements) for _ in range(4))
+    left, right, logits = held(size, size), held(size, size), held(rows_of_softmax, 1024)
+    picture, weight = held(*image), held(32, 16, 3, 3)
+    mega = elements >> 20
+    return {f"elementwise relu(a*b+c)*d, {mega}M": lambda: (a * b + c).relu() * d,
+            f"reduce sum(relu(a*b+c)*d), {mega}M": lambda: ((a * b + c).relu() * d).sum(),
+            f"softmax ({rows_of_softmax}, 1024)": lambda: logits.softmax(-1),
+            f"matmul {size}^2": lambda: left @ right,
+            f"conv2d {'x'.join(map(str, image))} * 32x16x3x3": lambda: picture.conv2d(weight)}
+
+
+def child_kernels(quick: bool, repeat: int) -> dict[str, float]:
+    """The best of `repeat` realizes of each kernel row, seconds, for the renderer DEV selects."""
+    from tinycore import Device
+    device = Device[Device.DEFAULT]
+    best: dict[str, float] = {}
+    for label, build in _kernel_rows(quick).items():
+        build().realize()  # compiles, and warms the caches
+        times = []
+        for _ in range(repeat):
+            result = build()
+            started = time.perf_counter()
+            result.realize()
+            device.synchronize()
+            times.append(time.perf_counter() - started)
+        best[label] = min(times)  # the kernel's speed, less the machine's other load
+    return best
+
+
+def _child(mode: str, dev: str, cc: str | None, *extra: str) -> dict[str, Any]:
+    """Run this file's child `mode` with DEV=`dev` (CC=`cc`) and no disk cache; its JSON result."""
+    environment = {**os.environ, "DEV": dev, "CACHELEVEL": "0"}
+    if cc is not None:
+        environment["CC"] = cc
+    finished = subprocess.run([sys.executable, __file__, "--child", mode, *extra], capture_output=True, text=True,
+                              env=environment, timeout=1800)
+    if finished.returncode != 0:
+        raise RuntimeError(f"DEV={dev} CC={cc} {mode}: {finished.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(finished.stdout.splitlines()[-1])
+    return result
+
+
+def cold_start(dev: str, steps: int) -> float:
+    """Seconds for examples/train_digits.py --steps `steps` in a fresh interpreter with an empty kernel cache."""
+    with tempfile.TemporaryDirectory(prefix="tinycore-cold-") as cache:
+        environment = {**os.environ, "DEV": dev, "TINYCORE_CACHE_DIR": cache}
+        started = time.perf_counter()
+        finished = subprocess.run([sys.executable, str(ROOT / "examples" / "train_digits.py"), "--steps", str(steps)],
+                                  capture_output=True, text=True, env=environment, timeout=1800)
+        elapsed = time.perf_counter() - started
+    if finished.returncode != 0:
+        raise RuntimeError(f"DEV={dev} train_digits: {finished.stderr[-3000:]}")
+    return elapsed
+
+
+def _met(condition: bool) -> str:
+    return "met" if condition else "not met"
+
+
+def report(compile_figures: dict[str, dict[str, Any]], cold: dict[str, list[float]],
+           kernels: dict[str, list[dict[str, float]]]) -> list[str]:
+    """The markdown lines of the three tables with the goals."""
+    lines = [f"{os.cpu_count()} CPUs; X86 is the reference of every ratio (> 1: X86 faster)", ""]
+    lines += ["| compile per kernel (render + compile + load) | kernels | refused | median ms | p10 ms | p90 ms "
+              "| median / X86's |", "|---|---|---|---|---|---|---|"]
+    totals = {label: [r + c + load for r, c, load in zip(figures["render"], figures["compile"], figures["load"],
+                                                         strict=True)]
+              for label, figures in compile_figures.items()}
+    base = statistics.median(totals["X86"])
+    for label, values in totals.items():
+        figures = compile_figures[label]
+        lines.append(f"| {label} ({figures['compiler']}) | {len(values)} | {figures['refused']} | "
+                     f"{statistics.median(values) * 1e3:.2f} | {_percentile(values, 0.1) * 1e3:.2f} | "
+                     f"{_percentile(values, 0.9) * 1e3:.2f} | {statistics.median(values) / base:.1f} |")
+    x86 = compile_figures["X86"]
+    lines += ["", f"X86's median split: render (select, allocate, encode) {statistics.median(x86['render']) * 1e3:.2f}"
+              f" ms, hex to bytes {statistics.median(x86['compile']) * 1e3:.3f} ms, load "
+              f"{statistics.median(x86['load']) * 1e3:.3f} ms. Goal: median <= 5 ms: {_met(base <= 5e-3)}.", ""]
+    if cold:
+        x86_cold, c_cold = statistics.median(cold["X86"]), statistics.median(cold["C (gcc)"])
+        lines += ["| cold start, train_digits, empty kernel cache | X86 s | C (gcc) s | C / X86 |", "|---|---|---|---|",
+                  f"| median of {len(cold['X86'])} | {x86_cold:.1f} | {c_cold:.1f} | {c_cold / x86_cold:.2f} |", "",
+                  f"Goal: X86 at most half of C's: {_met(x86_cold * 2 <= c_cold)}.", ""]
+    lines += ["| kernel (best of repeats, median over rounds) | X86 ms | C (gcc) ms | LLVM ms | X86 speed / C's | goal "
+              "|", "|---|---|---|---|---|---|"]
+    for row in kernels["X86"][0]:
+        times = {label: statistics.median(result[row] for result in results) for label, results in kernels.items()}
+        ratio = times["C (gcc)"] / times["X86"]
+        goal = 1.0 if row.startswith(("elementwise", "reduce")) else 0.8
+        lines.append(f"| {row} | {times['X86'] * 1e3:.2f} | {times['C (gcc)'] * 1e3:.2f} | {times['LLVM'] * 1e3:.2f}"
+                     f" | {ratio:.2f} | >= {goal}: {_met(ratio >= goal)} |")
+    return lines
+
+
+def main() -> None:
+    """Run the rounds and print the tables (and write every figure as JSON when asked)."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a short run: fewer programs, smaller rows, 1 round")
+    parser.add_argument("--rounds", type=int, default=None, help="child processes per configuration (default 3)")
+    parser.add_argument("--repeat", type=int, default=None, help="timed realizes per kernel row (default 5)")
+    parser.add_argument("--steps", type=int, default=None, help="train_digits steps of the cold start (default 60)")
+    parser.add_argument("--no-cold-start", action="store_true", help="leave out the cold start of the digits demo")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    arguments = parser.parse_args()
+    if arguments.child:
+        mode, *rest = arguments.child
+        if mode == "compile":
+            print(json.dumps(child_compile(rest or None)))
+        else:
+            print(json.dumps(child_kernels(rest[0] == "quick", int(rest[1]))))
+        return
+    quick = arguments.quick
+    rounds = arguments.rounds or (1 if quick else 3)
+    repeat = arguments.repeat or (3 if quick else 5)
+    steps = arguments.steps or (10 if quick else 60)
+    programs = list(QUICK_PROGRAMS) if quick else []
+    compile_rounds: dict[str, list[dict[str, Any]]] = {label: [] for label in CONFIGURATIONS}
+    kernels: dict[str, list[dict[str, float]]] = {label: [] for label in CONFIGURATIONS}
+    cold: dict[str, list[float]] = {"X86": [], "C (gcc)": []} if not arguments.no_cold_start else {}
+    for round_number in range(rounds):  # interleaved, the order turning from round to round
+        labels = list(CONFIGURATIONS)
+        labels = labels[round_number % len(labels):] + labels[:round_number % len(labels)]
+        for label in labels:
+            dev, cc = CONFIGURATIONS[label]
+            compile_rounds[label].append(_child("compile", dev, cc, *programs))
+            kernels[label].append(_child("kernels", dev, cc, "quick" if quick else "full", str(repeat)))
+            if label in cold:
+                cold[label].append(cold_start(dev, steps))
+    compile_figures = {label: {"render": [t for r in results for t in r["render"]],
+                               "compile": [t for r in results for t in r["compile"]],
+                               "load": [t for r in results for t in r["load"]],
+                               "refused": results[0]["refused"], "compiler": results[0]["compiler"]}
+                       for label, results in compile_rounds.items()}
+    print(f"rounds {rounds}, kernel repeats {repeat}, cold start {steps} steps{', --quick' if quick else ''}\n")
+    print("\n".join(report(compile_figures, cold, kernels)))
+    if arguments.json:
+        with open(arguments.json, "w") as file:
+            json.dump({"compile": compile_figures, "cold": cold, "kernels": kernels}, file, indent=1)
+
+
+if __name__ == "__main__":
+    main()
