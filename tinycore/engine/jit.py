@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from tinycore.counters import GlobalCounters
-from tinycore.engine.realize import invalidate_known_results
+from tinycore.engine.realize import capture_begin, capture_end, capturing, invalidate_known_results
 from tinycore.helpers import CAPTURING, JIT
 from tinycore.plugins.contract import DeviceContract, GraphContract, GraphFactory
 
@@ -50,9 +50,15 @@ def graph_class(device: DeviceContract) -> GraphFactory | None:
 
 
 def _tensor_type() -> type[Tensor]:
-    """The Tensor class (imported on first use: the engine is below the tensor layer)."""
-    from tinycore.tensor import Tensor
-    return Tensor
+    """The Tensor class (imported on first use: the engine is below the tensor layer; kept after, since every
+    TinyJit call asks and an import statement costs about a microsecond)."""
+    if not _TENSOR_TYPE:
+        from tinycore.tensor import Tensor
+        _TENSOR_TYPE.append(Tensor)
+    return _TENSOR_TYPE[0]
+
+
+_TENSOR_TYPE: list[type[Tensor]] = []
 
 
 def _collect_tensors(value: object, found: list[Tensor]) -> None:
@@ -531,7 +537,6 @@ class TinyJit(Generic[ReturnType]):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not JIT:
             return self.function(*args, **kwargs)
-        from tinycore.engine.realize import capture_begin, capture_end, capturing
         if capturing() and CAPTURING:
             raise JitError("having TinyJit inside another TinyJit is not supported: jit only the outer function "
                            "(call the inner one's undecorated function there)")

@@ -93,12 +93,13 @@ def _composed_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]] |
             else:
                 buffers.append(source)
                 described.append((source.dtype.name, source.arg[1], source.src[0]))
-        elif _is_small_constant(source):
+        elif source.__dict__.get(_SMALL_CONSTANT_ATTRIBUTE) or _is_small_constant(source):
             described.append(source)
         else:
             return None
     arg = root.arg
-    description = (root.op, root.dtype.name, None if arg is None else _arg_key(arg), tuple(described))
+    # the op's number, not the Ops member: an Enum's hash is a Python-level call
+    description = (root.op._value_, root.dtype.name, None if arg is None else _arg_key(arg), tuple(described))
     found = _COMPOSED.get(description)
     if found is not None:
         return found[0], [sources[position] for position in found[1]]
