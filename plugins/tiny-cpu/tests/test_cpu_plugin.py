@@ -37,7 +37,8 @@ def test_cpu_has_the_highest_priority_of_the_installed_devices() -> None:
 
 def test_renderers() -> None:
     offered = hooks.tiny_renderers("CPU")
-    assert offered == [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer", offered[0].description),
+    assert offered == [RendererSpec("C", "tiny_cpu.renderer:make_c_renderer", offered[0].description,
+                                    probe="tiny_cpu.hooks:c_probe"),
                        RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer", offered[1].description,
                                        probe="tiny_cpu.hooks:llvm_probe"),
                        RendererSpec("X86", "tiny_cpu.x86.renderer:make_x86_renderer", offered[2].description,
@@ -62,6 +63,7 @@ def test_allocator_comes_through_the_tiny_allocator_hook() -> None:
 
 
 def test_probe_uses_cc_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "x86_probe", lambda: (False, "not x86-64"))  # the C compiler alone decides
     monkeypatch.setenv("CC", f"{sys.executable} -O2")
     assert hooks.probe() == (True, f"C compiler {sys.executable}", 1)
     monkeypatch.setenv("CC", "/nonexistent/compiler-xyz")
@@ -70,6 +72,7 @@ def test_probe_uses_cc_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_probe_prefers_gcc_then_clang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hooks, "x86_probe", lambda: (False, "not x86-64"))  # the C compiler alone decides
     monkeypatch.delenv("CC", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert hooks.probe() == (False, "no C compiler found: install gcc or clang, or set CC", 0)

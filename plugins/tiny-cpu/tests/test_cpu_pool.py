@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pathlib
 import threading
 
 import numpy as np
@@ -227,3 +228,46 @@ def test_wake_readies_sleeping_workers_until_a_wake_goes_unused() -> None:
     result = subprocess.run([sys.executable, "-c", _WAKE_PROBE, str(pathlib.Path(__file__).parent)],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+_FALLBACK_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import tiny_cpu.pool as pool_module
+pool_module.prebuilt_path = lambda: None  # as in a source checkout on PYTHONPATH, where pip built nothing
+if sys.argv[2] == "no-compiler":
+    try:
+        pool_module.pool_library()
+    except RuntimeError as error:
+        print(error)
+    raise SystemExit(0)
+from test_cpu_pool import run_scale
+got, expected = run_scale(5, 33, seed=7)
+np.testing.assert_allclose(got, expected, rtol=1e-6)
+print(pool_module.pool_origin())
+"""
+
+
+def test_without_the_prebuilt_pool_it_is_compiled_on_first_use() -> None:
+    import pathlib
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, str(pathlib.Path(__file__).parent), "compile"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "compiled", result.stdout + result.stderr
+
+
+def test_without_the_prebuilt_pool_or_a_compiler_the_error_says_what_to_install(tmp_path: pathlib.Path) -> None:
+    import subprocess
+    import sys
+    # no compiler on PATH, and an empty kernel cache: a pool compiled by an earlier run must not stand in for it
+    environment = {key: value for key, value in os.environ.items() if key != "CC"}
+    environment.update(PATH=str(tmp_path), TINYCORE_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, str(pathlib.Path(__file__).parent),
+                             "no-compiler"], capture_output=True, text=True, timeout=120, env=environment)
+    assert result.returncode == 0, result.stdout + result.stderr
+    message = result.stdout.strip()
+    assert message.startswith("the CPU worker pool is not available"), message
+    assert "no prebuilt tiny_cpu._pool is installed" in message and "no C compiler found" in message, message
+    assert "pip install -e plugins/tiny-cpu" in message and "install gcc or clang" in message, message

@@ -31,15 +31,31 @@ def find_c_compiler() -> str | None:
     return None
 
 
+def c_compiler_missing_reason() -> str | None:
+    """Why the C renderer cannot compile here (None when a C compiler is found)."""
+    if find_c_compiler() is not None:
+        return None
+    configured = environ("CC")
+    if configured and configured.strip():
+        return f"CC={configured!r} is not an executable on PATH; set CC to a C compiler"
+    return "no C compiler found: install gcc or clang, or set CC"
+
+
 def probe() -> tuple[bool, str, int]:
-    """CPU is available when a C compiler is found (CC, gcc or clang on PATH)."""
-    compiler = find_c_compiler()
-    if compiler is None:
-        configured = environ("CC")
-        if configured and configured.strip():
-            return (False, f"CC={configured!r} is not an executable on PATH; set CC to a C compiler", 0)
-        return (False, "no C compiler found: install gcc or clang, or set CC", 0)
-    return (True, f"C compiler {compiler}", 1)
+    """CPU is available when a C compiler is found (CC, gcc or clang on PATH), or without one where the X86
+    renderer runs (x86-64): its kernels, and the worker pool built when tiny-cpu was installed, need no compiler."""
+    missing = c_compiler_missing_reason()
+    if missing is None:
+        return (True, f"C compiler {find_c_compiler()}", 1)
+    if x86_probe()[0]:
+        return (True, f"{missing} (for the C renderer); the X86 renderer needs none: DEV=CPU:X86", 1)
+    return (False, missing, 0)
+
+
+def c_probe() -> tuple[bool, str]:
+    """The C renderer is available when a C compiler is found."""
+    missing = c_compiler_missing_reason()
+    return (False, missing) if missing else (True, f"C compiler {find_c_compiler()}")
 
 
 def llvm_missing_reason() -> str:
@@ -85,7 +101,8 @@ tiny_devices, tiny_renderers, _ = device_hooks(
                "C kernels compiled by gcc or clang to shared objects, run on the host's cores",
                probe="tiny_cpu.hooks:probe"),
     renderers=[RendererSpec("C", "tiny_cpu.renderer:make_c_renderer",
-                            "C source compiled to a shared object by $CC, gcc or clang"),
+                            "C source compiled to a shared object by $CC, gcc or clang",
+                            probe="tiny_cpu.hooks:c_probe"),
                RendererSpec("LLVM", "tiny_cpu.llvm_compiler:make_llvm_renderer",
                             "LLVM IR compiled in process by llvmlite (the llvm extra of tiny-cpu)",
                             probe="tiny_cpu.hooks:llvm_probe"),
