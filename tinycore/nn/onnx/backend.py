@@ -17,8 +17,9 @@ from tinycore.nn.onnx.runner import OnnxRunner
 from tinycore.tensor import Tensor
 
 _BIT_VIEWS = {16: ("bfloat16", np.uint16), 17: ("float8_e4m3fn", np.uint8), 18: ("float8_e4m3fnuz", np.uint8),
-              19: ("float8_e5m2", np.uint8), 20: ("float8_e5m2fnuz", np.uint8)}
-_NARROW_INTS = {21: "uint4", 22: "int4"}
+              19: ("float8_e5m2", np.uint8), 20: ("float8_e5m2fnuz", np.uint8), 23: ("float4_e2m1fn", np.uint8),
+              24: ("float8_e8m0fnu", np.uint8)}
+_NARROW_INTS = {21: "uint4", 22: "int4", 25: "uint2", 26: "int2"}
 
 
 def to_numpy(value: object, elem_type: int | None) -> object:

@@ -13,9 +13,11 @@ from tinycore.tensor import Tensor
 ONNX_DTYPES: dict[int, DType] = {
     1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32,
     7: dtypes.int64, 9: dtypes.bool, 10: dtypes.float16, 11: dtypes.float64, 12: dtypes.uint32, 13: dtypes.uint64,
-    16: dtypes.bfloat16, 17: dtypes.fp8e4m3, 18: dtypes.fp8e4m3fnuz, 19: dtypes.fp8e5m2, 20: dtypes.fp8e5m2fnuz,
-    # 4-bit integers are held one per byte: every value fits, and arithmetic on them is the same
-    21: dtypes.uint8, 22: dtypes.int8}
+    16: dtypes.bfloat16,
+    # 8-bit and 4-bit floats are held as their bit patterns (no renderer stores them; see small_floats.py)
+    17: dtypes.uint8, 18: dtypes.uint8, 19: dtypes.uint8, 20: dtypes.uint8, 23: dtypes.uint8, 24: dtypes.uint8,
+    # 4- and 2-bit integers are held one per byte: every value fits, and arithmetic on them is the same
+    21: dtypes.uint8, 22: dtypes.int8, 25: dtypes.uint8, 26: dtypes.int8}
 """ONNX TensorProto.DataType codes and the dtype that holds their values."""
 
 ONNX_TYPE_NAMES: dict[int, str] = {
@@ -25,8 +27,8 @@ ONNX_TYPE_NAMES: dict[int, str] = {
     22: "INT4", 23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2", 26: "INT2"}
 """Every ONNX element type code, for messages about the ones without a dtype here."""
 
-INT4_RANGES: dict[int, tuple[int, int]] = {21: (0, 15), 22: (-8, 7)}
-"""The value ranges of the 4-bit types, which saturating casts and quantization clamp to."""
+INT4_RANGES: dict[int, tuple[int, int]] = {21: (0, 15), 22: (-8, 7), 25: (0, 3), 26: (-2, 1)}
+"""The value ranges of the 4- and 2-bit integer types, which saturating casts and quantization clamp to."""
 
 
 def onnx_dtype(code: int, what: str) -> DType:
@@ -38,10 +40,16 @@ def onnx_dtype(code: int, what: str) -> DType:
                               f"{', '.join(ONNX_TYPE_NAMES[code] for code in ONNX_DTYPES)})")
 
 
-ML_DTYPE_NAMES: dict[str, DType] = {
-    "bfloat16": dtypes.bfloat16, "float8_e4m3fn": dtypes.fp8e4m3, "float8_e4m3fnuz": dtypes.fp8e4m3fnuz,
-    "float8_e5m2": dtypes.fp8e5m2, "float8_e5m2fnuz": dtypes.fp8e5m2fnuz}
+ML_DTYPE_NAMES: dict[str, DType] = {"bfloat16": dtypes.bfloat16}
 """ml_dtypes' numpy types (which onnx uses for these ONNX types) and the tinycore dtypes of the same bits."""
+
+ML_DTYPE_CODES: dict[str, int] = {
+    "float8_e4m3fn": 17, "float8_e4m3fnuz": 18, "float8_e5m2": 19, "float8_e5m2fnuz": 20, "float4_e2m1fn": 23,
+    "float8_e8m0fnu": 24, "uint4": 21, "int4": 22, "uint2": 25, "int2": 26}
+"""ml_dtypes' numpy types of the ONNX types held in a byte (the floats as their bits), by ONNX element type."""
+
+ONNX_BYTE_TYPES = frozenset(ML_DTYPE_CODES.values())
+"""The ONNX element types held one value per byte and tagged with their type (small_floats.mark)."""
 
 
 NARROWER: dict[DType, DType] = {dtypes.int64: dtypes.int32, dtypes.uint64: dtypes.uint32,
@@ -94,14 +102,20 @@ def host_tensor(array: np.ndarray, device: str | None) -> Tensor:
 
 
 def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
-    """A numpy array as a Tensor, including ml_dtypes' bfloat16 and 8-bit floats (carried bit for bit) and 4-bit
-    integers (held one per byte); 64-bit arrays narrowed on a device without them (`device_array`)."""
+    """A numpy array as a Tensor, including ml_dtypes' bfloat16 (carried bit for bit), 8- and 4-bit floats (their bits
+    in uint8, tagged with their ONNX type) and 4- and 2-bit integers (one per byte, tagged); 64-bit arrays narrowed
+    on a device without them (`device_array`)."""
     if array.dtype.name in ML_DTYPE_NAMES:
         target = ML_DTYPE_NAMES[array.dtype.name]
         bits = np.require(array, requirements="C").view(np.uint16 if target.itemsize == 2 else np.uint8)
         return Tensor(bits, device=device).bitcast(target)
-    if array.dtype.name in ("int4", "uint4"):
-        return Tensor(array.astype(np.int8 if array.dtype.name == "int4" else np.uint8), device=device)
+    if array.dtype.name in ML_DTYPE_CODES:
+        from tinycore.nn.onnx.small_floats import mark
+        code = ML_DTYPE_CODES[array.dtype.name]
+        if code in INT4_RANGES:
+            return mark(Tensor(array.astype(np.int8 if array.dtype.name.startswith("int") else np.uint8),
+                               device=device), code)
+        return mark(Tensor(np.require(array, requirements="C").view(np.uint8), device=device), code)
     if array.dtype.byteorder not in ("=", "|"):
         array = array.astype(array.dtype.newbyteorder("="))
     return Tensor(np.require(device_array(array, device), requirements="C"), device=device)

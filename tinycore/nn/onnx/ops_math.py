@@ -6,6 +6,7 @@ import math
 from tinycore.dtype import DType, dtypes
 from tinycore.nn.onnx.common import INT4_RANGES, device_dtype, onnx_dtype
 from tinycore.nn.onnx.registry import onnx_op
+from tinycore.nn.onnx.small_floats import CARRIED_FLOATS, carried_type, decode, encode, mark
 from tinycore.tensor import Tensor
 
 
@@ -361,18 +362,20 @@ def identity(x: Tensor | list[Tensor] | None) -> Tensor | list[Tensor] | None:
     return x
 
 
-def saturate_cast(x: Tensor, dtype: DType, saturate: bool = True, code: int | None = None) -> Tensor:
-    """x cast to `dtype` as ONNX Cast does: float to 8-bit floats clamps to the finite range when `saturate`."""
-    if dtype in (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz) and saturate:
-        limit = float(dtypes.max(dtype))
-        x = x.cast(dtypes.float32)
-        clipped = x.clip(-limit, limit)
-        x = x.isinf().logical_not().where(clipped, x) if dtype != dtypes.fp8e5m2 else clipped
+def saturate_cast(x: Tensor, dtype: DType, saturate: bool = True, code: int | None = None,
+                  round_mode: str = "up") -> Tensor:
+    """x cast to `dtype` (ONNX type `code` where a byte holds it) as ONNX Cast does: the small floats through their
+    bits (small_floats), saturating per `saturate`; 4- and 2-bit integers zero outside their range."""
+    source = carried_type(x)
+    if source in CARRIED_FLOATS:
+        x = decode(x, source)
+    if code in CARRIED_FLOATS:
+        return encode(x, code, saturate, round_mode)
     if code in INT4_RANGES:
         # onnx's reference gives 0 for values outside the 4-bit range (a Cast does not saturate integers)
         low, high = INT4_RANGES[code]
         value = x.round() if dtypes.is_float(x.dtype) else x
-        return ((value >= low).bitwise_and(value <= high)).where(value, 0).cast(dtype)
+        return mark(((value >= low).bitwise_and(value <= high)).where(value, 0).cast(dtype), code)
     if dtype == dtypes.bool:
         return x != 0
     if dtypes.is_int(dtype) and dtypes.is_float(x.dtype):
@@ -381,15 +384,17 @@ def saturate_cast(x: Tensor, dtype: DType, saturate: bool = True, code: int | No
 
 
 @onnx_op("Cast", 1)
-def cast(x: Tensor, to: int, saturate: int = 1) -> Tensor:
+def cast(x: Tensor, to: int, saturate: int = 1, round_mode: str = "up") -> Tensor:
     """x converted to ONNX element type `to`."""
-    return saturate_cast(x, device_dtype(onnx_dtype(to, "Cast"), x.device), bool(saturate), to)
+    return saturate_cast(x, device_dtype(onnx_dtype(to, "Cast"), x.device), bool(saturate), to, round_mode)
 
 
 @onnx_op("CastLike", 15)
-def cast_like(x: Tensor, target: Tensor, saturate: int = 1, target_type: int = 0) -> Tensor:
-    """x converted to the element type of `target` (`target_type`: its ONNX type when it is a 4-bit one)."""
-    return saturate_cast(x, target.dtype, bool(saturate), target_type or None)
+def cast_like(x: Tensor, target: Tensor, saturate: int = 1, round_mode: str = "up", target_type: int = 0
+              ) -> Tensor:
+    """x converted to the element type of `target` (`target_type`, or its tag: its ONNX type where a byte holds
+    it)."""
+    return saturate_cast(x, target.dtype, bool(saturate), target_type or carried_type(target), round_mode)
 
 
 @onnx_op("MatMul", 1)

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 from tinycore.dtype import DType, dtypes
 from tinycore.nn.onnx.common import INT4_RANGES, axis_of, integer_range, onnx_dtype
-from tinycore.nn.onnx.ops_math import saturate_cast
 from tinycore.nn.onnx.ops_nn import conv
 from tinycore.nn.onnx.registry import onnx_op
+from tinycore.nn.onnx.small_floats import CARRIED_FLOATS, carried_type, decode, encode, mark
 from tinycore.tensor import Tensor
-
-FLOAT8 = (dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz)
 
 
 def broadcast_parameter(value: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
-    """A scale or zero point shaped to broadcast against x: per tensor, per `axis`, or per block along `axis`."""
+    """A scale or zero point shaped to broadcast against x: per tensor, per `axis`, or per block along `axis`
+    (keeping the ONNX type it is tagged with)."""
+    code = carried_type(value)
+    shaped = _broadcast(value, x, axis, block_size)
+    return mark(shaped, code) if code is not None else shaped
+
+
+def _broadcast(value: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
     if value.ndim == 0 or (value.ndim == 1 and value.shape[0] == 1 and block_size == 0):
         return value.reshape(())
     axis = axis_of(axis, x.ndim)
@@ -27,19 +32,27 @@ def broadcast_parameter(value: Tensor, x: Tensor, axis: int, block_size: int) ->
     return value.reshape([value.shape[0] if dim == axis else 1 for dim in range(x.ndim)])
 
 
+def _as_float(value: Tensor) -> Tensor:
+    """A quantized tensor's values as float32 (the small floats decoded from their bits)."""
+    code = carried_type(value)
+    return decode(value, code) if code in CARRIED_FLOATS else value.cast(dtypes.float32)
+
+
 def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: DType, code: int | None, saturate: bool
              ) -> Tensor:
-    """round(x / scale) + zero_point, saturated to `dtype` (8-bit floats: no rounding, saturating cast)."""
-    scaled = x.cast(dtypes.float32) / scale.cast(dtypes.float32)
-    if dtype in FLOAT8:
+    """round(x / scale) + zero_point, saturated to `dtype` (ONNX type `code` where a byte holds it; the small floats:
+    x / scale + zero_point rounded to the format, saturating per `saturate`)."""
+    scaled = x.cast(dtypes.float32) / _as_float(scale)
+    if code in CARRIED_FLOATS:
         if zero_point is not None:
-            scaled = scaled + zero_point.cast(dtypes.float32)
-        return saturate_cast(scaled, dtype, saturate)
+            scaled = scaled + _as_float(zero_point)
+        return encode(scaled, code, saturate)
     shifted = scaled.round()
     if zero_point is not None:
         shifted = shifted + zero_point.cast(dtypes.float32)
     low, high = integer_range(code, dtype) if code is not None else (int(dtypes.min(dtype)), int(dtypes.max(dtype)))
-    return shifted.clip(low, high).cast(dtype)
+    result = shifted.clip(low, high).cast(dtype)
+    return mark(result, code) if code in INT4_RANGES else result
 
 
 @onnx_op("QuantizeLinear", 10)
@@ -48,7 +61,7 @@ def quantize_linear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = No
                     precision: int = 0) -> Tensor:
     """x quantized with a scale and zero point per tensor, per axis or per block; the zero point's type (or
     output_dtype, or uint8) is the output's."""
-    code = zero_point_type or output_dtype or (None if y_zero_point is not None else 2)
+    code = zero_point_type or output_dtype or carried_type(y_zero_point) or (None if y_zero_point is not None else 2)
     if y_zero_point is not None:
         dtype = y_zero_point.dtype
     else:
@@ -57,7 +70,8 @@ def quantize_linear(x: Tensor, y_scale: Tensor, y_zero_point: Tensor | None = No
     zero = broadcast_parameter(y_zero_point, x, axis, block_size) if y_zero_point is not None else None
     if precision:
         x = x.cast(onnx_dtype(precision, "QuantizeLinear precision"))
-    return quantize(x, scale, zero, dtype, code if code in INT4_RANGES else None, bool(saturate))
+    return quantize(x, scale, zero, dtype, code if code in INT4_RANGES or code in CARRIED_FLOATS else None,
+                    bool(saturate))
 
 
 @onnx_op("DequantizeLinear", 10)
@@ -65,10 +79,10 @@ def dequantize_linear(x: Tensor, x_scale: Tensor, x_zero_point: Tensor | None = 
                       block_size: int = 0, output_dtype: int = 0) -> Tensor:
     """(x - zero point) * scale, per tensor, per axis or per block, in the scale's dtype."""
     scale = broadcast_parameter(x_scale, x, axis, block_size)
-    value = x.cast(dtypes.float32)
+    value = _as_float(x)
     if x_zero_point is not None:
-        value = value - broadcast_parameter(x_zero_point, x, axis, block_size).cast(dtypes.float32)
-    result = (value * scale.cast(dtypes.float32))
+        value = value - _as_float(broadcast_parameter(x_zero_point, x, axis, block_size))
+    result = value * _as_float(scale)
     target = onnx_dtype(output_dtype, "DequantizeLinear") if output_dtype else x_scale.dtype
     return result.cast(target)
 

@@ -20,7 +20,17 @@ import numpy as np
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import prod
 from tinycore.nn.file_checks import ByteSource, MalformedFileError
-from tinycore.nn.onnx.common import NARROWER, ONNX_TYPE_NAMES, device_array, device_dtype, dtype_label, onnx_dtype
+from tinycore.nn.onnx.common import (
+    NARROWER,
+    ONNX_BYTE_TYPES,
+    ONNX_TYPE_NAMES,
+    device_array,
+    device_dtype,
+    dtype_label,
+    onnx_dtype,
+    tensor_from_numpy,
+)
+from tinycore.nn.onnx.small_floats import mark
 from tinycore.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -50,6 +60,8 @@ class ValueType:
     dtype: DType | None
     shape: tuple[int | str | None, ...] | None
     element: ValueType | None = None
+    code: int = 0
+    """The ONNX element type code of a tensor (0: unset), for the types held in a byte (ONNX_BYTE_TYPES)."""
 
     def describe(self) -> str:
         """A short spelling for messages: `float32[batch, 3]`, `sequence(float32[?])`."""
@@ -182,7 +194,7 @@ def _value_type(proto: onnx.TypeProto, where: str) -> ValueType | None:
         if proto.tensor_type.HasField("shape"):
             shape = tuple(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None)
                           for dim in proto.tensor_type.shape.dim)
-        return ValueType("tensor", dtype, shape)
+        return ValueType("tensor", dtype, shape, code=code)
     if which in ("sequence_type", "optional_type"):
         inner = getattr(proto, which)
         element = _value_type(inner.elem_type, where) if inner.HasField("elem_type") else None
@@ -221,10 +233,12 @@ def _graph(proto: onnx.GraphProto, opsets: Mapping[str, int], context: _Context,
                            for attribute in node_proto.attribute}
         if node.op == "Constant" and node_proto.attribute and node_proto.attribute[0].type == 4:
             element_types[node.outputs[0]] = int(node_proto.attribute[0].t.data_type)
-        # 4-bit values are held in 8-bit tensors: nodes whose output type follows such an input are told its type
-        if node.op == "QuantizeLinear" and len(node.inputs) > 2 and element_types.get(node.inputs[2]) in (21, 22):
+        # small floats and 4- and 2-bit integers are held in 8-bit tensors: nodes whose output type follows such an
+        # input are told its type
+        if node.op == "QuantizeLinear" and len(node.inputs) > 2 and element_types.get(node.inputs[2]) in \
+                ONNX_BYTE_TYPES:
             node.attributes["zero_point_type"] = element_types[node.inputs[2]]
-        if node.op == "CastLike" and len(node.inputs) > 1 and element_types.get(node.inputs[1]) in (21, 22):
+        if node.op == "CastLike" and len(node.inputs) > 1 and element_types.get(node.inputs[1]) in ONNX_BYTE_TYPES:
             node.attributes["target_type"] = element_types[node.inputs[1]]
         defined.update(node.outputs)
         nodes.append(node)
@@ -295,11 +309,17 @@ def tensor_from_proto(proto: onnx.TensorProto, context: _Context | None, where: 
     if any(dim < 0 for dim in shape):
         raise context.error(f"{where} has negative dimensions {list(shape)}")
     if proto.data_location == proto.EXTERNAL:
-        return _external_tensor(proto, context, where, dtype, shape)
+        external = _external_tensor(proto, context, where, dtype, shape)
+        return mark(external, code) if code in ONNX_BYTE_TYPES else external
     import onnx.numpy_helper
-    if code in (21, 22):
-        array = onnx.numpy_helper.to_array(proto).astype(np.int8 if code == 22 else np.uint8)
-    elif proto.HasField("raw_data") and dtype.fmt is not None:
+    if code in ONNX_BYTE_TYPES:
+        # packed 4- and 2-bit values, and the small floats, come back from onnx as ml_dtypes arrays
+        try:
+            array = onnx.numpy_helper.to_array(proto)
+        except (ValueError, TypeError, IndexError) as error:
+            raise context.error(f"{where}: its data does not match shape {list(shape)} ({error})") from None
+        return tensor_from_numpy(np.asarray(array), context.device)
+    if proto.HasField("raw_data") and dtype.fmt is not None:
         expected = prod(shape) * dtype.itemsize if shape else dtype.itemsize
         if len(proto.raw_data) != expected:
             raise context.error(f"{where} has {len(proto.raw_data)} data bytes but shape {list(shape)} of "

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import device_dtype, dtype_label, tensor_from_numpy
+from tinycore.nn.onnx.common import ONNX_BYTE_TYPES, device_dtype, dtype_label, tensor_from_numpy
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
+from tinycore.nn.onnx.small_floats import mark
 from tinycore.tensor import Tensor
 
 HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonMaxSuppression", "RoiAlign", "Det",
@@ -218,11 +219,14 @@ class OnnxRunner:
         if expected is not None and tensor.dtype not in (expected, device_dtype(expected, self.device)):
             raise RuntimeError(f"input {info.name!r} has dtype {dtype_label(tensor.dtype)}, the model expects "
                                f"{dtype_label(expected)}; convert it first (numpy: .astype)")
+        if info.type is not None and info.type.code in ONNX_BYTE_TYPES:
+            tensor = mark(tensor, info.type.code)
         shape = info.type.shape if info.type is not None else None
         if shape is None:
             return tensor
         if len(shape) == 0 and tensor.shape == (1,):
-            return tensor.reshape(())
+            scalar = tensor.reshape(())
+            return mark(scalar, info.type.code) if info.type is not None and info.type.code else scalar
         if len(shape) != tensor.ndim:
             raise RuntimeError(f"input {info.name!r} has shape {tuple(tensor.shape)}, the model expects rank "
                                f"{len(shape)} ({info.type.describe() if info.type else '?'})")
@@ -268,8 +272,13 @@ class OnnxRunner:
                                                                                               strict=True)
                           if isinstance(tensor, Tensor))
 
+        codes = [self.graph_inputs[name].code if self.graph_inputs.get(name) is not None else 0 for name in names]
+
         def run(*values: Tensor) -> list[Value]:
-            outputs = run_graph(self.graph, dict(zip(names, values, strict=True)), Scope(), self.device)
+            # the JIT hands over its own tensors: the ONNX types of the byte-held inputs are tagged again
+            tagged = [mark(value, code) if code in ONNX_BYTE_TYPES else value
+                      for value, code in zip(values, codes, strict=True)]
+            outputs = run_graph(self.graph, dict(zip(names, tagged, strict=True)), Scope(), self.device)
             return [output.contiguous() if isinstance(output, Tensor) else output for output in outputs]
 
         if signature not in self._jits:
