@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import platform
 import shutil
 from collections.abc import Callable
 
@@ -94,9 +95,9 @@ def plugin(session: nox.Session, name: str) -> None:
     session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)
 
 
-OTHER_RENDERERS = {"cpu": ["CPU:LLVM"]}
+OTHER_RENDERERS = {"cpu": ["CPU:LLVM", *(["CPU:X86"] if platform.machine().lower() in ("x86_64", "amd64") else [])]}
 """Renderers besides a device's default that conformance(NAME) also runs the suite with (llvmlite comes with
-tiny-cpu[test])."""
+tiny-cpu[test]; the X86 renderer's machine code runs on x86-64 hosts only)."""
 
 
 @nox.session
