@@ -115,3 +115,33 @@ def test_quantize_and_dequantize_with_a_float8_zero_point() -> None:
     got = OnnxRunner(model.SerializeToString())({"x": x})["y"].numpy()
     expected = np.clip(x / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) * scale
     np.testing.assert_array_equal(got, expected)
+
+
+def test_float8_type_survives_movement_ops_and_jit_replays() -> None:
+    """A Reshape between a float8 input and a Cast keeps the input's type (its bits are not read as uint8), and the
+    third call, a JIT replay, gives the same answer as the first."""
+    source = np.array([[0.5, -2.0], [448.0, 1e-2]], np.float32).astype(ml_dtypes.float8_e4m3fn)
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+             helper.make_node("Cast", ["flat"], ["y"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(nodes, "reshape_cast",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+                              [numpy_helper.from_array(np.array([4], np.int64), "shape")])
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+    expected = source.astype(np.float32).reshape(4)
+    for _ in range(3):
+        np.testing.assert_array_equal(runner({"x": source})["y"].numpy(), expected)
+
+
+def test_int2_cast_and_quantize() -> None:
+    """2-bit integers: a Cast gives 0 outside the range (as onnx's reference), QuantizeLinear saturates."""
+    x = np.array([-3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 5.0], np.float32)
+    cast = _run_cast(x, TensorProto.FLOAT, TensorProto.INT2, 1)
+    np.testing.assert_array_equal(cast, [0, -2, -1, 0, 1, 0, 0])
+    node = helper.make_node("QuantizeLinear", ["x", "scale"], ["y"], output_dtype=TensorProto.UINT2)
+    graph = helper.make_graph([node], "q2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [7])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT2, [7])],
+                              [numpy_helper.from_array(np.array(1.0, np.float32), "scale")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    got = OnnxRunner(model.SerializeToString())({"x": x})["y"].numpy()
+    np.testing.assert_array_equal(got, np.clip(np.round(x), 0, 3))

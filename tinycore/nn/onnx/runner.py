@@ -18,7 +18,7 @@ from tinycore.dtype import DType, dtypes
 from tinycore.nn.onnx.common import ONNX_BYTE_TYPES, device_dtype, dtype_label, tensor_from_numpy
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
-from tinycore.nn.onnx.small_floats import mark
+from tinycore.nn.onnx.small_floats import carried_type, mark
 from tinycore.tensor import Tensor
 
 HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonMaxSuppression", "RoiAlign", "Det",
@@ -85,6 +85,25 @@ def host_value(value: Value) -> Any:
     return value
 
 
+TYPE_KEEPING_OPS = frozenset((
+    "Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Tile", "Slice", "Gather",
+    "GatherElements", "GatherND", "Concat", "Split", "DepthToSpace", "SpaceToDepth", "ReverseSequence", "Where",
+    "Compress", "Pad", "ScatterElements", "ScatterND"))
+"""Ops whose outputs have the element type of their data inputs: they pass on the ONNX type of a byte-held input
+(small floats, 4- and 2-bit integers), which the tensor's uint8/int8 dtype does not say."""
+
+
+def _keep_type(inputs: list[Value], outputs: tuple[Value, ...]) -> None:
+    """Tag `outputs` with the ONNX type of the first tagged input, if any (movement ops on small floats)."""
+    code = next((carried_type(value) for value in inputs if isinstance(value, Tensor) and carried_type(value)), None)
+    if code is None:
+        return
+    for output in outputs:
+        for item in output if isinstance(output, list) else [output]:
+            if isinstance(item, Tensor) and item.dtype.itemsize == 1:
+                mark(item, code)
+
+
 def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
     """Run one node, storing its outputs in `scope`; errors are re-raised naming the node."""
     values: list[Value] = []
@@ -103,6 +122,8 @@ def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
     except (RuntimeError, ValueError, TypeError, IndexError, AssertionError, ZeroDivisionError) as error:
         raise RuntimeError(f"{node.label} failed: {type(error).__name__}: {error}") from error
     outputs = result if isinstance(result, tuple) else (result,)
+    if node.op in TYPE_KEEPING_OPS:
+        _keep_type(values, outputs)
     for name, value in zip(node.outputs, outputs, strict=False):
         if name:
             scope.values[name] = value
