@@ -145,3 +145,12 @@ def test_int2_cast_and_quantize() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     got = OnnxRunner(model.SerializeToString())({"x": x})["y"].numpy()
     np.testing.assert_array_equal(got, np.clip(np.round(x), 0, 3))
+
+
+def test_a_float_input_for_a_float8_input_names_the_type() -> None:
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)
+    graph = helper.make_graph([node], "cast", [helper.make_tensor_value_info("x", TensorProto.FLOAT8E5M2, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    runner = OnnxRunner(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString())
+    with pytest.raises(RuntimeError, match="FLOAT8E5M2"):
+        runner({"x": np.array([1.0, 2.0], np.float32)})

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import ONNX_BYTE_TYPES, device_dtype, dtype_label, tensor_from_numpy
+from tinycore.nn.onnx.common import ONNX_BYTE_TYPES, ONNX_TYPE_NAMES, device_dtype, dtype_label, tensor_from_numpy
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
 from tinycore.nn.onnx.small_floats import carried_type, mark
@@ -238,8 +238,12 @@ class OnnxRunner:
                 raise RuntimeError(f"input {info.name!r}: cannot make a tensor of {type(value).__name__} ({error})"
                                    ) from error
         if expected is not None and tensor.dtype not in (expected, device_dtype(expected, self.device)):
+            wanted = dtype_label(expected)
+            if info.type is not None and info.type.code in ONNX_BYTE_TYPES:
+                wanted = (f"{ONNX_TYPE_NAMES[info.type.code]} (an ml_dtypes array, or its bits as {wanted}: the runner "
+                          "holds this type one value per byte)")
             raise RuntimeError(f"input {info.name!r} has dtype {dtype_label(tensor.dtype)}, the model expects "
-                               f"{dtype_label(expected)}; convert it first (numpy: .astype)")
+                               f"{wanted}; convert it first (numpy: .astype)")
         if info.type is not None and info.type.code in ONNX_BYTE_TYPES:
             tensor = mark(tensor, info.type.code)
         shape = info.type.shape if info.type is not None else None
@@ -293,7 +297,8 @@ class OnnxRunner:
                                                                                               strict=True)
                           if isinstance(tensor, Tensor))
 
-        codes = [self.graph_inputs[name].code if self.graph_inputs.get(name) is not None else 0 for name in names]
+        declared = [self.graph_inputs.get(name) for name in names]
+        codes = [value_type.code if value_type is not None else 0 for value_type in declared]
 
         def run(*values: Tensor) -> list[Value]:
             # the JIT hands over its own tensors: the ONNX types of the byte-held inputs are tagged again
