@@ -290,6 +290,56 @@ def test_values_live_across_a_clobber_avoid_the_clobbered_registers() -> None:
     assert allocation.assigned[after] == first
 
 
+def test_linear_scan_spills_the_value_ending_last_the_first_given_on_ties() -> None:
+    first, second = Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")
+    values = [VirtualRegister(i, "gpr", 64) for i in range(6)]
+    spans = [(0, 10), (1, 5), (2, 6), (6, 7), (11, 20), (12, 20)]
+    intervals = {value: Interval(value, start, end) for value, (start, end) in zip(values, spans, strict=True)}
+    intervals[values[5]] = Interval(values[5], 13, 14)
+    allocation = linear_scan(intervals, {"gpr": [first, second]})
+    # at 2 both registers are taken (0 ends at 10, 1 at 5): 0 ends last and after 2's end, so 0 goes to the stack
+    # and 2 takes its r0; 1 ends before 6, so 3 gets r1; 4 and 5 find registers free again
+    assert allocation.spill_offset == {values[0]: 0}
+    assert allocation.assigned == {values[1]: second, values[2]: first, values[3]: second, values[4]: first,
+                                   values[5]: second}
+    tied = {value: Interval(value, start, end) for value, (start, end) in zip(values[:3], [(0, 9), (1, 9), (2, 4)],
+                                                                               strict=True)}
+    allocation = linear_scan(tied, {"gpr": [first, second]})
+    assert allocation.spill_offset == {values[0]: 0}  # 0 and 1 both end at 9: the one given a register first spills
+    assert allocation.assigned == {values[1]: second, values[2]: first}
+
+
+def test_linear_scan_under_pressure_respects_overlap_avoid_and_blocked() -> None:
+    rng = np.random.default_rng(7)
+    pool = [Register(f"r{i}", i, 64, "gpr") for i in range(5)]
+    vectors = [Register(f"v{i}", i, 256, "vec") for i in range(4)]
+    blocked = {pool[0]: 40, vectors[1]: 25}
+    intervals: dict[VirtualRegister, Interval] = {}
+    for index in range(400):
+        kind, bits, registers = ("gpr", 64, pool) if index % 3 else ("vec", 256, vectors)
+        start = int(rng.integers(0, 300))
+        avoid = frozenset(r for r in registers if rng.random() < 0.2)
+        value = VirtualRegister(index, kind, bits)
+        intervals[value] = Interval(value, start, start + int(rng.integers(0, 30)), avoid)
+    allocation = linear_scan(intervals, {"gpr": pool, "vec": vectors}, blocked=blocked)
+    assert set(allocation.assigned) | set(allocation.spill_offset) == set(intervals)
+    assert not set(allocation.assigned) & set(allocation.spill_offset)
+    kept = sorted((i for i in intervals.values() if i.value in allocation.assigned), key=lambda i: i.start)
+    for position, a in enumerate(kept):
+        register = allocation.assigned[a.value]
+        assert register.kind == a.value.kind and register not in a.avoid
+        assert blocked.get(register, 0) <= a.start
+        for b in kept[position + 1:]:
+            if b.start > a.end:
+                break
+            assert allocation.assigned[b.value] != register, (a, b)
+    slots = sorted((allocation.spill_offset[v], v.bits // 8) for v in allocation.spill_offset)
+    assert all(offset % size == 0 for offset, size in slots)  # each slot aligned to its size
+    # no two spilled values share bytes
+    assert all(offset + size <= slots[place + 1][0] for place, (offset, size) in enumerate(slots[:-1]))
+    assert slots and slots[-1][0] + slots[-1][1] == allocation.spill_bytes
+
+
 def test_blocked_registers_wait_for_their_position() -> None:
     argument, other = Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")
     early, late = VirtualRegister(0, "gpr", 64), VirtualRegister(1, "gpr", 64)

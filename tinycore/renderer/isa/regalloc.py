@@ -9,6 +9,7 @@ each instruction that touches them.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -107,13 +108,20 @@ def linear_scan(
     """Give each interval a register of its kind from `registers` (tried in order), or a spill slot.
 
     `blocked[r] = p` keeps register `r` from values that start before position `p` (an incoming argument still
-    unread). When no register is free, the live value that ends last is spilled (it or the new one).
+    unread). When no register is free, the live value that ends last is spilled (it or the new one; of several ending
+    last, the one given its register first).
     """
+    # registers are bits of a mask per kind, bit i the pool's i-th register, so the free register tried first is the
+    # lowest usable bit; live values sit in a heap by end: a kernel of ~1000 values allocated in tens of ms with
+    # per-register sets and a scan of every live value per interval
     blocked = blocked or {}
     allocation = Allocation()
-    active: list[Interval] = []
-    free: dict[str, list[Register]] = {kind: list(regs) for kind, regs in registers.items()}
-    rank = {kind: {r: i for i, r in enumerate(regs)} for kind, regs in registers.items()}  # the order to try them in
+    bit = {kind: {r: 1 << i for i, r in enumerate(regs)} for kind, regs in registers.items()}
+    free = {kind: (1 << len(regs)) - 1 for kind, regs in registers.items()}
+    blocked_until = [(bit[r.kind][r], position) for r, position in blocked.items() if r in bit.get(r.kind, {})]
+    ending: list[tuple[int, int, Interval]] = []  # (end, order given, interval) of the live values, a heap
+    live: dict[int, Interval] = {}  # order given -> interval, for the live values not yet expired or spilled
+    order = 0
 
     def spill(interval: Interval) -> None:
         size = interval.value.bits // 8
@@ -121,36 +129,43 @@ def linear_scan(
         allocation.spill_offset[interval.value] = offset
         allocation.spill_bytes = offset + size
 
+    def mask(kind: str, avoid: frozenset[Register]) -> int:
+        return sum(bit[kind].get(r, 0) for r in avoid) if avoid else 0
+
     for interval in sorted(intervals.values(), key=lambda i: (i.start, i.value.index)):
-        for done in [a for a in active if a.end < interval.start]:
-            active.remove(done)
-            free[done.value.kind].append(allocation.assigned[done.value])
+        while ending and ending[0][0] < interval.start:
+            _, given, done = heapq.heappop(ending)
+            if live.pop(given, None) is not None:
+                register = allocation.assigned[done.value]
+                free[register.kind] |= bit[register.kind][register]
         kind = interval.value.kind
         if kind not in free:
             raise ValueError(f"no registers of kind {kind!r} were given to the allocator")
-        usable = min(
-            (r for r in free[kind] if r not in interval.avoid and blocked.get(r, 0) <= interval.start),
-            key=rank[kind].__getitem__,
-            default=None,
-        )
-        if usable is not None:
-            allocation.assigned[interval.value] = usable
-            free[kind].remove(usable)
-            active.append(interval)
+        refused = mask(kind, interval.avoid)
+        for register_bit, position in blocked_until:
+            if position > interval.start:
+                refused |= register_bit
+        usable = free[kind] & ~refused
+        if usable:
+            chosen = registers[kind][(usable & -usable).bit_length() - 1]
+            allocation.assigned[interval.value] = chosen
+            free[kind] &= ~bit[kind][chosen]
+            heapq.heappush(ending, (interval.end, order, interval))
+            live[order] = interval
+            order += 1
             continue
-        candidates = [
-            a
-            for a in active
-            if a.value.kind == kind
-            and allocation.assigned[a.value] not in interval.avoid
-            and blocked.get(allocation.assigned[a.value], 0) <= interval.start
-        ]
-        victim = max(candidates, key=lambda a: a.end, default=None)
+        victim_order, victim = -1, None
+        for given, candidate in live.items():  # in the order given: the first of those ending last wins ties
+            if candidate.value.kind == kind and not bit[kind][allocation.assigned[candidate.value]] & refused and (
+                    victim is None or candidate.end > victim.end):
+                victim_order, victim = given, candidate
         if victim is not None and victim.end > interval.end:
             allocation.assigned[interval.value] = allocation.assigned.pop(victim.value)
-            active.remove(victim)
+            del live[victim_order]
             spill(victim)
-            active.append(interval)
+            heapq.heappush(ending, (interval.end, order, interval))
+            live[order] = interval
+            order += 1
         else:
             spill(interval)
     return allocation
