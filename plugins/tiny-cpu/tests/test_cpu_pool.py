@@ -236,6 +236,9 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 import tiny_cpu.pool as pool_module
 pool_module.prebuilt_path = lambda: None  # as in a source checkout on PYTHONPATH, where pip built nothing
+if sys.argv[2] == "stale":  # a prebuilt library without the pool's functions (as one built from an older pool.c)
+    import ctypes.util
+    pool_module.prebuilt_path = lambda: ctypes.util.find_library("c")
 if sys.argv[2] == "no-compiler":
     try:
         pool_module.pool_library()
@@ -245,17 +248,27 @@ if sys.argv[2] == "no-compiler":
 from test_cpu_pool import run_scale
 got, expected = run_scale(5, 33, seed=7)
 np.testing.assert_allclose(got, expected, rtol=1e-6)
-print(pool_module.pool_origin())
+print(pool_module.pool_origin(), pool_module._state["reasons"])
 """
 
 
 def test_without_the_prebuilt_pool_it_is_compiled_on_first_use() -> None:
-    import pathlib
     import subprocess
     import sys
     result = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, str(pathlib.Path(__file__).parent), "compile"],
                             capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "compiled", result.stdout + result.stderr
+    assert result.returncode == 0 and result.stdout.strip() == "compiled ['no prebuilt tiny_cpu._pool is installed']", \
+        result.stdout + result.stderr
+
+
+def test_a_prebuilt_library_without_the_pools_functions_is_not_used() -> None:
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "-c", _FALLBACK_PROBE, str(pathlib.Path(__file__).parent), "stale"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.startswith("compiled "), result.stdout + result.stderr
+    assert "lacks tinycore_parallel, tinycore_pool_after_fork" in result.stdout, result.stdout
+    assert "(reinstall tiny-cpu to rebuild it)" in result.stdout, result.stdout
 
 
 def test_without_the_prebuilt_pool_or_a_compiler_the_error_says_what_to_install(tmp_path: pathlib.Path) -> None:

@@ -33,6 +33,11 @@ SOURCE_PATH = Path(__file__).with_name("pool.c")
 PREBUILT_MODULE = "tiny_cpu._pool"
 """The name the prebuilt library is installed under (setup.py): a shared object found like an extension module."""
 
+EXPORTS = ("tinycore_parallel", "tinycore_pool_after_fork", "tinycore_pool_wake", "tinycore_pool_state",
+           "tinycore_queue_create", "tinycore_queue_submit", "tinycore_queue_submissions", "tinycore_queue_broken",
+           "tinycore_queue_reset")
+"""The functions of pool.c that this module binds: a library lacking one is not used."""
+
 
 def pool_source() -> str:
     """The C source of the pool and the queues (what setup.py builds, and what a source checkout compiles)."""
@@ -130,7 +135,12 @@ def _open_library() -> tuple[ctypes.CDLL | None, str | None, list[str]]:
     path = prebuilt_path()
     if path is not None:
         try:
-            return ctypes.CDLL(path), "prebuilt", reasons
+            library = ctypes.CDLL(path)
+            missing = [name for name in EXPORTS if not hasattr(library, name)]
+            if not missing:
+                return library, "prebuilt", reasons
+            # an editable install's build from before pool.c gained a function: compile the current source instead
+            reasons.append(f"the prebuilt {path} lacks {', '.join(missing)} (reinstall tiny-cpu to rebuild it)")
         except OSError as error:
             reasons.append(f"the prebuilt {path} does not load: {error}")
     else:
@@ -139,7 +149,8 @@ def _open_library() -> tuple[ctypes.CDLL | None, str | None, list[str]]:
         from tiny_cpu.compiler import ClangCompiler
         from tiny_cpu.runtime import _load
         library, _ = _load(ClangCompiler().compile_cached(pool_source()))
-        library.tinycore_parallel  # noqa: B018 - a library without the pool's symbols is no pool
+        for name in EXPORTS:  # a library without the pool's functions is no pool
+            getattr(library, name)
     except Exception as error:  # noqa: BLE001 - any failure means: no C pool (the runtime uses Python threads)
         reasons.append(f"compiling it failed: {str(error).strip().splitlines()[0] if str(error).strip() else error}")
         return None, None, reasons
