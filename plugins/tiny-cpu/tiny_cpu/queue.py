@@ -1,6 +1,6 @@
 """The CPU as a queue device: command words for the C queues of pool.py, signals in host memory.
 
-A command is six 64-bit words, an opcode and its operands (the layout QUEUE_SOURCE in pool.py reads):
+A command is six 64-bit words, an opcode and its operands (the layout the queues of pool.c read):
   EXEC      entry point address, argument block address, shares (core_ids), threads
   SIGNAL    signal address, value          (writes the timestamp, then the value)
   WAIT      signal address, value
