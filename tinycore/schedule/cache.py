@@ -39,12 +39,16 @@ def structure_key(outputs: Sequence[UOp]) -> tuple[tuple[object, ...], list[UOp]
     """
     if len(outputs) == 1 and "_nodes_below" not in outputs[0].__dict__:
         root = outputs[0]
-        return _composed_structure_key(root) or _walked_structure_key(root)
+        return _composed_structure_key(root) or _walked_structure_key(outputs)
+    if len(outputs) > 1:
+        # one walk over every output: the union of their toposorts walked each output's whole graph again, and the
+        # outputs of one step (an optimizer's) share most of theirs
+        return _walked_structure_key(outputs)
     numbering: dict[UOp, int] = {}
     parts: list[object] = []
     inputs: list[UOp] = []
     buffer_op = Ops.BUFFER
-    nodes = outputs[0].toposort if len(outputs) == 1 else _toposort_all(outputs)
+    nodes = outputs[0].toposort
     number = numbering.__getitem__
     # the common source counts spelled out: this walk runs on every realize
     for position, node in enumerate(nodes):
@@ -103,7 +107,7 @@ def _composed_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]] |
     found = _COMPOSED.get(description)
     if found is not None:
         return found[0], [sources[position] for position in found[1]]
-    key, inputs = _walked_structure_key(root)
+    key, inputs = _walked_structure_key((root,))
     positions = tuple(sources.index(buffer) for buffer in buffers)
     if inputs == buffers:  # always, by the walk's order; checked so that a mismatch costs only the shortcut
         if len(_COMPOSED) >= COMPOSED_LIMIT:
@@ -136,16 +140,16 @@ def _count_small_constant(node: UOp) -> bool:
     return True
 
 
-def _walked_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]]:
-    """`structure_key([root])` numbering the nodes as the walk finishes them, in `root.toposort`'s order (the same
-    depth-first walk, sources in order): a new eager graph has no cached toposort, and building one only to number
-    it was half the key's cost."""
+def _walked_structure_key(roots: Sequence[UOp]) -> tuple[tuple[object, ...], list[UOp]]:
+    """`structure_key(roots)` numbering the nodes as the walk finishes them, in the order of the union of the roots'
+    toposorts (the same depth-first walk, sources in order, each root's after the previous one's): a new eager graph
+    has no cached toposort, and building one only to number it was half the key's cost."""
     numbering: dict[UOp, int] = {}
     parts: list[object] = []
     inputs: list[UOp] = []
     buffer_op = Ops.BUFFER
     number = numbering.__getitem__
-    stack: list[tuple[UOp, bool]] = [(root, False)]
+    stack: list[tuple[UOp, bool]] = [(root, False) for root in reversed(roots)]
     pop, push = stack.pop, stack.append
     while stack:
         node, sources_done = pop()
@@ -172,7 +176,7 @@ def _walked_structure_key(root: UOp) -> tuple[tuple[object, ...], list[UOp]]:
         sources = () if count == 0 else (number(src[0]),) if count == 1 else \
             (number(src[0]), number(src[1])) if count == 2 else tuple(map(number, src))
         parts.append((op._value_, node.dtype.name, arg, sources))
-    parts.append((numbering[root],))
+    parts.append(tuple([numbering[root] for root in roots]))
     return tuple(parts), inputs
 
 
@@ -192,14 +196,6 @@ def set_node_structure_key(node: UOp, keyed: tuple[tuple[object, ...], list[UOp]
     """Record `keyed` as `node`'s structure key, for a caller that derived it without the walk (it must equal
     `structure_key([node])`)."""
     node.__dict__.setdefault(_STRUCTURE_ATTRIBUTE, keyed)
-
-
-def _toposort_all(outputs: Sequence[UOp]) -> dict[UOp, None]:
-    """The union of the outputs' toposorts, in order."""
-    nodes: dict[UOp, None] = {}
-    for output in outputs:
-        nodes.update(output.toposort)
-    return nodes
 
 
 @dataclass

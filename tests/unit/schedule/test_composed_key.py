@@ -31,7 +31,7 @@ def test_shortcut_matches_the_walk() -> None:
     for _ in range(2):
         for build in builders:
             node = build().uop
-            assert structure_key([node]) == cache._walked_structure_key(node)
+            assert structure_key([node]) == cache._walked_structure_key((node,))
 
 
 def test_alike_structures_keep_their_results() -> None:
@@ -53,3 +53,27 @@ def test_flat_list_dtypes() -> None:
     assert Tensor([1, 2.5]).numpy().dtype == np.float32
     assert Tensor([]).numpy().dtype == np.float32
     np.testing.assert_array_equal(Tensor([True, 2, 3.5]).numpy(), np.array([1.0, 2.0, 3.5], np.float32))
+
+
+def test_outputs_sharing_a_graph_key_by_hand() -> None:
+    """`[s * b, s + a]` with `s = a + b`: one walk numbers DEVICE, a, b, s, s * b, then s + a (s is numbered once)."""
+    a, b = Tensor([1.0], device="CPU").realize(), Tensor([2.0], device="CPU").realize()
+    shared = a + b
+    key, inputs = structure_key([(shared * b).uop, (shared + a).uop])
+    assert key == ((5, "void", "CPU", ()), (-1, "float", 1, 0), (-1, "float", 1, 0), (37, "float", None, (1, 2)),
+                   (39, "float", None, (3, 2)), (37, "float", None, (3, 1)), (4, 5))
+    assert inputs == [a.uop, b.uop]
+
+
+def test_outputs_sharing_a_graph_realized_together() -> None:
+    """Outputs realized together through the cache (twice: the second from its template) match numpy."""
+    values_a, values_b = np.array([1.5, -2.0, 3.0], np.float32), np.array([0.5, 4.0, -1.0], np.float32)
+    for _ in range(2):
+        a, b = Tensor(values_a), Tensor(values_b)
+        shared = a * b + 1
+        first, second, third = shared * a, shared - b, (shared * shared + 1).sqrt()
+        Tensor.realize(first, second, third)
+        expected_shared = values_a * values_b + 1
+        np.testing.assert_allclose(first.numpy(), expected_shared * values_a, rtol=1e-6)
+        np.testing.assert_allclose(second.numpy(), expected_shared - values_b, rtol=1e-6)
+        np.testing.assert_allclose(third.numpy(), np.sqrt(expected_shared * expected_shared + 1), rtol=1e-6)
