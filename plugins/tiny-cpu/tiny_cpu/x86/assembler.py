@@ -47,18 +47,20 @@ class Assembler:
 
     @staticmethod
     def encode(op: str, operands: tuple[Operand, ...], mask: Register | None = None, zeroing: bool = False) -> Encoded:
-        """The bytes of one instruction that names no label."""
-        if op in VECTOR_OPS:
-            return encode_vector(op, operands, mask, zeroing)
-        if mask is not None:
-            raise EncodingError(f"{op} takes no opmask")
-        encoder = INTEGER_ENCODERS.get(op)
-        if encoder is None:
-            raise EncodingError(f"the x86 assembler has no instruction {op!r}")
+        """The bytes of one instruction that names no label (remembered: a kernel repeats most of its instructions,
+        the bench kernels 37245 encodes of 4695 distinct ones)."""
+        # the operands' types are in the key so that equal-but-different immediates (1, True) never share an entry
+        key = (op, operands, tuple(map(type, operands)), mask, zeroing)
         try:
-            return encoder(*operands)
-        except TypeError as error:
-            raise EncodingError(f"{op}: wrong number of operands ({len(operands)})") from error
+            encoded = _ENCODED.get(key)
+        except TypeError:  # an unhashable operand: encoded afresh, and the encoder names what is wrong with it
+            return _encode(op, operands, mask, zeroing)
+        if encoded is None:
+            encoded = _encode(op, operands, mask, zeroing)
+            if len(_ENCODED) >= _ENCODED_LIMIT:
+                _ENCODED.clear()
+            _ENCODED[key] = encoded
+        return encoded
 
     def emit_instruction(self, instruction: Instruction) -> None:
         """Append an `Instruction` (a label pseudo-instruction binds its label)."""
@@ -77,3 +79,22 @@ class Assembler:
                 raise EncodingError(f"label {label!r} is used but never bound")
             struct.pack_into("<i", self.code, where, self.labels[label] - origin + self._addends.get(where, 0))
         return bytes(self.code)
+
+
+_ENCODED: dict[tuple[object, ...], Encoded] = {}
+_ENCODED_LIMIT = 1 << 16  # entries; the cache starts over when full
+
+
+def _encode(op: str, operands: tuple[Operand, ...], mask: Register | None, zeroing: bool) -> Encoded:
+    """The bytes of one instruction, encoded."""
+    if op in VECTOR_OPS:
+        return encode_vector(op, operands, mask, zeroing)
+    if mask is not None:
+        raise EncodingError(f"{op} takes no opmask")
+    encoder = INTEGER_ENCODERS.get(op)
+    if encoder is None:
+        raise EncodingError(f"the x86 assembler has no instruction {op!r}")
+    try:
+        return encoder(*operands)
+    except TypeError as error:
+        raise EncodingError(f"{op}: wrong number of operands ({len(operands)})") from error
