@@ -19,6 +19,7 @@ from tinycore.renderer.isa.operands import (
     Memory,
     Operand,
     Register,
+    RegisterLike,
     SubRegister,
     VirtualRegister,
 )
@@ -185,6 +186,9 @@ class _SpillRewriter:
         self.allocation, self.scratch, self.view, self.load, self.store = allocation, scratch, view, load, store
 
     def rewrite(self, instruction: Instruction) -> list[Instruction]:
+        renamed = self._renamed(instruction)
+        if renamed is not None:
+            return [renamed]
         taken: dict[VirtualRegister, Register] = {}
         loads: list[Instruction] = []
         stores: list[Instruction] = []
@@ -221,6 +225,37 @@ class _SpillRewriter:
                 placed[i] = operand
         operands = tuple(placed[i] for i in range(len(instruction.operands)))
         return [*loads, Instruction(instruction.op, operands, instruction.access, instruction.clobbers), *stores]
+
+    def _renamed(self, instruction: Instruction) -> Instruction | None:
+        """`instruction` with its values renamed to their registers, or None when it touches a spilled value (most
+        instructions touch none: this path skips the scratch bookkeeping)."""
+        assigned, view = self.allocation.assigned, self.view
+        operands: list[Operand] = []
+        for operand in instruction.operands:
+            if isinstance(operand, VirtualRegister):
+                register = assigned.get(operand)
+                if register is None:
+                    return None
+                operands.append(view(register, operand.bits))
+            elif isinstance(operand, SubRegister):
+                register = assigned.get(operand.value)
+                if register is None:
+                    return None
+                operands.append(view(register, operand.bits))
+            elif isinstance(operand, Memory):
+                address: list[RegisterLike | None] = []
+                for part in (operand.base, operand.index):
+                    if isinstance(part, VirtualRegister):
+                        register = assigned.get(part)
+                        if register is None:
+                            return None
+                        address.append(view(register, part.bits))
+                    else:
+                        address.append(part)
+                operands.append(operand.with_registers(address[0], address[1]))
+            else:
+                operands.append(operand)
+        return Instruction(instruction.op, tuple(operands), instruction.access, instruction.clobbers)
 
 
 def rewrite_program(
