@@ -102,7 +102,10 @@ class ElementwiseMixin:
             if isinstance(other, UOp):  # a symbolic int (a size with bound Variables): a scalar read at run time
                 return self._broadcasted(self._symbolic_scalar(other), reverse, match_dtype)
             return self._scalar_broadcasted(other, reverse, match_dtype)
-        shape = broadcast_shape(first.shape, second.shape)
+        first_shape, second_shape = first.shape, second.shape
+        if first_shape == second_shape:  # the common case (an optimizer's update): nothing to broadcast
+            return (second, first) if reverse else (first, second)
+        shape = broadcast_shape(first_shape, second_shape)
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
         return (second, first) if reverse else (first, second)
 
