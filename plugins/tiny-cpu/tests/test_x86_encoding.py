@@ -349,6 +349,21 @@ def test_evex_zeroing_masks() -> None:
             assert text == f"vaddps {operands[0].name} {{{k.name}}} {{z}}, {operands[1].name}, {operands[2].name}", text
 
 
+def test_remembered_encodings_differ_in_everything_that_changes_the_bytes() -> None:
+    # the assembler remembers encodings: the same instruction with an opmask, with zeroing, or with an immediate of
+    # another type must not be served the entry of the first; capstone reads each
+    operands = (ZMM[1], ZMM[2], ZMM[3])
+    texts = [decode(Assembler.encode("vaddps", operands, mask, zeroing).data)[2]
+             for mask, zeroing in [(None, False), (MASK[1], False), (MASK[1], True), (None, False)]]
+    assert texts == ["vaddps zmm1, zmm2, zmm3", "vaddps zmm1 {k1}, zmm2, zmm3", "vaddps zmm1 {k1} {z}, zmm2, zmm3",
+                     "vaddps zmm1, zmm2, zmm3"]
+    assert decode(Assembler.encode("add", (GPR64[0], True)).data)[2] == "add rax, 1"
+    assert decode(Assembler.encode("add", (GPR64[0], 1)).data)[2] == "add rax, 1"
+    for _ in range(2):  # a refusal is not remembered as an encoding
+        with pytest.raises(EncodingError, match="operand sizes differ"):
+            Assembler.encode("add", (GPR64[0], GPR32[1]))
+
+
 def test_bad_operands_are_refused() -> None:
     with pytest.raises(EncodingError, match="rsp cannot be a memory index"):
         Assembler.encode("mov", (GPR64[0], Memory(GPR64[1], GPR64[4], 2, 0, 64)))
