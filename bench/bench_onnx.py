@@ -19,14 +19,12 @@ import argparse
 import io
 import os
 import pathlib
-import statistics
 import tempfile
-import time
 import warnings
 from collections.abc import Callable
 
 import numpy as np
-from settle import settle
+import paired
 
 os.environ.setdefault("DEV", "CPU")
 warnings.filterwarnings("ignore", category=DeprecationWarning)  # the TorchScript exporter's notice
@@ -173,25 +171,6 @@ def _load_calls(folder: str) -> dict[str, Callable[[], object]]:
     return {"tinycore": lambda: OnnxRunner(path), "onnxruntime": lambda: _session(path)}
 
 
-def _time(name: str, calls: dict[str, Callable[[], object]], rounds: int) -> None:
-    """Interleaved rounds after a warm-up call each; prints the case's markdown row."""
-    for call in calls.values():
-        call()
-    times: dict[str, list[float]] = {library: [] for library in calls}
-    libraries = list(calls)
-    for round_number in range(rounds):
-        turn = round_number % len(libraries)
-        for library in libraries[turn:] + libraries[:turn]:
-            settle()
-            started = time.perf_counter()
-            calls[library]()
-            times[library].append(time.perf_counter() - started)
-    paired = statistics.median(theirs / ours for ours, theirs in zip(times["tinycore"], times["onnxruntime"],
-                                                                     strict=True))
-    print(f"| {name} | {statistics.median(times['tinycore']) * 1e3:.2f} | "
-          f"{statistics.median(times['onnxruntime']) * 1e3:.2f} | {paired:.2f} |", flush=True)
-
-
 def main() -> None:
     """The command line: `--rounds N` and `--cases NAME ...`."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -199,12 +178,12 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
     arguments = parser.parse_args()
     print(f"<!-- load average {' '.join(f'{value:.2f}' for value in os.getloadavg())} -->")
-    print("| case | tinycore ms | onnxruntime ms | onnxruntime / tinycore, paired median |")
-    print("|---|---|---|---|")
+    paired.print_header("onnxruntime")
     with tempfile.TemporaryDirectory() as folder:
         for name in arguments.cases:
             calls = _load_calls(folder) if name == "load-100mb" else _inference_calls(name)
-            _time(name, calls, max(3, arguments.rounds // 4) if name == "load-100mb" else arguments.rounds)
+            rounds = max(3, arguments.rounds // 4) if name == "load-100mb" else arguments.rounds
+            paired.time_pair(name, calls, rounds, peer="onnxruntime")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from settle import settle
 
 
-def print_header() -> None:
-    """The markdown table's header (case, tinycore ms, torch ms, the paired ratio)."""
-    print("| case | tinycore ms | torch ms | torch / tinycore, paired median |")
+def print_header(peer: str = "torch") -> None:
+    """The markdown table's header (case, tinycore ms, the peer's ms, the paired ratio)."""
+    print(f"| case | tinycore ms | {peer} ms | {peer} / tinycore, paired median |")
     print("|---|---|---|---|")
 
 
-def time_pair(name: str, calls: dict[str, Callable[[], object]], rounds: int) -> None:
-    """Run `calls` ({"tinycore": ..., "torch": ...}) `rounds` times each, interleaved, and print the case's row."""
+def time_pair(name: str, calls: dict[str, Callable[[], object]], rounds: int, peer: str = "torch") -> None:
+    """Run `calls` ({"tinycore": ..., peer: ...}) `rounds` times each, interleaved, and print the case's row."""
     for call in calls.values():
         call()
     times: dict[str, list[float]] = {library: [] for library in calls}
@@ -29,9 +29,9 @@ def time_pair(name: str, calls: dict[str, Callable[[], object]], rounds: int) ->
             started = time.perf_counter()
             calls[library]()
             times[library].append(time.perf_counter() - started)
-    paired = statistics.median(theirs / ours for ours, theirs in zip(times["tinycore"], times["torch"], strict=True))
+    paired = statistics.median(theirs / ours for ours, theirs in zip(times["tinycore"], times[peer], strict=True))
     print(f"| {name} | {statistics.median(times['tinycore']) * 1e3:.2f} | "
-          f"{statistics.median(times['torch']) * 1e3:.2f} | {paired:.2f} |")
+          f"{statistics.median(times[peer]) * 1e3:.2f} | {paired:.2f} |", flush=True)
 
 
 def main(description: str, cases: list[str], calls_of: Callable[[str], dict[str, Callable[[], object]]],

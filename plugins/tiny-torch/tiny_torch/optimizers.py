@@ -13,7 +13,7 @@ stay the same from step to step. With `found_inf` set (a GradScaler that found a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -101,28 +101,22 @@ def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[
     _store(writes, overflow)
 
 
-@register(aten._fused_adam_.default, aten._fused_adam_.tensor_lr, direct=True)
-def fused_adam(self: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-               exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
-               *, lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float,
-               amsgrad: bool, maximize: bool, grad_scale: torch.Tensor | None = None,
-               found_inf: torch.Tensor | None = None) -> None:
-    """`torch.optim.Adam(..., fused=True)`'s step: every parameter and its moments updated in one realize."""
-    _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
-          found_inf=found_inf, decoupled=False)
+def _adam_step(decoupled: bool) -> Callable[..., None]:
+    """The operator for Adam (decoupled=False) or AdamW (decoupled=True); PyTorch passes the lists positionally."""
+    def step(self: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
+             exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
+             *, lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float, amsgrad: bool,
+             maximize: bool, grad_scale: torch.Tensor | None = None, found_inf: torch.Tensor | None = None) -> None:
+        _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
+              weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
+              found_inf=found_inf, decoupled=decoupled)
+    return step
 
 
-@register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr, direct=True)
-def fused_adamw(self: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
-                exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor],
-                *, lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float,
-                amsgrad: bool, maximize: bool, grad_scale: torch.Tensor | None = None,
-                found_inf: torch.Tensor | None = None) -> None:
-    """`torch.optim.AdamW(..., fused=True)`'s step (weight decay applied to the weights, not the gradient)."""
-    _adam(self, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, state_steps, lr=lr, beta1=beta1, beta2=beta2,
-          weight_decay=weight_decay, eps=eps, amsgrad=amsgrad, maximize=maximize, grad_scale=grad_scale,
-          found_inf=found_inf, decoupled=True)
+fused_adam = register(aten._fused_adam_.default, aten._fused_adam_.tensor_lr, direct=True)(_adam_step(False))
+"""`torch.optim.Adam(..., fused=True)`'s step: every parameter and its moments updated in one realize."""
+fused_adamw = register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr, direct=True)(_adam_step(True))
+"""`torch.optim.AdamW(..., fused=True)`'s step (weight decay applied to the weights, not the gradient)."""
 
 
 @register(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, direct=True)
