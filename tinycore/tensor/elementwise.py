@@ -657,9 +657,9 @@ class ElementwiseMixin:
         return close
 
     def allclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08,
-                 equal_nan: bool = False) -> bool:
-        """True when isclose holds everywhere."""
-        return bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+                 equal_nan: bool = False) -> Tensor:
+        """A 0-d bool Tensor, true when isclose holds everywhere (as tinygrad's: read it with .item())."""
+        return self.isclose(other, rtol, atol, equal_nan).all()
 
     # ---- math ----
 

@@ -199,7 +199,7 @@ def test_isnan_isinf_isfinite_isclose() -> None:
     near = Tensor([1.0, 1.0 + 1e-7, 2.0, math.nan])
     assert near.isclose(Tensor([1.0, 1.0, 2.1, math.nan])).tolist() == [True, True, False, False]
     assert near.isclose(Tensor([1.0, 1.0, 2.1, math.nan]), equal_nan=True).tolist() == [True, True, False, True]
-    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-9]))
+    assert Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-9])).item() is True
 
 
 # ---- dtype promotion ----
