@@ -166,3 +166,24 @@ def test_a_graph_step_outside_graph_rewrite_is_recorded_through_the_hook(recordi
     assert len(step["nodes"]) == 4  # a, b, a*b, SINK
     assert sorted(step["nodes"][index]["op"] for index in step["changed"]) == ["MUL", "SINK"]
     assert kernel.passes[2]["changed"] == []
+
+
+def test_kernels_compiled_before_recording_starts_are_recorded_too() -> None:
+    """A kernel this process already ran (compiled, its schedule cached) is lowered again once recording starts, so
+    the recording has its passes and the schedule's outline names it."""
+    values = np.arange(10, dtype=np.float32).reshape(2, 5) / 3 - 1.25
+    Tensor(values).max(axis=1).realize()  # compiled and cached before recording
+    was_enabled = hook.ENABLED
+    record.reset()
+    record.enable()
+    try:
+        largest = Tensor(values).max(axis=1)
+        largest.realize()
+        np.testing.assert_allclose(largest.numpy(), values.max(axis=1), rtol=1e-6)
+        schedule = record.RECORDING.to_json()["schedules"][-1]
+        linked = [group for group in schedule["groups"] if group["kernel"] is not None]
+        assert len(linked) == 1 and record.RECORDING.kernels[linked[0]["kernel"]].passes
+    finally:
+        if not was_enabled:
+            record.disable()
+        record.reset()

@@ -71,6 +71,14 @@ def get_runner(ast: UOp, device: str, buffers: Sequence[Buffer] | None = None,
     return runner
 
 
+def forget_runners() -> None:
+    """Forget the compiled kernels held in this process (the disk cache stays), so the next realize of each kernel
+    lowers it again. VIZ calls this when recording starts, so that every kernel realized while recording has its
+    passes recorded, including kernels this process ran before."""
+    _runners.clear()
+    _beam_runners.clear()
+
+
 def _compile_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 

@@ -200,7 +200,11 @@ class _Recorder:
 
 def enable(at_exit: bool = False) -> None:
     """Start recording (`import tinycore` does this with VIZ=1); with `at_exit`, write and serve the recording at
-    exit."""
+    exit. Kernels this process compiled before are lowered again when next realized, so they are recorded too."""
+    from tinycore.engine.realize import forget_runners
+    from tinycore.schedule.cache import clear_schedule_cache
+    forget_runners()
+    clear_schedule_cache()  # a cached schedule launches its kernels without lowering them
     hook.install(_Recorder())
     if at_exit and not _at_exit_registered:
         _at_exit_registered.append(True)
