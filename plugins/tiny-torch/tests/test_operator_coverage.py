@@ -475,6 +475,35 @@ SAMPLES["aten.native_dropout.default"] += [s(_DROPPED, 0.4, True, check=dropout_
                                             s(_DROPPED, 0.4, None, check=dropout_of(_DROPPED, 0.4), grad=False)]
 
 
+# the fused optimizer steps: lists of parameters and state, written in place (compared after the call)
+def _pair(make: Callable[..., torch.Tensor]) -> list[torch.Tensor]:
+    return [make(3, 4), make(5)]
+
+
+_STEPS = [torch.tensor(3.0), torch.tensor(3.0)]
+_ADAM = dict(beta1=0.9, beta2=0.99, eps=1e-8, grad=False)
+for _name in ("_fused_adam_", "_fused_adamw_"):
+    SAMPLES[f"aten.{_name}.default"] = [
+        s(_pair(r), _pair(r), _pair(r), _pair(pos), [], _STEPS, lr=0.01, weight_decay=0.0, amsgrad=False,
+          maximize=False, **_ADAM),
+        s(_pair(r), _pair(r), _pair(r), _pair(pos), _pair(pos), _STEPS, lr=0.01, weight_decay=0.1, amsgrad=True,
+          maximize=True, grad_scale=torch.tensor(2.0), found_inf=torch.tensor(0.0), **_ADAM)]
+    SAMPLES[f"aten.{_name}.tensor_lr"] = [
+        s(_pair(r), _pair(r), _pair(r), _pair(pos), [], _STEPS, lr=torch.tensor(0.02), weight_decay=0.05,
+          amsgrad=False, maximize=False, **_ADAM)]
+SAMPLES["aten._fused_sgd_.default"] = [
+    s(_pair(r), _pair(r), _pair(r), weight_decay=0.01, momentum=0.9, lr=0.1, dampening=0.1, nesterov=True,
+      maximize=False, is_first_step=False, grad_scale=torch.tensor(4.0), grad=False),
+    s(_pair(r), _pair(r), _pair(r), weight_decay=0.0, momentum=0.5, lr=0.1, dampening=0.0, nesterov=False,
+      maximize=True, is_first_step=True, found_inf=torch.tensor(1.0), grad=False)]
+SAMPLES["aten._fused_sgd_.tensor_lr"] = [
+    s(_pair(r), _pair(r), [], weight_decay=0.0, momentum=0.0, lr=torch.tensor(0.05), dampening=0.0, nesterov=False,
+      maximize=False, is_first_step=False, grad=False)]
+for _overload in ("default", "tensor_lr"):
+    SAMPLES[f"aten._fused_adagrad_.{_overload}"] = [
+        s(_pair(r), _pair(r), _pair(pos), _STEPS, lr=0.1 if _overload == "default" else torch.tensor(0.1),
+          lr_decay=0.01, weight_decay=0.1, eps=1e-10, maximize=False, grad_scale=torch.tensor(4.0), grad=False)]
+
 def overload(name: str) -> torch._ops.OpOverload:
     """The OpOverload that `str(overload)` names ("aten.add.Tensor")."""
     namespace, packet, overload_name = name.split(".")

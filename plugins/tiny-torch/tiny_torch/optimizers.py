@@ -8,7 +8,8 @@ so a step costs one schedule (a cache hit from the second step on) and one submi
 
 The arithmetic follows PyTorch's CPU fused kernels (aten/src/ATen/native/cpu/Fused*Kernel.cpp): the step counts
 arrive already incremented, as tensors, so the bias corrections are computed on the device from them and the kernels
-stay the same from step to step. With `found_inf` set (a GradScaler that found an overflow) nothing is written.
+stay the same from step to step. With `grad_scale` the gradients are left unscaled in place, as PyTorch's kernels
+leave them; with `found_inf` set (a GradScaler that found an overflow) nothing is written.
 """
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[
         weights, grad = value.cast(work), tiny_grads[position].tiny_value().cast(work)
         if scale is not None:
             grad = grad / scale
+            writes.append((tiny_grads[position], grad))  # PyTorch's fused steps leave the gradients unscaled
         if maximize:
             grad = -grad
         if weight_decay != 0:
@@ -133,6 +135,7 @@ def fused_sgd(self: list[torch.Tensor], grads: list[torch.Tensor], momentum_buff
         weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
         if scale is not None:
             grad = grad / scale
+            writes.append((tiny_grads[position], grad))
         if maximize:
             grad = -grad
         if weight_decay != 0:
@@ -160,6 +163,7 @@ def fused_adagrad(self: list[torch.Tensor], grads: list[torch.Tensor], state_sum
         weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
         if scale is not None:
             grad = grad / scale
+            writes.append((tiny_grads[position], grad))
         if maximize:
             grad = -grad
         if weight_decay != 0:
