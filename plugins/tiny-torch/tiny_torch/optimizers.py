@@ -42,6 +42,13 @@ def _scalar(value: float | torch.Tensor | None) -> float | Tensor | None:
     return value
 
 
+def _learning_rate(value: float | torch.Tensor) -> float | Tensor:
+    """The learning rate: a float, or a tensor's lazy value (the tensor_lr overloads)."""
+    rate = _scalar(value)
+    assert rate is not None, "the fused optimizer steps always pass a learning rate"
+    return rate
+
+
 def _store(pairs: list[tuple[TinyTensor, Tensor]], found_inf: float | Tensor | None) -> None:
     """Write each new value into its tensor (keeping the old value where `found_inf` is set), realized together."""
     DEFERRED.append(True)
@@ -68,7 +75,7 @@ def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[
     tiny_avgs, tiny_squares = _tiny(exp_avgs, "exp_avgs"), _tiny(exp_avg_sqs, "exp_avg_sqs")
     tiny_maxima = _tiny(max_exp_avg_sqs, "max_exp_avg_sqs") if amsgrad else []
     tiny_steps = _tiny(state_steps, "state_steps")
-    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    rate, scale, overflow = _learning_rate(lr), _scalar(grad_scale), _scalar(found_inf)
     writes: list[tuple[TinyTensor, Tensor]] = []
     for position, param in enumerate(tiny_params):
         value = param.tiny_value()
@@ -81,7 +88,7 @@ def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[
             grad = -grad
         if weight_decay != 0:
             if decoupled:
-                weights = weights * (1 - rate * weight_decay)  # type: ignore[operator]
+                weights = weights * (1 - rate * weight_decay)
             else:
                 grad = grad + weights * weight_decay
         average = tiny_avgs[position].tiny_value().cast(work)
@@ -121,6 +128,19 @@ fused_adamw = register(aten._fused_adamw_.default, aten._fused_adamw_.tensor_lr,
 """`torch.optim.AdamW(..., fused=True)`'s step (weight decay applied to the weights, not the gradient)."""
 
 
+def _gradient(weights: Tensor, grad: TinyTensor, scale: float | Tensor | None, maximize: bool, weight_decay: float,
+              writes: list[tuple[TinyTensor, Tensor]]) -> Tensor:
+    """SGD's and Adagrad's gradient: unscaled (and written back unscaled, as PyTorch leaves it), negated to maximize,
+    with L2 weight decay added."""
+    value = grad.tiny_value().cast(weights.dtype)
+    if scale is not None:
+        value = value / scale
+        writes.append((grad, value))
+    if maximize:
+        value = -value
+    return value + weights * weight_decay if weight_decay != 0 else value
+
+
 @register(aten._fused_sgd_.default, aten._fused_sgd_.tensor_lr, direct=True)
 def fused_sgd(self: list[torch.Tensor], grads: list[torch.Tensor], momentum_buffer_list: list[torch.Tensor], *,
               weight_decay: float, momentum: float, lr: float | torch.Tensor, dampening: float, nesterov: bool,
@@ -129,17 +149,11 @@ def fused_sgd(self: list[torch.Tensor], grads: list[torch.Tensor], momentum_buff
     """`torch.optim.SGD(..., fused=True)`'s step: momentum buffers start as the first gradient, as PyTorch's do."""
     tiny_params, tiny_grads = _tiny(self, "params"), _tiny(grads, "grads")
     tiny_buffers = _tiny(momentum_buffer_list, "momentum_buffer_list") if momentum != 0 else []
-    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    rate, scale, overflow = _learning_rate(lr), _scalar(grad_scale), _scalar(found_inf)
     writes: list[tuple[TinyTensor, Tensor]] = []
     for position, param in enumerate(tiny_params):
-        weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
-        if scale is not None:
-            grad = grad / scale
-            writes.append((tiny_grads[position], grad))
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            grad = grad + weights * weight_decay
+        weights = param.tiny_value()
+        grad = _gradient(weights, tiny_grads[position], scale, maximize, weight_decay, writes)
         if momentum != 0:
             buffer = grad if is_first_step else \
                 tiny_buffers[position].tiny_value() * momentum + grad * (1 - dampening)
@@ -157,17 +171,11 @@ def fused_adagrad(self: list[torch.Tensor], grads: list[torch.Tensor], state_sum
     """`torch.optim.Adagrad(..., fused=True)`'s step: the learning rate decays with the (incremented) step count."""
     tiny_params, tiny_grads = _tiny(self, "params"), _tiny(grads, "grads")
     tiny_sums, tiny_steps = _tiny(state_sums, "state_sums"), _tiny(state_steps, "state_steps")
-    rate, scale, overflow = _scalar(lr), _scalar(grad_scale), _scalar(found_inf)
+    rate, scale, overflow = _learning_rate(lr), _scalar(grad_scale), _scalar(found_inf)
     writes: list[tuple[TinyTensor, Tensor]] = []
     for position, param in enumerate(tiny_params):
-        weights, grad = param.tiny_value(), tiny_grads[position].tiny_value().cast(param.tiny_value().dtype)
-        if scale is not None:
-            grad = grad / scale
-            writes.append((tiny_grads[position], grad))
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            grad = grad + weights * weight_decay
+        weights = param.tiny_value()
+        grad = _gradient(weights, tiny_grads[position], scale, maximize, weight_decay, writes)
         step = tiny_steps[position].tiny_value().reshape(()).cast(dtypes.float32)
         decayed = rate / ((step - 1) * lr_decay + 1)
         total = tiny_sums[position].tiny_value() + grad * grad
