@@ -6,17 +6,13 @@ resolve against the running process (libm for the math calls LLVM leaves as call
 """
 from __future__ import annotations
 
-import ctypes
 import functools
 import platform
 import struct
 import threading
-import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
-from tiny_cpu.pool import parallel_runner
-from tiny_cpu.runtime import worker_count
+from tiny_cpu.runtime import EntryProgram
 from tinycore.device.compiler import CompileError, Compiler
 
 _LOCK = threading.Lock()  # llvmlite's global state (targets, the symbol table) is set up once
@@ -178,7 +174,7 @@ def undefined_symbols(obj: bytes) -> list[str]:
     return names
 
 
-class LLVMProgram:
+class LLVMProgram(EntryProgram):
     """A kernel object linked into this process: `program(*addresses, global_size=(N, 1, 1), vals=(ints), wait)`.
 
     `_entry` is the address of `NAME_entry(const long long *arguments, int core_id)` that the CPU's command queue
@@ -186,7 +182,6 @@ class LLVMProgram:
 
     def __init__(self, name: str, lib: bytes):
         llvm = _llvm()
-        self.name = name
         missing = [symbol for symbol in undefined_symbols(lib) if not llvm.address_of_symbol(symbol)]
         if missing:
             raise RuntimeError(f"kernel {name!r} calls {', '.join(missing)}, which this process does not provide; "
@@ -200,31 +195,7 @@ class LLVMProgram:
         if not entry:
             raise RuntimeError(f"kernel {name!r} has no entry point {name}_entry: it was not rendered by the LLVM "
                                "renderer of this tiny-cpu (clear the compile cache if it is older)")
-        self._entry: int | None = entry
-        self._entry_address: int = entry
-        self._call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(entry)
-
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        """Run the kernel on buffer addresses and variable values (once per core_id below global_size[0])."""
-        arguments = [int(argument or 0) for argument in (*buffers, *vals)]
-        packed = (ctypes.c_longlong * max(1, len(arguments)))(*arguments)
-        workers = int(global_size[0]) if global_size else 1
-        start = time.perf_counter() if wait else 0.0
-        runner = parallel_runner() if workers > 1 else None
-        if runner is not None:
-            runner(self._entry_address, packed, workers, worker_count())
-        else:
-            for core_id in range(workers):
-                self._call(ctypes.addressof(packed), core_id)
-        return time.perf_counter() - start if wait else None
-
-    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
-                 ) -> Callable[[Sequence[Any]], None]:
-        """A function launching this program on a list of buffer addresses with `global_size`."""
-        def launch(buffers: Sequence[Any]) -> None:
-            self(*buffers, global_size=global_size)
-        return launch
+        super().__init__(name, entry)
 
 
 _WIDE_PROBE = """define <16 x float> @probe(<16 x float> %a, <16 x float> %b) #0 {

@@ -234,3 +234,39 @@ class CPUProgram:
             self._release()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class EntryProgram:
+    """A kernel reached only through its entry point `(const long long *arguments, int core_id)` at address
+    `_entry` (LLVM-linked objects, x86 machine code): `program(*addresses, global_size=(N, 1, 1), vals=(ints),
+    wait)` packs the arguments once and runs every core_id on the worker pool (or in turn on this thread)."""
+
+    name: str
+
+    def __init__(self, name: str, entry: int):
+        self.name = name
+        self._entry: int | None = entry
+        self._entry_address: int = entry
+        self._call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int32)(entry)
+
+    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
+                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
+        """Run the kernel on buffer addresses and variable values (once per core_id below global_size[0])."""
+        arguments = [int(argument or 0) for argument in (*buffers, *vals)]
+        packed = (ctypes.c_longlong * max(1, len(arguments)))(*arguments)
+        workers = int(global_size[0]) if global_size else 1
+        start = time.perf_counter() if wait else 0.0
+        runner = parallel_runner() if workers > 1 else None
+        if runner is not None:
+            runner(self._entry_address, packed, workers, worker_count())
+        else:
+            for core_id in range(workers):
+                self._call(ctypes.addressof(packed), core_id)
+        return time.perf_counter() - start if wait else None
+
+    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
+                 ) -> Callable[[Sequence[Any]], None]:
+        """A function launching this program on a list of buffer addresses with `global_size`."""
+        def launch(buffers: Sequence[Any]) -> None:
+            self(*buffers, global_size=global_size)
+        return launch

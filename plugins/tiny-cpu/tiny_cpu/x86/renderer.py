@@ -9,11 +9,7 @@ entry point to the CPU queue and its worker pool as the other CPU renderers do.
 
 from __future__ import annotations
 
-import ctypes
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
-
+from tiny_cpu.runtime import EntryProgram
 from tiny_cpu.x86.executable import ExecutableCode
 from tiny_cpu.x86.float64_math import float64_transcendentals
 from tiny_cpu.x86.isel import VectorX86Contract, select_kernel
@@ -113,41 +109,15 @@ class X86Compiler(Compiler):
         return X86Program
 
 
-class X86Program:
+class X86Program(EntryProgram):
     """Machine code in executable memory: `program(*addresses, global_size=(N, 1, 1), vals=(ints), wait=False)`.
 
     `_entry` is the address of its entry point `(const long long *arguments, int core_id)`, which the CPU queue's
     EXEC command and the worker pool call."""
 
     def __init__(self, name: str, lib: bytes):
-        self.name = name
-        self._code = ExecutableCode(lib)
-        self._entry: int | None = self._code.address
-        self._call = self._code.function(None, ctypes.c_void_p, ctypes.c_int32)
-
-    def __call__(self, *buffers: Any, global_size: Sequence[int] = (1, 1, 1), local_size: Sequence[int] | None = None,
-                 vals: Sequence[int] = (), wait: bool = False) -> float | None:
-        """Run the kernel on buffer addresses and variable values (once per core_id below global_size[0])."""
-        from tiny_cpu.pool import parallel_runner
-        from tiny_cpu.runtime import worker_count
-        arguments = [int(argument or 0) for argument in (*buffers, *vals)]
-        packed = (ctypes.c_longlong * max(1, len(arguments)))(*arguments)
-        workers = int(global_size[0]) if global_size else 1
-        start = time.perf_counter() if wait else 0.0
-        runner = parallel_runner() if workers > 1 else None
-        if runner is not None:
-            runner(self._code.address, packed, workers, worker_count())
-        else:
-            for core_id in range(workers):
-                self._call(ctypes.addressof(packed), core_id)
-        return time.perf_counter() - start if wait else None
-
-    def launcher(self, global_size: Sequence[int], local_size: Sequence[int] | None = None
-                 ) -> Callable[[Sequence[Any]], None]:
-        """A function launching this program on a list of buffer addresses with `global_size`."""
-        def launch(buffers: Sequence[Any]) -> None:
-            self(*buffers, global_size=global_size)
-        return launch
+        self._code = ExecutableCode(lib)  # kept alive with the program: the entry point lies in it
+        super().__init__(name, self._code.address)
 
 
 def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Compiler]:
