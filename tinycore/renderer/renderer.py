@@ -14,11 +14,10 @@ from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.symbolic import sint, sym_infer
 from tinycore.uop.uop import UOp, exec_alu
 
-Sizes = tuple["int | UOp", ...]
 ContextT = TypeVar("ContextT")
+# a rendering rule: given the renderer's context as `ctx` and its pattern's captures, it renders the UOp and returns
+# its text ("" for a statement), or None to leave the UOp to the next rule
 TextRule = Callable[..., "str | None"]
-"""A rendering rule: given the renderer's context as `ctx` and its pattern's captures, it renders the UOp and returns
-its text ("" for a statement), or None to leave the UOp to the next rule."""
 
 
 def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
@@ -27,8 +26,7 @@ def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
 
 
 def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[ContextT, UOp], str]:
-    """A renderer's PatternMatcher rule from `function(ctx, uop)`, which renders its UOp (captured as "uop") into the
-    context: the rule answers "" (the UOp is handled) whatever the function returns, so none falls through."""
+    """A rule from `function(ctx, uop)` (the UOp captured as "uop"): it answers "" whatever the function returns."""
     def rule(ctx: ContextT, uop: UOp) -> str:
         function(ctx, uop)
         return ""
@@ -40,13 +38,12 @@ class Renderer(RendererContract):
     the core reads, with its default, is declared in `tinycore.plugins.contract.RendererContract`."""
 
     string_rewrite: ClassVar[PatternMatcher | None] = None
-    """The rules rendering each UOp (`text_rules`, called with the renderer's per-program context as `ctx`) of a
-    renderer written as rules (the C-like family, PTX, LLVM IR). A subclass writes `string_rewrite = its_rules +
-    Parent.string_rewrite`: the first rule that returns text wins, one returning None leaves the UOp to the next."""
+    """The rules rendering each UOp (`text_rules`, with the per-program context as `ctx`) of a renderer written as
+    rules; a subclass writes `its_rules + Parent.string_rewrite`: the first rule returning text wins."""
 
     def supported_dtypes(self) -> set[DType]:
-        """The scalar dtypes kernels can load, compute with and store: the `dtypes` of the `capabilities` this
-        renderer, or else its device, declares; without a declaration those its `type_map` spells (or all)."""
+        """The scalar dtypes kernels can use: the `dtypes` of the `capabilities` this renderer, or else its device,
+        declares; without a declaration those its `type_map` spells (or all)."""
         declared = _declared_dtypes(self.capabilities)
         if declared is None and (device_reference := self.__dict__.get("_opened_device")) is not None:
             device: DeviceContract | None = device_reference()
@@ -64,7 +61,6 @@ class Renderer(RendererContract):
 
 
 def _declared_dtypes(capabilities: object) -> Any:
-    """The `dtypes` field of a capabilities declaration (a DeviceCapabilities or a dict), or None."""
     return capabilities.get("dtypes") if isinstance(capabilities, Mapping) else getattr(capabilities, "dtypes", None)
 
 
@@ -87,70 +83,63 @@ class Estimates:
     mem: int = 0
 
 
-TRIP_COUNT_CASES = 1024
-"""At most this many combinations of enclosing loop counters and worker ids are evaluated for a loop bound that
-depends on them (`_trip_count`); past it the loop counts once."""
+TRIP_COUNT_CASES = 1024  # at most this many values of the counters a loop bound depends on are tried, else it counts 1
 
 
 def _trip_count(size: UOp | int) -> float:
-    """Iterations of a loop of bound `size`. A bound that depends on the CPU worker (uneven splits) or on enclosing
-    loops (row groups of uneven sizes) counts its mean over their values, so that the total over the workers and
-    loops, which the caller multiplies in, is right. Bounds of variables (DEFINE_VAR) count 1."""
+    """Iterations of a loop of bound `size`: a bound over the CPU worker or enclosing loops (uneven splits) counts its
+    mean over their values, so the total the caller multiplies in is right; bounds of variables count 1."""
     if isinstance(size, int) or size.op is Ops.CONST:
         return size if isinstance(size, int) else size.arg
     counters = [node for node in size.toposort if node.op in (Ops.SPECIAL, Ops.RANGE)]
-    if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters):
-        return 1
-    if (cases := prod(node.src[0].arg for node in counters)) > TRIP_COUNT_CASES:
+    if not counters or not all(node.src and node.src[0].op is Ops.CONST for node in counters) or \
+            (cases := prod(node.src[0].arg for node in counters)) > TRIP_COUNT_CASES:
         return 1
     bounds = [_evaluate(size, dict(zip(counters, values, strict=True)))
               for values in itertools.product(*(range(node.src[0].arg) for node in counters))]
     return 1 if None in bounds else sum(bound for bound in bounds if bound is not None) / cases
 
 
-def _evaluate(expression: UOp, known: dict[UOp, int] | None = None) -> int | None:
+def _evaluate(expression: UOp, known: dict[UOp, int]) -> int | None:
     """The value of an integer expression of constants and the `known` values of some nodes, else None."""
-    values: dict[UOp, int] = dict(known or {})
+    values = dict(known)
     for node in (node for node in expression.toposort if node not in values):
         if node.op is Ops.CONST:
             values[node] = node.arg
-        elif node.op in GroupOp.ALU and all(source in values for source in node.src):
+        elif node.op not in GroupOp.ALU or any(source not in values for source in node.src):
+            return None
+        else:
             try:
                 values[node] = int(exec_alu(node.op, node.dtype, [values[source] for source in node.src]))
             except (TypeError, ValueError, ZeroDivisionError):
                 return None
-        else:
-            return None
     return values[expression]
 
 
 _INDEX_LEAVES = frozenset({Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
-_INDEX_CARRIERS = frozenset({Ops.CAST, Ops.VECTORIZE, Ops.GEP})
 
 
 def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
-    """The integer and boolean ALU ops computed only from loop counters, thread ids, variables and constants: the
-    address arithmetic and bounds checks around the values, which a FLOP count must leave out. An op that reads a
-    loaded value (a gather's index, say) or yields a float is arithmetic on values."""
+    """The integer and boolean ops computed only from loop counters, thread ids, variables and constants (address
+    arithmetic and bounds checks, which a FLOP count leaves out); an op reading a loaded value is on values."""
     index_ops: set[UOp] = set()
     for uop in uops:  # sources come before their users in a linear program
-        if (uop.op in _INDEX_CARRIERS or uop.op in GroupOp.ALU) and not dtypes.is_float(uop.dtype.scalar) and \
+        if (uop.op in (Ops.CAST, Ops.VECTORIZE, Ops.GEP) or uop.op in GroupOp.ALU) and \
+                not dtypes.is_float(uop.dtype.scalar) and \
                 all(source in index_ops or source.op in _INDEX_LEAVES for source in uop.src):
             index_ops.add(uop)
     return index_ops
 
 
 def _is_read_mask(uop: UOp, index_ops: set[UOp]) -> bool:
-    """A select on a bounds check between a value and a constant: the masking of a padded or gated read (what a
-    gated load does for free), not arithmetic on the value."""
+    """A select on a bounds check between a value and a constant: the masking of a padded read, not arithmetic."""
     return uop.op is Ops.WHERE and (uop.src[0] in index_ops or uop.src[0].op in _INDEX_LEAVES) and \
         any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
 
 
 def estimate(uops: list[UOp]) -> Estimates:
-    """Estimates for a linear program, multiplying each op by the trip counts of the loops and threads around it.
-    `ops` counts only arithmetic on values (see `_index_arithmetic` and `_is_read_mask`): a matmul of (M, K) by
-    (K, N) counts 2*M*N*K."""
+    """Estimates for a linear program, each op times the trip counts of the loops and threads around it; `ops`
+    counts only arithmetic on values: a matmul of (M, K) by (K, N) counts 2*M*N*K."""
     index_ops, open_ranges, touched = _index_arithmetic(uops), list[float](), dict[int, int]()
     multiplier = thread_count = 1.0
     ops = lds = 0.0
@@ -158,13 +147,11 @@ def estimate(uops: list[UOp]) -> Estimates:
         if uop.op is Ops.SPECIAL:
             thread_count *= _trip_count(uop.src[0]) if uop.src else 1
         elif uop.op is Ops.RANGE:
-            trips = _trip_count(uop.src[0])
-            open_ranges.append(trips)
+            open_ranges.append(trips := _trip_count(uop.src[0]))
             multiplier *= max(trips, 1)
         elif uop.op is Ops.END:
-            for source in uop.src:
-                if source.op is Ops.RANGE and open_ranges:
-                    multiplier /= max(open_ranges.pop(), 1)
+            for _ in range(min(sum(source.op is Ops.RANGE for source in uop.src), len(open_ranges))):
+                multiplier /= max(open_ranges.pop(), 1)
         elif uop.op in GroupOp.ALU and uop not in index_ops and not _is_read_mask(uop, index_ops):
             ops += multiplier * (uop.src[0].dtype.count if uop.src else 1) * (2 if uop.op is Ops.MULACC else 1)
         elif uop.op in (Ops.LOAD, Ops.STORE):
@@ -177,10 +164,6 @@ def estimate(uops: list[UOp]) -> Estimates:
     return Estimates(round(ops * thread_count), round(lds * thread_count), sum(touched.values()))
 
 
-def _unit_dims() -> list[sint]:
-    return [1, 1, 1]
-
-
 @dataclass
 class ProgramSpec:
     """A rendered kernel: `name`, source `src` for `device`, launch sizes (three ints or UOps over DEFINE_VARs each;
@@ -190,8 +173,8 @@ class ProgramSpec:
     name: str
     src: str
     device: str
-    global_size: list[sint] = field(default_factory=_unit_dims)
-    local_size: list[sint] | None = field(default_factory=_unit_dims)
+    global_size: list[sint] = field(default_factory=lambda: [1, 1, 1])
+    local_size: list[sint] | None = field(default_factory=lambda: [1, 1, 1])
     vars: list[UOp] = field(default_factory=list)
     globals: list[int] = field(default_factory=list)
     outs: list[int] = field(default_factory=list)
@@ -204,28 +187,24 @@ class ProgramSpec:
         """Describe the linear program `uops` rendered as `src`."""
         global_size: list[sint] = [1, 1, 1]
         local_size: list[sint] = [1, 1, 1]
-        variables: dict[str, UOp] = {}
-        globals_, outs, ins = list[int](), list[int](), list[int]()
+        variables, buffers = {uop.arg[0]: uop for uop in uops if uop.op is Ops.DEFINE_VAR}, set[int]()
+        outs, ins = set[int](), set[int]()
         for uop in uops:
             if uop.op is Ops.SPECIAL:
                 size = uop.src[0] if uop.src else 1
-                size = size.arg if isinstance(size, UOp) and size.op is Ops.CONST else size
                 label: str = uop.arg
-                axis = 0 if label == "core_id" else int(label[-1])
-                (local_size if label.startswith("l") else global_size)[axis] = size
-            elif uop.op is Ops.DEFINE_VAR:
-                variables[uop.arg[0]] = uop
+                (local_size if label.startswith("l") else global_size)[0 if label == "core_id" else int(label[-1])] = \
+                    size.arg if isinstance(size, UOp) and size.op is Ops.CONST else size
             elif uop.op is Ops.DEFINE_GLOBAL:
-                globals_.append(uop.arg)
+                buffers.add(uop.arg)
             elif uop.op in (Ops.LOAD, Ops.STORE):
                 index = uop.src[0]
                 while index.op is not Ops.DEFINE_GLOBAL and index.src and index.op in (Ops.INDEX, Ops.CAST):
                     index = index.src[0]
                 if index.op is Ops.DEFINE_GLOBAL:
-                    (outs if uop.op is Ops.STORE else ins).append(index.arg)
-        return ProgramSpec(name, src, device, global_size, local_size,
-                           [variables[key] for key in sorted(variables)], sorted(set(globals_)),
-                           sorted(set(outs)), sorted(set(ins)), estimate(uops), uops)
+                    (outs if uop.op is Ops.STORE else ins).add(index.arg)
+        return ProgramSpec(name, src, device, global_size, local_size, [variables[key] for key in sorted(variables)],
+                           sorted(buffers), sorted(outs), sorted(ins), estimate(uops), uops)
 
     def launch_dims(self, var_vals: Mapping[str, int] | Mapping[UOp, int] | None = None
                     ) -> tuple[tuple[int, ...], tuple[int, ...] | None]:
