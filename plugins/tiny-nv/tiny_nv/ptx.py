@@ -9,18 +9,16 @@ their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations
 from __future__ import annotations
 
 import functools
-import struct
+import re
 import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import bfloat16_bits
-from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule, text_rules
+from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 # dtype -> (register class, arithmetic type suffix, memory type suffix)
@@ -35,38 +33,30 @@ _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.ui
 _HALVES = (dtypes.float16, dtypes.bfloat16)
 _ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
                             dtypes.float16, dtypes.bfloat16})
-# float dtype -> (struct format of the value, of its bits, PTX literal prefix, hex digits, bits)
-_FLOAT_LITERALS = {dtypes.float32: ("<f", "<I", "0f", 8, 32), dtypes.float64: ("<d", "<Q", "0d", 16, 64),
-                   dtypes.float16: ("<e", "<H", "0x", 4, 16)}
-# ALU op -> (register classes of its temporaries x0, x1: "=" is the operands' class, its instructions). Fields: r the
-# result, a b c the operands, t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo" for
-# integers, mad the multiply-add, ne the inequality, shift the move of a shift amount into a 32-bit register.
-_Template = tuple[tuple[str, ...], tuple[str, ...]]
-_ALU: dict[Ops, _Template] = {
-    Ops.CMPLT: ((), ("setp.lt.{t} {r}, {a}, {b};",)), Ops.CMPEQ: ((), ("setp.eq.{t} {r}, {a}, {b};",)),
-    Ops.CMPNE: ((), ("setp.{ne}.{t} {r}, {a}, {b};",)), Ops.WHERE: ((), ("selp.{w} {r}, {b}, {c}, {a};",)),
-    # C's (a<b)?b:a, which keeps a NaN first operand
-    Ops.MAX: (("p",), ("setp.lt.{t} {x0}, {a}, {b};", "selp.{w} {r}, {b}, {a}, {x0};")),
-    Ops.AND: ((), ("and.{bits} {r}, {a}, {b};",)), Ops.OR: ((), ("or.{bits} {r}, {a}, {b};",)),
-    Ops.XOR: ((), ("xor.{bits} {r}, {a}, {b};",)), Ops.NEG: ((), ("neg.{s} {r}, {a};",)),
+# ALU op -> its instructions. Fields: r the result, a b c the operands, temporaries xp (a predicate), xs (of the
+# operands' class) and xr (32-bit), t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo"
+# for integers, mad the multiply-add, ne the inequality, shift the move of a shift amount into a 32-bit register.
+_ALU: dict[Ops, str] = {
+    Ops.CMPLT: "setp.lt.{t} {r}, {a}, {b};", Ops.CMPEQ: "setp.eq.{t} {r}, {a}, {b};",
+    Ops.CMPNE: "setp.{ne}.{t} {r}, {a}, {b};", Ops.WHERE: "selp.{w} {r}, {b}, {c}, {a};",
+    Ops.MAX: "setp.lt.{t} {xp}, {a}, {b}; selp.{w} {r}, {b}, {a}, {xp};",  # C's (a<b)?b:a keeps a NaN first operand
+    Ops.AND: "and.{bits} {r}, {a}, {b};", Ops.OR: "or.{bits} {r}, {a}, {b};", Ops.XOR: "xor.{bits} {r}, {a}, {b};",
+    Ops.NEG: "neg.{s} {r}, {a};", Ops.ADD: "add.{t} {r}, {a}, {b};", Ops.SUB: "sub.{t} {r}, {a}, {b};",
+    Ops.MUL: "mul{lo}.{t} {r}, {a}, {b};", Ops.MULACC: "{mad}.{t} {r}, {a}, {b}, {c};",
     # a zero divisor gives 0, as the constant folder does
-    Ops.IDIV: (("p", "="), ("setp.eq.{t} {x0}, {b}, 0;", "div.{t} {x1}, {a}, {b};", "selp.{bits} {r}, 0, {x1}, {x0};")),
-    Ops.MOD: (("p", "="), ("setp.eq.{t} {x0}, {b}, 0;", "rem.{t} {x1}, {a}, {b};", "selp.{bits} {r}, 0, {x1}, {x0};")),
-    Ops.ADD: ((), ("add.{t} {r}, {a}, {b};",)), Ops.SUB: ((), ("sub.{t} {r}, {a}, {b};",)),
-    Ops.MUL: ((), ("mul{lo}.{t} {r}, {a}, {b};",)), Ops.MULACC: ((), ("{mad}.{t} {r}, {a}, {b}, {c};",)),
-    Ops.SHL: (("r",), ("{shift} {x0}, {b};", "shl.{bits} {r}, {a}, {x0};")),
-    Ops.SHR: (("r",), ("{shift} {x0}, {b};", "shr.{t} {r}, {a}, {x0};")),
-    Ops.FDIV: ((), ("div.rn.{t} {r}, {a}, {b};",)), Ops.SQRT: ((), ("sqrt.rn.{t} {r}, {a};",)),
-    Ops.RECIPROCAL: ((), ("rcp.rn.{t} {r}, {a};",)), Ops.TRUNC: ((), ("cvt.rzi.{t}.{t} {r}, {a};",)),
-    Ops.EXP2: ((), ("ex2.approx.f32 {r}, {a};",)), Ops.LOG2: ((), ("lg2.approx.f32 {r}, {a};",)),
-    Ops.SIN: ((), ("sin.approx.f32 {r}, {a};",))}
-_PREDICATE_ALU: dict[Ops, _Template] = {  # bool operands (false < true)
-    Ops.CMPNE: ((), ("xor.pred {r}, {a}, {b};",)), Ops.CMPEQ: ((), ("xor.pred {r}, {a}, {b};", "not.pred {r}, {r};")),
-    Ops.CMPLT: ((), ("not.pred {r}, {a};", "and.pred {r}, {r}, {b};")), Ops.MAX: ((), ("or.pred {r}, {a}, {b};",)),
-    Ops.WHERE: (("p",), ("and.pred {r}, {a}, {b};", "not.pred {x0}, {a};", "and.pred {x0}, {x0}, {c};",
-                         "or.pred {r}, {r}, {x0};")), Ops.NEG: ((), ("not.pred {r}, {a};",))}
+    Ops.IDIV: "setp.eq.{t} {xp}, {b}, 0; div.{t} {xs}, {a}, {b}; selp.{bits} {r}, 0, {xs}, {xp};",
+    Ops.MOD: "setp.eq.{t} {xp}, {b}, 0; rem.{t} {xs}, {a}, {b}; selp.{bits} {r}, 0, {xs}, {xp};",
+    Ops.SHL: "{shift} {xr}, {b}; shl.{bits} {r}, {a}, {xr};", Ops.SHR: "{shift} {xr}, {b}; shr.{t} {r}, {a}, {xr};",
+    Ops.FDIV: "div.rn.{t} {r}, {a}, {b};", Ops.SQRT: "sqrt.rn.{t} {r}, {a};", Ops.RECIPROCAL: "rcp.rn.{t} {r}, {a};",
+    Ops.TRUNC: "cvt.rzi.{t}.{t} {r}, {a};", Ops.EXP2: "ex2.approx.f32 {r}, {a};", Ops.LOG2: "lg2.approx.f32 {r}, {a};",
+    Ops.SIN: "sin.approx.f32 {r}, {a};"}
+_PREDICATE_ALU: dict[Ops, str] = {  # bool operands (false < true)
+    Ops.CMPNE: "xor.pred {r}, {a}, {b};", Ops.CMPEQ: "xor.pred {r}, {a}, {b}; not.pred {r}, {r};",
+    Ops.CMPLT: "not.pred {r}, {a}; and.pred {r}, {r}, {b};", Ops.MAX: "or.pred {r}, {a}, {b};",
+    Ops.WHERE: "and.pred {r}, {a}, {b}; not.pred {xp}, {a}; and.pred {xp}, {xp}, {c}; or.pred {r}, {r}, {xp};",
+    Ops.NEG: "not.pred {r}, {a};"}
 _FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
-_REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
+_COMPARISONS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
 
 def _info(dtype: DType) -> tuple[str, str, str]:
@@ -77,18 +67,37 @@ def _info(dtype: DType) -> tuple[str, str, str]:
     return found
 
 
-class PTXContext:
+@functools.cache
+def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` (`_ALU`,
+    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.alu`)."""
+    kind, arithmetic, _ = _info(dtype)
+    integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
+    template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
+    if template is None or (integer and op in _FLOAT_ONLY) or (not integer and op in (Ops.IDIV, Ops.MOD)):
+        raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
+    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and dtype != dtypes.float32:
+        raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or use "
+                         "the CUDA renderer (DEV=NV:CUDA)")
+    fields = dict(t=arithmetic, w=_REGISTER_TYPES[kind], s=arithmetic.replace("u", "s"), lo=".lo" if integer else "",
+                  bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""), mad="mad.lo" if integer else "fma.rn",
+                  ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
+    temporaries = tuple((f"x{name}", {"p": "p", "s": kind, "r": "r"}[name])
+                        for name in dict.fromkeys(re.findall(r"\{x([psr])\}", template)))
+    instructions = fill_types(re.findall(r"\S[^;]*;", template), fields, ("r", "a", "b", "c", "xp", "xs", "xr"))
+    return kind, temporaries, tuple("\t" + instruction for instruction in instructions)
+
+
+class PTXContext(SSAContext):
     """The state of rendering one linear program into PTX: registers, lines, parameters, labels, open blocks."""
 
+    language = "PTX"
+
     def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
-        self.renderer, self.uops = renderer, uops
-        self.counts: dict[str, int] = {name: 0 for name in _REGISTER_TYPES}
-        self.values: dict[UOp, str] = {}
+        super().__init__(uops)
+        self.renderer, self.counts, self.labels = renderer, {name: 0 for name in _REGISTER_TYPES}, 0
         self.addresses: dict[UOp, tuple[str, str | None, str]] = {}  # INDEX -> (address register, gate, space)
-        self.lines: list[str] = []
-        self.declarations: list[str] = []
         self.parameters: list[str] = []
-        self.labels = 0
         self.loops: dict[UOp, tuple[str, str, str]] = {}  # RANGE -> (counter, head label, exit label)
         self.branches: list[str] = []  # IF exit labels, innermost last
 
@@ -97,39 +106,24 @@ class PTXContext:
         self.counts[kind] += 1
         return f"%{kind}{self.counts[kind] - 1}"
 
-    def emit(self, *lines: str) -> None:
-        """Append instructions."""
-        self.lines += ["\t" + line for line in lines]
-
     def label(self, prefix: str) -> str:
         """A fresh label name."""
         self.labels += 1
         return f"{prefix.upper()}_{self.labels}"
 
     def constant(self, value: object, dtype: DType) -> str:
-        """A register holding the constant `value` of `dtype`."""
+        """A register holding the constant `value` of `dtype` (materialised where it is used)."""
         kind, scalar = _info(dtype)[0], dtype.scalar
         register = self.new(kind)
         if scalar == dtypes.bool:
             self.emit(f"setp.ne.u32 {register}, {1 if value else 0}, 0;")
-        elif scalar == dtypes.bfloat16:
-            self.emit(f"mov.b16 {register}, 0x{bfloat16_bits(float(value)):04X};")  # type: ignore[arg-type]
-        elif scalar in _FLOAT_LITERALS:
-            number, bits_format, prefix, digits, bits = _FLOAT_LITERALS[scalar]
-            pattern = struct.unpack(bits_format, struct.pack(number, float(value)))[0]  # type: ignore[arg-type]
-            self.emit(f"mov.b{bits} {register}, {prefix}{pattern:0{digits}X};")
+        elif dtypes.is_float(scalar):
+            bits, size = float_bits(float(value), scalar), scalar.itemsize  # type: ignore[arg-type]
+            self.emit(f"mov.b{8 * size} {register}, {({4: '0f', 8: '0d'}).get(size, '0x')}{bits:0{2 * size}X};")
         else:
-            bits = 64 if kind == "rd" else 32
-            self.emit(f"mov.b{bits} {register}, {int(value) & ((1 << bits) - 1)};")  # type: ignore[call-overload]
+            size = 64 if kind == "rd" else 32
+            self.emit(f"mov.b{size} {register}, {int(value) & ((1 << size) - 1)};")  # type: ignore[call-overload]
         return register
-
-    def value(self, uop: UOp) -> str:
-        """The register holding `uop`'s value (constants are materialised where they are used)."""
-        if uop in self.values:
-            return self.values[uop]
-        if uop.op is Ops.CONST:
-            return self.constant(uop.arg, uop.dtype)
-        raise ValueError(f"the PTX renderer met {uop.op} before it was rendered: the linear program is out of order")
 
     def widen(self, register: str, dtype: DType) -> str:
         """A float32 register holding the half or bfloat16 value in `register`."""
@@ -154,11 +148,8 @@ class PTXContext:
         return register
 
     def run(self, name: str) -> str:
-        """The PTX module: each UOp rendered by the first of the renderer's rules (`ptx_rendering`) that matches."""
-        assert (rules := self.renderer.string_rewrite) is not None
-        for uop in self.uops:
-            if rules.rewrite(uop, self) is None:
-                raise ValueError(f"the PTX renderer cannot render {uop.op} (dtype {uop.dtype})")
+        """The PTX module: each UOp rendered by the renderer's rules (`ptx_rendering`), under the entry's header."""
+        self.render_uops(self.renderer.string_rewrite)
         registers = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items()
                      if count]
         header = [f".version {self.renderer.ptx_version}", f".target {self.renderer.arch}", ".address_size 64", "",
@@ -166,14 +157,14 @@ class PTXContext:
                   "{"]
         return "\n".join(header + registers + self.declarations + self.lines + ["\tret;", "}"]) + "\n"
 
-    def array(self, uop: UOp, space: str, prefix: str) -> None:
+    def array(self, uop: UOp, space: str, prefix: str) -> str:
         """DEFINE_REG / DEFINE_LOCAL: a byte array declared in `space` (.local or .shared), its address a register."""
         assert isinstance(pointer := uop.dtype, PtrDType)
-        name = f"{prefix}{len(self.declarations)}"
+        name, register = f"{prefix}{len(self.declarations)}", self.new("rd")
         size = max(pointer.size, 1) * max(pointer.base.itemsize, 1)
         self.declarations.append(f"\t.{space} .align 16 .b8 {name}[{size}];")
-        self.values[uop] = register = self.new("rd")
         self.emit(f"mov.u64 {register}, {name};")
+        return register
 
     def cast(self, register: str, source: DType, target: DType) -> str:
         """`register` (of `source`) converted to `target` the way C converts."""
@@ -197,19 +188,11 @@ class PTXContext:
             instruction = f"cvt{'.rn' if target.itemsize < source.itemsize else ''}.{target_type}.{source_type}"
         elif source_float or target_float:
             instruction = f"cvt.{'rzi' if source_float else 'rn'}.{target_type}.{source_type}"
-        elif source_kind == target_kind:
-            instruction = f"mov.b{64 if source_kind == 'rd' else 32}"
         else:
-            instruction = f"cvt.{target_type}.{source_type}"
+            instruction = f"mov.b{64 if source_kind == 'rd' else 32}" if source_kind == target_kind else \
+                f"cvt.{target_type}.{source_type}"
         self.emit(f"{instruction} {result}, {register};")
         return self.wrap(result, target)
-
-    def combine(self, reduce: str, old: str, value: str, dtype: DType) -> str:
-        """`old` combined with `value` by a scatter reduce (min as C's (value<old)?value:old)."""
-        if reduce == "min":
-            below = self.alu(Ops.CMPLT, [value, old], dtype, True)
-            return self.alu(Ops.WHERE, [below, value, old], dtype, False)
-        return self.alu(_REDUCE_OPS[reduce], [old, value], dtype, False)
 
     def atomic_store(self, uop: UOp, address: str, gate: str | None, space: str) -> None:
         """Combine the STORE's value into global memory with the reduce in its arg: a `red` instruction where PTX
@@ -224,8 +207,8 @@ class PTXContext:
         if not half and ((reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or
                          (reduce in ("max", "min") and dtypes.is_int(dtype))):
             type_name = "u64" if reduce == "add" and dtype == dtypes.int64 else arithmetic
-            self.emit(f"{'' if gate is None else f'@{gate} '}red.global.{reduce}.{type_name} [{address}], {register};")
-            return
+            return self.emit(f"{'' if gate is None else f'@{gate} '}red.global.{reduce}.{type_name} [{address}], "
+                             f"{register};")
         bits, bits_kind = ("b64", "rd") if dtype.itemsize == 8 else ("b32", "r")
         if (skip := self.label("atomic_skip") if gate is not None else None) is not None:
             self.emit(f"@!{gate} bra {skip};")
@@ -235,18 +218,16 @@ class PTXContext:
             self.emit(f"and.b64 {word}, {address}, -4;", f"and.b64 {low_bits}, {address}, 2;",
                       f"cvt.u32.u64 {shift}, {low_bits};", f"shl.b32 {shift}, {shift}, 3;",
                       f"shl.b32 {keep}, 65535, {shift};", f"not.b32 {keep}, {keep};")
-        seen, expected = self.new(bits_kind), self.new(bits_kind)
-        element = self.new("r") if half else ""
+        seen, expected, element = self.new(bits_kind), self.new(bits_kind), self.new("r") if half else ""
         self.emit(f"ld.global.{bits} {seen}, [{word}];")
         self.lines.append(f"{(retry := self.label('atomic_retry'))}:")
         self.emit(f"mov.{bits} {expected}, {seen};")
         if half:
-            self.emit(f"shr.b32 {element}, {expected}, {shift};")
             old = self.new("h")
-            self.emit(f"cvt.u16.u32 {old}, {element};")
+            self.emit(f"shr.b32 {element}, {expected}, {shift};", f"cvt.u16.u32 {old}, {element};")
             wide_old, wide_value = self.widen(old, dtype), self.widen(register, dtype)
-            narrowed, placed, new_bits = self.narrow(self.combine(reduce, wide_old, wide_value, dtypes.float32),
-                                                     dtype), self.new("r"), self.new("r")
+            narrowed = self.narrow(self.combine(reduce, wide_old, wide_value, dtypes.float32), dtype)
+            placed, new_bits = self.new("r"), self.new("r")
             self.emit(f"cvt.u32.u16 {placed}, {narrowed};", f"shl.b32 {placed}, {placed}, {shift};",
                       f"and.b32 {new_bits}, {expected}, {keep};", f"or.b32 {new_bits}, {new_bits}, {placed};")
         else:
@@ -261,59 +242,34 @@ class PTXContext:
             self.lines.append(f"{skip}:")
 
     def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
-        """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from the op's instruction
-        template (`_alu_plan`); returns the result register."""
+        """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`)."""
         kind, temporaries, instructions = _alu_plan(op, dtype)
-        result = self.new("p" if boolean_result else kind)
-        fields = dict(zip("abc", operands, strict=False), r=result)
-        for position, temporary in enumerate(temporaries):
-            fields[f"x{position}"] = self.new(temporary)
+        fields = dict(zip("abc", operands, strict=False), r=self.new("p" if boolean_result else kind))
+        fields.update((name, self.new(temporary)) for name, temporary in temporaries)
         self.lines += [instruction.format_map(fields) for instruction in instructions]
-        return result
+        return fields["r"]
+
+    def arithmetic(self, op: Ops, operands: list[str], dtype: DType) -> str:
+        """`op` over registers of `dtype`, a predicate for a comparison."""
+        return self.alu(op, operands, dtype, op in _COMPARISONS)
 
 
-@functools.cache
-def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """The register class of `dtype`, and `op`'s template (`_ALU`, `_PREDICATE_ALU` for bools) on it with the
-    fields of the type filled in (registers are left to `PTXContext.alu`)."""
-    kind, arithmetic, _ = _info(dtype)
-    integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
-    template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
-    if template is None or (integer and op in _FLOAT_ONLY) or (not integer and op in (Ops.IDIV, Ops.MOD)):
-        raise ValueError(f"the PTX renderer cannot render {op} on {dtype}")
-    if op in (Ops.EXP2, Ops.LOG2, Ops.SIN) and dtype != dtypes.float32:
-        raise ValueError(f"the PTX renderer computes {op} in float32 only; cast {dtype} to float32 first or use "
-                         "the CUDA renderer (DEV=NV:CUDA)")
-    fields = dict(t=arithmetic, w=_REGISTER_TYPES[kind], s=arithmetic.replace("u", "s"), lo=".lo" if integer else "",
-                  bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""), mad="mad.lo" if integer else "fma.rn",
-                  ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
-    kept = {name: f"{{{name}}}" for name in ("r", "a", "b", "c", "x0", "x1")}
-    return (kind, tuple(kind if temporary == "=" else temporary for temporary in template[0]),
-            tuple("\t" + instruction.format(**kept, **fields) for instruction in template[1]))
-
-
-def _parameter(ctx: PTXContext, uop: UOp, name: str, type_name: str, kind: str) -> str:
+def _parameter(ctx: PTXContext, name: str, type_name: str, kind: str) -> str:
     ctx.parameters.append(f".param .{type_name} {name}")
-    ctx.values[uop] = register = ctx.new(kind)
-    ctx.emit(f"ld.param.{type_name} {register}, [{name}];")
+    ctx.emit(f"ld.param.{type_name} {(register := ctx.new(kind))}, [{name}];")
     return register
 
 
-def _define_global(ctx: PTXContext, uop: UOp) -> None:
-    register = _parameter(ctx, uop, f"data{uop.arg}", "u64", "rd")
-    ctx.emit(f"cvta.to.global.u64 {register}, {register};")
+def _define_global(ctx: PTXContext, uop: UOp) -> str:
+    ctx.emit(f"cvta.to.global.u64 {(register := _parameter(ctx, f'data{uop.arg}', 'u64', 'rd'))}, {register};")
+    return register
 
 
-def _define_var(ctx: PTXContext, uop: UOp) -> None:
-    _parameter(ctx, uop, "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0])), "s32", "r")
-
-
-def _special(ctx: PTXContext, uop: UOp) -> None:
-    label = str(uop.arg)
-    if (source := {"gidx": "ctaid", "lidx": "tid"}.get(label[:4])) is None:
-        raise ValueError(f"the PTX renderer has no thread index {label!r}: expected gidxN or lidxN")
-    ctx.values[uop] = register = ctx.new("r")
-    ctx.emit(f"mov.u32 {register}, %{source}.{'xyz'[int(label[-1])]};")
+def _special(ctx: PTXContext, uop: UOp) -> str:
+    if (source := {"gidx": "ctaid", "lidx": "tid"}.get(str(uop.arg)[:4])) is None:
+        raise ValueError(f"the PTX renderer has no thread index {uop.arg!r}: expected gidxN or lidxN")
+    ctx.emit(f"mov.u32 {(register := ctx.new('r'))}, %{source}.{'xyz'[int(str(uop.arg)[-1])]};")
+    return register
 
 
 def _index(ctx: PTXContext, uop: UOp) -> None:
@@ -322,8 +278,7 @@ def _index(ctx: PTXContext, uop: UOp) -> None:
     if len(uop.src) > 1:
         offset, wide = ctx.new("rd"), uop.src[1].dtype.scalar in (dtypes.int64, dtypes.uint64)
         ctx.emit(f"mul.{'lo.s64' if wide else 'wide.s32'} {offset}, {ctx.value(uop.src[1])}, {pointer.base.itemsize};")
-        address = ctx.new("rd")
-        ctx.emit(f"add.s64 {address}, {base}, {offset};")
+        ctx.emit(f"add.s64 {(address := ctx.new('rd'))}, {base}, {offset};")
     gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
     ctx.addresses[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
 
@@ -331,12 +286,12 @@ def _index(ctx: PTXContext, uop: UOp) -> None:
 def _address(ctx: PTXContext, uop: UOp) -> tuple[str, str | None, str]:
     if uop.src[0] not in ctx.addresses:
         raise ValueError(f"{uop.op.name} needs an INDEX as its first source, got {uop.src[0].op}")
-    return ctx.addresses[uop.src[0]]
+    address, gate, space = ctx.addresses[uop.src[0]]
+    return address, gate, space
 
 
-def _load(ctx: PTXContext, uop: UOp) -> None:
-    address, gate, space = _address(ctx, uop)
-    kind, _, memory = _info(uop.dtype)
+def _load(ctx: PTXContext, uop: UOp) -> str:
+    (address, gate, space), (kind, _, memory) = _address(ctx, uop), _info(uop.dtype)
     alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
     target = ctx.new("r" if kind == "p" else kind)
     if gate is not None:
@@ -346,11 +301,10 @@ def _load(ctx: PTXContext, uop: UOp) -> None:
         else:
             ctx.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or ctx.constant(0, uop.dtype)};")
     ctx.emit(f"{'' if gate is None else f'@{gate} '}ld.{space}.{memory} {target}, [{address}];")
-    if kind == "p":
-        flag = ctx.new("p")
-        ctx.emit(f"setp.ne.u32 {flag}, {target}, 0;")
-        target = flag
-    ctx.values[uop] = target
+    if kind != "p":
+        return target
+    ctx.emit(f"setp.ne.u32 {(flag := ctx.new('p'))}, {target}, 0;")
+    return flag
 
 
 def _store(ctx: PTXContext, uop: UOp) -> None:
@@ -360,19 +314,19 @@ def _store(ctx: PTXContext, uop: UOp) -> None:
     kind, _, memory = _info(uop.src[1].dtype)
     register = ctx.value(uop.src[1])
     if kind == "p":
-        byte = ctx.new("r")
-        ctx.emit(f"selp.u32 {byte}, 1, 0, {register};")
+        ctx.emit(f"selp.u32 {(byte := ctx.new('r'))}, 1, 0, {register};")
         register = byte
     ctx.emit(f"{'' if gate is None else f'@{gate} '}st.{space}.{memory} [{address}], {register};")
 
 
-def _range(ctx: PTXContext, uop: UOp) -> None:
+def _range(ctx: PTXContext, uop: UOp) -> str:
     counter, head, exit_ = ctx.new("r"), ctx.label("loop"), ctx.label("end_loop")
     done = ctx.new("p")
     ctx.emit(f"mov.u32 {counter}, 0;")
     ctx.lines.append(f"{head}:")
     ctx.emit(f"setp.ge.s32 {done}, {counter}, {ctx.value(uop.src[0])};", f"@{done} bra {exit_};")
-    ctx.loops[uop], ctx.values[uop] = (counter, head, exit_), counter
+    ctx.loops[uop] = (counter, head, exit_)
+    return counter
 
 
 def _end(ctx: PTXContext, uop: UOp) -> None:
@@ -386,38 +340,37 @@ def _if(ctx: PTXContext, uop: UOp) -> None:
     ctx.emit(f"@!{ctx.value(uop.src[0])} bra {exit_};")
 
 
-def _bitcast(ctx: PTXContext, uop: UOp) -> None:
+def _bitcast(ctx: PTXContext, uop: UOp) -> str:
     if uop.src[0].dtype.itemsize != uop.dtype.itemsize:
         raise ValueError(f"BITCAST from {uop.src[0].dtype} to {uop.dtype}: the sizes differ")
-    ctx.values[uop] = target = ctx.new(_info(uop.dtype)[0])
-    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {target}, {ctx.value(uop.src[0])};")
+    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {(target := ctx.new(_info(uop.dtype)[0]))}, "
+             f"{ctx.value(uop.src[0])};")
+    return target
 
 
-def _alu(ctx: PTXContext, uop: UOp) -> None:
-    operand_dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
-    boolean = uop.dtype.scalar == dtypes.bool
+def _alu(ctx: PTXContext, uop: UOp) -> str:
+    operand_dtype, boolean = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar, uop.dtype == dtypes.bool
     registers = [ctx.value(source) for source in uop.src]
-    if operand_dtype in _HALVES:  # computed in float32, rounded back to the 16-bit type
-        widened = [register if source.dtype.scalar == dtypes.bool else ctx.widen(register, source.dtype)
-                   for register, source in zip(registers, uop.src, strict=True)]
-        result = ctx.alu(uop.op, widened, dtypes.float32, boolean)
-        ctx.values[uop] = result if boolean else ctx.narrow(result, operand_dtype)
-    else:
-        ctx.values[uop] = ctx.wrap(ctx.alu(uop.op, registers, operand_dtype, boolean), uop.dtype.scalar)
+    if operand_dtype not in _HALVES:
+        return ctx.wrap(ctx.alu(uop.op, registers, operand_dtype, boolean), uop.dtype.scalar)
+    widened = [register if source.dtype.scalar == dtypes.bool else ctx.widen(register, source.dtype)
+               for register, source in zip(registers, uop.src, strict=True)]  # computed in float32, rounded back
+    result = ctx.alu(uop.op, widened, dtypes.float32, boolean)
+    return result if boolean else ctx.narrow(result, operand_dtype)
 
 
-_RULES: dict[Ops | tuple[Ops, ...], Callable[[PTXContext, UOp], object]] = {
-    Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special, Ops.INDEX: _index,
+ptx_rendering = ssa_rules({
+    Ops.DEFINE_GLOBAL: _define_global, Ops.SPECIAL: _special, Ops.INDEX: _index, Ops.LOAD: _load, Ops.STORE: _store,
+    Ops.DEFINE_VAR: lambda ctx, uop: _parameter(ctx, identifier(uop.arg[0]), "s32", "r"),
     Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"),
     Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"),
-    Ops.LOAD: _load, Ops.STORE: _store, Ops.RANGE: _range, Ops.END: _end, Ops.IF: _if, Ops.BITCAST: _bitcast,
+    Ops.RANGE: _range, Ops.END: _end, Ops.BITCAST: _bitcast, tuple(GroupOp.ALU): _alu,
+    Ops.IF: _if,
     Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.branches.pop()}:"),
     Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"),
-    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.values.__setitem__(uop, ctx.value(uop.src[0])),
-    Ops.CAST: lambda ctx, uop: ctx.values.__setitem__(uop, ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar,
-                                                                    uop.dtype.scalar)),
-    tuple(GroupOp.ALU): _alu, (Ops.SINK, Ops.GROUP, Ops.CONST): lambda ctx, uop: None}
-ptx_rendering = text_rules([(UPat(op, name="uop"), statement_rule(function)) for op, function in _RULES.items()])
+    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
+    Ops.CAST: lambda ctx, uop: ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar),
+    (Ops.SINK, Ops.GROUP, Ops.CONST): lambda ctx, uop: None})
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
 
 

@@ -1,0 +1,102 @@
+"""What the renderers into SSA-register languages (PTX, LLVM IR) share: a context that keeps each UOp's register and
+the lines written, rules given as a table of op -> function, instruction templates filled per type, constants' bits."""
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
+
+from tinycore.dtype import DType, dtypes
+from tinycore.renderer.cstyle import bfloat16_bits
+from tinycore.renderer.renderer import text_rules
+from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
+from tinycore.uop.uop import UOp
+
+REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
+"""A scatter reduce's name -> the ALU op that combines (min is a compare and a select)."""
+_FLOAT_FORMATS = {dtypes.float16: ("<e", "<H"), dtypes.float32: ("<f", "<I"), dtypes.float64: ("<d", "<Q")}
+
+
+class SSAContext:
+    """The state of rendering one linear program into an SSA-register language: each UOp's register, the lines."""
+
+    language, indent = "SSA", "\t"
+
+    def __init__(self, uops: list[UOp]):
+        self.uops, self.values, self.lines, self.declarations = uops, dict[UOp, str](), list[str](), list[str]()
+
+    def emit(self, *lines: str) -> None:
+        """Append instructions."""
+        self.lines += [self.indent + line for line in lines]
+
+    def constant(self, value: object, dtype: DType) -> str:
+        """The register or literal of the constant `value` of `dtype`."""
+        raise NotImplementedError(f"{type(self).__name__} must say how it writes a constant")
+
+    def value(self, uop: UOp) -> str:
+        """The register holding `uop`'s value (a constant where it is used)."""
+        if uop in self.values:
+            return self.values[uop]
+        if uop.op is Ops.CONST:
+            return self.constant(uop.arg, uop.dtype)
+        raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
+
+    def render_uops(self, rules: PatternMatcher | None) -> None:
+        """Each UOp rendered into this context by the first of `rules` (the renderer's) that matches it."""
+        assert rules is not None, f"the {self.language} renderer has no rules"
+        for uop in self.uops:
+            if rules.rewrite(uop, self) is None:
+                raise ValueError(f"the {self.language} renderer cannot render {uop.op} (dtype {uop.dtype}, arg "
+                                 f"{uop.arg!r}): it is not part of the linear program contract")
+
+    def arithmetic(self, op: Ops, operands: list[str], dtype: DType) -> str:
+        """The register of the ALU `op` over scalar registers of `dtype` (the values' type, not a condition's)."""
+        raise NotImplementedError(f"{type(self).__name__} must say how it writes arithmetic")
+
+    def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
+        """The stored `old` combined with `new` by a scatter reduce (min as C's (new<old)?new:old)."""
+        if reduce == "min":
+            return self.arithmetic(Ops.WHERE, [self.arithmetic(Ops.CMPLT, [new, old], dtype), new, old], dtype)
+        if reduce not in REDUCE_OPS:
+            raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
+        return self.arithmetic(REDUCE_OPS[reduce], [old, new], dtype)
+
+
+ContextT = TypeVar("ContextT", bound=SSAContext)
+
+
+def ssa_rules(table: Mapping[Ops | tuple[Ops, ...], Callable[[ContextT, UOp], str | None]]) -> PatternMatcher:
+    """Rendering rules from `table` (op or ops -> function(ctx, uop)): the function renders its UOp into the context
+    and returns the register holding its value (kept as the UOp's), or None for a statement."""
+    def rule(function: Callable[[ContextT, UOp], str | None]) -> Callable[[ContextT, UOp], str]:
+        def render(ctx: ContextT, uop: UOp) -> str:
+            if (register := function(ctx, uop)) is not None:
+                ctx.values[uop] = register
+            return ""
+        return render
+    return text_rules([(UPat(op, name="uop"), rule(function)) for op, function in table.items()])
+
+
+def fill_types(templates: Iterable[str], fields: Mapping[str, str], registers: Iterable[str]) -> tuple[str, ...]:
+    """`templates` with the fields of their type filled in; the `registers` fields and the positional ones ({0},
+    {1}: the earlier instructions' registers) are left for `str.format` once the registers are known."""
+    kept, templates = {name: f"{{{name}}}" for name in registers}, tuple(templates)
+    return tuple(text.format(*(f"{{{n}}}" for n in range(len(templates))), **kept, **fields) for text in templates)
+
+
+def float_bits(value: float, dtype: DType) -> int:
+    """The bits of `value` rounded to the float `dtype` (bfloat16 too); a value beyond its range is an infinity."""
+    if dtype == dtypes.bfloat16:
+        return bfloat16_bits(value)
+    number, bits = _FLOAT_FORMATS[dtype]
+    try:
+        return int(struct.unpack(bits, struct.pack(number, value))[0])
+    except OverflowError:
+        return float_bits(math.copysign(math.inf, value), dtype)
+
+
+def identifier(name: object) -> str:
+    """`name` as a register or parameter name: every character but letters, digits and _ replaced by _."""
+    return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(name))
