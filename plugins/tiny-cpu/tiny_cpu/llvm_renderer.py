@@ -10,14 +10,13 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
-from tinycore.renderer.renderer import Renderer, kernel_name, statement_rule, text_rules
+from tinycore.renderer.renderer import Renderer, kernel_name
+from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -53,7 +52,6 @@ _TO_BFLOAT16 = (  # round to nearest even, a NaN stays a quiet NaN
     "bitcast {f32} {a} to {W}", "fcmp uno {f32} {a}, {a}", "lshr {W} {0}, {c16}", "and {W} {2}, {c1}",
     "add {W} {3}, {c32767}", "add {W} {0}, {4}", "lshr {W} {5}, {c16}", "or {W} {2}, {c64}",
     "select {F} {1}, {W} {7}, {W} {6}", "trunc {W} {8} to {S}")
-_REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
 # an atomically updated element's bits (B) to the value computed with (T) and back
 _BOOL_BITS = ("icmp ne i8 {0}, 0", "zext i1 {0} to i8")
 _FLOAT_BITS = ("bitcast {B} {0} to {T}", "bitcast {T} {0} to {B}")
@@ -68,21 +66,17 @@ def _splat(text: str, scalar: str, count: int) -> str:
 
 
 @functools.cache
-def _type_fields(scalar: DType, count: int) -> dict[str, str]:
-    """The fields of the instruction tables that depend on the operands' type only."""
-    element, unsigned = scalar_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
-    return {"T": _lanes(element, count), "F": _lanes("i1", count), "zero": constant(0, scalar) if count == 1 else
-            "zeroinitializer", "true": _splat("true", "i1", count), "one": _splat(constant(1, scalar), element, count),
-            "lt": "ult" if unsigned else "slt", "shr": "lshr" if unsigned else "ashr", "div": "u" if unsigned else "s",
-            "S": _lanes("i16", count), "W": _lanes("i32", count), "f32": _lanes("float", count),
-            **{f"c{number}": _splat(str(number), "i32", count) for number in (1, 16, 64, 32767)}}
-
-
-@functools.cache
 def _resolved(templates: tuple[str, ...], scalar: DType, count: int) -> tuple[str, ...]:
-    """`templates` with the fields of their type filled in (the operands and earlier values left to `sequence`)."""
-    return tuple(template.format(*(f"{{{number}}}" for number in range(len(templates))), a="{a}", b="{b}", c="{c}",
-                                 **_type_fields(scalar, count)) for template in templates)
+    """`templates` with the fields of their operands' type filled in (operands and earlier values left to
+    `LLVMContext.sequence`)."""
+    element, unsigned = scalar_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
+    fields = {"T": _lanes(element, count), "F": _lanes("i1", count), "S": _lanes("i16", count),
+              "W": _lanes("i32", count), "f32": _lanes("float", count), "true": _splat("true", "i1", count),
+              "zero": constant(0, scalar) if count == 1 else "zeroinitializer",
+              "one": _splat(constant(1, scalar), element, count), "lt": "ult" if unsigned else "slt",
+              "shr": "lshr" if unsigned else "ashr", "div": "u" if unsigned else "s",
+              **{f"c{number}": _splat(str(number), "i32", count) for number in (1, 16, 64, 32767)}}
+    return fill_types(templates, fields, "abc")
 
 
 @functools.cache
@@ -118,22 +112,13 @@ def constant(value: object, dtype: DType) -> str:
     scalar = dtype.scalar
     if scalar == dtypes.bool:
         return "true" if value else "false"
-    if scalar == dtypes.bfloat16:
-        return str(bfloat16_bits(float(value)))  # type: ignore[arg-type]
-    if _is_float(scalar):
+    if dtypes.is_float(scalar):
         number = float(value)  # type: ignore[arg-type]
-        if scalar == dtypes.float16:
-            try:
-                return f"0xH{struct.unpack('<H', struct.pack('<e', number))[0]:04X}"
-            except OverflowError:
-                return "0xH7C00" if number > 0 else "0xHFC00"
-        if scalar == dtypes.float32 and math.isfinite(number):
-            try:
-                number = struct.unpack("<f", struct.pack("<f", number))[0]
-            except OverflowError:
-                number = math.copysign(math.inf, number)
-        bits = 0x7FF8000000000000 if math.isnan(number) else struct.unpack("<Q", struct.pack("<d", number))[0]
-        return f"0x{bits:016X}"
+        if scalar.itemsize == 2:  # bfloat16 is an i16 here
+            return f"0xH{float_bits(number, scalar):04X}" if scalar == dtypes.float16 else str(bfloat16_bits(number))
+        if scalar == dtypes.float32:  # rounded to float, written as the double of the same value
+            number = struct.unpack("<f", struct.pack("<I", float_bits(number, scalar)))[0]
+        return f"0x{0x7FF8000000000000 if math.isnan(number) else float_bits(number, dtypes.float64):016X}"
     bits = 8 * scalar.itemsize
     number = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
     return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
@@ -146,9 +131,9 @@ def vector_constant(values: list[object], dtype: DType) -> str:
 
 @dataclass
 class Pointer:
-    """An INDEX as the context keeps it: the buffer register, the element index, the gate, the element type read
-    or written (a vector type after a pointer CAST), the buffer's size in elements (-1 unknown) and `step`, the
-    buffer's own element type, which the index counts in."""
+    """An INDEX as the context keeps it: the buffer register, the element index and its type, the gate, the element
+    type read or written (a vector after a pointer CAST), the buffer's size in elements (-1 unknown) and `step`,
+    the buffer's own element type, which the index counts in."""
 
     buffer: str
     index: str | None
@@ -192,23 +177,20 @@ class LLVMRenderer(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The LLVM IR module of `uops` with the kernel called `name` and its entry point `name`_entry."""
-        assert self.string_rewrite is not None
-        return LLVMContext(uops).run(name, self.string_rewrite)
+        return LLVMContext(uops).run(name, self)
 
 
-class LLVMContext:
-    """The state of rendering one linear program to LLVM IR: registers of values, open loops and blocks."""
+class LLVMContext(SSAContext):
+    """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
+
+    language, indent = "LLVM", "  "
 
     def __init__(self, uops: list[UOp]):
-        self.uops = uops
-        self.names: dict[UOp, str] = {}
+        super().__init__(uops)
         self.pointers: dict[UOp, Pointer] = {}
-        self.lines: list[str] = []
-        self.allocas: list[str] = []
-        self.declarations: set[str] = set()
-        self.counter = 0
-        self.block = "start"
-        self.loops: list[tuple[str, str, str, str, str]] = []
+        self.intrinsics: set[str] = set()
+        self.counter, self.block = 0, "start"
+        self.loops: list[tuple[str, str, str, str, str]] = []  # (latch, exit, header, counter, type)
         self.conditionals: list[str] = []
         self.globals: dict[int, str] = {}
         self.variables: dict[str, str] = {}
@@ -218,10 +200,6 @@ class LLVMContext:
         self.counter += 1
         return f"%{prefix}{self.counter}"
 
-    def emit(self, line: str) -> None:
-        """Append an instruction."""
-        self.lines.append("  " + line)
-
     def label(self, name: str) -> None:
         """Start the basic block `name`."""
         self.lines.append(f"{name}:")
@@ -229,17 +207,15 @@ class LLVMContext:
 
     def assign(self, code: str, prefix: str = "v") -> str:
         """Emit `%new = code` and return the register."""
-        register = self.fresh(prefix)
-        self.emit(f"{register} = {code}")
+        self.emit(f"{(register := self.fresh(prefix))} = {code}")
         return register
 
     def sequence(self, templates: tuple[str, ...], *operands: str) -> str:
         """Emit one instruction per template (`_resolved`: operands a, b, c and the registers of the earlier ones
         {0}, {1}, ...) and return the last register."""
         registers: list[str] = []
-        fields = dict(zip("abc", operands, strict=False))
         for template in templates:
-            registers.append(self.assign(template.format(*registers, **fields)))
+            registers.append(self.assign(template.format(*registers, **dict(zip("abc", operands, strict=False)))))
         return registers[-1]
 
     def branch(self, condition: str, kind: str) -> str:
@@ -255,20 +231,16 @@ class LLVMContext:
         self.emit(f"br label %{after}")
         self.label(after)
 
-    def value(self, uop: UOp) -> str:
-        """The register or constant holding `uop`'s value."""
-        if uop in self.names:
-            return self.names[uop]
-        if uop.op is Ops.CONST:
-            return constant(uop.arg, uop.dtype)
-        raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
+    def constant(self, value: object, dtype: DType) -> str:
+        """The literal of a scalar constant (`constant`)."""
+        return constant(value, dtype)
 
     def splat(self, text: str, dtype: DType, count: int) -> str:
         """A scalar of `dtype` broadcast to `count` lanes."""
         scalar = scalar_type(dtype)
-        vector = f"<{count} x {scalar}>"
-        inserted = self.assign(f"insertelement {vector} undef, {scalar} {text}, i32 0")
-        return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
+        inserted = self.assign(f"insertelement <{count} x {scalar}> undef, {scalar} {text}, i32 0")
+        return self.assign(f"shufflevector <{count} x {scalar}> {inserted}, <{count} x {scalar}> undef, "
+                           f"<{count} x i32> zeroinitializer")
 
     def operand(self, uop: UOp, count: int) -> str:
         """`uop` with `count` lanes (scalars broadcast, constants as constant vectors)."""
@@ -281,32 +253,30 @@ class LLVMContext:
     def intrinsic(self, name: str, type_text: str, arguments: list[str], scalar: str, count: int) -> str:
         """A call of `llvm.NAME` on values of `type_text`, declared once."""
         function = f"@llvm.{name}.{_INTRINSIC_SUFFIX[scalar] if count == 1 else f'v{count}{_INTRINSIC_SUFFIX[scalar]}'}"
-        self.declarations.add(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
+        self.intrinsics.add(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
         return self.assign(f"call {type_text} {function}({', '.join(f'{type_text} {a}' for a in arguments)})")
 
-    def run(self, name: str, rules: PatternMatcher) -> str:
-        """The LLVM IR module: each UOp rendered by the first of `rules` (the renderer's, `llvm_rendering`) that
-        matches it, then the function, its entry point and attributes."""
-        for uop in self.uops:
-            if rules.rewrite(uop, self) is None:
-                raise ValueError(f"the LLVM renderer cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): it "
-                                 "is not part of the linear program contract")
+    def run(self, name: str, renderer: LLVMRenderer) -> str:
+        """The LLVM IR module: each UOp rendered by the renderer's rules (`llvm_rendering`), then the function, its
+        entry point and attributes."""
+        self.render_uops(renderer.string_rewrite)
         buffers = [f"ptr noalias {self.globals[position]}" for position in sorted(self.globals)]
         variables = [self.variables[key] for key in sorted(self.variables)]
         body = [f"define void @{name}({', '.join([*buffers, *variables, 'i32 %core_id'])}) #0 {{", "entry:",
-                *self.allocas, "  br label %start", "start:", *self.lines, "  ret void", "}"]
+                *self.declarations, "  br label %start", "start:", *self.lines, "  ret void", "}"]
         entry = _entry_point(name, len(buffers), [text.split(" ")[0] for text in variables])
         # without min-legal-vector-width, LLVM splits 512-bit vectors in two on CPUs tuned to prefer 256 bits
         # (Skylake-X to Sapphire Rapids); where 512 bits are not legal at all it changes nothing
         attributes = 'attributes #0 = { nounwind "frame-pointer"="none" "min-legal-vector-width"="512" }'
-        return "\n".join([*sorted(self.declarations), *body, *entry, attributes]) + "\n"
+        return "\n".join([*sorted(self.intrinsics), *body, *entry, attributes]) + "\n"
 
-    def alloca(self, uop: UOp) -> None:
+    def alloca(self, uop: UOp) -> str:
         """DEFINE_REG / DEFINE_LOCAL: an array on the stack, allocated in the entry block."""
         assert isinstance(pointer := uop.dtype, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
-        self.names[uop] = register = self.fresh("acc")
-        self.allocas.append(f"  {register} = alloca [{max(pointer.size, 1)} x {llvm_type(pointer.base, True)}], "
-                            "align 64")
+        register = self.fresh("acc")
+        self.declarations.append(f"  {register} = alloca [{max(pointer.size, 1)} x {llvm_type(pointer.base, True)}], "
+                                 "align 64")
+        return register
 
     def convert(self, text: str, source: DType, target: DType, count: int) -> str:
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
@@ -363,30 +333,30 @@ class LLVMContext:
             return self.intrinsic("fmuladd", _lanes(scalar_type(scalar), count), operands, scalar_type(scalar), count)
         return self.arithmetic(op, operands, scalar, count)
 
-    def arithmetic(self, op: Ops, operands: list[str], scalar: DType, count: int) -> str:
-        """`op` over operand registers of `count` lanes of `scalar` (the type of the values, not of a WHERE's
+    def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
+        """`op` over operand registers of `count` lanes of `dtype` (the type of the values, not of a WHERE's
         condition): intrinsics and POW here, the rest from the instruction tables."""
-        if (plan := _table_plan(op, scalar, count)) is not None:
+        if (plan := _table_plan(op, dtype, count)) is not None:
             return self.sequence(plan, *operands)
-        element = scalar_type(scalar)
-        type_text, is_float = _lanes(element, count), _is_float(scalar)
+        element = scalar_type(dtype)
+        type_text, is_float = _lanes(element, count), _is_float(dtype)
         if op is Ops.MULACC:
-            product = self.arithmetic(Ops.MUL, operands[:2], scalar, count)
-            return self.arithmetic(Ops.ADD, [product, operands[2]], scalar, count)
+            product = self.arithmetic(Ops.MUL, operands[:2], dtype, count)
+            return self.arithmetic(Ops.ADD, [product, operands[2]], dtype, count)
         if op in _INTRINSICS and is_float:
-            if scalar == dtypes.float16 and op not in (Ops.SQRT, Ops.TRUNC):  # libm has no half functions
-                result = self.arithmetic(op, [self.convert(operands[0], scalar, dtypes.float32, count)],
+            if dtype == dtypes.float16 and op not in (Ops.SQRT, Ops.TRUNC):  # libm has no half functions
+                result = self.arithmetic(op, [self.convert(operands[0], dtype, dtypes.float32, count)],
                                          dtypes.float32, count)
-                return self.convert(result, dtypes.float32, scalar, count)
+                return self.convert(result, dtypes.float32, dtype, count)
             return self.intrinsic(_INTRINSICS[op], type_text, operands, element, count)
         if op is not Ops.POW:
-            raise ValueError(f"the LLVM renderer cannot render {op} on {scalar}")
-        if is_float and scalar != dtypes.float16:
+            raise ValueError(f"the LLVM renderer cannot render {op} on {dtype}")
+        if is_float and dtype != dtypes.float16:
             return self.intrinsic("pow", type_text, operands, element, count)
-        wider = dtypes.float32 if scalar == dtypes.float16 else dtypes.float64
-        base, exponent = (self.convert(operand, scalar, wider, count) for operand in operands)
+        wider = dtypes.float32 if dtype == dtypes.float16 else dtypes.float64
+        base, exponent = (self.convert(operand, dtype, wider, count) for operand in operands)
         result = self.intrinsic("pow", _lanes(scalar_type(wider), count), [base, exponent], scalar_type(wider), count)
-        return self.convert(result, wider, scalar, count)
+        return self.convert(result, wider, dtype, count)
 
     def pointer_of(self, uop: UOp) -> Pointer:
         """The Pointer a LOAD or STORE goes through."""
@@ -400,12 +370,6 @@ class LLVMContext:
             return pointer.buffer
         return self.assign(f"getelementptr {llvm_type(pointer.step, memory=True)}, ptr {pointer.buffer}, "
                            f"{pointer.index_type} {index}")
-
-    def from_memory(self, loaded: str, dtype: DType) -> str:
-        """A loaded value as computed with (bytes to bools)."""
-        if dtype.scalar != dtypes.bool:
-            return loaded
-        return self.assign(f"icmp ne {llvm_type(dtype, memory=True)} {loaded}, {self.zero(dtypes.int8, dtype.count)}")
 
     def atomic_update(self, pointer: Pointer, value: str, dtype: DType, reduce: str) -> None:
         """Combine `value` into the element at `pointer` with no update lost to another worker: `atomicrmw add` for
@@ -436,162 +400,145 @@ class LLVMContext:
             self.join(after)
 
     def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
-        """The stored `old` combined with `new` by a scatter reduce (add, mul, max or min), as the C renderer does."""
-        if dtype == dtypes.bfloat16:
-            wide = self.combine(reduce, self.bfloat16(old, 1, _TO_FLOAT), self.bfloat16(new, 1, _TO_FLOAT),
-                                dtypes.float32)
-            return self.bfloat16(wide, 1, _TO_BFLOAT16)
-        if reduce == "min":
-            below = self.arithmetic(Ops.CMPLT, [new, old], dtype, 1)
-            return self.arithmetic(Ops.WHERE, [below, new, old], dtype, 1)
-        if reduce not in _REDUCE_OPS:
-            raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
-        return self.arithmetic(_REDUCE_OPS[reduce], [old, new], dtype, 1)
+        """The stored `old` combined with `new` by a scatter reduce, as the C renderer does (bfloat16 in float)."""
+        if dtype != dtypes.bfloat16:
+            return super().combine(reduce, old, new, dtype)
+        wide = super().combine(reduce, self.bfloat16(old, 1, _TO_FLOAT), self.bfloat16(new, 1, _TO_FLOAT),
+                               dtypes.float32)
+        return self.bfloat16(wide, 1, _TO_BFLOAT16)
 
 
-def _define_var(ctx: LLVMContext, uop: UOp) -> None:
-    ctx.names[uop] = register = "%" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(uop.arg[0]))
-    ctx.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {register}"
+def _define_var(ctx: LLVMContext, uop: UOp) -> str:
+    ctx.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {(register := '%' + identifier(uop.arg[0]))}"
+    return register
 
 
-def _special(ctx: LLVMContext, uop: UOp) -> None:
+def _special(ctx: LLVMContext, uop: UOp) -> str:
     if uop.arg != "core_id":  # the trailing core_id is always declared: the entry point passes it
         raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
-    ctx.names[uop] = "%core_id"
+    return "%core_id"
 
 
-def _range(ctx: LLVMContext, uop: UOp) -> None:
+def _range(ctx: LLVMContext, uop: UOp) -> str:
     number = ctx.counter = ctx.counter + 1
     counter_type = llvm_type(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
     header, body, latch, exit_ = (f"loop{kind}{number}" for kind in ("_header", "_body", "_latch", "_exit"))
-    ctx.names[uop] = register = f"%ridx{number}"
+    register, predecessor = f"%ridx{number}", ctx.block
     ctx.emit(f"br label %{header}")
-    predecessor = ctx.block
     ctx.label(header)
     ctx.emit(f"{register} = phi {counter_type} [ 0, %{predecessor} ], [ {register}_next, %{latch} ]")
     condition = ctx.assign(f"icmp slt {counter_type} {register}, {ctx.value(uop.src[0])}")
     ctx.emit(f"br i1 {condition}, label %{body}, label %{exit_}")
     ctx.label(body)
     ctx.loops.append((latch, exit_, header, register, counter_type))
+    return register
 
 
 def _end(ctx: LLVMContext, uop: UOp) -> None:
     for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
         latch, exit_, header, register, counter_type = ctx.loops.pop()
         ctx.join(latch)
-        ctx.emit(f"{register}_next = add {counter_type} {register}, 1")
-        ctx.emit(f"br label %{header}")
+        ctx.emit(f"{register}_next = add {counter_type} {register}, 1", f"br label %{header}")
         ctx.label(exit_)
 
 
-def _index(ctx: LLVMContext, uop: UOp) -> None:
+def _index(ctx: LLVMContext, uop: UOp) -> str:
     buffer, pointer = uop.src[0], uop.src[0].dtype
     element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
     index, index_type = (ctx.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
     gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
     ctx.pointers[uop] = Pointer(ctx.value(buffer), index, index_type, gate, element,
                                 pointer.size if isinstance(pointer, PtrDType) else -1, element)
-    ctx.names[uop] = ctx.value(buffer)
+    return ctx.value(buffer)
 
 
-def _cast(ctx: LLVMContext, uop: UOp) -> None:
+def _cast(ctx: LLVMContext, uop: UOp) -> str:
     source = uop.src[0]
-    if isinstance(uop.dtype, PtrDType):  # vector access through an INDEX
-        if (pointer := ctx.pointers.get(source)) is None:
-            raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
-        ctx.pointers[uop], ctx.names[uop] = replace(pointer, element=uop.dtype.base), pointer.buffer
-        return
-    count = uop.dtype.count
-    ctx.names[uop] = ctx.convert(ctx.operand(source, count), source.dtype.scalar, uop.dtype.scalar, count)
+    if not isinstance(uop.dtype, PtrDType):
+        return ctx.convert(ctx.operand(source, uop.dtype.count), source.dtype.scalar, uop.dtype.scalar, uop.dtype.count)
+    if (pointer := ctx.pointers.get(source)) is None:  # vector access through an INDEX
+        raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
+    ctx.pointers[uop] = replace(pointer, element=uop.dtype.base)
+    return pointer.buffer
 
 
-def _bitcast(ctx: LLVMContext, uop: UOp) -> None:
+def _bitcast(ctx: LLVMContext, uop: UOp) -> str:
     source = uop.src[0]
     if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
         raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-    ctx.names[uop] = ctx.assign(f"bitcast {llvm_type(source.dtype)} {ctx.value(source)} to {llvm_type(uop.dtype)}")
+    return ctx.assign(f"bitcast {llvm_type(source.dtype)} {ctx.value(source)} to {llvm_type(uop.dtype)}")
 
 
-def _vectorize(ctx: LLVMContext, uop: UOp) -> None:
+def _vectorize(ctx: LLVMContext, uop: UOp) -> str:
     vector, scalar, current = llvm_type(uop.dtype), scalar_type(uop.dtype), "undef"
     for lane, source in enumerate(uop.src):
         current = ctx.assign(f"insertelement {vector} {current}, {scalar} {ctx.value(source)}, i32 {lane}")
-    ctx.names[uop] = current
+    return current
 
 
-def _gep(ctx: LLVMContext, uop: UOp) -> None:
+def _gep(ctx: LLVMContext, uop: UOp) -> str:
     vector, lanes, source = llvm_type(uop.src[0].dtype), list(uop.arg), ctx.value(uop.src[0])
     if len(lanes) == 1:
-        ctx.names[uop] = ctx.assign(f"extractelement {vector} {source}, i32 {lanes[0]}")
-        return
+        return ctx.assign(f"extractelement {vector} {source}, i32 {lanes[0]}")
     mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
-    ctx.names[uop] = ctx.assign(f"shufflevector {vector} {source}, {vector} undef, {mask}")
+    return ctx.assign(f"shufflevector {vector} {source}, {vector} undef, {mask}")
 
 
-def _load(ctx: LLVMContext, uop: UOp) -> None:
+def _load(ctx: LLVMContext, uop: UOp) -> str:
     pointer, dtype, count = ctx.pointer_of(uop.src[0]), uop.dtype, uop.dtype.count
     memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
     alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
 
     def load(index: str | None) -> str:
-        address = ctx.address(pointer, index)
-        return ctx.from_memory(ctx.assign(f"load {memory_type}, ptr {address}, align {alignment}"), dtype)
-
+        loaded = ctx.assign(f"load {memory_type}, ptr {ctx.address(pointer, index)}, align {alignment}")
+        return loaded if dtype.scalar != dtypes.bool else ctx.assign(f"icmp ne {memory_type} {loaded}, "
+                                                                     f"{ctx.zero(dtypes.int8, count)}")
     if pointer.gate is None:
-        ctx.names[uop] = load(pointer.index)
-        return
+        return load(pointer.index)
     alternative = ctx.operand(alternatives[0], count) if alternatives else ctx.zero(dtype.scalar, count)
     if pointer.index is not None and pointer.elements >= max(count, 1):
         # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
         value = load(ctx.assign(f"select i1 {pointer.gate}, {pointer.index_type} {pointer.index}, "
                                 f"{pointer.index_type} 0"))
         gate = pointer.gate if count == 1 else ctx.splat(pointer.gate, dtypes.bool, count)
-        ctx.names[uop] = ctx.assign(f"select {_lanes('i1', count)} {gate}, {value_type} {value}, {value_type} "
-                                    f"{alternative}")
-        return
-    before = ctx.block
-    after = ctx.branch(pointer.gate, "load")
+        return ctx.assign(f"select {_lanes('i1', count)} {gate}, {value_type} {value}, {value_type} {alternative}")
+    before, after = ctx.block, ctx.branch(pointer.gate, "load")
     value, loaded_block = load(pointer.index), ctx.block
     ctx.join(after)
-    ctx.names[uop] = ctx.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
+    return ctx.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
 
 
 def _store(ctx: LLVMContext, uop: UOp) -> None:
-    pointer, dtype = ctx.pointer_of(uop.src[0]), uop.src[1].dtype
+    pointer, dtype, text = ctx.pointer_of(uop.src[0]), uop.src[1].dtype, ctx.value(uop.src[1])
     if uop.arg is not None and dtype.count != 1:
         raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
                          f"{dtype}: codegen must split it into lanes")
-    text = ctx.value(uop.src[1])
     if uop.arg is not None:
         return ctx.atomic_update(pointer, text, dtype, str(uop.arg))
     if dtype.scalar == dtypes.bool:
         text = ctx.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
     after = ctx.branch(pointer.gate, "store") if pointer.gate is not None else None
-    address = ctx.address(pointer, pointer.index)
-    ctx.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {address}, align {dtype.scalar.itemsize}")
+    ctx.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {ctx.address(pointer, pointer.index)}, "
+             f"align {dtype.scalar.itemsize}")
     if after is not None:
         ctx.join(after)
 
 
-def _define_global(ctx: LLVMContext, uop: UOp) -> None:
-    ctx.names[uop] = ctx.globals[uop.arg] = f"%data{uop.arg}"
+def _define_global(ctx: LLVMContext, uop: UOp) -> str:
+    ctx.globals[uop.arg] = f"%data{uop.arg}"
+    return ctx.globals[uop.arg]
 
 
-def _named(function: Callable[[LLVMContext, UOp], str]) -> Callable[[LLVMContext, UOp], None]:
-    return lambda ctx, uop: ctx.names.__setitem__(uop, function(ctx, uop))
-
-
-_RULES: dict[Ops | tuple[Ops, ...], Callable[[LLVMContext, UOp], object]] = {
+llvm_rendering = ssa_rules({
     Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special, Ops.RANGE: _range,
-    Ops.CONST: _named(lambda ctx, uop: constant(uop.arg, uop.dtype)),
-    Ops.VCONST: _named(lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype)),
-    (Ops.NOOP, Ops.PRECAST, Ops.BIND): _named(lambda ctx, uop: ctx.value(uop.src[0])),
+    Ops.CONST: lambda ctx, uop: constant(uop.arg, uop.dtype),
+    Ops.VCONST: lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype),
+    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
     (Ops.DEFINE_REG, Ops.DEFINE_LOCAL): LLVMContext.alloca, Ops.END: _end, Ops.INDEX: _index, Ops.CAST: _cast,
     Ops.IF: lambda ctx, uop: ctx.conditionals.append(ctx.branch(ctx.value(uop.src[0]), "if")),
     Ops.ENDIF: lambda ctx, uop: ctx.join(ctx.conditionals.pop()), Ops.BITCAST: _bitcast, Ops.VECTORIZE: _vectorize,
-    Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, tuple(GroupOp.ALU): _named(LLVMContext.alu),
-    (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None}
-llvm_rendering = text_rules([(UPat(op, name="uop"), statement_rule(function)) for op, function in _RULES.items()])
+    Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, tuple(GroupOp.ALU): LLVMContext.alu,
+    (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None})
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
 LLVMRenderer.string_rewrite = llvm_rendering
 
