@@ -12,18 +12,23 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tinycore.dtype import DType, dtypes
+from tinycore.tensor.indexing import IndexingMixin
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    pass
+
+
+TensorT = TypeVar("TensorT", bound="IndexingMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
 
 CHANNELS_LAST_MIN_REDUCE = 64
 """The shortest reduce (input channels times kernel positions) a convolution is computed channels last for."""
 
 
-def loops_over_rows(source: Tensor) -> bool:
+def loops_over_rows(source: TensorT) -> bool:
     """True when `source` lives on a device whose renderer runs each worker's output axes as loops (CPU renderers,
     `has_threads`)."""
     if not isinstance(source.device, str):
@@ -35,7 +40,7 @@ def loops_over_rows(source: Tensor) -> bool:
         return False
 
 
-def pads_into_a_copy(source: Tensor, flat_padding: list[int]) -> bool:
+def pads_into_a_copy(source: TensorT, flat_padding: list[int]) -> bool:
     """True when a convolution of `source` with this (flat) padding reads a padded copy of it instead of a padded
     view: on devices whose renderer runs each worker's output axes as loops (CPU renderers, `has_threads`), where a
     view's loads are gated per lane at the borders and the tiles lose their vector loads. The copy is one pass over
@@ -46,7 +51,7 @@ def pads_into_a_copy(source: Tensor, flat_padding: list[int]) -> bool:
     return loops_over_rows(source)
 
 
-def channels_last_wins(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
+def channels_last_wins(source: TensorT, weight: TensorT, groups: int, strides: Sequence[int],
                         dilations: Sequence[int], pairs: Sequence[tuple[int, int]], accumulate: DType | None) -> bool:
     """True when a stride-1 convolution on a CPU renderer (`source` already padded) is computed channels last
     (convolve_channels_last): image rows narrower than a vector, where the convolution tile's vector lanes along
@@ -64,7 +69,7 @@ def channels_last_wins(source: Tensor, weight: Tensor, groups: int, strides: Seq
         channels * math.prod(kernel) >= CHANNELS_LAST_MIN_REDUCE
 
 
-def weight_gradient_channels_last(source: Tensor, weight: Tensor, groups: int, dilations: Sequence[int]) -> bool:
+def weight_gradient_channels_last(source: TensorT, weight: TensorT, groups: int, dilations: Sequence[int]) -> bool:
     """True when the weight gradient of a stride-1 convolution on a CPU renderer (`source` the input it reads,
     padded already) is computed channels last in parts of the batch (tensor/convolution.py,
     channels_last_weight_gradient) rather than in the weight's own layout: one group, dilation 1, a float dtype and
@@ -80,7 +85,7 @@ def weight_gradient_channels_last(source: Tensor, weight: Tensor, groups: int, d
     return weight.shape[0] >= width
 
 
-def folds_strides(source: Tensor, weight: Tensor, groups: int, strides: tuple[int, ...], dilations: tuple[int, ...],
+def folds_strides(source: TensorT, weight: TensorT, groups: int, strides: tuple[int, ...], dilations: tuple[int, ...],
                    flat_padding: list[int], accumulate: DType | None) -> bool:
     """True when conv2d computes a strided convolution as a stride-1 one over the folded input (space_to_depth): a
     float convolution with some stride above 1, dilation 1, int sizes, non-negative int padding and a window that
@@ -101,8 +106,8 @@ def folds_strides(source: Tensor, weight: Tensor, groups: int, strides: tuple[in
         loops_over_rows(source)
 
 
-def space_to_depth(source: Tensor, weight: Tensor, strides: tuple[int, ...], pairs: list[tuple[int, int]],
-                    groups: int) -> Tensor:
+def space_to_depth(source: TensorT, weight: TensorT, strides: tuple[int, ...], pairs: list[tuple[int, int]],
+                    groups: int) -> TensorT:
     """A strided convolution (dilation 1, int sizes and padding) as a stride-1 convolution with no padding: each
     spatial axis of the padded input, n = stride * m + phase, becomes a phase axis folded into the channels and an
     axis of m, and the kernel, k = stride * q + phase (zero past its size), the same. A window step of `stride`
@@ -129,7 +134,7 @@ def space_to_depth(source: Tensor, weight: Tensor, strides: tuple[int, ...], pai
     cut = grown.shrink([None, None] + [(start + offset, end + offset)
                                        for (start, end), offset in zip(bounds, offsets, strict=True)])
 
-    def fold(tensor: Tensor, leading: tuple[int, int], counts: list[int]) -> Tensor:
+    def fold(tensor: TensorT, leading: tuple[int, int], counts: list[int]) -> TensorT:
         """(a, b, *spatial) -> (a, b * phases..., *counts): each axis split into (count, stride), the phases
         kept, the phase axes moved next to b."""
         split = tensor.reshape([*leading] + [size for count, step in zip(counts, strides, strict=True)
@@ -158,7 +163,7 @@ with its gradients: 16x32x16x16 * 32x16x4x4 with stride 2 (2^25 multiply-adds) r
 phase against 4.3 ms over the spread input, but the eager call took 10.4 ms against 7.3."""
 
 
-def transposes_by_phases(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
+def transposes_by_phases(source: TensorT, weight: TensorT, groups: int, strides: Sequence[int],
                          dilations: Sequence[int]) -> bool:
     """True when a transposed convolution of `source` with `weight` on a CPU renderer is computed per stride phase
     (`conv_transpose_by_phases`): a stride above 1, dilation 1, a float dtype, int shapes and at least
@@ -171,8 +176,8 @@ def transposes_by_phases(source: Tensor, weight: Tensor, groups: int, strides: S
     return math.prod(source.shape) * math.prod(weight.shape[1:]) >= PHASES_MIN_WORK
 
 
-def conv_transpose_by_phases(source: Tensor, weight: Tensor, groups: int, strides: Sequence[int],
-                             paddings: Sequence[int], output_paddings: Sequence[int]) -> Tensor:
+def conv_transpose_by_phases(source: TensorT, weight: TensorT, groups: int, strides: Sequence[int],
+                             paddings: Sequence[int], output_paddings: Sequence[int]) -> TensorT:
     """The transposed convolution of `source` with `weight` (in_channels, out_channels / groups, *kernel), no bias,
     dilation 1, as one stride-1 transposed convolution per stride phase. Output position o takes the kernel taps
     k = (o + padding) mod stride + stride * j at input position (o + padding) // stride - j, so the outputs of one

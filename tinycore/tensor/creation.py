@@ -9,27 +9,33 @@ import math
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, ClassVar, TypeAlias, TypedDict, TypeVar, Union, overload
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, to_dtype
 from tinycore.errors import ArgumentAssertionError, ArgumentError
+from tinycore.tensor.base import canonical_device
+from tinycore.tensor.reduce import ReduceMixin
 from tinycore.tensor.support import argfix, check_shape, optional_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from typing_extensions import ParamSpec, Unpack
 
     from tinycore.device.buffer import Buffer
-    from tinycore.tensor.tensor import Tensor
     from tinycore.uop.uop import sint
 
     _Params = ParamSpec("_Params")
     _Shape: TypeAlias = Union[sint, Sequence[sint]]
 
-_Word = TypeVar("_Word", "Tensor", int)
+TensorT = TypeVar("TensorT", bound="CreationMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
+
+_Word = TypeVar("_Word", "CreationMixin", int)
 """A Threefry word: a Python int (keys derived on the host) or a uint32 Tensor (numbers drawn on a device)."""
-_Value = TypeVar("_Value", "Tensor", int, "Tensor | int")
+_Value = TypeVar("_Value", "CreationMixin", int, "CreationMixin | int")
 
 
 class _Grad(TypedDict, total=False):
@@ -64,6 +70,11 @@ class _Random(_Draw, _Grad, total=False):
 class _DrawGrad(_Draw, _Grad, total=False):
     """A draw's options without its dtype (the caller sets it)."""
 
+
+class _Undirected(_Grad, total=False):
+    """A draw's options without its device and dtype (the caller takes both)."""
+    contiguous: bool
+
 # Threefry-2x32 with 20 rounds (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", 2011).
 _THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
 _THREEFRY_PARITY = 0x1BD11BDA
@@ -75,7 +86,6 @@ _INT32_MAX = 2 ** 31 - 1
 
 def _device_of(device: str | None) -> str:
     """The canonical device name for `device` (default device for None)."""
-    from tinycore.tensor.tensor import canonical_device
     name = canonical_device(device)
     if isinstance(name, tuple):
         raise ValueError(f"this creation method makes a tensor on one device, got {name}: create it on one device "
@@ -83,10 +93,10 @@ def _device_of(device: str | None) -> str:
     return name
 
 
-def _creates_leaf(method: Callable[_Params, Tensor]) -> Callable[_Params, Tensor]:
+def _creates_leaf(method: Callable[_Params, TensorT]) -> Callable[_Params, TensorT]:
     """Marks what a creation class method returns as a leaf tensor (see Tensor._mark_leaf)."""
     @functools.wraps(method)
-    def create(*args: _Params.args, **kwargs: _Params.kwargs) -> Tensor:
+    def create(*args: _Params.args, **kwargs: _Params.kwargs) -> TensorT:
         return method(*args, **kwargs)._mark_leaf()
     return create
 
@@ -138,7 +148,7 @@ def draw_random_keys(device: str, count: int) -> bytes:
     return _key_words(device, count)
 
 
-class CreationMixin:
+class CreationMixin(ReduceMixin):
     """Constructors (class methods) and *_like methods of Tensor."""
 
     _seed: ClassVar[int] = int(time.time())
@@ -151,13 +161,12 @@ class CreationMixin:
     @_creates_leaf
     def full(cls, shape: _Shape, fill_value: ConstType, dtype: DTypeLike | None = None,
              device: str | tuple[str, ...] | None = None,
-             requires_grad: bool | None = None) -> Tensor:
+             requires_grad: bool | None = None) -> Self:
         """A tensor of `shape` filled with `fill_value` (dtype from the value when not given)."""
         sizes = check_shape(argfix(shape) if not isinstance(shape, int) else (shape,))
         if not isinstance(fill_value, (int, float, bool)):
             raise TypeError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
         target = optional_dtype(dtype) or dtypes.from_py(fill_value)
-        from tinycore.tensor.tensor import canonical_device
         constant = UOp.const_on(target, fill_value, canonical_device(device), sizes)
         result = cls._wrap(constant)  # type: ignore[attr-defined]
         if requires_grad is not None:
@@ -166,26 +175,25 @@ class CreationMixin:
 
     @classmethod
     def zeros(cls, *shape: _Shape, dtype: DTypeLike | None = None, device: str | None = None,
-              **kw: Unpack[_Grad]) -> Tensor:
+              **kw: Unpack[_Grad]) -> Self:
         """A tensor of zeros (default float dtype)."""
         return cls.full(argfix(*shape), 0, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
     def ones(cls, *shape: _Shape, dtype: DTypeLike | None = None, device: str | None = None,
-             **kw: Unpack[_Grad]) -> Tensor:
+             **kw: Unpack[_Grad]) -> Self:
         """A tensor of ones (default float dtype)."""
         return cls.full(argfix(*shape), 1, dtype or dtypes.default_float, device, **kw)
 
     @classmethod
     @_creates_leaf
     def empty(cls, *shape: _Shape, device: str | tuple[str, ...] | None = None, dtype: DTypeLike | None = None,
-              requires_grad: bool | None = None) -> Tensor:
+              requires_grad: bool | None = None) -> Self:
         """A tensor whose contents are not initialised (a new buffer)."""
         from tinycore.uop.buffer import new_buffer_uop
         sizes = check_shape(argfix(*shape))
         target = optional_dtype(dtype) or dtypes.default_float
         largest = tuple(size if isinstance(size, int) else int(size.vmax) for size in sizes)
-        from tinycore.tensor.tensor import canonical_device
         where = canonical_device(device)
         if isinstance(where, tuple):  # a buffer on each device (replicated)
             from tinycore.uop.multi import multi
@@ -196,7 +204,7 @@ class CreationMixin:
             node = node.shrink(tuple((0, size) for size in sizes))
         return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
 
-    def _multi_like(self: Tensor, make: Callable[[tuple[sint, ...], str | None], Tensor]) -> Tensor:
+    def _multi_like(self, make: Callable[[tuple[sint, ...], str | None], Self]) -> Self:
         """A new tensor sharded as this multi-device one: `make(shape, device)` builds each device's block (for a
         replicated tensor, one value on the default device copied to every device)."""
         from tinycore.uop.multi import multi
@@ -207,8 +215,8 @@ class CreationMixin:
         blocks = [make(block_shape, device).uop for device in devices]
         return type(self)._wrap(multi(blocks, self.uop.axis))  # type: ignore[attr-defined]
 
-    def full_like(self: Tensor, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
-                  **kw: Unpack[_Grad]) -> Tensor:
+    def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
+                  **kw: Unpack[_Grad]) -> Self:
         """A tensor shaped like this one filled with `fill_value` (this tensor's dtype and device by default; a
         multi-device tensor's result is sharded the same way)."""
         if isinstance(self.device, tuple):
@@ -219,22 +227,22 @@ class CreationMixin:
                                                                          where, **kw))
         return type(self).full(self.shape, fill_value, dtype or self.dtype, device or self.device, **kw)
 
-    def zeros_like(self: Tensor, **kwargs: Unpack[_Like]) -> Tensor:
+    def zeros_like(self, **kwargs: Unpack[_Like]) -> Self:
         """Zeros shaped like this tensor."""
         return self.full_like(0, **kwargs)
 
-    def ones_like(self: Tensor, **kwargs: Unpack[_Like]) -> Tensor:
+    def ones_like(self, **kwargs: Unpack[_Like]) -> Self:
         """Ones shaped like this tensor."""
         return self.full_like(1, **kwargs)
 
-    def empty_like(self: Tensor, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+    def empty_like(self, dtype: DTypeLike | None = None, device: str | None = None) -> Self:
         """An uninitialised tensor shaped like this one."""
         return type(self).empty(self.shape, dtype=dtype or self.dtype, device=device or self.device)
 
     # ---- ranges ----
 
     @classmethod
-    def _indices(cls, count: int, device: str | None = None) -> Tensor:
+    def _indices(cls, count: int, device: str | None = None) -> Self:
         """0, 1, ..., count-1 as int32 (int64 from 2**31 elements on), lazily.
 
         Up to _INDEX_BLOCK elements come from a cached index buffer; longer ranges are row * _INDEX_BLOCK + column
@@ -254,7 +262,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def arange(cls, start: int | float, stop: int | float | None = None, step: int | float = 1,
-               dtype: DTypeLike | None = None, device: str | None = None, **_: object) -> Tensor:
+               dtype: DTypeLike | None = None, device: str | None = None, **_: object) -> Self:
         """Values from `start` (inclusive) to `stop` (exclusive) spaced by `step`."""
         if stop is None:
             start, stop = 0, start
@@ -279,7 +287,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def linspace(cls, start: int | float, stop: int | float, steps: int, dtype: DTypeLike | None = None,
-                 device: str | None = None) -> Tensor:
+                 device: str | None = None) -> Self:
         """`steps` evenly spaced values from `start` to `stop`, both included."""
         if not isinstance(steps, int) or steps < 0:
             raise ArgumentError(f"linspace steps must be a non-negative int, got {steps!r}")
@@ -295,7 +303,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def eye(cls, n: int, m: int | None = None, dtype: DTypeLike | None = None, device: str | None = None) -> Tensor:
+    def eye(cls, n: int, m: int | None = None, dtype: DTypeLike | None = None, device: str | None = None) -> Self:
         """The `n` x `m` identity matrix."""
         columns = n if m is None else m
         check_shape((n, columns))
@@ -328,6 +336,15 @@ class CreationMixin:
         CreationMixin._device_counters[device] = (start + words) & _MASK64
         return keys[device], CreationMixin._seed & _MASK32, start
 
+    @overload
+    @staticmethod
+    def _threefry(word0: int, word1: int, key0: int, key1: int) -> tuple[int, int]: ...
+
+    @overload
+    @staticmethod
+    def _threefry(word0: TensorT, word1: TensorT, key0: TensorT | int, key1: TensorT | int) -> tuple[TensorT, TensorT]:
+        ...
+
     @staticmethod
     def _threefry(word0: _Word, word1: _Word, key0: _Word | int, key1: _Word | int) -> tuple[_Word, _Word]:
         """Threefry-2x32-20 of the counter words (word0, word1) under the key (key0, key1).
@@ -348,9 +365,19 @@ class CreationMixin:
             word1 = wrap(wrap(word1 + keys[(block + 2) % 3]) + (block + 1))
         return word0, word1
 
+    @overload
+    @classmethod
+    def _derived_keys(cls, key0: int, key1: int, counter_low: int, counter_high: int,
+                      count: int) -> list[tuple[int, int]]: ...
+
+    @overload
+    @classmethod
+    def _derived_keys(cls, key0: TensorT, key1: TensorT, counter_low: TensorT, counter_high: TensorT,
+                      count: int) -> list[tuple[TensorT, TensorT]]: ...
+
     @classmethod
     def _derived_keys(cls, key0: _Word, key1: _Word, counter_low: _Word, counter_high: _Word,
-                      count: int) -> list[tuple[_Word, _Word]]:
+                      count: int) -> Sequence[tuple[_Word, _Word]]:
         """The (word 0, word 1) key of each chunk of 2**32 - 1 words: the chunk's start counter encrypted under the
         stream's key. Python ints in, ints out (rand); uint32 Tensors of shape (1,) in, Tensors out (random_bits)."""
         keys = []
@@ -366,7 +393,7 @@ class CreationMixin:
         return keys
 
     @classmethod
-    def _stream_words(cls, derived: list[tuple[Tensor, Tensor]], count: int, device: str) -> Tensor:
+    def _stream_words(cls, derived: list[tuple[Self, Self]], count: int, device: str) -> Self:
         """`count` uint32 words under the chunk keys `derived` ((word 0, word 1) uint32 Tensors of shape (1,)): word
         i of a chunk of n is the first output of Threefry on the counter pair (i, i + half) for i < half = ceil(n / 2),
         the second output after that."""
@@ -382,7 +409,7 @@ class CreationMixin:
         return chunks[0].cat(*chunks[1:]) if len(chunks) > 1 else chunks[0]
 
     @classmethod
-    def _random_bits(cls, count: int, device: str | None) -> Tensor:
+    def _random_bits(cls, count: int, device: str | None) -> Self:
         """The next `count` uint32 words of `device`'s stream (the counter advances by `count`).
 
         The chunk keys are derived on the host and passed to the kernel in a small buffer, not as constants: every
@@ -401,7 +428,7 @@ class CreationMixin:
         return cls._stream_words(derived, count, canonical)
 
     @staticmethod
-    def _words_to_floats(words: Tensor, count: int, dtype: DType) -> Tensor:
+    def _words_to_floats(words: TensorT, count: int, dtype: DType) -> TensorT:
         """`count` floats of `dtype` in [0, 1) from uint32 `words` (one per `dtype.itemsize` bytes, little-endian).
 
         Each element's top mantissa-many bits become the mantissa of a number in [1, 2); 1 is then subtracted.
@@ -426,7 +453,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def rand(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None, contiguous: bool = True,
-             requires_grad: bool | None = None) -> Tensor:
+             requires_grad: bool | None = None) -> Self:
         """Uniform random values in [0, 1), tinygrad 0.14's values after the same `manual_seed` (lazy until read).
 
         `requires_grad` is tinycore's addition; an unknown keyword is a TypeError, as in tinygrad.
@@ -448,29 +475,31 @@ class CreationMixin:
             result.requires_grad = requires_grad
         return result
 
-    def rand_like(self: Tensor, **kwargs: Unpack[_Random]) -> Tensor:
+    def rand_like(self, **kwargs: Unpack[_Random]) -> Self:
         """Uniform random values shaped like this tensor (its dtype and device unless given; a multi-device tensor's
         result is sharded the same way, each device drawing its own block)."""
+        dtype = kwargs.get("dtype", self.dtype)
+        contiguous, requires_grad = kwargs.get("contiguous", True), kwargs.get("requires_grad")
         if isinstance(self.device, tuple):
-            if kwargs.pop("device", None) is not None:
+            if kwargs.get("device") is not None:
                 raise RuntimeError(f"cannot give a device to rand_like of a tensor on {self.device}: the result is "
                                    "sharded like it; move it afterwards with .to() or .shard()")
-            dtype = kwargs.pop("dtype", self.dtype)
-            return self._multi_like(lambda shape, where: type(self).rand(*shape, device=where, dtype=dtype, **kwargs))
-        return type(self).rand(*self.shape, device=kwargs.pop("device", self.device),
-                               dtype=kwargs.pop("dtype", self.dtype), **kwargs)
+            return self._multi_like(lambda shape, where: type(self).rand(
+                *shape, device=where, dtype=dtype, contiguous=contiguous, requires_grad=requires_grad))
+        return type(self).rand(*self.shape, device=kwargs.get("device", self.device), dtype=dtype,
+                               contiguous=contiguous, requires_grad=requires_grad)
 
     @classmethod
     @_creates_leaf
     def randn(cls, *shape: _Shape, dtype: DTypeLike | None = None, requires_grad: bool | None = None,
-              **kwargs: Unpack[_Device]) -> Tensor:
+              **kwargs: Unpack[_Device]) -> Self:
         """Standard normal random values: the Box-Muller transform of two uniform float32 draws, as tinygrad."""
         result = cls.empty(*shape, **kwargs).randn_like(dtype=dtype)
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
 
-    def randn_like(self: Tensor, dtype: DTypeLike | None = None, **kwargs: Unpack[_DrawGrad]) -> Tensor:
+    def randn_like(self, dtype: DTypeLike | None = None, **kwargs: Unpack[_DrawGrad]) -> Self:
         """Standard normal values shaped like this tensor (this tensor's dtype unless given)."""
         target = to_dtype(dtype or self.dtype)
         uniform = self.stack(self).rand_like(dtype=dtypes.float32, **kwargs)
@@ -479,7 +508,7 @@ class CreationMixin:
 
     @classmethod
     def randint(cls, *shape: _Shape, low: int = 0, high: int = 10, dtype: DTypeLike = dtypes.int32,
-                **kwargs: Unpack[_DrawGrad]) -> Tensor:
+                **kwargs: Unpack[_DrawGrad]) -> Self:
         """Random integers in [low, high): the uniform float draw scaled by high - low and truncated, as tinygrad."""
         if not isinstance(low, int) or not isinstance(high, int):
             raise TypeError(f"randint needs int bounds, got low={low!r}, high={high!r}")
@@ -493,7 +522,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def normal(cls, *shape: _Shape, mean: float = 0.0, std: float = 1.0, requires_grad: bool | None = None,
-               **kwargs: Unpack[_Placement]) -> Tensor:
+               **kwargs: Unpack[_Placement]) -> Self:
         """Normal random values with the given mean and standard deviation (std >= 0)."""
         if std < 0:
             raise ValueError(f"normal needs std >= 0, got std={std}")
@@ -505,7 +534,7 @@ class CreationMixin:
     @classmethod
     @_creates_leaf
     def uniform(cls, *shape: _Shape, low: float = 0.0, high: float = 1.0, dtype: DTypeLike | None = None,
-                requires_grad: bool | None = None, **kwargs: Unpack[_Draw]) -> Tensor:
+                requires_grad: bool | None = None, **kwargs: Unpack[_Draw]) -> Self:
         """Uniform random values in [low, high): a default-float draw scaled, cast to `dtype`, then shifted."""
         if low >= high:
             raise ValueError(f"uniform needs low < high, got low={low}, high={high}")
@@ -517,14 +546,14 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def scaled_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Tensor:
+    def scaled_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Self:
         """Uniform in [-1, 1) scaled by 1/sqrt(number of elements)."""
         sizes = argfix(*shape)
         return cls.uniform(*sizes, low=-1.0, high=1.0, **kwargs).mul(max(math.prod(sizes), 1) ** -0.5)
 
     @classmethod
     @_creates_leaf
-    def glorot_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Tensor:
+    def glorot_uniform(cls, *shape: _Shape, **kwargs: Unpack[_Random]) -> Self:
         """Glorot (Xavier) uniform initialisation: uniform in +-sqrt(6 / (fan_in + fan_out))."""
         sizes = argfix(*shape)
         bound = (6 / max(sizes[0] + math.prod(sizes[1:]), 1)) ** 0.5
@@ -532,7 +561,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def kaiming_uniform(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Random]) -> Tensor:
+    def kaiming_uniform(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Random]) -> Self:
         """He uniform initialisation for a leaky ReLU of slope `a`: uniform in +-sqrt(6 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
         bound = (6 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
@@ -540,7 +569,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def kaiming_normal(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Like]) -> Tensor:
+    def kaiming_normal(cls, *shape: _Shape, a: float = 0.01, **kwargs: Unpack[_Like]) -> Self:
         """He normal initialisation: standard deviation sqrt(2 / (1 + a^2) / fan_in)."""
         sizes = argfix(*shape)
         std = (2 / (1 + a ** 2) / max(math.prod(sizes[1:]), 1)) ** 0.5
@@ -548,11 +577,11 @@ class CreationMixin:
 
     @classmethod
     def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
-                 **kwargs: Unpack[_DrawGrad]) -> Tensor:
+                 **kwargs: Unpack[_Undirected]) -> Self:
         """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
         return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
 
-    def multinomial(self: Tensor, num_samples: int = 1, replacement: bool = False) -> Tensor:
+    def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
         """`num_samples` indices drawn from the (unnormalised) weights along the last axis of a 1-D or 2-D tensor.
 
         With replacement (or one sample), each draw counts the cumulative probabilities it reaches; without, the
@@ -578,7 +607,7 @@ class CreationMixin:
 
     @classmethod
     @_creates_leaf
-    def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Unpack[_Placement]) -> Tensor:
+    def from_blob(cls, ptr: int, shape: tuple[int, ...], **kwargs: Unpack[_Placement]) -> Self:
         """A tensor holding a copy of the `shape` elements at host address `ptr` (dtype= and device= as keywords)."""
         import ctypes
 
@@ -590,13 +619,13 @@ class CreationMixin:
         return cls._wrap(node)  # type: ignore[attr-defined]
 
     @classmethod
-    def from_url(cls, url: str, **kwargs: Unpack[_Like]) -> Tensor:
+    def from_url(cls, url: str, **kwargs: Unpack[_Like]) -> Self:
         """A uint8 tensor of the bytes at `url`."""
         import urllib.request
         with urllib.request.urlopen(url) as response:
             return cls(response.read(), **kwargs)  # type: ignore[call-arg,return-value]
 
     @classmethod
-    def invalids(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None) -> Tensor:
+    def invalids(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None) -> Self:
         """A tensor whose values must not be read before they are written (uninitialised memory)."""
         return cls.empty(*shape, device=device, dtype=dtype)

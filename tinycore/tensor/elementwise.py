@@ -5,24 +5,29 @@ Transcendental functions are built from the primitives EXP2, LOG2, SIN, SQRT and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tinycore.dtype import ConstType, DType, dtypes, least_upper_dtype, least_upper_float
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError
+from tinycore.tensor.movement import MovementMixin
 from tinycore.tensor.support import LN_2, LOG2_E, broadcast_shape, same_size, scalar_result_dtype, scalars_dtype
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from typing import Self
 
     import numpy
     from typing_extensions import TypeIs
 
-    from tinycore.tensor.tensor import NestedValues, Operand, Tensor
+    from tinycore.tensor.base import NestedValues, Operand
 
 
-def _is_tensor(value: object) -> TypeIs[Tensor]:
+TensorT = TypeVar("TensorT", bound="ElementwiseMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
+
+def _is_tensor(value: object) -> TypeIs[ElementwiseMixin]:
     """True for a Tensor (every Tensor is an ElementwiseMixin)."""
     return isinstance(value, ElementwiseMixin)
 
@@ -32,7 +37,7 @@ def _is_data(value: object) -> TypeIs[Sequence[NestedValues] | numpy.ndarray | n
     return isinstance(value, (list, tuple)) or type(value).__module__ == "numpy"
 
 
-def _with_pow_gradient(value: Tensor, base: Tensor, exponent: Tensor | int | float) -> Tensor:
+def _with_pow_gradient(value: TensorT, base: TensorT, exponent: TensorT | int | float) -> TensorT:
     """`value` (base ** exponent) with torch's gradient: exponent * base ** (exponent - 1) for the base, 0 where the
     exponent is 0; value * log(base) for a tensor exponent, 0 where the base is 0 and the exponent is not negative.
     Differentiated through its exp2/log2 graph instead, the NaN of a negative base is masked by the select that
@@ -54,12 +59,12 @@ def _with_pow_gradient(value: Tensor, base: Tensor, exponent: Tensor | int | flo
     return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
 
-class ElementwiseMixin:
+class ElementwiseMixin(MovementMixin):
     """Arithmetic, comparison, logic, math and activation functions of Tensor."""
 
     # ---- broadcasting and promotion ----
 
-    def _broadcast_to(self: Tensor, shape: tuple[int, ...]) -> Tensor:
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Self:
         """This tensor broadcast to `shape` (new axes on the left, size-1 axes stretched)."""
         if self.shape == shape:
             return self
@@ -73,7 +78,7 @@ class ElementwiseMixin:
         padded = (1,) * (len(shape) - self.ndim) + tuple(self.shape)
         return self._result(self.uop.reshape(padded).expand(shape))
 
-    def _operand(self: Tensor, value: Operand, dtype: DType | None = None) -> Tensor:
+    def _operand(self, value: Operand[Self], dtype: DType | None = None) -> Self:
         """`value` as a tensor on this device (scalars become constants of `dtype` or their own dtype)."""
         if _is_tensor(value):
             if value.device != self.device and value.device is not None:  # None: a constant on no device
@@ -86,8 +91,8 @@ class ElementwiseMixin:
             return type(self)(value, device=self.device)
         raise TypeError(f"expected a Tensor or a Python number, got {type(value).__name__} {value!r}")
 
-    def _broadcasted(self: Tensor, other: Operand, reverse: bool = False,
-                     match_dtype: bool = True) -> tuple[Tensor, Tensor]:
+    def _broadcasted(self, other: Operand[Self], reverse: bool = False,
+                     match_dtype: bool = True) -> tuple[Self, Self]:
         """This tensor and `other` broadcast to one shape and promoted to one dtype (swapped if `reverse`)."""
         if other.__class__ is int or other.__class__ is float:  # `x + 1`, the common case: tested first
             return self._scalar_broadcasted(other, reverse, match_dtype)
@@ -109,25 +114,25 @@ class ElementwiseMixin:
         first, second = first._broadcast_to(shape), second._broadcast_to(shape)
         return (second, first) if reverse else (first, second)
 
-    def _scalar_broadcasted(self: Tensor, other: ConstType, reverse: bool, match_dtype: bool) -> tuple[Tensor, Tensor]:
+    def _scalar_broadcasted(self, other: ConstType, reverse: bool, match_dtype: bool) -> tuple[Self, Self]:
         """`_broadcasted` for a Python scalar `other`: a constant of the promoted dtype in this tensor's shape."""
         common = scalar_result_dtype(self.dtype, other) if match_dtype else dtypes.from_py(other)
         first = self.cast(common) if match_dtype else self
         second = self._const(other, common)
         return (second, first) if reverse else (first, second)
 
-    def _symbolic_scalar(self: Tensor, value: UOp) -> Tensor:
+    def _symbolic_scalar(self, value: UOp) -> Self:
         """A 0-d tensor on this device whose value is the symbolic int `value` (its bound Variables' values)."""
         if not dtypes.is_int(value.dtype):
             raise TypeError(f"expected a Tensor, a Python number or a symbolic int, got a {value.dtype} UOp {value}")
         return type(self)._wrap(UOp.const_on(value.dtype, 0, self.device, ()) + value)
 
-    def _binary(self: Tensor, op: Ops, other: Operand, reverse: bool = False) -> Tensor:
+    def _binary(self, op: Ops, other: Operand[Self], reverse: bool = False) -> Self:
         """The ALU op `op` on this tensor and `other` broadcast and promoted."""
         first, second = self._broadcasted(other, reverse)
         return first._alu(op, second)
 
-    def _require(self: Tensor, kinds: str, name: str) -> None:
+    def _require(self, kinds: str, name: str) -> None:
         """An error unless this tensor's dtype is of one of `kinds` ('f' float, 'i' int, 'b' bool)."""
         kind = "f" if dtypes.is_float(self.dtype) else "b" if self.dtype == dtypes.bool else "i"
         if kind not in kinds:
@@ -135,34 +140,34 @@ class ElementwiseMixin:
             raise DTypeMismatchError(f"{name} is not defined for {self.dtype} tensors; it needs "
                                      f"{' or '.join(wanted[k] for k in kinds)} dtypes")
 
-    def _float(self: Tensor) -> Tensor:
+    def _float(self) -> Self:
         """This tensor cast to a floating point dtype (int and bool to the default float)."""
         return self.cast(least_upper_float(self.dtype))
 
     # ---- arithmetic ----
 
-    def add(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def add(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self + x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.ADD, second)
 
-    def sub(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def sub(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self - x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^ instead")
         return first._alu(Ops.ADD, second._alu(Ops.NEG))
 
-    def mul(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def mul(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self * x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
         return first._alu(Ops.MUL, second)
 
-    def div(self: Tensor, x: Operand, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    def div(self, x: Operand[Self], reverse: bool = False, rounding_mode: str | None = None) -> Self:
         """self / x: true division, or rounded with rounding_mode 'trunc' or 'floor'."""
         first, second = self._broadcasted(x, reverse)
         if rounding_mode is None:
@@ -176,7 +181,7 @@ class ElementwiseMixin:
             return first._floordiv(second)
         raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
 
-    def _floordiv(self: Tensor, other: Tensor) -> Tensor:
+    def _floordiv(self, other: Self) -> Self:
         """Floor division of two broadcast tensors of one dtype."""
         if dtypes.is_int(self.dtype):
             quotient = self._alu(Ops.IDIV, other)
@@ -187,7 +192,7 @@ class ElementwiseMixin:
             raise TypeError("floor division of bool tensors is not supported: cast to int first")
         return self._alu(Ops.FDIV, other).floor()
 
-    def _mod(self: Tensor, other: Tensor) -> Tensor:
+    def _mod(self, other: Self) -> Self:
         """Python-style remainder (sign of the divisor) of two broadcast tensors of one dtype."""
         if dtypes.is_int(self.dtype):
             remainder = self._alu(Ops.MOD, other)
@@ -197,19 +202,19 @@ class ElementwiseMixin:
             raise TypeError("remainder of bool tensors is not supported: cast to int first")
         return self - other * self._alu(Ops.FDIV, other).floor()
 
-    def mod(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def mod(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self % x with the sign of x (Python and torch.remainder semantics)."""
         first, second = self._broadcasted(x, reverse)
         return first._mod(second)
 
-    def fmod(self: Tensor, x: Operand) -> Tensor:
+    def fmod(self, x: Operand[Self]) -> Self:
         """Remainder with the sign of self (C fmod semantics)."""
         first, second = self._broadcasted(x)
         if dtypes.is_int(first.dtype):
             return first._alu(Ops.MOD, second)
         return first - second * first._alu(Ops.FDIV, second).trunc()
 
-    def pow(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def pow(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self ** x (x ** self when `reverse`). Values and gradients are torch's, edges included: a negative base
         to a non-integral power is NaN and so are its gradients; the base's gradient is 0 where the exponent is 0,
         the exponent's is 0 where the base is 0 and the exponent is not negative."""
@@ -230,7 +235,7 @@ class ElementwiseMixin:
             return value
         return _with_pow_gradient(value, base, exponent)
 
-    def _pow_plain(self: Tensor, exponent: Tensor | int | float) -> Tensor:
+    def _pow_plain(self, exponent: Self | int | float) -> Self:
         """self ** exponent, differentiated through its own graph (the gradient rule's building block)."""
         if isinstance(exponent, (int, float)):
             special = self._pow_scalar(exponent)
@@ -239,7 +244,7 @@ class ElementwiseMixin:
         base, power = self._broadcasted(exponent)
         return base._pow_value(power)
 
-    def _pow_value(self: Tensor, exponent: Tensor) -> Tensor:
+    def _pow_value(self, exponent: Self) -> Self:
         """self ** exponent for broadcast operands, as C's pow: |base| ** exponent through exp2 and log2, negated for
         a negative base to an odd integer, NaN for a finite negative base to a non-integral power, 1 for a zero
         exponent."""
@@ -264,7 +269,7 @@ class ElementwiseMixin:
             return result.round().cast(result_dtype)
         return result.cast(result_dtype)
 
-    def _pow_scalar(self: Tensor, exponent: int | float) -> Tensor | None:
+    def _pow_scalar(self, exponent: int | float) -> Self | None:
         """Exact shortcuts for small integer exponents and 0.5 (None: use the general formula)."""
         if exponent == 0.5 and isinstance(exponent, float):
             return self._float().sqrt()
@@ -277,7 +282,7 @@ class ElementwiseMixin:
             return None
         if self.dtype == dtypes.bool:
             return None
-        result: Tensor | None = None
+        result: Self | None = None
         square = self
         while power:
             if power & 1:
@@ -289,21 +294,21 @@ class ElementwiseMixin:
             return self.ones_like()
         return result.reciprocal() if exponent < 0 else result
 
-    def maximum(self: Tensor, x: Operand) -> Tensor:
+    def maximum(self, x: Operand[Self]) -> Self:
         """Elementwise maximum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
         return first._alu(Ops.MAX, second)
 
-    def minimum(self: Tensor, x: Operand) -> Tensor:
+    def minimum(self, x: Operand[Self]) -> Self:
         """Elementwise minimum."""
         first, second = self._broadcasted(x)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
         return first._inverse()._alu(Ops.MAX, second._inverse())._inverse()
 
-    def _inverse(self: Tensor) -> Tensor:
+    def _inverse(self) -> Self:
         """An order-reversing bijection (neg for floats, bitwise not for ints, logical not for bool)."""
         if dtypes.is_float(self.dtype):
             return self._alu(Ops.NEG)
@@ -311,7 +316,7 @@ class ElementwiseMixin:
             return self.logical_not()
         return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
 
-    def clip(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
+    def clip(self, min_: Self | ConstType | None = None, max_: Self | ConstType | None = None) -> Self:
         """Values limited to [min_, max_] (either bound may be None, not both); min_ applies first, so min_ > max_
         gives max_ everywhere, as torch. The gradient passes where min_ <= self <= max_, the bounds included (torch's
         rule: maximum and minimum would split it in half at a tie)."""
@@ -338,29 +343,29 @@ class ElementwiseMixin:
 
         return wrap(with_gradient(result.uop, rule), result.requires_grad)
 
-    def clamp(self: Tensor, min_: Tensor | ConstType | None = None, max_: Tensor | ConstType | None = None) -> Tensor:
+    def clamp(self, min_: Self | ConstType | None = None, max_: Self | ConstType | None = None) -> Self:
         """Alias of clip."""
         return self.clip(min_, max_)
 
-    def neg(self: Tensor) -> Tensor:
+    def neg(self) -> Self:
         """-self (logical not for bool)."""
         return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
 
-    def abs(self: Tensor) -> Tensor:
+    def abs(self) -> Self:
         """|self|."""
         if self.dtype == dtypes.bool or dtypes.is_unsigned(self.dtype):
             return self
         # the middle branch makes the gradient at 0 zero (as torch's sign(x)); it is x * 0 so nan stays nan
         return (self < 0).where(-self, (self > 0).where(self, self * 0))
 
-    def sign(self: Tensor) -> Tensor:
+    def sign(self) -> Self:
         """-1, 0 or 1 by the sign of each element (nan stays nan)."""
         if self.dtype == dtypes.bool:
             return self
         result = (self < 0).where(self._const(-1), self.ne(0).where(self._const(1), self._const(0)))
         return result + self * 0 if dtypes.is_float(self.dtype) else result
 
-    def copysign(self: Tensor, other: Operand) -> Tensor:
+    def copysign(self, other: Operand[Self]) -> Self:
         """|self| with the sign of `other`."""
         first, second = self._broadcasted(other)
         first = first._float()
@@ -368,250 +373,250 @@ class ElementwiseMixin:
             else second < 0
         return negative.where(-first.abs(), first.abs())
 
-    def square(self: Tensor) -> Tensor:
+    def square(self) -> Self:
         """self * self."""
         return self * self
 
-    def lerp(self: Tensor, end: Operand, weight: Operand) -> Tensor:
+    def lerp(self, end: Operand[Self], weight: Operand[Self]) -> Self:
         """self + (end - self) * weight."""
         return self + (end - self) * weight
 
     # ---- operators ----
 
-    def __neg__(self: Tensor) -> Tensor:
+    def __neg__(self) -> Self:
         """-self."""
         return self.neg()
 
-    def __add__(self: Tensor, x: Operand) -> Tensor:
+    def __add__(self, x: Operand[Self]) -> Self:
         """self + x."""
         return self.add(x)
 
-    def __radd__(self: Tensor, x: Operand) -> Tensor:
+    def __radd__(self, x: Operand[Self]) -> Self:
         """x + self."""
         return self.add(x, True)
 
-    def __sub__(self: Tensor, x: Operand) -> Tensor:
+    def __sub__(self, x: Operand[Self]) -> Self:
         """self - x."""
         return self.sub(x)
 
-    def __rsub__(self: Tensor, x: Operand) -> Tensor:
+    def __rsub__(self, x: Operand[Self]) -> Self:
         """x - self."""
         return self.sub(x, True)
 
-    def __mul__(self: Tensor, x: Operand) -> Tensor:
+    def __mul__(self, x: Operand[Self]) -> Self:
         """self * x."""
         return self.mul(x)
 
-    def __rmul__(self: Tensor, x: Operand) -> Tensor:
+    def __rmul__(self, x: Operand[Self]) -> Self:
         """x * self."""
         return self.mul(x, True)
 
-    def __truediv__(self: Tensor, x: Operand) -> Tensor:
+    def __truediv__(self, x: Operand[Self]) -> Self:
         """self / x (true division)."""
         return self.div(x)
 
-    def __rtruediv__(self: Tensor, x: Operand) -> Tensor:
+    def __rtruediv__(self, x: Operand[Self]) -> Self:
         """x / self (true division)."""
         return self.div(x, True)
 
-    def __floordiv__(self: Tensor, x: Operand) -> Tensor:
+    def __floordiv__(self, x: Operand[Self]) -> Self:
         """self // x (floor division)."""
         return self.div(x, rounding_mode="floor")
 
-    def __rfloordiv__(self: Tensor, x: Operand) -> Tensor:
+    def __rfloordiv__(self, x: Operand[Self]) -> Self:
         """x // self (floor division)."""
         return self.div(x, True, rounding_mode="floor")
 
-    def __mod__(self: Tensor, x: Operand) -> Tensor:
+    def __mod__(self, x: Operand[Self]) -> Self:
         """self % x."""
         return self.mod(x)
 
-    def __rmod__(self: Tensor, x: Operand) -> Tensor:
+    def __rmod__(self, x: Operand[Self]) -> Self:
         """x % self."""
         return self.mod(x, True)
 
-    def __pow__(self: Tensor, x: Operand) -> Tensor:
+    def __pow__(self, x: Operand[Self]) -> Self:
         """self ** x."""
         return self.pow(x)
 
-    def __rpow__(self: Tensor, x: Operand) -> Tensor:
+    def __rpow__(self, x: Operand[Self]) -> Self:
         """x ** self."""
         return self.pow(x, True)
 
-    def __and__(self: Tensor, x: Operand) -> Tensor:
+    def __and__(self, x: Operand[Self]) -> Self:
         """self & x."""
         return self.bitwise_and(x)
 
-    def __rand__(self: Tensor, x: Operand) -> Tensor:
+    def __rand__(self, x: Operand[Self]) -> Self:
         """x & self."""
         return self.bitwise_and(x, True)
 
-    def __or__(self: Tensor, x: Operand) -> Tensor:
+    def __or__(self, x: Operand[Self]) -> Self:
         """self | x."""
         return self.bitwise_or(x)
 
-    def __ror__(self: Tensor, x: Operand) -> Tensor:
+    def __ror__(self, x: Operand[Self]) -> Self:
         """x | self."""
         return self.bitwise_or(x, True)
 
-    def __xor__(self: Tensor, x: Operand) -> Tensor:
+    def __xor__(self, x: Operand[Self]) -> Self:
         """self ^ x."""
         return self.bitwise_xor(x)
 
-    def __rxor__(self: Tensor, x: Operand) -> Tensor:
+    def __rxor__(self, x: Operand[Self]) -> Self:
         """x ^ self."""
         return self.bitwise_xor(x, True)
 
-    def __lshift__(self: Tensor, x: Operand) -> Tensor:
+    def __lshift__(self, x: Operand[Self]) -> Self:
         """self << x."""
         return self.lshift(x)
 
-    def __rshift__(self: Tensor, x: Operand) -> Tensor:
+    def __rshift__(self, x: Operand[Self]) -> Self:
         """self >> x."""
         return self.rshift(x)
 
-    def __rlshift__(self: Tensor, x: Operand) -> Tensor:
+    def __rlshift__(self, x: Operand[Self]) -> Self:
         """x << self."""
         return self.lshift(x, True)
 
-    def __rrshift__(self: Tensor, x: Operand) -> Tensor:
+    def __rrshift__(self, x: Operand[Self]) -> Self:
         """x >> self."""
         return self.rshift(x, True)
 
-    def __invert__(self: Tensor) -> Tensor:
+    def __invert__(self) -> Self:
         """~self (bitwise not)."""
         return self.bitwise_not()
 
-    def __lt__(self: Tensor, x: Operand) -> Tensor:
+    def __lt__(self, x: Operand[Self]) -> Self:
         """self < x as bool."""
         return self._binary(Ops.CMPLT, x)
 
-    def __gt__(self: Tensor, x: Operand) -> Tensor:
+    def __gt__(self, x: Operand[Self]) -> Self:
         """self > x as bool."""
         return self._binary(Ops.CMPLT, x, True)
 
-    def __le__(self: Tensor, x: Operand) -> Tensor:
+    def __le__(self, x: Operand[Self]) -> Self:
         """self <= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return first._alu(Ops.CMPLT, second) | first._alu(Ops.CMPEQ, second)
 
-    def __ge__(self: Tensor, x: Operand) -> Tensor:
+    def __ge__(self, x: Operand[Self]) -> Self:
         """self >= x as bool (false for nan)."""
         first, second = self._broadcasted(x)
         return second._alu(Ops.CMPLT, first) | first._alu(Ops.CMPEQ, second)
 
-    def __eq__(self: Tensor, x: Operand) -> Tensor:  # type: ignore[override]
+    def __eq__(self, x: Operand[Self]) -> Self:  # type: ignore[override]
         """self == x as a bool tensor (not a Python bool)."""
         return self.eq(x)
 
-    def __ne__(self: Tensor, x: Operand) -> Tensor:  # type: ignore[override]
+    def __ne__(self, x: Operand[Self]) -> Self:  # type: ignore[override]
         """self != x as a bool tensor (not a Python bool)."""
         return self.ne(x)
 
-    def _inplace(self: Tensor, result: Tensor) -> Tensor:
+    def _inplace(self, result: Self) -> Self:
         """self == x as a bool tensor."""
         return self.assign(result)
 
-    def __iadd__(self: Tensor, x: Operand) -> Tensor:
+    def __iadd__(self, x: Operand[Self]) -> Self:
         """self += x (assigns)."""
         return self._inplace(self + x)
 
-    def __isub__(self: Tensor, x: Operand) -> Tensor:
+    def __isub__(self, x: Operand[Self]) -> Self:
         """self -= x (assigns)."""
         return self._inplace(self - x)
 
-    def __imul__(self: Tensor, x: Operand) -> Tensor:
+    def __imul__(self, x: Operand[Self]) -> Self:
         """self *= x (assigns)."""
         return self._inplace(self * x)
 
-    def __itruediv__(self: Tensor, x: Operand) -> Tensor:
+    def __itruediv__(self, x: Operand[Self]) -> Self:
         """self /= x (assigns)."""
         return self._inplace(self / x)
 
-    def __ifloordiv__(self: Tensor, x: Operand) -> Tensor:
+    def __ifloordiv__(self, x: Operand[Self]) -> Self:
         """self //= x (assigns)."""
         return self._inplace(self // x)
 
-    def __imod__(self: Tensor, x: Operand) -> Tensor:
+    def __imod__(self, x: Operand[Self]) -> Self:
         """self %= x (assigns)."""
         return self._inplace(self % x)
 
-    def __ipow__(self: Tensor, x: Operand) -> Tensor:
+    def __ipow__(self, x: Operand[Self]) -> Self:
         """self **= x (assigns)."""
         return self._inplace(self ** x)
 
-    def __iand__(self: Tensor, x: Operand) -> Tensor:
+    def __iand__(self, x: Operand[Self]) -> Self:
         """self &= x (assigns)."""
         return self._inplace(self & x)
 
-    def __ior__(self: Tensor, x: Operand) -> Tensor:
+    def __ior__(self, x: Operand[Self]) -> Self:
         """self |= x (assigns)."""
         return self._inplace(self | x)
 
-    def __ixor__(self: Tensor, x: Operand) -> Tensor:
+    def __ixor__(self, x: Operand[Self]) -> Self:
         """self ^= x (assigns)."""
         return self._inplace(self ^ x)
 
-    def __ilshift__(self: Tensor, x: Operand) -> Tensor:
+    def __ilshift__(self, x: Operand[Self]) -> Self:
         """self <<= x (assigns)."""
         return self._inplace(self << x)
 
-    def __irshift__(self: Tensor, x: Operand) -> Tensor:
+    def __irshift__(self, x: Operand[Self]) -> Self:
         """self >>= x (assigns)."""
         return self._inplace(self >> x)
 
     # ---- comparison and logic ----
 
-    def eq(self: Tensor, x: Operand) -> Tensor:
+    def eq(self, x: Operand[Self]) -> Self:
         """self == x as bool."""
         return self._binary(Ops.CMPEQ, x)
 
-    def ne(self: Tensor, x: Operand) -> Tensor:
+    def ne(self, x: Operand[Self]) -> Self:
         """self != x as bool."""
         return self._binary(Ops.CMPNE, x)
 
-    def logical_not(self: Tensor) -> Tensor:
+    def logical_not(self) -> Self:
         """True where self is zero/False."""
         if self.dtype == dtypes.bool:
             return self._alu(Ops.CMPNE, self._const(True))
         return self.eq(0)
 
-    def _bitwise(self: Tensor, op: Ops, x: Operand, reverse: bool, name: str) -> Tensor:
+    def _bitwise(self, op: Ops, x: Operand[Self], reverse: bool, name: str) -> Self:
         """The bitwise op `op` on broadcast integer or bool operands."""
         first, second = self._broadcasted(x, reverse)
         first._require("ib", name)
         return first._alu(op, second)
 
-    def bitwise_and(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def bitwise_and(self, x: Operand[Self], reverse: bool = False) -> Self:
         """Bitwise (logical for bool) and."""
         return self._bitwise(Ops.AND, x, reverse, "bitwise_and")
 
-    def bitwise_or(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def bitwise_or(self, x: Operand[Self], reverse: bool = False) -> Self:
         """Bitwise (logical for bool) or."""
         return self._bitwise(Ops.OR, x, reverse, "bitwise_or")
 
-    def bitwise_xor(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def bitwise_xor(self, x: Operand[Self], reverse: bool = False) -> Self:
         """Bitwise (logical for bool) exclusive or."""
         return self._bitwise(Ops.XOR, x, reverse, "bitwise_xor")
 
-    def bitwise_not(self: Tensor) -> Tensor:
+    def bitwise_not(self) -> Self:
         """Bitwise not (logical not for bool)."""
         self._require("ib", "bitwise_not")
         return self.logical_not() if self.dtype == dtypes.bool else self._inverse()
 
-    def lshift(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def lshift(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self << x (integers)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "lshift")
         return first._alu(Ops.SHL, second)
 
-    def rshift(self: Tensor, x: Operand, reverse: bool = False) -> Tensor:
+    def rshift(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self >> x (integers; arithmetic shift for signed types)."""
         first, second = self._broadcasted(x, reverse)
         first._require("i", "rshift")
         return first._alu(Ops.SHR, second)
 
-    def where(self: Tensor, x: Tensor | ConstType, y: Tensor | ConstType) -> Tensor:
+    def where(self, x: Self | ConstType, y: Self | ConstType) -> Self:
         """x where self is true, else y (broadcast together)."""
         condition = self if self.dtype == dtypes.bool else self.ne(0)
         if _is_tensor(x):
@@ -625,15 +630,15 @@ class ElementwiseMixin:
         condition, x_tensor, y_tensor = (tensor._broadcast_to(shape) for tensor in (condition, x_tensor, y_tensor))
         return condition._alu(Ops.WHERE, x_tensor, y_tensor)
 
-    def masked_fill(self: Tensor, mask: Tensor, value: Tensor | ConstType) -> Tensor:
+    def masked_fill(self, mask: Self, value: Self | ConstType) -> Self:
         """`value` where mask is true, else self."""
         return mask.where(value, self)
 
-    def isnan(self: Tensor) -> Tensor:
+    def isnan(self) -> Self:
         """True where the value is nan."""
         return self.ne(self) if dtypes.is_float(self.dtype) else self._const(False, dtypes.bool)
 
-    def isinf(self: Tensor, detect_positive: bool = True, detect_negative: bool = True) -> Tensor:
+    def isinf(self, detect_positive: bool = True, detect_negative: bool = True) -> Self:
         """True where the value is +inf (detect_positive) or -inf (detect_negative)."""
         if not dtypes.is_float(self.dtype):
             return self._const(False, dtypes.bool)
@@ -641,12 +646,12 @@ class ElementwiseMixin:
         negative = self.eq(-math.inf) if detect_negative else self._const(False, dtypes.bool)
         return positive | negative
 
-    def isfinite(self: Tensor) -> Tensor:
+    def isfinite(self) -> Self:
         """True where the value is neither inf nor nan."""
         return (self.isinf() | self.isnan()).logical_not()
 
-    def isclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08,
-                equal_nan: bool = False) -> Tensor:
+    def isclose(self, other: Operand[Self], rtol: float = 1e-05, atol: float = 1e-08,
+                equal_nan: bool = False) -> Self:
         """True where self == other or, both finite, |self - other| <= atol + rtol * |other| (as torch: an infinity is
         close only to itself); nan is close to nan only with equal_nan."""
         first, second = self._broadcasted(other)
@@ -656,58 +661,58 @@ class ElementwiseMixin:
             close = close | (first.isnan() & second.isnan())
         return close
 
-    def allclose(self: Tensor, other: Operand, rtol: float = 1e-05, atol: float = 1e-08,
-                 equal_nan: bool = False) -> Tensor:
+    def allclose(self, other: Operand[Self], rtol: float = 1e-05, atol: float = 1e-08,
+                 equal_nan: bool = False) -> Self:
         """A 0-d bool Tensor, true when isclose holds everywhere (as tinygrad's: read it with .item())."""
         return self.isclose(other, rtol, atol, equal_nan).all()
 
     # ---- math ----
 
-    def exp(self: Tensor) -> Tensor:
+    def exp(self) -> Self:
         """e ** self."""
         return (self._float() * LOG2_E)._alu(Ops.EXP2)
 
-    def exp2(self: Tensor) -> Tensor:
+    def exp2(self) -> Self:
         """2 ** self."""
         return self._float()._alu(Ops.EXP2)
 
-    def log(self: Tensor) -> Tensor:
+    def log(self) -> Self:
         """Natural logarithm."""
         return self._float()._alu(Ops.LOG2) * LN_2
 
-    def log2(self: Tensor) -> Tensor:
+    def log2(self) -> Self:
         """Base-2 logarithm."""
         return self._float()._alu(Ops.LOG2)
 
-    def log10(self: Tensor) -> Tensor:
+    def log10(self) -> Self:
         """Base-10 logarithm."""
         return self.log2() * (1 / math.log2(10))
 
-    def log1p(self: Tensor) -> Tensor:
+    def log1p(self) -> Self:
         """log(1 + self)."""
         return (self._float() + 1).log()
 
-    def expm1(self: Tensor) -> Tensor:
+    def expm1(self) -> Self:
         """exp(self) - 1."""
         return self.exp() - 1
 
-    def sqrt(self: Tensor) -> Tensor:
+    def sqrt(self) -> Self:
         """Square root."""
         return self._float()._alu(Ops.SQRT)
 
-    def rsqrt(self: Tensor) -> Tensor:
+    def rsqrt(self) -> Self:
         """1 / sqrt(self)."""
         return self.sqrt().reciprocal()
 
-    def reciprocal(self: Tensor) -> Tensor:
+    def reciprocal(self) -> Self:
         """1 / self."""
         return self._float()._alu(Ops.RECIPROCAL)
 
-    def sin(self: Tensor) -> Tensor:
+    def sin(self) -> Self:
         """Sine."""
         return self._float()._alu(Ops.SIN)
 
-    def cos(self: Tensor) -> Tensor:
+    def cos(self) -> Self:
         """Cosine (as sin(pi/2 - x), which the kernels compute as cos(x)), with the gradient -sin(x). Through sin's
         own rule the gradient would be cos(pi/2 - x) of the rounded pi/2 - x: 2e-2 off at x = 1e6."""
         from tinycore.gradient import with_gradient
@@ -720,11 +725,11 @@ class ElementwiseMixin:
 
         return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
-    def tan(self: Tensor) -> Tensor:
+    def tan(self) -> Self:
         """Tangent."""
         return self.sin() / self.cos()
 
-    def atan(self: Tensor) -> Tensor:
+    def atan(self) -> Self:
         """Inverse tangent, by range reduction to |t| <= tan(pi/8) and its Taylor series."""
         x = self._float()
         magnitude = x.abs()
@@ -741,62 +746,62 @@ class ElementwiseMixin:
         angle = large.where(math.pi / 2 - angle, angle)
         return (x < 0).where(-angle, angle)
 
-    def asin(self: Tensor) -> Tensor:
+    def asin(self) -> Self:
         """Inverse sine."""
         x = self._float()
         return (x / (1 - x * x).sqrt()).atan()
 
-    def acos(self: Tensor) -> Tensor:
+    def acos(self) -> Self:
         """Inverse cosine."""
         return math.pi / 2 - self.asin()
 
-    def sinh(self: Tensor) -> Tensor:
+    def sinh(self) -> Self:
         """Hyperbolic sine."""
         return (self.exp() - self.neg().exp()) / 2
 
-    def cosh(self: Tensor) -> Tensor:
+    def cosh(self) -> Self:
         """Hyperbolic cosine."""
         return (self.exp() + self.neg().exp()) / 2
 
-    def tanh(self: Tensor) -> Tensor:
+    def tanh(self) -> Self:
         """Hyperbolic tangent (as 2 * sigmoid(2x) - 1)."""
         return 2.0 * (2.0 * self._float()).sigmoid() - 1.0
 
-    def asinh(self: Tensor) -> Tensor:
+    def asinh(self) -> Self:
         """Inverse hyperbolic sine."""
         x = self._float()
         magnitude = (x.abs() + (x * x + 1).sqrt()).log()
         return (x < 0).where(-magnitude, magnitude)
 
-    def acosh(self: Tensor) -> Tensor:
+    def acosh(self) -> Self:
         """Inverse hyperbolic cosine."""
         x = self._float()
         return (x + (x * x - 1).sqrt()).log()
 
-    def atanh(self: Tensor) -> Tensor:
+    def atanh(self) -> Self:
         """Inverse hyperbolic tangent."""
         x = self._float()
         return ((1 + x) / (1 - x)).log() * 0.5
 
-    def trunc(self: Tensor) -> Tensor:
+    def trunc(self) -> Self:
         """Rounding toward zero."""
         return self._alu(Ops.TRUNC) if dtypes.is_float(self.dtype) else self
 
-    def floor(self: Tensor) -> Tensor:
+    def floor(self) -> Self:
         """Rounding toward -inf."""
         if not dtypes.is_float(self.dtype):
             return self
         truncated = self.trunc()
         return (self < truncated).where(truncated - 1, truncated)
 
-    def ceil(self: Tensor) -> Tensor:
+    def ceil(self) -> Self:
         """Rounding toward +inf."""
         if not dtypes.is_float(self.dtype):
             return self
         truncated = self.trunc()
         return (self > truncated).where(truncated + 1, truncated)
 
-    def round(self: Tensor) -> Tensor:
+    def round(self) -> Self:
         """Rounding to the nearest integer, halves to even."""
         if not dtypes.is_float(self.dtype):
             return self
@@ -808,7 +813,7 @@ class ElementwiseMixin:
         at_half = fraction.abs().eq(0.5)
         return (fraction.abs() > 0.5).where(away, at_half.where(truncated_is_even.where(truncated, away), truncated))
 
-    def erf(self: Tensor) -> Tensor:
+    def erf(self) -> Self:
         """The error function (Abramowitz and Stegun 7.1.26, absolute error below 1.5e-7)."""
         x = self._float()
         t = 1.0 / (1.0 + 0.3275911 * x.abs())
@@ -818,11 +823,11 @@ class ElementwiseMixin:
 
     # ---- activations ----
 
-    def relu(self: Tensor) -> Tensor:
+    def relu(self) -> Self:
         """max(self, 0)."""
         return (self > 0).where(self, self._const(0))
 
-    def sigmoid(self: Tensor) -> Tensor:
+    def sigmoid(self) -> Self:
         """1 / (1 + exp(-self)), computed from z = exp(-|self|) (never overflows): 1 / (1 + z) for self >= 0 and
         z / (1 + z) below, so values far below zero keep their precision and gradients stay finite everywhere."""
         x = self._float()
@@ -831,35 +836,35 @@ class ElementwiseMixin:
         positive_branch = (1.0 + z)._alu(Ops.RECIPROCAL)
         return negative.where(z * positive_branch, positive_branch)
 
-    def logsigmoid(self: Tensor) -> Tensor:
+    def logsigmoid(self) -> Self:
         """log(sigmoid(self))."""
         return -(-self).softplus()
 
-    def hardsigmoid(self: Tensor, alpha: float = 1 / 6, beta: float = 0.5) -> Tensor:
+    def hardsigmoid(self, alpha: float = 1 / 6, beta: float = 0.5) -> Self:
         """max(0, min(1, alpha * self + beta))."""
         return (alpha * self + beta).relu() - (alpha * self + beta - 1).relu()
 
-    def leaky_relu(self: Tensor, neg_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, neg_slope: float = 0.01) -> Self:
         """self where positive, else neg_slope * self."""
         return (self < 0).where(self * neg_slope, self)
 
-    def relu6(self: Tensor) -> Tensor:
+    def relu6(self) -> Self:
         """min(max(self, 0), 6)."""
         return self.relu() - (self - 6).relu()
 
-    def elu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: float = 1.0) -> Self:
         """self where positive, else alpha * (exp(self) - 1)."""
         return self.relu() - alpha * (1 - self.exp()).relu()
 
-    def celu(self: Tensor, alpha: float = 1.0) -> Tensor:
+    def celu(self, alpha: float = 1.0) -> Self:
         """max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
         return self.maximum(0) + (alpha * ((self / alpha).exp() - 1)).minimum(0)
 
-    def selu(self: Tensor, alpha: float = 1.67326, gamma: float = 1.0507) -> Tensor:
+    def selu(self, alpha: float = 1.67326, gamma: float = 1.0507) -> Self:
         """gamma * (x where positive, else alpha * (exp(x) - 1))."""
         return gamma * (self >= 0).where(self._float(), alpha * (self.exp() - 1))
 
-    def gelu(self: Tensor, approximate: str = "tanh") -> Tensor:
+    def gelu(self, approximate: str = "tanh") -> Self:
         """Gaussian error linear unit ('tanh' approximation or exact 'none')."""
         if approximate == "tanh":
             return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
@@ -867,19 +872,19 @@ class ElementwiseMixin:
             return 0.5 * self * (1 + (self / math.sqrt(2)).erf())
         raise ValueError(f"gelu approximate must be 'tanh' or 'none', got {approximate!r}")
 
-    def quick_gelu(self: Tensor) -> Tensor:
+    def quick_gelu(self) -> Self:
         """self * sigmoid(1.702 * self)."""
         return self * (self * 1.702).sigmoid()
 
-    def silu(self: Tensor) -> Tensor:
+    def silu(self) -> Self:
         """self * sigmoid(self)."""
         return self * self.sigmoid()
 
-    def swish(self: Tensor) -> Tensor:
+    def swish(self) -> Self:
         """Alias of silu."""
         return self.silu()
 
-    def softplus(self: Tensor, beta: float = 1.0) -> Tensor:
+    def softplus(self, beta: float = 1.0) -> Self:
         """log(1 + exp(beta * self)) / beta (linear above beta * self = 20, like torch)."""
         scaled = self._float() * beta
         linear = scaled > 20
@@ -888,36 +893,36 @@ class ElementwiseMixin:
         bounded = linear.where(0.0, scaled)
         return linear.where(self._float(), (1 + bounded.exp()).log() * (1 / beta))
 
-    def mish(self: Tensor) -> Tensor:
+    def mish(self) -> Self:
         """self * tanh(softplus(self))."""
         return self * self.softplus().tanh()
 
-    def hardtanh(self: Tensor, min_val: float = -1, max_val: float = 1) -> Tensor:
+    def hardtanh(self, min_val: float = -1, max_val: float = 1) -> Self:
         """self limited to [min_val, max_val]."""
         return self.clip(min_val, max_val)
 
-    def hardswish(self: Tensor) -> Tensor:
+    def hardswish(self) -> Self:
         """self * relu6(self + 3) / 6."""
         return self * (self + 3).relu6() * (1 / 6)
 
-    def softsign(self: Tensor) -> Tensor:
+    def softsign(self) -> Self:
         """self / (1 + |self|)."""
         return self / (1 + self.abs())
 
-    def logaddexp(self: Tensor, other: Operand) -> Tensor:
+    def logaddexp(self, other: Operand[Self]) -> Self:
         """log(exp(self) + exp(other)) computed stably."""
         first, second = self._broadcasted(other)
         top = first.maximum(second)
         safe_top = top.isinf().where(top._const(0.0, top.dtype), top) if dtypes.is_float(top.dtype) else top
         return ((first - safe_top).exp() + (second - safe_top).exp()).log() + safe_top
 
-    def ufix(self: Tensor, x: Tensor | ConstType) -> Tensor:
+    def ufix(self, x: Self | ConstType) -> Self:
         """`x` as a tensor usable with this one (a Python scalar becomes a constant of the promoted dtype)."""
         if _is_tensor(x):
             return x
         return self._const(x, scalar_result_dtype(self.dtype, x), ())
 
-    def alu(self: Tensor, op: Ops, *src: Tensor | ConstType) -> Tensor:
+    def alu(self, op: Ops, *src: Self | ConstType) -> Self:
         """The ALU operation `op` applied to this tensor and `src` (broadcast and promoted together)."""
         if op in (Ops.WHERE,):
             return self.where(*src)
@@ -929,34 +934,34 @@ class ElementwiseMixin:
 
     # ---- dtype shortcuts ----
 
-    def float(self: Tensor) -> Tensor:
+    def float(self) -> Self:
         """Cast to float32."""
         return self.cast(dtypes.float32)
 
-    def half(self: Tensor) -> Tensor:
+    def half(self) -> Self:
         """Cast to float16."""
         return self.cast(dtypes.float16)
 
-    def double(self: Tensor) -> Tensor:
+    def double(self) -> Self:
         """Cast to float64."""
         return self.cast(dtypes.float64)
 
-    def bfloat16(self: Tensor) -> Tensor:
+    def bfloat16(self) -> Self:
         """Cast to bfloat16."""
         return self.cast(dtypes.bfloat16)
 
-    def int(self: Tensor) -> Tensor:
+    def int(self) -> Self:
         """Cast to int32."""
         return self.cast(dtypes.int32)
 
-    def long(self: Tensor) -> Tensor:
+    def long(self) -> Self:
         """Cast to int64."""
         return self.cast(dtypes.int64)
 
-    def short(self: Tensor) -> Tensor:
+    def short(self) -> Self:
         """Cast to int16."""
         return self.cast(dtypes.int16)
 
-    def bool(self: Tensor) -> Tensor:
+    def bool(self) -> Self:
         """Cast to bool."""
         return self.cast(dtypes.bool)

@@ -9,13 +9,13 @@ nonzero, masked_select) read the mask to the host.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, Union
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard, TypeVar, Union
 
 from tinycore.dtype import dtypes
 from tinycore.errors import ArgumentError, DTypeMismatchError, ShapeError
 from tinycore.helpers import CHECK_INDEX, prod
 from tinycore.tensor import segments  # noqa: F401 - registers the sort-and-segment lowering of scatter reductions
-from tinycore.tensor.creation import is_shared_buffer
+from tinycore.tensor.creation import CreationMixin, is_shared_buffer
 from tinycore.tensor.recipes import LEAF_ATTRIBUTE, LEAF_INDEX, LEAF_MULTI, RecipeBook, key_of, leaf_info
 from tinycore.tensor.support import broadcast_shape, resolve_axis
 from tinycore.uop.indexing import AxisEntry, scatter_assign, writes_in_place
@@ -27,33 +27,32 @@ from tinycore.uop.uop import UOp
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from types import EllipsisType
+    from typing import Self
 
     import numpy
     from typing_extensions import TypeIs
 
     from tinycore.dtype import ConstType
-    from tinycore.tensor.tensor import NestedValues, Tensor
+    from tinycore.tensor.base import NestedValues
     from tinycore.uop.uop import sint
 
-    Index: TypeAlias = Union[int, slice, None, EllipsisType, Tensor, UOp, Sequence[NestedValues], numpy.ndarray,
-                             numpy.generic]
+    Index: TypeAlias = Union[int, slice, None, EllipsisType, "IndexingMixin", UOp, Sequence[NestedValues],
+                             numpy.ndarray, numpy.generic]
     """One item of an index: an int, a slice, None, Ellipsis, an index tensor or bool mask, a list or numpy array
     of ints or bools, or a symbolic int."""
     Indices: TypeAlias = Union[Index, tuple[Index, ...]]
     """What `tensor[...]` takes: one index item or a tuple of them."""
-    SetValue: TypeAlias = Union[Tensor, ConstType, list[NestedValues], tuple[NestedValues, ...]]
+    SetValue: TypeAlias = Union["IndexingMixin", ConstType, list[NestedValues], tuple[NestedValues, ...]]
     """What `tensor[...] = value` writes: a tensor, a scalar, or (nested) lists of scalars."""
 
 
-_TENSOR_CLASS: list[type] = []  # the Tensor class, imported on first use (tensor.py imports this module)
+TensorT = TypeVar("TensorT", bound="IndexingMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
 
 
-def _is_tensor(value: object) -> TypeIs[Tensor]:
-    """True for a Tensor."""
-    if not _TENSOR_CLASS:
-        from tinycore.tensor.tensor import Tensor
-        _TENSOR_CLASS.append(Tensor)
-    return isinstance(value, _TENSOR_CLASS[0])
+def _is_tensor(value: object) -> TypeIs[IndexingMixin]:
+    """True for a Tensor (every Tensor is an IndexingMixin)."""
+    return isinstance(value, IndexingMixin)
 
 
 def _is_int(value: object) -> TypeGuard[int | numpy.integer]:
@@ -93,7 +92,8 @@ _TENSOR_ITEM = ("tensor",)
 """Marks an index tensor's place among a setitem key's arguments (its structure is in the leaves' part)."""
 
 
-def _setitem_key(tensor: Tensor, indices: Any, value: Any) -> tuple[tuple[Any, ...], list[UOp], list[list[UOp]]] | None:
+def _setitem_key(tensor: TensorT, indices: Any,
+                 value: Any) -> tuple[tuple[Any, ...], list[UOp], list[list[UOp]]] | None:
     """The recipe key of `tensor[indices] = value`, its leaves (the target, index tensors and value) and their
     buffers; None when the call is not one a recipe can stand for: an index or value that is not a plain int,
     slice, None, Ellipsis, integer Tensor or Python scalar (host lists, bool masks and Variables depend on more than
@@ -205,12 +205,12 @@ class _HostIndex:
         self.values, self.shape = values, shape
 
 
-class IndexingMixin:
+class IndexingMixin(CreationMixin):
     """Indexing, gather/scatter, masked selection, sort and topk."""
 
     # ---- index normalisation ----
 
-    def _normalize_indices(self: Tensor, indices: Indices) -> list[Any]:
+    def _normalize_indices(self, indices: Indices) -> list[Any]:
         """The index as a list of int / slice / None / _HostIndex / Tensor items with Ellipsis expanded."""
         items = list(indices) if isinstance(indices, tuple) else [indices]
         normalized: list[Any] = []
@@ -270,7 +270,7 @@ class IndexingMixin:
             normalized.extend(fill)
         return normalized
 
-    def _bool_mask_indices(self: Tensor, mask: Tensor, position: int) -> list[_HostIndex]:
+    def _bool_mask_indices(self, mask: Self, position: int) -> list[_HostIndex]:
         """A bool mask index at axis `position` (-1: unknown) turned into one host index per masked axis (reads the
         mask)."""
         if position >= 0 and tuple(mask.shape) != tuple(self.shape[position:position + mask.ndim]):
@@ -282,7 +282,7 @@ class IndexingMixin:
 
     # ---- basic indexing ----
 
-    def _slice_axis(self: Tensor, axis: int, start: int, stop: int, step: int) -> Tensor:
+    def _slice_axis(self, axis: int, start: int, stop: int, step: int) -> Self:
         """Elements start, start+step, ... (before stop) of `axis`."""
         count = len(range(start, stop, step))
         if count == 0:
@@ -302,7 +302,7 @@ class IndexingMixin:
             result = picked.reshape(shape[:axis] + [count] + shape[axis + 1:])
         return result
 
-    def _unslice_axis(self: Tensor, axis: int, size: int, start: int, stop: int, step: int, fill: ConstType) -> Tensor:
+    def _unslice_axis(self, axis: int, size: int, start: int, stop: int, step: int, fill: ConstType) -> Self:
         """The inverse placement of `_slice_axis`: this tensor's axis spread back into `size` slots (rest `fill`)."""
         count = len(range(start, stop, step))
         pairs = [(0, 0)] * self.ndim
@@ -325,13 +325,13 @@ class IndexingMixin:
         pairs[axis] = (low, size - low - result.shape[axis])
         return result._pad_with(pairs, fill)
 
-    def _pad_with(self: Tensor, pairs: list[tuple[int, int]], fill: ConstType) -> Tensor:
+    def _pad_with(self, pairs: list[tuple[int, int]], fill: ConstType) -> Self:
         """Constant padding with `fill` (bool False/True included)."""
         if fill is False or fill == 0:
             return self._pad_constant(pairs, 0)
         return self._pad_constant(pairs, fill)
 
-    def _apply_basic(self: Tensor, items: list[Any]) -> tuple[Tensor, list[tuple[Any, ...]], list[tuple[int, Any]]]:
+    def _apply_basic(self, items: list[Any]) -> tuple[Self, list[tuple[Any, ...]], list[tuple[int, Any]]]:
         """Basic indices applied; returns the view, the steps taken (to invert them) and the advanced indices with
         the axis of the view they index."""
         result = self
@@ -374,7 +374,7 @@ class IndexingMixin:
                 axis += 1
         return result, steps, advanced
 
-    def _invert_basic(self: Tensor, steps: list[tuple[Any, ...]], fill: ConstType) -> Tensor:
+    def _invert_basic(self, steps: list[tuple[Any, ...]], fill: ConstType) -> Self:
         """This tensor (shaped like a basic-indexed view) placed back into the original shape, `fill` elsewhere."""
         result = self
         for step in reversed(steps):
@@ -393,7 +393,7 @@ class IndexingMixin:
 
     # ---- advanced indexing ----
 
-    def _index_tensor(self: Tensor, index: Any, size: int, axis: int | None = None, wrap: bool = False) -> Tensor:
+    def _index_tensor(self, index: Any, size: int, axis: int | None = None, wrap: bool = False) -> Self:
         """An index (host or tensor) as an int32 tensor; negative host values are wrapped, negative tensor values
         only when `wrap` (GATHER and SCATTER kernels wrap them themselves).
 
@@ -423,7 +423,7 @@ class IndexingMixin:
             tensor = tensor.to(self.device)  # an index tensor on one device indexes every device's part
         return (tensor < 0).where(tensor + size, tensor) if wrap else tensor
 
-    def _take_host(self: Tensor, axis: int, index: _HostIndex) -> Tensor:
+    def _take_host(self, axis: int, index: _HostIndex) -> Self:
         """Rows of `axis` picked by host-known indices, as shrinks joined by cat (runs of consecutive indices
         become one shrink); more than a few runs become a gather."""
         size = self.shape[axis]
@@ -450,7 +450,7 @@ class IndexingMixin:
         joined = pieces[0].cat(*pieces[1:], dim=axis) if len(pieces) > 1 else pieces[0]
         return joined.reshape(shape[:axis] + list(index.shape) + shape[axis + 1:])
 
-    def _apply_advanced(self: Tensor, advanced: list[tuple[int, Any]]) -> Tensor:
+    def _apply_advanced(self, advanced: list[tuple[int, Any]]) -> Self:
         """Index tensors applied to their axes (numpy placement rules for the broadcast index shape)."""
         if len(advanced) == 1 and isinstance(advanced[0][1], _HostIndex):
             return self._take_host(*advanced[0])
@@ -459,7 +459,7 @@ class IndexingMixin:
         indices = [self._index_tensor(index, self.shape[axis], axis, wrap=one_hot) for axis, index in advanced]
         return self._one_hot_axes(axes, indices) if one_hot else self._gather_axes(axes, indices)
 
-    def _gather_axes(self: Tensor, axes: list[int], indices: list[Tensor]) -> Tensor:
+    def _gather_axes(self, axes: list[int], indices: list[Self]) -> Self:
         """A GATHER of `axes` at the int32 `indices` (numpy placement of the broadcast index shape)."""
         if len(indices) == 1 and axes == [0]:
             # x[idx] (embeddings, eager lookups): the node gather_node would build, made without its checks, which
@@ -487,7 +487,7 @@ class IndexingMixin:
         node = gather_node(self.uop, placed, shape, axis_map)
         return self._result(node)
 
-    def _one_hot_axes(self: Tensor, axes: list[int], indices: list[Tensor]) -> Tensor:
+    def _one_hot_axes(self, axes: list[int], indices: list[Self]) -> Self:
         """The selection of `_gather_axes` by comparison with a range and a reduce (cheaper for tiny axes, where the
         mask fuses into the consumer's kernel)."""
         index_shape = broadcast_shape(*(index.shape for index in indices))
@@ -515,7 +515,7 @@ class IndexingMixin:
         order = order[:before] + list(range(len(rest_shape), len(rest_shape) + len(index_shape))) + order[before:]
         return picked.permute(order)
 
-    def __getitem__(self: Tensor, indices: Indices) -> Tensor:
+    def __getitem__(self, indices: Indices) -> Self:
         """numpy-style indexing: ints, slices with steps, None, Ellipsis, lists, int tensors and bool masks."""
         if _is_tensor(indices) and dtypes.is_int(indices.dtype) and self.ndim and \
                 isinstance(self.shape[0], int) and self.shape[0] > ONEHOT_MAX_ELEMENTS:
@@ -526,7 +526,7 @@ class IndexingMixin:
             result = result._apply_advanced(advanced)
         return result
 
-    def __setitem__(self: Tensor, indices: Indices, value: SetValue) -> None:
+    def __setitem__(self, indices: Indices, value: SetValue) -> None:
         """Write `value` (broadcast, cast to this dtype) into the indexed elements."""
         keyed = None if CHECK_INDEX.value else _setitem_key(self, indices, value)
         if keyed is not None:
@@ -538,7 +538,7 @@ class IndexingMixin:
         if keyed is not None:
             _SETITEM_RECIPES.record(keyed[0], keyed[1], keyed[2], self.uop)
 
-    def _setitem_built(self: Tensor, indices: Indices, value: SetValue) -> None:
+    def _setitem_built(self, indices: Indices, value: SetValue) -> None:
         """__setitem__ building its graph step by step (what a recipe records)."""
         items = self._normalize_indices(indices)
         if not _is_tensor(value):
@@ -553,7 +553,7 @@ class IndexingMixin:
         else:
             self._assign_advanced(items, value)
 
-    def _assign_advanced(self: Tensor, items: list[Any], value: Tensor) -> None:
+    def _assign_advanced(self, items: list[Any], value: Self) -> None:
         """`self[items] = value` for items with index tensors or lists: one SCATTER into this tensor's buffer whose
         axis map follows numpy's placement of the result (the shape self[items] has)."""
         entries: list[tuple[Any, ...]] = []  # per axis of self: ("int", p) / ("slice", view axis, start, step, count)
@@ -612,7 +612,7 @@ class IndexingMixin:
         self.uop = self._scatter_into(value._broadcast_to(shape), placed, tuple(axis_map), None, parallel,
                                       in_place=True)
 
-    def _scatter_into(self: Tensor, values: Tensor, indices: list[Tensor], axis_map: tuple[AxisEntry, ...],
+    def _scatter_into(self, values: Self, indices: list[Self], axis_map: tuple[AxisEntry, ...],
                       reduce: str | None, parallel: list[int], in_place: bool) -> UOp:
         """The node of this tensor with `values` scattered at the wrapped int32 `indices` (see uop/indexing.py):
         written into this tensor's own buffer when `in_place` and it has one, else into a new buffer."""
@@ -635,7 +635,7 @@ class IndexingMixin:
 
     # ---- gather and scatter ----
 
-    def _check_index_like(self: Tensor, dim: int, index: Tensor, name: str) -> int:
+    def _check_index_like(self, dim: int, index: Self, name: str) -> int:
         """Validate a gather/scatter index and return the resolved axis."""
         axis = resolve_axis(dim, self.ndim)
         if not _is_tensor(index) or not dtypes.is_int(index.dtype):
@@ -649,7 +649,7 @@ class IndexingMixin:
                                  f"on dimension {position}")
         return axis
 
-    def gather(self: Tensor, dim: int, index: Tensor) -> Tensor:
+    def gather(self, dim: int, index: Self) -> Self:
         """out[i][j][k] = self[index[i][j][k]][j][k] (for dim 0): a load at the address read from `index`."""
         axis = self._check_index_like(dim, index, "gather")
         bounds = tuple(None if position == axis else (0, wanted) for position, wanted in enumerate(index.shape))
@@ -658,7 +658,7 @@ class IndexingMixin:
         axis_map = [-1 if position == axis else position for position in range(self.ndim)]
         return source._result(gather_node(source.uop, [wrapped.uop], index.shape, axis_map))
 
-    def _scatter_values(self: Tensor, index: Tensor, src: Tensor | ConstType) -> Tensor:
+    def _scatter_values(self, index: Self, src: Self | ConstType) -> Self:
         """`src` (a tensor covering index's shape, or a scalar) as values shaped like `index` in this dtype."""
         if _is_tensor(src):
             if src.ndim != self.ndim or any(have < wanted for have, wanted in zip(src.shape, index.shape, strict=True)):
@@ -669,14 +669,14 @@ class IndexingMixin:
             return src.shrink(tuple((0, wanted) for wanted in index.shape)).cast(self.dtype)
         return self._const(src, self.dtype, index.shape)
 
-    def _scatter_along(self: Tensor, axis: int, index: Tensor, values: Tensor, reduce: str | None) -> Tensor:
+    def _scatter_along(self, axis: int, index: Self, values: Self, reduce: str | None) -> Self:
         """A new tensor: this one with `values` scattered along `axis` at `index` (`reduce` as in uop/indexing.py)."""
         wrapped = self._index_tensor(index, self.shape[axis], axis)
         axis_map = tuple(-1 if position == axis else position for position in range(self.ndim))
         parallel = [position for position in range(self.ndim) if position != axis]
         return self._result(self._scatter_into(values, [wrapped], axis_map, reduce, parallel, in_place=False), values)
 
-    def scatter(self: Tensor, dim: int, index: Tensor, src: Tensor | ConstType, reduce: str | None = None) -> Tensor:
+    def scatter(self, dim: int, index: Self, src: Self | ConstType, reduce: str | None = None) -> Self:
         """self with self[index[i][j]][j] = src[i][j] (dim 0); reduce 'add' or 'multiply' combines instead.
 
         Where indices repeat, the write of the last position (in C order of `index`) wins."""
@@ -686,8 +686,8 @@ class IndexingMixin:
         values = self._scatter_values(index, src)
         return self._scatter_along(axis, index, values, {None: None, "add": "add", "multiply": "mul"}[reduce])
 
-    def scatter_reduce(self: Tensor, dim: int, index: Tensor, src: Tensor, reduce: str,
-                       include_self: bool = True) -> Tensor:
+    def scatter_reduce(self, dim: int, index: Self, src: Self, reduce: str,
+                       include_self: bool = True) -> Self:
         """self combined with src at index by 'sum', 'prod', 'mean', 'amax' or 'amin' (every value counts, repeated
         indices included)."""
         axis = self._check_index_like(dim, index, "scatter_reduce")
@@ -714,7 +714,7 @@ class IndexingMixin:
 
     # ---- data-dependent selections ----
 
-    def nonzero(self: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    def nonzero(self, size: int | None = None, fill_value: ConstType = 0) -> Self:
         """The (count, ndim) int32 coordinates of the nonzero elements (reads the tensor to the host)."""
         import numpy
         positions = numpy.argwhere(self.numpy()).astype(numpy.int32).reshape(-1, self.ndim)
@@ -726,7 +726,7 @@ class IndexingMixin:
             return type(self).full(positions.shape, 0, dtypes.int32, self.device)
         return type(self)(positions, device=self.device)
 
-    def masked_select(self: Tensor, mask: Tensor, size: int | None = None, fill_value: ConstType = 0) -> Tensor:
+    def masked_select(self, mask: Self, size: int | None = None, fill_value: ConstType = 0) -> Self:
         """The elements where `mask` (broadcast) is true, as a 1-D tensor (reads the mask to the host)."""
         import numpy
         shape = broadcast_shape(self.shape, mask.shape)
@@ -742,7 +742,7 @@ class IndexingMixin:
 
     # ---- sorting ----
 
-    def sort(self: Tensor, dim: int = -1, descending: bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self, dim: int = -1, descending: bool = False) -> tuple[Self, Self]:
         """(values, int32 indices) sorted along `dim`; equal values keep their order (stable)."""
         if self.ndim == 0:
             return self, self._const(0, dtypes.int32)
@@ -763,11 +763,11 @@ class IndexingMixin:
         indices = onehot.where(positions.reshape(length, 1), 0).sum(-2).cast(dtypes.int32)
         return values.transpose(axis, -1), indices.transpose(axis, -1)
 
-    def argsort(self: Tensor, dim: int = -1, descending: bool = False) -> Tensor:
+    def argsort(self, dim: int = -1, descending: bool = False) -> Self:
         """The int32 indices that sort the tensor along `dim`."""
         return self.sort(dim, descending)[1]
 
-    def topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Tensor, Tensor]:
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted_: bool = True) -> tuple[Self, Self]:
         """(values, int32 indices) of the k largest (or smallest) elements along `dim`."""
         axis = resolve_axis(dim, self.ndim) if self.ndim else 0
         length = self.shape[axis] if self.ndim else 1

@@ -2,12 +2,17 @@
 the tensor's device with uint64 lanes (FIPS 202)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tinycore.dtype import dtypes
+from tinycore.tensor.linalg import LinalgMixin
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    from typing import Self
+
+
+TensorT = TypeVar("TensorT", bound="KeccakMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
 
 # Keccak-f[1600] round constants (FIPS 202, section 3.2.5), computed from the LFSR rc(t).
 
@@ -58,11 +63,11 @@ _KECCAK_CONFIGS = {
 }
 
 
-class KeccakMixin:
+class KeccakMixin(LinalgMixin):
     """Keccak hashing of Tensor bytes."""
 
 
-    def keccak(self: Tensor, cfg: str | tuple[int, int] = "sha3_256") -> Tensor:
+    def keccak(self, cfg: str | tuple[int, int] = "sha3_256") -> Self:
         """Keccak hash of the uint8 bytes along the last dimension (SHA-3 "sha3_256" by default).
 
         `cfg` is a name (sha3_224, sha3_256, sha3_384, sha3_512, shake_128, shake_256) or a (rate in bytes,
@@ -83,7 +88,7 @@ class KeccakMixin:
                             f"{self.shape}: bitcast the data to uint8 first")
         return self._keccak_bytes(rate, suffix, out_length)
 
-    def _keccak_bytes(self: Tensor, rate: int, suffix: int, out_length: int) -> Tensor:
+    def _keccak_bytes(self, rate: int, suffix: int, out_length: int) -> Self:
         """The sponge construction over uint8 rows: pad, absorb block by block, squeeze `out_length` bytes."""
         tensor_type = type(self)
         batch, length = tuple(self.shape[:-1]), int(self.shape[-1])
@@ -108,7 +113,7 @@ class KeccakMixin:
         squeezed = (state[..., :out_lanes].unsqueeze(-1) >> shifts) & 0xFF
         return squeezed.cast(dtypes.uint8).reshape(*batch, out_lanes * 8)[..., :out_length]
 
-    def hash(self: Tensor) -> Tensor:
+    def hash(self) -> Self:
         """A 16-byte hash of the tensor's contents: the first 16 bytes of SHA3-256 over its raw bytes."""
         flat = self.flatten() if self.ndim else self.reshape(1)
         size = self.dtype.itemsize
@@ -123,7 +128,7 @@ class KeccakMixin:
         return raw.keccak("sha3_256")[:16]
 
 
-def _rotate_left(lanes: Tensor, amounts: Tensor) -> Tensor:
+def _rotate_left(lanes: TensorT, amounts: TensorT) -> TensorT:
     """Rotate uint64 lanes left by per-lane amounts in 0..63 (an amount of 0 leaves the lane unchanged)."""
     rotated = (lanes << amounts) | (lanes >> ((64 - amounts) & 63))
     return (amounts == 0).where(lanes, rotated)
@@ -140,11 +145,11 @@ _GATHER_NEXT_COLUMN = _lane_gather_matrix([(x + 1) % 5 + 5 * y for x, y in _LANE
 _GATHER_PI = _lane_gather_matrix(_PI_SOURCE)
 
 
-class _KeccakTables:
+class _KeccakTables(Generic[TensorT]):
     """The per-device uint64 tables of a Keccak-f[1600] round (rotation amounts and lane gather matrices)."""
 
-    def __init__(self, tensor_type: type[Tensor], device: str):
-        def table(values: list[int] | list[list[int]]) -> Tensor:
+    def __init__(self, tensor_type: type[TensorT], device: str):
+        def table(values: list[int] | list[list[int]]) -> TensorT:
             return tensor_type(values, dtype=dtypes.uint64, device=device)
         self.rotations = table(_ROTATIONS)
         self.previous_column = table(_GATHER_PREVIOUS_COLUMN)
@@ -152,7 +157,7 @@ class _KeccakTables:
         self.pi = table(_GATHER_PI)
 
 
-def _keccak_round(state: Tensor, tables: _KeccakTables, round_constant: Tensor) -> Tensor:
+def _keccak_round(state: TensorT, tables: _KeccakTables[TensorT], round_constant: TensorT) -> TensorT:
     """One Keccak-f[1600] round (theta, rho, pi, chi, iota) on uint64 states of shape (..., 25), lane x + 5y."""
     batch = tuple(state.shape[:-1])
     grid = state.reshape(*batch, 5, 5)  # [y, x]

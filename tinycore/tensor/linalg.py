@@ -1,12 +1,17 @@
 """Linear algebra on Tensors: Householder QR and one-sided Jacobi SVD over the last two dimensions."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tinycore.dtype import dtypes
+from tinycore.tensor.nn import NNMixin
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    from typing import Self
+
+
+TensorT = TypeVar("TensorT", bound="LinalgMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
 
 _MAX_JACOBI_SWEEPS = 30
 
@@ -24,17 +29,17 @@ def _round_robin_orders(count: int) -> list[list[int]]:
     return orders
 
 
-class LinalgMixin:
+class LinalgMixin(NNMixin):
     """QR and SVD decompositions of Tensor (batched over leading dimensions)."""
 
-    def _check_matrix(self: Tensor, name: str) -> None:
+    def _check_matrix(self, name: str) -> None:
         """Raise unless this is a floating point tensor with at least two dimensions."""
         if self.ndim < 2:
             raise ValueError(f"{name} needs a tensor with at least 2 dimensions, got shape {self.shape}")
         if not dtypes.is_float(self.dtype):
             raise TypeError(f"{name} needs a floating point tensor, got {self.dtype}: cast it with .float() first")
 
-    def qr(self: Tensor) -> tuple[Tensor, Tensor]:
+    def qr(self) -> tuple[Self, Self]:
         """Householder QR of the last two dimensions: Q (..., m, m) orthogonal and R (..., m, n) upper triangular
         with A = Q @ R. Columns of Q and rows of R are unique up to sign."""
         self._check_matrix("qr")
@@ -60,7 +65,7 @@ class LinalgMixin:
             tensor_type.arange(columns, device=self.device)
         return orthogonal, below.where(0.0, upper).cast(self.dtype)
 
-    def svd(self: Tensor, full_matrices: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    def svd(self, full_matrices: bool = True) -> tuple[Self, Self, Self]:
         """Singular value decomposition of the last two dimensions by one-sided Jacobi rotations.
 
         Returns (U, S, V) with A = U[..., :k] * S @ V[..., :k, :] for k = min(m, n): S descending, V holds the
@@ -77,7 +82,7 @@ class LinalgMixin:
             left = left._complete_basis()
         return left, values, right
 
-    def _jacobi_svd(self: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _jacobi_svd(self) -> tuple[Self, Self, Self]:
         """Thin SVD of a tall (m >= n) matrix: U (..., m, n), S (..., n) descending, Vh (..., n, n)."""
         tensor_type = type(self)
         columns = int(self.shape[-1])
@@ -106,7 +111,7 @@ class LinalgMixin:
         right = (vectors @ selector)[..., :columns, :].transpose(-1, -2)
         return left.cast(self.dtype), values.cast(self.dtype), right.cast(self.dtype)
 
-    def _complete_basis(self: Tensor) -> Tensor:
+    def _complete_basis(self) -> Self:
         """Extend orthonormal columns (..., m, k) to an orthogonal (..., m, m) matrix keeping the first k columns
         (columns that are all zero are replaced by new basis vectors)."""
         rows, kept = int(self.shape[-2]), int(self.shape[-1])
@@ -118,7 +123,7 @@ class LinalgMixin:
         return basis * scale.unsqueeze(-2)
 
 
-def _jacobi_round(work: Tensor, vectors: Tensor, permutation: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _jacobi_round(work: TensorT, vectors: TensorT, permutation: TensorT) -> tuple[TensorT, TensorT, TensorT]:
     """Rotate each column pair of `work` (after `permutation`) so the pair becomes orthogonal, applying the same
     rotations to `vectors`; returns both (back in the original column order) and the largest relative coupling."""
     paired = work @ permutation
@@ -138,7 +143,7 @@ def _jacobi_round(work: Tensor, vectors: Tensor, permutation: Tensor) -> tuple[T
     scale = (alpha * beta).sqrt()
     coupling = (negligible | (scale == 0)).where(0.0, gamma.abs() / (scale == 0).where(1.0, scale)).max()
 
-    def rotate(matrix: Tensor) -> Tensor:
+    def rotate(matrix: TensorT) -> TensorT:
         pair_shape = (*matrix.shape[:-1], half, 2)
         left, right = matrix.reshape(pair_shape)[..., 0], matrix.reshape(pair_shape)[..., 1]
         cos_b, sin_b = cosine.unsqueeze(-2), sine.unsqueeze(-2)

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
 from tinycore.dtype import dtypes, least_upper_dtype
 from tinycore.errors import ArgumentError, DimensionError, ShapeError, UnsupportedModeError
+from tinycore.tensor.base import TensorBase
 from tinycore.tensor.support import argfix, check_shape, resolve_axis
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from tinycore.dtype import ConstType
-    from tinycore.tensor.tensor import Tensor
     from tinycore.uop.uop import sint
 
     Sizes: TypeAlias = Union[sint, None, Sequence[Union[sint, None]]]
@@ -41,10 +43,10 @@ def _added(amount: Any) -> Any:
     return amount if not isinstance(amount, int) else max(amount, 0)
 
 
-class MovementMixin:
+class MovementMixin(TensorBase):
     """reshape, permute, expand, pad, shrink, flip and the operations built from them."""
 
-    def reshape(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
+    def reshape(self, shape: Sizes, *args: sint | None) -> Self:
         """The same elements viewed with a new shape (one size may be -1; None keeps that axis' size)."""
         sizes = list(argfix(shape, *args))
         sizes = [self.shape[index] if size is None else size for index, size in enumerate(sizes)]
@@ -69,11 +71,11 @@ class MovementMixin:
                              f"{tuple(sizes)} ({math.prod(sizes)} elements)")
         return self._result(self.uop.reshape(tuple(sizes)))
 
-    def view(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
+    def view(self, shape: Sizes, *args: sint | None) -> Self:
         """Alias of reshape."""
         return self.reshape(shape, *args)
 
-    def permute(self: Tensor, order: Axes, *args: int) -> Tensor:
+    def permute(self, order: Axes, *args: int) -> Self:
         """The axes reordered: axis i of the result is axis order[i] of this tensor."""
         axes = tuple(resolve_axis(axis, self.ndim) for axis in argfix(order, *args))
         if sorted(axes) != list(range(self.ndim)):
@@ -81,7 +83,7 @@ class MovementMixin:
                              f"of shape {self.shape}")
         return self._result(self.uop.permute(axes))
 
-    def expand(self: Tensor, shape: Sizes, *args: sint) -> Tensor:
+    def expand(self, shape: Sizes, *args: sint) -> Self:
         """Broadcast to `shape` (size-1 axes stretch, new axes are added on the left, -1 keeps a size)."""
         sizes = argfix(shape, *args)
         if len(sizes) < self.ndim:
@@ -95,7 +97,7 @@ class MovementMixin:
         check_shape(target)
         return self._result(self.uop.reshape(current).expand(target))
 
-    def shrink(self: Tensor, arg: Sequence[tuple[sint, sint] | None]) -> Tensor:
+    def shrink(self, arg: Sequence[tuple[sint, sint] | None]) -> Self:
         """The part [start, end) of each axis (None keeps the whole axis)."""
         bounds = tuple(arg)
         if len(bounds) != self.ndim:
@@ -109,7 +111,7 @@ class MovementMixin:
             resolved.append((start, end))
         return self._result(self.uop.shrink(tuple(resolved)))
 
-    def flip(self: Tensor, axis: Axes, *args: int) -> Tensor:
+    def flip(self, axis: Axes, *args: int) -> Self:
         """The elements reversed along the given axes."""
         axes = [resolve_axis(item, self.ndim) for item in argfix(axis, *args)]
         if len(set(axes)) != len(axes):
@@ -118,14 +120,14 @@ class MovementMixin:
 
     # ---- pad ----
 
-    def _pad_pairs(self: Tensor, padding: Sequence[Any]) -> list[tuple[int, int]]:
+    def _pad_pairs(self, padding: Sequence[Any]) -> list[tuple[sint, sint]]:
         """Per-axis (before, after) pairs from either form of `padding`."""
         items = list(padding)
         if all(isinstance(item, int) and not isinstance(item, bool) for item in items):
             if len(items) % 2 != 0 or len(items) // 2 > self.ndim:
                 raise ShapeError(f"flat padding {tuple(items)} needs an even number of values, at most "
                                  f"{2 * self.ndim} for shape {self.shape}")
-            pairs = [(0, 0)] * self.ndim
+            pairs: list[tuple[sint, sint]] = [(0, 0)] * self.ndim
             for index in range(len(items) // 2):
                 pairs[self.ndim - 1 - index] = (items[2 * index], items[2 * index + 1])
             return pairs
@@ -134,7 +136,7 @@ class MovementMixin:
                              f"{self.shape}")
         return [(0, 0) if item is None else (_amount(item[0]), _amount(item[1])) for item in items]
 
-    def pad(self: Tensor, padding: Sequence[Any], mode: str = "constant", value: ConstType = 0.0) -> Tensor:
+    def pad(self, padding: Sequence[Any], mode: str = "constant", value: ConstType = 0.0) -> Self:
         """Padding per axis: a flat (left, right, top, bottom, ...) sequence starting from the last axis, or one
         (before, after) pair or None per axis. Modes: constant (with `value`), reflect, replicate, circular.
         Negative amounts remove elements."""
@@ -157,7 +159,7 @@ class MovementMixin:
             return grown._remove_negative(pairs)
         return self._remove_negative(pairs)._pad_constant(grow, value)
 
-    def _remove_negative(self: Tensor, pairs: list[tuple[Any, Any]]) -> Tensor:
+    def _remove_negative(self, pairs: list[tuple[Any, Any]]) -> Self:
         """This tensor with the negative amounts of `pairs` removed from each axis."""
         bounds = []
         for size, (before, after) in zip(self.shape, pairs, strict=True):
@@ -167,7 +169,7 @@ class MovementMixin:
             bounds.append((start, end))
         return self.shrink(tuple(bounds))
 
-    def _pad_constant(self: Tensor, pairs: list[tuple[int, int]], value: ConstType) -> Tensor:
+    def _pad_constant(self, pairs: list[tuple[int, int]], value: ConstType) -> Self:
         """Constant padding (zero directly, other values through a mask)."""
         if all(before == 0 and after == 0 for before, after in pairs):
             return self
@@ -178,7 +180,7 @@ class MovementMixin:
         mask = type(self)._wrap(inside.uop.pad(tuple(pairs)))
         return mask.where(padded, value)
 
-    def _pad_axis(self: Tensor, axis: int, before: int, after: int, mode: str) -> Tensor:
+    def _pad_axis(self, axis: int, before: int, after: int, mode: str) -> Self:
         """Reflect, replicate or circular padding of one axis."""
         size = self.shape[axis]
         if mode == "reflect" and (before >= size or after >= size):
@@ -188,24 +190,24 @@ class MovementMixin:
         if mode in ("reflect", "replicate") and size == 0:
             raise ShapeError(f"{mode} padding of an empty axis (shape {self.shape})")
 
-        def part(start: int, end: int) -> Tensor:
+        def part(tensor: Self, start: int, end: int) -> Self:
             """The slice [start, end) of the padded axis."""
-            return self.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
+            return tensor.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
         pieces = []
         if mode == "reflect":
-            pieces = [part(1, before + 1).flip(axis), self, part(size - after - 1, size - 1).flip(axis)]
+            pieces = [part(self, 1, before + 1).flip(axis), self, part(self, size - after - 1, size - 1).flip(axis)]
         elif mode == "replicate":
             def edge_shape(amount: int) -> tuple[int, ...]:
                 """This tensor's shape with the padded axis of size `amount`."""
                 return tuple(amount if index == axis else s for index, s in enumerate(self.shape))
-            left = part(0, 1).expand(edge_shape(before))
-            right = part(size - 1, size).expand(edge_shape(after))
+            left = part(self, 0, 1).expand(edge_shape(before))
+            right = part(self, size - 1, size).expand(edge_shape(after))
             pieces = [left, self, right]
         else:
-            pieces = [part(size - before, size), self, part(0, after)]
+            pieces = [part(self, size - before, size), self, part(self, 0, after)]
         return pieces[0].cat(*pieces[1:], dim=axis)
 
-    def pad_to(self: Tensor, shape: Sizes, *args: sint | None, value: ConstType = 0) -> Tensor:
+    def pad_to(self, shape: Sizes, *args: sint | None, value: ConstType = 0) -> Self:
         """Padding at the end of each axis up to `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -213,7 +215,7 @@ class MovementMixin:
         return self.pad(tuple((0, 0 if new is None else new - old) for old, new in zip(self.shape, sizes, strict=True)),
                         value=value)
 
-    def shrink_to(self: Tensor, shape: Sizes, *args: sint | None) -> Tensor:
+    def shrink_to(self, shape: Sizes, *args: sint | None) -> Self:
         """The leading part of each axis, of `shape` (None keeps an axis)."""
         sizes = argfix(shape, *args)
         if len(sizes) != self.ndim:
@@ -222,7 +224,7 @@ class MovementMixin:
 
     # ---- derived views ----
 
-    def transpose(self: Tensor, dim0: int = 1, dim1: int = 0) -> Tensor:
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Self:
         """Axes dim0 and dim1 swapped."""
         first, second = resolve_axis(dim0, self.ndim), resolve_axis(dim1, self.ndim)
         order = list(range(self.ndim))
@@ -230,11 +232,11 @@ class MovementMixin:
         return self.permute(order)
 
     @property
-    def T(self: Tensor) -> Tensor:
+    def T(self) -> Self:
         """The first two axes swapped (the matrix transpose)."""
         return self.transpose()
 
-    def flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self:
         """Axes start_dim..end_dim merged into one."""
         if self.ndim == 0:
             return self.reshape(1)
@@ -244,12 +246,12 @@ class MovementMixin:
         shape = self.shape
         return self.reshape(shape[:start] + (math.prod(shape[start:end + 1]),) + shape[end + 1:])
 
-    def unflatten(self: Tensor, dim: int, sizes: Sequence[int]) -> Tensor:
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Self:
         """Axis `dim` split into `sizes`."""
         axis = resolve_axis(dim, self.ndim)
         return self.reshape(self.shape[:axis] + tuple(sizes) + self.shape[axis + 1:])
 
-    def squeeze(self: Tensor, dim: int | None = None) -> Tensor:
+    def squeeze(self, dim: int | None = None) -> Self:
         """Size-1 axes removed (only axis `dim` when given, and only if it has size 1)."""
         if dim is None:
             return self.reshape(tuple(size for size in self.shape if size != 1))
@@ -261,12 +263,12 @@ class MovementMixin:
             return self
         return self.reshape(self.shape[:axis] + self.shape[axis + 1:])
 
-    def unsqueeze(self: Tensor, dim: int) -> Tensor:
+    def unsqueeze(self, dim: int) -> Self:
         """A size-1 axis inserted at `dim`."""
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
-    def repeat(self: Tensor, repeats: int | Sequence[int], *args: int) -> Tensor:
+    def repeat(self, repeats: int | Sequence[int], *args: int) -> Self:
         """The tensor tiled `repeats[i]` times along axis i (extra leading repeats add axes)."""
         counts = argfix(repeats, *args)
         if len(counts) < self.ndim:
@@ -278,7 +280,7 @@ class MovementMixin:
         return base.reshape(interleaved).expand(expanded).reshape(tuple(c * s for c, s in
                                                                         zip(counts, base.shape, strict=True)))
 
-    def repeat_interleave(self: Tensor, repeats: int, dim: int | None = None) -> Tensor:
+    def repeat_interleave(self, repeats: int, dim: int | None = None) -> Self:
         """Each element repeated `repeats` times along `dim` (the flattened tensor when None)."""
         source = self.flatten() if dim is None else self
         axis = 0 if dim is None else resolve_axis(dim, self.ndim)
@@ -289,7 +291,7 @@ class MovementMixin:
         target[axis + 1] = repeats
         return expanded.expand(target).flatten(axis, axis + 1)
 
-    def roll(self: Tensor, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Tensor:
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Self:
         """Elements shifted cyclically by `shifts` along `dims` (the flattened tensor when None)."""
         if dims is None:
             return self.flatten().roll(shifts, 0).reshape(self.shape)
@@ -305,7 +307,7 @@ class MovementMixin:
                 continue
             amount = shift % size
 
-            def part(start: int, end: int, source: Tensor = result, axis: int = axis) -> Tensor:
+            def part(start: int, end: int, source: Self = result, axis: int = axis) -> Self:
                 """The slice [start, end) of the padded axis."""
                 return source.shrink(tuple((start, end) if index == axis else None for index in range(self.ndim)))
             result = part(size - amount, size).cat(part(0, size - amount), dim=axis)
@@ -313,7 +315,7 @@ class MovementMixin:
 
     # ---- joining and splitting ----
 
-    def cat(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    def cat(self, *args: Self, dim: int = 0) -> Self:
         """This tensor and `args` joined along `dim` (dtypes promoted); `Tensor.cat((a, b))` works too."""
         if isinstance(self, (list, tuple)):
             if not self or args:
@@ -349,7 +351,7 @@ class MovementMixin:
                 result = result + padded
         return result
 
-    def stack(self: Tensor, *args: Tensor, dim: int = 0) -> Tensor:
+    def stack(self, *args: Self, dim: int = 0) -> Self:
         """This tensor and `args` (of one shape) joined along a new axis `dim`; `Tensor.stack((a, b))` (a sequence
         as the one argument) works too."""
         if isinstance(self, (list, tuple)):
@@ -364,7 +366,7 @@ class MovementMixin:
         axis = resolve_axis(dim, self.ndim, allow_end=True)
         return tensors[0].unsqueeze(axis).cat(*(tensor.unsqueeze(axis) for tensor in tensors[1:]), dim=axis)
 
-    def split(self: Tensor, sizes: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+    def split(self, sizes: int | Sequence[int], dim: int = 0) -> tuple[Self, ...]:
         """Pieces along `dim`: of `sizes` each (the last may be smaller) or of the listed sizes."""
         axis = resolve_axis(dim, self.ndim)
         length = self.shape[axis]
@@ -384,7 +386,7 @@ class MovementMixin:
             offset += piece
         return tuple(result)
 
-    def chunk(self: Tensor, chunks: int, dim: int = 0) -> list[Tensor]:
+    def chunk(self, chunks: int, dim: int = 0) -> list[Self]:
         """`chunks` pieces of (nearly) equal size along `dim`."""
         if not isinstance(chunks, int) or chunks <= 0:
             raise ValueError(f"chunk count must be a positive int, got {chunks!r}")
@@ -394,7 +396,7 @@ class MovementMixin:
             return [self] * chunks
         return list(self.split(math.ceil(length / chunks), dim=axis))
 
-    def unfold(self: Tensor, dim: int, size: int, step: int) -> Tensor:
+    def unfold(self, dim: int, size: int, step: int) -> Self:
         """Windows of `size` elements taken every `step` along `dim`, as a new last axis."""
         axis = resolve_axis(dim, self.ndim)
         if step <= 0:
@@ -405,7 +407,7 @@ class MovementMixin:
         windows = self.transpose(axis, -1)._pool((size,), step, 1)
         return windows.transpose(axis, -2)
 
-    def meshgrid(self: Tensor, *args: Tensor, indexing: str = "ij") -> tuple[Tensor, ...]:
+    def meshgrid(self, *args: Self, indexing: str = "ij") -> tuple[Self, ...]:
         """Coordinate grids from 1-D tensors ('ij' or 'xy' indexing)."""
         if indexing not in ("ij", "xy"):
             raise ArgumentError(f"meshgrid indexing must be 'ij' or 'xy', got {indexing!r}")
@@ -423,7 +425,7 @@ class MovementMixin:
             grids.append(tensor.reshape(view).expand(shape))
         return tuple(grids)
 
-    def rearrange(self: Tensor, formula: str, **sizes: int) -> Tensor:
+    def rearrange(self, formula: str, **sizes: int) -> Self:
         """einops-style rearrangement, e.g. 'b c (h p) w -> b (c p) h w' with p=2 given as a keyword size."""
         if "->" not in formula:
             raise ValueError(f"rearrange formula {formula!r} needs '->' between the input and output patterns")

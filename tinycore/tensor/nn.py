@@ -6,7 +6,7 @@ import functools
 import math
 import struct
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias, Union, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar, Union, overload
 
 from tinycore.dtype import DType, DTypeLike, dtypes, least_upper_dtype, sum_acc_dtype
 from tinycore.errors import ArgumentError, BroadcastError, DTypeMismatchError, ShapeError
@@ -22,26 +22,30 @@ from tinycore.tensor.conv_layouts import (
     weight_gradient_channels_last,
 )
 from tinycore.tensor.convolution import convolve, convolve_channels_last, with_direct_input_gradient
+from tinycore.tensor.indexing import IndexingMixin
 from tinycore.tensor.matmul import multiply_in_place, multiply_panels
 from tinycore.tensor.row_functions import fast_row_function, log_softmax_nodes, softmax_nodes
 from tinycore.tensor.support import optional_dtype, resolve_axes, resolve_axis
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from typing_extensions import TypeIs
 
-    from tinycore.tensor.tensor import Tensor
     from tinycore.uop.uop import UOp, sint
 
     Ints: TypeAlias = Union[int, Sequence[int]]
     """One value for every spatial axis, or a value per axis."""
 
+TensorT = TypeVar("TensorT", bound="NNMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
+
 _REDUCTIONS = ("none", "sum", "mean")
 
 
-def _is_tensor(value: object) -> TypeIs[Tensor]:
-    """True for a Tensor."""
-    from tinycore.tensor.tensor import Tensor
-    return isinstance(value, Tensor)
+def _is_tensor(value: object) -> TypeIs[NNMixin]:
+    """True for a Tensor (every Tensor is an NNMixin)."""
+    return isinstance(value, NNMixin)
 
 
 def _check_reduction(reduction: str) -> None:
@@ -63,7 +67,7 @@ batch too (784x512 weights, best of interleaved runs on one and two threads of t
 1.30-1.60 ms, copy included, in place 0.78-1.50 ms; the copy is a serial elementwise kernel of about 0.2 ms)."""
 
 
-def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
+def _matmul_panel(left: TensorT, right: TensorT) -> int | None:
     """Columns per packed panel for `left @ right` on a device whose renderer asks for packing
     (RendererContract.matmul_panel_bytes; where that spans more than two vectors, the width, or half of it, that
     splits the columns into an even count of panels), None to multiply in place: small products, column counts the
@@ -97,8 +101,8 @@ def _matmul_panel(left: Tensor, right: Tensor) -> int | None:
     return None
 
 
-def _multiply_with_tensors(left: Tensor, right: Tensor, panel: int | None, accumulate: DType | None,
-                           result_dtype: DType) -> Tensor:
+def _multiply_with_tensors(left: TensorT, right: TensorT, panel: int | None, accumulate: DType | None,
+                           result_dtype: DType) -> TensorT:
     """`left @ right` (at least 2-D each) spelled in Tensor operations: mixed dtypes, bool and symbolic shapes; the
     reference that tinycore.tensor.matmul's node-level builders match."""
     if panel is not None:
@@ -116,7 +120,7 @@ def _multiply_with_tensors(left: Tensor, right: Tensor, panel: int | None, accum
     return products.sum(-1, dtype=accumulate or sum_acc_dtype(products.dtype)).cast(result_dtype)
 
 
-def _with_row_gradient(value: Tensor, source: Tensor, axis: int, logarithmic: bool) -> Tensor:
+def _with_row_gradient(value: TensorT, source: TensorT, axis: int, logarithmic: bool) -> TensorT:
     """`value`, softmax (or log_softmax when `logarithmic`) of `source` along `axis`, with torch's gradient:
     y * (g - sum(g * y)) for softmax, g - exp(y) * sum(g) for log_softmax. Differentiated through its own graph
     (the max shift, exp, the sum and the division), a row's gradient of softmax(x).sum() came out near 3e-7 where
@@ -137,12 +141,12 @@ def _with_row_gradient(value: Tensor, source: Tensor, axis: int, logarithmic: bo
     return wrap(with_gradient(value.uop, rule), value.requires_grad)
 
 
-class NNMixin:
+class NNMixin(IndexingMixin):
     """Neural-network building blocks of Tensor."""
 
     # ---- matrix products ----
 
-    def dot(self: Tensor, w: Tensor, dtype: DTypeLike | None = None) -> Tensor:
+    def dot(self, w: Self, dtype: DTypeLike | None = None) -> Self:
         """Matrix product with numpy's rules for 1-D operands and broadcast batch axes."""
         if not _is_tensor(w):
             raise TypeError(f"matmul needs a Tensor operand, got {type(w).__name__}")
@@ -173,24 +177,24 @@ class NNMixin:
             result = result.squeeze(-1)
         return result
 
-    def matmul(self: Tensor, x: Tensor, reverse: bool = False, dtype: DTypeLike | None = None) -> Tensor:
+    def matmul(self, x: Self, reverse: bool = False, dtype: DTypeLike | None = None) -> Self:
         """self @ x (x @ self when `reverse`)."""
         return x.dot(self, dtype=dtype) if reverse else self.dot(x, dtype=dtype)
 
-    def __matmul__(self: Tensor, x: Tensor) -> Tensor:
+    def __matmul__(self, x: Self) -> Self:
         """self @ x."""
         return self.matmul(x)
 
-    def __rmatmul__(self: Tensor, x: Tensor) -> Tensor:
+    def __rmatmul__(self, x: Self) -> Self:
         """x @ self."""
         return self.matmul(x, True)
 
-    def linear(self: Tensor, weight: Tensor, bias: Tensor | None = None, dtype: DTypeLike | None = None) -> Tensor:
+    def linear(self, weight: Self, bias: Self | None = None, dtype: DTypeLike | None = None) -> Self:
         """self @ weight + bias, with weight of shape (in, out) (or elementwise for a 1-D weight)."""
         result = self * weight if weight.ndim == 1 else self.dot(weight, dtype=dtype)
         return result if bias is None else result + bias
 
-    def diagonal(self: Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Tensor:
+    def diagonal(self, offset: int = 0, dim1: int = 0, dim2: int = 1) -> Self:
         """The diagonal over axes dim1 and dim2 (shifted by `offset`), as a new last axis."""
         first, second = resolve_axis(dim1, self.ndim), resolve_axis(dim2, self.ndim)
         if first == second:
@@ -205,7 +209,7 @@ class NNMixin:
         start = offset if offset >= 0 else -offset * columns
         return flat._slice_axis(flat.ndim - 1, start, start + (length - 1) * (columns + 1) + 1, columns + 1)
 
-    def diag(self: Tensor) -> Tensor:
+    def diag(self) -> Self:
         """A square matrix with this 1-D tensor on its diagonal."""
         if self.ndim != 1:
             raise ValueError(f"diag needs a 1-D tensor, got shape {self.shape}")
@@ -213,8 +217,8 @@ class NNMixin:
         eye = type(self).eye(size, dtype=dtypes.bool, device=self.device)
         return eye.where(self.reshape(1, size), self._const(0, shape=()))
 
-    @staticmethod
-    def einsum(formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Tensor:
+    @classmethod
+    def einsum(cls, formula: str, *operands: Any, dtype: DTypeLike | None = None) -> Self:
         """Einstein summation, e.g. Tensor.einsum('ij,jk->ik', a, b); supports '...' and repeated indices."""
         tensors = list(operands[0]) if len(operands) == 1 and isinstance(operands[0], (list, tuple)) else \
             list(operands)
@@ -293,7 +297,7 @@ class NNMixin:
 
     # ---- pooling windows ----
 
-    def _pool_last(self: Tensor, kernel: int, stride: int, dilation: int) -> Tensor:
+    def _pool_last(self, kernel: int, stride: int, dilation: int) -> Self:
         """Sliding windows over the last axis: (..., n) -> (..., out, kernel), as movement ops only."""
         length = self.shape[-1]
         span = dilation * (kernel - 1) + 1
@@ -318,8 +322,8 @@ class NNMixin:
             strided = rows._slice_axis(rows.ndim - 1, 0, (out - 1) * stride + 1, stride)
         return strided.transpose(-1, -2)
 
-    def _pool(self: Tensor, kernel: Sequence[int], stride: int | Sequence[int] = 1,
-              dilation: int | Sequence[int] = 1) -> Tensor:
+    def _pool(self, kernel: Sequence[int], stride: int | Sequence[int] = 1,
+              dilation: int | Sequence[int] = 1) -> Self:
         """Sliding windows over the last len(kernel) axes: (..., *spatial) -> (..., *out, *kernel)."""
         count = len(kernel)
         if self.ndim < count:
@@ -350,8 +354,8 @@ class NNMixin:
 
     # ---- convolution ----
 
-    def conv2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Ints = 1,
-               dilation: Ints = 1, padding: Ints = 0, dtype: DTypeLike | None = None) -> Tensor:
+    def conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride: Ints = 1,
+               dilation: Ints = 1, padding: Ints = 0, dtype: DTypeLike | None = None) -> Self:
         """Convolution (any number of spatial axes) of (batch, in_channels, *spatial) with weight
         (out_channels, in_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
@@ -412,8 +416,8 @@ class NNMixin:
                                                    result_dtype)
         return result if bias is None else result + bias.reshape([1, -1] + [1] * spatial)
 
-    def _convolve_with_tensors(self: Tensor, weight: Tensor, groups: int, flat_padding: list[int], stride: Ints,
-                               dilation: Ints, accumulate: DType | None, result_dtype: DType) -> Tensor:
+    def _convolve_with_tensors(self, weight: Self, groups: int, flat_padding: list[int], stride: Ints,
+                               dilation: Ints, accumulate: DType | None, result_dtype: DType) -> Self:
         """conv2d without its bias, spelled in Tensor operations: mixed dtypes, negative padding, symbolic shapes
         and the errors of bad strides or windows; the reference that tinycore.tensor.convolution matches."""
         spatial = weight.ndim - 2
@@ -430,8 +434,8 @@ class NNMixin:
         result = products.sum(reduce_axes, dtype=accumulate or sum_acc_dtype(products.dtype))
         return result.cast(result_dtype).reshape([batch, out_channels] + outs)
 
-    def conv_transpose2d(self: Tensor, weight: Tensor, bias: Tensor | None = None, groups: int = 1, stride: Ints = 1,
-                         dilation: Ints = 1, padding: Ints = 0, output_padding: Ints = 0) -> Tensor:
+    def conv_transpose2d(self, weight: Self, bias: Self | None = None, groups: int = 1, stride: Ints = 1,
+                         dilation: Ints = 1, padding: Ints = 0, output_padding: Ints = 0) -> Self:
         """Transposed convolution with weight (in_channels, out_channels / groups, *kernel)."""
         spatial = weight.ndim - 2
         if spatial < 1 or self.ndim != weight.ndim:
@@ -473,7 +477,7 @@ class NNMixin:
 
     # ---- pooling ----
 
-    def _pool_setup(self: Tensor, kernel_size: Ints, stride: Ints | None, dilation: Ints, padding: Ints,
+    def _pool_setup(self, kernel_size: Ints, stride: Ints | None, dilation: Ints, padding: Ints,
                     ceil_mode: bool) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], list[int], list[int]]:
         """Kernel, stride, dilation, explicit flat padding and the extra right padding that ceil_mode needs."""
         kernel = make_tuple(kernel_size, 2)
@@ -501,17 +505,17 @@ class NNMixin:
         return [value for amount in reversed(extra) for value in (0, amount)]
 
     @overload
-    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
-                   padding: Ints = 0, ceil_mode: bool = False, return_indices: Literal[False] = False) -> Tensor: ...
+    def max_pool2d(self, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False, return_indices: Literal[False] = False) -> Self: ...
 
     @overload
-    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+    def max_pool2d(self, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
                    padding: Ints = 0, ceil_mode: bool = False, *,
-                   return_indices: Literal[True]) -> tuple[Tensor, Tensor]: ...
+                   return_indices: Literal[True]) -> tuple[Self, Self]: ...
 
-    def max_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+    def max_pool2d(self, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
                    padding: Ints = 0, ceil_mode: bool = False,
-                   return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+                   return_indices: bool = False) -> Self | tuple[Self, Self]:
         """Maximum over sliding windows of the last len(kernel_size) axes (optionally with flat indices)."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         count = len(kernel)
@@ -531,8 +535,8 @@ class NNMixin:
         indices = matches.where(positions._broadcast_to(windows.shape), big).min(window_axes)
         return result, indices
 
-    def avg_pool2d(self: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
-                   padding: Ints = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
+    def avg_pool2d(self, kernel_size: Ints = (2, 2), stride: Ints | None = None, dilation: Ints = 1,
+                   padding: Ints = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Self:
         """Mean over sliding windows of the last len(kernel_size) axes."""
         kernel, strides, dilations, flat, extra = self._pool_setup(kernel_size, stride, dilation, padding, ceil_mode)
         count = len(kernel)
@@ -544,8 +548,8 @@ class NNMixin:
         divisor = ones._pool(kernel, strides, dilations).sum(tuple(range(count, 2 * count)))
         return windows.sum(window_axes) / divisor
 
-    def max_unpool2d(self: Tensor, indices: Tensor, kernel_size: Ints = (2, 2), stride: Ints | None = None,
-                     dilation: Ints = 1, padding: Ints = 0, output_size: Sequence[int] | None = None) -> Tensor:
+    def max_unpool2d(self, indices: Self, kernel_size: Ints = (2, 2), stride: Ints | None = None,
+                     dilation: Ints = 1, padding: Ints = 0, output_size: Sequence[int] | None = None) -> Self:
         """The inverse of max_pool2d with return_indices: values placed at their flat indices, zeros elsewhere."""
         kernel = make_tuple(kernel_size, 2)
         count = len(kernel)
@@ -565,7 +569,7 @@ class NNMixin:
 
     # ---- normalisation and softmax ----
 
-    def softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
         """exp(self) normalised to sum 1 along `axis`."""
         if dtype is None and fast_row_function(self.uop):
             value = self._result(softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
@@ -575,7 +579,7 @@ class NNMixin:
         exponent = shifted.exp()
         return _with_row_gradient(exponent / exponent.sum(axis, keepdim=True), source, axis, logarithmic=False)
 
-    def log_softmax(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def log_softmax(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
         """log(softmax(self)) along `axis`, computed stably."""
         if dtype is None and fast_row_function(self.uop):
             value = self._result(log_softmax_nodes(self.uop, resolve_axis(axis, self.ndim)))
@@ -585,17 +589,17 @@ class NNMixin:
         return _with_row_gradient(shifted - shifted.exp().sum(axis, keepdim=True).log(), source, axis,
                                   logarithmic=True)
 
-    def softmin(self: Tensor, axis: int = -1, dtype: DTypeLike | None = None) -> Tensor:
+    def softmin(self, axis: int = -1, dtype: DTypeLike | None = None) -> Self:
         """softmax(-self)."""
         return (-self._float()).softmax(axis, dtype)
 
-    def layernorm(self: Tensor, axis: int | tuple[int, ...] = -1, eps: float = 1e-05) -> Tensor:
+    def layernorm(self, axis: int | tuple[int, ...] = -1, eps: float = 1e-05) -> Self:
         """(self - mean) / sqrt(var + eps) over `axis` (no affine parameters)."""
         centered = self - self.mean(axis, keepdim=True)
         return centered * (centered * centered).mean(axis, keepdim=True).add(eps).rsqrt()
 
-    def batchnorm(self: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
-                  axis: int | tuple[int, ...] = 1) -> Tensor:
+    def batchnorm(self, weight: Self | None, bias: Self | None, mean: Self, invstd: Self,
+                  axis: int | tuple[int, ...] = 1) -> Self:
         """(self - mean) * invstd * weight + bias with the statistics laid along `axis`."""
         axes = resolve_axes(axis, self.ndim)
         shape = tuple(size if index in axes else 1 for index, size in enumerate(self.shape))
@@ -605,7 +609,7 @@ class NNMixin:
         result = result * (invstd.reshape(shape) if invstd.ndim == len(axes) else invstd)
         return result + bias.reshape(shape) if bias is not None else result
 
-    def normalize(self: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    def normalize(self, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Self:
         """self divided by its p-norm along `dim` (at least eps); as torch, p=0 counts the non-zero elements and
         p=inf takes the largest magnitude."""
         if p == 0:
@@ -619,7 +623,7 @@ class NNMixin:
 
     # ---- encodings, dropout, masks ----
 
-    def one_hot(self: Tensor, num_classes: int = -1) -> Tensor:
+    def one_hot(self, num_classes: int = -1) -> Self:
         """A new last axis of `num_classes` with 1 at each element's class (int32)."""
         if not dtypes.is_int(self.dtype):
             raise DTypeMismatchError(f"one_hot needs an integer tensor, got {self.dtype}")
@@ -630,7 +634,7 @@ class NNMixin:
         classes = type(self).arange(num_classes, dtype=self.dtype, device=self.device)
         return self.unsqueeze(-1).eq(classes).where(1, 0)
 
-    def dropout(self: Tensor, p: float = 0.5) -> Tensor:
+    def dropout(self, p: float = 0.5) -> Self:
         """Zero each element with probability p and scale the rest by 1/(1-p) when training
         (Context(TRAINING=1)); the identity otherwise."""
         if not 0 <= p <= 1:
@@ -642,28 +646,28 @@ class NNMixin:
         keep = (self.rand_like(dtype=dtypes.default_float, contiguous=False) >= p).contiguous()
         return keep.where(self, 0) / (1.0 - p)
 
-    def triu(self: Tensor, diagonal: int = 0) -> Tensor:
+    def triu(self, diagonal: int = 0) -> Self:
         """Elements on and above the `diagonal`-th diagonal of the last two axes; zeros below."""
         return self._triangle(diagonal, upper=True)
 
-    def tril(self: Tensor, diagonal: int = 0) -> Tensor:
+    def tril(self, diagonal: int = 0) -> Self:
         """Elements on and below the `diagonal`-th diagonal of the last two axes; zeros above."""
         return self._triangle(diagonal, upper=False)
 
-    def _triangle(self: Tensor, diagonal: int, upper: bool) -> Tensor:
+    def _triangle(self, diagonal: int, upper: bool) -> Self:
         """The upper or lower triangle of the last two axes."""
         if self.ndim < 2:
             raise ValueError(f"triu/tril need at least 2 dimensions, got shape {self.shape}")
         rows, columns = self.shape[-2:]
         # a multi-device tensor: the mask is made on the first device and copied to every one
         where = self.device[0] if isinstance(self.device, tuple) else self.device
-        def positions(count: sint) -> Tensor:
+        def positions(tensor: type[Self], count: sint) -> Self:
             """0 .. count-1; for a symbolic count, the first `count` of its largest value's positions."""
             if isinstance(count, int):
-                return type(self).arange(count, dtype=dtypes.int32, device=where)
-            return type(self).arange(int(count.vmax), dtype=dtypes.int32, device=where)[:count]
-        row = positions(rows).reshape(rows, 1)
-        column = positions(columns).reshape(1, columns)
+                return tensor.arange(count, dtype=dtypes.int32, device=where)
+            return tensor.arange(int(count.vmax), dtype=dtypes.int32, device=where)[:count]
+        row = positions(type(self), rows).reshape(rows, 1)
+        column = positions(type(self), columns).reshape(1, columns)
         mask = (column - row >= diagonal) if upper else (column - row <= diagonal)
         if isinstance(self.device, tuple):
             mask = mask.to(self.device)
@@ -671,15 +675,15 @@ class NNMixin:
 
     # ---- losses ----
 
-    def _do_reduction(self: Tensor, reduction: str) -> Tensor:
+    def _do_reduction(self, reduction: str) -> Self:
         """The loss values reduced by 'mean', 'sum' or 'none'."""
         _check_reduction(reduction)
         if reduction == "mean":
             return self.mean()
         return self.sum() if reduction == "sum" else self
 
-    def sparse_categorical_crossentropy(self: Tensor, Y: Tensor, ignore_index: int = -1,  # noqa: N803
-                                        label_smoothing: float = 0.0, reduction: str = "mean") -> Tensor:
+    def sparse_categorical_crossentropy(self, Y: Self, ignore_index: int = -1,  # noqa: N803
+                                        label_smoothing: float = 0.0, reduction: str = "mean") -> Self:
         """Cross-entropy of logits (classes on the last axis) against integer labels Y."""
         _check_reduction(reduction)
         _check_smoothing(label_smoothing)
@@ -699,8 +703,8 @@ class NNMixin:
             return losses.sum()
         return losses.sum() / keep.sum().cast(losses.dtype)
 
-    def cross_entropy(self: Tensor, Y: Tensor, reduction: str = "mean",  # noqa: N803
-                      label_smoothing: float = 0.0) -> Tensor:
+    def cross_entropy(self, Y: Self, reduction: str = "mean",  # noqa: N803
+                      label_smoothing: float = 0.0) -> Self:
         """Cross-entropy of logits (classes on axis 1) against class indices or probabilities Y."""
         _check_reduction(reduction)
         _check_smoothing(label_smoothing)
@@ -719,8 +723,8 @@ class NNMixin:
         losses = -(self.log_softmax(axis) * target).sum(axis)
         return losses._do_reduction(reduction)
 
-    def nll_loss(self: Tensor, Y: Tensor, weight: Tensor | None = None, ignore_index: int | None = None,  # noqa: N803
-                 reduction: str = "mean") -> Tensor:
+    def nll_loss(self, Y: Self, weight: Self | None = None, ignore_index: int | None = None,  # noqa: N803
+                 reduction: str = "mean") -> Self:
         """Negative log likelihood of log-probabilities (classes on axis 1) at integer labels Y."""
         _check_reduction(reduction)
         axis = 1 if self.ndim > 1 else 0
@@ -738,13 +742,13 @@ class NNMixin:
             return losses.sum() / weights.sum()
         return losses.sum() if reduction == "sum" else losses
 
-    def binary_crossentropy(self: Tensor, Y: Tensor, reduction: str = "mean") -> Tensor:  # noqa: N803
+    def binary_crossentropy(self, Y: Self, reduction: str = "mean") -> Self:  # noqa: N803
         """Binary cross-entropy of probabilities against targets Y (logs limited at -100, like torch)."""
         losses = -(Y * self.log().maximum(-100) + (1 - Y) * (1 - self).log().maximum(-100))
         return losses._do_reduction(reduction)
 
-    def binary_crossentropy_logits(self: Tensor, Y: Tensor, reduction: str = "mean",  # noqa: N803
-                                   pos_weight: Tensor | None = None) -> Tensor:
+    def binary_crossentropy_logits(self, Y: Self, reduction: str = "mean",  # noqa: N803
+                                   pos_weight: Self | None = None) -> Self:
         """Binary cross-entropy of logits against targets Y, computed stably (optional positive weight)."""
         softplus_negative = (1 + (-self.abs()).exp()).log() + (-self).maximum(0)
         if pos_weight is None:
@@ -755,7 +759,7 @@ class NNMixin:
 
     # ---- interpolation and attention ----
 
-    def interpolate(self: Tensor, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Tensor:
+    def interpolate(self, size: tuple[int, ...], mode: str = "linear", align_corners: bool = False) -> Self:
         """Resize the last len(size) axes to `size` ('linear', 'nearest' or 'nearest-exact')."""
         if mode not in ("linear", "nearest", "nearest-exact"):
             raise ValueError(f"interpolate mode must be 'linear', 'nearest' or 'nearest-exact', got {mode!r}")
@@ -779,7 +783,7 @@ class NNMixin:
             result = combined.transpose(axis, -1)
         return result
 
-    def _interpolate_bytes(self: Tensor, sizes: tuple[int, ...], align_corners: bool) -> Tensor:
+    def _interpolate_bytes(self, sizes: tuple[int, ...], align_corners: bool) -> Self:
         """Linear interpolation of a uint8 image, staying uint8 as torch's: one axis at a time from the last, each
         output the lower tap plus the difference to the upper one times the fraction in 7-bit fixed point, rounded
         (torch computes uint8 images in fixed point, and rounding a float result differs from it in ~15% of
@@ -797,9 +801,9 @@ class NNMixin:
             result = (lower + ((upper - lower) * fraction + 64) // 128).cast(dtypes.uint8).transpose(axis, -1)
         return result
 
-    def scaled_dot_product_attention(self: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+    def scaled_dot_product_attention(self, key: Self, value: Self, attn_mask: Self | None = None,
                                      dropout_p: float = 0.0, is_causal: bool = False,
-                                     enable_gqa: bool = False) -> Tensor:
+                                     enable_gqa: bool = False) -> Self:
         """softmax(self @ key^T / sqrt(d) + mask) @ value."""
         if enable_gqa and key.shape[-3] != self.shape[-3]:
             key = key.repeat_interleave(self.shape[-3] // key.shape[-3], dim=-3)
@@ -814,7 +818,7 @@ class NNMixin:
             scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == dtypes.bool else scores + attn_mask
         return scores.softmax(-1).dropout(dropout_p) @ value
 
-    def newton_schulz(self: Tensor, steps: int, params: tuple[float, ...], eps: float = 1e-07) -> Tensor:
+    def newton_schulz(self, steps: int, params: tuple[float, ...], eps: float = 1e-07) -> Self:
         """The Newton-Schulz iteration toward the nearest semi-orthogonal matrix of the last two axes
         (X <- a X + (b A + c A A) X with A = X X^T), as the Muon optimizer uses it."""
         if self.ndim < 2:
@@ -828,7 +832,7 @@ class NNMixin:
             matrix = first * matrix + (second * gram + third * (gram @ gram)) @ matrix
         return matrix.transpose(-2, -1) if wide else matrix
 
-    def sequential(self: Tensor, ll: list[Callable[[Tensor], Tensor]]) -> Tensor:
+    def sequential(self, ll: list[Callable[[Self], Self]]) -> Self:
         """The functions of `ll` applied in order."""
         return functools.reduce(lambda value, function: function(value), ll, self)
 

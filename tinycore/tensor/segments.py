@@ -21,16 +21,22 @@ sums are combined in a fixed tree order (rounding may differ from the ordered lo
 from __future__ import annotations
 
 from math import prod
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import SCATTER_SORT
 from tinycore.plugins.contract import RendererContract
+from tinycore.tensor.base import tensor_class
+from tinycore.tensor.creation import CreationMixin
 from tinycore.uop.indexing import REDUCE_LOWERINGS, AxisEntry, ScatterInputs, combine_scatter
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
-    from tinycore.tensor.tensor import Tensor
+    pass
+
+
+TensorT = TypeVar("TensorT", bound="CreationMixin")
+"""A tensor of the chain class whose methods these helpers call (the Tensor, at run time)."""
 
 SORT_MIN_ITERATIONS = 1024
 """With SCATTER_SORT unset, the fewest values a reduction needs before a device without atomics for its dtype sorts
@@ -46,13 +52,13 @@ def _lower(target: UOp, values: UOp, indices: list[UOp], axis_map: tuple[AxisEnt
            parallel: list[int]) -> ScatterInputs | None:
     """A REDUCE_LOWERINGS entry: the sorted and segmented inputs where sorts_scatter says so (front-end scatters and
     the gradients of gathers alike)."""
-    from tinycore.tensor.tensor import Tensor
-    wrapped_target, wrapped_values = Tensor._wrap(target), Tensor._wrap(values)
+    wrap = tensor_class(CreationMixin)._wrap
+    wrapped_target, wrapped_values = wrap(target), wrap(values)
     if not sorts_scatter(wrapped_target, wrapped_values, reduce, parallel):
         return None
     shape = cast(tuple[int, ...], tuple(target.shape))  # all ints: sorts_scatter checked
     totals, coordinates, new_map, new_parallel = segment_scatter(shape, wrapped_values,
-                                                                 [Tensor._wrap(index) for index in indices], axis_map,
+                                                                 [wrap(index) for index in indices], axis_map,
                                                                  reduce)
     return totals.uop, [coordinate.uop for coordinate in coordinates], new_map, new_parallel
 
@@ -60,7 +66,7 @@ def _lower(target: UOp, values: UOp, indices: list[UOp], axis_map: tuple[AxisEnt
 REDUCE_LOWERINGS.append(_lower)
 
 
-def sorts_scatter(target: Tensor, values: Tensor, reduce: str | None, parallel: list[int]) -> bool:
+def sorts_scatter(target: TensorT, values: TensorT, reduce: str | None, parallel: list[int]) -> bool:
     """Whether a reducing scatter of `values` into `target` takes the sort-and-segment lowering: always with
     SCATTER_SORT=1, never with 0; unset, on devices whose renderer splits no rows across CPU workers and declares no
     atomic update for the dtype, once the values repeating addresses reach SORT_MIN_ITERATIONS."""
@@ -87,14 +93,14 @@ def _renderer_of(device: str) -> RendererContract:
     return Device[device].renderer
 
 
-def _partner(tensor: Tensor, j: int, count: int) -> Tensor:
+def _partner(tensor: TensorT, j: int, count: int) -> TensorT:
     """Each element's bitonic partner `i ^ j` (j a power of two): the two halves of every block of 2j swapped."""
     return tensor.reshape(count // (2 * j), 2, j).flip(1).reshape(count)
 
 
-def segment_scatter(target_shape: tuple[int, ...], values: Tensor, indices: list[Tensor],
+def segment_scatter(target_shape: tuple[int, ...], values: TensorT, indices: list[TensorT],
                     axis_map: tuple[AxisEntry, ...],
-                    reduce: str) -> tuple[Tensor, list[Tensor], tuple[int, ...], list[int]]:
+                    reduce: str) -> tuple[TensorT, list[TensorT], tuple[int, ...], list[int]]:
     """The inputs of a scatter equal to reducing `values` into a target of `target_shape` at the coordinates
     `axis_map` and `indices` give (see tinycore/uop/indexing.py): one value per distinct address (its segment's
     reduction), one int32 coordinate tensor per target axis (out of range where nothing is written), the axis map
@@ -105,20 +111,20 @@ def segment_scatter(target_shape: tuple[int, ...], values: Tensor, indices: list
     count = prod(shape)
     size = prod(target_shape)
 
-    def along(axis: int) -> Tensor:
+    def along(axis: int) -> TensorT:
         """0..n-1 along iteration axis `axis`, shaped to broadcast over the iteration shape."""
         positions = tensor.arange(shape[axis], dtype=dtypes.int32, device=device)
         return positions.reshape(tuple(shape[axis] if here == axis else 1 for here in range(len(shape))))
 
     address: Any = None
-    valid: Tensor | None = None
+    valid: TensorT | None = None
     stride = size
     for axis, entry in enumerate(axis_map):
         stride //= target_shape[axis]
         extent = target_shape[axis]
         if isinstance(entry, tuple):
             iteration_axis, start, step = entry
-            axis_coordinate: Tensor | int = start if iteration_axis is None else along(iteration_axis) * step + start
+            axis_coordinate: TensorT | int = start if iteration_axis is None else along(iteration_axis) * step + start
         elif entry >= 0:
             axis_coordinate = along(entry)
         else:

@@ -1,8 +1,9 @@
 """The lazy Tensor: a handle on one tensor-level UOp graph, with tinygrad's public API.
 
 Each operation builds a node; nothing is computed until `realize()`, `numpy()`, `tolist()`, `item()` or `data()`.
-The operations live in mixins grouped by concern (creation, elementwise, movement, reduce, indexing, nn); this
-file has the constructor, the primitive node builders the mixins share, realization and autograd.
+The operations live in mixins grouped by concern (creation, elementwise, movement, reduce, indexing, nn, ...), each
+subclassing the one below it (tinycore/tensor/base.py); this file has the constructor, the primitive node builders the
+mixins share, realization and autograd.
 """
 from __future__ import annotations
 
@@ -12,33 +13,22 @@ import pathlib
 import struct
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias, Union, overload
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
 from tinycore.helpers import TRAINING, all_int, fully_flatten, get_shape
-from tinycore.tensor.creation import CreationMixin, is_shared_buffer
-from tinycore.tensor.elementwise import ElementwiseMixin
+from tinycore.tensor.base import NestedValues, TensorData, canonical_device, register_tensor_class  # noqa: F401
+from tinycore.tensor.base import Operand as OperandOf
+from tinycore.tensor.creation import is_shared_buffer
 from tinycore.tensor.extras import ExtrasMixin
-from tinycore.tensor.indexing import IndexingMixin
-from tinycore.tensor.keccak import KeccakMixin
-from tinycore.tensor.linalg import LinalgMixin
-from tinycore.tensor.movement import MovementMixin
-from tinycore.tensor.nn import NNMixin
-from tinycore.tensor.reduce import ReduceMixin
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     import numpy
 
-    from tinycore.device.registry import _DeviceRegistry
-
-NestedValues: TypeAlias = Union[ConstType, "numpy.generic", Sequence["NestedValues"]]
-"""Python (or numpy) scalars, or lists and tuples of them nested to any depth."""
-TensorData: TypeAlias = Union[NestedValues, "numpy.ndarray", bytes, bytearray, memoryview, UOp, pathlib.Path, None]
-"""What `Tensor(data)` accepts."""
-Operand: TypeAlias = Union["Tensor", NestedValues, "numpy.ndarray", UOp]
+Operand: TypeAlias = OperandOf["Tensor"]
 """The other side of a Tensor operation: a tensor, scalars (nested lists of them become tensors), a numpy array, or a
 symbolic int."""
 
@@ -59,47 +49,6 @@ def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
     from tinycore.engine.realize import realize_uops
     _REALIZE_UOPS = realize_uops
     return realize_uops
-
-
-_DEVICE_REGISTRY: _DeviceRegistry | None = None
-"""tinycore.device.registry.Device once loaded: every Tensor() asks it for its device, and an import statement on
-that path costs about a microsecond per call."""
-
-
-def _load_device_registry() -> _DeviceRegistry:
-    """tinycore.device.registry.Device, imported on first use (the registry's module imports this one's users)."""
-    global _DEVICE_REGISTRY
-    from tinycore.device.registry import Device
-    _DEVICE_REGISTRY = Device
-    return Device
-
-
-@overload
-def canonical_device(device: str | None) -> str: ...
-
-
-@overload
-def canonical_device(device: tuple[str, ...] | list[str]) -> tuple[str, ...]: ...
-
-
-@overload
-def canonical_device(device: str | tuple[str, ...] | None) -> str | tuple[str, ...]: ...
-
-
-def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | tuple[str, ...]:
-    """The canonical name of `device` (the default device for None), through the device registry; a tuple or list
-    of names (several devices) gives a tuple of canonical names."""
-    registry = _DEVICE_REGISTRY or _load_device_registry()
-    if device is None:
-        return registry.DEFAULT
-    if isinstance(device, (tuple, list)):
-        names = tuple(canonical_device(name) for name in device)
-        if not names or len(set(names)) != len(names):
-            raise ValueError(f"a multi-device tensor needs one or more distinct devices, got {tuple(device)}")
-        return names
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a device name such as 'CPU', got {type(device).__name__} {device!r}")
-    return registry.canonicalize(device)
 
 
 def _uses(graph: dict[UOp, None], node: UOp) -> bool:
@@ -270,8 +219,7 @@ def _numpy_arrays_as_lists(data: list[object] | tuple[object, ...]) -> list[obje
     return [convert(value) for value in data]
 
 
-class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, IndexingMixin, NNMixin, ExtrasMixin,
-             KeccakMixin, LinalgMixin, metaclass=_TensorType):
+class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chain (see tinycore/tensor/base.py)
     """A lazily evaluated n-dimensional array on a device, with automatic differentiation.
 
     `Tensor(data, device=None, dtype=None, requires_grad=None)` accepts a Python scalar, a nested list or
@@ -800,3 +748,6 @@ class Tensor(CreationMixin, ElementwiseMixin, MovementMixin, ReduceMixin, Indexi
                 raise RuntimeError(f"gradient shape {new_grad.shape} does not match tensor shape {tensor.shape}")
             tensor.grad = new_grad if tensor.grad is None else tensor.grad + new_grad
         return self
+
+
+register_tensor_class(Tensor)
