@@ -25,36 +25,28 @@ _SCALAR_TYPES: dict[DType, str] = {
     dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
 _INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
-# ALU op -> its instructions, each an SSA value; fields: a b c the operands, T their type, F the lane mask type,
-# zero / one / true constants, lt / shr / div the signed or unsigned spelling, {0} {1}... the earlier values
-_COMMON_OPS: dict[Ops, tuple[str, ...]] = {
-    Ops.WHERE: ("select {F} {a}, {T} {b}, {T} {c}",), Ops.FDIV: ("fdiv {T} {a}, {b}",),
-    Ops.RECIPROCAL: ("fdiv {T} {one}, {a}",), Ops.AND: ("and {T} {a}, {b}",), Ops.OR: ("or {T} {a}, {b}",),
-    Ops.XOR: ("xor {T} {a}, {b}",), Ops.SHL: ("shl {T} {a}, {b}",), Ops.SHR: ("{shr} {T} {a}, {b}",)}
-_FLOAT_OPS: dict[Ops, tuple[str, ...]] = {
-    Ops.ADD: ("fadd {T} {a}, {b}",), Ops.SUB: ("fsub {T} {a}, {b}",), Ops.MUL: ("fmul {T} {a}, {b}",),
-    Ops.NEG: ("fneg {T} {a}",), Ops.CMPLT: ("fcmp olt {T} {a}, {b}",), Ops.CMPNE: ("fcmp une {T} {a}, {b}",),
-    Ops.CMPEQ: ("fcmp oeq {T} {a}, {b}",), Ops.MAX: ("fcmp olt {T} {a}, {b}", "select {F} {0}, {T} {b}, {T} {a}")}
-_INTEGER_OPS: dict[Ops, tuple[str, ...]] = {
-    Ops.ADD: ("add {T} {a}, {b}",), Ops.SUB: ("sub {T} {a}, {b}",), Ops.MUL: ("mul {T} {a}, {b}",),
-    Ops.NEG: ("sub {T} {zero}, {a}",), Ops.CMPLT: ("icmp {lt} {T} {a}, {b}",), Ops.CMPNE: ("icmp ne {T} {a}, {b}",),
-    Ops.CMPEQ: ("icmp eq {T} {a}, {b}",), Ops.MAX: ("icmp {lt} {T} {a}, {b}", "select {F} {0}, {T} {b}, {T} {a}"),
-    # truncating; a zero divisor gives 0 (as the interpreter), never a trap
-    Ops.IDIV: ("icmp eq {T} {b}, {zero}", "select {F} {0}, {T} {one}, {T} {b}", "{div}div {T} {a}, {1}",
-               "select {F} {0}, {T} {zero}, {T} {2}"),
-    Ops.MOD: ("icmp eq {T} {b}, {zero}", "select {F} {0}, {T} {one}, {T} {b}", "{div}rem {T} {a}, {1}",
-              "select {F} {0}, {T} {zero}, {T} {2}")}
-_BOOL_OPS: dict[Ops, tuple[str, ...]] = {  # C's _Bool arithmetic stored back as a bool
-    Ops.ADD: ("or {T} {a}, {b}",), Ops.MUL: ("and {T} {a}, {b}",), Ops.SUB: ("xor {T} {a}, {b}",),
-    Ops.NEG: ("xor {T} {a}, {true}",)}
-_TO_FLOAT = ("zext {S} {a} to {W}", "shl {W} {0}, {c16}", "bitcast {W} {1} to {f32}")  # bfloat16 bits: the upper half
-_TO_BFLOAT16 = (  # round to nearest even, a NaN stays a quiet NaN
-    "bitcast {f32} {a} to {W}", "fcmp uno {f32} {a}, {a}", "lshr {W} {0}, {c16}", "and {W} {2}, {c1}",
-    "add {W} {3}, {c32767}", "add {W} {0}, {4}", "lshr {W} {5}, {c16}", "or {W} {2}, {c64}",
-    "select {F} {1}, {W} {7}, {W} {6}", "trunc {W} {8} to {S}")
-# an atomically updated element's bits (B) to the value computed with (T) and back
-_BOOL_BITS = ("icmp ne i8 {0}, 0", "zext i1 {0} to i8")
-_FLOAT_BITS = ("bitcast {B} {0} to {T}", "bitcast {T} {0} to {B}")
+# ALU op -> its instructions ("; " between), each an SSA value; fields: a b c the operands, T their type, F the lane
+# mask type, zero / one / true constants, lt / shr / div the signed or unsigned spelling, {0} {1}... earlier values
+_COMMON_OPS = {Ops.WHERE: "select {F} {a}, {T} {b}, {T} {c}", Ops.FDIV: "fdiv {T} {a}, {b}",
+               Ops.RECIPROCAL: "fdiv {T} {one}, {a}", Ops.AND: "and {T} {a}, {b}", Ops.OR: "or {T} {a}, {b}",
+               Ops.XOR: "xor {T} {a}, {b}", Ops.SHL: "shl {T} {a}, {b}", Ops.SHR: "{shr} {T} {a}, {b}"}
+_FLOAT_OPS = {Ops.ADD: "fadd {T} {a}, {b}", Ops.SUB: "fsub {T} {a}, {b}", Ops.MUL: "fmul {T} {a}, {b}",
+              Ops.NEG: "fneg {T} {a}", Ops.CMPLT: "fcmp olt {T} {a}, {b}", Ops.CMPNE: "fcmp une {T} {a}, {b}",
+              Ops.CMPEQ: "fcmp oeq {T} {a}, {b}", Ops.MAX: "fcmp olt {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}"}
+_DIVISION = "icmp eq {T} {b}, {zero}; select {F} {0}, {T} {one}, {T} {b}; {div}%s {T} {a}, {1}; " \
+    "select {F} {0}, {T} {zero}, {T} {2}"  # truncating; a zero divisor gives 0 (as the interpreter), never a trap
+_INTEGER_OPS = {Ops.ADD: "add {T} {a}, {b}", Ops.SUB: "sub {T} {a}, {b}", Ops.MUL: "mul {T} {a}, {b}",
+                Ops.NEG: "sub {T} {zero}, {a}", Ops.CMPLT: "icmp {lt} {T} {a}, {b}", Ops.CMPNE: "icmp ne {T} {a}, {b}",
+                Ops.CMPEQ: "icmp eq {T} {a}, {b}", Ops.MAX: "icmp {lt} {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}",
+                Ops.IDIV: _DIVISION % "div", Ops.MOD: _DIVISION % "rem"}
+_BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",
+             Ops.NEG: "xor {T} {a}, {true}"}  # C's _Bool arithmetic stored back as a bool
+_TO_FLOAT = "zext {S} {a} to {W}; shl {W} {0}, {c16}; bitcast {W} {1} to {f32}"  # bfloat16 bits: the upper half
+_TO_BFLOAT16 = "bitcast {f32} {a} to {W}; fcmp uno {f32} {a}, {a}; lshr {W} {0}, {c16}; and {W} {2}, {c1}; " \
+    "add {W} {3}, {c32767}; add {W} {0}, {4}; lshr {W} {5}, {c16}; or {W} {2}, {c64}; select {F} {1}, {W} {7}, " \
+    "{W} {6}; trunc {W} {8} to {S}"  # round to nearest even, a NaN stays a quiet NaN
+_BOOL_BITS = ("icmp ne i8 {0}, 0", "zext i1 {0} to i8")  # an atomically updated element's bits (B) to its value
+_FLOAT_BITS = ("bitcast {B} {0} to {T}", "bitcast {T} {0} to {B}")  # (of type T) and back
 
 
 def _lanes(scalar: str, count: int) -> str:
@@ -66,9 +58,9 @@ def _splat(text: str, scalar: str, count: int) -> str:
 
 
 @functools.cache
-def _resolved(templates: tuple[str, ...], scalar: DType, count: int) -> tuple[str, ...]:
-    """`templates` with the fields of their operands' type filled in (operands and earlier values left to
-    `LLVMContext.sequence`)."""
+def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
+    """The instructions of `template` with the fields of their operands' type filled in (operands and earlier values
+    left to `LLVMContext.sequence`)."""
     element, unsigned = scalar_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
     fields = {"T": _lanes(element, count), "F": _lanes("i1", count), "S": _lanes("i16", count),
               "W": _lanes("i32", count), "f32": _lanes("float", count), "true": _splat("true", "i1", count),
@@ -76,15 +68,15 @@ def _resolved(templates: tuple[str, ...], scalar: DType, count: int) -> tuple[st
               "one": _splat(constant(1, scalar), element, count), "lt": "ult" if unsigned else "slt",
               "shr": "lshr" if unsigned else "ashr", "div": "u" if unsigned else "s",
               **{f"c{number}": _splat(str(number), "i32", count) for number in (1, 16, 64, 32767)}}
-    return fill_types(templates, fields, "abc")
+    return fill_types(template.split("; "), fields, "abc")
 
 
 @functools.cache
 def _table_plan(op: Ops, scalar: DType, count: int) -> tuple[str, ...] | None:
     """The instructions of `op` on `count` lanes of `scalar`; None where it is not a table's."""
-    templates = (_BOOL_OPS.get(op) if scalar == dtypes.bool else None) or \
+    template = (_BOOL_OPS.get(op) if scalar == dtypes.bool else None) or \
         (_FLOAT_OPS if _is_float(scalar) else _INTEGER_OPS).get(op) or _COMMON_OPS.get(op)
-    return None if templates is None else _resolved(templates, scalar, count)
+    return None if template is None else _resolved(template, scalar, count)
 
 
 def scalar_type(dtype: DType, memory: bool = False) -> str:
@@ -158,10 +150,8 @@ class LLVMRenderer(Renderer):
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
     matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target by the factory)
     fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
-    vector_widths: dict[DType, tuple[int, ...]] = {
-        dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16) for dtype in (
-            dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.float64, dtypes.int64, dtypes.uint64, dtypes.float16,
-            dtypes.int16, dtypes.uint16, dtypes.int8, dtypes.uint8, dtypes.bool)}
+    vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
+                                                   for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         from tiny_cpu.renderer import _cpu_count
@@ -188,12 +178,9 @@ class LLVMContext(SSAContext):
     def __init__(self, uops: list[UOp]):
         super().__init__(uops)
         self.pointers: dict[UOp, Pointer] = {}
-        self.intrinsics: set[str] = set()
-        self.counter, self.block = 0, "start"
+        self.counter, self.block, self.intrinsics, self.conditionals = 0, "start", set[str](), list[str]()
         self.loops: list[tuple[str, str, str, str, str]] = []  # (latch, exit, header, counter, type)
-        self.conditionals: list[str] = []
-        self.globals: dict[int, str] = {}
-        self.variables: dict[str, str] = {}
+        self.globals, self.variables = dict[int, str](), dict[str, str]()
 
     def fresh(self, prefix: str = "v") -> str:
         """A new register name."""
@@ -211,8 +198,7 @@ class LLVMContext(SSAContext):
         return register
 
     def sequence(self, templates: tuple[str, ...], *operands: str) -> str:
-        """Emit one instruction per template (`_resolved`: operands a, b, c and the registers of the earlier ones
-        {0}, {1}, ...) and return the last register."""
+        """One instruction per template (operands a, b, c, the earlier registers {0}, {1}...); the last register."""
         registers: list[str] = []
         for template in templates:
             registers.append(self.assign(template.format(*registers, **dict(zip("abc", operands, strict=False)))))
@@ -237,10 +223,9 @@ class LLVMContext(SSAContext):
 
     def splat(self, text: str, dtype: DType, count: int) -> str:
         """A scalar of `dtype` broadcast to `count` lanes."""
-        scalar = scalar_type(dtype)
-        inserted = self.assign(f"insertelement <{count} x {scalar}> undef, {scalar} {text}, i32 0")
-        return self.assign(f"shufflevector <{count} x {scalar}> {inserted}, <{count} x {scalar}> undef, "
-                           f"<{count} x i32> zeroinitializer")
+        vector = f"<{count} x {(scalar := scalar_type(dtype))}>"
+        inserted = self.assign(f"insertelement {vector} undef, {scalar} {text}, i32 0")
+        return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
 
     def operand(self, uop: UOp, count: int) -> str:
         """`uop` with `count` lanes (scalars broadcast, constants as constant vectors)."""
@@ -270,14 +255,6 @@ class LLVMContext(SSAContext):
         attributes = 'attributes #0 = { nounwind "frame-pointer"="none" "min-legal-vector-width"="512" }'
         return "\n".join([*sorted(self.intrinsics), *body, *entry, attributes]) + "\n"
 
-    def alloca(self, uop: UOp) -> str:
-        """DEFINE_REG / DEFINE_LOCAL: an array on the stack, allocated in the entry block."""
-        assert isinstance(pointer := uop.dtype, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
-        register = self.fresh("acc")
-        self.declarations.append(f"  {register} = alloca [{max(pointer.size, 1)} x {llvm_type(pointer.base, True)}], "
-                                 "align 64")
-        return register
-
     def convert(self, text: str, source: DType, target: DType, count: int) -> str:
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
         if source == target:
@@ -291,16 +268,16 @@ class LLVMContext(SSAContext):
         if target == dtypes.bool:
             return self.assign(f"{'fcmp une' if source_float else 'icmp ne'} {from_type} {text}, "
                                f"{self.zero(source, count)}")
+        if source_float and not target_float and target.itemsize < 8 and (unsigned or target.itemsize < 4):
+            # truncation toward zero of narrow types goes through a wider int, as C does
+            wide_type = _lanes("i64" if unsigned and target.itemsize == 4 else "i32", count)
+            return self.assign(f"trunc {wide_type} {self.assign(f'fptosi {from_type} {text} to {wide_type}')} "
+                               f"to {to_type}")
         if source == dtypes.bool:
             operation = "uitofp" if target_float else "zext"
-        elif source_float and target_float:
-            operation = "fpext" if target.itemsize > source.itemsize else "fptrunc"
-        elif source_float:  # to an integer: truncation toward zero, narrow types through a wider int as C does
-            if target.itemsize < 8 and (unsigned or target.itemsize < 4):
-                wide_type = _lanes("i64" if unsigned and target.itemsize == 4 else "i32", count)
-                converted = self.assign(f"fptosi {from_type} {text} to {wide_type}")
-                return self.assign(f"trunc {wide_type} {converted} to {to_type}")
-            operation = "fptoui" if unsigned else "fptosi"
+        elif source_float:
+            operation = ("fpext" if target.itemsize > source.itemsize else "fptrunc") if target_float else \
+                ("fptoui" if unsigned else "fptosi")
         elif target_float:
             operation = "uitofp" if dtypes.is_unsigned(source) else "sitofp"
         elif target.itemsize == source.itemsize:
@@ -314,9 +291,9 @@ class LLVMContext(SSAContext):
         """The zero of `count` lanes of `dtype`."""
         return constant(0, dtype) if count == 1 else "zeroinitializer"
 
-    def bfloat16(self, text: str, count: int, templates: tuple[str, ...]) -> str:
+    def bfloat16(self, text: str, count: int, template: str) -> str:
         """bfloat16 bits to float (`_TO_FLOAT`) or float to bfloat16 bits (`_TO_BFLOAT16`), `count` lanes."""
-        return self.sequence(_resolved(templates, dtypes.float32, count), text)
+        return self.sequence(_resolved(template, dtypes.float32, count), text)
 
     def alu(self, uop: UOp) -> str:
         """The register holding the ALU op `uop` (bfloat16 is computed in float and rounded back)."""
@@ -324,8 +301,8 @@ class LLVMContext(SSAContext):
         count = max([uop.dtype.count, *(source.dtype.count for source in uop.src)])
         operands = [self.operand(source, count) for source in uop.src]
         if scalar == dtypes.bfloat16:
-            for position in range(1 if op is Ops.WHERE else 0, len(operands)):
-                operands[position] = self.bfloat16(operands[position], count, _TO_FLOAT)
+            operands = [text if position == 0 and op is Ops.WHERE else self.bfloat16(text, count, _TO_FLOAT)
+                        for position, text in enumerate(operands)]
             result = self.arithmetic(op, operands, dtypes.float32, count)
             return self.bfloat16(result, count, _TO_BFLOAT16) if uop.dtype.scalar == dtypes.bfloat16 else result
         if op is Ops.MULACC and uop.arg == FUSED and scalar in (dtypes.float32, dtypes.float64):
@@ -334,35 +311,26 @@ class LLVMContext(SSAContext):
         return self.arithmetic(op, operands, scalar, count)
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
-        """`op` over operand registers of `count` lanes of `dtype` (the type of the values, not of a WHERE's
-        condition): intrinsics and POW here, the rest from the instruction tables."""
+        """`op` over operand registers of `count` lanes of `dtype` (the values' type, not a WHERE's condition):
+        intrinsics and POW here, the rest from the instruction tables."""
         if (plan := _table_plan(op, dtype, count)) is not None:
             return self.sequence(plan, *operands)
-        element = scalar_type(dtype)
-        type_text, is_float = _lanes(element, count), _is_float(dtype)
+        element, is_float = scalar_type(dtype), _is_float(dtype)
         if op is Ops.MULACC:
             product = self.arithmetic(Ops.MUL, operands[:2], dtype, count)
             return self.arithmetic(Ops.ADD, [product, operands[2]], dtype, count)
-        if op in _INTRINSICS and is_float:
-            if dtype == dtypes.float16 and op not in (Ops.SQRT, Ops.TRUNC):  # libm has no half functions
-                result = self.arithmetic(op, [self.convert(operands[0], dtype, dtypes.float32, count)],
-                                         dtypes.float32, count)
-                return self.convert(result, dtypes.float32, dtype, count)
-            return self.intrinsic(_INTRINSICS[op], type_text, operands, element, count)
-        if op is not Ops.POW:
+        if op in _INTRINSICS and is_float and (dtype != dtypes.float16 or op in (Ops.SQRT, Ops.TRUNC)):
+            return self.intrinsic(_INTRINSICS[op], _lanes(element, count), operands, element, count)
+        if op is not Ops.POW and not (op in _INTRINSICS and is_float):
             raise ValueError(f"the LLVM renderer cannot render {op} on {dtype}")
-        if is_float and dtype != dtypes.float16:
-            return self.intrinsic("pow", type_text, operands, element, count)
+        if op is Ops.POW and is_float and dtype != dtypes.float16:
+            return self.intrinsic("pow", _lanes(element, count), operands, element, count)
+        # libm has no half functions; integer powers go through double
         wider = dtypes.float32 if dtype == dtypes.float16 else dtypes.float64
-        base, exponent = (self.convert(operand, dtype, wider, count) for operand in operands)
-        result = self.intrinsic("pow", _lanes(scalar_type(wider), count), [base, exponent], scalar_type(wider), count)
+        wide = [self.convert(operand, dtype, wider, count) for operand in operands]
+        result = self.arithmetic(op, wide, wider, count) if op is not Ops.POW else \
+            self.intrinsic("pow", _lanes(scalar_type(wider), count), wide, scalar_type(wider), count)
         return self.convert(result, wider, dtype, count)
-
-    def pointer_of(self, uop: UOp) -> Pointer:
-        """The Pointer a LOAD or STORE goes through."""
-        if (pointer := self.pointers.get(uop)) is None:
-            raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got {uop.op}")
-        return pointer
 
     def address(self, pointer: Pointer, index: str | None) -> str:
         """The address of element `index` of the pointer's buffer."""
@@ -407,137 +375,139 @@ class LLVMContext(SSAContext):
                                dtypes.float32)
         return self.bfloat16(wide, 1, _TO_BFLOAT16)
 
+    def _alloca(self, uop: UOp) -> str:  # DEFINE_REG / DEFINE_LOCAL: an array on the stack, in the entry block
+        assert isinstance(pointer := uop.dtype, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
+        self.declarations.append(f"  {(register := self.fresh('acc'))} = alloca [{max(pointer.size, 1)} x "
+                                 f"{llvm_type(pointer.base, True)}], align 64")
+        return register
 
-def _define_var(ctx: LLVMContext, uop: UOp) -> str:
-    ctx.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {(register := '%' + identifier(uop.arg[0]))}"
-    return register
+    def _define_global(self, uop: UOp) -> str:
+        self.globals[uop.arg] = f"%data{uop.arg}"
+        return self.globals[uop.arg]
 
+    def _define_var(self, uop: UOp) -> str:
+        self.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {(register := '%' + identifier(uop.arg[0]))}"
+        return register
 
-def _special(ctx: LLVMContext, uop: UOp) -> str:
-    if uop.arg != "core_id":  # the trailing core_id is always declared: the entry point passes it
-        raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
-    return "%core_id"
+    def _special(self, uop: UOp) -> str:
+        if uop.arg != "core_id":  # the trailing core_id is always declared: the entry point passes it
+            raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
+        return "%core_id"
 
+    def _range(self, uop: UOp) -> str:
+        number = self.counter = self.counter + 1
+        counter_type = llvm_type(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
+        header, body, latch, exit_ = (f"loop{kind}{number}" for kind in ("_header", "_body", "_latch", "_exit"))
+        register, predecessor = f"%ridx{number}", self.block
+        self.emit(f"br label %{header}")
+        self.label(header)
+        self.emit(f"{register} = phi {counter_type} [ 0, %{predecessor} ], [ {register}_next, %{latch} ]")
+        condition = self.assign(f"icmp slt {counter_type} {register}, {self.value(uop.src[0])}")
+        self.emit(f"br i1 {condition}, label %{body}, label %{exit_}")
+        self.label(body)
+        self.loops.append((latch, exit_, header, register, counter_type))
+        return register
 
-def _range(ctx: LLVMContext, uop: UOp) -> str:
-    number = ctx.counter = ctx.counter + 1
-    counter_type = llvm_type(uop.dtype if uop.dtype != dtypes.void else dtypes.int32)
-    header, body, latch, exit_ = (f"loop{kind}{number}" for kind in ("_header", "_body", "_latch", "_exit"))
-    register, predecessor = f"%ridx{number}", ctx.block
-    ctx.emit(f"br label %{header}")
-    ctx.label(header)
-    ctx.emit(f"{register} = phi {counter_type} [ 0, %{predecessor} ], [ {register}_next, %{latch} ]")
-    condition = ctx.assign(f"icmp slt {counter_type} {register}, {ctx.value(uop.src[0])}")
-    ctx.emit(f"br i1 {condition}, label %{body}, label %{exit_}")
-    ctx.label(body)
-    ctx.loops.append((latch, exit_, header, register, counter_type))
-    return register
+    def _end(self, uop: UOp) -> None:
+        for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
+            latch, exit_, header, register, counter_type = self.loops.pop()
+            self.join(latch)
+            self.emit(f"{register}_next = add {counter_type} {register}, 1", f"br label %{header}")
+            self.label(exit_)
 
+    def _index(self, uop: UOp) -> str:
+        buffer, pointer = uop.src[0], uop.src[0].dtype
+        element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
+        index, index_type = (self.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
+        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
+        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element,
+                                     pointer.size if isinstance(pointer, PtrDType) else -1, element)
+        return self.value(buffer)
 
-def _end(ctx: LLVMContext, uop: UOp) -> None:
-    for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
-        latch, exit_, header, register, counter_type = ctx.loops.pop()
-        ctx.join(latch)
-        ctx.emit(f"{register}_next = add {counter_type} {register}, 1", f"br label %{header}")
-        ctx.label(exit_)
+    def _cast(self, uop: UOp) -> str:
+        source, dtype = uop.src[0], uop.dtype
+        if not isinstance(dtype, PtrDType):
+            return self.convert(self.operand(source, dtype.count), source.dtype.scalar, dtype.scalar, dtype.count)
+        if (pointer := self.pointers.get(source)) is None:  # a vector access through an INDEX
+            raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
+        self.pointers[uop] = replace(pointer, element=dtype.base)
+        return pointer.buffer
 
+    def _bitcast(self, uop: UOp) -> str:
+        source = uop.src[0]
+        if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
+            raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
+        return self.assign(f"bitcast {llvm_type(source.dtype)} {self.value(source)} to {llvm_type(uop.dtype)}")
 
-def _index(ctx: LLVMContext, uop: UOp) -> str:
-    buffer, pointer = uop.src[0], uop.src[0].dtype
-    element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
-    index, index_type = (ctx.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
-    gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
-    ctx.pointers[uop] = Pointer(ctx.value(buffer), index, index_type, gate, element,
-                                pointer.size if isinstance(pointer, PtrDType) else -1, element)
-    return ctx.value(buffer)
+    def _vectorize(self, uop: UOp) -> str:
+        vector, scalar, current = llvm_type(uop.dtype), scalar_type(uop.dtype), "undef"
+        for lane, source in enumerate(uop.src):
+            current = self.assign(f"insertelement {vector} {current}, {scalar} {self.value(source)}, i32 {lane}")
+        return current
 
+    def _gep(self, uop: UOp) -> str:
+        vector, lanes, source = llvm_type(uop.src[0].dtype), list(uop.arg), self.value(uop.src[0])
+        if len(lanes) == 1:
+            return self.assign(f"extractelement {vector} {source}, i32 {lanes[0]}")
+        mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
+        return self.assign(f"shufflevector {vector} {source}, {vector} undef, {mask}")
 
-def _cast(ctx: LLVMContext, uop: UOp) -> str:
-    source = uop.src[0]
-    if not isinstance(uop.dtype, PtrDType):
-        return ctx.convert(ctx.operand(source, uop.dtype.count), source.dtype.scalar, uop.dtype.scalar, uop.dtype.count)
-    if (pointer := ctx.pointers.get(source)) is None:  # vector access through an INDEX
-        raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
-    ctx.pointers[uop] = replace(pointer, element=uop.dtype.base)
-    return pointer.buffer
+    def _pointer(self, uop: UOp) -> Pointer:
+        if (pointer := self.pointers.get(uop.src[0])) is None:
+            raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got "
+                             f"{uop.src[0].op}")
+        return pointer
 
+    def _load(self, uop: UOp) -> str:
+        pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count
+        memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
+        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
 
-def _bitcast(ctx: LLVMContext, uop: UOp) -> str:
-    source = uop.src[0]
-    if source.dtype.itemsize * source.dtype.count != uop.dtype.itemsize * uop.dtype.count:
-        raise ValueError(f"BITCAST from {source.dtype} to {uop.dtype}: the sizes differ")
-    return ctx.assign(f"bitcast {llvm_type(source.dtype)} {ctx.value(source)} to {llvm_type(uop.dtype)}")
+        def load(index: str | None) -> str:
+            loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
+            return loaded if dtype.scalar != dtypes.bool else \
+                self.assign(f"icmp ne {memory_type} {loaded}, {self.zero(dtypes.int8, count)}")
+        if pointer.gate is None:
+            return load(pointer.index)
+        alternative = self.operand(alternatives[0], count) if alternatives else self.zero(dtype.scalar, count)
+        if pointer.index is not None and pointer.elements >= max(count, 1):
+            # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
+            index_type = pointer.index_type
+            value = load(self.assign(f"select i1 {pointer.gate}, {index_type} {pointer.index}, {index_type} 0"))
+            gate = pointer.gate if count == 1 else self.splat(pointer.gate, dtypes.bool, count)
+            return self.assign(f"select {_lanes('i1', count)} {gate}, {value_type} {value}, {value_type} {alternative}")
+        before, after = self.block, self.branch(pointer.gate, "load")
+        value, loaded_block = load(pointer.index), self.block
+        self.join(after)
+        return self.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
 
-
-def _vectorize(ctx: LLVMContext, uop: UOp) -> str:
-    vector, scalar, current = llvm_type(uop.dtype), scalar_type(uop.dtype), "undef"
-    for lane, source in enumerate(uop.src):
-        current = ctx.assign(f"insertelement {vector} {current}, {scalar} {ctx.value(source)}, i32 {lane}")
-    return current
-
-
-def _gep(ctx: LLVMContext, uop: UOp) -> str:
-    vector, lanes, source = llvm_type(uop.src[0].dtype), list(uop.arg), ctx.value(uop.src[0])
-    if len(lanes) == 1:
-        return ctx.assign(f"extractelement {vector} {source}, i32 {lanes[0]}")
-    mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
-    return ctx.assign(f"shufflevector {vector} {source}, {vector} undef, {mask}")
-
-
-def _load(ctx: LLVMContext, uop: UOp) -> str:
-    pointer, dtype, count = ctx.pointer_of(uop.src[0]), uop.dtype, uop.dtype.count
-    memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
-    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-
-    def load(index: str | None) -> str:
-        loaded = ctx.assign(f"load {memory_type}, ptr {ctx.address(pointer, index)}, align {alignment}")
-        return loaded if dtype.scalar != dtypes.bool else ctx.assign(f"icmp ne {memory_type} {loaded}, "
-                                                                     f"{ctx.zero(dtypes.int8, count)}")
-    if pointer.gate is None:
-        return load(pointer.index)
-    alternative = ctx.operand(alternatives[0], count) if alternatives else ctx.zero(dtype.scalar, count)
-    if pointer.index is not None and pointer.elements >= max(count, 1):
-        # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
-        value = load(ctx.assign(f"select i1 {pointer.gate}, {pointer.index_type} {pointer.index}, "
-                                f"{pointer.index_type} 0"))
-        gate = pointer.gate if count == 1 else ctx.splat(pointer.gate, dtypes.bool, count)
-        return ctx.assign(f"select {_lanes('i1', count)} {gate}, {value_type} {value}, {value_type} {alternative}")
-    before, after = ctx.block, ctx.branch(pointer.gate, "load")
-    value, loaded_block = load(pointer.index), ctx.block
-    ctx.join(after)
-    return ctx.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
-
-
-def _store(ctx: LLVMContext, uop: UOp) -> None:
-    pointer, dtype, text = ctx.pointer_of(uop.src[0]), uop.src[1].dtype, ctx.value(uop.src[1])
-    if uop.arg is not None and dtype.count != 1:
-        raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
-                         f"{dtype}: codegen must split it into lanes")
-    if uop.arg is not None:
-        return ctx.atomic_update(pointer, text, dtype, str(uop.arg))
-    if dtype.scalar == dtypes.bool:
-        text = ctx.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
-    after = ctx.branch(pointer.gate, "store") if pointer.gate is not None else None
-    ctx.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {ctx.address(pointer, pointer.index)}, "
-             f"align {dtype.scalar.itemsize}")
-    if after is not None:
-        ctx.join(after)
-
-
-def _define_global(ctx: LLVMContext, uop: UOp) -> str:
-    ctx.globals[uop.arg] = f"%data{uop.arg}"
-    return ctx.globals[uop.arg]
+    def _store(self, uop: UOp) -> None:
+        pointer, dtype, text = self._pointer(uop), uop.src[1].dtype, self.value(uop.src[1])
+        if uop.arg is not None and dtype.count != 1:
+            raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
+                             f"{dtype}: codegen must split it into lanes")
+        if uop.arg is not None:
+            return self.atomic_update(pointer, text, dtype, str(uop.arg))
+        if dtype.scalar == dtypes.bool:
+            text = self.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
+        after = self.branch(pointer.gate, "store") if pointer.gate is not None else None
+        self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {self.address(pointer, pointer.index)}, "
+                  f"align {dtype.scalar.itemsize}")
+        if after is not None:
+            self.join(after)
 
 
 llvm_rendering = ssa_rules({
-    Ops.DEFINE_GLOBAL: _define_global, Ops.DEFINE_VAR: _define_var, Ops.SPECIAL: _special, Ops.RANGE: _range,
+    Ops.DEFINE_GLOBAL: LLVMContext._define_global, Ops.DEFINE_VAR: LLVMContext._define_var,
+    Ops.SPECIAL: LLVMContext._special, Ops.RANGE: LLVMContext._range, Ops.END: LLVMContext._end,
     Ops.CONST: lambda ctx, uop: constant(uop.arg, uop.dtype),
     Ops.VCONST: lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype),
     (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
-    (Ops.DEFINE_REG, Ops.DEFINE_LOCAL): LLVMContext.alloca, Ops.END: _end, Ops.INDEX: _index, Ops.CAST: _cast,
+    (Ops.DEFINE_REG, Ops.DEFINE_LOCAL): LLVMContext._alloca, Ops.INDEX: LLVMContext._index, Ops.CAST: LLVMContext._cast,
     Ops.IF: lambda ctx, uop: ctx.conditionals.append(ctx.branch(ctx.value(uop.src[0]), "if")),
-    Ops.ENDIF: lambda ctx, uop: ctx.join(ctx.conditionals.pop()), Ops.BITCAST: _bitcast, Ops.VECTORIZE: _vectorize,
-    Ops.GEP: _gep, Ops.LOAD: _load, Ops.STORE: _store, tuple(GroupOp.ALU): LLVMContext.alu,
+    Ops.ENDIF: lambda ctx, uop: ctx.join(ctx.conditionals.pop()), Ops.BITCAST: LLVMContext._bitcast,
+    Ops.VECTORIZE: LLVMContext._vectorize, Ops.GEP: LLVMContext._gep, Ops.LOAD: LLVMContext._load,
+    Ops.STORE: LLVMContext._store, tuple(GroupOp.ALU): LLVMContext.alu,
     (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None})
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
 LLVMRenderer.string_rewrite = llvm_rendering
