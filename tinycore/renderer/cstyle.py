@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, TextRule, kernel_name, text_rules
+from tinycore.renderer.renderer import Renderer, TextRule, kernel_name, pointer_root, text_rules
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
@@ -26,16 +27,11 @@ def math_functions(code: Callable[[str, str, DType], str]) -> dict[Ops, CodeForO
     return {op: (lambda operand, dtype, name=name: code(name, operand, dtype)) for op, name in MATH_FUNCTIONS.items()}
 
 
-def _infix(symbol: str) -> CodeForOp:
-    return lambda a, b, dtype: f"({a}{symbol}{b})"
-
-
+_INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
+          Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 # ALU op -> expression over the rendered operands and the operand dtype (scalar); languages replace entries
 BASE_CODE_FOR_OP: dict[Ops, CodeForOp] = {
-    **{op: _infix(symbol) for op, symbol in ((Ops.ADD, "+"), (Ops.SUB, "-"), (Ops.MUL, "*"), (Ops.FDIV, "/"),
-                                             (Ops.IDIV, "/"), (Ops.MOD, "%"), (Ops.CMPLT, "<"), (Ops.CMPNE, "!="),
-                                             (Ops.CMPEQ, "=="), (Ops.AND, "&"), (Ops.OR, "|"), (Ops.XOR, "^"),
-                                             (Ops.SHL, "<<"), (Ops.SHR, ">>"))},
+    **{op: (lambda a, b, dtype, symbol=symbol: f"({a}{symbol}{b})") for op, symbol in _INFIX.items()},
     **math_functions(lambda name, x, dtype: f"{name}({x})"),
     Ops.NEG: lambda x, dtype: f"(!{x})" if dtype == dtypes.bool else f"(-{x})",
     Ops.RECIPROCAL: lambda x, dtype: f"(1/{x})", Ops.POW: lambda a, b, dtype: f"pow({a},{b})",
@@ -50,15 +46,13 @@ BASE_TYPE_MAP: dict[DType, str] = {
 
 # ops rendered in place when they have one user and are scalar
 _INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.GEP, Ops.VECTORIZE, Ops.VCONST, Ops.CUSTOM}
-_NARROW_RESULTS = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
 
 
 def bfloat16_bits(value: float) -> int:
     """The bfloat16 bit pattern of `value` (round to nearest even, quiet NaN kept)."""
-    bits = struct.unpack("<I", struct.pack("<f", value))[0] if math.isfinite(value) or math.isinf(value) \
-        else 0x7FC00000
-    if (bits & 0x7FFFFFFF) > 0x7F800000:
-        return (bits >> 16) | 0x40
+    if math.isnan(value):
+        return 0x7FC0
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
 
 
@@ -88,12 +82,10 @@ class RenderedPointer:
 
 class CStyleLanguage(Renderer):
     """A renderer for C-like languages: rules (`string_rewrite`, the language's own + `base_rendering`), data (the
-    class attributes below) and a few hooks (the `render_*` methods). Rules keep per-program state in `ctx.state`
-    (`context_state`); `render_function` writes the text around the body."""
+    class attributes below) and hooks (the `render_*` methods); rules keep per-program state in `ctx.state`."""
 
     kernel_prefix, buffer_prefix, buffer_suffix, const_buffer_prefix, smem_prefix = "", "", "", "const ", ""
-    arg_int_prefix: str = "const int"
-    barrier: str = ""
+    arg_int_prefix, barrier = "const int", ""
     code_for_workitem: dict[str, Callable[[int], str]] = {}  # SPECIAL kind "g"/"l"/"i" -> expression of the axis
     infinity, nan, float_suffix = "INFINITY", "NAN", "f"
     # integer literals: suffix by dtype (the rest are cast)
@@ -102,7 +94,7 @@ class CStyleLanguage(Renderer):
     vector_cast: str | None = None  # a whole-vector conversion ({type}, {x}); None converts lane by lane
     bitcast_format: str = ("({{ {source} tc_source = {x}; {type} tc_result; __builtin_memcpy(&tc_result, &tc_source, "
                            "sizeof(tc_result)); tc_result; }})")
-    native_bfloat16: bool = False
+    native_bfloat16, embed_program = False, False  # embed_program: the source carries its program (MOCK GPUs)
     vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
     code_for_op: dict[Ops, CodeForOp] = BASE_CODE_FOR_OP
     type_map: dict[DType, str] = BASE_TYPE_MAP
@@ -110,7 +102,7 @@ class CStyleLanguage(Renderer):
     guard_integer_division: bool = True
     # results of these dtypes are cast back after each op, so C's integer promotion and excess float precision give
     # the value of a per-op rounded computation
-    narrow_dtypes: tuple[DType, ...] = _NARROW_RESULTS + (dtypes.float16,)
+    narrow_dtypes: tuple[DType, ...] = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
     string_rewrite: ClassVar[PatternMatcher]
 
     def render_dtype(self, dtype: DType) -> str:
@@ -145,10 +137,8 @@ class CStyleLanguage(Renderer):
         """A floating point literal of `dtype`, infinities and NaN included."""
         if math.isnan(value) or math.isinf(value):
             text = self.nan if math.isnan(value) else self.infinity if value > 0 else f"(-{self.infinity})"
-        else:
-            text = repr(float(value))
-            text += ("" if "e" in text or "." in text else ".0") + (self.float_suffix if dtype.scalar != dtypes.float64
-                                                                    else "")
+        else:  # Python's repr of a finite float always has a "." or an exponent
+            text = repr(float(value)) + (self.float_suffix if dtype.scalar != dtypes.float64 else "")
             text = f"({text})" if text.startswith("-") else text
         return text if dtype.scalar in (dtypes.float32, dtypes.float64) else \
             self.render_cast(text, dtypes.float32, dtype.scalar)
@@ -167,9 +157,8 @@ class CStyleLanguage(Renderer):
             return f"(({self.render_dtype(scalar)}){number})"
         if number >= 0 or suffix.startswith("u"):  # unsigned literals carry a u
             return f"{number}{suffix}"
-        if number == -2 ** (scalar.itemsize * 8 - 1):
-            return f"(-{2 ** (scalar.itemsize * 8 - 1) - 1}{suffix}-1)"
-        return f"({number}{suffix})" if number < 0 else f"{number}{suffix}"
+        limit = 2 ** (scalar.itemsize * 8 - 1)  # the most negative literal is out of range: written as -(max)-1
+        return f"(-{limit - 1}{suffix}-1)" if number == -limit else f"({number}{suffix})"
 
     def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Value conversion of a scalar expression."""
@@ -237,22 +226,24 @@ class CStyleLanguage(Renderer):
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The source of `uops` as a function called `name`: each UOp, in order, rendered into a RenderContext by the
-        first rule of `string_rewrite` that matches it, then `render_function`."""
+        first rule of `string_rewrite` that matches it, then `render_function` (and the program, `embed_program`)."""
         ctx = RenderContext(self, uops)
         for uop in uops:
             ctx.note(uop.dtype)
             if self.string_rewrite.rewrite(uop, ctx) is None:
                 raise ValueError(f"{type(self).__name__} cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): "
                                  f"it is not part of the linear program contract")
-        return self.render_function(ctx, name)
+        if not self.embed_program:
+            return self.render_function(ctx, name)
+        from tinycore.hcq.mock import embed_program
+        return embed_program(self.render_function(ctx, name), uops)
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
         """The source around the body: parameters (buffers by position, variables by name, `extra_parameters`), the
         prelude and the signature (`render_kernel`)."""
         parameters = [ctx.buffers[position] for position in sorted(ctx.buffers)]
         parameters += [ctx.variables[key] for key in sorted(ctx.variables)] + self.extra_parameters(ctx.uops)
-        prelude = self.render_prelude(ctx.uops, ctx.used_dtypes)
-        attributes = self.kernel_attributes(ctx.uops)
+        prelude, attributes = self.render_prelude(ctx.uops, ctx.used_dtypes), self.kernel_attributes(ctx.uops)
         return self.render_kernel(name, parameters, ctx.lines, prelude, *([attributes] if attributes else []))
 
     def context_state(self, uops: list[UOp]) -> object:
@@ -273,26 +264,12 @@ class RenderContext:
     kernel's parameters, and `state` for the language's own rules. Rules use the helpers below."""
 
     def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
-        self.renderer, self.uops, self.depth = renderer, uops, 1
-        self.names: dict[UOp, str] = {}
-        self.pointers: dict[UOp, RenderedPointer] = {}
-        self.counters: dict[str, int] = {}
-        self.lines: list[str] = []
-        self.used_dtypes: set[DType] = set()
-        self.uses: dict[UOp, int] = {}
-        self.inlined: set[UOp] = set()
-        self.stored: set[UOp] = set()
-        self.buffers: dict[int, str] = {}
-        self.variables: dict[str, str] = {}
-        self.masks: dict[UOp, tuple[str, DType]] = {}
-        for uop in uops:
-            for source in uop.src:
-                self.uses[source] = self.uses.get(source, 0) + 1
-            if uop.op is Ops.STORE:
-                target = uop.src[0]
-                while target.op in (Ops.INDEX, Ops.CAST) and target.src:
-                    target = target.src[0]
-                self.stored.add(target)
+        self.renderer, self.uops, self.depth, self.lines = renderer, uops, 1, list[str]()
+        self.names, self.pointers, self.counters = dict[UOp, str](), dict[UOp, RenderedPointer](), dict[str, int]()
+        self.buffers, self.variables, self.masks = dict[int, str](), dict[str, str](), dict[UOp, tuple[str, DType]]()
+        self.used_dtypes, self.inlined = set[DType](), set[UOp]()
+        self.uses: Counter[UOp] = Counter(source for uop in uops for source in uop.src)
+        self.stored = {pointer_root(uop.src[0]) for uop in uops if uop.op is Ops.STORE}
         self.state: Any = renderer.context_state(uops)  # each language's own type (its rules know it)
 
     def fresh(self, prefix: str) -> str:
@@ -384,32 +361,30 @@ class RenderContext:
         return self.bind(uop, self.compose_alu(uop, [self.expression(source) for source in uop.src]))
 
     def compose_alu(self, uop: UOp, operands: list[str]) -> str:
-        """The code of an ALU op over the given operand texts (lane by lane where the language needs it)."""
+        """The code of an ALU op over the given operand texts (lane by lane where the language needs it); results of
+        `narrow_dtypes` are cast back."""
         renderer = self.renderer
         operand_dtype = uop.src[1].dtype if uop.op is Ops.WHERE else uop.src[0].dtype
-        count, scalar = max(source.dtype.count for source in uop.src), operand_dtype.scalar
+        count, scalar, narrow = max(source.dtype.count for source in uop.src), operand_dtype.scalar, \
+            uop.dtype.scalar in renderer.narrow_dtypes
         vector_ok = uop.op in renderer.vector_alu_ops and scalar != dtypes.bool and \
             scalar not in renderer.narrow_dtypes and not (scalar == dtypes.bfloat16 and not renderer.native_bfloat16)
         if count == 1 or (vector_ok and all(source.dtype.count == count for source in uop.src)):
             code = self.scalar_alu(uop.op, operands, operand_dtype, uop.src)
-            return renderer.render_cast(code, uop.dtype, uop.dtype) if count == 1 and \
-                uop.dtype in renderer.narrow_dtypes else code
-        items = []
-        for lane in range(count):
-            item = self.scalar_alu(uop.op, [text if source.dtype.count == 1 else renderer.render_gep(
-                text, lane, source.dtype) for source, text in zip(uop.src, operands, strict=True)], scalar, uop.src)
-            narrow = uop.dtype.scalar in renderer.narrow_dtypes
-            items.append(renderer.render_cast(item, uop.dtype.scalar, uop.dtype.scalar) if narrow else item)
-        return renderer.render_vector(uop.dtype, items)
+            return renderer.render_cast(code, uop.dtype, uop.dtype) if count == 1 and narrow else code
+        items = [self.scalar_alu(uop.op, [text if source.dtype.count == 1 else renderer.render_gep(text, lane,
+                 source.dtype) for source, text in zip(uop.src, operands, strict=True)], scalar, uop.src)
+                 for lane in range(count)]
+        return renderer.render_vector(uop.dtype, [renderer.render_cast(item, uop.dtype.scalar, uop.dtype.scalar)
+                                                  if narrow else item for item in items])
 
     def scalar_alu(self, op: Ops, operands: list[str], dtype: DType, sources: tuple[UOp, ...]) -> str:
         """One scalar ALU op; integer division by a non-constant is guarded (0 where the divisor is 0)."""
-        renderer = self.renderer
-        if op in (Ops.IDIV, Ops.MOD) and renderer.guard_integer_division and not dtypes.is_float(dtype):
-            divisor = sources[1]
-            if not (divisor.op is Ops.VCONST and all(divisor.arg) or divisor.op is Ops.CONST and divisor.arg != 0):
-                zero = renderer.render_const(0, dtype.scalar)
-                return f"(({operands[1]}==0)?{zero}:{renderer.render_math(op, operands, dtype)})"
+        renderer, divisor = self.renderer, sources[-1]
+        if op in (Ops.IDIV, Ops.MOD) and renderer.guard_integer_division and not dtypes.is_float(dtype) and \
+                not (divisor.op is Ops.VCONST and all(divisor.arg) or divisor.op is Ops.CONST and divisor.arg != 0):
+            zero = renderer.render_const(0, dtype.scalar)
+            return f"(({operands[1]}==0)?{zero}:{renderer.render_math(op, operands, dtype)})"
         return renderer.render_math(op, operands, dtype)
 
     def pointer_of(self, uop: UOp) -> RenderedPointer:
@@ -426,12 +401,11 @@ class RenderContext:
 
     def combine_code(self, reduce: str, old: str, new: str, dtype: DType) -> str:
         """The expression combining the stored `old` with `new` by a scatter reduce (names, evaluated once each)."""
-        renderer = self.renderer
+        renderer, boolean = self.renderer, dtype == dtypes.bool
         if reduce == "min":
             below = renderer.render_math(Ops.CMPLT, [new, old], dtype)
             code = renderer.render_math(Ops.WHERE, [below, new, old], dtype)
         else:
-            boolean = dtype == dtypes.bool
             op = {"add": Ops.OR if boolean else Ops.ADD, "mul": Ops.AND if boolean else Ops.MUL, "max": Ops.MAX}[reduce]
             code = renderer.render_math(op, [old, new], dtype)
         return renderer.render_cast(code, dtype, dtype) if dtype in renderer.narrow_dtypes else code
@@ -461,19 +435,16 @@ def _define_global(ctx: RenderContext, x: UOp) -> str:
     ctx.buffers[x.arg] = f"{type_name} data{x.arg}"
     return ctx.name(x, f"data{x.arg}")
 
-
 def _define_var(ctx: RenderContext, x: UOp) -> str:
     name = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in str(x.arg[0]))
     ctx.variables[str(x.arg[0])] = f"{ctx.renderer.arg_int_prefix} {name}"
     return ctx.name(x, name)
-
 
 def _special(ctx: RenderContext, x: UOp) -> str:
     if (label := str(x.arg)) != "core_id":
         comment = f" /* {x.src[0].arg} */" if x.src and x.src[0].op is Ops.CONST else ""
         ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {label} = {ctx.renderer.render_special(label)};{comment}")
     return ctx.name(x, label)
-
 
 def _define_memory(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
@@ -482,13 +453,14 @@ def _define_memory(ctx: RenderContext, x: UOp) -> str:
              f"{ctx.renderer.smem_prefix}{ctx.renderer.memory_type(base)} {name}[{size}];")
     return ctx.name(x, name)
 
+def _open(ctx: RenderContext, line: str) -> None:
+    ctx.emit(line)
+    ctx.depth += 1
 
 def _range(ctx: RenderContext, x: UOp) -> str:
     name, type_name = ctx.fresh("ridx"), ctx.renderer.render_dtype(x.dtype if x.dtype != dtypes.void else dtypes.int32)
-    ctx.emit(f"for ({type_name} {name} = 0; {name} < {ctx.expression(x.src[0])}; {name}++) {{")
-    ctx.depth += 1
+    _open(ctx, f"for ({type_name} {name} = 0; {name} < {ctx.expression(x.src[0])}; {name}++) {{")
     return ctx.name(x, name)
-
 
 def _close(ctx: RenderContext, x: UOp) -> str:
     for _ in range(sum(1 for source in x.src if source.op is Ops.RANGE) or 1):
@@ -496,25 +468,16 @@ def _close(ctx: RenderContext, x: UOp) -> str:
         ctx.emit("}")
     return ""
 
-
-def _if(ctx: RenderContext, x: UOp) -> str:
-    ctx.emit(f"if ({ctx.expression(x.src[0])}) {{")
-    ctx.depth += 1
-    return ""
-
-
 def _index(ctx: RenderContext, x: UOp) -> str:
     buffer = x.src[0]
     buffer_text = ctx.pointers[buffer].address() if buffer in ctx.pointers else ctx.expression(buffer)
     if ctx.uses.get(x, 0) > 1:  # an address used several times computes its index once
-        for source in x.src[1:]:
-            if source in ctx.inlined:
-                ctx.materialize(source)
+        for source in (source for source in x.src[1:] if source in ctx.inlined):
+            ctx.materialize(source)
     index, gate = (ctx.expression(x.src[i]) if len(x.src) > i else None for i in (1, 2))
     element = buffer.dtype.base if isinstance(buffer.dtype, PtrDType) else buffer.dtype
     ctx.pointers[x] = RenderedPointer(buffer_text, index, gate, element)
     return ctx.name(x, ctx.pointers[x].address())
-
 
 def _cast(ctx: RenderContext, x: UOp) -> str:
     if not isinstance(x.dtype, PtrDType):
@@ -525,18 +488,15 @@ def _cast(ctx: RenderContext, x: UOp) -> str:
     ctx.pointers[x] = RenderedPointer(pointer.buffer, pointer.index, pointer.gate, x.dtype.base, cast)
     return ctx.name(x, ctx.pointers[x].address())
 
-
 def _bitcast(ctx: RenderContext, x: UOp) -> str:
     source = x.src[0]
     if source.dtype.itemsize * source.dtype.count != x.dtype.itemsize * x.dtype.count:
         raise ValueError(f"BITCAST from {source.dtype} to {x.dtype}: the sizes differ")
     return ctx.declare(x, ctx.renderer.render_bitcast(ctx.expression(source), source.dtype, x.dtype), "alu")
 
-
 def _gep(ctx: RenderContext, x: UOp) -> str:
     lanes = [ctx.renderer.render_gep(ctx.expression(x.src[0]), lane, x.src[0].dtype) for lane in x.arg]
     return ctx.name(x, lanes[0]) if len(lanes) == 1 else ctx.bind(x, ctx.renderer.render_vector(x.dtype, lanes))
-
 
 def _custom(ctx: RenderContext, x: UOp) -> str:
     code = str(x.arg).format(*[ctx.expression(source) for source in x.src])
@@ -544,7 +504,6 @@ def _custom(ctx: RenderContext, x: UOp) -> str:
         return ctx.bind(x, code, "custom")
     ctx.emit(code if code.rstrip().endswith((";", "}")) else code + ";")
     return ""
-
 
 def render_load(ctx: RenderContext, x: UOp) -> str:
     """The base rule of a LOAD: a variable holding the access (behind its gate, with the load's alternative)."""
@@ -560,7 +519,6 @@ def render_load(ctx: RenderContext, x: UOp) -> str:
             value = f"(({renderer.render_dtype(x.dtype)}){value})"
         value = f"({pointer.gate}?{value}:{alternative})"
     return ctx.declare(x, value, "val")
-
 
 def _store(ctx: RenderContext, x: UOp) -> str:
     pointer = ctx.pointer_of(x.src[0])
@@ -583,7 +541,7 @@ base_rendering = text_rules([
     (UPat(Ops.STORE, name="x"), _store),
     (UPat(Ops.RANGE, name="x"), _range),
     (UPat((Ops.END, Ops.ENDIF), name="x"), _close),
-    (UPat(Ops.IF, name="x"), _if),
+    (UPat(Ops.IF, name="x"), lambda ctx, x: _open(ctx, f"if ({ctx.expression(x.src[0])}) {{") or ""),
     (UPat(Ops.CAST, name="x"), _cast),
     (UPat(Ops.BITCAST, name="x"), _bitcast),
     (UPat(Ops.VECTORIZE, name="x"),

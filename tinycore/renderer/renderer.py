@@ -64,6 +64,13 @@ def _declared_dtypes(capabilities: object) -> Any:
     return capabilities.get("dtypes") if isinstance(capabilities, Mapping) else getattr(capabilities, "dtypes", None)
 
 
+def pointer_root(pointer: UOp) -> UOp:
+    """The buffer (DEFINE_GLOBAL, DEFINE_LOCAL, ...) a chain of INDEX and pointer CAST starts from."""
+    while pointer.op in (Ops.INDEX, Ops.CAST) and pointer.src:
+        pointer = pointer.src[0]
+    return pointer
+
+
 def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
     """The function name of a linear program: the SINK's arg (a string or an object with `.name`), else default."""
     for arg in (uop.arg for uop in reversed(uops) if uop.op is Ops.SINK):
@@ -198,11 +205,8 @@ class ProgramSpec:
             elif uop.op is Ops.DEFINE_GLOBAL:
                 buffers.add(uop.arg)
             elif uop.op in (Ops.LOAD, Ops.STORE):
-                index = uop.src[0]
-                while index.op is not Ops.DEFINE_GLOBAL and index.src and index.op in (Ops.INDEX, Ops.CAST):
-                    index = index.src[0]
-                if index.op is Ops.DEFINE_GLOBAL:
-                    (outs if uop.op is Ops.STORE else ins).add(index.arg)
+                if (buffer := pointer_root(uop.src[0])).op is Ops.DEFINE_GLOBAL:
+                    (outs if uop.op is Ops.STORE else ins).add(buffer.arg)
         return ProgramSpec(name, src, device, global_size, local_size, [variables[key] for key in sorted(variables)],
                            sorted(buffers), sorted(outs), sorted(ins), estimate(uops), uops)
 
@@ -223,4 +227,5 @@ class ProgramSpec:
         return to_function_name(self.name)
 
 
-__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "statement_rule", "text_rules"]
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "pointer_root", "statement_rule",
+           "text_rules"]

@@ -14,26 +14,15 @@ from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
-from tinycore.renderer.cstyle import (
-    BASE_CODE_FOR_OP,
-    BASE_TYPE_MAP,
-    CStyleLanguage,
-    RenderContext,
-    RenderedPointer,
-    atomic_rule,
-    base_rendering,
-    math_functions,
-    threads_per_group,
-)
+from tinycore.renderer import cstyle
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 HIP_TYPE_MAP: dict[DType, str] = {
-    **BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-    dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
-
+    **cstyle.BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942; used by
 default)."""
@@ -79,16 +68,13 @@ TC_DEVICE float tc_pow(float base, float exponent) {
   __hip_atomic_fetch_add(address, value, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)
 #endif"""
 
-_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
-                            dtypes.float16, dtypes.bfloat16})
-_NATIVE = {"add": _ATOMIC_DTYPES - {dtypes.float16, dtypes.bfloat16},
-           "max": frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})}
-_NATIVE["min"] = _NATIVE["max"]
+_INTEGERS = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64})
+_NATIVE = {"add": _INTEGERS | {dtypes.float32, dtypes.float64}, "max": _INTEGERS, "min": _INTEGERS}
 _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _GLOBAL, _ORDER, _SCOPE = "__attribute__((address_space(1)))", "__ATOMIC_RELAXED", "__HIP_MEMORY_SCOPE_AGENT"
 
 
-def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
+def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop over
     the element's bits."""
     type_name, address = ctx.renderer.render_dtype(dtype), pointer.address()
@@ -108,20 +94,19 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} while (!{done}); }}")
 
 
-hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
+hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
 """HIP's own rules: scatter reductions as agent-scope atomics on global pointers."""
 
-BARRIER = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
-           '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
 
-
-class HIPRenderer(CStyleLanguage):
+class HIPRenderer(cstyle.CStyleLanguage):
     """HIP-style C for one AMD target (`arch`, e.g. "gfx1100"), compiled by clang (tiny_amd.compiler)."""
 
     device, suffix, has_local, has_shared, has_threads, supports_float4 = "AMD", "hip", True, True, False, False
-    kernel_prefix, smem_prefix, barrier = 'extern "C" __attribute__((global)) ', "__attribute__((shared)) ", BARRIER
-    string_rewrite = hip_rendering + base_rendering
-    code_for_op = {**BASE_CODE_FOR_OP, Ops.POW: _pow, **math_functions(_float_math)}
+    kernel_prefix, smem_prefix = 'extern "C" __attribute__((global)) ', "__attribute__((shared)) "
+    barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
+               '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
+    string_rewrite = hip_rendering + cstyle.base_rendering
+    code_for_op = {**cstyle.BASE_CODE_FOR_OP, Ops.POW: _pow, **cstyle.math_functions(_float_math)}
     type_map = HIP_TYPE_MAP
     bitcast_format = "__builtin_bit_cast({type}, ({source})({x}))"
     code_for_workitem = {"g": lambda axis: f"(int)__builtin_amdgcn_workgroup_id_{'xyz'[axis]}()",
@@ -130,6 +115,7 @@ class HIPRenderer(CStyleLanguage):
     global_max, local_max, max_local_total, shared_max = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 1024), 256, 65536
     group_size, register_tile = 128, (4, 4)
     max_buffers = 200  # kernarg segments stay well under the 4 KB the AQL path preloads
+    atomic_dtypes = _NATIVE["add"] | {dtypes.float16, dtypes.bfloat16}
 
     def __init__(self, arch: str = "gfx1100", device: str = "AMD", embed_program: bool = False,
                  matrix_cores: bool | None = None):
@@ -137,7 +123,6 @@ class HIPRenderer(CStyleLanguage):
         self.target = parse_target(arch)
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
-        self.atomic_dtypes = _ATOMIC_DTYPES
         self.matrix_instructions: tuple[Any, ...] = ()
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
             from functools import partial
@@ -154,15 +139,7 @@ class HIPRenderer(CStyleLanguage):
 
     def kernel_attributes(self, uops: list[UOp]) -> str:
         """The flat work-group size (1024 where a work-item count is not a constant)."""
-        return f"__attribute__((amdgpu_flat_work_group_size(1, {min(threads_per_group(uops) or 1024, 1024)}))) "
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The source of `uops` as a kernel called `name` (with its linear program for the MOCK GPU)."""
-        source = super().render_named(uops, name)
-        if self.embed_program:
-            from tinycore.hcq.mock import embed_program
-            source = embed_program(source, uops)
-        return source
+        return f"__attribute__((amdgpu_flat_work_group_size(1, {min(cstyle.threads_per_group(uops) or 1024, 1024)}))) "
 
 
 def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
@@ -171,8 +148,7 @@ def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     from tiny_amd.compiler import AMDCompiler
     from tiny_amd.target import device_target, parse_target
     from tinycore.device.registry import target_for
-    chosen = arch or device_target(device)
-    parse_target(chosen)
+    parse_target(chosen := arch or device_target(device))
     if target_for(device).interface == "MOCK":
         from tiny_amd.amd_mock import MockCompiler
         return HIPRenderer(chosen, device, embed_program=True), MockCompiler(chosen)

@@ -12,26 +12,15 @@ from typing import Any
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
-from tinycore.renderer.cstyle import (
-    BASE_CODE_FOR_OP,
-    BASE_TYPE_MAP,
-    CStyleLanguage,
-    RenderContext,
-    RenderedPointer,
-    atomic_rule,
-    base_rendering,
-    math_functions,
-    threads_per_group,
-)
+from tinycore.renderer import cstyle
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 CUDA_TYPE_MAP: dict[DType, str] = {
-    **BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long", dtypes.uint64: "unsigned long long",
-    dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
-
+    **cstyle.BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
 NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 """NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
 _VECTOR_NAMES = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
@@ -68,18 +57,15 @@ template <class To, class From> __device__ __forceinline__ To tc_bitcast(From va
   static_assert(sizeof(To) == sizeof(From), "bitcast between types of different sizes");
   union { From from; To to; } both; both.from = value; return both.to; }"""
 
-_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
-                            dtypes.float16, dtypes.bfloat16})
 # the overloads of CUDA's atomic functions: by element size for atomicCAS, by dtype for the native operations
 _CAS_BITS = {2: "unsigned int", 4: "unsigned int", 8: "unsigned long long"}
-_NATIVE = {"add": {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "unsigned long long",
-                   dtypes.uint64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"},
-           "max": {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
-                   dtypes.uint64: "unsigned long long"}}
-_NATIVE["min"] = _NATIVE["max"]
+_MAX_TYPES = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+              dtypes.uint64: "unsigned long long"}
+_NATIVE = {"add": {**_MAX_TYPES, dtypes.int64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"},
+           "max": _MAX_TYPES, "min": _MAX_TYPES}
 
 
-def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
+def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type (float64 sums from sm_60), else an
     atomicCAS loop over the element's bits (over the 32-bit word holding a 16-bit element)."""
     renderer, address = ctx.renderer, pointer.address()
@@ -103,7 +89,7 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} while ({seen} != {expected}); }}")
 
 
-def _lane_addresses(pointer: RenderedPointer, value_dtype: DType) -> list[str] | None:
+def _lane_addresses(pointer: cstyle.RenderedPointer, value_dtype: DType) -> list[str] | None:
     """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
     if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
         return None
@@ -111,32 +97,31 @@ def _lane_addresses(pointer: RenderedPointer, value_dtype: DType) -> list[str] |
     return [f"{pointer.buffer}[{index}{lane}]" for lane in range(value_dtype.count)]
 
 
-def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
+def _vector_store(ctx: cstyle.RenderContext, x: UOp) -> str | None:
     """A vector write stores lane by lane; scalar writes are left to the base rules."""
     pointer, value = ctx.pointer_of(x.src[0]), x.src[1]
     if (lanes := _lane_addresses(pointer, value.dtype)) is None:
         return None
     if not (source := ctx.names.get(value, "")).isidentifier():
-        source = ctx.fresh("vec")
-        ctx.emit(f"{ctx.renderer.render_dtype(value.dtype)} {source} = {ctx.expression(value)};")
+        source = ctx.declare(value, ctx.expression(value), "vec")
     ctx.emit(ctx.gated(pointer, " ".join(f"{lane} = {ctx.renderer.render_gep(source, position, value.dtype)};"
                                          for position, lane in enumerate(lanes))))
     return ""
 
 
 cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), _vector_store),
-                             (UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
+                             (UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
 """CUDA's own rules: vector stores lane by lane (vector loads: `render_access`) and atomic updates."""
 
 
-class CUDARenderer(CStyleLanguage):
+class CUDARenderer(cstyle.CStyleLanguage):
     """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
 
     device, suffix, has_local, has_shared, has_threads = "NV", "cu", True, True, False
     kernel_prefix, smem_prefix, barrier = 'extern "C" __global__ ', "__shared__ ", "__syncthreads();"
     native_bfloat16 = True  # tc_bfloat16 converts itself; see PRELUDE
-    string_rewrite = cuda_rendering + base_rendering
-    code_for_op = {**BASE_CODE_FOR_OP, Ops.POW: _pow, **math_functions(
+    string_rewrite = cuda_rendering + cstyle.base_rendering
+    code_for_op = {**cstyle.BASE_CODE_FOR_OP, Ops.POW: _pow, **cstyle.math_functions(
         lambda name, x, dtype: f"{name}({x})" if dtype.scalar == dtypes.float64 else f"{name}f((float)({x}))")}
     type_map = CUDA_TYPE_MAP
     vector_format, bitcast_format = "make_{type}({items})", "tc_bitcast<{type}, {source}>({x})"
@@ -147,12 +132,12 @@ class CUDARenderer(CStyleLanguage):
     global_max, local_max, max_local_total, shared_max = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256, 48 * 1024
     group_size, register_tile = 128, (4, 4)
     max_buffers = 500  # 4 KB of kernel parameters at 8 bytes a pointer, with room for the integer arguments
+    atomic_dtypes = frozenset({*_MAX_TYPES, dtypes.float32, dtypes.float64, dtypes.float16, dtypes.bfloat16})
 
     def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False,
                  tensor_cores: bool | None = None):
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.arch_number = int(arch[3:5]) if arch[3:5].isdigit() else 0
-        self.atomic_dtypes = _ATOMIC_DTYPES
         if (NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores) and self.arch_number >= 80:
             from tiny_nv.tensor_core import tensor_core_opt  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
             self.tensor_core_opt = tensor_core_opt
@@ -176,7 +161,7 @@ class CUDARenderer(CStyleLanguage):
             raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}: codegen must keep it scalar")
         return f"{_VECTOR_NAMES.get(scalar, scalar)}{count}"
 
-    def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
+    def render_access(self, pointer: cstyle.RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """A vector read is built from its lanes; scalar reads are the base's lvalues."""
         lanes = _lane_addresses(pointer, value_dtype)
         return super().render_access(pointer, index_uop, value_dtype) if lanes is None else \
@@ -189,15 +174,7 @@ class CUDARenderer(CStyleLanguage):
 
     def kernel_attributes(self, uops: list[UOp]) -> str:
         """`__launch_bounds__` of the block size when the kernel has thread indices of constant sizes."""
-        return f"__launch_bounds__({block}) " if (block := threads_per_group(uops)) and block > 1 else ""
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The CUDA C source of `uops` as a kernel called `name` (with its linear program for the MOCK GPU)."""
-        source = super().render_named(uops, name)
-        if self.embed_program:
-            from tiny_nv.mock import embed_program
-            source = embed_program(source, uops)
-        return source
+        return f"__launch_bounds__({block}) " if (block := cstyle.threads_per_group(uops)) and block > 1 else ""
 
 
 def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
@@ -206,8 +183,7 @@ def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     from tiny_nv.nvrtc import NVRTCCompiler, parse_arch
     from tiny_nv.target import device_arch
     from tinycore.device.registry import target_for
-    chosen = arch or device_arch(device)
-    parse_arch(chosen)
+    parse_arch(chosen := arch or device_arch(device))
     if target_for(device).interface == "MOCK":
         from tiny_nv.mock import MockCompiler
         return CUDARenderer(chosen, device, embed_program=True), MockCompiler(chosen)
