@@ -1,12 +1,8 @@
-"""The WGSL renderer of the WEBGPU device: one compute entry point per kernel, scalar code only.
-
-Its rules (`wgsl_rendering`) go before the C-style base's for what WGSL does differently: thread indices, loops (Mesa's
-loop limit), workgroup memory, element-indexed storage arrays (narrow types packed in u32 words, buffers of combining
-stores as atomic words) and bindings: binding 0 is a uniform `Params` (thread count, dispatch strides, each buffer's
-start, the DEFINE_VARs), binding 1 + k is DEFINE_GLOBAL k. Kernels with lidx SPECIALs use the hardware workgroup layout;
-the others decode gidx0..2 from one flat invocation number and return past the end. The first line is the layout the
-runtime reads (`KernelLayout`).
-"""
+"""The WGSL renderer of the WEBGPU device: scalar code, one compute entry point per kernel, bound to a uniform `Params`
+(binding 0: thread count, dispatch strides, each buffer's start, the DEFINE_VARs) and storage arrays (binding 1 + k:
+DEFINE_GLOBAL k, narrow types packed in u32 words, buffers of combining stores as atomic words). Kernels with lidx
+SPECIALs use the hardware workgroup layout, the others decode gidx0..2 from one flat invocation number. The first line
+of a kernel is the layout the runtime reads (`KernelLayout`)."""
 from __future__ import annotations
 
 import math
@@ -20,22 +16,14 @@ from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
-HEADER_PREFIX = "// tinycore-webgpu"
-"""The first line of every rendered kernel: the layout the runtime needs (see `KernelLayout.header`)."""
-PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)
-"""Element types stored packed in u32 words (WGSL has no 8- or 16-bit integer types)."""
-WORKGROUP_SIZE = 64
-"""Threads per workgroup for flat-mapped kernels."""
-PREFERRED_INVOCATIONS, CPU_PREFERRED_INVOCATIONS = 256, 64
-"""Invocations per workgroup codegen aims at on GPU and on CPU adapters, where a workgroup runs on one driver thread
-(a 256x256 matmul in 16x16 tiles ran 1.9x slower on lavapipe's 2 threads as one workgroup)."""
-CPU_REGISTER_TILE = (16, 16)
-"""Outputs per invocation of matmul-like kernels on CPU adapters, whose loads loop over the SIMD lanes (16x16: 32
-loads per 256 multiply-adds, 1.7x to 1.9x faster than 8x8 at 256x256x256)."""
-CPU_GROUP_MAX_OUTPUTS = 256
-"""Reduces with more outputs skip the group reduce on CPU adapters (1024 row sums of 1024: about 25% faster)."""
-MAX_UNROLL = 32
-"""The longest constant-trip loop the drivers with a loop limit (llvmpipe) unroll, used to stretch long loops."""
+HEADER_PREFIX = "// tinycore-webgpu"  # how the first line of every kernel starts (`KernelLayout.header`)
+PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)  # WGSL has no 8/16-bit ints
+WORKGROUP_SIZE, MAX_UNROLL = 64, 32  # threads per workgroup of flat-mapped kernels; the longest loop llvmpipe unrolls
+# Codegen aims at 256 invocations per workgroup on GPU adapters. On CPU adapters a workgroup runs on one driver thread
+# and each load loops over the SIMD lanes: 64 invocations (a 256x256 matmul in 16x16 tiles ran 1.9x slower on
+# lavapipe's 2 threads as one workgroup), 16x16 register tiles (1.7x to 1.9x faster than 8x8 at 256x256x256), no group
+# reduce past 256 outputs (1024 row sums of 1024: about 25% faster without).
+PREFERRED_INVOCATIONS, CPU_PREFERRED_INVOCATIONS, CPU_REGISTER_TILE, CPU_GROUP_MAX_OUTPUTS = 256, 64, (16, 16), 256
 
 _VALUE_TYPES: dict[DType, str] = {
     dtypes.bool: "bool", dtypes.int8: "i32", dtypes.int16: "i32", dtypes.int32: "i32", dtypes.uint8: "u32",
@@ -89,15 +77,13 @@ class KernelLayout:
     @staticmethod
     def parse(source: str) -> KernelLayout:
         """The layout from a rendered kernel's first line; ValueError when it is not a WGSL kernel of this plugin."""
-        first = source.split("\n", 1)[0]
-        if not first.startswith(HEADER_PREFIX):
+        if not (first := source.split("\n", 1)[0]).startswith(HEADER_PREFIX):
             raise ValueError("not a kernel rendered by the WGSL renderer of tiny-webgpu (its layout header is missing)")
         fields = dict(item.split("=", 1) for item in first[len(HEADER_PREFIX):].split())
-        buffers = [] if fields["buffers"] == "-" else fields["buffers"].split(",")
+        buffers, variables = ([] if fields[key] == "-" else fields[key].split(",") for key in ("buffers", "vars"))
         x, y, z = (int(size) for size in fields["workgroup"].split("x"))
-        return KernelLayout([int(item[:-1]) for item in buffers], [item.endswith("p") for item in buffers],
-                            [] if fields["vars"] == "-" else fields["vars"].split(","), (x, y, z),
-                            fields["mode"] == "flat")
+        return KernelLayout([int(item[:-1]) for item in buffers], [item.endswith("p") for item in buffers], variables,
+                            (x, y, z), fields["mode"] == "flat")
 
 
 class WGSLRenderer(CStyleLanguage):
@@ -105,18 +91,18 @@ class WGSLRenderer(CStyleLanguage):
     `max_storage_buffers` (also `max_buffers`: the scheduler splits kernels to fit), `max_workgroup_storage`
     (`shared_max`), `max_loop_iterations` (llvmpipe and lavapipe end a loop after 65535: longer loops run as blocks of
     unrolled steps), the workgroup limits (codegen's `local_max`, `max_groups`, `global_max`; kernels past them are
-    refused naming the limit). `cpu_adapter` (lavapipe: each memory access loops over the SIMD lanes) tunes codegen:
-    CPU_REGISTER_TILE, group reduces of one SIMD vector (`simd_lanes`), CPU_GROUP_MAX_OUTPUTS, smaller workgroups."""
+    refused naming the limit). `cpu_adapter` (lavapipe, llvmpipe) tunes codegen as the constants above say, with group
+    reduces of one SIMD vector (`simd_lanes`)."""
 
     device, suffix, barrier = "WEBGPU", "wgsl", "workgroupBarrier();"
     has_local, has_shared, has_threads, supports_float4 = True, True, False, False
     global_max, local_max, shared_max = (2 ** 31 - 1, 65535, 65535), (256, 256, 64), 16384
     vector_widths: dict[DType, tuple[int, ...]] = {}
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # scalar code: `render_math` wraps narrow results and guards integer division itself
-    vector_alu_ops: frozenset[Ops] = frozenset()
-    narrow_dtypes: tuple[DType, ...] = ()
-    guard_integer_division = False
+    # scalar code: `render_math` wraps narrow results and guards integer division itself; every dtype is spelled, and
+    # `render_dtype` refuses those WGSL lacks, naming the adapter
+    vector_alu_ops, narrow_dtypes, guard_integer_division = frozenset(), (), False
+    type_map: dict[DType, str] = {}
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -125,7 +111,7 @@ class WGSLRenderer(CStyleLanguage):
                  cpu_adapter: bool = False, simd_lanes: int = 8):
         self.device, self.has_f16, self.adapter_name, self.cpu_adapter = device, has_f16, adapter_name, cpu_adapter
         self.max_loop_iterations, self.shared_max = max_loop_iterations, max_workgroup_storage
-        self.max_storage_buffers, self.max_buffers = max_storage_buffers, max_storage_buffers
+        self.max_storage_buffers = self.max_buffers = max_storage_buffers
         x, y, z = (int(size) for size in max_workgroup_size)
         self.max_workgroup_size = self.local_max = (x, y, z)
         self.max_workgroup_invocations, self.max_groups = int(max_workgroup_invocations), int(
@@ -133,9 +119,9 @@ class WGSLRenderer(CStyleLanguage):
         self.global_max = (2 ** 31 - 1, self.max_groups, self.max_groups)
         preferred = CPU_PREFERRED_INVOCATIONS if cpu_adapter else PREFERRED_INVOCATIONS
         self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
-        self.register_tile: tuple[int, int] | None = CPU_REGISTER_TILE if cpu_adapter else None
-        self.group_size: int | None = max(2, simd_lanes) if cpu_adapter else None
-        self.group_max_outputs: int | None = CPU_GROUP_MAX_OUTPUTS if cpu_adapter else None
+        self.register_tile, self.group_size, self.group_max_outputs = (CPU_REGISTER_TILE, max(2, simd_lanes),
+                                                                       CPU_GROUP_MAX_OUTPUTS) if cpu_adapter else \
+            (None, None, None)
         self.math_templates: dict[tuple[Ops, DType], str] = {}
 
     def context_state(self, uops: list[UOp]) -> _State:
@@ -146,8 +132,8 @@ class WGSLRenderer(CStyleLanguage):
                        uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The WGSL module: the layout header, the `Params` uniform and the storage bindings (instead of a C signature),
-        workgroup arrays, then the entry point; refused when it exceeds the adapter's limits."""
+        """The module: the layout header, the `Params` uniform and the storage bindings (not a C signature), workgroup
+        arrays, the entry point; refused past the adapter's limits."""
         state, uops = ctx.state, ctx.uops
         elements = {uop.arg: uop.dtype.base for uop in uops if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype,
                                                                                                               PtrDType)}
@@ -157,41 +143,44 @@ class WGSLRenderer(CStyleLanguage):
             raise RuntimeError(
                 f"kernel {name} needs {len(positions)} storage buffers but {self.device} ({self.adapter_name}) allows "
                 f"{self.max_storage_buffers} per shader stage (maxStorageBuffersPerShaderStage); the scheduler splits "
-                f"the kernels it makes to fit (the renderer's max_buffers), so this kernel was built elsewhere: "
-                f"realize intermediate results first, or run it on another device")
+                f"its kernels to fit (max_buffers), so this one was built elsewhere: realize intermediate results "
+                f"first, or run it on another device")
+        if any(uop.op is Ops.CAST and isinstance(uop.dtype, PtrDType) for uop in uops):
+            raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
+        if not state.local_mode and any(uop.op is Ops.BARRIER for uop in uops):
+            raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels "
+                             "return early and cannot synchronize")
         x, y, z = state.workgroup if state.local_mode else \
             (max(1, min(WORKGROUP_SIZE, self.max_workgroup_size[0], self.max_workgroup_invocations)), 1, 1)
-        limits = [*((f"workgroup size {size} along {'xyz'[axis]}", size, f"maxComputeWorkgroupSize{'XYZ'[axis]}",
-                     self.max_workgroup_size[axis]) for axis, size in enumerate((x, y, z))),
-                  (f"a workgroup of {x}x{y}x{z} invocations", x * y * z, "maxComputeInvocationsPerWorkgroup",
-                   self.max_workgroup_invocations),
-                  (f"{state.workgroup_bytes} bytes of workgroup memory", state.workgroup_bytes,
-                   "maxComputeWorkgroupStorageSize", self.shared_max)]
-        for what, size, limit_name, limit in limits:
+        for what, size, limit_name, limit in [
+                *((f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
+                  for axis, size, limit in zip("xyz", (x, y, z), self.max_workgroup_size, strict=True)),
+                (f"a workgroup of {x}x{y}x{z} invocations", x * y * z, "maxComputeInvocationsPerWorkgroup",
+                 self.max_workgroup_invocations), (f"{state.workgroup_bytes} bytes of workgroup memory",
+                                                   state.workgroup_bytes, "maxComputeWorkgroupStorageSize",
+                                                   self.shared_max)]:
             if size > limit:
                 raise ValueError(f"kernel {name}: {what} is more than {self.adapter_name} allows ({limit_name} = "
                                  f"{limit}); pick smaller LOCAL/GROUP opts")
-        variables = sorted(ctx.variables)
         layout = KernelLayout([elements[position].itemsize for position in positions],
-                              [elements[position] in PACKED_DTYPES for position in positions], variables, (x, y, z),
-                              not state.local_mode)
+                              [elements[position] in PACKED_DTYPES for position in positions], sorted(ctx.variables),
+                              (x, y, z), not state.local_mode)
+        atomic = state.atomic_globals
+        arrays = ["atomic<i32>" if position in atomic and element == dtypes.int32 else "atomic<u32>" if position in
+                  atomic or element in PACKED_DTYPES else self.render_dtype(element) for position, element in
+                  sorted(elements.items())]
         fields = ", ".join([_PARAMS, *(f"start{position}: i32" for position in positions),
-                            *(f"{ctx.variables[key]}: i32" for key in variables)])
+                            *(f"{ctx.variables[key]}: i32" for key in layout.variables)])
         module = [layout.header(), *(["enable f16;"] if dtypes.float16 in ctx.used_dtypes else []),
-                  f"struct Params {{ {fields} }}", "@group(0) @binding(0) var<uniform> params: Params;"]
-        for position, element in sorted(elements.items()):
-            atomic = position in state.atomic_globals
-            array = "atomic<i32>" if atomic and element == dtypes.int32 else "atomic<u32>" if atomic or \
-                element in PACKED_DTYPES else self.render_dtype(element)
-            module.append(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: "
-                          f"array<{array}>;")
-        module += [*state.module_lines, f"@compute @workgroup_size({x},{y},{z})",
-                   f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
-                   "@builtin(local_invocation_id) lid: vec3<u32>) {"]
-        if not state.local_mode:
-            module += ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
-                       "  if (flat >= params.total) { return; }"]
-        return "\n".join(module + ctx.lines + ["}"]) + "\n"
+                  f"struct Params {{ {fields} }}", "@group(0) @binding(0) var<uniform> params: Params;",
+                  *(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;"
+                    for position, array in enumerate(arrays)), *state.module_lines,
+                  f"@compute @workgroup_size({x},{y},{z})",
+                  f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
+                  "@builtin(local_invocation_id) lid: vec3<u32>) {"]
+        flat = [] if state.local_mode else ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
+                                            "  if (flat >= params.total) { return; }"]
+        return "\n".join(module + flat + ctx.lines + ["}"]) + "\n"
 
     def render_dtype(self, dtype: DType) -> str:
         """The WGSL type of a scalar dtype (of a pointer's element): vectors are refused, and with
@@ -200,18 +189,12 @@ class WGSLRenderer(CStyleLanguage):
             return self.render_dtype(dtype.base)
         if dtype.count != 1:
             raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
-        if dtype == dtypes.float16 and not self.has_f16:
-            raise UnsupportedDTypeError(f"{dtype} is not supported on {self.device} ({self.adapter_name}): the adapter "
-                                        f"lacks the 'shader-f16' feature; cast to float32 first or use another device")
-        if dtype not in _VALUE_TYPES:
-            raise UnsupportedDTypeError(
-                f"{dtype} is not supported on {self.device} ({self.adapter_name}): WGSL has no 64-bit or bfloat16 "
-                f"types; cast to a 32-bit dtype (float32, int32, uint32) first or use another device")
+        if dtype not in _VALUE_TYPES or dtype == dtypes.float16 and not self.has_f16:
+            reason = "the adapter lacks the 'shader-f16' feature; cast to float32" if dtype == dtypes.float16 else \
+                "WGSL has no 64-bit or bfloat16 types; cast to a 32-bit dtype (float32, int32, uint32)"
+            raise UnsupportedDTypeError(f"{dtype} is not supported on {self.device} ({self.adapter_name}): {reason} "
+                                        f"first or use another device")
         return _VALUE_TYPES[dtype]
-
-    def spelled_dtypes(self) -> set[DType]:
-        """Every dtype: `render_dtype` refuses the ones WGSL lacks when a kernel uses them, naming the adapter."""
-        return set(dtypes.all)
 
     def render_const(self, value: object, dtype: DType) -> str:
         """A WGSL literal of scalar `dtype` (infinities and NaN through bitcasts, which WGSL literals cannot be)."""
@@ -221,14 +204,13 @@ class WGSLRenderer(CStyleLanguage):
             number = float(value)  # type: ignore[arg-type]
             if not math.isfinite(number):
                 pattern = 0x7FC00000 if math.isnan(number) else 0x7F800000 if number > 0 else 0xFF800000
-                bits = f"bitcast<f32>({pattern:#x}u)"
-                return bits if type_name == "f32" else f"f16({bits})"
+                return f"bitcast<f32>({pattern:#x}u)" if type_name == "f32" else f"f16(bitcast<f32>({pattern:#x}u))"
             literal = repr(struct.unpack("<f", struct.pack("<f", number))[0] if type_name == "f32" else number)
             return f"{literal}{'' if 'e' in literal or '.' in literal else '.0'}{'f' if type_name == 'f32' else 'h'}"
-        number = int(value)  # type: ignore[call-overload]
+        integer = int(value)  # type: ignore[call-overload]
         if type_name == "u32":
-            return f"{number & 0xFFFFFFFF}u"
-        return "i32(-2147483647 - 1)" if number == -2 ** 31 else (f"{number}i" if number >= 0 else f"({number}i)")
+            return f"{integer & 0xFFFFFFFF}u"
+        return "i32(-2147483647 - 1)" if integer == -2 ** 31 else f"{integer}i" if integer >= 0 else f"({integer}i)"
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
         """A typed `let` (values are immutable; accumulators are declared as `var` arrays by the DEFINE_REG rule)."""
@@ -275,13 +257,13 @@ class WGSLRenderer(CStyleLanguage):
             if code is None:
                 raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
             zero, one = self.render_const(0, scalar), self.render_const(1, scalar)
-            constants = {"zero": zero, "one": one, "negate": "0u - " if value_type == "u32" else "-",
+            constants = {"zero": zero, "one": one, "negate": "0u - " if value_type == "u32" else "-", "nan": zero,
                          "safe": f"select({{1}}, {one}, {{1}} == {zero})"}
             if is_float:
-                constants |= {"nan": self.render_const(math.nan, scalar), "inf": self.render_const(math.inf, scalar),
-                              "minus_inf": self.render_const(-math.inf, scalar)}
+                constants |= {key: self.render_const(value, scalar) for key, value in
+                              (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf))}
             try:
-                template = code.format(a="{0}", b="{1}", c="{2}", **{"nan": zero, **constants})
+                template = code.format(a="{0}", b="{1}", c="{2}", **constants)
             except KeyError as missing:
                 raise ValueError(f"the WGSL renderer cannot render {op} on {scalar}: it has no {missing}") from None
             wrap = _WRAP.get(scalar, "{}") if op not in GroupOp.Comparison else "{}"
@@ -291,11 +273,9 @@ class WGSLRenderer(CStyleLanguage):
 
 @dataclass
 class _State:
-    """What the WGSL rules keep while rendering one program (RenderContext.state)."""
-
     local_mode: bool
     atomic_globals: set[int]
-    module_lines: list[str] = field(default_factory=list)
+    module_lines: list[str] = field(default_factory=list)  # the workgroup arrays
     workgroup: list[int] = field(default_factory=lambda: [1, 1, 1])  # the lidx sizes
     open_ranges: dict[UOp, tuple[int | None, int]] = field(default_factory=dict)  # -> (constant trip count, braces)
     workgroup_bytes: int = 0
@@ -308,8 +288,7 @@ def _define_var(ctx: RenderContext, x: UOp) -> str:
 
 
 def _special(ctx: RenderContext, x: UOp) -> str:
-    label, state = str(x.arg), ctx.state
-    axis = int(label[-1])
+    label, axis, state = str(x.arg), int(str(x.arg)[-1]), ctx.state
     if label.startswith("lidx"):
         if not x.src or x.src[0].op is not Ops.CONST:
             raise ValueError(f"{label} needs a constant size to be a WGSL workgroup size")
@@ -328,12 +307,11 @@ def _special(ctx: RenderContext, x: UOp) -> str:
 def _define_memory(ctx: RenderContext, x: UOp) -> str:
     """DEFINE_REG: a `var` array in the function; DEFINE_LOCAL: a `var<workgroup>` array of the module."""
     assert isinstance(pointer := x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
-    declaration = f"array<{ctx.renderer.render_dtype(pointer.base)}, {max(pointer.size, 1)}>;"
-    if x.op is Ops.DEFINE_REG:
-        ctx.emit(f"var {(name := ctx.fresh('acc'))}: {declaration}")
-    else:
-        ctx.state.workgroup_bytes += max(pointer.size, 1) * pointer.base.itemsize
-        ctx.state.module_lines.append(f"var<workgroup> {(name := ctx.fresh('temp'))}: {declaration}")
+    size, register = max(pointer.size, 1), x.op is Ops.DEFINE_REG
+    name = ctx.fresh("acc" if register else "temp")
+    (ctx.emit if register else ctx.state.module_lines.append)(
+        f"var{'' if register else '<workgroup>'} {name}: array<{ctx.renderer.render_dtype(pointer.base)}, {size}>;")
+    ctx.state.workgroup_bytes += 0 if register else size * pointer.base.itemsize
     return ctx.name(x, name)
 
 
@@ -375,18 +353,6 @@ def _end(ctx: RenderContext, x: UOp) -> str:
     return ""
 
 
-def _barrier(ctx: RenderContext) -> None:
-    if not ctx.state.local_mode:  # else the base emits the renderer's barrier
-        raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return "
-                         "early and cannot synchronize")
-
-
-def _cast(ctx: RenderContext, x: UOp) -> str:
-    if isinstance(x.dtype, PtrDType):
-        raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
-    return ctx.bind(x, ctx.renderer.render_cast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar))
-
-
 def _bitcast(ctx: RenderContext, x: UOp) -> str:
     code = ctx.renderer.render_bitcast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar)
     if ctx.uses.get(x, 0) <= 1:  # WGSL's bitcast is an expression: in place when used once
@@ -419,16 +385,15 @@ def _emit_gated(ctx: RenderContext, gate: str | None, lines: list[str]) -> None:
 
 def _load(ctx: RenderContext, x: UOp) -> str:
     pointer, position, element = _access(ctx, x.src[0])
-    name, type_name, lines = ctx.fresh("val"), ctx.renderer.render_dtype(x.dtype), []
-    value, element_dtype = element, pointer.element
+    name, type_name, lines, value, dtype = ctx.fresh("val"), ctx.renderer.render_dtype(x.dtype), [], element, \
+        pointer.element
     if position in ctx.state.atomic_globals:
-        value = f"atomicLoad(&{element})"
-        value = f"bitcast<f32>({value})" if element_dtype == dtypes.float32 else value
-    elif position is not None and element_dtype in PACKED_DTYPES:
+        value = f"bitcast<f32>(atomicLoad(&{element}))" if dtype == dtypes.float32 else f"atomicLoad(&{element})"
+    elif position is not None and dtype in PACKED_DTYPES:
         let, word, mask, shift = _packed(ctx, pointer, position)
         lines, bits = [let], f"((atomicLoad({word}) >> {shift}) & {mask})"
-        value = f"({bits} != 0u)" if element_dtype == dtypes.bool else bits if dtypes.is_unsigned(element_dtype) else \
-            _WRAP[element_dtype].format(f"bitcast<i32>({bits})")
+        value = f"({bits} != 0u)" if dtype == dtypes.bool else bits if dtypes.is_unsigned(dtype) else \
+            _WRAP[dtype].format(f"bitcast<i32>({bits})")
     if pointer.gate is None:
         lines.append(f"let {name}: {type_name} = {value};")
     else:
@@ -442,19 +407,17 @@ def _load(ctx: RenderContext, x: UOp) -> str:
 
 def _store(ctx: RenderContext, x: UOp) -> str:
     (pointer, position, element), value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
-    dtype, word = pointer.element, f"&{element}"
-    if position in ctx.state.atomic_globals and (x.arg is None or dtype != dtypes.float32 and
-                                                 x.arg in ("add", "max", "min")):
-        bits = f"bitcast<u32>({value})" if dtype == dtypes.float32 else value
-        lines = [f"atomicStore({word}, {bits});" if x.arg is None else
-                 f"atomic{str(x.arg).capitalize()}({word}, {value});"]
+    dtype, word, is_float = pointer.element, f"&{element}", pointer.element == dtypes.float32
+    if position in ctx.state.atomic_globals and x.arg is None:
+        lines = [f"atomicStore({word}, {f'bitcast<u32>({value})' if is_float else value});"]
+    elif position in ctx.state.atomic_globals and not is_float and x.arg in ("add", "max", "min"):
+        lines = [f"atomic{str(x.arg).capitalize()}({word}, {value});"]
     elif position in ctx.state.atomic_globals:  # a compare-exchange loop over the element's bits
         operand, old, result = ctx.fresh("operand"), ctx.fresh("old"), ctx.fresh("exchange")
-        combined = ctx.combine_code(str(x.arg), f"bitcast<f32>({old})" if dtype == dtypes.float32 else old, operand,
-                                    dtype)
+        combined = ctx.combine_code(str(x.arg), f"bitcast<f32>({old})" if is_float else old, operand, dtype)
         lines = [f"let {operand}: {ctx.renderer.render_dtype(dtype)} = {value};", f"var {old} = atomicLoad({word});",
                  "loop {", f"  let {result} = atomicCompareExchangeWeak({word}, {old}, "
-                 f"{f'bitcast<u32>({combined})' if dtype == dtypes.float32 else combined});",
+                 f"{f'bitcast<u32>({combined})' if is_float else combined});",
                  f"  if ({result}.exchanged) {{ break; }}", f"  {old} = {result}.old_value;", "}"]
     elif position is None or dtype not in PACKED_DTYPES:
         lines = [f"{element} = {value};"]
@@ -469,12 +432,12 @@ def _store(ctx: RenderContext, x: UOp) -> str:
 wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_VAR, name="x"), _define_var), (UPat(Ops.SPECIAL, name="x"), _special),
     (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _define_memory), (UPat(Ops.RANGE, name="x"), _range),
-    (UPat(Ops.END, name="x"), _end), (UPat(Ops.BARRIER), _barrier), (UPat(Ops.CAST, name="x"), _cast),
-    (UPat(Ops.BITCAST, name="x"), _bitcast), (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+    (UPat(Ops.END, name="x"), _end), (UPat(Ops.BITCAST, name="x"), _bitcast), (UPat(Ops.LOAD, name="x"), _load),
+    (UPat(Ops.STORE, name="x"), _store), (UPat(Ops.CAST, name="x"), lambda ctx, x: None if isinstance(x.dtype, PtrDType)
+     else ctx.bind(x, ctx.renderer.render_cast(ctx.expression(x.src[0]), x.src[0].dtype, x.dtype))),
 ])
-"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL rule names the buffers and refuses dtypes WGSL lacks):
-thread indices, loops (Mesa's loop limit), workgroup memory, memory accesses (element-indexed storage arrays, packed
-words, atomics) and bindings instead of parameters."""
+"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL and INDEX rules name buffers and elements, refusing dtypes
+WGSL lacks): thread indices, loops, workgroup memory, loads and stores, and casts (pointer casts are refused)."""
 WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
