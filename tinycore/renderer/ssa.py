@@ -23,6 +23,16 @@ class SSAContext:
     """The state of rendering one linear program into an SSA-register language: each UOp's register, the lines."""
 
     language, indent = "SSA", "\t"
+    widened: tuple[DType, ...] = ()
+    """The 16-bit floats the language computes in float32."""
+    # each language's own: the register or literal of a constant, an ALU op over registers of a dtype (the values'
+    # type, not a condition's) with a count of lanes, a conversion by value between types not `widened`, and the
+    # float32 of a `widened` 16-bit float and back
+    constant: Callable[[object, DType], str]
+    arithmetic: Callable[[Ops, list[str], DType, int], str]
+    convert: Callable[[str, DType, DType, int], str]
+    widen: Callable[[str, DType, int], str]
+    narrow: Callable[[str, DType, int], str]
 
     def __init__(self, uops: list[UOp]):
         self.uops, self.values, self.lines, self.declarations = uops, dict[UOp, str](), list[str](), list[str]()
@@ -30,10 +40,6 @@ class SSAContext:
     def emit(self, *lines: str) -> None:
         """Append instructions."""
         self.lines += [self.indent + line for line in lines]
-
-    def constant(self, value: object, dtype: DType) -> str:
-        """The register or literal of the constant `value` of `dtype`."""
-        raise NotImplementedError(f"{type(self).__name__} must say how it writes a constant")
 
     def value(self, uop: UOp) -> str:
         """The register holding `uop`'s value (a constant where it is used)."""
@@ -51,17 +57,46 @@ class SSAContext:
                 raise ValueError(f"the {self.language} renderer cannot render {uop.op} (dtype {uop.dtype}, arg "
                                  f"{uop.arg!r}): it is not part of the linear program contract")
 
-    def arithmetic(self, op: Ops, operands: list[str], dtype: DType) -> str:
-        """The register of the ALU `op` over scalar registers of `dtype` (the values' type, not a condition's)."""
-        raise NotImplementedError(f"{type(self).__name__} must say how it writes arithmetic")
+    def operand(self, uop: UOp, count: int) -> str:
+        """`uop`'s register with `count` lanes (a scalar language has one)."""
+        return self.value(uop)
+
+    def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
+        """The register of the ALU UOp `uop` over `operands` of `dtype` (`arithmetic` unless the language has more)."""
+        return self.arithmetic(uop.op, operands, dtype, count)
+
+    def alu(self, uop: UOp) -> str:
+        """The register of the ALU UOp `uop`; a 16-bit float of `widened` is computed in float32 and rounded back."""
+        dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
+        count = max([uop.dtype.count, *(source.dtype.count for source in uop.src)])
+        operands = [self.operand(source, count) for source in uop.src]
+        if dtype not in self.widened:
+            return self.compute(uop, operands, dtype, count)
+        operands = [text if source.dtype.scalar == dtypes.bool else self.widen(text, dtype, count)
+                    for text, source in zip(operands, uop.src, strict=True)]
+        result = self.compute(uop, operands, dtypes.float32, count)
+        return result if uop.dtype.scalar == dtypes.bool else self.narrow(result, dtype, count)
+
+    def cast(self, text: str, source: DType, target: DType, count: int = 1) -> str:
+        """`text` (`count` lanes of `source`) converted to `target` as C converts, 16-bit floats through float32."""
+        if source == target:
+            return text
+        if source in self.widened:
+            return self.cast(self.widen(text, source, count), dtypes.float32, target, count)
+        if target in self.widened:
+            return self.narrow(self.cast(text, source, dtypes.float32, count), target, count)
+        return self.convert(text, source, target, count)
 
     def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
         """The stored `old` combined with `new` by a scatter reduce (min as C's (new<old)?new:old)."""
+        if dtype in self.widened:
+            wide = self.combine(reduce, self.widen(old, dtype, 1), self.widen(new, dtype, 1), dtypes.float32)
+            return self.narrow(wide, dtype, 1)
         if reduce == "min":
-            return self.arithmetic(Ops.WHERE, [self.arithmetic(Ops.CMPLT, [new, old], dtype), new, old], dtype)
+            return self.arithmetic(Ops.WHERE, [self.arithmetic(Ops.CMPLT, [new, old], dtype, 1), new, old], dtype, 1)
         if reduce not in REDUCE_OPS:
             raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
-        return self.arithmetic(REDUCE_OPS[reduce], [old, new], dtype)
+        return self.arithmetic(REDUCE_OPS[reduce], [old, new], dtype, 1)
 
 
 ContextT = TypeVar("ContextT", bound=SSAContext)

@@ -173,7 +173,7 @@ class LLVMRenderer(Renderer):
 class LLVMContext(SSAContext):
     """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
 
-    language, indent = "LLVM", "  "
+    language, indent, widened = "LLVM", "  ", (dtypes.bfloat16,)
 
     def __init__(self, uops: list[UOp]):
         super().__init__(uops)
@@ -255,14 +255,10 @@ class LLVMContext(SSAContext):
         attributes = 'attributes #0 = { nounwind "frame-pointer"="none" "min-legal-vector-width"="512" }'
         return "\n".join([*sorted(self.intrinsics), *body, *entry, attributes]) + "\n"
 
-    def convert(self, text: str, source: DType, target: DType, count: int) -> str:
+    def convert(self, text: str, source: DType, target: DType, count: int = 1) -> str:
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
         if source == target:
             return text
-        if source == dtypes.bfloat16:
-            return self.convert(self.bfloat16(text, count, _TO_FLOAT), dtypes.float32, target, count)
-        if target == dtypes.bfloat16:
-            return self.bfloat16(self.convert(text, source, dtypes.float32, count), count, _TO_BFLOAT16)
         from_type, to_type = _lanes(scalar_type(source), count), _lanes(scalar_type(target), count)
         source_float, target_float, unsigned = _is_float(source), _is_float(target), dtypes.is_unsigned(target)
         if target == dtypes.bool:
@@ -291,24 +287,20 @@ class LLVMContext(SSAContext):
         """The zero of `count` lanes of `dtype`."""
         return constant(0, dtype) if count == 1 else "zeroinitializer"
 
-    def bfloat16(self, text: str, count: int, template: str) -> str:
-        """bfloat16 bits to float (`_TO_FLOAT`) or float to bfloat16 bits (`_TO_BFLOAT16`), `count` lanes."""
-        return self.sequence(_resolved(template, dtypes.float32, count), text)
+    def widen(self, text: str, dtype: DType, count: int = 1) -> str:
+        """The floats of `count` lanes of bfloat16 bits."""
+        return self.sequence(_resolved(_TO_FLOAT, dtypes.float32, count), text)
 
-    def alu(self, uop: UOp) -> str:
-        """The register holding the ALU op `uop` (bfloat16 is computed in float and rounded back)."""
-        op, scalar = uop.op, (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
-        count = max([uop.dtype.count, *(source.dtype.count for source in uop.src)])
-        operands = [self.operand(source, count) for source in uop.src]
-        if scalar == dtypes.bfloat16:
-            operands = [text if position == 0 and op is Ops.WHERE else self.bfloat16(text, count, _TO_FLOAT)
-                        for position, text in enumerate(operands)]
-            result = self.arithmetic(op, operands, dtypes.float32, count)
-            return self.bfloat16(result, count, _TO_BFLOAT16) if uop.dtype.scalar == dtypes.bfloat16 else result
-        if op is Ops.MULACC and uop.arg == FUSED and scalar in (dtypes.float32, dtypes.float64):
-            # llvm.fmuladd: one rounding where the target has FMA, a multiply and an add where it has not
-            return self.intrinsic("fmuladd", _lanes(scalar_type(scalar), count), operands, scalar_type(scalar), count)
-        return self.arithmetic(op, operands, scalar, count)
+    def narrow(self, text: str, dtype: DType, count: int = 1) -> str:
+        """`count` lanes of floats rounded to bfloat16 bits."""
+        return self.sequence(_resolved(_TO_BFLOAT16, dtypes.float32, count), text)
+
+    def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
+        """The ALU UOp `uop` over `operands` of `dtype`; a fused MULACC of floats or doubles is `llvm.fmuladd` (one
+        rounding where the target has FMA, a multiply and an add where it has not)."""
+        if uop.op is Ops.MULACC and uop.arg == FUSED and uop.src[0].dtype.scalar in (dtypes.float32, dtypes.float64):
+            return self.intrinsic("fmuladd", _lanes(scalar_type(dtype), count), operands, scalar_type(dtype), count)
+        return self.arithmetic(uop.op, operands, dtype, count)
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
         """`op` over operand registers of `count` lanes of `dtype` (the values' type, not a WHERE's condition):
@@ -367,14 +359,6 @@ class LLVMContext(SSAContext):
         if after is not None:
             self.join(after)
 
-    def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
-        """The stored `old` combined with `new` by a scatter reduce, as the C renderer does (bfloat16 in float)."""
-        if dtype != dtypes.bfloat16:
-            return super().combine(reduce, old, new, dtype)
-        wide = super().combine(reduce, self.bfloat16(old, 1, _TO_FLOAT), self.bfloat16(new, 1, _TO_FLOAT),
-                               dtypes.float32)
-        return self.bfloat16(wide, 1, _TO_BFLOAT16)
-
     def _alloca(self, uop: UOp) -> str:  # DEFINE_REG / DEFINE_LOCAL: an array on the stack, in the entry block
         assert isinstance(pointer := uop.dtype, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
         self.declarations.append(f"  {(register := self.fresh('acc'))} = alloca [{max(pointer.size, 1)} x "
@@ -427,7 +411,7 @@ class LLVMContext(SSAContext):
     def _cast(self, uop: UOp) -> str:
         source, dtype = uop.src[0], uop.dtype
         if not isinstance(dtype, PtrDType):
-            return self.convert(self.operand(source, dtype.count), source.dtype.scalar, dtype.scalar, dtype.count)
+            return self.cast(self.operand(source, dtype.count), source.dtype.scalar, dtype.scalar, dtype.count)
         if (pointer := self.pointers.get(source)) is None:  # a vector access through an INDEX
             raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
         self.pointers[uop] = replace(pointer, element=dtype.base)

@@ -70,7 +70,7 @@ def _info(dtype: DType) -> tuple[str, str, str]:
 @functools.cache
 def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]:
     """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` (`_ALU`,
-    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.alu`)."""
+    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.apply`)."""
     kind, arithmetic, _ = _info(dtype)
     integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
     template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
@@ -91,7 +91,7 @@ def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], 
 class PTXContext(SSAContext):
     """The state of rendering one linear program into PTX: registers, lines, parameters, labels, open blocks."""
 
-    language = "PTX"
+    language, widened = "PTX", _HALVES
 
     def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
         super().__init__(uops)
@@ -125,7 +125,7 @@ class PTXContext(SSAContext):
             self.emit(f"mov.b{size} {register}, {int(value) & ((1 << size) - 1)};")  # type: ignore[call-overload]
         return register
 
-    def widen(self, register: str, dtype: DType) -> str:
+    def widen(self, register: str, dtype: DType, count: int = 1) -> str:
         """A float32 register holding the half or bfloat16 value in `register`."""
         widened = self.new("f")
         if dtype.scalar == dtypes.float16:
@@ -135,7 +135,7 @@ class PTXContext(SSAContext):
             self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {widened}, {bits};")
         return widened
 
-    def narrow(self, register: str, dtype: DType) -> str:
+    def narrow(self, register: str, dtype: DType, count: int = 1) -> str:
         """A 16-bit register holding the float32 in `register` rounded to half or bfloat16."""
         narrowed = self.new("h")
         self.emit(f"cvt.rn.{'f16' if dtype.scalar == dtypes.float16 else 'bf16'}.f32 {narrowed}, {register};")
@@ -166,14 +166,8 @@ class PTXContext(SSAContext):
         self.emit(f"mov.u64 {register}, {name};")
         return register
 
-    def cast(self, register: str, source: DType, target: DType) -> str:
-        """`register` (of `source`) converted to `target` the way C converts."""
-        if source == target:
-            return register
-        if source in _HALVES:
-            return self.cast(self.widen(register, source), dtypes.float32, target)
-        if target in _HALVES:
-            return self.narrow(self.cast(register, source, dtypes.float32), target)
+    def convert(self, register: str, source: DType, target: DType, count: int = 1) -> str:
+        """`register` (of `source`) converted to `target` the way C converts (16-bit floats through `cast`)."""
         (source_kind, source_type, _), (target_kind, target_type, _) = _info(source), _info(target)
         result = self.new(target_kind)
         if target == dtypes.bool:
@@ -225,9 +219,7 @@ class PTXContext(SSAContext):
         if half:
             old = self.new("h")
             self.emit(f"shr.b32 {element}, {expected}, {shift};", f"cvt.u16.u32 {old}, {element};")
-            wide_old, wide_value = self.widen(old, dtype), self.widen(register, dtype)
-            narrowed = self.narrow(self.combine(reduce, wide_old, wide_value, dtypes.float32), dtype)
-            placed, new_bits = self.new("r"), self.new("r")
+            narrowed, placed, new_bits = self.combine(reduce, old, register, dtype), self.new("r"), self.new("r")
             self.emit(f"cvt.u32.u16 {placed}, {narrowed};", f"shl.b32 {placed}, {placed}, {shift};",
                       f"and.b32 {new_bits}, {expected}, {keep};", f"or.b32 {new_bits}, {new_bits}, {placed};")
         else:
@@ -241,7 +233,7 @@ class PTXContext(SSAContext):
         if skip is not None:
             self.lines.append(f"{skip}:")
 
-    def alu(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
+    def apply(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
         """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`)."""
         kind, temporaries, instructions = _alu_plan(op, dtype)
         fields = dict(zip("abc", operands, strict=False), r=self.new("p" if boolean_result else kind))
@@ -249,123 +241,102 @@ class PTXContext(SSAContext):
         self.lines += [instruction.format_map(fields) for instruction in instructions]
         return fields["r"]
 
-    def arithmetic(self, op: Ops, operands: list[str], dtype: DType) -> str:
+    def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
         """`op` over registers of `dtype`, a predicate for a comparison."""
-        return self.alu(op, operands, dtype, op in _COMPARISONS)
+        return self.apply(op, operands, dtype, op in _COMPARISONS)
 
+    def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
+        """The ALU UOp `uop` over registers of `dtype`, a narrow integer result wrapped."""
+        return self.wrap(self.apply(uop.op, operands, dtype, uop.dtype.scalar == dtypes.bool), uop.dtype.scalar)
 
-def _parameter(ctx: PTXContext, name: str, type_name: str, kind: str) -> str:
-    ctx.parameters.append(f".param .{type_name} {name}")
-    ctx.emit(f"ld.param.{type_name} {(register := ctx.new(kind))}, [{name}];")
-    return register
+    def _parameter(self, name: str, type_name: str, kind: str) -> str:
+        self.parameters.append(f".param .{type_name} {name}")
+        self.emit(f"ld.param.{type_name} {(register := self.new(kind))}, [{name}];")
+        return register
 
+    def _define_global(self, uop: UOp) -> str:
+        self.emit(f"cvta.to.global.u64 {(register := self._parameter(f'data{uop.arg}', 'u64', 'rd'))}, {register};")
+        return register
 
-def _define_global(ctx: PTXContext, uop: UOp) -> str:
-    ctx.emit(f"cvta.to.global.u64 {(register := _parameter(ctx, f'data{uop.arg}', 'u64', 'rd'))}, {register};")
-    return register
+    def _special(self, uop: UOp) -> str:
+        if (source := {"gidx": "ctaid", "lidx": "tid"}.get(str(uop.arg)[:4])) is None:
+            raise ValueError(f"the PTX renderer has no thread index {uop.arg!r}: expected gidxN or lidxN")
+        self.emit(f"mov.u32 {(register := self.new('r'))}, %{source}.{'xyz'[int(str(uop.arg)[-1])]};")
+        return register
 
+    def _index(self, uop: UOp) -> None:
+        assert isinstance(pointer := uop.src[0].dtype, PtrDType)
+        address = base = self.value(uop.src[0])
+        if len(uop.src) > 1:
+            offset, wide = self.new("rd"), uop.src[1].dtype.scalar in (dtypes.int64, dtypes.uint64)
+            self.emit(f"mul.{'lo.s64' if wide else 'wide.s32'} {offset}, {self.value(uop.src[1])}, "
+                      f"{pointer.base.itemsize};", f"add.s64 {(address := self.new('rd'))}, {base}, {offset};")
+        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
+        self.addresses[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
 
-def _special(ctx: PTXContext, uop: UOp) -> str:
-    if (source := {"gidx": "ctaid", "lidx": "tid"}.get(str(uop.arg)[:4])) is None:
-        raise ValueError(f"the PTX renderer has no thread index {uop.arg!r}: expected gidxN or lidxN")
-    ctx.emit(f"mov.u32 {(register := ctx.new('r'))}, %{source}.{'xyz'[int(str(uop.arg)[-1])]};")
-    return register
+    def _address(self, uop: UOp) -> tuple[str, str | None, str]:
+        if uop.src[0] not in self.addresses:
+            raise ValueError(f"{uop.op.name} needs an INDEX as its first source, got {uop.src[0].op}")
+        return self.addresses[uop.src[0]]
 
+    def _load(self, uop: UOp) -> str:
+        (address, gate, space), (kind, _, memory) = self._address(uop), _info(uop.dtype)
+        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
+        target = self.new("r" if kind == "p" else kind)
+        if gate is not None:
+            alternative = self.value(alternatives[0]) if alternatives else None
+            if kind == "p":
+                self.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
+            else:
+                self.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or self.constant(0, uop.dtype)};")
+        self.emit(f"{'' if gate is None else f'@{gate} '}ld.{space}.{memory} {target}, [{address}];")
+        if kind != "p":
+            return target
+        self.emit(f"setp.ne.u32 {(flag := self.new('p'))}, {target}, 0;")
+        return flag
 
-def _index(ctx: PTXContext, uop: UOp) -> None:
-    assert isinstance(pointer := uop.src[0].dtype, PtrDType)
-    address = base = ctx.value(uop.src[0])
-    if len(uop.src) > 1:
-        offset, wide = ctx.new("rd"), uop.src[1].dtype.scalar in (dtypes.int64, dtypes.uint64)
-        ctx.emit(f"mul.{'lo.s64' if wide else 'wide.s32'} {offset}, {ctx.value(uop.src[1])}, {pointer.base.itemsize};")
-        ctx.emit(f"add.s64 {(address := ctx.new('rd'))}, {base}, {offset};")
-    gate = ctx.value(uop.src[2]) if len(uop.src) > 2 else None
-    ctx.addresses[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
-
-
-def _address(ctx: PTXContext, uop: UOp) -> tuple[str, str | None, str]:
-    if uop.src[0] not in ctx.addresses:
-        raise ValueError(f"{uop.op.name} needs an INDEX as its first source, got {uop.src[0].op}")
-    address, gate, space = ctx.addresses[uop.src[0]]
-    return address, gate, space
-
-
-def _load(ctx: PTXContext, uop: UOp) -> str:
-    (address, gate, space), (kind, _, memory) = _address(ctx, uop), _info(uop.dtype)
-    alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-    target = ctx.new("r" if kind == "p" else kind)
-    if gate is not None:
-        alternative = ctx.value(alternatives[0]) if alternatives else None
+    def _store(self, uop: UOp) -> None:
+        address, gate, space = self._address(uop)
+        if uop.arg is not None:
+            return self.atomic_store(uop, address, gate, space)
+        (kind, _, memory), register = _info(uop.src[1].dtype), self.value(uop.src[1])
         if kind == "p":
-            ctx.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
-        else:
-            ctx.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or ctx.constant(0, uop.dtype)};")
-    ctx.emit(f"{'' if gate is None else f'@{gate} '}ld.{space}.{memory} {target}, [{address}];")
-    if kind != "p":
+            self.emit(f"selp.u32 {(byte := self.new('r'))}, 1, 0, {register};")
+            register = byte
+        self.emit(f"{'' if gate is None else f'@{gate} '}st.{space}.{memory} [{address}], {register};")
+
+    def _range(self, uop: UOp) -> str:
+        counter, head, exit_, done = self.new("r"), self.label("loop"), self.label("end_loop"), self.new("p")
+        self.emit(f"mov.u32 {counter}, 0;")
+        self.lines.append(f"{head}:")
+        self.emit(f"setp.ge.s32 {done}, {counter}, {self.value(uop.src[0])};", f"@{done} bra {exit_};")
+        self.loops[uop] = (counter, head, exit_)
+        return counter
+
+    def _end(self, uop: UOp) -> None:
+        for counter, head, exit_ in (self.loops[source] for source in uop.src if source.op is Ops.RANGE):
+            self.emit(f"add.s32 {counter}, {counter}, 1;", f"bra {head};")
+            self.lines.append(f"{exit_}:")
+
+    def _if(self, uop: UOp) -> None:
+        self.branches.append(exit_ := self.label("end_if"))
+        self.emit(f"@!{self.value(uop.src[0])} bra {exit_};")
+
+    def _bitcast(self, uop: UOp) -> str:
+        if uop.src[0].dtype.itemsize != uop.dtype.itemsize:
+            raise ValueError(f"BITCAST from {uop.src[0].dtype} to {uop.dtype}: the sizes differ")
+        self.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {(target := self.new(_info(uop.dtype)[0]))}, "
+                  f"{self.value(uop.src[0])};")
         return target
-    ctx.emit(f"setp.ne.u32 {(flag := ctx.new('p'))}, {target}, 0;")
-    return flag
-
-
-def _store(ctx: PTXContext, uop: UOp) -> None:
-    address, gate, space = _address(ctx, uop)
-    if uop.arg is not None:
-        return ctx.atomic_store(uop, address, gate, space)
-    kind, _, memory = _info(uop.src[1].dtype)
-    register = ctx.value(uop.src[1])
-    if kind == "p":
-        ctx.emit(f"selp.u32 {(byte := ctx.new('r'))}, 1, 0, {register};")
-        register = byte
-    ctx.emit(f"{'' if gate is None else f'@{gate} '}st.{space}.{memory} [{address}], {register};")
-
-
-def _range(ctx: PTXContext, uop: UOp) -> str:
-    counter, head, exit_ = ctx.new("r"), ctx.label("loop"), ctx.label("end_loop")
-    done = ctx.new("p")
-    ctx.emit(f"mov.u32 {counter}, 0;")
-    ctx.lines.append(f"{head}:")
-    ctx.emit(f"setp.ge.s32 {done}, {counter}, {ctx.value(uop.src[0])};", f"@{done} bra {exit_};")
-    ctx.loops[uop] = (counter, head, exit_)
-    return counter
-
-
-def _end(ctx: PTXContext, uop: UOp) -> None:
-    for counter, head, exit_ in (ctx.loops[source] for source in uop.src if source.op is Ops.RANGE):
-        ctx.emit(f"add.s32 {counter}, {counter}, 1;", f"bra {head};")
-        ctx.lines.append(f"{exit_}:")
-
-
-def _if(ctx: PTXContext, uop: UOp) -> None:
-    ctx.branches.append(exit_ := ctx.label("end_if"))
-    ctx.emit(f"@!{ctx.value(uop.src[0])} bra {exit_};")
-
-
-def _bitcast(ctx: PTXContext, uop: UOp) -> str:
-    if uop.src[0].dtype.itemsize != uop.dtype.itemsize:
-        raise ValueError(f"BITCAST from {uop.src[0].dtype} to {uop.dtype}: the sizes differ")
-    ctx.emit(f"mov.b{8 * max(uop.dtype.itemsize, 2)} {(target := ctx.new(_info(uop.dtype)[0]))}, "
-             f"{ctx.value(uop.src[0])};")
-    return target
-
-
-def _alu(ctx: PTXContext, uop: UOp) -> str:
-    operand_dtype, boolean = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar, uop.dtype == dtypes.bool
-    registers = [ctx.value(source) for source in uop.src]
-    if operand_dtype not in _HALVES:
-        return ctx.wrap(ctx.alu(uop.op, registers, operand_dtype, boolean), uop.dtype.scalar)
-    widened = [register if source.dtype.scalar == dtypes.bool else ctx.widen(register, source.dtype)
-               for register, source in zip(registers, uop.src, strict=True)]  # computed in float32, rounded back
-    result = ctx.alu(uop.op, widened, dtypes.float32, boolean)
-    return result if boolean else ctx.narrow(result, operand_dtype)
 
 
 ptx_rendering = ssa_rules({
-    Ops.DEFINE_GLOBAL: _define_global, Ops.SPECIAL: _special, Ops.INDEX: _index, Ops.LOAD: _load, Ops.STORE: _store,
-    Ops.DEFINE_VAR: lambda ctx, uop: _parameter(ctx, identifier(uop.arg[0]), "s32", "r"),
+    Ops.DEFINE_GLOBAL: PTXContext._define_global, Ops.SPECIAL: PTXContext._special, Ops.INDEX: PTXContext._index,
+    Ops.LOAD: PTXContext._load, Ops.STORE: PTXContext._store, Ops.RANGE: PTXContext._range, Ops.END: PTXContext._end,
+    Ops.DEFINE_VAR: lambda ctx, uop: ctx._parameter(identifier(uop.arg[0]), "s32", "r"),
     Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"),
     Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"),
-    Ops.RANGE: _range, Ops.END: _end, Ops.BITCAST: _bitcast, tuple(GroupOp.ALU): _alu,
-    Ops.IF: _if,
+    Ops.IF: PTXContext._if, Ops.BITCAST: PTXContext._bitcast, tuple(GroupOp.ALU): PTXContext.alu,
     Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.branches.pop()}:"),
     Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"),
     (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
