@@ -1,8 +1,6 @@
 """The WGSL renderer of the WEBGPU device: scalar code, one compute entry point per kernel, bound to a uniform `Params`
-(binding 0: thread count, dispatch strides, each buffer's start, the DEFINE_VARs) and storage arrays (binding 1 + k:
-DEFINE_GLOBAL k, narrow types packed in u32 words, buffers of combining stores as atomic words). Kernels with lidx
-SPECIALs use the hardware workgroup layout, the others decode gidx0..2 from one flat invocation number. The first line
-of a kernel is the layout the runtime reads (`KernelLayout`)."""
+(binding 0) and storage arrays (binding 1 + k: DEFINE_GLOBAL k; narrow types packed in u32 words, buffers of combining
+stores as atomic words). A kernel's first line is the layout the runtime reads (`KernelLayout`)."""
 from __future__ import annotations
 
 import math
@@ -19,10 +17,9 @@ from tinycore.uop.uop import UOp
 HEADER_PREFIX = "// tinycore-webgpu"  # how the first line of every kernel starts (`KernelLayout.header`)
 PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)  # WGSL has no 8/16-bit ints
 WORKGROUP_SIZE, MAX_UNROLL = 64, 32  # threads per workgroup of flat-mapped kernels; the longest loop llvmpipe unrolls
-# Codegen aims at 256 invocations per workgroup on GPU adapters. On CPU adapters a workgroup runs on one driver thread
-# and each load loops over the SIMD lanes: 64 invocations (a 256x256 matmul in 16x16 tiles ran 1.9x slower on
-# lavapipe's 2 threads as one workgroup), 16x16 register tiles (1.7x to 1.9x faster than 8x8 at 256x256x256), no group
-# reduce past 256 outputs (1024 row sums of 1024: about 25% faster without).
+# Codegen aims at 256 invocations per workgroup on GPUs. On CPU adapters (a workgroup on one driver thread, each load a
+# loop over the SIMD lanes): 64 (256 ran a 256x256 matmul 1.9x slower on lavapipe's 2 threads), 16x16 register tiles
+# (1.7x to 1.9x faster than 8x8 at 256^3), no group reduce past 256 outputs (1024 row sums of 1024: 25% faster).
 PREFERRED_INVOCATIONS, CPU_PREFERRED_INVOCATIONS, CPU_REGISTER_TILE, CPU_GROUP_MAX_OUTPUTS = 256, 64, (16, 16), 256
 
 _VALUE_TYPES: dict[DType, str] = {
@@ -31,10 +28,9 @@ _VALUE_TYPES: dict[DType, str] = {
 _WRAP: dict[DType, str] = {dtypes.int8: "(({} << 24u) >> 24u)", dtypes.int16: "(({} << 16u) >> 16u)",
                            dtypes.uint8: "({} & 0xFFu)", dtypes.uint16: "({} & 0xFFFFu)"}
 _PARAMS = "total: u32, stride_y: u32, stride_z: u32, size0: u32, size1: u32, size2: u32"
-# ALU op -> WGSL expression with C / numpy semantics; a b c the operands, the other fields constants of their type.
-# The adapters leave log2 of 0 and of negatives (and sqrt of negatives) undefined; WGSL's integer division truncates
-# like C, % is spelled out because some backends get negative operands wrong, and a zero divisor gives 0 as in the
-# core's constant folding (`safe`: b with 0 replaced by 1); x != x must be true for NaN where backends compare ordered.
+# ALU op -> WGSL with C / numpy semantics (a b c the operands, other fields constants of their type). The adapters leave
+# log2 of 0 or negatives and sqrt of negatives undefined; % is spelled out (some backends get negative operands wrong);
+# a zero divisor gives 0 as the core's constant folding does (`safe`: b, 1 for 0); x != x is true for NaN.
 _MATH: dict[Ops, str] = {
     Ops.NEG: "({negate}{a})", Ops.EXP2: "exp2({a})", Ops.TRUNC: "{a}", Ops.RECIPROCAL: "({one} / {a})",
     Ops.LOG2: "select(select(log2({a}), {minus_inf}, {a} == {zero}), {nan}, {a} < {zero})",
@@ -58,8 +54,8 @@ class UnsupportedDTypeError(TypeError):
 
 @dataclass
 class KernelLayout:
-    """What the runtime must know about a rendered kernel: per buffer, its element size and whether it is packed;
-    the DEFINE_VAR names in parameter order; the workgroup size and whether threads are flat-mapped."""
+    """What the runtime reads of a kernel: per buffer its element size and whether it is packed, the DEFINE_VAR names in
+    parameter order, the workgroup size and whether threads are flat-mapped."""
 
     element_sizes: list[int] = field(default_factory=list)
     packed: list[bool] = field(default_factory=list)
@@ -87,22 +83,17 @@ class KernelLayout:
 
 
 class WGSLRenderer(CStyleLanguage):
-    """WGSL compute shaders for a WebGPU adapter, shaped by its features and limits: `has_f16` (`shader-f16`),
-    `max_storage_buffers` (also `max_buffers`: the scheduler splits kernels to fit), `max_workgroup_storage`
-    (`shared_max`), `max_loop_iterations` (llvmpipe and lavapipe end a loop after 65535: longer loops run as blocks of
-    unrolled steps), the workgroup limits (codegen's `local_max`, `max_groups`, `global_max`; kernels past them are
-    refused naming the limit). `cpu_adapter` (lavapipe, llvmpipe) tunes codegen as the constants above say, with group
-    reduces of one SIMD vector (`simd_lanes`)."""
+    """WGSL compute shaders shaped by the adapter: `has_f16` (`shader-f16`), its limits (`max_storage_buffers` is also
+    `max_buffers`; kernels past a limit are refused naming it), `max_loop_iterations` (llvmpipe and lavapipe end a loop
+    after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
 
     device, suffix, barrier = "WEBGPU", "wgsl", "workgroupBarrier();"
     has_local, has_shared, has_threads, supports_float4 = True, True, False, False
-    global_max, local_max, shared_max = (2 ** 31 - 1, 65535, 65535), (256, 256, 64), 16384
     vector_widths: dict[DType, tuple[int, ...]] = {}
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # scalar code: `render_math` wraps narrow results and guards integer division itself; every dtype is spelled, and
-    # `render_dtype` refuses those WGSL lacks, naming the adapter
-    vector_alu_ops, narrow_dtypes, guard_integer_division = frozenset(), (), False
-    type_map: dict[DType, str] = {}
+    # scalar code: `render_math` wraps narrow results and guards integer division; no type_map spells every dtype,
+    # `render_dtype` refusing those WGSL lacks with the adapter's name
+    vector_alu_ops, narrow_dtypes, guard_integer_division, type_map = frozenset(), (), False, {}
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -112,31 +103,29 @@ class WGSLRenderer(CStyleLanguage):
         self.device, self.has_f16, self.adapter_name, self.cpu_adapter = device, has_f16, adapter_name, cpu_adapter
         self.max_loop_iterations, self.shared_max = max_loop_iterations, max_workgroup_storage
         self.max_storage_buffers = self.max_buffers = max_storage_buffers
-        x, y, z = (int(size) for size in max_workgroup_size)
-        self.max_workgroup_size = self.local_max = (x, y, z)
-        self.max_workgroup_invocations, self.max_groups = int(max_workgroup_invocations), int(
-            max_workgroups_per_dimension)
+        self.max_workgroup_size = self.local_max = tuple(int(size) for size in max_workgroup_size)
+        self.max_workgroup_invocations = int(max_workgroup_invocations)
+        self.max_groups = int(max_workgroups_per_dimension)
         self.global_max = (2 ** 31 - 1, self.max_groups, self.max_groups)
         preferred = CPU_PREFERRED_INVOCATIONS if cpu_adapter else PREFERRED_INVOCATIONS
         self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
-        self.register_tile, self.group_size, self.group_max_outputs = (CPU_REGISTER_TILE, max(2, simd_lanes),
-                                                                       CPU_GROUP_MAX_OUTPUTS) if cpu_adapter else \
-            (None, None, None)
+        tuning = (CPU_REGISTER_TILE, max(2, simd_lanes), CPU_GROUP_MAX_OUTPUTS) if cpu_adapter else (None, None, None)
+        self.register_tile, self.group_size, self.group_max_outputs = tuning
         self.math_templates: dict[tuple[Ops, DType], str] = {}
 
     def context_state(self, uops: list[UOp]) -> _State:
-        """What the WGSL rules keep while rendering `uops`: buffers a combining store updates are atomic words (every
-        access to them is atomic); programs with lidx indices use the hardware's workgroup layout."""
+        """The rules' state: buffers a combining store updates are atomic words (so is every access to them); programs
+        with lidx indices use the hardware's workgroup layout, the others decode gidx0..2 from a flat thread number."""
         return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
                       {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
                        uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The module: the layout header, the `Params` uniform and the storage bindings (not a C signature), workgroup
-        arrays, the entry point; refused past the adapter's limits."""
+        """The module: layout header, `Params` uniform, storage bindings, workgroup arrays, entry point; or an error
+        naming the adapter's limit the kernel exceeds."""
         state, uops = ctx.state, ctx.uops
-        elements = {uop.arg: uop.dtype.base for uop in uops if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype,
-                                                                                                              PtrDType)}
+        elements = {uop.arg: uop.dtype.base for uop in uops
+                    if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype, PtrDType)}
         if (positions := sorted(elements)) != list(range(len(positions))):
             raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
         if len(positions) > self.max_storage_buffers:
@@ -152,13 +141,13 @@ class WGSLRenderer(CStyleLanguage):
                              "return early and cannot synchronize")
         x, y, z = state.workgroup if state.local_mode else \
             (max(1, min(WORKGROUP_SIZE, self.max_workgroup_size[0], self.max_workgroup_invocations)), 1, 1)
-        for what, size, limit_name, limit in [
-                *((f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
-                  for axis, size, limit in zip("xyz", (x, y, z), self.max_workgroup_size, strict=True)),
-                (f"a workgroup of {x}x{y}x{z} invocations", x * y * z, "maxComputeInvocationsPerWorkgroup",
-                 self.max_workgroup_invocations), (f"{state.workgroup_bytes} bytes of workgroup memory",
-                                                   state.workgroup_bytes, "maxComputeWorkgroupStorageSize",
-                                                   self.shared_max)]:
+        limits = [(f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
+                  for axis, size, limit in zip("xyz", (x, y, z), self.max_workgroup_size, strict=True)]
+        limits += [(f"a workgroup of {x}x{y}x{z} invocations", x * y * z, "maxComputeInvocationsPerWorkgroup",
+                    self.max_workgroup_invocations), (f"{state.workgroup_bytes} bytes of workgroup memory",
+                                                      state.workgroup_bytes, "maxComputeWorkgroupStorageSize",
+                                                      self.shared_max)]
+        for what, size, limit_name, limit in limits:
             if size > limit:
                 raise ValueError(f"kernel {name}: {what} is more than {self.adapter_name} allows ({limit_name} = "
                                  f"{limit}); pick smaller LOCAL/GROUP opts")
@@ -183,8 +172,7 @@ class WGSLRenderer(CStyleLanguage):
         return "\n".join(module + flat + ctx.lines + ["}"]) + "\n"
 
     def render_dtype(self, dtype: DType) -> str:
-        """The WGSL type of a scalar dtype (of a pointer's element): vectors are refused, and with
-        UnsupportedDTypeError naming the adapter, the dtypes it lacks."""
+        """The WGSL type of a scalar dtype (a pointer's: of its element); UnsupportedDTypeError for those WGSL lacks."""
         if isinstance(dtype, PtrDType):
             return self.render_dtype(dtype.base)
         if dtype.count != 1:
@@ -223,18 +211,16 @@ class WGSLRenderer(CStyleLanguage):
             return expression
         if to_dtype == dtypes.bool:
             return f"({expression} != {self.render_const(0, from_dtype)})"
+        converted = expression if from_type == to_type else f"{to_type}({expression})"
         if from_type in ("f32", "f16") and to_type == "u32":  # C converts negative floats through the signed integer
-            converted = f"select(u32({expression}), bitcast<u32>(i32({expression})), {expression} < " \
-                        f"{self.render_const(0, from_dtype)})"
-        else:
-            converted = expression if from_type == to_type else f"{to_type}({expression})"
+            zero = self.render_const(0, from_dtype)
+            converted = f"select({converted}, bitcast<u32>(i32({expression})), {expression} < {zero})"
         fits = to_dtype not in _WRAP or from_dtype == dtypes.bool or dtypes.is_int(from_dtype) and \
             dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
         return converted if fits else _WRAP[to_dtype].format(converted)
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
-        """Reinterpretation of the bits of a scalar: `bitcast<T>()` for 32-bit types, through a `vec2<f16>` for
-        float16, a wrap to the other signedness between 8- or 16-bit integers."""
+        """Reinterpret a scalar's bits: `bitcast<T>()` (32 bits), through a `vec2<f16>` (float16), a wrap (integers)."""
         source, target = from_dtype.scalar, to_dtype.scalar
         if source.itemsize != target.itemsize:
             raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
@@ -249,8 +235,7 @@ class WGSLRenderer(CStyleLanguage):
         return self.render_cast(expression, source, target)
 
     def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
-        """One scalar ALU op on operands of `dtype`: its `_MATH` template (`_FLOAT_MATH` or `_BOOL_MATH` first) with the
-        type's constants, narrow integer results wrapped; templates are made once per op and dtype."""
+        """One scalar ALU op: its template (made once per op and dtype), narrow integer results wrapped."""
         if (template := self.math_templates.get((op, scalar := dtype.scalar))) is None:
             value_type, is_float = self.render_dtype(scalar), dtypes.is_float(scalar)
             code = (_FLOAT_MATH if is_float else _BOOL_MATH if scalar == dtypes.bool else {}).get(op) or _MATH.get(op)
@@ -277,7 +262,7 @@ class _State:
     atomic_globals: set[int]
     module_lines: list[str] = field(default_factory=list)  # the workgroup arrays
     workgroup: list[int] = field(default_factory=lambda: [1, 1, 1])  # the lidx sizes
-    open_ranges: dict[UOp, tuple[int | None, int]] = field(default_factory=dict)  # -> (constant trip count, braces)
+    open_ranges: dict[UOp, tuple[int, int]] = field(default_factory=dict)  # -> (trip count, 1 if unknown; braces)
     workgroup_bytes: int = 0
 
 
@@ -320,33 +305,31 @@ def _range(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(renderer, WGSLRenderer)
     limit, size = renderer.max_loop_iterations, x.src[0].arg if x.src[0].op is Ops.CONST else None
     # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
-    total = None if size is None else size * math.prod(1 if trips is None else trips for trips, _ in
-                                                       state.open_ranges.values())
+    total = None if size is None else size * math.prod(trips for trips, _ in state.open_ranges.values())
     if limit is None or (total is not None and total <= limit):
-        ctx.emit(f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{")
-        ctx.depth, state.open_ranges[x] = ctx.depth + 1, (size, 1)
-        return ctx.name(x, name)
-    # the driver stops a loop after `limit` iterations in a thread (counted over all its entries): run blocks of up
-    # to MAX_UNROLL steps, the inner loop of constant trip count being unrolled by the driver
-    unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
-    if unroll > MAX_UNROLL:
-        raise RuntimeError(
-            f"a loop of this kernel runs {total} times in one thread, but {renderer.adapter_name} ends a loop after "
-            f"{limit} iterations (even unrolled {MAX_UNROLL} times it would stop early); reduce in several steps "
-            f"(e.g. sum over a reshaped axis first) or use another device")
-    if x.src[0] in ctx.inlined:  # the bound is written twice below: compute it once
-        ctx.materialize(x.src[0])
-        end = ctx.expression(x.src[0])
-    for line in (f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{",
+        lines = [f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{"]
+    else:  # the driver ends a loop after `limit` iterations in a thread: blocks of up to MAX_UNROLL steps it unrolls
+        unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
+        if unroll > MAX_UNROLL:
+            raise RuntimeError(f"a loop of this kernel runs {total} times in one thread, but {renderer.adapter_name} "
+                               f"ends a loop after {limit} iterations (even unrolled {MAX_UNROLL} times it would stop "
+                               f"early); reduce in several steps (e.g. sum over a reshaped axis first) or use another "
+                               f"device")
+        if x.src[0] in ctx.inlined:  # the bound is written twice below: compute it once
+            ctx.materialize(x.src[0])
+            end = ctx.expression(x.src[0])
+        lines = [f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{",
                  f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{",
-                 f"    let {name}: i32 = {name}_block + {name}_step;", f"    if ({name} < {end}) {{"):
+                 f"    let {name}: i32 = {name}_block + {name}_step;", f"    if ({name} < {end}) {{"]
+    for line in lines:
         ctx.emit(line)
-    ctx.depth, state.open_ranges[x] = ctx.depth + 3, (size, 3)
+    braces = sum(line.endswith("{") for line in lines)
+    ctx.depth, state.open_ranges[x] = ctx.depth + braces, (1 if size is None else size, braces)
     return ctx.name(x, name)
 
 
 def _end(ctx: RenderContext, x: UOp) -> str:
-    for _ in range(sum(ctx.state.open_ranges.pop(source, (None, 1))[1] for source in x.src if source.op is Ops.RANGE)
+    for _ in range(sum(ctx.state.open_ranges.pop(source, (1, 1))[1] for source in x.src if source.op is Ops.RANGE)
                    or 1):
         ctx.depth -= 1
         ctx.emit("}")
@@ -362,8 +345,7 @@ def _bitcast(ctx: RenderContext, x: UOp) -> str:
 
 
 def _access(ctx: RenderContext, index: UOp) -> tuple[RenderedPointer, int | None, str]:
-    """The rendered INDEX a LOAD or STORE goes through, its buffer's position (None for a register or workgroup array)
-    and the array element it names."""
+    """A LOAD's or STORE's rendered INDEX, its buffer's position (None: a register or workgroup array), the element."""
     pointer = ctx.pointer_of(index)
     position = index.src[0].arg if index.src[0].op is Ops.DEFINE_GLOBAL else None
     return pointer, position, f"{pointer.buffer}[{'' if position is None else f'params.start{position} + '}" \
@@ -384,24 +366,20 @@ def _emit_gated(ctx: RenderContext, gate: str | None, lines: list[str]) -> None:
 
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    pointer, position, element = _access(ctx, x.src[0])
-    name, type_name, lines, value, dtype = ctx.fresh("val"), ctx.renderer.render_dtype(x.dtype), [], element, \
-        pointer.element
+    (pointer, position, value), name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
+    dtype, declaration = pointer.element, f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
     if position in ctx.state.atomic_globals:
-        value = f"bitcast<f32>(atomicLoad(&{element}))" if dtype == dtypes.float32 else f"atomicLoad(&{element})"
+        value = f"bitcast<f32>(atomicLoad(&{value}))" if dtype == dtypes.float32 else f"atomicLoad(&{value})"
     elif position is not None and dtype in PACKED_DTYPES:
         let, word, mask, shift = _packed(ctx, pointer, position)
         lines, bits = [let], f"((atomicLoad({word}) >> {shift}) & {mask})"
         value = f"({bits} != 0u)" if dtype == dtypes.bool else bits if dtypes.is_unsigned(dtype) else \
             _WRAP[dtype].format(f"bitcast<i32>({bits})")
-    if pointer.gate is None:
-        lines.append(f"let {name}: {type_name} = {value};")
-    else:
-        alternatives = [source for source in x.src[1:] if source.dtype != dtypes.void]
-        ctx.emit(f"var {name}: {type_name} = "
-                 f"{ctx.expression(alternatives[0]) if alternatives else ctx.renderer.render_const(0, x.dtype)};")
-        lines.append(f"{name} = {value};")
-    _emit_gated(ctx, pointer.gate, lines)
+    if pointer.gate is not None:  # sources of dtype void only order the load; the first other is the alternative
+        alternative = next((ctx.expression(source) for source in x.src[1:] if source.dtype != dtypes.void), None)
+        ctx.emit(f"var {declaration} = {alternative or ctx.renderer.render_const(0, x.dtype)};")
+    _emit_gated(ctx, pointer.gate, [*lines, f"let {declaration} = {value};" if pointer.gate is None else
+                                    f"{name} = {value};"])
     return ctx.name(x, name)
 
 
