@@ -1,0 +1,111 @@
+"""sin, cos and tanh of float32 within 1 ulp of numpy's float64 result rounded to float32, over small, moderate and
+huge arguments, denormals and the special values, on the default device and under DEV=CPU:LLVM (the float32
+decompositions of codegen/transcendental.py and Tensor.tanh are shared by both CPU renderers)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinycore import Tensor
+
+REFERENCES = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh}
+
+
+def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Distance in float32 steps between `got` and `want` (0 where both are nan; -0 and 0 are 0 apart)."""
+    def ordered(values: np.ndarray) -> np.ndarray:
+        bits = values.astype(np.float32).view(np.int32).astype(np.int64)
+        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+    both_nan = np.isnan(got) & np.isnan(want)
+    return np.where(both_nan, 0, np.abs(ordered(got) - ordered(want)))
+
+
+def rounded(name: str, values: np.ndarray) -> np.ndarray:
+    """numpy's `name` in float64, rounded once to float32."""
+    with np.errstate(all="ignore"):
+        return REFERENCES[name](values.astype(np.float64)).astype(np.float32)
+
+
+def arguments(name: str) -> np.ndarray:
+    """Small, moderate and huge arguments of both signs: dense grids where the function bends, every binade alike
+    (uniform bit patterns), |x| up to 1e4 and the float32 maximum, denormals and the special values."""
+    generator = np.random.default_rng(47)
+    every_binade = generator.integers(0, 0x7F800000, 400_000, dtype=np.int64).astype(np.int32).view(np.float32)
+    grids = [np.linspace(-1.0, 1.0, 200_001, dtype=np.float32), np.linspace(-12.0, 12.0, 200_001, dtype=np.float32),
+             np.linspace(-1e4, 1e4, 400_001, dtype=np.float32), every_binade, -every_binade,
+             np.geomspace(1e-30, 1e-3, 20_001, dtype=np.float32)]
+    if name != "tanh":
+        grids.append((np.arange(1, 20_001) * (np.pi / 2)).astype(np.float32))  # tiny after the reduction
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, -3e-39, 2.0 ** -12,
+                        -(2.0 ** -12), 0.99999994, 1.0, -1.0, 1.0000001, 3.4028235e38, -3.4028235e38], dtype=np.float32)
+    return np.concatenate([*grids, special])
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tanh"])
+def test_within_one_ulp_of_numpy_on_the_default_device(name: str) -> None:
+    values = arguments(name)
+    got = getattr(Tensor(values), name)().numpy()
+    distance = ulp_distance(got, rounded(name, values))
+    assert distance.max() <= 1, (values[distance.argmax()], got[distance.argmax()])
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "tanh"])
+def test_special_values_are_exact(name: str) -> None:
+    values = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, -3e-39, 1e-30, -(2.0 ** -13), 30.0, -30.0],
+                      dtype=np.float32)
+    got = getattr(Tensor(values), name)().numpy()
+    want = rounded(name, values)
+    np.testing.assert_array_equal(got, want)  # nan for sin and cos of inf, +-1 for tanh of +-inf
+    numbers = ~np.isnan(want)
+    np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))  # sin(-0) and tanh(-0) are -0
+
+
+def test_tanh_near_zero_keeps_every_digit() -> None:
+    # 2 sigmoid(2x) - 1 (the old tanh) rounds 1 + tiny first: tanh(1e-5) came out 1e-3 off relative
+    values = np.geomspace(1e-8, 0.5, 10_001, dtype=np.float32)
+    np.testing.assert_array_less(ulp_distance(Tensor(values).tanh().numpy(), rounded("tanh", values)), 2)
+
+
+def test_tanh_gradient_is_finite_and_matches_its_derivative() -> None:
+    values = np.array([-3e38, -1e20, -20.0, -1.0, -0.5, -1e-6, 0.0, 1e-6, 0.9999, 1.0, 1.0001, 20.0, 1e20, 3e38],
+                      dtype=np.float32)
+    tensor = Tensor(values, requires_grad=True)
+    tensor.tanh().sum().backward()
+    assert tensor.grad is not None
+    gradient = tensor.grad.numpy()
+    with np.errstate(over="ignore"):
+        expected = np.cosh(values.astype(np.float64)) ** -2.0  # 1 - tanh^2, without 1 - 1 in float64 at |x| = 20
+    assert np.isfinite(gradient).all(), gradient
+    np.testing.assert_allclose(gradient, expected, rtol=1e-5, atol=1e-30)
+
+
+_CHILD = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {directory!r})
+from test_trig_ulp import arguments, rounded, ulp_distance
+from tinycore import Device, Tensor
+assert type(Device['CPU'].renderer).__name__ == 'LLVMRenderer', type(Device['CPU'].renderer)
+worst = {{}}
+for name in ('sin', 'cos', 'tanh'):
+    values = arguments(name)
+    worst[name] = int(ulp_distance(getattr(Tensor(values), name)().numpy(), rounded(name, values)).max())
+print(json.dumps(worst))
+"""
+
+
+def test_within_one_ulp_under_the_llvm_renderer() -> None:
+    pytest.importorskip("llvmlite")
+    environment = {**os.environ, "DEV": "CPU:LLVM"}
+    child = subprocess.run([sys.executable, "-c", _CHILD.format(directory=str(Path(__file__).resolve().parent))],
+                           env=environment, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-3000:]
+    worst = json.loads(child.stdout.strip().splitlines()[-1])
+    assert set(worst) == {"sin", "cos", "tanh"}
+    assert max(worst.values()) <= 1, worst
