@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, base_rendering
@@ -28,9 +29,8 @@ _VALUE_TYPES: dict[DType, str] = {
 _WRAP: dict[DType, str] = {dtypes.int8: "(({} << 24u) >> 24u)", dtypes.int16: "(({} << 16u) >> 16u)",
                            dtypes.uint8: "({} & 0xFFu)", dtypes.uint16: "({} & 0xFFFFu)"}
 _PARAMS = "total: u32, stride_y: u32, stride_z: u32, size0: u32, size1: u32, size2: u32"
-# ALU op -> WGSL with C / numpy semantics (a b c the operands, other fields constants of their type). The adapters leave
-# log2 of 0 or negatives and sqrt of negatives undefined; % is spelled out (some backends get negative operands wrong);
-# a zero divisor gives 0 as the core's constant folding does (`safe`: b, 1 for 0); x != x is true for NaN.
+# ALU op -> WGSL with C / numpy semantics (a b c the operands, the rest constants): log2 and sqrt out of their domain
+# are undefined on the adapters, some get % of negatives wrong; x / 0 is 0 as in constant folding (`safe`: b, 1 for 0).
 _MATH: dict[Ops, str] = {
     Ops.NEG: "({negate}{a})", Ops.EXP2: "exp2({a})", Ops.TRUNC: "{a}", Ops.RECIPROCAL: "({one} / {a})",
     Ops.LOG2: "select(select(log2({a}), {minus_inf}, {a} == {zero}), {nan}, {a} < {zero})",
@@ -43,7 +43,7 @@ _MATH: dict[Ops, str] = {
     Ops.XOR: "({a} ^ {b})", Ops.SHL: "({a} << u32({b}))", Ops.SHR: "({a} >> u32({b}))",
     Ops.WHERE: "select({c}, {b}, {a})", Ops.MULACC: "(({a} * {b}) + {c})"}
 _FLOAT_MATH = {Ops.TRUNC: "trunc({a})", Ops.IDIV: "({a} / {b})", Ops.MOD: "({a} - {b} * trunc({a} / {b}))",
-               Ops.CMPNE: "(!({a} == {b}))"}
+               Ops.CMPNE: "(!({a} == {b}))"}  # true for NaN even where the backend compares ordered
 _BOOL_MATH = {Ops.NEG: "(!{a})", Ops.ADD: "({a} | {b})", Ops.MUL: "({a} & {b})", Ops.SUB: "({a} != {b})",
               Ops.FDIV: "({a} & {b})", Ops.MAX: "({a} | {b})", Ops.CMPLT: "((!{a}) & {b})", Ops.XOR: "({a} != {b})"}
 
@@ -52,16 +52,15 @@ class UnsupportedDTypeError(TypeError):
     """A kernel uses a dtype the WebGPU adapter cannot compute with."""
 
 
-@dataclass
-class KernelLayout:
+class KernelLayout(NamedTuple):
     """What the runtime reads of a kernel: per buffer its element size and whether it is packed, the DEFINE_VAR names in
     parameter order, the workgroup size and whether threads are flat-mapped."""
 
-    element_sizes: list[int] = field(default_factory=list)
-    packed: list[bool] = field(default_factory=list)
-    variables: list[str] = field(default_factory=list)
-    workgroup: tuple[int, int, int] = (WORKGROUP_SIZE, 1, 1)
-    flat: bool = True
+    element_sizes: list[int]
+    packed: list[bool]
+    variables: list[str]
+    workgroup: tuple[int, int, int]
+    flat: bool
 
     def header(self) -> str:
         """The header line encoding this layout."""
@@ -172,9 +171,7 @@ class WGSLRenderer(CStyleLanguage):
         return "\n".join(module + flat + ctx.lines + ["}"]) + "\n"
 
     def render_dtype(self, dtype: DType) -> str:
-        """The WGSL type of a scalar dtype (a pointer's: of its element); UnsupportedDTypeError for those WGSL lacks."""
-        if isinstance(dtype, PtrDType):
-            return self.render_dtype(dtype.base)
+        """The WGSL type of a scalar dtype; UnsupportedDTypeError, naming the adapter, for those WGSL lacks."""
         if dtype.count != 1:
             raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
         if dtype not in _VALUE_TYPES or dtype == dtypes.float16 and not self.has_f16:
@@ -207,8 +204,6 @@ class WGSLRenderer(CStyleLanguage):
     def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Value conversion between scalar dtypes with C semantics (narrow integers wrap)."""
         from_type, to_type = self.render_dtype(from_dtype), self.render_dtype(to_dtype)
-        if from_dtype == to_dtype:
-            return expression
         if to_dtype == dtypes.bool:
             return f"({expression} != {self.render_const(0, from_dtype)})"
         converted = expression if from_type == to_type else f"{to_type}({expression})"
@@ -242,11 +237,10 @@ class WGSLRenderer(CStyleLanguage):
             if code is None:
                 raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
             zero, one = self.render_const(0, scalar), self.render_const(1, scalar)
-            constants = {"zero": zero, "one": one, "negate": "0u - " if value_type == "u32" else "-", "nan": zero,
-                         "safe": f"select({{1}}, {one}, {{1}} == {zero})"}
-            if is_float:
-                constants |= {key: self.render_const(value, scalar) for key, value in
-                              (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf))}
+            specials = (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf)) if is_float else (("nan", 0),)
+            constants = {"zero": zero, "one": one, "negate": "0u - " if value_type == "u32" else "-",
+                         "safe": f"select({{1}}, {one}, {{1}} == {zero})",
+                         **{key: self.render_const(value, scalar) for key, value in specials}}
             try:
                 template = code.format(a="{0}", b="{1}", c="{2}", **constants)
             except KeyError as missing:
@@ -289,8 +283,7 @@ def _special(ctx: RenderContext, x: UOp) -> str:
     return ctx.name(x, label)
 
 
-def _define_memory(ctx: RenderContext, x: UOp) -> str:
-    """DEFINE_REG: a `var` array in the function; DEFINE_LOCAL: a `var<workgroup>` array of the module."""
+def _define_memory(ctx: RenderContext, x: UOp) -> str:  # a `var` array, of the module's workgroup memory for locals
     assert isinstance(pointer := x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
     size, register = max(pointer.size, 1), x.op is Ops.DEFINE_REG
     name = ctx.fresh("acc" if register else "temp")
@@ -312,17 +305,15 @@ def _range(ctx: RenderContext, x: UOp) -> str:
         unroll = MAX_UNROLL if total is None else 1 << max(0, (-(-total // limit) - 1).bit_length())
         if unroll > MAX_UNROLL:
             raise RuntimeError(f"a loop of this kernel runs {total} times in one thread, but {renderer.adapter_name} "
-                               f"ends a loop after {limit} iterations (even unrolled {MAX_UNROLL} times it would stop "
-                               f"early); reduce in several steps (e.g. sum over a reshaped axis first) or use another "
-                               f"device")
+                               f"ends loops after {limit} iterations, even unrolled {MAX_UNROLL} times: reduce in "
+                               f"several steps (e.g. sum over a reshaped axis first) or use another device")
         if x.src[0] in ctx.inlined:  # the bound is written twice below: compute it once
             ctx.materialize(x.src[0])
             end = ctx.expression(x.src[0])
         lines = [f"for (var {name}_block: i32 = 0; {name}_block < {end}; {name}_block += {unroll}i) {{",
                  f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{",
                  f"    let {name}: i32 = {name}_block + {name}_step;", f"    if ({name} < {end}) {{"]
-    for line in lines:
-        ctx.emit(line)
+    _emit(ctx, lines)
     braces = sum(line.endswith("{") for line in lines)
     ctx.depth, state.open_ranges[x] = ctx.depth + braces, (1 if size is None else size, braces)
     return ctx.name(x, name)
@@ -360,7 +351,7 @@ def _packed(ctx: RenderContext, pointer: RenderedPointer, position: int) -> tupl
             "0xFFu" if size == 1 else "0xFFFFu", f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
 
 
-def _emit_gated(ctx: RenderContext, gate: str | None, lines: list[str]) -> None:
+def _emit(ctx: RenderContext, lines: list[str], gate: str | None = None) -> None:
     for line in lines if gate is None else [f"if ({gate}) {{", *(f"  {line}" for line in lines), "}"]:
         ctx.emit(line)
 
@@ -378,8 +369,8 @@ def _load(ctx: RenderContext, x: UOp) -> str:
     if pointer.gate is not None:  # sources of dtype void only order the load; the first other is the alternative
         alternative = next((ctx.expression(source) for source in x.src[1:] if source.dtype != dtypes.void), None)
         ctx.emit(f"var {declaration} = {alternative or ctx.renderer.render_const(0, x.dtype)};")
-    _emit_gated(ctx, pointer.gate, [*lines, f"let {declaration} = {value};" if pointer.gate is None else
-                                    f"{name} = {value};"])
+    lines.append(f"let {declaration} = {value};" if pointer.gate is None else f"{name} = {value};")
+    _emit(ctx, lines, pointer.gate)
     return ctx.name(x, name)
 
 
@@ -403,7 +394,7 @@ def _store(ctx: RenderContext, x: UOp) -> str:
         let, word, mask, shift = _packed(ctx, pointer, position)
         bits = f"select(0u, 1u, {value})" if dtype == dtypes.bool else f"(u32({value}) & {mask})"
         lines = [let, f"atomicAnd({word}, ~({mask} << {shift}));", f"atomicOr({word}, {bits} << {shift});"]
-    _emit_gated(ctx, pointer.gate, lines)
+    _emit(ctx, lines, pointer.gate)
     return ""
 
 
