@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
@@ -24,7 +24,7 @@ _SCALAR_TYPES: dict[DType, str] = {
     dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
     dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
 _INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
-_INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+_INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 # ALU op -> its instructions ("; " between), each an SSA value; fields: a b c the operands, T their type, F the lane
 # mask type, zero / one / true constants, lt / shr / div the signed or unsigned spelling, {0} {1}... earlier values
 _COMMON_OPS = {Ops.WHERE: "select {F} {a}, {T} {b}, {T} {c}", Ops.FDIV: "fdiv {T} {a}, {b}",
@@ -123,15 +123,14 @@ def vector_constant(values: list[object], dtype: DType) -> str:
 
 @dataclass
 class Pointer:
-    """An INDEX as the context keeps it: the buffer register, the element index and its type, the gate, the element
-    type read or written (a vector after a pointer CAST), the buffer's size in elements (-1 unknown) and `step`,
-    the buffer's own element type, which the index counts in."""
+    """An INDEX (or a pointer CAST of one, for a vector access) as the context keeps it: the buffer register, the
+    element index and its type, the gate, the buffer's size in elements (-1 unknown) and `step`, the buffer's own
+    element type, which the index counts in."""
 
     buffer: str
     index: str | None
     index_type: str
     gate: str | None
-    element: DType
     elements: int
     step: DType
 
@@ -307,21 +306,16 @@ class LLVMContext(SSAContext):
         intrinsics and POW here, the rest from the instruction tables."""
         if (plan := _table_plan(op, dtype, count)) is not None:
             return self.sequence(plan, *operands)
-        element, is_float = scalar_type(dtype), _is_float(dtype)
         if op is Ops.MULACC:
             product = self.arithmetic(Ops.MUL, operands[:2], dtype, count)
             return self.arithmetic(Ops.ADD, [product, operands[2]], dtype, count)
-        if op in _INTRINSICS and is_float and (dtype != dtypes.float16 or op in (Ops.SQRT, Ops.TRUNC)):
-            return self.intrinsic(_INTRINSICS[op], _lanes(element, count), operands, element, count)
-        if op is not Ops.POW and not (op in _INTRINSICS and is_float):
+        if (name := _INTRINSICS.get(op)) is None or not (_is_float(dtype) or op is Ops.POW):
             raise ValueError(f"the LLVM renderer cannot render {op} on {dtype}")
-        if op is Ops.POW and is_float and dtype != dtypes.float16:
-            return self.intrinsic("pow", _lanes(element, count), operands, element, count)
+        if _is_float(dtype) and (dtype != dtypes.float16 or op in (Ops.SQRT, Ops.TRUNC)):
+            return self.intrinsic(name, _lanes(scalar_type(dtype), count), operands, scalar_type(dtype), count)
         # libm has no half functions; integer powers go through double
         wider = dtypes.float32 if dtype == dtypes.float16 else dtypes.float64
-        wide = [self.convert(operand, dtype, wider, count) for operand in operands]
-        result = self.arithmetic(op, wide, wider, count) if op is not Ops.POW else \
-            self.intrinsic("pow", _lanes(scalar_type(wider), count), wide, scalar_type(wider), count)
+        result = self.arithmetic(op, [self.convert(operand, dtype, wider, count) for operand in operands], wider, count)
         return self.convert(result, wider, dtype, count)
 
     def address(self, pointer: Pointer, index: str | None) -> str:
@@ -404,7 +398,7 @@ class LLVMContext(SSAContext):
         element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
         index, index_type = (self.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
         gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element,
+        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate,
                                      pointer.size if isinstance(pointer, PtrDType) else -1, element)
         return self.value(buffer)
 
@@ -414,7 +408,7 @@ class LLVMContext(SSAContext):
             return self.cast(self.operand(source, dtype.count), source.dtype.scalar, dtype.scalar, dtype.count)
         if (pointer := self.pointers.get(source)) is None:  # a vector access through an INDEX
             raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
-        self.pointers[uop] = replace(pointer, element=dtype.base)
+        self.pointers[uop] = pointer
         return pointer.buffer
 
     def _bitcast(self, uop: UOp) -> str:
