@@ -21,11 +21,9 @@ from tinycore.uop.uop import UOp
 CodeForOp = Callable[..., str]
 MATH_FUNCTIONS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
 
-
 def math_functions(code: Callable[[str, str, DType], str]) -> dict[Ops, CodeForOp]:
     """`code_for_op` entries of the unary math functions (MATH_FUNCTIONS) from `code(name, operand, dtype)`."""
     return {op: (lambda operand, dtype, name=name: code(name, operand, dtype)) for op, name in MATH_FUNCTIONS.items()}
-
 
 _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
@@ -47,14 +45,12 @@ BASE_TYPE_MAP: dict[DType, str] = {
 # ops rendered in place when they have one user and are scalar
 _INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.GEP, Ops.VECTORIZE, Ops.VCONST, Ops.CUSTOM}
 
-
 def bfloat16_bits(value: float) -> int:
     """The bfloat16 bit pattern of `value` (round to nearest even, quiet NaN kept)."""
     if math.isnan(value):
         return 0x7FC0
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-
 
 def threads_per_group(uops: list[UOp]) -> int | None:
     """The product of the program's lidx sizes (1 without any), or None when one of them is not a constant."""
@@ -66,10 +62,8 @@ def threads_per_group(uops: list[UOp]) -> int | None:
             size *= uop.src[0].arg
     return size
 
-
 class RenderedPointer:
-    """A rendered INDEX: buffer and element index expressions, the optional gate, the element dtype and the
-    vector-pointer cast if any (what `CStyleLanguage.render_access` receives)."""
+    """A rendered INDEX: buffer and index expressions, optional gate, element dtype and vector-pointer cast."""
 
     def __init__(self, buffer: str, index: str | None, gate: str | None, element: DType, cast: str | None = None):
         self.buffer, self.index, self.gate, self.element, self.cast = buffer, index, gate, element, cast
@@ -79,16 +73,13 @@ class RenderedPointer:
         address = self.buffer if self.index in (None, "0") else f"({self.buffer}+{self.index})"
         return f"(({self.cast})({address}))" if self.cast and with_cast else address
 
-
 class CStyleLanguage(Renderer):
-    """A renderer for C-like languages: rules (`string_rewrite`, the language's own + `base_rendering`), data (the
-    class attributes below) and hooks (the `render_*` methods); rules keep per-program state in `ctx.state`."""
+    """C-like languages: rules (`string_rewrite`: the language's own + `base_rendering`), data and `render_*` hooks."""
 
     kernel_prefix, buffer_prefix, buffer_suffix, const_buffer_prefix, smem_prefix = "", "", "", "const ", ""
     arg_int_prefix, barrier = "const int", ""
     code_for_workitem: dict[str, Callable[[int], str]] = {}  # SPECIAL kind "g"/"l"/"i" -> expression of the axis
     infinity, nan, float_suffix = "INFINITY", "NAN", "f"
-    # integer literals: suffix by dtype (the rest are cast)
     integer_suffix: dict[DType, str] = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "ll", dtypes.uint64: "ull"}
     vector_format: str = "({type})({items})"  # a vector value from its lanes
     vector_cast: str | None = None  # a whole-vector conversion ({type}, {x}); None converts lane by lane
@@ -100,8 +91,7 @@ class CStyleLanguage(Renderer):
     type_map: dict[DType, str] = BASE_TYPE_MAP
     # divide by a non-constant integer: 0 where the divisor is 0, as the constant folder does, instead of a trap
     guard_integer_division: bool = True
-    # results of these dtypes are cast back after each op, so C's integer promotion and excess float precision give
-    # the value of a per-op rounded computation
+    # results of these dtypes are cast back after each op (against C's integer promotion and excess float precision)
     narrow_dtypes: tuple[DType, ...] = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
     string_rewrite: ClassVar[PatternMatcher]
 
@@ -144,7 +134,7 @@ class CStyleLanguage(Renderer):
             self.render_cast(text, dtypes.float32, dtype.scalar)
 
     def render_const(self, value: object, dtype: DType) -> str:
-        """A literal of scalar `dtype`."""
+        """A literal of scalar `dtype` (integers with their `integer_suffix`, or cast where they have none)."""
         scalar = dtype.scalar
         if scalar == dtypes.bfloat16 and not self.native_bfloat16:
             return f"(({self.storage_type(dtypes.bfloat16)}){bfloat16_bits(float(value))}u)"  # type: ignore[arg-type]
@@ -225,8 +215,7 @@ class CStyleLanguage(Renderer):
         return self.render_named(uops, kernel_name(uops))
 
     def render_named(self, uops: list[UOp], name: str) -> str:
-        """The source of `uops` as a function called `name`: each UOp, in order, rendered into a RenderContext by the
-        first rule of `string_rewrite` that matches it, then `render_function` (and the program, `embed_program`)."""
+        """The source of `uops` as a function `name`: each UOp by the first rule of `string_rewrite` that renders it."""
         ctx = RenderContext(self, uops)
         for uop in uops:
             ctx.note(uop.dtype)
@@ -239,8 +228,7 @@ class CStyleLanguage(Renderer):
         return embed_program(self.render_function(ctx, name), uops)
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The source around the body: parameters (buffers by position, variables by name, `extra_parameters`), the
-        prelude and the signature (`render_kernel`)."""
+        """The source around the body: parameters (buffers, variables, `extra_parameters`), prelude, signature."""
         parameters = [ctx.buffers[position] for position in sorted(ctx.buffers)]
         parameters += [ctx.variables[key] for key in sorted(ctx.variables)] + self.extra_parameters(ctx.uops)
         prelude, attributes = self.render_prelude(ctx.uops, ctx.used_dtypes), self.kernel_attributes(ctx.uops)
@@ -258,10 +246,8 @@ class CStyleLanguage(Renderer):
         return f"{pointer.buffer}[{pointer.index}]" if pointer.cast is None and pointer.index is not None else \
             f"(*{pointer.address()})"
 
-
 class RenderContext:
-    """The state of rendering one linear program: names given to values, rendered pointers, the lines so far, the
-    kernel's parameters, and `state` for the language's own rules. Rules use the helpers below."""
+    """The state of rendering one program: value names, pointers, lines, parameters, `state` for a language's rules."""
 
     def __init__(self, renderer: CStyleLanguage, uops: list[UOp]):
         self.renderer, self.uops, self.depth, self.lines = renderer, uops, 1, list[str]()
@@ -304,14 +290,12 @@ class RenderContext:
         if uop.op in _INLINE_WHEN_SINGLE_USE and self.uses.get(uop, 0) <= 1 and uop.dtype.count == 1:
             self.inlined.add(uop)
             return self.name(uop, code)
-        name = self.fresh(prefix)
-        self.emit(self.renderer.render_declaration(name, uop.dtype, code))
+        self.emit(self.renderer.render_declaration(name := self.fresh(prefix), uop.dtype, code))
         return self.name(uop, name)
 
     def declare(self, uop: UOp, code: str, prefix: str) -> str:
         """Declare a variable of `uop`'s type holding `code` (never in place); its name."""
-        name = self.fresh(prefix)
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {name} = {code};")
+        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {(name := self.fresh(prefix))} = {code};")
         return self.name(uop, name)
 
     def lane(self, uop: UOp, lane: int) -> str:
@@ -321,14 +305,12 @@ class RenderContext:
 
     def materialize(self, uop: UOp) -> None:
         """Give an expression rendered in place a variable of its own, declared here."""
-        name = self.fresh("alu")
-        self.emit(self.renderer.render_declaration(name, uop.dtype, self.names[uop]))
-        self.names[uop] = name
+        self.emit(self.renderer.render_declaration(name := self.fresh("alu"), uop.dtype, self.names[uop]))
+        self.name(uop, name)
         self.inlined.discard(uop)
 
     def cast(self, source: UOp, dtype: DType) -> str:
-        """The value conversion of `source` to `dtype`: whole vectors with the renderer's `vector_cast` (not of bool
-        or bfloat16), else lane by lane."""
+        """The conversion of `source` to `dtype`: vectors by `vector_cast` (not of bool or bfloat16) or lane by lane."""
         renderer = self.renderer
         if dtype.count == 1:
             return self.scalar_cast(self.expression(source), source.dtype, dtype)
@@ -351,8 +333,7 @@ class RenderContext:
         return renderer.render_cast(text, from_dtype, to_dtype)
 
     def alu(self, uop: UOp) -> str:
-        """Bind the code of an ALU op; an operand rendered in place that the code repeats (MAX, a division guard,
-        lanes of a broadcast scalar) gets a variable first, so nested repeats cannot grow the source exponentially."""
+        """Bind an ALU op's code; an inlined operand it repeats gets a variable first (no exponential source growth)."""
         probes = [f"\x00{position}\x00" for position in range(len(uop.src))]
         probed = self.compose_alu(uop, probes)
         for source in dict.fromkeys(source for source, probe in zip(uop.src, probes, strict=True)
@@ -361,8 +342,7 @@ class RenderContext:
         return self.bind(uop, self.compose_alu(uop, [self.expression(source) for source in uop.src]))
 
     def compose_alu(self, uop: UOp, operands: list[str]) -> str:
-        """The code of an ALU op over the given operand texts (lane by lane where the language needs it); results of
-        `narrow_dtypes` are cast back."""
+        """The code of an ALU op over operand texts (lane by lane where needed); `narrow_dtypes` results cast back."""
         renderer = self.renderer
         operand_dtype = uop.src[1].dtype if uop.op is Ops.WHERE else uop.src[0].dtype
         count, scalar, narrow = max(source.dtype.count for source in uop.src), operand_dtype.scalar, \
@@ -410,13 +390,10 @@ class RenderContext:
             code = renderer.render_math(op, [old, new], dtype)
         return renderer.render_cast(code, dtype, dtype) if dtype in renderer.narrow_dtypes else code
 
-
 AtomicStatement = Callable[[RenderContext, RenderedPointer, str, DType, str], str]
 
-
 def atomic_rule(statement: AtomicStatement) -> TextRule:
-    """A STORE rule for combining stores (scatter reduces): `statement(ctx, pointer, value, dtype, reduce)` gives the
-    atomic update, emitted behind the pointer's gate; plain stores fall through."""
+    """A STORE rule for scatter reduces: `statement(ctx, pointer, value, dtype, reduce)`; plain stores fall through."""
     def rule(ctx: RenderContext, x: UOp) -> str | None:
         if x.arg is None:
             return None
@@ -424,7 +401,6 @@ def atomic_rule(statement: AtomicStatement) -> TextRule:
         ctx.emit(ctx.gated(pointer, statement(ctx, pointer, ctx.expression(x.src[1]), x.src[1].dtype, str(x.arg))))
         return ""
     return rule
-
 
 # ---- the base rules: each renders its UOp into the context and returns the text it is known by ("" for a statement)
 
@@ -528,7 +504,6 @@ def _store(ctx: RenderContext, x: UOp) -> str:
     value = ctx.expression(x.src[1])
     ctx.emit(ctx.gated(pointer, f"{ctx.renderer.render_access(pointer, x.src[0], x.src[1].dtype)} = {value};"))
     return ""
-
 
 base_rendering = text_rules([
     (UPat(Ops.DEFINE_GLOBAL, name="x"), _define_global),

@@ -19,11 +19,9 @@ ContextT = TypeVar("ContextT")
 # its text ("" for a statement), or None to leave the UOp to the next rule
 TextRule = Callable[..., "str | None"]
 
-
 def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
     """A PatternMatcher of rendering rules (PatternMatcher types its rules as UOp rewrites; these return text)."""
     return PatternMatcher(cast(Sequence[tuple[UPat, RewriteFunction]], rules))
-
 
 def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[ContextT, UOp], str]:
     """A rule from `function(ctx, uop)` (the UOp captured as "uop"): it answers "" whatever the function returns."""
@@ -31,7 +29,6 @@ def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[Con
         function(ctx, uop)
         return ""
     return rule
-
 
 class Renderer(RendererContract):
     """Turns a linear program (kernel-level UOps in execution order) into source and a ProgramSpec. Every attribute
@@ -59,17 +56,14 @@ class Renderer(RendererContract):
         function_name = name if name is not None else kernel_name(uops)
         return ProgramSpec.from_uops(function_name, self.render_named(uops, function_name), self.device, uops)
 
-
 def _declared_dtypes(capabilities: object) -> Any:
     return capabilities.get("dtypes") if isinstance(capabilities, Mapping) else getattr(capabilities, "dtypes", None)
-
 
 def pointer_root(pointer: UOp) -> UOp:
     """The buffer (DEFINE_GLOBAL, DEFINE_LOCAL, ...) a chain of INDEX and pointer CAST starts from."""
     while pointer.op in (Ops.INDEX, Ops.CAST) and pointer.src:
         pointer = pointer.src[0]
     return pointer
-
 
 def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
     """The function name of a linear program: the SINK's arg (a string or an object with `.name`), else default."""
@@ -78,7 +72,6 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
         if isinstance(name, str) and name:
             return to_function_name(name)
     return default
-
 
 @dataclass
 class Estimates:
@@ -89,9 +82,7 @@ class Estimates:
     lds: int = 0
     mem: int = 0
 
-
 TRIP_COUNT_CASES = 1024  # at most this many values of the counters a loop bound depends on are tried, else it counts 1
-
 
 def _trip_count(size: UOp | int) -> float:
     """Iterations of a loop of bound `size`: a bound over the CPU worker or enclosing loops (uneven splits) counts its
@@ -105,7 +96,6 @@ def _trip_count(size: UOp | int) -> float:
     bounds = [_evaluate(size, dict(zip(counters, values, strict=True)))
               for values in itertools.product(*(range(node.src[0].arg) for node in counters))]
     return 1 if None in bounds else sum(bound for bound in bounds if bound is not None) / cases
-
 
 def _evaluate(expression: UOp, known: dict[UOp, int]) -> int | None:
     """The value of an integer expression of constants and the `known` values of some nodes, else None."""
@@ -122,9 +112,7 @@ def _evaluate(expression: UOp, known: dict[UOp, int]) -> int | None:
                 return None
     return values[expression]
 
-
 _INDEX_LEAVES = frozenset({Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
-
 
 def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
     """The integer and boolean ops computed only from loop counters, thread ids, variables and constants (address
@@ -137,12 +125,10 @@ def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
             index_ops.add(uop)
     return index_ops
 
-
 def _is_read_mask(uop: UOp, index_ops: set[UOp]) -> bool:
     """A select on a bounds check between a value and a constant: the masking of a padded read, not arithmetic."""
     return uop.op is Ops.WHERE and (uop.src[0] in index_ops or uop.src[0].op in _INDEX_LEAVES) and \
         any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
-
 
 def estimate(uops: list[UOp]) -> Estimates:
     """Estimates for a linear program, each op times the trip counts of the loops and threads around it; `ops`
@@ -169,7 +155,6 @@ def estimate(uops: list[UOp]) -> Estimates:
                 if isinstance(pointer := buffer.dtype, PtrDType) and pointer.size > 0:
                     touched[buffer.arg] = pointer.size * pointer.base.itemsize
     return Estimates(round(ops * thread_count), round(lds * thread_count), sum(touched.values()))
-
 
 @dataclass
 class ProgramSpec:
@@ -225,7 +210,6 @@ class ProgramSpec:
     def function_name(self) -> str:
         """The symbol of the kernel in the compiled binary."""
         return to_function_name(self.name)
-
 
 __all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "pointer_root", "statement_rule",
            "text_rules"]

@@ -27,7 +27,6 @@ AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942; used by
 default)."""
 
-
 def _float_math(name: str, operand: str, dtype: DType) -> str:
     """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double where the
     backend has an instruction for it."""
@@ -39,13 +38,11 @@ def _float_math(name: str, operand: str, dtype: DType) -> str:
     result = f"__builtin_{name}f((float)({operand}))"
     return result if dtype.scalar == dtypes.float32 else f"(({HIP_TYPE_MAP[dtype.scalar]}){result})"
 
-
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow through the prelude's tc_pow (exp2 and log2 with the sign of odd integer powers of negative bases)."""
     if dtype.scalar == dtypes.float64:
         raise ValueError("AMD kernels have no float64 pow without ROCm's device library: compute it in float32")
     return f"(({HIP_TYPE_MAP[dtype.scalar]})tc_pow((float)({base}),(float)({exponent})))"
-
 
 PRELUDE = r"""#define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
@@ -73,7 +70,6 @@ _NATIVE = {"add": _INTEGERS | {dtypes.float32, dtypes.float64}, "max": _INTEGERS
 _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _GLOBAL, _ORDER, _SCOPE = "__attribute__((address_space(1)))", "__ATOMIC_RELAXED", "__HIP_MEMORY_SCOPE_AGENT"
 
-
 def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop over
     the element's bits."""
@@ -93,10 +89,8 @@ def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: s
             f"__hip_atomic_compare_exchange_strong({target}, &{seen}, __builtin_bit_cast({bits}, ({type_name})("
             f"{combined})), {_ORDER}, {_ORDER}, {_SCOPE}); }} while (!{done}); }}")
 
-
 hip_rendering = text_rules([(UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
 """HIP's own rules: scatter reductions as agent-scope atomics on global pointers."""
-
 
 class HIPRenderer(cstyle.CStyleLanguage):
     """HIP-style C for one AMD target (`arch`, e.g. "gfx1100"), compiled by clang (tiny_amd.compiler)."""
@@ -140,7 +134,6 @@ class HIPRenderer(cstyle.CStyleLanguage):
     def kernel_attributes(self, uops: list[UOp]) -> str:
         """The flat work-group size (1024 where a work-item count is not a constant)."""
         return f"__attribute__((amdgpu_flat_work_group_size(1, {min(cstyle.threads_per_group(uops) or 1024, 1024)}))) "
-
 
 def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The HIP renderer and clang compiler for `device`: the target from DEV (AMD::gfx1100), else the GPU's own. Under

@@ -9,26 +9,17 @@ from __future__ import annotations
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
-from tinycore.renderer.cstyle import (
-    BASE_CODE_FOR_OP,
-    BASE_TYPE_MAP,
-    CStyleLanguage,
-    RenderContext,
-    RenderedPointer,
-    atomic_rule,
-    base_rendering,
-)
+from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, base_rendering
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 CL_TYPE_MAP: dict[DType, str] = {
-    **BASE_TYPE_MAP, dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort", dtypes.uint32: "uint",
-    dtypes.int64: "long", dtypes.uint64: "ulong"}
+    **CStyleLanguage.type_map, dtypes.int8: "char", dtypes.uint8: "uchar", dtypes.uint16: "ushort",
+    dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
 _EXTENSION_OF = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
-_VECTOR_WIDTHS = (2, 4, 8, 16)
-_INT64_ATOMICS = "cl_khr_int64_base_atomics"
+_VECTOR_WIDTHS, _INT64_ATOMICS = (2, 4, 8, 16), "cl_khr_int64_base_atomics"
 _BF16_HELPERS = """inline float tc_bf16_to_f32(ushort bits) { return as_float(((uint)bits) << 16); }
 inline ushort tc_f32_to_bf16(float value) {
   uint word = as_uint(value);
@@ -36,17 +27,14 @@ inline ushort tc_f32_to_bf16(float value) {
   word += 0x7fffu + ((word >> 16) & 1u); return (ushort)(word >> 16);
 }"""
 
-
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats; integers go through float and back."""
     return f"pow({base},{exponent})" if dtypes.is_float(dtype) else \
         f"(({CL_TYPE_MAP[dtype.scalar]})pow((float)({base}),(float)({exponent})))"
 
-
 def _vector_address(pointer: RenderedPointer, value_dtype: DType) -> str | None:
     """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
     return pointer.address(with_cast=False) if pointer.element.count < value_dtype.count > 1 else None
-
 
 def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
     """A vector write is vstoreN(value, 0, address); scalar writes are left to the base rules."""
@@ -55,7 +43,6 @@ def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
         return None
     ctx.emit(ctx.gated(pointer, f"vstore{x.src[1].dtype.count}({ctx.expression(x.src[1])}, 0, {address});"))
     return ""
-
 
 def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """OpenCL 1.1's 32-bit atomics (atomic_add/max/min for integers, else an atomic_cmpxchg loop over the element's
@@ -70,11 +57,9 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{value}; {bits} {seen} = *{target}, {expected}; do {{ {expected} = {seen}; {seen} = {exchange}({target}, "
             f"{expected}, as_{bits}({combined})); }} while ({seen} != {expected}); }}")
 
-
 cl_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic)),
                            (UPat(Ops.STORE, name="x"), _vector_store)])
 """OpenCL's own rules: atomic updates and vector stores through vstoreN (vector loads: `render_access`)."""
-
 
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
@@ -83,10 +68,10 @@ class OpenCLRenderer(CStyleLanguage):
     device, suffix, has_local, has_shared, has_threads = "CL", "cl", True, True, False
     kernel_prefix, buffer_prefix, smem_prefix = "__kernel ", "__global ", "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
-    code_for_op = {**BASE_CODE_FOR_OP, Ops.POW: _pow}
+    code_for_op = {**CStyleLanguage.code_for_op, Ops.POW: _pow}
     integer_suffix = {**CStyleLanguage.integer_suffix, dtypes.int64: "l", dtypes.uint64: "ul"}
     vector_cast, bitcast_format = "convert_{type}({x})", "as_{type}({x})"
-    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.AND, Ops.OR, Ops.XOR})
+    vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.AND, Ops.OR, Ops.XOR}
 
     def __init__(self, device: str = "CL", extensions: frozenset[str] | set[str] = frozenset(),
                  global_max: tuple[int, ...] | None = None, local_max: tuple[int, ...] | None = None,
@@ -128,9 +113,8 @@ class OpenCLRenderer(CStyleLanguage):
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """No contraction of a*b+c into fma (numpy rounds twice), extension pragmas and the bfloat16 helpers."""
         scalars = {dtype.scalar for dtype in used_dtypes}
-        for dtype in used_dtypes:
-            if dtype.count > 1 and dtype.count not in _VECTOR_WIDTHS + (3,):
-                raise ValueError(f"OpenCL C has no vector of {dtype.count} lanes ({dtype}); use 2, 3, 4, 8 or 16")
+        if bad := [dtype for dtype in used_dtypes if dtype.count > 1 and dtype.count not in _VECTOR_WIDTHS + (3,)]:
+            raise ValueError(f"OpenCL C has no vector of {bad[0].count} lanes ({bad[0]}); use 2, 3, 4, 8 or 16")
         wide_atomics = any(uop.op is Ops.STORE and uop.arg is not None and uop.src[1].dtype.itemsize == 8
                            for uop in uops)
         return ["#pragma OPENCL FP_CONTRACT OFF"] + [
@@ -144,7 +128,6 @@ class OpenCLRenderer(CStyleLanguage):
         uses_local_ids = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
         self.code_for_workitem["g"] = lambda axis: f"get_{'group' if uses_local_ids else 'global'}_id({axis})"
         return super().render_named(uops, name)
-
 
 def make_cl_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The OpenCL renderer and compiler for the CL device `device` (opens its context; `arch` is not used by CL)."""

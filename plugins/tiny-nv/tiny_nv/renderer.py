@@ -26,14 +26,12 @@ NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 _VECTOR_NAMES = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
                  "long long": "longlong", "unsigned long long": "ulonglong"}
 
-
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats (float or double overload); integers through float and back."""
     if dtype.scalar == dtypes.float64:
         return f"pow({base},{exponent})"
     code = f"powf((float)({base}),(float)({exponent}))"
     return code if dtypes.is_float(dtype) else f"(({CUDA_TYPE_MAP[dtype.scalar]}){code})"
-
 
 PRELUDE = r"""#define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
@@ -64,7 +62,6 @@ _MAX_TYPES = {dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: 
 _NATIVE = {"add": {**_MAX_TYPES, dtypes.int64: "unsigned long long", dtypes.float32: "float", dtypes.float64: "double"},
            "max": _MAX_TYPES, "min": _MAX_TYPES}
 
-
 def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type (float64 sums from sm_60), else an
     atomicCAS loop over the element's bits (over the 32-bit word holding a 16-bit element)."""
@@ -88,14 +85,12 @@ def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: s
     return (f"{{ {head} {type_name} {operand} = {value}; {bits} {seen} = *{word}, {expected}; do {{ {expected} = "
             f"{seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} while ({seen} != {expected}); }}")
 
-
 def _lane_addresses(pointer: cstyle.RenderedPointer, value_dtype: DType) -> list[str] | None:
     """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
     if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
         return None
     index = f"{pointer.index}+" if pointer.index not in (None, "0") else ""
     return [f"{pointer.buffer}[{index}{lane}]" for lane in range(value_dtype.count)]
-
 
 def _vector_store(ctx: cstyle.RenderContext, x: UOp) -> str | None:
     """A vector write stores lane by lane; scalar writes are left to the base rules."""
@@ -108,11 +103,9 @@ def _vector_store(ctx: cstyle.RenderContext, x: UOp) -> str | None:
                                          for position, lane in enumerate(lanes))))
     return ""
 
-
 cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), _vector_store),
                              (UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
 """CUDA's own rules: vector stores lane by lane (vector loads: `render_access`) and atomic updates."""
-
 
 class CUDARenderer(cstyle.CStyleLanguage):
     """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
@@ -175,7 +168,6 @@ class CUDARenderer(cstyle.CStyleLanguage):
     def kernel_attributes(self, uops: list[UOp]) -> str:
         """`__launch_bounds__` of the block size when the kernel has thread indices of constant sizes."""
         return f"__launch_bounds__({block}) " if (block := cstyle.threads_per_group(uops)) and block > 1 else ""
-
 
 def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The CUDA renderer and NVRTC compiler for `device`: the arch from DEV (NV::sm_90), else the GPU's own. Under
