@@ -13,11 +13,15 @@ torch's threads spin after a call and would share the cores with the next case);
 for the training steps). The kernel rows (matmul, softmax, conv2d) also give the paired median: in each round
 tinycore's speed over the fastest peer's in that round, the median over the rounds, the ratio least moved by the
 shared machine's slow phases.
+
+Transcendental rows (issue 47): sin, cos and tanh of 4M and 16M float32 arguments uniform in [-10, 10] (ms), tinycore
+against torch (its threads) and numpy, with the paired median; `--only transcendental` runs these rows alone.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -91,6 +95,11 @@ over the fastest peer's in that round (the calls of a round run within a second 
 shared machine hits them alike), the median over the rounds; above 1 means tinycore is faster."""
 
 
+PAIRED_TORCH = "tinycore / torch, paired median"
+"""The key of the transcendental rows' paired ratios against torch alone (issue 47's goal is stated against torch):
+tinycore's speed over torch's in each round, the median over the rounds."""
+
+
 def _speed_ratio(measure: str, ours: float, theirs: float) -> float:
     """tinycore's speed over a peer's for one figure of `measure` (above 1: tinycore is faster)."""
     return ours / theirs if measure.endswith(HIGHER_IS_BETTER) else theirs / max(ours, 1e-12)
@@ -133,6 +142,46 @@ def kernel_rows(rounds: int) -> dict[str, dict[str, float]]:
     return results
 
 
+TRANSCENDENTAL_SIZES = {"4M": 1 << 22, "16M": 1 << 24}
+TRANSCENDENTAL_FUNCTIONS = ("sin", "cos", "tanh")
+
+
+def transcendental_rows(rounds: int) -> dict[str, dict[str, float]]:
+    """sin, cos and tanh over TRANSCENDENTAL_SIZES float32 arguments (ms) for tinycore, torch and numpy, the best of
+    `rounds` interleaved (the order of the libraries turning), and under PAIRED each row's paired median ratio."""
+    import torch
+
+    from tinycore import Tensor
+    generator = np.random.default_rng(47)
+    cases: dict[str, dict[str, Callable[[], Any]]] = {"tinycore": {}, "torch": {}, "numpy": {}}
+    for size_name, size in TRANSCENDENTAL_SIZES.items():
+        values = generator.uniform(-10.0, 10.0, size).astype(np.float32)
+        ours, theirs = Tensor(values).realize(), torch.from_numpy(values)
+        for function in TRANSCENDENTAL_FUNCTIONS:
+            measure = f"{function} {size_name} ms"
+            cases["tinycore"][measure] = lambda ours=ours, function=function: getattr(ours, function)().realize()
+            cases["torch"][measure] = lambda theirs=theirs, function=function: getattr(torch, function)(theirs)
+            cases["numpy"][measure] = lambda values=values, function=function: getattr(np, function)(values)
+    libraries = tuple(cases)
+    results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}  # tinygrad's column stays empty
+    paired: dict[str, list[float]] = {measure: [] for measure in cases["tinycore"]}
+    against_torch: dict[str, list[float]] = {measure: [] for measure in cases["tinycore"]}
+    for round_number in range(rounds):
+        turn = round_number % len(libraries)
+        for measure in cases["tinycore"]:
+            this_round: dict[str, float] = {}
+            for library in libraries[turn:] + libraries[:turn]:
+                settle()
+                this_round[library] = bench_engine.best_time(cases[library][measure], 2) * 1e3
+                results[library][measure] = min(this_round[library], results[library].get(measure, math.inf))
+            paired[measure].append(min(_speed_ratio(measure, this_round["tinycore"], figure)
+                                       for library, figure in this_round.items() if library != "tinycore"))
+            against_torch[measure].append(_speed_ratio(measure, this_round["tinycore"], this_round["torch"]))
+    results[PAIRED] = {measure: statistics.median(ratios) for measure, ratios in paired.items()}
+    results[PAIRED_TORCH] = {measure: statistics.median(ratios) for measure, ratios in against_torch.items()}
+    return results
+
+
 def training_rows(steps: int) -> dict[str, dict[str, float]]:
     """The MLP training step (SGD and Adam) in ms: tinycore and tinygrad jitted, torch eager (bench_train.py)."""
     results: dict[str, dict[str, float]] = {library: {} for library in LIBRARIES}
@@ -161,7 +210,7 @@ def run(rounds: int, steps: int, import_runs: int, kernel_rounds: int | None = N
     for figures in engine.values():
         # the kernel rows time matmul 1024^2 in more rounds, with the paired ratio
         figures.pop("matmul GFLOPS", None)
-    for part in (engine, kernels, training_rows(steps), import_rows(import_runs)):
+    for part in (engine, kernels, transcendental_rows(rounds), training_rows(steps), import_rows(import_runs)):
         for library, figures in part.items():
             results.setdefault(library, {}).update(figures)
     return results
@@ -170,11 +219,13 @@ def run(rounds: int, steps: int, import_runs: int, kernel_rounds: int | None = N
 def table(results: dict[str, dict[str, float]]) -> str:
     """A markdown table: a row per measure, a column per library, tinycore against the best peer's best figure,
     and the paired median ratio where the row has one (the kernel rows)."""
-    libraries = {library: figures for library, figures in results.items() if library != PAIRED}
+    libraries = {library: figures for library, figures in results.items() if library not in (PAIRED, PAIRED_TORCH)}
     paired = results.get(PAIRED, {})
+    torch_column = PAIRED_TORCH in results  # the transcendental rows' ratio against torch alone
+    against_torch = results.get(PAIRED_TORCH, {})
     measures = list(dict.fromkeys(measure for figures in libraries.values() for measure in figures))
-    lines = ["| measure | " + " | ".join(LIBRARIES) + " | best peer | tinycore / best peer | paired median |",
-             "|---" * 8 + "|"]
+    lines = ["| measure | " + " | ".join(LIBRARIES) + " | best peer | tinycore / best peer | paired median |" +
+             (" paired vs torch |" if torch_column else ""), "|---" * (9 if torch_column else 8) + "|"]
     for measure in measures:
         cells = [f"{results[library][measure]:.3g}" if measure in results[library] else "-" for library in LIBRARIES]
         better = measure.endswith(HIGHER_IS_BETTER)
@@ -182,6 +233,8 @@ def table(results: dict[str, dict[str, float]]) -> str:
                  if library != "tinycore" and measure in figures}
         ours = results["tinycore"].get(measure)
         pairing = f"{paired[measure]:.2f}" if measure in paired else "-"
+        if torch_column:
+            pairing += f" | {against_torch[measure]:.2f}" if measure in against_torch else " | -"
         if not peers or ours is None:
             lines.append(f"| {measure} | " + " | ".join(cells) + f" | - | - | {pairing} |")
             continue
@@ -205,17 +258,23 @@ def main() -> int:
     parser.add_argument("--fresh-heap", action="store_true",
                         help="keep glibc's allocator defaults (torch's conv2d output then page-faults or not depending "
                              "on the allocator's history; see settle.keep_freed_memory)")
+    parser.add_argument("--only", choices=("transcendental",),
+                        help="run only these rows (transcendental: sin, cos and tanh, --kernel-rounds rounds)")
     arguments = parser.parse_args()
     if not arguments.fresh_heap:
         keep_freed_memory()
     started = time.perf_counter()
-    results = run(arguments.rounds, arguments.steps, arguments.import_runs, arguments.kernel_rounds)
+    if arguments.only == "transcendental":
+        results = transcendental_rows(arguments.kernel_rounds)
+    else:
+        results = run(arguments.rounds, arguments.steps, arguments.import_runs, arguments.kernel_rounds)
     arguments.out.mkdir(parents=True, exist_ok=True)
     markdown = table(results)
-    (arguments.out / "bench_cpu.md").write_text(markdown + "\n")
-    (arguments.out / "bench_cpu.json").write_text(json.dumps(results, indent=1) + "\n")
+    stem = "bench_cpu" if arguments.only is None else f"bench_cpu_{arguments.only}"
+    (arguments.out / f"{stem}.md").write_text(markdown + "\n")
+    (arguments.out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")
     print(markdown)
-    print(f"wrote {arguments.out / 'bench_cpu.md'} and bench_cpu.json in {time.perf_counter() - started:.0f} s")
+    print(f"wrote {arguments.out / stem}.md and {stem}.json in {time.perf_counter() - started:.0f} s")
     return 0
 
 
