@@ -168,7 +168,7 @@ class CreationMixin(ReduceMixin):
             raise TypeError(f"fill_value must be a Python number, got {type(fill_value).__name__}")
         target = optional_dtype(dtype) or dtypes.from_py(fill_value)
         constant = UOp.const_on(target, fill_value, canonical_device(device), sizes)
-        result = cls._wrap(constant)  # type: ignore[attr-defined]
+        result = cls._wrap(constant)
         if requires_grad is not None:
             result.requires_grad = requires_grad
         return result
@@ -202,7 +202,7 @@ class CreationMixin(ReduceMixin):
             node = new_buffer_uop(where, target, math.prod(largest)).reshape(largest)
         if largest != sizes:
             node = node.shrink(tuple((0, size) for size in sizes))
-        return cls._wrap(node, requires_grad)  # type: ignore[attr-defined]
+        return cls._wrap(node, requires_grad)
 
     def _multi_like(self, make: Callable[[tuple[sint, ...], str | None], Self]) -> Self:
         """A new tensor sharded as this multi-device one: `make(shape, device)` builds each device's block (for a
@@ -213,7 +213,7 @@ class CreationMixin(ReduceMixin):
             return make(self.shape, None).shard(devices, None)
         block_shape = self.uop.src[0].shape
         blocks = [make(block_shape, device).uop for device in devices]
-        return type(self)._wrap(multi(blocks, self.uop.axis))  # type: ignore[attr-defined]
+        return type(self)._wrap(multi(blocks, self.uop.axis))
 
     def full_like(self, fill_value: ConstType, dtype: DTypeLike | None = None, device: str | None = None,
                   **kw: Unpack[_Grad]) -> Self:
@@ -251,12 +251,12 @@ class CreationMixin(ReduceMixin):
         if count == 0:
             return cls.full((0,), 0, dtypes.int32, device)
         if count <= _INDEX_BLOCK:
-            return cls._wrap(_index_buffer(count, _device_of(device)))  # type: ignore[attr-defined]
+            return cls._wrap(_index_buffer(count, _device_of(device)))
         target = dtypes.int64 if count - 1 > _INT32_MAX else dtypes.int32
         rows = (count + _INDEX_BLOCK - 1) // _INDEX_BLOCK
-        row_indices = cls._indices(rows, device)  # type: ignore[attr-defined]
+        row_indices = cls._indices(rows, device)
         row_starts = row_indices.cast(target).reshape(rows, 1) * _INDEX_BLOCK
-        columns = cls._indices(_INDEX_BLOCK, device).cast(target).reshape(1, _INDEX_BLOCK)  # type: ignore[attr-defined]
+        columns = cls._indices(_INDEX_BLOCK, device).cast(target).reshape(1, _INDEX_BLOCK)
         return (row_starts + columns).flatten()[:count]
 
     @classmethod
@@ -279,10 +279,10 @@ class CreationMixin(ReduceMixin):
             target = dtypes.int64  # as tinygrad: a range past the default int's limits is int64
         indices = cls._indices(count, device)
         if dtypes.is_float(target):
-            return (indices.cast(target) * step + start).cast(target)  # type: ignore[attr-defined]
+            return (indices.cast(target) * step + start).cast(target)
         if (step, start) == (1, 0):
-            return indices.cast(target)  # type: ignore[attr-defined]
-        return indices.cast(target) * step + start  # type: ignore[attr-defined]
+            return indices.cast(target)
+        return indices.cast(target) * step + start
 
     @classmethod
     @_creates_leaf
@@ -401,7 +401,7 @@ class CreationMixin(ReduceMixin):
         for number, (derived0, derived1) in enumerate(derived):
             chunk = min(count - number * _MASK32, _MASK32)
             half = (chunk + 1) // 2
-            first_counters = cls._indices(half, device).bitcast(dtypes.uint32)  # type: ignore[attr-defined]
+            first_counters = cls._indices(half, device).bitcast(dtypes.uint32)
             first, second = cls._threefry(first_counters, first_counters + half, derived0, derived1)
             chunks.append(first.cat(second)[:chunk])
         if not chunks:
@@ -422,7 +422,7 @@ class CreationMixin(ReduceMixin):
             return cls.full((0,), 0, dtypes.uint32, canonical)
         key_node = uop_from_bytes(_key_words(canonical, count), dtypes.uint32, canonical)
         _random_key_buffers[buffer_of(key_node)] = (next(_key_sequence), canonical, count)
-        keys = cls._wrap(key_node)  # type: ignore[attr-defined]
+        keys = cls._wrap(key_node)
         derived = [(keys[2 * number:2 * number + 1], keys[2 * number + 1:2 * number + 2])
                    for number in range((count + _MASK32 - 1) // _MASK32)]
         return cls._stream_words(derived, count, canonical)
@@ -579,7 +579,7 @@ class CreationMixin(ReduceMixin):
     def randperm(cls, n: int, device: str | None = None, dtype: DTypeLike = dtypes.int32,
                  **kwargs: Unpack[_Undirected]) -> Self:
         """A random permutation of 0..n-1 (the order that sorts n uniform draws)."""
-        return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))  # type: ignore[attr-defined]
+        return cls.rand(n, device=device, **kwargs).argsort().cast(to_dtype(dtype))
 
     def multinomial(self, num_samples: int = 1, replacement: bool = False) -> Self:
         """`num_samples` indices drawn from the (unnormalised) weights along the last axis of a 1-D or 2-D tensor.
@@ -616,14 +616,14 @@ class CreationMixin(ReduceMixin):
         sizes = check_shape(shape)
         data = ctypes.string_at(ptr, math.prod(sizes) * dtype.itemsize)
         node = uop_from_bytes(data, dtype, _device_of(kwargs.pop("device", None))).reshape(sizes)
-        return cls._wrap(node)  # type: ignore[attr-defined]
+        return cls._wrap(node)
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Unpack[_Like]) -> Self:
         """A uint8 tensor of the bytes at `url`."""
         import urllib.request
         with urllib.request.urlopen(url) as response:
-            return cls(response.read(), **kwargs)  # type: ignore[call-arg,return-value]
+            return cls(response.read(), **kwargs)
 
     @classmethod
     def invalids(cls, *shape: _Shape, device: str | None = None, dtype: DTypeLike | None = None) -> Self:

@@ -55,8 +55,8 @@ class ExtrasMixin(KeccakMixin):
             raise ValueError(f"random_bits needs a key and a counter of shape (2,) (uint32 words, low first), got "
                              f"key {key.shape} and counter {counter.shape}")
         key, counter = key.cast(dtypes.uint32), counter.cast(dtypes.uint32)
-        derived = cls._derived_keys(key[0:1], key[1:2], counter[0:1], counter[1:2], num)  # type: ignore[attr-defined]
-        return cls._stream_words(derived, num, key.device)  # type: ignore[attr-defined]
+        derived = cls._derived_keys(key[0:1], key[1:2], counter[0:1], counter[1:2], num)
+        return cls._stream_words(derived, num, key.device)
 
     # ---- constants and image aliases ----
 
@@ -65,7 +65,7 @@ class ExtrasMixin(KeccakMixin):
         """A 0-d tensor holding the Python number `b` (dtype from the value when not given)."""
         if not isinstance(b, (bool, int, float)):
             raise TypeError(f"Tensor.const needs a Python number, got {type(b).__name__}: use Tensor(...) for data")
-        return cls.full((), b, optional_dtype(dtype))  # type: ignore[attr-defined]
+        return cls.full((), b, optional_dtype(dtype))
 
     def image_conv2d(self, weight: Self, bias: Self | None = None, groups: int = 1,
                      stride: int | Sequence[int] = 1, dilation: int | Sequence[int] = 1,

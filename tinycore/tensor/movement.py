@@ -321,7 +321,7 @@ class MovementMixin(TensorBase):
             if not self or args:
                 raise ArgumentError("cat takes the tensors either as one sequence or as separate arguments, got "
                                     f"{len(self)} in a sequence and {len(args)} more")
-            return self[0].cat(*self[1:], dim=dim)  # type: ignore[no-any-return]
+            return self[0].cat(*self[1:], dim=dim)
         tensors = [self, *args]
         if any(tensor.ndim == 0 for tensor in tensors):
             raise DimensionError("zero-dimensional tensors cannot be concatenated: unsqueeze them or use stack")
@@ -358,7 +358,7 @@ class MovementMixin(TensorBase):
             if not self or args:
                 raise ArgumentError("stack takes the tensors either as one sequence or as separate arguments, got "
                                     f"{len(self)} in a sequence and {len(args)} more")
-            return self[0].stack(*self[1:], dim=dim)  # type: ignore[no-any-return]
+            return self[0].stack(*self[1:], dim=dim)
         tensors = [self, *args]
         for tensor in tensors:
             if tuple(tensor.shape) != tuple(self.shape):
