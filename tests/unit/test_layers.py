@@ -240,24 +240,49 @@ def test_the_private_import_check_finds_one(tmp_path: Path) -> None:
     assert len(private_core_imports(path)) == 1
 
 
+def mixin_typing_problems(path: Path) -> list[str]:
+    """The methods of the Mixin classes in `path` that annotate `self` or `cls` by hand, and every use of the name
+    `Tensor` there."""
+    problems = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin"):
+            for method in node.body:
+                if isinstance(method, ast.FunctionDef) and method.args.args and \
+                        method.args.args[0].arg in ("self", "cls") and method.args.args[0].annotation is not None:
+                    problems.append(f"{path.name}:{method.lineno} {node.name}.{method.name} annotates "
+                                    f"{method.args.args[0].arg}")
+        if isinstance(node, ast.Name) and node.id == "Tensor":
+            problems.append(f"{path.name}:{node.lineno} names Tensor")
+    return problems
+
+
 def test_tensor_mixins_type_self_as_self() -> None:
     """The Tensor's mixins leave `self` unannotated (mypy types it as Self, the class the chain ends in) and never
     name the Tensor class: what they call from above them is declared in tinycore/tensor/base.py."""
-    problems = []
-    for path in sorted((CORE / "tensor").glob("*.py")):
-        if path.name == "tensor.py":
-            continue
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef) and node.name.endswith("Mixin"):
-                for method in node.body:
-                    if isinstance(method, ast.FunctionDef) and method.args.args and \
-                            method.args.args[0].arg in ("self", "cls") and method.args.args[0].annotation is not None:
-                        problems.append(f"{path.name}:{method.lineno} {node.name}.{method.name} annotates "
-                                        f"{method.args.args[0].arg}")
-            if isinstance(node, ast.Name) and node.id == "Tensor":
-                problems.append(f"{path.name}:{node.lineno} names Tensor")
+    problems = [problem for path in sorted((CORE / "tensor").glob("*.py")) if path.name != "tensor.py"
+                for problem in mixin_typing_problems(path)]
     assert not problems, "mixins that type self by hand or name the Tensor class:\n" + "\n".join(problems)
+
+
+def test_the_mixin_check_finds_a_named_tensor(tmp_path: Path) -> None:
+    path = tmp_path / "mixin.py"
+    path.write_text("class ShapeMixin:\n    def flat(self: Tensor) -> Tensor:\n        return self\n")
+    assert len(mixin_typing_problems(path)) == 3  # the annotated self, and Tensor named twice
+
+
+def test_the_tensor_is_one_chain_of_mixins() -> None:
+    """Each mixin subclasses the one below it, TensorBase at the bottom; TensorBase declares for mypy only (nothing at
+    run time, so no declaration can stand in for a real method), and tensor_class gives the Tensor."""
+    from tinycore.tensor import base, creation, elementwise, extras, indexing, keccak, linalg, movement, nn, reduce
+    from tinycore.tensor.tensor import Tensor
+    chain = [Tensor, extras.ExtrasMixin, keccak.KeccakMixin, linalg.LinalgMixin, nn.NNMixin, indexing.IndexingMixin,
+             creation.CreationMixin, reduce.ReduceMixin, elementwise.ElementwiseMixin, movement.MovementMixin,
+             base.TensorBase, object]
+    assert list(Tensor.__mro__) == chain
+    assert [name for name in vars(base.TensorBase) if not name.startswith("__")] == []
+    assert base.tensor_class(creation.CreationMixin) is Tensor
+    with pytest.raises(TypeError):
+        base.tensor_class(int)  # type: ignore[type-var]
 
 
 # names the contract declares that other objects share (a SINK's arg, a plugin spec, a device still being built),
