@@ -429,9 +429,10 @@ def _define_memory(ctx: RenderContext, x: UOp) -> str:
              f"{ctx.renderer.smem_prefix}{ctx.renderer.memory_type(base)} {name}[{size}];")
     return ctx.name(x, name)
 
-def _open(ctx: RenderContext, line: str) -> None:
+def _open(ctx: RenderContext, line: str) -> str:
     ctx.emit(line)
     ctx.depth += 1
+    return ""
 
 def _range(ctx: RenderContext, x: UOp) -> str:
     name, type_name = ctx.fresh("ridx"), ctx.renderer.render_dtype(x.dtype if x.dtype != dtypes.void else dtypes.int32)
@@ -516,7 +517,7 @@ base_rendering = text_rules([
     (UPat(Ops.STORE, name="x"), _store),
     (UPat(Ops.RANGE, name="x"), _range),
     (UPat((Ops.END, Ops.ENDIF), name="x"), _close),
-    (UPat(Ops.IF, name="x"), lambda ctx, x: _open(ctx, f"if ({ctx.expression(x.src[0])}) {{") or ""),
+    (UPat(Ops.IF, name="x"), lambda ctx, x: _open(ctx, f"if ({ctx.expression(x.src[0])}) {{")),
     (UPat(Ops.CAST, name="x"), _cast),
     (UPat(Ops.BITCAST, name="x"), _bitcast),
     (UPat(Ops.VECTORIZE, name="x"),

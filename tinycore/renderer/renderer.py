@@ -15,8 +15,7 @@ from tinycore.uop.symbolic import sint, sym_infer
 from tinycore.uop.uop import UOp, exec_alu
 
 ContextT = TypeVar("ContextT")
-# a rendering rule: given the renderer's context as `ctx` and its pattern's captures, it renders the UOp and returns
-# its text ("" for a statement), or None to leave the UOp to the next rule
+# a rendering rule: from `ctx` and its pattern's captures, the UOp's text ("" for a statement) or None to pass it on
 TextRule = Callable[..., "str | None"]
 
 def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
@@ -31,16 +30,13 @@ def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[Con
     return rule
 
 class Renderer(RendererContract):
-    """Turns a linear program (kernel-level UOps in execution order) into source and a ProgramSpec. Every attribute
-    the core reads, with its default, is declared in `tinycore.plugins.contract.RendererContract`."""
+    """Linear program -> source and ProgramSpec; the attributes the core reads are declared in RendererContract."""
 
     string_rewrite: ClassVar[PatternMatcher | None] = None
-    """The rules rendering each UOp (`text_rules`, with the per-program context as `ctx`) of a renderer written as
-    rules; a subclass writes `its_rules + Parent.string_rewrite`: the first rule returning text wins."""
+    """The rules rendering each UOp (`text_rules`); a subclass writes `its_rules + Parent.string_rewrite`."""
 
     def supported_dtypes(self) -> set[DType]:
-        """The scalar dtypes kernels can use: the `dtypes` of the `capabilities` this renderer, or else its device,
-        declares; without a declaration those its `type_map` spells (or all)."""
+        """The scalar dtypes kernels can use: the declared `capabilities` (own, else the device's), else spelled."""
         declared = _declared_dtypes(self.capabilities)
         if declared is None and (device_reference := self.__dict__.get("_opened_device")) is not None:
             device: DeviceContract | None = device_reference()
@@ -75,8 +71,7 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
 
 @dataclass
 class Estimates:
-    """Rough costs of one launch: `ops` arithmetic operations on values (not index arithmetic), `lds` bytes loaded
-    and stored, `mem` bytes of the global buffers touched (each once)."""
+    """Costs of one launch: `ops` on values (not indices), `lds` bytes loaded and stored, `mem` bytes of buffers."""
 
     ops: int = 0
     lds: int = 0
@@ -115,8 +110,7 @@ def _evaluate(expression: UOp, known: dict[UOp, int]) -> int | None:
 _INDEX_LEAVES = frozenset({Ops.RANGE, Ops.SPECIAL, Ops.CONST, Ops.VCONST, Ops.DEFINE_VAR})
 
 def _index_arithmetic(uops: list[UOp]) -> set[UOp]:
-    """The integer and boolean ops computed only from loop counters, thread ids, variables and constants (address
-    arithmetic and bounds checks, which a FLOP count leaves out); an op reading a loaded value is on values."""
+    """Integer and boolean ops of loop counters, thread ids, variables and constants only: left out of FLOPs."""
     index_ops: set[UOp] = set()
     for uop in uops:  # sources come before their users in a linear program
         if (uop.op in (Ops.CAST, Ops.VECTORIZE, Ops.GEP) or uop.op in GroupOp.ALU) and \
@@ -131,8 +125,7 @@ def _is_read_mask(uop: UOp, index_ops: set[UOp]) -> bool:
         any(source.op in (Ops.CONST, Ops.VCONST) for source in uop.src[1:])
 
 def estimate(uops: list[UOp]) -> Estimates:
-    """Estimates for a linear program, each op times the trip counts of the loops and threads around it; `ops`
-    counts only arithmetic on values: a matmul of (M, K) by (K, N) counts 2*M*N*K."""
+    """Estimates for a linear program, each op times its loops' and threads' trip counts (matmul: 2*M*N*K ops)."""
     index_ops, open_ranges, touched = _index_arithmetic(uops), list[float](), dict[int, int]()
     multiplier = thread_count = 1.0
     ops = lds = 0.0
@@ -165,8 +158,8 @@ class ProgramSpec:
     name: str
     src: str
     device: str
-    global_size: list[sint] = field(default_factory=lambda: [1, 1, 1])
-    local_size: list[sint] | None = field(default_factory=lambda: [1, 1, 1])
+    global_size: list[sint] = field(default_factory=lambda: list[sint]([1, 1, 1]))
+    local_size: list[sint] | None = field(default_factory=lambda: list[sint]([1, 1, 1]))
     vars: list[UOp] = field(default_factory=list)
     globals: list[int] = field(default_factory=list)
     outs: list[int] = field(default_factory=list)

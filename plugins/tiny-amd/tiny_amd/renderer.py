@@ -1,12 +1,8 @@
-"""The HIP-style C renderer for AMD GPUs: the core's C-like family compiled by clang for amdgcn-amd-amdhsa, with no
-ROCm headers or device libraries (everything is a clang builtin or defined in the prelude).
+"""The HIP-style C renderer for AMD GPUs, compiled by clang for amdgcn-amd-amdhsa without ROCm headers or libraries.
 
-gidxN and lidxN are the AMDGPU workgroup and work-item id builtins; kernels declare their flat work-group size.
-LDS is address space 3; BARRIER fences the workgroup around `s_barrier`. half is `_Float16`, bfloat16 its 16 bits
-computed in float32. float64 has sqrt and trunc only (the transcendentals need ROCm's device library). Scatter
-reduces are agent-scope `__hip_atomic_*` on global pointers (float32 sums: the global fadd instruction, exact on
-the coarse-grained memory of kernel buffers), else a compare-exchange loop over the element's bits. No vectors:
-buffer views may start at any element.
+gidxN/lidxN are the workgroup/work-item id builtins; LDS is address space 3; half is `_Float16`, bfloat16 its bits
+computed in float32; float64 has sqrt and trunc only. Scatter reduces are agent-scope `__hip_atomic_*` (float32 sums:
+the global fadd instruction), else a compare-exchange loop. No vectors: buffer views may start at any element.
 """
 from __future__ import annotations
 
@@ -24,12 +20,10 @@ HIP_TYPE_MAP: dict[DType, str] = {
     **cstyle.BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long",
     dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
-"""AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942; used by
-default)."""
+"""AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942)."""
 
 def _float_math(name: str, operand: str, dtype: DType) -> str:
-    """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double where the
-    backend has an instruction for it."""
+    """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double if native."""
     if dtype.scalar == dtypes.float64 and name not in ("sqrt", "trunc"):
         raise ValueError(f"AMD kernels have no float64 {name} without ROCm's device library: compute it in "
                          "float32 (x.float()) or on another device")
@@ -71,8 +65,7 @@ _BITS = {2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
 _GLOBAL, _ORDER, _SCOPE = "__attribute__((address_space(1)))", "__ATOMIC_RELAXED", "__HIP_MEMORY_SCOPE_AGENT"
 
 def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
-    """fetch-add / fetch-max / fetch-min where the operation is native for the type, else a compare-exchange loop over
-    the element's bits."""
+    """fetch-add / -max / -min where native for the type, else a compare-exchange loop over the element's bits."""
     type_name, address = ctx.renderer.render_dtype(dtype), pointer.address()
     if reduce == "add" and dtype == dtypes.float32:  # a plain fetch-add is a compare-exchange loop on gfx90a, gfx11+
         return f"TC_ATOMIC_ADD_F32(({_GLOBAL} float*){address}, (float)({value}));"
@@ -136,8 +129,7 @@ class HIPRenderer(cstyle.CStyleLanguage):
         return f"__attribute__((amdgpu_flat_work_group_size(1, {min(cstyle.threads_per_group(uops) or 1024, 1024)}))) "
 
 def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
-    """The HIP renderer and clang compiler for `device`: the target from DEV (AMD::gfx1100), else the GPU's own. Under
-    DEV=MOCK+AMD the source also carries its linear program and the compiler packs it with the code object."""
+    """The HIP renderer and clang compiler for `device` and the DEV target (AMD::gfx1100) or the GPU's (MOCK too)."""
     from tiny_amd.compiler import AMDCompiler
     from tiny_amd.target import device_target, parse_target
     from tinycore.device.registry import target_for

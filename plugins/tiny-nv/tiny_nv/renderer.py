@@ -1,10 +1,8 @@
-"""The CUDA C renderer: the core's C-like family with CUDA's thread indices, shared memory and types.
+"""The CUDA C renderer: gidxN is blockIdx, lidxN threadIdx (global_size counts blocks), `__launch_bounds__`.
 
-gidxN is blockIdx, lidxN threadIdx (global_size counts blocks); kernels with threads get `__launch_bounds__`.
-half and bfloat16 are 16-bit structs from the prelude (NVRTC needs no toolkit headers), computed in float and
-rounded after each op. Scatter reduces are atomicAdd/Max/Min where CUDA has them, else an atomicCAS loop over the
-element's bits (the aligned 32-bit word for 16-bit types). Vector memory accesses go lane by lane: a buffer view may
-start at any element, and 8- and 16-byte vector loads fault on unaligned addresses.
+half and bfloat16 are 16-bit structs from the prelude (NVRTC needs no toolkit headers), computed in float. Scatter
+reduces are atomicAdd/Max/Min where CUDA has them, else an atomicCAS loop over the element's bits (the aligned word
+for 16-bit types). Vector memory accesses go lane by lane: a buffer view may start at any element (no alignment).
 """
 from __future__ import annotations
 
@@ -63,8 +61,7 @@ _NATIVE = {"add": {**_MAX_TYPES, dtypes.int64: "unsigned long long", dtypes.floa
            "max": _MAX_TYPES, "min": _MAX_TYPES}
 
 def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
-    """atomicAdd / atomicMax / atomicMin where CUDA has the operation for the type (float64 sums from sm_60), else an
-    atomicCAS loop over the element's bits (over the 32-bit word holding a 16-bit element)."""
+    """atomicAdd / Max / Min where CUDA has them for the type (float64 sums from sm_60), else an atomicCAS loop."""
     renderer, address = ctx.renderer, pointer.address()
     assert isinstance(renderer, CUDARenderer)
     if (cast := _NATIVE.get(reduce, {}).get(dtype)) and not (dtype == dtypes.float64 and renderer.arch_number < 60):
@@ -170,8 +167,7 @@ class CUDARenderer(cstyle.CStyleLanguage):
         return f"__launch_bounds__({block}) " if (block := cstyle.threads_per_group(uops)) and block > 1 else ""
 
 def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
-    """The CUDA renderer and NVRTC compiler for `device`: the arch from DEV (NV::sm_90), else the GPU's own. Under
-    DEV=MOCK+NV the source also carries its linear program and the compiler packs it with the CUBIN."""
+    """The CUDA renderer and NVRTC compiler for `device` and the DEV arch (NV::sm_90) or the GPU's (MOCK too)."""
     from tiny_nv.nvrtc import NVRTCCompiler, parse_arch
     from tiny_nv.target import device_arch
     from tinycore.device.registry import target_for
