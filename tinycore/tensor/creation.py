@@ -478,16 +478,15 @@ class CreationMixin(ReduceMixin):
     def rand_like(self, **kwargs: Unpack[_Random]) -> Self:
         """Uniform random values shaped like this tensor (its dtype and device unless given; a multi-device tensor's
         result is sharded the same way, each device drawing its own block)."""
-        dtype = kwargs.get("dtype", self.dtype)
-        contiguous, requires_grad = kwargs.get("contiguous", True), kwargs.get("requires_grad")
+        dtype = kwargs.pop("dtype", self.dtype)
+        device = kwargs.pop("device", None if isinstance(self.device, tuple) else self.device)
+        rest: _Undirected = kwargs  # the same dict, device and dtype taken out (others, unknown too, pass to rand)
         if isinstance(self.device, tuple):
-            if kwargs.get("device") is not None:
+            if device is not None:
                 raise RuntimeError(f"cannot give a device to rand_like of a tensor on {self.device}: the result is "
                                    "sharded like it; move it afterwards with .to() or .shard()")
-            return self._multi_like(lambda shape, where: type(self).rand(
-                *shape, device=where, dtype=dtype, contiguous=contiguous, requires_grad=requires_grad))
-        return type(self).rand(*self.shape, device=kwargs.get("device", self.device), dtype=dtype,
-                               contiguous=contiguous, requires_grad=requires_grad)
+            return self._multi_like(lambda shape, where: type(self).rand(*shape, device=where, dtype=dtype, **rest))
+        return type(self).rand(*self.shape, device=device, dtype=dtype, **rest)
 
     @classmethod
     @_creates_leaf
