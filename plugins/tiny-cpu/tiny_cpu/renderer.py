@@ -1,10 +1,10 @@
-"""The C renderer of the CPU device: GNU C (gcc and clang) with vector extensions, one function per kernel and an entry
-point taking its arguments as one array. Vector selects, maxima and comparisons are lane masks (all ones where true) and
-bitwise blends, which compilers turn into one blend instruction; x86 builtins (masked loads, FMA, MAXPS/MINPS) sit
-behind macros that fall back to plain C on other targets."""
+"""The CPU's C renderer: GNU C (gcc, clang) with vector extensions, one function per kernel and an entry point taking
+its arguments as one array. Vector selects, maxima and comparisons are lane masks (all ones where true) and bitwise
+blends; x86 builtins (masked loads, FMA, MAXPS/MINPS) sit behind macros that fall back to plain C on other targets."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 
 from tiny_cpu import target
 from tiny_cpu.compiler import ClangCompiler
@@ -17,7 +17,7 @@ from tinycore.uop.ops import FUSED, GroupOp, Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
-F32, F64, X86 = dtypes.float32, dtypes.float64, "defined({}) && defined(__x86_64__)"
+F32, F64, _X86 = dtypes.float32, dtypes.float64, "defined({}) && defined(__x86_64__)"
 C_TYPE_MAP: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16",
                                 dtypes.int8: "signed char", dtypes.int64: "long long",
                                 dtypes.uint64: "unsigned long long"}
@@ -35,6 +35,7 @@ static inline unsigned short tc_f32_to_bf16(float value) {
 #endif"""
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # lane bytes -> mask lanes
 _WIDE_MASKS = {F32: "(unsigned short)-1", F64: "(unsigned char)-1"}  # all lanes of a 512-bit vector
+_MASK_SYMBOLS = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
 # x86's masked loads read only the lanes whose mask is set and fault on none of the others (a padded row may start
 # before the buffer); other vectors and targets read lane by lane behind each lane's test
 _MASKED_LOAD_BUILTINS = {F32.vec(4): ("__AVX__", "__builtin_ia32_maskloadps((const float4*)(address), (mask))"),
@@ -48,14 +49,11 @@ _FMA_BUILTINS = {"__FMA__": {F32.vec(8): "ia32_vfmaddps256", F32.vec(4): "ia32_v
                              F64.vec(4): "ia32_vfmaddpd256", F64.vec(2): "ia32_vfmaddpd", F64: "fma"},
                  "__AVX512F__": {F32.vec(16): "ia32_vfmaddps512_mask", F64.vec(8): "ia32_vfmaddpd512_mask"}}
 _FMA_DTYPES = {dtype for table in _FMA_BUILTINS.values() for dtype in table}
-# x86's vmaxps(a, b) is exactly `b < a ? a : b` per lane (b where either is NaN, or for -0 and +0) and vminps(a, b)
-# `a < b ? a : b`, so such a select is one instruction. 512-bit builtins: clang's take a rounding mode, gcc's also a
-# pass-through source and a lane mask.
+# x86's vmaxps(a, b) is exactly `b < a ? a : b` per lane (b where either is NaN, or for -0 and +0), vminps(a, b)
+# `a < b ? a : b`. 512-bit builtins: clang's take a rounding mode, gcc's also a pass-through source and a lane mask.
 _MIN_MAX = {F32.vec(8): ("__AVX__", "ps256"), F32.vec(4): ("__SSE__", "ps"), F64.vec(4): ("__AVX__", "pd256"),
             F64.vec(2): ("__SSE2__", "pd"), F32.vec(16): ("__AVX512F__", "ps512"), F64.vec(8): ("__AVX512F__", "pd512")}
-_MASK_SYMBOLS = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
-IN_REGISTER_MIN_FMAS = 2
-"""Fused multiply-adds a vector load must feed before it is kept in a register (`_IN_REGISTER_MACRO`)."""
+_IN_REGISTER_MIN_FMAS = 2  # fused multiply-adds a vector load must feed before it is kept in a register
 
 def _cpu_count() -> int:
     return NUM_CPU_THREADS.value or os.cpu_count() or 1
@@ -64,8 +62,7 @@ def _suffix(dtype: DType) -> str:  # FLOAT8, DOUBLE, ...: how macros name a dtyp
     return f"{dtype.scalar.name.upper()}{dtype.count if dtype.count > 1 else ''}"
 
 def _choice(branches: list[tuple[str, list[str]]], fallback: list[str], guard: str | None = None) -> str:
-    """Preprocessor lines defining macros by the first branch whose condition holds, else `fallback`; inside
-    `#ifndef guard` when given."""
+    """Macros defined by the first branch whose condition holds, else `fallback`; inside `#ifndef guard` if given."""
     lines = [line for position, (condition, defines) in enumerate(branches)
              for line in [f"#{'el' if position else ''}if {condition}", *defines]]
     lines = [*lines, "#else", *fallback, "#endif"] if branches else fallback
@@ -76,13 +73,13 @@ def _fma_define(dtype: DType, builtin: str | None) -> str:
     code = f"__builtin_{builtin}((a), (b), (c){tail})" if builtin else "((a) * (b) + (c))"
     return f"#define TC_FMA_{_suffix(dtype)}(a, b, c) {code}"
 
-_FMA_MACROS = _choice([], [_choice([(X86.format(feature), [_fma_define(dtype, call) for dtype, call in table.items()])],
-                                   [_fma_define(dtype, None) for dtype in table])
-                           for feature, table in _FMA_BUILTINS.items()], "TC_FMA_FLOAT8")
-# A vector load feeding several FMAs (an input vector of a convolution tile times 4 channels' weights) is kept in a
-# register: else gcc 12 folds the load into each FMA as a memory operand, loading the same (often cache-line crossing)
-# vector 4 times (conv2d 4 x 16 tile, one thread: 35-42 GFLOPS folded, 72-76 kept). The empty asm takes the value in
-# a vector register ("v": all 32 AVX-512 registers, "x": the first 16) and emits no instruction.
+_FMA_MACROS = _choice([], [  # one #if per feature: FMA's widths, then AVX-512's
+    _choice([(_X86.format(feature), [_fma_define(dtype, call) for dtype, call in calls.items()])],
+            [_fma_define(dtype, None) for dtype in calls]) for feature, calls in _FMA_BUILTINS.items()],
+    "TC_FMA_FLOAT8")
+# A vector load feeding several FMAs (a conv tile's input times 4 channels' weights) is kept in a register, else gcc 12
+# folds it into each FMA as a memory operand, loading it 4 times (conv2d, one thread: 35-42 GFLOPS folded, 72-76 kept).
+# The empty asm takes the value in a vector register ("v": any of AVX-512's 32, "x": the first 16), no instruction.
 _IN_REGISTER_MACRO = _choice([(f"defined(__x86_64__) && defined({feature})", [
     f'#define TC_IN_REGISTER(value) __asm__("" : "+{constraint}"(value))']) for feature, constraint in (
     ("__AVX512F__", "v"), ("__AVX__", "x"))], ["#define TC_IN_REGISTER(value) ((void)0)"], "TC_IN_REGISTER")
@@ -92,35 +89,31 @@ def _masked_load_name(dtype: DType) -> str:
     return f"TC_MASKED_LOAD_{_suffix(dtype)}"
 
 def _masked_load_macro(dtype: DType) -> str:
-    """TC_MASKED_LOAD_<TYPE>(address, mask) for one float vector dtype: the x86 masked load where the target has it,
-    else a loop over the lanes (a GNU C statement expression) that reads a lane only where its mask is set."""
+    """The masked load of a float vector dtype: x86's where the target has it, else a loop reading the set lanes."""
     name, (feature, builtin) = _masked_load_name(dtype), _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
     loop = (f"#define {name}(address, mask) ({{ float{dtype.count} tc_lanes; for (int tc_lane = 0; tc_lane < "
             f"{dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? (address)[tc_lane] : 0.0f; tc_lanes; }})")
-    return _choice([(X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] * bool(builtin), [loop], name)
+    return _choice([(_X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] * bool(builtin), [loop], name)
 
 def _min_max_macros(dtype: DType) -> str:
     """The TC_MAX_/TC_MIN_ macros of one vector dtype: the x86 builtin where the target has it, else the blend."""
     (feature, builtin), suffix = _MIN_MAX[dtype], _suffix(dtype)
     forms = [(" && defined(__clang__)", "", "(a), (b), 4"), ("", "_mask", f"(a), (b), (a), {_WIDE_MASKS[dtype.scalar]}"
              ", 4")] if dtype.count * dtype.itemsize == 64 else [("", "", "(a), (b)")]
-    return _choice([(X86.format(feature) + compiler, [f"#define TC_{kind}_{suffix}(a, b, blend) __builtin_ia32_"
+    return _choice([(_X86.format(feature) + compiler, [f"#define TC_{kind}_{suffix}(a, b, blend) __builtin_ia32_"
                      f"{kind.lower()}{builtin}{tail}({arguments})" for kind in ("MAX", "MIN")])
                     for compiler, tail, arguments in forms],
                    [f"#define TC_{kind}_{suffix}(a, b, blend) (blend)" for kind in ("MAX", "MIN")], f"TC_MAX_{suffix}")
 
 def _loads_kept_in_registers(uops: list[UOp]) -> set[UOp]:
-    """Float vector loads of at most 64 bytes that feed at least IN_REGISTER_MIN_FMAS fused multiply-adds."""
-    fmas: dict[UOp, int] = {}
-    for source in (source for uop in uops if uop.op is Ops.MULACC and uop.arg == FUSED for source in set(uop.src)):
-        if source.op is Ops.LOAD and source.dtype.count > 1 and dtypes.is_float(source.dtype.scalar) and \
-                source.dtype.itemsize * source.dtype.count <= 64:
-            fmas[source] = fmas.get(source, 0) + 1
-    return {load for load, count in fmas.items() if count >= IN_REGISTER_MIN_FMAS}
+    """Float vector loads of at most 64 bytes that feed at least _IN_REGISTER_MIN_FMAS fused multiply-adds."""
+    fmas = Counter(source for uop in uops if uop.op is Ops.MULACC and uop.arg == FUSED for source in set(uop.src)
+                   if source.op is Ops.LOAD and source.dtype.count > 1 and dtypes.is_float(source.dtype.scalar) and
+                   source.dtype.itemsize * source.dtype.count <= 64)
+    return {load for load, count in fmas.items() if count >= _IN_REGISTER_MIN_FMAS}
 
-def _lane_gated(uop: UOp) -> bool:  # a LOAD whose INDEX has a bool vector gate (a masked load)
-    index = uop.src[0] if uop.src else None
-    return index is not None and index.op is Ops.INDEX and len(index.src) > 2 and index.src[2].dtype.count > 1
+def _lane_gated(load: UOp) -> bool:  # a LOAD whose INDEX has a bool vector gate (a masked load)
+    return load.src[0].op is Ops.INDEX and len(load.src[0].src) > 2 and load.src[0].src[2].dtype.count > 1
 
 def _vector_lanes(ctx: RenderContext, dtype: DType) -> bool:  # vectors blended and compared whole
     return dtype.count > 1 and dtype.scalar not in (dtypes.bool, dtypes.bfloat16, *ctx.renderer.narrow_dtypes) and \
@@ -153,54 +146,45 @@ def _blend(ctx: RenderContext, mask: str, when_true: str, when_false: str, dtype
     bits = ctx.renderer.render_dtype(_MASK_DTYPES[dtype.scalar.itemsize].vec(dtype.count))
     return f"(({ctx.renderer.render_dtype(dtype)})((({bits}){when_true}&{mask})|(({bits}){when_false}&~{mask})))"
 
-def _select(ctx: RenderContext, x: UOp, mask: str, when_true: str, when_false: str, kind: str | None) -> str:
-    """Bind the blend of a vector select; a maximum or minimum (`kind`) goes through its TC_MAX_/TC_MIN_ macro."""
+def _vector_select(ctx: RenderContext, x: UOp) -> str | None:
+    """WHERE and MAX of whole vectors: `?:` under a scalar (or uniform) condition, else a blend over a mask (through
+    TC_MAX_/TC_MIN_, one instruction on x86, where the select is a maximum or a minimum)."""
+    if not _vector_lanes(ctx, x.dtype):
+        return None
+    count, mask_dtype, kind = x.dtype.count, _MASK_DTYPES[x.dtype.scalar.itemsize].vec(x.dtype.count), None
+    if x.op is Ops.MAX:  # (a < b) ? b : a, over variables (the code repeats the operands)
+        operands = []
+        for source in x.src:
+            if source in ctx.inlined:
+                ctx.materialize(source)
+            operands.append(ctx.expression(source) if source.op is not Ops.CONST and source.dtype.count > 1 else
+                            _variable(ctx, source.dtype.scalar.vec(count), _whole(ctx, source, count), "alu"))
+        (when_false, when_true), kind = operands, "MAX"
+        mask = _variable(ctx, mask_dtype, f"({when_false}<{when_true})", "mask")
+    else:
+        condition, when_true, when_false = x.src[0], _whole(ctx, x.src[1], count), _whole(ctx, x.src[2], count)
+        uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
+        if condition.dtype.count == 1 or uniform:
+            condition = condition.src[0] if uniform else condition
+            return ctx.bind(x, f"({ctx.expression(condition)}?{when_true}:{when_false})")
+        mask = _mask_of(ctx, condition, x.dtype.scalar.itemsize, count)
+        if condition.op is Ops.CMPLT and condition.src[0].dtype == x.dtype:  # (a < b) ? b : a is a maximum, ...
+            kind = {x.src[2:0:-1]: "MAX", x.src[1:]: "MIN"}.get(condition.src)  # ... (a < b) ? a : b a minimum
     blend = _blend(ctx, mask, when_true, when_false, x.dtype)
     return ctx.bind(x, f"TC_{kind}_{_suffix(x.dtype)}({when_true}, {when_false}, {blend})"
                     if kind and x.dtype in _MIN_MAX else blend)
 
-def _vector_where(ctx: RenderContext, x: UOp) -> str | None:
-    """A vector select: `?:` under one scalar (or uniform) condition, else a blend over the mask (a MAX/MIN macro where
-    the select is a maximum or a minimum)."""
-    if not _vector_lanes(ctx, x.dtype):
-        return None
-    count, (condition, when_true_uop, when_false_uop) = x.dtype.count, x.src
-    when_true, when_false = _whole(ctx, when_true_uop, count), _whole(ctx, when_false_uop, count)
-    uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
-    if condition.dtype.count == 1 or uniform:
-        return ctx.bind(x, f"({ctx.expression(condition.src[0] if uniform else condition)}?{when_true}:{when_false})")
-    mask = _mask_of(ctx, condition, x.dtype.scalar.itemsize, count)
-    # (a < b) ? b : a is a maximum, (a < b) ? a : b a minimum, lane for lane
-    kind = {x.src[2:0:-1]: "MAX", x.src[1:]: "MIN"}.get(condition.src) if condition.op is Ops.CMPLT and \
-        condition.src[0].dtype == x.dtype else None
-    return _select(ctx, x, mask, when_true, when_false, kind)
-
-def _vector_max(ctx: RenderContext, x: UOp) -> str | None:
-    """MAX of whole vectors as the select `(a < b) ? b : a` (each operand a variable: the code repeats it)."""
-    if not _vector_lanes(ctx, x.dtype):
-        return None
-    operands = []
-    for source in x.src:
-        if source in ctx.inlined:
-            ctx.materialize(source)
-        operands.append(ctx.expression(source) if source.op is not Ops.CONST and source.dtype.count > 1 else _variable(
-            ctx, source.dtype.scalar.vec(x.dtype.count), _whole(ctx, source, x.dtype.count), "alu"))
-    left, right = operands
-    mask = _variable(ctx, _MASK_DTYPES[x.dtype.scalar.itemsize].vec(x.dtype.count), f"({left}<{right})", "mask")
-    return _select(ctx, x, mask, right, left, "MAX")
-
 def _mask_op(ctx: RenderContext, x: UOp) -> str | None:
-    """A comparison of whole vectors, or logic on masks, as a mask (read as bools, converted to 0/1 bytes)."""
-    if x.dtype.count == 1:
-        return None
-    if x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
-        lane_bytes, (left, right) = x.src[0].dtype.scalar.itemsize, (_whole(ctx, s, x.dtype.count) for s in x.src)
-    elif x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and any(s in ctx.masks for s in x.src):
-        lane_bytes = next(ctx.masks[source][1] for source in x.src if source in ctx.masks).itemsize
-        left, right = (_mask_of(ctx, source, lane_bytes, x.dtype.count) for source in x.src)
+    """A comparison of whole vectors, or logic on masks, as a mask (read as bools: converted to 0 or 1 per lane)."""
+    count, masked = x.dtype.count, [source for source in x.src if source in ctx.masks]
+    if count > 1 and x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
+        lane_bytes, (left, right) = x.src[0].dtype.scalar.itemsize, (_whole(ctx, source, count) for source in x.src)
+    elif count > 1 and x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and masked:
+        lane_bytes = ctx.masks[masked[0]][1].itemsize
+        left, right = (_mask_of(ctx, source, lane_bytes, count) for source in x.src)
     else:
         return None
-    mask_dtype = _MASK_DTYPES[lane_bytes].vec(x.dtype.count)
+    mask_dtype = _MASK_DTYPES[lane_bytes].vec(count)
     ctx.masks[x] = (_variable(ctx, mask_dtype, f"({left}{_MASK_SYMBOLS[x.op]}{right})", "mask"), mask_dtype.scalar)
     return ctx.name(x, f"__builtin_convertvector(-{ctx.masks[x][0]}, {ctx.renderer.render_dtype(x.dtype)})")
 
@@ -211,8 +195,8 @@ def _fused_multiply_add(ctx: RenderContext, x: UOp) -> str | None:
     return ctx.bind(x, f"TC_FMA_{_suffix(x.dtype)}({', '.join(operands)})")
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    """A load as the base renders it, or `TC_MASKED_LOAD_<TYPE>(address, mask)` where its gate is a bool vector (the
-    alternative blended into the other lanes unless it is zero); one feeding several FMAs is kept in a register."""
+    """A load as the base renders it, or masked (the alternative blended in unless zero) where its gate is a bool
+    vector; one feeding several FMAs is kept in a register."""
     if not _lane_gated(x):
         name = base_load(ctx, x)
     else:
@@ -242,30 +226,26 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"&{new}, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}")
 
 def _whole_vector_select(ctx: RenderContext, x: UOp) -> str | None:
-    """A vector of WHEREs sharing one scalar condition as one select of whole vectors, `(c ? v : (float4){1,1,1,1})`,
-    rather than a vector literal of per-lane selects: gcc 12 with AVX-512 (-march=native) crashes on, or
-    miscompiles, the per-lane form (a cumulative product's masked lanes came out 1). Other vectors: the base rule."""
+    """WHEREs sharing one scalar condition as one select of whole vectors, `(c ? v : (float4){1,1,1,1})`: gcc 12 with
+    AVX-512 crashes on, or miscompiles, the vector literal of per-lane selects (a cumulative product came out 1)."""
     if x.dtype.scalar in (dtypes.bool, dtypes.bfloat16, *ctx.renderer.narrow_dtypes) or any(
             source.op is not Ops.WHERE or source.src[0] is not x.src[0].src[0] for source in x.src) or \
             x.src[0].src[0].dtype.count != 1:
         return None
     branches = []
     for values in ([source.src[1] for source in x.src], [source.src[2] for source in x.src]):
-        vector = values[0].src[0] if values[0].op is Ops.GEP else None
-        if all(value is values[0] for value in values):  # one value in every lane, broadcast
+        if all(value is values[0] for value in values):  # one value in every lane
             branches.append(ctx.renderer.render_vector(x.dtype, [ctx.expression(values[0])] * len(values)))
-        elif vector is not None and vector.dtype == x.dtype and all(value.op is Ops.GEP and value.src[0] is vector
-                                                                    and value.arg == (lane,)
-                                                                    for lane, value in enumerate(values)):
-            branches.append(ctx.expression(vector))  # the lanes of one vector, in order
+        elif all(value.op is Ops.GEP and value.src[0] is values[0].src[0] and value.arg == (lane,)
+                 for lane, value in enumerate(values)) and values[0].src[0].dtype == x.dtype:
+            branches.append(ctx.expression(values[0].src[0]))  # the lanes of one vector, in order
         else:
             return None
     return ctx.bind(x, f"({ctx.expression(x.src[0].src[0])}?{branches[0]}:{branches[1]})")
 
 def _widening_cast(ctx: RenderContext, x: UOp) -> str | None:
-    """Widening a vector of 8- or 16-bit integers as a literal of its lanes: gcc 12 compiles
-    __builtin_convertvector(uchar8, int8) one byte at a time (about 20 instructions), the lane literal as one
-    vpmovzxbd. To float, the lanes widen to int32 first and convert as a whole vector."""
+    """Widening 8- or 16-bit integer lanes as a literal of its lanes (to float: to int32 first, then converted whole):
+    gcc 12 compiles __builtin_convertvector(uchar8, int8) one byte at a time, the literal as one vpmovzxbd."""
     source, dtype, narrow = x.src[0], x.dtype, x.src[0].dtype.scalar
     if isinstance(dtype, PtrDType) or dtype.count == 1 or not dtypes.is_int(narrow) or narrow == dtypes.bool or \
             narrow.itemsize >= 4:
@@ -281,9 +261,8 @@ def _widening_cast(ctx: RenderContext, x: UOp) -> str | None:
                     f"__builtin_convertvector({lanes}, {ctx.renderer.render_dtype(dtype)})")
 
 c_rendering = text_rules([
-    (UPat(Ops.WHERE, name="x"), _vector_where),
+    (UPat((Ops.WHERE, Ops.MAX), name="x"), _vector_select),
     (UPat(Ops.MULACC, name="x"), _fused_multiply_add),
-    (UPat(Ops.MAX, name="x"), _vector_max),
     (UPat(tuple(_MASK_SYMBOLS), name="x"), _mask_op),
     (UPat(Ops.GEP, name="x"), lambda ctx, x: ctx.name(x, f"(-{ctx.masks[x.src[0]][0]}[{x.arg[0]}])")
      if x.src[0] in ctx.masks and len(x.arg) == 1 else None),  # a lane of a mask read as a bool (0 or 1)
@@ -292,8 +271,7 @@ c_rendering = text_rules([
     (UPat(Ops.VECTORIZE, name="x"), _whole_vector_select),
     (UPat(Ops.CAST, name="x"), _widening_cast),
 ])
-"""The C renderer's own rules, before the base's: lane masks and blends, fused multiply-adds, masked loads and
-loads kept in registers, atomic updates, whole-vector selects and widening casts."""
+"""The C renderer's own rules, before the base's: masks and blends, FMA, masked loads, atomics, selects and casts."""
 
 def _math(name: str, operands: list[str], dtype: DType) -> str:
     """A math builtin: the double version, the float one (f), half through float, an integer pow through double."""
@@ -313,17 +291,14 @@ class CRenderer(CStyleLanguage):
                    Ops.POW: lambda base, exponent, dtype: _math("pow", [base, exponent], dtype)}
     vector_format, vector_cast = "({type}){{{items}}}", "__builtin_convertvector({x}, {type})"
     string_rewrite = c_rendering + CStyleLanguage.string_rewrite
-    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
-                                Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
-                                Ops.BITCAST})
-    vector_masks, masked_load_dtypes = True, frozenset({F32})  # _masked_load_macro
-    decompose_transcendentals = True  # float32 exp2/log2 as arithmetic: a libm call per element stops vectorizing
-    fused_multiply_add = True  # FMA where the target has it (_FMA_MACROS), a multiply and an add else
-    vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16) for
-                                                   dtype in (F32, dtypes.int32, dtypes.uint32, F64, dtypes.int64,
-                                                             dtypes.uint64, dtypes.float16, dtypes.int16, dtypes.uint16,
-                                                             dtypes.int8, dtypes.uint8, dtypes.bool)}
-    atomic_dtypes = frozenset(dtype for dtype in C_TYPE_MAP if dtype != dtypes.void) | {dtypes.bfloat16}
+    vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.MAX,
+                                                      Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST, Ops.BITCAST}
+    # masks (_mask_op), masked loads (_masked_load_macro) and FMA (_FMA_MACROS; else a multiply and an add); float32
+    # exp2/log2 as arithmetic, since a libm call per element stops vectorizing
+    vector_masks, masked_load_dtypes, fused_multiply_add, decompose_transcendentals = True, frozenset({F32}), True, True
+    vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
+                                                   for dtype in C_TYPE_MAP if dtype != dtypes.void}
+    atomic_dtypes = frozenset(vector_widths) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         self.device, self.arch, self.global_max = device, arch, (_cpu_count(), 1, 1)
@@ -352,15 +327,14 @@ class CRenderer(CStyleLanguage):
         return ["const int core_id"] if any(uop.op is Ops.SPECIAL and uop.arg == "core_id" for uop in uops) else []
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
-        """Vector typedefs (aligned for values, unaligned may-alias for memory access), bfloat16 helpers and the
-        macros of the x86 builtins the kernel uses."""
+        """Vector typedefs (aligned, and unaligned may-alias for memory), bfloat16 helpers, the kernel's x86 macros."""
         lines = []
         for dtype in sorted((dtype for dtype in used_dtypes if dtype.count > 1), key=lambda d: (d.scalar, d.count)):
             if dtype.scalar == dtypes.bfloat16 and not self.native_bfloat16:
                 raise ValueError("vectors of bfloat16 are not supported by the C renderer: use scalar bfloat16")
+            scalar = "unsigned char" if dtype.scalar == dtypes.bool else self.storage_type(dtype.scalar)
             if (size := dtype.itemsize * dtype.count) & (size - 1):
                 raise ValueError(f"vector {dtype} has {dtype.count} lanes; the C renderer needs a power of two")
-            scalar = "unsigned char" if dtype.scalar == dtypes.bool else self.storage_type(dtype.scalar)
             typedef = f"typedef {scalar} {self.render_dtype(dtype)}{{}} __attribute__((vector_size({size}){{}}));"
             lines += [typedef.format("", ""), typedef.format("_u", f", aligned({dtype.itemsize}), __may_alias__")]
         lines += [_BF16_HELPERS] * (dtypes.bfloat16 in used_dtypes and not self.native_bfloat16)
@@ -380,8 +354,8 @@ class CRenderer(CStyleLanguage):
 
 def entry_point(name: str, parameters: list[str], takes_core_id: bool = True) -> str:
     """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its buffer addresses and
-    variable values unpacked from one array (the uniform calling convention of the command queue and the worker
-    pool, see pool.py); `core_id` is passed on when the kernel takes it."""
+    variable values unpacked from one array (the calling convention of the command queue and the worker pool, see
+    pool.py); `core_id` is passed on when the kernel takes it."""
     arguments = [f"({declared})(__INTPTR_TYPE__)arguments[{position}]" if declared.endswith("*") else
                  f"(int)arguments[{position}]" for position, parameter in enumerate(parameters)
                  for declared in [parameter.rsplit(" ", 1)[0].replace(" restrict", "")]]
