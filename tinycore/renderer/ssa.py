@@ -35,11 +35,15 @@ class SSAContext:
     narrow: Callable[[str, DType, int], str]
 
     def __init__(self, uops: list[UOp]):
-        self.uops, self.values, self.lines, self.declarations = uops, dict[UOp, str](), list[str](), list[str]()
+        self.uops = uops
+        self.values: dict[UOp, str] = {}  # each rendered UOp's register (or literal)
+        self.lines: list[str] = []
+        self.declarations: list[str] = []  # what goes before the instructions
 
     def emit(self, *lines: str) -> None:
         """Append instructions."""
-        self.lines += [self.indent + line for line in lines]
+        for line in lines:  # the hot path of every renderer here: no list or map built per call
+            self.lines.append(self.indent + line)
 
     def value(self, uop: UOp) -> str:
         """The register holding `uop`'s value (a constant where it is used)."""
@@ -57,9 +61,13 @@ class SSAContext:
                 raise ValueError(f"the {self.language} renderer cannot render {uop.op} (dtype {uop.dtype}, arg "
                                  f"{uop.arg!r}): it is not part of the linear program contract")
 
+    def lanes(self, uop: UOp) -> int:
+        """How many lanes the ALU UOp `uop` computes (a scalar language: one)."""
+        return 1
+
     def operand(self, uop: UOp, count: int) -> str:
-        """`uop`'s register with `count` lanes (a scalar language has one)."""
-        return self.value(uop)
+        """`uop`'s register with `count` lanes (more than one)."""
+        raise NotImplementedError(f"{type(self).__name__} renders no vectors")
 
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The register of the ALU UOp `uop` over `operands` of `dtype` (`arithmetic` unless the language has more)."""
@@ -68,8 +76,8 @@ class SSAContext:
     def alu(self, uop: UOp) -> str:
         """The register of the ALU UOp `uop`; a 16-bit float of `widened` is computed in float32 and rounded back."""
         dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
-        count = max([uop.dtype.count, *(source.dtype.count for source in uop.src)])
-        operands = [self.operand(source, count) for source in uop.src]
+        count = self.lanes(uop)
+        operands = [self.operand(source, count) if count > 1 else self.value(source) for source in uop.src]
         if dtype not in self.widened:
             return self.compute(uop, operands, dtype, count)
         operands = [text if source.dtype.scalar == dtypes.bool else self.widen(text, dtype, count)

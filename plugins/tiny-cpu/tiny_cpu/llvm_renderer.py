@@ -173,13 +173,17 @@ class LLVMContext(SSAContext):
     """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
 
     language, indent, widened = "LLVM", "  ", (dtypes.bfloat16,)
+    constant = staticmethod(constant)  # a constant is its literal
 
     def __init__(self, uops: list[UOp]):
         super().__init__(uops)
         self.pointers: dict[UOp, Pointer] = {}
-        self.counter, self.block, self.intrinsics, self.conditionals = 0, "start", set[str](), list[str]()
+        self.counter, self.block = 0, "start"
+        self.conditionals: list[str] = []
+        self.intrinsics: set[str] = set()
         self.loops: list[tuple[str, str, str, str, str]] = []  # (latch, exit, header, counter, type)
-        self.globals, self.variables = dict[int, str](), dict[str, str]()
+        self.globals: dict[int, str] = {}
+        self.variables: dict[str, str] = {}
 
     def fresh(self, prefix: str = "v") -> str:
         """A new register name."""
@@ -199,8 +203,9 @@ class LLVMContext(SSAContext):
     def sequence(self, templates: tuple[str, ...], *operands: str) -> str:
         """One instruction per template (operands a, b, c, the earlier registers {0}, {1}...); the last register."""
         registers: list[str] = []
+        fields = dict(zip("abc", operands, strict=False))
         for template in templates:
-            registers.append(self.assign(template.format(*registers, **dict(zip("abc", operands, strict=False)))))
+            registers.append(self.assign(template.format(*registers, **fields)))
         return registers[-1]
 
     def branch(self, condition: str, kind: str) -> str:
@@ -216,15 +221,15 @@ class LLVMContext(SSAContext):
         self.emit(f"br label %{after}")
         self.label(after)
 
-    def constant(self, value: object, dtype: DType) -> str:
-        """The literal of a scalar constant (`constant`)."""
-        return constant(value, dtype)
-
     def splat(self, text: str, dtype: DType, count: int) -> str:
         """A scalar of `dtype` broadcast to `count` lanes."""
         vector = f"<{count} x {(scalar := scalar_type(dtype))}>"
         inserted = self.assign(f"insertelement {vector} undef, {scalar} {text}, i32 0")
         return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
+
+    def lanes(self, uop: UOp) -> int:
+        """The lanes of the ALU UOp `uop`: the widest of it and its sources."""
+        return max([uop.dtype.count, *(source.dtype.count for source in uop.src)])
 
     def operand(self, uop: UOp, count: int) -> str:
         """`uop` with `count` lanes (scalars broadcast, constants as constant vectors)."""

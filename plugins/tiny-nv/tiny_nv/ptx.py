@@ -237,7 +237,8 @@ class PTXContext(SSAContext):
         """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`)."""
         kind, temporaries, instructions = _alu_plan(op, dtype)
         fields = dict(zip("abc", operands, strict=False), r=self.new("p" if boolean_result else kind))
-        fields.update((name, self.new(temporary)) for name, temporary in temporaries)
+        for name, temporary in temporaries:
+            fields[name] = self.new(temporary)
         self.lines += [instruction.format_map(fields) for instruction in instructions]
         return fields["r"]
 
