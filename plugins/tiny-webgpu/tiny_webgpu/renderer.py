@@ -6,10 +6,10 @@ from __future__ import annotations
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, base_rendering
+from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, base_rendering
 from tinycore.renderer.renderer import text_rules
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import UPat
@@ -86,9 +86,7 @@ class WGSLRenderer(CStyleLanguage):
     `max_buffers`; kernels past a limit are refused naming it), `max_loop_iterations` (llvmpipe and lavapipe end a loop
     after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
 
-    device, suffix, barrier = "WEBGPU", "wgsl", "workgroupBarrier();"
-    has_local, has_shared, has_threads, supports_float4 = True, True, False, False
-    vector_widths: dict[DType, tuple[int, ...]] = {}
+    device, suffix, barrier, supports_float4 = "WEBGPU", "wgsl", "workgroupBarrier();", False
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
     # scalar code: `render_math` wraps narrow results and guards integer division; no type_map spells every dtype,
     # `render_dtype` refusing those WGSL lacks with the adapter's name
@@ -133,11 +131,6 @@ class WGSLRenderer(CStyleLanguage):
                 f"{self.max_storage_buffers} per shader stage (maxStorageBuffersPerShaderStage); the scheduler splits "
                 f"its kernels to fit (max_buffers), so this one was built elsewhere: realize intermediate results "
                 f"first, or run it on another device")
-        if any(uop.op is Ops.CAST and isinstance(uop.dtype, PtrDType) for uop in uops):
-            raise ValueError("the WGSL renderer has no pointer casts (vector memory access is not used)")
-        if not state.local_mode and any(uop.op is Ops.BARRIER for uop in uops):
-            raise ValueError("a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels "
-                             "return early and cannot synchronize")
         x, y, z = state.workgroup if state.local_mode else \
             (max(1, min(WORKGROUP_SIZE, self.max_workgroup_size[0], self.max_workgroup_invocations)), 1, 1)
         limits = [(f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
@@ -174,7 +167,7 @@ class WGSLRenderer(CStyleLanguage):
         """The WGSL type of a scalar dtype; UnsupportedDTypeError, naming the adapter, for those WGSL lacks."""
         if dtype.count != 1:
             raise ValueError(f"the WGSL renderer renders scalar code only, got a {dtype.count}-lane {dtype}")
-        if dtype not in _VALUE_TYPES or dtype == dtypes.float16 and not self.has_f16:
+        if dtype not in _VALUE_TYPES or not self.has_f16 and dtype == dtypes.float16:
             reason = "the adapter lacks the 'shader-f16' feature; cast to float32" if dtype == dtypes.float16 else \
                 "WGSL has no 64-bit or bfloat16 types; cast to a 32-bit dtype (float32, int32, uint32)"
             raise UnsupportedDTypeError(f"{dtype} is not supported on {self.device} ({self.adapter_name}): {reason} "
@@ -255,6 +248,7 @@ class _State:
     local_mode: bool
     atomic_globals: set[int]
     module_lines: list[str] = field(default_factory=list)  # the workgroup arrays
+    accesses: dict[UOp, _Access] = field(default_factory=dict)  # the rendered INDEXes
     workgroup: list[int] = field(default_factory=lambda: [1, 1, 1])  # the lidx sizes
     open_ranges: dict[UOp, tuple[int, int]] = field(default_factory=dict)  # -> (trip count, 1 if unknown; braces)
     workgroup_bytes: int = 0
@@ -335,75 +329,109 @@ def _bitcast(ctx: RenderContext, x: UOp) -> str:
     return ctx.bind(x, code)
 
 
-def _access(ctx: RenderContext, index: UOp) -> tuple[RenderedPointer, int | None, str]:
-    """A LOAD's or STORE's rendered INDEX, its buffer's position (None: a register or workgroup array), the element."""
-    pointer = ctx.pointer_of(index)
-    position = index.src[0].arg if index.src[0].op is Ops.DEFINE_GLOBAL else None
-    return pointer, position, f"{pointer.buffer}[{'' if position is None else f'params.start{position} + '}" \
-        f"{pointer.index}]"
+class _Access(NamedTuple):
+    """A rendered INDEX: the element it names, how that is stored ("plain", "atomic": in a buffer with combining stores,
+    "packed": narrow types in u32 words), its gate and dtype, the array, the offset and the buffer's position."""
+
+    element: str
+    kind: str
+    gate: str | None
+    dtype: DType
+    memory: str
+    offset: str
+    position: int | None
 
 
-def _packed(ctx: RenderContext, pointer: RenderedPointer, position: int) -> tuple[str, str, str, str]:
+def _index(ctx: RenderContext, x: UOp) -> str:
+    buffer, state = x.src[0], ctx.state
+    assert isinstance(buffer.dtype, PtrDType), f"INDEX needs a pointer, got {buffer.dtype}"
+    if x.src[1] in ctx.inlined and ctx.uses.get(x, 0) > 1:  # an index used several times is computed once
+        ctx.materialize(x.src[1])
+    memory, index, dtype = ctx.expression(buffer), ctx.expression(x.src[1]), buffer.dtype.base
+    position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
+    kind = "plain" if position is None else "atomic" if position in state.atomic_globals else \
+        "packed" if dtype in PACKED_DTYPES else "plain"
+    element = f"{memory}[{index}]" if position is None else f"{memory}[params.start{position} + {index}]"
+    state.accesses[x] = _Access(element, kind, ctx.expression(x.src[2]) if len(x.src) > 2 else None, dtype, memory,
+                                index, position)
+    return ctx.name(x, f"&{memory}[{index}]")
+
+
+def _access(ctx: RenderContext, index: UOp) -> _Access:
+    return ctx.state.accesses.get(index) or _refuse(f"LOAD/STORE needs an INDEX as its first source, got {index.op}")
+
+
+def _packed(ctx: RenderContext, access: _Access) -> tuple[str, str, str, str]:
     """A packed element's address (a `let` of its byte offset), word, mask and bit shift."""
-    name, size = ctx.fresh("addr"), pointer.element.itemsize
-    offset = f"({pointer.index})" if size == 1 else f"({pointer.index}) * {size}"
-    return (f"let {name}: u32 = u32(params.start{position} + {offset});", f"&{pointer.buffer}[{name} >> 2u]",
+    name, size = ctx.fresh("addr"), access.dtype.itemsize
+    offset = f"({access.offset})" if size == 1 else f"({access.offset}) * {size}"
+    return (f"let {name}: u32 = u32(params.start{access.position} + {offset});", f"&{access.memory}[{name} >> 2u]",
             "0xFFu" if size == 1 else "0xFFFFu", f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
 
 
 def _emit(ctx: RenderContext, lines: list[str], gate: str | None = None) -> None:
-    for line in lines if gate is None else [f"if ({gate}) {{", *(f"  {line}" for line in lines), "}"]:
+    for line in lines if gate is None else [f"if ({gate}) {{", *["  " + line for line in lines], "}"]:
         ctx.emit(line)
 
 
+def _refuse(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
 def _load(ctx: RenderContext, x: UOp) -> str:
-    (pointer, position, value), name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
-    dtype, declaration = pointer.element, f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
-    if position in ctx.state.atomic_globals:
+    access, name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
+    value, dtype, declaration = access.element, access.dtype, f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
+    if access.kind == "atomic":
         value = f"bitcast<f32>(atomicLoad(&{value}))" if dtype == dtypes.float32 else f"atomicLoad(&{value})"
-    elif position is not None and dtype in PACKED_DTYPES:
-        let, word, mask, shift = _packed(ctx, pointer, position)
+    elif access.kind == "packed":
+        let, word, mask, shift = _packed(ctx, access)
         lines, bits = [let], f"((atomicLoad({word}) >> {shift}) & {mask})"
         value = f"({bits} != 0u)" if dtype == dtypes.bool else bits if dtypes.is_unsigned(dtype) else \
             _WRAP[dtype].format(f"bitcast<i32>({bits})")
-    if pointer.gate is not None:  # sources of dtype void only order the load; the first other is the alternative
+    if access.gate is not None:  # sources of dtype void only order the load; the first other is the alternative
         alternative = next((ctx.expression(source) for source in x.src[1:] if source.dtype != dtypes.void), None)
         ctx.emit(f"var {declaration} = {alternative or ctx.renderer.render_const(0, x.dtype)};")
-    lines.append(f"let {declaration} = {value};" if pointer.gate is None else f"{name} = {value};")
-    _emit(ctx, lines, pointer.gate)
+    lines.append(f"let {declaration} = {value};" if access.gate is None else f"{name} = {value};")
+    _emit(ctx, lines, access.gate)
     return ctx.name(x, name)
 
 
 def _store(ctx: RenderContext, x: UOp) -> str:
-    (pointer, position, element), value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
-    dtype, word, is_float = pointer.element, f"&{element}", pointer.element == dtypes.float32
-    if position in ctx.state.atomic_globals and x.arg is None:
-        lines = [f"atomicStore({word}, {f'bitcast<u32>({value})' if is_float else value});"]
-    elif position in ctx.state.atomic_globals and not is_float and x.arg in ("add", "max", "min"):
-        lines = [f"atomic{str(x.arg).capitalize()}({word}, {value});"]
-    elif position in ctx.state.atomic_globals:  # a compare-exchange loop over the element's bits
+    access, value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
+    element, dtype = access.element, access.dtype
+    if access.kind == "plain":
+        lines = [f"{element} = {value};"]
+    elif access.kind == "packed":
+        let, word, mask, shift = _packed(ctx, access)
+        bits = f"select(0u, 1u, {value})" if dtype == dtypes.bool else f"(u32({value}) & {mask})"
+        lines = [let, f"atomicAnd({word}, ~({mask} << {shift}));", f"atomicOr({word}, {bits} << {shift});"]
+    elif x.arg is None or dtype != dtypes.float32 and x.arg in ("add", "max", "min"):
+        bits = f"bitcast<u32>({value})" if dtype == dtypes.float32 else value
+        lines = [f"atomicStore(&{element}, {bits});" if x.arg is None else
+                 f"atomic{str(x.arg).capitalize()}(&{element}, {value});"]
+    else:  # a compare-exchange loop over the element's bits
+        word, is_float = f"&{element}", dtype == dtypes.float32
         operand, old, result = ctx.fresh("operand"), ctx.fresh("old"), ctx.fresh("exchange")
         combined = ctx.combine_code(str(x.arg), f"bitcast<f32>({old})" if is_float else old, operand, dtype)
         lines = [f"let {operand}: {ctx.renderer.render_dtype(dtype)} = {value};", f"var {old} = atomicLoad({word});",
                  "loop {", f"  let {result} = atomicCompareExchangeWeak({word}, {old}, "
                  f"{f'bitcast<u32>({combined})' if is_float else combined});",
                  f"  if ({result}.exchanged) {{ break; }}", f"  {old} = {result}.old_value;", "}"]
-    elif position is None or dtype not in PACKED_DTYPES:
-        lines = [f"{element} = {value};"]
-    else:
-        let, word, mask, shift = _packed(ctx, pointer, position)
-        bits = f"select(0u, 1u, {value})" if dtype == dtypes.bool else f"(u32({value}) & {mask})"
-        lines = [let, f"atomicAnd({word}, ~({mask} << {shift}));", f"atomicOr({word}, {bits} << {shift});"]
-    _emit(ctx, lines, pointer.gate)
+    _emit(ctx, lines, access.gate)
     return ""
 
 
 wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_VAR, name="x"), _define_var), (UPat(Ops.SPECIAL, name="x"), _special),
     (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _define_memory), (UPat(Ops.RANGE, name="x"), _range),
-    (UPat(Ops.END, name="x"), _end), (UPat(Ops.BITCAST, name="x"), _bitcast), (UPat(Ops.LOAD, name="x"), _load),
-    (UPat(Ops.STORE, name="x"), _store), (UPat(Ops.CAST, name="x"), lambda ctx, x: None if isinstance(x.dtype, PtrDType)
-     else ctx.bind(x, ctx.renderer.render_cast(ctx.expression(x.src[0]), x.src[0].dtype, x.dtype))),
+    (UPat(Ops.END, name="x"), _end), (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.BITCAST, name="x"), _bitcast),
+    (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+    (UPat(Ops.BARRIER), lambda ctx: None if ctx.state.local_mode else _refuse(
+        "a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return early and cannot "
+        "synchronize")),
+    (UPat(Ops.CAST, name="x"), lambda ctx, x: _refuse("the WGSL renderer has no pointer casts (vector memory access "
+     "is not used)") if isinstance(x.dtype, PtrDType) else ctx.bind(x, ctx.renderer.render_cast(
+         ctx.expression(x.src[0]), x.src[0].dtype, x.dtype))),
 ])
 """WGSL's own rules, before the base's (whose DEFINE_GLOBAL and INDEX rules name buffers and elements, refusing dtypes
 WGSL lacks): thread indices, loops, workgroup memory, loads and stores, and casts (pointer casts are refused)."""
