@@ -136,9 +136,9 @@ class WGSLRenderer(CStyleLanguage):
         limits = [(f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
                   for axis, size, limit in zip("xyz", (x, y, z), self.max_workgroup_size, strict=True)]
         limits += [(f"a workgroup of {x}x{y}x{z} invocations", x * y * z, "maxComputeInvocationsPerWorkgroup",
-                    self.max_workgroup_invocations), (f"{state.workgroup_bytes} bytes of workgroup memory",
-                                                      state.workgroup_bytes, "maxComputeWorkgroupStorageSize",
-                                                      self.shared_max)]
+                    self.max_workgroup_invocations),
+                   (f"{state.workgroup_bytes} bytes of workgroup memory", state.workgroup_bytes,
+                    "maxComputeWorkgroupStorageSize", self.shared_max)]
         for what, size, limit_name, limit in limits:
             if size > limit:
                 raise ValueError(f"kernel {name}: {what} is more than {self.adapter_name} allows ({limit_name} = "
@@ -255,8 +255,7 @@ class _State:
 
 
 def _define_var(ctx: RenderContext, x: UOp) -> str:
-    name = ctx.variables[str(x.arg[0])] = "var_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in
-                                                          str(x.arg[0]))
+    name = ctx.variables[str(x.arg[0])] = "var_" + "".join(ch if ch.isalnum() else "_" for ch in str(x.arg[0]))
     return ctx.name(x, f"params.{name}")
 
 
