@@ -432,8 +432,8 @@ wgsl_rendering = text_rules([
      "is not used)") if isinstance(x.dtype, PtrDType) else ctx.bind(x, ctx.renderer.render_cast(
          ctx.expression(x.src[0]), x.src[0].dtype, x.dtype))),
 ])
-"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL and INDEX rules name buffers and elements, refusing dtypes
-WGSL lacks): thread indices, loops, workgroup memory, loads and stores, and casts (pointer casts are refused)."""
+"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL rule names the buffers, refusing dtypes WGSL lacks): thread
+indices, loops, workgroup memory, memory accesses (INDEX, LOAD, STORE), bitcasts, casts and barriers."""
 WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
