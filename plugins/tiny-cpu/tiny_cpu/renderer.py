@@ -53,7 +53,6 @@ _FMA_DTYPES = {dtype for table in _FMA_BUILTINS.values() for dtype in table}
 # `a < b ? a : b`. 512-bit builtins: clang's take a rounding mode, gcc's also a pass-through source and a lane mask.
 _MIN_MAX = {F32.vec(8): ("__AVX__", "ps256"), F32.vec(4): ("__SSE__", "ps"), F64.vec(4): ("__AVX__", "pd256"),
             F64.vec(2): ("__SSE2__", "pd"), F32.vec(16): ("__AVX512F__", "ps512"), F64.vec(8): ("__AVX512F__", "pd512")}
-_IN_REGISTER_MIN_FMAS = 2  # fused multiply-adds a vector load must feed before it is kept in a register
 
 def _cpu_count() -> int:
     return NUM_CPU_THREADS.value or os.cpu_count() or 1
@@ -84,8 +83,7 @@ _IN_REGISTER_MACRO = _choice([(f"defined(__x86_64__) && defined({feature})", [
     f'#define TC_IN_REGISTER(value) __asm__("" : "+{constraint}"(value))']) for feature, constraint in (
     ("__AVX512F__", "v"), ("__AVX__", "x"))], ["#define TC_IN_REGISTER(value) ((void)0)"], "TC_IN_REGISTER")
 
-def _masked_load_name(dtype: DType) -> str:
-    """TC_MASKED_LOAD_<TYPE>: the macro that loads a `dtype` vector under a mask."""
+def _masked_load_name(dtype: DType) -> str:  # TC_MASKED_LOAD_<TYPE>: loads a `dtype` vector under a mask
     return f"TC_MASKED_LOAD_{_suffix(dtype)}"
 
 def _masked_load_macro(dtype: DType) -> str:
@@ -93,7 +91,8 @@ def _masked_load_macro(dtype: DType) -> str:
     name, (feature, builtin) = _masked_load_name(dtype), _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
     loop = (f"#define {name}(address, mask) ({{ float{dtype.count} tc_lanes; for (int tc_lane = 0; tc_lane < "
             f"{dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? (address)[tc_lane] : 0.0f; tc_lanes; }})")
-    return _choice([(_X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] * bool(builtin), [loop], name)
+    branches = [(_X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] if builtin else []
+    return _choice(branches, [loop], name)
 
 def _min_max_macros(dtype: DType) -> str:
     """The TC_MAX_/TC_MIN_ macros of one vector dtype: the x86 builtin where the target has it, else the blend."""
@@ -106,11 +105,11 @@ def _min_max_macros(dtype: DType) -> str:
                    [f"#define TC_{kind}_{suffix}(a, b, blend) (blend)" for kind in ("MAX", "MIN")], f"TC_MAX_{suffix}")
 
 def _loads_kept_in_registers(uops: list[UOp]) -> set[UOp]:
-    """Float vector loads of at most 64 bytes that feed at least _IN_REGISTER_MIN_FMAS fused multiply-adds."""
+    """Float vector loads of at most 64 bytes that feed at least 2 fused multiply-adds (see _IN_REGISTER_MACRO)."""
     fmas = Counter(source for uop in uops if uop.op is Ops.MULACC and uop.arg == FUSED for source in set(uop.src)
                    if source.op is Ops.LOAD and source.dtype.count > 1 and dtypes.is_float(source.dtype.scalar) and
                    source.dtype.itemsize * source.dtype.count <= 64)
-    return {load for load, count in fmas.items() if count >= _IN_REGISTER_MIN_FMAS}
+    return {load for load, count in fmas.items() if count >= 2}
 
 def _lane_gated(load: UOp) -> bool:  # a LOAD whose INDEX has a bool vector gate (a masked load)
     return load.src[0].op is Ops.INDEX and len(load.src[0].src) > 2 and load.src[0].src[2].dtype.count > 1
@@ -151,7 +150,7 @@ def _vector_select(ctx: RenderContext, x: UOp) -> str | None:
     TC_MAX_/TC_MIN_, one instruction on x86, where the select is a maximum or a minimum)."""
     if not _vector_lanes(ctx, x.dtype):
         return None
-    count, mask_dtype, kind = x.dtype.count, _MASK_DTYPES[x.dtype.scalar.itemsize].vec(x.dtype.count), None
+    count, kind = x.dtype.count, None
     if x.op is Ops.MAX:  # (a < b) ? b : a, over variables (the code repeats the operands)
         operands = []
         for source in x.src:
@@ -160,7 +159,7 @@ def _vector_select(ctx: RenderContext, x: UOp) -> str | None:
             operands.append(ctx.expression(source) if source.op is not Ops.CONST and source.dtype.count > 1 else
                             _variable(ctx, source.dtype.scalar.vec(count), _whole(ctx, source, count), "alu"))
         (when_false, when_true), kind = operands, "MAX"
-        mask = _variable(ctx, mask_dtype, f"({when_false}<{when_true})", "mask")
+        mask = _variable(ctx, _MASK_DTYPES[x.dtype.scalar.itemsize].vec(count), f"({when_false}<{when_true})", "mask")
     else:
         condition, when_true, when_false = x.src[0], _whole(ctx, x.src[1], count), _whole(ctx, x.src[2], count)
         uniform = condition.op is Ops.VECTORIZE and all(lane is condition.src[0] for lane in condition.src)
@@ -176,11 +175,12 @@ def _vector_select(ctx: RenderContext, x: UOp) -> str | None:
 
 def _mask_op(ctx: RenderContext, x: UOp) -> str | None:
     """A comparison of whole vectors, or logic on masks, as a mask (read as bools: converted to 0 or 1 per lane)."""
-    count, masked = x.dtype.count, [source for source in x.src if source in ctx.masks]
-    if count > 1 and x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
+    if (count := x.dtype.count) == 1:
+        return None
+    if x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
         lane_bytes, (left, right) = x.src[0].dtype.scalar.itemsize, (_whole(ctx, source, count) for source in x.src)
-    elif count > 1 and x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and masked:
-        lane_bytes = ctx.masks[masked[0]][1].itemsize
+    elif x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and any(s in ctx.masks for s in x.src):
+        lane_bytes = next(ctx.masks[source][1] for source in x.src if source in ctx.masks).itemsize
         left, right = (_mask_of(ctx, source, lane_bytes, count) for source in x.src)
     else:
         return None
