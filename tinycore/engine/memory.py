@@ -78,10 +78,16 @@ def buffer_of(uop: UOp) -> Buffer:
 def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: str) -> UOp:
     """A new BUFFER node on `device` filled now with the host bytes `data` (a whole number of `dtype` items)."""
     view = memoryview(data)
-    if view.nbytes % dtype.itemsize:
-        raise ValueError(f"{view.nbytes} bytes are not a whole number of {dtype} items ({dtype.itemsize} bytes each)")
-    node = new_buffer_uop(device, dtype, view.nbytes // dtype.itemsize)
-    buffer_of(node).copyin(view)
+    nbytes = view.nbytes
+    if nbytes % dtype.itemsize:
+        raise ValueError(f"{nbytes} bytes are not a whole number of {dtype} items ({dtype.itemsize} bytes each)")
+    node = new_buffer_uop(device, dtype, nbytes // dtype.itemsize)
+    # Buffer.copyin's checks hold by construction here (the sizes match, nothing is allocated yet): a new tensor's
+    # data goes straight to the allocator
+    buffer = Buffer(device, nbytes // dtype.itemsize, dtype, allocator=_allocator_of(device)).allocate()
+    node.__dict__[_BUFFER_ATTRIBUTE] = buffer
+    if nbytes:
+        buffer.allocator.copyin(buffer._buf, view if view.ndim == 1 and view.format == "B" else view.cast("B"))
     return node
 
 

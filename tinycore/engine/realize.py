@@ -14,12 +14,23 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
+from tinycore.engine.eager import eager_key
+from tinycore.engine.eager import plans as eager_plans
+from tinycore.engine.eager import remember_plan as remember_eager_plan
+from tinycore.engine.eager import run_plan as run_eager_plan
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.engine.runner import launch_expectations as _expectations
-from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS
+from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS, SCACHE
 from tinycore.plugins.contract import compiles_in_batches
-from tinycore.schedule.cache import cached_template, node_structure_key, schedule_cached, structure_key, template_of
+from tinycore.schedule.cache import (
+    cached_template,
+    node_structure_key,
+    schedule_cached,
+    schedule_generation,
+    structure_key,
+    template_of,
+)
 from tinycore.schedule.nodes import is_contiguous_buffer_view, is_realized_view, strip_identity, view_base
 from tinycore.schedule.scheduler import ScheduleItem
 from tinycore.schedule.views import contiguous_range
@@ -337,6 +348,16 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         expect = _expectations.get(_device_hint(pending[0]))
         if expect is not None:
             expect()
+    eager = None
+    if len(uops) == 1 and not _capturing:
+        eager = eager_key(pending[0])
+        if eager is not None:
+            shortcut = eager_plans.get(eager[0])
+            if (shortcut is not None and shortcut.generation == schedule_generation() and SCACHE.value
+                    and shortcut.setting == _plan_setting() and DEBUG.value < 1 and not _viz.ENABLED):
+                result = run_eager_plan(shortcut, eager[1])
+                _remember(pending, (result,), False)
+                return [result]
     if len(uops) == 1:
         to_schedule = pending if _capturing or not _remembered_references else [_with_known_results(pending[0])]
     else:
@@ -371,6 +392,10 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
             else:
                 template.plan = made
         outputs, has_assign = schedule.outputs, schedule.has_assign
+    if eager is not None and template is not None and template.plan is not None:
+        # the first graph of this structure, or one whose eager plan is stale: the plan it ran becomes the eager one
+        remember_eager_plan(eager[0], eager[1], template, template.plan.alternatives.get(_plan_setting()), keyed[1],
+                            schedule_generation())
     _remember(pending, outputs, has_assign)
     if len(uops) == 1:
         return outputs

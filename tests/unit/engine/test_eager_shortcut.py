@@ -1,0 +1,152 @@
+"""The eager shortcut (tinycore/engine/eager.py): one elementwise op over realized buffers and constants, realized
+from its cached launch without the schedule. Every case runs the structure three times (the first through the
+general path, the later ones through the shortcut) and compares each result with numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tiny_cpu", reason="the CPU device plugin (pip install -e plugins/tiny-cpu) runs these tests")
+from tinycore import Tensor, TinyJit, dtypes  # noqa: E402
+from tinycore.counters import GlobalCounters  # noqa: E402
+from tinycore.engine import eager, realize  # noqa: E402
+from tinycore.helpers import Context  # noqa: E402
+
+
+@pytest.fixture
+def shortcut_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time realize takes the shortcut."""
+    calls: list[int] = []
+    original = realize.run_eager_plan
+
+    def counting(plan: eager.EagerPlan, inputs: list) -> object:
+        calls.append(1)
+        return original(plan, inputs)
+
+    monkeypatch.setattr(realize, "run_eager_plan", counting)
+    return calls
+
+
+def _three_times(build, expected: np.ndarray) -> None:
+    for _ in range(3):
+        result = build().realize()
+        got = result.numpy()
+        assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_the_issue_op_takes_the_shortcut(shortcut_calls: list[int]) -> None:
+    _three_times(lambda: Tensor([1.0]) + 1, np.array([2.0], dtype=np.float32))
+    assert shortcut_calls  # the first graph compiles, the second makes the launch plan, the third is shortcut
+
+
+@pytest.mark.parametrize("name, build, expected", [
+    ("int plus int", lambda: Tensor([1, 2, 3]) + 4, np.array([5, 6, 7], dtype=np.int32)),
+    ("int plus float promotes", lambda: Tensor([1, 2, 3]) + 0.5, np.array([1.5, 2.5, 3.5], dtype=np.float32)),
+    ("scalar on the left", lambda: 10 - Tensor([1.0, 2.0]), np.array([9.0, 8.0], dtype=np.float32)),
+    ("compare gives bool", lambda: Tensor([1.0, 5.0]) < 2, np.array([True, False])),
+    ("bool and", lambda: Tensor([True, False]) & Tensor([True, True]), np.array([True, False])),
+    ("two buffers", lambda: Tensor([1.0, 2.0]) * Tensor([3.0, 4.0]), np.array([3.0, 8.0], dtype=np.float32)),
+    ("float16 times int scalar", lambda: Tensor([1.5, 2.0], dtype=dtypes.float16) * 2,
+     np.array([3.0, 4.0], dtype=np.float16)),
+    ("int32 plus int64", lambda: Tensor([1, 2], dtype=dtypes.int32) + Tensor([3, 4], dtype=dtypes.int64),
+     np.array([4, 6], dtype=np.int64)),
+    ("unary", lambda: Tensor([4.0, 9.0]).sqrt(), np.array([2.0, 3.0], dtype=np.float32)),
+    ("cast", lambda: Tensor([1.7, -2.2]).cast(dtypes.int32), np.array([1, -2], dtype=np.int32)),
+    ("2-d shape", lambda: Tensor([[1.0, 2.0], [3.0, 4.0]]) * 3, np.array([[3.0, 6.0], [9.0, 12.0]], dtype=np.float32)),
+    ("broadcast of shapes", lambda: Tensor([[1.0], [2.0]]) + Tensor([[10.0, 20.0]]),
+     np.array([[11.0, 21.0], [12.0, 22.0]], dtype=np.float32)),
+    ("where", lambda: Tensor([True, False]).where(Tensor([1.0, 2.0]), 7.0), np.array([1.0, 7.0], dtype=np.float32)),
+])
+def test_values_match_numpy(name: str, build, expected: np.ndarray) -> None:
+    _three_times(build, expected)
+
+
+def test_the_same_buffer_twice(shortcut_calls: list[int]) -> None:
+    for values in ([1.0, -2.0], [3.0, 4.0], [0.5, 6.0]):
+        data = Tensor(values).realize()
+        np.testing.assert_allclose((data * data).realize().numpy(), np.square(np.array(values, dtype=np.float32)))
+    assert shortcut_calls
+
+
+def test_one_kernel_counted_per_op(shortcut_calls: list[int]) -> None:
+    data = Tensor([1.0, 2.0]).realize()
+    (data + 1).realize()
+    (data + 1).realize()
+    before = GlobalCounters.kernel_count
+    (data + 1).realize()
+    assert GlobalCounters.kernel_count == before + 1
+    assert shortcut_calls
+
+
+def test_each_result_has_a_buffer_of_its_own() -> None:
+    data = Tensor([1.0, 2.0]).realize()
+    first = (data + 1).realize()
+    second = (data + 1).realize()
+    first.assign(Tensor([100.0, 200.0])).realize()
+    np.testing.assert_allclose(second.numpy(), [2.0, 3.0])
+    np.testing.assert_allclose(first.numpy(), [100.0, 200.0])
+    data.assign(Tensor([5.0, 6.0])).realize()
+    np.testing.assert_allclose(second.numpy(), [2.0, 3.0])
+    np.testing.assert_allclose((data + 1).realize().numpy(), [6.0, 7.0])
+
+
+def test_an_unrealized_input_is_fused_by_the_general_path(shortcut_calls: list[int]) -> None:
+    data = Tensor([1.0, 2.0]).realize()
+    for _ in range(3):
+        before = GlobalCounters.kernel_count
+        result = ((data + 1) * 2).realize()
+        assert GlobalCounters.kernel_count == before + 1  # one fused kernel, not two
+        np.testing.assert_allclose(result.numpy(), [4.0, 6.0])
+    assert not shortcut_calls
+
+
+def test_gradient_of_a_leaf_made_by_an_eager_op() -> None:
+    for _ in range(4):
+        start = Tensor([1.0, 2.0, 3.0]).realize()
+        weights = start * 2
+        weights.requires_grad = True
+        weights.realize()
+        (weights * weights * Tensor([1.0, 10.0, 100.0])).sum().backward()
+        np.testing.assert_allclose(weights.grad.numpy(), [4.0, 80.0, 1200.0])  # 2 * w * c
+
+
+def test_gradient_through_the_same_op_left_lazy() -> None:
+    for _ in range(3):
+        weights = Tensor([1.0, 2.0, 3.0], requires_grad=True)
+        (weights * 3).realize()  # the structure realized eagerly: its shortcut exists
+        ((weights * 3) * Tensor([1.0, 10.0, 100.0])).sum().backward()
+        np.testing.assert_allclose(weights.grad.numpy(), [3.0, 30.0, 300.0])
+
+
+def test_tinyjit_still_captures_the_launch() -> None:
+    jitted = TinyJit(lambda value: (value * 2).realize())
+    for step in range(5):
+        value = Tensor([float(step), 1.0]).realize()
+        np.testing.assert_allclose(jitted(value).numpy(), [2.0 * step, 2.0])
+
+
+def test_debug_takes_the_general_path(shortcut_calls: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    data = Tensor([1.0]).realize()
+    (data + 3).realize()
+    with Context(DEBUG=1):
+        np.testing.assert_allclose((data + 3).realize().numpy(), [4.0])
+    assert not shortcut_calls
+    assert "realize: 1 kernel" in capsys.readouterr().out
+
+
+def test_a_cleared_schedule_cache_drops_the_shortcut(shortcut_calls: list[int]) -> None:
+    from tinycore.schedule.cache import clear_schedule_cache
+    data = Tensor([2.0]).realize()
+    (data - 5).realize()
+    clear_schedule_cache()
+    np.testing.assert_allclose((data - 5).realize().numpy(), [-3.0])
+    assert not shortcut_calls
+
+
+def test_key_refuses_other_graphs() -> None:
+    data = Tensor([1.0, 2.0]).realize()
+    assert eager.eager_key((data + 1).uop) is not None
+    assert eager.eager_key(((data + 1) * 2).uop) is None  # a chain: the general path fuses it
+    assert eager.eager_key(data.sum().uop) is None
+    assert eager.eager_key((Tensor([[1.0], [2.0]]).realize() + Tensor([[1.0, 2.0]]).realize()).uop) is None

@@ -1,0 +1,134 @@
+"""The eager shortcut: one elementwise op over realized buffers and constants, realized without its schedule.
+
+Eager code realizes graphs like `x + 1` or `x * y` one at a time. Their cached schedule is one kernel writing one new
+buffer, yet running it through the template (structure key, slots, outputs) costs several times the launch. Here
+such a graph is recognised from its root alone: an elementwise op whose sources are BUFFER nodes (possibly reshaped)
+or graphs of constants without buffers (the broadcast scalar). Its key (op, dtype, each source's dtype, size, device
+and reshape, which sources are the same buffer, the constant graphs themselves) maps to an `EagerPlan` made from
+the general path's launch plan the first time that path ran this structure; later graphs of the structure allocate
+the result and launch. Anything else (a longer chain, a reduce, several devices, symbolic sizes) is not matched and
+takes the general path, so fusion and laziness stay as they are: the shortcut is taken only at realize time.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tinycore.counters import GlobalCounters
+from tinycore.device.buffer import Buffer
+from tinycore.engine.memory import _BUFFER_ATTRIBUTE, _allocator_of, buffer_of
+from tinycore.uop.buffer import new_buffer_uop
+from tinycore.uop.opcodes import GroupOp
+from tinycore.uop.ops import Ops
+from tinycore.uop.uop import UOp
+
+_ELEMENTWISE = GroupOp.ALU | {Ops.CAST}
+_CONSTANT_CHAIN = frozenset({Ops.RESHAPE, Ops.EXPAND})
+_CONSTANT_DEPTH = 4
+"""How many RESHAPE/EXPAND steps a constant source may take before its CONST (`x + 1` takes one or two)."""
+CACHE_LIMIT = 512
+"""The most structures kept; the oldest goes first (eager programs use a handful)."""
+
+
+class EagerPlan:
+    """What realizing one structure takes: the kernel's launch, the order of its arguments (positions in the
+    inputs, the result last), the result buffer (device, dtype, size), the result's shape node arguments and the
+    counters one launch adds. `setting` and `generation` say which launch plan and schedule cache it came from."""
+
+    __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "setting", "generation")
+
+    def __init__(self, launch: Callable[[list[Any]], None], order: tuple[int, ...], result: tuple[str, Any, int],
+                 reshape: tuple[Any, Any] | None, counts: tuple[Any, Any], tags: tuple[tuple[int, int, int], int]):
+        self.launch, self.order, self.reshape = launch, order, reshape
+        self.device, self.dtype, self.size = result
+        self.ops, self.mem = counts
+        self.setting, self.generation = tags
+
+
+plans: dict[tuple[object, ...], EagerPlan] = {}
+
+
+def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
+    """The key of `uop` and its input BUFFER nodes in order when `uop` is one elementwise op over realized buffers
+    (BUFFER or RESHAPE of a BUFFER) and buffer-free constant graphs; None for any other graph."""
+    if uop.op not in _ELEMENTWISE:
+        return None
+    parts: list[object] = [uop.op, uop.dtype, uop.arg]
+    inputs: list[UOp] = []
+    for source in uop.src:
+        node, reshape = source, None
+        if node.op is Ops.RESHAPE:
+            node, reshape = node.src[0], source.arg
+        if node.op is Ops.BUFFER:
+            for position, known in enumerate(inputs):
+                if known is node:
+                    parts.append((position, reshape))
+                    break
+            else:
+                inputs.append(node)
+                parts.append((node.dtype, node.arg[1], node.src[0], reshape))
+            continue
+        for _ in range(_CONSTANT_DEPTH):
+            if node.op not in _CONSTANT_CHAIN:
+                break
+            node = node.src[0]
+        if node.op is not Ops.CONST or not (not node.src or node.src[0].op is Ops.DEVICE):
+            return None
+        parts.append(source)  # hash-consed: the same constant graph is the same node
+    if not inputs:
+        return None
+    return tuple(parts), inputs
+
+
+def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, plan: Any, keyed_inputs: list[UOp],
+                  generation: int) -> None:
+    """Keep the eager plan of `key` when the general path's `template` (just run on `inputs`) has a launch `plan` of
+    exactly one kernel with a fixed launch, writing one new buffer that is the result."""
+    if plan is None or plan.has_assign or len(plan.steps) != 1 or len(template.new_buffers) != 1:
+        return
+    if len(keyed_inputs) != len(inputs):
+        return
+    if any(mine is not theirs for mine, theirs in zip(inputs, keyed_inputs, strict=True)):
+        return
+    step = plan.steps[0]
+    results = template.results
+    if step.launch is None or step.release or len(results) != 1 or results[0][0] != "slot":
+        return
+    _, slot, reshape = results[0]
+    device, dtype, size = template.new_buffers[0]
+    if slot != len(inputs) or not isinstance(device, str) or not isinstance(size, int):
+        return
+    if len(plans) >= CACHE_LIMIT:
+        del plans[next(iter(plans))]
+    plans[key] = EagerPlan(step.launch, step.slots, (device, dtype, size), reshape, (plan.ops, plan.mem),
+                           (plan.setting, generation))
+
+
+def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
+    """Allocate the result of `plan` for `inputs`, launch its kernel, and return the realized result node."""
+    node = new_buffer_uop(plan.device, plan.dtype, plan.size)
+    result = Buffer(plan.device, plan.size, plan.dtype, allocator=_allocator_of(plan.device)).allocate()
+    node.__dict__[_BUFFER_ATTRIBUTE] = result
+    handles: list[Any] = []
+    count = len(inputs)
+    for position in plan.order:
+        if position == count:
+            handles.append(result._buf)
+            continue
+        source = inputs[position]
+        known = source.__dict__.get(_BUFFER_ATTRIBUTE)
+        if known is None or known._buf is None:
+            known = buffer_of(source).ensure_allocated()
+        handles.append(known._buf)
+    plan.launch(handles)
+    GlobalCounters.kernel_count += 1
+    GlobalCounters.global_ops += plan.ops
+    GlobalCounters.global_mem += plan.mem
+    if plan.reshape is None:
+        return node
+    return UOp.keyed(Ops.RESHAPE, node.dtype, (node,), plan.reshape[0], plan.reshape[1])
+
+
+def clear() -> None:
+    """Forget every eager plan."""
+    plans.clear()
