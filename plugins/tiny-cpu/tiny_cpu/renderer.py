@@ -21,7 +21,7 @@ F32, F64, _X86 = dtypes.float32, dtypes.float64, "defined({}) && defined(__x86_6
 C_TYPE_MAP: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16",
                                 dtypes.int8: "signed char", dtypes.int64: "long long",
                                 dtypes.uint64: "unsigned long long"}
-del C_TYPE_MAP[dtypes.bfloat16]  # bfloat16 is stored as its bits (uint16) and computed in float32
+C_TYPE_MAP.pop(dtypes.bfloat16, None)  # bfloat16 is stored as its bits (uint16) and computed in float32
 _BF16_HELPERS = """#ifndef TC_BF16_HELPERS
 #define TC_BF16_HELPERS
 static inline float tc_bf16_to_f32(unsigned short bits) {
@@ -195,8 +195,7 @@ def _fused_multiply_add(ctx: RenderContext, x: UOp) -> str | None:
     return ctx.bind(x, f"TC_FMA_{_suffix(x.dtype)}({', '.join(operands)})")
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    """A load as the base renders it, or masked (the alternative blended in unless zero) where its gate is a bool
-    vector; one feeding several FMAs is kept in a register."""
+    """The base's load, or a masked one where the gate is a bool vector; kept in a register where it feeds FMAs."""
     if not _lane_gated(x):
         name = base_load(ctx, x)
     else:
@@ -353,9 +352,8 @@ class CRenderer(CStyleLanguage):
         return "\n".join(lines + [entry_point(name, parameters[:-1] if core_id else parameters, core_id)]) + "\n"
 
 def entry_point(name: str, parameters: list[str], takes_core_id: bool = True) -> str:
-    """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its buffer addresses and
-    variable values unpacked from one array (the calling convention of the command queue and the worker pool, see
-    pool.py); `core_id` is passed on when the kernel takes it."""
+    """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its arguments unpacked from
+    one array (the calling convention of the queue and the worker pool, pool.py), and core_id if the kernel takes it."""
     arguments = [f"({declared})(__INTPTR_TYPE__)arguments[{position}]" if declared.endswith("*") else
                  f"(int)arguments[{position}]" for position, parameter in enumerate(parameters)
                  for declared in [parameter.rsplit(" ", 1)[0].replace(" restrict", "")]]
