@@ -28,4 +28,7 @@ def new_buffer_uop(device: str, dtype: DType, size: int) -> UOp:
     """A new BUFFER node of `size` elements of `dtype` on `device`; its Buffer is allocated on first use."""
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"a buffer needs a non-negative int element count, got {size!r}")
-    return UOp(Ops.BUFFER, dtype, (device_node(device),), (next(_unique_ids), size))
+    arg = (next(_unique_ids), size)
+    if device.__class__ is str:  # one device: the node's cache key is known without UOp's general construction
+        return UOp.keyed(Ops.BUFFER, dtype, (device_node(device),), arg, ("ints", arg))
+    return UOp(Ops.BUFFER, dtype, (device_node(device),), arg)

@@ -150,3 +150,12 @@ def test_key_refuses_other_graphs() -> None:
     assert eager.eager_key(((data + 1) * 2).uop) is None  # a chain: the general path fuses it
     assert eager.eager_key(data.sum().uop) is None
     assert eager.eager_key((Tensor([[1.0], [2.0]]).realize() + Tensor([[1.0, 2.0]]).realize()).uop) is None
+
+
+def test_a_new_buffer_node_is_the_node_its_parts_build() -> None:
+    from tinycore.uop.buffer import new_buffer_uop
+    from tinycore.uop.ops import Ops
+    from tinycore.uop.uop import UOp
+    node = new_buffer_uop("CPU", dtypes.float32, 3)
+    assert UOp(Ops.BUFFER, dtypes.float32, node.src, node.arg) is node
+    assert node.arg[1] == 3 and node.device == "CPU"
