@@ -257,12 +257,12 @@ keep each result's buffer alive past its last Tensor, so a loop of eager calls w
 second buffer (out of cache: softmax over (4096, 1024) 12% slower) and hold twice the memory. A result nobody holds
 any more is simply computed again."""
 _generation = 0
-_remembered: weakref.WeakSet[UOp] = weakref.WeakSet()
-"""The live nodes that remember a result of the current generation (none: graphs are not walked looking for them).
-A realized Tensor drops its graph for the result, so in eager code the set is mostly empty again by the next call."""
-_remembered_references: set[weakref.ref[UOp]] = _remembered.data  # type: ignore[attr-defined]
-"""The set of weak references inside `_remembered` (the same object for its life: clear() empties it), whose
-truth is read on every realize and TinyJit call: WeakSet's own length is a Python-level call."""
+_remembered_references: set[weakref.ref[UOp]] = set()
+"""Weak references to the live nodes that remember a result of the current generation (none: graphs are not walked
+looking for them). A realized Tensor drops its graph for the result, so in eager code the set is mostly empty again
+by the next call. Each reference's callback is the set's own `discard` (C: a node that dies leaves the set without a
+Python call, where a WeakSet makes two per node); its truth is read on every realize and TinyJit call."""
+_discard_reference = _remembered_references.discard
 
 
 def _device_hint(uop: UOp) -> Any:
@@ -292,7 +292,7 @@ def _with_known_results(uop: UOp) -> UOp:
     The root itself is never replaced: two tensors with identical graphs get buffers of their own, so writing into
     one (assign) never changes the other.
     """
-    if not _remembered:
+    if not _remembered_references:
         return uop
     mapping = {}
     generation = _generation
@@ -313,7 +313,7 @@ def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool)
     for node, result in zip(computed, results, strict=True):
         if result is not node:
             node.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
-            _remembered.add(node)
+            _remembered_references.add(weakref.ref(node, _discard_reference))
 
 
 def invalidate_known_results() -> None:
@@ -321,7 +321,7 @@ def invalidate_known_results() -> None:
     global _generation
     if _remembered_references:
         _generation += 1
-        _remembered.clear()
+        _remembered_references.clear()
 
 
 def realize_uops(uops: Sequence[UOp]) -> list[UOp]:

@@ -159,3 +159,22 @@ def test_a_new_buffer_node_is_the_node_its_parts_build() -> None:
     node = new_buffer_uop("CPU", dtypes.float32, 3)
     assert UOp(Ops.BUFFER, dtypes.float32, node.src, node.arg) is node
     assert node.arg[1] == 3 and node.device == "CPU"
+
+
+def test_a_shortcut_result_is_remembered_and_forgotten_with_its_node(shortcut_calls: list[int]) -> None:
+    import gc
+    data = Tensor([1.0, 2.0]).realize()
+    for _ in range(2):
+        (data * 5).realize()
+    doubled = (data * 5).uop
+    result = realize.realize_uops([doubled])[0]
+    assert shortcut_calls
+    # a later graph over the same node reads the result's buffer instead of computing it again
+    later = realize._with_known_results(doubled + 1)
+    assert result in later.toposort and doubled not in later.toposort
+    np.testing.assert_allclose(Tensor(doubled + 1).numpy(), [6.0, 11.0])
+    gc.collect()
+    count = len(realize._remembered_references)
+    del doubled, later
+    gc.collect()
+    assert len(realize._remembered_references) < count  # the dead node's entry left with it
