@@ -30,5 +30,9 @@ def new_buffer_uop(device: str, dtype: DType, size: int) -> UOp:
         raise ValueError(f"a buffer needs a non-negative int element count, got {size!r}")
     arg = (next(_unique_ids), size)
     if device.__class__ is str:  # one device: the node's cache key is known without UOp's general construction
-        return UOp.keyed(Ops.BUFFER, dtype, (device_node(device),), arg, ("ints", arg))
+        node = UOp.keyed(Ops.BUFFER, dtype, (device_node(device),), arg, ("ints", arg))
+        # its device and shape as inference would find them (the node is new: its id is unique), stored now so
+        # that the first op on a new tensor does not run the inference
+        node.__dict__["device"], node.__dict__["_shape"] = device, (size,)
+        return node
     return UOp(Ops.BUFFER, dtype, (device_node(device),), arg)

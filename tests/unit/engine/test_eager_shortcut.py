@@ -178,3 +178,12 @@ def test_a_shortcut_result_is_remembered_and_forgotten_with_its_node(shortcut_ca
     del doubled, later
     gc.collect()
     assert len(realize._remembered_references) < count  # the dead node's entry left with it
+
+
+def test_a_new_buffer_node_knows_its_device_and_shape_as_inference_finds_them() -> None:
+    from tinycore.uop.buffer import new_buffer_uop
+    from tinycore.uop.shape import ShapeMixin
+    node = new_buffer_uop("CPU", dtypes.int32, 5)
+    # the stored values against the inference run on the node itself
+    assert ShapeMixin.device.function(node) == node.device == "CPU"
+    assert ShapeMixin._shape.function(node) == node.shape == (5,)
