@@ -142,6 +142,11 @@ PREFERRED_VECTOR_BYTES = 32
 BLOCK_VECTORS = 4
 """Vectors of accumulators an innermost reduce axis (below another reduce axis) may take whole: from one (the 8
 lanes of a Q4_0/Q8_0 block's scaled partial sum) to BLOCK_VECTORS (a quantized block's 32 values)."""
+GATHERED_ROWS_MAX_BYTES = 1 << 20
+"""The most output bytes a kernel whose rows read every second element (a stride-2 convolution's folded input) takes
+gathered vector lanes for: a batch-1 fold, 128x33x33, ran 597 -> 190 us against the scalar loop, but batch 8
+(4.4 MB) 2567 -> 3532 us and batch 32 of 64x17x17 (2.4 MB) 337 -> 569 us (DEBUG=2 medians, old and new tree back to
+back): past the caches the gathers only add work to a copy bound by memory."""
 COLUMN_VECTORS = 4
 """Vectors of columns a reduce over a strided axis (a sum over rows) keeps as accumulators: 4 float8 read two whole
 cache lines per row and pass over the input a quarter as often as one vector does."""
@@ -753,17 +758,26 @@ class Heuristic:
         """Vectors along the innermost output axis when no vector divides it (the 34 columns of a padded 32-column
         image), the last block shifted back, where the renderer has masked loads for the dtype: a padded row's
         lanes each have their own gate, and one masked load reads them (RendererContract.masked_load_dtypes); True
-        when applied. Only plain stores (the shifted block stores some outputs twice) and loads contiguous or
-        constant along the axis: gathered lanes, each behind its own gate, ran 2.5x slower than the scalar loop
-        (the spread of a stride-2 gradient)."""
+        when applied. Only plain stores (the shifted block stores some outputs twice) and loads contiguous, constant
+        or of step 2 along the axis: gathered lanes of other patterns, each behind its own gate, ran 2.5x slower
+        than the scalar loop (the spread of a stride-2 gradient), but a step of 2 (a stride-2 convolution's folded
+        input, 33 columns of a 66-column padded row) beat the scalar loop in small kernels (GATHERED_ROWS_MAX_BYTES)."""
         if not outputs or width < 2 or self.store_dtype() not in self.renderer.masked_load_dtypes or \
                 not self.renderer.vector_masks:
             return False
         innermost = outputs[-1]
         size = range_size(innermost)
         if size is None or size <= width or any(axis_stride(store.src[1], innermost) != 1 for store in stores) or \
-                any(axis_stride(index.src[1], innermost) not in (0, 1) for index in loads) or self._in_place():
+                any(axis_stride(index.src[1], innermost) not in (0, 1, 2) for index in loads) or self._in_place():
             return False
+        if any(axis_stride(index.src[1], innermost) == 2 for index in loads):
+            outputs_bytes = prod(range_size(axis) or 0 for axis in outputs) * self.store_dtype().itemsize
+            if outputs_bytes > GATHERED_ROWS_MAX_BYTES:
+                return False
+            # gathered lanes cost a load each, so the shifted block's repeated lanes count: the vector that covers
+            # the row in the fewest lanes (33 columns: 5 x 8 rather than 3 x 16, 336 -> 190 us)
+            width = min((lanes for lanes in (width, width // 2, width // 4) if lanes >= 4 and size > lanes),
+                        key=lambda lanes: (-(-size // lanes) * lanes, -lanes), default=width)
         return self.attempt(innermost, OptOps.SHIFTED_UPCAST, width, "contiguous output, last block shifted")
 
     def row_reduce_accumulators(self) -> None:
