@@ -85,7 +85,9 @@ class CStyleLanguage(Renderer):
     vector_cast: str | None = None  # a whole-vector conversion ({type}, {x}); None converts lane by lane
     bitcast_format: str = ("({{ {source} tc_source = {x}; {type} tc_result; __builtin_memcpy(&tc_result, &tc_source, "
                            "sizeof(tc_result)); tc_result; }})")
-    native_bfloat16, embed_program = False, False  # embed_program: the source carries its program (MOCK GPUs)
+    native_bfloat16 = False
+    # MOCK GPUs: (source, uops) -> the source carrying its linear program (the core's renderers import no device code)
+    program_embedder: Callable[[str, list[UOp]], str] | None = None
     vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
     code_for_op: dict[Ops, CodeForOp] = BASE_CODE_FOR_OP
     type_map: dict[DType, str] = BASE_TYPE_MAP
@@ -222,10 +224,8 @@ class CStyleLanguage(Renderer):
             if self.string_rewrite.rewrite(uop, ctx) is None:
                 raise ValueError(f"{type(self).__name__} cannot render {uop.op} (dtype {uop.dtype}, arg {uop.arg!r}): "
                                  f"it is not part of the linear program contract")
-        if not self.embed_program:
-            return self.render_function(ctx, name)
-        from tinycore.hcq.mock import embed_program
-        return embed_program(self.render_function(ctx, name), uops)
+        source = self.render_function(ctx, name)
+        return source if self.program_embedder is None else self.program_embedder(source, uops)
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
         """The source around the body: parameters (buffers, variables, `extra_parameters`), prelude, signature."""

@@ -108,7 +108,8 @@ class HIPRenderer(cstyle.CStyleLanguage):
                  matrix_cores: bool | None = None):
         from tiny_amd.target import parse_target
         self.target = parse_target(arch)
-        self.arch, self.device, self.embed_program = arch, device, embed_program
+        from tinycore.hcq.mock import embed_program as embed  # MOCK GPUs run the linear program the source carries
+        self.arch, self.device, self.program_embedder = arch, device, embed if embed_program else None
         self.vector_widths: dict[DType, tuple[int, ...]] = {}
         self.matrix_instructions: tuple[Any, ...] = ()
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:

@@ -126,7 +126,8 @@ class CUDARenderer(cstyle.CStyleLanguage):
 
     def __init__(self, arch: str = "sm_80", device: str = "NV", embed_program: bool = False,
                  tensor_cores: bool | None = None):
-        self.arch, self.device, self.embed_program = arch, device, embed_program
+        from tinycore.hcq.mock import embed_program as embed  # MOCK GPUs run the linear program the source carries
+        self.arch, self.device, self.program_embedder = arch, device, embed if embed_program else None
         self.arch_number = int(arch[3:5]) if arch[3:5].isdigit() else 0
         if (NV_TENSOR_CORES.value != 0 if tensor_cores is None else tensor_cores) and self.arch_number >= 80:
             from tiny_nv.tensor_core import tensor_core_opt  # mma.sync.m16n8k16 with f16 inputs needs sm_80 or later
