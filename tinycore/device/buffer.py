@@ -104,10 +104,13 @@ class Buffer:
         elif opaque is not None:
             self._buf = opaque
         else:
-            # zero-size buffers still get a (one byte) allocation so that programs receive a valid pointer
-            self._buf = self.allocator.alloc(max(self.nbytes, 1), self.options)
+            # zero-size buffers still get a (one byte) allocation so that programs receive a valid pointer; the
+            # size and allocator read once each (every eager op allocates: properties are Python calls)
+            nbytes = self.size * self.dtype.itemsize
+            allocator = self._allocator if self._allocator is not None else self.allocator
+            self._buf = allocator.alloc(max(nbytes, 1), self.options)
             self._owns_memory = True
-            self._count_memory(self.nbytes)
+            self._count_memory(nbytes)
         return self
 
     def _count_memory(self, change: int) -> None:
@@ -126,8 +129,9 @@ class Buffer:
         if self._buf is None:
             return
         if self._base is None and self._owns_memory and self._allocator is not None:
-            self._allocator.free(self._buf, max(self.nbytes, 1), self.options)
-            self._count_memory(-self.nbytes)
+            nbytes = self.size * self.dtype.itemsize
+            self._allocator.free(self._buf, max(nbytes, 1), self.options)
+            self._count_memory(-nbytes)
         self._buf = None
 
     def __del__(self) -> None:
