@@ -17,6 +17,7 @@ from typing import Any
 from tinycore.counters import GlobalCounters
 from tinycore.device.buffer import Buffer
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, _allocator_of, buffer_of
+from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS, SCACHE
 from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.opcodes import GroupOp
 from tinycore.uop.ops import Ops
@@ -30,19 +31,44 @@ CACHE_LIMIT = 512
 """The most structures kept; the oldest goes first (eager programs use a handful)."""
 
 
+shortcut_threads: int | None = None
+"""NUM_CPU_THREADS (as realize's launch plans read it) while the shortcut may run: DEBUG < 1, SCACHE on, BEAM off;
+None otherwise. Watchers on the four settings keep it current, so that realize reads one attribute, not four
+settings."""
+_mirrored: dict[str, object] = {}
+
+
+def _mirror(name: str) -> Callable[[object], None]:
+    """The watcher of the setting `name`: records its new value and recomputes `shortcut_threads`."""
+    def watcher(value: object) -> None:
+        global shortcut_threads
+        _mirrored[name] = value
+        try:
+            allowed = _mirrored["DEBUG"] < 1 and _mirrored["SCACHE"] and not _mirrored["BEAM"]  # type: ignore[operator]
+            shortcut_threads = int(_mirrored["NUM_CPU_THREADS"]) if allowed else None  # type: ignore[call-overload]
+        except (KeyError, TypeError, ValueError):  # not all watched yet, or a value the general path will judge
+            shortcut_threads = None
+    return watcher
+
+
+for _setting in (DEBUG, SCACHE, BEAM, NUM_CPU_THREADS):
+    _setting.watch(_mirror(_setting.key))
+
+
 class EagerPlan:
     """What realizing one structure takes: the kernel's launch, the order of its arguments (positions in the
     inputs, the result last), the result buffer (device, dtype, size), the result's shape node arguments and the
-    counters one launch adds. `setting` and `generation` say which launch plan and schedule cache it came from."""
+    counters one launch adds. `threads` (NUM_CPU_THREADS) and `generation` say which launch plan and schedule cache
+    it came from."""
 
-    __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "setting", "generation")
+    __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "threads", "generation")
 
     def __init__(self, launch: Callable[[list[Any]], None], order: tuple[int, ...], result: tuple[str, Any, int],
-                 reshape: tuple[Any, Any] | None, counts: tuple[Any, Any], tags: tuple[tuple[int, int, int], int]):
+                 reshape: tuple[Any, Any] | None, counts: tuple[Any, Any], tags: tuple[int, int]):
         self.launch, self.order, self.reshape = launch, order, reshape
         self.device, self.dtype, self.size = result
         self.ops, self.mem = counts
-        self.setting, self.generation = tags
+        self.threads, self.generation = tags
 
 
 plans: dict[tuple[object, ...], EagerPlan] = {}
@@ -86,6 +112,9 @@ def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, pla
     exactly one kernel with a fixed launch, writing one new buffer that is the result."""
     if plan is None or plan.has_assign or len(plan.steps) != 1 or len(template.new_buffers) != 1:
         return
+    threads, width, _ = plan.setting
+    if width:  # BEAM's kernels: the shortcut does not run under BEAM
+        return
     if len(keyed_inputs) != len(inputs):
         return
     if any(mine is not theirs for mine, theirs in zip(inputs, keyed_inputs, strict=True)):
@@ -101,7 +130,7 @@ def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, pla
     if len(plans) >= CACHE_LIMIT:
         del plans[next(iter(plans))]
     plans[key] = EagerPlan(step.launch, step.slots, (device, dtype, size), reshape, (plan.ops, plan.mem),
-                           (plan.setting, generation))
+                           (threads, generation))
 
 
 def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
 from tinycore.device.compiler import CompileError
+from tinycore.engine import eager as _eager
 from tinycore.engine.eager import eager_key
 from tinycore.engine.eager import plans as eager_plans
 from tinycore.engine.eager import remember_plan as remember_eager_plan
@@ -21,7 +22,7 @@ from tinycore.engine.eager import run_plan as run_eager_plan
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.engine.runner import launch_expectations as _expectations
-from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS, SCACHE
+from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS
 from tinycore.plugins.contract import compiles_in_batches
 from tinycore.schedule.cache import (
     cached_template,
@@ -331,8 +332,23 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     the input already was one. Nodes realized by earlier calls are read from their buffers, not recomputed, until
     a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
+    eager = None
     if len(uops) == 1:  # eager code realizes one tensor at a time: its checks without the loops
         only = uops[0]
+        if not _capturing:
+            # one elementwise op over realized buffers and constants: straight to its launch when its structure has
+            # an eager plan (tinycore/engine/eager.py), before anything else (the launch follows at once: telling
+            # the device that launches may come gains nothing)
+            eager = eager_key(only)
+            if eager is not None:
+                shortcut = eager_plans.get(eager[0])
+                if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
+                        and shortcut.generation == schedule_generation() and not _viz.ENABLED):
+                    result = run_eager_plan(shortcut, eager[1])
+                    # _remember's work for one computed node
+                    only.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
+                    _remembered_references.add(weakref.ref(only, _discard_reference))
+                    return [result]
         if only.op is Ops.MULTI:
             return _realize_multi(uops)
         if is_realized_view(only):
@@ -348,16 +364,6 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         expect = _expectations.get(_device_hint(pending[0]))
         if expect is not None:
             expect()
-    eager = None
-    if len(uops) == 1 and not _capturing:
-        eager = eager_key(pending[0])
-        if eager is not None:
-            shortcut = eager_plans.get(eager[0])
-            if (shortcut is not None and shortcut.generation == schedule_generation() and SCACHE.value
-                    and shortcut.setting == _plan_setting() and DEBUG.value < 1 and not _viz.ENABLED):
-                result = run_eager_plan(shortcut, eager[1])
-                _remember(pending, (result,), False)
-                return [result]
     if len(uops) == 1:
         to_schedule = pending if _capturing or not _remembered_references else [_with_known_results(pending[0])]
     else:

@@ -187,3 +187,25 @@ def test_a_new_buffer_node_knows_its_device_and_shape_as_inference_finds_them() 
     # the stored values against the inference run on the node itself
     assert ShapeMixin.device.function(node) == node.device == "CPU"
     assert ShapeMixin._shape.function(node) == node.shape == (5,)
+
+
+def test_settings_turn_the_shortcut_off_and_on(shortcut_calls: list[int]) -> None:
+    from tinycore.helpers import NUM_CPU_THREADS
+    data = Tensor([1.0, 2.0]).realize()
+    for _ in range(3):
+        (data + 2).realize()
+    assert shortcut_calls
+    shortcut_calls.clear()
+    for setting in ({"SCACHE": 0}, {"DEBUG": 1}, {"BEAM": 1}):
+        with Context(**setting):
+            assert eager.shortcut_threads is None
+    with Context(SCACHE=0):
+        np.testing.assert_allclose((data + 2).realize().numpy(), [3.0, 4.0])
+    other = 1 if int(NUM_CPU_THREADS.value) != 1 else 2
+    with Context(NUM_CPU_THREADS=other):
+        assert eager.shortcut_threads == other
+        np.testing.assert_allclose((data + 2).realize().numpy(), [3.0, 4.0])  # the plan of another setting
+    assert not shortcut_calls
+    for _ in range(2):  # the first takes the general path again (its plan is the one kept from then on)
+        np.testing.assert_allclose((data + 2).realize().numpy(), [3.0, 4.0])
+    assert shortcut_calls
