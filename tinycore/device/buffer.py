@@ -60,6 +60,22 @@ class Buffer:
             self.allocate()
             self.copyin(memoryview(initial_value))
 
+    @classmethod
+    def allocated(cls, device: str, size: int, dtype: DType, allocator: Allocator) -> Buffer:
+        """A new non-view buffer of `size` elements of `dtype` on `device`, allocated now through `allocator`, for
+        callers whose arguments hold by construction (an int size, a value dtype, no options): the constructor's
+        checks, allocate() and the memory accounting in one call (every eager op allocates one or two)."""
+        buffer = cls.__new__(cls)
+        buffer.device, buffer.size, buffer.dtype, buffer.options = device, size, dtype, None
+        buffer._allocator, buffer._base, buffer.byte_offset = allocator, None, 0
+        nbytes = size * dtype.itemsize
+        buffer._buf = allocator.alloc(nbytes if nbytes > 1 else 1, None)
+        buffer._owns_memory = True
+        if not device.startswith("DISK"):
+            GlobalCounters.mem_used += nbytes
+            GlobalCounters.mem_used_per_device[device] += nbytes
+        return buffer
+
     # ---- properties ----
 
     @property
@@ -135,8 +151,18 @@ class Buffer:
         self._buf = None
 
     def __del__(self) -> None:
+        # deallocate() and _count_memory() inline: every eager op frees two buffers
+        if self._buf is None:
+            return
         try:
-            self.deallocate()
+            if self._base is None and self._owns_memory and self._allocator is not None:
+                nbytes = self.size * self.dtype.itemsize
+                options = self.options
+                self._allocator.free(self._buf, nbytes if nbytes > 1 else 1, options)
+                if not self.device.startswith("DISK") and (options is None or options.external_ptr is None):
+                    GlobalCounters.mem_used -= nbytes
+                    GlobalCounters.mem_used_per_device[self.device] -= nbytes
+            self._buf = None
         except Exception:  # noqa: BLE001 - interpreter shutdown: the allocator may already be gone
             pass
 

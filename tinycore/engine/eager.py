@@ -136,7 +136,7 @@ def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, pla
 def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
     """Allocate the result of `plan` for `inputs`, launch its kernel, and return the realized result node."""
     node = new_buffer_uop(plan.device, plan.dtype, plan.size)
-    result = Buffer(plan.device, plan.size, plan.dtype, allocator=_allocator_of(plan.device)).allocate()
+    result = Buffer.allocated(plan.device, plan.size, plan.dtype, _allocator_of(plan.device))
     node.__dict__[_BUFFER_ATTRIBUTE] = result
     handles: list[Any] = []
     count = len(inputs)
