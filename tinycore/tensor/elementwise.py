@@ -121,6 +121,17 @@ class ElementwiseMixin(MovementMixin):
         second = self._const(other, common)
         return (second, first) if reverse else (first, second)
 
+    def _scalar_alu(self, op: Ops, other: int | float, reverse: bool) -> Self:
+        """The ALU op `op` (ADD or MUL) on this tensor and the Python int or float `other`, promoted as
+        `_scalar_broadcasted` does: the constant goes straight into the node, without a Tensor of its own (`x + 1`
+        in eager code). The result's dtype is never bool (an int or float scalar promotes bool away)."""
+        dtype = self.dtype
+        common = scalar_result_dtype(dtype, other)
+        first = self if common is dtype or common == dtype else self.cast(common)
+        constant = UOp.const_on(common, other, first.device, first.shape)
+        uop = first.uop
+        return first._result(UOp(op, uop.dtype, (constant, uop) if reverse else (uop, constant)))
+
     def _symbolic_scalar(self, value: UOp) -> Self:
         """A 0-d tensor on this device whose value is the symbolic int `value` (its bound Variables' values)."""
         if not dtypes.is_int(value.dtype):
@@ -148,6 +159,8 @@ class ElementwiseMixin(MovementMixin):
 
     def add(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self + x."""
+        if x.__class__ is int or x.__class__ is float:
+            return self._scalar_alu(Ops.ADD, x, reverse)  # type: ignore[arg-type]
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.OR, second)
@@ -162,6 +175,8 @@ class ElementwiseMixin(MovementMixin):
 
     def mul(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self * x."""
+        if x.__class__ is int or x.__class__ is float:
+            return self._scalar_alu(Ops.MUL, x, reverse)  # type: ignore[arg-type]
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             return first._alu(Ops.AND, second)
