@@ -18,7 +18,7 @@ from tinycore.counters import GlobalCounters
 from tinycore.device.buffer import Buffer
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, _allocator_of, buffer_of
 from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS, SCACHE
-from tinycore.uop.buffer import new_buffer_uop
+from tinycore.uop.buffer import _unique_ids, device_node
 from tinycore.uop.opcodes import GroupOp
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -59,9 +59,11 @@ class EagerPlan:
     """What realizing one structure takes: the kernel's launch, the order of its arguments (positions in the
     inputs, the result last), the result buffer (device, dtype, size), the result's shape node arguments and the
     counters one launch adds. `threads` (NUM_CPU_THREADS) and `generation` say which launch plan and schedule cache
-    it came from."""
+    it came from. The result's BUFFER node sources, shape and allocator are kept too: each run builds its node and
+    Buffer from them directly (new_buffer_uop's and Buffer's general paths are several Python calls)."""
 
-    __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "threads", "generation")
+    __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "threads", "generation",
+                 "sources", "shape", "allocator")
 
     def __init__(self, launch: Callable[[list[Any]], None], order: tuple[int, ...], result: tuple[str, Any, int],
                  reshape: tuple[Any, Any] | None, counts: tuple[Any, Any], tags: tuple[int, int]):
@@ -69,6 +71,7 @@ class EagerPlan:
         self.device, self.dtype, self.size = result
         self.ops, self.mem = counts
         self.threads, self.generation = tags
+        self.sources, self.shape, self.allocator = (device_node(self.device),), (self.size,), _allocator_of(self.device)
 
 
 plans: dict[tuple[object, ...], EagerPlan] = {}
@@ -135,9 +138,12 @@ def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, pla
 
 def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
     """Allocate the result of `plan` for `inputs`, launch its kernel, and return the realized result node."""
-    node = new_buffer_uop(plan.device, plan.dtype, plan.size)
-    result = Buffer.allocated(plan.device, plan.size, plan.dtype, _allocator_of(plan.device))
-    node.__dict__[_BUFFER_ATTRIBUTE] = result
+    # new_buffer_uop's work for a one-device node whose device node, shape and allocator the plan keeps
+    arg = (next(_unique_ids), plan.size)
+    node = UOp.keyed(Ops.BUFFER, plan.dtype, plan.sources, arg, ("ints", arg))
+    result = Buffer.allocated(plan.device, plan.size, plan.dtype, plan.allocator)
+    attributes = node.__dict__
+    attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = plan.device, plan.shape, result
     handles: list[Any] = []
     count = len(inputs)
     for position in plan.order:

@@ -46,3 +46,14 @@ def test_eager_ops_leave_memory_as_they_found_it() -> None:
         del result
     gc.collect()
     assert GlobalCounters.mem_used == before
+
+
+def test_eager_result_node_knows_its_device_and_shape() -> None:
+    values = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=np.float32)
+    (Tensor(values) * 2).realize()  # the general path first, then the shortcut
+    for _ in range(2):
+        tensor = Tensor(values)
+        result = (tensor * 2).realize()
+        base = result.uop.base
+        assert base.device == tensor.device and base.shape == (6,) and result.shape == (2, 3)
+        np.testing.assert_array_equal(result.numpy(), values * 2)
