@@ -185,7 +185,7 @@ def _load_uop_from_bytes() -> Callable[[bytes, DType, str], UOp]:
     return uop_from_bytes
 
 
-def _bytes_from_values(values: list[ConstType], dtype: DType) -> bytes:
+def _bytes_from_values(values: Sequence[ConstType], dtype: DType) -> bytes:
     """Python scalars packed as `dtype` in native byte order."""
     if dtype.fmt is None:
         raise TypeError(f"cannot pack Python values as {dtype}")
@@ -334,6 +334,11 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
         if isinstance(data, (list, tuple)):
             classes = {value.__class__ for value in data}
             flat = classes <= _PYTHON_SCALARS
+            if flat:  # `Tensor([1.0])`, eager code's common case: packed as it is, cast only when storage differs
+                target = dtype or _flat_dtype(classes)
+                storage = target if target.fmt is not None else dtypes.float32
+                node = uop_from_bytes(_bytes_from_values(data, storage), storage, device)
+                return node if storage is target else node.cast(target)
             if not flat and any(type(value).__module__ == "numpy" for value in data):
                 data = _numpy_arrays_as_lists(data)  # [np.array([1, 2]), ...] nests as the lists the arrays hold
             shape = (len(data),) if flat else get_shape(data)

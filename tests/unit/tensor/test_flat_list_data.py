@@ -1,0 +1,26 @@
+"""Tensor(flat list or tuple of Python numbers): values and dtypes against numpy, the default dtypes included."""
+import numpy as np
+import pytest
+
+from tinycore import Tensor, dtypes
+
+
+@pytest.mark.parametrize("data,dtype,expected", [
+    ([1.0, -2.5, 3.0], None, np.array([1.0, -2.5, 3.0], dtype=np.float32)),
+    ((1.0, -2.5, 3.0), None, np.array([1.0, -2.5, 3.0], dtype=np.float32)),
+    ([1, -2, 3], None, np.array([1, -2, 3], dtype=np.int32)),
+    ([True, False], None, np.array([True, False])),
+    ([1, 2.5, True], None, np.array([1.0, 2.5, 1.0], dtype=np.float32)),
+    ([1, 2, 3], dtypes.float16, np.array([1, 2, 3], dtype=np.float16)),
+    ([1.5, -2.0], dtypes.int8, np.array([1, -2], dtype=np.int8)),
+    ([1.5, -2.25], dtypes.bfloat16, np.array([1.5, -2.25], dtype=np.float32)),
+    ([], None, np.array([], dtype=np.float32)),
+])
+def test_flat_data_matches_numpy(data: list, dtype: object, expected: np.ndarray) -> None:
+    tensor = Tensor(data, dtype=dtype)
+    assert tensor.shape == (len(data),)
+    if dtype is not None:
+        assert tensor.dtype == dtype
+    got = tensor.numpy()
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
