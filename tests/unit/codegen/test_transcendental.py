@@ -5,21 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ulp import ulp_distance
 
 from tinycore import Tensor
 from tinycore.codegen.transcendental import decompose_transcendentals
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
-
-
-def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Distance in float32 steps between `got` and `want` (0 where both are nan; -0 and 0 are 0 apart)."""
-    def ordered(values: np.ndarray) -> np.ndarray:
-        bits = values.astype(np.float32).view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-    both_nan = np.isnan(got) & np.isnan(want)
-    return np.where(both_nan, 0, np.abs(ordered(got) - ordered(want)))
 
 
 def rounded(function: np.ufunc, values: np.ndarray) -> np.ndarray:

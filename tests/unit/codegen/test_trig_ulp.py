@@ -11,19 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ulp import ulp_distance
 
 from tinycore import Tensor
 
 REFERENCES = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh}
-
-
-def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
-    """Distance in float32 steps between `got` and `want` (0 where both are nan; -0 and 0 are 0 apart)."""
-    def ordered(values: np.ndarray) -> np.ndarray:
-        bits = values.astype(np.float32).view(np.int32).astype(np.int64)
-        return np.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-    both_nan = np.isnan(got) & np.isnan(want)
-    return np.where(both_nan, 0, np.abs(ordered(got) - ordered(want)))
 
 
 def rounded(name: str, values: np.ndarray) -> np.ndarray:
@@ -88,7 +80,7 @@ def test_tanh_gradient_is_finite_and_matches_its_derivative() -> None:
 _CHILD = """
 import json, sys
 import numpy as np
-sys.path.insert(0, {directory!r})
+sys.path[:0] = [{directory!r}, {helpers!r}]
 from test_trig_ulp import arguments, rounded, ulp_distance
 from tinycore import Device, Tensor
 assert type(Device['CPU'].renderer).__name__ == 'LLVMRenderer', type(Device['CPU'].renderer)
@@ -103,8 +95,9 @@ print(json.dumps(worst))
 def test_within_one_ulp_under_the_llvm_renderer() -> None:
     pytest.importorskip("llvmlite")
     environment = {**os.environ, "DEV": "CPU:LLVM"}
-    child = subprocess.run([sys.executable, "-c", _CHILD.format(directory=str(Path(__file__).resolve().parent))],
-                           env=environment, capture_output=True, text=True, timeout=600)
+    here = Path(__file__).resolve()
+    code = _CHILD.format(directory=str(here.parent), helpers=str(here.parents[2] / "helpers"))
+    child = subprocess.run([sys.executable, "-c", code], env=environment, capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-3000:]
     worst = json.loads(child.stdout.strip().splitlines()[-1])
     assert set(worst) == {"sin", "cos", "tanh"}
