@@ -66,8 +66,10 @@ class SSAContext:
         return 1
 
     def operand(self, uop: UOp, count: int) -> str:
-        """`uop`'s register with `count` lanes (more than one)."""
-        raise NotImplementedError(f"{type(self).__name__} renders no vectors")
+        """`uop`'s register with `count` lanes (more than one). Only reached when `lanes` says a value has several
+        lanes, so a language that overrides `lanes` overrides this too (LLVM IR does; PTX stays scalar)."""
+        raise TypeError(f"{type(self).__name__}.lanes gave {count} lanes for {uop.op}, but the context does not "
+                        f"override `operand` to give a vector register: override both or neither")
 
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The register of the ALU UOp `uop` over `operands` of `dtype` (`arithmetic` unless the language has more)."""
