@@ -410,3 +410,80 @@ def test_values_of_vex_only_instructions_keep_to_the_first_sixteen_vector_regist
     for i in range(0, 24, 2):
         expected = expected + np.maximum(rows[i], rows[i + 1])
     np.testing.assert_array_equal(result, expected)
+
+
+def _pointer_loop_program() -> tuple[list[Instruction], VirtualRegister, list[VirtualRegister]]:
+    """A pointer read in a loop, and row offsets made before it and read only just before the loop (a matmul's
+    shape: the buffer pointers, then per-row offsets, then the reduce loop)."""
+    pointer, counter, total, loaded = (VirtualRegister(i, "gpr", 64) for i in range(4))
+    offsets = [VirtualRegister(10 + i, "gpr", 64) for i in range(4)]
+    top, done = Label("top"), Label("done")
+    program = [Instruction("mov", (pointer, rdi)), Instruction("mov", (total, 0))]
+    program += [Instruction("mov", (offset, 8 * i)) for i, offset in enumerate(offsets)]
+    program += [Instruction("add", (total, offset), ("rw", "r")) for offset in offsets]
+    program += [
+        Instruction("mov", (counter, 0)),
+        Instruction("label", (top,), ("r",)),
+        Instruction("cmp", (counter, 100), ("r", "r")),
+        Instruction("jge", (done,), ("r",)),
+        Instruction("mov", (loaded, Memory(pointer, counter, 8, 0, 64))),
+        Instruction("add", (total, loaded), ("rw", "r")),
+        Instruction("add", (counter, 1), ("rw", "r")),
+        Instruction("jmp", (top,), ("r",)),
+        Instruction("label", (done,), ("r",)),
+        Instruction("mov", (rax, total)),
+    ]
+    return program, pointer, offsets
+
+
+def test_uses_in_loops_weigh_more_and_count_again_at_the_back_jump() -> None:
+    program, pointer, offsets = _pointer_loop_program()
+    intervals = live_intervals(program)
+    load_at = next(i for i, instruction in enumerate(program) if isinstance(instruction.operands[-1], Memory))
+    back_jump = next(i for i, instruction in enumerate(program) if instruction.op == "jmp")
+    assert intervals[pointer].uses == (0, load_at, back_jump)  # read again in the next iteration
+    assert intervals[pointer].weight == 1 + 8  # once outside the loop, once in it
+    assert intervals[offsets[0]].weight == 2 and intervals[offsets[0]].uses == (2, 6)
+    assert intervals[pointer].next_use(load_at + 1) == back_jump
+    assert intervals[offsets[0]].next_use(3) == 6
+    # hand-made intervals without uses: the end stands for every use
+    assert Interval(VirtualRegister(99, "gpr", 64), 3, 17).next_use(5) == 17
+
+
+def test_a_pointer_read_in_a_loop_keeps_its_register_over_values_read_before_it() -> None:
+    program, pointer, offsets = _pointer_loop_program()
+    pool = [Register(f"r{i}", i, 64, "gpr") for i in range(4)]
+    allocation = linear_scan(live_intervals(program), {"gpr": pool})
+    # pointer, total and four offsets are live at once over four registers: two offsets spill (each read once,
+    # outside the loop), not the pointer, which ends after them (in the loop) but is read there on every iteration;
+    # the loop's four values (pointer, total, counter, loaded) then all have registers
+    assert set(allocation.spill_offset) < set(offsets) and len(allocation.spill_offset) == 2
+
+
+@on_x86
+def test_a_pointer_read_in_a_loop_under_pressure_runs() -> None:
+    builder = FunctionBuilder(integer_arguments=1)  # 8 int64 cells; the sum of all of them, plus 12 offsets
+    cells = builder.arguments[0]
+    offsets = []
+    for i in range(12):  # more live offsets than free registers while the pointer is live
+        offset = builder.value("gpr", 64)
+        builder.emit("mov", offset, 1000 + i)
+        offsets.append(offset)
+    total = builder.value("gpr", 64)
+    builder.emit("mov", total, 0)
+    counter, top, done = builder.value("gpr", 64), builder.label(), builder.label()
+    builder.emit("mov", counter, 0)
+    builder.bind(top)
+    builder.emit("cmp", counter, 8)
+    builder.emit("jge", done)
+    builder.emit("add", total, Memory(cells, counter, 8, 0, 64))
+    builder.emit("add", counter, 1)
+    builder.emit("jmp", top)
+    builder.bind(done)
+    for offset in offsets:
+        builder.emit("add", total, offset)
+    builder.ret(total)
+    function = ExecutableCode(builder.assemble()).function(ctypes.c_int64, ctypes.c_void_p)
+    assert cells in builder.allocation.assigned and counter in builder.allocation.assigned
+    values = (ctypes.c_int64 * 8)(*[3 ** i - 50 for i in range(8)])
+    assert function(ctypes.addressof(values)) == sum(3 ** i - 50 for i in range(8)) + sum(1000 + i for i in range(12))

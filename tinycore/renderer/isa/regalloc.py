@@ -4,11 +4,14 @@ The program is a list of `Instruction`s over `VirtualRegister`s; positions are l
 instruction whose op is `label_op`; a jump is any other instruction with a `Label` operand. Values live where a
 backward jump returns to are kept alive to the jump, so loops are safe. Spilled values live in stack slots for
 their whole life; `rewrite_program` loads them into scratch registers (kept out of the allocatable pool) around
-each instruction that touches them.
+each instruction that touches them. Under pressure the value spilled is the cheapest to spill: the fewest reloads,
+a use weighing LOOP_WEIGHT times more for each loop around it (then the one needed again last), so a buffer pointer
+read in an inner loop keeps its register and a store's address, needed only after the loop, goes to the stack.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,15 +27,30 @@ from tinycore.renderer.isa.operands import (
     VirtualRegister,
 )
 
+LOOP_WEIGHT = 8
+"""How many times a use inside a loop counts against one outside it when choosing what to spill (a loop runs many
+times; the exact factor matters little, that a use in an inner loop outweighs a few outside it does)."""
+
 
 @dataclass
 class Interval:
-    """Where a virtual register is live: from its first to its last mention, and the registers it must avoid."""
+    """Where a virtual register is live: from its first to its last mention, and the registers it must avoid.
+
+    `uses` are the positions that mention it, sorted, plus the back jump of each loop it lives across and is
+    mentioned in (the next iteration's use); empty when unknown, and the end then stands for every use. `weight` is
+    what spilling it costs: its mentions, each LOOP_WEIGHT ** (the loops around it)."""
 
     value: VirtualRegister
     start: int
     end: int
     avoid: frozenset[Register] = frozenset()
+    uses: tuple[int, ...] = ()
+    weight: float = 0.0
+
+    def next_use(self, position: int) -> int:
+        """The first use at or after `position` (the end when `uses` says nothing about it)."""
+        found = bisect.bisect_left(self.uses, position)
+        return self.uses[found] if found < len(self.uses) else self.end
 
 
 @dataclass
@@ -65,6 +83,7 @@ def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[
     value cannot be kept in.
     """
     intervals: dict[VirtualRegister, Interval] = {}
+    mentioned_at: dict[VirtualRegister, list[int]] = {}
     label_at: dict[Label, int] = {}
     for position, instruction in enumerate(program):
         if instruction.op == label_op:
@@ -75,8 +94,11 @@ def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[
             for value in _mentions(operand):
                 if value in intervals:
                     intervals[value].end = position
+                    if mentioned_at[value][-1] != position:
+                        mentioned_at[value].append(position)
                 else:
                     intervals[value] = Interval(value, position, position)
+                    mentioned_at[value] = [position]
     loops = [
         (label_at[operand], position)
         for position, instruction in enumerate(program)
@@ -94,11 +116,30 @@ def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[
     clobbering = [
         (position, instruction.clobbers) for position, instruction in enumerate(program) if instruction.clobbers
     ]
+    depth = _loop_depths(len(program), loops)
     for interval in intervals.values():
         interval.avoid = frozenset(
             r for position, regs in clobbering if interval.start < position < interval.end for r in regs
         )
+        uses = mentioned_at[interval.value]
+        again = [back_jump for head, back_jump in loops if interval.start < head and back_jump <= interval.end
+                 and bisect.bisect_left(uses, head) < bisect.bisect_right(uses, back_jump)]
+        interval.uses = tuple(sorted({*uses, *again})) if again else tuple(uses)
+        interval.weight = float(sum(LOOP_WEIGHT ** depth[position] for position in uses))
     return intervals
+
+
+def _loop_depths(length: int, loops: list[tuple[int, int]]) -> list[int]:
+    """The number of loops around each of `length` positions, from the loops' (head, back jump) positions."""
+    change = [0] * (length + 1)
+    for head, back_jump in loops:
+        change[head] += 1
+        change[back_jump + 1] -= 1
+    depths, depth = [], 0
+    for step in change[:length]:
+        depth += step
+        depths.append(depth)
+    return depths
 
 
 def linear_scan(
@@ -109,8 +150,10 @@ def linear_scan(
     """Give each interval a register of its kind from `registers` (tried in order), or a spill slot.
 
     `blocked[r] = p` keeps register `r` from values that start before position `p` (an incoming argument still
-    unread). When no register is free, the live value that ends last is spilled (it or the new one; of several ending
-    last, the one given its register first).
+    unread). When no register is free, a live value or the new one is spilled: the one of least `weight` (the fewest
+    reloads weighted by loop depth), of those the one needed again last (`Interval.next_use`; the new one's next use
+    is its first after its start), then the one ending last, then the one given its register first. Without weights
+    and uses this is the live value that ends last.
     """
     # registers are bits of a mask per kind, bit i the pool's i-th register, so the free register tried first is the
     # lowest usable bit; live values sit in a heap by end: a kernel of ~1000 values allocated in tens of ms with
@@ -155,12 +198,14 @@ def linear_scan(
             live[order] = interval
             order += 1
             continue
-        victim_order, victim = -1, None
-        for given, candidate in live.items():  # in the order given: the first of those ending last wins ties
-            if candidate.value.kind == kind and not bit[kind][allocation.assigned[candidate.value]] & refused and (
-                    victim is None or candidate.end > victim.end):
-                victim_order, victim = given, candidate
-        if victim is not None and victim.end > interval.end:
+        victim_order, victim, victim_key = -1, None, (0.0, -1, -1)
+        for given, candidate in live.items():  # in the order given: the first of the equally cheap wins ties
+            if candidate.value.kind != kind or bit[kind][allocation.assigned[candidate.value]] & refused:
+                continue
+            key = (-candidate.weight, candidate.next_use(interval.start), candidate.end)
+            if victim is None or key > victim_key:
+                victim_order, victim, victim_key = given, candidate, key
+        if victim is not None and victim_key > (-interval.weight, interval.next_use(interval.start + 1), interval.end):
             allocation.assigned[interval.value] = allocation.assigned.pop(victim.value)
             del live[victim_order]
             spill(victim)
