@@ -8,6 +8,7 @@ from collections import Counter
 
 from tiny_cpu import target
 from tiny_cpu.compiler import ClangCompiler
+from tiny_cpu.lowering import c_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, math_functions
@@ -224,41 +225,6 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{ctx.combine_code(reduce, old, operand, dtype)}; }} while (!__atomic_compare_exchange({target}, &{old}, "
             f"&{new}, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)); }}")
 
-def _whole_vector_select(ctx: RenderContext, x: UOp) -> str | None:
-    """WHEREs sharing one scalar condition as one select of whole vectors, `(c ? v : (float4){1,1,1,1})`: gcc 12 with
-    AVX-512 crashes on, or miscompiles, the vector literal of per-lane selects (a cumulative product came out 1)."""
-    if x.dtype.scalar in (dtypes.bool, dtypes.bfloat16, *ctx.renderer.narrow_dtypes) or any(
-            source.op is not Ops.WHERE or source.src[0] is not x.src[0].src[0] for source in x.src) or \
-            x.src[0].src[0].dtype.count != 1:
-        return None
-    branches = []
-    for values in ([source.src[1] for source in x.src], [source.src[2] for source in x.src]):
-        if all(value is values[0] for value in values):  # one value in every lane
-            branches.append(ctx.renderer.render_vector(x.dtype, [ctx.expression(values[0])] * len(values)))
-        elif all(value.op is Ops.GEP and value.src[0] is values[0].src[0] and value.arg == (lane,)
-                 for lane, value in enumerate(values)) and values[0].src[0].dtype == x.dtype:
-            branches.append(ctx.expression(values[0].src[0]))  # the lanes of one vector, in order
-        else:
-            return None
-    return ctx.bind(x, f"({ctx.expression(x.src[0].src[0])}?{branches[0]}:{branches[1]})")
-
-def _widening_cast(ctx: RenderContext, x: UOp) -> str | None:
-    """Widening 8- or 16-bit integer lanes as a literal of its lanes (to float: to int32 first, then converted whole):
-    gcc 12 compiles __builtin_convertvector(uchar8, int8) one byte at a time, the literal as one vpmovzxbd."""
-    source, dtype, narrow = x.src[0], x.dtype, x.src[0].dtype.scalar
-    if isinstance(dtype, PtrDType) or dtype.count == 1 or not dtypes.is_int(narrow) or narrow == dtypes.bool or \
-            narrow.itemsize >= 4:
-        return None
-    widen_to = dtype.scalar if dtypes.is_int(dtype.scalar) and dtype.scalar.itemsize > narrow.itemsize else \
-        dtypes.int32 if dtype.scalar in (F32, F64) else None
-    if widen_to is None:
-        return None
-    ctx.note(widen_to.vec(dtype.count))
-    lanes = ctx.renderer.render_vector(widen_to.vec(dtype.count), [
-        ctx.scalar_cast(ctx.lane(source, lane), narrow, widen_to) for lane in range(dtype.count)])
-    return ctx.bind(x, lanes if widen_to == dtype.scalar else
-                    f"__builtin_convertvector({lanes}, {ctx.renderer.render_dtype(dtype)})")
-
 c_rendering = text_rules([
     (UPat((Ops.WHERE, Ops.MAX), name="x"), _vector_select),
     (UPat(Ops.MULACC, name="x"), _fused_multiply_add),
@@ -267,10 +233,8 @@ c_rendering = text_rules([
      if x.src[0] in ctx.masks and len(x.arg) == 1 else None),  # a lane of a mask read as a bool (0 or 1)
     (UPat(Ops.LOAD, name="x"), _load),
     (UPat(Ops.STORE, name="x"), atomic_rule(_atomic)),
-    (UPat(Ops.VECTORIZE, name="x"), _whole_vector_select),
-    (UPat(Ops.CAST, name="x"), _widening_cast),
 ])
-"""The C renderer's own rules, before the base's: masks and blends, FMA, masked loads, atomics, selects and casts."""
+"""The C renderer's own rules, before the base's: masks and blends, FMA, masked loads, atomics and selects."""
 
 def _math(name: str, operands: list[str], dtype: DType) -> str:
     """A math builtin: the double version, the float one (f), half through float, an integer pow through double."""
@@ -289,7 +253,7 @@ class CRenderer(CStyleLanguage):
     code_for_op = {**CStyleLanguage.code_for_op, **math_functions(lambda name, x, dtype: _math(name, [x], dtype)),
                    Ops.POW: lambda base, exponent, dtype: _math("pow", [base, exponent], dtype)}
     vector_format, vector_cast = "({type}){{{items}}}", "__builtin_convertvector({x}, {type})"
-    string_rewrite = c_rendering + CStyleLanguage.string_rewrite
+    string_rewrite, post_matcher = c_rendering + CStyleLanguage.string_rewrite, c_lowering
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.MAX,
                                                       Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST, Ops.BITCAST}
     # masks (_mask_op), masked loads (_masked_load_macro) and FMA (_FMA_MACROS; else a multiply and an add); float32
