@@ -47,15 +47,12 @@ _FLOAT_MATH = {Ops.TRUNC: "trunc({a})", Ops.IDIV: "({a} / {b})", Ops.MOD: "({a} 
 _BOOL_MATH = {Ops.NEG: "(!{a})", Ops.ADD: "({a} | {b})", Ops.MUL: "({a} & {b})", Ops.SUB: "({a} != {b})",
               Ops.FDIV: "({a} & {b})", Ops.MAX: "({a} | {b})", Ops.CMPLT: "((!{a}) & {b})", Ops.XOR: "({a} != {b})"}
 
-
 class UnsupportedDTypeError(TypeError):
     """A kernel uses a dtype the WebGPU adapter cannot compute with."""
-
 
 class KernelLayout(NamedTuple):
     """What the runtime reads of a kernel: per buffer its element size and whether it is packed, the DEFINE_VAR names in
     parameter order, the workgroup size and whether threads are flat-mapped."""
-
     element_sizes: list[int]
     packed: list[bool]
     variables: list[str]
@@ -80,12 +77,10 @@ class KernelLayout(NamedTuple):
         return KernelLayout([int(item[:-1]) for item in buffers], [item.endswith("p") for item in buffers], variables,
                             (x, y, z), fields["mode"] == "flat")
 
-
 class WGSLRenderer(CStyleLanguage):
     """WGSL compute shaders shaped by the adapter: `has_f16` (`shader-f16`), its limits (`max_storage_buffers` is also
     `max_buffers`; kernels past a limit are refused naming it), `max_loop_iterations` (llvmpipe and lavapipe end a loop
     after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
-
     device, suffix, barrier, supports_float4 = "WEBGPU", "wgsl", "workgroupBarrier();", False
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
     # scalar code: `render_math` wraps narrow results and guards integer division; no type_map spells every dtype,
@@ -120,9 +115,8 @@ class WGSLRenderer(CStyleLanguage):
     def render_function(self, ctx: RenderContext, name: str) -> str:
         """The module: layout header, `Params` uniform, storage bindings, workgroup arrays, entry point; or an error
         naming the adapter's limit the kernel exceeds."""
-        state, uops = ctx.state, ctx.uops
-        elements = {uop.arg: uop.dtype.base for uop in uops
-                    if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype, PtrDType)}
+        state, elements = ctx.state, {uop.arg: uop.dtype.base for uop in ctx.uops
+                                      if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype, PtrDType)}
         if (positions := sorted(elements)) != list(range(len(positions))):
             raise ValueError(f"DEFINE_GLOBAL positions must be 0..n-1, got {positions}")
         if len(positions) > self.max_storage_buffers:
@@ -146,22 +140,20 @@ class WGSLRenderer(CStyleLanguage):
         layout = KernelLayout([elements[position].itemsize for position in positions],
                               [elements[position] in PACKED_DTYPES for position in positions], sorted(ctx.variables),
                               (x, y, z), not state.local_mode)
-        atomic = state.atomic_globals
-        arrays = ["atomic<i32>" if position in atomic and element == dtypes.int32 else "atomic<u32>" if position in
-                  atomic or element in PACKED_DTYPES else self.render_dtype(element) for position, element in
+        arrays = [f"atomic<{'i32' if element == dtypes.int32 else 'u32'}>" if position in state.atomic_globals or
+                  element in PACKED_DTYPES else self.render_dtype(element) for position, element in
                   sorted(elements.items())]
         fields = ", ".join([_PARAMS, *(f"start{position}: i32" for position in positions),
                             *(f"{ctx.variables[key]}: i32" for key in layout.variables)])
-        module = [layout.header(), *(["enable f16;"] if dtypes.float16 in ctx.used_dtypes else []),
-                  f"struct Params {{ {fields} }}", "@group(0) @binding(0) var<uniform> params: Params;",
-                  *(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;"
-                    for position, array in enumerate(arrays)), *state.module_lines,
-                  f"@compute @workgroup_size({x},{y},{z})",
-                  f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
-                  "@builtin(local_invocation_id) lid: vec3<u32>) {"]
-        flat = [] if state.local_mode else ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
-                                            "  if (flat >= params.total) { return; }"]
-        return "\n".join(module + flat + ctx.lines + ["}"]) + "\n"
+        return "\n".join([
+            layout.header(), *(["enable f16;"] if dtypes.float16 in ctx.used_dtypes else []),
+            f"struct Params {{ {fields} }}", "@group(0) @binding(0) var<uniform> params: Params;",
+            *(f"@group(0) @binding({position + 1}) var<storage, read_write> data{position}: array<{array}>;"
+              for position, array in enumerate(arrays)), *state.module_lines, f"@compute @workgroup_size({x},{y},{z})",
+            f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
+            "@builtin(local_invocation_id) lid: vec3<u32>) {",
+            *([] if state.local_mode else ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
+                                           "  if (flat >= params.total) { return; }"]), *ctx.lines, "}"]) + "\n"
 
     def render_dtype(self, dtype: DType) -> str:
         """The WGSL type of a scalar dtype; UnsupportedDTypeError, naming the adapter, for those WGSL lacks."""
@@ -179,15 +171,14 @@ class WGSLRenderer(CStyleLanguage):
         if (type_name := self.render_dtype(dtype.scalar)) == "bool":
             return "true" if value else "false"
         if type_name in ("f32", "f16"):
-            number = float(value)  # type: ignore[arg-type]
-            if not math.isfinite(number):
+            if not math.isfinite(number := float(value)):  # type: ignore[arg-type]
                 pattern = 0x7FC00000 if math.isnan(number) else 0x7F800000 if number > 0 else 0xFF800000
                 return f"bitcast<f32>({pattern:#x}u)" if type_name == "f32" else f"f16(bitcast<f32>({pattern:#x}u))"
             literal = repr(struct.unpack("<f", struct.pack("<f", number))[0] if type_name == "f32" else number)
             return f"{literal}{'' if 'e' in literal or '.' in literal else '.0'}{'f' if type_name == 'f32' else 'h'}"
-        integer = int(value)  # type: ignore[call-overload]
         if type_name == "u32":
-            return f"{integer & 0xFFFFFFFF}u"
+            return f"{int(value) & 0xFFFFFFFF}u"  # type: ignore[call-overload]
+        integer = int(value)  # type: ignore[call-overload]
         return "i32(-2147483647 - 1)" if integer == -2 ** 31 else f"{integer}i" if integer >= 0 else f"({integer}i)"
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
@@ -201,23 +192,21 @@ class WGSLRenderer(CStyleLanguage):
             return f"({expression} != {self.render_const(0, from_dtype)})"
         converted = expression if from_type == to_type else f"{to_type}({expression})"
         if from_type in ("f32", "f16") and to_type == "u32":  # C converts negative floats through the signed integer
-            zero = self.render_const(0, from_dtype)
-            converted = f"select({converted}, bitcast<u32>(i32({expression})), {expression} < {zero})"
+            converted = f"select({converted}, bitcast<u32>(i32({expression})), {expression} < " \
+                f"{self.render_const(0, from_dtype)})"
         fits = to_dtype not in _WRAP or from_dtype == dtypes.bool or dtypes.is_int(from_dtype) and \
             dtypes.min(from_dtype) >= dtypes.min(to_dtype) and dtypes.max(from_dtype) <= dtypes.max(to_dtype)
         return converted if fits else _WRAP[to_dtype].format(converted)
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Reinterpret a scalar's bits: `bitcast<T>()` (32 bits), through a `vec2<f16>` (float16), a wrap (integers)."""
-        source, target = from_dtype.scalar, to_dtype.scalar
-        if source.itemsize != target.itemsize:
+        if (source := from_dtype.scalar).itemsize != (target := to_dtype.scalar).itemsize:
             raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
-        from_type, to_type = self.render_dtype(source), self.render_dtype(target)
         if source.itemsize == 4:
-            return expression if from_type == to_type else f"bitcast<{to_type}>({expression})"
+            return expression if source == target else f"bitcast<{self.render_dtype(target)}>({expression})"
         if source == dtypes.float16:
             bits = f"(bitcast<u32>(vec2<f16>({expression}, 0.0h)) & 0xFFFFu)"
-            return bits if to_type == "u32" else _WRAP[dtypes.int16].format(f"bitcast<i32>({bits})")
+            return bits if target == dtypes.uint16 else _WRAP[dtypes.int16].format(f"bitcast<i32>({bits})")
         if target == dtypes.float16:
             return f"bitcast<vec2<f16>>(u32({expression}) & 0xFFFFu).x"
         return self.render_cast(expression, source, target)
@@ -230,34 +219,30 @@ class WGSLRenderer(CStyleLanguage):
             if code is None:
                 raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
             zero, one = self.render_const(0, scalar), self.render_const(1, scalar)
-            specials = (("nan", math.nan), ("inf", math.inf), ("minus_inf", -math.inf)) if is_float else (("nan", 0),)
-            constants = {"zero": zero, "one": one, "negate": "0u - " if value_type == "u32" else "-",
-                         "safe": f"select({{1}}, {one}, {{1}} == {zero})",
-                         **{key: self.render_const(value, scalar) for key, value in specials}}
+            specials = {"nan": math.nan, "inf": math.inf, "minus_inf": -math.inf} if is_float else {"nan": 0}
             try:
-                template = code.format(a="{0}", b="{1}", c="{2}", **constants)
+                template = code.format(a="{0}", b="{1}", c="{2}", zero=zero, one=one,
+                                       safe=f"select({{1}}, {one}, {{1}} == {zero})",
+                                       negate="0u - " if value_type == "u32" else "-",
+                                       **{key: self.render_const(value, scalar) for key, value in specials.items()})
             except KeyError as missing:
                 raise ValueError(f"the WGSL renderer cannot render {op} on {scalar}: it has no {missing}") from None
-            wrap = _WRAP.get(scalar, "{}") if op not in GroupOp.Comparison else "{}"
+            wrap = "{}" if op in GroupOp.Comparison else _WRAP.get(scalar, "{}")
             template = self.math_templates[(op, scalar)] = wrap.format(template)
         return template.format(*operands)
-
 
 @dataclass
 class _State:
     local_mode: bool
     atomic_globals: set[int]
     module_lines: list[str] = field(default_factory=list)  # the workgroup arrays
-    accesses: dict[UOp, _Access] = field(default_factory=dict)  # the rendered INDEXes
     workgroup: list[int] = field(default_factory=lambda: [1, 1, 1])  # the lidx sizes
     open_ranges: dict[UOp, tuple[int, int]] = field(default_factory=dict)  # -> (trip count, 1 if unknown; braces)
     workgroup_bytes: int = 0
 
-
 def _define_var(ctx: RenderContext, x: UOp) -> str:
     name = ctx.variables[str(x.arg[0])] = "var_" + "".join(ch if ch.isalnum() else "_" for ch in str(x.arg[0]))
     return ctx.name(x, f"params.{name}")
-
 
 def _special(ctx: RenderContext, x: UOp) -> str:
     label, axis, state = str(x.arg), int(str(x.arg)[-1]), ctx.state
@@ -275,7 +260,6 @@ def _special(ctx: RenderContext, x: UOp) -> str:
     ctx.emit(f"let {label}: i32 = {code};")
     return ctx.name(x, label)
 
-
 def _define_memory(ctx: RenderContext, x: UOp) -> str:  # a `var` array, of the module's workgroup memory for locals
     assert isinstance(pointer := x.dtype, PtrDType), f"{x.op} needs a pointer dtype, got {x.dtype}"
     size, register = max(pointer.size, 1), x.op is Ops.DEFINE_REG
@@ -284,7 +268,6 @@ def _define_memory(ctx: RenderContext, x: UOp) -> str:  # a `var` array, of the 
         f"var{'' if register else '<workgroup>'} {name}: array<{ctx.renderer.render_dtype(pointer.base)}, {size}>;")
     ctx.state.workgroup_bytes += 0 if register else size * pointer.base.itemsize
     return ctx.name(x, name)
-
 
 def _range(ctx: RenderContext, x: UOp) -> str:
     renderer, state, name, end = ctx.renderer, ctx.state, ctx.fresh("ridx"), ctx.expression(x.src[0])
@@ -311,7 +294,6 @@ def _range(ctx: RenderContext, x: UOp) -> str:
     ctx.depth, state.open_ranges[x] = ctx.depth + braces, (1 if size is None else size, braces)
     return ctx.name(x, name)
 
-
 def _end(ctx: RenderContext, x: UOp) -> str:
     for _ in range(sum(ctx.state.open_ranges.pop(source, (1, 1))[1] for source in x.src if source.op is Ops.RANGE)
                    or 1):
@@ -319,106 +301,84 @@ def _end(ctx: RenderContext, x: UOp) -> str:
         ctx.emit("}")
     return ""
 
-
 def _bitcast(ctx: RenderContext, x: UOp) -> str:
     code = ctx.renderer.render_bitcast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar)
-    if ctx.uses.get(x, 0) <= 1:  # WGSL's bitcast is an expression: in place when used once
-        ctx.inlined.add(x)
-        return ctx.name(x, code)
-    return ctx.bind(x, code)
-
-
-class _Access(NamedTuple):
-    """A rendered INDEX: the element it names, how that is stored ("plain", "atomic": in a buffer with combining stores,
-    "packed": narrow types in u32 words), its gate and dtype, the array, the offset and the buffer's position."""
-
-    element: str
-    kind: str
-    gate: str | None
-    dtype: DType
-    memory: str
-    offset: str
-    position: int | None
-
+    if ctx.uses.get(x, 0) > 1:
+        return ctx.bind(x, code)
+    ctx.inlined.add(x)  # WGSL's bitcast is an expression: in place when used once
+    return ctx.name(x, code)
 
 def _index(ctx: RenderContext, x: UOp) -> str:
-    buffer, state = x.src[0], ctx.state
-    assert isinstance(buffer.dtype, PtrDType), f"INDEX needs a pointer, got {buffer.dtype}"
+    assert isinstance(x.src[0].dtype, PtrDType), f"INDEX needs a pointer, got {x.src[0].dtype}"
     if x.src[1] in ctx.inlined and ctx.uses.get(x, 0) > 1:  # an index used several times is computed once
         ctx.materialize(x.src[1])
-    memory, index, dtype = ctx.expression(buffer), ctx.expression(x.src[1]), buffer.dtype.base
-    position = buffer.arg if buffer.op is Ops.DEFINE_GLOBAL else None
-    kind = "plain" if position is None else "atomic" if position in state.atomic_globals else \
-        "packed" if dtype in PACKED_DTYPES else "plain"
-    element = f"{memory}[{index}]" if position is None else f"{memory}[params.start{position} + {index}]"
-    state.accesses[x] = _Access(element, kind, ctx.expression(x.src[2]) if len(x.src) > 2 else None, dtype, memory,
-                                index, position)
-    return ctx.name(x, f"&{memory}[{index}]")
+    return ctx.name(x, f"&{ctx.expression(x.src[0])}[{ctx.expression(x.src[1])}]")
 
+def _access(ctx: RenderContext, index: UOp) -> tuple[str, str, DType, str | None]:
+    """The element a LOAD or STORE at `index` reaches, how it is stored ("plain"; "atomic": a buffer with combining
+    stores; "packed": narrow types in u32 words), its dtype and its gate."""
+    if index.op is not Ops.INDEX or not isinstance(index.src[0].dtype, PtrDType):
+        raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {index.op}")
+    buffer, dtype, offset = index.src[0], index.src[0].dtype.base, ctx.expression(index.src[1])
+    gate = ctx.expression(index.src[2]) if len(index.src) > 2 else None
+    if buffer.op is not Ops.DEFINE_GLOBAL:
+        return f"{ctx.expression(buffer)}[{offset}]", "plain", dtype, gate
+    kind = "atomic" if buffer.arg in ctx.state.atomic_globals else "packed" if dtype in PACKED_DTYPES else "plain"
+    return f"{ctx.expression(buffer)}[params.start{buffer.arg} + {offset}]", kind, dtype, gate
 
-def _access(ctx: RenderContext, index: UOp) -> _Access:
-    return ctx.state.accesses.get(index) or _refuse(f"LOAD/STORE needs an INDEX as its first source, got {index.op}")
-
-
-def _packed(ctx: RenderContext, access: _Access) -> tuple[str, str, str, str]:
+def _packed(ctx: RenderContext, index: UOp, size: int) -> tuple[str, str, str, str]:
     """A packed element's address (a `let` of its byte offset), word, mask and bit shift."""
-    name, size = ctx.fresh("addr"), access.dtype.itemsize
-    offset = f"({access.offset})" if size == 1 else f"({access.offset}) * {size}"
-    return (f"let {name}: u32 = u32(params.start{access.position} + {offset});", f"&{access.memory}[{name} >> 2u]",
-            "0xFFu" if size == 1 else "0xFFFFu", f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
-
+    name, position, offset = ctx.fresh("addr"), index.src[0].arg, f"({ctx.expression(index.src[1])})"
+    return (f"let {name}: u32 = u32(params.start{position} + {offset if size == 1 else f'{offset} * {size}'});",
+            f"&{ctx.expression(index.src[0])}[{name} >> 2u]", "0xFFu" if size == 1 else "0xFFFFu",
+            f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
 
 def _emit(ctx: RenderContext, lines: list[str], gate: str | None = None) -> None:
     for line in lines if gate is None else [f"if ({gate}) {{", *["  " + line for line in lines], "}"]:
         ctx.emit(line)
 
-
 def _refuse(message: str) -> NoReturn:
     raise ValueError(message)
 
-
 def _load(ctx: RenderContext, x: UOp) -> str:
-    access, name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
-    value, dtype, declaration = access.element, access.dtype, f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
-    if access.kind == "atomic":
+    (value, kind, dtype, gate), name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
+    if kind == "atomic":
         value = f"bitcast<f32>(atomicLoad(&{value}))" if dtype == dtypes.float32 else f"atomicLoad(&{value})"
-    elif access.kind == "packed":
-        let, word, mask, shift = _packed(ctx, access)
+    elif kind == "packed":
+        let, word, mask, shift = _packed(ctx, x.src[0], dtype.itemsize)
         lines, bits = [let], f"((atomicLoad({word}) >> {shift}) & {mask})"
         value = f"({bits} != 0u)" if dtype == dtypes.bool else bits if dtypes.is_unsigned(dtype) else \
             _WRAP[dtype].format(f"bitcast<i32>({bits})")
-    if access.gate is not None:  # sources of dtype void only order the load; the first other is the alternative
+    declaration = f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
+    if gate is not None:  # sources of dtype void only order the load; the first other is the alternative
         alternative = next((ctx.expression(source) for source in x.src[1:] if source.dtype != dtypes.void), None)
         ctx.emit(f"var {declaration} = {alternative or ctx.renderer.render_const(0, x.dtype)};")
-    lines.append(f"let {declaration} = {value};" if access.gate is None else f"{name} = {value};")
-    _emit(ctx, lines, access.gate)
+    _emit(ctx, [*lines, f"let {declaration} = {value};" if gate is None else f"{name} = {value};"], gate)
     return ctx.name(x, name)
 
-
 def _store(ctx: RenderContext, x: UOp) -> str:
-    access, value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
-    element, dtype = access.element, access.dtype
-    if access.kind == "plain":
+    (element, kind, dtype, gate), value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
+    if kind == "plain":
         lines = [f"{element} = {value};"]
-    elif access.kind == "packed":
-        let, word, mask, shift = _packed(ctx, access)
+    elif kind == "packed":
+        let, word, mask, shift = _packed(ctx, x.src[0], dtype.itemsize)
         bits = f"select(0u, 1u, {value})" if dtype == dtypes.bool else f"(u32({value}) & {mask})"
         lines = [let, f"atomicAnd({word}, ~({mask} << {shift}));", f"atomicOr({word}, {bits} << {shift});"]
-    elif x.arg is None or dtype != dtypes.float32 and x.arg in ("add", "max", "min"):
-        bits = f"bitcast<u32>({value})" if dtype == dtypes.float32 else value
-        lines = [f"atomicStore(&{element}, {bits});" if x.arg is None else
-                 f"atomic{str(x.arg).capitalize()}(&{element}, {value});"]
+    elif x.arg is None:
+        lines = [f"atomicStore(&{element}, {f'bitcast<u32>({value})' if dtype == dtypes.float32 else value});"]
+    elif dtype != dtypes.float32 and x.arg in ("add", "max", "min"):
+        lines = [f"atomic{str(x.arg).capitalize()}(&{element}, {value});"]
     else:  # a compare-exchange loop over the element's bits
-        word, is_float = f"&{element}", dtype == dtypes.float32
-        operand, old, result = ctx.fresh("operand"), ctx.fresh("old"), ctx.fresh("exchange")
+        old, result, operand, is_float = ctx.fresh("old"), ctx.fresh("exchange"), ctx.fresh("operand"), \
+            dtype == dtypes.float32
         combined = ctx.combine_code(str(x.arg), f"bitcast<f32>({old})" if is_float else old, operand, dtype)
-        lines = [f"let {operand}: {ctx.renderer.render_dtype(dtype)} = {value};", f"var {old} = atomicLoad({word});",
-                 "loop {", f"  let {result} = atomicCompareExchangeWeak({word}, {old}, "
+        lines = [f"let {operand}: {ctx.renderer.render_dtype(dtype)} = {value};",
+                 f"var {old} = atomicLoad(&{element});", "loop {",
+                 f"  let {result} = atomicCompareExchangeWeak(&{element}, {old}, "
                  f"{f'bitcast<u32>({combined})' if is_float else combined});",
                  f"  if ({result}.exchanged) {{ break; }}", f"  {old} = {result}.old_value;", "}"]
-    _emit(ctx, lines, access.gate)
+    _emit(ctx, lines, gate)
     return ""
-
 
 wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_VAR, name="x"), _define_var), (UPat(Ops.SPECIAL, name="x"), _special),
@@ -428,12 +388,12 @@ wgsl_rendering = text_rules([
     (UPat(Ops.BARRIER), lambda ctx: None if ctx.state.local_mode else _refuse(
         "a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return early and cannot "
         "synchronize")),
-    (UPat(Ops.CAST, name="x"), lambda ctx, x: _refuse("the WGSL renderer has no pointer casts (vector memory access "
-     "is not used)") if isinstance(x.dtype, PtrDType) else ctx.bind(x, ctx.renderer.render_cast(
-         ctx.expression(x.src[0]), x.src[0].dtype, x.dtype))),
+    (UPat(Ops.CAST, name="x"), lambda x: _refuse("the WGSL renderer has no pointer casts (vector memory access is not "
+                                                 "used)") if isinstance(x.dtype, PtrDType) else None),
 ])
-"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL rule names the buffers, refusing dtypes WGSL lacks): thread
-indices, loops, workgroup memory, memory accesses (INDEX, LOAD, STORE), bitcasts, casts and barriers."""
+"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL rule names the buffers, refusing dtypes WGSL lacks; its CAST
+rule converts values by `render_cast`): thread indices, loops, workgroup memory, memory accesses (INDEX, LOAD, STORE),
+bitcasts and barriers."""
 WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
