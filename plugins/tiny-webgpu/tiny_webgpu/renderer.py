@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import struct
-from dataclasses import dataclass, field
 from typing import NamedTuple, NoReturn
 
 from tinycore.dtype import DType, PtrDType, dtypes
@@ -214,16 +213,14 @@ class WGSLRenderer(CStyleLanguage):
     def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
         """One scalar ALU op: its template (made once per op and dtype), narrow integer results wrapped."""
         if (template := self.math_templates.get((op, scalar := dtype.scalar))) is None:
-            value_type, is_float = self.render_dtype(scalar), dtypes.is_float(scalar)
+            is_float, zero, one = dtypes.is_float(scalar), self.render_const(0, scalar), self.render_const(1, scalar)
             code = (_FLOAT_MATH if is_float else _BOOL_MATH if scalar == dtypes.bool else {}).get(op) or _MATH.get(op)
             if code is None:
                 raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
-            zero, one = self.render_const(0, scalar), self.render_const(1, scalar)
             specials = {"nan": math.nan, "inf": math.inf, "minus_inf": -math.inf} if is_float else {"nan": 0}
             try:
-                template = code.format(a="{0}", b="{1}", c="{2}", zero=zero, one=one,
-                                       safe=f"select({{1}}, {one}, {{1}} == {zero})",
-                                       negate="0u - " if value_type == "u32" else "-",
+                template = code.format(a="{0}", b="{1}", c="{2}", zero=zero, one=one, safe=f"select({{1}}, {one}, "
+                                       f"{{1}} == {zero})", negate="0u - " if dtypes.is_unsigned(scalar) else "-",
                                        **{key: self.render_const(value, scalar) for key, value in specials.items()})
             except KeyError as missing:
                 raise ValueError(f"the WGSL renderer cannot render {op} on {scalar}: it has no {missing}") from None
@@ -231,14 +228,11 @@ class WGSLRenderer(CStyleLanguage):
             template = self.math_templates[(op, scalar)] = wrap.format(template)
         return template.format(*operands)
 
-@dataclass
 class _State:
-    local_mode: bool
-    atomic_globals: set[int]
-    module_lines: list[str] = field(default_factory=list)  # the workgroup arrays
-    workgroup: list[int] = field(default_factory=lambda: [1, 1, 1])  # the lidx sizes
-    open_ranges: dict[UOp, tuple[int, int]] = field(default_factory=dict)  # -> (trip count, 1 if unknown; braces)
-    workgroup_bytes: int = 0
+    def __init__(self, local_mode: bool, atomic_globals: set[int]):
+        self.local_mode, self.atomic_globals, self.workgroup_bytes = local_mode, atomic_globals, 0
+        self.module_lines, self.workgroup = list[str](), [1, 1, 1]  # the workgroup arrays, the lidx sizes
+        self.open_ranges = dict[UOp, tuple[int, int]]()  # RANGE -> (trip count, 1 if unknown; braces it opened)
 
 def _define_var(ctx: RenderContext, x: UOp) -> str:
     name = ctx.variables[str(x.arg[0])] = "var_" + "".join(ch if ch.isalnum() else "_" for ch in str(x.arg[0]))
