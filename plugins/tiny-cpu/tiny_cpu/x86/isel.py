@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
+from tiny_cpu.x86.addresses import address_only_sums, broadcast_source, element_address, loop_paths
 from tiny_cpu.x86.casts import bitcast, mask_to_bool
 from tiny_cpu.x86.casts import cast as convert_scalar
 from tiny_cpu.x86.encoding import EncodingError, fits_int32
@@ -35,7 +36,7 @@ from tiny_cpu.x86.scalars import (
 )
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
-from tinycore.renderer.isa import Label, Memory, Operand, SubRegister, VirtualRegister
+from tinycore.renderer.isa import Instruction, Label, Memory, Operand, SubRegister, VirtualRegister
 from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.uop import UOp
@@ -117,6 +118,13 @@ class Selection:
                                        vector_registers=vector_registers)
         self.values: dict[UOp, Operand] = {}
         self.loops: list[tuple[VirtualRegister, Label, Label]] = []
+        self.open_ranges: list[UOp] = []  # the RANGE of each open loop, outermost first
+        self.preheaders: list[int] = []  # where each open loop's code starts in the program: its invariants go there
+        self.paths = loop_paths(uops)
+        self.address_only = address_only_sums(uops)  # ADDs folded into addresses, selected with their INDEX
+        # the address sums and 64-bit terms computed so far, by the loop depth they were placed at (valid until that
+        # depth's loop ends)
+        self.address_sums: list[dict[tuple[object, ...], VirtualRegister]] = [{}]
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
         self.accumulators: dict[UOp, list[VirtualRegister]] = {}  # a DEFINE_REG's elements, each kept in a register
         self.consumers: dict[UOp, list[UOp]] = {}
@@ -144,6 +152,21 @@ class Selection:
             return fresh
         self.refuse(uop, "its value is not in a register")
         raise AssertionError  # unreachable: refuse raises
+
+    def emit_at(self, depth: int, op: str, *operands: Operand) -> None:
+        """Emit an instruction inside `depth` loops: here when as many are open, else just before the code of the
+        loop at that depth (a loop-invariant value hoisted out of it and the loops inside it)."""
+        if depth >= len(self.preheaders):
+            self.builder.emit(op, *operands)
+            return
+        program = self.builder.program
+        before = len(program)
+        self.builder.emit(op, *operands)
+        instruction: Instruction = program.pop()
+        assert len(program) == before
+        program.insert(self.preheaders[depth], instruction)
+        for deeper in range(depth, len(self.preheaders)):
+            self.preheaders[deeper] += 1
 
     def integer(self, uop: UOp) -> VirtualRegister | int:
         """An index value: an immediate when it is a constant, else its register."""
@@ -225,6 +248,9 @@ def _special(ctx: Selection, uop: UOp) -> str:
 
 def _range(ctx: Selection, uop: UOp) -> str:
     counter, top, done = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.builder.label(), ctx.builder.label()
+    ctx.preheaders.append(len(ctx.builder.program))
+    ctx.open_ranges.append(uop)
+    ctx.address_sums.append({})
     ctx.builder.emit("mov", counter, 0)
     ctx.builder.bind(top)
     ctx.builder.emit("cmp", counter, ctx.integer(uop.src[0]))
@@ -237,6 +263,9 @@ def _range(ctx: Selection, uop: UOp) -> str:
 def _end(ctx: Selection, uop: UOp) -> str:
     for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
         counter, top, done = ctx.loops.pop()
+        ctx.preheaders.pop()
+        ctx.open_ranges.pop()
+        ctx.address_sums.pop()
         ctx.builder.emit("add", counter, 1)
         ctx.builder.emit("jmp", top)
         ctx.builder.bind(done)
@@ -288,12 +317,16 @@ def _index(ctx: Selection, uop: UOp) -> str:
     element: DType = pointer.base if isinstance(pointer, PtrDType) else pointer
     if element.scalar not in SCALARS or uop.src[0].op is not Ops.DEFINE_GLOBAL:
         ctx.refuse(uop, "only global buffers of the selected dtypes are indexed")
-    base, index = ctx.register(uop.src[0]), ctx.integer(uop.src[1])
+    base, size = ctx.register(uop.src[0]), element.scalar.itemsize
+    folded = element_address(ctx, base, uop.src[1], size)
+    if folded is not None:
+        ctx.values[uop] = folded
+        return ""
+    index = ctx.integer(uop.src[1])
     if isinstance(index, VirtualRegister) and index.bits != 64:  # addresses are formed from 64-bit registers
         wide = ctx.builder.value("gpr", 64)
         ctx.builder.emit("movsxd", wide, index)
         index = wide
-    size = element.scalar.itemsize
     if isinstance(index, int) and fits_int32(index * size):
         ctx.values[uop] = Memory(base, None, 1, index * size, size * 8)
     else:
@@ -361,6 +394,9 @@ def _load(ctx: Selection, uop: UOp) -> str:
         skip = branch_over(ctx.builder, gate)
     elif alternative is not None:
         ctx.refuse(uop, "an alternative value needs a gated INDEX")
+    elif broadcast_source(ctx, uop):  # read by the broadcast itself
+        ctx.values[uop] = replace(address, bits=32)
+        return ""
     if _is_vector(uop):
         if uop.dtype.scalar != dtypes.float32:
             ctx.refuse(uop, "only float32 vectors are loaded")
@@ -544,6 +580,12 @@ def _vectorize(ctx: Selection, uop: UOp) -> str:
     count, scalar = uop.dtype.count, uop.dtype.scalar
     if scalar not in (dtypes.float32, dtypes.bool) or count not in (4, 8):
         ctx.refuse(uop, "only float32 vectors and lane masks of 4 or 8 lanes are built")
+    memory = ctx.values.get(uop.src[0])
+    if isinstance(memory, Memory):  # a float32 load left to the broadcast (addresses.broadcast_source)
+        result = ctx.builder.value("vec", 32 * count)
+        ctx.builder.emit("vbroadcastss", result, memory)
+        ctx.values[uop] = result
+        return ""
     lanes: dict[UOp, VirtualRegister] = {}
     for source in uop.src:
         if source not in lanes:
@@ -657,6 +699,8 @@ def _integer_only(rule: SelectionRule) -> SelectionRule:
 
 
 def _integer_alu(ctx: Selection, uop: UOp) -> str:
+    if uop in ctx.address_only:  # summed by its INDEX (tiny_cpu.x86.addresses)
+        return ""
     left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
     if isinstance(left, int) and isinstance(right, int):
         ctx.refuse(uop, "constant operands should have been folded")
