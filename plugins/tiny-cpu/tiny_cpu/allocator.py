@@ -84,10 +84,11 @@ class CPUAllocator(LRUAllocator):
         return memoryview((ctypes.c_uint8 * size).from_address(opaque)).cast("B")
 
     def _copyin(self, dest: int, src: memoryview) -> None:
-        self._as_memoryview(dest, src.nbytes)[:] = src
+        # _as_memoryview's work inline: every new tensor copies its data in
+        memoryview((ctypes.c_uint8 * src.nbytes).from_address(dest)).cast("B")[:] = src
 
     def _copyout(self, dest: memoryview, src: int) -> None:
-        dest[:] = self._as_memoryview(src, dest.nbytes)
+        dest[:] = memoryview((ctypes.c_uint8 * dest.nbytes).from_address(src)).cast("B")
 
     def _offset(self, opaque: int, size: int, offset: int) -> int:
         return opaque + offset
