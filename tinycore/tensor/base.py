@@ -10,10 +10,11 @@ names the Tensor class, so none imports tensor.py; code without a tensor at hand
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeAlias, TypeVar, Union, overload
 
 from tinycore.dtype import ConstType, DType, DTypeLike
+from tinycore.helpers import DEV
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -41,12 +42,36 @@ _DEVICE_REGISTRY: _DeviceRegistry | None = None
 that path costs about a microsecond per call."""
 
 
+_PLUGIN_MANAGER: list[Callable[[], object]] = []
+"""tinycore.plugins.manager.get_plugin_manager once the registry is loaded (imported with it)."""
+_default_for: tuple[object, object, str] | None = None
+"""(DEV's targets, the plugin manager, the default device the registry named for them), kept while both are the same
+objects when DEV names a device: the registry's answer then depends on them alone (it checks the named device once
+per name and manager). Every Tensor() without a device asks, and the registry's property is about ten Python calls."""
+
+
 def _load_device_registry() -> _DeviceRegistry:
     """tinycore.device.registry.Device, imported on first use (the registry's module imports this one's users)."""
     global _DEVICE_REGISTRY
     from tinycore.device.registry import Device
+    from tinycore.plugins.manager import get_plugin_manager
+    _PLUGIN_MANAGER[:] = [get_plugin_manager]
     _DEVICE_REGISTRY = Device
     return Device
+
+
+def _default_device(registry: _DeviceRegistry) -> str:
+    """`registry.DEFAULT`, from `_default_for` when DEV's targets and the plugin manager are the ones it was found
+    with (DEV's setter makes new targets, so `Context(DEV=...)` and `Device.DEFAULT = ...` miss it)."""
+    global _default_for
+    targets, manager = DEV.targets, _PLUGIN_MANAGER[0]()
+    known = _default_for
+    if known is not None and known[0] is targets and known[1] is manager:
+        return known[2]
+    name = registry.DEFAULT
+    # without a device in DEV the registry chooses one by probing, and reset() forgets that choice: not kept here
+    _default_for = (targets, manager, name) if any(target.device for target in targets) else None
+    return name
 
 
 @overload
@@ -66,7 +91,7 @@ def canonical_device(device: str | tuple[str, ...] | list[str] | None) -> str | 
     of names (several devices) gives a tuple of canonical names."""
     registry = _DEVICE_REGISTRY or _load_device_registry()
     if device is None:
-        return registry.DEFAULT
+        return _default_device(registry)
     if isinstance(device, (tuple, list)):
         names = tuple(canonical_device(name) for name in device)
         if not names or len(set(names)) != len(names):
