@@ -119,6 +119,10 @@ def _input_buffers(tensors: list[Tensor]) -> list[Buffer]:
     from tinycore.uop.ops import Ops
     buffers: list[Buffer] = []
     for tensor in tensors:
+        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        if all(is_contiguous_buffer_view(part) for part in parts):  # realized already: no realize call per input
+            buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
+            continue
         tensor.realize()
         parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
         if not all(is_contiguous_buffer_view(part) for part in parts):

@@ -66,3 +66,51 @@ def test_fused_adam_skips_the_step_when_found_inf_is_set(found: float) -> None:
         np.testing.assert_allclose(value, reference, rtol=1e-5, atol=1e-7)
     if found:
         np.testing.assert_array_equal(results["tiny"][0], values[0])
+
+
+def _train_with_snapshots(device: str, steps: int) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+    """A fused Adam run whose learning rate changes every step (a scheduler), with copies and lazy values of the
+    parameters taken between steps: the replayed step must leave those as they were when taken."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.05, fused=True, amsgrad=True)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)
+    inputs = torch.randn(4, 5).to(device)
+    clones, lazies = [], []
+    for step in range(steps):
+        loss = model(inputs).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        if step == 3:
+            clones = [parameter.detach().clone() for parameter in model.parameters()]
+            lazies = [parameter.detach() * 2 for parameter in model.parameters()]
+        optimizer.step()
+        scheduler.step()
+    finals = [parameter.detach().cpu().numpy() for parameter in model.parameters()]
+    return finals, [value.cpu().numpy() for value in clones], [value.cpu().numpy() for value in lazies]
+
+
+def test_replayed_adam_follows_a_scheduled_rate_and_keeps_earlier_copies() -> None:
+    expected, actual = _train_with_snapshots("cpu", 7), _train_with_snapshots("tiny", 7)
+    for reference_group, value_group in zip(expected, actual, strict=True):
+        for reference, value in zip(reference_group, value_group, strict=True):
+            np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)
+
+
+def test_replayed_step_launches_no_new_compilation_and_counts_steps() -> None:
+    from tinycore.engine import realize
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 2).to("tiny")
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)
+    inputs = torch.randn(3, 6).to("tiny")
+    compiled = []
+    for _ in range(6):
+        loss = model(inputs).square().sum()
+        optimizer.zero_grad()
+        loss.backward()
+        before = len(realize._runners)
+        optimizer.step()
+        compiled.append(len(realize._runners) - before)
+    assert compiled[3:] == [0, 0, 0], compiled
+    steps = [float(optimizer.state[parameter]["step"].cpu()) for parameter in model.parameters()]
+    assert steps == [6.0, 6.0]

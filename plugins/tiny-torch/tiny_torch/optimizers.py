@@ -19,8 +19,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tiny_torch.dispatch import DEFERRED, aten, commit, flush, register
+from tiny_torch.updates import jitted_update
 from tiny_torch.wrapper import TinyTensor
-from tinycore.dtype import dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.tensor import Tensor
 
 
@@ -66,48 +67,84 @@ def _store(pairs: list[tuple[TinyTensor, Tensor]], found_inf: float | Tensor | N
     flush()
 
 
+def _work_dtype(dtype: DType) -> DType:
+    """The dtype an update computes in: the parameter's when it is a float of 32 bits or more, else float32."""
+    return dtype if dtypes.is_float(dtype) and dtype.itemsize >= 4 else dtypes.float32
+
+
+def _adam_update(weights: Tensor, grad: Tensor, average: Tensor, square: Tensor, maximum: Tensor | None,
+                 step: Tensor, rate: float | Tensor, *, beta1: float, beta2: float, weight_decay: float, eps: float,
+                 maximize: bool, decoupled: bool) -> list[Tensor]:
+    """One parameter's Adam (AdamW when `decoupled`) step: its new weights, averages, squares (and maxima with
+    amsgrad), computed in float32 at least. `grad` is already unscaled; `step` is the incremented step count."""
+    work = _work_dtype(weights.dtype)
+    weights, grad = weights.cast(work), grad.cast(work)
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled:
+            weights = weights * (1 - rate * weight_decay)
+        else:
+            grad = grad + weights * weight_decay
+    average = average.cast(work)
+    average = average + (grad - average) * (1 - beta1)
+    square = square.cast(work) * beta2 + grad * grad * (1 - beta2)
+    step = step.reshape(()).cast(dtypes.float32)
+    correction1 = 1 - (step * math.log(beta1)).exp() if beta1 > 0 else Tensor(1.0, device=step.device)
+    correction2 = 1 - (step * math.log(beta2)).exp() if beta2 > 0 else Tensor(1.0, device=step.device)
+    root = correction2.sqrt()
+    if maximum is not None:
+        maximum = maximum.cast(work).maximum(square)
+        denominator = maximum.sqrt() / root + eps
+    else:
+        denominator = square.sqrt() / root + eps
+    step_size = rate / correction1
+    results = [weights - step_size * average / denominator, average, square]
+    return results + [maximum] if maximum is not None else results
+
+
 def _adam(params: list[torch.Tensor], grads: list[torch.Tensor], exp_avgs: list[torch.Tensor],
           exp_avg_sqs: list[torch.Tensor], max_exp_avg_sqs: list[torch.Tensor], state_steps: list[torch.Tensor], *,
           lr: float | torch.Tensor, beta1: float, beta2: float, weight_decay: float, eps: float, amsgrad: bool,
           maximize: bool, grad_scale: torch.Tensor | None, found_inf: torch.Tensor | None, decoupled: bool) -> None:
-    """Adam (decoupled=False) or AdamW (decoupled=True) over every parameter, in one realize."""
+    """Adam (decoupled=False) or AdamW (decoupled=True) over every parameter, in one realize (one TinyJit replay
+    when every tensor is a whole storage and the learning rate is a number)."""
     tiny_params, tiny_grads = _tiny(params, "params"), _tiny(grads, "grads")
     tiny_avgs, tiny_squares = _tiny(exp_avgs, "exp_avgs"), _tiny(exp_avg_sqs, "exp_avg_sqs")
     tiny_maxima = _tiny(max_exp_avg_sqs, "max_exp_avg_sqs") if amsgrad else []
     tiny_steps = _tiny(state_steps, "state_steps")
+    options = {"beta1": beta1, "beta2": beta2, "weight_decay": weight_decay, "eps": eps, "maximize": maximize,
+               "decoupled": decoupled}
+    if grad_scale is None and found_inf is None and not isinstance(lr, torch.Tensor):
+        groups = [tiny_params, tiny_grads, tiny_avgs, tiny_squares] + ([tiny_maxima] if amsgrad else []) + \
+            [tiny_steps]
+        reads = [group[position] for position in range(len(tiny_params)) for group in groups]
+        writes = [group[position] for position in range(len(tiny_params))
+                  for group in [tiny_params, tiny_avgs, tiny_squares] + ([tiny_maxima] if amsgrad else [])]
+
+        def update(values: list[Tensor], numbers: list[Tensor]) -> list[Tensor]:
+            results = []
+            for start in range(0, len(values), len(groups)):
+                weights, grad, average, square, *rest = values[start:start + len(groups)]
+                results += _adam_update(weights, grad, average, square, rest[0] if amsgrad else None, rest[-1],
+                                        numbers[0], **options)
+            return results
+        if jitted_update(("adam", amsgrad, *options.items()), reads, writes, [float(lr)], update):
+            return
     rate, scale, overflow = _learning_rate(lr), _scalar(grad_scale), _scalar(found_inf)
-    writes: list[tuple[TinyTensor, Tensor]] = []
+    writes_lazy: list[tuple[TinyTensor, Tensor]] = []
     for position, param in enumerate(tiny_params):
-        value = param.tiny_value()
-        work = value.dtype if dtypes.is_float(value.dtype) and value.dtype.itemsize >= 4 else dtypes.float32
-        weights, grad = value.cast(work), tiny_grads[position].tiny_value().cast(work)
+        weights, grad = param.tiny_value(), tiny_grads[position].tiny_value()
         if scale is not None:
-            grad = grad / scale
-            writes.append((tiny_grads[position], grad))  # PyTorch's fused steps leave the gradients unscaled
-        if maximize:
-            grad = -grad
-        if weight_decay != 0:
-            if decoupled:
-                weights = weights * (1 - rate * weight_decay)
-            else:
-                grad = grad + weights * weight_decay
-        average = tiny_avgs[position].tiny_value().cast(work)
-        average = average + (grad - average) * (1 - beta1)
-        square = tiny_squares[position].tiny_value().cast(work) * beta2 + grad * grad * (1 - beta2)
-        step = tiny_steps[position].tiny_value().reshape(()).cast(dtypes.float32)
-        correction1 = 1 - (step * math.log(beta1)).exp() if beta1 > 0 else Tensor(1.0, device=step.device)
-        correction2 = 1 - (step * math.log(beta2)).exp() if beta2 > 0 else Tensor(1.0, device=step.device)
-        root = correction2.sqrt()
-        if amsgrad:
-            maximum = tiny_maxima[position].tiny_value().cast(work).maximum(square)
-            writes.append((tiny_maxima[position], maximum))
-            denominator = maximum.sqrt() / root + eps
-        else:
-            denominator = square.sqrt() / root + eps
-        step_size = rate / correction1
-        writes += [(param, weights - step_size * average / denominator), (tiny_avgs[position], average),
-                   (tiny_squares[position], square)]
-    _store(writes, overflow)
+            grad = grad.cast(_work_dtype(weights.dtype)) / scale
+            writes_lazy.append((tiny_grads[position], grad))  # PyTorch's fused steps leave the gradients unscaled
+        new = _adam_update(weights, grad, tiny_avgs[position].tiny_value(),
+                           tiny_squares[position].tiny_value(),
+                           tiny_maxima[position].tiny_value() if amsgrad else None,
+                           tiny_steps[position].tiny_value(), rate, **options)
+        targets = [param, tiny_avgs[position], tiny_squares[position]] + ([tiny_maxima[position]] if amsgrad else [])
+        writes_lazy += list(zip(targets, new, strict=True))
+    _store(writes_lazy, overflow)
 
 
 def _adam_step(decoupled: bool) -> Callable[..., None]:
