@@ -63,3 +63,24 @@ def test_widened_bytes_match_numpy() -> None:
     values = np.arange(256, dtype=np.uint8)[::-1].copy()
     np.testing.assert_array_equal((Tensor(values).cast(dtypes.float32) * 2).numpy(), values.astype(np.float32) * 2)
     np.testing.assert_array_equal((Tensor(values).cast(dtypes.int32) - 300).numpy(), values.astype(np.int32) - 300)
+
+
+def test_math_of_halves_in_float32_matches_torch() -> None:
+    values = np.linspace(0.25, 8.0, 37, dtype=np.float16)
+    halves = torch.tensor(values)
+    for ours, theirs in ((Tensor(values).sqrt(), halves.sqrt()), (Tensor(values).exp2(), halves.exp2()),
+                         (Tensor(values).log2(), halves.log2()), (Tensor(values).sin(), halves.sin())):
+        assert ours.dtype == dtypes.float16
+        np.testing.assert_allclose(ours.numpy().astype(np.float32), theirs.float().numpy(), rtol=2e-3, atol=2e-3)
+
+
+def test_integer_pow_is_computed_in_float64() -> None:
+    base = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("b", 0, 100))
+    power = _rewrite(base.alu(Ops.POW, base))
+    assert power.op is Ops.CAST and power.dtype == dtypes.int32
+    assert power.src[0].op is Ops.POW and power.src[0].dtype == dtypes.float64
+    assert all(source.op is Ops.CAST and source.dtype == dtypes.float64 for source in power.src[0].src)
+    half = UOp(Ops.DEFINE_VAR, dtypes.float16, (), ("h", 0, 100))
+    assert _rewrite(half.alu(Ops.SQRT)).src[0].dtype == dtypes.float32
+    single = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("f", 0, 100)).alu(Ops.SQRT)
+    assert _rewrite(single) is single

@@ -44,8 +44,20 @@ def widen_lane_by_lane(x: UOp) -> UOp | None:
     lanes = tuple(source.gep(lane).cast(wider) for lane in range(dtype.count))
     return UOp(Ops.VECTORIZE, wider.vec(dtype.count), lanes).cast(dtype)
 
+def math_in_wider_floats(x: UOp) -> UOp | None:
+    """A math function of float16 -> the same in float32, an integer POW -> POW in float64, each cast back: C's
+    builtins take float (the f versions) or double."""
+    wide = dtypes.float32 if x.dtype.scalar == dtypes.float16 else \
+        dtypes.float64 if x.op is Ops.POW and not dtypes.is_float(x.dtype) else None
+    if wide is None:
+        return None
+    wide = wide.vec(x.dtype.count) if x.dtype.count > 1 else wide
+    return UOp(x.op, wide, tuple(source.cast(wide) for source in x.src)).cast(x.dtype)
+
 c_lowering = PatternMatcher([
+    (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW), name="x"), math_in_wider_floats),
     (UPat(Ops.VECTORIZE, name="x"), select_whole_vectors),
     (UPat(Ops.CAST, name="x"), widen_lane_by_lane),
 ])
-"""The C renderer's post_matcher: whole-vector selects under a scalar condition, narrow integers widened by lane."""
+"""The C renderer's post_matcher: whole-vector selects under a scalar condition, narrow integers widened by lane,
+math functions in the float types C has builtins for."""

@@ -236,22 +236,16 @@ c_rendering = text_rules([
 ])
 """The C renderer's own rules, before the base's: masks and blends, FMA, masked loads, atomics and selects."""
 
-def _math(name: str, operands: list[str], dtype: DType) -> str:
-    """A math builtin: the double version, the float one (f), half through float, an integer pow through double."""
-    via = "float" if dtype.scalar == dtypes.float16 else "double" if name == "pow" and not dtypes.is_float(dtype) \
-        else ""
-    if not via:
-        return f"__builtin_{name}{'' if dtype.scalar == F64 else 'f'}({','.join(operands)})"
-    converted = ','.join(f'({via})({operand})' for operand in operands)
-    return f"(({C_TYPE_MAP[dtype.scalar]})__builtin_{name}{'f' if via == 'float' else ''}({converted}))"
+def _builtin(name: str, dtype: DType, *operands: str) -> str:  # double's builtin, or float's (f): see lowering.py
+    return f"__builtin_{name}{'' if dtype.scalar == F64 else 'f'}({','.join(operands)})"
 
 class CRenderer(CStyleLanguage):
     """GNU C for the host CPU: vector_size vectors, _Float16 halves, bfloat16 as bits, restrict pointers."""
 
     device, suffix, has_local, has_shared, has_threads, local_max, shared_max = "CPU", "c", False, False, True, None, 0
     buffer_suffix, infinity, nan, type_map = " restrict", "__builtin_inff()", "__builtin_nanf(\"\")", C_TYPE_MAP
-    code_for_op = {**CStyleLanguage.code_for_op, **math_functions(lambda name, x, dtype: _math(name, [x], dtype)),
-                   Ops.POW: lambda base, exponent, dtype: _math("pow", [base, exponent], dtype)}
+    code_for_op = {**CStyleLanguage.code_for_op, **math_functions(lambda name, x, dtype: _builtin(name, dtype, x)),
+                   Ops.POW: lambda base, exponent, dtype: _builtin("pow", dtype, base, exponent)}
     vector_format, vector_cast = "({type}){{{items}}}", "__builtin_convertvector({x}, {type})"
     string_rewrite, post_matcher = c_rendering + CStyleLanguage.string_rewrite, c_lowering
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.MAX,
