@@ -79,6 +79,9 @@ class RendererContract:
     """The ALU ops the language applies to vectors lane-wise (or such a set per scalar dtype); the others are
     devectorized (None: codegen.devectorize's defaults). CAST and BITCAST in the set keep whole-vector conversions
     (between the non-bool dtypes the set allows)."""
+    emulated_floats: frozenset[DType] = frozenset()
+    """Float dtypes the language stores and converts to and from float32 but does not compute with (bfloat16 in C):
+    codegen computes each op on them in float32 (codegen/narrow_floats.py, the pass "narrow floats")."""
     masked_load_dtypes: frozenset[DType] = frozenset()
     """Scalar dtypes whose vector loads from consecutive addresses may have a different gate per lane (a row of a
     padded copy that starts or ends in the padding): the INDEX's gate is then a bool vector, and the renderer reads

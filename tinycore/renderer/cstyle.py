@@ -85,7 +85,7 @@ class CStyleLanguage(Renderer):
     vector_cast: str | None = None  # a whole-vector conversion ({type}, {x}); None converts lane by lane
     bitcast_format: str = ("({{ {source} tc_source = {x}; {type} tc_result; __builtin_memcpy(&tc_result, &tc_source, "
                            "sizeof(tc_result)); tc_result; }})")
-    native_bfloat16 = False
+    native_bfloat16, emulated_floats = False, frozenset({dtypes.bfloat16})  # codegen computes bfloat16 in float32
     # MOCK GPUs: (source, uops) -> the source carrying its linear program (the core's renderers import no device code)
     program_embedder: Callable[[str, list[UOp]], str] | None = None
     vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
@@ -138,8 +138,6 @@ class CStyleLanguage(Renderer):
     def render_const(self, value: object, dtype: DType) -> str:
         """A literal of scalar `dtype` (integers with their `integer_suffix`, or cast where they have none)."""
         scalar = dtype.scalar
-        if scalar == dtypes.bfloat16 and not self.native_bfloat16:
-            return f"(({self.storage_type(dtypes.bfloat16)}){bfloat16_bits(float(value))}u)"  # type: ignore[arg-type]
         if dtypes.is_float(dtype):
             return self.render_float(float(value), dtype)  # type: ignore[arg-type]
         if scalar == dtypes.bool:
@@ -153,7 +151,9 @@ class CStyleLanguage(Renderer):
         return f"(-{limit - 1}{suffix}-1)" if number == -limit else f"({number}{suffix})"
 
     def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
-        """Value conversion of a scalar expression."""
+        """Value conversion of a scalar expression (bfloat16 to and from float32 by the prelude's functions)."""
+        if dtypes.bfloat16 in self.emulated_floats and dtypes.bfloat16 in (from_dtype, to_dtype):
+            return f"tc_{'bf16_to_f32' if from_dtype == dtypes.bfloat16 else 'f32_to_bf16'}({expression})"
         return f"(({self.render_dtype(to_dtype)})({expression}))"
 
     def render_bitcast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
@@ -204,12 +204,10 @@ class CStyleLanguage(Renderer):
         return "\n".join(prelude + [signature] + body + ["}"]) + "\n"
 
     def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
-        """One scalar ALU op (bfloat16 computed in float32 when it is only a storage type)."""
-        if dtype.scalar == dtypes.bfloat16 and not self.native_bfloat16 and op is not Ops.WHERE:
-            result = self.code_for_op[op](*[f"tc_bf16_to_f32({operand})" for operand in operands], dtypes.float32)
-            return result if op in GroupOp.Comparison else f"tc_f32_to_bf16({result})"
-        if op not in self.code_for_op:
-            raise ValueError(f"{type(self).__name__} cannot render {op}: codegen must rewrite it first")
+        """One scalar ALU op."""
+        if op not in self.code_for_op or (dtype.scalar in self.emulated_floats and op is not Ops.WHERE):
+            raise ValueError(f"{type(self).__name__} cannot render {op} on {dtype}: codegen must rewrite it first "
+                             "(decompositions; the pass narrow floats for `emulated_floats`)")
         return self.code_for_op[op](*operands, dtype)
 
     def render(self, uops: list[UOp]) -> str:
@@ -320,17 +318,8 @@ class RenderContext:
                                                                dtype.scalar) for lane in range(dtype.count)])
 
     def scalar_cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
-        """The conversion of a scalar expression (bfloat16 through float32 where it is only a storage type)."""
-        renderer, emulated, float32 = self.renderer, not self.renderer.native_bfloat16, dtypes.float32
-        if from_dtype == to_dtype:
-            return text
-        if emulated and from_dtype == dtypes.bfloat16:
-            widened = f"tc_bf16_to_f32({text})"
-            return widened if to_dtype == float32 else renderer.render_cast(widened, float32, to_dtype)
-        if emulated and to_dtype == dtypes.bfloat16:
-            narrowed = text if from_dtype == float32 else renderer.render_cast(text, from_dtype, float32)
-            return f"tc_f32_to_bf16({narrowed})"
-        return renderer.render_cast(text, from_dtype, to_dtype)
+        """The conversion of a scalar expression."""
+        return text if from_dtype == to_dtype else self.renderer.render_cast(text, from_dtype, to_dtype)
 
     def alu(self, uop: UOp) -> str:
         """Bind an ALU op's code; an inlined operand it repeats gets a variable first (no exponential source growth)."""
@@ -348,7 +337,7 @@ class RenderContext:
         count, scalar, narrow = max(source.dtype.count for source in uop.src), operand_dtype.scalar, \
             uop.dtype.scalar in renderer.narrow_dtypes
         vector_ok = uop.op in renderer.vector_alu_ops and scalar != dtypes.bool and \
-            scalar not in renderer.narrow_dtypes and not (scalar == dtypes.bfloat16 and not renderer.native_bfloat16)
+            scalar not in renderer.narrow_dtypes and scalar not in renderer.emulated_floats
         if count == 1 or (vector_ok and all(source.dtype.count == count for source in uop.src)):
             code = self.scalar_alu(uop.op, operands, operand_dtype, uop.src)
             return renderer.render_cast(code, uop.dtype, uop.dtype) if count == 1 and narrow else code
@@ -382,6 +371,9 @@ class RenderContext:
     def combine_code(self, reduce: str, old: str, new: str, dtype: DType) -> str:
         """The expression combining the stored `old` with `new` by a scatter reduce (names, evaluated once each)."""
         renderer, boolean = self.renderer, dtype == dtypes.bool
+        if dtype in renderer.emulated_floats:  # the update is no UOp the pass "narrow floats" could rewrite
+            wide = [renderer.render_cast(operand, dtype, dtypes.float32) for operand in (old, new)]
+            return renderer.render_cast(self.combine_code(reduce, *wide, dtypes.float32), dtypes.float32, dtype)
         if reduce == "min":
             below = renderer.render_math(Ops.CMPLT, [new, old], dtype)
             code = renderer.render_math(Ops.WHERE, [below, new, old], dtype)

@@ -109,7 +109,7 @@ class CUDARenderer(cstyle.CStyleLanguage):
 
     device, suffix, has_local, has_shared, has_threads = "NV", "cu", True, True, False
     kernel_prefix, smem_prefix, barrier = 'extern "C" __global__ ', "__shared__ ", "__syncthreads();"
-    native_bfloat16 = True  # tc_bfloat16 converts itself; see PRELUDE
+    native_bfloat16, emulated_floats = True, frozenset()  # tc_half and tc_bfloat16 convert themselves; see PRELUDE
     string_rewrite = cuda_rendering + cstyle.base_rendering
     code_for_op = {**cstyle.BASE_CODE_FOR_OP, Ops.POW: _pow, **cstyle.math_functions(
         lambda name, x, dtype: f"{name}({x})" if dtype.scalar == dtypes.float64 else f"{name}f((float)({x}))")}

@@ -137,8 +137,9 @@ def test_literals():
     assert renderer.render_const(5, dtypes.uint64) == "5ull"
     assert renderer.render_const(200, dtypes.uint8) == "((unsigned char)200)"
     assert renderer.render_const(True, dtypes.bool) == "1"
-    # bfloat16 without native support is its bit pattern: 1.0 is 0x3f80, 3.140625 rounds to 0x4049
-    assert renderer.render_const(1.0, dtypes.bfloat16) == "((unsigned short)16256u)"
+    # bfloat16 without native support: a float32 literal converted by the prelude's function; its bits: 1.0 is
+    # 0x3f80, 3.140625 rounds to 0x4049
+    assert renderer.render_const(1.0, dtypes.bfloat16) == "tc_f32_to_bf16(1.0f)"
     assert bfloat16_bits(3.14159) == 0x4049 and bfloat16_bits(math.inf) == 0x7F80
     assert bfloat16_bits(math.nan) & 0x7FC0 == 0x7FC0
 
