@@ -442,8 +442,9 @@ def test_uses_in_loops_weigh_more_and_count_again_at_the_back_jump() -> None:
     load_at = next(i for i, instruction in enumerate(program) if isinstance(instruction.operands[-1], Memory))
     back_jump = next(i for i, instruction in enumerate(program) if instruction.op == "jmp")
     assert intervals[pointer].uses == (0, load_at, back_jump)  # read again in the next iteration
-    assert intervals[pointer].weight == 1 + 8  # once outside the loop, once in it
-    assert intervals[offsets[0]].weight == 2 and intervals[offsets[0]].uses == (2, 6)
+    # once outside the loop, once in it, per position held (0 to the back jump)
+    assert intervals[pointer].weight == pytest.approx((1 + 8) / (back_jump + 1))
+    assert intervals[offsets[0]].weight == pytest.approx(2 / 5) and intervals[offsets[0]].uses == (2, 6)
     assert intervals[pointer].next_use(load_at + 1) == back_jump
     assert intervals[offsets[0]].next_use(3) == 6
     # hand-made intervals without uses: the end stands for every use
@@ -487,3 +488,41 @@ def test_a_pointer_read_in_a_loop_under_pressure_runs() -> None:
     assert cells in builder.allocation.assigned and counter in builder.allocation.assigned
     values = (ctypes.c_int64 * 8)(*[3 ** i - 50 for i in range(8)])
     assert function(ctypes.addressof(values)) == sum(3 ** i - 50 for i in range(8)) + sum(1000 + i for i in range(12))
+
+
+def test_a_written_operand_shares_a_read_operands_scratch_when_every_operand_is_spilled() -> None:
+    from tiny_cpu.x86.registers import XMM
+
+    from tinycore.renderer.isa import Allocation, rewrite_program
+    values = [VirtualRegister(i, "vec", 256) for i in range(4)]  # vblendvps result, if_false, if_true, mask
+    allocation = Allocation(spill_offset={value: 32 * i for i, value in enumerate(values)}, spill_bytes=128)
+    scratch = XMM[13:16]
+    blend = Instruction("vblendvps", tuple(values), ("w", "r", "r", "r"))
+    rewritten = rewrite_program(
+        [blend], allocation, {"vec": scratch}, lambda register, bits: register,
+        lambda register, offset: Instruction("load", (register, offset)),
+        lambda offset, register: Instruction("store", (offset, register)))
+    loads, selected, stores = rewritten[:3], rewritten[3], rewritten[4:]
+    assert [i.op for i in loads] == ["load"] * 3 and [i.op for i in stores] == ["store"]
+    assert set(selected.operands[1:]) == set(scratch)  # the three reads in the three scratch registers
+    assert selected.operands[0] in scratch and stores[0].operands == (0, selected.operands[0])
+
+
+def test_a_long_lived_value_read_rarely_spills_before_short_temporaries() -> None:
+    # a constant made at the start and read twice more, against two temporaries that overlap briefly: spilling the
+    # constant frees a register for the whole stretch at the cost of two reloads; spilling a temporary would leave an
+    # instruction with more spilled operands (the four-operand blend ran out of scratch registers that way)
+    constant, first, second, result = (VirtualRegister(i, "gpr", 64) for i in range(4))
+    program = [
+        Instruction("mov", (constant, 7)),
+        Instruction("mov", (first, 1)),
+        Instruction("mov", (second, 2)),
+        Instruction("add", (first, second), ("rw", "r")),
+        Instruction("mov", (result, first)),
+        Instruction("add", (result, constant), ("rw", "r")),
+        *[Instruction("add", (result, 1), ("rw", "r")) for _ in range(12)],
+        Instruction("add", (result, constant), ("rw", "r")),
+    ]
+    pool = [Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")]
+    allocation = linear_scan(live_intervals(program), {"gpr": pool})
+    assert set(allocation.spill_offset) == {constant}

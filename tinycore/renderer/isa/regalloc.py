@@ -4,9 +4,10 @@ The program is a list of `Instruction`s over `VirtualRegister`s; positions are l
 instruction whose op is `label_op`; a jump is any other instruction with a `Label` operand. Values live where a
 backward jump returns to are kept alive to the jump, so loops are safe. Spilled values live in stack slots for
 their whole life; `rewrite_program` loads them into scratch registers (kept out of the allocatable pool) around
-each instruction that touches them. Under pressure the value spilled is the cheapest to spill: the fewest reloads,
-a use weighing LOOP_WEIGHT times more for each loop around it (then the one needed again last), so a buffer pointer
-read in an inner loop keeps its register and a store's address, needed only after the loop, goes to the stack.
+each instruction that touches them. Under pressure the value spilled is the cheapest to spill for the register it
+frees: the fewest reloads per position held, a use weighing LOOP_WEIGHT times more for each loop around it (then the
+one needed again last), so a buffer pointer read in an inner loop keeps its register, a store's address needed only
+after the loop goes to the stack, and a short temporary is not spilled for a long-lived constant.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class Interval:
 
     `uses` are the positions that mention it, sorted, plus the back jump of each loop it lives across and is
     mentioned in (the next iteration's use); empty when unknown, and the end then stands for every use. `weight` is
-    what spilling it costs: its mentions, each LOOP_WEIGHT ** (the loops around it)."""
+    what spilling it costs per position it holds a register: its mentions, each LOOP_WEIGHT ** (the loops around
+    it), over its length."""
 
     value: VirtualRegister
     start: int
@@ -125,7 +127,8 @@ def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[
         again = [back_jump for head, back_jump in loops if interval.start < head and back_jump <= interval.end
                  and bisect.bisect_left(uses, head) < bisect.bisect_right(uses, back_jump)]
         interval.uses = tuple(sorted({*uses, *again})) if again else tuple(uses)
-        interval.weight = float(sum(LOOP_WEIGHT ** depth[position] for position in uses))
+        reloads = sum(LOOP_WEIGHT ** depth[position] for position in uses)
+        interval.weight = reloads / (interval.end - interval.start + 1)
     return intervals
 
 
@@ -151,9 +154,9 @@ def linear_scan(
 
     `blocked[r] = p` keeps register `r` from values that start before position `p` (an incoming argument still
     unread). When no register is free, a live value or the new one is spilled: the one of least `weight` (the fewest
-    reloads weighted by loop depth), of those the one needed again last (`Interval.next_use`; the new one's next use
-    is its first after its start), then the one ending last, then the one given its register first. Without weights
-    and uses this is the live value that ends last.
+    reloads weighted by loop depth, per position), of those the one needed again last (`Interval.next_use`; the new
+    one's next use is its first after its start), then the one ending last, then the one given its register first.
+    Without weights and uses this is the live value that ends last.
     """
     # registers are bits of a mask per kind, bit i the pool's i-th register, so the free register tried first is the
     # lowest usable bit; live values sit in a heap by end: a kernel of ~1000 values allocated in tens of ms with
@@ -245,6 +248,8 @@ class _SpillRewriter:
             if value not in taken:
                 used = {t.number for t in taken.values()}
                 spare = [r for r in self.scratch.get(value.kind, []) if r.number not in used]
+                if not spare and mode == "w":  # written after every read: a read operand's scratch may take it
+                    spare = [r for r in self.scratch.get(value.kind, []) if r.number in used]
                 if not spare:
                     raise RuntimeError(f"{instruction.op}: more spilled {value.kind} operands than scratch registers")
                 taken[value] = self.view(spare[0], value.bits)
