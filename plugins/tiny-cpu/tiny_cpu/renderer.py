@@ -126,8 +126,7 @@ def _whole(ctx: RenderContext, uop: UOp, count: int) -> str:  # a vector of `cou
 
 def _variable(ctx: RenderContext, dtype: DType, code: str, prefix: str) -> str:
     ctx.note(dtype)
-    name = ctx.fresh(prefix)
-    ctx.emit(f"{ctx.renderer.render_dtype(dtype)} {name} = {code};")
+    ctx.emit(ctx.renderer.render_declaration(name := ctx.fresh(prefix), dtype, code))
     return name
 
 def _mask_of(ctx: RenderContext, uop: UOp, lane_bytes: int, count: int) -> str:
@@ -305,9 +304,9 @@ class CRenderer(CStyleLanguage):
     def render_kernel(self, name: str, parameters: list[str], body: list[str], prelude: list[str],
                       attributes: str = "") -> str:
         """An exported C function and its entry point for the command queue and the worker pool (see entry_point)."""
-        core_id = bool(parameters) and parameters[-1] == "const int core_id"
-        lines = prelude + [f"void {name}({', '.join(parameters)}) {{"] + body + ["}"]
-        return "\n".join(lines + [entry_point(name, parameters[:-1] if core_id else parameters, core_id)]) + "\n"
+        core_id = parameters[-1:] == ["const int core_id"]
+        entry = entry_point(name, parameters[:-1] if core_id else parameters, core_id)
+        return f"{super().render_kernel(name, parameters, body, prelude)}{entry}\n"
 
 def entry_point(name: str, parameters: list[str], takes_core_id: bool = True) -> str:
     """`void NAME_entry(const long long *arguments, int core_id)`: calls kernel `name` with its arguments unpacked from
