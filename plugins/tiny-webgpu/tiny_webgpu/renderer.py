@@ -295,15 +295,13 @@ def _end(ctx: RenderContext, x: UOp) -> str:
         ctx.emit("}")
     return ""
 
-def _bitcast(ctx: RenderContext, x: UOp) -> str:
+def _bitcast(ctx: RenderContext, x: UOp) -> str:  # WGSL's bitcast is an expression: in place when used once
     code = ctx.renderer.render_bitcast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar)
-    if ctx.uses.get(x, 0) > 1:
-        return ctx.bind(x, code)
-    ctx.inlined.add(x)  # WGSL's bitcast is an expression: in place when used once
-    return ctx.name(x, code)
+    if ctx.uses.get(x, 0) <= 1:
+        ctx.inlined.add(x)
+    return ctx.name(x, code) if x in ctx.inlined else ctx.bind(x, code)
 
-def _index(ctx: RenderContext, x: UOp) -> str:
-    assert isinstance(x.src[0].dtype, PtrDType), f"INDEX needs a pointer, got {x.src[0].dtype}"
+def _index(ctx: RenderContext, x: UOp) -> str:  # loads and stores render the access (`_access`)
     if x.src[1] in ctx.inlined and ctx.uses.get(x, 0) > 1:  # an index used several times is computed once
         ctx.materialize(x.src[1])
     return ctx.name(x, f"&{ctx.expression(x.src[0])}[{ctx.expression(x.src[1])}]")
