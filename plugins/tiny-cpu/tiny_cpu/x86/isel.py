@@ -18,6 +18,7 @@ from tiny_cpu.x86.casts import bitcast, mask_to_bool
 from tiny_cpu.x86.casts import cast as convert_scalar
 from tiny_cpu.x86.encoding import EncodingError, fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
+from tiny_cpu.x86.lanes import build_vector, vector_lanes
 from tiny_cpu.x86.registers import rax, rdx, view
 from tiny_cpu.x86.scalars import (
     HALVES,
@@ -125,6 +126,10 @@ class Selection:
         # the address sums and 64-bit terms computed so far, by the loop depth they were placed at (valid until that
         # depth's loop ends)
         self.address_sums: list[dict[tuple[object, ...], VirtualRegister]] = [{}]
+        # VECTORIZEs of lanes computed as one vector (tiny_cpu.x86.lanes), the scalar lanes left out, and the vectors
+        # built so far in this loop body by their lanes
+        self.lanes_built, self.lanes_skipped = vector_lanes(uops)
+        self.lane_vectors: dict[tuple[UOp, ...], VirtualRegister] = {}
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
         self.accumulators: dict[UOp, list[VirtualRegister]] = {}  # a DEFINE_REG's elements, each kept in a register
         self.consumers: dict[UOp, list[UOp]] = {}
@@ -179,6 +184,8 @@ class Selection:
         """The machine code of the kernel: a System V function taking the buffers (by DEFINE_GLOBAL number), then
         the variables (by name)."""
         for uop in self.uops:
+            if uop in self.lanes_skipped:  # computed by the vector instructions of the VECTORIZE it is a lane of
+                continue
             try:
                 handled = x86_selection.rewrite(uop, self)
             except EncodingError as error:  # an operand form the encoder has no instruction for
@@ -251,6 +258,7 @@ def _range(ctx: Selection, uop: UOp) -> str:
     ctx.preheaders.append(len(ctx.builder.program))
     ctx.open_ranges.append(uop)
     ctx.address_sums.append({})
+    ctx.lane_vectors = {}
     ctx.builder.emit("mov", counter, 0)
     ctx.builder.bind(top)
     ctx.builder.emit("cmp", counter, ctx.integer(uop.src[0]))
@@ -266,6 +274,7 @@ def _end(ctx: Selection, uop: UOp) -> str:
         ctx.preheaders.pop()
         ctx.open_ranges.pop()
         ctx.address_sums.pop()
+        ctx.lane_vectors = {}
         ctx.builder.emit("add", counter, 1)
         ctx.builder.emit("jmp", top)
         ctx.builder.bind(done)
@@ -580,6 +589,9 @@ def _vectorize(ctx: Selection, uop: UOp) -> str:
     count, scalar = uop.dtype.count, uop.dtype.scalar
     if scalar not in (dtypes.float32, dtypes.bool) or count not in (4, 8):
         ctx.refuse(uop, "only float32 vectors and lane masks of 4 or 8 lanes are built")
+    if uop in ctx.lanes_built:
+        ctx.values[uop] = build_vector(ctx, tuple(uop.src))
+        return ""
     memory = ctx.values.get(uop.src[0])
     if isinstance(memory, Memory):  # a float32 load left to the broadcast (addresses.broadcast_source)
         result = ctx.builder.value("vec", 32 * count)
