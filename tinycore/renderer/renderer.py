@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, cast
 
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import to_function_name
@@ -12,20 +12,12 @@ from tinycore.uop.patterns import PatternMatcher, RewriteFunction, UPat
 from tinycore.uop.program import Estimates, ProgramSpec, estimate, pointer_root  # the description of a program
 from tinycore.uop.uop import UOp
 
-ContextT = TypeVar("ContextT")
 # a rendering rule: from `ctx` and its pattern's captures, the UOp's text ("" for a statement) or None to pass it on
 TextRule = Callable[..., "str | None"]
 
 def text_rules(rules: Sequence[tuple[UPat, TextRule]]) -> PatternMatcher:
     """A PatternMatcher of rendering rules (PatternMatcher types its rules as UOp rewrites; these return text)."""
     return PatternMatcher(cast(Sequence[tuple[UPat, RewriteFunction]], rules))
-
-def statement_rule(function: Callable[[ContextT, UOp], object]) -> Callable[[ContextT, UOp], str]:
-    """A rule from `function(ctx, uop)` (the UOp captured as "uop"): it answers "" whatever the function returns."""
-    def rule(ctx: ContextT, uop: UOp) -> str:
-        function(ctx, uop)
-        return ""
-    return rule
 
 class Renderer(RendererContract):
     """Linear program -> source and ProgramSpec; the attributes the core reads are declared in RendererContract."""
@@ -61,5 +53,4 @@ def kernel_name(uops: list[UOp], default: str = "kernel") -> str:
             return to_function_name(name)
     return default
 
-__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "pointer_root", "statement_rule",
-           "text_rules"]
+__all__ = ["Renderer", "ProgramSpec", "Estimates", "estimate", "kernel_name", "pointer_root", "text_rules"]
