@@ -372,8 +372,9 @@ class RenderContext:
         """The expression combining the stored `old` with `new` by a scatter reduce (names, evaluated once each)."""
         renderer, boolean = self.renderer, dtype == dtypes.bool
         if dtype in renderer.emulated_floats:  # the update is no UOp the pass "narrow floats" could rewrite
-            wide = [renderer.render_cast(operand, dtype, dtypes.float32) for operand in (old, new)]
-            return renderer.render_cast(self.combine_code(reduce, *wide, dtypes.float32), dtypes.float32, dtype)
+            wide_old, wide_new = (renderer.render_cast(operand, dtype, dtypes.float32) for operand in (old, new))
+            return renderer.render_cast(self.combine_code(reduce, wide_old, wide_new, dtypes.float32), dtypes.float32,
+                                        dtype)
         if reduce == "min":
             below = renderer.render_math(Ops.CMPLT, [new, old], dtype)
             code = renderer.render_math(Ops.WHERE, [below, new, old], dtype)
