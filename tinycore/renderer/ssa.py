@@ -1,5 +1,6 @@
 """What the renderers into SSA-register languages (PTX, LLVM IR) share: a context that keeps each UOp's register and
-the lines written, rules given as a table of op -> function, instruction templates filled per type, constants' bits."""
+the lines written, rules given as a table of op -> function, instruction templates filled per type, constants' bits.
+A float dtype a language cannot compute with is its `emulated_floats`: codegen computes it in float32 beforehand."""
 from __future__ import annotations
 
 import math
@@ -18,21 +19,17 @@ REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
 """A scatter reduce's name -> the ALU op that combines (min is a compare and a select)."""
 _FLOAT_FORMATS = {dtypes.float16: ("<e", "<H"), dtypes.float32: ("<f", "<I"), dtypes.float64: ("<d", "<Q")}
 
-
 class SSAContext:
     """The state of rendering one linear program into an SSA-register language: each UOp's register, the lines."""
 
     language, indent = "SSA", "\t"
-    widened: tuple[DType, ...] = ()
-    """The 16-bit floats the language computes in float32."""
+    emulated_floats: frozenset[DType] = frozenset()
+    """The renderer's `emulated_floats`: a scatter reduce combines them in float32, as codegen computes them."""
     # each language's own: the register or literal of a constant, an ALU op over registers of a dtype (the values'
-    # type, not a condition's) with a count of lanes, a conversion by value between types not `widened`, and the
-    # float32 of a `widened` 16-bit float and back
+    # type, not a condition's) with a count of lanes, and a conversion by value between types, as C converts
     constant: Callable[[object, DType], str]
     arithmetic: Callable[[Ops, list[str], DType, int], str]
     convert: Callable[[str, DType, DType, int], str]
-    widen: Callable[[str, DType, int], str]
-    narrow: Callable[[str, DType, int], str]
 
     def __init__(self, uops: list[UOp]):
         self.uops = uops
@@ -76,41 +73,30 @@ class SSAContext:
         return self.arithmetic(uop.op, operands, dtype, count)
 
     def alu(self, uop: UOp) -> str:
-        """The register of the ALU UOp `uop`; a 16-bit float of `widened` is computed in float32 and rounded back."""
-        dtype = (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar
+        """The register of the ALU UOp `uop`, computed on its operands' dtype (for WHERE, the values')."""
         count = self.lanes(uop)
         operands = [self.operand(source, count) if count > 1 else self.value(source) for source in uop.src]
-        if dtype not in self.widened:
-            return self.compute(uop, operands, dtype, count)
-        operands = [text if source.dtype.scalar == dtypes.bool else self.widen(text, dtype, count)
-                    for text, source in zip(operands, uop.src, strict=True)]
-        result = self.compute(uop, operands, dtypes.float32, count)
-        return result if uop.dtype.scalar == dtypes.bool else self.narrow(result, dtype, count)
+        return self.compute(uop, operands, (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar, count)
 
-    def cast(self, text: str, source: DType, target: DType, count: int = 1) -> str:
-        """`text` (`count` lanes of `source`) converted to `target` as C converts, 16-bit floats through float32."""
-        if source == target:
-            return text
-        if source in self.widened:
-            return self.cast(self.widen(text, source, count), dtypes.float32, target, count)
-        if target in self.widened:
-            return self.narrow(self.cast(text, source, dtypes.float32, count), target, count)
-        return self.convert(text, source, target, count)
+    def cast(self, uop: UOp) -> str:
+        """The register of the CAST `uop` (of a scalar or of a vector of its lanes), converted as C converts."""
+        source, count = uop.src[0], uop.dtype.count
+        text = self.operand(source, count) if count > 1 else self.value(source)
+        return text if source.dtype.scalar == uop.dtype.scalar else \
+            self.convert(text, source.dtype.scalar, uop.dtype.scalar, count)
 
     def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
         """The stored `old` combined with `new` by a scatter reduce (min as C's (new<old)?new:old)."""
-        if dtype in self.widened:
-            wide = self.combine(reduce, self.widen(old, dtype, 1), self.widen(new, dtype, 1), dtypes.float32)
-            return self.narrow(wide, dtype, 1)
+        if dtype in self.emulated_floats:
+            old, new = (self.convert(text, dtype, dtypes.float32, 1) for text in (old, new))
+            return self.convert(self.combine(reduce, old, new, dtypes.float32), dtypes.float32, dtype, 1)
         if reduce == "min":
             return self.arithmetic(Ops.WHERE, [self.arithmetic(Ops.CMPLT, [new, old], dtype, 1), new, old], dtype, 1)
         if reduce not in REDUCE_OPS:
             raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
         return self.arithmetic(REDUCE_OPS[reduce], [old, new], dtype, 1)
 
-
 ContextT = TypeVar("ContextT", bound=SSAContext)
-
 
 def ssa_rules(table: Mapping[Ops | tuple[Ops, ...], Callable[[ContextT, UOp], str | None]]) -> PatternMatcher:
     """Rendering rules from `table` (op or ops -> function(ctx, uop)): the function renders its UOp into the context
@@ -123,13 +109,11 @@ def ssa_rules(table: Mapping[Ops | tuple[Ops, ...], Callable[[ContextT, UOp], st
         return render
     return text_rules([(UPat(op, name="uop"), rule(function)) for op, function in table.items()])
 
-
 def fill_types(templates: Iterable[str], fields: Mapping[str, str], registers: Iterable[str]) -> tuple[str, ...]:
     """`templates` with the fields of their type filled in; the `registers` fields and the positional ones ({0},
     {1}: the earlier instructions' registers) are left for `str.format` once the registers are known."""
     kept, templates = {name: f"{{{name}}}" for name in registers}, tuple(templates)
     return tuple(text.format(*(f"{{{n}}}" for n in range(len(templates))), **kept, **fields) for text in templates)
-
 
 def float_bits(value: float, dtype: DType) -> int:
     """The bits of `value` rounded to the float `dtype` (bfloat16 too); a value beyond its range is an infinity."""
@@ -140,7 +124,6 @@ def float_bits(value: float, dtype: DType) -> int:
         return int(struct.unpack(bits, struct.pack(number, value))[0])
     except OverflowError:
         return float_bits(math.copysign(math.inf, value), dtype)
-
 
 def identifier(name: object) -> str:
     """`name` as a register or parameter name: every character but letters, digits and _ replaced by _."""

@@ -22,6 +22,13 @@ from tinycore.device.compiler import CompileError
 from tinycore.engine.memory import device_facts
 from tinycore.schedule import create_schedule
 
+
+def _bfloat16(values: np.ndarray) -> np.ndarray:
+    """float32 `values` rounded to bfloat16 (to nearest, ties to even), as float32."""
+    bits = values.astype(np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16).astype(np.uint32).view(np.float32)
+
+
 # each case: tinycore code run under DEV=CPU:LLVM on the inputs below, and the numpy reference
 INPUTS = {
     "x": np.linspace(-3.0, 3.0, 37, dtype=np.float32),
@@ -67,6 +74,11 @@ CASES: dict[str, tuple[str, object]] = {
                           lambda v: [v["x"].astype(np.float16) * np.float16(3),
                                      (v["x"].view(np.uint32) + 0x7FFF + ((v["x"].view(np.uint32) >> 16) & 1)
                                       >> 16 << 16).astype(np.uint32).view(np.float32)]),
+    "bfloat16 arithmetic, rounded after each op; half math functions": (
+        "[(t['x'].cast('bfloat16') * 3).maximum(t['x'].cast('bfloat16') + 1).cast('float32').numpy(), "
+        "(t['x'].cast('float16').exp2() + t['x'].cast('float16').sin()).numpy()]",
+        lambda v: [np.maximum(_bfloat16(_bfloat16(v["x"]) * 3), _bfloat16(_bfloat16(v["x"]) + 1)),
+                   np.exp2(v["x"].astype(np.float16)) + np.sin(v["x"].astype(np.float16))]),
     "bool and where": ("[(t['x'] > 0).numpy(), (t['x'] < 1).where(t['x'], -t['x']).numpy()]",
                        lambda v: [v["x"] > 0, np.where(v["x"] < 1, v["x"], -v["x"])]),
     "edge values: compare, select, maximum": (

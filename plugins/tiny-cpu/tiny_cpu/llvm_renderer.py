@@ -12,17 +12,20 @@ import math
 import struct
 from dataclasses import dataclass
 
+from tiny_cpu.lowering import math_in_wider_floats
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
+from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
     dtypes.bool: "i1", dtypes.int8: "i8", dtypes.uint8: "i8", dtypes.int16: "i16", dtypes.uint16: "i16",
     dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
     dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
+_EMULATED = frozenset({dtypes.bfloat16})  # bits in an i16, computed in float32 (codegen's pass "narrow floats")
 _INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 # ALU op -> its instructions ("; " between), each an SSA value; fields: a b c the operands, T their type, F the lane
@@ -31,15 +34,18 @@ _COMMON_OPS = {Ops.WHERE: "select {F} {a}, {T} {b}, {T} {c}", Ops.FDIV: "fdiv {T
                Ops.RECIPROCAL: "fdiv {T} {one}, {a}", Ops.AND: "and {T} {a}, {b}", Ops.OR: "or {T} {a}, {b}",
                Ops.XOR: "xor {T} {a}, {b}", Ops.SHL: "shl {T} {a}, {b}", Ops.SHR: "{shr} {T} {a}, {b}"}
 _FLOAT_OPS = {Ops.ADD: "fadd {T} {a}, {b}", Ops.SUB: "fsub {T} {a}, {b}", Ops.MUL: "fmul {T} {a}, {b}",
+              Ops.MULACC: "fmul {T} {a}, {b}; fadd {T} {0}, {c}",
               Ops.NEG: "fneg {T} {a}", Ops.CMPLT: "fcmp olt {T} {a}, {b}", Ops.CMPNE: "fcmp une {T} {a}, {b}",
               Ops.CMPEQ: "fcmp oeq {T} {a}, {b}", Ops.MAX: "fcmp olt {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}"}
 _DIVISION = "icmp eq {T} {b}, {zero}; select {F} {0}, {T} {one}, {T} {b}; {div}%s {T} {a}, {1}; " \
     "select {F} {0}, {T} {zero}, {T} {2}"  # truncating; a zero divisor gives 0 (as the interpreter), never a trap
 _INTEGER_OPS = {Ops.ADD: "add {T} {a}, {b}", Ops.SUB: "sub {T} {a}, {b}", Ops.MUL: "mul {T} {a}, {b}",
+                Ops.MULACC: "mul {T} {a}, {b}; add {T} {0}, {c}",
                 Ops.NEG: "sub {T} {zero}, {a}", Ops.CMPLT: "icmp {lt} {T} {a}, {b}", Ops.CMPNE: "icmp ne {T} {a}, {b}",
                 Ops.CMPEQ: "icmp eq {T} {a}, {b}", Ops.MAX: "icmp {lt} {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}",
                 Ops.IDIV: _DIVISION % "div", Ops.MOD: _DIVISION % "rem"}
 _BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",
+             Ops.MULACC: "and {T} {a}, {b}; or {T} {0}, {c}",
              Ops.NEG: "xor {T} {a}, {true}"}  # C's _Bool arithmetic stored back as a bool
 _TO_FLOAT = "zext {S} {a} to {W}; shl {W} {0}, {c16}; bitcast {W} {1} to {f32}"  # bfloat16 bits: the upper half
 _TO_BFLOAT16 = "bitcast {f32} {a} to {W}; fcmp uno {f32} {a}, {a}; lshr {W} {0}, {c16}; and {W} {2}, {c1}; " \
@@ -48,14 +54,11 @@ _TO_BFLOAT16 = "bitcast {f32} {a} to {W}; fcmp uno {f32} {a}, {a}; lshr {W} {0},
 _BOOL_BITS = ("icmp ne i8 {0}, 0", "zext i1 {0} to i8")  # an atomically updated element's bits (B) to its value
 _FLOAT_BITS = ("bitcast {B} {0} to {T}", "bitcast {T} {0} to {B}")  # (of type T) and back
 
-
 def _lanes(scalar: str, count: int) -> str:
     return scalar if count == 1 else f"<{count} x {scalar}>"
 
-
 def _splat(text: str, scalar: str, count: int) -> str:
     return text if count == 1 else "<" + ", ".join([f"{scalar} {text}"] * count) + ">"
-
 
 @functools.cache
 def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
@@ -70,7 +73,6 @@ def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
               **{f"c{number}": _splat(str(number), "i32", count) for number in (1, 16, 64, 32767)}}
     return fill_types(template.split("; "), fields, "abc")
 
-
 @functools.cache
 def _table_plan(op: Ops, scalar: DType, count: int) -> tuple[str, ...] | None:
     """The instructions of `op` on `count` lanes of `scalar`; None where it is not a table's."""
@@ -78,25 +80,19 @@ def _table_plan(op: Ops, scalar: DType, count: int) -> tuple[str, ...] | None:
         (_FLOAT_OPS if _is_float(scalar) else _INTEGER_OPS).get(op) or _COMMON_OPS.get(op)
     return None if template is None else _resolved(template, scalar, count)
 
-
 def scalar_type(dtype: DType, memory: bool = False) -> str:
     """The LLVM type of a scalar dtype (`memory`: as stored, so bool is a byte)."""
-    if memory and dtype.scalar == dtypes.bool:
-        return "i8"
     if (found := _SCALAR_TYPES.get(dtype.scalar)) is None:
         raise ValueError(f"the LLVM renderer has no type for {dtype.scalar}: use one of "
                          f"{', '.join(sorted(str(known) for known in _SCALAR_TYPES))}")
-    return found
-
+    return "i8" if memory and found == "i1" else found
 
 def llvm_type(dtype: DType, memory: bool = False) -> str:
     """The LLVM type of a (vector) dtype."""
     return _lanes(scalar_type(dtype, memory), dtype.count)
 
-
 def _is_float(dtype: DType) -> bool:
-    return dtypes.is_float(dtype) and dtype.scalar != dtypes.bfloat16
-
+    return dtypes.is_float(dtype) and dtype.scalar not in _EMULATED
 
 def constant(value: object, dtype: DType) -> str:
     """The text of a scalar constant of `dtype`: bfloat16 as its bits, halves as 0xH bits, floats and doubles as
@@ -115,11 +111,9 @@ def constant(value: object, dtype: DType) -> str:
     number = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
     return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
 
-
 def vector_constant(values: list[object], dtype: DType) -> str:
     """The text of a vector constant of `dtype` (one value per lane)."""
     return "<" + ", ".join(f"{scalar_type(dtype)} {constant(value, dtype.scalar)}" for value in values) + ">"
-
 
 @dataclass
 class Pointer:
@@ -134,11 +128,10 @@ class Pointer:
     elements: int
     step: DType
 
-
 class LLVMRenderer(Renderer):
     """LLVM IR for the host CPU, compiled in-process by llvmlite (tiny_cpu.llvm_compiler)."""
 
-    device, suffix = "CPU", "ll"
+    device, suffix, emulated_floats = "CPU", "ll", _EMULATED
     has_local, has_shared, has_threads = False, False, True
     global_max, local_max, shared_max = None, None, 0
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
@@ -151,6 +144,9 @@ class LLVMRenderer(Renderer):
     fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
     vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
                                                    for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
+    # libm has no half functions (llvm.sqrt and llvm.trunc of half are instructions): those and integer powers are
+    # computed in float32 and float64 by the C renderer's rule
+    post_matcher = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), name="x"), math_in_wider_floats)])
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         from tiny_cpu.renderer import _cpu_count
@@ -168,11 +164,10 @@ class LLVMRenderer(Renderer):
         """The LLVM IR module of `uops` with the kernel called `name` and its entry point `name`_entry."""
         return LLVMContext(uops).run(name, self)
 
-
 class LLVMContext(SSAContext):
     """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
 
-    language, indent, widened = "LLVM", "  ", (dtypes.bfloat16,)
+    language, indent, emulated_floats = "LLVM", "  ", _EMULATED
     constant = staticmethod(constant)  # a constant is its literal
 
     def __init__(self, uops: list[UOp]):
@@ -195,9 +190,9 @@ class LLVMContext(SSAContext):
         self.lines.append(f"{name}:")
         self.block = name
 
-    def assign(self, code: str, prefix: str = "v") -> str:
+    def assign(self, code: str) -> str:
         """Emit `%new = code` and return the register."""
-        self.emit(f"{(register := self.fresh(prefix))} = {code}")
+        self.emit(f"{(register := self.fresh())} = {code}")
         return register
 
     def sequence(self, templates: tuple[str, ...], *operands: str) -> str:
@@ -239,9 +234,10 @@ class LLVMContext(SSAContext):
             return vector_constant([uop.arg] * count, uop.dtype.scalar)
         return self.splat(self.value(uop), uop.dtype.scalar, count)
 
-    def intrinsic(self, name: str, type_text: str, arguments: list[str], scalar: str, count: int) -> str:
-        """A call of `llvm.NAME` on values of `type_text`, declared once."""
-        function = f"@llvm.{name}.{_INTRINSIC_SUFFIX[scalar] if count == 1 else f'v{count}{_INTRINSIC_SUFFIX[scalar]}'}"
+    def intrinsic(self, name: str, arguments: list[str], dtype: DType, count: int) -> str:
+        """A call of `llvm.NAME` on `count` lanes of `dtype`, declared once."""
+        type_text, suffix = _lanes(scalar := scalar_type(dtype), count), _INTRINSIC_SUFFIX[scalar]
+        function = f"@llvm.{name}.{suffix if count == 1 else f'v{count}{suffix}'}"
         self.intrinsics.add(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
         return self.assign(f"call {type_text} {function}({', '.join(f'{type_text} {a}' for a in arguments)})")
 
@@ -263,6 +259,9 @@ class LLVMContext(SSAContext):
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
         if source == target:
             return text
+        if dtypes.bfloat16 in (source, target):  # its bits, to and from float32 only (codegen's "narrow floats")
+            return self.sequence(_resolved(_TO_FLOAT if source == dtypes.bfloat16 else _TO_BFLOAT16, dtypes.float32,
+                                           count), text)
         from_type, to_type = _lanes(scalar_type(source), count), _lanes(scalar_type(target), count)
         source_float, target_float, unsigned = _is_float(source), _is_float(target), dtypes.is_unsigned(target)
         if target == dtypes.bool:
@@ -291,37 +290,23 @@ class LLVMContext(SSAContext):
         """The zero of `count` lanes of `dtype`."""
         return constant(0, dtype) if count == 1 else "zeroinitializer"
 
-    def widen(self, text: str, dtype: DType, count: int = 1) -> str:
-        """The floats of `count` lanes of bfloat16 bits."""
-        return self.sequence(_resolved(_TO_FLOAT, dtypes.float32, count), text)
-
-    def narrow(self, text: str, dtype: DType, count: int = 1) -> str:
-        """`count` lanes of floats rounded to bfloat16 bits."""
-        return self.sequence(_resolved(_TO_BFLOAT16, dtypes.float32, count), text)
-
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The ALU UOp `uop` over `operands` of `dtype`; a fused MULACC of floats or doubles is `llvm.fmuladd` (one
         rounding where the target has FMA, a multiply and an add where it has not)."""
         if uop.op is Ops.MULACC and uop.arg == FUSED and uop.src[0].dtype.scalar in (dtypes.float32, dtypes.float64):
-            return self.intrinsic("fmuladd", _lanes(scalar_type(dtype), count), operands, scalar_type(dtype), count)
+            return self.intrinsic("fmuladd", operands, dtype, count)
         return self.arithmetic(uop.op, operands, dtype, count)
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
         """`op` over operand registers of `count` lanes of `dtype` (the values' type, not a WHERE's condition):
         intrinsics and POW here, the rest from the instruction tables."""
+        if dtype in _EMULATED and op is not Ops.WHERE:
+            raise ValueError(f"the LLVM renderer computes {dtype} in float32 only: codegen's \"narrow floats\" casts")
         if (plan := _table_plan(op, dtype, count)) is not None:
             return self.sequence(plan, *operands)
-        if op is Ops.MULACC:
-            product = self.arithmetic(Ops.MUL, operands[:2], dtype, count)
-            return self.arithmetic(Ops.ADD, [product, operands[2]], dtype, count)
-        if (name := _INTRINSICS.get(op)) is None or not (_is_float(dtype) or op is Ops.POW):
+        if (name := _INTRINSICS.get(op)) is None or not _is_float(dtype):
             raise ValueError(f"the LLVM renderer cannot render {op} on {dtype}")
-        if _is_float(dtype) and (dtype != dtypes.float16 or op in (Ops.SQRT, Ops.TRUNC)):
-            return self.intrinsic(name, _lanes(scalar_type(dtype), count), operands, scalar_type(dtype), count)
-        # libm has no half functions; integer powers go through double
-        wider = dtypes.float32 if dtype == dtypes.float16 else dtypes.float64
-        result = self.arithmetic(op, [self.convert(operand, dtype, wider, count) for operand in operands], wider, count)
-        return self.convert(result, wider, dtype, count)
+        return self.intrinsic(name, operands, dtype, count)
 
     def address(self, pointer: Pointer, index: str | None) -> str:
         """The address of element `index` of the pointer's buffer."""
@@ -364,10 +349,6 @@ class LLVMContext(SSAContext):
                                  f"{llvm_type(pointer.base, True)}], align 64")
         return register
 
-    def _define_global(self, uop: UOp) -> str:
-        self.globals[uop.arg] = f"%data{uop.arg}"
-        return self.globals[uop.arg]
-
     def _define_var(self, uop: UOp) -> str:
         self.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {(register := '%' + identifier(uop.arg[0]))}"
         return register
@@ -408,11 +389,10 @@ class LLVMContext(SSAContext):
         return self.value(buffer)
 
     def _cast(self, uop: UOp) -> str:
-        source, dtype = uop.src[0], uop.dtype
-        if not isinstance(dtype, PtrDType):
-            return self.cast(self.operand(source, dtype.count), source.dtype.scalar, dtype.scalar, dtype.count)
-        if (pointer := self.pointers.get(source)) is None:  # a vector access through an INDEX
-            raise ValueError(f"a pointer CAST needs an INDEX source, got {source.op}")
+        if not isinstance(uop.dtype, PtrDType):
+            return self.cast(uop)
+        if (pointer := self.pointers.get(uop.src[0])) is None:  # a vector access through an INDEX
+            raise ValueError(f"a pointer CAST needs an INDEX source, got {uop.src[0].op}")
         self.pointers[uop] = pointer
         return pointer.buffer
 
@@ -479,9 +459,9 @@ class LLVMContext(SSAContext):
         if after is not None:
             self.join(after)
 
-
 llvm_rendering = ssa_rules({
-    Ops.DEFINE_GLOBAL: LLVMContext._define_global, Ops.DEFINE_VAR: LLVMContext._define_var,
+    Ops.DEFINE_GLOBAL: lambda ctx, uop: ctx.globals.setdefault(uop.arg, f"%data{uop.arg}"),
+    Ops.DEFINE_VAR: LLVMContext._define_var,
     Ops.SPECIAL: LLVMContext._special, Ops.RANGE: LLVMContext._range, Ops.END: LLVMContext._end,
     Ops.CONST: lambda ctx, uop: constant(uop.arg, uop.dtype),
     Ops.VCONST: lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype),
@@ -494,7 +474,6 @@ llvm_rendering = ssa_rules({
     (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None})
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
 LLVMRenderer.string_rewrite = llvm_rendering
-
 
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:
     """`void @NAME_entry(ptr %arguments, i32 %core_id)`: the kernel's arguments unpacked from 64-bit words."""

@@ -2,9 +2,9 @@
 
 Values are virtual registers of their class (%p, %h 16-bit, %r, %rd, %f, %fd) that ptxas allocates; buffers are
 parameters converted to global addresses, DEFINE_REG / DEFINE_LOCAL are .local / .shared arrays. Narrow integers
-live in 32-bit registers and wrap after each op; half and bfloat16 are widened to float and rounded back after each
-op. Scatter reduces use red.global where PTX has it for the type, else an atom.global.cas loop (16-bit floats over
-their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations, as CUDA's fast math.
+live in 32-bit registers and wrap after each op; codegen computes half and bfloat16 in float32 (its pass "narrow
+floats"). Scatter reduces use red.global where PTX has it for the type, else an atom.global.cas loop (16-bit floats
+over their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations, as CUDA's fast math.
 """
 from __future__ import annotations
 
@@ -30,9 +30,8 @@ _TYPES: dict[DType, tuple[str, str, str]] = {
     dtypes.float64: ("fd", "f64", "f64")}
 _REGISTER_TYPES = {"p": "pred", "h": "b16", "r": "b32", "rd": "b64", "f": "f32", "fd": "f64"}
 _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16"}
-_HALVES = (dtypes.float16, dtypes.bfloat16)
-_ATOMIC_DTYPES = frozenset({dtypes.int32, dtypes.uint32, dtypes.int64, dtypes.uint64, dtypes.float32, dtypes.float64,
-                            dtypes.float16, dtypes.bfloat16})
+_HALVES = frozenset({dtypes.float16, dtypes.bfloat16})
+_ATOMIC_DTYPES = frozenset(_TYPES) - {dtypes.bool, *_NARROW}
 # ALU op -> its instructions. Fields: r the result, a b c the operands, temporaries xp (a predicate), xs (of the
 # operands' class) and xr (32-bit), t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo"
 # for integers, mad the multiply-add, ne the inequality, shift the move of a shift amount into a 32-bit register.
@@ -58,7 +57,6 @@ _PREDICATE_ALU: dict[Ops, str] = {  # bool operands (false < true)
 _FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
 _COMPARISONS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
 
-
 def _info(dtype: DType) -> tuple[str, str, str]:
     if dtype.count != 1:
         raise ValueError(f"the PTX renderer renders scalar programs only, got {dtype}: vectors should not reach it")
@@ -66,11 +64,10 @@ def _info(dtype: DType) -> tuple[str, str, str]:
         raise ValueError(f"the PTX renderer has no type for {dtype}")
     return found
 
-
 @functools.cache
 def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]:
     """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` (`_ALU`,
-    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.apply`)."""
+    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.arithmetic`)."""
     kind, arithmetic, _ = _info(dtype)
     integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
     template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
@@ -87,11 +84,10 @@ def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], 
     instructions = fill_types(re.findall(r"\S[^;]*;", template), fields, ("r", "a", "b", "c", "xp", "xs", "xr"))
     return kind, temporaries, tuple("\t" + instruction for instruction in instructions)
 
-
 class PTXContext(SSAContext):
     """The state of rendering one linear program into PTX: registers, lines, parameters, labels, open blocks."""
 
-    language, widened = "PTX", _HALVES
+    language, emulated_floats = "PTX", _HALVES
 
     def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
         super().__init__(uops)
@@ -113,33 +109,16 @@ class PTXContext(SSAContext):
 
     def constant(self, value: object, dtype: DType) -> str:
         """A register holding the constant `value` of `dtype` (materialised where it is used)."""
-        kind, scalar = _info(dtype)[0], dtype.scalar
-        register = self.new(kind)
+        register, scalar, size = self.new(_info(dtype)[0]), dtype.scalar, dtype.scalar.itemsize
         if scalar == dtypes.bool:
             self.emit(f"setp.ne.u32 {register}, {1 if value else 0}, 0;")
         elif dtypes.is_float(scalar):
-            bits, size = float_bits(float(value), scalar), scalar.itemsize  # type: ignore[arg-type]
+            bits = float_bits(float(value), scalar)  # type: ignore[arg-type]
             self.emit(f"mov.b{8 * size} {register}, {({4: '0f', 8: '0d'}).get(size, '0x')}{bits:0{2 * size}X};")
         else:
-            size = 64 if kind == "rd" else 32
-            self.emit(f"mov.b{size} {register}, {int(value) & ((1 << size) - 1)};")  # type: ignore[call-overload]
+            self.emit(f"mov.b{(size := 64 if size == 8 else 32)} {register}, "
+                      f"{int(value) & ((1 << size) - 1)};")  # type: ignore[call-overload]
         return register
-
-    def widen(self, register: str, dtype: DType, count: int = 1) -> str:
-        """A float32 register holding the half or bfloat16 value in `register`."""
-        widened = self.new("f")
-        if dtype.scalar == dtypes.float16:
-            self.emit(f"cvt.f32.f16 {widened}, {register};")
-        else:
-            bits = self.new("r")
-            self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {widened}, {bits};")
-        return widened
-
-    def narrow(self, register: str, dtype: DType, count: int = 1) -> str:
-        """A 16-bit register holding the float32 in `register` rounded to half or bfloat16."""
-        narrowed = self.new("h")
-        self.emit(f"cvt.rn.{'f16' if dtype.scalar == dtypes.float16 else 'bf16'}.f32 {narrowed}, {register};")
-        return narrowed
 
     def wrap(self, register: str, dtype: DType) -> str:
         """Sign- or zero-extend the low bits of a narrow integer result (per-op wrap-around)."""
@@ -167,9 +146,14 @@ class PTXContext(SSAContext):
         return register
 
     def convert(self, register: str, source: DType, target: DType, count: int = 1) -> str:
-        """`register` (of `source`) converted to `target` the way C converts (16-bit floats through `cast`)."""
+        """`register` (of `source`) converted to `target` the way C converts (16-bit floats only to and from float32:
+        codegen's pass "narrow floats" routes the rest through it)."""
         (source_kind, source_type, _), (target_kind, target_type, _) = _info(source), _info(target)
         result = self.new(target_kind)
+        if source == dtypes.bfloat16:  # its bits are float32's upper half (cvt.f32.bf16 needs sm_90)
+            bits = self.new("r")
+            self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {result}, {bits};")
+            return result
         if target == dtypes.bool:
             self.emit(f"setp.ne.{source_type} {result}, {register}, {self.constant(0, source)};")
             return result
@@ -233,22 +217,19 @@ class PTXContext(SSAContext):
         if skip is not None:
             self.lines.append(f"{skip}:")
 
-    def apply(self, op: Ops, operands: list[str], dtype: DType, boolean_result: bool) -> str:
-        """One scalar ALU op over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`)."""
+    def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
+        """`op` over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`), a predicate
+        for a comparison."""
         kind, temporaries, instructions = _alu_plan(op, dtype)
-        fields = dict(zip("abc", operands, strict=False), r=self.new("p" if boolean_result else kind))
+        fields = dict(zip("abc", operands, strict=False), r=self.new("p" if op in _COMPARISONS else kind))
         for name, temporary in temporaries:
             fields[name] = self.new(temporary)
         self.lines += [instruction.format_map(fields) for instruction in instructions]
         return fields["r"]
 
-    def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
-        """`op` over registers of `dtype`, a predicate for a comparison."""
-        return self.apply(op, operands, dtype, op in _COMPARISONS)
-
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The ALU UOp `uop` over registers of `dtype`, a narrow integer result wrapped."""
-        return self.wrap(self.apply(uop.op, operands, dtype, uop.dtype.scalar == dtypes.bool), uop.dtype.scalar)
+        return self.wrap(self.arithmetic(uop.op, operands, dtype), uop.dtype.scalar)
 
     def _parameter(self, name: str, type_name: str, kind: str) -> str:
         self.parameters.append(f".param .{type_name} {name}")
@@ -330,7 +311,6 @@ class PTXContext(SSAContext):
                   f"{self.value(uop.src[0])};")
         return target
 
-
 ptx_rendering = ssa_rules({
     Ops.DEFINE_GLOBAL: PTXContext._define_global, Ops.SPECIAL: PTXContext._special, Ops.INDEX: PTXContext._index,
     Ops.LOAD: PTXContext._load, Ops.STORE: PTXContext._store, Ops.RANGE: PTXContext._range, Ops.END: PTXContext._end,
@@ -341,15 +321,14 @@ ptx_rendering = ssa_rules({
     Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.branches.pop()}:"),
     Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"),
     (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
-    Ops.CAST: lambda ctx, uop: ctx.cast(ctx.value(uop.src[0]), uop.src[0].dtype.scalar, uop.dtype.scalar),
+    Ops.CAST: PTXContext.cast,
     (Ops.SINK, Ops.GROUP, Ops.CONST): lambda ctx, uop: None})
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
-
 
 class PTXRenderer(Renderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
-    device, suffix, string_rewrite = "NV", "ptx", ptx_rendering
+    device, suffix, string_rewrite, emulated_floats = "NV", "ptx", ptx_rendering, _HALVES
     has_local, has_shared, has_threads = True, True, False
     global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
     shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500
@@ -373,7 +352,6 @@ class PTXRenderer(Renderer):
             source = embed_program(source, uops)
         return source
 
-
 class PTXCompiler(Compiler):
     """The PTX text itself is the binary: the CUDA driver assembles it when the module is loaded."""
 
@@ -392,7 +370,6 @@ class PTXCompiler(Compiler):
         """Nothing to cache: the driver assembles (and caches) PTX itself."""
         return self.compile(src)
 
-
 def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
     """The CUBIN ptxas (from the nvidia-cuda-nvcc wheel) makes of `source`, None when ptxas is not installed;
     CompileError with ptxas's messages when it refuses the PTX."""
@@ -408,7 +385,6 @@ def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
             raise CompileError(f"ptxas refused the PTX for {arch} (exit {finished.returncode})",
                                log=finished.stderr + "\n--- source ---\n" + source)
         return output.read_bytes()
-
 
 def make_ptx_renderer(device: str, arch: str | None) -> tuple[PTXRenderer, Compiler]:
     """The PTX renderer and its (pass-through) compiler for `device` (DEV=NV:PTX, NV:PTX:sm_90)."""
