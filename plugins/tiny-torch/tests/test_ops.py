@@ -340,6 +340,20 @@ def test_compile_backend_runs_a_graph_and_its_backward() -> None:
     torch.testing.assert_close(leaf.grad.cpu(), reference.grad, atol=1e-5, rtol=1e-4)
 
 
+def test_compiled_outputs_keep_their_values_across_replays() -> None:
+    # each replay writes its outputs into new buffers: the results of earlier calls (one of them a transposed
+    # layout) stay what PyTorch computes on the CPU after later calls replay the same capture
+    def function(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (x * 2).sin() + 1, (x.t() @ x).t()
+    compiled = torch.compile(function, backend="tiny")
+    inputs = [torch.randn(5, 3) for _ in range(5)]
+    outputs = [compiled(tiny(x)) for x in inputs]
+    for x, (first, second) in zip(inputs, outputs, strict=True):
+        expected_first, expected_second = function(x)
+        close(first, expected_first)
+        close(second, expected_second)
+
+
 def test_compiled_cnn_is_one_graph_replayed_by_tinyjit(monkeypatch: pytest.MonkeyPatch) -> None:
     # the digits CNN's forward and backward through torch.compile(backend="tiny"): Dynamo captures one graph with no
     # break, AOTAutograd splits it into a forward and a backward aten graph, and each replays in a TinyJit; losses,

@@ -4,6 +4,7 @@ use); AOTAutograd splits it into forward and backward aten graphs; each aten gra
 tinycore graph inside a TinyJit, so from the third call on a graph is one replay of its captured kernels."""
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -13,6 +14,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 
 from tiny_torch.dispatch import PENDING, flush
+from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.storage import TinyStorage
 from tiny_torch.wrapper import TinyTensor
 from tinycore import Tensor, TinyJit
@@ -87,12 +89,13 @@ class _GraphRunner:
         self.mutates = any(node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
                            and node.target._schema.is_mutable for node in graph_module.graph.nodes)
         self.output_layouts: list[object] | None = None
+        self.computed_layouts: list[_OutputLayout] = []  # the outputs a replay computes (not handed-back inputs)
 
     def __call__(self, *inputs: object) -> list[object]:
         tiny_inputs = [value for value in inputs if isinstance(value, TinyTensor)]
         jittable = not self.mutates and all(not isinstance(value, torch.Tensor) or isinstance(value, TinyTensor)
                                             for value in inputs) and tiny_inputs
-        if self.output_layouts is None or not jittable:
+        if self.output_layouts is None or not jittable or not self.computed_layouts:
             return self._run_eager(inputs)
         storages = list({id(tensor.tiny_storage): tensor.tiny_storage for tensor in tiny_inputs}.values())
         for storage in storages:
@@ -105,9 +108,12 @@ class _GraphRunner:
                         if isinstance(value, TinyTensor) else value for value in inputs)
         jit = self.jits.get(layouts)
         if jit is None:
-            jit = self.jits[layouts] = TinyJit(self._body(layouts))  # type: ignore[operator]
-        values = jit(*(storage.flat for storage in storages))
-        return self._wrap_outputs(inputs, values, tiny_inputs[0].device.index or 0)
+            jit = self.jits[layouts] = TinyJit(self._body(layouts, len(storages)))  # type: ignore[operator]
+        device = storages[0].flat.device
+        targets = [Tensor.empty(math.prod(layout.size), dtype=to_tiny_dtype(layout.dtype), device=device)
+                   for layout in self.computed_layouts]
+        jit(*(storage.flat for storage in storages), *targets)
+        return self._wrap_outputs(inputs, targets, tiny_inputs[0].device.index or 0)
 
     def _run_eager(self, inputs: Sequence[object]) -> list[object]:
         outputs = list(self.graph_module(*inputs))
@@ -120,21 +126,26 @@ class _GraphRunner:
             flats[0].realize(*flats[1:])
         self.output_layouts = [_OutputLayout(tuple(value.shape), tuple(value.stride()), value.dtype)
                                if isinstance(value, TinyTensor) else value for value in outputs]
+        self.computed_layouts = [layout for position, layout in enumerate(self.output_layouts)
+                                 if position not in self.passthrough and isinstance(layout, _OutputLayout)]
+        if any(math.prod(layout.size) == 0 for layout in self.computed_layouts):
+            self.computed_layouts = []  # an empty output has no buffer to write: such a graph keeps running eagerly
         return outputs
 
-    def _body(self, layouts: tuple[object, ...]) -> Callable[..., list[Tensor]]:
+    def _body(self, layouts: tuple[object, ...], storage_count: int) -> Callable[..., None]:
         """The function a TinyJit captures: the graph over storages rebuilt from the flat buffers it is given, each
-        computed output laid out in memory as its strides say."""
+        computed output written, laid out in memory as its strides say, into the target buffer given after them
+        (a new buffer each call, so no replay overwrites the values an earlier call handed out)."""
         output_layouts = self.output_layouts
         assert output_layouts is not None
 
-        def body(*flats: Tensor) -> list[Tensor]:
-            storages = [TinyStorage(flat) for flat in flats]
+        def body(*buffers: Tensor) -> None:
+            storages = [TinyStorage(flat) for flat in buffers[:storage_count]]
+            targets = iter(buffers[storage_count:])
             rebuilt = [TinyTensor(storages[layout.storage_position], layout.size, layout.stride, layout.offset,
                                   layout.device_index) if isinstance(layout, _InputLayout) else layout
                        for layout in layouts]
             outputs = list(self.graph_module(*rebuilt))
-            results = []
             for position, (value, expected) in enumerate(zip(outputs, output_layouts, strict=True)):
                 if position in self.passthrough or not isinstance(expected, _OutputLayout):
                     continue
@@ -142,19 +153,15 @@ class _GraphRunner:
                 computed = value.tiny_value()
                 if order is not None and value.dim() > 0:
                     computed = computed.permute(order)
-                results.append(computed.contiguous().reshape(value.numel() if value.dim() > 0 else 1))
-            return results
+                next(targets).assign(computed.reshape(value.numel()))
         return body
 
     def _wrap_outputs(self, inputs: Sequence[object], values: list[Tensor], index: int) -> list[object]:
-        """The replay's output buffers copied out (the next replay overwrites them) as tiny tensors with the
-        graph's sizes and strides; outputs that are inputs handed back as they are."""
+        """The replay's output buffers as tiny tensors with the graph's sizes and strides; outputs that are inputs
+        handed back as they are."""
         assert self.output_layouts is not None
-        copies = [value.clone() for value in values]
-        if copies:
-            copies[0].realize(*copies[1:])
         results: list[object] = []
-        computed = iter(copies)
+        computed = iter(values)
         for position, layout in enumerate(self.output_layouts):
             if position in self.passthrough:
                 results.append(inputs[self.passthrough[position]])
@@ -162,7 +169,9 @@ class _GraphRunner:
                 stride = layout.stride
                 if _memory_order(layout.size, stride) is None:  # overlapping or offset layouts come back contiguous
                     stride = torch.empty(layout.size, device="meta").stride()
-                results.append(TinyTensor(TinyStorage(next(computed)), layout.size, tuple(stride), 0, index))
+                storage = TinyStorage(next(computed))
+                storage.realized = True
+                results.append(TinyTensor(storage, layout.size, tuple(stride), 0, index))
             else:
                 results.append(layout)
         return results
