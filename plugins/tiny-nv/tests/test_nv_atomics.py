@@ -13,7 +13,8 @@ import numpy
 import pytest
 from tiny_nv.inspect import disassemble, disassembler
 from tiny_nv.nvrtc import compile_cuda, nvrtc_status
-from tiny_nv.ptx import PTXRenderer, assemble_with_ptxas
+from tiny_nv.ptx import PTXRenderer
+from tiny_nv.ptx_compiler import assemble_with_ptxas
 from tiny_nv.renderer import CUDARenderer
 from tiny_nv.toolkit import find_tool
 

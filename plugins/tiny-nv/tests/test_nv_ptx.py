@@ -11,7 +11,8 @@ import numpy
 import pytest
 from nv_kernels import CASES, Case, case_kernels, kernels_of, symbolic_kernel
 from tiny_nv.inspect import EM_CUDA, elf_machine, elf_symbols
-from tiny_nv.ptx import PTXCompiler, PTXRenderer
+from tiny_nv.ptx import PTXRenderer
+from tiny_nv.ptx_compiler import PTXCompiler
 from tiny_nv.toolkit import find_tool
 
 from tinycore.codegen import lower_to_program

@@ -50,7 +50,7 @@ tiny_devices, tiny_renderers, tiny_interfaces = device_hooks(
                "NVIDIA GPUs through the CUDA driver API (CUDA C compiled by NVRTC)", probe="tiny_nv.hooks:probe"),
     renderers=[RendererSpec("CUDA", "tiny_nv.renderer:make_cuda_renderer",
                             "CUDA C compiled to CUBIN by NVRTC from its pip wheel (pip install 'tiny-nv[nvrtc]')"),
-               RendererSpec("PTX", "tiny_nv.ptx:make_ptx_renderer",
+               RendererSpec("PTX", "tiny_nv.ptx_compiler:make_ptx_renderer",
                             "PTX rendered from the linear program (no NVRTC), assembled by the CUDA driver")],
     interfaces=[InterfaceSpec("CUDA", "tiny_nv.cuda:open_cuda", description="the CUDA driver API through libcuda"),
                 InterfaceSpec("NV", "tiny_nv.kernel_driver:open_kernel_driver",

@@ -67,7 +67,7 @@ class MockCompiler(Compiler):
         if self.language == "cuda":
             cubin = compile_cuda(src, self.arch) if nvrtc_status()[0] else b""
         else:
-            from tiny_nv.ptx import assemble_with_ptxas
+            from tiny_nv.ptx_compiler import assemble_with_ptxas
             cubin = assemble_with_ptxas(src, self.arch) or b""
         return pack_mock_binary(uops_pickle, cubin)
 

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import tempfile
-from pathlib import Path
 
-from tinycore.device.compiler import CompileError, Compiler
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
@@ -351,47 +347,3 @@ class PTXRenderer(Renderer):
             from tiny_nv.mock import embed_program
             source = embed_program(source, uops)
         return source
-
-class PTXCompiler(Compiler):
-    """The PTX text itself is the binary: the CUDA driver assembles it when the module is loaded."""
-
-    def __init__(self, arch: str):
-        super().__init__("nv-ptx")
-        self.arch, self.name = arch, f"ptx-{arch}"
-
-    def compile(self, src: str) -> bytes:
-        """The NUL-terminated PTX (checked to be one module for this arch)."""
-        if f".target {self.arch}" not in src or ".entry" not in src:
-            raise CompileError(f"not a PTX module for {self.arch} (no '.target {self.arch}' or no .entry)",
-                               log=src[:2000])
-        return src.encode() + b"\0"
-
-    def compile_cached(self, src: str) -> bytes:
-        """Nothing to cache: the driver assembles (and caches) PTX itself."""
-        return self.compile(src)
-
-def assemble_with_ptxas(source: str, arch: str) -> bytes | None:
-    """The CUBIN ptxas (from the nvidia-cuda-nvcc wheel) makes of `source`, None when ptxas is not installed;
-    CompileError with ptxas's messages when it refuses the PTX."""
-    from tiny_nv.toolkit import find_tool
-    if (ptxas := find_tool("ptxas")) is None:
-        return None
-    with tempfile.TemporaryDirectory() as directory:
-        source_path, output = Path(directory) / "kernel.ptx", Path(directory) / "kernel.cubin"
-        source_path.write_text(source)
-        finished = subprocess.run([ptxas, f"-arch={arch}", str(source_path), "-o", str(output)], capture_output=True,
-                                  text=True, timeout=120, check=False)
-        if finished.returncode != 0:
-            raise CompileError(f"ptxas refused the PTX for {arch} (exit {finished.returncode})",
-                               log=finished.stderr + "\n--- source ---\n" + source)
-        return output.read_bytes()
-
-def make_ptx_renderer(device: str, arch: str | None) -> tuple[PTXRenderer, Compiler]:
-    """The PTX renderer and its (pass-through) compiler for `device` (DEV=NV:PTX, NV:PTX:sm_90)."""
-    from tiny_nv.target import device_arch
-    from tinycore.device.registry import target_for
-    chosen = arch or device_arch(device)
-    if target_for(device).interface == "MOCK":  # the MOCK GPU runs the linear program carried in the source
-        from tiny_nv.mock import MockCompiler
-        return PTXRenderer(chosen, device, embed_program=True), MockCompiler(chosen, language="ptx")
-    return PTXRenderer(chosen, device), PTXCompiler(chosen)
