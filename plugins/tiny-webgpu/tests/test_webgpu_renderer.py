@@ -160,3 +160,18 @@ def test_long_reduce_loop(webgpu: Any) -> None:
     """A single-thread reduce of 1M elements: longer than the 65535-iteration loop limit of Mesa's llvmpipe."""
     a = RNG.standard_normal(1 << 20).astype(np.float32)
     np.testing.assert_allclose(on_webgpu(a).sum().numpy(), a.sum(dtype=np.float64), rtol=1e-3, atol=0.05)
+
+
+def test_float16_bitcasts(webgpu: Any) -> None:
+    """float16 <-> int16 / uint16 bitcasts keep the bits (naga rejects the vec2<f16> <-> u32 bitcasts once used)."""
+    if not webgpu.renderer.has_f16:
+        with pytest.raises(Exception, match="float16.*WEBGPU.*shader-f16"):
+            (-on_webgpu(np.ones(4, np.float16))).bitcast(dtypes.int16).numpy()
+        return
+    halves = np.array([1.5, -2.0, 0.0, 65504.0, np.inf, -np.inf, 6e-8, -3e-5, 0.1], dtype=np.float16)
+    for numpy_dtype, dtype in ((np.int16, dtypes.int16), (np.uint16, dtypes.uint16)):
+        np.testing.assert_array_equal((-on_webgpu(halves)).bitcast(dtype).numpy(), (-halves).view(numpy_dtype))
+        bits = np.arange(-32768, 32768, 7).astype(numpy_dtype)
+        bits = bits[~np.isnan((bits ^ numpy_dtype(0x101)).view(np.float16))]  # NaN payloads may change via float32
+        np.testing.assert_array_equal((on_webgpu(bits) ^ 0x101).bitcast(dtypes.float16).numpy().view(numpy_dtype),
+                                      bits ^ numpy_dtype(0x101))

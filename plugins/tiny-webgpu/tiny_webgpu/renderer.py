@@ -203,11 +203,11 @@ class WGSLRenderer(CStyleLanguage):
             raise ValueError(f"BITCAST from {source} to {target}: the sizes differ")
         if source.itemsize == 4:
             return expression if source == target else f"bitcast<{self.render_dtype(target)}>({expression})"
-        if source == dtypes.float16:
-            bits = f"(bitcast<u32>(vec2<f16>({expression}, 0.0h)) & 0xFFFFu)"
+        if source == dtypes.float16:  # through pack2x16float: naga rejects bitcasts between vec2<f16> and u32
+            bits = f"pack2x16float(vec2<f32>(f32({expression}), 0.0f))"
             return bits if target == dtypes.uint16 else _WRAP[dtypes.int16].format(f"bitcast<i32>({bits})")
         if target == dtypes.float16:
-            return f"bitcast<vec2<f16>>(u32({expression}) & 0xFFFFu).x"
+            return f"f16(unpack2x16float(u32({expression}) & 0xFFFFu).x)"
         return self.render_cast(expression, source, target)
 
     def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
@@ -310,7 +310,7 @@ def _access(ctx: RenderContext, index: UOp) -> tuple[str, str, DType, str | None
     """The element a LOAD or STORE at `index` reaches, how it is stored ("plain"; "atomic": a buffer with combining
     stores; "packed": narrow types in u32 words), its dtype and its gate."""
     if index.op is not Ops.INDEX or not isinstance(index.src[0].dtype, PtrDType):
-        raise ValueError(f"LOAD/STORE needs an INDEX as its first source, got {index.op}")
+        raise ValueError(f"LOAD/STORE needs an INDEX into a buffer as its first source, got {index.op}")
     buffer, dtype, offset = index.src[0], index.src[0].dtype.base, ctx.expression(index.src[1])
     gate = ctx.expression(index.src[2]) if len(index.src) > 2 else None
     if buffer.op is not Ops.DEFINE_GLOBAL:
