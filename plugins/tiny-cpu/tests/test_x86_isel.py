@@ -257,3 +257,26 @@ def test_matmul_accumulators_are_updated_in_place() -> None:
     accumulators = {register for registers in selection.accumulators.values() for register in registers}
     updates = [i for i in selection.builder.program if i.op.startswith("vfmadd") and i.operands[0] in accumulators]
     assert len(updates) == len(fused)
+
+
+def test_a_convolutions_chained_multiply_adds_update_the_accumulators_in_place() -> None:
+    """The unrolled window makes several fused multiply-adds into one accumulator before it is stored back: each
+    writes the accumulator's own register, with no copy in or out (values: test_x86_addresses.py's convolution)."""
+    from tiny_cpu.x86.isel import Selection
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    image = Tensor.empty(8, 16, 32, 32)
+    weight = Tensor.empty(32, 16, 3, 3)
+    items = [item for item in create_schedule([image.conv2d(weight).uop], device_facts).items if not item.is_copy]
+    uops = linearize(items[-1].ast, X86Renderer())
+    fused = [u for u in uops if u.op.name == "MULACC"]
+    chained = [u for u in fused if u.src[2].op.name == "MULACC"]
+    assert chained, "the kernel has no multiply-add into another's result"
+    selection = Selection(uops, entry=True)
+    selection.select()
+    accumulators = {register for registers in selection.accumulators.values() for register in registers}
+    updates = [i for i in selection.builder.program if i.op.startswith("vfmadd")]
+    assert len(updates) == len(fused) and all(i.operands[0] in accumulators for i in updates)
+    copies = [i for i in selection.builder.program if i.op == "vmovaps" and i.operands[0] in accumulators
+              and i.operands[1] not in accumulators]
+    assert len(copies) <= len(accumulators)  # only the zeroing before the reduce

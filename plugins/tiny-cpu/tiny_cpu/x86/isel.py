@@ -137,7 +137,7 @@ class Selection:
             for source in uop.src:
                 self.consumers.setdefault(source, []).append(uop)
         self.position = {uop: number for number, uop in enumerate(uops)}
-        self.in_place: set[UOp] = set()  # accumulator loads whose one consumer updates the accumulator's register
+        self.in_place: set[UOp] = set()  # accumulator loads, and updates of them, computed in the accumulator
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -354,37 +354,58 @@ def _alternative(ctx: Selection, uop: UOp) -> UOp | None:
 _IN_PLACE_OPS = (Ops.MULACC, Ops.ADD, Ops.MUL, Ops.MAX)
 
 
-def _updates_in_place(ctx: Selection, load: UOp) -> bool:
-    """Whether an accumulator's load can be the accumulator's register itself, updated there by its one consumer:
-    `acc = acc + x` (or * max, or a fused multiply-add into it) whose result is only stored back to the same
-    element, with no loop starting or ending in between (a later iteration would read the updated register)."""
-    users = ctx.consumers.get(load, [])
+def _in_place_step(ctx: Selection, value: UOp) -> UOp | None:
+    """The one UOp that updates `value` into an accumulator's register, `acc + x` (or * max, or a fused
+    multiply-add into it), or None."""
+    users = ctx.consumers.get(value, [])
     if len(users) != 1 or users[0].op not in _IN_PLACE_OPS or not is_float(users[0].dtype):
-        return False
+        return None
     user = users[0]
     if user.dtype.scalar in HALVES:  # rounded into a fresh register anyway
-        return False
+        return None
     if user.op is Ops.MULACC:
-        if user.arg is not FUSED or user.src[2] is not load or load in user.src[:2]:
-            return False
-    elif user.src[0] is not load or user.src[1] is load:
-        return False
-    stores = ctx.consumers.get(user, [])
-    if len(stores) != 1 or stores[0].op is not Ops.STORE or stores[0].src[1] is not user:
-        return False
-    element, stored = load.src[0], stores[0].src[0]
+        if user.arg is not FUSED or user.src[2] is not value or value in user.src[:2]:
+            return None
+    elif user.src[0] is not value or user.src[1] is value:
+        return None
+    return user
+
+
+def _updates_in_place(ctx: Selection, load: UOp) -> list[UOp]:
+    """The chain of updates through which an accumulator's load can be the accumulator's register itself, each
+    step updating it there: `acc = acc + x` (or * max, or fused multiply-adds into it, one after another, as a
+    convolution's unrolled window makes them) whose last result is only stored back to the same element, with no
+    loop starting or ending and no other access to the element in between (a later iteration, or that access,
+    would read the updated register). Empty when there is none."""
+    chain = [load]
+    step = _in_place_step(ctx, load)
+    while step is not None:
+        chain.append(step)
+        stores = ctx.consumers.get(step, [])
+        if len(stores) == 1 and stores[0].op is Ops.STORE and stores[0].src[1] is step:
+            break
+        step = _in_place_step(ctx, step)
+    else:
+        return []
+    store = ctx.consumers[chain[-1]][0]
+    element, stored = load.src[0], store.src[0]
     if element is not stored and (element.op is not Ops.INDEX or stored.op is not Ops.INDEX
                                   or element.src[:2] != stored.src[:2]):
-        return False
-    start, end = ctx.position[load], ctx.position[stores[0]]
-    return not any(uop.op in (Ops.RANGE, Ops.END) for uop in ctx.uops[start:end])
+        return []
+    start, end = ctx.position[load], ctx.position[store]
+    between = ctx.uops[start + 1:end]
+    if any(uop.op in (Ops.RANGE, Ops.END) or element in uop.src or stored in uop.src for uop in between):
+        return []
+    return chain[:-1]  # the last update's result is stored: its register is the accumulator's too
 
 
 def _load(ctx: Selection, uop: UOp) -> str:
     address = ctx.values[uop.src[0]]
-    if isinstance(address, VirtualRegister) and _updates_in_place(ctx, uop):
+    if isinstance(address, VirtualRegister) and uop not in ctx.in_place:
+        chain = _updates_in_place(ctx, uop)
+        ctx.in_place.update(chain)
+    if uop in ctx.in_place:
         ctx.values[uop] = address
-        ctx.in_place.add(uop)
         return ""
     result = _register_of(ctx, uop.dtype)
     if isinstance(address, VirtualRegister):  # an accumulator: copy it, as a later store replaces it
