@@ -4,6 +4,8 @@ from __future__ import annotations
 import builtins
 import functools
 import math
+import threading
+import weakref
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Final, Union
 
@@ -17,13 +19,42 @@ if TYPE_CHECKING:
 ConstType = Union[float, int, bool]
 
 
+class _Interned(type):
+    """DTypes are interned: constructing one equal to a live one returns that one, so that equal dtypes are the
+    same object and hash by identity. Hashing is what dtypes are used for most: every graph node's cache key holds
+    one and is hashed two to four times over the node's life, and an identity hash is a C slot where a `__hash__`
+    method is a Python call each time (14 per eager op)."""
+
+    _live: weakref.WeakValueDictionary[tuple[object, ...], DType] = weakref.WeakValueDictionary()
+    """The live dtypes by value (their `_key`)."""
+    _by_call: weakref.WeakValueDictionary[tuple[object, ...], DType] = weakref.WeakValueDictionary()
+    """The live dtypes by the constructor's arguments: a repeated `ptr()` or `DType(...)` call is one lookup,
+    without building a dtype to compare (the dataclass constructor is most of a construction's cost)."""
+    _lock = threading.Lock()  # two threads making the same new dtype must get one object
+
+    def __call__(cls, *args: object, **kwargs: object) -> DType:
+        call = (cls, args, tuple(kwargs.items())) if kwargs else (cls, args)
+        known = _Interned._by_call.get(call)
+        if known is not None:
+            return known
+        made: DType = super().__call__(*args, **kwargs)
+        key = made._key  # type: ignore[attr-defined]
+        with _Interned._lock:
+            known = _Interned._live.get(key)
+            if known is None:
+                known = _Interned._live[key] = made
+            _Interned._by_call[call] = known
+        return known
+
+
 @dataclass(frozen=True, eq=False)
-class DType:
+class DType(metaclass=_Interned):
     """A scalar (count == 1) or vector (count > 1) element type.
 
     `priority` orders types for promotion tie-breaks, `itemsize` is the size in bytes of one scalar, `fmt` is the
     struct/numpy format character (None where numpy has no such type), `name` is the canonical name.
-    DTypes compare by value; the comparison key and hash are computed once (dtypes are compared very often).
+    DTypes compare by value and are interned (see _Interned): equal dtypes are one object, hashed by identity.
+    Copies and pickles go through the constructor (`__reduce__`), so they give the interned object too.
     """
 
     priority: int
@@ -36,7 +67,6 @@ class DType:
     def __post_init__(self) -> None:
         key = (self.__class__,) + tuple(getattr(self, field.name) for field in fields(self))
         object.__setattr__(self, "_key", key)
-        object.__setattr__(self, "_hash", hash(key))
 
     def __eq__(self, other: object) -> bool:
         return self is other or (other.__class__ is self.__class__ and self._key == other._key)  # type: ignore
@@ -44,8 +74,12 @@ class DType:
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
-    def __hash__(self) -> int:
-        return self._hash  # type: ignore[attr-defined, no-any-return]
+    # interned: equal dtypes are the same object, so object's identity hash agrees with __eq__
+    __hash__ = object.__hash__
+
+    def __reduce__(self) -> tuple[object, tuple[object, ...]]:
+        key: tuple[object, ...] = self._key  # type: ignore[attr-defined]
+        return key[0], key[1:]
 
     @property
     def scalar(self) -> DType:
