@@ -280,3 +280,27 @@ def test_a_convolutions_chained_multiply_adds_update_the_accumulators_in_place()
     copies = [i for i in selection.builder.program if i.op == "vmovaps" and i.operands[0] in accumulators
               and i.operands[1] not in accumulators]
     assert len(copies) <= len(accumulators)  # only the zeroing before the reduce
+
+
+SPECIAL = np.array([np.nan, 1.0, -0.0, 0.0, 2.0, -np.inf, np.inf, 3.0] * 5, np.float32)
+OTHER = np.array([1.0, np.nan, 0.0, -0.0, 2.0, 0.0, np.nan, -3.0] * 5, np.float32)
+SELECTS = {
+    "a < b ? a : b": (lambda a, b: (a < b).where(a, b), lambda a, b: np.where(a < b, a, b)),
+    "a < b ? b : a": (lambda a, b: (a < b).where(b, a), lambda a, b: np.where(a < b, b, a)),
+    "relu": (lambda a, b: a.relu(), lambda a, b: np.where(np.float32(0) < a, a, np.float32(0))),
+}
+
+
+@pytest.mark.parametrize("contract", [ScalarX86Contract, VectorX86Contract], ids=["scalar", "vector"])
+@pytest.mark.parametrize("name", sorted(SELECTS))
+def test_selects_that_are_a_min_or_max_keep_the_selects_nan_and_signed_zero(name: str, contract: type) -> None:
+    from tiny_cpu.x86.isel import Selection
+
+    build, reference = SELECTS[name]
+    a, b = Tensor(SPECIAL).realize(), Tensor(OTHER).realize()
+    selection = Selection(_kernel(build(a, b), contract)[0])
+    selection.select()
+    ops = {instruction.op for instruction in selection.builder.program}
+    assert ops & {"vminps", "vmaxps", "vminss", "vmaxss"} and not ops & {"vblendvps", "vcmpps", "vcmpss"}, ops
+    result = _run(build(a, b), [(a, SPECIAL), (b, OTHER)], SPECIAL.shape, contract)
+    np.testing.assert_array_equal(result.view(np.uint32), reference(SPECIAL, OTHER).view(np.uint32))  # bit for bit

@@ -138,6 +138,8 @@ class Selection:
                 self.consumers.setdefault(source, []).append(uop)
         self.position = {uop: number for number, uop in enumerate(uops)}
         self.in_place: set[UOp] = set()  # accumulator loads, and updates of them, computed in the accumulator
+        self.minimum_maximum, folded_compares = _minimum_maximum(uops, self.consumers)
+        self.lanes_skipped |= folded_compares
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -184,7 +186,7 @@ class Selection:
         """The machine code of the kernel: a System V function taking the buffers (by DEFINE_GLOBAL number), then
         the variables (by name)."""
         for uop in self.uops:
-            if uop in self.lanes_skipped:  # computed by the vector instructions of the VECTORIZE it is a lane of
+            if uop in self.lanes_skipped:  # a lane computed as a vector, or a compare folded into a min or max
                 continue
             try:
                 handled = x86_selection.rewrite(uop, self)
@@ -573,7 +575,35 @@ def _integer_compare(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+def _minimum_maximum(uops: list[UOp], consumers: dict[UOp, list[UOp]]) -> tuple[dict[UOp, tuple[str, UOp, UOp]],
+                                                                              set[UOp]]:
+    """The float selects that are x86's min or max: `a < b ? a : b` is vminps a, b and `a < b ? b : a` is vmaxps b, a
+    (both answer their second operand when a lane is NaN or the two are equal, as the select does); and the compares
+    that only such selects read (their lane masks are not needed)."""
+    chosen: dict[UOp, tuple[str, UOp, UOp]] = {}
+    for uop in uops:
+        if uop.op is not Ops.WHERE or uop.src[0].op is not Ops.CMPLT or uop.dtype.scalar not in (dtypes.float32,
+                                                                                                  dtypes.float64):
+            continue
+        (first, second), (if_true, if_false) = uop.src[0].src, uop.src[1:]
+        if first.dtype != uop.dtype or uop.dtype.count not in (1, 4, 8, 16):
+            continue
+        if (if_true, if_false) == (first, second):
+            chosen[uop] = ("vmin", first, second)
+        elif (if_true, if_false) == (second, first):
+            chosen[uop] = ("vmax", second, first)
+    folded = {uop.src[0] for uop in chosen if all(user in chosen for user in consumers.get(uop.src[0], []))}
+    return chosen, folded
+
+
 def _where(ctx: Selection, uop: UOp) -> str:
+    if uop in ctx.minimum_maximum:
+        name, first, second = ctx.minimum_maximum[uop]
+        bits, flavour = _float_shape(uop)
+        result = ctx.builder.value("vec", bits)
+        ctx.builder.emit(name + flavour, result, ctx.register(first), ctx.register(second))
+        ctx.values[uop] = result
+        return ""
     condition = ctx.register(uop.src[0])
     result = _register_of(ctx, uop.dtype)
     if condition.kind == "gpr":  # a scalar bool byte; no branch, which data-dependent selects (relu) mispredict
