@@ -26,8 +26,10 @@ def select_whole_vectors(x: UOp) -> UOp | None:
     if condition is None or condition.dtype.count != 1 or x.dtype.scalar in NOT_WHOLE or \
             any(lane.op is not Ops.WHERE or lane.src[0] is not condition for lane in x.src):
         return None
-    branches = [_whole([lane.src[position] for lane in x.src], x.dtype) for position in (1, 2)]
-    return None if branches[0] is None or branches[1] is None else UOp(Ops.WHERE, x.dtype, (condition, *branches))
+    when_true, when_false = (_whole([lane.src[position] for lane in x.src], x.dtype) for position in (1, 2))
+    if when_true is None or when_false is None:
+        return None
+    return UOp(Ops.WHERE, x.dtype, (condition, when_true, when_false))
 
 def widen_lane_by_lane(x: UOp) -> UOp | None:
     """A vector of 8- or 16-bit integers widened (to float: to int32 first, then converted whole) -> a vector of its
