@@ -9,7 +9,7 @@ from collections import Counter
 from tiny_cpu import target
 from tiny_cpu.compiler import ClangCompiler
 from tiny_cpu.lowering import c_lowering
-from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.dtype import DType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, math_functions
 from tinycore.renderer.cstyle import render_load as base_load
@@ -264,11 +264,9 @@ class CRenderer(CStyleLanguage):
         # the host's L2 sizes matmul row groups; a kernel compiled for another `arch` keeps the default groups
         self.core_cache_bytes = target.host_core_cache_bytes() if arch is None else None
 
-    def render_dtype(self, dtype: DType) -> str:
-        """Bool vectors are vectors of unsigned char (0 or 1 per lane)."""
-        if dtype.count > 1 and dtype.scalar == dtypes.bool and not isinstance(dtype, PtrDType):
-            return f"bool{dtype.count}"
-        return super().render_dtype(dtype)
+    def vector_type_name(self, scalar: str, count: int) -> str:
+        """Bool vectors are boolN, vectors of unsigned char (0 or 1 per lane)."""
+        return f"bool{count}" if scalar == C_TYPE_MAP[dtypes.bool] else super().vector_type_name(scalar, count)
 
     def render_pointer_type(self, dtype: DType, addrspace: str) -> str:
         """Vector accesses go through the unaligned, may-alias variant of the vector type."""
