@@ -3,12 +3,13 @@ compiles badly or wrongly, rewritten into forms it compiles well. Every rule is 
 from __future__ import annotations
 
 from tinycore.dtype import DType, PtrDType, dtypes
+from tinycore.renderer.cstyle import CStyleLanguage
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 # lanes the C renderer never blends or selects whole (bool vectors, bfloat16 bits, types cast back after each op)
-NOT_WHOLE = (dtypes.bool, dtypes.bfloat16, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
+NOT_WHOLE = (dtypes.bool, dtypes.bfloat16, *CStyleLanguage.narrow_dtypes)
 
 def _whole(lanes: list[UOp], dtype: DType) -> UOp | None:
     """The vector of `dtype` whose lanes are `lanes`: one value broadcast, or the lanes of one vector in order."""

@@ -8,7 +8,7 @@ from collections import Counter
 
 from tiny_cpu import target
 from tiny_cpu.compiler import ClangCompiler
-from tiny_cpu.lowering import c_lowering
+from tiny_cpu.lowering import NOT_WHOLE, c_lowering
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, math_functions
@@ -115,9 +115,8 @@ def _loads_kept_in_registers(uops: list[UOp]) -> set[UOp]:
 def _lane_gated(load: UOp) -> bool:  # a LOAD whose INDEX has a bool vector gate (a masked load)
     return load.src[0].op is Ops.INDEX and len(load.src[0].src) > 2 and load.src[0].src[2].dtype.count > 1
 
-def _vector_lanes(ctx: RenderContext, dtype: DType) -> bool:  # vectors blended and compared whole
-    return dtype.count > 1 and dtype.scalar not in (dtypes.bool, dtypes.bfloat16, *ctx.renderer.narrow_dtypes) and \
-        dtype.scalar.itemsize in _MASK_DTYPES
+def _vector_lanes(dtype: DType) -> bool:  # vectors blended and compared whole
+    return dtype.count > 1 and dtype.scalar not in NOT_WHOLE and dtype.scalar.itemsize in _MASK_DTYPES
 
 def _whole(ctx: RenderContext, uop: UOp, count: int) -> str:  # a vector of `count` lanes (scalars broadcast)
     text = ctx.expression(uop)
@@ -148,7 +147,7 @@ def _blend(ctx: RenderContext, mask: str, when_true: str, when_false: str, dtype
 def _vector_select(ctx: RenderContext, x: UOp) -> str | None:
     """WHERE and MAX of whole vectors: `?:` under a scalar (or uniform) condition, else a blend over a mask (through
     TC_MAX_/TC_MIN_, one instruction on x86, where the select is a maximum or a minimum)."""
-    if not _vector_lanes(ctx, x.dtype):
+    if not _vector_lanes(x.dtype):
         return None
     count, kind = x.dtype.count, None
     if x.op is Ops.MAX:  # (a < b) ? b : a, over variables (the code repeats the operands)
@@ -177,7 +176,7 @@ def _mask_op(ctx: RenderContext, x: UOp) -> str | None:
     """A comparison of whole vectors, or logic on masks, as a mask (read as bools: converted to 0 or 1 per lane)."""
     if (count := x.dtype.count) == 1:
         return None
-    if x.op in GroupOp.Comparison and _vector_lanes(ctx, x.src[0].dtype):
+    if x.op in GroupOp.Comparison and _vector_lanes(x.src[0].dtype):
         lane_bytes, (left, right) = x.src[0].dtype.scalar.itemsize, (_whole(ctx, source, count) for source in x.src)
     elif x.op not in GroupOp.Comparison and x.dtype.scalar == dtypes.bool and any(s in ctx.masks for s in x.src):
         lane_bytes = next(ctx.masks[source][1] for source in x.src if source in ctx.masks).itemsize
