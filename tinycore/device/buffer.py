@@ -4,13 +4,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
-from tinycore.device.allocator import Allocator, BufferSpec
+from tinycore.device.allocator import Allocator, BufferSpec, LRUAllocator
 from tinycore.dtype import DType, PtrDType
 
 if TYPE_CHECKING:
     import numpy
 
 __all__ = ["Buffer", "BufferSpec"]
+
+_LRU_ALLOC, _LRU_FREE = LRUAllocator.alloc, LRUAllocator.free
+"""An allocator whose class keeps these methods (every device's LRU cache, unless a subclass changes them) gets its
+cache hit and its free done here inline, for buffers without options: every eager op allocates two buffers and frees
+two, and each allocator method is a Python call."""
 
 
 class Buffer:
@@ -69,7 +74,11 @@ class Buffer:
         buffer.device, buffer.size, buffer.dtype, buffer.options = device, size, dtype, None
         buffer._allocator, buffer._base, buffer.byte_offset = allocator, None, 0
         nbytes = size * dtype.itemsize
-        buffer._buf = allocator.alloc(nbytes if nbytes > 1 else 1, None)
+        if allocator.__class__.alloc is _LRU_ALLOC:  # LRUAllocator.alloc's cache hit inline (see _LRU_ALLOC)
+            cached = allocator.cache.get((nbytes if nbytes > 1 else 1, None))  # type: ignore[attr-defined]
+            buffer._buf = cached.pop() if cached else allocator.alloc(nbytes if nbytes > 1 else 1, None)
+        else:
+            buffer._buf = allocator.alloc(nbytes if nbytes > 1 else 1, None)
         buffer._owns_memory = True
         if not device.startswith("DISK"):
             GlobalCounters.mem_used += nbytes
@@ -158,7 +167,11 @@ class Buffer:
             if self._base is None and self._owns_memory and self._allocator is not None:
                 nbytes = self.size * self.dtype.itemsize
                 options = self.options
-                self._allocator.free(self._buf, nbytes if nbytes > 1 else 1, options)
+                allocator = self._allocator
+                if options is None and allocator.__class__.free is _LRU_FREE:  # LRUAllocator.free inline
+                    allocator.cache[(nbytes if nbytes > 1 else 1, None)].append(self._buf)  # type: ignore[attr-defined]
+                else:
+                    allocator.free(self._buf, nbytes if nbytes > 1 else 1, options)
                 if not self.device.startswith("DISK") and (options is None or options.external_ptr is None):
                     GlobalCounters.mem_used -= nbytes
                     GlobalCounters.mem_used_per_device[self.device] -= nbytes
