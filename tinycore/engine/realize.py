@@ -24,6 +24,7 @@ from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.engine.runner import launch_expectations as _expectations
 from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS
 from tinycore.plugins.contract import compiles_in_batches
+from tinycore.schedule import cache as _schedule_cache  # the eager shortcut reads its generation without a call
 from tinycore.schedule.cache import (
     cached_template,
     node_structure_key,
@@ -343,7 +344,7 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
             if eager is not None:
                 shortcut = eager_plans.get(eager[0])
                 if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
-                        and shortcut.generation == schedule_generation() and not _viz.ENABLED):
+                        and shortcut.generation == _schedule_cache._generation and not _viz.ENABLED):
                     result = run_eager_plan(shortcut, eager[1])
                     # _remember's work for one computed node
                     only.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))

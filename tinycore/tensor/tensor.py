@@ -22,6 +22,7 @@ from tinycore.tensor.base import NestedValues, TensorData, canonical_device, reg
 from tinycore.tensor.base import Operand as OperandOf
 from tinycore.tensor.creation import is_shared_buffer
 from tinycore.tensor.extras import ExtrasMixin
+from tinycore.uop.opcodes import GroupOp
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
@@ -161,6 +162,7 @@ def _reads_memory(node: UOp) -> bool:
     return any(source.op in (Ops.BUFFER, Ops.BUFFER_VIEW) for source in node.toposort)
 
 
+_MOVEMENT = GroupOp.Movement
 _PYTHON_SCALARS = frozenset((bool, int, float))
 """The classes of the values in a flat list of Python numbers."""
 
@@ -300,7 +302,10 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
                 self.uop = self._uop_from_data(data, where, wanted)
         self._requires_grad: bool | None = None
         if requires_grad is None:  # the setter's work for None is nothing on a new tensor: skipped
-            _UNDECIDED_LEAVES[id(self)] = self
+            # _UNDECIDED_LEAVES[id(self)] = self, without the registry's __setitem__ call
+            reference = _TensorRef(self, _UNDECIDED_LEAVES._drop)
+            reference.key = key = id(self)
+            _UNDECIDED_LEAVES.data[key] = reference
         else:
             self.requires_grad = requires_grad
 
@@ -563,7 +568,10 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
         if not lst and uop.op is not Ops.MULTI:  # one tensor (eager code): no repeats to tell apart
             if uop.op is Ops.CONST and not uop.src:
                 return self  # a constant on no device (Tensor(UOp.const(...))): nothing to compute, as tinygrad
-            if uop.base.op is Ops.BUFFER:
+            base = uop
+            while base.op in _MOVEMENT:  # uop.base without the property's call: eager code realizes every op
+                base = base.src[0]
+            if base.op is Ops.BUFFER:
                 return self
             only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
             if self._unrealized is None and (self._requires_grad or (
