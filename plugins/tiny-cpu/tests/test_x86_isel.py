@@ -304,3 +304,20 @@ def test_selects_that_are_a_min_or_max_keep_the_selects_nan_and_signed_zero(name
     assert ops & {"vminps", "vmaxps", "vminss", "vmaxss"} and not ops & {"vblendvps", "vcmpps", "vcmpss"}, ops
     result = _run(build(a, b), [(a, SPECIAL), (b, OTHER)], SPECIAL.shape, contract)
     np.testing.assert_array_equal(result.view(np.uint32), reference(SPECIAL, OTHER).view(np.uint32))  # bit for bit
+
+
+def test_constant_masks_are_made_once_before_the_loops() -> None:
+    from tiny_cpu.x86.isel import Selection
+
+    values = RNG.standard_normal(64).astype(np.float32)
+    a = Tensor(values).realize()
+    expression = -(a * 3.0) + (-a).reciprocal()
+    selection = Selection(_kernel(expression, VectorX86Contract)[0])
+    selection.select()
+    program = selection.builder.program
+    first_loop = next(position for position, instruction in enumerate(program) if instruction.op == "label")
+    signs = [position for position, instruction in enumerate(program)
+             if instruction.op == "mov" and instruction.operands[1] == 0x80000000]
+    assert len(signs) == 1 and signs[0] < first_loop  # two negations, one sign mask, made before the loop
+    np.testing.assert_allclose(_run(expression, [(a, values)], values.shape, VectorX86Contract),
+                               -(values * np.float32(3)) + np.float32(1) / -values, rtol=1e-6)

@@ -126,6 +126,7 @@ class Selection:
         # the address sums and 64-bit terms computed so far, by the loop depth they were placed at (valid until that
         # depth's loop ends)
         self.address_sums: list[dict[tuple[object, ...], VirtualRegister]] = [{}]
+        self.constants: dict[tuple[int, int, int, bool], VirtualRegister] = {}  # splat_constant's (before the loops)
         # VECTORIZEs of lanes computed as one vector (tiny_cpu.x86.lanes), the scalar lanes left out, and the vectors
         # built so far in this loop body by their lanes
         self.lanes_built, self.lanes_skipped = vector_lanes(uops)
@@ -174,6 +175,23 @@ class Selection:
         program.insert(self.preheaders[depth], instruction)
         for deeper in range(depth, len(self.preheaders)):
             self.preheaders[deeper] += 1
+
+    def splat_constant(self, bits: int, width: int, element: int = 32, broadcast: bool = True) -> VirtualRegister:
+        """A constant in every `element`-bit lane of a `width`-bit register (only the low lane without
+        `broadcast`), made once per kernel before its loops: a NEG's sign mask was three instructions per use."""
+        key = (bits, width, element, broadcast)
+        found = self.constants.get(key)
+        if found is not None:
+            return found
+        carrier, scalar = self.builder.value("gpr", element), self.builder.value("vec", 128)
+        self.emit_at(0, "mov", carrier, bits - (1 << 64) if element == 64 and bits >> 63 else bits)
+        self.emit_at(0, "vmovd" if element == 32 else "vmovq", scalar, carrier)
+        result = scalar
+        if broadcast:
+            result = self.builder.value("vec", width)
+            self.emit_at(0, "vpbroadcastd" if element == 32 else "vpbroadcastq", result, scalar)
+        self.constants[key] = result
+        return result
 
     def integer(self, uop: UOp) -> VirtualRegister | int:
         """An index value: an immediate when it is a constant, else its register."""
@@ -512,16 +530,9 @@ def _float_unary(ctx: Selection, uop: UOp) -> str:
 
 
 def _splat_bits(ctx: Selection, bits_of_float: int, width: int, element: int = 32) -> VirtualRegister:
-    """A register of `width` bits with every float lane (of `element` bits) holding `bits_of_float`."""
-    carrier, scalar = ctx.builder.value("gpr", element), ctx.builder.value("vec", 128)
-    immediate = bits_of_float - (1 << 64) if element == 64 and bits_of_float >> 63 else bits_of_float
-    ctx.builder.emit("mov", carrier, immediate)
-    ctx.builder.emit("vmovd" if element == 32 else "vmovq", scalar, carrier)
-    if width == 128:
-        return scalar
-    wide = ctx.builder.value("vec", width)
-    ctx.builder.emit("vbroadcastss", wide, scalar)
-    return wide
+    """A register of `width` bits with every float lane (of `element` bits) holding `bits_of_float` (at 128 bits
+    only the low lane: the scalar instructions read no other)."""
+    return ctx.splat_constant(bits_of_float, width, element, broadcast=width > 128)
 
 
 def _multiply_add(ctx: Selection, uop: UOp) -> str:

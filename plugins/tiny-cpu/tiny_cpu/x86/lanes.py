@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tiny_cpu.x86.scalars import float_bits
 from tinycore.dtype import dtypes
 from tinycore.renderer.isa import VirtualRegister
 from tinycore.uop.ops import Ops
@@ -114,7 +115,11 @@ def vector_lanes(uops: list[UOp]) -> tuple[set[UOp], set[UOp]]:
 
 
 def _splat(ctx: Selection, value: UOp, bits: int) -> VirtualRegister:
-    """One scalar repeated in every lane."""
+    """One scalar repeated in every lane (a constant made once, before the loops)."""
+    if value.op is Ops.CONST:
+        pattern = float_bits(float(value.arg), value.dtype)[0] if value.dtype == dtypes.float32 else \
+            int(value.arg) & 0xFFFFFFFF
+        return ctx.splat_constant(pattern, bits)
     register = ctx.builder.value("vec", bits)
     if value.dtype == dtypes.float32:
         ctx.builder.emit("vbroadcastss", register, ctx.register(value))
