@@ -526,3 +526,32 @@ def test_a_long_lived_value_read_rarely_spills_before_short_temporaries() -> Non
     pool = [Register("r0", 0, 64, "gpr"), Register("r1", 1, 64, "gpr")]
     allocation = linear_scan(live_intervals(program), {"gpr": pool})
     assert set(allocation.spill_offset) == {constant}
+
+
+def test_a_spilled_source_the_instruction_can_read_from_memory_is_not_loaded() -> None:
+    from tinycore.renderer.isa import Allocation, rewrite_program
+    kept, spilled, other = (VirtualRegister(i, "vec", 256) for i in range(3))
+    ymm = [Register(f"ymm{i}", i, 256, "vec") for i in range(16)]
+    allocation = Allocation(assigned={kept: ymm[0]}, spill_offset={spilled: 0, other: 32}, spill_bytes=64)
+
+    def in_memory(instruction: Instruction, index: int, offset: int) -> Memory | None:
+        return Memory(rsp, None, 1, offset, 256) if index == 2 else None
+
+    def rewritten(instruction: Instruction) -> list[Instruction]:
+        return rewrite_program(
+            [instruction], allocation, {"vec": ymm[13:16]}, lambda register, bits: register,
+            lambda register, offset: Instruction("load", (register, offset)),
+            lambda offset, register: Instruction("store", (offset, register)), in_memory)
+
+    # the spilled value is the second source: read from its slot, no load
+    (multiply,) = rewritten(Instruction("vmulps", (kept, kept, spilled)))
+    assert multiply.operands == (ymm[0], ymm[0], Memory(rsp, None, 1, 0, 256))
+    # as the first source it needs a register; only one memory operand per instruction (the second spilled source
+    # is read from memory, the first loaded)
+    load, add = rewritten(Instruction("vaddps", (kept, other, spilled)))
+    assert load.op == "load" and load.operands[1] == 32
+    assert add.operands[1] == load.operands[0] and add.operands[2] == Memory(rsp, None, 1, 0, 256)
+    # a value written is stored, never replaced by memory
+    add, store = rewritten(Instruction("vaddps", (spilled, kept, other)))
+    assert add.operands[2] == Memory(rsp, None, 1, 32, 256) and add.operands[0] in ymm[13:16]
+    assert store.operands == (0, add.operands[0])

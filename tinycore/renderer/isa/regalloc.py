@@ -230,8 +230,10 @@ class _SpillRewriter:
         view: Callable[[Register, int], Register],
         load: Callable[[Register, int], Instruction],
         store: Callable[[int, Register], Instruction],
+        in_memory: Callable[[Instruction, int, int], Memory | None] | None = None,
     ) -> None:
         self.allocation, self.scratch, self.view, self.load, self.store = allocation, scratch, view, load, store
+        self.in_memory = in_memory
 
     def rewrite(self, instruction: Instruction) -> list[Instruction]:
         renamed = self._renamed(instruction)
@@ -260,9 +262,21 @@ class _SpillRewriter:
             return taken[value]
 
         placed: dict[int, Operand] = {}
+        # a spilled value only read where the instruction takes memory is read from its slot (one memory operand)
+        direct = None
+        if self.in_memory is not None and not any(isinstance(o, Memory) for o in instruction.operands):
+            for i, operand in enumerate(instruction.operands):
+                if isinstance(operand, VirtualRegister) and instruction.access[i] == "r" and \
+                        operand in self.allocation.spill_offset and instruction.operands.count(operand) == 1:
+                    slot = self.in_memory(instruction, i, self.allocation.spill_offset[operand])
+                    if slot is not None:
+                        direct, placed[i] = i, slot
+                        break
         # reads are placed before writes so a value both read and written gets one load and one store
         for i in sorted(range(len(instruction.operands)), key=lambda i: instruction.access[i] == "w"):
             operand, mode = instruction.operands[i], instruction.access[i]
+            if i == direct:
+                continue
             if isinstance(operand, VirtualRegister):
                 placed[i] = place(operand, mode)
             elif isinstance(operand, SubRegister):  # a narrower name of the value's register
@@ -315,11 +329,14 @@ def rewrite_program(
     view: Callable[[Register, int], Register],
     load: Callable[[Register, int], Instruction],
     store: Callable[[int, Register], Instruction],
+    in_memory: Callable[[Instruction, int, int], Memory | None] | None = None,
 ) -> list[Instruction]:
     """`program` over physical registers: allocated values renamed, spilled ones loaded into and stored from scratch.
 
     `view(register, bits)` is the register's name at a width (rax, eax); `load(register, offset)` and
-    `store(offset, register)` build the instructions that move a value between a register and its spill slot.
+    `store(offset, register)` build the instructions that move a value between a register and its spill slot;
+    `in_memory(instruction, operand index, offset)`, where given, is the spill slot as that operand when the
+    instruction can read it from memory there (None when not), which saves the load into a scratch register.
     """
-    rewriter = _SpillRewriter(allocation, scratch, view, load, store)
+    rewriter = _SpillRewriter(allocation, scratch, view, load, store, in_memory)
     return [out for instruction in program for out in rewriter.rewrite(instruction)]

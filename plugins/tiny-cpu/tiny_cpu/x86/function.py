@@ -169,8 +169,19 @@ class FunctionBuilder:
         def store(offset: int, register: Register) -> Instruction:
             return Instruction("mov" if register.kind == "gpr" else "vmovups", (slot(offset, register.bits), register))
 
+        def in_memory(instruction: Instruction, index: int, offset: int) -> Memory | None:
+            # the r/m source of a packed three-operand vector instruction (arithmetic, FMA, compare, blend) reads the
+            # whole vector: its slot serves as it is
+            op = VECTOR_OPS.get(instruction.op)
+            operand = instruction.operands[index]
+            if op is None or index != 2 or op.form not in ("rvm", "rvmi", "rvmr") or op.tuple != "full" or \
+                    not isinstance(operand, VirtualRegister) or not instruction.op.endswith(("ps", "pd")):
+                return None
+            return slot(offset, operand.bits)
+
         body = rewrite_program(
-            self.program, allocation, {"gpr": GENERAL_SCRATCH, "vec": self.vector_scratch}, view, load, store
+            self.program, allocation, {"gpr": GENERAL_SCRATCH, "vec": self.vector_scratch}, view, load, store,
+            in_memory,
         )
         assembler = Assembler()
         assembler.emit("push", rbp)
