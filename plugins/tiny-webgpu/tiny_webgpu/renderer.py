@@ -7,10 +7,11 @@ import math
 import struct
 from typing import NamedTuple, NoReturn
 
+from tiny_webgpu.lowering import wgsl_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, base_rendering
+from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CStyleLanguage, RenderContext, base_rendering
 from tinycore.renderer.renderer import text_rules
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
@@ -28,23 +29,6 @@ _VALUE_TYPES: dict[DType, str] = {
 _WRAP: dict[DType, str] = {dtypes.int8: "(({} << 24u) >> 24u)", dtypes.int16: "(({} << 16u) >> 16u)",
                            dtypes.uint8: "({} & 0xFFu)", dtypes.uint16: "({} & 0xFFFFu)"}
 _PARAMS = "total: u32, stride_y: u32, stride_z: u32, size0: u32, size1: u32, size2: u32"
-# ALU op -> WGSL with C / numpy semantics (a b c the operands, the rest constants): log2 and sqrt out of their domain
-# are undefined on the adapters, some get % of negatives wrong; x / 0 is 0 as in constant folding (`safe`: b, 1 for 0).
-_MATH: dict[Ops, str] = {
-    Ops.NEG: "({negate}{a})", Ops.EXP2: "exp2({a})", Ops.TRUNC: "{a}", Ops.RECIPROCAL: "({one} / {a})",
-    Ops.LOG2: "select(select(log2({a}), {minus_inf}, {a} == {zero}), {nan}, {a} < {zero})",
-    Ops.SIN: "select(sin({a}), {nan}, abs({a}) == {inf})", Ops.SQRT: "select(sqrt({a}), {nan}, {a} < {zero})",
-    Ops.ADD: "({a} + {b})", Ops.SUB: "({a} - {b})", Ops.MUL: "({a} * {b})", Ops.FDIV: "({a} / {b})",
-    Ops.IDIV: "select(({a} / {safe}), {zero}, {b} == {zero})",
-    Ops.MOD: "select(({a} - ({a} / {safe}) * {safe}), {zero}, {b} == {zero})",
-    Ops.MAX: "select({a}, {b}, {a} < {b})", Ops.POW: "pow({a}, {b})", Ops.CMPLT: "({a} < {b})",
-    Ops.CMPNE: "({a} != {b})", Ops.CMPEQ: "({a} == {b})", Ops.AND: "({a} & {b})", Ops.OR: "({a} | {b})",
-    Ops.XOR: "({a} ^ {b})", Ops.SHL: "({a} << u32({b}))", Ops.SHR: "({a} >> u32({b}))",
-    Ops.WHERE: "select({c}, {b}, {a})", Ops.MULACC: "(({a} * {b}) + {c})"}
-_FLOAT_MATH = {Ops.TRUNC: "trunc({a})", Ops.IDIV: "({a} / {b})", Ops.MOD: "({a} - {b} * trunc({a} / {b}))",
-               Ops.CMPNE: "(!({a} == {b}))"}  # true for NaN even where the backend compares ordered
-_BOOL_MATH = {Ops.NEG: "(!{a})", Ops.ADD: "({a} | {b})", Ops.MUL: "({a} & {b})", Ops.SUB: "({a} != {b})",
-              Ops.FDIV: "({a} & {b})", Ops.MAX: "({a} | {b})", Ops.CMPLT: "((!{a}) & {b})", Ops.XOR: "({a} != {b})"}
 
 class UnsupportedDTypeError(TypeError):
     """A kernel uses a dtype the WebGPU adapter cannot compute with."""
@@ -82,9 +66,13 @@ class WGSLRenderer(CStyleLanguage):
     after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
     device, suffix, barrier, supports_float4 = "WEBGPU", "wgsl", "workgroupBarrier();", False
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # scalar code: `render_math` wraps narrow results and guards integer division; no type_map spells every dtype,
-    # `render_dtype` refusing those WGSL lacks with the adapter's name
-    vector_alu_ops, narrow_dtypes, guard_integer_division, type_map = frozenset(), (), False, {}
+    # scalar code, lowered by `wgsl_lowering` (narrow results, division by zero, domains); no type_map spells every
+    # dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
+    vector_alu_ops, narrow_dtypes, guard_integer_division, type_map, post_matcher = frozenset(), (), False, {}, \
+        wgsl_lowering
+    code_for_op = {**BASE_CODE_FOR_OP, Ops.WHERE: lambda condition, a, b, dtype: f"select({b}, {a}, {condition})",
+                   Ops.MAX: lambda a, b, dtype: f"select({a}, {b}, {a} < {b})",
+                   Ops.SHL: lambda a, b, dtype: f"({a} << u32({b}))", Ops.SHR: lambda a, b, dtype: f"({a} >> u32({b}))"}
 
     def __init__(self, device: str = "WEBGPU", has_f16: bool = False, max_storage_buffers: int = 8,
                  max_workgroup_storage: int = 16384, adapter_name: str = "the WebGPU adapter",
@@ -102,7 +90,6 @@ class WGSLRenderer(CStyleLanguage):
         self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
         tuning = (CPU_REGISTER_TILE, max(2, simd_lanes), CPU_GROUP_MAX_OUTPUTS) if cpu_adapter else (None, None, None)
         self.register_tile, self.group_size, self.group_max_outputs = tuning
-        self.math_templates: dict[tuple[Ops, DType], str] = {}
 
     def context_state(self, uops: list[UOp]) -> _State:
         """The rules' state: buffers a combining store updates are atomic words (so is every access to them); programs
@@ -209,24 +196,6 @@ class WGSLRenderer(CStyleLanguage):
         if target == dtypes.float16:
             return f"f16(unpack2x16float(u32({expression}) & 0xFFFFu).x)"
         return self.render_cast(expression, source, target)
-
-    def render_math(self, op: Ops, operands: list[str], dtype: DType) -> str:
-        """One scalar ALU op: its template (made once per op and dtype), narrow integer results wrapped."""
-        if (template := self.math_templates.get((op, scalar := dtype.scalar))) is None:
-            is_float, zero, one = dtypes.is_float(scalar), self.render_const(0, scalar), self.render_const(1, scalar)
-            code = (_FLOAT_MATH if is_float else _BOOL_MATH if scalar == dtypes.bool else {}).get(op) or _MATH.get(op)
-            if code is None:
-                raise ValueError(f"the WGSL renderer cannot render {op}: codegen must rewrite it first")
-            specials = {"nan": math.nan, "inf": math.inf, "minus_inf": -math.inf} if is_float else {"nan": 0}
-            try:
-                template = code.format(a="{0}", b="{1}", c="{2}", zero=zero, one=one, safe=f"select({{1}}, {one}, "
-                                       f"{{1}} == {zero})", negate="0u - " if dtypes.is_unsigned(scalar) else "-",
-                                       **{key: self.render_const(value, scalar) for key, value in specials.items()})
-            except KeyError as missing:
-                raise ValueError(f"the WGSL renderer cannot render {op} on {scalar}: it has no {missing}") from None
-            wrap = "{}" if op in GroupOp.Comparison else _WRAP.get(scalar, "{}")
-            template = self.math_templates[(op, scalar)] = wrap.format(template)
-        return template.format(*operands)
 
 class _State:
     def __init__(self, local_mode: bool, atomic_globals: set[int]):
