@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tiny_cpu.lowering import math_in_wider_floats
 from tinycore.dtype import DType, PtrDType, dtypes
@@ -115,8 +115,7 @@ def vector_constant(values: list[object], dtype: DType) -> str:
     """The text of a vector constant of `dtype` (one value per lane)."""
     return "<" + ", ".join(f"{scalar_type(dtype)} {constant(value, dtype.scalar)}" for value in values) + ">"
 
-@dataclass
-class Pointer:
+class Pointer(NamedTuple):
     """An INDEX (or a pointer CAST of one, for a vector access) as the context keeps it: the buffer register, the
     element index and its type, the gate, the buffer's size in elements (-1 unknown) and `step`, the buffer's own
     element type, which the index counts in."""

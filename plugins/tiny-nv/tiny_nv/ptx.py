@@ -146,7 +146,7 @@ class PTXContext(SSAContext):
         codegen's pass "narrow floats" routes the rest through it)."""
         (source_kind, source_type, _), (target_kind, target_type, _) = _info(source), _info(target)
         result = self.new(target_kind)
-        if source == dtypes.bfloat16:  # its bits are float32's upper half (cvt.f32.bf16 needs sm_90)
+        if (source, target) == (dtypes.bfloat16, dtypes.float32):  # the upper half (cvt.f32.bf16 needs sm_90)
             bits = self.new("r")
             self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {result}, {bits};")
             return result
