@@ -29,24 +29,23 @@ _EMULATED = frozenset({dtypes.bfloat16})  # bits in an i16, computed in float32 
 _INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 # ALU op -> its instructions ("; " between), each an SSA value; fields: a b c the operands, T their type, F the lane
-# mask type, zero / one / true constants, lt / shr / div the signed or unsigned spelling, {0} {1}... earlier values
+# mask type, zero / one / true constants, lt the less-than compare, shr / div the signed or unsigned spelling, {0}
+# {1}... the earlier values
 _COMMON_OPS = {Ops.WHERE: "select {F} {a}, {T} {b}, {T} {c}", Ops.FDIV: "fdiv {T} {a}, {b}",
                Ops.RECIPROCAL: "fdiv {T} {one}, {a}", Ops.AND: "and {T} {a}, {b}", Ops.OR: "or {T} {a}, {b}",
-               Ops.XOR: "xor {T} {a}, {b}", Ops.SHL: "shl {T} {a}, {b}", Ops.SHR: "{shr} {T} {a}, {b}"}
+               Ops.XOR: "xor {T} {a}, {b}", Ops.SHL: "shl {T} {a}, {b}", Ops.SHR: "{shr} {T} {a}, {b}",
+               Ops.CMPLT: "{lt} {T} {a}, {b}", Ops.MAX: "{lt} {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}"}
 _FLOAT_OPS = {Ops.ADD: "fadd {T} {a}, {b}", Ops.SUB: "fsub {T} {a}, {b}", Ops.MUL: "fmul {T} {a}, {b}",
-              Ops.MULACC: "fmul {T} {a}, {b}; fadd {T} {0}, {c}",
-              Ops.NEG: "fneg {T} {a}", Ops.CMPLT: "fcmp olt {T} {a}, {b}", Ops.CMPNE: "fcmp une {T} {a}, {b}",
-              Ops.CMPEQ: "fcmp oeq {T} {a}, {b}", Ops.MAX: "fcmp olt {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}"}
+              Ops.MULACC: "fmul {T} {a}, {b}; fadd {T} {0}, {c}", Ops.NEG: "fneg {T} {a}",
+              Ops.CMPNE: "fcmp une {T} {a}, {b}", Ops.CMPEQ: "fcmp oeq {T} {a}, {b}"}
 _DIVISION = "icmp eq {T} {b}, {zero}; select {F} {0}, {T} {one}, {T} {b}; {div}%s {T} {a}, {1}; " \
     "select {F} {0}, {T} {zero}, {T} {2}"  # truncating; a zero divisor gives 0 (as the interpreter), never a trap
 _INTEGER_OPS = {Ops.ADD: "add {T} {a}, {b}", Ops.SUB: "sub {T} {a}, {b}", Ops.MUL: "mul {T} {a}, {b}",
-                Ops.MULACC: "mul {T} {a}, {b}; add {T} {0}, {c}",
-                Ops.NEG: "sub {T} {zero}, {a}", Ops.CMPLT: "icmp {lt} {T} {a}, {b}", Ops.CMPNE: "icmp ne {T} {a}, {b}",
-                Ops.CMPEQ: "icmp eq {T} {a}, {b}", Ops.MAX: "icmp {lt} {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}",
+                Ops.MULACC: "mul {T} {a}, {b}; add {T} {0}, {c}", Ops.NEG: "sub {T} {zero}, {a}",
+                Ops.CMPNE: "icmp ne {T} {a}, {b}", Ops.CMPEQ: "icmp eq {T} {a}, {b}",
                 Ops.IDIV: _DIVISION % "div", Ops.MOD: _DIVISION % "rem"}
-_BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",
-             Ops.MULACC: "and {T} {a}, {b}; or {T} {0}, {c}",
-             Ops.NEG: "xor {T} {a}, {true}"}  # C's _Bool arithmetic stored back as a bool
+_BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",  # C's _Bool
+             Ops.MULACC: "and {T} {a}, {b}; or {T} {0}, {c}", Ops.NEG: "xor {T} {a}, {true}"}  # stored back as a bool
 _TO_FLOAT = "zext {S} {a} to {W}; shl {W} {0}, {c16}; bitcast {W} {1} to {f32}"  # bfloat16 bits: the upper half
 _TO_BFLOAT16 = "bitcast {f32} {a} to {W}; fcmp uno {f32} {a}, {a}; lshr {W} {0}, {c16}; and {W} {2}, {c1}; " \
     "add {W} {3}, {c32767}; add {W} {0}, {4}; lshr {W} {5}, {c16}; or {W} {2}, {c64}; select {F} {1}, {W} {7}, " \
@@ -68,7 +67,8 @@ def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
     fields = {"T": _lanes(element, count), "F": _lanes("i1", count), "S": _lanes("i16", count),
               "W": _lanes("i32", count), "f32": _lanes("float", count), "true": _splat("true", "i1", count),
               "zero": constant(0, scalar) if count == 1 else "zeroinitializer",
-              "one": _splat(constant(1, scalar), element, count), "lt": "ult" if unsigned else "slt",
+              "one": _splat(constant(1, scalar), element, count),
+              "lt": "fcmp olt" if _is_float(scalar) else "icmp ult" if unsigned else "icmp slt",
               "shr": "lshr" if unsigned else "ashr", "div": "u" if unsigned else "s",
               **{f"c{number}": _splat(str(number), "i32", count) for number in (1, 16, 64, 32767)}}
     return fill_types(template.split("; "), fields, "abc")
