@@ -4,6 +4,7 @@ which saves each case's result; numpy computes the references here."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -260,3 +261,38 @@ def test_an_unencodable_kernel_is_refused_when_rendered(monkeypatch: pytest.Monk
     monkeypatch.setattr(FunctionBuilder, "assemble", unencodable)
     with pytest.raises(SelectionError, match="cannot encode this kernel: vblendvps has no EVEX.*DEV=CPU:LLVM"):
         X86Renderer().render(uops)
+
+
+def test_thirty_two_registers_take_the_wide_matmul_tile_in_eight_lane_vectors() -> None:
+    """With AVX-512's 32 registers codegen sizes the matmul tile for them (6 rows x 4 vectors, 24 accumulators) while
+    the vectors stay the 8 lanes the selection has; with 16, the 6 x 2 tile. The wide tile's values match numpy's."""
+    from tiny_cpu.x86.executable import ExecutableCode
+    from tiny_cpu.x86.isel import select_kernel
+    from tiny_cpu.x86.renderer import X86Renderer, host_vector_registers
+
+    from tinycore import Tensor
+    from tinycore.codegen import linearize
+    from tinycore.engine.memory import device_facts
+    from tinycore.schedule import create_schedule
+
+    left, right = RNG.standard_normal((48, 96)).astype(np.float32), RNG.standard_normal((96, 64)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    items = [item for item in create_schedule([(a @ b).uop], device_facts).items if not item.is_copy]
+    assert len(items) == 1
+    inputs = [left if buffer is a.uop.base else right for buffer in items[0].buffers[1:]]
+    assert [array is left for array in inputs].count(True) == 1
+    counts = {}
+    for registers in (16, 32):
+        renderer = X86Renderer(vector_registers=registers)
+        renderer.global_max = None  # one call computes the whole output (no core_id split)
+        renderer.has_threads = False
+        uops = linearize(items[-1].ast, renderer)
+        accumulators = [u for u in uops if u.op.name == "DEFINE_REG"]
+        assert all(u.dtype.base.count == 8 for u in accumulators)
+        counts[registers] = len(accumulators)
+        if registers == 32 and host_is_x86_64():
+            code = ExecutableCode(select_kernel(uops, vector_registers=host_vector_registers()))  # spills with 16
+            output = np.zeros((48, 64), np.float32)
+            code.function(None, *[ctypes.c_void_p] * 3)(output.ctypes.data, *[array.ctypes.data for array in inputs])
+            np.testing.assert_allclose(output, left @ right, rtol=1e-4, atol=1e-4)
+    assert counts == {16: 12, 32: 24}
