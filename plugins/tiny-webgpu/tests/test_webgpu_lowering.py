@@ -118,3 +118,23 @@ def test_narrow_and_unsigned_wrapping(webgpu: Any, dtype: Any) -> None:
         np.testing.assert_array_equal(x.maximum(y).numpy(), np.maximum(a, b))
         np.testing.assert_array_equal((x ^ y).numpy(), a ^ b)
     np.testing.assert_array_equal(x.cast(dtypes.float32).numpy(), a.astype(np.float32))
+
+
+def test_casts_to_bool_and_edge_constants(webgpu: Any) -> None:
+    """A conversion to bool is != 0 (NaN is true, -0 false); the extreme constants of each type keep their values."""
+    np.testing.assert_array_equal(on_webgpu(FLOATS).cast(dtypes.bool).numpy(), FLOATS.astype(bool))
+    integers = np.array([0, -1, 5, -2**31], dtype=np.int32)
+    np.testing.assert_array_equal(on_webgpu(integers).cast(dtypes.bool).numpy(), integers.astype(bool))
+    np.testing.assert_array_equal(on_webgpu(integers.astype(np.int8)).cast(dtypes.bool).numpy(),
+                                  integers.astype(np.int8).astype(bool))
+    for value, dtype, numpy_dtype in ((-2**31, dtypes.int32, np.int32), (2**32 - 1, dtypes.uint32, np.uint32),
+                                      (-128, dtypes.int8, np.int8), (float("-inf"), dtypes.float32, np.float32),
+                                      (float("nan"), dtypes.float32, np.float32), (1e-30, dtypes.float32, np.float32),
+                                      (-0.1, dtypes.float32, np.float32)):
+        result = (Tensor.full((3,), value, dtype=dtype, device="WEBGPU") + Tensor.zeros(3, dtype=dtype,
+                                                                                      device="WEBGPU")).numpy()
+        np.testing.assert_array_equal(result, np.full(3, value, dtype=numpy_dtype))
+    if webgpu.renderer.has_f16:
+        for value in (float("inf"), float("nan"), -0.1, 65504.0):
+            result = (Tensor.full((3,), value, dtype=dtypes.float16, device="WEBGPU") * 1).numpy()
+            np.testing.assert_array_equal(result, np.full(3, value, dtype=np.float16))

@@ -154,7 +154,7 @@ def test_kernel_layout_header_round_trips() -> None:
 def test_renderer_literals() -> None:
     renderer = WGSLRenderer(has_f16=False)
     assert renderer.render_const(float("inf"), dtypes.float32) == "bitcast<f32>(0x7f800000u)"
-    assert renderer.render_const(-2 ** 31, dtypes.int32) == "i32(-2147483647 - 1)"
+    assert renderer.render_const(-2 ** 31, dtypes.int32) == "(-2147483647i-1)"
     assert renderer.render_const(3, dtypes.uint8) == "3u"
     assert renderer.render_const(0.5, dtypes.float32) == "0.5f"
     with pytest.raises(TypeError, match="float16 is not supported on WEBGPU.*shader-f16"):

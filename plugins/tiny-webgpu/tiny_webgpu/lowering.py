@@ -8,7 +8,8 @@ builtins. Every rule is a UOp -> UOp rewrite of a scalar op (WGSL code is scalar
 - log2, sqrt and sin out of their domain are undefined on the adapters: log2 of 0 is -inf and of negatives NaN,
   sqrt of negatives and sin of infinities NaN;
 - != of floats is !(==) (true for NaN even where the backend compares ordered); bool arithmetic is logic (WGSL's
-  bool has no + * - ^ <); an unsigned negation is 0 - x; an integer TRUNC is its operand."""
+  bool has no + * - ^ <), a conversion to bool is != 0; an unsigned negation is 0 - x; an integer TRUNC is its
+  operand."""
 from __future__ import annotations
 
 import math
@@ -72,5 +73,6 @@ wgsl_lowering = PatternMatcher([
     (UPat(GroupOp.ALU, src=(UPat(dtype=dtypes.bool), UPat(dtype=dtypes.bool)), name="x"), _bool_logic),
     (UPat(Ops.NEG, dtype=dtypes.uint32, name="x"), lambda x: x.const_like(0).alu(Ops.SUB, x.src[0])),
     (UPat(Ops.TRUNC, name="x"), lambda x: None if dtypes.is_float(x.dtype) else x.src[0]),
+    (UPat(Ops.CAST, dtype=dtypes.bool, src=(UPat(name="a"),)), lambda a: a.ne(a.const_like(0))),
 ])
 """The WGSL renderer's post_matcher (see the module docstring)."""

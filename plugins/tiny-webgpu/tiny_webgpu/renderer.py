@@ -4,7 +4,6 @@ stores as atomic words). A kernel's first line is the layout the runtime reads (
 from __future__ import annotations
 
 import math
-import struct
 from typing import NamedTuple, NoReturn
 
 from tiny_webgpu.lowering import wgsl_lowering
@@ -70,6 +69,7 @@ class WGSLRenderer(CStyleLanguage):
     # dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
     vector_alu_ops, narrow_dtypes, guard_integer_division, type_map, post_matcher = frozenset(), (), False, {}, \
         wgsl_lowering
+    infinity, nan, integer_suffix = "bitcast<f32>(0x7f800000u)", "bitcast<f32>(0x7fc00000u)", {dtypes.int32: "i"}
     code_for_op = {**BASE_CODE_FOR_OP, Ops.WHERE: lambda condition, a, b, dtype: f"select({b}, {a}, {condition})",
                    Ops.MAX: lambda a, b, dtype: f"select({a}, {b}, {a} < {b})",
                    Ops.SHL: lambda a, b, dtype: f"({a} << u32({b}))", Ops.SHR: lambda a, b, dtype: f"({a} >> u32({b}))"}
@@ -153,19 +153,12 @@ class WGSLRenderer(CStyleLanguage):
         return _VALUE_TYPES[dtype]
 
     def render_const(self, value: object, dtype: DType) -> str:
-        """A WGSL literal of scalar `dtype` (infinities and NaN through bitcasts, which WGSL literals cannot be)."""
+        """A WGSL literal of scalar `dtype`: bool and u32 here, i32 (narrow integers too) and floats by the base."""
         if (type_name := self.render_dtype(dtype.scalar)) == "bool":
             return "true" if value else "false"
-        if type_name in ("f32", "f16"):
-            if not math.isfinite(number := float(value)):  # type: ignore[arg-type]
-                pattern = 0x7FC00000 if math.isnan(number) else 0x7F800000 if number > 0 else 0xFF800000
-                return f"bitcast<f32>({pattern:#x}u)" if type_name == "f32" else f"f16(bitcast<f32>({pattern:#x}u))"
-            literal = repr(struct.unpack("<f", struct.pack("<f", number))[0] if type_name == "f32" else number)
-            return f"{literal}{'' if 'e' in literal or '.' in literal else '.0'}{'f' if type_name == 'f32' else 'h'}"
         if type_name == "u32":
             return f"{int(value) & 0xFFFFFFFF}u"  # type: ignore[call-overload]
-        integer = int(value)  # type: ignore[call-overload]
-        return "i32(-2147483647 - 1)" if integer == -2 ** 31 else f"{integer}i" if integer >= 0 else f"({integer}i)"
+        return super().render_const(value, dtypes.int32 if type_name == "i32" else dtype)
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
         """A typed `let` (values are immutable; accumulators are declared as `var` arrays by the DEFINE_REG rule)."""
@@ -174,8 +167,6 @@ class WGSLRenderer(CStyleLanguage):
     def render_cast(self, expression: str, from_dtype: DType, to_dtype: DType) -> str:
         """Value conversion between scalar dtypes with C semantics (narrow integers wrap)."""
         from_type, to_type = self.render_dtype(from_dtype), self.render_dtype(to_dtype)
-        if to_dtype == dtypes.bool:
-            return f"({expression} != {self.render_const(0, from_dtype)})"
         converted = expression if from_type == to_type else f"{to_type}({expression})"
         if from_type in ("f32", "f16") and to_type == "u32":  # C converts negative floats through the signed integer
             converted = f"select({converted}, bitcast<u32>(i32({expression})), {expression} < " \
