@@ -84,3 +84,31 @@ def test_a_c_style_renderer_refuses_an_op_on_an_emulated_dtype_left_unrewritten(
         renderer.render_math(Ops.ADD, ["a", "b"], BF16)
     assert renderer.render_math(Ops.WHERE, ["c", "a", "b"], BF16) == "(c?a:b)"
     assert renderer.render_cast("x", BF16, F32) == "tc_bf16_to_f32(x)"
+
+
+def test_codegen_runs_the_pass_for_a_renderer_that_declares_emulated_floats(monkeypatch: pytest.MonkeyPatch):
+    from codegen_kernels import ScalarRenderer, buffer, loop
+
+    from tinycore.codegen import linearize
+    from tinycore.codegen.interpreter import run_linear
+    from tinycore.viz import hook
+
+    class Emulating(ScalarRenderer):
+        emulated_floats = EMULATED
+    names: list[str] = []
+
+    def record(run, sink, matcher, ctx, bottom_up, name):
+        names.append(name)
+        return run(sink, matcher, ctx, bottom_up, name)
+    monkeypatch.setattr(hook, "REWRITE", record)
+    i = loop(8, 0)
+    out, a = buffer(0, F32, 8), buffer(1, F32, 8)
+    value = (a.index(i * 1).load().cast(BF16) * UOp.const(BF16, 3.0)).alu(Ops.ADD, UOp.const(BF16, 0.1)).cast(F32)
+    uops = linearize(out.index(i * 1).store(value).sink(), Emulating(), [])
+    order = [name for name in names if name in ("devectorize", "narrow floats", "renderer: post")]
+    assert order[:2] == ["devectorize", "narrow floats"]
+    assert not [uop for uop in uops if uop.op in (Ops.MUL, Ops.ADD) and uop.dtype.scalar == BF16]
+    data, result = np.linspace(-2, 2, 8, dtype=np.float32), np.zeros(8, np.float32)
+    run_linear(uops, [result, data])
+    expected = ((torch.tensor(data).bfloat16() * 3) + torch.tensor(0.1).bfloat16()).float().numpy()
+    np.testing.assert_array_equal(result, expected)
