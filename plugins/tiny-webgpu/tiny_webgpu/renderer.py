@@ -3,6 +3,7 @@
 stores as atomic words). A kernel's first line is the layout the runtime reads (`KernelLayout`)."""
 from __future__ import annotations
 
+import json
 import math
 from typing import NamedTuple, NoReturn
 
@@ -33,8 +34,7 @@ class UnsupportedDTypeError(TypeError):
     """A kernel uses a dtype the WebGPU adapter cannot compute with."""
 
 class KernelLayout(NamedTuple):
-    """What the runtime reads of a kernel: per buffer its element size and whether it is packed, the DEFINE_VAR names in
-    parameter order, the workgroup size and whether threads are flat-mapped."""
+    """What the runtime reads of a kernel: per buffer its element size and packing, variables, workgroup, flat mode."""
     element_sizes: list[int]
     packed: list[bool]
     variables: list[str]
@@ -42,22 +42,16 @@ class KernelLayout(NamedTuple):
     flat: bool
 
     def header(self) -> str:
-        """The header line encoding this layout."""
-        buffers = ",".join(f"{size}{'pw'[not packed]}" for size, packed in zip(self.element_sizes, self.packed,
-                                                                                strict=True))
-        return (f"{HEADER_PREFIX} buffers={buffers or '-'} vars={','.join(self.variables) or '-'} "
-                f"workgroup={'x'.join(map(str, self.workgroup))} mode={'flat' if self.flat else 'local'}")
+        """The header line encoding this layout (as JSON)."""
+        return f"{HEADER_PREFIX} {json.dumps(self._asdict(), separators=(',', ':'))}"
 
     @staticmethod
     def parse(source: str) -> KernelLayout:
         """The layout from a rendered kernel's first line; ValueError when it is not a WGSL kernel of this plugin."""
         if not (first := source.split("\n", 1)[0]).startswith(HEADER_PREFIX):
             raise ValueError("not a kernel rendered by the WGSL renderer of tiny-webgpu (its layout header is missing)")
-        fields = dict(item.split("=", 1) for item in first[len(HEADER_PREFIX):].split())
-        buffers, variables = ([] if fields[key] == "-" else fields[key].split(",") for key in ("buffers", "vars"))
-        x, y, z = (int(size) for size in fields["workgroup"].split("x"))
-        return KernelLayout([int(item[:-1]) for item in buffers], [item.endswith("p") for item in buffers], variables,
-                            (x, y, z), fields["mode"] == "flat")
+        fields = json.loads(first[len(HEADER_PREFIX):])
+        return KernelLayout(**{**fields, "workgroup": tuple(fields["workgroup"])})
 
 class WGSLRenderer(CStyleLanguage):
     """WGSL compute shaders shaped by the adapter: `has_f16` (`shader-f16`), its limits (`max_storage_buffers` is also
@@ -83,24 +77,21 @@ class WGSLRenderer(CStyleLanguage):
         self.max_loop_iterations, self.shared_max = max_loop_iterations, max_workgroup_storage
         self.max_storage_buffers = self.max_buffers = max_storage_buffers
         self.max_workgroup_size = self.local_max = tuple(int(size) for size in max_workgroup_size)
-        self.max_workgroup_invocations = int(max_workgroup_invocations)
-        self.max_groups = int(max_workgroups_per_dimension)
-        self.global_max = (2 ** 31 - 1, self.max_groups, self.max_groups)
+        self.max_workgroup_invocations, groups = int(max_workgroup_invocations), int(max_workgroups_per_dimension)
+        self.max_groups, self.global_max = groups, (2 ** 31 - 1, groups, groups)
         preferred = CPU_PREFERRED_INVOCATIONS if cpu_adapter else PREFERRED_INVOCATIONS
         self.max_local_total = max(1, min(preferred, self.max_workgroup_invocations))
         tuning = (CPU_REGISTER_TILE, max(2, simd_lanes), CPU_GROUP_MAX_OUTPUTS) if cpu_adapter else (None, None, None)
         self.register_tile, self.group_size, self.group_max_outputs = tuning
 
     def context_state(self, uops: list[UOp]) -> _State:
-        """The rules' state: buffers a combining store updates are atomic words (so is every access to them); programs
-        with lidx indices use the hardware's workgroup layout, the others decode gidx0..2 from a flat thread number."""
+        """The rules' state: atomic buffers (those of combining stores); workgroup layout (lidx) or flat threads."""
         return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
                       {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
                        uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The module: layout header, `Params` uniform, storage bindings, workgroup arrays, entry point; or an error
-        naming the adapter's limit the kernel exceeds."""
+        """The module (header, `Params`, bindings, workgroup arrays, entry point), or an error naming a limit."""
         state, elements = ctx.state, {uop.arg: uop.dtype.base for uop in ctx.uops
                                       if uop.op is Ops.DEFINE_GLOBAL and isinstance(uop.dtype, PtrDType)}
         if (positions := sorted(elements)) != list(range(len(positions))):
@@ -267,8 +258,7 @@ def _index(ctx: RenderContext, x: UOp) -> str:  # loads and stores render the ac
     return ctx.name(x, f"&{ctx.expression(x.src[0])}[{ctx.expression(x.src[1])}]")
 
 def _access(ctx: RenderContext, index: UOp) -> tuple[str, str, DType, str | None]:
-    """The element a LOAD or STORE at `index` reaches, how it is stored ("plain"; "atomic": a buffer with combining
-    stores; "packed": narrow types in u32 words), its dtype and its gate."""
+    """The element at `index`, its kind ("plain", "atomic": of combining stores, "packed"), its dtype and gate."""
     if index.op is not Ops.INDEX or not isinstance(index.src[0].dtype, PtrDType):
         raise ValueError(f"LOAD/STORE needs an INDEX into a buffer as its first source, got {index.op}")
     buffer, dtype, offset = index.src[0], index.src[0].dtype.base, ctx.expression(index.src[1])
@@ -343,9 +333,7 @@ wgsl_rendering = text_rules([
     (UPat(Ops.CAST, name="x"), lambda x: _refuse("the WGSL renderer has no pointer casts (vector memory access is not "
                                                  "used)") if isinstance(x.dtype, PtrDType) else None),
 ])
-"""WGSL's own rules, before the base's (whose DEFINE_GLOBAL rule names the buffers, refusing dtypes WGSL lacks; its CAST
-rule converts values by `render_cast`): thread indices, loops, workgroup memory, memory accesses (INDEX, LOAD, STORE),
-bitcasts and barriers."""
+"""WGSL's own rules (thread indices, loops, memory, bitcasts, barriers), before the base's (buffers, ALU, casts)."""
 WGSLRenderer.string_rewrite = wgsl_rendering + base_rendering
 
 __all__ = ["WGSLRenderer", "KernelLayout", "UnsupportedDTypeError", "PACKED_DTYPES", "WORKGROUP_SIZE"]
