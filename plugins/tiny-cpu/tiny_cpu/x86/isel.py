@@ -610,10 +610,10 @@ def _minimum_maximum(uops: list[UOp], consumers: dict[UOp, list[UOp]]) -> tuple[
 def _where(ctx: Selection, uop: UOp) -> str:
     if uop in ctx.minimum_maximum:
         name, first, second = ctx.minimum_maximum[uop]
-        bits, flavour = _float_shape(uop)
-        result = ctx.builder.value("vec", bits)
-        ctx.builder.emit(name + flavour, result, ctx.register(first), ctx.register(second))
-        ctx.values[uop] = result
+        width, flavour = _float_shape(uop)
+        chosen = ctx.builder.value("vec", width)
+        ctx.builder.emit(name + flavour, chosen, ctx.register(first), ctx.register(second))
+        ctx.values[uop] = chosen
         return ""
     condition = ctx.register(uop.src[0])
     result = _register_of(ctx, uop.dtype)
