@@ -340,6 +340,28 @@ def test_compile_backend_runs_a_graph_and_its_backward() -> None:
     torch.testing.assert_close(leaf.grad.cpu(), reference.grad, atol=1e-5, rtol=1e-4)
 
 
+def test_backward_formulas_realize_nothing_before_a_gradient_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # convolution_backward differentiates tinycore's convolution: its lazy inputs are not realized to do it, and the
+    # gradients equal PyTorch's on the CPU
+    import tinycore.tensor.tensor as tensor_module
+    from tinycore.engine.realize import realize_uops
+    x, weight, grad = torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3), torch.randn(2, 4, 4, 4)
+    arguments = ([4], [1, 1], [0, 0], [1, 1], False, [0, 0], 1, [True, True, True])
+    on_tiny = [tiny(value) for value in (grad, x, weight)]
+    schedules: list[int] = []
+
+    def counting(uops: list) -> list:
+        schedules.append(len(uops))
+        return realize_uops(uops)
+    monkeypatch.setattr(tensor_module, "_REALIZE_UOPS", counting)
+    lazy = [value * 1.5 for value in on_tiny]
+    result = torch.ops.aten.convolution_backward(*lazy, *arguments)
+    assert schedules == []
+    expected = torch.ops.aten.convolution_backward(grad * 1.5, x * 1.5, weight * 1.5, *arguments)
+    for got, want in zip(result, expected, strict=True):
+        close(got, want, atol=1e-4)
+
+
 def test_compiled_outputs_keep_their_values_across_replays() -> None:
     # each replay writes its outputs into new buffers: the results of earlier calls (one of them a transposed
     # layout) stay what PyTorch computes on the CPU after later calls replay the same capture

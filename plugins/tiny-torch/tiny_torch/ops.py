@@ -10,24 +10,32 @@ import numpy as np
 from tiny_torch.dispatch import aten, register
 from tinycore import Tensor, dtypes
 from tinycore.dtype import DType
+from tinycore.uop import Ops, UOp
 
 
 def _vjp(forward: Callable[..., Tensor], inputs: Sequence[Tensor | None], grad_output: Tensor,
          mask: Sequence[bool]) -> tuple[Tensor | None, ...]:
-    """Gradients of `forward(*inputs)` with respect to the inputs selected by `mask`, by tinycore's autograd."""
-    leaves = [_leaf(value) for value in inputs]
-    output = forward(*leaves)
-    wanted = [leaf for leaf, take in zip(leaves, mask, strict=False) if take and leaf is not None]
+    """Gradients of `forward(*inputs)` with respect to the inputs selected by `mask`, by tinycore's autograd.
+
+    The forward runs on stand-ins, new buffers that are never allocated, which the gradients' graphs then read
+    the inputs through. A stand-in is its own graph node even where two inputs are one lazy value (mul(x, x)),
+    so nothing has to be realized to tell the inputs apart, as a leaf with requires_grad would be."""
+    stand_ins = [Tensor.empty(*value.shape, dtype=value.dtype, device=value.device) if value is not None else None
+                 for value in inputs]
+    output = forward(*stand_ins)
+    wanted = [stand_in for stand_in, take in zip(stand_ins, mask, strict=False) if take and stand_in is not None]
     grads = iter(output.gradient(*wanted, gradient=grad_output)) if wanted else iter(())
-    return tuple(next(grads) if take and leaf is not None else None for leaf, take in zip(leaves, mask, strict=False))
+    # the buffers, not the stand-ins' views of them, are replaced: a graph may view a buffer in another shape
+    mapping = {_buffer_node(stand_in.uop): value.reshape(value.numel()).uop
+               for stand_in, value in zip(stand_ins, inputs, strict=True) if stand_in is not None and value is not None}
+    return tuple(Tensor(next(grads).uop.substitute(mapping)) if take and stand_in is not None else None
+                 for stand_in, take in zip(stand_ins, mask, strict=False))
 
 
-def _leaf(value: Tensor | None) -> Tensor | None:
-    if value is None:
-        return None
-    leaf = value.detach()
-    leaf.requires_grad = True
-    return leaf
+def _buffer_node(node: UOp) -> UOp:
+    while node.op is not Ops.BUFFER:
+        node = node.src[0]
+    return node
 
 
 def _dims(dim: object, ndim: int) -> tuple[int, ...] | None:
