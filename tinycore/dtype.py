@@ -21,9 +21,9 @@ ConstType = Union[float, int, bool]
 
 class _Interned(type):
     """DTypes are interned: constructing one equal to a live one returns that one, so that equal dtypes are the
-    same object and hash by identity. Hashing is what dtypes are used for most: every graph node's cache key holds
-    one and is hashed two to four times over the node's life, and an identity hash is a C slot where a `__hash__`
-    method is a Python call each time (14 per eager op)."""
+    same object and compare and hash by identity. Hashing is what dtypes are used for most: every graph node's cache
+    key holds one and is hashed two to four times over the node's life, and an identity hash is a C slot where a
+    `__hash__` method is a Python call each time (14 per eager op)."""
 
     _live: weakref.WeakValueDictionary[tuple[object, ...], DType] = weakref.WeakValueDictionary()
     """The live dtypes by value (their `_key`)."""
@@ -53,7 +53,8 @@ class DType(metaclass=_Interned):
 
     `priority` orders types for promotion tie-breaks, `itemsize` is the size in bytes of one scalar, `fmt` is the
     struct/numpy format character (None where numpy has no such type), `name` is the canonical name.
-    DTypes compare by value and are interned (see _Interned): equal dtypes are one object, hashed by identity.
+    DTypes compare by value and are interned (see _Interned): equal dtypes are one object, compared and hashed by
+    identity.
     Copies and pickles go through the constructor (`__reduce__`), so they give the interned object too.
     """
 
@@ -68,14 +69,8 @@ class DType(metaclass=_Interned):
         key = (self.__class__,) + tuple(getattr(self, field.name) for field in fields(self))
         object.__setattr__(self, "_key", key)
 
-    def __eq__(self, other: object) -> bool:
-        return self is other or (other.__class__ is self.__class__ and self._key == other._key)  # type: ignore
-
-    def __ne__(self, other: object) -> bool:
-        return not self.__eq__(other)
-
-    # interned: equal dtypes are the same object, so object's identity hash agrees with __eq__
-    __hash__ = object.__hash__
+    # no __eq__, __ne__ or __hash__: interned, equal dtypes are the same object, so object's identity comparison and
+    # hash are comparison by value, in C (dtypes are compared and hashed on every node built)
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         key: tuple[object, ...] = self._key  # type: ignore[attr-defined]
