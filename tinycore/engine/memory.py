@@ -84,10 +84,11 @@ def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: s
     node = new_buffer_uop(device, dtype, nbytes // dtype.itemsize)
     # Buffer.copyin's checks hold by construction here (the sizes match, nothing is allocated yet): a new tensor's
     # data goes straight to the allocator
-    buffer = Buffer.allocated(device, nbytes // dtype.itemsize, dtype, _allocator_of(device))
+    allocator = _allocator_of(device)  # kept: Buffer.allocator is a property (a Python call)
+    buffer = Buffer.allocated(device, nbytes // dtype.itemsize, dtype, allocator)
     node.__dict__[_BUFFER_ATTRIBUTE] = buffer
     if nbytes:
-        buffer.allocator.copyin(buffer._buf, view if view.ndim == 1 and view.format == "B" else view.cast("B"))
+        allocator.copyin(buffer._buf, view if view.ndim == 1 and view.format == "B" else view.cast("B"))
     return node
 
 

@@ -60,6 +60,11 @@ def _load_device_registry() -> _DeviceRegistry:
     return Device
 
 
+def default_device() -> str:
+    """The default device (`canonical_device(None)`), as every Tensor made without a device asks."""
+    return _default_device(_DEVICE_REGISTRY or _load_device_registry())
+
+
 def _default_device(registry: _DeviceRegistry) -> str:
     """`registry.DEFAULT`, from `_default_for` when DEV's targets and the plugin manager are the ones it was found
     with (DEV's setter makes new targets, so `Context(DEV=...)` and `Device.DEFAULT = ...` miss it)."""

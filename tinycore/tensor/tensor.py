@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from tinycore.dtype import ConstType, DType, DTypeLike, dtypes, from_numpy_dtype, to_dtype, to_numpy_dtype, truncate
 from tinycore.errors import ShapeError
 from tinycore.helpers import TRAINING, all_int, fully_flatten, get_shape
-from tinycore.tensor.base import NestedValues, TensorData, canonical_device, register_tensor_class  # noqa: F401
+from tinycore.tensor.base import (  # noqa: F401
+    NestedValues,
+    TensorData,
+    canonical_device,
+    default_device,
+    register_tensor_class,
+)
 from tinycore.tensor.base import Operand as OperandOf
 from tinycore.tensor.creation import is_shared_buffer
 from tinycore.tensor.extras import ExtrasMixin
@@ -295,7 +301,7 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
                 data = data.copy_to_device(canonical_device(device))
             self.uop: UOp = data
         else:
-            where = canonical_device(device)
+            where = canonical_device(device) if device is not None else default_device()
             if isinstance(where, tuple):  # made on the first device, then copied to every one
                 self.uop = self._uop_from_data(data, where[0], wanted).copy_to_device(where)
             else:
@@ -337,12 +343,17 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
             result = uop_from_bytes(raw, dtypes.uint8, device)
             return result.cast(dtype) if dtype is not None else result
         if isinstance(data, (list, tuple)):
-            classes = {value.__class__ for value in data}
+            classes = set(map(type, data))  # not a comprehension: that is a Python frame of its own
             flat = classes <= _PYTHON_SCALARS
             if flat:  # `Tensor([1.0])`, eager code's common case: packed as it is, cast only when storage differs
-                target = dtype or _flat_dtype(classes)
+                # _flat_dtype and _bytes_from_values inline for the plain case (each a Python call per new tensor)
+                target = dtype or (dtypes.default_float if float in classes or not classes else _flat_dtype(classes))
                 storage = target if target.fmt is not None else dtypes.float32
-                node = uop_from_bytes(_bytes_from_values(data, storage), storage, device)
+                try:
+                    packed = struct.pack(f"@{len(data)}{storage.fmt}", *data)
+                except (struct.error, OverflowError):  # values to convert first: _bytes_from_values does
+                    packed = _bytes_from_values(data, storage)
+                node = uop_from_bytes(packed, storage, device)
                 return node if storage is target else node.cast(target)
             if not flat and any(type(value).__module__ == "numpy" for value in data):
                 data = _numpy_arrays_as_lists(data)  # [np.array([1, 2]), ...] nests as the lists the arrays hold

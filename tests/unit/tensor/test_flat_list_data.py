@@ -15,6 +15,10 @@ from tinycore import Tensor, dtypes
     ([1.5, -2.0], dtypes.int8, np.array([1, -2], dtype=np.int8)),
     ([1.5, -2.25], dtypes.bfloat16, np.array([1.5, -2.25], dtype=np.float32)),
     ([], None, np.array([], dtype=np.float32)),
+    # values struct cannot pack as they are: converted and wrapped as numpy's astype does
+    ([2 ** 40 + 5, -1], None, np.array([2 ** 40 + 5, -1]).astype(np.int32)),
+    ([300, -129], dtypes.int8, np.array([300, -129]).astype(np.int8)),
+    ([-1, 256], dtypes.uint8, np.array([-1, 256]).astype(np.uint8)),
 ])
 def test_flat_data_matches_numpy(data: list, dtype: object, expected: np.ndarray) -> None:
     tensor = Tensor(data, dtype=dtype)
