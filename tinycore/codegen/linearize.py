@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Union
 
 from tinycore.codegen.devectorize import legalize
+from tinycore.codegen.division import guard_divisions
 from tinycore.codegen.narrow_floats import compute_narrow_floats
 from tinycore.dtype import ConstType, DType, dtypes
 from tinycore.plugins.contract import RendererContract
@@ -241,6 +242,8 @@ class Linearizer:
         """Split unsupported vector ops, then give every node the loop it runs in."""
         roots = self.stores + self.inits + self.updates
         legal = legalize(roots, self.renderer)
+        if self.renderer.guard_integer_division:
+            legal = guard_divisions(legal)
         if self.renderer.emulated_floats:
             legal = compute_narrow_floats(legal, self.renderer.emulated_floats)
         if self.renderer.post_matcher is not None:

@@ -79,6 +79,9 @@ class RendererContract:
     """The ALU ops the language applies to vectors lane-wise (or such a set per scalar dtype); the others are
     devectorized (None: codegen.devectorize's defaults). CAST and BITCAST in the set keep whole-vector conversions
     (between the non-bool dtypes the set allows)."""
+    guard_integer_division: bool = False
+    """Integer division and remainder by a value that may be 0 are guarded by codegen to give 0 (codegen/division.py,
+    the pass "guarded division"); False: the renderer spells that rule itself, or its language already keeps it."""
     emulated_floats: frozenset[DType] = frozenset()
     """Float dtypes the language stores and converts to and from float32 but does not compute with (bfloat16 in C):
     codegen computes each op on them in float32 (codegen/narrow_floats.py, the pass "narrow floats")."""

@@ -91,8 +91,7 @@ class CStyleLanguage(Renderer):
     vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
     code_for_op: dict[Ops, CodeForOp] = BASE_CODE_FOR_OP
     type_map: dict[DType, str] = BASE_TYPE_MAP
-    # divide by a non-constant integer: 0 where the divisor is 0, as the constant folder does, instead of a trap
-    guard_integer_division: bool = True
+    guard_integer_division = True  # codegen's pass "guarded division": a zero divisor gives 0, never a trap
     # results of these dtypes are cast back after each op (against C's integer promotion and excess float precision)
     narrow_dtypes: tuple[DType, ...] = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
     string_rewrite: ClassVar[PatternMatcher]
@@ -339,22 +338,13 @@ class RenderContext:
         vector_ok = uop.op in renderer.vector_alu_ops and scalar != dtypes.bool and \
             scalar not in renderer.narrow_dtypes and scalar not in renderer.emulated_floats
         if count == 1 or (vector_ok and all(source.dtype.count == count for source in uop.src)):
-            code = self.scalar_alu(uop.op, operands, operand_dtype, uop.src)
+            code = renderer.render_math(uop.op, operands, operand_dtype)
             return renderer.render_cast(code, uop.dtype, uop.dtype) if count == 1 and narrow else code
-        items = [self.scalar_alu(uop.op, [text if source.dtype.count == 1 else renderer.render_gep(text, lane,
-                 source.dtype) for source, text in zip(uop.src, operands, strict=True)], scalar, uop.src)
+        items = [renderer.render_math(uop.op, [text if source.dtype.count == 1 else renderer.render_gep(text, lane,
+                 source.dtype) for source, text in zip(uop.src, operands, strict=True)], scalar)
                  for lane in range(count)]
         return renderer.render_vector(uop.dtype, [renderer.render_cast(item, uop.dtype.scalar, uop.dtype.scalar)
                                                   if narrow else item for item in items])
-
-    def scalar_alu(self, op: Ops, operands: list[str], dtype: DType, sources: tuple[UOp, ...]) -> str:
-        """One scalar ALU op; integer division by a non-constant is guarded (0 where the divisor is 0)."""
-        renderer, divisor = self.renderer, sources[-1]
-        if op in (Ops.IDIV, Ops.MOD) and renderer.guard_integer_division and not dtypes.is_float(dtype) and \
-                not (divisor.op is Ops.VCONST and all(divisor.arg) or divisor.op is Ops.CONST and divisor.arg != 0):
-            zero = renderer.render_const(0, dtype.scalar)
-            return f"(({operands[1]}==0)?{zero}:{renderer.render_math(op, operands, dtype)})"
-        return renderer.render_math(op, operands, dtype)
 
     def pointer_of(self, uop: UOp) -> RenderedPointer:
         """The rendered INDEX (or pointer CAST) a LOAD or STORE reads."""

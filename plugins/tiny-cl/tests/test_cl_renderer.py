@@ -9,6 +9,7 @@ import pytest
 from cl_programs import glob, linear, run_source
 from tiny_cl.renderer import OpenCLRenderer
 
+from tinycore.codegen.division import guard_divisions
 from tinycore.device.compiler import CompileError
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops
@@ -156,8 +157,9 @@ def test_gated_loads_integer_division_and_bool_buffers(cl_device):
     inside = position < 5
     value = UOp(Ops.LOAD, I32, (UOp(Ops.INDEX, I32.ptr(5), (data, position, inside)), UOp.const(I32, -1)))
     quotient = UOp.const(I32, 100).alu(Ops.IDIV, value)
-    program = linear(position, out.index(position).store(quotient),
-                     flags.index(position).store(value.alu(Ops.CMPLT, UOp.const(I32, 2))))
+    # codegen's pass "guarded division" (OpenCL declares guard_integer_division) before the renderer
+    program = linear(position, *guard_divisions([out.index(position).store(quotient),
+                                                 flags.index(position).store(value.alu(Ops.CMPLT, UOp.const(I32, 2)))]))
     source = cl_device.renderer.render_named(program, "gated")
     assert "__global uchar* data1" in source
     values = numpy.array([0, 3, -7, 1, 50], numpy.int32)

@@ -14,6 +14,7 @@ from tiny_cpu.device import CPUDevice
 from tiny_cpu.renderer import CRenderer, make_c_renderer
 from tiny_cpu.runtime import CPUProgram
 
+from tinycore.codegen.division import guard_divisions
 from tinycore.codegen.narrow_floats import compute_narrow_floats
 from tinycore.device.buffer import Buffer
 from tinycore.device.compiler import CompileError
@@ -93,8 +94,9 @@ def elementwise(device: CPUDevice, function, inputs: list[np.ndarray], out_dtype
     ranged = loop(size)
     loads = [glob(position + 1, _dtype_of(array), size).index(ranged).load() for position, array in
              enumerate(inputs)]
-    # what codegen does before rendering: ops on bfloat16 are computed in float32
-    store = compute_narrow_floats([out.index(ranged).store(function(*loads))], frozenset({dtypes.bfloat16}))[0]
+    # what codegen does before rendering: divisions by zero guarded, ops on bfloat16 computed in float32
+    store = compute_narrow_floats(guard_divisions([out.index(ranged).store(function(*loads))]),
+                                  frozenset({dtypes.bfloat16}))[0]
     program = linear(end(store, ranged))
     result = np.zeros(size, dtype=to_numpy_dtype(out_dtype))
     return run(device, program, [result, *inputs], name=name)[0]
