@@ -3,8 +3,8 @@ or lacks, rewritten into ops it computes as C and numpy do, so that the renderer
 builtins. Every rule is a UOp -> UOp rewrite of a scalar op (WGSL code is scalar):
 
 - 8- and 16-bit integers live in i32/u32: their ops are computed in 32 bits and cast back (the cast wraps);
-- integer division and remainder by a divisor that may be 0 give 0 (as the constant folder); the remainder is
-  a - (a / b) * b (some adapters get % of negatives wrong); a float remainder is a - b * trunc(a / b);
+- a remainder is a - (a / b) * b (some adapters get % of negatives wrong; codegen's pass "guarded division" has
+  made b nonzero), a float remainder a - b * trunc(a / b);
 - log2, sqrt and sin out of their domain are undefined on the adapters: log2 of 0 is -inf and of negatives NaN,
   sqrt of negatives and sin of infinities NaN;
 - != of floats is !(==) (true for NaN even where the backend compares ordered); bool arithmetic is logic (WGSL's
@@ -31,22 +31,11 @@ def _in_32_bits(x: UOp) -> UOp:
                     if source.dtype in WIDE_INTEGERS else source for source in x.src)
     return UOp(x.op, wide, sources).cast(x.dtype)
 
-def _nonzero(divisor: UOp) -> bool:
-    """True for a divisor that cannot be 0: a nonzero constant, or the select of 1 where it was 0."""
-    return divisor.op is Ops.CONST and divisor.arg != 0 or divisor.op is Ops.WHERE and _nonzero(divisor.src[1]) and \
-        divisor.src[0].op is Ops.CMPEQ and divisor.src[0].src[0] is divisor.src[2]
-
-def _divide(x: UOp) -> UOp | None:
+def _remainder(x: UOp) -> UOp:
     dividend, divisor = x.src
     if dtypes.is_float(x.dtype):
-        return dividend.alu(Ops.SUB, divisor * (dividend / divisor).trunc()) if x.op is Ops.MOD else None
-    if x.op is Ops.IDIV and _nonzero(divisor):
-        return None
-    is_zero = divisor.eq(divisor.const_like(0))
-    safe = divisor if _nonzero(divisor) else is_zero.where(divisor.const_like(1), divisor)
-    quotient = dividend.alu(Ops.IDIV, safe)
-    result = quotient if x.op is Ops.IDIV else dividend.alu(Ops.SUB, quotient * safe)
-    return result if divisor is safe else is_zero.where(x.const_like(0), result)
+        return dividend.alu(Ops.SUB, divisor * (dividend / divisor).trunc())
+    return dividend.alu(Ops.SUB, dividend.alu(Ops.IDIV, divisor) * divisor)
 
 def _domain(x: UOp) -> UOp | None:
     if x.arg == IN_DOMAIN or not dtypes.is_float(x.dtype):
@@ -66,7 +55,7 @@ def _bool_logic(x: UOp) -> UOp | None:
 
 wgsl_lowering = PatternMatcher([
     (UPat(tuple(GroupOp.ALU - GroupOp.Comparison - {Ops.WHERE}), dtype=tuple(WIDE_INTEGERS), name="x"), _in_32_bits),
-    (UPat((Ops.IDIV, Ops.MOD), name="x"), _divide),
+    (UPat(Ops.MOD, name="x"), _remainder),
     (UPat((Ops.LOG2, Ops.SQRT, Ops.SIN), name="x"), _domain),
     (UPat(Ops.CMPNE, src=(UPat(dtype=(dtypes.float32, dtypes.float16), name="a"), UPat(name="b"))),
      lambda a, b: a.eq(b).alu(Ops.NEG)),

@@ -59,10 +59,9 @@ class WGSLRenderer(CStyleLanguage):
     after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
     device, suffix, barrier, supports_float4 = "WEBGPU", "wgsl", "workgroupBarrier();", False
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # scalar code, lowered by `wgsl_lowering` (narrow results, division by zero, domains); no type_map spells every
-    # dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
-    vector_alu_ops, narrow_dtypes, guard_integer_division, type_map, post_matcher = frozenset(), (), False, {}, \
-        wgsl_lowering
+    # scalar code, lowered by `wgsl_lowering` (narrow results, remainders, domains) after codegen's guarded division;
+    # no type_map spells every dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
+    vector_alu_ops, narrow_dtypes, type_map, post_matcher = frozenset(), (), {}, wgsl_lowering
     infinity, nan, integer_suffix = "bitcast<f32>(0x7f800000u)", "bitcast<f32>(0x7fc00000u)", {dtypes.int32: "i"}
     code_for_op = {**BASE_CODE_FOR_OP, Ops.WHERE: lambda condition, a, b, dtype: f"select({b}, {a}, {condition})",
                    Ops.MAX: lambda a, b, dtype: f"select({a}, {b}, {a} < {b})",
