@@ -15,8 +15,8 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
-REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL, "max": Ops.MAX}
-"""A scatter reduce's name -> the ALU op that combines (min is a compare and a select)."""
+REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL}
+"""A scatter reduce's name -> the ALU op that combines (max and min are a compare and a select)."""
 _FLOAT_FORMATS = {dtypes.float16: ("<e", "<H"), dtypes.float32: ("<f", "<I"), dtypes.float64: ("<d", "<Q")}
 
 class SSAContext:
@@ -86,12 +86,14 @@ class SSAContext:
             self.convert(text, source.dtype.scalar, uop.dtype.scalar, count)
 
     def combine(self, reduce: str, old: str, new: str, dtype: DType) -> str:
-        """The stored `old` combined with `new` by a scatter reduce (min as C's (new<old)?new:old)."""
+        """The stored `old` combined with `new` by a scatter reduce: max as C's (old<new)?new:old and min as
+        (new<old)?new:old, the compare and select codegen's "SSA lowering" makes of MAX (the languages spell no MAX)."""
         if dtype in self.emulated_floats:
             old, new = (self.convert(text, dtype, dtypes.float32, 1) for text in (old, new))
             return self.convert(self.combine(reduce, old, new, dtypes.float32), dtypes.float32, dtype, 1)
-        if reduce == "min":
-            return self.arithmetic(Ops.WHERE, [self.arithmetic(Ops.CMPLT, [new, old], dtype, 1), new, old], dtype, 1)
+        if reduce in ("max", "min"):
+            less = self.arithmetic(Ops.CMPLT, [old, new] if reduce == "max" else [new, old], dtype, 1)
+            return self.arithmetic(Ops.WHERE, [less, new, old], dtype, 1)
         if reduce not in REDUCE_OPS:
             raise ValueError(f"unknown scatter reduce {reduce!r}: expected add, mul, max or min")
         return self.arithmetic(REDUCE_OPS[reduce], [old, new], dtype, 1)

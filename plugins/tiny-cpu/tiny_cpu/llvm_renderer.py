@@ -13,6 +13,7 @@ import struct
 from typing import NamedTuple
 
 from tiny_cpu.lowering import math_in_wider_floats
+from tinycore.codegen.ssa_lowering import ssa_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
 from tinycore.renderer.renderer import Renderer, kernel_name
@@ -34,16 +35,14 @@ _INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sq
 _COMMON_OPS = {Ops.WHERE: "select {F} {a}, {T} {b}, {T} {c}", Ops.FDIV: "fdiv {T} {a}, {b}",
                Ops.RECIPROCAL: "fdiv {T} {one}, {a}", Ops.AND: "and {T} {a}, {b}", Ops.OR: "or {T} {a}, {b}",
                Ops.XOR: "xor {T} {a}, {b}", Ops.SHL: "shl {T} {a}, {b}", Ops.SHR: "{shr} {T} {a}, {b}",
-               Ops.CMPLT: "{lt} {T} {a}, {b}", Ops.MAX: "{lt} {T} {a}, {b}; select {F} {0}, {T} {b}, {T} {a}"}
+               Ops.CMPLT: "{lt} {T} {a}, {b}"}
 _FLOAT_OPS = {Ops.ADD: "fadd {T} {a}, {b}", Ops.SUB: "fsub {T} {a}, {b}", Ops.MUL: "fmul {T} {a}, {b}",
               Ops.MULACC: "fmul {T} {a}, {b}; fadd {T} {0}, {c}", Ops.NEG: "fneg {T} {a}",
               Ops.CMPNE: "fcmp une {T} {a}, {b}", Ops.CMPEQ: "fcmp oeq {T} {a}, {b}"}
-_DIVISION = "icmp eq {T} {b}, {zero}; select {F} {0}, {T} {one}, {T} {b}; {div}%s {T} {a}, {1}; " \
-    "select {F} {0}, {T} {zero}, {T} {2}"  # truncating; a zero divisor gives 0 (as the interpreter), never a trap
 _INTEGER_OPS = {Ops.ADD: "add {T} {a}, {b}", Ops.SUB: "sub {T} {a}, {b}", Ops.MUL: "mul {T} {a}, {b}",
                 Ops.MULACC: "mul {T} {a}, {b}; add {T} {0}, {c}", Ops.NEG: "sub {T} {zero}, {a}",
                 Ops.CMPNE: "icmp ne {T} {a}, {b}", Ops.CMPEQ: "icmp eq {T} {a}, {b}",
-                Ops.IDIV: _DIVISION % "div", Ops.MOD: _DIVISION % "rem"}
+                Ops.IDIV: "{div}div {T} {a}, {b}", Ops.MOD: "{div}rem {T} {a}, {b}"}  # a zero divisor: codegen
 _BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",  # C's _Bool
              Ops.MULACC: "and {T} {a}, {b}; or {T} {0}, {c}", Ops.NEG: "xor {T} {a}, {true}"}  # stored back as a bool
 _TO_FLOAT = "zext {S} {a} to {W}; shl {W} {0}, {c16}; bitcast {W} {1} to {f32}"  # bfloat16 bits: the upper half
@@ -145,7 +144,8 @@ class LLVMRenderer(Renderer):
                                                    for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
     # libm has no half functions (llvm.sqrt and llvm.trunc of half are instructions): those and integer powers are
     # computed in float32 and float64 by the C renderer's rule
-    post_matcher = PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), name="x"), math_in_wider_floats)])
+    post_matcher = ssa_lowering + PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), name="x"),
+                                                   math_in_wider_floats)])
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         from tiny_cpu.renderer import _cpu_count

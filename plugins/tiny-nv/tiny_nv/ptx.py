@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import re
 
+from tinycore.codegen.ssa_lowering import ssa_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
@@ -28,26 +29,23 @@ _REGISTER_TYPES = {"p": "pred", "h": "b16", "r": "b32", "rd": "b64", "f": "f32",
 _NARROW = {dtypes.int8: "s8", dtypes.uint8: "u8", dtypes.int16: "s16", dtypes.uint16: "u16"}
 _HALVES = frozenset({dtypes.float16, dtypes.bfloat16})
 _ATOMIC_DTYPES = frozenset(_TYPES) - {dtypes.bool, *_NARROW}
-# ALU op -> its instructions. Fields: r the result, a b c the operands, temporaries xp (a predicate), xs (of the
-# operands' class) and xr (32-bit), t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo"
-# for integers, mad the multiply-add, ne the inequality, shift the move of a shift amount into a 32-bit register.
+# ALU op -> its instructions. Fields: r the result, a b c the operands, temporaries xp (a predicate) and xr (32-bit),
+# t the arithmetic type, s its signed twin, w / bits the register type, lo ".lo" for integers, mad the multiply-add,
+# ne the inequality, shift the move of a shift amount into a 32-bit register.
 _ALU: dict[Ops, str] = {
     Ops.CMPLT: "setp.lt.{t} {r}, {a}, {b};", Ops.CMPEQ: "setp.eq.{t} {r}, {a}, {b};",
     Ops.CMPNE: "setp.{ne}.{t} {r}, {a}, {b};", Ops.WHERE: "selp.{w} {r}, {b}, {c}, {a};",
-    Ops.MAX: "setp.lt.{t} {xp}, {a}, {b}; selp.{w} {r}, {b}, {a}, {xp};",  # C's (a<b)?b:a keeps a NaN first operand
     Ops.AND: "and.{bits} {r}, {a}, {b};", Ops.OR: "or.{bits} {r}, {a}, {b};", Ops.XOR: "xor.{bits} {r}, {a}, {b};",
     Ops.NEG: "neg.{s} {r}, {a};", Ops.ADD: "add.{t} {r}, {a}, {b};", Ops.SUB: "sub.{t} {r}, {a}, {b};",
     Ops.MUL: "mul{lo}.{t} {r}, {a}, {b};", Ops.MULACC: "{mad}.{t} {r}, {a}, {b}, {c};",
-    # a zero divisor gives 0, as the constant folder does
-    Ops.IDIV: "setp.eq.{t} {xp}, {b}, 0; div.{t} {xs}, {a}, {b}; selp.{bits} {r}, 0, {xs}, {xp};",
-    Ops.MOD: "setp.eq.{t} {xp}, {b}, 0; rem.{t} {xs}, {a}, {b}; selp.{bits} {r}, 0, {xs}, {xp};",
+    Ops.IDIV: "div.{t} {r}, {a}, {b};", Ops.MOD: "rem.{t} {r}, {a}, {b};",  # codegen selects 0 for a zero divisor
     Ops.SHL: "{shift} {xr}, {b}; shl.{bits} {r}, {a}, {xr};", Ops.SHR: "{shift} {xr}, {b}; shr.{t} {r}, {a}, {xr};",
     Ops.FDIV: "div.rn.{t} {r}, {a}, {b};", Ops.SQRT: "sqrt.rn.{t} {r}, {a};", Ops.RECIPROCAL: "rcp.rn.{t} {r}, {a};",
     Ops.TRUNC: "cvt.rzi.{t}.{t} {r}, {a};", Ops.EXP2: "ex2.approx.f32 {r}, {a};", Ops.LOG2: "lg2.approx.f32 {r}, {a};",
     Ops.SIN: "sin.approx.f32 {r}, {a};"}
 _PREDICATE_ALU: dict[Ops, str] = {  # bool operands (false < true)
     Ops.CMPNE: "xor.pred {r}, {a}, {b};", Ops.CMPEQ: "xor.pred {r}, {a}, {b}; not.pred {r}, {r};",
-    Ops.CMPLT: "not.pred {r}, {a}; and.pred {r}, {r}, {b};", Ops.MAX: "or.pred {r}, {a}, {b};",
+    Ops.CMPLT: "not.pred {r}, {a}; and.pred {r}, {r}, {b};",
     Ops.WHERE: "and.pred {r}, {a}, {b}; not.pred {xp}, {a}; and.pred {xp}, {xp}, {c}; or.pred {r}, {r}, {xp};",
     Ops.NEG: "not.pred {r}, {a};"}
 _FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
@@ -75,9 +73,8 @@ def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], 
     fields = dict(t=arithmetic, w=_REGISTER_TYPES[kind], s=arithmetic.replace("u", "s"), lo=".lo" if integer else "",
                   bits={"p": "pred", "r": "b32", "rd": "b64"}.get(kind, ""), mad="mad.lo" if integer else "fma.rn",
                   ne="ne" if integer else "neu", shift=f"cvt.u32.{arithmetic}" if kind == "rd" else "mov.b32")
-    temporaries = tuple((f"x{name}", {"p": "p", "s": kind, "r": "r"}[name])
-                        for name in dict.fromkeys(re.findall(r"\{x([psr])\}", template)))
-    instructions = fill_types(re.findall(r"\S[^;]*;", template), fields, ("r", "a", "b", "c", "xp", "xs", "xr"))
+    temporaries = tuple((f"x{name}", name) for name in dict.fromkeys(re.findall(r"\{x([pr])\}", template)))
+    instructions = fill_types(re.findall(r"\S[^;]*;", template), fields, ("r", "a", "b", "c", "xp", "xr"))
     return kind, temporaries, tuple("\t" + instruction for instruction in instructions)
 
 class PTXContext(SSAContext):
@@ -324,7 +321,7 @@ ptx_rendering = ssa_rules({
 class PTXRenderer(Renderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
-    device, suffix, string_rewrite, emulated_floats = "NV", "ptx", ptx_rendering, _HALVES
+    device, suffix, string_rewrite, emulated_floats, post_matcher = "NV", "ptx", ptx_rendering, _HALVES, ssa_lowering
     has_local, has_shared, has_threads = True, True, False
     global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
     shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500
