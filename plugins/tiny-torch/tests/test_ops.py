@@ -2,6 +2,7 @@
 CPU fallback."""
 from __future__ import annotations
 
+import copy
 import gc
 
 import pytest
@@ -360,6 +361,38 @@ def test_backward_formulas_realize_nothing_before_a_gradient_is_read(monkeypatch
     expected = torch.ops.aten.convolution_backward(grad * 1.5, x * 1.5, weight * 1.5, *arguments)
     for got, want in zip(result, expected, strict=True):
         close(got, want, atol=1e-4)
+
+
+def test_batch_norm_statistics_wait_for_the_steps_realize(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an eager training step's batch-norm writes (running statistics, step counter) schedule nothing in the forward
+    # pass: they are realized with the optimizer's update; statistics and weights equal PyTorch's on the CPU
+    import tinycore.tensor.tensor as tensor_module
+    from tinycore.engine.realize import realize_uops
+    torch.manual_seed(0)
+    reference = torch.nn.Sequential(torch.nn.Conv2d(2, 3, 3), torch.nn.BatchNorm2d(3), torch.nn.ReLU(),
+                                    torch.nn.Conv2d(3, 2, 3), torch.nn.BatchNorm2d(2))
+    model = copy.deepcopy(reference).to("tiny")
+    # SGD, not Adam: the convolutions' biases, followed by batch norm, have gradients of rounding noise only, which
+    # Adam would scale up to full steps
+    optimizers = [torch.optim.SGD(net.parameters(), lr=0.1, fused=True) for net in (reference, model)]
+    schedules: list[int] = []
+
+    def counting(uops: list) -> list:
+        schedules.append(len(uops))
+        return realize_uops(uops)
+    for step in range(3):
+        x = torch.randn(4, 2, 8, 8)
+        for net, optimizer, device in ((reference, optimizers[0], "cpu"), (model, optimizers[1], "tiny")):
+            if device == "tiny" and step == 2:
+                monkeypatch.setattr(tensor_module, "_REALIZE_UOPS", counting)
+            output = net(x.to(device))
+            if device == "tiny" and step == 2:
+                assert schedules == []
+            optimizer.zero_grad()
+            output.sin().mean().backward()
+            optimizer.step()
+    for (name, expected), got in zip(reference.state_dict().items(), model.state_dict().values(), strict=True):
+        torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_compiled_outputs_keep_their_values_across_replays() -> None:

@@ -188,9 +188,11 @@ def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
 
 PENDING: dict[int, TinyStorage] = {}
 """Storages written in place since the last flush (realized together, so shared subgraphs are computed once)."""
-MAX_PENDING_WRITES = 1
+MAX_PENDING_WRITES = 2
 """Writes a storage may pile up lazily before every pending storage is realized (bounds the graph behind values
-that are updated every step, like parameters and optimizer state)."""
+that are updated every step, like parameters and optimizer state). Two, not one: a value written once per training
+step (batch norm's running statistics, its step counter) then waits for the step's next realize (the optimizer's)
+and is computed with it, instead of scheduling the forward pass below it apart at each layer."""
 
 
 DEFERRED: list[bool] = []
