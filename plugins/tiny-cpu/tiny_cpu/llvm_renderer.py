@@ -255,7 +255,8 @@ class LLVMContext(SSAContext):
         return "\n".join([*sorted(self.intrinsics), *body, *entry, attributes]) + "\n"
 
     def convert(self, text: str, source: DType, target: DType, count: int = 1) -> str:
-        """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts."""
+        """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts (never to or from
+        bool: codegen's "SSA lowering" compares and selects)."""
         if source == target:
             return text
         if dtypes.bfloat16 in (source, target):  # its bits, to and from float32 only (codegen's "narrow floats")
@@ -263,17 +264,12 @@ class LLVMContext(SSAContext):
                                            count), text)
         from_type, to_type = _lanes(scalar_type(source), count), _lanes(scalar_type(target), count)
         source_float, target_float, unsigned = _is_float(source), _is_float(target), dtypes.is_unsigned(target)
-        if target == dtypes.bool:
-            return self.assign(f"{'fcmp une' if source_float else 'icmp ne'} {from_type} {text}, "
-                               f"{self.zero(source, count)}")
         if source_float and not target_float and target.itemsize < 8 and (unsigned or target.itemsize < 4):
             # truncation toward zero of narrow types goes through a wider int, as C does
             wide_type = _lanes("i64" if unsigned and target.itemsize == 4 else "i32", count)
             return self.assign(f"trunc {wide_type} {self.assign(f'fptosi {from_type} {text} to {wide_type}')} "
                                f"to {to_type}")
-        if source == dtypes.bool:
-            operation = "uitofp" if target_float else "zext"
-        elif source_float:
+        if source_float:
             operation = ("fpext" if target.itemsize > source.itemsize else "fptrunc") if target_float else \
                 ("fptoui" if unsigned else "fptosi")
         elif target_float:

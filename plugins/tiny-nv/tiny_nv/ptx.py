@@ -139,20 +139,13 @@ class PTXContext(SSAContext):
         return register
 
     def convert(self, register: str, source: DType, target: DType, count: int = 1) -> str:
-        """`register` (of `source`) converted to `target` the way C converts (16-bit floats only to and from float32:
-        codegen's pass "narrow floats" routes the rest through it)."""
+        """`register` (of `source`) converted to `target` the way C converts (16-bit floats only to and from float32,
+        never to or from bool: codegen's passes "narrow floats" and "SSA lowering" route the rest through them)."""
         (source_kind, source_type, _), (target_kind, target_type, _) = _info(source), _info(target)
         result = self.new(target_kind)
         if (source, target) == (dtypes.bfloat16, dtypes.float32):  # the upper half (cvt.f32.bf16 needs sm_90)
             bits = self.new("r")
             self.emit(f"cvt.u32.u16 {bits}, {register};", f"shl.b32 {bits}, {bits}, 16;", f"mov.b32 {result}, {bits};")
-            return result
-        if target == dtypes.bool:
-            self.emit(f"setp.ne.{source_type} {result}, {register}, {self.constant(0, source)};")
-            return result
-        if source == dtypes.bool:
-            self.emit(f"selp.{target_type} {result}, {self.constant(1, target)}, {self.constant(0, target)}, "
-                      f"{register};")
             return result
         source_float, target_float = dtypes.is_float(source), dtypes.is_float(target)
         if source_float and target_float:
