@@ -321,3 +321,28 @@ def test_constant_masks_are_made_once_before_the_loops() -> None:
     assert len(signs) == 1 and signs[0] < first_loop  # two negations, one sign mask, made before the loop
     np.testing.assert_allclose(_run(expression, [(a, values)], values.shape, VectorX86Contract),
                                -(values * np.float32(3)) + np.float32(1) / -values, rtol=1e-6)
+
+
+def test_a_polynomials_multiply_adds_write_the_dying_factors_register() -> None:
+    """exp2's polynomial (Horner: p = p * x + c, each p read once): each fused multiply-add after the first writes
+    its result into p's register (vfmadd213), with no copy of the constant first; values against numpy."""
+    from tiny_cpu.x86.isel import Selection, select_kernel
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    values = np.linspace(-20, 20, 64, dtype=np.float32)
+    a = Tensor(values).realize()
+    items = [item for item in create_schedule([a.exp2().uop], device_facts).items if not item.is_copy]
+    renderer = X86Renderer()  # fuses multiply-adds; one call computes the whole output (no core_id split)
+    renderer.global_max, renderer.has_threads = None, False
+    uops = linearize(items[0].ast, renderer)
+    selection = Selection(uops)
+    selection.select()
+    program = selection.builder.program
+    fused = sum(1 for u in uops if u.op.name == "MULACC")
+    into_factor = [i for i in program if i.op == "vfmadd213ps"]
+    copies = [i for i in program if i.op == "vmovaps" and isinstance(i.operands[1], type(i.operands[0]))]
+    assert fused >= 5 and len(into_factor) == fused - 1 and len(copies) <= 1
+    output = np.full(values.shape, np.nan, np.float32)
+    ExecutableCode(select_kernel(uops)).function(None, ctypes.c_void_p, ctypes.c_void_p)(output.ctypes.data,
+                                                                                          values.ctypes.data)
+    np.testing.assert_allclose(output, np.exp2(values), rtol=2e-6)

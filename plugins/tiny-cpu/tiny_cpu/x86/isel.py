@@ -139,6 +139,7 @@ class Selection:
                 self.consumers.setdefault(source, []).append(uop)
         self.position = {uop: number for number, uop in enumerate(uops)}
         self.in_place: set[UOp] = set()  # accumulator loads, and updates of them, computed in the accumulator
+        self.owner: dict[VirtualRegister, UOp] = {}  # the UOp a float result's fresh register was made for
         self.minimum_maximum, folded_compares = _minimum_maximum(uops, self.consumers)
         self.lanes_skipped |= folded_compares
 
@@ -503,7 +504,11 @@ def _rounded(ctx: Selection, uop: UOp, value: VirtualRegister) -> str:
 
 def _float_binary(ctx: Selection, uop: UOp) -> str:
     bits, flavour = _float_shape(uop)
-    result = ctx.register(uop.src[0]) if uop.src[0] in ctx.in_place else ctx.builder.value("vec", bits)
+    if uop.src[0] in ctx.in_place:
+        result = ctx.register(uop.src[0])
+    else:
+        result = ctx.builder.value("vec", bits)
+        ctx.owner[result] = uop
     ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     return _rounded(ctx, uop, result)
 
@@ -535,15 +540,33 @@ def _splat_bits(ctx: Selection, bits_of_float: int, width: int, element: int = 3
     return ctx.splat_constant(bits_of_float, width, element, broadcast=width > 128)
 
 
+def _dies_here(ctx: Selection, value: UOp, user: UOp) -> bool:
+    """Whether `user` is the last reader of `value`'s register, so it may write its result there: the register was
+    made for `value` (not an accumulator, nor shared with another UOp), `user` is its one consumer and reads it
+    once, and both are in the same loop body (a register made outside the loop is read again next iteration)."""
+    register = ctx.values.get(value)
+    return isinstance(register, VirtualRegister) and ctx.owner.get(register) is value and \
+        ctx.consumers.get(value) == [user] and user.src.count(value) == 1 and value.dtype == user.dtype and \
+        ctx.paths.get(value) == ctx.paths.get(user) and value.dtype.scalar not in HALVES
+
+
 def _multiply_add(ctx: Selection, uop: UOp) -> str:
     """a * b + c: one FMA (one rounding) where codegen marked it FUSED, else a multiply and an add, as written."""
     bits, flavour = _float_shape(uop)
     result = ctx.builder.value("vec", bits)
     if uop.arg is FUSED:
+        factor = next((source for source in uop.src[:2] if _dies_here(ctx, source, uop)), None)
         if uop.src[2] in ctx.in_place:  # into the accumulator's own register
             result = ctx.register(uop.src[2])
+        elif factor is not None:  # into a factor's register, which nothing reads again: no copy of the addend
+            result = ctx.register(factor)
+            other = uop.src[1] if factor is uop.src[0] else uop.src[0]
+            ctx.builder.emit("vfmadd213" + flavour, result, ctx.register(other), ctx.register(uop.src[2]))
+            ctx.owner[result] = uop
+            return _rounded(ctx, uop, result)
         else:
             ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
+            ctx.owner[result] = uop
         ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
     else:
         product = ctx.builder.value("vec", bits)
