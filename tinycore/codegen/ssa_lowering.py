@@ -5,7 +5,8 @@ instructions, as plain UOps before rendering (their `post_matcher`), so that eac
   by -1 gives -a and 0 (int min / -1 wraps, as numpy): the op on a divisor made 1 there, selected away (LLVM's sdiv
   by 0 or of int min by -1 is undefined and traps on x86);
 - MAX is C's (a<b)?b:a (a NaN first operand is kept, as on the C renderer), and of bools their OR;
-- a conversion to bool is != 0 (NaN is true, as in C) and one from bool the select of 1 or 0."""
+- a conversion to bool is != 0 (NaN is true, as in C) and one from bool the select of 1 or 0;
+- arithmetic and comparisons of bools are logic (C's _Bool: + is or, * and, - and != xor, < is !a & b)."""
 from __future__ import annotations
 
 from tinycore.dtype import PtrDType, dtypes
@@ -35,9 +36,21 @@ def _bool_cast(x: UOp, a: UOp) -> UOp | None:
     return UOp(Ops.WHERE, x.dtype, (a, UOp.const(x.dtype.scalar, 1), UOp.const(x.dtype.scalar, 0)))
 
 
+_BOOL_LOGIC = {Ops.ADD: Ops.OR, Ops.MAX: Ops.OR, Ops.MUL: Ops.AND, Ops.SUB: Ops.XOR, Ops.CMPNE: Ops.XOR}
+
+
+def _bool_logic(x: UOp, a: UOp, b: UOp) -> UOp | None:
+    if x.op in _BOOL_LOGIC:
+        return UOp(_BOOL_LOGIC[x.op], x.dtype, (a, b))
+    return a.alu(Ops.XOR, b).alu(Ops.NEG) if x.op is Ops.CMPEQ else a.alu(Ops.NEG).alu(Ops.AND, b)
+
+
 ssa_lowering = PatternMatcher([
     (UPat((Ops.IDIV, Ops.MOD), src=(UPat(name="a"), UPat(name="b")), name="x"), _guarded_division),
-    (UPat(Ops.MAX, src=(UPat(name="a"), UPat(name="b")), name="x"),
-     lambda x, a, b: a.alu(Ops.OR, b) if x.dtype.scalar == dtypes.bool else (a < b).where(b, a)),
+    (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLT), src=(
+        UPat(dtype=dtypes.bool, name="a"), UPat(name="b")), name="x"), _bool_logic),
+    (UPat(Ops.MULACC, src=(UPat(dtype=dtypes.bool, name="a"), UPat(name="b"), UPat(name="c"))),
+     lambda a, b, c: a.alu(Ops.AND, b).alu(Ops.OR, c)),
+    (UPat(Ops.MAX, src=(UPat(name="a"), UPat(name="b"))), lambda a, b: (a < b).where(b, a)),
     (UPat(Ops.CAST, src=(UPat(name="a"),), name="x"), _bool_cast)])
 """The rules of the pass (see the module docstring), shared by the PTX and LLVM IR renderers."""

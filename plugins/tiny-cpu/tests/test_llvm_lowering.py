@@ -62,10 +62,11 @@ CASES: dict[str, tuple[str, object]] = {
     "bool buffers loaded, combined and stored": (
         "[(t['p'] & t['q']).numpy(), (t['p'] ^ t['q']).numpy(), (t['p'] != t['q']).numpy(), "
         "t['p'].logical_not().numpy(), t['p'].where(t['q'], t['p']).numpy(), (t['p'].cast('int32') + 1).numpy(), "
-        "t['e'].cast('bool').numpy(), t['a_int8'].cast('bool').numpy(), t['p'].cast('float16').numpy()]",
+        "t['e'].cast('bool').numpy(), t['a_int8'].cast('bool').numpy(), t['p'].cast('float16').numpy(), "
+        "(t['p'] + t['q']).numpy(), (t['p'] * t['q']).numpy(), (t['p'] < t['q']).numpy(), (t['p'] == t['q']).numpy()]",
         lambda v: [v["p"] & v["q"], v["p"] ^ v["q"], v["p"] != v["q"], ~v["p"], np.where(v["p"], v["q"], v["p"]),
                    v["p"].astype(np.int32) + 1, v["e"].astype(bool), v["a_int8"].astype(bool),
-                   v["p"].astype(np.float16)]),  # NaN converts to true, as in C
+                   v["p"].astype(np.float16), v["p"] | v["q"], v["p"] & v["q"], v["p"] < v["q"], v["p"] == v["q"]]),
 }
 
 

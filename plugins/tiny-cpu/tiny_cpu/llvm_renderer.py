@@ -43,8 +43,7 @@ _INTEGER_OPS = {Ops.ADD: "add {T} {a}, {b}", Ops.SUB: "sub {T} {a}, {b}", Ops.MU
                 Ops.MULACC: "mul {T} {a}, {b}; add {T} {0}, {c}", Ops.NEG: "sub {T} {zero}, {a}",
                 Ops.CMPNE: "icmp ne {T} {a}, {b}", Ops.CMPEQ: "icmp eq {T} {a}, {b}",
                 Ops.IDIV: "{div}div {T} {a}, {b}", Ops.MOD: "{div}rem {T} {a}, {b}"}  # a zero divisor: codegen
-_BOOL_OPS = {Ops.ADD: "or {T} {a}, {b}", Ops.MUL: "and {T} {a}, {b}", Ops.SUB: "xor {T} {a}, {b}",  # C's _Bool
-             Ops.MULACC: "and {T} {a}, {b}; or {T} {0}, {c}", Ops.NEG: "xor {T} {a}, {true}"}  # stored back as a bool
+_BOOL_OPS = {Ops.NEG: "xor {T} {a}, {true}"}  # codegen's "SSA lowering" makes the rest of bool arithmetic logic
 _TO_FLOAT = "zext {S} {a} to {W}; shl {W} {0}, {c16}; bitcast {W} {1} to {f32}"  # bfloat16 bits: the upper half
 _TO_BFLOAT16 = "bitcast {f32} {a} to {W}; fcmp uno {f32} {a}, {a}; lshr {W} {0}, {c16}; and {W} {2}, {c1}; " \
     "add {W} {3}, {c32767}; add {W} {0}, {4}; lshr {W} {5}, {c16}; or {W} {2}, {c64}; select {F} {1}, {W} {7}, " \

@@ -39,7 +39,8 @@ CODES = {
        for key in ("8", "32", "64", "u")},
     "maximum": "[t['e'].maximum(t['f']), t['a8'].maximum(t['b8']), t['p'].maximum(t['q']), t['p'].max()]",
     "gated loads and bools": "[t['x'].pad((3, 4), value=-1.5), t['p'].pad((2, 2)), t['p'] ^ t['q'], "
-                             "t['p'].where(t['q'], t['p']), t['e'].cast('bool'), t['p'].cast('int8') * 3]",
+                             "t['p'].where(t['q'], t['p']), t['e'].cast('bool'), t['p'].cast('int8') * 3, "
+                             "t['p'] + t['q'], t['p'] * t['q'], t['p'] < t['q'], t['p'] == t['q']]",
 }
 SCRIPT = """
 import json, sys
@@ -65,7 +66,8 @@ def _expected(v: dict[str, np.ndarray]) -> dict[str, list[np.ndarray]]:
                         np.array(v["p"].max())],
             "gated loads and bools": [np.pad(v["x"], (3, 4), constant_values=-1.5), np.pad(v["p"], (2, 2)),
                                       v["p"] ^ v["q"], np.where(v["p"], v["q"], v["p"]),
-                                      v["e"].astype(bool), v["p"].astype(np.int8) * 3]}
+                                      v["e"].astype(bool), v["p"].astype(np.int8) * 3, v["p"] | v["q"],
+                                      v["p"] & v["q"], v["p"] < v["q"], v["p"] == v["q"]]}
 
 
 @pytest.fixture(scope="module")

@@ -43,9 +43,7 @@ _ALU: dict[Ops, str] = {
     Ops.FDIV: "div.rn.{t} {r}, {a}, {b};", Ops.SQRT: "sqrt.rn.{t} {r}, {a};", Ops.RECIPROCAL: "rcp.rn.{t} {r}, {a};",
     Ops.TRUNC: "cvt.rzi.{t}.{t} {r}, {a};", Ops.EXP2: "ex2.approx.f32 {r}, {a};", Ops.LOG2: "lg2.approx.f32 {r}, {a};",
     Ops.SIN: "sin.approx.f32 {r}, {a};"}
-_PREDICATE_ALU: dict[Ops, str] = {  # bool operands (false < true)
-    Ops.CMPNE: "xor.pred {r}, {a}, {b};", Ops.CMPEQ: "xor.pred {r}, {a}, {b}; not.pred {r}, {r};",
-    Ops.CMPLT: "not.pred {r}, {a}; and.pred {r}, {r}, {b};",
+_PREDICATE_ALU: dict[Ops, str] = {  # bool values (codegen's "SSA lowering" makes the rest logic)
     Ops.WHERE: "and.pred {r}, {a}, {b}; not.pred {xp}, {a}; and.pred {xp}, {xp}, {c}; or.pred {r}, {r}, {xp};",
     Ops.NEG: "not.pred {r}, {a};"}
 _FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
