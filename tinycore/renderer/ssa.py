@@ -59,14 +59,13 @@ class SSAContext:
                                  f"{uop.arg!r}): it is not part of the linear program contract")
 
     def lanes(self, uop: UOp) -> int:
-        """How many lanes the ALU UOp `uop` computes (a scalar language: one)."""
+        """How many lanes the ALU UOp `uop` computes (a scalar language: one; a vector language overrides `operand`
+        too)."""
         return 1
 
     def operand(self, uop: UOp, count: int) -> str:
-        """`uop`'s register with `count` lanes (more than one). Only reached when `lanes` says a value has several
-        lanes, so a language that overrides `lanes` overrides this too (LLVM IR does; PTX stays scalar)."""
-        raise TypeError(f"{type(self).__name__}.lanes gave {count} lanes for {uop.op}, but the context does not "
-                        f"override `operand` to give a vector register: override both or neither")
+        """`uop`'s register with `count` lanes (a scalar language's: its register)."""
+        return self.value(uop)
 
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The register of the ALU UOp `uop` over `operands` of `dtype` (`arithmetic` unless the language has more)."""
@@ -75,13 +74,13 @@ class SSAContext:
     def alu(self, uop: UOp) -> str:
         """The register of the ALU UOp `uop`, computed on its operands' dtype (for WHERE, the values')."""
         count = self.lanes(uop)
-        operands = [self.operand(source, count) if count > 1 else self.value(source) for source in uop.src]
+        operands = [self.operand(source, count) for source in uop.src]
         return self.compute(uop, operands, (uop.src[1] if uop.op is Ops.WHERE else uop.src[0]).dtype.scalar, count)
 
     def cast(self, uop: UOp) -> str:
         """The register of the CAST `uop` (of a scalar or of a vector of its lanes), converted as C converts."""
         source, count = uop.src[0], uop.dtype.count
-        text = self.operand(source, count) if count > 1 else self.value(source)
+        text = self.operand(source, count)
         return text if source.dtype.scalar == uop.dtype.scalar else \
             self.convert(text, source.dtype.scalar, uop.dtype.scalar, count)
 
