@@ -112,3 +112,20 @@ def test_skip_layer_normalization_and_fast_gelu_match_onnxruntime():
     data = _model(node, [("x", TensorProto.FLOAT, [2, 8])], [("y", TensorProto.FLOAT)], {"bias": weights["bias"]},
                   microsoft=True)
     _against_onnxruntime(data, {"x": rng.standard_normal((2, 8)).astype(np.float32) * 3})
+
+
+@pytest.mark.parametrize("kind,numpy_type", [(TensorProto.INT8, np.int8), (TensorProto.UINT8, np.uint8),
+                                             (TensorProto.INT16, np.int16), (TensorProto.UINT16, np.uint16)])
+def test_quantize_linear_rounds_halves_to_even_and_saturates(kind, numpy_type):
+    # ties (x.5 after scaling), values just off a tie, huge values past any rounding trick, and a per-axis zero point
+    halves = np.arange(-300, 300, dtype=np.float32) + 0.5
+    near = np.array([0.49999997, -0.49999997, 2.5000002, -2.4999998, 1e7, -1e7, 3e38, -3e38, 7e6 + 0.5], np.float32)
+    x = np.stack([np.concatenate([halves, near]) * 0.5] * 2)
+    info = np.iinfo(numpy_type)
+    zero = np.array([info.min // 2 + 3 if info.min else 7, info.max // 2], numpy_type)
+    node = helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["y"], axis=0)
+    data = _model(node, [("x", TensorProto.FLOAT, list(x.shape))], [("y", kind)],
+                  {"scale": np.array([0.5, 0.5], np.float32), "zero": zero})
+    y = OnnxRunner(data)({"x": x})["y"].numpy()
+    expected = np.clip(np.round(x / np.float32(0.5)) + zero[:, None].astype(np.float64), info.min, info.max)
+    np.testing.assert_array_equal(y, expected.astype(numpy_type))

@@ -47,12 +47,29 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: DType, 
         if zero_point is not None:
             scaled = scaled + _as_float(zero_point)
         return encode(scaled, code, saturate)
-    shifted = scaled.round()
+    low, high = integer_range(code, dtype) if code is not None else (int(dtypes.min(dtype)), int(dtypes.max(dtype)))
+    # Rounding a value first saturated to +-2**21 gives the same integers once the zero point is added and the sum
+    # saturated to a range of at most 16 bits, and such a value rounds with a handful of float ops (_round_small)
+    # instead of Tensor.round's dozen.
+    wide = high - low >= ROUNDING_LIMIT
+    shifted = scaled.round() if wide else _round_small(scaled.clip(-ROUNDING_LIMIT, ROUNDING_LIMIT))
     if zero_point is not None:
         shifted = shifted + zero_point.cast(dtypes.float32)
-    low, high = integer_range(code, dtype) if code is not None else (int(dtypes.min(dtype)), int(dtypes.max(dtype)))
     result = shifted.clip(low, high).cast(dtype)
     return mark(result, code) if code in INT4_RANGES else result
+
+
+ROUNDING_LIMIT = 2 ** 21
+"""Values are saturated to +-ROUNDING_LIMIT before _round_small."""
+ROUNDING_SHIFT = 12582912.0
+"""1.5 * 2**23: adding it to a float32 below 2**22 in magnitude leaves no fraction bits, so the hardware's rounding
+(to nearest, halves to even) does the rounding; subtracting it again is exact."""
+
+
+def _round_small(value: Tensor) -> Tensor:
+    """value rounded to the nearest integer, halves to even, for float32 values below 2**22 in magnitude (NaN stays
+    NaN); the integer ranges QuantizeLinear saturates to are far below that."""
+    return (value + ROUNDING_SHIFT) - ROUNDING_SHIFT
 
 
 @onnx_op("QuantizeLinear", 10)
