@@ -585,8 +585,9 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
             if base.op is Ops.BUFFER:
                 return self
             only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
-            if self._unrealized is None and (self._requires_grad or (
-                    self._requires_grad is None and _UNDECIDED_LEAVES.get(id(self)) is self)):
+            if self._unrealized is None and (self._requires_grad or (self._requires_grad is None and (
+                    # _UNDECIDED_LEAVES.get(id(self)) is self, without the registry's get call
+                    (leaf := _UNDECIDED_LEAVES.data.get(id(self))) is not None and leaf() is self))):
                 self._unrealized = uop
             self.uop = only
             return self
