@@ -114,3 +114,28 @@ def test_replayed_step_launches_no_new_compilation_and_counts_steps() -> None:
     assert compiled[3:] == [0, 0, 0], compiled
     steps = [float(optimizer.state[parameter]["step"].cpu()) for parameter in model.parameters()]
     assert steps == [6.0, 6.0]
+
+
+def test_replayed_sgd_with_momentum_matches_pytorch_cpu_and_compiles_nothing_new() -> None:
+    from tinycore.engine import realize
+    results, compiled = [], []
+    for device in ("cpu", "tiny"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01,
+                                    fused=True)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
+        inputs = torch.randn(4, 5).to(device)
+        for _ in range(6):
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            before = len(realize._runners)
+            optimizer.step()
+            scheduler.step()
+            if device == "tiny":
+                compiled.append(len(realize._runners) - before)
+        results.append([parameter.detach().cpu().numpy() for parameter in model.parameters()])
+    assert compiled[3:] == [0, 0, 0], compiled
+    for reference, value in zip(*results, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)

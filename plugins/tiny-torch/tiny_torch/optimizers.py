@@ -183,9 +183,33 @@ def fused_sgd(self: list[torch.Tensor], grads: list[torch.Tensor], momentum_buff
               weight_decay: float, momentum: float, lr: float | torch.Tensor, dampening: float, nesterov: bool,
               maximize: bool, is_first_step: bool, grad_scale: torch.Tensor | None = None,
               found_inf: torch.Tensor | None = None) -> None:
-    """`torch.optim.SGD(..., fused=True)`'s step: momentum buffers start as the first gradient, as PyTorch's do."""
+    """`torch.optim.SGD(..., fused=True)`'s step: momentum buffers start as the first gradient, as PyTorch's do
+    (one TinyJit replay when every tensor is a whole storage and the learning rate is a number)."""
     tiny_params, tiny_grads = _tiny(self, "params"), _tiny(grads, "grads")
     tiny_buffers = _tiny(momentum_buffer_list, "momentum_buffer_list") if momentum != 0 else []
+    if grad_scale is None and found_inf is None and not isinstance(lr, torch.Tensor):
+        reads_buffers = momentum != 0 and not is_first_step
+        groups = [tiny_params, tiny_grads] + ([tiny_buffers] if reads_buffers else [])
+        reads = [group[position] for position in range(len(tiny_params)) for group in groups]
+        writes = [group[position] for position in range(len(tiny_params))
+                  for group in [tiny_params] + ([tiny_buffers] if momentum != 0 else [])]
+
+        def update(values: list[Tensor], numbers: list[Tensor]) -> list[Tensor]:
+            results = []
+            for start in range(0, len(values), len(groups)):
+                weights, grad, *rest = values[start:start + len(groups)]
+                grad = -grad.cast(weights.dtype) if maximize else grad.cast(weights.dtype)
+                grad = grad + weights * weight_decay if weight_decay != 0 else grad
+                if momentum == 0:
+                    results.append(weights - grad * numbers[0])
+                    continue
+                buffer = rest[0] * momentum + grad * (1 - dampening) if reads_buffers else grad
+                step = grad + buffer * momentum if nesterov else buffer
+                results += [weights - step * numbers[0], buffer]
+            return results
+        key = ("sgd", weight_decay, momentum, dampening, nesterov, maximize, reads_buffers)
+        if jitted_update(key, reads, writes, [float(lr)], update):
+            return
     rate, scale, overflow = _learning_rate(lr), _scalar(grad_scale), _scalar(found_inf)
     writes: list[tuple[TinyTensor, Tensor]] = []
     for position, param in enumerate(tiny_params):
