@@ -10,6 +10,7 @@ packed and the in-place layout, batches and broadcast batches); gradients follow
 from __future__ import annotations
 
 from tinycore.dtype import DType
+from tinycore.gradient import CompositeGradient, with_gradient
 from tinycore.tensor.support import broadcast_shape, int_shape
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
@@ -42,15 +43,64 @@ def _sum_axis(node: UOp, axis: int, accumulate: DType) -> UOp:
     return summed.reshape(tuple(size for index, size in enumerate(summed.shape) if index != axis))
 
 
+def is_transposed_view(node: UOp) -> bool:
+    """Whether `node` is a view with its last two axes exchanged (`x.T`, `x.transpose(-1, -2)`): its rows are
+    columns of the memory underneath."""
+    if node.op is not Ops.PERMUTE:
+        return False
+    order = node.arg
+    count = len(order)
+    return count >= 2 and order[-1] == count - 2 and order[-2] == count - 1
+
+
+TRANSPOSED_COPY_MIN_DEPTH = 256
+"""A packed product copies a transposed-view left operand (`x.T @ y`) contiguous first from this reduce depth on.
+Read in place, each reduce step moves a whole row of x ahead and uses a few bytes of the line: at a depth of 128
+those lines (8 KB) stay in L1 from one row block to the next and the in-place read is the faster (the row blocks
+kept outermost, tests/unit/codegen/test_matmul_tiles.py); from 256 (16 KB, half the L1, in a few sets when the rows
+are 2-3 KB apart) they are evicted first, and the copy, one pass over x, repays itself (512x768 by 2048:
+0.81-0.85 of the forward's GFLOPS in place, 0.96-1.00 with the copy)."""
+
+
+def copies_transposed_left(left: UOp) -> bool:
+    """Whether a packed product copies its left operand contiguous first (see TRANSPOSED_COPY_MIN_DEPTH)."""
+    depth = left.shape[-1]
+    return is_transposed_view(left) and isinstance(depth, int) and depth >= TRANSPOSED_COPY_MIN_DEPTH
+
+
+def multiply_panels_gradient(left: UOp, shape: tuple[int, ...]) -> CompositeGradient:
+    """The gradient of the packed product's elementwise `rows * panels` (shape `shape`). When it applies: every
+    packed product (its reduce has at least PANEL_MIN_ROWS rows; a long transposed `left` was copied first).
+    The weight gradient `left.T @ dout` sums over the rows of `left`: read where it is, each reduce step moves a
+    whole row of `left` ahead (2-3 KB for 512-768 columns, lines that share a few L1 sets), and the tile's six
+    output rows use 24 bytes of each line. So that operand is read from a contiguous copy of `left.T` instead: the
+    copy costs one pass over `left` (O(rows * depth)) against the product's O(rows * depth * columns), and the
+    gradient kernel then reads both operands along the reduce, as the forward product does (a 512x768 by 2048
+    weight gradient went from 0.72-0.74 of the forward's GFLOPS to 0.97-1.04, bench/README.md). The input gradient
+    `dout @ panels.T` is the graph's own."""
+
+    def rule(node: UOp, gradient: UOp) -> dict[UOp, UOp]:
+        rows, panels = node.src
+        axes = len(left.shape)
+        transposed = _swap(_swap(left, axes - 2, axes - 1).contiguous(), axes - 2, axes - 1)
+        rows_from_copy = _broadcast_to(_unsqueeze(_unsqueeze(transposed, axes - 2), axes + 1), shape)
+        return {rows: gradient.alu(Ops.MUL, panels), panels: gradient.alu(Ops.MUL, rows_from_copy)}
+
+    return rule
+
+
 def multiply_panels(left: UOp, right: UOp, panel: int, accumulate: DType, result_dtype: DType) -> UOp:
     """`left @ right` (at least 2-D each, one dtype, int shapes) with `right` copied into panels of `panel`
     columns, each contiguous along the reduce (see tinycore.tensor.nn._matmul_panel)."""
     *batch, depth, columns = right.shape
+    if copies_transposed_left(left):
+        left = left.contiguous()
     panels = _swap(right.reshape((*batch, depth, columns // panel, panel)), len(batch), len(batch) + 1).contiguous()
     rows = _unsqueeze(_unsqueeze(left, len(left.shape) - 2), len(left.shape) + 1)
     panels = _unsqueeze(panels, len(panels.shape) - 2)
     shape = broadcast_shape(int_shape(rows), int_shape(panels))
     products = _broadcast_to(rows, shape).alu(Ops.MUL, _broadcast_to(panels, shape))
+    products = with_gradient(products, multiply_panels_gradient(left, shape))
     # the output's gradient copied into panels too (see _multiply_with_tensors in tinycore.tensor.nn)
     blocks = _sum_axis(products, len(shape) - 2, accumulate).contiguous_backward()
     depth_of_blocks = len(blocks.shape)

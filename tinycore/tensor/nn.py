@@ -109,6 +109,9 @@ def _multiply_with_tensors(left: TensorT, right: TensorT, panel: int | None, acc
         # the second input copied into panels of `panel` columns, each contiguous along the reduce: the kernel
         # then streams one panel per block of columns instead of reading a cache line from every row of it
         *batch, depth, columns = right.shape
+        from tinycore.tensor.matmul import copies_transposed_left
+        if copies_transposed_left(left.uop):
+            left = left.contiguous()  # as tinycore.tensor.matmul.multiply_panels
         panels = right.reshape(*batch, depth, columns // panel, panel).transpose(-3, -2).contiguous()
         # (..., blocks, rows, reduce, panel) summed over the reduce, then the blocks put back side by side
         products = left.unsqueeze(-3).unsqueeze(-1) * panels.unsqueeze(-3)

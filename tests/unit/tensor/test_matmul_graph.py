@@ -89,3 +89,62 @@ def test_batch_sizes_that_do_not_broadcast_raise_as_before() -> None:
     with pytest.raises(Exception) as reference:
         _multiply_with_tensors(left, right, None, None, dtypes.float32)
     assert type(fast.value) is type(reference.value) and "cannot be broadcast" in str(fast.value)
+
+
+def _reads_transposed_copy_of(gradient: Tensor, source: Tensor) -> bool:
+    """Whether the gradient's graph copies `source`'s last two axes exchanged into a contiguous buffer."""
+    from tinycore.tensor.matmul import is_transposed_view
+    from tinycore.uop.ops import Ops
+    return any(node.op is Ops.CONTIGUOUS and is_transposed_view(node.src[0]) and node.src[0].src[0] is source.uop
+               for node in gradient.uop.toposort)
+
+
+# (tokens, inputs, outputs, batch axes of x): a transformer block's products at a reduced size, packed on the CPU
+WEIGHT_GRADIENT_SHAPES = [(256, 64, 128, ()), (128, 64, 128, (2,)), (64, 48, 256, (2, 3))]
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+@pytest.mark.parametrize("tokens, inputs, outputs, batch", WEIGHT_GRADIENT_SHAPES)
+def test_packed_weight_gradient_reads_a_transposed_copy_and_matches_torch(
+        tokens: int, inputs: int, outputs: int, batch: tuple[int, ...], vector_bytes: int) -> None:
+    # the weight gradient x.T @ dout of a packed product sums over the rows of x: it reads x.T from a contiguous
+    # copy (tinycore.tensor.matmul.multiply_panels_gradient), the input gradient stays the graph's own
+    x_data = RNG.standard_normal((*batch, tokens, inputs)).astype(np.float32)
+    w_data = RNG.standard_normal((inputs, outputs)).astype(np.float32)
+    dout = RNG.standard_normal((*batch, tokens, outputs)).astype(np.float32)
+    with cpu_vector_bytes(vector_bytes):
+        x, w = Tensor(x_data, requires_grad=True), Tensor(w_data, requires_grad=True)
+        assert _matmul_panel(x, w) is not None
+        ((x @ w) * Tensor(dout)).sum().backward()
+        assert x.grad is not None and w.grad is not None
+        assert _reads_transposed_copy_of(w.grad, x) and not _reads_transposed_copy_of(x.grad, x)
+        weight_gradient, input_gradient = w.grad.numpy(), x.grad.numpy()
+    torch_x, torch_w = torch.tensor(x_data, requires_grad=True), torch.tensor(w_data, requires_grad=True)
+    ((torch_x @ torch_w) * torch.tensor(dout)).sum().backward()
+    assert torch_x.grad is not None and torch_w.grad is not None
+    np.testing.assert_allclose(weight_gradient, torch_w.grad.numpy(), rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(input_gradient, torch_x.grad.numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
+def test_transposed_left_operand_is_copied_before_a_packed_product(vector_bytes: int) -> None:
+    # x.T @ dout written out (a weight gradient by hand): the left operand is a transposed view, copied contiguous
+    # first; values and both gradients against torch
+    x_data = RNG.standard_normal((256, 320)).astype(np.float32)
+    dout_data = RNG.standard_normal((256, 128)).astype(np.float32)
+    weights = RNG.standard_normal((320, 128)).astype(np.float32)
+    with cpu_vector_bytes(vector_bytes):
+        x, dout = Tensor(x_data, requires_grad=True), Tensor(dout_data, requires_grad=True)
+        product = x.T @ dout
+        assert _matmul_panel(x.T, dout) is not None
+        assert _reads_transposed_copy_of(product, x)
+        (product * Tensor(weights)).sum().backward()
+        assert x.grad is not None and dout.grad is not None
+        found = product.numpy(), x.grad.numpy(), dout.grad.numpy()
+    torch_x = torch.tensor(x_data, requires_grad=True)
+    torch_dout = torch.tensor(dout_data, requires_grad=True)
+    torch_product = torch_x.T @ torch_dout
+    (torch_product * torch.tensor(weights)).sum().backward()
+    assert torch_x.grad is not None and torch_dout.grad is not None
+    for value, expected in zip(found, (torch_product.detach(), torch_x.grad, torch_dout.grad), strict=True):
+        np.testing.assert_allclose(value, expected.numpy(), rtol=1e-4, atol=1e-3)
