@@ -199,3 +199,30 @@ def test_int64_values_saturate_when_narrowed_for_a_device_without_int64():
     assert narrowed.dtype == np.int32
     np.testing.assert_array_equal(narrowed, [2**31 - 1, -2**31, 5, -7])
     np.testing.assert_array_equal(device_array(values, "CPU"), values)
+
+
+def test_nodes_of_initializers_alone_are_computed_once_not_replayed():
+    """A weight's DequantizeLinear and Transpose depend on no input: the runner computes them once, on the first
+    call, so later calls (and the JIT's replays) do not read the int8 weight again."""
+    from onnx import numpy_helper
+
+    from tinycore.dtype import dtypes
+    rng = np.random.default_rng(0)
+    weight = rng.integers(-127, 128, (6, 5), dtype=np.int8)
+    x = rng.standard_normal((2, 5)).astype(np.float32)
+    expected = x @ ((weight.astype(np.float32) - 3) * np.float32(0.05)).T
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale", "zero"], ["wf"]),
+             helper.make_node("Transpose", ["wf"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "wt"], ["y"])]
+    initializers = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(np.array(np.float32(0.05)), "scale"),
+                    numpy_helper.from_array(np.array(np.int8(3)), "zero")]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)).SerializeToString()
+    lazy = OnnxRunner(data, jit=False)
+    for _ in range(2):
+        y = lazy({"x": x})["y"]
+        assert all(node.dtype != dtypes.int8 for node in y.uop.toposort), "the int8 weight is dequantized per call"
+        np.testing.assert_allclose(y.numpy(), expected, rtol=1e-5, atol=1e-6)
+    jitted = OnnxRunner(data)
+    for _ in range(4):
+        np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), expected, rtol=1e-5, atol=1e-6)

@@ -132,11 +132,18 @@ def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
         raise RuntimeError(f"{node.label} produced {len(outputs)} outputs, the graph reads {missing} too")
 
 
-def run_graph(graph: Graph, feeds: Mapping[str, Value], scope: Scope, device: str) -> list[Value]:
-    """Run every node of `graph` with `feeds` bound; the graph's outputs in order."""
+def run_graph(graph: Graph, feeds: Mapping[str, Value], scope: Scope, device: str,
+              folded: Mapping[str, Value] | None = None, skipped: frozenset[int] = frozenset()) -> list[Value]:
+    """Run every node of `graph` with `feeds` bound; the graph's outputs in order. `folded` holds values computed
+    before (constant_nodes), bound like initializers; the nodes at the indices in `skipped` made them and are not
+    run."""
     scope.values.update(graph.initializers)
+    if folded:
+        scope.values.update(folded)
     scope.values.update(feeds)
-    for node in graph.nodes:
+    for index, node in enumerate(graph.nodes):
+        if index in skipped:
+            continue
         spec = find_op(node.domain, node.op, node.opset)
         assert spec is not None, f"{node.label} was not checked when the runner was built"
         run_node(node, spec, scope, device)
@@ -156,6 +163,44 @@ def unsupported_nodes(graph: Graph) -> list[str]:
                       f"no implementation of {node.domain or 'ai.onnx'}::{node.op}")
             problems.append(f"{node.label}: {reason}")
     return problems
+
+
+def constant_nodes(graph: Graph) -> list[int]:
+    """The indices of the nodes whose outputs depend only on initializers and Constant nodes (a weight's
+    DequantizeLinear, a transposed or reshaped weight): the runner computes them once, instead of in every call (and
+    in every replay of the JIT, which captures their kernels like any other). Ops that sample random values, read
+    subgraphs or need the run's context are left to run each time."""
+    fixed = set(graph.initializers)
+    indices = []
+    for index, node in enumerate(graph.nodes):
+        spec = find_op(node.domain, node.op, node.opset)
+        if spec is None or spec.context or node.op in HOST_READING_OPS or node.op in SHAPE_OPS:
+            continue
+        if any(isinstance(value, Graph) for value in node.attributes.values()):
+            continue
+        inputs = [name for name in node.inputs if name]
+        if node.op == "Constant" or (inputs and all(name in fixed for name in inputs)):
+            fixed.update(name for name in node.outputs if name)
+            indices.append(index)
+    return indices
+
+
+def _tensors_in(values: Sequence[Value]) -> list[Tensor]:
+    """The Tensors among `values`, those inside sequences included."""
+    found: list[Tensor] = []
+    for value in values:
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, Tensor):
+                found.append(item)
+    return found
+
+
+def _as_constant(value: Tensor) -> Tensor:
+    """A one-element tensor as a constant of the same shape, dtype and ONNX type: kernels then hold its value (a
+    quantization scale or zero point, an epsilon) as an immediate instead of loading it, gated, in every lane."""
+    constant = Tensor.full(value.shape, value.item(), dtype=value.dtype, device=value.device)
+    code = carried_type(value)
+    return mark(constant, code) if code is not None else constant
 
 
 def jittable(graph: Graph) -> bool:
@@ -205,6 +250,35 @@ class OnnxRunner:
         shapes captures the kernels, later calls replay them. The returned tensors are then the JIT's output buffers,
         overwritten by the next call with the same shapes (copy them with .clone() to keep them)."""
         self._jits: dict[tuple[object, ...], Any] = {}
+        self._constant_nodes: frozenset[int] = frozenset(constant_nodes(self.graph))
+        self._folded: dict[str, Value] | None = None
+
+    def _constants(self) -> dict[str, Value]:
+        """The outputs of the graph's constant nodes, computed and realized on the first call (not when building,
+        which stays a matter of reading the file)."""
+        if self._folded is None:
+            scope = Scope()
+            scope.values.update(self.graph.initializers)
+            made: list[str] = []
+            for index in sorted(self._constant_nodes):
+                node = self.graph.nodes[index]
+                spec = find_op(node.domain, node.op, node.opset)
+                assert spec is not None, f"{node.label} was not checked when the runner was built"
+                run_node(node, spec, scope, self.device)
+                made.extend(name for name in node.outputs if name)
+            folded = {name: scope.values[name] for name in made}
+            tensors = _tensors_in(list(folded.values()))
+            if tensors:
+                Tensor.realize(*tensors)
+            for name, value in [*self.graph.initializers.items(), *folded.items()]:
+                if isinstance(value, Tensor) and value.numel() == 1:
+                    folded[name] = _as_constant(value)
+            self._folded = folded
+        return self._folded
+
+    def _run(self, feeds: Mapping[str, Value]) -> list[Value]:
+        """The graph's outputs for `feeds`, the constant nodes' outputs taken from _constants."""
+        return run_graph(self.graph, feeds, Scope(), self.device, self._constants(), self._constant_nodes)
 
     def _input(self, info: ValueInfo, value: object, dims: dict[str, int]) -> Value:
         """One user input as a graph value, checked against its declared type."""
@@ -285,7 +359,7 @@ class OnnxRunner:
             feeds[info.name] = self._input(info, inputs[info.name], dims)
         if self.jit and all(isinstance(value, Tensor) for value in feeds.values()):
             return self._jitted(feeds)
-        results = run_graph(self.graph, feeds, Scope(), self.device)
+        results = self._run(feeds)
         return dict(zip(self.graph_outputs, results, strict=False))
 
     def _jitted(self, feeds: dict[str, Value]) -> dict[str, Value]:
@@ -304,7 +378,7 @@ class OnnxRunner:
             # the JIT hands over its own tensors: the ONNX types of the byte-held inputs are tagged again
             tagged = [mark(value, code) if code in ONNX_BYTE_TYPES else value
                       for value, code in zip(values, codes, strict=True)]
-            outputs = run_graph(self.graph, dict(zip(names, tagged, strict=True)), Scope(), self.device)
+            outputs = self._run(dict(zip(names, tagged, strict=True)))
             return [output.contiguous() if isinstance(output, Tensor) else output for output in outputs]
 
         if signature not in self._jits:
