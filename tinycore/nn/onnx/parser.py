@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Union
 
@@ -324,13 +325,31 @@ def tensor_from_proto(proto: onnx.TensorProto, context: _Context | None, where: 
         if len(proto.raw_data) != expected:
             raise context.error(f"{where} has {len(proto.raw_data)} data bytes but shape {list(shape)} of "
                                 f"{ONNX_TYPE_NAMES[code]} needs {expected}")
-        array = np.frombuffer(proto.raw_data, dtype=np.dtype(dtype.fmt).newbyteorder("<")).reshape(shape)
+        raw = proto.raw_data
+        if _straight_copy(dtype, context.device):
+            # the bytes go to the device buffer as they are: a numpy array in between cost two more copies of
+            # every weight (a third of building a runner for a large model)
+            from tinycore.device.registry import Device
+            from tinycore.engine.memory import uop_from_bytes
+            device = Device.canonicalize(context.device) if context.device is not None else Device.DEFAULT
+            return Tensor(uop_from_bytes(raw, dtype, device).reshape(shape))
+        array = np.frombuffer(raw, dtype=np.dtype(dtype.fmt).newbyteorder("<")).reshape(shape)
     else:
         try:
             array = onnx.numpy_helper.to_array(proto)
         except (ValueError, TypeError, IndexError) as error:
             raise context.error(f"{where}: its data does not match shape {list(shape)} ({error})") from None
     return _tensor_from_array(np.asarray(array), dtype, context.device)
+
+
+def _straight_copy(dtype: DType, device: str | None) -> bool:
+    """Whether raw little-endian data of `dtype` is already what the tensor on `device` holds (no narrowing, no
+    bit-carried type, a little-endian host)."""
+    if sys.byteorder != "little" or dtype.fmt is None or dtype.itemsize == 0:
+        return False
+    if dtype in (dtypes.bfloat16, dtypes.fp8e4m3, dtypes.fp8e5m2, dtypes.fp8e4m3fnuz, dtypes.fp8e5m2fnuz):
+        return False
+    return dtype not in NARROWER or device_dtype(dtype, device) == dtype
 
 
 def _tensor_from_array(array: np.ndarray, dtype: DType, device: str | None) -> Tensor:
