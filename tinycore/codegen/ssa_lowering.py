@@ -1,9 +1,6 @@
 """The pass "SSA lowering": what the SSA-register renderers (PTX, LLVM IR) would each spell as a sequence of
 instructions, as plain UOps before rendering (their `post_matcher`), so that each language spells one op per UOp:
 
-- an integer division or remainder by a divisor that may be 0 gives 0, as the constant folder does, and a signed one
-  by -1 gives -a and 0 (int min / -1 wraps, as numpy): the op on a divisor made 1 there, selected away (LLVM's sdiv
-  by 0 or of int min by -1 is undefined and traps on x86);
 - MAX is C's (a<b)?b:a (a NaN first operand is kept, as on the C renderer), and of bools their OR;
 - a conversion to bool is != 0 (NaN is true, as in C) and one from bool the select of 1 or 0;
 - arithmetic and comparisons of bools are logic (C's _Bool: + is or, * and, - and != xor, < is !a & b)."""
@@ -13,19 +10,6 @@ from tinycore.dtype import PtrDType, dtypes
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
-
-GUARDED = "guarded"  # the arg of a division whose divisor is never 0 or -1 (not rewritten again)
-
-
-def _guarded_division(x: UOp, a: UOp, b: UOp) -> UOp | None:
-    if dtypes.is_float(x.dtype) or x.arg == GUARDED or b.op is Ops.CONST and b.arg not in (0, -1):
-        return None
-    is_zero, signed = b.eq(b.const_like(0)), not dtypes.is_unsigned(x.dtype)
-    is_special = is_zero | b.eq(b.const_like(-1)) if signed else is_zero
-    result = UOp(x.op, x.dtype, (a, is_special.where(b.const_like(1), b)), GUARDED)
-    if signed:  # a / -1 is -a (int min stays int min, as numpy wraps) and a % -1 is 0
-        result = b.eq(b.const_like(-1)).where(a.alu(Ops.NEG) if x.op is Ops.IDIV else x.const_like(0), result)
-    return is_zero.where(x.const_like(0), result)
 
 
 def _bool_cast(x: UOp, a: UOp) -> UOp | None:
@@ -46,7 +30,6 @@ def _bool_logic(x: UOp, a: UOp, b: UOp) -> UOp | None:
 
 
 ssa_lowering = PatternMatcher([
-    (UPat((Ops.IDIV, Ops.MOD), src=(UPat(name="a"), UPat(name="b")), name="x"), _guarded_division),
     (UPat((Ops.ADD, Ops.MUL, Ops.SUB, Ops.MAX, Ops.CMPNE, Ops.CMPEQ, Ops.CMPLT), src=(
         UPat(dtype=dtypes.bool, name="a"), UPat(name="b")), name="x"), _bool_logic),
     (UPat(Ops.MULACC, src=(UPat(dtype=dtypes.bool, name="a"), UPat(name="b"), UPat(name="c"))),

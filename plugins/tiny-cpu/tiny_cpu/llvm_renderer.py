@@ -129,6 +129,7 @@ class LLVMRenderer(Renderer):
     """LLVM IR for the host CPU, compiled in-process by llvmlite (tiny_cpu.llvm_compiler)."""
 
     device, suffix, emulated_floats = "CPU", "ll", _EMULATED
+    guard_integer_division = True  # codegen's pass "guarded division": sdiv by 0 or of int min by -1 traps on x86
     has_local, has_shared, has_threads = False, False, True
     global_max, local_max, shared_max = None, None, 0
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,

@@ -313,6 +313,7 @@ class PTXRenderer(Renderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
     device, suffix, string_rewrite, emulated_floats, post_matcher = "NV", "ptx", ptx_rendering, _HALVES, ssa_lowering
+    guard_integer_division = True  # codegen's pass "guarded division": PTX's div by 0 or of int min by -1 is undefined
     has_local, has_shared, has_threads = True, True, False
     global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
     shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500

@@ -149,10 +149,12 @@ def test_division_guard_narrow_types_and_vectors():
     out, data = glob(0, I32, 4), glob(1, I32, 4)
     value = data.index(UOp.const(I32, 0)).load()
     by_variable = value.alu(Ops.IDIV, value).alu(Ops.MOD, UOp.const(I32, 3))
-    # codegen's pass "guarded division" makes the divisor 1 where it is 0 and the result 0 there; by 3: no guard
+    # codegen's pass "guarded division" makes the divisor 1 where it is 0 or -1, the result 0 or the negated dividend
+    # there; by 3: no guard
     source = OpenCLLike().render_named(linear(*guard_divisions([out.index(UOp.const(I32, 1)).store(by_variable)])),
                                        "divide")
-    assert "bool alu0 = (val0==0);" in source and "((alu0?0:(val0/(alu0?1:val0)))%3)" in source
+    assert "bool alu0 = (val0==0);" in source and "bool alu1 = (val0==(-1));" in source
+    assert "((alu0?0:(alu1?(-val0):(val0/((alu0|alu1)?1:val0))))%3)" in source
     small_out, small = glob(0, dtypes.uint8, 4), glob(1, dtypes.uint8, 4)
     byte = small.index(UOp.const(I32, 0)).load()
     source = OpenCLLike().render_named(linear(small_out.index(UOp.const(I32, 0)).store(byte + byte)), "bytes")

@@ -56,6 +56,7 @@ class X86Renderer(VectorX86Contract, Renderer):
     preferred_vector_bytes = 32
     fused_multiply_add = True  # the probe requires FMA: reduce loops' multiply-adds round once, as the C renderer's
     pre_matcher = _transcendentals
+    guard_integer_division = True  # codegen's pass "guarded division": idiv by 0 or of int min by -1 raises SIGFPE
 
     def __init__(self, device: str = "CPU", arch: str | None = None, vector_registers: int | None = None):
         from tiny_cpu.runtime import worker_count
