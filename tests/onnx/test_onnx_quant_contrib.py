@@ -129,3 +129,25 @@ def test_quantize_linear_rounds_halves_to_even_and_saturates(kind, numpy_type):
     y = OnnxRunner(data)({"x": x})["y"].numpy()
     expected = np.clip(np.round(x / np.float32(0.5)) + zero[:, None].astype(np.float64), info.min, info.max)
     np.testing.assert_array_equal(y, expected.astype(numpy_type))
+
+
+def test_qdq_pair_on_an_activation_keeps_float_values_and_matches_numpy():
+    """DequantizeLinear of a QuantizeLinear result starts from the saturated float integers, without narrowing them
+    to int8 and widening them back; the values are those of numpy's quantize-then-dequantize (onnx's reference)."""
+    from tinycore.dtype import dtypes
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.standard_normal(200).astype(np.float32) * 3, np.float32([40.0, -40.0, 0.25, -0.75])])
+    scale, zero = np.float32(0.1), np.int8(-5)
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"]),
+         helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [x.size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(scale), "scale"), numpy_helper.from_array(np.array(zero), "zero")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10).SerializeToString()
+    expected = (np.clip(np.round(x / scale) + zero, -128, 127) - zero) * scale
+    lazy = OnnxRunner(data, jit=False)({"x": x})["y"]
+    narrowing = [node for node in lazy.uop.toposort if node.op is Ops.CAST and node.dtype == dtypes.int8]
+    assert not narrowing, "the pair narrows to int8 and back"
+    np.testing.assert_array_equal(lazy.numpy(), expected.astype(np.float32))
+    np.testing.assert_array_equal(OnnxRunner(data)({"x": x})["y"].numpy(), expected.astype(np.float32))

@@ -35,7 +35,10 @@ def _broadcast(value: Tensor, x: Tensor, axis: int, block_size: int) -> Tensor:
 def _as_float(value: Tensor) -> Tensor:
     """A quantized tensor's values as float32 (the small floats decoded from their bits)."""
     code = carried_type(value)
-    return decode(value, code) if code in CARRIED_FLOATS else value.cast(dtypes.float32)
+    if code in CARRIED_FLOATS:
+        return decode(value, code)
+    same_values: Tensor | None = getattr(value, _FLOAT_VALUES, None)
+    return same_values if same_values is not None else value.cast(dtypes.float32)
 
 
 def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: DType, code: int | None, saturate: bool
@@ -55,8 +58,16 @@ def quantize(x: Tensor, scale: Tensor, zero_point: Tensor | None, dtype: DType, 
     shifted = scaled.round() if wide else _round_small(scaled.clip(-ROUNDING_LIMIT, ROUNDING_LIMIT))
     if zero_point is not None:
         shifted = shifted + zero_point.cast(dtypes.float32)
-    result = shifted.clip(low, high).cast(dtype)
+    saturated = shifted.clip(low, high)
+    result = saturated.cast(dtype)
+    # the float integers stay with the result: a DequantizeLinear reading it (a QDQ pair) starts from them, so the
+    # kernel does not narrow every value to 8 bits and widen it back
+    setattr(result, _FLOAT_VALUES, saturated)
     return mark(result, code) if code in INT4_RANGES else result
+
+
+_FLOAT_VALUES = "_onnx_quantized_as_float"
+"""The attribute on QuantizeLinear's integer result that holds the same values as float32 (exact integers)."""
 
 
 ROUNDING_LIMIT = 2 ** 21
