@@ -84,7 +84,7 @@ def multiply_panels_gradient(left: UOp, shape: tuple[int, ...]) -> CompositeGrad
         axes = len(left.shape)
         transposed = _swap(_swap(left, axes - 2, axes - 1).contiguous(), axes - 2, axes - 1)
         rows_from_copy = _broadcast_to(_unsqueeze(_unsqueeze(transposed, axes - 2), axes + 1), shape)
-        return {rows: gradient.alu(Ops.MUL, panels), panels: gradient.alu(Ops.MUL, rows_from_copy)}
+        return {rows: gradient * panels, panels: gradient * rows_from_copy}
 
     return rule
 
