@@ -74,13 +74,18 @@ ROUNDING_LIMIT = 2 ** 21
 """Values are saturated to +-ROUNDING_LIMIT before _round_small."""
 ROUNDING_SHIFT = 12582912.0
 """1.5 * 2**23: adding it to a float32 below 2**22 in magnitude leaves no fraction bits, so the hardware's rounding
-(to nearest, halves to even) does the rounding; subtracting it again is exact."""
+(to nearest, halves to even) does the rounding, and the sum's low bits hold the rounded value."""
+ROUNDING_SHIFT_BITS = 0x4B400000
+"""The bits of ROUNDING_SHIFT as a float32."""
 
 
 def _round_small(value: Tensor) -> Tensor:
-    """value rounded to the nearest integer, halves to even, for float32 values below 2**22 in magnitude (NaN stays
-    NaN); the integer ranges QuantizeLinear saturates to are far below that."""
-    return (value + ROUNDING_SHIFT) - ROUNDING_SHIFT
+    """value rounded to the nearest integer, halves to even, for float32 values below 2**22 in magnitude; the integer
+    ranges QuantizeLinear saturates to are far below that. The rounded value is read from the sum's bits, as an
+    integer difference: subtracting the shift again in float is an expression a shader compiler may fold to `value`
+    (WEBGPU's did)."""
+    shifted_bits = (value + ROUNDING_SHIFT).bitcast(dtypes.int32)
+    return (shifted_bits - ROUNDING_SHIFT_BITS).cast(dtypes.float32)
 
 
 @onnx_op("QuantizeLinear", 10)
