@@ -97,27 +97,28 @@ def test_replayed_adam_follows_a_scheduled_rate_and_keeps_earlier_copies() -> No
             np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)
 
 
-def test_replayed_step_launches_no_new_compilation_and_counts_steps() -> None:
+def _step_compiles(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> int:
+    """One optimizer step after `loss`'s backward: the number of kernels it compiled."""
     from tinycore.engine import realize
+    optimizer.zero_grad()
+    loss.backward()
+    before = len(realize._runners)
+    optimizer.step()
+    return len(realize._runners) - before
+
+
+def test_replayed_step_launches_no_new_compilation_and_counts_steps() -> None:
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 2).to("tiny")
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)
     inputs = torch.randn(3, 6).to("tiny")
-    compiled = []
-    for _ in range(6):
-        loss = model(inputs).square().sum()
-        optimizer.zero_grad()
-        loss.backward()
-        before = len(realize._runners)
-        optimizer.step()
-        compiled.append(len(realize._runners) - before)
+    compiled = [_step_compiles(model, optimizer, model(inputs).square().sum()) for _ in range(6)]
     assert compiled[3:] == [0, 0, 0], compiled
     steps = [float(optimizer.state[parameter]["step"].cpu()) for parameter in model.parameters()]
     assert steps == [6.0, 6.0]
 
 
 def test_replayed_sgd_with_momentum_matches_pytorch_cpu_and_compiles_nothing_new() -> None:
-    from tinycore.engine import realize
     results, compiled = [], []
     for device in ("cpu", "tiny"):
         torch.manual_seed(0)
@@ -127,14 +128,10 @@ def test_replayed_sgd_with_momentum_matches_pytorch_cpu_and_compiles_nothing_new
         scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
         inputs = torch.randn(4, 5).to(device)
         for _ in range(6):
-            loss = model(inputs).square().mean()
-            optimizer.zero_grad()
-            loss.backward()
-            before = len(realize._runners)
-            optimizer.step()
+            count = _step_compiles(model, optimizer, model(inputs).square().mean())
             scheduler.step()
             if device == "tiny":
-                compiled.append(len(realize._runners) - before)
+                compiled.append(count)
         results.append([parameter.detach().cpu().numpy() for parameter in model.parameters()])
     assert compiled[3:] == [0, 0, 0], compiled
     for reference, value in zip(*results, strict=True):
