@@ -117,16 +117,17 @@ def _input_buffers(tensors: list[Tensor]) -> list[Buffer]:
     from tinycore.engine.memory import buffer_of
     from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
     from tinycore.uop.ops import Ops
-    def contiguous_parts(tensor: Tensor) -> tuple[UOp, ...] | None:
-        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
-        return parts if all(is_contiguous_buffer_view(part) for part in parts) else None
-
     buffers: list[Buffer] = []
     for tensor in tensors:
-        # realized already: no realize call per input; else realized, and made contiguous if it still is not
-        parts = contiguous_parts(tensor) or contiguous_parts(tensor.realize()) or \
-            contiguous_parts(tensor.replace(tensor.contiguous().realize()))
-        assert parts is not None, "a contiguous realized tensor is a contiguous buffer view"
+        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        if all(is_contiguous_buffer_view(part) for part in parts):  # realized already: no realize call per input
+            buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
+            continue
+        tensor.realize()
+        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        if not all(is_contiguous_buffer_view(part) for part in parts):
+            tensor.replace(tensor.contiguous().realize())
+            parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
         buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
     return buffers
 
