@@ -1,6 +1,6 @@
 """A representative part of onnx's backend test suite, in the default tests: a few cases of each operator family
 (elementwise, convolution and pooling, shapes, reductions, normalization, Resize, recurrent, control flow,
-quantized, detection, attention). The whole suite is `nox -s onnx_backend`."""
+quantized, detection, attention, strings). The whole suite is `nox -s onnx_backend`."""
 from __future__ import annotations
 
 import pytest
@@ -22,6 +22,8 @@ REPRESENTATIVE = [
     "sequence_insert_at_back", "quantizelinear_axis", "dequantizelinear_blocked", "qlinearmatmul_2D_uint8_float32",
     "qlinearconv", "matmulinteger", "convinteger_with_padding", "dynamicquantizelinear",
     "nonmaxsuppression_suppress_by_IOU", "roialign_aligned_false", "attention_4d_gqa", "sce_mean_weight",
+    "string_split_maxsplit", "equal_string_broadcast", "strnormalizer_export_monday_insensintive_upper_twodim",
+    "ai_onnx_ml_label_encoder_tensor_mapping", "regex_full_match_email_domain", "string_concat_broadcasting",
 ]
 """Node cases (test_NAME) that tinycore passes and that together touch every operator file."""
 

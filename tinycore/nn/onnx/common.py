@@ -121,6 +121,34 @@ def tensor_from_numpy(array: np.ndarray, device: str | None) -> Tensor:
     return Tensor(np.require(device_array(array, device), requirements="C"), device=device)
 
 
+STRING_CODE = 8
+"""ONNX's STRING element type. No device has a string dtype, so the runner holds string tensors on the host as
+numpy arrays of Python str (dtype object), runs the string ops there, and converts at the boundary: a Cast from
+strings to numbers, Equal, RegexFullMatch... give device Tensors."""
+
+
+def is_strings(value: object) -> bool:
+    """Whether a graph value is a string tensor (a numpy object array on the host)."""
+    return isinstance(value, np.ndarray) and value.dtype == object
+
+
+def string_array(value: object, where: str) -> np.ndarray:
+    """Strings given as a numpy array (str, bytes or object), a list or one str, as the runner's string tensor: an
+    object array of Python str (bytes decoded as UTF-8). TypeError naming `where` for anything else."""
+    array = np.asarray(value, dtype=object) if not isinstance(value, np.ndarray) else value
+    if array.dtype.kind not in "OUS":
+        raise TypeError(f"{where} is a string tensor, got an array of {array.dtype} (pass str values)")
+    result = np.empty(array.shape, dtype=object)
+    flat = result.reshape(-1)
+    for index, item in enumerate(array.reshape(-1).tolist()):
+        if isinstance(item, bytes):
+            item = item.decode("utf-8")
+        if not isinstance(item, str):
+            raise TypeError(f"{where} is a string tensor, got a {type(item).__name__} element ({item!r})")
+        flat[index] = item
+    return result
+
+
 def dtype_label(dtype: DType) -> str:
     """A dtype as numpy spells it (float32, int64, bool), the names ONNX users know; bfloat16 and 8-bit floats by
     their own names."""

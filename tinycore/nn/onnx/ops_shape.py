@@ -307,10 +307,11 @@ def pad(x: Tensor, pads: list[int], constant_value: Tensor | None = None, axes: 
 
 
 @onnx_op("Constant", 1)
-def constant(value: Tensor | None = None, value_float: float | None = None, value_floats: list[float] | None = None,
-             value_int: int | None = None, value_ints: list[int] | None = None, sparse_value: Tensor | None = None,
-             value_string: str | None = None, value_strings: list[str] | None = None) -> Tensor:
-    """The tensor given as an attribute in one of its spellings."""
+def constant(value: Tensor | np.ndarray | None = None, value_float: float | None = None,
+             value_floats: list[float] | None = None, value_int: int | None = None,
+             value_ints: list[int] | None = None, sparse_value: Tensor | None = None,
+             value_string: str | None = None, value_strings: list[str] | None = None) -> Tensor | np.ndarray:
+    """The tensor given as an attribute in one of its spellings (strings as a numpy object array on the host)."""
     if value is not None:
         return value
     if sparse_value is not None:
@@ -323,7 +324,14 @@ def constant(value: Tensor | None = None, value_float: float | None = None, valu
         return host_tensor(np.array(value_int, dtype=np.int64), None)
     if value_ints is not None:
         return host_tensor(np.array(value_ints, dtype=np.int64), None)
-    raise NotImplementedError("string constants are not supported (tinycore has no string dtype)")
+    if value_string is not None:
+        return np.array(value_string, dtype=object)
+    if value_strings is not None:
+        strings = np.empty(len(value_strings), dtype=object)
+        strings[:] = value_strings
+        return strings
+    raise ValueError("Constant has none of the attributes value, value_float(s), value_int(s), value_string(s), "
+                     "sparse_value")
 
 
 @onnx_op("ConstantOfShape", 9, host_inputs=(0,))

@@ -25,6 +25,7 @@ from tinycore.nn.onnx.common import (
     NARROWER,
     ONNX_BYTE_TYPES,
     ONNX_TYPE_NAMES,
+    STRING_CODE,
     device_array,
     device_dtype,
     dtype_label,
@@ -69,7 +70,8 @@ class ValueType:
         if self.kind != "tensor":
             return f"{self.kind}({self.element.describe() if self.element else '?'})"
         dims = "?" if self.shape is None else ", ".join("?" if dim is None else str(dim) for dim in self.shape)
-        return f"{dtype_label(self.dtype) if self.dtype else '?'}[{dims}]"
+        label = "string" if self.code == STRING_CODE else dtype_label(self.dtype) if self.dtype else "?"
+        return f"{label}[{dims}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,8 +81,8 @@ class ValueInfo:
     type: ValueType | None
 
 
-AttributeValue = Union[float, int, str, Tensor, "Graph", list[float], list[int], list[str], list[Tensor],
-                       list["Graph"], ValueType, None]
+AttributeValue = Union[float, int, str, Tensor, np.ndarray, "Graph", list[float], list[int], list[str],
+                       list[Tensor | np.ndarray], list["Graph"], ValueType, None]
 
 
 @dataclasses.dataclass
@@ -102,10 +104,11 @@ class Node:
 
 @dataclasses.dataclass
 class Graph:
-    """A graph or subgraph: nodes in order, initializers, declared inputs and outputs."""
+    """A graph or subgraph: nodes in order, initializers (string ones as numpy object arrays), declared inputs and
+    outputs."""
     name: str
     nodes: list[Node]
-    initializers: dict[str, Tensor]
+    initializers: dict[str, Tensor | np.ndarray]
     inputs: list[ValueInfo]
     outputs: list[ValueInfo]
 
@@ -188,9 +191,7 @@ def _value_type(proto: onnx.TypeProto, where: str) -> ValueType | None:
     which = proto.WhichOneof("value")
     if which == "tensor_type":
         code = proto.tensor_type.elem_type
-        dtype = None if code == 0 else onnx_dtype(code, where) if code != 8 else None
-        if code == 8:
-            raise NotImplementedError(f"{where}: string tensors are not supported (tinycore has no string dtype)")
+        dtype = None if code in (0, STRING_CODE) else onnx_dtype(code, where)
         shape: tuple[int | str | None, ...] | None = None
         if proto.tensor_type.HasField("shape"):
             shape = tuple(dim.dim_value if dim.HasField("dim_value") else (dim.dim_param or None)
@@ -208,9 +209,9 @@ def _value_type(proto: onnx.TypeProto, where: str) -> ValueType | None:
 def _graph(proto: onnx.GraphProto, opsets: Mapping[str, int], context: _Context, outer: frozenset[str]) -> Graph:
     """A GraphProto as a Graph, checking that each node reads only values defined before it (or outside)."""
     graph_name = proto.name or "main graph"
-    initializers = {}
+    initializers: dict[str, Tensor | np.ndarray] = {}
     for tensor in proto.initializer:
-        initializers[tensor.name] = tensor_from_proto(tensor, context, f"initializer {tensor.name!r}")
+        initializers[tensor.name] = value_from_proto(tensor, context, f"initializer {tensor.name!r}")
     for sparse in proto.sparse_initializer:
         initializers[sparse.values.name] = _sparse_tensor(sparse, context)
     inputs = [ValueInfo(info.name, _value_type(info.type, f"input {info.name!r}")) for info in proto.input
@@ -265,7 +266,7 @@ def _attribute(proto: onnx.AttributeProto, opsets: Mapping[str, int], context: _
     if kind == kinds.STRING:
         return proto.s.decode("utf-8", errors="replace")
     if kind == kinds.TENSOR:
-        return tensor_from_proto(proto.t, context, where)
+        return value_from_proto(proto.t, context, where)
     if kind == kinds.GRAPH:
         return _graph(proto.g, opsets, context, defined)
     if kind == kinds.FLOATS:
@@ -275,7 +276,7 @@ def _attribute(proto: onnx.AttributeProto, opsets: Mapping[str, int], context: _
     if kind == kinds.STRINGS:
         return [value.decode("utf-8", errors="replace") for value in proto.strings]
     if kind == kinds.TENSORS:
-        return [tensor_from_proto(tensor, context, where) for tensor in proto.tensors]
+        return [value_from_proto(tensor, context, where) for tensor in proto.tensors]
     if kind == kinds.GRAPHS:
         return [_graph(graph, opsets, context, defined) for graph in proto.graphs]
     if kind == kinds.TYPE_PROTO:
@@ -299,12 +300,29 @@ def _sparse_tensor(proto: onnx.SparseTensorProto, context: _Context) -> Tensor:
     return Tensor(dense, device=context.device)
 
 
+def value_from_proto(proto: onnx.TensorProto, context: _Context | None, where: str) -> Tensor | np.ndarray:
+    """A TensorProto as the runner holds it: a Tensor, or for STRING data a numpy object array of str on the host
+    (no device has a string dtype)."""
+    if int(proto.data_type) != STRING_CODE:
+        return tensor_from_proto(proto, context, where)
+    shape = tuple(int(dim) for dim in proto.dims)
+    if len(proto.string_data) != prod(shape):
+        source = context.source if context is not None else "<ONNX tensor>"
+        raise OnnxFormatError(f"{source}: not a valid {KIND} file: {where} has {len(proto.string_data)} strings but "
+                              f"shape {list(shape)}")
+    strings = np.empty(len(proto.string_data), dtype=object)
+    for index, item in enumerate(proto.string_data):
+        strings[index] = item.decode("utf-8", errors="replace")
+    return strings.reshape(shape)
+
+
 def tensor_from_proto(proto: onnx.TensorProto, context: _Context | None, where: str) -> Tensor:
     """A TensorProto as a Tensor on the context's device (external data: a lazy DISK view of its file)."""
     context = context or _Context("<ONNX tensor>", None, None)
     code = int(proto.data_type)
-    if code == 8:
-        raise NotImplementedError(f"{where}: string tensors are not supported (tinycore has no string dtype)")
+    if code == STRING_CODE:
+        raise TypeError(f"{where}: a string tensor is held as a numpy array, not a Tensor (read it with "
+                        "value_from_proto)")
     dtype = onnx_dtype(code, where)
     shape = tuple(int(dim) for dim in proto.dims)
     if any(dim < 0 for dim in shape):

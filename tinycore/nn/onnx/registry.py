@@ -11,13 +11,16 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, Union
 
+import numpy as np
+
 from tinycore.nn.onnx.parser import Graph, Node
 from tinycore.tensor import Tensor
 
 OpFunction = Callable[..., Any]
 
-Value = Union[Tensor, list[Tensor], None]
-"""What flows along a graph edge: a tensor, a sequence of tensors, or an empty optional."""
+Value = Union[Tensor, np.ndarray, list[Tensor], None]
+"""What flows along a graph edge: a tensor, a string tensor (a numpy object array of str, held on the host), a
+sequence of tensors, or an empty optional."""
 
 
 class NodeContext(Protocol):
@@ -41,19 +44,36 @@ class OpSpec:
     function: OpFunction
     host_inputs: tuple[int, ...]
     context: bool
+    strings: bool = False
+    """Whether the implementation takes string tensors (numpy object arrays) among its inputs."""
 
 
 OPS: dict[tuple[str, str], list[OpSpec]] = {}
 """(domain, op type) -> implementations, sorted by `since`."""
 
+STRING_OPS: dict[tuple[str, str], OpSpec] = {}
+"""(domain, op type) -> the string form of a numeric op (Reshape, Concat, Equal, Cast...): what the runner calls
+when a string tensor is among the node's inputs, or the node casts to STRING."""
+
 
 def onnx_op(name: str, since: int = 1, domain: str = "", host_inputs: tuple[int, ...] = (),
-            context: bool = False) -> Callable[[OpFunction], OpFunction]:
-    """Register the decorated function as op `name` of `domain` from opset `since` on."""
+            context: bool = False, strings: bool = False) -> Callable[[OpFunction], OpFunction]:
+    """Register the decorated function as op `name` of `domain` from opset `since` on (`strings`: it takes string
+    tensors too)."""
     def register(function: OpFunction) -> OpFunction:
         specs = OPS.setdefault((domain, name), [])
-        specs.append(OpSpec(name, domain, since, function, host_inputs, context))
+        specs.append(OpSpec(name, domain, since, function, host_inputs, context, strings))
         specs.sort(key=lambda spec: spec.since)
+        return function
+    return register
+
+
+def string_op(name: str, domain: str = "", host_inputs: tuple[int, ...] = (),
+              context: bool = False) -> Callable[[OpFunction], OpFunction]:
+    """Register the decorated function as the string form of op `name` (every opset: the string forms read the
+    inputs and attributes of all of the op's versions)."""
+    def register(function: OpFunction) -> OpFunction:
+        STRING_OPS[(domain, name)] = OpSpec(name, domain, 1, function, host_inputs, context, True)
         return function
     return register
 

@@ -15,9 +15,18 @@ from typing import Any
 import numpy as np
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import ONNX_BYTE_TYPES, ONNX_TYPE_NAMES, device_dtype, dtype_label, tensor_from_numpy
+from tinycore.nn.onnx.common import (
+    ONNX_BYTE_TYPES,
+    ONNX_TYPE_NAMES,
+    STRING_CODE,
+    device_dtype,
+    dtype_label,
+    is_strings,
+    string_array,
+    tensor_from_numpy,
+)
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
-from tinycore.nn.onnx.registry import OpSpec, Value, find_op, known_versions
+from tinycore.nn.onnx.registry import STRING_OPS, OpSpec, Value, find_op, known_versions
 from tinycore.nn.onnx.small_floats import carried_type, mark
 from tinycore.tensor import Tensor
 
@@ -27,6 +36,10 @@ HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonM
                     "SequenceMap", "SplitToSequence", "OptionalHasElement"}
 """Ops that read tensor values on the host (conditions, data-dependent sizes, host-side samplers): a graph where
 they read values that depend on the inputs' data cannot be replayed by the JIT."""
+
+STRING_MAKING_OPS = {"StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch", "LabelEncoder"}
+"""Ops that compute on the host over string tensors (their inputs or outputs): a graph with one reading values that
+depend on the inputs' data cannot be replayed by the JIT."""
 
 SHAPE_OPS = {"Shape", "Size"}
 """Ops whose outputs depend only on their input's shape, which is fixed for one JIT signature."""
@@ -104,11 +117,33 @@ def _keep_type(inputs: list[Value], outputs: tuple[Value, ...]) -> None:
                 mark(item, code)
 
 
+def _casts_to_strings(node: Node) -> bool:
+    """Whether `node` is a Cast to STRING (which takes numbers and makes strings)."""
+    return node.op == "Cast" and bool(node.attributes.get("to") == STRING_CODE)
+
+
+def string_spec(node: Node, spec: OpSpec, values: Sequence[Value]) -> OpSpec:
+    """The implementation to run when string tensors are involved: `spec` itself if it takes strings, else the op's
+    string form (Reshape, Concat, Equal, Cast...); TypeError naming the node for an op that has none."""
+    if spec.strings:
+        return spec
+    variant = STRING_OPS.get((node.domain, node.op))
+    if variant is not None:
+        return variant
+    which = [index for index, value in enumerate(values) if is_strings(value)]
+    known = ", ".join(sorted(name for _, name in STRING_OPS))
+    raise TypeError(f"{node.label}: input {which} is a string tensor, and {node.op} takes numbers. String tensors "
+                    f"are held on the host and only the string ops and these take them: {known}; convert the "
+                    "strings to numbers first (Cast to FLOAT or INT64, or LabelEncoder)")
+
+
 def run_node(node: Node, spec: OpSpec, scope: Scope, device: str) -> None:
     """Run one node, storing its outputs in `scope`; errors are re-raised naming the node."""
+    raw = [None if name == "" else scope.get(name) for name in node.inputs]
+    if any(is_strings(value) for value in raw) or _casts_to_strings(node):
+        spec = string_spec(node, spec, raw)
     values: list[Value] = []
-    for index, name in enumerate(node.inputs):
-        value = None if name == "" else scope.get(name)
+    for index, value in enumerate(raw):
         values.append(host_value(value) if index in spec.host_inputs and value is not None else value)
     accepted = _ACCEPTED.setdefault(id(spec.function), _accepted_attributes(spec))
     attributes: dict[str, object] = {key: value for key, value in node.attributes.items()
@@ -213,7 +248,8 @@ def jittable(graph: Graph) -> bool:
         if spec is None:
             return False
         inputs_fixed = all(name in fixed for name in node.inputs)
-        reads_host = node.op in HOST_READING_OPS or any(isinstance(value, Graph) for value in node.attributes.values())
+        reads_host = (node.op in HOST_READING_OPS or node.op in STRING_MAKING_OPS or _casts_to_strings(node) or
+                      any(isinstance(value, Graph) for value in node.attributes.values()))
         for index in spec.host_inputs:
             if index < len(node.inputs) and node.inputs[index] not in fixed:
                 return False
@@ -221,6 +257,9 @@ def jittable(graph: Graph) -> bool:
             return False
         if node.op in SHAPE_OPS or node.op == "Constant" or (inputs_fixed and node.inputs):
             fixed.update(node.outputs)
+    typed = [*graph.inputs, *graph.outputs]
+    if any(info.type is not None and info.type.code == STRING_CODE for info in typed):
+        return False
     return all(info.type is None or info.type.kind == "tensor" for info in graph.outputs)
 
 
@@ -291,19 +330,38 @@ class OnnxRunner:
                 raise RuntimeError(f"input {info.name!r} is a sequence of tensors; pass a list, got "
                                    f"{type(value).__name__}")
             element_info = ValueInfo(info.name, element)
-            return [self._tensor_input(element_info, item, {}) for item in value]
+            items: list[Tensor] = []
+            for item in value:
+                converted = self._tensor_input(element_info, item, {})
+                if not isinstance(converted, Tensor):
+                    raise RuntimeError(f"input {info.name!r}: sequences of strings are not supported (string tensors "
+                                       "are)")
+                items.append(converted)
+            return items
         element_type = info.type.element if kind == "optional" and info.type is not None else info.type
         return self._tensor_input(ValueInfo(info.name, element_type), value, dims)
 
-    def _tensor_input(self, info: ValueInfo, value: object, dims: dict[str, int]) -> Tensor:
-        """One tensor input, converted to a Tensor on the runner's device and checked."""
+    def _tensor_input(self, info: ValueInfo, value: object, dims: dict[str, int]) -> Tensor | np.ndarray:
+        """One tensor input, converted to a Tensor on the runner's device (a string tensor: a numpy object array of
+        str on the host) and checked."""
         expected: DType | None = info.type.dtype if info.type is not None else None
+        if info.type is not None and info.type.code == STRING_CODE:
+            if isinstance(value, Tensor):
+                raise RuntimeError(f"input {info.name!r} is a string tensor; pass a numpy array or list of str, not "
+                                   "a Tensor")
+            try:
+                strings = string_array(value, f"input {info.name!r}")
+            except TypeError as error:
+                raise RuntimeError(str(error)) from error
+            self._check_shape(info, strings.shape, dims)
+            return strings
         if isinstance(value, Tensor):
             tensor = value.to(self.device)
         elif isinstance(value, np.ndarray) or np.isscalar(value) and isinstance(value, np.generic):
             array = np.asarray(value)
             if array.dtype.kind in "OUS":
-                raise RuntimeError(f"input {info.name!r}: string and object arrays are not supported")
+                raise RuntimeError(f"input {info.name!r} is an array of {array.dtype} (strings or objects), the model "
+                                   f"expects {info.type.describe() if info.type else 'numbers'}; convert it first")
             tensor = tensor_from_numpy(array, self.device)
         else:
             try:
@@ -321,25 +379,32 @@ class OnnxRunner:
         if info.type is not None and info.type.code in ONNX_BYTE_TYPES:
             tensor = mark(tensor, info.type.code)
         shape = info.type.shape if info.type is not None else None
-        if shape is None:
-            return tensor
-        if len(shape) == 0 and tensor.shape == (1,):
+        if shape is not None and len(shape) == 0 and tensor.shape == (1,):
             scalar = tensor.reshape(())
             return mark(scalar, info.type.code) if info.type is not None and info.type.code else scalar
-        if len(shape) != tensor.ndim:
-            raise RuntimeError(f"input {info.name!r} has shape {tuple(tensor.shape)}, the model expects rank "
+        self._check_shape(info, tuple(int(size) for size in tensor.shape), dims)
+        return tensor
+
+    @staticmethod
+    def _check_shape(info: ValueInfo, given_shape: tuple[int, ...], dims: dict[str, int]) -> None:
+        """RuntimeError naming the input when `given_shape` differs from its declared shape (symbolic dims bound in
+        `dims`, the same in every input)."""
+        shape = info.type.shape if info.type is not None else None
+        if shape is None:
+            return
+        if len(shape) != len(given_shape):
+            raise RuntimeError(f"input {info.name!r} has shape {given_shape}, the model expects rank "
                                f"{len(shape)} ({info.type.describe() if info.type else '?'})")
-        for axis, (declared, given) in enumerate(zip(shape, tensor.shape, strict=False)):
+        for axis, (declared, given) in enumerate(zip(shape, given_shape, strict=False)):
             if isinstance(declared, str):
                 bound = dims.setdefault(declared, int(given))
                 if bound != given:
                     raise RuntimeError(f"input {info.name!r} has size {given} on axis {axis}, but dimension "
                                        f"{declared!r} is {bound} in another input")
             elif isinstance(declared, int) and declared > 0 and declared != given:
-                raise RuntimeError(f"input {info.name!r} has shape {tuple(tensor.shape)}, the model expects "
+                raise RuntimeError(f"input {info.name!r} has shape {given_shape}, the model expects "
                                    f"{info.type.describe() if info.type else '?'} (axis {axis} is {given}, "
                                    f"not {declared})")
-        return tensor
 
     def __call__(self, inputs: Mapping[str, object], debug: bool = False) -> dict[str, Value]:
         """Run the model on `inputs` (name -> numpy array, Tensor or Python value); the outputs by name."""
@@ -415,4 +480,5 @@ def load_operators() -> None:
         ops_rnn,
         ops_sampling,
         ops_shape,
+        ops_strings,
     )
