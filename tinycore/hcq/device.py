@@ -154,6 +154,10 @@ class HCQCompiled(Compiled):
         self.profiling = bool(PROFILE)
         self.timeline_signal = self.new_signal(0, name="timeline")
         self.timeline_value = 1
+        # the timeline's value words when its signal reads them as the base class does (host memory): the settle
+        # before every host copy then reads the value itself instead of three calls down to `_read_value`
+        self._timeline_words = (self.timeline_signal._words
+                                if type(self.timeline_signal)._read_value is HCQSignal._read_value else None)
         memory, address = self.kernarg_memory(self.kernarg_ring_bytes)
         self.kernargs = KernargRing(self, memory, address)
         allocator.before_host_access = self._settle_shared_memory
@@ -201,7 +205,9 @@ class HCQCompiled(Compiled):
         # the host is about to read, write or free this device's memory: the queues of every device that shares
         # memory with it may be reading it too (a TinyJit graph's copy from CPU to CPU:1 runs in CPU:1's queue),
         # so all of them must be done, not only this device's own
-        self.synchronize()
+        words = self._timeline_words
+        if words is None or self.broken is not None or words[0] < self.timeline_value - 1:
+            self.synchronize()  # not reached yet (or not readable here): wait, or raise why the device is broken
         if self._peers_known_at != _opened_count[0]:  # kept between calls: this runs on every host copy
             self._peers = tuple(weakref.ref(other) for other in list(_OPENED)
                                 if other is not self and self.shares_memory_with(other))

@@ -9,6 +9,7 @@ import pytest
 
 from tinycore.device.allocator import Allocator
 from tinycore.hcq import DeviceTimeoutError, HCQArguments, HCQCompiled, HCQProgram, HCQSignal, HWQueue
+from tinycore.helpers import Context
 from tinycore.plugins.specs import HCQQueues
 from tinycore.uop.symbolic import Variable
 
@@ -167,6 +168,24 @@ def test_host_access_to_memory_waits_for_the_queues() -> None:
     device.allocator.copyin(handle, memoryview(b"12345678"))
     assert waited == [True]
     assert bytes(handle) == b"12345678"
+
+
+def test_host_copy_settles_only_when_the_timeline_is_behind_and_never_on_a_broken_device() -> None:
+    device = ListDevice()
+    handle = device.allocator.alloc(4)
+    device.allocator.copyin(handle, memoryview(b"abcd"))  # timeline reached: no wait
+    assert bytes(handle) == b"abcd"
+    device.timeline_value += 1  # a submission whose signal has not come: the copy must wait for it and time out
+    with Context(HCQ_TIMEOUT_MS=50), pytest.raises(DeviceTimeoutError, match="did not reach 1"):
+        device.allocator.copyin(handle, memoryview(b"efgh"))
+    assert bytes(handle) == b"abcd", "the host wrote memory the device may still be using"
+    device.timeline_signal.value = 1  # the signal arrives: copies settle again
+    device.broken = None
+    device.allocator.copyin(handle, memoryview(b"ijkl"))
+    assert bytes(handle) == b"ijkl"
+    device.mark_broken("LIST was marked broken by an earlier timeout")
+    with pytest.raises(RuntimeError, match="marked broken by an earlier timeout"):
+        device.allocator.copyin(handle, memoryview(b"mnop"))
 
 
 def test_copy_goes_through_the_copy_queue() -> None:
