@@ -49,6 +49,10 @@ class CPUAllocator(LRUAllocator):
         super().__init__(device)
         # where libc has no posix_memalign, memory comes from ctypes arrays kept alive here by address
         self._arrays: dict[int, Any] = {}
+        # each allocation's bytes as a memoryview, made once when allocated: a host copy into or out of a whole
+        # allocation is then one slice assignment, not a ctypes array type, an instance and two memoryviews per copy
+        # (every new tensor copies its data in); handles inside an allocation (views) take the general path
+        self._views: dict[int, memoryview] = {}
 
     def _alloc(self, size: int, options: BufferSpec | None) -> int:
         if options is not None and options.external_ptr is not None:
@@ -62,6 +66,7 @@ class CPUAllocator(LRUAllocator):
             if huge:
                 # advice only: a kernel without THP refuses it and the buffer keeps its small pages
                 _LIBC.madvise(pointer.value, size, MADV_HUGEPAGE)
+            self._views[pointer.value] = memoryview((ctypes.c_uint8 * size).from_address(pointer.value)).cast("B")
             return pointer.value
         try:
             array = (ctypes.c_uint8 * (size + ALIGNMENT))()
@@ -70,11 +75,13 @@ class CPUAllocator(LRUAllocator):
         address = ctypes.addressof(array)
         aligned = (address + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
         self._arrays[aligned] = array
+        self._views[aligned] = memoryview((ctypes.c_uint8 * size).from_address(aligned)).cast("B")
         return aligned
 
     def _free(self, opaque: int, size: int, options: BufferSpec | None) -> None:
         if options is not None and options.external_ptr is not None:
             return
+        self._views.pop(opaque, None)
         if _LIBC is not None:
             _LIBC.free(opaque)
         else:
@@ -84,10 +91,18 @@ class CPUAllocator(LRUAllocator):
         return memoryview((ctypes.c_uint8 * size).from_address(opaque)).cast("B")
 
     def _copyin(self, dest: int, src: memoryview) -> None:
+        view = self._views.get(dest)
+        if view is not None and view.nbytes == src.nbytes:
+            view[:] = src
+            return
         # _as_memoryview's work inline: every new tensor copies its data in
         memoryview((ctypes.c_uint8 * src.nbytes).from_address(dest)).cast("B")[:] = src
 
     def _copyout(self, dest: memoryview, src: int) -> None:
+        view = self._views.get(src)
+        if view is not None and view.nbytes == dest.nbytes:
+            dest[:] = view
+            return
         dest[:] = memoryview((ctypes.c_uint8 * dest.nbytes).from_address(src)).cast("B")
 
     def _offset(self, opaque: int, size: int, offset: int) -> int:
