@@ -48,6 +48,7 @@ _PREDICATE_ALU: dict[Ops, str] = {  # bool values (codegen's "SSA lowering" make
     Ops.NEG: "not.pred {r}, {a};"}
 _FLOAT_ONLY = frozenset({Ops.FDIV, Ops.SQRT, Ops.RECIPROCAL, Ops.TRUNC, Ops.EXP2, Ops.LOG2, Ops.SIN})
 _COMPARISONS = frozenset({Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ})
+_MODULE = ".version {}\n.target {}\n.address_size 64\n\n.visible .entry {}(\n{}\n)\n{{\n{}\tret;\n}}\n"
 
 def _info(dtype: DType) -> tuple[str, str, str]:
     if dtype.count != 1:
@@ -120,12 +121,10 @@ class PTXContext(SSAContext):
     def run(self, name: str) -> str:
         """The PTX module: each UOp rendered by the renderer's rules (`ptx_rendering`), under the entry's header."""
         self.render_uops(self.renderer.string_rewrite)
-        registers = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items()
-                     if count]
-        header = [f".version {self.renderer.ptx_version}", f".target {self.renderer.arch}", ".address_size 64", "",
-                  f".visible .entry {name}(", ",\n".join(f"\t{parameter}" for parameter in self.parameters), ")",
-                  "{"]
-        return "\n".join(header + registers + self.declarations + self.lines + ["\tret;", "}"]) + "\n"
+        body = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items() if count]
+        parameters = ",\n".join(f"\t{parameter}" for parameter in self.parameters)
+        return _MODULE.format(self.renderer.ptx_version, self.renderer.arch, name, parameters,
+                              "".join(f"{line}\n" for line in body + self.declarations + self.lines))
 
     def array(self, uop: UOp, space: str, prefix: str) -> str:
         """DEFINE_REG / DEFINE_LOCAL: a byte array declared in `space` (.local or .shared), its address a register."""
@@ -160,22 +159,20 @@ class PTXContext(SSAContext):
         """Combine the STORE's value into global memory with the reduce in its arg: a `red` instruction where PTX
         has one for the type, else a compare-and-swap loop over the element's bits (for half and bfloat16, over the
         aligned 32-bit word holding the element, combined in float32, the other half written back unchanged)."""
-        dtype, reduce = uop.src[1].dtype.scalar, str(uop.arg)
+        dtype, reduce, when = uop.src[1].dtype.scalar, str(uop.arg), "" if gate is None else f"@{gate} "
         if space != "global" or dtype not in self.renderer.atomic_dtypes:
             raise ValueError(f"the PTX renderer updates global {sorted(map(str, self.renderer.atomic_dtypes))} "
                              f"atomically, got a combining store ({reduce}) of {dtype} in {space} memory")
-        kind, arithmetic, _ = _info(dtype)
-        register, half = self.value(uop.src[1]), dtype in _HALVES
+        (kind, arithmetic, _), register, half = _info(dtype), self.value(uop.src[1]), dtype in _HALVES
         if not half and ((reduce == "add" and (dtype != dtypes.float64 or self.renderer.arch_number >= 60)) or
                          (reduce in ("max", "min") and dtypes.is_int(dtype))):
             type_name = "u64" if reduce == "add" and dtype == dtypes.int64 else arithmetic
-            return self.emit(f"{'' if gate is None else f'@{gate} '}red.global.{reduce}.{type_name} [{address}], "
-                             f"{register};")
+            return self.emit(f"{when}red.global.{reduce}.{type_name} [{address}], {register};")
         bits, bits_kind = ("b64", "rd") if dtype.itemsize == 8 else ("b32", "r")
-        if (skip := self.label("atomic_skip") if gate is not None else None) is not None:
-            self.emit(f"@!{gate} bra {skip};")
+        skip = None if gate is None else self.label("atomic_skip")
+        self.emit(*([] if gate is None else [f"@!{gate} bra {skip};"]))
         word = address
-        if half:
+        if half:  # the aligned word holding the element, the element's bit offset in it, the mask of the other half
             word, low_bits, shift, keep = self.new("rd"), self.new("rd"), self.new("r"), self.new("r")
             self.emit(f"and.b64 {word}, {address}, -4;", f"and.b64 {low_bits}, {address}, 2;",
                       f"cvt.u32.u64 {shift}, {low_bits};", f"shl.b32 {shift}, {shift}, 3;",
@@ -183,23 +180,18 @@ class PTXContext(SSAContext):
         seen, expected, element = self.new(bits_kind), self.new(bits_kind), self.new("r") if half else ""
         self.emit(f"ld.global.{bits} {seen}, [{word}];")
         self.lines.append(f"{(retry := self.label('atomic_retry'))}:")
-        self.emit(f"mov.{bits} {expected}, {seen};")
-        if half:
-            old = self.new("h")
-            self.emit(f"shr.b32 {element}, {expected}, {shift};", f"cvt.u16.u32 {old}, {element};")
-            narrowed, placed, new_bits = self.combine(reduce, old, register, dtype), self.new("r"), self.new("r")
-            self.emit(f"cvt.u32.u16 {placed}, {narrowed};", f"shl.b32 {placed}, {placed}, {shift};",
+        self.emit(f"mov.{bits} {expected}, {seen};", *([f"shr.b32 {element}, {expected}, {shift};"] if half else []),
+                  f"{'cvt.u16.u32' if half else f'mov.{bits}'} {(old := self.new('h' if half else kind))}, "
+                  f"{element if half else expected};")
+        combined, placed = self.combine(reduce, old, register, dtype), self.new("r") if half else ""
+        if (new_bits := self.new(bits_kind)) and half:
+            self.emit(f"cvt.u32.u16 {placed}, {combined};", f"shl.b32 {placed}, {placed}, {shift};",
                       f"and.b32 {new_bits}, {expected}, {keep};", f"or.b32 {new_bits}, {new_bits}, {placed};")
         else:
-            old = self.new(kind)
-            self.emit(f"mov.{bits} {old}, {expected};")
-            combined, new_bits = self.combine(reduce, old, register, dtype), self.new(bits_kind)
             self.emit(f"mov.{bits} {new_bits}, {combined};")
-        changed = self.new("p")
         self.emit(f"atom.global.cas.{bits} {seen}, [{word}], {expected}, {new_bits};",
-                  f"setp.ne.{bits} {changed}, {seen}, {expected};", f"@{changed} bra {retry};")
-        if skip is not None:
-            self.lines.append(f"{skip}:")
+                  f"setp.ne.{bits} {(changed := self.new('p'))}, {seen}, {expected};", f"@{changed} bra {retry};")
+        self.lines += [] if gate is None else [f"{skip}:"]
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
         """`op` over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`), a predicate
