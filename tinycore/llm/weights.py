@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
+from tinycore.llm.int8_linear import INT8_PREFILL, fast_int8_dot_products, int8_linear, integer_slab_rows
 from tinycore.nn.gguf import (
     GGML_TYPES,
     LANE_TYPES,
@@ -140,7 +141,9 @@ class GGUFWeight:
         32-value block types, and up to GROUPED_LANE_ROWS rows in groups of ROW_GROUP for those but Q8_0) the
         dequantization is part of the matmul's kernel, so no float copy of the weight is
         written; for more rows (prefill) the weight is dequantized once into temporaries, a slab at a time, and the
-        matmul runs on floats, which costs less than dequantizing it again for every row."""
+        matmul runs on floats, which costs less than dequantizing it again for every row. With INT8_PREFILL=1 on a
+        device that declares int8 dot products, prefill multiplies in integers instead
+        (tinycore.llm.int8_linear: x quantized per block of 32, int8 slabs of the weight)."""
         rows = prod(x.shape[:-1])
         if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (
                 rows <= LANE_ROWS or (rows <= GROUPED_LANE_ROWS and self._row_group(rows) > 1)):
@@ -152,6 +155,9 @@ class GGUFWeight:
         if self.ggml_type in PLAIN_TYPES or not isinstance(rows, int) or rows <= FUSED_ROWS or len(self.shape) != 2:
             return x.matmul(self.float().T)
         outputs, inputs = self.shape
+        if INT8_PREFILL.value and inputs % 32 == 0 and fast_int8_dot_products(x.device):
+            return int8_linear(x, self._row_blocks(), self.ggml_type, (outputs, inputs),
+                               integer_slab_rows(outputs, inputs, SLAB_BYTES))
         slab = _slab_rows(outputs, inputs)
         if slab == outputs:
             return x.matmul(self.float().contiguous().T)

@@ -499,3 +499,53 @@ def gguf_load(fn: Tensor | str | os.PathLike[str], device: str | None = None) ->
     metadata, blocks = gguf_load_blocks(fn, device)
     return metadata, {name: data if ggml_type in _PLAIN else dequantize(data, ggml_type).reshape(shape)
                       for name, (ggml_type, shape, data) in blocks.items()}
+
+
+
+class IntegerBlocks(NamedTuple):
+    """Quantized blocks as small integers per block of 32 values (the activation blocks of an integer product):
+    element 16 * g + i of 32-block k has the value scale[k, g] * values[k, 16 * g + i] + minimum[k] (minimum None:
+    0; g is 0 or 1, the two halves of 16 values, which only Q6_K scales differently)."""
+
+    values: Tensor
+    scale: Tensor
+    minimum: Tensor | None
+
+
+def integer_blocks(blocks: Tensor, ggml_type: int) -> IntegerBlocks:
+    """Quantized blocks (uint8, (*leading, bytes per block)) as IntegerBlocks: values int32 (*leading, sub, 32) in
+    -128..127 (sub the 32-value blocks of one ggml block: 1, or 8 for the 256-value types), scale float32
+    (*leading, sub, 2) and minimum float32 (*leading, sub) or None. Offsets (Q4_0's 8, Q5_0's 16, Q6_K's 32) are
+    taken off the integers; Q4_K's and Q5_K's 6-bit sub-block scales and minimums and Q6_K's signed sub-block scales
+    of 16 values are in scale and minimum with the blocks' float16 factors. Built from Tensor ops, lazily."""
+    leading = blocks.shape[:-1]
+
+    def one(values: Tensor, scale: Tensor, minimum: Tensor | None = None) -> IntegerBlocks:
+        shaped = None if minimum is None else minimum.reshape(*leading, 1)
+        return IntegerBlocks(values.reshape(*leading, 1, 32), scale.reshape(*leading, 1, 1).expand(*leading, 1, 2),
+                             shaped)
+    if ggml_type == 2:
+        return one(_nibbles(blocks, 2) - 8, _half(blocks, 0))
+    if ggml_type == 3:
+        return one(_nibbles(blocks, 4), _half(blocks, 0), _half(blocks, 2))
+    if ggml_type == 6:
+        return one((_nibbles(blocks, 6) | _fifth_bits(blocks, 2)) - 16, _half(blocks, 0))
+    if ggml_type == 7:
+        return one(_nibbles(blocks, 8) | _fifth_bits(blocks, 4), _half(blocks, 0), _half(blocks, 2))
+    if ggml_type == 8:
+        return one((_bytes(blocks, 2, 34).cast(dtypes.int32) ^ 0x80) - 0x80, _half(blocks, 0))
+    if ggml_type in (12, 13):
+        scale, minimum = _k_scales(blocks)  # (*leading, 8, 1), factors included
+        start = 16 if ggml_type == 12 else 48
+        quants = _shifted(_bytes(blocks, start, start + 128).reshape(*leading, 4, 32), 2, 4, 0xF)
+        quants = quants.reshape(*leading, 8, 32)
+        if ggml_type == 13:
+            quants = quants | (_shifted(_bytes(blocks, 16, 48), 8, 1, 1) << 4)
+        return IntegerBlocks(quants, scale.expand(*leading, 8, 2), -minimum.reshape(*leading, 8))
+    if ggml_type == 14:
+        low = _shifted(_bytes(blocks, 0, 128).reshape(*leading, 2, 64), 2, 4, 0xF).reshape(*leading, 8, 32)
+        high = _shifted(_bytes(blocks, 128, 192).reshape(*leading, 2, 32), 4, 2, 3).reshape(*leading, 8, 32)
+        scales, factor = q6_k_scales(blocks)
+        return IntegerBlocks((low | (high << 4)) - 32, (scales * factor.unsqueeze(-1)).reshape(*leading, 8, 2), None)
+    raise NotImplementedError(f"integer_blocks takes the quantized types, not "
+                              f"{GGML_TYPES.get(ggml_type, (str(ggml_type),))[0]}")

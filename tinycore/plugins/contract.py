@@ -47,6 +47,9 @@ class RendererContract:
     """A float sum of products accumulated across a reduce loop (`acc += a * b`) is written as a MULACC marked FUSED
     (`uop.ops.FUSED`), which the renderer may compute with one rounding (an FMA instruction): one rounding is only
     more accurate, and matmuls reach twice the throughput of a multiply and an add where the CPU has FMA units."""
+    int8_dot_products: bool = False
+    """The target has fast int8 dot-product instructions (x86's AVX-512 VNNI or AVX-VNNI, Arm's dot product): integer
+    products of int8 values may pay over float ones (tinycore.llm.int8_linear reads it; codegen does not yet)."""
     matmul_panel_bytes: int | None = None
     """Bytes of a row of the panels a large matmul copies its second input into (Tensor.dot; None: no packing): each
     panel holds that many bytes of columns for every step of the reduce, contiguously, so the kernel streams it."""

@@ -76,6 +76,16 @@ def host_core_cache_bytes(directory: str = CACHE_DIRECTORY) -> int | None:
     return None
 
 
+INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+"""/proc/cpuinfo flags of x86's int8 dot-product instructions: AVX-512 VNNI and AVX-VNNI (vpdpbusd, vpdpwssd)."""
+
+
+def host_int8_dot_products(arch: str | None) -> bool:
+    """Whether kernels compiled for the host (`arch` None) have int8 dot-product instructions; a kernel compiled for
+    another `arch` is not assumed to."""
+    return arch is None and bool(INT8_DOT_FLAGS & host_cpu_flags())
+
+
 def _x86_host() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64")
 

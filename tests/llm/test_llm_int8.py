@@ -1,0 +1,142 @@
+"""Integer prefill products (tinycore.llm.int8_linear): activations quantized per block of 32 as llama.cpp's Q8_0
+does, each type's weight integers, and the products against numpy, which quantizes x the same way."""
+from __future__ import annotations
+
+import numpy
+import pytest
+from llm_fixtures import random_blocks
+
+from tinycore import Tensor, dtypes
+from tinycore.llm import int8_linear as int8_module
+from tinycore.nn.gguf import GGML_TYPES, integer_blocks
+
+QUANTIZED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+TYPE_IDS = {name: kind for kind, (name, _, _) in GGML_TYPES.items()}
+
+
+def _numpy_quantized(x: numpy.ndarray) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """x (rows, inputs) float32 per block of 32: int8 values round(x * (127 / amax)) (halves to even) and float32
+    scales amax / 127, 0 for a block of zeros."""
+    blocks = x.reshape(x.shape[0], -1, 32)
+    largest = numpy.abs(blocks).max(-1, keepdims=True)
+    with numpy.errstate(divide="ignore"):
+        inverse = numpy.where(largest > 0, numpy.float32(127) / largest, numpy.float32(0)).astype(numpy.float32)
+    values = numpy.round(blocks * inverse).astype(numpy.int8)
+    return values, (largest[..., 0] / numpy.float32(127)).astype(numpy.float32)
+
+
+def _activations(rows: int, inputs: int, seed: int) -> numpy.ndarray:
+    x = numpy.random.default_rng(seed).standard_normal((rows, inputs)).astype(numpy.float32)
+    x[0, :32] = 0.0  # a block of zeros: scale 0, values 0
+    x[1, 32:64] *= 1e-3  # a small block: its own scale, not the row's
+    return x
+
+
+def test_quantize_rows_matches_numpy() -> None:
+    """quantize_rows gives numpy's values and scales exactly, a block of zeros included, and the lane sums of the
+    values; the same x node is quantized once."""
+    x = _activations(5, 128, seed=1)
+    tensor = Tensor(x).realize()
+    int8_module.forget_quantized()
+    quantized = int8_module.quantize_rows(tensor)
+    values, scale = _numpy_quantized(x)
+    numpy.testing.assert_array_equal(quantized.values.numpy(), values)
+    numpy.testing.assert_array_equal(quantized.scale.numpy(), scale)
+    lanes = int8_module.LANES
+    sums = values.astype(numpy.int32).reshape(5, 4, 32 // lanes, lanes).sum(2)
+    numpy.testing.assert_array_equal(quantized.sums.numpy(), sums)
+    assert int8_module.quantize_rows(tensor) is quantized
+    with pytest.raises(ValueError, match="multiple of 32"):
+        int8_module.quantize_rows(Tensor.zeros(2, 48))
+
+
+@pytest.mark.parametrize("type_name", QUANTIZED)
+def test_integer_blocks_match_gguf(type_name: str) -> None:
+    """Each type's integers (in -128..127) times their scale plus their minimum are gguf's dequantized values
+    exactly."""
+    import gguf
+    blocks = random_blocks(type_name, 6, seed=TYPE_IDS[type_name])
+    integers = integer_blocks(Tensor(blocks), TYPE_IDS[type_name])
+    values = integers.values.numpy()
+    assert values.dtype == numpy.int32 and values.min() >= -128 and values.max() <= 127
+    halves = values.reshape(6, -1, 2, 16).astype(numpy.float32) * integers.scale.numpy()[..., None]
+    if integers.minimum is not None:
+        halves = halves + integers.minimum.numpy()[..., None, None]
+    expected = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(halves.shape)
+    numpy.testing.assert_array_equal(halves, expected)
+
+
+@pytest.mark.parametrize("rows", [33, 64, 65])
+@pytest.mark.parametrize("type_name", QUANTIZED)
+def test_int8_linear_matches_numpy_integers(type_name: str, rows: int) -> None:
+    """x @ W.T in integers equals numpy's: x quantized the same way, sum over blocks of x's scale times the block's
+    integer products with W (gguf's dequantization of the same bytes is the weight's scale times its integers plus
+    its minimum, so this is the integer math regrouped), in float64: equal up to float32 rounding. Two slabs of
+    output rows, through the bound Variable."""
+    import gguf
+    outputs, inputs = 48, 512
+    kind = TYPE_IDS[type_name]
+    blocks = random_blocks(type_name, outputs * inputs // GGML_TYPES[kind][1], seed=21 + rows)
+    x = _activations(rows, inputs, seed=rows)
+    int8_module.forget_quantized()
+    got = int8_module.int8_linear(Tensor(x).realize(), Tensor(blocks).realize(), kind, (outputs, inputs),
+                                  slab_rows=24).numpy()
+    values, scale = _numpy_quantized(x)
+    dense = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(outputs, inputs)
+    quantized_x = (values.astype(numpy.float64) * scale[..., None]).reshape(rows, inputs)
+    expected = quantized_x @ dense.astype(numpy.float64).T
+    assert got.shape == (rows, outputs)
+    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * numpy.abs(expected).max())
+    # and the quantization error against the float product stays that of 8-bit activations
+    exact = x.astype(numpy.float64) @ dense.astype(numpy.float64).T
+    assert numpy.abs(got - exact).max() < 0.02 * numpy.abs(exact).max()
+
+
+def test_weight_linear_takes_integers_when_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With INT8_PREFILL=1 on a device that declares int8 dot products, a prefill product of a quantized weight runs
+    in integers (it then matches numpy's integer math, which the float slabs do not within this tolerance), and no
+    buffer larger than the int8 slab budget is allocated (no float copy of the weight); off, the float path runs."""
+    import gguf
+
+    from tinycore.device.registry import Device
+    from tinycore.helpers import Context
+    from tinycore.llm import weights as weights_module
+    outputs, inputs, rows = 96, 512, 40
+    monkeypatch.setattr(weights_module, "SLAB_BYTES", 32 * inputs)  # int8 slabs of 32 rows: three of them
+    monkeypatch.setattr(weights_module, "fast_int8_dot_products", lambda device: True)
+    blocks = random_blocks("Q4_K", outputs * inputs // 256, seed=5)
+    weight = weights_module.GGUFWeight("w", TYPE_IDS["Q4_K"], (outputs, inputs), Tensor(blocks).realize())
+    x = _activations(rows, inputs, seed=9)
+    values, scale = _numpy_quantized(x)
+    dense = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType["Q4_K"]).reshape(outputs, inputs)
+    integer = (values.astype(numpy.float64) * scale[..., None]).reshape(rows, inputs) @ dense.astype(numpy.float64).T
+    activations = Tensor(x.reshape(1, rows, inputs)).realize()
+    allocator = Device[activations.device].allocator
+    largest = [0]
+    original = type(allocator).alloc
+
+    def recording(self: object, size: int, options: object = None) -> object:
+        largest[0] = max(largest[0], size)
+        return original(self, size, options)  # type: ignore[arg-type]
+    monkeypatch.setattr(type(allocator), "alloc", recording)
+    int8_module.forget_quantized()
+    with Context(INT8_PREFILL=1):
+        got = weight.linear(activations).numpy()[0]
+    assert largest[0] <= 32 * inputs * 4, f"a {largest[0]} byte buffer: more than one slab at a time"
+    tolerance = {"rtol": 1e-5, "atol": 1e-6 * numpy.abs(integer).max()}
+    numpy.testing.assert_allclose(got, integer, **tolerance)
+    with Context(INT8_PREFILL=0):
+        floats = weight.linear(activations).numpy()[0]
+    numpy.testing.assert_allclose(floats, x @ dense.T, rtol=1e-4, atol=1e-6 * numpy.abs(integer).max())
+    with pytest.raises(AssertionError):
+        numpy.testing.assert_allclose(floats, integer, **tolerance)
+
+
+def test_cpu_renderer_declares_int8_dot_products() -> None:
+    """The CPU renderer's int8_dot_products is the host's VNNI flags (AVX-512 VNNI or AVX-VNNI)."""
+    from tinycore.device.registry import Device
+    renderer = Device[Tensor([1], dtype=dtypes.int8).device].renderer
+    if type(renderer).__name__ != "CRenderer":
+        pytest.skip("the C renderer declares the flag; this device renders otherwise")
+    from tiny_cpu.target import INT8_DOT_FLAGS, host_cpu_flags
+    assert renderer.int8_dot_products == bool(INT8_DOT_FLAGS & host_cpu_flags())
