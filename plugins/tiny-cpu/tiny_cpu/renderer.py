@@ -262,6 +262,7 @@ class CRenderer(CStyleLanguage):
         self.matmul_panel_bytes = target.matmul_panel_bytes(self.preferred_vector_bytes)
         # the host's L2 sizes matmul row groups; a kernel compiled for another `arch` keeps the default groups
         self.core_cache_bytes = target.host_core_cache_bytes() if arch is None else None
+        self.int8_dot_products = target.host_int8_dot_products(arch)
 
     def vector_type_name(self, scalar: str, count: int) -> str:
         """Bool vectors are boolN, vectors of unsigned char (0 or 1 per lane)."""
