@@ -481,4 +481,5 @@ def load_operators() -> None:
         ops_sampling,
         ops_shape,
         ops_strings,
+        ops_trees,
     )
