@@ -222,10 +222,20 @@ def vector_cases(name: str, op: VectorOp, evex: bool) -> list[Case]:
             cases += [(name, (tables[w][i], XMM[(i + 7) % count])) for i in range(count)]
             cases += [(name, (tables[w][i % count], m)) for i, m in enumerate(memory_forms(element_bits))]
         return cases
+    if name == "vextractf32x4":  # a 128-bit block of a ymm or zmm (disp8 in units of 16 bytes at either length)
+        cases += [(name, (XMM[i], tables[w][(i + 3) % count], i % (w // 128)))
+                  for w in (256, 512) for i in range(count)]
+        return cases + [(name, (m, tables[512][i % count], 3)) for i, m in enumerate(memory_forms(128))]
     if name in ("vextractf128", "vextracti128", "vextractf32x8"):
         small, big = (256, 512) if name == "vextractf32x8" else (128, 256)
         cases += [(name, (tables[small][i], tables[big][(i + 3) % count], 1)) for i in range(count)]
         return cases + [(name, (m, tables[big][i % count], 1)) for i, m in enumerate(memory_forms(small))]
+    if name == "vinsertf32x8":
+        cases += [(name, (a, b, YMM[c.number], 1)) for a, b, c in triples(ZMM[:count])]
+        return cases + [(name, (ZMM[i % count], ZMM[(i + 2) % count], m, 1)) for i, m in enumerate(memory_forms(256))]
+    if name in ("vpmovm2d", "vpmovd2m"):  # between a vector register and a mask register
+        pairs = [(tables[w][i], MASK[(i + w // 128) % 8]) for w in widths for i in range(count)]
+        return [(name, pair if name == "vpmovm2d" else pair[::-1]) for pair in pairs]
     if name in ("vinsertf128", "vinserti128"):
         cases += [(name, (a, b, XMM[c.number], 1)) for a, b, c in triples(YMM[:count])]
         return cases + [(name, (YMM[i % count], YMM[(i + 2) % count], m, 1)) for i, m in enumerate(memory_forms(128))]

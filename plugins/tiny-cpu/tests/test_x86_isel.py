@@ -9,13 +9,24 @@ import numpy as np
 import pytest
 from tiny_cpu.x86.executable import ExecutableCode, host_is_x86_64
 from tiny_cpu.x86.isel import ScalarX86Contract, SelectionError, VectorX86Contract, select_kernel
+from tiny_cpu.x86.renderer import host_has_avx512
 
 from tinycore import Tensor
 from tinycore.codegen import linearize
+from tinycore.dtype import dtypes
 from tinycore.engine.memory import device_facts
 from tinycore.schedule import create_schedule
 
 pytestmark = pytest.mark.skipif(not host_is_x86_64(), reason="x86-64 machine code runs only on x86-64 hosts")
+needs_avx512 = pytest.mark.skipif(not host_is_x86_64() or not host_has_avx512(),
+                                  reason="16-lane (zmm) code runs only on CPUs with AVX-512 F, VL and DQ")
+
+
+class WideX86Contract(VectorX86Contract):
+    """What the x86 renderer declares on an AVX-512 host: 16-lane float32 vectors too, and 64-byte tiles."""
+
+    vector_widths = {dtypes.float32: (8, 16)}
+    preferred_vector_bytes = 64
 
 RNG = np.random.default_rng(4)
 A = RNG.standard_normal(37).astype(np.float32)
@@ -57,12 +68,15 @@ def _run(
     shape: tuple[int, ...],
     contract: type = ScalarX86Contract,
     output_dtype: type = np.float32,
+    lanes: int | None = None,
 ) -> np.ndarray:
-    """Run the selected kernel on the inputs' numpy data, matched to the kernel's buffers (outputs first)."""
+    """Run the selected kernel on the inputs' numpy data, matched to the kernel's buffers (outputs first); a vector
+    contract's kernel must load `lanes` lanes (by default its widest)."""
     uops, buffers = _kernel(expression, contract)
-    if contract is VectorX86Contract:  # the kernel must really be vectorized for the test to mean anything
-        assert any(u.dtype.count == 8 for u in uops if u.op.name == "LOAD"), "codegen did not vectorize the loads"
-    code = ExecutableCode(select_kernel(uops))
+    lanes = lanes or {VectorX86Contract: 8, WideX86Contract: 16}.get(contract)
+    if lanes is not None:  # the kernel must really be vectorized for the test to mean anything
+        assert any(u.dtype.count == lanes for u in uops if u.op.name == "LOAD"), "codegen did not vectorize the loads"
+    code = ExecutableCode(select_kernel(uops, vector_registers=32 if contract is WideX86Contract else 16))
     output = np.full(shape, np.nan if output_dtype == np.float32 else 0x7F7F7F7F, output_dtype)
     arrays = [output]
     for buffer in buffers[1:]:
@@ -81,12 +95,13 @@ def test_elementwise_kernels_match_numpy(name: str) -> None:
     np.testing.assert_array_equal(_run(build(a, b), [(a, A), (b, B)], A.shape), reference(A, B))
 
 
+@pytest.mark.parametrize("contract", [VectorX86Contract, pytest.param(WideX86Contract, marks=needs_avx512)])
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_vector_kernels_match_numpy(name: str) -> None:
+def test_vector_kernels_match_numpy(name: str, contract: type) -> None:
     build, reference = CASES[name]
     wide_a, wide_b = np.resize(A, 64) * np.float32(1.5), np.resize(B, 64)
     a, b = Tensor(wide_a).realize(), Tensor(wide_b).realize()
-    result = _run(build(a, b), [(a, wide_a), (b, wide_b)], wide_a.shape, VectorX86Contract)
+    result = _run(build(a, b), [(a, wide_a), (b, wide_b)], wide_a.shape, contract)
     np.testing.assert_array_equal(result, reference(wide_a, wide_b))
 
 
@@ -282,8 +297,8 @@ def test_a_convolutions_chained_multiply_adds_update_the_accumulators_in_place()
     assert len(copies) <= len(accumulators)  # only the zeroing before the reduce
 
 
-SPECIAL = np.array([np.nan, 1.0, -0.0, 0.0, 2.0, -np.inf, np.inf, 3.0] * 5, np.float32)
-OTHER = np.array([1.0, np.nan, 0.0, -0.0, 2.0, 0.0, np.nan, -3.0] * 5, np.float32)
+SPECIAL = np.array([np.nan, 1.0, -0.0, 0.0, 2.0, -np.inf, np.inf, 3.0] * 6, np.float32)
+OTHER = np.array([1.0, np.nan, 0.0, -0.0, 2.0, 0.0, np.nan, -3.0] * 6, np.float32)
 SELECTS = {
     "a < b ? a : b": (lambda a, b: (a < b).where(a, b), lambda a, b: np.where(a < b, a, b)),
     "a < b ? b : a": (lambda a, b: (a < b).where(b, a), lambda a, b: np.where(a < b, b, a)),
@@ -291,14 +306,16 @@ SELECTS = {
 }
 
 
-@pytest.mark.parametrize("contract", [ScalarX86Contract, VectorX86Contract], ids=["scalar", "vector"])
+@pytest.mark.parametrize("contract", [ScalarX86Contract, VectorX86Contract,
+                                      pytest.param(WideX86Contract, marks=needs_avx512)],
+                         ids=["scalar", "vector", "zmm"])
 @pytest.mark.parametrize("name", sorted(SELECTS))
 def test_selects_that_are_a_min_or_max_keep_the_selects_nan_and_signed_zero(name: str, contract: type) -> None:
     from tiny_cpu.x86.isel import Selection
 
     build, reference = SELECTS[name]
     a, b = Tensor(SPECIAL).realize(), Tensor(OTHER).realize()
-    selection = Selection(_kernel(build(a, b), contract)[0])
+    selection = Selection(_kernel(build(a, b), contract)[0], vector_registers=32 if contract is WideX86Contract else 16)
     selection.select()
     ops = {instruction.op for instruction in selection.builder.program}
     assert ops & {"vminps", "vmaxps", "vminss", "vmaxss"} and not ops & {"vblendvps", "vcmpps", "vcmpss"}, ops
@@ -323,26 +340,92 @@ def test_constant_masks_are_made_once_before_the_loops() -> None:
                                -(values * np.float32(3)) + np.float32(1) / -values, rtol=1e-6)
 
 
-def test_a_polynomials_multiply_adds_write_the_dying_factors_register() -> None:
+@pytest.mark.parametrize("lanes", [8, pytest.param(16, marks=needs_avx512)])
+def test_a_polynomials_multiply_adds_write_the_dying_factors_register(lanes: int) -> None:
     """exp2's polynomial (Horner: p = p * x + c, each p read once): each fused multiply-add after the first writes
-    its result into p's register (vfmadd213), with no copy of the constant first; values against numpy."""
+    its result into p's register (vfmadd213), with no copy of the constant first; values against numpy. In 16 lanes
+    one select of two values read again elsewhere copies its lane mask (vpternlogd writes an operand)."""
     from tiny_cpu.x86.isel import Selection, select_kernel
     from tiny_cpu.x86.renderer import X86Renderer
 
     values = np.linspace(-20, 20, 64, dtype=np.float32)
     a = Tensor(values).realize()
     items = [item for item in create_schedule([a.exp2().uop], device_facts).items if not item.is_copy]
-    renderer = X86Renderer()  # fuses multiply-adds; one call computes the whole output (no core_id split)
+    registers = 32 if lanes == 16 else 16
+    # fuses multiply-adds; one call computes the whole output (no core_id split)
+    renderer = X86Renderer(vector_registers=registers, vector_lanes=lanes)
     renderer.global_max, renderer.has_threads = None, False
     uops = linearize(items[0].ast, renderer)
-    selection = Selection(uops)
+    assert any(u.op.name == "LOAD" and u.dtype.count == lanes for u in uops)
+    selection = Selection(uops, vector_registers=registers)
     selection.select()
     program = selection.builder.program
     fused = sum(1 for u in uops if u.op.name == "MULACC")
     into_factor = [i for i in program if i.op == "vfmadd213ps"]
     copies = [i for i in program if i.op == "vmovaps" and isinstance(i.operands[1], type(i.operands[0]))]
-    assert fused >= 5 and len(into_factor) == fused - 1 and len(copies) <= 1
+    assert fused >= 5 and len(into_factor) == fused - 1 and len(copies) <= (1 if lanes == 8 else 2)
     output = np.full(values.shape, np.nan, np.float32)
-    ExecutableCode(select_kernel(uops)).function(None, ctypes.c_void_p, ctypes.c_void_p)(output.ctypes.data,
-                                                                                          values.ctypes.data)
+    function = ExecutableCode(select_kernel(uops, vector_registers=registers)).function(None, ctypes.c_void_p,
+                                                                                         ctypes.c_void_p)
+    function(output.ctypes.data, values.ctypes.data)
     np.testing.assert_allclose(output, np.exp2(values), rtol=2e-6)
+
+
+@needs_avx512
+@pytest.mark.parametrize("name", sorted(TRANSCENDENTAL))
+def test_transcendentals_in_sixteen_lanes(name: str) -> None:
+    """exp2's integer steps as zmm integer instructions (EVEX logic forms), the rest in 16-lane float vectors."""
+    build, reference = TRANSCENDENTAL[name]
+    values = np.linspace(-20, 20, 96, dtype=np.float32)
+    a = Tensor(values).realize()
+    np.testing.assert_allclose(_run(build(a), [(a, values)], values.shape, WideX86Contract),
+                               reference(values).astype(np.float32), rtol=2e-6, atol=1e-7)
+
+
+@needs_avx512
+def test_sixteen_lane_selects_write_the_operand_that_dies() -> None:
+    """A 16-lane select is a compare into k1, the mask made lanes (vpmovm2d), and vpternlogd writing the alternative
+    that nothing reads again (0xB8 the false one, 0xE2 the true one) or a copy of the mask (0xCA): the three
+    truth tables against numpy."""
+    from tiny_cpu.x86.isel import Selection
+
+    left, right = RNG.standard_normal(80).astype(np.float32), RNG.standard_normal(80).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    expression = (a < b).where(1.0, b * 3.0) + (a < b).where(a * 2.0, -1.0) + (a > b).where(a, 0.5)
+    selection = Selection(_kernel(expression, WideX86Contract)[0], vector_registers=32)
+    selection.select()
+    tables = sorted(i.operands[-1] for i in selection.builder.program if i.op == "vpternlogd")
+    assert tables == [0xB8, 0xCA, 0xE2], tables
+    expected = np.where(left < right, np.float32(1), right * np.float32(3)) + \
+        np.where(left < right, left * np.float32(2), np.float32(-1)) + np.where(left > right, left, np.float32(0.5))
+    np.testing.assert_array_equal(_run(expression, [(a, left), (b, right)], left.shape, WideX86Contract), expected)
+
+
+@needs_avx512
+@pytest.mark.parametrize("columns", [320, 200])
+def test_sixteen_lane_reductions_and_ragged_rows(columns: int) -> None:
+    """Rows of 320 reduce in 16-lane accumulators, their halves folded by vextractf32x8; rows of 200 (not a multiple
+    of 16) in 8 lanes under the same contract. Sums against numpy's (the lanes add in another order), max exact."""
+    from tiny_cpu.x86.isel import Selection
+
+    wide = RNG.standard_normal((5, columns)).astype(np.float32)
+    w = Tensor(wide).realize()
+    uops = _kernel(w.sum(1), WideX86Contract)[0]
+    lanes = max(u.dtype.count for u in uops if u.op.name == "LOAD")
+    assert lanes == (16 if columns % 16 == 0 else 8)
+    selection = Selection(uops, vector_registers=32)
+    selection.select()
+    extracts = [i.op for i in selection.builder.program if i.op.startswith("vextract")]
+    assert ("vextractf32x8" in extracts) == (lanes == 16) and len(extracts) <= 3, extracts
+    np.testing.assert_allclose(_run(w.sum(1), [(w, wide)], (5,), WideX86Contract, lanes=lanes), wide.sum(1),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(_run(w.max(1), [(w, wide)], (5,), WideX86Contract, lanes=lanes), wide.max(1))
+
+
+@needs_avx512
+def test_sixteen_lane_matmul_with_a_ragged_last_block() -> None:
+    """A matmul whose 100 columns are no multiple of the tile's 16-lane vectors (the last block shifted back)."""
+    left, right = RNG.standard_normal((45, 96)).astype(np.float32), RNG.standard_normal((96, 100)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    np.testing.assert_allclose(_run(a @ b, [(a, left), (b, right)], (45, 100), WideX86Contract), left @ right,
+                               rtol=1e-4, atol=1e-4)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from tiny_cpu.x86.executable import host_is_x86_64
 from tiny_cpu.x86.renderer import X86Compiler, machine_code, make_x86_renderer
 
 from tinycore.device.compiler import CompileError
+from tinycore.dtype import dtypes
 
 RNG = np.random.default_rng(45)
 INTEGER_RANGES = {"int8": (-128, 128), "int16": (-30000, 30000), "int32": (-10**9, 10**9),
@@ -283,7 +285,7 @@ def test_thirty_two_registers_take_the_wide_matmul_tile_in_eight_lane_vectors() 
     assert [array is left for array in inputs].count(True) == 1
     counts = {}
     for registers in (16, 32):
-        renderer = X86Renderer(vector_registers=registers)
+        renderer = X86Renderer(vector_registers=registers, vector_lanes=8)
         renderer.global_max = None  # one call computes the whole output (no core_id split)
         renderer.has_threads = False
         uops = linearize(items[-1].ast, renderer)
@@ -296,3 +298,64 @@ def test_thirty_two_registers_take_the_wide_matmul_tile_in_eight_lane_vectors() 
             code.function(None, *[ctypes.c_void_p] * 3)(output.ctypes.data, *[array.ctypes.data for array in inputs])
             np.testing.assert_allclose(output, left @ right, rtol=1e-4, atol=1e-4)
     assert counts == {16: 12, 32: 24}
+
+
+AVX2_FLAGS = frozenset({"sse2", "avx", "avx2", "fma", "f16c", "bmi2"})
+
+
+@pytest.mark.parametrize("avx512", [False, True], ids=["avx2", "avx512"])
+def test_the_host_features_pick_sixteen_lane_zmm_code_or_todays_avx2(avx512: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With AVX-512 F, VL and DQ the renderer declares 16-lane float32 vectors and 32 registers, and a matmul's wide
+    tile is 6 rows x 4 zmm; without them (CI's CPU may lack them) 8 lanes and 16 registers, the tile 6 rows x 2 ymm,
+    and the code names no zmm, no register 16-31 and no mask register (capstone reads every instruction). The code
+    matches numpy wherever this host runs it."""
+    import capstone
+    from tiny_cpu.x86.executable import ExecutableCode
+    from tiny_cpu.x86.isel import select_kernel
+    from tiny_cpu.x86.renderer import host_has_avx512
+
+    from tinycore import Tensor
+    from tinycore.codegen import linearize
+    from tinycore.engine.memory import device_facts
+    from tinycore.schedule import create_schedule
+
+    runs_here = host_is_x86_64() and (host_has_avx512() or not avx512)
+    flags = AVX2_FLAGS | ({"avx512f", "avx512vl", "avx512dq", "avx512bw"} if avx512 else set())
+    monkeypatch.setattr("tiny_cpu.target.host_cpu_flags", lambda: flags)
+    renderer, _ = make_x86_renderer("CPU", None)
+    assert renderer.vector_widths == {dtypes.float32: (8, 16) if avx512 else (8,)}
+    assert renderer.vector_registers == (32 if avx512 else 16)
+    renderer.global_max, renderer.has_threads = None, False  # one call computes the whole output
+    left, right = RNG.standard_normal((48, 96)).astype(np.float32), RNG.standard_normal((96, 128)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    expression = ((a @ b) < 0.5).where(a @ b, -1.0)
+    items = [item for item in create_schedule([expression.uop], device_facts).items if not item.is_copy]
+    assert len(items) == 1
+    uops = linearize(items[0].ast, renderer)
+    accumulators = [u for u in uops if u.op.name == "DEFINE_REG"]
+    assert {u.dtype.base.count for u in accumulators} == {16 if avx512 else 8}
+    assert len(accumulators) == (24 if avx512 else 12)  # 6 rows x 4 vectors, or 6 x 2
+    code = select_kernel(uops, vector_registers=renderer.vector_registers)
+    decoder = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    text = [f"{i.mnemonic} {i.op_str}" for i in decoder.disasm(code, 0)]
+    assert sum(len(i.bytes) for i in decoder.disasm(code, 0)) == len(code)  # every byte read as an instruction
+    high = [line for line in text if re.search(r"zmm|[xy]mm(1[6-9]|2[0-9]|3[01])\b|\bk[1-7]\b", line)]
+    if avx512:
+        assert any("zmm" in line for line in high) and any(line.startswith("vpternlogd") for line in text)
+    else:
+        assert not high, high[:5]
+    if runs_here:
+        inputs = [left if buffer is a.uop.base else right for buffer in items[0].buffers[1:]]
+        output = np.zeros((48, 128), np.float32)
+        ExecutableCode(code).function(None, *[ctypes.c_void_p] * 3)(output.ctypes.data,
+                                                                   *[array.ctypes.data for array in inputs])
+        product = left @ right
+        np.testing.assert_allclose(output, np.where(product < 0.5, product, -1), rtol=1e-4, atol=1e-4)
+
+
+def test_sixteen_lanes_need_thirty_two_registers() -> None:
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    with pytest.raises(ValueError, match="16 with 32 registers"):
+        X86Renderer(vector_registers=16, vector_lanes=16)

@@ -54,7 +54,7 @@ def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
         return ("r",) * len(operands)
     if op == "imul" and len(operands) == 3:
         first = "w"
-    elif op in _READ_WRITE or op.startswith(("cmov", "vfm", "vfnm")):
+    elif op in _READ_WRITE or op.startswith(("cmov", "vfm", "vfnm", "vpternlog")):
         first = "rw"
     else:
         first = "w"
@@ -66,11 +66,14 @@ _HIGH_VECTORS = frozenset(XMM[16:])
 
 def _vex_only_values(program: list[Instruction]) -> set[VirtualRegister]:
     """The vector values that some instruction without an EVEX form reads or writes (xmm16-31 cannot be named
-    there). Compares count as such: their EVEX form writes a mask register, not a vector of lane masks."""
+    there). Compares into vectors count as such: their EVEX form writes a mask register, not a vector of lane masks
+    (the 512-bit compares, into a mask register, do not)."""
     values: set[VirtualRegister] = set()
     for instruction in program:
         op = VECTOR_OPS.get(instruction.op)
-        if op is not None and op.has_evex and not instruction.op.startswith("vcmp"):
+        into_vector = bool(instruction.operands) and not (isinstance(instruction.operands[0], Register)
+                                                          and instruction.operands[0].kind == "mask")
+        if op is not None and op.has_evex and not (instruction.op.startswith("vcmp") and into_vector):
             continue
         for operand in instruction.operands:
             mentioned = operand.value if isinstance(operand, SubRegister) else operand

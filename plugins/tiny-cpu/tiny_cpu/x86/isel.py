@@ -19,7 +19,7 @@ from tiny_cpu.x86.casts import cast as convert_scalar
 from tiny_cpu.x86.encoding import EncodingError, fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tiny_cpu.x86.lanes import build_vector, vector_lanes
-from tiny_cpu.x86.registers import rax, rdx, view
+from tiny_cpu.x86.registers import MASK, rax, rdx, view
 from tiny_cpu.x86.scalars import (
     HALVES,
     SCALARS,
@@ -64,7 +64,8 @@ class ScalarX86Contract(RendererContract):
 
 
 class VectorX86Contract(ScalarX86Contract):
-    """The same target with float32 vectors of 8 lanes (AVX2 ymm) and lane-mask compares and selects."""
+    """The same target with float32 vectors of 8 lanes (AVX2 ymm) and lane-mask compares and selects (the x86
+    renderer adds 16 lanes, zmm, where the CPU has AVX-512)."""
 
     vector_widths = {dtypes.float32: (8,)}
     vector_alu_ops = frozenset(
@@ -131,6 +132,7 @@ class Selection:
         # built so far in this loop body by their lanes
         self.lanes_built, self.lanes_skipped = vector_lanes(uops)
         self.lane_vectors: dict[tuple[UOp, ...], VirtualRegister] = {}
+        self.extracted: dict[tuple[UOp, VirtualRegister, int, int], VirtualRegister] = {}  # _block's, this loop body
         self.gates: dict[UOp, VirtualRegister] = {}  # an INDEX's gate: a byte register, 1 where the access happens
         self.accumulators: dict[UOp, list[VirtualRegister]] = {}  # a DEFINE_REG's elements, each kept in a register
         self.consumers: dict[UOp, list[UOp]] = {}
@@ -279,7 +281,7 @@ def _range(ctx: Selection, uop: UOp) -> str:
     ctx.preheaders.append(len(ctx.builder.program))
     ctx.open_ranges.append(uop)
     ctx.address_sums.append({})
-    ctx.lane_vectors = {}
+    ctx.lane_vectors, ctx.extracted = {}, {}
     ctx.builder.emit("mov", counter, 0)
     ctx.builder.bind(top)
     ctx.builder.emit("cmp", counter, ctx.integer(uop.src[0]))
@@ -295,7 +297,7 @@ def _end(ctx: Selection, uop: UOp) -> str:
         ctx.preheaders.pop()
         ctx.open_ranges.pop()
         ctx.address_sums.pop()
-        ctx.lane_vectors = {}
+        ctx.lane_vectors, ctx.extracted = {}, {}
         ctx.builder.emit("add", counter, 1)
         ctx.builder.emit("jmp", top)
         ctx.builder.bind(done)
@@ -520,8 +522,8 @@ def _float_unary(ctx: Selection, uop: UOp) -> str:
         ctx.builder.emit("vsqrt" + flavour, result, *((source,) if _is_vector(uop) else (source, source)))
         return _rounded(ctx, uop, result)
     if uop.op is Ops.TRUNC:
-        if _is_vector(uop):
-            ctx.builder.emit("vroundps", result, source, 3)
+        if _is_vector(uop):  # 3: toward zero (vrndscaleps: no scaling, the same rounding control)
+            ctx.builder.emit("vrndscaleps" if bits == 512 else "vroundps", result, source, 3)
         else:
             ctx.builder.emit("vround" + flavour, result, source, source, 3)  # 3: toward zero
         ctx.values[uop] = result
@@ -588,7 +590,12 @@ def _compare(ctx: Selection, uop: UOp) -> str:
         return _integer_compare(ctx, uop)
     bits, flavour = _float_shape(uop.src[0])
     mask = ctx.builder.value("vec", bits)  # all ones in the lanes where true: what vblendvps reads
-    ctx.builder.emit("vcmp" + flavour, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
+    if bits == 512:  # AVX-512 compares write a mask register: k1, only ever live between these two instructions
+        ctx.builder.emit("vcmpps", MASK[1], ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
+        ctx.builder.emit("vpmovm2d", mask, MASK[1])
+    else:
+        ctx.builder.emit("vcmp" + flavour, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]),
+                         _PREDICATES[uop.op])
     ctx.values[uop] = mask if _is_vector(uop) else mask_to_bool(ctx.builder, mask)
     return ""
 
@@ -663,7 +670,20 @@ def _where(ctx: Selection, uop: UOp) -> str:
         if uop.dtype.scalar != dtypes.float32:
             ctx.refuse(uop, "only float32 vector selects are selected")
         if_true, if_false = ctx.register(uop.src[1]), ctx.register(uop.src[2])
-        ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
+        if result.bits == 512:  # no vblendvps on zmm: a bitwise select by the lane mask (all ones or zeros) that
+            # writes one of its three operands, an alternative that nothing reads again (exp2's clamps) if there is one
+            if _dies_here(ctx, uop.src[2], uop):  # table 0xB8: mask ? true : false, the false operand written
+                result = if_false
+                ctx.builder.emit("vpternlogd", result, condition, if_true, 0xB8)
+            elif _dies_here(ctx, uop.src[1], uop):  # 0xE2: the true operand written
+                result = if_true
+                ctx.builder.emit("vpternlogd", result, condition, if_false, 0xE2)
+            else:  # 0xCA: a copy of the mask written
+                ctx.builder.emit("vmovaps", result, condition)
+                ctx.builder.emit("vpternlogd", result, if_true, if_false, 0xCA)
+            ctx.owner[result] = uop
+        else:
+            ctx.builder.emit("vblendvps", result, if_false, if_true, condition)
     ctx.values[uop] = result
     return ""
 
@@ -672,8 +692,8 @@ def _vectorize(ctx: Selection, uop: UOp) -> str:
     """A float32 vector, or a lane mask (a bool vector, each lane all ones or zeros), from scalars: one repeated
     scalar is broadcast, distinct ones assembled."""
     count, scalar = uop.dtype.count, uop.dtype.scalar
-    if scalar not in (dtypes.float32, dtypes.bool) or count not in (4, 8):
-        ctx.refuse(uop, "only float32 vectors and lane masks of 4 or 8 lanes are built")
+    if scalar not in (dtypes.float32, dtypes.bool) or count not in (4, 8, 16):
+        ctx.refuse(uop, "only float32 vectors and lane masks of 4, 8 or 16 lanes are built")
     if uop in ctx.lanes_built:
         ctx.values[uop] = build_vector(ctx, tuple(uop.src))
         return ""
@@ -696,15 +716,31 @@ def _vectorize(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
-def _lane(ctx: Selection, vector: VirtualRegister, lane: int) -> VirtualRegister:
-    """Lane `lane` of a float32 vector (or lane mask) moved to the low lane of a fresh xmm register."""
-    if lane >= 8 or vector.bits < 32 * (lane + 1):
+def _block(ctx: Selection, source: UOp, vector: VirtualRegister, lanes: int, block: int) -> VirtualRegister:
+    """Block `block` of `lanes` lanes (4 or 8) of a 256- or 512-bit vector, in a fresh register (the lowest is a copy),
+    extracted once per value and loop body: a reduce's lanes each read it."""
+    key = (source, vector, lanes, block)
+    found = ctx.extracted.get(key)
+    if found is None:
+        found = ctx.builder.value("vec", 32 * lanes)
+        if block == 0:
+            ctx.builder.emit("vmovaps", found, SubRegister(vector, 32 * lanes))
+        elif lanes == 8:
+            ctx.builder.emit("vextractf32x8", found, vector, block)
+        else:
+            ctx.builder.emit("vextractf32x4" if vector.bits == 512 else "vextractf128", found, vector, block)
+        if source not in ctx.in_place:  # an accumulator updated in place changes under the same register
+            ctx.extracted[key] = found
+    return found
+
+
+def _lane(ctx: Selection, vector: VirtualRegister, lane: int, source: UOp) -> VirtualRegister:
+    """Lane `lane` of a float32 vector (or lane mask) `source` moved to the low lane of a fresh xmm register."""
+    if vector.bits < 32 * (lane + 1):
         raise SelectionError(f"no lane {lane} in a {vector.bits}-bit vector")
     low: Operand = SubRegister(vector, 128) if vector.bits > 128 else vector
     if lane >= 4:
-        upper = ctx.builder.value("vec", 128)
-        ctx.builder.emit("vextractf128", upper, vector, 1)
-        low, lane = upper, lane - 4
+        low, lane = _block(ctx, source, vector, 4, lane // 4), lane % 4
     result = ctx.builder.value("vec", 128)
     if lane:
         ctx.builder.emit("vpermilps", result, low, lane)
@@ -721,19 +757,28 @@ def _element(ctx: Selection, uop: UOp) -> str:
     vector = ctx.register(source)
     if vector.kind != "vec":
         ctx.refuse(uop, "its vector is not in a vector register")
-    lanes = [_lane(ctx, vector, lane) for lane in uop.arg]
+    count = len(uop.arg)
+    if count in (4, 8) and vector.bits > 32 * count and uop.arg[0] % count == 0 and \
+            uop.arg == tuple(range(uop.arg[0], uop.arg[0] + count)):  # an aligned block: a reduce's halves
+        ctx.values[uop] = _block(ctx, source, vector, count, uop.arg[0] // count)
+        return ""
+    lanes = [_lane(ctx, vector, lane, source) for lane in uop.arg]
     if len(lanes) == 1:
         ctx.values[uop] = lanes[0] if source.dtype.scalar == dtypes.float32 else mask_to_bool(ctx.builder, lanes[0])
         return ""
-    if len(lanes) not in (4, 8):
-        ctx.refuse(uop, "only 1, 4 or 8 lanes are taken at once")
+    if len(lanes) not in (4, 8, 16):
+        ctx.refuse(uop, "only 1, 4, 8 or 16 lanes are taken at once")
     ctx.values[uop] = _assemble(ctx, lanes)
     return ""
 
 
 def _assemble(ctx: Selection, lanes: list[VirtualRegister]) -> VirtualRegister:
-    """A vector of 4 or 8 float32 lanes from xmm registers holding each in their low lane: interleaved in fours
-    (vunpcklps, vunpcklpd), and two fours joined (vinsertf128)."""
+    """A vector of 4, 8 or 16 float32 lanes from xmm registers holding each in their low lane: interleaved in fours
+    (vunpcklps, vunpcklpd), two fours joined (vinsertf128), two eights (vinsertf32x8)."""
+    if len(lanes) == 16:
+        low, high, joined = _assemble(ctx, lanes[:8]), _assemble(ctx, lanes[8:]), ctx.builder.value("vec", 512)
+        ctx.builder.emit("vinsertf32x8", joined, SubRegister(low, 512), high, 1)
+        return joined
     quarters = []
     for start in range(0, len(lanes), 4):
         first, second, quarter = (ctx.builder.value("vec", 128) for _ in range(3))

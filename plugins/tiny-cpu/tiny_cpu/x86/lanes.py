@@ -5,8 +5,8 @@ Codegen devectorizes what the x86 contract has no vectors for (integers), so the
 lane by lane: GEP, BITCAST to uint32, shifts and adds, BITCAST back, then VECTORIZE (softmax's inner loop held ~130
 scalar instructions and moves between vector and general registers per 8 lanes for it). AVX2 has the integer
 vectors: here the lane trees are matched (same op, dtype and arg in every lane, leaves that are lane i of one vector
-or one value repeated) and emitted once as ymm (or xmm) instructions. A lane value also used outside such trees keeps
-its scalar code.
+or one value repeated) and emitted once as zmm, ymm or xmm instructions (by the lane count). A lane value also used
+outside such trees keeps its scalar code.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ LANE_DTYPES = (dtypes.int32, dtypes.uint32, dtypes.float32)
 """The 32-bit lane dtypes a vector of dwords holds."""
 _INTEGER_BINARY = {Ops.ADD: "vpaddd", Ops.SUB: "vpsubd", Ops.MUL: "vpmulld", Ops.AND: "vpand", Ops.OR: "vpor",
                    Ops.XOR: "vpxor"}
+_EVEX_LOGIC = {"vpand": "vpandd", "vpor": "vpord", "vpxor": "vpxord"}  # zmm's forms (VEX has no 512 bits)
 _FLOAT_BINARY = {Ops.ADD: "vaddps", Ops.SUB: "vsubps", Ops.MUL: "vmulps", Ops.MAX: "vmaxps"}
 _SHIFTS = (Ops.SHL, Ops.SHR)
 
@@ -94,7 +95,7 @@ def vector_lanes(uops: list[UOp]) -> tuple[set[UOp], set[UOp]]:
     interior: set[UOp] = set()
     repeated: set[UOp] = set()
     for uop in uops:
-        if uop.op is not Ops.VECTORIZE or uop.dtype.scalar != dtypes.float32 or uop.dtype.count not in (4, 8):
+        if uop.op is not Ops.VECTORIZE or uop.dtype.scalar != dtypes.float32 or uop.dtype.count not in (4, 8, 16):
             continue
         lanes = tuple(uop.src)
         if len(set(lanes)) == 1:  # a broadcast: the selection's own rule
@@ -154,6 +155,7 @@ def build_vector(ctx: Selection, lanes: tuple[UOp, ...]) -> VirtualRegister:
         else:
             table = _FLOAT_BINARY if first.dtype == dtypes.float32 else _INTEGER_BINARY
             right = build_vector(ctx, tuple(lane.src[1] for lane in lanes))
-            ctx.builder.emit(table[first.op], result, left, right)
+            name = table[first.op]
+            ctx.builder.emit(_EVEX_LOGIC.get(name, name) if bits == 512 else name, result, left, right)
     ctx.lane_vectors[lanes] = result
     return result

@@ -22,14 +22,22 @@ from tinycore.uop.uop import UOp
 
 _HEADER = "; x86-64 machine code, tinycore x86 renderer"
 WIDE_TILE_VECTOR_BYTES = 64
-"""preferred_vector_bytes with 32 vector registers: codegen sizes register tiles for them by it (its vectors are
-still the 8 lanes of `vector_widths`)."""
+"""preferred_vector_bytes with 32 vector registers: codegen sizes register tiles for them by it (and, with 16-lane
+vectors declared in `vector_widths`, picks them)."""
+AVX512_FLAGS = frozenset({"avx512f", "avx512vl", "avx512dq"})
+"""The AVX-512 subsets the selection's EVEX code uses: F (zmm, k masks), VL (xmm16-31 in 128/256-bit instructions),
+DQ (vextractf32x8, vinsertf32x8, vpmovm2d, vpmovd2m)."""
+
+
+def host_has_avx512(flags: frozenset[str] | None = None) -> bool:
+    """True where the CPU (or the feature `flags` given, as /proc/cpuinfo spells them) has `AVX512_FLAGS`."""
+    from tiny_cpu.target import host_cpu_flags
+    return AVX512_FLAGS <= (host_cpu_flags() if flags is None else flags)
 
 
 def host_vector_registers() -> int:
     """32 where this CPU has AVX-512 F, VL and DQ (xmm16-31 usable by 256-bit EVEX instructions), else 16."""
-    from tiny_cpu.target import host_cpu_flags
-    return 32 if {"avx512f", "avx512vl", "avx512dq"} <= host_cpu_flags() else 16
+    return 32 if host_has_avx512() else 16
 
 
 def _in_float32(value: UOp, operation: UOp) -> UOp:
@@ -46,9 +54,12 @@ _transcendentals = PatternMatcher([
 
 
 class X86Renderer(VectorX86Contract, Renderer):
-    """The x86 renderer on the CPU device: float32 in AVX2 vectors of 8 lanes, every other dtype as scalars
-    (codegen devectorizes them), split across the worker pool's threads by core_id, with the core's
-    transcendental decomposition (and this renderer's for halves and float64)."""
+    """The x86 renderer on the CPU device: float32 in AVX2 vectors of 8 lanes (16-lane zmm where the CPU has
+    AVX-512), every other dtype as scalars (codegen devectorizes them), split across the worker pool's threads by
+    core_id, with the core's transcendental decomposition (and this renderer's for halves and float64).
+
+    `vector_registers` (16 or 32) and `vector_lanes` (8 or 16) default to the host's: 32 and 16 with AVX-512 F, VL
+    and DQ, else 16 and 8 (AVX2). 16 lanes need 32 registers (the selection's 512-bit code is EVEX throughout)."""
 
     suffix = "x86"
     has_threads = True
@@ -58,16 +69,25 @@ class X86Renderer(VectorX86Contract, Renderer):
     pre_matcher = _transcendentals
     guard_integer_division = True  # codegen's pass "guarded division": idiv by 0 or of int min by -1 raises SIGFPE
 
-    def __init__(self, device: str = "CPU", arch: str | None = None, vector_registers: int | None = None):
+    def __init__(self, device: str = "CPU", arch: str | None = None, vector_registers: int | None = None,
+                 vector_lanes: int | None = None):
         from tiny_cpu.runtime import worker_count
         self.device = device
         self.arch = arch
         self.global_max = (worker_count(), 1, 1)
         self.vector_registers = vector_registers or host_vector_registers()
+        if vector_lanes is None:
+            vector_lanes = 16 if self.vector_registers == 32 and host_has_avx512() else 8
+        if vector_lanes not in (8, 16) or (vector_lanes == 16 and self.vector_registers != 32):
+            raise ValueError(f"the x86 renderer's float32 vectors are 8 lanes, or 16 with 32 registers (AVX-512), "
+                             f"not {vector_lanes} with {self.vector_registers}")
+        self.vector_lanes = vector_lanes
+        if vector_lanes == 16:  # zmm: codegen vectorizes to 16 lanes, 8 still serving narrower rows
+            self.vector_widths = {dtypes.float32: (8, 16)}
         if self.vector_registers == 32:
             # codegen's wide-register tiles (a matmul's 6 rows x 4 vectors, a convolution's window over more rows)
-            # fit AVX-512's 32 registers though the vectors stay 8 lanes (vector_widths): 1024^2 matmul 34.5 ->
-            # 31.6 ms single-threaded against 6 x 2
+            # fit AVX-512's 32 registers, in 16-lane vectors or 8 (1024^2 matmul 34.5 -> 31.6 ms single-threaded
+            # against 6 x 2 in 8 lanes)
             self.preferred_vector_bytes = WIDE_TILE_VECTOR_BYTES
 
     def spelled_dtypes(self) -> set[DType]:
@@ -141,7 +161,7 @@ def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Co
     renderer = X86Renderer(device, arch)
     # as the C and LLVM renderers on an AVX2 target: large matmuls stream packed panels two vectors wide (four with 32
     # registers, the wide tile's columns), and cache blocks are sized by this host's private cache
-    renderer.matmul_panel_bytes = 4 * NARROW_VECTOR_BYTES if renderer.vector_registers == 32 else \
-        matmul_panel_bytes(NARROW_VECTOR_BYTES)
+    renderer.matmul_panel_bytes = matmul_panel_bytes(4 * renderer.vector_lanes) if renderer.vector_lanes == 16 else \
+        4 * NARROW_VECTOR_BYTES if renderer.vector_registers == 32 else matmul_panel_bytes(NARROW_VECTOR_BYTES)
     renderer.core_cache_bytes = host_core_cache_bytes()
     return renderer, X86Compiler()

@@ -27,7 +27,7 @@ class VectorOp:
     the general-register operand's size.
     vex_w: W under VEX where it differs from W under EVEX.
     tuple: EVEX disp8 unit: "full" (the vector, or the element when broadcast), "vector" (the vector; no broadcast),
-    "scalar" (one element), "half" (half the vector).
+    "scalar" (one element), "half" (half the vector), "xmm" (128 bits at any length: vextractf32x4).
     """
 
     map_select: int
@@ -112,6 +112,14 @@ _add("vinsertf128", "66", "0F3A", 0x18, 0, "rvmi")
 _add("vinserti128", "66", "0F3A", 0x38, 0, "rvmi")
 _add("vperm2f128", "66", "0F3A", 0x06, 0, "rvmi")
 _add("vextractf32x8", "66", "0F3A", 0x1B, 0, "mri", has_vex=False, has_evex=True, tuple="half")
+_add("vextractf32x4", "66", "0F3A", 0x19, 0, "mri", has_vex=False, has_evex=True, tuple="xmm")
+_add("vinsertf32x8", "66", "0F3A", 0x1A, 0, "rvmi", has_vex=False, has_evex=True, tuple="half")
+# 512-bit forms of what AVX2 spells otherwise: lane masks to and from mask registers (a compare writes one; there is
+# no vblendvps on zmm), a bitwise select (vpternlogd 0xCA: dst ? b : c bit by bit), rounding (vroundps)
+_add("vpmovm2d", "F3", "0F38", 0x38, 0, "rm", has_vex=False, has_evex=True, tuple="vector")
+_add("vpmovd2m", "F3", "0F38", 0x39, 0, "rm", has_vex=False, has_evex=True, tuple="vector")
+_add("vpternlogd", "66", "0F3A", 0x25, 0, "rvmi", has_vex=False, has_evex=True)
+_add("vrndscaleps", "66", "0F3A", 0x08, 0, "rmi", has_vex=False, has_evex=True)
 # fused multiply-add: 132, 213 and 231 orders of add, subtract and negated add
 for _kind, _fma_opcode in {"fmadd": 0x98, "fmsub": 0x9A, "fnmadd": 0x9C}.items():
     for _order, _offset in {"132": 0, "213": 0x10, "231": 0x20}.items():
@@ -305,6 +313,7 @@ def encode_vector(
         "vector": 16 << length,
         "scalar": element,
         "half": 8 << length,
+        "xmm": 16,
     }[op.tuple]
     return evex(
         op.map_select,
