@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import struct
 from typing import NamedTuple
 
 from tiny_cpu.lowering import math_in_wider_floats
 from tinycore.codegen.ssa_lowering import ssa_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.cstyle import bfloat16_bits
+from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
@@ -100,8 +101,8 @@ def constant(value: object, dtype: DType) -> str:
         return "true" if value else "false"
     if dtypes.is_float(scalar):
         number = float(value)  # type: ignore[arg-type]
-        if scalar.itemsize == 2:  # bfloat16 is an i16 here
-            return f"0xH{float_bits(number, scalar):04X}" if scalar == dtypes.float16 else str(bfloat16_bits(number))
+        if scalar.itemsize == 2:  # a half as 0xH bits, bfloat16 (an i16 here) as the integer of its bits
+            return ("0xH{:04X}" if scalar == dtypes.float16 else "{}").format(float_bits(number, scalar))
         if scalar == dtypes.float32:  # rounded to float, written as the double of the same value
             number = struct.unpack("<f", struct.pack("<I", float_bits(number, scalar)))[0]
         return f"0x{0x7FF8000000000000 if math.isnan(number) else float_bits(number, dtypes.float64):016X}"
@@ -135,7 +136,7 @@ class LLVMRenderer(Renderer):
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
-    atomic_dtypes = frozenset(_SCALAR_TYPES)
+    atomic_dtypes, type_map = frozenset(_SCALAR_TYPES), _SCALAR_TYPES  # every dtype with an LLVM type (fp8 has none)
     vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
     decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
     matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target by the factory)
@@ -148,12 +149,7 @@ class LLVMRenderer(Renderer):
                                                    math_in_wider_floats)])
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
-        from tiny_cpu.renderer import _cpu_count
-        self.device, self.arch, self.global_max = device, arch, (_cpu_count(), 1, 1)
-
-    def spelled_dtypes(self) -> set[DType]:
-        """Every dtype with an LLVM type here (fp8 has none)."""
-        return {dtype for dtype in dtypes.all if dtype in _SCALAR_TYPES}
+        self.device, self.arch, self.global_max = device, arch, (NUM_CPU_THREADS.value or os.cpu_count() or 1, 1, 1)
 
     def render(self, uops: list[UOp]) -> str:
         """The LLVM IR module of the linear program `uops` (the function named from the SINK's arg)."""
@@ -210,10 +206,11 @@ class LLVMContext(SSAContext):
         self.label(then)
         return after
 
-    def join(self, after: str) -> None:
-        """Close the open block and continue at `after`."""
-        self.emit(f"br label %{after}")
-        self.label(after)
+    def join(self, after: str | None) -> None:
+        """Close the open block and continue at `after` (None: no block was opened)."""
+        if after is not None:
+            self.emit(f"br label %{after}")
+            self.label(after)
 
     def splat(self, text: str, dtype: DType, count: int) -> str:
         """A scalar of `dtype` broadcast to `count` lanes."""
@@ -335,8 +332,7 @@ class LLVMContext(SSAContext):
             stored = self.assign(f"extractvalue {{ {bits}, i1 }} {pair}, 1")
             self.emit(f"br i1 {stored}, label %{done}, label %{retry}")
             self.label(done)
-        if after is not None:
-            self.join(after)
+        self.join(after)
 
     def _alloca(self, uop: UOp) -> str:  # DEFINE_REG / DEFINE_LOCAL: an array on the stack, in the entry block
         assert isinstance(pointer := uop.dtype, PtrDType), f"{uop.op} needs a pointer dtype, got {pointer}"
@@ -419,7 +415,6 @@ class LLVMContext(SSAContext):
     def _load(self, uop: UOp) -> str:
         pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count
         memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
 
         def load(index: str | None) -> str:
             loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
@@ -427,7 +422,9 @@ class LLVMContext(SSAContext):
                 self.assign(f"icmp ne {memory_type} {loaded}, {self.zero(dtypes.int8, count)}")
         if pointer.gate is None:
             return load(pointer.index)
-        alternative = self.operand(alternatives[0], count) if alternatives else self.zero(dtype.scalar, count)
+        # sources of dtype void only order the load; the first other is the alternative
+        alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
+                           self.zero(dtype.scalar, count))
         if pointer.index is not None and pointer.elements >= max(count, 1):
             # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
             index_type = pointer.index_type
@@ -451,8 +448,7 @@ class LLVMContext(SSAContext):
         after = self.branch(pointer.gate, "store") if pointer.gate is not None else None
         self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {self.address(pointer, pointer.index)}, "
                   f"align {dtype.scalar.itemsize}")
-        if after is not None:
-            self.join(after)
+        self.join(after)
 
 llvm_rendering = ssa_rules({
     Ops.DEFINE_GLOBAL: lambda ctx, uop: ctx.globals.setdefault(uop.arg, f"%data{uop.arg}"),
