@@ -14,6 +14,10 @@ from tinycore.tensor.support import LN_2, LOG2_E, broadcast_shape, same_size, sc
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
+_FLOATS = frozenset(dtypes.floats)
+"""The floating point dtypes (interned: membership is an identity test), for which a Python int or float operand
+keeps the tensor's dtype."""
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Self
@@ -125,7 +129,16 @@ class ElementwiseMixin(MovementMixin):
         """The ALU op `op` (ADD or MUL) on this tensor and the Python int or float `other`, promoted as
         `_scalar_broadcasted` does: the constant goes straight into the node, without a Tensor of its own (`x + 1`
         in eager code). The result's dtype is never bool (an int or float scalar promotes bool away)."""
-        dtype = self.dtype
+        uop = self.uop
+        dtype = uop.dtype
+        device = uop.device
+        if (dtype in _FLOATS or (other.__class__ is int and dtype is not dtypes.bool)) and device.__class__ is str \
+                and not self._requires_grad:
+            # the common case (`x + 1` on a float tensor, `i * 2` on an int one): the scalar keeps the tensor's dtype
+            # (scalar_result_dtype's answer), one device, no gradient path: the node and its Tensor built directly,
+            # without the dtype, device and shape properties, the promotion call and _result
+            constant = UOp.const_on(dtype, other, device, uop._shape)
+            return type(self)._wrap(UOp.keyed(op, dtype, (constant, uop) if reverse else (uop, constant), None, None))
         common = scalar_result_dtype(dtype, other)
         first = self if common is dtype or common == dtype else self.cast(common)
         constant = UOp.const_on(common, other, first.device, first.shape)
@@ -404,10 +417,14 @@ class ElementwiseMixin(MovementMixin):
 
     def __add__(self, x: Operand[Self]) -> Self:
         """self + x."""
+        if x.__class__ is int or x.__class__ is float:  # add's own test, without its call (eager code's `x + 1`)
+            return self._scalar_alu(Ops.ADD, x, False)  # type: ignore[arg-type]
         return self.add(x)
 
     def __radd__(self, x: Operand[Self]) -> Self:
         """x + self."""
+        if x.__class__ is int or x.__class__ is float:
+            return self._scalar_alu(Ops.ADD, x, True)  # type: ignore[arg-type]
         return self.add(x, True)
 
     def __sub__(self, x: Operand[Self]) -> Self:
@@ -420,10 +437,14 @@ class ElementwiseMixin(MovementMixin):
 
     def __mul__(self, x: Operand[Self]) -> Self:
         """self * x."""
+        if x.__class__ is int or x.__class__ is float:  # mul's own test, without its call
+            return self._scalar_alu(Ops.MUL, x, False)  # type: ignore[arg-type]
         return self.mul(x)
 
     def __rmul__(self, x: Operand[Self]) -> Self:
         """x * self."""
+        if x.__class__ is int or x.__class__ is float:
+            return self._scalar_alu(Ops.MUL, x, True)  # type: ignore[arg-type]
         return self.mul(x, True)
 
     def __truediv__(self, x: Operand[Self]) -> Self:

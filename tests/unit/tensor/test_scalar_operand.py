@@ -50,3 +50,36 @@ def test_scalar_operand_gradients() -> None:
     np.testing.assert_allclose(tensor.grad.numpy(), 6 * np.array([1.0, -2.0, 4.0]) + 7)
     assert (tensor + 1).requires_grad and not (Tensor([1.0]) * 2).requires_grad
 
+
+
+def test_scalar_operand_signed_zero_nan_and_wrapping_match_numpy() -> None:
+    zeros = np.array([-0.0, 0.0], dtype=np.float32)
+    for scalar in (0.0, -0.0):
+        got = (Tensor(zeros) + scalar).numpy()
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(zeros + np.float32(scalar)))
+    assert np.isnan((Tensor([1.0, 2.0]) * float("nan")).numpy()).all()
+    np.testing.assert_array_equal((Tensor([100, -100], dtype=dtypes.int8) + 100).numpy(),
+                                  np.array([100, -100], dtype=np.int8) + np.int8(100))
+    np.testing.assert_array_equal((Tensor([250], dtype=dtypes.uint8) * 2).numpy(), np.array([250], np.uint8) * 2)
+    np.testing.assert_allclose((Tensor([1.5], dtype=dtypes.float64) + 1e-12).numpy(), np.array([1.5]) + 1e-12,
+                               rtol=0, atol=0)
+
+
+def test_scalar_operand_gradients_of_undecided_leaves_and_under_no_grad() -> None:
+    leaf = Tensor([1.0, 2.0])  # requires_grad None: backward still reaches it, as in tinygrad
+    weight = Tensor([3.0, 4.0], requires_grad=True)
+    ((leaf * 2 + 1) * weight).sum().backward()
+    assert leaf.grad is not None and weight.grad is not None
+    np.testing.assert_allclose(leaf.grad.numpy(), [6.0, 8.0])
+    np.testing.assert_allclose(weight.grad.numpy(), [3.0, 5.0])
+    with Tensor.inference_mode():
+        detached = weight * 2 + 1
+    assert not detached.requires_grad
+    np.testing.assert_allclose(detached.numpy(), [7.0, 9.0])
+
+
+def test_scalar_operand_on_several_devices_matches_numpy() -> None:
+    array = np.arange(4, dtype=np.float32)
+    sharded = Tensor(array).shard(("CPU", "CPU:1"), axis=0)
+    np.testing.assert_allclose((sharded + 1).numpy(), array + 1)
+    np.testing.assert_allclose((3 * sharded).numpy(), 3 * array)
