@@ -28,3 +28,24 @@ def test_flat_data_matches_numpy(data: list, dtype: object, expected: np.ndarray
     got = tensor.numpy()
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
+
+
+def test_new_tensors_on_two_devices_hold_their_own_data() -> None:
+    # the first tensor of a device takes the general buffer path, the later ones the direct one: each must get its
+    # own buffer on its own device, filled with its own values, including empty ones and bytes
+    made = []
+    for step in range(4):
+        for device in ("CPU", "CPU:1"):
+            values = [float(step * 10 + index) for index in range(step + 1)]
+            made.append((Tensor(values, device=device), device, np.array(values, dtype=np.float32)))
+            made.append((Tensor(bytes([step, 255 - step]), device=device), device, np.array([step, 255 - step],
+                                                                                            dtype=np.uint8)))
+        made.append((Tensor([], device="CPU"), "CPU", np.array([], dtype=np.float32)))
+    for tensor, device, expected in made:
+        assert tensor.device == device
+        got = tensor.numpy()
+        assert got.dtype == expected.dtype
+        np.testing.assert_array_equal(got, expected)
+    buffers = [tensor.uop.buffer for tensor, _, _ in made]
+    assert len({id(buffer) for buffer in buffers}) == len(buffers)
+    assert all(buffer.device == device for buffer, (_, device, _) in zip(buffers, made, strict=True))
