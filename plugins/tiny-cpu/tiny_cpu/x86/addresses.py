@@ -146,12 +146,13 @@ def element_address(ctx: Selection, base: VirtualRegister, index: UOp, size: int
 
 def broadcast_source(ctx: Selection, load: UOp) -> bool:
     """Whether a scalar float32 load is only ever broadcast (VECTORIZE of it in every lane) with no store in
-    between: the broadcast then reads memory itself (vbroadcastss ymm, [address]) and the load needs no register."""
+    between: the broadcast then reads memory itself (vbroadcastss ymm or zmm, [address]) and the load needs no
+    register (the 16-lane matmul tile's 24 accumulators, 4 vectors and a broadcast take 29 of the 29 registers)."""
     if load.dtype != dtypes.float32 or len(load.src) != 1:
         return False
     users = ctx.consumers.get(load, [])
     if not users or any(user.op is not Ops.VECTORIZE or any(source is not load for source in user.src)
-                        or user.dtype.count not in (4, 8) for user in users):
+                        or user.dtype.count not in (4, 8, 16) for user in users):
         return False
     start, end = ctx.position[load], max(ctx.position[user] for user in users)
     return not any(uop.op is Ops.STORE for uop in ctx.uops[start:end])
