@@ -67,6 +67,10 @@ def write_model(path: str, size: str, type_name: str) -> None:
         count = rows * columns // block_elements
         blocks = generator.integers(0, 256, size=(count, block_bytes), dtype=numpy.uint8)
         scale = numpy.float16(0.5 / numpy.sqrt(columns) / (8 if type_name == "Q4_0" else 64))
+        if type_name in ("Q4_K", "Q5_K"):  # d * 6-bit scale * q - dmin * 6-bit minimum: finite, about zero mean
+            scale = numpy.float16(0.5 / numpy.sqrt(columns) / (256 if type_name == "Q4_K" else 512))
+            minimum = numpy.float16(float(scale) * (8 if type_name == "Q4_K" else 16))
+            blocks[:, 2:4] = numpy.frombuffer(minimum.tobytes(), dtype=numpy.uint8)
         blocks[:, 0:2] = numpy.frombuffer(scale.tobytes(), dtype=numpy.uint8)
         writer.add_tensor(name, blocks.reshape(rows, columns // block_elements * block_bytes), raw_dtype=kind)
     matrix("token_embd.weight", vocab, dim)
