@@ -36,11 +36,12 @@ BASE_CODE_FOR_OP: dict[Ops, CodeForOp] = {
     Ops.MAX: lambda a, b, dtype: f"(({a}<{b})?{b}:{a})", Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})",
     Ops.WHERE: lambda condition, a, b, dtype: f"({condition}?{a}:{b})"}
 
+# long may have 32 bits and plain char no sign; bfloat16 has no entry: it is stored as its bits (`storage_type`)
 BASE_TYPE_MAP: dict[DType, str] = {
-    dtypes.bool: "bool", dtypes.int8: "char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
-    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long",
-    dtypes.uint64: "unsigned long", dtypes.float16: "half", dtypes.bfloat16: "__bf16", dtypes.float32: "float",
-    dtypes.float64: "double", dtypes.void: "void"}
+    dtypes.bool: "bool", dtypes.int8: "signed char", dtypes.uint8: "unsigned char", dtypes.int16: "short",
+    dtypes.uint16: "unsigned short", dtypes.int32: "int", dtypes.uint32: "unsigned int", dtypes.int64: "long long",
+    dtypes.uint64: "unsigned long long", dtypes.float16: "half", dtypes.float32: "float", dtypes.float64: "double",
+    dtypes.void: "void"}
 
 # ops rendered in place when they have one user and are scalar
 _INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.GEP, Ops.VECTORIZE, Ops.VCONST, Ops.CUSTOM}
@@ -159,6 +160,16 @@ class CStyleLanguage(Renderer):
         """Reinterpretation of the bits of an expression (`bitcast_format`)."""
         source = self.render_dtype(from_dtype) if "{source}" in self.bitcast_format else ""
         return self.bitcast_format.format(x=expression, type=self.render_dtype(to_dtype), source=source)
+
+    def bfloat16_helpers(self, qualifier: str) -> str:
+        """The prelude's tc_bf16_to_f32 and tc_f32_to_bf16 (to nearest even, NaN kept quiet) in this language."""
+        bits, word, uint32, float32 = self.render_dtype(dtypes.uint16), self.render_dtype(dtypes.uint32), \
+            dtypes.uint32, dtypes.float32
+        return (f"{qualifier} float tc_bf16_to_f32({bits} bits) {{ return "
+                f"{self.render_bitcast(f'(({word})bits) << 16', uint32, float32)}; }}\n{qualifier} {bits} "
+                f"tc_f32_to_bf16(float value) {{\n  {word} word = {self.render_bitcast('value', float32, uint32)};\n"
+                f"  if ((word & 0x7fffffffu) > 0x7f800000u) return ({bits})((word >> 16) | 64u);\n"
+                f"  word += 0x7fffu + ((word >> 16) & 1u); return ({bits})(word >> 16);\n}}")
 
     def render_declaration(self, name: str, dtype: DType, code: str) -> str:
         """The statement declaring the value `name` of `dtype` as `code` (the named intermediate values)."""
@@ -287,12 +298,11 @@ class RenderContext:
         if uop.op in _INLINE_WHEN_SINGLE_USE and self.uses.get(uop, 0) <= 1 and uop.dtype.count == 1:
             self.inlined.add(uop)
             return self.name(uop, code)
-        self.emit(self.renderer.render_declaration(name := self.fresh(prefix), uop.dtype, code))
-        return self.name(uop, name)
+        return self.declare(uop, code, prefix)
 
     def declare(self, uop: UOp, code: str, prefix: str) -> str:
         """Declare a variable of `uop`'s type holding `code` (never in place); its name."""
-        self.emit(f"{self.renderer.render_dtype(uop.dtype)} {(name := self.fresh(prefix))} = {code};")
+        self.emit(self.renderer.render_declaration(name := self.fresh(prefix), uop.dtype, code))
         return self.name(uop, name)
 
     def lane(self, uop: UOp, lane: int) -> str:
@@ -302,9 +312,8 @@ class RenderContext:
 
     def materialize(self, uop: UOp) -> None:
         """Give an expression rendered in place a variable of its own, declared here."""
-        self.emit(self.renderer.render_declaration(name := self.fresh("alu"), uop.dtype, self.names[uop]))
-        self.name(uop, name)
         self.inlined.discard(uop)
+        self.declare(uop, self.names[uop], "alu")
 
     def cast(self, source: UOp, dtype: DType) -> str:
         """The conversion of `source` to `dtype`: vectors by `vector_cast` (not of bool or bfloat16) or lane by lane."""

@@ -16,9 +16,7 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
-HIP_TYPE_MAP: dict[DType, str] = {
-    **cstyle.BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long",
-    dtypes.uint64: "unsigned long long", dtypes.float16: "_Float16", dtypes.bfloat16: "unsigned short"}
+HIP_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "_Float16"}  # bfloat16: its bits
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942)."""
 

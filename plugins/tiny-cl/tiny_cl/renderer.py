@@ -20,12 +20,6 @@ CL_TYPE_MAP: dict[DType, str] = {
     dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
 _EXTENSION_OF = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
 _VECTOR_WIDTHS, _INT64_ATOMICS = (2, 4, 8, 16), "cl_khr_int64_base_atomics"
-_BF16_HELPERS = """inline float tc_bf16_to_f32(ushort bits) { return as_float(((uint)bits) << 16); }
-inline ushort tc_f32_to_bf16(float value) {
-  uint word = as_uint(value);
-  if ((word & 0x7fffffffu) > 0x7f800000u) return (ushort)((word >> 16) | 64u);
-  word += 0x7fffu + ((word >> 16) & 1u); return (ushort)(word >> 16);
-}"""
 
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats; integers go through float and back."""
@@ -117,11 +111,10 @@ class OpenCLRenderer(CStyleLanguage):
             raise ValueError(f"OpenCL C has no vector of {bad[0].count} lanes ({bad[0]}); use 2, 3, 4, 8 or 16")
         wide_atomics = any(uop.op is Ops.STORE and uop.arg is not None and uop.src[1].dtype.itemsize == 8
                            for uop in uops)
-        return ["#pragma OPENCL FP_CONTRACT OFF"] + [
-            f"#pragma OPENCL EXTENSION {extension} : enable" for dtype, extension in _EXTENSION_OF.items()
-            if dtype in scalars and self.storage_type(dtype)] + [
-            f"#pragma OPENCL EXTENSION {_INT64_ATOMICS} : enable"] * wide_atomics + [_BF16_HELPERS] * (
-            dtypes.bfloat16 in scalars)
+        extensions = [extension for dtype, extension in _EXTENSION_OF.items() if dtype in scalars and
+                      self.storage_type(dtype)] + [_INT64_ATOMICS] * wide_atomics
+        return ["#pragma OPENCL FP_CONTRACT OFF", *(f"#pragma OPENCL EXTENSION {name} : enable" for name in extensions)
+                ] + [self.bfloat16_helpers("inline")] * (dtypes.bfloat16 in scalars)
 
     def render_named(self, uops: list[UOp], name: str) -> str:
         """The OpenCL C source of the linear program `uops` as a kernel called `name`."""

@@ -19,21 +19,7 @@ from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 F32, F64, _X86 = dtypes.float32, dtypes.float64, "defined({}) && defined(__x86_64__)"
-C_TYPE_MAP: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16",
-                                dtypes.int8: "signed char", dtypes.int64: "long long",
-                                dtypes.uint64: "unsigned long long"}
-C_TYPE_MAP.pop(dtypes.bfloat16, None)  # bfloat16 is stored as its bits (uint16) and computed in float32
-_BF16_HELPERS = """#ifndef TC_BF16_HELPERS
-#define TC_BF16_HELPERS
-static inline float tc_bf16_to_f32(unsigned short bits) {
-  unsigned int word = ((unsigned int)bits) << 16; float value; __builtin_memcpy(&value, &word, 4); return value;
-}
-static inline unsigned short tc_f32_to_bf16(float value) {
-  unsigned int word; __builtin_memcpy(&word, &value, 4);
-  if ((word & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((word >> 16) | 64u);
-  word += 0x7fffu + ((word >> 16) & 1u); return (unsigned short)(word >> 16);
-}
-#endif"""
+C_TYPE_MAP: dict[DType, str] = {**CStyleLanguage.type_map, dtypes.bool: "_Bool", dtypes.float16: "_Float16"}
 _MASK_DTYPES = {1: dtypes.int8, 2: dtypes.int16, 4: dtypes.int32, 8: dtypes.int64}  # lane bytes -> mask lanes
 _WIDE_MASKS = {F32: "(unsigned short)-1", F64: "(unsigned char)-1"}  # all lanes of a 512-bit vector
 _MASK_SYMBOLS = {Ops.CMPLT: "<", Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^"}
@@ -54,9 +40,6 @@ _FMA_DTYPES = {dtype for table in _FMA_BUILTINS.values() for dtype in table}
 # `a < b ? a : b`. 512-bit builtins: clang's take a rounding mode, gcc's also a pass-through source and a lane mask.
 _MIN_MAX = {F32.vec(8): ("__AVX__", "ps256"), F32.vec(4): ("__SSE__", "ps"), F64.vec(4): ("__AVX__", "pd256"),
             F64.vec(2): ("__SSE2__", "pd"), F32.vec(16): ("__AVX512F__", "ps512"), F64.vec(8): ("__AVX512F__", "pd512")}
-
-def _cpu_count() -> int:
-    return NUM_CPU_THREADS.value or os.cpu_count() or 1
 
 def _suffix(dtype: DType) -> str:  # FLOAT8, DOUBLE, ...: how macros name a dtype
     return f"{dtype.scalar.name.upper()}{dtype.count if dtype.count > 1 else ''}"
@@ -84,12 +67,9 @@ _IN_REGISTER_MACRO = _choice([(f"defined(__x86_64__) && defined({feature})", [
     f'#define TC_IN_REGISTER(value) __asm__("" : "+{constraint}"(value))']) for feature, constraint in (
     ("__AVX512F__", "v"), ("__AVX__", "x"))], ["#define TC_IN_REGISTER(value) ((void)0)"], "TC_IN_REGISTER")
 
-def _masked_load_name(dtype: DType) -> str:  # TC_MASKED_LOAD_<TYPE>: loads a `dtype` vector under a mask
-    return f"TC_MASKED_LOAD_{_suffix(dtype)}"
-
 def _masked_load_macro(dtype: DType) -> str:
     """The masked load of a float vector dtype: x86's where the target has it, else a loop reading the set lanes."""
-    name, (feature, builtin) = _masked_load_name(dtype), _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
+    name, (feature, builtin) = f"TC_MASKED_LOAD_{_suffix(dtype)}", _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
     loop = (f"#define {name}(address, mask) ({{ float{dtype.count} tc_lanes; for (int tc_lane = 0; tc_lane < "
             f"{dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? (address)[tc_lane] : 0.0f; tc_lanes; }})")
     branches = [(_X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] if builtin else []
@@ -199,7 +179,7 @@ def _load(ctx: RenderContext, x: UOp) -> str:
         name = base_load(ctx, x)
     else:
         mask = _mask_of(ctx, x.src[0].src[2], x.dtype.scalar.itemsize, x.dtype.count)
-        value = f"{_masked_load_name(x.dtype)}({ctx.pointer_of(x.src[0]).address()}, {mask})"
+        value = f"TC_MASKED_LOAD_{_suffix(x.dtype)}({ctx.pointer_of(x.src[0]).address()}, {mask})"
         alternative = next((source for source in x.src[1:] if source.dtype != dtypes.void), None)
         lanes = () if alternative is None else alternative.src if alternative.op is Ops.VECTORIZE else (alternative,)
         if alternative is not None and not all(lane.op is Ops.CONST and lane.arg == 0 for lane in lanes):
@@ -256,7 +236,7 @@ class CRenderer(CStyleLanguage):
     atomic_dtypes = frozenset(vector_widths) | {dtypes.bfloat16}
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
-        self.device, self.arch, self.global_max = device, arch, (_cpu_count(), 1, 1)
+        self.device, self.arch, self.global_max = device, arch, (NUM_CPU_THREADS.value or os.cpu_count() or 1, 1, 1)
         # AVX-512 targets get 16-lane float vectors and 64-column matmul panels (the columns of the register tile)
         self.preferred_vector_bytes = target.c_vector_bytes(arch)
         self.matmul_panel_bytes = target.matmul_panel_bytes(self.preferred_vector_bytes)
@@ -291,7 +271,9 @@ class CRenderer(CStyleLanguage):
                 raise ValueError(f"vector {dtype} has {dtype.count} lanes; the C renderer needs a power of two")
             typedef = f"typedef {scalar} {self.render_dtype(dtype)}{{}} __attribute__((vector_size({size}){{}}));"
             lines += [typedef.format("", ""), typedef.format("_u", f", aligned({dtype.itemsize}), __may_alias__")]
-        lines += [_BF16_HELPERS] * (dtypes.bfloat16 in used_dtypes and not self.native_bfloat16)
+        if dtypes.bfloat16 in used_dtypes and not self.native_bfloat16:
+            lines += ["#ifndef TC_BF16_HELPERS", "#define TC_BF16_HELPERS", self.bfloat16_helpers("static inline"),
+                      "#endif"]
         if any(uop.op is Ops.MULACC and uop.arg == FUSED for uop in uops):
             lines += [_FMA_MACROS] + [_IN_REGISTER_MACRO] * bool(_loads_kept_in_registers(uops))
         masked = {uop.dtype for uop in uops if uop.op is Ops.LOAD and _lane_gated(uop)}

@@ -16,9 +16,7 @@ from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
-CUDA_TYPE_MAP: dict[DType, str] = {
-    **cstyle.BASE_TYPE_MAP, dtypes.int8: "signed char", dtypes.int64: "long long",
-    dtypes.uint64: "unsigned long long", dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
+CUDA_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
 NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 """NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
 _VECTOR_NAMES = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
