@@ -41,6 +41,7 @@ INPUTS = {
     "i": np.array([-7, -3, 0, 1, 5, 9, 100, -100, 2**31 - 1], dtype=np.int32),
     "d": np.array([3, -2, 0, 7, 0, -4, 3, 9, 1], dtype=np.int32),
     "w": np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32),
+    "g": np.random.default_rng(3).integers(0, 33, (5, 47)).astype(np.int32),
 }
 CASES: dict[str, tuple[str, object]] = {
     "fused elementwise": ("(t['x'] * 2.5 + 1).relu().numpy()", lambda v: np.maximum(v["x"] * 2.5 + 1, 0)),
@@ -89,6 +90,13 @@ CASES: dict[str, tuple[str, object]] = {
     "edge values: exp2, log2, sqrt": (
         "[t['e'].exp2().numpy(), t['e'].log2().numpy(), t['e'].sqrt().numpy()]",
         lambda v: [np.exp2(v["e"]), np.log2(v["e"]), np.sqrt(v["e"])]),
+    "gated reads (llvm_lowering): pads of edge values, bools, int8 and rows, a gather": (
+        "[t['e'].pad(((2, 3),), value=-1.5).numpy(), (t['e'] > 0).pad(((1, 1),)).numpy(), "
+        "t['i'].cast('int8').pad(((3, 0),)).numpy(), t['m'].pad(((1, 2), (3, 1))).numpy(), "
+        "t['m'].gather(0, t['g']).numpy()]",
+        lambda v: [np.pad(v["e"], (2, 3), constant_values=-1.5), np.pad(v["e"] > 0, 1),
+                   np.pad(v["i"].astype(np.int8), (3, 0)), np.pad(v["m"], ((1, 2), (3, 1))),
+                   np.take_along_axis(v["m"], v["g"], 0)]),
     "casts to unsigned and double": ("[t['x'].cast('uint8').numpy(), (t['x'].cast('float64') / 3).numpy()]",
                                      lambda v: [v["x"].astype(np.int32).astype(np.uint8),
                                                 v["x"].astype(np.float64) / 3]),

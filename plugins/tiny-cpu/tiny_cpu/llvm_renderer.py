@@ -13,14 +13,12 @@ import os
 import struct
 from typing import NamedTuple
 
-from tiny_cpu.lowering import math_in_wider_floats
-from tinycore.codegen.ssa_lowering import ssa_lowering
+from tiny_cpu.llvm_lowering import llvm_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.renderer import Renderer, kernel_name
 from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import FUSED, GroupOp, Ops
-from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -111,19 +109,19 @@ def constant(value: object, dtype: DType) -> str:
     return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
 
 def vector_constant(values: list[object], dtype: DType) -> str:
-    """The text of a vector constant of `dtype` (one value per lane)."""
+    """The text of a vector constant of `dtype` (one value per lane; zeroinitializer where every lane is +0)."""
+    if all(value == 0 and math.copysign(1.0, value) > 0 for value in values):  # type: ignore[arg-type]
+        return "zeroinitializer"
     return "<" + ", ".join(f"{scalar_type(dtype)} {constant(value, dtype.scalar)}" for value in values) + ">"
 
 class Pointer(NamedTuple):
     """An INDEX (or a pointer CAST of one, for a vector access) as the context keeps it: the buffer register, the
-    element index and its type, the gate, the buffer's size in elements (-1 unknown) and `step`, the buffer's own
-    element type, which the index counts in."""
+    element index and its type, the gate and `step`, the buffer's own element type, which the index counts in."""
 
     buffer: str
     index: str | None
     index_type: str
     gate: str | None
-    elements: int
     step: DType
 
 class LLVMRenderer(Renderer):
@@ -143,10 +141,7 @@ class LLVMRenderer(Renderer):
     fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
     vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
                                                    for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
-    # libm has no half functions (llvm.sqrt and llvm.trunc of half are instructions): those and integer powers are
-    # computed in float32 and float64 by the C renderer's rule
-    post_matcher = ssa_lowering + PatternMatcher([(UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.POW), name="x"),
-                                                   math_in_wider_floats)])
+    post_matcher = llvm_lowering  # gated reads without a branch, half math in float32 (tiny_cpu.llvm_lowering)
 
     def __init__(self, device: str = "CPU", arch: str | None = None):
         self.device, self.arch, self.global_max = device, arch, (NUM_CPU_THREADS.value or os.cpu_count() or 1, 1, 1)
@@ -375,8 +370,7 @@ class LLVMContext(SSAContext):
         element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
         index, index_type = (self.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
         gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate,
-                                     pointer.size if isinstance(pointer, PtrDType) else -1, element)
+        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element)
         return self.value(buffer)
 
     def _cast(self, uop: UOp) -> str:
@@ -425,12 +419,7 @@ class LLVMContext(SSAContext):
         # sources of dtype void only order the load; the first other is the alternative
         alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
                            self.zero(dtype.scalar, count))
-        if pointer.index is not None and pointer.elements >= max(count, 1):
-            # a gated read loads element 0 where the gate is off, so it needs no branch and vectorizes
-            index_type = pointer.index_type
-            value = load(self.assign(f"select i1 {pointer.gate}, {index_type} {pointer.index}, {index_type} 0"))
-            gate = pointer.gate if count == 1 else self.splat(pointer.gate, dtypes.bool, count)
-            return self.assign(f"select {_lanes('i1', count)} {gate}, {value_type} {value}, {value_type} {alternative}")
+        # a buffer of unknown size: the read behind a branch (llvm_lowering selects the others without one)
         before, after = self.block, self.branch(pointer.gate, "load")
         value, loaded_block = load(pointer.index), self.block
         self.join(after)
