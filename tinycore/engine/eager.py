@@ -23,6 +23,9 @@ from tinycore.uop.opcodes import GroupOp
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
+# Ops members as module constants: on Python 3.11, `Ops.X` is a lookup through EnumType's __getattr__ hook (about
+# ten times a module global's cost), and eager_key reads several per realize
+_BUFFER, _RESHAPE, _CONST, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.CONST, Ops.DEVICE
 _ELEMENTWISE = GroupOp.ALU | {Ops.CAST}
 _CONSTANT_CHAIN = frozenset({Ops.RESHAPE, Ops.EXPAND})
 _CONSTANT_DEPTH = 4
@@ -86,9 +89,9 @@ def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
     inputs: list[UOp] = []
     for source in uop.src:
         node, reshape = source, None
-        if node.op is Ops.RESHAPE:
+        if node.op is _RESHAPE:
             node, reshape = node.src[0], source.arg
-        if node.op is Ops.BUFFER:
+        if node.op is _BUFFER:
             for position, known in enumerate(inputs):
                 if known is node:
                     parts.append((position, reshape))
@@ -101,7 +104,7 @@ def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
             if node.op not in _CONSTANT_CHAIN:
                 break
             node = node.src[0]
-        if node.op is not Ops.CONST or not (not node.src or node.src[0].op is Ops.DEVICE):
+        if node.op is not _CONST or not (not node.src or node.src[0].op is _DEVICE):
             return None
         parts.append(source)  # hash-consed: the same constant graph is the same node
     if not inputs:
@@ -140,7 +143,7 @@ def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
     """Allocate the result of `plan` for `inputs`, launch its kernel, and return the realized result node."""
     # new_buffer_uop's work for a one-device node whose device node, shape and allocator the plan keeps
     arg = (next(_unique_ids), plan.size)
-    node = UOp.keyed(Ops.BUFFER, plan.dtype, plan.sources, arg, ("ints", arg))
+    node = UOp.keyed(_BUFFER, plan.dtype, plan.sources, arg, ("ints", arg))
     result = Buffer.allocated(plan.device, plan.size, plan.dtype, plan.allocator)
     attributes = node.__dict__
     attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = plan.device, plan.shape, result
@@ -161,7 +164,7 @@ def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
     GlobalCounters.global_mem += plan.mem
     if plan.reshape is None:
         return node
-    return UOp.keyed(Ops.RESHAPE, node.dtype, (node,), plan.reshape[0], plan.reshape[1])
+    return UOp.keyed(_RESHAPE, node.dtype, (node,), plan.reshape[0], plan.reshape[1])
 
 
 def clear() -> None:

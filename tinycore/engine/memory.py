@@ -75,6 +75,8 @@ def buffer_of(uop: UOp) -> Buffer:
     return found
 
 
+_BUFFER = Ops.BUFFER
+"""Ops.BUFFER as a module constant: on Python 3.11 `Ops.X` goes through EnumType's __getattr__ hook (slow)."""
 _filling: dict[str, tuple[tuple[UOp, ...], Allocator]] = {}
 """Per one-device name: the sources of its BUFFER nodes (its DEVICE node) and its allocator, for uop_from_bytes."""
 
@@ -91,7 +93,7 @@ def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: s
         if size * itemsize == nbytes:
             sources, allocator = known
             arg = (next(_unique_ids), size)
-            node = UOp.keyed(Ops.BUFFER, dtype, sources, arg, ("ints", arg))
+            node = UOp.keyed(_BUFFER, dtype, sources, arg, ("ints", arg))
             buffer = Buffer.allocated(device, size, dtype, allocator)
             attributes = node.__dict__
             attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = device, (size,), buffer

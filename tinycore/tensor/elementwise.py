@@ -14,6 +14,8 @@ from tinycore.tensor.support import LN_2, LOG2_E, broadcast_shape, same_size, sc
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
+_ADD, _MUL = Ops.ADD, Ops.MUL
+"""For the operators' scalar test: on Python 3.11 `Ops.X` goes through EnumType's __getattr__ hook (slow)."""
 _FLOATS = frozenset(dtypes.floats)
 """The floating point dtypes (interned: membership is an identity test), for which a Python int or float operand
 keeps the tensor's dtype."""
@@ -418,13 +420,13 @@ class ElementwiseMixin(MovementMixin):
     def __add__(self, x: Operand[Self]) -> Self:
         """self + x."""
         if x.__class__ is int or x.__class__ is float:  # add's own test, without its call (eager code's `x + 1`)
-            return self._scalar_alu(Ops.ADD, x, False)  # type: ignore[arg-type]
+            return self._scalar_alu(_ADD, x, False)  # type: ignore[arg-type]
         return self.add(x)
 
     def __radd__(self, x: Operand[Self]) -> Self:
         """x + self."""
         if x.__class__ is int or x.__class__ is float:
-            return self._scalar_alu(Ops.ADD, x, True)  # type: ignore[arg-type]
+            return self._scalar_alu(_ADD, x, True)  # type: ignore[arg-type]
         return self.add(x, True)
 
     def __sub__(self, x: Operand[Self]) -> Self:
@@ -438,13 +440,13 @@ class ElementwiseMixin(MovementMixin):
     def __mul__(self, x: Operand[Self]) -> Self:
         """self * x."""
         if x.__class__ is int or x.__class__ is float:  # mul's own test, without its call
-            return self._scalar_alu(Ops.MUL, x, False)  # type: ignore[arg-type]
+            return self._scalar_alu(_MUL, x, False)  # type: ignore[arg-type]
         return self.mul(x)
 
     def __rmul__(self, x: Operand[Self]) -> Self:
         """x * self."""
         if x.__class__ is int or x.__class__ is float:
-            return self._scalar_alu(Ops.MUL, x, True)  # type: ignore[arg-type]
+            return self._scalar_alu(_MUL, x, True)  # type: ignore[arg-type]
         return self.mul(x, True)
 
     def __truediv__(self, x: Operand[Self]) -> Self:

@@ -169,6 +169,8 @@ def _reads_memory(node: UOp) -> bool:
 
 
 _MOVEMENT = GroupOp.Movement
+_MULTI, _CONST, _BUFFER = Ops.MULTI, Ops.CONST, Ops.BUFFER
+"""For Tensor.realize's checks: on Python 3.11 `Ops.X` goes through EnumType's __getattr__ hook (slow)."""
 _PYTHON_SCALARS = frozenset((bool, int, float))
 """The classes of the values in a flat list of Python numbers."""
 
@@ -576,13 +578,13 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor and `lst` now, together (shared work is done once); returns self."""
         uop = self.uop
-        if not lst and uop.op is not Ops.MULTI:  # one tensor (eager code): no repeats to tell apart
-            if uop.op is Ops.CONST and not uop.src:
+        if not lst and uop.op is not _MULTI:  # one tensor (eager code): no repeats to tell apart
+            if uop.op is _CONST and not uop.src:
                 return self  # a constant on no device (Tensor(UOp.const(...))): nothing to compute, as tinygrad
             base = uop
             while base.op in _MOVEMENT:  # uop.base without the property's call: eager code realizes every op
                 base = base.src[0]
-            if base.op is Ops.BUFFER:
+            if base.op is _BUFFER:
                 return self
             only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
             if self._unrealized is None and (self._requires_grad or (self._requires_grad is None and (
