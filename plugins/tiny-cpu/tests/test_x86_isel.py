@@ -429,3 +429,47 @@ def test_sixteen_lane_matmul_with_a_ragged_last_block() -> None:
     a, b = Tensor(left).realize(), Tensor(right).realize()
     np.testing.assert_allclose(_run(a @ b, [(a, left), (b, right)], (45, 100), WideX86Contract), left @ right,
                                rtol=1e-4, atol=1e-4)
+
+
+def _convolution(images: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    windows = np.lib.stride_tricks.sliding_window_view(images, weights.shape[2:], axis=(2, 3))
+    return np.einsum("nchwij,kcij->nkhw", windows, weights)
+
+
+BROADCAST_FACTORS = {
+    "rows: m * v + m * m": (lambda m, v: m * v.reshape(13, 1) + m * m, lambda m, v: m * v[:, None] + m * m,
+                            (13, 16), (13,)),
+    "rows: (m + 1) * v + m * m": (lambda m, v: (m + 1.0) * v.reshape(13, 1) + m * m,
+                                  lambda m, v: (m + 1) * v[:, None] + m * m, (13, 16), (13,)),
+    "conv2d": (lambda x, w: x.conv2d(w), _convolution, (2, 16, 10, 18), (32, 16, 3, 3)),  # rows of one vector
+}
+
+
+@needs_avx512
+@pytest.mark.parametrize("name", sorted(BROADCAST_FACTORS))
+def test_a_broadcast_read_by_one_multiply_add_is_its_memory_operand(name: str) -> None:
+    """A 16-lane broadcast of a float in memory that one FMA (or multiply) reads is that instruction's {1to16}
+    memory operand (a convolution's weights, a row's scale); values against numpy."""
+    from tiny_cpu.x86.isel import Selection
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    from tinycore.renderer.isa import Memory
+
+    build, reference, shape, other_shape = BROADCAST_FACTORS[name]
+    values, other = RNG.standard_normal(shape).astype(np.float32), RNG.standard_normal(other_shape).astype(np.float32)
+    x, y = Tensor(values).realize(), Tensor(other).realize()
+    items = [item for item in create_schedule([build(x, y).uop], device_facts).items if not item.is_copy]
+    renderer = X86Renderer(vector_registers=32, vector_lanes=16)  # fuses multiply-adds
+    renderer.global_max, renderer.has_threads = None, False
+    uops = linearize(items[-1].ast, renderer)
+    selection = Selection(uops, vector_registers=32)
+    selection.select()
+    embedded = [i for i in selection.builder.program if i.op.startswith(("vfmadd", "vmul", "vadd"))
+                and any(isinstance(o, Memory) and o.broadcast for o in i.operands)]
+    from_memory = [i for i in selection.builder.program if i.op == "vbroadcastss" and isinstance(i.operands[1], Memory)]
+    assert embedded and not from_memory, selection.builder.program
+    output = np.full(reference(values, other).shape, np.nan, np.float32)
+    inputs = [values if buffer is x.uop.base else other for buffer in items[-1].buffers[1:]]
+    function = ExecutableCode(select_kernel(uops, vector_registers=32)).function(None, *[ctypes.c_void_p] * 3)
+    function(output.ctypes.data, *[array.ctypes.data for array in inputs])
+    np.testing.assert_allclose(output, reference(values, other), rtol=1e-5, atol=1e-5)

@@ -511,7 +511,12 @@ def _float_binary(ctx: Selection, uop: UOp) -> str:
     else:
         result = ctx.builder.value("vec", bits)
         ctx.owner[result] = uop
-    ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+    first, second = uop.src
+    if isinstance(ctx.values.get(first), Memory):  # a broadcast from memory (_embedded_broadcast: + or *) goes last
+        first, second = second, first
+    memory = ctx.values.get(second)
+    right: Operand = memory if isinstance(memory, Memory) else ctx.register(second)
+    ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(first), right)
     return _rounded(ctx, uop, result)
 
 
@@ -552,27 +557,48 @@ def _dies_here(ctx: Selection, value: UOp, user: UOp) -> bool:
         ctx.paths.get(value) == ctx.paths.get(user) and value.dtype.scalar not in HALVES
 
 
+def _embedded_broadcast(ctx: Selection, vectorize: UOp) -> bool:
+    """Whether a 16-lane broadcast of a float in memory is read by one multiply-add, multiply or add only, as one of
+    its factors (terms) with a register for the other: that instruction then reads the float itself (EVEX
+    {1to16}), one instruction fewer (a convolution's tile: each weight broadcast once, for one FMA). Not a broadcast
+    made outside its user's loop (each iteration would read the float again)."""
+    users = ctx.consumers.get(vectorize, [])
+    if vectorize.dtype.count != 16 or len(users) != 1 or users[0].op not in (Ops.MULACC, Ops.MUL, Ops.ADD) or \
+            ctx.paths.get(vectorize) != ctx.paths.get(users[0]):
+        return False
+    factors = users[0].src[:2]
+    return factors.count(vectorize) == 1 and users[0].src[2:] != (vectorize,) and \
+        all(factor is vectorize or factor.op is not Ops.VECTORIZE for factor in factors)
+
+
 def _multiply_add(ctx: Selection, uop: UOp) -> str:
-    """a * b + c: one FMA (one rounding) where codegen marked it FUSED, else a multiply and an add, as written."""
+    """a * b + c: one FMA (one rounding) where codegen marked it FUSED, else a multiply and an add, as written.
+    A factor broadcast from memory (_embedded_broadcast) is the instruction's memory operand."""
     bits, flavour = _float_shape(uop)
     result = ctx.builder.value("vec", bits)
+    first, second = uop.src[:2]
+    if isinstance(ctx.values.get(first), Memory):
+        first, second = second, first
+    memory = ctx.values.get(second)
+    right: Operand = memory if isinstance(memory, Memory) else ctx.register(second)
     if uop.arg is FUSED:
-        factor = next((source for source in uop.src[:2] if _dies_here(ctx, source, uop)), None)
+        factor = None if isinstance(memory, Memory) else \
+            next((source for source in (first, second) if _dies_here(ctx, source, uop)), None)
         if uop.src[2] in ctx.in_place:  # into the accumulator's own register
             result = ctx.register(uop.src[2])
         elif factor is not None:  # into a factor's register, which nothing reads again: no copy of the addend
             result = ctx.register(factor)
-            other = uop.src[1] if factor is uop.src[0] else uop.src[0]
+            other = second if factor is first else first
             ctx.builder.emit("vfmadd213" + flavour, result, ctx.register(other), ctx.register(uop.src[2]))
             ctx.owner[result] = uop
             return _rounded(ctx, uop, result)
         else:
             ctx.builder.emit("vmovaps", result, ctx.register(uop.src[2]))
             ctx.owner[result] = uop
-        ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+        ctx.builder.emit("vfmadd231" + flavour, result, ctx.register(first), right)
     else:
         product = ctx.builder.value("vec", bits)
-        ctx.builder.emit("vmul" + flavour, product, ctx.register(uop.src[0]), ctx.register(uop.src[1]))
+        ctx.builder.emit("vmul" + flavour, product, ctx.register(first), right)
         ctx.builder.emit("vadd" + flavour, result, product, ctx.register(uop.src[2]))
     return _rounded(ctx, uop, result)
 
@@ -699,6 +725,9 @@ def _vectorize(ctx: Selection, uop: UOp) -> str:
         return ""
     memory = ctx.values.get(uop.src[0])
     if isinstance(memory, Memory):  # a float32 load left to the broadcast (addresses.broadcast_source)
+        if _embedded_broadcast(ctx, uop):  # read by its one multiply-add, {1to16}
+            ctx.values[uop] = replace(memory, broadcast=True)
+            return ""
         result = ctx.builder.value("vec", 32 * count)
         ctx.builder.emit("vbroadcastss", result, memory)
         ctx.values[uop] = result
