@@ -97,6 +97,9 @@ CASES: dict[str, tuple[str, object]] = {
         lambda v: [np.pad(v["e"], (2, 3), constant_values=-1.5), np.pad(v["e"] > 0, 1),
                    np.pad(v["i"].astype(np.int8), (3, 0)), np.pad(v["m"], ((1, 2), (3, 1))),
                    np.take_along_axis(v["m"], v["g"], 0)]),
+    "float to narrow and unsigned integers through int32/int64 (llvm_lowering), negatives wrapping": (
+        "[(t['x'] * 60).cast(name).numpy() for name in ('int8', 'int16', 'uint16', 'uint32')]",
+        lambda v: [(v["x"] * 60).astype(np.int64).astype(name) for name in (np.int8, np.int16, np.uint16, np.uint32)]),
     "casts to unsigned and double": ("[t['x'].cast('uint8').numpy(), (t['x'].cast('float64') / 3).numpy()]",
                                      lambda v: [v["x"].astype(np.int32).astype(np.uint8),
                                                 v["x"].astype(np.float64) / 3]),

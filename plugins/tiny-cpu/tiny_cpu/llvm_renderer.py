@@ -256,12 +256,7 @@ class LLVMContext(SSAContext):
                                            count), text)
         from_type, to_type = _lanes(scalar_type(source), count), _lanes(scalar_type(target), count)
         source_float, target_float, unsigned = _is_float(source), _is_float(target), dtypes.is_unsigned(target)
-        if source_float and not target_float and target.itemsize < 8 and (unsigned or target.itemsize < 4):
-            # truncation toward zero of narrow types goes through a wider int, as C does
-            wide_type = _lanes("i64" if unsigned and target.itemsize == 4 else "i32", count)
-            return self.assign(f"trunc {wide_type} {self.assign(f'fptosi {from_type} {text} to {wide_type}')} "
-                               f"to {to_type}")
-        if source_float:
+        if source_float:  # to a narrow or unsigned 32-bit integer through a wider one (llvm_lowering)
             operation = ("fpext" if target.itemsize > source.itemsize else "fptrunc") if target_float else \
                 ("fptoui" if unsigned else "fptosi")
         elif target_float:
