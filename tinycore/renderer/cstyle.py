@@ -254,6 +254,10 @@ class CStyleLanguage(Renderer):
         return f"{pointer.buffer}[{pointer.index}]" if pointer.cast is None and pointer.index is not None else \
             f"(*{pointer.address()})"
 
+    def render_store(self, ctx: RenderContext, pointer: RenderedPointer, index_uop: UOp, value: UOp) -> str:
+        """The statement writing `value` at `pointer` (behind the pointer's gate, added by the caller)."""
+        return f"{self.render_access(pointer, index_uop, value.dtype)} = {ctx.expression(value)};"
+
 class RenderContext:
     """The state of rendering one program: value names, pointers, lines, parameters, `state` for a language's rules."""
 
@@ -494,8 +498,7 @@ def _store(ctx: RenderContext, x: UOp) -> str:
     if x.arg is not None:
         raise ValueError(f"{type(ctx.renderer).__name__} declares no atomic updates, got a combining store ({x.arg}) "
                          f"of {x.src[1].dtype}: codegen must resolve it first (codegen/atomics.py)")
-    value = ctx.expression(x.src[1])
-    ctx.emit(ctx.gated(pointer, f"{ctx.renderer.render_access(pointer, x.src[0], x.src[1].dtype)} = {value};"))
+    ctx.emit(ctx.gated(pointer, ctx.renderer.render_store(ctx, pointer, x.src[0], x.src[1])))
     return ""
 
 base_rendering = text_rules([

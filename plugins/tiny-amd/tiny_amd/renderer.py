@@ -6,6 +6,7 @@ the global fadd instruction), else a compare-exchange loop. No vectors: buffer v
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from tinycore.dtype import DType, dtypes
@@ -108,11 +109,8 @@ class HIPRenderer(cstyle.CStyleLanguage):
         self.target = parse_target(arch)
         from tinycore.hcq.mock import embed_program as embed  # MOCK GPUs run the linear program the source carries
         self.arch, self.device, self.program_embedder = arch, device, embed if embed_program else None
-        self.vector_widths: dict[DType, tuple[int, ...]] = {}
-        self.matrix_instructions: tuple[Any, ...] = ()
+        self.matrix_instructions: tuple[Any, ...] = ()  # no vector types (the contract's empty vector_widths)
         if AMD_MATRIX_CORES.value != 0 if matrix_cores is None else matrix_cores:
-            from functools import partial
-
             from tiny_amd.matrix_core import matrix_core_opt, matrix_instructions
             self.matrix_instructions = matrix_instructions(arch)
             self.tensor_core_opt = partial(matrix_core_opt, self.matrix_instructions)
@@ -129,11 +127,10 @@ class HIPRenderer(cstyle.CStyleLanguage):
 
 def make_hip_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The HIP renderer and clang compiler for `device` and the DEV target (AMD::gfx1100) or the GPU's (MOCK too)."""
+    from tiny_amd.amd_mock import MockCompiler
     from tiny_amd.compiler import AMDCompiler
     from tiny_amd.target import device_target, parse_target
     from tinycore.device.registry import target_for
     parse_target(chosen := arch or device_target(device))
-    if target_for(device).interface == "MOCK":
-        from tiny_amd.amd_mock import MockCompiler
-        return HIPRenderer(chosen, device, embed_program=True), MockCompiler(chosen)
-    return HIPRenderer(chosen, device), AMDCompiler(chosen)
+    mock = target_for(device).interface == "MOCK"
+    return HIPRenderer(chosen, device, embed_program=mock), (MockCompiler if mock else AMDCompiler)(chosen)

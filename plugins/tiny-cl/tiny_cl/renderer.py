@@ -30,14 +30,6 @@ def _vector_address(pointer: RenderedPointer, value_dtype: DType) -> str | None:
     """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
     return pointer.address(with_cast=False) if pointer.element.count < value_dtype.count > 1 else None
 
-def _vector_store(ctx: RenderContext, x: UOp) -> str | None:
-    """A vector write is vstoreN(value, 0, address); scalar writes are left to the base rules."""
-    pointer = ctx.pointer_of(x.src[0])
-    if (address := _vector_address(pointer, x.src[1].dtype)) is None or x.arg is not None:
-        return None
-    ctx.emit(ctx.gated(pointer, f"vstore{x.src[1].dtype.count}({ctx.expression(x.src[1])}, 0, {address});"))
-    return ""
-
 def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """OpenCL 1.1's 32-bit atomics (atomic_add/max/min for integers, else an atomic_cmpxchg loop over the element's
     bits) and, with cl_khr_int64_base_atomics, their 64-bit forms (atom_add, else an atom_cmpxchg loop)."""
@@ -51,9 +43,8 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{value}; {bits} {seen} = *{target}, {expected}; do {{ {expected} = {seen}; {seen} = {exchange}({target}, "
             f"{expected}, as_{bits}({combined})); }} while ({seen} != {expected}); }}")
 
-cl_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic)),
-                           (UPat(Ops.STORE, name="x"), _vector_store)])
-"""OpenCL's own rules: atomic updates and vector stores through vstoreN (vector loads: `render_access`)."""
+cl_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
+"""OpenCL's own rules: atomic updates (vector accesses: `render_access` and `render_store`)."""
 
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
@@ -99,6 +90,12 @@ class OpenCLRenderer(CStyleLanguage):
         address = _vector_address(pointer, value_dtype)
         return super().render_access(pointer, index_uop, value_dtype) if address is None else \
             f"vload{value_dtype.count}(0, {address})"
+
+    def render_store(self, ctx: RenderContext, pointer: RenderedPointer, index_uop: UOp, value: UOp) -> str:
+        """A vector write is vstoreN(value, 0, address); scalar writes are the base's."""
+        address = _vector_address(pointer, value.dtype)
+        return super().render_store(ctx, pointer, index_uop, value) if address is None else \
+            f"vstore{value.dtype.count}({ctx.expression(value)}, 0, {address});"
 
     def memory_type(self, dtype: DType) -> str:
         """bool is a uchar in memory (bool has no defined size in OpenCL C memory)."""

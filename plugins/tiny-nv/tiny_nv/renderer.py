@@ -87,20 +87,8 @@ def _lane_addresses(pointer: cstyle.RenderedPointer, value_dtype: DType) -> list
     index = f"{pointer.index}+" if pointer.index not in (None, "0") else ""
     return [f"{pointer.buffer}[{index}{lane}]" for lane in range(value_dtype.count)]
 
-def _vector_store(ctx: cstyle.RenderContext, x: UOp) -> str | None:
-    """A vector write stores lane by lane; scalar writes are left to the base rules."""
-    pointer, value = ctx.pointer_of(x.src[0]), x.src[1]
-    if (lanes := _lane_addresses(pointer, value.dtype)) is None:
-        return None
-    if not (source := ctx.names.get(value, "")).isidentifier():
-        source = ctx.declare(value, ctx.expression(value), "vec")
-    ctx.emit(ctx.gated(pointer, " ".join(f"{lane} = {ctx.renderer.render_gep(source, position, value.dtype)};"
-                                         for position, lane in enumerate(lanes))))
-    return ""
-
-cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), _vector_store),
-                             (UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
-"""CUDA's own rules: vector stores lane by lane (vector loads: `render_access`) and atomic updates."""
+cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
+"""CUDA's own rules: atomic updates (vector accesses, lane by lane: `render_access` and `render_store`)."""
 
 class CUDARenderer(cstyle.CStyleLanguage):
     """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
@@ -156,6 +144,16 @@ class CUDARenderer(cstyle.CStyleLanguage):
         return super().render_access(pointer, index_uop, value_dtype) if lanes is None else \
             self.render_vector(value_dtype, lanes)
 
+    def render_store(self, ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, index_uop: UOp,
+                     value: UOp) -> str:
+        """A vector write stores lane by lane (from a variable); scalar writes are the base's."""
+        if (lanes := _lane_addresses(pointer, value.dtype)) is None:
+            return super().render_store(ctx, pointer, index_uop, value)
+        if not (source := ctx.names.get(value, "")).isidentifier():
+            source = ctx.declare(value, ctx.expression(value), "vec")
+        return " ".join(f"{lane} = {self.render_gep(source, position, value.dtype)};" for position, lane in
+                        enumerate(lanes))
+
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Infinity and NaN, the half and bfloat16 structs, the bitcast helper (and mma for tensor-core kernels)."""
         from tiny_nv.tensor_core import MMA_PRELUDE, uses_tensor_cores
@@ -167,11 +165,10 @@ class CUDARenderer(cstyle.CStyleLanguage):
 
 def make_cuda_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The CUDA renderer and NVRTC compiler for `device` and the DEV arch (NV::sm_90) or the GPU's (MOCK too)."""
+    from tiny_nv.mock import MockCompiler
     from tiny_nv.nvrtc import NVRTCCompiler, parse_arch
     from tiny_nv.target import device_arch
     from tinycore.device.registry import target_for
     parse_arch(chosen := arch or device_arch(device))
-    if target_for(device).interface == "MOCK":
-        from tiny_nv.mock import MockCompiler
-        return CUDARenderer(chosen, device, embed_program=True), MockCompiler(chosen)
-    return CUDARenderer(chosen, device), NVRTCCompiler(chosen)
+    mock = target_for(device).interface == "MOCK"
+    return CUDARenderer(chosen, device, embed_program=mock), (MockCompiler if mock else NVRTCCompiler)(chosen)
