@@ -55,13 +55,9 @@ def bfloat16_bits(value: float) -> int:
 
 def threads_per_group(uops: list[UOp]) -> int | None:
     """The product of the program's lidx sizes (1 without any), or None when one of them is not a constant."""
-    size = 1
-    for uop in uops:
-        if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx"):
-            if not uop.src or uop.src[0].op is not Ops.CONST:
-                return None
-            size *= uop.src[0].arg
-    return size
+    sizes = [uop.src[0].arg if uop.src and uop.src[0].op is Ops.CONST else None for uop in uops
+             if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx")]
+    return None if None in sizes else math.prod(sizes)
 
 class RenderedPointer:
     """A rendered INDEX: buffer and index expressions, optional gate, element dtype and vector-pointer cast."""
@@ -309,11 +305,6 @@ class RenderContext:
         self.emit(self.renderer.render_declaration(name := self.fresh(prefix), uop.dtype, code))
         return self.name(uop, name)
 
-    def lane(self, uop: UOp, lane: int) -> str:
-        """Lane `lane` of a source (scalars broadcast)."""
-        text = self.expression(uop)
-        return text if uop.dtype.count == 1 else self.renderer.render_gep(text, lane, uop.dtype)
-
     def materialize(self, uop: UOp) -> None:
         """Give an expression rendered in place a variable of its own, declared here."""
         self.inlined.discard(uop)
@@ -321,17 +312,13 @@ class RenderContext:
 
     def cast(self, source: UOp, dtype: DType) -> str:
         """The conversion of `source` to `dtype`: vectors by `vector_cast` (not of bool or bfloat16) or lane by lane."""
-        renderer = self.renderer
-        if dtype.count == 1:
-            return self.scalar_cast(self.expression(source), source.dtype, dtype)
-        if renderer.vector_cast and not {source.dtype.scalar, dtype.scalar} & {dtypes.bool, dtypes.bfloat16}:
-            return renderer.vector_cast.format(x=self.expression(source), type=renderer.render_dtype(dtype))
-        return renderer.render_vector(dtype, [self.scalar_cast(self.lane(source, lane), source.dtype.scalar,
-                                                               dtype.scalar) for lane in range(dtype.count)])
-
-    def scalar_cast(self, text: str, from_dtype: DType, to_dtype: DType) -> str:
-        """The conversion of a scalar expression."""
-        return text if from_dtype == to_dtype else self.renderer.render_cast(text, from_dtype, to_dtype)
+        renderer, text, (before, after) = self.renderer, self.expression(source), (source.dtype.scalar, dtype.scalar)
+        if dtype.count > 1 and renderer.vector_cast and not {before, after} & {dtypes.bool, dtypes.bfloat16}:
+            return renderer.vector_cast.format(x=text, type=renderer.render_dtype(dtype))
+        lanes = [text if source.dtype.count == 1 else renderer.render_gep(text, lane, source.dtype)
+                 for lane in range(dtype.count)]
+        lanes = [lane if before == after else renderer.render_cast(lane, before, after) for lane in lanes]
+        return lanes[0] if dtype.count == 1 else renderer.render_vector(dtype, lanes)
 
     def alu(self, uop: UOp) -> str:
         """Bind an ALU op's code; an inlined operand it repeats gets a variable first (no exponential source growth)."""

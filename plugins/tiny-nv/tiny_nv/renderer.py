@@ -19,8 +19,6 @@ from tinycore.uop.uop import UOp
 CUDA_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "tc_half", dtypes.bfloat16: "tc_bfloat16"}
 NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 """NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
-_VECTOR_NAMES = {"signed char": "char", "unsigned char": "uchar", "unsigned short": "ushort", "unsigned int": "uint",
-                 "long long": "longlong", "unsigned long long": "ulonglong"}
 
 def _pow(base: str, exponent: str, dtype: DType) -> str:
     """pow for floats (float or double overload); integers through float and back."""
@@ -136,7 +134,7 @@ class CUDARenderer(cstyle.CStyleLanguage):
         """CUDA's built-in vector type names (float4, uint2, longlong2, ...)."""
         if count not in (2, 3, 4) or scalar in ("tc_half", "tc_bfloat16", "bool"):
             raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}: codegen must keep it scalar")
-        return f"{_VECTOR_NAMES.get(scalar, scalar)}{count}"
+        return super().vector_type_name("char" if scalar == "signed char" else scalar, count)  # uchar, longlong, ...
 
     def render_access(self, pointer: cstyle.RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """A vector read is built from its lanes; scalar reads are the base's lvalues."""
