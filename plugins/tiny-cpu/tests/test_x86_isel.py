@@ -384,20 +384,22 @@ def test_transcendentals_in_sixteen_lanes(name: str) -> None:
 
 @needs_avx512
 def test_sixteen_lane_selects_write_the_operand_that_dies() -> None:
-    """A 16-lane select is a compare into k1, the mask made lanes (vpmovm2d), and vpternlogd writing the alternative
-    that nothing reads again (0xB8 the false one, 0xE2 the true one) or a copy of the mask (0xCA): the three
-    truth tables against numpy."""
+    """A 16-lane compare whose lanes are also read as bools is made a vector of lane masks (vpmovm2d from k1), and
+    its selects are vpternlogd writing the alternative that nothing reads again (0xB8 the false one, 0xE2 the true
+    one) or a copy of the mask (0xCA): the three truth tables against numpy."""
     from tiny_cpu.x86.isel import Selection
 
     left, right = RNG.standard_normal(80).astype(np.float32), RNG.standard_normal(80).astype(np.float32)
     a, b = Tensor(left).realize(), Tensor(right).realize()
-    expression = (a < b).where(1.0, b * 3.0) + (a < b).where(a * 2.0, -1.0) + (a > b).where(a, 0.5)
+    expression = (a < b).where(1.0, b * 3.0) + (a < b).where(a * 2.0, -1.0) + (a > b).where(a, 0.5) + \
+        (a < b).cast(dtypes.float32) - (a > b).cast(dtypes.float32)
     selection = Selection(_kernel(expression, WideX86Contract)[0], vector_registers=32)
     selection.select()
     tables = sorted(i.operands[-1] for i in selection.builder.program if i.op == "vpternlogd")
     assert tables == [0xB8, 0xCA, 0xE2], tables
     expected = np.where(left < right, np.float32(1), right * np.float32(3)) + \
-        np.where(left < right, left * np.float32(2), np.float32(-1)) + np.where(left > right, left, np.float32(0.5))
+        np.where(left < right, left * np.float32(2), np.float32(-1)) + np.where(left > right, left, np.float32(0.5)) + \
+        (left < right).astype(np.float32) - (left > right).astype(np.float32)
     np.testing.assert_array_equal(_run(expression, [(a, left), (b, right)], left.shape, WideX86Contract), expected)
 
 
@@ -473,3 +475,23 @@ def test_a_broadcast_read_by_one_multiply_add_is_its_memory_operand(name: str) -
     function = ExecutableCode(select_kernel(uops, vector_registers=32)).function(None, *[ctypes.c_void_p] * 3)
     function(output.ctypes.data, *[array.ctypes.data for array in inputs])
     np.testing.assert_allclose(output, reference(values, other), rtol=1e-5, atol=1e-5)
+
+
+@needs_avx512
+def test_sixteen_lane_selects_blend_under_k1_while_it_holds_their_compare() -> None:
+    """Selects that are the only readers of their compare, with no other compare selected in between, blend under
+    k1 (vblendmps) and the compare's lanes are never a vector; softmax's exp2 clamps against numpy."""
+    from tiny_cpu.x86.isel import Selection
+
+    values = (RNG.standard_normal((6, 64)) * 60).astype(np.float32)
+    x = Tensor(values).realize()
+    uops = _kernel(x.softmax(-1), WideX86Contract)[0]
+    selection = Selection(uops, vector_registers=32)
+    selection.select()
+    ops = [i.op for i in selection.builder.program]
+    blends = [i for i in selection.builder.program if i.op == "vblendmps"]
+    assert blends and all(i.mask is not None and i.mask.name == "k1" for i in blends)
+    assert "vpmovm2d" not in ops and "vpternlogd" not in ops, ops
+    shifted = np.exp(values - values.max(-1, keepdims=True))
+    np.testing.assert_allclose(_run(x.softmax(-1), [(x, values)], values.shape, WideX86Contract),
+                               shifted / shifted.sum(-1, keepdims=True), rtol=2e-6, atol=1e-7)

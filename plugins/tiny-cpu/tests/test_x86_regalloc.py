@@ -555,3 +555,23 @@ def test_a_spilled_source_the_instruction_can_read_from_memory_is_not_loaded() -
     add, store = rewritten(Instruction("vaddps", (spilled, kept, other)))
     assert add.operands[2] == Memory(rsp, None, 1, 32, 256) and add.operands[0] in ymm[13:16]
     assert store.operands == (0, add.operands[0])
+
+
+def test_an_instructions_opmask_survives_renaming_and_spills() -> None:
+    """A blend under k1 keeps its opmask when its operands are renamed to registers and when they are spilled (the
+    mask is a physical register the allocator never assigns)."""
+    from tiny_cpu.x86.registers import MASK, XMM, ZMM, view
+
+    from tinycore.renderer.isa import Allocation, rewrite_program
+    values = [VirtualRegister(i, "vec", 512) for i in range(3)]  # vblendmps result {k1}, if_false, if_true
+    blend = Instruction("vblendmps", tuple(values), ("w", "r", "r"), mask=MASK[1])
+    view_as = lambda register, bits: view(register, bits)  # noqa: E731
+    load = lambda register, offset: Instruction("load", (register, offset))  # noqa: E731
+    store = lambda offset, register: Instruction("store", (offset, register))  # noqa: E731
+    renamed = rewrite_program([blend], Allocation(assigned={value: XMM[i] for i, value in enumerate(values)}),
+                              {"vec": XMM[13:16]}, view_as, load, store)
+    assert renamed[0].operands == tuple(ZMM[:3]) and renamed[0].mask == MASK[1]
+    spilled = rewrite_program([blend], Allocation(spill_offset={value: 64 * i for i, value in enumerate(values)},
+                                                  spill_bytes=192), {"vec": XMM[13:16]}, view_as, load, store)
+    selected = next(instruction for instruction in spilled if instruction.op == "vblendmps")
+    assert selected.mask == MASK[1] and len(spilled) == 4

@@ -101,13 +101,16 @@ class Instruction:
 
     `access` has one entry per operand: "r" read, "w" written, "rw" both. Memory operands and immediates are "r"
     for the purpose of allocation (their address registers are read). `clobbers` lists physical registers the
-    instruction overwrites beyond its operands (division's rdx, a call's caller-saved set).
+    instruction overwrites beyond its operands (division's rdx, a call's caller-saved set). `mask` is the physical
+    predicate register it runs under (x86's AVX-512 opmask: a blend by a compare's lanes), None for none; it is not
+    allocated, and passes through allocation unchanged.
     """
 
     op: str
     operands: tuple[Operand, ...] = ()
     access: tuple[str, ...] = ()
     clobbers: tuple[Register, ...] = field(default_factory=tuple)
+    mask: Register | None = None
 
     def __post_init__(self) -> None:
         if not self.access:
@@ -116,4 +119,5 @@ class Instruction:
             raise ValueError(f"{self.op}: {len(self.operands)} operands but {len(self.access)} access modes")
 
     def __repr__(self) -> str:
-        return f"{self.op} {', '.join(map(repr, self.operands))}"
+        under = "" if self.mask is None else f"{{{self.mask.name}}}"
+        return f"{self.op}{under} {', '.join(map(repr, self.operands))}"

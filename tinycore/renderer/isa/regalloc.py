@@ -288,7 +288,8 @@ class _SpillRewriter:
             else:
                 placed[i] = operand
         operands = tuple(placed[i] for i in range(len(instruction.operands)))
-        return [*loads, Instruction(instruction.op, operands, instruction.access, instruction.clobbers), *stores]
+        return [*loads, Instruction(instruction.op, operands, instruction.access, instruction.clobbers,
+                                    instruction.mask), *stores]
 
     def _renamed(self, instruction: Instruction) -> Instruction | None:
         """`instruction` with its values renamed to their registers, or None when it touches a spilled value (most
@@ -319,7 +320,7 @@ class _SpillRewriter:
                 operands.append(operand.with_registers(address[0], address[1]))
             else:
                 operands.append(operand)
-        return Instruction(instruction.op, tuple(operands), instruction.access, instruction.clobbers)
+        return Instruction(instruction.op, tuple(operands), instruction.access, instruction.clobbers, instruction.mask)
 
 
 def rewrite_program(

@@ -70,7 +70,7 @@ class Assembler:
                 raise EncodingError("a label instruction takes a Label")
             self.bind(label)
         else:
-            self.emit(instruction.op, *instruction.operands)
+            self.emit(instruction.op, *instruction.operands, mask=instruction.mask)
 
     def finish(self) -> bytes:
         """The code with every label reference filled in."""

@@ -137,10 +137,12 @@ class FunctionBuilder:
         """Place `label` here."""
         self.program.append(Instruction("label", (label,), ("r",)))
 
-    def emit(self, op: str, *operands: Operand, clobbers: tuple[Register, ...] = ()) -> None:
+    def emit(self, op: str, *operands: Operand, clobbers: tuple[Register, ...] = (),
+             mask: Register | None = None) -> None:
         """Append an x86 instruction (Intel mnemonic and operand order) over virtual or physical registers;
-        `clobbers` are physical registers it overwrites beyond its operands (values live across it avoid them)."""
-        self.program.append(Instruction(op, operands, access_modes(op, operands), clobbers))
+        `clobbers` are physical registers it overwrites beyond its operands (values live across it avoid them),
+        `mask` the opmask (k1-k7) it runs under."""
+        self.program.append(Instruction(op, operands, access_modes(op, operands), clobbers, mask))
 
     def ret(self, value: VirtualRegister | None = None) -> None:
         """Return `value` (in rax for an integer, xmm0 for a float) and leave the function."""

@@ -616,14 +616,34 @@ def _compare(ctx: Selection, uop: UOp) -> str:
         return _integer_compare(ctx, uop)
     bits, flavour = _float_shape(uop.src[0])
     mask = ctx.builder.value("vec", bits)  # all ones in the lanes where true: what vblendvps reads
-    if bits == 512:  # AVX-512 compares write a mask register: k1, only ever live between these two instructions
+    if bits == 512:  # AVX-512 compares write a mask register, k1: the only one used, never allocated
         ctx.builder.emit("vcmpps", MASK[1], ctx.register(uop.src[0]), ctx.register(uop.src[1]), _PREDICATES[uop.op])
+        if _selects_under_k1(ctx, uop):
+            ctx.values[uop] = MASK[1]
+            return ""
         ctx.builder.emit("vpmovm2d", mask, MASK[1])
     else:
         ctx.builder.emit("vcmp" + flavour, mask, ctx.register(uop.src[0]), ctx.register(uop.src[1]),
                          _PREDICATES[uop.op])
     ctx.values[uop] = mask if _is_vector(uop) else mask_to_bool(ctx.builder, mask)
     return ""
+
+
+def _selects_under_k1(ctx: Selection, compare: UOp) -> bool:
+    """Whether every reader of a 16-lane compare is a 16-lane select that runs while k1 still holds the compare's
+    lanes: no other 16-lane compare selected (each writes k1) and no loop start or end (a later iteration's compares)
+    between the compare and its last reader. The selects then blend under k1 (vblendmps) and the lanes are never
+    made a vector (softmax's exp2 clamps: a compare, vpmovm2d, a copy and vpternlogd became a compare and a blend)."""
+    users = ctx.consumers.get(compare, [])
+    if not users or any(user.op is not Ops.WHERE or user.src[0] is not compare or user.src[1:].count(compare)
+                        or user.dtype.count != 16 for user in users):
+        return False
+    end = max(ctx.position[user] for user in users)
+    for uop in ctx.uops[ctx.position[compare] + 1:end]:
+        if uop.op in (Ops.RANGE, Ops.END) or (uop.op in _PREDICATES and uop.src[0].dtype.count == 16
+                                               and uop not in ctx.lanes_skipped):  # a compare folded into vminps
+            return False
+    return True
 
 
 def _integer_compare(ctx: Selection, uop: UOp) -> str:
@@ -670,6 +690,12 @@ def _where(ctx: Selection, uop: UOp) -> str:
         chosen = ctx.builder.value("vec", width)
         ctx.builder.emit(name + flavour, chosen, ctx.register(first), ctx.register(second))
         ctx.values[uop] = chosen
+        return ""
+    if ctx.values.get(uop.src[0]) == MASK[1]:  # the compare's lanes in k1 (_selects_under_k1): true lanes from src2
+        result = ctx.builder.value("vec", 512)
+        ctx.builder.emit("vblendmps", result, ctx.register(uop.src[2]), ctx.register(uop.src[1]), mask=MASK[1])
+        ctx.owner[result] = uop
+        ctx.values[uop] = result
         return ""
     condition = ctx.register(uop.src[0])
     result = _register_of(ctx, uop.dtype)
