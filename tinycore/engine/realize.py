@@ -391,6 +391,11 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         run_schedule(schedule.items, schedule.temporaries)
         if _viz.ENABLED:  # after the run: the kernels it compiled are recorded by then
             _viz.schedule(to_schedule, schedule)
+        if template is None:
+            # a structure seen for the first time: schedule_cached has just made its template from this schedule
+            # (None under SCACHE=0), so its launch plan is made now, from the kernels this run compiled, and the next
+            # graph of the structure runs from it (and, when eager, takes the shortcut) instead of the third
+            template = cached_template(keyed[0])
         if template is not None and plan is None:
             made = _make_plan(template, schedule)
             if made is not None and template.plan is not None:

@@ -69,6 +69,15 @@ def test_the_same_buffer_twice(shortcut_calls: list[int]) -> None:
     assert shortcut_calls
 
 
+def test_a_new_structure_takes_the_shortcut_from_its_second_graph(shortcut_calls: list[int]) -> None:
+    # a structure no other test builds (int16, 7 elements, * 3 - 1 is two ops: only the first is realized alone)
+    values = [[3, -7, 11, 0, 5, -2, 9], [1, 2, 3, 4, 5, 6, 7], [-8, 8, -8, 8, 0, 1, -1]]
+    for count, row in enumerate(values):
+        got = (Tensor(row, dtype=dtypes.int16) * 3).realize().numpy()
+        np.testing.assert_array_equal(got, np.array(row, dtype=np.int16) * np.int16(3))
+        assert len(shortcut_calls) == count, "the first graph compiles and makes the plan, every later one is shortcut"
+
+
 def test_one_kernel_counted_per_op(shortcut_calls: list[int]) -> None:
     data = Tensor([1.0, 2.0]).realize()
     (data + 1).realize()
