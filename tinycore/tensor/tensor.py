@@ -173,6 +173,18 @@ _MULTI, _CONST, _BUFFER = Ops.MULTI, Ops.CONST, Ops.BUFFER
 """For Tensor.realize's checks: on Python 3.11 `Ops.X` goes through EnumType's __getattr__ hook (slow)."""
 _PYTHON_SCALARS = frozenset((bool, int, float))
 """The classes of the values in a flat list of Python numbers."""
+_PACKERS: dict[tuple[int, DType], Callable[..., bytes]] = {}
+"""struct.Struct(f"@{count}{dtype.fmt}").pack by (count, dtype), for flat lists: struct.pack with a format string
+built per call (an f-string and the struct module's cache lookup) was about a microsecond of every `Tensor([1.0])`."""
+_PACKERS_LIMIT = 256
+
+
+def _packer(count: int, dtype: DType) -> Callable[..., bytes]:
+    """The packer of `count` values of `dtype` (whose fmt is not None), made and kept on first use."""
+    if len(_PACKERS) >= _PACKERS_LIMIT:
+        _PACKERS.clear()
+    found = _PACKERS[count, dtype] = struct.Struct(f"@{count}{dtype.fmt}").pack
+    return found
 
 
 def _flat_dtype(classes: set[type]) -> DType:
@@ -352,7 +364,7 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
                 target = dtype or (dtypes.default_float if float in classes or not classes else _flat_dtype(classes))
                 storage = target if target.fmt is not None else dtypes.float32
                 try:
-                    packed = struct.pack(f"@{len(data)}{storage.fmt}", *data)
+                    packed = (_PACKERS.get((len(data), storage)) or _packer(len(data), storage))(*data)
                 except (struct.error, OverflowError):  # values to convert first: _bytes_from_values does
                     packed = _bytes_from_values(data, storage)
                 node = uop_from_bytes(packed, storage, device)

@@ -49,3 +49,12 @@ def test_new_tensors_on_two_devices_hold_their_own_data() -> None:
     buffers = [tensor.uop.buffer for tensor, _, _ in made]
     assert len({id(buffer) for buffer in buffers}) == len(buffers)
     assert all(buffer.device == device for buffer, (_, device, _) in zip(buffers, made, strict=True))
+
+
+def test_many_lengths_and_dtypes_pack_as_numpy() -> None:
+    # more (length, dtype) pairs than the kept packers: the kept ones are dropped and made again along the way
+    for length in range(0, 300, 1):
+        for dtype, numpy_dtype in ((dtypes.float32, np.float32), (dtypes.int16, np.int16)):
+            values = [(index * 7 - length) % 251 - 100 for index in range(length)]
+            np.testing.assert_array_equal(Tensor(values, dtype=dtype).numpy(), np.array(values, dtype=numpy_dtype))
+    np.testing.assert_array_equal(Tensor([1.0, 2.5]).numpy(), np.array([1.0, 2.5], dtype=np.float32))
