@@ -19,20 +19,21 @@ from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 CodeForOp = Callable[..., str]
-MATH_FUNCTIONS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc"}
+MATH_FUNCTIONS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
+                  Ops.POW: "pow"}
 
-def math_functions(code: Callable[[str, str, DType], str]) -> dict[Ops, CodeForOp]:
-    """`code_for_op` entries of the unary math functions (MATH_FUNCTIONS) from `code(name, operand, dtype)`."""
-    return {op: (lambda operand, dtype, name=name: code(name, operand, dtype)) for op, name in MATH_FUNCTIONS.items()}
+def math_functions(code: Callable[..., str]) -> dict[Ops, CodeForOp]:
+    """`code_for_op` entries of the math functions (MATH_FUNCTIONS) from `code(name, dtype, *operands)`."""
+    return {op: (lambda *operands, name=name: code(name, operands[-1], *operands[:-1]))
+            for op, name in MATH_FUNCTIONS.items()}
 
 _INFIX = {Ops.ADD: "+", Ops.SUB: "-", Ops.MUL: "*", Ops.FDIV: "/", Ops.IDIV: "/", Ops.MOD: "%", Ops.CMPLT: "<",
           Ops.CMPNE: "!=", Ops.CMPEQ: "==", Ops.AND: "&", Ops.OR: "|", Ops.XOR: "^", Ops.SHL: "<<", Ops.SHR: ">>"}
 # ALU op -> expression over the rendered operands and the operand dtype (scalar); languages replace entries
 BASE_CODE_FOR_OP: dict[Ops, CodeForOp] = {
     **{op: (lambda a, b, dtype, symbol=symbol: f"({a}{symbol}{b})") for op, symbol in _INFIX.items()},
-    **math_functions(lambda name, x, dtype: f"{name}({x})"),
-    Ops.NEG: lambda x, dtype: f"(!{x})" if dtype == dtypes.bool else f"(-{x})",
-    Ops.RECIPROCAL: lambda x, dtype: f"(1/{x})", Ops.POW: lambda a, b, dtype: f"pow({a},{b})",
+    **math_functions(lambda name, dtype, *operands: f"{name}({','.join(operands)})"),
+    Ops.NEG: lambda x, dtype: f"(!{x})" if dtype == dtypes.bool else f"(-{x})", Ops.RECIPROCAL: lambda x, _: f"(1/{x})",
     Ops.MAX: lambda a, b, dtype: f"(({a}<{b})?{b}:{a})", Ops.MULACC: lambda a, b, c, dtype: f"(({a}*{b})+{c})",
     Ops.WHERE: lambda condition, a, b, dtype: f"({condition}?{a}:{b})"}
 

@@ -21,7 +21,7 @@ HIP_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "_Floa
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942)."""
 
-def _float_math(name: str, operand: str, dtype: DType) -> str:
+def _float_math(name: str, dtype: DType, operand: str) -> str:
     """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double if native."""
     if dtype.scalar == dtypes.float64 and name not in ("sqrt", "trunc"):
         raise ValueError(f"AMD kernels have no float64 {name} without ROCm's device library: compute it in "
@@ -92,7 +92,7 @@ class HIPRenderer(cstyle.CStyleLanguage):
     barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
     string_rewrite = hip_rendering + cstyle.base_rendering
-    code_for_op = {**cstyle.BASE_CODE_FOR_OP, Ops.POW: _pow, **cstyle.math_functions(_float_math)}
+    code_for_op = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_float_math), Ops.POW: _pow}
     type_map = HIP_TYPE_MAP
     bitcast_format = "__builtin_bit_cast({type}, ({source})({x}))"
     code_for_workitem = {"g": lambda axis: f"(int)__builtin_amdgcn_workgroup_id_{'xyz'[axis]}()",

@@ -13,6 +13,7 @@ from tinycore.codegen.division import guard_divisions
 from tinycore.device.compiler import CompileError
 from tinycore.dtype import dtypes
 from tinycore.uop.ops import Ops
+from tinycore.uop.patterns import graph_rewrite
 from tinycore.uop.uop import UOp
 
 I32, F32 = dtypes.int32, dtypes.float32
@@ -170,6 +171,18 @@ def test_gated_loads_integer_division_and_bool_buffers(cl_device):
     expected = numpy.array([0 if v == 0 else int(100 / v) for v in padded], numpy.int32)
     numpy.testing.assert_array_equal(result, expected)
     numpy.testing.assert_array_equal(flagged, padded < 2)
+
+
+def test_integer_pow_is_computed_in_float_by_the_renderers_post_rules(cl_device):
+    out, data = glob(0, I32, 6), glob(1, I32, 6)
+    position = special("gidx0", 6)
+    power = data.index(position).load().alu(Ops.POW, UOp.const(I32, 3))
+    store = graph_rewrite(out.index(position).store(power), cl_device.renderer.post_matcher)  # as codegen runs it
+    source = cl_device.renderer.render_named(linear(position, store), "cube")
+    assert "((int)(pow(((float)(val0)),((float)(3)))))" in source
+    values = numpy.array([2, -3, 5, 0, 7, -2], numpy.int32)
+    result, _ = run_source(cl_device, "cube", source, [numpy.zeros(6, numpy.int32), values], (6, 1, 1))
+    numpy.testing.assert_array_equal(result, values ** 3)
 
 
 def test_double_is_enabled_only_when_reported(cl_device):

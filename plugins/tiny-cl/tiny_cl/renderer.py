@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinycore.codegen.integer_pow import integer_pow_rules
 from tinycore.dtype import DType, dtypes
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, base_rendering
 from tinycore.renderer.renderer import text_rules
@@ -20,11 +21,6 @@ CL_TYPE_MAP: dict[DType, str] = {
     dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
 _EXTENSION_OF = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
 _VECTOR_WIDTHS, _INT64_ATOMICS = (2, 4, 8, 16), "cl_khr_int64_base_atomics"
-
-def _pow(base: str, exponent: str, dtype: DType) -> str:
-    """pow for floats; integers go through float and back."""
-    return f"pow({base},{exponent})" if dtypes.is_float(dtype) else \
-        f"(({CL_TYPE_MAP[dtype.scalar]})pow((float)({base}),(float)({exponent})))"
 
 def _vector_address(pointer: RenderedPointer, value_dtype: DType) -> str | None:
     """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
@@ -53,7 +49,7 @@ class OpenCLRenderer(CStyleLanguage):
     device, suffix, has_local, has_shared, has_threads = "CL", "cl", True, True, False
     kernel_prefix, buffer_prefix, smem_prefix = "__kernel ", "__global ", "__local "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
-    code_for_op = {**CStyleLanguage.code_for_op, Ops.POW: _pow}
+    post_matcher = integer_pow_rules(dtypes.float32)  # OpenCL C's pow takes floating point types only
     integer_suffix = {**CStyleLanguage.integer_suffix, dtypes.int64: "l", dtypes.uint64: "ul"}
     vector_cast, bitcast_format = "convert_{type}({x})", "as_{type}({x})"
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.AND, Ops.OR, Ops.XOR}

@@ -2,6 +2,7 @@
 compiles badly or wrongly, rewritten into forms it compiles well. Every rule is a UOp -> UOp rewrite."""
 from __future__ import annotations
 
+from tinycore.codegen.integer_pow import integer_pow_rules
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import CStyleLanguage
 from tinycore.uop.ops import Ops
@@ -48,19 +49,17 @@ def widen_lane_by_lane(x: UOp) -> UOp | None:
     return UOp(Ops.VECTORIZE, wider.vec(dtype.count), lanes).cast(dtype)
 
 def math_in_wider_floats(x: UOp) -> UOp | None:
-    """A math function of float16 -> the same in float32, an integer POW -> POW in float64, each cast back: C's
-    builtins take float (the f versions) or double."""
-    wide = dtypes.float32 if x.dtype.scalar == dtypes.float16 else \
-        dtypes.float64 if x.op is Ops.POW and not dtypes.is_float(x.dtype) else None
-    if wide is None:
+    """A math function of float16 -> the same in float32, cast back: C's builtins take float (the f versions) or
+    double (an integer POW: in float64, by codegen's `integer_pow_rules`)."""
+    if x.dtype.scalar != dtypes.float16:
         return None
-    wide = wide.vec(x.dtype.count) if x.dtype.count > 1 else wide
+    wide = dtypes.float32.vec(x.dtype.count) if x.dtype.count > 1 else dtypes.float32
     return UOp(x.op, wide, tuple(source.cast(wide) for source in x.src)).cast(x.dtype)
 
 c_lowering = PatternMatcher([
     (UPat((Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW), name="x"), math_in_wider_floats),
     (UPat(Ops.VECTORIZE, name="x"), select_whole_vectors),
     (UPat(Ops.CAST, name="x"), widen_lane_by_lane),
-])
+]) + integer_pow_rules(dtypes.float64)
 """The C renderer's post_matcher: whole-vector selects under a scalar condition, narrow integers widened by lane,
 math functions in the float types C has builtins for."""

@@ -222,8 +222,7 @@ class CRenderer(CStyleLanguage):
 
     device, suffix, has_local, has_shared, has_threads, local_max, shared_max = "CPU", "c", False, False, True, None, 0
     buffer_suffix, infinity, nan, type_map = " restrict", "__builtin_inff()", "__builtin_nanf(\"\")", C_TYPE_MAP
-    code_for_op = {**CStyleLanguage.code_for_op, **math_functions(lambda name, x, dtype: _builtin(name, dtype, x)),
-                   Ops.POW: lambda base, exponent, dtype: _builtin("pow", dtype, base, exponent)}
+    code_for_op = {**CStyleLanguage.code_for_op, **math_functions(_builtin)}
     vector_format, vector_cast = "({type}){{{items}}}", "__builtin_convertvector({x}, {type})"
     string_rewrite, post_matcher = c_rendering + CStyleLanguage.string_rewrite, c_lowering
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.NEG, Ops.AND, Ops.OR, Ops.XOR, Ops.SHL, Ops.SHR, Ops.MAX,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinycore.codegen.integer_pow import integer_pow_rules
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import ContextVar
 from tinycore.renderer import cstyle
@@ -20,12 +21,10 @@ CUDA_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "tc_h
 NV_TENSOR_CORES = ContextVar("NV_TENSOR_CORES", 1)
 """NV_TENSOR_CORES=0 keeps half matmuls off the tensor cores (on sm_80 and later they are used by default)."""
 
-def _pow(base: str, exponent: str, dtype: DType) -> str:
-    """pow for floats (float or double overload); integers through float and back."""
-    if dtype.scalar == dtypes.float64:
-        return f"pow({base},{exponent})"
-    code = f"powf((float)({base}),(float)({exponent}))"
-    return code if dtypes.is_float(dtype) else f"(({CUDA_TYPE_MAP[dtype.scalar]}){code})"
+def _math(name: str, dtype: DType, *operands: str) -> str:
+    """A math function of double, else of float (half and bfloat16 through float; integer pow: `integer_pow_rules`)."""
+    return f"{name}({','.join(operands)})" if dtype.scalar == dtypes.float64 else \
+        f"{name}f({','.join(f'(float)({operand})' for operand in operands)})"
 
 PRELUDE = r"""#define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
@@ -95,9 +94,8 @@ class CUDARenderer(cstyle.CStyleLanguage):
     kernel_prefix, smem_prefix, barrier = 'extern "C" __global__ ', "__shared__ ", "__syncthreads();"
     native_bfloat16, emulated_floats = True, frozenset()  # tc_half and tc_bfloat16 convert themselves; see PRELUDE
     string_rewrite = cuda_rendering + cstyle.base_rendering
-    code_for_op = {**cstyle.BASE_CODE_FOR_OP, Ops.POW: _pow, **cstyle.math_functions(
-        lambda name, x, dtype: f"{name}({x})" if dtype.scalar == dtypes.float64 else f"{name}f((float)({x}))")}
-    type_map = CUDA_TYPE_MAP
+    code_for_op, type_map = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_math)}, CUDA_TYPE_MAP
+    post_matcher = integer_pow_rules(dtypes.float32)
     vector_format, bitcast_format = "make_{type}({items})", "tc_bitcast<{type}, {source}>({x})"
     code_for_workitem = {"g": lambda axis: f"(int)blockIdx.{'xyz'[axis]}",
                          "l": lambda axis: f"(int)threadIdx.{'xyz'[axis]}",
