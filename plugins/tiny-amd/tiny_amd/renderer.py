@@ -21,21 +21,17 @@ HIP_TYPE_MAP: dict[DType, str] = {**cstyle.BASE_TYPE_MAP, dtypes.float16: "_Floa
 AMD_MATRIX_CORES = ContextVar("AMD_MATRIX_CORES", 1)
 """AMD_MATRIX_CORES=0 keeps half matmuls off the matrix cores (WMMA on gfx11/gfx12, MFMA on gfx90a/gfx942)."""
 
-def _float_math(name: str, dtype: DType, operand: str) -> str:
-    """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double if native."""
+def _float_math(name: str, dtype: DType, *operands: str) -> str:
+    """`__builtin_<name>f` for float (half and bfloat16 through float), `__builtin_<name>` for double if native; pow is
+    the prelude's tc_pow (exp2 and log2 with the sign of odd integer powers of negative bases), of any dtype."""
     if dtype.scalar == dtypes.float64 and name not in ("sqrt", "trunc"):
         raise ValueError(f"AMD kernels have no float64 {name} without ROCm's device library: compute it in "
                          "float32 (x.float()) or on another device")
     if dtype.scalar == dtypes.float64:
-        return f"__builtin_{name}({operand})"
-    result = f"__builtin_{name}f((float)({operand}))"
-    return result if dtype.scalar == dtypes.float32 else f"(({HIP_TYPE_MAP[dtype.scalar]}){result})"
-
-def _pow(base: str, exponent: str, dtype: DType) -> str:
-    """pow through the prelude's tc_pow (exp2 and log2 with the sign of odd integer powers of negative bases)."""
-    if dtype.scalar == dtypes.float64:
-        raise ValueError("AMD kernels have no float64 pow without ROCm's device library: compute it in float32")
-    return f"(({HIP_TYPE_MAP[dtype.scalar]})tc_pow((float)({base}),(float)({exponent})))"
+        return f"__builtin_{name}({operands[0]})"
+    floats = ",".join(f"(float)({operand})" for operand in operands)
+    result = f"tc_pow({floats})" if name == "pow" else f"__builtin_{name}f({floats})"
+    return result if dtype.scalar == dtypes.float32 and name != "pow" else f"(({HIP_TYPE_MAP[dtype.scalar]}){result})"
 
 PRELUDE = r"""#define INFINITY __builtin_inff()
 #define NAN __builtin_nanf("")
@@ -92,7 +88,7 @@ class HIPRenderer(cstyle.CStyleLanguage):
     barrier = ('__builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup"); __builtin_amdgcn_s_barrier(); '
                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
     string_rewrite = hip_rendering + cstyle.base_rendering
-    code_for_op = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_float_math), Ops.POW: _pow}
+    code_for_op = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_float_math)}
     type_map = HIP_TYPE_MAP
     bitcast_format = "__builtin_bit_cast({type}, ({source})({x}))"
     code_for_workitem = {"g": lambda axis: f"(int)__builtin_amdgcn_workgroup_id_{'xyz'[axis]}()",
