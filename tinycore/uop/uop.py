@@ -80,6 +80,11 @@ def _touches_several_devices(op: Ops, src: tuple[UOp, ...]) -> bool:
     return False
 
 
+_MULTI, _DEVICE = Ops.MULTI, Ops.DEVICE
+"""For UOp construction's multi-device test: on Python 3.11 `Ops.X` goes through EnumType's __getattr__ hook, about
+0.2-0.4 us a read, and every node built with sources read one or more per source."""
+
+
 class _NodeRef(weakref.ref):
     """A weak reference to a live node that knows its cache key (set after creation: weakref.ref's own C
     constructor runs, which is what makes this cheaper than weakref.KeyedRef, whose constructor is Python)."""
@@ -105,9 +110,9 @@ class UOpMetaClass(type):
     costs two Python-level calls to make and one to drop."""
 
     def __call__(cls, op: Ops, dtype: DType = dtypes.void, src: tuple[UOp, ...] = (), arg: object = None) -> UOp:
-        if src and op is not Ops.MULTI:
+        if src and op is not _MULTI:
             for source in src:  # a multi-device value is built one node per device (see _touches_several_devices)
-                if source.op is Ops.MULTI or (source.op is Ops.DEVICE and isinstance(source.arg, tuple)):
+                if source.op is _MULTI or (source.op is _DEVICE and isinstance(source.arg, tuple)):
                     return upper.map_multi(op, dtype, src, arg)
         # _arg_key's common cases inline: this runs for every node built
         key: tuple[object, ...]
