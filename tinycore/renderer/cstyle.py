@@ -56,9 +56,9 @@ def bfloat16_bits(value: float) -> int:
 
 def threads_per_group(uops: list[UOp]) -> int | None:
     """The product of the program's lidx sizes (1 without any), or None when one of them is not a constant."""
-    sizes = [uop.src[0].arg if uop.src and uop.src[0].op is Ops.CONST else None for uop in uops
-             if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx")]
-    return None if None in sizes else math.prod(sizes)
+    indices = [uop for uop in uops if uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx")]
+    constant = all(index.src and index.src[0].op is Ops.CONST for index in indices)
+    return math.prod(int(index.src[0].arg) for index in indices) if constant else None
 
 class RenderedPointer:
     """A rendered INDEX: buffer and index expressions, optional gate, element dtype and vector-pointer cast."""
