@@ -159,8 +159,8 @@ def make_x86_renderer(device: str, arch: str | None) -> tuple[X86Renderer, X86Co
         raise ValueError(f"DEV=CPU:X86:{arch}: the x86 renderer encodes for this host only; leave the arch out")
     from tiny_cpu.target import NARROW_VECTOR_BYTES, host_core_cache_bytes, matmul_panel_bytes
     renderer = X86Renderer(device, arch)
-    # as the C and LLVM renderers on an AVX2 target: large matmuls stream packed panels two vectors wide (four with 32
-    # registers, the wide tile's columns), and cache blocks are sized by this host's private cache
+    # as the C and LLVM renderers: large matmuls stream packed panels as wide as the tile's columns (two ymm with 16
+    # registers, four with 32: ymm, or zmm with 16 lanes), and cache blocks are sized by this host's private cache
     renderer.matmul_panel_bytes = matmul_panel_bytes(4 * renderer.vector_lanes) if renderer.vector_lanes == 16 else \
         4 * NARROW_VECTOR_BYTES if renderer.vector_registers == 32 else matmul_panel_bytes(NARROW_VECTOR_BYTES)
     renderer.core_cache_bytes = host_core_cache_bytes()
