@@ -561,10 +561,15 @@ def _embedded_broadcast(ctx: Selection, vectorize: UOp) -> bool:
     """Whether a 16-lane broadcast of a float in memory is read by one multiply-add, multiply or add only, as one of
     its factors (terms) with a register for the other: that instruction then reads the float itself (EVEX
     {1to16}), one instruction fewer (a convolution's tile: each weight broadcast once, for one FMA). Not a broadcast
-    made outside its user's loop (each iteration would read the float again)."""
+    made outside its user's loop (each iteration would read the float again), nor one with a store to memory before
+    its user (addresses.broadcast_source checked the stretch up to the broadcast only)."""
     users = ctx.consumers.get(vectorize, [])
     if vectorize.dtype.count != 16 or len(users) != 1 or users[0].op not in (Ops.MULACC, Ops.MUL, Ops.ADD) or \
             ctx.paths.get(vectorize) != ctx.paths.get(users[0]):
+        return False
+    between = ctx.uops[ctx.position[vectorize]:ctx.position[users[0]]]
+    if any(uop.op is Ops.STORE and not (uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_REG)
+           for uop in between):
         return False
     factors = users[0].src[:2]
     return factors.count(vectorize) == 1 and users[0].src[2:] != (vectorize,) and \
