@@ -138,3 +138,25 @@ def test_casts_to_bool_and_edge_constants(webgpu: Any) -> None:
         for value in (float("inf"), float("nan"), -0.1, 65504.0):
             result = (Tensor.full((3,), value, dtype=dtypes.float16, device="WEBGPU") * 1).numpy()
             np.testing.assert_array_equal(result, np.full(3, value, dtype=np.float16))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8, np.int16, np.uint16])
+def test_packed_words_edge_values(webgpu: Any, dtype: Any) -> None:
+    """Buffers of bools and 8/16-bit integers are u32 words (wgsl_lowering): each element read from and written to its
+    word at every offset (a view starting mid-word too), neighbours written by other threads at the same time, gated
+    reads (a pad) giving the pad value."""
+    if dtype == np.bool_:
+        values = np.array([True, False, False, True, True, True, False, True, False, False, True], dtype=np.bool_)
+    else:
+        info = np.iinfo(dtype)
+        values = np.array([info.min, info.max, -1, 0, 1, info.min + 1, info.max - 1, 2, -2, 85, 170], dtype=np.int64)
+        values = values.astype(dtype)
+    tensor = on_webgpu(values).realize()
+    np.testing.assert_array_equal((tensor + 0 if dtype != np.bool_ else tensor.logical_not()).numpy(),
+                                  values + 0 if dtype != np.bool_ else ~values)
+    for start in (1, 2, 3):
+        np.testing.assert_array_equal(tensor[start:].flip(0).numpy(), values[start:][::-1])
+    padded = tensor[1:8].pad(((3, 2),), value=True if dtype == np.bool_ else 5)
+    np.testing.assert_array_equal(padded.numpy(), np.pad(values[1:8], (3, 2), constant_values=5 if dtype != np.bool_
+                                                         else True))
+    np.testing.assert_array_equal(tensor.cast(dtypes.int32).numpy(), values.astype(np.int32))

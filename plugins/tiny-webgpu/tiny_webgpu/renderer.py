@@ -7,7 +7,7 @@ import json
 import math
 from typing import NamedTuple, NoReturn
 
-from tiny_webgpu.lowering import wgsl_lowering
+from tiny_webgpu.lowering import PACKED_DTYPES, wgsl_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.renderer.cstyle import BASE_CODE_FOR_OP, CStyleLanguage, RenderContext, base_rendering
 from tinycore.renderer.renderer import text_rules
@@ -16,7 +16,6 @@ from tinycore.uop.patterns import UPat
 from tinycore.uop.uop import UOp
 
 HEADER_PREFIX = "// tinycore-webgpu"  # how the first line of every kernel starts (`KernelLayout.header`)
-PACKED_DTYPES = (dtypes.bool, dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16)  # WGSL has no 8/16-bit ints
 WORKGROUP_SIZE, MAX_UNROLL = 64, 32  # threads per workgroup of flat-mapped kernels; the longest loop llvmpipe unrolls
 # Codegen aims at 256 invocations per workgroup on GPUs. On CPU adapters (a workgroup on one driver thread, each load a
 # loop over the SIMD lanes): 64 (256 ran a 256x256 matmul 1.9x slower on lavapipe's 2 threads), 16x16 register tiles
@@ -59,8 +58,8 @@ class WGSLRenderer(CStyleLanguage):
     after 65535: longer ones run as blocks of unrolled steps), `cpu_adapter` and `simd_lanes` (the tuning above)."""
     device, suffix, barrier, supports_float4 = "WEBGPU", "wgsl", "workgroupBarrier();", False
     atomic_dtypes = frozenset({dtypes.int32, dtypes.uint32, dtypes.float32})  # atomic<i32> / atomic<u32> words
-    # scalar code, lowered by `wgsl_lowering` (narrow results, remainders, domains) after codegen's guarded division;
-    # no type_map spells every dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
+    # scalar code, lowered by `wgsl_lowering` (packed words, narrow results, remainders, domains) after codegen's
+    # guarded division; no type_map spells every dtype, `render_dtype` refusing those WGSL lacks with the adapter's name
     vector_alu_ops, narrow_dtypes, type_map, post_matcher = frozenset(), (), {}, wgsl_lowering
     infinity, nan, integer_suffix = "bitcast<f32>(0x7f800000u)", "bitcast<f32>(0x7fc00000u)", {dtypes.int32: "i"}
     code_for_op = {**BASE_CODE_FOR_OP, Ops.WHERE: lambda condition, a, b, dtype: f"select({b}, {a}, {condition})",
@@ -257,22 +256,15 @@ def _index(ctx: RenderContext, x: UOp) -> str:  # loads and stores render the ac
     return ctx.name(x, f"&{ctx.expression(x.src[0])}[{ctx.expression(x.src[1])}]")
 
 def _access(ctx: RenderContext, index: UOp) -> tuple[str, str, DType, str | None]:
-    """The element at `index`, its kind ("plain", "atomic": of combining stores, "packed"), its dtype and gate."""
+    """The element at `index`, its kind ("plain", "atomic": of combining stores and packed words), dtype and gate (a
+    packed buffer's INDEX is of its u32 words, from its start: wgsl_lowering)."""
     if index.op is not Ops.INDEX or not isinstance(index.src[0].dtype, PtrDType):
         raise ValueError(f"LOAD/STORE needs an INDEX into a buffer as its first source, got {index.op}")
     buffer, dtype, offset = index.src[0], index.src[0].dtype.base, ctx.expression(index.src[1])
     gate = ctx.expression(index.src[2]) if len(index.src) > 2 else None
-    if buffer.op is not Ops.DEFINE_GLOBAL:
-        return f"{ctx.expression(buffer)}[{offset}]", "plain", dtype, gate
-    kind = "atomic" if buffer.arg in ctx.state.atomic_globals else "packed" if dtype in PACKED_DTYPES else "plain"
-    return f"{ctx.expression(buffer)}[params.start{buffer.arg} + {offset}]", kind, dtype, gate
-
-def _packed(ctx: RenderContext, index: UOp, size: int) -> tuple[str, str, str, str]:
-    """A packed element's address (a `let` of its byte offset), word, mask and bit shift."""
-    name, position, offset = ctx.fresh("addr"), index.src[0].arg, f"({ctx.expression(index.src[1])})"
-    return (f"let {name}: u32 = u32(params.start{position} + {offset if size == 1 else f'{offset} * {size}'});",
-            f"&{ctx.expression(index.src[0])}[{name} >> 2u]", "0xFFu" if size == 1 else "0xFFFFu",
-            f"(({name} & {'3u' if size == 1 else '2u'}) * 8u)")
+    start = "" if buffer.op is not Ops.DEFINE_GLOBAL or dtype in PACKED_DTYPES else f"params.start{buffer.arg} + "
+    atomic = buffer.op is Ops.DEFINE_GLOBAL and (buffer.arg in ctx.state.atomic_globals or dtype in PACKED_DTYPES)
+    return f"{ctx.expression(buffer)}[{start}{offset}]", "atomic" if atomic else "plain", dtype, gate
 
 def _emit(ctx: RenderContext, lines: list[str], gate: str | None = None) -> None:
     for line in lines if gate is None else [f"if ({gate}) {{", *["  " + line for line in lines], "}"]:
@@ -282,32 +274,23 @@ def _refuse(message: str) -> NoReturn:
     raise ValueError(message)
 
 def _load(ctx: RenderContext, x: UOp) -> str:
-    (value, kind, dtype, gate), name, lines = _access(ctx, x.src[0]), ctx.fresh("val"), []
+    (value, kind, dtype, gate), name = _access(ctx, x.src[0]), ctx.fresh("val")
     if kind == "atomic":
         value = f"bitcast<f32>(atomicLoad(&{value}))" if dtype == dtypes.float32 else f"atomicLoad(&{value})"
-    elif kind == "packed":
-        let, word, mask, shift = _packed(ctx, x.src[0], dtype.itemsize)
-        lines, bits = [let], f"((atomicLoad({word}) >> {shift}) & {mask})"
-        value = f"({bits} != 0u)" if dtype == dtypes.bool else bits if dtypes.is_unsigned(dtype) else \
-            _WRAP[dtype].format(f"bitcast<i32>({bits})")
     declaration = f"{name}: {ctx.renderer.render_dtype(x.dtype)}"
     if gate is not None:  # sources of dtype void only order the load; the first other is the alternative
         alternative = next((ctx.expression(source) for source in x.src[1:] if source.dtype != dtypes.void), None)
         ctx.emit(f"var {declaration} = {alternative or ctx.renderer.render_const(0, x.dtype)};")
-    _emit(ctx, [*lines, f"let {declaration} = {value};" if gate is None else f"{name} = {value};"], gate)
+    _emit(ctx, [f"let {declaration} = {value};" if gate is None else f"{name} = {value};"], gate)
     return ctx.name(x, name)
 
 def _store(ctx: RenderContext, x: UOp) -> str:
     (element, kind, dtype, gate), value = _access(ctx, x.src[0]), ctx.expression(x.src[1])
     if kind == "plain":
         lines = [f"{element} = {value};"]
-    elif kind == "packed":
-        let, word, mask, shift = _packed(ctx, x.src[0], dtype.itemsize)
-        bits = f"select(0u, 1u, {value})" if dtype == dtypes.bool else f"(u32({value}) & {mask})"
-        lines = [let, f"atomicAnd({word}, ~({mask} << {shift}));", f"atomicOr({word}, {bits} << {shift});"]
     elif x.arg is None:
         lines = [f"atomicStore(&{element}, {f'bitcast<u32>({value})' if dtype == dtypes.float32 else value});"]
-    elif dtype != dtypes.float32 and x.arg in ("add", "max", "min"):
+    elif dtype != dtypes.float32 and x.arg in ("add", "max", "min", "and", "or"):  # and, or: packed words
         lines = [f"atomic{str(x.arg).capitalize()}(&{element}, {value});"]
     else:  # a compare-exchange loop over the element's bits
         old, result, operand, is_float = ctx.fresh("old"), ctx.fresh("exchange"), ctx.fresh("operand"), \
