@@ -24,7 +24,8 @@ REPRESENTATIVE = [
     "nonmaxsuppression_suppress_by_IOU", "roialign_aligned_false", "attention_4d_gqa", "sce_mean_weight",
     "string_split_maxsplit", "equal_string_broadcast", "strnormalizer_export_monday_insensintive_upper_twodim",
     "ai_onnx_ml_label_encoder_tensor_mapping", "regex_full_match_email_domain", "string_concat_broadcasting",
-    "ai_onnx_ml_tree_ensemble_set_membership",
+    "ai_onnx_ml_tree_ensemble_set_membership", "attention_4d_fp16", "attention_4d_causal_fp16_expanded",
+    "causal_conv_with_state_silu_fp16",
 ]
 """Node cases (test_NAME) that tinycore passes and that together touch every operator file."""
 

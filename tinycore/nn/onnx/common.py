@@ -149,6 +149,17 @@ def string_array(value: object, where: str) -> np.ndarray:
     return result
 
 
+HALF_FLOATS = (dtypes.float16, dtypes.bfloat16)
+"""The 16-bit floats, which ops with long sums or chains (MatMul, Conv, Attention) compute in float32 and round once
+at the end: onnx's reference (numpy) sums half products in float32 and rounds the sum once, and a sum kept in half
+drifts from it by more than the last bit."""
+
+
+def widened(x: Tensor) -> Tensor:
+    """x in float32 when it is a 16-bit float (HALF_FLOATS), else x itself (the float32 path is untouched)."""
+    return x.cast(dtypes.float32) if x.dtype in HALF_FLOATS else x
+
+
 def dtype_label(dtype: DType) -> str:
     """A dtype as numpy spells it (float32, int64, bool), the names ONNX users know; bfloat16 and 8-bit floats by
     their own names."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import onnx_dtype
+from tinycore.nn.onnx.common import HALF_FLOATS, onnx_dtype, widened
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -57,7 +57,22 @@ def attention(q: Tensor, k: Tensor, v: Tensor, attn_mask: Tensor | None = None, 
               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Scaled dot-product attention with grouped KV heads, a KV cache, boolean or additive masks, causality, a
     sliding window, softcapping and per-batch valid KV lengths. Returns Y, the present key and value, and the QK
-    product at the stage qk_matmul_output_mode names."""
+    product at the stage qk_matmul_output_mode names. 16-bit float inputs are computed in float32 and rounded once
+    at the end (common.HALF_FLOATS)."""
+    if q.dtype in HALF_FLOATS:
+        options = dict(is_causal=is_causal, kv_num_heads=kv_num_heads, q_num_heads=q_num_heads,
+                       qk_matmul_output_mode=qk_matmul_output_mode, scale=scale, softcap=softcap,
+                       softmax_precision=softmax_precision, left_window_size=left_window_size,
+                       right_window_size=right_window_size)
+        mask = widened(attn_mask) if attn_mask is not None else None
+        past = [widened(state) if state is not None else None for state in (past_key, past_value)]
+        output, _, _, product = attention(widened(q), widened(k), widened(v), mask, past[0], past[1],
+                                          nonpad_kv_seqlen, **options)  # type: ignore[arg-type]
+        present_key = past_key.cat(k, dim=2) if past_key is not None and past_value is not None else k
+        present_value = past_value.cat(v, dim=2) if past_key is not None and past_value is not None else v
+        if q.ndim == 3:
+            present_key, present_value = _heads(present_key, kv_num_heads), _heads(present_value, kv_num_heads)
+        return output.cast(q.dtype), present_key, present_value, product.cast(q.dtype)
     three_d = q.ndim == 3
     query, key, value = _heads(q, q_num_heads), _heads(k, kv_num_heads), _heads(v, kv_num_heads)
     if past_key is not None and past_value is not None:
@@ -149,7 +164,9 @@ def causal_conv_with_state(x: Tensor, weight: Tensor, bias: Tensor | None = None
     state = past_state if past_state is not None else Tensor.zeros(batch, channels, size - 1, dtype=x.dtype,
                                                                    device=x.device)
     padded = state.cat(x, dim=2) if size > 1 else x
-    output = padded.conv2d(weight, bias, groups=channels).cast(x.dtype)
+    # a 16-bit input is convolved in float32 and rounded once (common.HALF_FLOATS)
+    wide_bias = widened(bias) if bias is not None else None
+    output = widened(padded).conv2d(widened(weight), wide_bias, groups=channels).cast(x.dtype)
     if activation in ("silu", "swish"):
         wide = output.cast(dtypes.float32)
         output = (wide * wide.sigmoid()).cast(x.dtype)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 
 from tinycore.dtype import DType, dtypes
-from tinycore.nn.onnx.common import INT4_RANGES, device_dtype, onnx_dtype
+from tinycore.nn.onnx.common import HALF_FLOATS, INT4_RANGES, device_dtype, onnx_dtype, widened
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.nn.onnx.small_floats import CARRIED_FLOATS, carried_type, decode, encode, mark
 from tinycore.tensor import Tensor
@@ -399,7 +399,10 @@ def cast_like(x: Tensor, target: Tensor, saturate: int = 1, round_mode: str = "u
 
 @onnx_op("MatMul", 1)
 def matmul(x: Tensor, y: Tensor) -> Tensor:
-    """The matrix product with numpy's broadcasting and 1-D rules."""
+    """The matrix product with numpy's broadcasting and 1-D rules (16-bit floats summed in float32, rounded once:
+    common.HALF_FLOATS)."""
+    if x.dtype in HALF_FLOATS and y.dtype == x.dtype:
+        return widened(x).matmul(widened(y)).cast(x.dtype)
     return x.matmul(y)
 
 

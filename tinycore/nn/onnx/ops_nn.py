@@ -9,6 +9,7 @@ import numpy as np
 from tinycore.dtype import dtypes
 from tinycore.helpers import prod
 from tinycore.nn.onnx.common import (
+    HALF_FLOATS,
     as_ints,
     axes_of,
     axis_of,
@@ -17,6 +18,7 @@ from tinycore.nn.onnx.common import (
     pairs_from_onnx_pads,
     spatial_pads,
     torch_style_padding,
+    widened,
 )
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
@@ -36,6 +38,11 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, auto_pad: str = 
     kernel = list(kernel_shape or weight.shape[2:])
     strides, dilations = _spatial_options(x, kernel, strides, dilations)
     pairs = spatial_pads(x, kernel, strides, dilations, pads, auto_pad)
+    if x.dtype in HALF_FLOATS and weight.dtype == x.dtype:
+        # summed in float32 and rounded once, as the reference does (common.HALF_FLOATS)
+        wide_bias = widened(bias) if bias is not None else None
+        return widened(x).conv2d(widened(weight), wide_bias, groups=group, stride=strides, dilation=dilations,
+                                 padding=torch_style_padding(pairs)).cast(x.dtype)
     return x.conv2d(weight, bias, groups=group, stride=strides, dilation=dilations,
                     padding=torch_style_padding(pairs))
 

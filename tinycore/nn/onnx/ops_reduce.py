@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tinycore.dtype import dtypes
-from tinycore.nn.onnx.common import as_ints, axes_of, axis_of, index_dtype, scalar_of
+from tinycore.nn.onnx.common import HALF_FLOATS, as_ints, axes_of, axis_of, index_dtype, scalar_of, widened
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
 
@@ -113,16 +113,29 @@ def _hardmax(x: Tensor, axis: int) -> Tensor:
     return (positions == index).cast(x.dtype)
 
 
+def _softmax(x: Tensor, axis: int) -> Tensor:
+    """Softmax along `axis`. A 16-bit float input rounds where the reference's numpy steps round: after the shift by
+    the maximum, after exp, after the (float32) sum and after the division, each step computed in float32 (a kernel
+    that kept the steps in float32 throughout, or rounded the sum's terms, ends a bit away from it)."""
+    if x.dtype not in HALF_FLOATS:
+        return x.softmax(axis)
+    wide = widened(x)
+    shifted = (wide - wide.max(axis, keepdim=True)).cast(x.dtype)
+    exponent = widened(shifted).exp().cast(x.dtype)
+    total = widened(exponent).sum(axis, keepdim=True).cast(x.dtype)
+    return (widened(exponent) / widened(total)).cast(x.dtype)
+
+
 @onnx_op("Softmax", 1)
 def softmax_2d(x: Tensor, axis: int = 1) -> Tensor:
     """Softmax over the input flattened to 2-D at `axis` (opsets 1-12)."""
-    return _coerced(x, axis, lambda rows: rows.softmax(-1))
+    return _coerced(x, axis, lambda rows: _softmax(rows, -1))
 
 
 @onnx_op("Softmax", 13)
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
     """Softmax along `axis`."""
-    return x.softmax(axis_of(axis, x.ndim))
+    return _softmax(x, axis_of(axis, x.ndim))
 
 
 @onnx_op("LogSoftmax", 1)
