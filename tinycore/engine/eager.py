@@ -1,13 +1,15 @@
-"""The eager shortcut: one elementwise op over realized buffers and constants, realized without its schedule.
+"""The eager shortcut: a few elementwise ops over realized buffers and constants, realized without their schedule.
 
-Eager code realizes graphs like `x + 1` or `x * y` one at a time. Their cached schedule is one kernel writing one new
-buffer, yet running it through the template (structure key, slots, outputs) costs several times the launch. Here
-such a graph is recognised from its root alone: an elementwise op whose sources are BUFFER nodes (possibly reshaped)
-or graphs of constants without buffers (the broadcast scalar). Its key (op, dtype, each source's dtype, size, device
-and reshape, which sources are the same buffer, the constant graphs themselves) maps to an `EagerPlan` made from
-the general path's launch plan the first time that path ran this structure; later graphs of the structure allocate
-the result and launch. Anything else (a longer chain, a reduce, several devices, symbolic sizes) is not matched and
-takes the general path, so fusion and laziness stay as they are: the shortcut is taken only at realize time.
+Eager code realizes graphs like `x + 1`, `x * y` or `a - b` (ADD(a, NEG(b))) one at a time. Their cached schedule is
+one kernel writing one new buffer, yet running it through the template (structure key, slots, outputs) costs several
+times the launch. Here such a graph is recognised by a walk from its root: elementwise ops (at most `_CHAIN_NODES`
+below the root) whose other sources are BUFFER nodes (possibly reshaped) or graphs of constants without buffers (the
+broadcast scalar). Its key (each op with its dtype and arg, each buffer's dtype, size, device and reshape, which
+sources are the same buffer, the constant graphs themselves) maps to an `EagerPlan` made from the general path's
+launch plan the first time that path ran this structure; later graphs of the structure allocate the result and
+launch. Anything else (a reduce, a movement op between ops, several devices, symbolic sizes, a plan of more than one
+kernel) is not matched and takes the general path. Fusion and laziness stay as they are: the shortcut is taken only
+at realize time, for a graph whose plan is the one fused kernel the general path made for it.
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ from tinycore.uop.uop import UOp
 _BUFFER, _RESHAPE, _CONST, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.CONST, Ops.DEVICE
 _ELEMENTWISE = GroupOp.ALU | {Ops.CAST}
 _CONSTANT_CHAIN = frozenset({Ops.RESHAPE, Ops.EXPAND})
+_CHAIN_NODES = 6
+"""How many elementwise ops below the root a shortcut graph may hold (hash-consing makes equal subgraphs one node,
+so the walk's description determines the graph)."""
 _CONSTANT_DEPTH = 4
 """How many RESHAPE/EXPAND steps a constant source may take before its CONST (`x + 1` takes one or two)."""
 CACHE_LIMIT = 512
@@ -81,12 +86,23 @@ plans: dict[tuple[object, ...], EagerPlan] = {}
 
 
 def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
-    """The key of `uop` and its input BUFFER nodes in order when `uop` is one elementwise op over realized buffers
-    (BUFFER or RESHAPE of a BUFFER) and buffer-free constant graphs; None for any other graph."""
+    """The key of `uop` and its input BUFFER nodes in order when `uop` is elementwise ops (at most `_CHAIN_NODES`
+    below the root: `a - b` is ADD(a, NEG(b)), `x * 2 + 1` two ops) over realized buffers (BUFFER or RESHAPE of a
+    BUFFER) and buffer-free constant graphs; None for any other graph."""
     if uop.op not in _ELEMENTWISE:
         return None
     parts: list[object] = [uop.op, uop.dtype, uop.arg]
     inputs: list[UOp] = []
+    if _describe_sources(uop, parts, inputs, _CHAIN_NODES) < 0 or not inputs:
+        return None
+    return tuple(parts), inputs
+
+
+def _describe_sources(uop: UOp, parts: list[object], inputs: list[UOp], budget: int) -> int:
+    """Append to `parts` a description of each source of `uop` (and to `inputs` each new BUFFER): a buffer's dtype,
+    size, device node and reshape, or its position when already seen; an elementwise source as its op, dtype, arg
+    and source count followed by its own sources' descriptions; a constant graph itself. Returns how many more
+    elementwise sources may be walked, or -1 when a source is none of these (or there are too many)."""
     for source in uop.src:
         node, reshape = source, None
         if node.op is _RESHAPE:
@@ -100,16 +116,22 @@ def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
                 inputs.append(node)
                 parts.append((node.dtype, node.arg[1], node.src[0], reshape))
             continue
+        if source.op in _ELEMENTWISE:  # a fused op below the root: its whole subgraph is part of the key
+            if budget <= 0:
+                return -1
+            parts.append(("op", source.op, source.dtype, source.arg, len(source.src)))
+            budget = _describe_sources(source, parts, inputs, budget - 1)
+            if budget < 0:
+                return -1
+            continue
         for _ in range(_CONSTANT_DEPTH):
             if node.op not in _CONSTANT_CHAIN:
                 break
             node = node.src[0]
         if node.op is not _CONST or not (not node.src or node.src[0].op is _DEVICE):
-            return None
+            return -1
         parts.append(source)  # hash-consed: the same constant graph is the same node
-    if not inputs:
-        return None
-    return tuple(parts), inputs
+    return budget
 
 
 def remember_plan(key: tuple[object, ...], inputs: list[UOp], template: Any, plan: Any, keyed_inputs: list[UOp],

@@ -100,14 +100,42 @@ def test_each_result_has_a_buffer_of_its_own() -> None:
     np.testing.assert_allclose((data + 1).realize().numpy(), [6.0, 7.0])
 
 
-def test_an_unrealized_input_is_fused_by_the_general_path(shortcut_calls: list[int]) -> None:
+def test_an_unrealized_input_is_fused_into_one_kernel(shortcut_calls: list[int]) -> None:
     data = Tensor([1.0, 2.0]).realize()
-    for _ in range(3):
+    for count in range(3):
         before = GlobalCounters.kernel_count
         result = ((data + 1) * 2).realize()
         assert GlobalCounters.kernel_count == before + 1  # one fused kernel, not two
         np.testing.assert_allclose(result.numpy(), [4.0, 6.0])
-    assert not shortcut_calls
+        assert len(shortcut_calls) == count  # the chain's fused kernel is shortcut from its second graph on
+
+
+@pytest.mark.parametrize("name, build, expected", [
+    ("sub", lambda a, b: a - b, lambda a, b: a - b),
+    ("scale and shift", lambda a, b: a * 2 + 1, lambda a, b: a * np.float32(2) + np.float32(1)),
+    ("three ops", lambda a, b: (a + b) * (a - b), lambda a, b: (a + b) * (a - b)),
+    ("shared subgraph", lambda a, b: (a * b) + (a * b) * 3, lambda a, b: (a * b) + (a * b) * np.float32(3)),
+    ("compare and where", lambda a, b: (a < b).where(a, b * 2), lambda a, b: np.where(a < b, a, b * 2)),
+    ("casts", lambda a, b: (a.cast(dtypes.int32) + 1).cast(dtypes.float32) * b,
+     lambda a, b: (a.astype(np.int32) + 1).astype(np.float32) * b),
+])
+def test_chains_of_elementwise_ops_match_numpy(shortcut_calls: list[int], name: str, build, expected) -> None:
+    rows = [([1.5, -2.0, 3.0], [0.5, 4.0, -1.0]), ([2.0, 2.0, 8.0], [3.0, -3.0, 9.5]),
+            ([0.0, 1.0, -7.25], [1.0, 1.0, 1.0])]
+    for first, second in rows * 2:
+        a, b = np.array(first, dtype=np.float32), np.array(second, dtype=np.float32)
+        got = build(Tensor(first).realize(), Tensor(second).realize()).realize().numpy()
+        want = expected(a, b)
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert shortcut_calls, name
+
+
+def test_a_chain_with_an_input_that_changes_shape_is_a_new_structure(shortcut_calls: list[int]) -> None:
+    for size in (2, 3, 2, 3, 4):
+        values = np.arange(size, dtype=np.float32)
+        data = Tensor(values.tolist()).realize()
+        np.testing.assert_allclose((data * 3 - 1).realize().numpy(), values * 3 - 1)
 
 
 def test_gradient_of_a_leaf_made_by_an_eager_op() -> None:
@@ -156,7 +184,12 @@ def test_a_cleared_schedule_cache_drops_the_shortcut(shortcut_calls: list[int]) 
 def test_key_refuses_other_graphs() -> None:
     data = Tensor([1.0, 2.0]).realize()
     assert eager.eager_key((data + 1).uop) is not None
-    assert eager.eager_key(((data + 1) * 2).uop) is None  # a chain: the general path fuses it
+    assert eager.eager_key(((data + 1) * 2).uop) is not None  # a chain of elementwise ops: keyed whole
+    chain = data
+    for _ in range(eager._CHAIN_NODES + 1):
+        chain = chain * 2
+    assert eager.eager_key((chain + 1).uop) is None  # more ops below the root than the walk takes
+    assert eager.eager_key(((data + 1).reshape(2, 1) * 2).uop) is None  # a movement op between two ops
     assert eager.eager_key(data.sum().uop) is None
     assert eager.eager_key((Tensor([[1.0], [2.0]]).realize() + Tensor([[1.0, 2.0]]).realize()).uop) is None
 
