@@ -67,9 +67,12 @@ _IN_REGISTER_MACRO = _choice([(f"defined(__x86_64__) && defined({feature})", [
     f'#define TC_IN_REGISTER(value) __asm__("" : "+{constraint}"(value))']) for feature, constraint in (
     ("__AVX512F__", "v"), ("__AVX__", "x"))], ["#define TC_IN_REGISTER(value) ((void)0)"], "TC_IN_REGISTER")
 
+def _masked_load_name(dtype: DType) -> str:  # TC_MASKED_LOAD_<TYPE>: loads a `dtype` vector under a mask
+    return f"TC_MASKED_LOAD_{_suffix(dtype)}"
+
 def _masked_load_macro(dtype: DType) -> str:
     """The masked load of a float vector dtype: x86's where the target has it, else a loop reading the set lanes."""
-    name, (feature, builtin) = f"TC_MASKED_LOAD_{_suffix(dtype)}", _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
+    name, (feature, builtin) = _masked_load_name(dtype), _MASKED_LOAD_BUILTINS.get(dtype, ("", ""))
     loop = (f"#define {name}(address, mask) ({{ float{dtype.count} tc_lanes; for (int tc_lane = 0; tc_lane < "
             f"{dtype.count}; tc_lane++) tc_lanes[tc_lane] = (mask)[tc_lane] ? (address)[tc_lane] : 0.0f; tc_lanes; }})")
     branches = [(_X86.format(feature), [f"#define {name}(address, mask) {builtin}"])] if builtin else []
@@ -179,7 +182,7 @@ def _load(ctx: RenderContext, x: UOp) -> str:
         name = base_load(ctx, x)
     else:
         mask = _mask_of(ctx, x.src[0].src[2], x.dtype.scalar.itemsize, x.dtype.count)
-        value = f"TC_MASKED_LOAD_{_suffix(x.dtype)}({ctx.pointer_of(x.src[0]).address()}, {mask})"
+        value = f"{_masked_load_name(x.dtype)}({ctx.pointer_of(x.src[0]).address()}, {mask})"
         alternative = next((source for source in x.src[1:] if source.dtype != dtypes.void), None)
         lanes = () if alternative is None else alternative.src if alternative.op is Ops.VECTORIZE else (alternative,)
         if alternative is not None and not all(lane.op is Ops.CONST and lane.arg == 0 for lane in lanes):
