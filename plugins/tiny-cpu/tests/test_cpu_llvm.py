@@ -42,6 +42,7 @@ INPUTS = {
     "d": np.array([3, -2, 0, 7, 0, -4, 3, 9, 1], dtype=np.int32),
     "w": np.random.default_rng(2).standard_normal((4, 256)).astype(np.float32),
     "g": np.random.default_rng(3).integers(0, 33, (5, 47)).astype(np.int32),
+    "p": np.random.default_rng(4).integers(0, 2, 24).astype(np.bool_),
 }
 CASES: dict[str, tuple[str, object]] = {
     "fused elementwise": ("(t['x'] * 2.5 + 1).relu().numpy()", lambda v: np.maximum(v["x"] * 2.5 + 1, 0)),
@@ -97,6 +98,11 @@ CASES: dict[str, tuple[str, object]] = {
         lambda v: [np.pad(v["e"], (2, 3), constant_values=-1.5), np.pad(v["e"] > 0, 1),
                    np.pad(v["i"].astype(np.int8), (3, 0)), np.pad(v["m"], ((1, 2), (3, 1))),
                    np.take_along_axis(v["m"], v["g"], 0)]),
+    "bool buffers, read and written as bytes (SSA lowering), whole vectors and gated": (
+        "[t['p'].logical_not().numpy(), t['p'].pad(((3, 2),), value=True).numpy(), t['p'][5:].flip(0).numpy(), "
+        "t['p'].reshape(3, 8).any(1).numpy(), t['p'].where(t['x'][:24], 7.0).numpy(), (t['p'] & t['p'][::-1]).numpy()]",
+        lambda v: [~v["p"], np.pad(v["p"], (3, 2), constant_values=True), v["p"][5:][::-1], v["p"].reshape(3, 8).any(1),
+                   np.where(v["p"], v["x"][:24], np.float32(7.0)), v["p"] & v["p"][::-1]]),
     "float to narrow and unsigned integers through int32/int64 (llvm_lowering), negatives wrapping": (
         "[(t['x'] * 60).cast(name).numpy() for name in ('int8', 'int16', 'uint16', 'uint32')]",
         lambda v: [(v["x"] * 60).astype(np.int64).astype(name) for name in (np.int8, np.int16, np.uint16, np.uint32)]),

@@ -405,10 +405,8 @@ class LLVMContext(SSAContext):
         pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count
         memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
 
-        def load(index: str | None) -> str:
-            loaded = self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
-            return loaded if dtype.scalar != dtypes.bool else \
-                self.assign(f"icmp ne {memory_type} {loaded}, {self.zero(dtypes.int8, count)}")
+        def load(index: str | None) -> str:  # (bools are loaded as bytes: codegen's "SSA lowering")
+            return self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
         if pointer.gate is None:
             return load(pointer.index)
         # sources of dtype void only order the load; the first other is the alternative
@@ -427,8 +425,6 @@ class LLVMContext(SSAContext):
                              f"{dtype}: codegen must split it into lanes")
         if uop.arg is not None:
             return self.atomic_update(pointer, text, dtype, str(uop.arg))
-        if dtype.scalar == dtypes.bool:
-            text = self.assign(f"zext {llvm_type(dtype)} {text} to {llvm_type(dtype, memory=True)}")
         after = self.branch(pointer.gate, "store") if pointer.gate is not None else None
         self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {self.address(pointer, pointer.index)}, "
                   f"align {dtype.scalar.itemsize}")

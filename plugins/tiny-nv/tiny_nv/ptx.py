@@ -238,29 +238,19 @@ class PTXContext(SSAContext):
         return self.addresses[uop.src[0]]
 
     def _load(self, uop: UOp) -> str:
-        (address, gate, space), (kind, _, memory) = self._address(uop), _info(uop.dtype)
-        alternatives = [source for source in uop.src[1:] if source.dtype != dtypes.void]
-        target = self.new("r" if kind == "p" else kind)
-        if gate is not None:
-            alternative = self.value(alternatives[0]) if alternatives else None
-            if kind == "p":
-                self.emit(f"selp.u32 {target}, 1, 0, {alternative};" if alternative else f"mov.u32 {target}, 0;")
-            else:
-                self.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or self.constant(0, uop.dtype)};")
+        (address, gate, space), (kind, _, memory) = self._address(uop), _info(uop.dtype)  # bools: bytes (SSA lowering)
+        target = self.new(kind)
+        if gate is not None:  # sources of dtype void only order the load; the first other is the alternative
+            alternative = next((self.value(source) for source in uop.src[1:] if source.dtype != dtypes.void), None)
+            self.emit(f"mov.{_REGISTER_TYPES[kind]} {target}, {alternative or self.constant(0, uop.dtype)};")
         self.emit(f"{'' if gate is None else f'@{gate} '}ld.{space}.{memory} {target}, [{address}];")
-        if kind != "p":
-            return target
-        self.emit(f"setp.ne.u32 {(flag := self.new('p'))}, {target}, 0;")
-        return flag
+        return target
 
     def _store(self, uop: UOp) -> None:
         address, gate, space = self._address(uop)
         if uop.arg is not None:
             return self.atomic_store(uop, address, gate, space)
-        (kind, _, memory), register = _info(uop.src[1].dtype), self.value(uop.src[1])
-        if kind == "p":
-            self.emit(f"selp.u32 {(byte := self.new('r'))}, 1, 0, {register};")
-            register = byte
+        memory, register = _info(uop.src[1].dtype)[2], self.value(uop.src[1])  # bools: bytes (SSA lowering)
         self.emit(f"{'' if gate is None else f'@{gate} '}st.{space}.{memory} [{address}], {register};")
 
     def _range(self, uop: UOp) -> str:
