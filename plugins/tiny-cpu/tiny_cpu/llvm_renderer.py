@@ -268,10 +268,6 @@ class LLVMContext(SSAContext):
                 ("zext" if dtypes.is_unsigned(source) else "sext")
         return self.assign(f"{operation} {from_type} {text} to {to_type}")
 
-    def zero(self, dtype: DType, count: int) -> str:
-        """The zero of `count` lanes of `dtype`."""
-        return constant(0, dtype) if count == 1 else "zeroinitializer"
-
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The ALU UOp `uop` over `operands` of `dtype`; a fused MULACC of floats or doubles is `llvm.fmuladd` (one
         rounding where the target has FMA, a multiply and an add where it has not)."""
@@ -402,21 +398,18 @@ class LLVMContext(SSAContext):
         return pointer
 
     def _load(self, uop: UOp) -> str:
-        pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count
-        memory_type, value_type, alignment = llvm_type(dtype, memory=True), llvm_type(dtype), dtype.scalar.itemsize
-
-        def load(index: str | None) -> str:  # (bools are loaded as bytes: codegen's "SSA lowering")
-            return self.assign(f"load {memory_type}, ptr {self.address(pointer, index)}, align {alignment}")
+        pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count  # (bools are bytes: "SSA lowering")
+        read = f"load {llvm_type(dtype, memory=True)}, ptr {{}}, align {dtype.scalar.itemsize}"
         if pointer.gate is None:
-            return load(pointer.index)
-        # sources of dtype void only order the load; the first other is the alternative
+            return self.assign(read.format(self.address(pointer, pointer.index)))
+        # a buffer of unknown size: the read behind a branch (llvm_lowering selects the others without one); sources
+        # of dtype void only order the load, the first other is the alternative
         alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
-                           self.zero(dtype.scalar, count))
-        # a buffer of unknown size: the read behind a branch (llvm_lowering selects the others without one)
+                           vector_constant([0] * count, dtype) if count > 1 else constant(0, dtype))
         before, after = self.block, self.branch(pointer.gate, "load")
-        value, loaded_block = load(pointer.index), self.block
+        value, loaded_block = self.assign(read.format(self.address(pointer, pointer.index))), self.block
         self.join(after)
-        return self.assign(f"phi {value_type} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
+        return self.assign(f"phi {llvm_type(dtype)} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
 
     def _store(self, uop: UOp) -> None:
         pointer, dtype, text = self._pointer(uop), uop.src[1].dtype, self.value(uop.src[1])
