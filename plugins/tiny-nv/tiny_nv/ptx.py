@@ -184,7 +184,8 @@ class PTXContext(SSAContext):
                   f"{'cvt.u16.u32' if half else f'mov.{bits}'} {(old := self.new('h' if half else kind))}, "
                   f"{element if half else expected};")
         combined, placed = self.combine(reduce, old, register, dtype), self.new("r") if half else ""
-        if (new_bits := self.new(bits_kind)) and half:
+        new_bits = self.new(bits_kind)
+        if half:
             self.emit(f"cvt.u32.u16 {placed}, {combined};", f"shl.b32 {placed}, {placed}, {shift};",
                       f"and.b32 {new_bits}, {expected}, {keep};", f"or.b32 {new_bits}, {new_bits}, {placed};")
         else:
