@@ -115,6 +115,17 @@ def test_tfidf_over_string_tokens():
     np.testing.assert_array_equal(out, np.array([3, 1, 1], dtype=np.float32))
 
 
+def test_tfidf_over_integers_counts_each_call_anew():
+    # the counting reads the tokens on the host, so the graph must not be replayed by the JIT with the first counts
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TF", min_gram_length=1, max_gram_length=1,
+                            max_skip_count=0, ngram_counts=[0], ngram_indexes=[0, 1], pool_int64s=[1, 2])
+    runner = _runner([node], [_info("x", TensorProto.INT64, [4])], [_info("y", TensorProto.FLOAT, None)])
+    assert runner.jit is False
+    for tokens in ([1, 1, 1, 2], [2, 2, 2, 2], [1, 2, 3, 4], [1, 1, 1, 1]):
+        counts = runner({"x": np.array(tokens, dtype=np.int64)})["y"].numpy()
+        np.testing.assert_array_equal(counts, np.array([tokens.count(1), tokens.count(2)], dtype=np.float32))
+
+
 def test_string_input_to_a_numeric_op_names_the_node():
     runner = _runner([helper.make_node("Relu", ["x"], ["y"], name="act")], [_info("x", TensorProto.STRING, [2])],
                      [_info("y", TensorProto.STRING, None)])

@@ -33,7 +33,7 @@ from tinycore.tensor import Tensor
 HOST_READING_OPS = {"If", "Loop", "Scan", "NonZero", "Compress", "Unique", "NonMaxSuppression", "RoiAlign", "Det",
                     "Bernoulli", "Multinomial", "RandomNormal", "RandomUniform", "RandomNormalLike",
                     "RandomUniformLike", "Dropout", "Range", "SequenceAt", "SequenceInsert", "SequenceErase",
-                    "SequenceMap", "SplitToSequence", "OptionalHasElement"}
+                    "SequenceMap", "SplitToSequence", "OptionalHasElement", "TfIdfVectorizer"}
 """Ops that read tensor values on the host (conditions, data-dependent sizes, host-side samplers): a graph where
 they read values that depend on the inputs' data cannot be replayed by the JIT."""
 
