@@ -116,6 +116,7 @@ class TensorBase:
     if TYPE_CHECKING:
         uop: UOp
         grad: TensorBase | None
+        _requires_grad: bool | None
 
         def __init__(self, data: Any = None, device: str | tuple[str, ...] | list[str] | None = None,
                      dtype: DTypeLike | None = None, requires_grad: bool | None = None) -> None: ...

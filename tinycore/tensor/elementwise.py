@@ -139,7 +139,8 @@ class ElementwiseMixin(MovementMixin):
             # the common case (`x + 1` on a float tensor, `i * 2` on an int one): the scalar keeps the tensor's dtype
             # (scalar_result_dtype's answer), one device, no gradient path: the node and its Tensor built directly,
             # without the dtype, device and shape properties, the promotion call and _result
-            constant = UOp.const_on(dtype, other, device, uop._shape)
+            shape = uop._shape  # the shape property's value without its call (never None on a tensor node)
+            constant = UOp.const_on(dtype, other, device, shape)  # type: ignore[arg-type]
             return type(self)._wrap(UOp.keyed(op, dtype, (constant, uop) if reverse else (uop, constant), None, None))
         common = scalar_result_dtype(dtype, other)
         first = self if common is dtype or common == dtype else self.cast(common)
