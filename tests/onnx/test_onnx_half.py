@@ -9,7 +9,13 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper  # noqa: E402
 
+from tinycore.device.registry import Device  # noqa: E402
+from tinycore.dtype import dtypes  # noqa: E402
 from tinycore.nn.onnx import OnnxRunner  # noqa: E402
+
+_SUPPORTED = Device[Device.DEFAULT].renderer.supported_dtypes()
+pytestmark = pytest.mark.skipif(_SUPPORTED is not None and dtypes.float16 not in _SUPPORTED,
+                                reason=f"{Device.DEFAULT} cannot compute in float16 (its renderer does not list it)")
 
 
 def _run(node: onnx.NodeProto, inputs: dict[str, np.ndarray], opset: int = 21) -> np.ndarray:
