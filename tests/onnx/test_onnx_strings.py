@@ -44,6 +44,29 @@ def test_strings_move_on_the_host_and_compare_to_a_device_bool():
     assert runner.jit is False, "a graph with string inputs computes on the host: it cannot be replayed"
 
 
+def test_string_flatten_squeeze_slice_tile_where():
+    nodes = [helper.make_node("Flatten", ["x"], ["flat"], axis=-1),
+             helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["sliced"]),
+             helper.make_node("Unsqueeze", ["sliced", "axes"], ["grown"]),
+             helper.make_node("Squeeze", ["grown", "axes"], ["back"]),
+             helper.make_node("Tile", ["back", "repeats"], ["tiled"]),
+             helper.make_node("Where", ["pick", "x", "other"], ["chosen"])]
+    constants = [helper.make_tensor("starts", TensorProto.INT64, [1], [-1]),
+                 helper.make_tensor("ends", TensorProto.INT64, [1], [-(2 ** 62)]),
+                 helper.make_tensor("axes", TensorProto.INT64, [1], [2]),
+                 helper.make_tensor("steps", TensorProto.INT64, [1], [-2]),
+                 helper.make_tensor("repeats", TensorProto.INT64, [3], [1, 2, 1]),
+                 helper.make_tensor("other", TensorProto.STRING, [], [b"-"])]
+    runner = _runner(nodes, [_info("x", TensorProto.STRING, [2, 1, 3]), _info("pick", TensorProto.BOOL, [3])],
+                     [_info(name, TensorProto.STRING, None) for name in ("flat", "tiled", "chosen")], constants)
+    x = np.array([[["a", "b", "c"]], [["d", "e", "f"]]], dtype=object)
+    out = runner({"x": x, "pick": np.array([True, False, True])})
+    assert out["flat"].tolist() == x.reshape(2, 3).tolist()
+    assert out["tiled"].tolist() == np.tile(x[:, :, ::-2], (1, 2, 1)).tolist() == [[["c", "a"], ["c", "a"]],
+                                                                                   [["f", "d"], ["f", "d"]]]
+    assert out["chosen"].tolist() == [[["a", "-", "c"]], [["d", "-", "f"]]]
+
+
 def test_string_ops_match_python_str_methods():
     nodes = [helper.make_node("StringConcat", ["x", "suffix"], ["joined"], domain=""),
              helper.make_node("StringSplit", ["joined"], ["parts", "counts"], delimiter="-", maxsplit=1),

@@ -193,7 +193,9 @@ def reshape_strings(x: np.ndarray, shape: list[int], allowzero: int = 0) -> np.n
 @string_op("Flatten")
 def flatten_strings(x: np.ndarray, axis: int = 1) -> np.ndarray:
     """x as a matrix: the axes before `axis` make the rows."""
-    split = axis_of(axis, x.ndim + 1) if axis != x.ndim else x.ndim
+    if not -x.ndim <= axis <= x.ndim:
+        raise ValueError(f"Flatten axis {axis} is out of range for a tensor of rank {x.ndim}")
+    split = axis + x.ndim if axis < 0 else axis
     return x.reshape(prod(x.shape[:split]), prod(x.shape[split:]))
 
 
