@@ -1,6 +1,6 @@
-"""16-bit float ONNX ops round where onnx's reference (numpy) rounds: MatMul and Conv sum in float32 and round once,
-Softmax rounds after each numpy step, Attention computes in float32 and rounds at the end. Compared bit for bit
-with numpy (whose float16 matmul multiplies and sums half operands in float32)."""
+"""16-bit float ONNX ops round where onnx's reference (numpy) rounds: MatMul, Gemm and Conv sum in float32 and round
+once, Softmax rounds after each numpy step, Attention computes in float32 and rounds at the end. Compared bit for
+bit with numpy (whose float16 matmul multiplies and sums half operands in float32)."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,6 +33,18 @@ def test_half_matmul_sums_in_float32_like_numpy():
     got = _run(helper.make_node("MatMul", ["a", "b"], ["y"]), {"a": a, "b": b})
     assert got.dtype == np.float16
     np.testing.assert_array_equal(got, np.matmul(a, b))
+
+
+def test_half_gemm_sums_in_float32_and_rounds_once():
+    rng = np.random.default_rng(4)
+    a = rng.random((64, 8)).astype(np.float16)
+    b = rng.random((6, 64)).astype(np.float16)
+    c = rng.random((6,)).astype(np.float16)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1, transB=1, alpha=0.5)
+    got = _run(node, {"a": a, "b": b, "c": c})
+    wide = [item.astype(np.float32) for item in (a, b, c)]
+    expected = (np.float32(0.5) * (wide[0].T @ wide[1].T) + wide[2]).astype(np.float16)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_half_softmax_rounds_at_numpy_steps():

@@ -409,7 +409,11 @@ def matmul(x: Tensor, y: Tensor) -> Tensor:
 @onnx_op("Gemm", 1)
 def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta: float = 1.0,
          transA: int = 0, transB: int = 0, broadcast: int = 0) -> Tensor:  # noqa: N803 (ONNX's attribute names)
-    """alpha * A' B' + beta * C, with A' and B' optionally transposed."""
+    """alpha * A' B' + beta * C, with A' and B' optionally transposed (16-bit floats computed in float32 and rounded
+    once, as MatMul: common.HALF_FLOATS)."""
+    if a.dtype in HALF_FLOATS and b.dtype == a.dtype:
+        wide_c = widened(c) if c is not None else None
+        return gemm(widened(a), widened(b), wide_c, alpha, beta, transA, transB, broadcast).cast(a.dtype)
     product = (a.T if transA else a).matmul(b.T if transB else b)
     if alpha != 1.0:
         product = product * alpha
