@@ -1,8 +1,8 @@
 """Products of many rows of activations with quantized weights in integers (prefill): x is quantized per block of 32
 values to int8 with one float32 scale per block (llama.cpp's Q8_0 activations: d = amax / 127, q = round(x / d)),
 each block's 32 products with the weight's integers are summed in int32, and only that sum is multiplied by the two
-blocks' scales in float. No float copy of the weight is written: its integers come from its bytes inside the kernel
-(tinycore.nn.gguf.integer_blocks)."""
+blocks' scales in float. No float copy of the weight is written: its integers (tinycore.nn.gguf.integer_blocks) are
+written as int8 slabs of output rows. Slower than the float paths with today's codegen (INT8_PREFILL)."""
 from __future__ import annotations
 
 import functools
@@ -24,12 +24,12 @@ products. Off by default: on the 2-core Zen 4 development machine (AVX-512 VNNI)
 graph (int32 multiplies, no vpdpbusd/vpmaddwd) took 2.4-3.5x the CPU time of the float32 slabs (docs/llm.md)."""
 
 LANES = 8
-"""Lanes of a block's int32 partial sum: a block of 32 is 2 groups of 16 whose products are added lane by lane, so
-the float conversion and the scale multiply cost one 16-wide vector op each per block and row."""
+"""Lanes of a block's int32 partial sum: a block of 32 is 32 // LANES groups whose products are added lane by lane,
+then converted and scaled once per block and row. With 8 the codegen upcasts ROW_GROUP rows; with 16 it did not."""
 
 ROW_GROUP = 4
-"""Rows of x that share each block's integers once they are computed from the weight's bytes: the product's output
-is (row groups, outputs, ROW_GROUP), the group innermost, which the codegen upcasts whole."""
+"""Rows of x that share each block's loaded and widened weight integers: the product's output is (row groups,
+outputs, ROW_GROUP), the group innermost, which the codegen upcasts whole."""
 
 
 class QuantizedRows(NamedTuple):
@@ -118,9 +118,9 @@ class IntegerSlab(NamedTuple):
 
 def int8_product(quantized: QuantizedRows, slab: IntegerSlab, separate_halves: bool = False) -> Tensor:
     """x @ slab.T for activations quantized per block of 32 and a slab of weight rows as integers: float32 (rows,
-    slab rows). Per block, row and output the 32 products are summed in LANES lanes (16-bit products, the two
-    halves of the block added while they still fit 16 bits: |q| <= 127 and |w| <= 128), converted once and
-    multiplied by the weight's scale, then by x's; the weight's minimums come in as the minimum times x's lane sums,
+    slab rows). Per block, row and output the 32 products are summed in int32 over LANES lanes (int16 vector
+    products would be narrower, but the C renderer computes those lane by lane), converted once and multiplied by
+    the weight's scale, then by x's; the weight's minimums come in as the minimum times x's lane sums,
     in the same sum. `separate_halves` (Q6_K): each half block of 16 has a scale of its own."""
     rows, blocks = quantized.scale.shape
     outputs = slab.values.shape[0]
