@@ -79,7 +79,7 @@ def fast_int8_dot_products(device: str | tuple[str, ...]) -> bool:
     """Whether kernels on `device` have fast int8 dot products (its renderer declares `int8_dot_products`)."""
     from tinycore.device.registry import Device
     name = device[0] if isinstance(device, tuple) else device
-    return bool(getattr(Device[name].renderer, "int8_dot_products", False))
+    return Device[name].renderer.int8_dot_products
 
 
 def integer_slab_rows(outputs: int, inputs: int, budget_bytes: int) -> int:
