@@ -17,12 +17,14 @@ from tinycore.codegen.split_ranges import replace_range, split_merged_axes
 from tinycore.dtype import dtypes
 from tinycore.helpers import NUM_CPU_THREADS, prod
 from tinycore.uop.axis import AxisType, axis_id, axis_kind, new_range, range_size
+from tinycore.uop.opcodes import fast_member_access
 from tinycore.uop.ops import Ops
 from tinycore.uop.patterns import graph_rewrite
 from tinycore.uop.symbolic import simplify
 from tinycore.uop.uop import UOp
 
 
+@fast_member_access
 class OptOps(Enum):
     """The transformations a kernel axis can take."""
 

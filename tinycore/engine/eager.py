@@ -25,8 +25,8 @@ from tinycore.uop.opcodes import GroupOp
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
-# Ops members as module constants: on Python 3.11, `Ops.X` is a lookup through EnumType's __getattr__ hook (about
-# ten times a module global's cost), and eager_key reads several per realize
+# Ops members as module constants: eager_key reads several per realize, and a global is one read where `Ops.X` is
+# two (before opcodes.fast_member_access, on Python 3.11, `Ops.X` was a Python-level call: ten times a global)
 _BUFFER, _RESHAPE, _CONST, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.CONST, Ops.DEVICE
 _ELEMENTWISE = GroupOp.ALU | {Ops.CAST}
 _CONSTANT_CHAIN = frozenset({Ops.RESHAPE, Ops.EXPAND})

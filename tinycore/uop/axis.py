@@ -7,10 +7,11 @@ from __future__ import annotations
 from enum import Enum, auto
 
 from tinycore.dtype import dtypes
-from tinycore.uop.opcodes import Ops
+from tinycore.uop.opcodes import Ops, fast_member_access
 from tinycore.uop.uop import UOp
 
 
+@fast_member_access
 class AxisType(Enum):
     """What a kernel axis (a RANGE) becomes in the generated code."""
 
