@@ -161,7 +161,10 @@ def run_llama_cpp(path: str, prompt_length: int, decode: int, batch: int = 1) ->
     from llama_cpp import Llama
     base = _peak_rss_mb()
     start = time.perf_counter()
-    model = Llama(model_path=path, n_ctx=prompt_length + decode + 8, n_threads=os.cpu_count() or 2, verbose=False)
+    # n_batch as large as the context: llama-cpp-python keeps n_batch rows of scores without logits_all, and reads
+    # the last position's row, which a prompt of 512 tokens or more put past them (IndexError)
+    context = prompt_length + decode + 8
+    model = Llama(model_path=path, n_ctx=context, n_batch=context, n_threads=os.cpu_count() or 2, verbose=False)
     load = time.perf_counter() - start
     prompt = [3 + (index * 7919) % (model.n_vocab() - 3) for index in range(prompt_length)]
     model.reset()
