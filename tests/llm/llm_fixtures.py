@@ -14,7 +14,9 @@ import urllib.parse
 from collections.abc import Iterator
 
 import numpy
+import pytest
 
+from tinycore.device.registry import Device
 from tinycore.llm.test_model import HALF_FIELDS, MODEL_FACTORS, random_blocks, weight_array, write_test_model
 
 __all__ = ["HALF_FIELDS", "MODEL_FACTORS", "byte_text", "greedy_reference", "random_blocks", "raw_request", "served",
@@ -75,3 +77,16 @@ def raw_request(base: str, data: bytes, timeout: float = 60.0) -> tuple[int, dic
         return response.status, json.loads(response.read())
     finally:
         connection.close()
+
+
+def record_largest_allocation(monkeypatch: pytest.MonkeyPatch, device: str) -> list[int]:
+    """Patches `device`'s allocator class to record the largest allocation asked for: a one-item list, updated."""
+    allocator = Device[device].allocator
+    largest = [0]
+    original = type(allocator).alloc
+
+    def recording(self: object, size: int, options: object = None) -> object:
+        largest[0] = max(largest[0], size)
+        return original(self, size, options)  # type: ignore[arg-type]
+    monkeypatch.setattr(type(allocator), "alloc", recording)
+    return largest

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from llm_fixtures import random_blocks
+from llm_fixtures import random_blocks, record_largest_allocation
 
 from tinycore import Tensor, dtypes
 from tinycore.llm import int8_linear as int8_module
@@ -98,7 +98,6 @@ def test_weight_linear_takes_integers_when_enabled(monkeypatch: pytest.MonkeyPat
     buffer larger than the int8 slab budget is allocated (no float copy of the weight); off, the float path runs."""
     import gguf
 
-    from tinycore.device.registry import Device
     from tinycore.helpers import Context
     from tinycore.llm import weights as weights_module
     outputs, inputs, rows = 96, 512, 40
@@ -111,14 +110,7 @@ def test_weight_linear_takes_integers_when_enabled(monkeypatch: pytest.MonkeyPat
     dense = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType["Q4_K"]).reshape(outputs, inputs)
     integer = (values.astype(numpy.float64) * scale[..., None]).reshape(rows, inputs) @ dense.astype(numpy.float64).T
     activations = Tensor(x.reshape(1, rows, inputs)).realize()
-    allocator = Device[activations.device].allocator
-    largest = [0]
-    original = type(allocator).alloc
-
-    def recording(self: object, size: int, options: object = None) -> object:
-        largest[0] = max(largest[0], size)
-        return original(self, size, options)  # type: ignore[arg-type]
-    monkeypatch.setattr(type(allocator), "alloc", recording)
+    largest = record_largest_allocation(monkeypatch, activations.device)
     int8_module.forget_quantized()
     with Context(INT8_PREFILL=1):
         got = weight.linear(activations).numpy()[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy
 import pytest
-from llm_fixtures import random_blocks
+from llm_fixtures import random_blocks, record_largest_allocation
 
 from tinycore import Tensor, dtypes
 from tinycore.nn.gguf import GGML_TYPES, dequantize
@@ -78,7 +78,6 @@ def test_prefill_matmul_dequantizes_in_slabs(type_name: str, monkeypatch: pytest
     than SLAB_BYTES); the result matches numpy on gguf's dequantization."""
     import gguf
 
-    from tinycore.device.registry import Device
     from tinycore.llm import weights as weights_module
     rows, columns = 96, 512
     monkeypatch.setattr(weights_module, "SLAB_BYTES", 32 * columns * 4)  # slabs of 32 rows: three of them
@@ -89,14 +88,7 @@ def test_prefill_matmul_dequantizes_in_slabs(type_name: str, monkeypatch: pytest
     prompt = weights_module.GROUPED_LANE_ROWS + 4  # more rows than either lane form takes
     x = numpy.random.default_rng(6).standard_normal((1, prompt, columns)).astype(numpy.float32)
     activations = Tensor(x).realize()
-    allocator = Device[activations.device].allocator
-    largest = [0]
-    original = type(allocator).alloc
-
-    def recording(self: object, size: int, options: object = None) -> object:
-        largest[0] = max(largest[0], size)
-        return original(self, size, options)  # type: ignore[arg-type]
-    monkeypatch.setattr(type(allocator), "alloc", recording)
+    largest = record_largest_allocation(monkeypatch, activations.device)
     result = weight.linear(activations).numpy()
     assert largest[0] <= 32 * columns * 4, f"a {largest[0]} byte buffer: more than one slab was dequantized at once"
     expected = x @ gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType[type_name]).reshape(rows, columns).T
