@@ -105,6 +105,25 @@ def test_tree_ensemble_post_transforms_and_jit():
             np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6, err_msg=f"post_transform {transform}")
 
 
+def test_tree_ensemble_probit_matches_onnxruntimes_formula_and_the_normal_quantile():
+    special = pytest.importorskip("scipy.special")
+    from onnx.reference.ops.aionnxml._common_classifier import compute_probit
+    rng = np.random.default_rng(11)
+    attributes = _random_ensemble(rng, trees=6, max_depth=3)
+    weights = rng.uniform(0.02, 0.98, size=len(numpy_helper.to_array(attributes["leaf_weights"]))).astype(np.float32)
+    attributes.update(aggregate_function=0, leaf_weights=numpy_helper.from_array(weights, "weights"))
+    x = _inputs(rng)
+    raw = ReferenceEvaluator(_model(attributes)).run(None, {"X": x})[0]
+    inside = (raw > 0.01) & (raw < 0.99)
+    assert inside.sum() > 20, "the averages of weights in (0, 1) are probabilities"
+    got = OnnxRunner(_model({**attributes, "post_transform": 4}).SerializeToString())({"X": x})["Y"].numpy()
+    formula = np.vectorize(compute_probit)(raw.astype(np.float64))
+    np.testing.assert_allclose(got, formula, rtol=1e-4, atol=1e-5)
+    # Winitzki's erfinv is within about 2e-3 of the exact quantile; a score of 0 (no tree reached the target) is 0
+    np.testing.assert_allclose(got[inside], special.ndtri(raw[inside].astype(np.float64)), rtol=5e-3, atol=5e-3)
+    assert (got[raw == 0] == 0).all()
+
+
 def test_tree_ensemble_rejects_inconsistent_attributes():
     rng = np.random.default_rng(3)
     attributes = _random_ensemble(rng, trees=1, max_depth=2)
