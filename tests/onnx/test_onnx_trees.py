@@ -106,8 +106,8 @@ def test_tree_ensemble_post_transforms_and_jit():
 
 
 def test_tree_ensemble_probit_matches_onnxruntimes_formula_and_the_normal_quantile():
-    special = pytest.importorskip("scipy.special")
     from onnx.reference.ops.aionnxml._common_classifier import compute_probit
+    from scipy import special  # installed with scikit-learn, a test dependency
     rng = np.random.default_rng(11)
     attributes = _random_ensemble(rng, trees=6, max_depth=3)
     weights = rng.uniform(0.02, 0.98, size=len(numpy_helper.to_array(attributes["leaf_weights"]))).astype(np.float32)
