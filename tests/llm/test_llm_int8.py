@@ -6,7 +6,7 @@ import numpy
 import pytest
 from llm_fixtures import random_blocks, record_largest_allocation
 
-from tinycore import Tensor, dtypes
+from tinycore import Tensor
 from tinycore.llm import int8_linear as int8_module
 from tinycore.nn.gguf import GGML_TYPES, integer_blocks
 
@@ -122,16 +122,6 @@ def test_weight_linear_takes_integers_when_enabled(monkeypatch: pytest.MonkeyPat
     numpy.testing.assert_allclose(floats, x @ dense.T, rtol=1e-4, atol=1e-6 * numpy.abs(integer).max())
     with pytest.raises(AssertionError):
         numpy.testing.assert_allclose(floats, integer, **tolerance)
-
-
-def test_cpu_renderer_declares_int8_dot_products() -> None:
-    """The CPU renderer's int8_dot_products is the host's VNNI flags (AVX-512 VNNI or AVX-VNNI)."""
-    from tinycore.device.registry import Device
-    renderer = Device[Tensor([1], dtype=dtypes.int8).device].renderer
-    if type(renderer).__name__ != "CRenderer":
-        pytest.skip("the C renderer declares the flag; this device renders otherwise")
-    from tiny_cpu.target import INT8_DOT_FLAGS, host_cpu_flags
-    assert renderer.int8_dot_products == bool(INT8_DOT_FLAGS & host_cpu_flags())
 
 
 @pytest.mark.parametrize("matrix_type", ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K"])

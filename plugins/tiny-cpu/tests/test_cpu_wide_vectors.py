@@ -112,3 +112,13 @@ def test_llvm_asks_its_target_for_512_bit_registers(arch: str, expected: int) ->
     # four vectors across a packed panel with AVX-512's 32 registers, two with AVX2's 16
     assert (renderer.preferred_vector_bytes, renderer.matmul_panel_bytes) == (expected, {64: 256, 32: 64}[expected])
     assert llvm_vector_bytes(None) == (64 if "avx512f" in target.host_cpu_flags() else 32)
+
+
+@pytest.mark.parametrize("flags, arch, expected", [
+    ("avx2 avx512_vnni", None, True), ("avx2 avx_vnni", None, True), ("avx2 avx512f", None, False),
+    ("avx2 avx512_vnni", "x86-64-v3", False)])
+def test_the_renderer_declares_int8_dot_products_from_the_vnni_flags(monkeypatch: pytest.MonkeyPatch, flags: str,
+                                                                     arch: str | None, expected: bool) -> None:
+    """int8_dot_products: the host has AVX-512 VNNI or AVX-VNNI, and the kernels are compiled for the host."""
+    monkeypatch.setattr(target, "host_cpu_flags", lambda: frozenset(flags.split()))
+    assert CRenderer(arch=arch).int8_dot_products is expected
