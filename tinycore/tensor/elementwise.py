@@ -14,10 +14,6 @@ from tinycore.tensor.support import LN_2, LOG2_E, broadcast_shape, same_size, sc
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
-_ADD, _AND, _CMPEQ, _CMPLT, _CMPNE, _FDIV = Ops.ADD, Ops.AND, Ops.CMPEQ, Ops.CMPLT, Ops.CMPNE, Ops.FDIV
-_IDIV, _MUL, _NEG, _OR, _WHERE = Ops.IDIV, Ops.MUL, Ops.NEG, Ops.OR, Ops.WHERE
-"""The ops of the common operators (add, sub, mul, div, neg, comparisons, where) as module constants: one global
-read each instead of a global and a class attribute (`Ops.X`), on the path every operator takes."""
 _FLOATS = frozenset(dtypes.floats)
 """The floating point dtypes (interned: membership is an identity test), for which a Python int or float operand
 keeps the tensor's dtype."""
@@ -181,15 +177,15 @@ class ElementwiseMixin(MovementMixin):
             return self._scalar_alu(Ops.ADD, x, reverse)  # type: ignore[arg-type]
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
-            return first._alu(_OR, second)
-        return first._alu(_ADD, second)
+            return first._alu(Ops.OR, second)
+        return first._alu(Ops.ADD, second)
 
     def sub(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self - x."""
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
             raise TypeError("subtraction of bool tensors is not supported: use logical_xor or ^ instead")
-        return first._alu(_ADD, second._alu(_NEG))
+        return first._alu(Ops.ADD, second._alu(Ops.NEG))
 
     def mul(self, x: Operand[Self], reverse: bool = False) -> Self:
         """self * x."""
@@ -197,19 +193,19 @@ class ElementwiseMixin(MovementMixin):
             return self._scalar_alu(Ops.MUL, x, reverse)  # type: ignore[arg-type]
         first, second = self._broadcasted(x, reverse)
         if first.dtype == dtypes.bool:
-            return first._alu(_AND, second)
-        return first._alu(_MUL, second)
+            return first._alu(Ops.AND, second)
+        return first._alu(Ops.MUL, second)
 
     def div(self, x: Operand[Self], reverse: bool = False, rounding_mode: str | None = None) -> Self:
         """self / x: true division, or rounded with rounding_mode 'trunc' or 'floor'."""
         first, second = self._broadcasted(x, reverse)
         if rounding_mode is None:
             target = least_upper_float(first.dtype)
-            return first.cast(target)._alu(_FDIV, second.cast(target))
+            return first.cast(target)._alu(Ops.FDIV, second.cast(target))
         if rounding_mode == "trunc":
             if dtypes.is_int(first.dtype):
-                return first._alu(_IDIV, second)
-            return first._alu(_FDIV, second).trunc()
+                return first._alu(Ops.IDIV, second)
+            return first._alu(Ops.FDIV, second).trunc()
         if rounding_mode == "floor":
             return first._floordiv(second)
         raise ArgumentError(f"rounding_mode must be None, 'trunc' or 'floor', got {rounding_mode!r}")
@@ -344,7 +340,7 @@ class ElementwiseMixin(MovementMixin):
     def _inverse(self) -> Self:
         """An order-reversing bijection (neg for floats, bitwise not for ints, logical not for bool)."""
         if dtypes.is_float(self.dtype):
-            return self._alu(_NEG)
+            return self._alu(Ops.NEG)
         if self.dtype == dtypes.bool:
             return self.logical_not()
         return self._alu(Ops.XOR, self._const(-1 if not dtypes.is_unsigned(self.dtype) else self.dtype.max))
@@ -382,7 +378,7 @@ class ElementwiseMixin(MovementMixin):
 
     def neg(self) -> Self:
         """-self (logical not for bool)."""
-        return self.logical_not() if self.dtype == dtypes.bool else self._alu(_NEG)
+        return self.logical_not() if self.dtype == dtypes.bool else self._alu(Ops.NEG)
 
     def abs(self) -> Self:
         """|self|."""
@@ -423,13 +419,13 @@ class ElementwiseMixin(MovementMixin):
     def __add__(self, x: Operand[Self]) -> Self:
         """self + x."""
         if x.__class__ is int or x.__class__ is float:  # add's own test, without its call (eager code's `x + 1`)
-            return self._scalar_alu(_ADD, x, False)  # type: ignore[arg-type]
+            return self._scalar_alu(Ops.ADD, x, False)  # type: ignore[arg-type]
         return self.add(x)
 
     def __radd__(self, x: Operand[Self]) -> Self:
         """x + self."""
         if x.__class__ is int or x.__class__ is float:
-            return self._scalar_alu(_ADD, x, True)  # type: ignore[arg-type]
+            return self._scalar_alu(Ops.ADD, x, True)  # type: ignore[arg-type]
         return self.add(x, True)
 
     def __sub__(self, x: Operand[Self]) -> Self:
@@ -443,13 +439,13 @@ class ElementwiseMixin(MovementMixin):
     def __mul__(self, x: Operand[Self]) -> Self:
         """self * x."""
         if x.__class__ is int or x.__class__ is float:  # mul's own test, without its call
-            return self._scalar_alu(_MUL, x, False)  # type: ignore[arg-type]
+            return self._scalar_alu(Ops.MUL, x, False)  # type: ignore[arg-type]
         return self.mul(x)
 
     def __rmul__(self, x: Operand[Self]) -> Self:
         """x * self."""
         if x.__class__ is int or x.__class__ is float:
-            return self._scalar_alu(_MUL, x, True)  # type: ignore[arg-type]
+            return self._scalar_alu(Ops.MUL, x, True)  # type: ignore[arg-type]
         return self.mul(x, True)
 
     def __truediv__(self, x: Operand[Self]) -> Self:
@@ -530,11 +526,11 @@ class ElementwiseMixin(MovementMixin):
 
     def __lt__(self, x: Operand[Self]) -> Self:
         """self < x as bool."""
-        return self._binary(_CMPLT, x)
+        return self._binary(Ops.CMPLT, x)
 
     def __gt__(self, x: Operand[Self]) -> Self:
         """self > x as bool."""
-        return self._binary(_CMPLT, x, True)
+        return self._binary(Ops.CMPLT, x, True)
 
     def __le__(self, x: Operand[Self]) -> Self:
         """self <= x as bool (false for nan)."""
@@ -610,11 +606,11 @@ class ElementwiseMixin(MovementMixin):
 
     def eq(self, x: Operand[Self]) -> Self:
         """self == x as bool."""
-        return self._binary(_CMPEQ, x)
+        return self._binary(Ops.CMPEQ, x)
 
     def ne(self, x: Operand[Self]) -> Self:
         """self != x as bool."""
-        return self._binary(_CMPNE, x)
+        return self._binary(Ops.CMPNE, x)
 
     def logical_not(self) -> Self:
         """True where self is zero/False."""
@@ -669,7 +665,7 @@ class ElementwiseMixin(MovementMixin):
             x_tensor, y_tensor = self._const(x, common, ()), self._const(y, common, ())
         shape = broadcast_shape(condition.shape, x_tensor.shape, y_tensor.shape)
         condition, x_tensor, y_tensor = (tensor._broadcast_to(shape) for tensor in (condition, x_tensor, y_tensor))
-        return condition._alu(_WHERE, x_tensor, y_tensor)
+        return condition._alu(Ops.WHERE, x_tensor, y_tensor)
 
     def masked_fill(self, mask: Self, value: Self | ConstType) -> Self:
         """`value` where mask is true, else self."""

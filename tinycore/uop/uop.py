@@ -80,9 +80,9 @@ def _touches_several_devices(op: Ops, src: tuple[UOp, ...]) -> bool:
     return False
 
 
-_MULTI, _DEVICE, _WHERE, _MULACC = Ops.MULTI, Ops.DEVICE, Ops.WHERE, Ops.MULACC
-"""For UOp construction's multi-device test and alu's dtype choice: every node built with sources reads one or more
-per source, and a global is one read where `Ops.X` is two."""
+_MULTI, _DEVICE = Ops.MULTI, Ops.DEVICE
+"""For UOp construction's multi-device test: every node built with sources reads one or more per source, and a
+global is one read where `Ops.X` is two."""
 
 
 class _NodeRef(weakref.ref):
@@ -309,10 +309,10 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
         operands = (self,) + src
         if op in GroupOp.Comparison:
             dtype = dtypes.bool.vec(operands[0].dtype.count) if operands[0].dtype.count > 1 else dtypes.bool
-        elif op is _WHERE:
+        elif op is Ops.WHERE:
             dtype = operands[1].dtype
         else:
-            dtype = operands[-1].dtype if op is _MULACC else operands[0].dtype
+            dtype = operands[-1].dtype if op is Ops.MULACC else operands[0].dtype
         return UOp(op, dtype, operands)
 
     def _binary(self, op: Ops, other: UOp | ConstType, reverse: bool = False) -> UOp:
