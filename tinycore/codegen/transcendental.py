@@ -165,8 +165,13 @@ _LIMB_MASK = (1 << _LIMB) - 1
 _WORD = 30  # 2/pi is kept in 30-bit words (positive int32s, so every shift is well defined)
 _PADDING = 36  # zero bits in front of 2/pi's binary point: G(n), n >= 1, is bit n of 0.000...(36 zeros) 2/pi
 _WORDS = tuple((_two_over_pi_bits() >> (_PI_BITS + _PADDING - _WORD * (w + 1))) & ((1 << _WORD) - 1)
-               for w in range(9))
-_WINDOW_LIMBS = 10  # 120 bits of 2/pi are read: the product's low 120 bits hold the quadrant and the fraction
+               for w in range(8))
+# 84 bits of 2/pi are read (7 limbs): the product's low 84 bits hold the quadrant (2 bits) and the fraction, and the
+# bits of 2/pi after the window add less than m 2**-82 < 2**-58 quadrants. The float32 argument nearest a multiple
+# of pi/2 (16367173 * 2**72, found from the continued fractions of 2**E 2/pi for every exponent E) is 2**-29.86
+# quadrants from it, so the reduced argument keeps a relative error below 2**-28 (1/16 ulp) everywhere.
+_WINDOW_LIMBS = 7
+_WINDOW_WORDS = 4  # 84 bits starting anywhere inside a word span four 30-bit words
 # pi/2 as a float32 with its low 12 mantissa bits clear (exact products with 12-bit halves) plus the rest
 _HALF_PI_HIGH = struct.unpack("<f", struct.pack("<I", _float32_bits(math.pi / 2) & 0xFFFFF000))[0]
 _HALF_PI_LOW = _float32_round(math.pi / 2 - _HALF_PI_HIGH)
@@ -177,33 +182,31 @@ _COS_COEFFICIENTS = (0.041666645038985275, -0.001388729007312125, 2.443057450712
 
 
 def _window(first_bit: UOp) -> list[UOp]:
-    """Bits first_bit .. first_bit + 119 of the padded 2/pi (first_bit in [11, 140]) as ten 12-bit limbs, most
-    significant first. The five 30-bit words that hold them are picked by three rounds of selects on the word number
+    """Bits first_bit .. first_bit + 83 of the padded 2/pi (first_bit in [11, 140]) as seven 12-bit limbs, most
+    significant first. The four 30-bit words that hold them are picked by three rounds of selects on the word number
     (a kernel has no constant tables; selects keep it vector code), then shifted into place."""
     before = first_bit - _int(1)
     word = (before * _int(2185)) >> _int(16)  # before // 30 for before in [0, 144]
     skip = before - word * _int(_WORD)
-    words: list[UOp] = [_int(value) for value in _WORDS] + [_int(0)] * 3
+    # word <= 4, so the words picked are among the first 8; the list is padded to 4 + 7 for the rounds below
+    words: list[UOp] = [_int(value) for value in _WORDS] + [_int(0)] * (_WINDOW_WORDS + 7 - len(_WORDS))
     for bit in range(3):
         shift = 1 << bit
         taken = ((word >> _int(bit)) & _int(1)).ne(0)
         words = [taken.where(words[k + shift], words[k]) for k in range(len(words) - shift)]
     kept = (_int(1) << (_int(_WORD) - skip)) - _int(1)  # the bits of a word left after skipping `skip`
-    aligned = [((words[k] & kept) << skip) | (words[k + 1] >> (_int(_WORD) - skip)) for k in range(4)]
-    limbs: list[UOp] = []
-    for high, low in ((aligned[0], aligned[1]), (aligned[2], aligned[3])):  # 60 bits = 5 limbs each
-        limbs += [high >> _int(18), (high >> _int(6)) & _int(_LIMB_MASK),
-                  ((high & _int(63)) << _int(6)) | (low >> _int(24)), (low >> _int(12)) & _int(_LIMB_MASK),
-                  low & _int(_LIMB_MASK)]
-    return limbs
+    aligned = [((words[k] & kept) << skip) | (words[k + 1] >> (_int(_WORD) - skip)) for k in range(3)]
+    high, low = aligned[0], aligned[1]  # 60 bits = 5 limbs, then the first 24 bits of the third word: 2 limbs
+    return [high >> _int(18), (high >> _int(6)) & _int(_LIMB_MASK),
+            ((high & _int(63)) << _int(6)) | (low >> _int(24)), (low >> _int(12)) & _int(_LIMB_MASK),
+            low & _int(_LIMB_MASK), aligned[2] >> _int(18), (aligned[2] >> _int(6)) & _int(_LIMB_MASK)]
 
 
-def _two_sum(first: UOp, second: UOp) -> tuple[UOp, UOp]:
-    """first + second as a float32 sum and its exact rounding error (Knuth's TwoSum, any order of magnitudes)."""
+def _fast_two_sum(first: UOp, second: UOp) -> tuple[UOp, UOp]:
+    """first + second as a float32 sum and its exact rounding error, for |first| >= |second| or first = 0
+    (Dekker's Fast2Sum: three operations where TwoSum takes six)."""
     total = first + second
-    second_part = total - first
-    error = (first - (total - second_part)) + (second - second_part)
-    return total, error
+    return total, second - (total - first)
 
 
 def _split(value: UOp) -> tuple[UOp, UOp]:
@@ -215,11 +218,11 @@ def _split(value: UOp) -> tuple[UOp, UOp]:
 
 def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
     """For finite float32 `magnitude` >= 1/2: the nearest integer q (mod 4, int32) to magnitude * 2/pi and the rest
-    r = magnitude - q pi/2 in [-pi/4, pi/4] as a float32 pair (high, low), r within 2**-60 relative.
+    r = magnitude - q pi/2 in [-pi/4, pi/4] as a float32 pair (high, low), r within 2**-28 relative.
 
     Payne-Hanek in 12-bit integer limbs: magnitude = m 2**(E - 150) with the 24-bit integer m, so magnitude * 2/pi
-    mod 4 is the low 120 bits of m times the 120 bits of 2/pi that start at bit E - 115 of the padded 2/pi (the bits
-    before give multiples of 4, the ones after less than 2**-94), scaled by 2**-118. The product's top 2 bits give
+    mod 4 is the low 84 bits of m times the 84 bits of 2/pi that start at bit E - 115 of the padded 2/pi (the bits
+    before give multiples of 4, the ones after less than 2**-58), scaled by 2**-82. The product's top 2 bits give
     q, the rest (rounded to the nearest quadrant) is summed exactly into floats and multiplied by pi/2 as float32
     pairs."""
     bits = magnitude.bitcast(I32)
@@ -228,16 +231,17 @@ def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
     offset = (exponent - _int(126)).maximum(_int(0))  # 0 for |x| = 1/2 up to 129 for inf and nan (selected away)
     window = _window(offset + _int(11))
     parts = (mantissa & _int(_LIMB_MASK), mantissa >> _int(_LIMB))  # m in two 12-bit limbs, low first
+    last = _WINDOW_LIMBS - 1
     columns = []  # column c: the products of weight 2**(12 c), counted from the window's last limb
     for column in range(_WINDOW_LIMBS):
-        total = parts[0] * window[_WINDOW_LIMBS - 1 - column]
+        total = parts[0] * window[last - column]
         if column >= 1:
-            total = total + parts[1] * window[_WINDOW_LIMBS - column]
+            total = total + parts[1] * window[last + 1 - column]
         columns.append(total)
     digits: list[UOp] = []
     carry = _int(0)
     for column_sum in columns:
-        total = column_sum + carry
+        total = column_sum + carry if digits else column_sum
         digits.append(total & _int(_LIMB_MASK))
         carry = total >> _int(_LIMB)
     top = digits[-1]  # 2 bits of quadrant, then the fraction's first 10 bits
@@ -248,28 +252,29 @@ def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
     def scaled(digit: UOp, power: int) -> UOp:
         return digit.cast(F32) * _float(2.0 ** -power)
 
-    # each pair spans at most 24 bits, so each float sum below is exact
+    # each pair spans at most 24 bits, so each float sum below is exact; a nonzero `high` is at least 2**-22 in
+    # magnitude and `middle` below it, so Fast2Sum is exact (digits[0], below 2**-70, is left out)
     high = scaled(leading, 10) + scaled(digits[-2], 22)
     middle = scaled(digits[-3], 34) + scaled(digits[-4], 46)
     bottom = scaled(digits[-5], 58) + scaled(digits[-6], 70)
-    fraction, error = _two_sum(high, middle)
-    fraction_low = error + bottom
-    fraction, fraction_low = _two_sum(fraction, fraction_low)
-    # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: kernels compile without it);
-    # _HALF_PI_HIGH has 12 significant bits, so its split is itself
+    fraction, error = _fast_two_sum(high, middle)
+    fraction, fraction_low = _fast_two_sum(fraction, error + bottom)
+    # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: a renderer's FMA may compile to a
+    # multiply and an add where the CPU lacks one); _HALF_PI_HIGH has 12 significant bits, so its split is itself
     product = fraction * _float(_HALF_PI_HIGH)
     fraction_high, fraction_rest = _split(fraction)
     product_error = (fraction_high * _float(_HALF_PI_HIGH) - product) + fraction_rest * _float(_HALF_PI_HIGH)
     low_part = product_error + (fraction * _float(_HALF_PI_LOW) + fraction_low * _float(_HALF_PI_HIGH))
-    reduced, reduced_low = _two_sum(product, low_part)
+    reduced, reduced_low = _fast_two_sum(product, low_part)
     return quadrant, reduced, reduced_low
 
 
-def _sin_cos_float32(x: UOp, cosine: bool) -> UOp:
+def _sin_cos_float32(x: UOp, cosine: bool, fused: bool = False) -> UOp:
     """sin(x) (or cos(x) when `cosine`) for float32 `x` in float32 and int32 arithmetic: x reduced to r in
     [-pi/4, pi/4] and a quadrant by _reduce_half_pi (|x| >= 1/2; below, r = |x|), then the sine or cosine polynomial
-    of r chosen by the quadrant, with the low part of r added where it counts. Within 1 ulp of numpy's float64 result
-    rounded to float32 over the whole float32 range; inf and nan give nan, sin keeps the sign of 0."""
+    of r chosen by the quadrant, with the low part of r added where it counts (the polynomials' steps fused where
+    `fused`). Within 1 ulp of numpy's float64 result rounded to float32 over the whole float32 range; inf and nan
+    give nan, sin keeps the sign of 0."""
     magnitude = (x.bitcast(I32) & _int(0x7FFFFFFF)).bitcast(F32)
     small = magnitude < _float(0.5)
     quadrant, reduced, reduced_low = _reduce_half_pi(magnitude)
@@ -279,13 +284,9 @@ def _sin_cos_float32(x: UOp, cosine: bool) -> UOp:
     if cosine:
         quadrant = (quadrant + _int(1)) & _int(3)
     square = reduced * reduced
-    series = _float(_SIN_COEFFICIENTS[-1])
-    for coefficient in reversed(_SIN_COEFFICIENTS[:-1]):
-        series = series * square + _float(coefficient)
+    series = _horner(_SIN_COEFFICIENTS, square, fused)
     sine = reduced + (reduced * square * series + reduced_low)
-    series = _float(_COS_COEFFICIENTS[-1])
-    for coefficient in reversed(_COS_COEFFICIENTS[:-1]):
-        series = series * square + _float(coefficient)
+    series = _horner(_COS_COEFFICIENTS, square, fused)
     half_square = _float(0.5) * square
     leading = _float(1.0) - half_square
     cosine_value = leading + (((_float(1.0) - leading) - half_square) + (square * square * series -
@@ -302,36 +303,36 @@ def _sin_cos_float32(x: UOp, cosine: bool) -> UOp:
     return finite.where(value, UOp.const(F32, math.nan))
 
 
-def sin_float32(x: UOp) -> UOp:
+def sin_float32(x: UOp, fused: bool = False) -> UOp:
     """sin(x) for float32 `x` in float32 and int32 arithmetic (see _sin_cos_float32)."""
-    return _sin_cos_float32(x, False)
+    return _sin_cos_float32(x, False, fused)
 
 
-def cos_float32(x: UOp) -> UOp:
+def cos_float32(x: UOp, fused: bool = False) -> UOp:
     """cos(x) for float32 `x`: the sine's reduction with the quadrant moved by one (exact, unlike sin(pi/2 - x)
     in float32, which rounds pi/2 - x)."""
-    return _sin_cos_float32(x, True)
+    return _sin_cos_float32(x, True, fused)
 
 
 def _is_half_pi(node: UOp) -> bool:
     return node.op is Ops.CONST and node.arg == _float32_round(math.pi / 2)
 
 
-def _sin_of(argument: UOp) -> UOp:
+def _sin_of(argument: UOp, fused: bool) -> UOp:
     """SIN(argument) decomposed; SIN(pi/2 - x), how Tensor.cos is built, is taken as cos(x)."""
     if argument.op is Ops.ADD and len(argument.src) == 2:
         first, second = argument.src
         for constant, other in ((first, second), (second, first)):
             if _is_half_pi(constant) and other.op is Ops.NEG:
-                return cos_float32(other.src[0])
-    return sin_float32(argument)
+                return cos_float32(other.src[0], fused)
+    return sin_float32(argument, fused)
 
 
 def _rules(fused: bool) -> PatternMatcher:
     return PatternMatcher([
         (UPat(Ops.EXP2, dtype=F32, src=(UPat.var("x"),)), lambda x: exp2_float32(x, fused)),
         (UPat(Ops.LOG2, dtype=F32, src=(UPat.var("x"),)), log2_float32),
-        (UPat(Ops.SIN, dtype=F32, src=(UPat.var("argument"),)), _sin_of),
+        (UPat(Ops.SIN, dtype=F32, src=(UPat.var("argument"),)), lambda argument: _sin_of(argument, fused)),
     ])
 
 

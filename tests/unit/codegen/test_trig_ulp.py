@@ -18,6 +18,13 @@ from tinycore import Tensor
 REFERENCES = {"sin": np.sin, "cos": np.cos, "tanh": np.tanh}
 
 
+# The float32 values closest (relative to their size) to a multiple of pi/2: 16367173 * 2**72 is 2**-29.86 quarter
+# turns from one, the least over every exponent (the best approximations of 2**E 2/pi by m/q with q < 2**24, from
+# their continued fractions), the next ones 2**-29.5 to 2**-28.5. Their sines need the reduction's last bits.
+NEAREST_HALF_PI_MULTIPLES = np.array([16367173 * 2.0 ** 72, 16367173 * 2.0 ** 73, 10741887 * 2.0 ** 11,
+                                      10741887 * 2.0 ** 12, 16573937 * 2.0 ** -16], dtype=np.float32)
+
+
 def rounded(name: str, values: np.ndarray) -> np.ndarray:
     """numpy's `name` in float64, rounded once to float32."""
     with np.errstate(all="ignore"):
@@ -34,6 +41,7 @@ def arguments(name: str) -> np.ndarray:
              np.geomspace(1e-30, 1e-3, 20_001, dtype=np.float32)]
     if name != "tanh":
         grids.append((np.arange(1, 20_001) * (np.pi / 2)).astype(np.float32))  # tiny after the reduction
+        grids.append(np.concatenate([NEAREST_HALF_PI_MULTIPLES, -NEAREST_HALF_PI_MULTIPLES]))
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.1754942e-38, -3e-39, 2.0 ** -12,
                         -(2.0 ** -12), 0.99999994, 1.0, -1.0, 1.0000001, 3.4028235e38, -3.4028235e38], dtype=np.float32)
     return np.concatenate([*grids, special])
@@ -56,6 +64,15 @@ def test_special_values_are_exact(name: str) -> None:
     np.testing.assert_array_equal(got, want)  # nan for sin and cos of inf, +-1 for tanh of +-inf
     numbers = ~np.isnan(want)
     np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))  # sin(-0) and tanh(-0) are -0
+
+
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_arguments_nearest_a_multiple_of_half_pi(name: str) -> None:
+    # the reduced argument is 2**-30 of a quarter turn here: a reduction short of about 2**-58 quarter turns of
+    # precision loses the last digits of these results (the fraction kept to 2**-46 quarter turns fails here)
+    values = np.concatenate([NEAREST_HALF_PI_MULTIPLES, -NEAREST_HALF_PI_MULTIPLES])
+    got = getattr(Tensor(values), name)().numpy()
+    assert ulp_distance(got, rounded(name, values)).max() <= 1, (got, rounded(name, values))
 
 
 def test_tanh_near_zero_keeps_every_digit() -> None:
