@@ -145,7 +145,7 @@ def test_stack_calls_and_fixed() -> None:
     cases += [(m, (r,)) for m in ("call", "jmp") for r in GPR64] + [
         (m, (x,)) for m in ("call", "jmp") for x in memory_forms(64)
     ]
-    cases += [(m, ()) for m in ("ret", "nop", "int3", "ud2", "cqo", "cdq", "vzeroupper")]
+    cases += [(m, ()) for m in ("ret", "nop", "int3", "ud2", "cqo", "cdq", "vzeroupper", "sfence")]
     check(cases)
 
 
@@ -284,6 +284,8 @@ def vector_cases(name: str, op: VectorOp, evex: bool) -> list[Case]:
             cases += [(name, (table[i % count], m, *imm)) for i, m in enumerate(memory_forms(memory_bits))]
             if op.form == "load_store":
                 cases += [(name, (m, table[i % count])) for i, m in enumerate(memory_forms(memory_bits))]
+        elif op.form == "mr":  # a store only (vmovntps): memory destination, every register as the source
+            cases += [(name, (m, table[i % count])) for i, m in enumerate(memory_forms(memory_bits))]
         elif op.form == "vmi":
             cases += [(name, (table[i], table[(i + 9) % count], 7)) for i in range(count)]
             if evex:  # only the EVEX form shifts a memory operand

@@ -8,6 +8,8 @@ and an epilogue that restores them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tiny_cpu.x86.assembler import BRANCHES, Assembler
 from tiny_cpu.x86.registers import (
     CALLEE_SAVED,
@@ -22,6 +24,7 @@ from tiny_cpu.x86.registers import (
     rsp,
     view,
 )
+from tiny_cpu.x86.streaming import STREAM_ALIGNMENT
 from tiny_cpu.x86.vector_ops import VECTOR_OPS
 from tinycore.renderer.isa import (
     Instruction,
@@ -106,6 +109,9 @@ class FunctionBuilder:
         self.vector_pool = XMM[:13] + XMM[16:vector_registers]
         self.vector_scratch = XMM[13:16]
         self.blocked: dict[Register, int] = {}
+        # the bases of buffers stored by `vmovntps` (tiny_cpu.x86.streaming): the registers or argument words that
+        # the entry test reads, before the prologue; unaligned, the function runs its body with plain stores
+        self.stream_bases: list[Register | Memory] = []
         self.arguments: list[VirtualRegister] = []
         widths = integer_argument_bits or [64] * integer_arguments
         for i in range(integer_arguments):
@@ -188,16 +194,36 @@ class FunctionBuilder:
             self.program, allocation, {"gpr": GENERAL_SCRATCH, "vec": self.vector_scratch}, view, load, store,
             in_memory,
         )
+        uses_vectors = any(v.kind == "vec" for v in intervals)
         assembler = Assembler()
+        if self.stream_bases and any(instruction.op == "vmovntps" for instruction in body):
+            plain = Label("plain stores")
+            assembler.emit("mov", rax, self.stream_bases[0])
+            for base in self.stream_bases[1:]:
+                assembler.emit("or", rax, base)
+            assembler.emit("test", view(rax, 32), STREAM_ALIGNMENT - 1)
+            assembler.emit("jne", plain)
+            self._emit_body(assembler, body, saved, spill_base, frame, uses_vectors, streamed=True)
+            assembler.bind(plain)
+            body = [_plain_stores(instruction) for instruction in body]
+        self._emit_body(assembler, body, saved, spill_base, frame, uses_vectors, streamed=False)
+        self.allocation, self.saved_registers = allocation, saved
+        return assembler.finish()
+
+    @staticmethod
+    def _emit_body(assembler: Assembler, body: list[Instruction], saved: list[Register], spill_base: int, frame: int,
+                   uses_vectors: bool, streamed: bool) -> None:
+        """The prologue, the allocated `body` and an epilogue at each ret (after an `sfence` when `streamed`)."""
         assembler.emit("push", rbp)
         assembler.emit("mov", rbp, rsp)
         for register in saved:
             assembler.emit("push", register)
         if frame:
             assembler.emit("sub", rsp, frame)
-        uses_vectors = any(v.kind == "vec" for v in intervals)
         for instruction in body:
             if instruction.op == "ret":
+                if streamed:
+                    assembler.emit("sfence")
                 if uses_vectors:
                     assembler.emit("vzeroupper")
                 assembler.emit("lea", rsp, Memory(rbp, None, 1, -spill_base, 64))
@@ -209,5 +235,21 @@ class FunctionBuilder:
                 continue  # a copy the allocator made redundant
             else:
                 assembler.emit_instruction(instruction)
-        self.allocation, self.saved_registers = allocation, saved
-        return assembler.finish()
+
+
+def _renamed(operand: Operand) -> Operand:
+    """`operand` with its label renamed for the second copy of a body (labels are bound once per function)."""
+    if isinstance(operand, Label):
+        return Label(f"{operand.name} plain")
+    if isinstance(operand, Memory) and operand.label is not None:
+        return replace(operand, label=Label(f"{operand.label.name} plain"))
+    return operand
+
+
+def _plain_stores(instruction: Instruction) -> Instruction:
+    """The instruction of the body's copy for unaligned bases: `vmovntps` as `vmovups`, labels renamed."""
+    operands = tuple(_renamed(operand) for operand in instruction.operands)
+    op = "vmovups" if instruction.op == "vmovntps" else instruction.op
+    if op == instruction.op and operands == instruction.operands:
+        return instruction
+    return replace(instruction, op=op, operands=operands)

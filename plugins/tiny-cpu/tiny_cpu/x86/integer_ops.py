@@ -237,6 +237,7 @@ INTEGER_ENCODERS: dict[str, Callable[..., Encoded]] = {
     "cqo": _fixed(b"\x48\x99"),
     "cdq": _fixed(b"\x99"),
     "vzeroupper": _fixed(b"\xc5\xf8\x77"),
+    "sfence": _fixed(b"\x0f\xae\xf8"),  # orders streamed (non-temporal) stores before later ones
 }
 for _name in ALU:
     INTEGER_ENCODERS[_name] = (lambda n: lambda d, s: _alu(n, d, s))(_name)

@@ -19,7 +19,7 @@ from tiny_cpu.x86.casts import cast as convert_scalar
 from tiny_cpu.x86.encoding import EncodingError, fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tiny_cpu.x86.lanes import build_vector, vector_lanes
-from tiny_cpu.x86.registers import MASK, rax, rdx, view
+from tiny_cpu.x86.registers import INTEGER_ARGUMENTS, MASK, rax, rdi, rdx, view
 from tiny_cpu.x86.scalars import (
     HALVES,
     SCALARS,
@@ -35,6 +35,7 @@ from tiny_cpu.x86.scalars import (
     store_scalar,
     suffix,
 )
+from tiny_cpu.x86.streaming import streamed_buffers
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.plugins.contract import RendererContract
 from tinycore.renderer.isa import Instruction, Label, Memory, Operand, SubRegister, VirtualRegister
@@ -144,6 +145,10 @@ class Selection:
         self.owner: dict[VirtualRegister, UOp] = {}  # the UOp a float result's fresh register was made for
         self.minimum_maximum, folded_compares = _minimum_maximum(uops, self.consumers)
         self.lanes_skipped |= folded_compares
+        # large outputs stored only as aligned vectors go around the cache; a buffer is streamed only where its pointer
+        # can be tested before the prologue (an argument in a register, or any word of the entry convention's array)
+        self.streamed = {buffer for buffer in streamed_buffers(uops)
+                         if entry or self.argument_order[("buffer", buffer.arg)] < len(INTEGER_ARGUMENTS)}
 
     def refuse(self, uop: UOp, why: str = "") -> None:
         """Raise the error for a UOp the selection cannot take."""
@@ -216,6 +221,10 @@ class Selection:
             if handled is None:
                 self.refuse(uop, "no selection rule matches it")
         self.builder.ret()
+        for buffer in sorted(self.streamed, key=lambda buffer: buffer.arg):
+            order = self.argument_order[("buffer", buffer.arg)]
+            self.builder.stream_bases.append(Memory(rdi, None, 1, 8 * order, 64) if self.entry
+                                             else INTEGER_ARGUMENTS[order])
         try:
             return self.builder.assemble()
         except (EncodingError, RuntimeError) as error:  # an instruction the allocator made unencodable
@@ -477,7 +486,8 @@ def _store(ctx: Selection, uop: UOp) -> str:
     gate = ctx.gates.get(uop.src[0])
     skip = branch_over(ctx.builder, gate) if gate is not None else None
     if _is_vector(value):
-        ctx.builder.emit("vmovups", replace(address, bits=value.dtype.count * 32), register)
+        streamed = uop.src[0].src[0] in ctx.streamed  # around the cache (tiny_cpu.x86.streaming)
+        ctx.builder.emit("vmovntps" if streamed else "vmovups", replace(address, bits=value.dtype.count * 32), register)
     else:
         store_scalar(ctx.builder, address, register, value.dtype)
     if skip is not None:

@@ -81,6 +81,8 @@ for _suffix, (_prefix, _w, _, _element) in list(_FLAVOURS.items())[:2]:
     _add(f"vmova{_suffix}", _prefix, "0F", 0x28, _w, "load_store", has_evex=True, element=_element, store_opcode=0x29)
     _add(f"vshuf{_suffix}", _prefix, "0F", 0xC6, _w, "rvmi", has_evex=True, element=_element)
     _add(f"vhadd{_suffix}", "F2" if _suffix == "ps" else "66", "0F", 0x7C, 0, "rvm")
+# a store around the cache (tiny_cpu.x86.streaming): memory destination only, aligned to the vector's size
+_add("vmovntps", "", "0F", 0x2B, 0, "mr", has_evex=True)
 _add("vmovss", "F3", "0F", 0x10, 0, "scalar_move", has_evex=True, tuple="scalar", store_opcode=0x11)
 _add("vmovsd", "F2", "0F", 0x10, 1, "scalar_move", has_evex=True, tuple="scalar", element=8, store_opcode=0x11)
 _add("vmovdqu", "F3", "0F", 0x6F, 0, "load_store", store_opcode=0x7F)
