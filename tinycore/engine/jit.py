@@ -60,6 +60,11 @@ def _tensor_type() -> type[Tensor]:
 
 _TENSOR_TYPE: list[type[Tensor]] = []
 
+_jit_enabled = [bool(JIT.value)]
+"""JIT's setting as a bool, kept current by a watcher: every TinyJit call reads it, and the setting's truth test is
+two Python calls."""
+JIT.watch(lambda value: _jit_enabled.__setitem__(0, bool(value)))
+
 
 def _collect_tensors(value: object, found: list[Tensor]) -> None:
     """Every Tensor inside `value` (nested lists, tuples and dict values), in order."""
@@ -177,16 +182,14 @@ class _KnownInputs:
         nodes = self.nodes
         if len(inputs) != len(nodes):
             return None
-        for tensor, node in zip(inputs, nodes, strict=True):
+        for tensor, node in zip(inputs, nodes, strict=False):  # of one length, checked above
             if tensor.uop is not node():
                 return None
-        buffers = []
-        for reference in self.buffers:
-            buffer = reference()
+        buffers = [reference() for reference in self.buffers]
+        for buffer in buffers:
             if buffer is None or buffer._buf is None:
                 return None
-            buffers.append(buffer)
-        return buffers
+        return buffers  # type: ignore[return-value]  # no None left: checked above
 
 
 def _rebind_size(size: object, bindings: dict[UOp, int]) -> object:
@@ -381,10 +384,11 @@ class CapturedJit:
         for buffer, device, count in self.random_keys:
             buffer.copyin(memoryview(draw_random_keys(device, count)))
 
-    def count(self) -> None:
-        """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
+    def totals(self) -> tuple[GraphContract, int, int, int]:
+        """(replay, kernels, operations, bytes) of one replay of the current `replay`, kept in `_totals` (the sums of
+        a replay's calls do not change)."""
         totals = self._totals
-        if totals is None or totals[0] is not self.replay:  # the sums of a replay's calls do not change
+        if totals is None or totals[0] is not self.replay:
             kernels = ops = mem = 0
             for call in self.replay.calls:
                 if call.runner is None:
@@ -394,6 +398,11 @@ class CapturedJit:
                 ops += call.runner.spec.estimates.ops
                 mem += call.runner.spec.estimates.mem
             totals = self._totals = (self.replay, kernels, ops, mem)
+        return totals
+
+    def count(self) -> None:
+        """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
+        totals = self.totals()
         GlobalCounters.kernel_count += totals[1]
         GlobalCounters.global_ops += totals[2]
         GlobalCounters.global_mem += totals[3]
@@ -530,8 +539,12 @@ class TinyJit(Generic[ReturnType]):
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
         # keyword arguments by name, as tinygrad: a replay called with them in another order maps the same inputs
         values = list(args) + [kwargs[name] for name in sorted(kwargs)] if kwargs else list(args)
-        tensor_type = _tensor_type()
-        only_tensors = all(value.__class__ is tensor_type for value in values)
+        tensor_type = _TENSOR_TYPE[0] if _TENSOR_TYPE else _tensor_type()
+        only_tensors = True
+        for value in values:  # a loop, not all() over a generator: this runs on every call
+            if value.__class__ is not tensor_type:
+                only_tensors = False
+                break
         if only_tensors:
             inputs: list[Tensor] = values  # the common call: nothing nested to look into, no Variables to bind
         else:
@@ -539,7 +552,7 @@ class TinyJit(Generic[ReturnType]):
             _collect_tensors(values, inputs)
         if len(inputs) > 1 and len({id(tensor) for tensor in inputs}) != len(inputs):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
-        if not JIT:
+        if not _jit_enabled[0]:
             return self.function(*args, **kwargs)
         if capturing() and CAPTURING:
             raise JitError("having TinyJit inside another TinyJit is not supported: jit only the outer function "
@@ -611,18 +624,26 @@ class TinyJit(Generic[ReturnType]):
                            "return the tensors it computes")
 
     def _replay(self, inputs: list[Tensor], bindings: dict[UOp, int]) -> ReturnType:
-        assert self.replay is not None and self.captured_signature is not None
-        input_buffers = self._known_inputs.buffers_for(inputs) if self._known_inputs is not None else None
-        if input_buffers is None:
+        captured, known = self._captured, self._known_inputs
+        assert captured is not None
+        if known is None or (input_buffers := known.buffers_for(inputs)) is None:
             input_buffers = self._checked_input_buffers(inputs)
-            self._known_inputs = _KnownInputs(inputs, input_buffers)
-        bindings.update(self._known_inputs.shape_bindings)  # type: ignore[union-attr]  # set just above
-        assert self._captured is not None
-        self._captured.prepare()
-        self._captured.next_random_keys()
-        self.replay = self._captured.replay
-        self.replay.run(input_buffers, bindings)
-        self._captured.count()
+            known = self._known_inputs = _KnownInputs(inputs, input_buffers)
+        if known.shape_bindings:
+            bindings.update(known.shape_bindings)
+        # the tests before each call: a replay runs these lines on every TinyJit call, where a call is 0.1 us
+        if captured.released:
+            captured.prepare()
+        if captured.random_keys:
+            captured.next_random_keys()
+        self.replay = replay = captured.replay
+        replay.run(input_buffers, bindings)
+        totals = captured._totals
+        if totals is None or totals[0] is not replay:
+            totals = captured.totals()
+        GlobalCounters.kernel_count += totals[1]
+        GlobalCounters.global_ops += totals[2]
+        GlobalCounters.global_mem += totals[3]
         invalidate_known_results()
         if self._returned_inputs:
             returned: list[Tensor] = []
@@ -631,7 +652,7 @@ class TinyJit(Generic[ReturnType]):
                 returned[position].uop = inputs[index].uop
         if bindings:
             _rebind(self.captured_return, bindings)
-        return cast(ReturnType, self.captured_return)  # set with the signature, checked above
+        return self.captured_return  # type: ignore[return-value]  # set with the replay, on the capturing call
 
     def _checked_input_buffers(self, inputs: list[Tensor]) -> list[Buffer]:
         """The inputs' Buffers for a replay, after checking their shapes, dtypes and devices against the capture's."""

@@ -149,6 +149,8 @@ class HCQGraph:
         """The handle each input patch last wrote (None: not written since the blocks were made)."""
         self.last_values: dict[GraphDevice, int] = {current: 0 for current in self.queues}
         self.queue = self.queues[self.devices[0]] if self.devices else None
+        # devices in reverse order: a queue that waits for an earlier device is already submitted when it signals
+        self.submission_order = [(current, self.queues[current]) for current in reversed(self.devices)]
 
     def _add_kernel(self, device: GraphDevice, queue: DeviceQueue, call: Any, input_index: dict[int, int]) -> None:
         runner = call.runner
@@ -234,11 +236,11 @@ class HCQGraph:
             self.replays += 1
             if len(self.queues) > 1:
                 values[SYNC_BASE] = self.replays * self.sync_stride  # graph signals only grow from replay to replay
-            # devices in reverse order: a queue that waits for an earlier device is already submitted when it signals
-            for device in reversed(self.devices):
+            last_values = self.last_values
+            for device, queue in self.submission_order:
                 values[TIMELINE_WAIT] = device.timeline_value - 1
-                values[TIMELINE_SIGNAL] = self.last_values[device] = device.next_timeline_value()
-                self.queues[device].submit(device, values)
+                values[TIMELINE_SIGNAL] = last_values[device] = device.next_timeline_value()
+                queue.submit(device, values)
         if self.timed:
             for device in self.devices:
                 device.synchronize()

@@ -72,6 +72,26 @@ def test_a_wait_blocks_its_queue_not_the_host() -> None:
     assert gate.timestamp <= done.timestamp
 
 
+def test_a_bound_queue_writes_each_submissions_values_and_reports_a_refused_submission() -> None:
+    import pytest
+
+    from tinycore.uop.symbolic import Variable as SymbolicVariable
+    device = cpu()
+    first, second = device.new_signal(0, name="first"), device.new_signal(0, name="second")
+    value = SymbolicVariable("queue_test_value", 0, 1000)
+    queue = device.compute_queue().signal(first, value).signal(second, value + 5).bind(device)
+    for number in (3, 40, 7):  # a later value below an earlier one too: each submission writes its own
+        queue.submit(device, {value: number})
+        second.wait(number + 5, timeout_s=10)
+        assert (first.value, second.value) == (number, number + 5)
+    refused = device.hardware_submissions()  # type: ignore[attr-defined]
+    queue._target = (lambda *arguments: -2,) + queue._target[1:]  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match="compute queue could not start its thread"):
+        queue.submit(device, {value: 1})
+    assert device.hardware_submissions() == refused  # type: ignore[attr-defined]
+    assert first.value == 7
+
+
 def test_copy_command_copies_bytes() -> None:
     device = cpu()
     source = Tensor(np.arange(8, dtype=np.float32)).realize()

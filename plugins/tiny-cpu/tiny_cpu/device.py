@@ -117,6 +117,11 @@ class CPUDevice(HCQCompiled):
     def submit_words(self, hardware: str, words: Any, count: int) -> None:
         """Run `count` command words on the C queue `hardware` ("compute" or "copy")."""
         status = self.library.tinycore_queue_submit(self.hardware_queues[hardware], words, count)
+        if status:
+            self.submission_failed(hardware, status)
+
+    def submission_failed(self, hardware: str, status: int) -> None:
+        """Raise why the C queue `hardware` refused a submission (`status`, the C function's nonzero answer)."""
         if status == -1:
             self.mark_broken(f"{self.device}: the {hardware} queue stopped after a wait timed out on the device; "
                              "call recover() once nothing waits on a signal that never comes")

@@ -44,6 +44,7 @@ class CPUComputeQueue(HWQueue):
     def __init__(self) -> None:
         super().__init__()
         self._bound: Any = None
+        self._target: tuple[Any, int, int] | None = None  # a bound queue's (C submit function, C queue, word count)
 
     def _encode_wait(self, signal: HCQSignal, value: int | UOp) -> None:
         self.emit(WAIT, signal.address, value, 0, 0, 0)
@@ -67,11 +68,23 @@ class CPUComputeQueue(HWQueue):
 
     def _bind(self, device: HCQCompiled) -> None:
         self._bound = (ctypes.c_longlong * max(1, len(self.words)))(*self.words)
+        # a bound queue is resubmitted on every TinyJit replay: its symbolic words go straight into the array (the
+        # array's own item setter, no Python frame per word) and the submission calls the C queue directly
+        self._patch = self._bound.__setitem__  # type: ignore[method-assign]
+        cpu: CPUDevice = device  # type: ignore[assignment]
+        self._target = (cpu.library.tinycore_queue_submit, cpu.hardware_queues[self.hardware], len(self.words))
 
     def _patch(self, position: int, value: int) -> None:
         self._bound[position] = value
 
     def _submit(self, device: HCQCompiled) -> None:
+        target = self._target
+        if target is not None:  # bound: submit() checked that `device` is the one it is bound to
+            status = target[0](target[1], self._bound, target[2])
+            if status:
+                cpu_device: CPUDevice = device  # type: ignore[assignment]
+                cpu_device.submission_failed(self.hardware, status)
+            return
         count = len(self.words)
         words = self._bound if self._bound is not None else struct.pack(f"{count}q", *self.words)
         cpu: CPUDevice = device  # type: ignore[assignment]

@@ -134,6 +134,26 @@ def test_jit_off_runs_the_function_every_time() -> None:
     assert len(calls) == 4
 
 
+def test_jit_turned_off_after_capture_runs_the_function_and_replays_again_after() -> None:
+    calls = []
+
+    @TinyJit
+    def double(x: Tensor) -> Tensor:
+        calls.append(1)
+        return (x * 2).realize()
+
+    for _ in range(3):  # run, capture, replay
+        double(Tensor(_random(3)).realize())
+    assert len(calls) == 2
+    with Context(JIT=0):
+        values = _random(3)
+        np.testing.assert_allclose(double(Tensor(values).realize()).numpy(), values * 2)
+    assert len(calls) == 3
+    values = _random(3)
+    np.testing.assert_allclose(double(Tensor(values).realize()).numpy(), values * 2)
+    assert len(calls) == 3
+
+
 def test_temporaries_share_memory_and_replays_do_not_grow() -> None:
     @TinyJit
     def chain(x: Tensor) -> Tensor:
