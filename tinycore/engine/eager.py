@@ -27,7 +27,7 @@ from tinycore.uop.uop import UOp
 
 # Ops members as module constants: eager_key reads several per realize, and a global is one read where `Ops.X` is
 # two (before opcodes.fast_member_access, on Python 3.11, `Ops.X` was a Python-level call: ten times a global)
-_BUFFER, _RESHAPE, _CONST, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.CONST, Ops.DEVICE
+_BUFFER, _RESHAPE, _EXPAND, _CONST, _DEVICE = Ops.BUFFER, Ops.RESHAPE, Ops.EXPAND, Ops.CONST, Ops.DEVICE
 _ELEMENTWISE = GroupOp.ALU | {Ops.CAST}
 _CONSTANT_CHAIN = frozenset({Ops.RESHAPE, Ops.EXPAND})
 _CHAIN_NODES = 6
@@ -91,6 +91,23 @@ def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
     BUFFER) and buffer-free constant graphs; None for any other graph."""
     if uop.op not in _ELEMENTWISE:
         return None
+    sources = uop.src
+    if len(sources) == 2:
+        # eager code's common graph, `x + 1` or `1 - x`: one BUFFER and one constant, keyed here as
+        # _describe_sources keys it, without its frame, lists and loops (a constant off this pattern takes the walk)
+        first, second = sources
+        buffer, constant = (first, second) if first.op is _BUFFER else (second, first)
+        if buffer.op is _BUFFER:
+            node = constant
+            if node.op is _EXPAND:
+                node = node.src[0]
+            if node.op is _RESHAPE:
+                node = node.src[0]
+            if node.op is _CONST and (not node.src or node.src[0].op is _DEVICE):
+                described = (buffer.dtype, buffer.arg[1], buffer.src[0], None)
+                if buffer is first:
+                    return (uop.op, uop.dtype, uop.arg, described, constant), [buffer]
+                return (uop.op, uop.dtype, uop.arg, constant, described), [buffer]
     parts: list[object] = [uop.op, uop.dtype, uop.arg]
     inputs: list[UOp] = []
     if _describe_sources(uop, parts, inputs, _CHAIN_NODES) < 0 or not inputs:

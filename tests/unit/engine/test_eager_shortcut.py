@@ -194,6 +194,28 @@ def test_key_refuses_other_graphs() -> None:
     assert eager.eager_key((Tensor([[1.0], [2.0]]).realize() + Tensor([[1.0, 2.0]]).realize()).uop) is None
 
 
+def test_a_buffer_and_a_constant_are_keyed_as_the_walk_keys_them(shortcut_calls: list[int]) -> None:
+    from tinycore.uop.ops import Ops
+    data = Tensor([1.0, 2.0]).realize()
+    buffer = data.uop
+    described = (dtypes.float32, 2, buffer.src[0], None)  # the buffer's dtype, size, device node and no reshape
+    for build in (lambda: data + 1, lambda: 3 * data, lambda: data < 2):
+        node = build().uop
+        constant = node.src[1] if node.src[0] is buffer else node.src[0]
+        by_hand = (node.op, node.dtype, node.arg) + ((described, constant) if node.src[0] is buffer
+                                                     else (constant, described))
+        parts: list[object] = [node.op, node.dtype, node.arg]
+        inputs: list = []
+        assert eager._describe_sources(node, parts, inputs, eager._CHAIN_NODES) >= 0
+        assert eager.eager_key(node) == (by_hand, [buffer]) == (tuple(parts), inputs)
+    assert eager.eager_key((data + 1).uop) != eager.eager_key((1 + data).uop)  # the operands' order is kept
+    assert eager.eager_key((data + 1).uop)[0][0] is Ops.ADD
+    for values in ([1.0, -2.0], [3.0, 4.0], [0.5, 6.0]):  # the constant on the left, through the shortcut too
+        np.testing.assert_allclose((3 * Tensor(values)).realize().numpy(), 3 * np.array(values, dtype=np.float32))
+        np.testing.assert_allclose((Tensor(values) - 3).realize().numpy(), np.array(values, dtype=np.float32) - 3)
+    assert shortcut_calls
+
+
 def test_a_new_buffer_node_is_the_node_its_parts_build() -> None:
     from tinycore.uop.buffer import new_buffer_uop
     from tinycore.uop.ops import Ops
