@@ -75,6 +75,15 @@ def test_arguments_nearest_a_multiple_of_half_pi(name: str) -> None:
     assert ulp_distance(got, rounded(name, values)).max() <= 1, (got, rounded(name, values))
 
 
+def test_tanh_just_past_one_on_every_float32() -> None:
+    # |x| in [1, 1.125]: z = exp(-2|x|) is largest there, so the polynomial that stands for 2 / (1 + z) and the
+    # rounding of z count most; every float32 of the interval, both signs
+    start, stop = np.array([1.0, 1.125], dtype=np.float32).view(np.int32)
+    values = np.arange(start, stop + 1, dtype=np.int32).view(np.float32)
+    values = np.concatenate([values, -values])
+    assert ulp_distance(Tensor(values).tanh().numpy(), rounded("tanh", values)).max() <= 1
+
+
 def test_tanh_near_zero_keeps_every_digit() -> None:
     # 2 sigmoid(2x) - 1 (the old tanh) rounds 1 + tiny first: tanh(1e-5) came out 1e-3 off relative
     values = np.geomspace(1e-8, 0.5, 10_001, dtype=np.float32)
