@@ -348,15 +348,7 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
     def _uop_from_data(data: Any, device: str, dtype: DType | None) -> UOp:
         """The graph node holding `data` (scalars become constants, everything else a filled buffer)."""
         uop_from_bytes = _UOP_FROM_BYTES or _load_uop_from_bytes()
-        if data is None:
-            return UOp.const_on(dtype or dtypes.default_float, 0, device, (0,))
-        if isinstance(data, (bool, int, float)):
-            return UOp.const_on(dtype or dtypes.from_py(data), data, device, ())
-        if isinstance(data, (bytes, bytearray, memoryview)):
-            raw = bytes(data)
-            result = uop_from_bytes(raw, dtypes.uint8, device)
-            return result.cast(dtype) if dtype is not None else result
-        if isinstance(data, (list, tuple)):
+        if data.__class__ is list or isinstance(data, (list, tuple)):  # first: `Tensor([1.0])` tests only this
             classes = set(map(type, data))  # not a comprehension: that is a Python frame of its own
             flat = classes <= _PYTHON_SCALARS
             if flat:  # `Tensor([1.0])`, eager code's common case: packed as it is, cast only when storage differs
@@ -385,6 +377,14 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
             node = uop_from_bytes(_bytes_from_values(values, storage), storage, device)
             # a flat list's shape is its buffer's own
             return (node if flat else node.reshape(shape)).cast(target)
+        if data is None:
+            return UOp.const_on(dtype or dtypes.default_float, 0, device, (0,))
+        if isinstance(data, (bool, int, float)):
+            return UOp.const_on(dtype or dtypes.from_py(data), data, device, ())
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+            result = uop_from_bytes(raw, dtypes.uint8, device)
+            return result.cast(dtype) if dtype is not None else result
         if type(data).__module__ == "numpy" or hasattr(data, "__array_interface__"):
             import numpy
             array = numpy.asarray(data)

@@ -58,3 +58,15 @@ def test_many_lengths_and_dtypes_pack_as_numpy() -> None:
             values = [(index * 7 - length) % 251 - 100 for index in range(length)]
             np.testing.assert_array_equal(Tensor(values, dtype=dtype).numpy(), np.array(values, dtype=numpy_dtype))
     np.testing.assert_array_equal(Tensor([1.0, 2.5]).numpy(), np.array([1.0, 2.5], dtype=np.float32))
+
+
+def test_list_subclasses_tuples_and_other_data_still_take_their_own_paths() -> None:
+    class Values(list):
+        """A list subclass: made like a list (the list test comes first in the constructor)."""
+
+    np.testing.assert_array_equal(Tensor(Values([1.5, 2.5])).numpy(), np.array([1.5, 2.5], dtype=np.float32))
+    np.testing.assert_array_equal(Tensor(((1, 2), (3, 4))).numpy(), np.array([[1, 2], [3, 4]], dtype=np.int32))
+    np.testing.assert_array_equal(Tensor(b"\x01\x02").numpy(), np.array([1, 2], dtype=np.uint8))
+    assert Tensor(None).shape == (0,) and Tensor(2.5).numpy() == np.float32(2.5)
+    with pytest.raises(TypeError, match="cannot make a Tensor from object"):
+        Tensor(object())
