@@ -15,6 +15,7 @@ from tinycore.nn.gguf import (
     dequantize,
     gguf_load_blocks,
     k_lane_parts,
+    k_minimum_lanes,
     q6_k_groups,
     q6_k_scales,
 )
@@ -229,24 +230,27 @@ class GGUFWeight:
     def _k_lane_linear(self, x: Tensor) -> Tensor:
         """x @ weight.T for one row of x and a Q4_K or Q5_K weight in lane form: each sub-block of 32 values is 4
         groups of 8 whose products with x are added into one 8-wide partial, multiplied once by the sub-block's
-        6-bit scale; the minimums come off as x's sums per sub-block and lane (a small kernel once per step) times
-        the sub-block's minimum; the block's two sums are multiplied once by its factors d and dmin."""
+        6-bit scale; the minimums come off as x's sums per sub-block (a small kernel once per step) times the
+        block's vector of 8 minimums (`k_minimum_lanes`, sub-blocks as lanes: one 8-wide multiply-add per block);
+        the block's two sums are multiplied once by its factors d and dmin."""
         outputs, inputs = self.shape
         blocks = inputs // 256
         data = self.data.reshape(outputs, 1, blocks, self.data.shape[1])
-        groups, scales, minimums, factor, minimum_factor = k_lane_parts(data, self.ggml_type)
+        groups, scales, _, factor, minimum_factor = k_lane_parts(data, self.ggml_type)
         xg = x.reshape(1, 1, blocks, 8, 4, 8).cast(dtypes.float32)
-        sums = (-xg.sum(4)).contiguous()  # negated: the kernel adds dmin * (minimum * -sums)
+        # x's sum per sub-block, negated (the kernel adds dmin * (minimum * -sum)): one small kernel per step. The
+        # minimums are one vector per block with the sub-blocks as lanes, so their term is one 8-wide product
+        # added into the same 8 lanes as the values' partials (the reduce sums every lane of both alike)
+        sums = (-xg.sum((4, 5))).contiguous()
+        offsets = sums * k_minimum_lanes(data).cast(dtypes.float32)
         scaled: Tensor | None = None
-        offsets: Tensor | None = None
         for sub in range(8):
             partial = xg[:, :, :, sub, 0] * groups[4 * sub].cast(dtypes.float32)
             for group in range(1, 4):
                 partial = partial + xg[:, :, :, sub, group] * groups[4 * sub + group].cast(dtypes.float32)
-            term, offset = partial * scales[sub], sums[:, :, :, sub] * minimums[sub]
+            term = partial * scales[sub]
             scaled = term if scaled is None else scaled + term
-            offsets = offset if offsets is None else offsets + offset
-        assert scaled is not None and offsets is not None
+        assert scaled is not None
         result = (scaled * factor + offsets * minimum_factor).sum((2, 3))
         return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 

@@ -406,6 +406,32 @@ def k_lane_parts(blocks: Tensor, ggml_type: int) -> tuple[list[Tensor], list[Ten
     return groups, scales, minimums, _half(blocks, 0), _half(blocks, 2)
 
 
+_K_MINIMUM_LANES: dict[str, tuple[Tensor, Tensor, Tensor]] = {}
+
+
+def _k_minimum_constants(device: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Per lane (sub-block) of k_minimum_lanes: the shift and mask of the low bits' byte and the mask of the high
+    bits, int32 (8,) each, realized once per device (buffers the kernels load as vectors)."""
+    if device not in _K_MINIMUM_LANES:
+        values = ([0] * 4 + [4] * 4, [63] * 4 + [15] * 4, [0] * 4 + [48] * 4)
+        _K_MINIMUM_LANES[device] = tuple(  # type: ignore[assignment]
+            Tensor(lanes, dtype=dtypes.int32, device=device).realize() for lanes in values)
+    return _K_MINIMUM_LANES[device]
+
+
+def k_minimum_lanes(blocks: Tensor) -> Tensor:
+    """The eight 6-bit sub-block minimums of Q4_K or Q5_K blocks (uint8, (*leading, bytes per block)) as int32
+    (*leading, 8), lane j holding sub-block j's, unpacked by vector ops on two 8-byte loads with per-lane shifts
+    and masks: minimum j is byte 8 + j & 63 for j < 4, else byte 8 + j >> 4 with the top two bits of byte 4 + j
+    above them. A one-row product multiplies this vector by x's sums per sub-block in one vector operation per
+    block, where one scalar minimum per sub-block cost its own extraction, conversion and broadcast."""
+    device = blocks.device if isinstance(blocks.device, str) else blocks.device[0]
+    shifts, low_masks, high_masks = _k_minimum_constants(device)
+    low = _bytes(blocks, 8, 16).cast(dtypes.int32)
+    high = _bytes(blocks, 4, 12).cast(dtypes.int32)  # lane j: byte 4 + j, whose bits 6, 7 go to bits 4, 5
+    return ((low >> shifts) & low_masks) | ((high >> 2) & high_masks)
+
+
 def _q4_k(blocks: Tensor) -> Tensor:
     leading = blocks.shape[:-1]
     scale, minimum = _k_scales(blocks)

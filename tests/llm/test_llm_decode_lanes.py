@@ -1,0 +1,53 @@
+"""The decode lane forms' helpers against numpy: the K-quant minimums as one vector per block (sub-blocks as lanes),
+and the one-row Q4_K / Q5_K products built on them against gguf's own dequantization."""
+from __future__ import annotations
+
+import gguf
+import numpy
+import pytest
+from gguf import quants
+
+from tinycore import Tensor, dtypes
+from tinycore.llm.weights import GGUFWeight
+from tinycore.nn.gguf import k_minimum_lanes
+
+
+def _scale_minimum_k4(scales: numpy.ndarray, sub: int) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """ggml's get_scale_min_k4 for the 12 scale bytes of every block (blocks, 12): sub-block `sub`'s 6-bit scale
+    and minimum, written from the format's description."""
+    if sub < 4:
+        return scales[:, sub] & 63, scales[:, sub + 4] & 63
+    scale = (scales[:, sub + 4] & 0xF) | ((scales[:, sub - 4] >> 6) << 4)
+    minimum = (scales[:, sub + 4] >> 4) | ((scales[:, sub] >> 6) << 4)
+    return scale, minimum
+
+
+@pytest.mark.parametrize("block_bytes", [144, 176])
+def test_k_minimum_lanes_match_the_format(block_bytes: int) -> None:
+    """Lane j is sub-block j's minimum for every byte pattern (random blocks, plus all-ones and all-zeros scale
+    bytes so the high-bit paths see both extremes)."""
+    generator = numpy.random.default_rng(7)
+    raw = generator.integers(0, 256, size=(64, block_bytes), dtype=numpy.uint8)
+    raw[0, 4:16], raw[1, 4:16] = 255, 0
+    got = k_minimum_lanes(Tensor(raw).reshape(4, 16, block_bytes)).numpy().reshape(64, 8)
+    expected = numpy.stack([_scale_minimum_k4(raw[:, 4:16].astype(numpy.int32), sub)[1] for sub in range(8)],
+                           axis=1)
+    numpy.testing.assert_array_equal(got, expected)
+    assert got.max() <= 63 and got.min() >= 0
+
+
+@pytest.mark.parametrize("ggml_type", [12, 13])
+@pytest.mark.parametrize("inputs", [256, 2048])
+def test_one_row_k_products_match_gguf_dequantization(ggml_type: int, inputs: int) -> None:
+    """x @ W.T for one row of x in lane form, against numpy on gguf's dequantized weight (float64 sum)."""
+    generator = numpy.random.default_rng(ggml_type + inputs)
+    outputs, block_bytes = 24, {12: 144, 13: 176}[ggml_type]
+    raw = generator.integers(0, 256, size=(outputs * inputs // 256, block_bytes), dtype=numpy.uint8)
+    raw[:, 0:2] = numpy.frombuffer(numpy.float16(0.003).tobytes(), dtype=numpy.uint8)
+    raw[:, 2:4] = numpy.frombuffer(numpy.float16(0.02).tobytes(), dtype=numpy.uint8)
+    weight = GGUFWeight("w", ggml_type, (outputs, inputs), Tensor(raw))
+    x = generator.standard_normal((1, inputs)).astype(numpy.float32)
+    got = weight.linear(Tensor(x, dtype=dtypes.float32)).numpy()
+    dense = quants.dequantize(raw.reshape(outputs, -1), gguf.GGMLQuantizationType(ggml_type)).reshape(outputs, -1)
+    expected = x.astype(numpy.float64) @ dense.astype(numpy.float64).T
+    numpy.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * numpy.abs(expected).max())
