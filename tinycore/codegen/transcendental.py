@@ -183,17 +183,17 @@ _COS_COEFFICIENTS = (0.041666645038985275, -0.001388729007312125, 2.443057450712
 
 def _window(first_bit: UOp) -> list[UOp]:
     """Bits first_bit .. first_bit + 83 of the padded 2/pi (first_bit in [11, 140]) as seven 12-bit limbs, most
-    significant first. The four 30-bit words that hold them are picked by three rounds of selects on the word number
-    (a kernel has no constant tables; selects keep it vector code), then shifted into place."""
+    significant first. The four 30-bit words that hold them, words w .. w + 3 for the word number w in [0, 4], are
+    picked by selects on w > 0, w > 1, w > 2 and w > 3 (a kernel has no constant tables; selects keep it vector
+    code: four compares and sixteen selects, where three rounds of selects on w's bits took nine and twenty-two),
+    then shifted into place."""
     before = first_bit - _int(1)
     word = (before * _int(2185)) >> _int(16)  # before // 30 for before in [0, 144]
     skip = before - word * _int(_WORD)
-    # word <= 4, so the words picked are among the first 8; the list is padded to 4 + 7 for the rounds below
-    words: list[UOp] = [_int(value) for value in _WORDS] + [_int(0)] * (_WINDOW_WORDS + 7 - len(_WORDS))
-    for bit in range(3):
-        shift = 1 << bit
-        taken = ((word >> _int(bit)) & _int(1)).ne(0)
-        words = [taken.where(words[k + shift], words[k]) for k in range(len(words) - shift)]
+    words: list[UOp] = [_int(value) for value in _WORDS[:_WINDOW_WORDS]]
+    for past in range(1, 5):
+        beyond = _int(past - 1) < word
+        words = [beyond.where(_int(_WORDS[k + past]), words[k]) for k in range(_WINDOW_WORDS)]
     kept = (_int(1) << (_int(_WORD) - skip)) - _int(1)  # the bits of a word left after skipping `skip`
     aligned = [((words[k] & kept) << skip) | (words[k + 1] >> (_int(_WORD) - skip)) for k in range(3)]
     high, low = aligned[0], aligned[1]  # 60 bits = 5 limbs, then the first 24 bits of the third word: 2 limbs
