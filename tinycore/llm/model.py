@@ -145,7 +145,7 @@ class Block:
         self.cache_values.realize()
 
     def attention(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
-                  positions: RowPositions | None = None, slot: int = 0) -> Tensor:
+                  positions: RowPositions | None = None, slot: Position = 0) -> Tensor:
         """Grouped-query attention of x (batch, T, dim) over the cached positions and its own, after writing its
         keys and values into the cache rows [slot, slot + batch) at start_pos. `valid` (batch, max_context) bool
         marks the positions that hold tokens of each sequence (False: left padding, never attended to except by the
@@ -169,7 +169,7 @@ class Block:
         query = apply_rope(query, rope, config.rope_interleaved)
         key = apply_rope(key, rope, config.rope_interleaved)
         end = start_pos + length
-        rows = (slot, slot + batch)
+        rows = (slot, slot + batch)  # slot: an int, or a bound Variable in prefill
         if positions is None:
             for cache, new in ((self.cache_keys, key), (self.cache_values, value)):
                 cache.shrink((rows, (start_pos, end), None, None)).assign(new).realize()  # type: ignore[arg-type]
@@ -191,8 +191,8 @@ class Block:
             allowed = (self.key_positions(end, x.device).unsqueeze(0) <= positions.tensor.reshape(batch, 1))
             allowed = allowed.unsqueeze(1).unsqueeze(1).unsqueeze(1)
         if length > 1:
-            assert isinstance(start_pos, int), "several positions at once run with a concrete start position"
-            key_positions = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1)
+            key_positions = Tensor.arange(start_pos + length, device=x.device).reshape(1, -1) \
+                if isinstance(start_pos, int) else self.key_positions(end, x.device).unsqueeze(0)
             query_positions = (Tensor.arange(length, device=x.device) + start_pos).reshape(-1, 1)
             allowed = key_positions <= query_positions
         if valid is not None:
@@ -282,7 +282,7 @@ class Block:
         return found[0].cat(*found[1:], dim=1) if len(found) > 1 else found[0]
 
     def __call__(self, x: Tensor, start_pos: Position, rope: Tensor, valid: Tensor | None = None,
-                 positions: RowPositions | None = None, slot: int = 0) -> Tensor:
+                 positions: RowPositions | None = None, slot: Position = 0) -> Tensor:
         """The layer's output for x (batch, T, dim) at positions start_pos.. (or `positions`, one per row) of the
         cache rows from `slot` (pre-norm residual blocks)."""
         # normalized activations are stored once (a few KB per token): fused into the matmuls that read them, the
@@ -322,6 +322,8 @@ class Transformer:
         self._batch_decodes: dict[int, TinyJit] = {}  # one captured step per batch size
         self._slot_decodes: dict[int, TinyJit] = {}  # one captured step per row count
         self.row_positions = [Variable(f"row_{row}_pos", 0, self.max_context - 1) for row in range(max_batch)]
+        self._prefill_variables: dict[int, tuple[UOp, UOp]] = {}  # chunk length -> (start, last row) Variables
+        self._prefill_slot = Variable("prefill_slot", 0, max_batch - 1)
 
     @classmethod
     def from_gguf(cls, path: str | os.PathLike[str], max_context: int | None = None,
@@ -342,11 +344,13 @@ class Transformer:
         return cls(config, weights, max_context, device, metadata, max_batch)
 
     def forward(self, tokens: Tensor, start_pos: Position, last_only: bool = False,
-                valid: Tensor | None = None, positions: RowPositions | None = None, slot: int = 0) -> Tensor:
+                valid: Tensor | None = None, positions: RowPositions | None = None, slot: Position = 0,
+                last_index: Position | None = None) -> Tensor:
         """Logits (batch, T, vocab) for `tokens` (batch, T) at positions start_pos.. (only the last position's,
-        (batch, 1, vocab), when `last_only`), writing their keys and values into the cache rows [slot, slot +
-        batch). `valid` (batch, max_context) bool: the positions holding tokens (left padding excluded from
-        attention). `positions`, with T = 1: each row's own position (start_pos their largest)."""
+        (batch, 1, vocab), when `last_only`; position `last_index` of T's instead of the last when it is given),
+        writing their keys and values into the cache rows [slot, slot + batch). `valid` (batch, max_context) bool:
+        the positions holding tokens (left padding excluded from attention). `positions`, with T = 1: each row's
+        own position (start_pos their largest)."""
         batch, length = tokens.shape
         x = self.embedding.gather_rows(tokens)
         if positions is not None:
@@ -362,7 +366,8 @@ class Transformer:
             # would recompute every earlier layer (lazy x) again; in prefill it also frees each layer's temporaries
             x = block(x, start_pos, rope, valid, positions, slot).realize()
         if last_only:
-            x = x[:, -1:]
+            x = x[:, -1:] if last_index is None else \
+                x.shrink((None, (last_index, last_index + 1), None))  # type: ignore[arg-type]
         return self.head.linear(rms_norm(x, self.norm, self.config.norm_eps).contiguous())
 
     def __call__(self, tokens: Tensor | Sequence[Sequence[int]], start_pos: int = 0) -> Tensor:
@@ -392,12 +397,24 @@ class Transformer:
         return self.forward(tokens, end, positions=rows).reshape(tokens.shape[0], -1).realize()
 
     def _prefill(self, ids: Sequence[int], start_pos: int, slot: int = 0) -> numpy.ndarray:
-        """Run ids from position start_pos in chunks into cache row `slot`; the last position's logits."""
+        """Run ids from position start_pos in chunks into cache row `slot`; the last position's logits.
+
+        A chunk's start is a bound Variable and its length is padded up to a power of two, so every prompt runs
+        the kernels of at most seven chunk shapes, in any slot (a bound Variable too): compiled once, where concrete
+        starts and lengths made each new prompt length compile a model's worth of kernels before its first token.
+        The padding's keys and values land past the prompt, where nothing attends before a later token overwrites
+        them."""
         logits = None
         for begin in range(0, len(ids), PREFILL_CHUNK):
-            chunk = list(ids[begin:begin + PREFILL_CHUNK])
-            tokens = Tensor([chunk], dtype=dtypes.int32, device=self.device)
-            logits = self.forward(tokens, start_pos + begin, last_only=True, slot=slot)
+            chunk, position = list(ids[begin:begin + PREFILL_CHUNK]), start_pos + begin
+            length = 1 << (len(chunk) - 1).bit_length()
+            length = length if position + length <= self.max_context else len(chunk)
+            start, last = self._prefill_variables.setdefault(length, (
+                Variable(f"prefill_start_{length}", 0, self.max_context - length),
+                Variable(f"prefill_last_{length}", 0, length - 1)))
+            tokens = Tensor([chunk + [0] * (length - len(chunk))], dtype=dtypes.int32, device=self.device)
+            logits = self.forward(tokens, start.bind(position), last_only=True, slot=self._prefill_slot.bind(slot),
+                                  last_index=last.bind(len(chunk) - 1))
         assert logits is not None
         return numpy.asarray(logits.numpy()).reshape(-1)
 
