@@ -11,7 +11,7 @@ from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
 from tinycore.plugins.contract import RendererContract, makes_views
 from tinycore.schedule.device_facts import DeviceFacts
-from tinycore.uop.buffer import _unique_ids, device_node, new_buffer_uop
+from tinycore.uop.buffer import new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp, upper
 
@@ -75,28 +75,21 @@ def buffer_of(uop: UOp) -> Buffer:
     return found
 
 
-_BUFFER = Ops.BUFFER
-"""Ops.BUFFER as a module constant: one global read on the hot path instead of a global and a class attribute."""
-_filling: dict[str, tuple[tuple[UOp, ...], Allocator]] = {}
-"""Per one-device name: the sources of its BUFFER nodes (its DEVICE node) and its allocator, for uop_from_bytes."""
+_filling: dict[str, Allocator] = {}
+"""Per one-device name seen by uop_from_bytes: its allocator."""
 
 
 def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: str) -> UOp:
     """A new BUFFER node on `device` filled now with the host bytes `data` (a whole number of `dtype` items)."""
-    known = _filling.get(device) if data.__class__ is bytes else None
-    if known is not None:
-        # every Tensor(list) comes here with bytes for a device seen before: new_buffer_uop's node (its DEVICE node,
-        # device and shape known), the allocation and the copy in one frame, without new_buffer_uop, device_node and
-        # _allocator_of calls (each a Python call on every new tensor)
+    allocator = _filling.get(device) if data.__class__ is bytes else None
+    if allocator is not None:
+        # every Tensor(list) comes here with bytes for a device seen before: the node, the allocation and the copy
+        # without memoryview checks, the size's division check or an _allocator_of call
         nbytes, itemsize = len(data), dtype.itemsize
         size = nbytes // itemsize
         if size * itemsize == nbytes:
-            sources, allocator = known
-            arg = (next(_unique_ids), size)
-            node = UOp.keyed(_BUFFER, dtype, sources, arg, ("ints", arg))
-            buffer = Buffer.allocated(device, size, dtype, allocator)
-            attributes = node.__dict__
-            attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = device, (size,), buffer
+            node = new_buffer_uop(device, dtype, size)
+            buffer = node.__dict__[_BUFFER_ATTRIBUTE] = Buffer.allocated(device, size, dtype, allocator)
             if nbytes:
                 allocator.copyin(buffer._buf, memoryview(data))
             return node
@@ -113,7 +106,7 @@ def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: s
     if nbytes:
         allocator.copyin(buffer._buf, view if view.ndim == 1 and view.format == "B" else view.cast("B"))
     if device.__class__ is str and device not in _filling:
-        _filling[device] = ((device_node(device),), allocator)
+        _filling[device] = allocator
     return node
 
 

@@ -24,8 +24,25 @@ def device_node(device: str) -> UOp:
     return node
 
 
+_buffer_sources: dict[str, tuple[UOp]] = {}
+"""Each one-device BUFFER node's sources, `(DEVICE node,)`, by device name: kept, so that a new node (every new
+tensor, every eager result) builds no tuple and makes no device_node call."""
+
+
 def new_buffer_uop(device: str, dtype: DType, size: int) -> UOp:
     """A new BUFFER node of `size` elements of `dtype` on `device`; its Buffer is allocated on first use."""
+    if device.__class__ is str and size.__class__ is int and size >= 0:
+        # one device (every new tensor's case): the node's cache key is known without UOp's general construction,
+        # and its device and shape are stored as inference would find them (the node is new: its id is unique), so
+        # that the first op on a new tensor does not run the inference
+        sources = _buffer_sources.get(device)
+        if sources is None:
+            sources = _buffer_sources[device] = (device_node(device),)
+        arg = (next(_unique_ids), size)
+        node = UOp.keyed(Ops.BUFFER, dtype, sources, arg, ("ints", arg))
+        attributes = node.__dict__
+        attributes["device"], attributes["_shape"] = device, (size,)
+        return node
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"a buffer needs a non-negative int element count, got {size!r}")
     arg = (next(_unique_ids), size)

@@ -225,6 +225,19 @@ def test_a_new_buffer_node_is_the_node_its_parts_build() -> None:
     assert node.arg[1] == 3 and node.device == "CPU"
 
 
+def test_new_buffer_nodes_refuse_bad_sizes_and_a_new_tensor_holds_its_values() -> None:
+    from tinycore.uop.buffer import device_node, new_buffer_uop
+    for size in (-1, 2.0, "3"):
+        with pytest.raises(ValueError, match="non-negative int element count"):
+            new_buffer_uop("CPU", dtypes.float32, size)  # type: ignore[arg-type]
+    first, second = new_buffer_uop("CPU", dtypes.float32, 0), new_buffer_uop("CPU", dtypes.float32, 0)
+    assert first is not second and first.src == (device_node("CPU"),) and first.shape == (0,)
+    for values in ([1.5, -2.0, 3.25], [7], [True, False]):  # new tensors share the DEVICE node, not their buffers
+        tensor = Tensor(values)
+        assert tensor.uop.src == (device_node("CPU"),)
+        np.testing.assert_array_equal(tensor.numpy(), np.array(values, dtype=tensor.numpy().dtype))
+
+
 def test_a_shortcut_result_is_remembered_and_forgotten_with_its_node(shortcut_calls: list[int]) -> None:
     import gc
     data = Tensor([1.0, 2.0]).realize()
