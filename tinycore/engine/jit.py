@@ -120,21 +120,28 @@ def _input_buffers(tensors: list[Tensor]) -> list[Buffer]:
     """The device Buffers holding the tensors' elements in C order (made contiguous and realized if needed); a
     multi-device tensor gives one Buffer per device, in device order."""
     from tinycore.engine.memory import buffer_of
-    from tinycore.schedule.nodes import is_contiguous_buffer_view, view_base
-    from tinycore.uop.ops import Ops
+    from tinycore.schedule.nodes import view_base
     buffers: list[Buffer] = []
     for tensor in tensors:
-        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
-        if all(is_contiguous_buffer_view(part) for part in parts):  # realized already: no realize call per input
-            buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
-            continue
-        tensor.realize()
-        parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
-        if not all(is_contiguous_buffer_view(part) for part in parts):
-            tensor.replace(tensor.contiguous().realize())
-            parts = tensor.uop.src if tensor.uop.op is Ops.MULTI else (tensor.uop,)
+        parts = _contiguous_parts(tensor)  # realized already: no realize call per input
+        if parts is None:
+            parts = _contiguous_parts(tensor.realize())
+        if parts is None:  # realized as a view that is not contiguous: a contiguous copy takes its place
+            parts = _contiguous_parts(tensor.replace(tensor.contiguous().realize()))
+        if parts is None:
+            raise JitError(f"a TinyJit input of shape {tensor.shape} on {tensor.device} was realized contiguous but "
+                           "is still no contiguous buffer view: pass a realized contiguous tensor")
         buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
     return buffers
+
+
+def _contiguous_parts(tensor: Tensor) -> tuple[UOp, ...] | None:
+    """The tensor's nodes (one per device) when each is a contiguous view of a realized buffer, else None."""
+    from tinycore.schedule.nodes import is_contiguous_buffer_view
+    from tinycore.uop.ops import Ops
+    uop = tensor.uop
+    parts = uop.src if uop.op is Ops.MULTI else (uop,)
+    return parts if all(is_contiguous_buffer_view(part) for part in parts) else None
 
 
 def _tensor_bindings(tensors: list[Tensor], found: dict[UOp, int]) -> None:
@@ -185,11 +192,13 @@ class _KnownInputs:
         for tensor, node in zip(inputs, nodes, strict=False):  # of one length, checked above
             if tensor.uop is not node():
                 return None
-        buffers = [reference() for reference in self.buffers]
-        for buffer in buffers:
+        buffers = []
+        for reference in self.buffers:
+            buffer = reference()
             if buffer is None or buffer._buf is None:
                 return None
-        return buffers  # type: ignore[return-value]  # no None left: checked above
+            buffers.append(buffer)
+        return buffers
 
 
 def _rebind_size(size: object, bindings: dict[UOp, int]) -> object:

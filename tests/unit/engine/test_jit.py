@@ -154,6 +154,21 @@ def test_jit_turned_off_after_capture_runs_the_function_and_replays_again_after(
     assert len(calls) == 3
 
 
+def test_lazy_and_transposed_inputs_are_realized_contiguous_on_every_call() -> None:
+    @TinyJit
+    def scaled(x: Tensor) -> Tensor:
+        return (x * 3 + 1).realize()
+
+    rng = np.random.default_rng(5)
+    for call in range(5):
+        values = rng.standard_normal((2, 3)).astype(np.float32)
+        if call % 2:  # a realized tensor seen through a permute: not a contiguous view of its buffer
+            given, expected = Tensor(values.T.copy()).realize().permute(1, 0), values * 3 + 1
+        else:  # a lazy graph
+            given, expected = Tensor(values) - 1, (values - 1) * 3 + 1
+        np.testing.assert_allclose(scaled(given).numpy(), expected, rtol=1e-6)
+
+
 def test_temporaries_share_memory_and_replays_do_not_grow() -> None:
     @TinyJit
     def chain(x: Tensor) -> Tensor:
