@@ -120,6 +120,11 @@ CONV_PIXEL_VECTORS = 2
 """Vectors of output pixels in a convolution's register tile: 2 x 4 = 8 accumulators, one window step's two input
 vectors and one broadcast weight fit AVX2's 16 registers when the body runs window step by window step
 (`codegen/linearize.py`, `_chain_keys`) and the input vectors stay in registers (tiny-cpu's renderer)."""
+CONV_MIN_FILL = 0.75
+"""A convolution whose rows of pixels fill less than this share of the convolution tile's vector lanes (17 columns
+in two 16-lane vectors: 53%) takes the channels as the vector columns instead where a load allows it (the weight
+contiguous along them): the input gradient of a stride-2 convolution's folded input, summed channels last and stored
+in the input's layout (tensor/conv_layouts.py, input_gradient_channels_last)."""
 DOT_TILE = 8
 """Rows of the larger input in the register tile of a matmul whose inputs are both contiguous along the reduce."""
 DOT_SMALLER_ROWS = 2
@@ -303,6 +308,7 @@ class Heuristic:
         # tile's vectors are stored lane by lane once after the whole reduce
         orders = [(first, second, contiguous_store) for contiguous_store in (True, False)
                   for first, second in ((left, right), (right, left))]
+        poorly_filled: tuple[UOp, UOp, UOp, int] | None = None
         for first, second, contiguous_store in orders:
             columns = rows = panel_columns = None
             panel_width = 2 * width
@@ -339,6 +345,11 @@ class Heuristic:
                     continue
             elif (window := self._window(first, second, columns)) is not None and \
                     (range_size(columns) or 0) >= narrow:
+                if poorly_filled is None and self._pixels_fill(range_size(columns) or 0, narrow) < CONV_MIN_FILL:
+                    # rows of pixels that fill their vectors poorly: a later order may take the channels as the
+                    # vector columns (a channels-last input gradient stored in the input's layout)
+                    poorly_filled = (columns, rows, window, narrow)
+                    continue
                 return self._convolution_tile(columns, rows, window, narrow)
             elif narrow != width:
                 # fewer columns than one vector (a 10-class layer with 16-lane vectors): the widest vector that
@@ -394,7 +405,14 @@ class Heuristic:
                 if column_tile == width and size is not None and size % 4 == 0 and size >= 8:
                     self.attempt(reduce_range, OptOps.UNROLL, 4, "matmul reduce", tile=TileKind.MATMUL)
             return True
-        return False
+        return poorly_filled is not None and self._convolution_tile(*poorly_filled)
+
+    @staticmethod
+    def _pixels_fill(columns: int, width: int) -> float:
+        """The share of the convolution tile's vector lanes (`_convolution_tile`) that a row of `columns` output
+        pixels fills."""
+        pixels = CONV_PIXEL_VECTORS * width if columns >= CONV_PIXEL_VECTORS * width else width
+        return columns / (-(-columns // pixels) * pixels)
 
     def _one_vector_rows(self, rows: UOp, candidates: list[UOp]) -> UOp:
         """Upcast the rows of a one-vector matmul tile; returns the row axis taken. The innermost row axis takes the

@@ -69,6 +69,33 @@ def channels_last_wins(source: TensorT, weight: TensorT, groups: int, strides: S
         channels * math.prod(kernel) >= CHANNELS_LAST_MIN_REDUCE
 
 
+INPUT_GRADIENT_MIN_FILL = 0.75
+"""A stride-1 convolution computed in the images' own layout gets its input gradient channels last when the input's
+rows fill less than this share of the vector lanes that cover them (`input_gradient_channels_last`)."""
+
+
+def input_gradient_channels_last(source: TensorT, weight: TensorT, groups: int, dilations: Sequence[int]) -> bool:
+    """True when the input gradient of a stride-1 convolution of `source` (unpadded: the gradient's own shape) with
+    `weight` is computed channels last (convolve_channels_last) though the convolution is not: the input's rows fill
+    less than INPUT_GRADIENT_MIN_FILL of the vectors that cover them (17 columns, a stride-2 convolution's folded
+    input, take two 16-lane vectors: 53%), at least a vector of input channels (the channels-last tile's vector
+    columns), one group, dilation 1 and a reduce (output channels times kernel positions) of at least
+    CHANNELS_LAST_MIN_REDUCE. bench/README.md has the measurements."""
+    if groups != 1 or any(step != 1 for step in dilations) or not dtypes.is_float(source.dtype) or \
+            source.dtype != weight.dtype or not loops_over_rows(source):
+        return False
+    from tinycore.device.registry import Device
+    renderer = Device[source.device].renderer
+    width = max(2, (renderer.preferred_vector_bytes or 32) // source.dtype.itemsize)
+    out_channels, channels, *kernel = weight.shape
+    columns = source.shape[-1]
+    if not isinstance(columns, int) or columns < 1:
+        return False
+    fill = columns / (-(-columns // width) * width)
+    return fill < INPUT_GRADIENT_MIN_FILL and channels >= width and math.prod(kernel) > 1 and \
+        out_channels * math.prod(kernel) >= CHANNELS_LAST_MIN_REDUCE
+
+
 def weight_gradient_channels_last(source: TensorT, weight: TensorT, groups: int, dilations: Sequence[int]) -> bool:
     """True when the weight gradient of a stride-1 convolution on a CPU renderer (`source` the input it reads,
     padded already) is computed channels last in parts of the batch (tensor/convolution.py,

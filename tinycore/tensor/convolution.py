@@ -104,7 +104,8 @@ def convolve(source: UOp, weight: UOp, groups: int, padding: Sequence[tuple[int,
 
 def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Sequence[tuple[int, int]],
                                accumulate: DType, groups: int = 1, dilations: Sequence[int] | None = None,
-                               read: UOp | None = None, channels_last: bool = False) -> UOp:
+                               read: UOp | None = None, channels_last: bool = False,
+                               stored_in_place: bool = False) -> UOp:
     """`value`, a stride-1 convolution of `source` (zero-padded by `padding`, (before, after) per spatial axis, each
     at most the window's extent less one) with `weight` in `groups` groups and `dilations` (1 when None), given its
     own gradient for `source`: the convolution of the output gradient, padded by the window's extent less one less
@@ -116,8 +117,11 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
     `read`: the input the convolution read (`source` padded already, or `source` itself), given where the weight's
     gradient is to be computed channels last in parts of the batch (channels_last_weight_gradient: one group,
     dilation 1); otherwise the weight's gradient stays the graph's own (a reduce over the batch and output positions
-    in the weight's layout). `channels_last`: the convolution itself was computed channels last
-    (convolve_channels_last), and the input's gradient convolution is then too."""
+    in the weight's layout). `channels_last`: the input's gradient convolution is computed channels last
+    (convolve_channels_last): where the convolution itself was, or where the input's rows fill its vectors poorly
+    (tensor/conv_layouts.py, input_gradient_channels_last). `stored_in_place`: that channels-last sum is stored
+    straight into the input's layout (lane by lane, once per output after its whole reduce) instead of into a
+    channels-last buffer that a transposing copy then reads."""
     spatial = len(weight.shape) - 2
     out_channels, group_channels, *kernel = int_shape(weight)
     steps = tuple(dilations) if dilations is not None else (1,) * spatial
@@ -133,7 +137,8 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
             .permute((0, 2, 1, *range(3, 3 + spatial))) \
             .reshape((groups * group_channels, out_channels // groups, *kernel))
         if channels_last:
-            found = {source: convolve_channels_last(padded, swapped, accumulate, source.dtype)}
+            found = {source: convolve_channels_last(padded, swapped, accumulate, source.dtype,
+                                                    buffered=not stored_in_place)}
         else:
             found = {source: convolve(padded, swapped, groups, ((0, 0),) * (2 + spatial), (1,) * spatial, steps,
                                       accumulate, source.dtype)}
@@ -149,12 +154,15 @@ def with_direct_input_gradient(value: UOp, source: UOp, weight: UOp, padding: Se
     return with_gradient(value, rule)
 
 
-def convolve_channels_last(source: UOp, weight: UOp, accumulate: DType, result_dtype: DType) -> UOp:
+def convolve_channels_last(source: UOp, weight: UOp, accumulate: DType, result_dtype: DType,
+                           buffered: bool = True) -> UOp:
     """The stride-1, dilation-1, one-group convolution of `source` (batch, in_channels, *spatial; padded already)
     with `weight` computed channels last: the weight copied with its output channels innermost, the products summed
     into a (batch, *out, out_channels) buffer, which is then viewed as (batch, out_channels, *out). Codegen then
     tiles it as a matrix product (output channels as the vector columns, output pixels as the rows), where the
-    convolution tile (pixels as vector lanes) would fill less than two vectors per image row; see conv2d."""
+    convolution tile (pixels as vector lanes) would fill less than two vectors per image row; see conv2d.
+    `buffered` False: no channels-last buffer, the sum is stored straight in the (batch, out_channels, *out) layout
+    (each tile's vectors lane by lane, once after the whole reduce)."""
     spatial = len(weight.shape) - 2
     batch = int_shape(source)[0]
     out_channels, channels, *kernel = int_shape(weight)
@@ -170,7 +178,9 @@ def convolve_channels_last(source: UOp, weight: UOp, accumulate: DType, result_d
     products = tiles.expand(shape).alu(Ops.MUL, filters.expand(shape))
     reduce_axes = tuple(range(2 + spatial, len(shape)))
     summed = products.cast(accumulate).r(Ops.ADD, reduce_axes)
-    summed = summed.reshape(tuple([batch] + outs + [out_channels])).cast(result_dtype).contiguous()
+    summed = summed.reshape(tuple([batch] + outs + [out_channels])).cast(result_dtype)
+    if buffered:
+        summed = summed.contiguous()
     return summed.permute((0, 1 + spatial) + tuple(range(1, 1 + spatial)))
 
 

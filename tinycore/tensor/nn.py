@@ -15,6 +15,7 @@ from tinycore.tensor.conv_layouts import (
     channels_last_wins,
     conv_transpose_by_phases,
     folds_strides,
+    input_gradient_channels_last,
     loops_over_rows,
     pads_into_a_copy,
     space_to_depth,
@@ -411,8 +412,11 @@ class NNMixin(IndexingMixin):
                         for (before, after), window, step in zip(copied_pairs, kernel, dilations, strict=True)):
                 read = source.uop if channels_last or weight_gradient_channels_last(source, weight, groups, dilations) \
                     else None
+                # rows that fill their vectors poorly: the input gradient summed channels last, stored in place
+                stored_in_place = not channels_last and input_gradient_channels_last(self, weight, groups, dilations)
                 node = with_direct_input_gradient(node, self.uop, weight.uop, copied_pairs, sum_acc_dtype(self.dtype),
-                                                  groups, dilations, read, channels_last)
+                                                  groups, dilations, read, channels_last or stored_in_place,
+                                                  stored_in_place)
             result = source._result(node, weight)
         else:
             result = source._convolve_with_tensors(weight, groups, flat_padding, stride, dilation, accumulate,
