@@ -265,6 +265,51 @@ def test_an_unencodable_kernel_is_refused_when_rendered(monkeypatch: pytest.Monk
         X86Renderer().render(uops)
 
 
+@pytest.mark.parametrize("collecting", [True, False])
+def test_rendering_pauses_the_garbage_collector_and_restores_it(collecting: bool,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The selection runs with the cyclic collector off (its collections walked every object the process tracks:
+    40% of a large kernel's render), and leaves it as it found it, also when the kernel is refused."""
+    import gc
+
+    import tiny_cpu.x86.renderer as renderer_module
+    from tiny_cpu.x86.isel import SelectionError
+    from tiny_cpu.x86.renderer import X86Renderer
+
+    from tinycore import Tensor
+    from tinycore.codegen import linearize
+    from tinycore.engine.memory import device_facts
+    from tinycore.schedule import create_schedule
+
+    items = [item for item in create_schedule([(Tensor(INPUTS["m"]) * 2).uop], device_facts).items
+             if not item.is_copy]
+    uops = linearize(items[0].ast, X86Renderer())
+    seen: list[bool] = []
+    selected = renderer_module.select_kernel
+
+    def watched(*arguments: object, **options: object) -> bytes:
+        seen.append(gc.isenabled())
+        return selected(*arguments, **options)  # type: ignore[arg-type]
+
+    def refused(*arguments: object, **options: object) -> bytes:
+        seen.append(gc.isenabled())
+        raise SelectionError("no rule")
+
+    was = gc.isenabled()
+    try:
+        gc.enable() if collecting else gc.disable()
+        monkeypatch.setattr(renderer_module, "select_kernel", watched)
+        assert X86Renderer().render(uops).startswith("; x86-64 machine code")
+        assert gc.isenabled() is collecting
+        monkeypatch.setattr(renderer_module, "select_kernel", refused)
+        with pytest.raises(SelectionError):
+            X86Renderer().render(uops)
+        assert gc.isenabled() is collecting
+    finally:
+        gc.enable() if was else gc.disable()
+    assert seen == [False, False]
+
+
 def test_thirty_two_registers_take_the_wide_matmul_tile_in_eight_lane_vectors() -> None:
     """With AVX-512's 32 registers codegen sizes the matmul tile for them (6 rows x 4 vectors, 24 accumulators) while
     the vectors stay the 8 lanes the selection has; with 16, the 6 x 2 tile. The wide tile's values match numpy's."""
