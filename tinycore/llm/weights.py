@@ -6,6 +6,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from tinycore.dtype import dtypes
+from tinycore.engine.jit import TinyJit
+from tinycore.engine.realize import capturing
 from tinycore.helpers import prod
 from tinycore.llm.int8_linear import INT8_PREFILL, fast_int8_dot_products, int8_linear, integer_slab_rows
 from tinycore.nn.gguf import (
@@ -20,7 +22,6 @@ from tinycore.nn.gguf import (
     q6_k_scales,
 )
 from tinycore.tensor import Tensor
-from tinycore.uop.symbolic import Variable
 
 if TYPE_CHECKING:
     from tinycore.uop.uop import UOp
@@ -159,14 +160,9 @@ class GGUFWeight:
         if INT8_PREFILL.value and inputs % 32 == 0 and fast_int8_dot_products(x.device):
             return int8_linear(x, self._row_blocks(), self.ggml_type, (outputs, inputs),
                                integer_slab_rows(outputs, inputs, SLAB_BYTES))
-        slab = _slab_rows(outputs, inputs)
-        if slab == outputs:
+        if _slab_rows(outputs, inputs) == outputs:
             return x.matmul(self.float().contiguous().T)
-        # the slab's first row is a bound Variable: every slab runs the same two compiled kernels
-        start = Variable(f"slab_{outputs}_{slab}", 0, outputs - slab)
-        pieces = [x.matmul(self.rows(start.bind(first), slab).contiguous().T).realize()
-                  for first in range(0, outputs, slab)]
-        return pieces[0].cat(*pieces[1:], dim=-1)
+        return _slab_linear(x, self)
 
     def _row_group(self, rows: int) -> int:
         """ROW_GROUP when the lane form takes these rows of x in groups (a GROUPED_TYPES weight, more rows than one
@@ -303,6 +299,62 @@ def _slab_rows(outputs: int, inputs: int) -> int:
     if budget >= outputs:
         return outputs
     return max(rows for rows in range(1, budget + 1) if outputs % rows == 0)
+
+
+SLAB_PRODUCTS = 16
+"""Captured slab products (`_slab_linear`) kept, one per weight type, shape and shape of x: a prompt's chunks share
+them; a new shape of x (a prompt's last, shorter chunk) adds one, and the oldest goes beyond this many."""
+
+_slab_products: dict[tuple[object, ...], TinyJit[None]] = {}
+
+
+def _slab_linear(x: Tensor, weight: GGUFWeight) -> Tensor:
+    """x @ weight.T a slab of output rows at a time (`_slab_product`), as a TinyJit per weight type, shape and shape
+    of x whose inputs are x, the weight's bytes and the result's buffer: the many products of a prompt's chunk
+    (every layer's weights of one shape) replay the captured kernels instead of building, scheduling and launching
+    each slab's graph in Python again (about 3 ms a slab: more than its kernels take). The replay's slabs go back to
+    the allocator after each call (`free_intermediates`), so the captures hold no float copy of a weight between
+    calls. Inside another TinyJit's capture (a batch's decode step) the slabs are realized as they come."""
+    # x stored once: left lazy, every slab recomputed it (the norm before q, silu(gate) * up before down)
+    x = x.contiguous().realize()
+    outputs = weight.shape[0]
+    if capturing() or not isinstance(x.device, str) or x.dtype != dtypes.float32:
+        return _slab_product(x, weight.data, None, weight.ggml_type, weight.shape, weight.chunks)
+    key = (weight.ggml_type, weight.shape, weight.chunks, tuple(weight.data.shape), x.shape, x.device)
+    product = _slab_products.pop(key, None)
+    if product is None:
+        if len(_slab_products) >= SLAB_PRODUCTS:
+            _slab_products.pop(next(iter(_slab_products)))
+        ggml_type, shape, chunks = weight.ggml_type, weight.shape, weight.chunks
+
+        def product_into(x: Tensor, data: Tensor, out: Tensor) -> None:
+            # returns nothing: a TinyJit that returns its input `out` would point that tensor, which the caller
+            # keeps, at the next call's `out` on each replay
+            _slab_product(x, data, out, ggml_type, shape, chunks)
+        product = TinyJit(product_into)
+    _slab_products[key] = product  # last used last: the first is the one to drop
+    out = Tensor.empty(*x.shape[:-1], outputs, dtype=dtypes.float32, device=x.device)
+    product(x, weight.data, out)
+    captured = product.captured
+    if captured is not None:
+        captured.free_intermediates()
+    return out
+
+
+def _slab_product(x: Tensor, data: Tensor, out: Tensor | None, ggml_type: int, shape: tuple[int, ...],
+                  chunks: int) -> Tensor:
+    """x @ weight.T for the weight of `ggml_type` and `shape` whose bytes are `data` (`chunks` column chunks):
+    its output rows dequantized a slab at a time (`_slab_rows`), each slab multiplied and realized before the
+    next is made, the pieces joined into `out` (assigned; lazy when `out` is None). Each slab's first row is a
+    constant: one kernel per slab, so that a capture replays each with its own rows (a Variable bound to another
+    value in each slab is one value in a captured replay: every slab would read the last one's rows)."""
+    weight = GGUFWeight("slab product", ggml_type, shape, data)
+    weight.chunks = chunks
+    outputs, inputs = shape
+    slab = _slab_rows(outputs, inputs)
+    pieces = [x.matmul(weight.rows(first, slab).contiguous().T).realize() for first in range(0, outputs, slab)]
+    joined = pieces[0].cat(*pieces[1:], dim=-1)
+    return joined if out is None else out.assign(joined)
 
 
 def load_gguf_weights(path: str | os.PathLike[str], device: str | None = None) -> tuple[dict[str, Any],
