@@ -1,13 +1,20 @@
-"""The decode lane forms' helpers against numpy: the K-quant minimums as one vector per block (sub-blocks as lanes),
-and the one-row Q4_K / Q5_K products built on them against gguf's own dequantization."""
+"""Decode against numpy and the float32 reference: the K-quant minimums as one vector per block (sub-blocks as
+lanes), the one-row Q4_K / Q5_K products built on them against gguf's own dequantization, and the jitted decode step
+replaying as one queue submission per token."""
 from __future__ import annotations
+
+import os
 
 import gguf
 import numpy
 import pytest
 from gguf import quants
+from llm_fixtures import greedy_reference, write_model
 
 from tinycore import Tensor, dtypes
+from tinycore.device.registry import Device
+from tinycore.hcq import HCQCompiled
+from tinycore.llm.model import Transformer
 from tinycore.llm.weights import GGUFWeight
 from tinycore.nn.gguf import k_minimum_lanes
 
@@ -51,3 +58,34 @@ def test_one_row_k_products_match_gguf_dequantization(ggml_type: int, inputs: in
     dense = quants.dequantize(raw.reshape(outputs, -1), gguf.GGMLQuantizationType(ggml_type)).reshape(outputs, -1)
     expected = x.astype(numpy.float64) @ dense.astype(numpy.float64).T
     numpy.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * numpy.abs(expected).max())
+
+
+def _model_file(tmp_path: os.PathLike[str], matrix_type: str) -> str:
+    block = 256 if matrix_type.endswith("_K") else 64
+    path = os.path.join(os.fspath(tmp_path), f"decode_{matrix_type}.gguf")
+    write_model(path, matrix_type=matrix_type, dim=block, hidden=2 * block, layers=2, heads=4, kv_heads=2, vocab=24)
+    return path
+
+
+@pytest.mark.parametrize("matrix_type", ["Q4_0", "Q8_0", "Q4_K"])
+def test_a_replayed_decode_step_is_one_submission_and_matches_the_reference(tmp_path: os.PathLike[str],
+                                                                             matrix_type: str) -> None:
+    """Every decode step after TinyJit's capture is one submission to the device's queue (all of the step's
+    kernels and the logits' readback), and greedy decoding picks the float32 reference's tokens."""
+    device = Device[Device.DEFAULT]
+    if not isinstance(device, HCQCompiled):
+        pytest.skip(f"{Device.DEFAULT} is not a queue device: its launches are not counted as submissions")
+    path = _model_file(tmp_path, matrix_type)
+    model = Transformer.from_gguf(path, max_context=16)
+    prompt, count = [1, 5, 7], 7
+    submissions: list[int] = []
+    before = device.submissions
+    generated = []
+    for token in model.generate(prompt, max_new_tokens=count):
+        submissions.append(device.submissions - before)
+        before = device.submissions
+        generated.append(token)
+    assert generated == greedy_reference(path, prompt, count)
+    assert model._decode.captured_kernel_count > 0
+    # tokens 0 (prefill), 1 and 2 (TinyJit's first calls) run eagerly; every later one is a replay
+    assert submissions[3:] == [1] * (count - 3), submissions
