@@ -161,13 +161,15 @@ class FunctionBuilder:
     def assemble(self) -> bytes:
         """Allocate registers, add the prologue and epilogue, and encode."""
         intervals = live_intervals(self.program)
-        if len(self.vector_pool) > 13:  # values that meet an instruction with no EVEX form keep to xmm0-15
+        # values that meet an instruction with no EVEX form keep to xmm0-15 (a kernel of integers has none to check)
+        if len(self.vector_pool) > 13 and any(value.kind == "vec" for value in intervals):
             legacy = _vex_only_values(self.program)
             for interval in intervals.values():
                 if interval.value in legacy:
                     interval.avoid = interval.avoid | _HIGH_VECTORS
         allocation = linear_scan(intervals, {"gpr": GENERAL_POOL, "vec": self.vector_pool}, self.blocked)
-        saved = [r for r in CALLEE_SAVED if r in allocation.used_registers()]
+        used = allocation.used_registers()  # a set built afresh per call: once, not once per callee-saved register
+        saved = [r for r in CALLEE_SAVED if r in used]
         spill_base = 8 * len(saved)
         frame = allocation.spill_bytes + (-(spill_base + allocation.spill_bytes) % 16)
 
