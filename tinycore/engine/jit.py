@@ -17,7 +17,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from tinycore.counters import GlobalCounters
-from tinycore.engine.realize import capture_begin, capture_end, capturing, invalidate_known_results
+from tinycore.engine.realize import (
+    active_captures,
+    capture_begin,
+    capture_end,
+    invalidate_known_results,
+    remembered_results,
+)
 from tinycore.helpers import CAPTURING, JIT
 from tinycore.plugins.contract import DeviceContract, GraphContract, GraphFactory
 
@@ -563,7 +569,7 @@ class TinyJit(Generic[ReturnType]):
             raise JitError("the same Tensor is passed twice to a TinyJit function: pass it once")
         if not _jit_enabled[0]:
             return self.function(*args, **kwargs)
-        if capturing() and CAPTURING:
+        if active_captures and CAPTURING:  # capturing(), read without its call
             raise JitError("having TinyJit inside another TinyJit is not supported: jit only the outer function "
                            "(call the inner one's undecorated function there)")
         if self.replay is not None:
@@ -653,7 +659,8 @@ class TinyJit(Generic[ReturnType]):
         GlobalCounters.kernel_count += totals[1]
         GlobalCounters.global_ops += totals[2]
         GlobalCounters.global_mem += totals[3]
-        invalidate_known_results()
+        if remembered_results:  # the replay wrote buffers outside realize: results remembered before are stale
+            invalidate_known_results()
         if self._returned_inputs:
             returned: list[Tensor] = []
             _collect_tensors(self.captured_return, returned)

@@ -180,6 +180,11 @@ class CapturedCall:
 _capturing: list[list[CapturedCall]] = []
 
 
+active_captures = _capturing
+"""capture_begin's recordings in progress, innermost last (empty while nothing captures): the same list, read directly
+by TinyJit's call, which runs on every replay (a capturing() call is a Python frame there)."""
+
+
 def capture_begin() -> list[CapturedCall]:
     """Start recording every launch run by realize (used by TinyJit); returns the list that fills up."""
     recorded: list[CapturedCall] = []
@@ -316,6 +321,11 @@ def _remember(computed: Sequence[UOp], results: Sequence[UOp], has_assign: bool)
         if result is not node:
             node.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
             _remembered_references.add(weakref.ref(node, _discard_reference))
+
+
+remembered_results = _remembered_references
+"""The same set as `_remembered_references`: a caller that invalidates after every step (a TinyJit replay) tests it
+first and calls invalidate_known_results only when it holds something."""
 
 
 def invalidate_known_results() -> None:

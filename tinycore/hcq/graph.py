@@ -217,8 +217,11 @@ class HCQGraph:
             values.update(var_vals)
         with self.device.submit_lock:  # one replay's patches and submissions at a time (the first device's lock)
             for device, last in self.last_values.items():
-                # the previous replay must be done with the argument blocks before they change
-                device.timeline_signal.wait(last)
+                # the previous replay must be done with the argument blocks before they change (wait's own first
+                # test made here: a replay on the CPU has finished by the next call, and wait is a Python frame)
+                signal = device.timeline_signal
+                if signal._read_value() < last:
+                    signal.wait(last)
             views: list[Buffer] = []
             patched = self.patched_handles
             for position, (arguments, number, input_number, view) in enumerate(self.input_patches):
