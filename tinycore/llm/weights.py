@@ -29,18 +29,19 @@ if TYPE_CHECKING:
 PLAIN_TYPES = {0: "F32", 1: "F16", 30: "BF16"}
 """ggml types held as tensors of their own dtype."""
 
-LANE_ROWS = 16
+LANE_ROWS = 4
 """Rows of activations up to which the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) multiply in lane form,
-the weight's blocks converted in the kernel for every row (a short prompt, a batch's decode step): 1B model, a
-prompt of 8 or 16 tokens, 1.9-2.7x (Q4_0) and 1.3-1.9x (Q8_0) the prefill tokens/s of the slabs below; from 32 rows
-on the slabs, converting each weight once, are faster."""
+the weight's blocks converted in the kernel for every row (decode, a batch's decode step of a few sequences). Was
+16 while each slab of the slabs below cost ~3 ms of Python; with the slab products replayed (`_slab_linear`), one
+product of each 1B shape (2048 x 2048, 8192 x 2048, 2048 x 8192; 2 threads, CPU time, load ~10) took in lane form /
+in slabs: Q8_0 5 rows 102 / 34 ms, 8 rows 53 / 39, 16 rows 91 / 42; Q4_0 7 rows 103 / 31 ms."""
 
-GROUPED_LANE_ROWS = 64
+GROUPED_LANE_ROWS = 32
 """Rows of activations up to which Q4_0, Q4_1, Q5_0 and Q5_1 multiply in lane form when the row count is a multiple
-of ROW_GROUP (then a block's conversion serves ROW_GROUP rows, below). 1B model, Q4_0 prefill, tinycore only, load
-1.6-2.3: a prompt of 32 tokens 13.0-15.6 tok/s against 6.7-9.2 with slabs, 64 tokens 16.9-17.7 against 11.7-13.5
-(peak (RSS - base) / file 1.22 against 1.12: x's operands and the per-block scales of 64 rows). Q8_0 (no row
-groups) keeps LANE_ROWS."""
+of ROW_GROUP (then a block's conversion serves ROW_GROUP rows, below). Was 64 while the slabs paid ~3 ms of Python
+each; with them replayed, one product of each 1B shape (as for LANE_ROWS) in lane form / in slabs: Q4_0 8 rows 26 /
+26 ms, 16 rows 41 / 39, 32 rows 64 / 64, 64 rows 164 / 104; a 1B Q4_0 prompt of 64 tokens took 5.1-5.2 s of CPU
+time in lane form and 2.8-3.0 s in slabs. Q8_0 (no row groups) keeps LANE_ROWS."""
 
 ROW_GROUP = 4
 """Rows of x that share each block's loaded and converted values in the lane form of several rows (`_lane_linear`):
@@ -160,8 +161,6 @@ class GGUFWeight:
         if INT8_PREFILL.value and inputs % 32 == 0 and fast_int8_dot_products(x.device):
             return int8_linear(x, self._row_blocks(), self.ggml_type, (outputs, inputs),
                                integer_slab_rows(outputs, inputs, SLAB_BYTES))
-        if _slab_rows(outputs, inputs) == outputs:
-            return x.matmul(self.float().contiguous().T)
         return _slab_linear(x, self)
 
     def _row_group(self, rows: int) -> int:
@@ -352,8 +351,11 @@ def _slab_product(x: Tensor, data: Tensor, out: Tensor | None, ggml_type: int, s
     weight.chunks = chunks
     outputs, inputs = shape
     slab = _slab_rows(outputs, inputs)
-    pieces = [x.matmul(weight.rows(first, slab).contiguous().T).realize() for first in range(0, outputs, slab)]
-    joined = pieces[0].cat(*pieces[1:], dim=-1)
+    if slab == outputs:  # one slab: the product goes straight into `out`
+        joined = x.matmul(weight.float().contiguous().T)
+    else:
+        pieces = [x.matmul(weight.rows(first, slab).contiguous().T).realize() for first in range(0, outputs, slab)]
+        joined = pieces[0].cat(*pieces[1:], dim=-1)
     return joined if out is None else out.assign(joined)
 
 
