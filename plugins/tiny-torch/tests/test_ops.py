@@ -516,3 +516,56 @@ def test_compiled_views_mutations_and_dropout_across_replays() -> None:
     for mask in masks:
         assert set(mask.unique().tolist()) <= {0.0, 2.0} and 0.4 < float((mask == 0).float().mean()) < 0.6
     assert not any(torch.equal(masks[position], masks[position + 1]) for position in range(4))
+
+
+def test_loss_of_a_compiled_model_is_realized_with_its_gradient(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the eager cross-entropy around a compiled model: its gradient is realized as the backward graph's input, and the
+    # loss (a one-element result) in that same schedule, so `loss.item()` schedules nothing; losses and gradients
+    # equal PyTorch's on the CPU at every step
+    import tinycore.engine.realize as realize_module
+    import tinycore.tensor.tensor as tensor_module
+    from tinycore.engine.realize import realize_uops
+    from tinycore.schedule.nodes import is_realized_view
+    torch.manual_seed(2)
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+    model = copy.deepcopy(reference).to("tiny")
+    compiled = torch.compile(model, backend="tiny")
+    schedules: list[str] = []
+
+    def counting(uops: list) -> list:
+        if not all(is_realized_view(uop) for uop in uops):  # a read of a computed buffer schedules nothing
+            schedules.append("schedule")
+        return realize_uops(uops)
+    for step in range(5):
+        inputs, labels = torch.randn(5, 6), torch.randint(0, 4, (5,))
+        model.zero_grad()
+        reference.zero_grad()
+        if step == 4:  # calls 3 and later replay the captured graphs
+            monkeypatch.setattr(tensor_module, "_REALIZE_UOPS", counting)  # one tensor realized
+            monkeypatch.setattr(realize_module, "realize_uops", counting)  # several, and reads
+        loss = torch.nn.functional.cross_entropy(compiled(tiny(inputs)), tiny(labels))
+        loss.backward()
+        realized_by_backward = len(schedules)
+        value = loss.item()
+        if step == 4:
+            assert realized_by_backward == 1 and len(schedules) == 1, schedules
+        expected = torch.nn.functional.cross_entropy(reference(inputs), labels)
+        expected.backward()
+        assert value == pytest.approx(expected.item(), rel=1e-5, abs=1e-6)
+        for parameter, reference_parameter in zip(model.parameters(), reference.parameters(), strict=True):
+            torch.testing.assert_close(parameter.grad.cpu(), reference_parameter.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_a_lazy_scalar_rides_with_the_next_flush_and_keeps_its_value() -> None:
+    # a one-element result computed before an in-place write to its source is realized by the write's flush with the
+    # value it had when computed (PyTorch's order), and a later read gives that value
+    from tiny_torch.dispatch import LAZY_SCALARS, flush
+    source, expected_source = tiny(torch.arange(6.0)), torch.arange(6.0)
+    total = (source * 2).sum()
+    assert id(total.tiny_storage) in LAZY_SCALARS and not total.tiny_storage.realized
+    source.add_(1)
+    expected_source.add_(1)
+    flush()
+    assert total.tiny_storage.realized
+    assert total.item() == (torch.arange(6.0) * 2).sum().item()
+    close(source, expected_source)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch._decomp import decomposition_table
@@ -18,6 +20,7 @@ from tinycore import Tensor, dtypes
 from tinycore.dtype import DType
 
 aten = torch.ops.aten
+_Arguments = TypeVar("_Arguments")
 OPERATORS: dict[torch._ops.OpOverload, Callable[..., object]] = {}
 """The aten overloads mapped onto tinycore: functional forms, called with tinycore Tensors for tensor arguments."""
 DIRECT: dict[torch._ops.OpOverload, Callable[..., object]] = {}
@@ -38,10 +41,36 @@ def register(*overloads: torch._ops.OpOverload, direct: bool = False) -> Callabl
 
 def device_index(args: object) -> int:
     """The tiny device index of the first tiny tensor among `args` (0 when there is none)."""
-    for leaf in tree_flatten(args)[0]:
-        if isinstance(leaf, TinyTensor):
-            return leaf.device.index or 0
-    return 0
+    first = _first_tiny(args)
+    return (first.device.index or 0) if first is not None else 0
+
+
+def _first_tiny(value: object) -> TinyTensor | None:
+    """The first TinyTensor in an operator's arguments (tuples, lists and dict values, nested)."""
+    if isinstance(value, TinyTensor):
+        return value
+    if type(value) is tuple or type(value) is list:
+        for item in value:  # type: ignore[attr-defined]
+            found = _first_tiny(item)
+            if found is not None:
+                return found
+    elif type(value) is dict:
+        for item in value.values():  # type: ignore[attr-defined]
+            found = _first_tiny(item)
+            if found is not None:
+                return found
+    return None
+
+
+def map_arguments(function: Callable[[object], object], value: _Arguments) -> _Arguments:
+    """`function` applied to every leaf of an operator's arguments (tuples, lists and dicts rebuilt, nested): what
+    pytree's tree_map does for them, without its tree specs, which cost more than the rest of a small operator."""
+    kind = type(value)
+    if kind is tuple or kind is list:
+        return kind(map_arguments(function, item) for item in value)  # type: ignore[call-arg,attr-defined]
+    if kind is dict:
+        return {key: map_arguments(function, item) for key, item in value.items()}  # type: ignore[return-value,attr-defined]
+    return function(value)  # type: ignore[return-value]
 
 
 def to_meta(value: object) -> object:
@@ -126,7 +155,8 @@ def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
     """Run a mapped functional operator on tinycore and wrap its results, checked against the meta kernel."""
     index = device_index((args, kwargs))
     meta = meta_result(func, args, kwargs)
-    tiny_args, tiny_kwargs = tree_map(_unwrap(index), args), tree_map(_unwrap(index), kwargs)
+    unwrap = _unwrap(index)
+    tiny_args, tiny_kwargs = map_arguments(unwrap, args), map_arguments(unwrap, kwargs)
     if SCALARS_AS_BUFFERS:
         first = next((value for value in tiny_args if isinstance(value, Tensor)), None)
         dtype = to_tiny_dtype(meta.dtype) if isinstance(meta, torch.Tensor) else None
@@ -140,7 +170,7 @@ def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
         dtype = to_tiny_dtype(meta.dtype)
         def cast(value: object) -> object:
             return value.cast(dtype) if isinstance(value, Tensor) and value.dtype != dtype else value
-        tiny_args, tiny_kwargs = tree_map(cast, tiny_args), tree_map(cast, tiny_kwargs)
+        tiny_args, tiny_kwargs = map_arguments(cast, tiny_args), map_arguments(cast, tiny_kwargs)
     result = OPERATORS[func](*tiny_args, **tiny_kwargs)
     return _wrap_results(func, result, meta, index)
 
@@ -164,7 +194,10 @@ def _wrap_one(func: torch._ops.OpOverload, value: Tensor, meta: object, index: i
         dtype = to_tiny_dtype(meta.dtype)
         if value.dtype != dtype:
             value = value.cast(dtype)
-    return wrap(value, index)
+    wrapped = wrap(value, index)
+    if wrapped.tiny_storage.numel == 1:
+        LAZY_SCALARS[id(wrapped.tiny_storage)] = wrapped.tiny_storage
+    return wrapped
 
 
 def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
@@ -188,6 +221,10 @@ def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
 
 PENDING: dict[int, TinyStorage] = {}
 """Storages written in place since the last flush (realized together, so shared subgraphs are computed once)."""
+LAZY_SCALARS: weakref.WeakValueDictionary[int, TinyStorage] = weakref.WeakValueDictionary()
+"""One-element results of mapped operators since the last flush, still alive. The next flush realizes them with the
+pending storages: a training step's loss, read by `loss.item()` after `backward()`, is then computed in the schedule
+that realizes its gradient (the two share the forward graph below them) instead of in a schedule of its own."""
 MAX_PENDING_WRITES = 2
 """Writes a storage may pile up lazily before every pending storage is realized (bounds the graph behind values
 that are updated every step, like parameters and optimizer state). Two, not one: a value written once per training
@@ -217,7 +254,12 @@ def commit(*tensors: TinyTensor, sources: tuple = ()) -> None:
 
 
 def flush() -> None:
-    """Realize every storage written in place since the last flush, in one schedule."""
+    """Realize every storage written in place since the last flush, in one schedule, with the one-element values
+    computed since then that are still alive and lazy (LAZY_SCALARS)."""
+    for scalar in list(LAZY_SCALARS.values()):
+        if not scalar.realized:
+            PENDING.setdefault(id(scalar), scalar)
+    LAZY_SCALARS.clear()
     storages = list(PENDING.values())
     PENDING.clear()
     flats = []

@@ -38,6 +38,18 @@ def tinycore_device(index: int | None) -> str:
     return Device.DEFAULT if not index else f"{Device.DEFAULT}:{index}"
 
 
+_TORCH_DEVICES: dict[int, torch.device] = {}
+"""torch.device("tiny", index) per index: every operator's result is a new TinyTensor, and building the device
+object each time cost about a quarter of making the tensor."""
+
+
+def _torch_device(index: int) -> torch.device:
+    device = _TORCH_DEVICES.get(index)
+    if device is None:
+        device = _TORCH_DEVICES[index] = torch.device(DEVICE_NAME, index)
+    return device
+
+
 class TinyTensor(torch.Tensor):
     """A tensor on `tiny:N`: sizes, strides and storage offset as PyTorch sees them, values in a TinyStorage."""
 
@@ -49,7 +61,7 @@ class TinyTensor(torch.Tensor):
         """Wrap `storage` viewed as (size, stride, offset) on tiny:index."""
         result = torch.Tensor._make_wrapper_subclass(
             cls, size, strides=stride, storage_offset=offset, dtype=to_torch_dtype(storage.dtype),
-            device=torch.device(DEVICE_NAME, index), requires_grad=requires_grad)
+            device=_torch_device(index), requires_grad=requires_grad)
         result.tiny_storage = storage
         return result
 
