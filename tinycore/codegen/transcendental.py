@@ -247,16 +247,18 @@ def _reduce_half_pi(magnitude: UOp) -> tuple[UOp, UOp, UOp]:
     top = digits[-1]  # 2 bits of quadrant, then the fraction's first 10 bits
     rounds_up = (top >> _int(_LIMB - 3)) & _int(1)  # the fraction is 1/2 or more: take the next quadrant
     quadrant = ((top >> _int(_LIMB - 2)) + rounds_up) & _int(3)
-    leading = (top & _int(1023)) - (rounds_up << _int(_LIMB - 2))  # signed: the fraction now in [-1/2, 1/2)
 
-    def scaled(digit: UOp, power: int) -> UOp:
-        return digit.cast(F32) * _float(2.0 ** -power)
+    def scaled(first: UOp, second: UOp, power: int) -> UOp:
+        # two digits joined into one integer below 2**24 (exact as a float32), then scaled: one conversion
+        return ((first << _int(_LIMB)) | second).cast(F32) * _float(2.0 ** -power)
 
-    # each pair spans at most 24 bits, so each float sum below is exact; a nonzero `high` is at least 2**-22 in
-    # magnitude and `middle` below it, so Fast2Sum is exact (digits[0], below 2**-70, is left out)
-    high = scaled(leading, 10) + scaled(digits[-2], 22)
-    middle = scaled(digits[-3], 34) + scaled(digits[-4], 46)
-    bottom = scaled(digits[-5], 58) + scaled(digits[-6], 70)
+    # signed: the fraction's first 22 bits, less one whole when it rounds up, so the fraction is in [-1/2, 1/2)
+    leading = (((top & _int(1023)) << _int(_LIMB)) | digits[-2]) - (rounds_up << _int(2 * _LIMB - 2))
+    # a nonzero `high` is at least 2**-22 in magnitude and `middle` below it, so Fast2Sum is exact (digits[0],
+    # below 2**-70, is left out)
+    high = leading.cast(F32) * _float(2.0 ** -22)
+    middle = scaled(digits[-3], digits[-4], 46)
+    bottom = scaled(digits[-5], digits[-6], 70)
     fraction, error = _fast_two_sum(high, middle)
     fraction, fraction_low = _fast_two_sum(fraction, error + bottom)
     # (fraction + fraction_low) * pi/2 by Dekker's product (no fused multiply-add: a renderer's FMA may compile to a
