@@ -5,6 +5,7 @@ cap) each get the tokens greedy decoding gives them alone."""
 from __future__ import annotations
 
 import os
+import pathlib
 import queue
 
 import llm_reference
@@ -203,5 +204,35 @@ def test_long_prompt_is_prefilled_between_steps(model_path: str) -> None:
             finished += isinstance(event, FinishEvent)
         assert order[:3] == [0, 0, 1]
         assert tokens == {0: greedy_reference(model_path, [9], 6), 1: greedy_reference(model_path, long_prompt, 3)}
+    finally:
+        scheduler.close()
+
+
+def test_steps_run_whole_row_groups(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With Q4_0 weights (whose lane form converts a block once per group of 4 rows) five busy slots run as a
+    step of 8 rows, the three extra rows throw-away work; every request still gets the reference's greedy tokens.
+    Q8_0 weights (no row groups), or a cache of fewer rows than the rounded count, keep the busy rows' count."""
+    path = os.fspath(tmp_path / "q4.gguf")
+    write_model(path, architecture="llama", matrix_type="Q4_0", dim=32, hidden=64, layers=2, heads=4, kv_heads=2,
+                vocab=40, seed=13)
+    model = Transformer.from_gguf(path, max_context=32, max_batch=8)
+    assert [model.step_rows(rows) for rows in range(1, 9)] == [1, 2, 3, 4, 8, 8, 8, 8]
+    assert Transformer.from_gguf(path, max_context=32, max_batch=6).step_rows(5) == 5
+    q8_path = os.fspath(tmp_path / "q8.gguf")
+    write_model(q8_path, architecture="llama", matrix_type="Q8_0", dim=32, hidden=64, layers=1, heads=4, kv_heads=2,
+                vocab=40, seed=13)
+    assert Transformer.from_gguf(q8_path, max_context=32, max_batch=8).step_rows(5) == 5
+    seen: list[int] = []
+    decode = model.decode_slots
+    monkeypatch.setattr(model, "decode_slots", lambda tokens, positions: seen.append(len(tokens)) or
+                        decode(tokens, positions))
+    scheduler = BatchScheduler(model, max_queued=8, step_prefill=4)
+    try:
+        prompts = [[3, 4], [9], [1, 2, 3], [8, 8], [2, 7, 1]]
+        events: queue.Queue[Event] = queue.Queue()
+        scheduler.submit([GenerationRequest(prompt, 5, events, index=index) for index, prompt in enumerate(prompts)])
+        tokens, _ = _collect(events, 5)
+        assert [tokens[index] for index in range(5)] == [greedy_reference(path, prompt, 5) for prompt in prompts]
+        assert 8 in seen and all(rows <= 4 or rows == 8 for rows in seen)
     finally:
         scheduler.close()

@@ -4,8 +4,9 @@ The KV cache holds `model.max_batch` slots (rows), each one sequence at position
 bounded queue until a slot is free, then its prompt goes in: a long remainder (more than `step_prefill` tokens) is
 prefilled into its slot one chunk (`prefill_chunk` tokens) between two decode steps, so the other sequences wait
 one chunk per step rather than the whole prompt; a short one is fed one token per step. Every step then runs the
-jitted decode of rows 0..r (r the highest busy slot; a free or prefilling row in between computes a throw-away
-token just past the positions it keeps) with each row's token at its own position (`Transformer.decode_slots`),
+jitted decode of rows 0..r (r the highest busy slot, or above it where whole row groups run faster:
+`Transformer.step_rows`; a free or prefilling row in between computes a throw-away token just past the positions
+it keeps) with each row's token at its own position (`Transformer.decode_slots`),
 and each request samples from its row with its own settings and generator. A request leaves its slot when it
 stops, reaches its token limit or is cancelled, and a waiting one takes the slot before the next step: the batch
 grows and shrinks between steps. A slot keeps the tokens of its last sequence, so a request that repeats them (the
@@ -208,7 +209,7 @@ class BatchScheduler:
             running = {slot: request for slot, request in self.active.items() if request.pending}
         if not running:
             return
-        rows = max(running) + 1
+        rows = self.model.step_rows(max(running) + 1)
         tokens = [running[row].pending[0] if row in running else 0 for row in range(rows)]
         positions = [running[row].position if row in running else self._spare_position(row) for row in range(rows)]
         logits = self.model.decode_slots(tokens, positions)
