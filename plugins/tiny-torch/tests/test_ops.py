@@ -569,3 +569,25 @@ def test_a_lazy_scalar_rides_with_the_next_flush_and_keeps_its_value() -> None:
     assert total.tiny_storage.realized
     assert total.item() == (torch.arange(6.0) * 2).sum().item()
     close(source, expected_source)
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2], ids=["none", "mean", "sum"])
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_nll_loss_backward_matches_cpu(reduction: int, weighted: bool) -> None:
+    # the written-out gradient of nll_loss against PyTorch's CPU kernel: batched with an ignored sample, one sample
+    # (1-d log-probabilities), and every sample ignored (total weight 0: no gradient anywhere)
+    aten = torch.ops.aten
+    torch.manual_seed(3)
+    weight = torch.rand(5) if weighted else None
+    cases = [(torch.randn(6, 5).log_softmax(-1), torch.tensor([0, 4, -100, 2, 2, 1]), -100),
+             (torch.randn(5).log_softmax(-1), torch.tensor(3), -100),
+             (torch.randn(3, 5).log_softmax(-1), torch.tensor([1, 1, 1]), 1)]
+    for log_probabilities, target, ignore_index in cases:
+        loss, total_weight = aten.nll_loss_forward(log_probabilities, target, weight, reduction, ignore_index)
+        grad_output = torch.randn(loss.shape)
+        expected = aten.nll_loss_backward(grad_output, log_probabilities, target, weight, reduction, ignore_index,
+                                          total_weight)
+        result = aten.nll_loss_backward(tiny(grad_output), tiny(log_probabilities), tiny(target),
+                                        tiny(weight) if weight is not None else None, reduction, ignore_index,
+                                        tiny(total_weight))
+        close(result, expected, atol=1e-6)

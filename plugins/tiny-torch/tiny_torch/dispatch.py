@@ -216,7 +216,7 @@ def run_view(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object:
             return TinyTensor(base.tiny_storage, tuple(value.shape), tuple(value.stride()), value.storage_offset(),
                               base.device.index or 0)
         return value
-    return tree_map(share, meta)
+    return map_arguments(share, meta)
 
 
 PENDING: dict[int, TinyStorage] = {}

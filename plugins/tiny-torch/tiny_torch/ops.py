@@ -693,8 +693,8 @@ def nll_loss_forward(self: Tensor, target: Tensor, weight: Tensor | None, reduct
     valid = target != ignore_index
     safe_target = valid.where(target, 0).cast(dtypes.int32)
     picked = -self.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)
-    class_weight = weight[safe_target] if weight is not None else picked.ones_like()
-    class_weight = valid.where(class_weight, 0)
+    # without class weights, a sample weighs 1 unless its target is ignored: the mask itself, not where(ones)
+    class_weight = valid.where(weight[safe_target], 0) if weight is not None else valid.cast(picked.dtype)
     losses = picked * class_weight
     total_weight = class_weight.sum()
     if reduction == 0:  # PyTorch leaves total_weight at zero when it does not reduce
@@ -708,9 +708,21 @@ def nll_loss_forward(self: Tensor, target: Tensor, weight: Tensor | None, reduct
 @register(aten.nll_loss_backward.default)
 def nll_loss_backward(grad_output: Tensor, self: Tensor, target: Tensor, weight: Tensor | None, reduction: int,
                       ignore_index: int, total_weight: Tensor) -> Tensor:
-    """Gradient of nll_loss with respect to its log-probabilities."""
-    return _vjp(lambda x: nll_loss_forward(x, target, weight, reduction, ignore_index)[0], [self],
-                grad_output, [True])[0]  # type: ignore[return-value]
+    """Gradient of nll_loss with respect to its log-probabilities: -grad_output times the target's class weight
+    (divided by total_weight for the mean) at each sample's target class, zero elsewhere and for ignored samples.
+    Written out rather than differentiated (_vjp): a training step's loss runs it every step."""
+    valid = target != ignore_index
+    safe_target = valid.where(target, 0).cast(dtypes.int32)
+    classes = Tensor.arange(int(self.shape[-1]), device=self.device)
+    picked = (classes == safe_target.unsqueeze(-1)) & valid.unsqueeze(-1)
+    scale = -grad_output.cast(self.dtype)
+    if weight is not None:
+        scale = scale * weight[safe_target].cast(self.dtype)
+    if reduction == 1:
+        scale = scale / total_weight.cast(self.dtype)
+    if reduction == 0 or weight is not None:  # a value per sample
+        scale = scale.unsqueeze(-1)
+    return picked.where(scale, 0).cast(self.dtype)
 
 
 @register(aten.mse_loss.default)
