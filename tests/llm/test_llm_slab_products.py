@@ -69,6 +69,20 @@ def test_slab_product_inside_a_captured_step_matches_numpy() -> None:
         _close(step(Tensor(x).realize()).numpy(), x @ dense.T)
 
 
+def test_integer_slab_product_inside_a_captured_step_matches_numpy() -> None:
+    """The integer prefill product (tinycore.llm.int8_linear) in a function under TinyJit: each replayed slab uses
+    its own rows. x is quantized per block of 32 to int8 (as llama.cpp's Q8_0), so the result is near x @ W.T within
+    that rounding; a slab with another slab's rows is off by the products' own scale."""
+    from tinycore.llm.int8_linear import int8_linear
+    weight, dense = _weight("Q4_K", seed=11)
+    step = TinyJit(lambda x: int8_linear(x, weight.data, weight.ggml_type, weight.shape, SLAB).realize())
+    for call in range(4):
+        x = numpy.random.default_rng(20 + call).standard_normal((8, INPUTS)).astype(numpy.float32)
+        expected = x @ dense.T
+        numpy.testing.assert_allclose(step(Tensor(x).realize()).numpy(), expected, rtol=0,
+                                      atol=0.02 * numpy.abs(expected).max())
+
+
 def test_slab_product_computes_x_once() -> None:
     """A lazy x is computed by one kernel, not once per slab: 1 + 2 kernels per slab (dequantize, multiply) + 1
     (the pieces joined)."""

@@ -13,7 +13,6 @@ from tinycore.dtype import dtypes
 from tinycore.helpers import ContextVar, prod
 from tinycore.nn.gguf import GGML_TYPES, integer_blocks
 from tinycore.tensor import Tensor
-from tinycore.uop.symbolic import Variable
 
 if TYPE_CHECKING:
     from tinycore.uop.uop import UOp
@@ -95,7 +94,7 @@ def integer_slab(row_blocks: Tensor, ggml_type: int, inputs: int, start: int | U
     """Output rows [start, start + count) of a quantized weight (its blocks `row_blocks` in the file's order, row
     after row) as integers, realized: values int8 (count, inputs // 32, 32), scale float32 (count, inputs // 32, 2)
     (per half block of 16 values) and minimum float32 (count, inputs // 32) or None. `start` may be a bound
-    Variable, so every slab runs the same kernels."""
+    Variable, but not one bound to several values in one TinyJit capture: a replay gives it one value."""
     per_row = inputs // GGML_TYPES[ggml_type][1]
     width = row_blocks.shape[1]
     chosen = row_blocks.reshape(-1, per_row * width).shrink(((start, start + count), None))
@@ -155,11 +154,11 @@ def int8_linear(x: Tensor, row_blocks: Tensor, ggml_type: int, shape: tuple[int,
     multiplied by int8_product. Returns (..., outputs) in x's dtype."""
     outputs, inputs = shape
     quantized = quantize_rows(x)
-    variable = Variable(f"int8_slab_{outputs}_{slab_rows}", 0, outputs - slab_rows)
     pieces = []
+    # each slab's first row a constant (a kernel per slab): a Variable bound to another value per slab is one value
+    # in a TinyJit replay, so every slab would replay the last slab's rows
     for first in range(0, outputs, slab_rows):
-        start: int | UOp = variable.bind(first) if slab_rows < outputs else 0
-        slab = integer_slab(row_blocks, ggml_type, inputs, start, slab_rows)
+        slab = integer_slab(row_blocks, ggml_type, inputs, first, slab_rows)
         product = int8_product(quantized, slab, separate_halves=ggml_type == 14)
         pieces.append(product.realize() if slab_rows < outputs else product)
     result = pieces[0].cat(*pieces[1:], dim=-1) if len(pieces) > 1 else pieces[0]
