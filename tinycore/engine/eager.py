@@ -93,7 +93,7 @@ def eager_key(uop: UOp) -> tuple[tuple[object, ...], list[UOp]] | None:
         return None
     sources = uop.src
     if len(sources) == 2:
-        # eager code's common graph, `x + 1` or `1 - x`: one BUFFER and one constant, keyed here as
+        # eager code's common graph, `x + 1` or `3 * x`: one BUFFER and one constant, keyed here as
         # _describe_sources keys it, without its frame, lists and loops (a constant off this pattern takes the walk)
         first, second = sources
         buffer, constant = (first, second) if first.op is _BUFFER else (second, first)
