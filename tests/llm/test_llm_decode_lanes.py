@@ -70,8 +70,8 @@ def _model_file(tmp_path: os.PathLike[str], matrix_type: str) -> str:
 @pytest.mark.parametrize("matrix_type", ["Q4_0", "Q8_0", "Q4_K"])
 def test_a_replayed_decode_step_is_one_submission_and_matches_the_reference(tmp_path: os.PathLike[str],
                                                                              matrix_type: str) -> None:
-    """Every decode step after TinyJit's capture is one submission to the device's queue (all of the step's
-    kernels and the logits' readback), and greedy decoding picks the float32 reference's tokens."""
+    """Every decode step after TinyJit's capture, the reading of its logits included, is one submission to the
+    device's queue (all of the step's kernels), and greedy decoding picks the float32 reference's tokens."""
     device = Device[Device.DEFAULT]
     if not isinstance(device, HCQCompiled):
         pytest.skip(f"{Device.DEFAULT} is not a queue device: its launches are not counted as submissions")
