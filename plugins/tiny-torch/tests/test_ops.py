@@ -591,3 +591,41 @@ def test_nll_loss_backward_matches_cpu(reduction: int, weighted: bool) -> None:
                                         tiny(weight) if weight is not None else None, reduction, ignore_index,
                                         tiny(total_weight))
         close(result, expected, atol=1e-6)
+
+
+def test_copy_of_a_whole_computed_storage_shares_its_buffer_and_values_stay_apart(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # copy_ of one whole computed storage into another (AOTAutograd's write-back of running statistics) schedules
+    # nothing; later in-place writes to either side leave the other with PyTorch's values
+    import tinycore.engine.realize as realize_module
+    import tinycore.tensor.tensor as tensor_module
+    from tinycore.engine.realize import realize_uops
+    from tinycore.schedule.nodes import is_realized_view
+    source_cpu, target_cpu = torch.randn(4, 3), torch.zeros(4, 3)
+    source, target = tiny(source_cpu), tiny(target_cpu)
+    source.cpu()  # computed: a buffer
+    schedules: list[str] = []
+
+    def counting(uops: list) -> list:
+        if not all(is_realized_view(uop) for uop in uops):
+            schedules.append("schedule")
+        return realize_uops(uops)
+    monkeypatch.setattr(tensor_module, "_REALIZE_UOPS", counting)
+    monkeypatch.setattr(realize_module, "realize_uops", counting)
+    target.copy_(source)
+    target_cpu.copy_(source_cpu)
+    assert schedules == []
+    source.mul_(2)
+    source_cpu.mul_(2)
+    target.add_(1)
+    target_cpu.add_(1)
+    close(source, source_cpu)
+    close(target, target_cpu)
+    half, half_cpu = tiny(torch.zeros(4, 3, dtype=torch.float16)), torch.zeros(4, 3, dtype=torch.float16)
+    half.copy_(source)  # another dtype: a cast, not a shared buffer
+    half_cpu.copy_(source_cpu)
+    close(half, half_cpu, atol=1e-3)
+    column, column_cpu = tiny(torch.zeros(4)), torch.zeros(4)
+    column.copy_(source[:, 1])  # a view of part of a storage
+    column_cpu.copy_(source_cpu[:, 1])
+    close(column, column_cpu)

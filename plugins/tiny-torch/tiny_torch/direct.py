@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tiny_torch.dispatch import aten, check_no_internal_overlap, commit, meta_result, register
+from tiny_torch.dispatch import PENDING, aten, check_no_internal_overlap, commit, meta_result, register
 from tiny_torch.dtypes import to_tiny_dtype
-from tiny_torch.storage import BitcastStorage
+from tiny_torch.storage import BitcastStorage, TinyStorage, is_buffer
 from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 
@@ -31,6 +31,8 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
         with torch._C.DisableTorchFunctionSubclass():
             return self.copy_(to_cpu(src.tiny_value(), src.dtype))
     check_no_internal_overlap(self)
+    if isinstance(src, TinyTensor) and _share_whole_storage(self, src):
+        return self
     if isinstance(src, TinyTensor):
         value = src.tiny_value()
         if _index(src) != _index(self):
@@ -40,6 +42,30 @@ def copy_(self: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
     self.tiny_write(value.cast(to_tiny_dtype(self.dtype)))
     commit(self)
     return self
+
+
+def _whole(tensor: TinyTensor) -> bool:
+    storage = tensor.tiny_storage
+    return (type(storage) is TinyStorage and tensor.storage_offset() == 0 and tensor.numel() == storage.numel
+            and tensor.is_contiguous())
+
+
+def _share_whole_storage(self: TinyTensor, src: TinyTensor) -> bool:
+    """A copy of one whole computed storage into another of the same dtype and device (AOTAutograd's write-back of
+    batch norm's running statistics after each compiled step) takes src's buffer as self's value: storages never
+    write into a buffer they hold (a write replaces `flat`), so sharing it is safe, and no copy is scheduled."""
+    source = src.tiny_storage
+    if (src.dtype != self.dtype or _index(src) != _index(self) or tuple(src.shape) != tuple(self.shape)
+            or not source.realized or not _whole(self) or not _whole(src) or not is_buffer(source.flat)):
+        return False
+    storage = self.tiny_storage
+    if storage is not source:
+        storage.flat = source.flat
+        storage.version += 1
+        storage.realized = True
+        storage.pending_writes = 0
+        PENDING.pop(id(storage), None)
+    return True
 
 
 @register(aten._to_copy.default, direct=True)

@@ -13,6 +13,7 @@ import numpy as np
 from tiny_torch.bitcast import reinterpret
 from tinycore import Tensor
 from tinycore.dtype import DType
+from tinycore.uop import Ops
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,14 @@ def _window(flat: Tensor, offset: int, length: int) -> Tensor:
     end = min(numel, offset + length)
     window = flat.shrink(((offset, end),))
     return window.pad(((0, offset + length - end),)) if end - offset < length else window
+
+
+def is_buffer(flat: Tensor) -> bool:
+    """True when `flat` is a computed buffer itself (reshapes of it aside), not a lazy value or a view."""
+    node = flat.uop
+    while node.op is Ops.RESHAPE:
+        node = node.src[0]
+    return node.op is Ops.BUFFER
 
 
 class TinyStorage:

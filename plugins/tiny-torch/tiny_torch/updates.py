@@ -18,11 +18,10 @@ from typing import NamedTuple
 import torch
 
 from tiny_torch.dispatch import PENDING, flush
-from tiny_torch.storage import TinyStorage
+from tiny_torch.storage import TinyStorage, is_buffer
 from tiny_torch.wrapper import TinyTensor
 from tinycore import Tensor, TinyJit
 from tinycore.dtype import dtypes
-from tinycore.uop import Ops
 
 UpdateFunction = Callable[[list[Tensor], list[Tensor]], list[Tensor]]
 """(values read, numbers as 0-d float32 tensors) -> new values for the written tensors, in their order."""
@@ -41,13 +40,6 @@ def _whole_storage(tensor: torch.Tensor) -> bool:
     if not isinstance(tensor, TinyTensor) or type(tensor.tiny_storage) is not TinyStorage:
         return False
     return tensor.storage_offset() == 0 and tensor.numel() == tensor.tiny_storage.numel and tensor.is_contiguous()
-
-
-def _is_buffer(flat: Tensor) -> bool:
-    node = flat.uop
-    while node.op is Ops.RESHAPE:
-        node = node.src[0]
-    return node.op is Ops.BUFFER
 
 
 def jitted_update(key: Hashable, reads: Sequence[torch.Tensor], writes: Sequence[torch.Tensor],
@@ -72,7 +64,7 @@ def jitted_update(key: Hashable, reads: Sequence[torch.Tensor], writes: Sequence
     if len({id(storage.flat) for storage in unique}) != len(unique):
         return False
     for storage in unique:
-        if not _is_buffer(storage.flat):
+        if not is_buffer(storage.flat):
             PENDING[id(storage)] = storage
     if PENDING:
         flush()
