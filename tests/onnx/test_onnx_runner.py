@@ -226,3 +226,27 @@ def test_nodes_of_initializers_alone_are_computed_once_not_replayed():
     jitted = OnnxRunner(data)
     for _ in range(4):
         np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_gather_at_a_constant_index_is_a_slice_not_a_reduction():
+    """Gather with a Constant index (the q, k, v split of torch's packed attention projection) selects one slice:
+    a view of x, with no comparison-and-sum reduction over the gathered axis. Values against numpy's take."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    nodes = [helper.make_node("Constant", [], ["middle"], value=helper.make_tensor("m", TensorProto.INT64, [], [1])),
+             helper.make_node("Constant", [], ["last"], value=helper.make_tensor("l", TensorProto.INT64, [1], [-1])),
+             helper.make_node("Gather", ["x", "middle"], ["a"], axis=1),
+             helper.make_node("Gather", ["x", "last"], ["b"], axis=2),
+             helper.make_node("Gather", ["x", "index"], ["c"], axis=0)]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4, 5]),
+                     helper.make_tensor_value_info("index", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "abc"])).SerializeToString()
+    runner = OnnxRunner(data, jit=False)
+    for _ in range(2):
+        outputs = runner({"x": x, "index": np.array(2, dtype=np.int64)})
+        for name in "ab":
+            assert not any(node.op is Ops.REDUCE_AXIS for node in outputs[name].uop.toposort), name
+        np.testing.assert_array_equal(outputs["a"].numpy(), np.take(x, 1, axis=1))
+        np.testing.assert_array_equal(outputs["b"].numpy(), np.take(x, [-1], axis=2))
+        np.testing.assert_array_equal(outputs["c"].numpy(), x[2])

@@ -9,6 +9,7 @@ import numpy as np
 
 from tinycore.dtype import DType, dtypes
 from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops
 
 ONNX_DTYPES: dict[int, DType] = {
     1: dtypes.float32, 2: dtypes.uint8, 3: dtypes.int8, 4: dtypes.uint16, 5: dtypes.int16, 6: dtypes.int32,
@@ -243,3 +244,13 @@ def scalar_of(value: Tensor | Sequence[float] | float | int) -> float | int:
             raise ValueError(f"expected a single value, got {len(item)}")
         item = item[0]
     return item
+
+
+def constant_int(value: Tensor) -> int | None:
+    """The value of an integer tensor that holds one constant in every element (a folded Constant or one-element
+    initializer, see runner._as_constant), read from its graph without running a kernel; None for any other tensor
+    (a computed or loaded one, whose value needs the device)."""
+    base = value.uop.base
+    if base.op is not Ops.CONST or base.src and base.src[0].op is not Ops.DEVICE or not dtypes.is_int(value.dtype):
+        return None
+    return int(base.arg) if isinstance(base.arg, int) else None

@@ -14,6 +14,7 @@ from tinycore.nn.onnx.common import (
     as_ints,
     axes_of,
     axis_of,
+    constant_int,
     host_tensor,
     index_dtype,
     onnx_dtype,
@@ -187,6 +188,16 @@ def _positive_indices(indices: Tensor, size: int) -> Tensor:
 def gather(x: Tensor, indices: Tensor, axis: int = 0) -> Tensor:
     """Entries of x along `axis` at `indices` (numpy's take): shape x[:axis] + indices + x[axis+1:]."""
     axis = axis_of(axis, x.ndim)
+    known = constant_int(indices)
+    if known is not None and -x.shape[axis] <= known < x.shape[axis]:
+        # a fixed index (the q, k, v split of a packed attention projection) is a view of one slice: a tensor index
+        # would compare every position with it and sum, a kernel with a reduction over the axis
+        position = known % x.shape[axis]
+        picked = x.shrink(tuple((position, position + 1) if dim == axis else None for dim in range(x.ndim)))
+        if indices.ndim == 0:
+            return picked.squeeze(axis)
+        shape = x.shape[:axis] + (1,) * indices.ndim + x.shape[axis + 1:]
+        return picked.reshape(shape).expand(x.shape[:axis] + indices.shape + x.shape[axis + 1:])
     indices = _positive_indices(indices, x.shape[axis])
     if indices.ndim == 0:
         return x[tuple([slice(None)] * axis + [indices.reshape(1)])].squeeze(axis)
