@@ -250,3 +250,34 @@ def test_gather_at_a_constant_index_is_a_slice_not_a_reduction():
         np.testing.assert_array_equal(outputs["a"].numpy(), np.take(x, 1, axis=1))
         np.testing.assert_array_equal(outputs["b"].numpy(), np.take(x, [-1], axis=2))
         np.testing.assert_array_equal(outputs["c"].numpy(), x[2])
+
+
+def test_gemm_weight_read_transposed_is_stored_transposed_once():
+    """Gemm with transB=1 on a weight (torch's Linear) reads the weight transposed once, stored contiguous (a
+    permuted view the matmul kernel would gather lane by lane). Values against numpy, jitted and not."""
+    from onnx import numpy_helper
+    rng = np.random.default_rng(0)
+    weight, bias = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal(6).astype(np.float32)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    nodes = [helper.make_node("Identity", ["w"], ["shared"]),
+             helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1, alpha=0.5),
+             helper.make_node("Gemm", ["x", "shared"], ["z"], transB=1),
+             helper.make_node("Gemm", ["y", "x"], ["q"], transA=1)]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "yzq"],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b")])).SerializeToString()
+    y, z = 0.5 * x @ weight.T + bias, x @ weight.T
+    lazy = OnnxRunner(data, jit=False)
+    for _ in range(2):
+        outputs = lazy({"x": x})
+        np.testing.assert_allclose(outputs["y"].numpy(), y, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outputs["z"].numpy(), z, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outputs["q"].numpy(), y.T @ x, rtol=1e-5, atol=1e-5)
+    stored = [value for value in lazy._constants().values() if isinstance(value, Tensor) and value.shape == (5, 6)]
+    assert len(stored) == 1, "one copy of the weight, shared through the Identity"
+    assert {node.op for node in stored[0].uop.toposort} <= {Ops.BUFFER, Ops.DEVICE, Ops.RESHAPE}, "a contiguous copy"
+    np.testing.assert_array_equal(stored[0].numpy(), weight.T)
+    jitted = OnnxRunner(data)
+    for _ in range(4):
+        np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), y, rtol=1e-5, atol=1e-5)

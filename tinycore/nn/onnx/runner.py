@@ -27,6 +27,7 @@ from tinycore.nn.onnx.common import (
 )
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import STRING_OPS, OpSpec, Value, find_op, known_versions
+from tinycore.nn.onnx.rewrites import transpose_constant_gemm_weights
 from tinycore.nn.onnx.small_floats import carried_type, mark
 from tinycore.tensor import Tensor
 
@@ -289,6 +290,9 @@ class OnnxRunner:
         shapes captures the kernels, later calls replay them. The returned tensors are then the JIT's output buffers,
         overwritten by the next call with the same shapes (copy them with .clone() to keep them)."""
         self._jits: dict[tuple[object, ...], Any] = {}
+        fixed = {*self.graph.initializers, *(name for index in constant_nodes(self.graph)
+                                             for name in self.graph.nodes[index].outputs)}
+        transpose_constant_gemm_weights(self.graph, fixed)
         self._constant_nodes: frozenset[int] = frozenset(constant_nodes(self.graph))
         self._folded: dict[str, Value] | None = None
 
@@ -305,6 +309,10 @@ class OnnxRunner:
                 assert spec is not None, f"{node.label} was not checked when the runner was built"
                 run_node(node, spec, scope, self.device)
                 made.extend(name for name in node.outputs if name)
+                if node.op == "Transpose" and isinstance(scope.values.get(node.outputs[0]), Tensor):
+                    # stored in its new layout: a realized transpose would stay a view, which every kernel reading
+                    # the weight (a matmul's column blocks) would gather lane by lane
+                    scope.values[node.outputs[0]] = scope.values[node.outputs[0]].contiguous()
             folded = {name: scope.values[name] for name in made}
             tensors = _tensors_in(list(folded.values()))
             if tensors:
