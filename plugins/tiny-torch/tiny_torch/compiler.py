@@ -90,6 +90,7 @@ class _GraphRunner:
                            and node.target._schema.is_mutable for node in graph_module.graph.nodes)
         self.output_layouts: list[object] | None = None
         self.computed_layouts: list[_OutputLayout] = []  # the outputs a replay computes (not handed-back inputs)
+        self.replay_strides: list[tuple[int, ...]] = []  # the strides a replay gives each of them
 
     def __call__(self, *inputs: object) -> list[object]:
         tiny_inputs = [value for value in inputs if isinstance(value, TinyTensor)]
@@ -128,6 +129,10 @@ class _GraphRunner:
                                if isinstance(value, TinyTensor) else value for value in outputs]
         self.computed_layouts = [layout for position, layout in enumerate(self.output_layouts)
                                  if position not in self.passthrough and isinstance(layout, _OutputLayout)]
+        # overlapping or offset layouts come back contiguous from a replay
+        self.replay_strides = [layout.stride if _memory_order(layout.size, layout.stride) is not None
+                               else tuple(torch.empty(layout.size, device="meta").stride())
+                               for layout in self.computed_layouts]
         if any(math.prod(layout.size) == 0 for layout in self.computed_layouts):
             self.computed_layouts = []  # an empty output has no buffer to write: such a graph keeps running eagerly
         return outputs
@@ -161,17 +166,15 @@ class _GraphRunner:
         handed back as they are."""
         assert self.output_layouts is not None
         results: list[object] = []
-        computed = iter(values)
+        computed = iter(zip(values, self.replay_strides, strict=True))
         for position, layout in enumerate(self.output_layouts):
             if position in self.passthrough:
                 results.append(inputs[self.passthrough[position]])
             elif isinstance(layout, _OutputLayout):
-                stride = layout.stride
-                if _memory_order(layout.size, stride) is None:  # overlapping or offset layouts come back contiguous
-                    stride = torch.empty(layout.size, device="meta").stride()
-                storage = TinyStorage(next(computed))
+                value, stride = next(computed)
+                storage = TinyStorage(value)
                 storage.realized = True
-                results.append(TinyTensor(storage, layout.size, tuple(stride), 0, index))
+                results.append(TinyTensor(storage, layout.size, stride, 0, index))
             else:
                 results.append(layout)
         return results
