@@ -45,16 +45,20 @@ def test_k_minimum_lanes_match_the_format(block_bytes: int) -> None:
 
 @pytest.mark.parametrize("ggml_type", [12, 13])
 @pytest.mark.parametrize("inputs", [256, 2048])
-def test_one_row_k_products_match_gguf_dequantization(ggml_type: int, inputs: int) -> None:
-    """x @ W.T for one row of x in lane form, against numpy on gguf's dequantized weight (float64 sum)."""
+@pytest.mark.parametrize("rows", [1, 3, 4])
+def test_k_lane_products_match_gguf_dequantization(ggml_type: int, inputs: int, rows: int) -> None:
+    """x @ W.T for 1 to 4 rows of x in lane form, against numpy on gguf's dequantized weight (float64 sum)."""
     generator = numpy.random.default_rng(ggml_type + inputs)
     outputs, block_bytes = 24, {12: 144, 13: 176}[ggml_type]
     raw = generator.integers(0, 256, size=(outputs * inputs // 256, block_bytes), dtype=numpy.uint8)
     raw[:, 0:2] = numpy.frombuffer(numpy.float16(0.003).tobytes(), dtype=numpy.uint8)
     raw[:, 2:4] = numpy.frombuffer(numpy.float16(0.02).tobytes(), dtype=numpy.uint8)
     weight = GGUFWeight("w", ggml_type, (outputs, inputs), Tensor(raw))
-    x = generator.standard_normal((1, inputs)).astype(numpy.float32)
-    got = weight.linear(Tensor(x, dtype=dtypes.float32)).numpy()
+    x = generator.standard_normal((rows, inputs)).astype(numpy.float32)
+    leading = (2, 2) if rows == 4 else (rows,)  # (batch, T) rows as a short prompt of a batch brings them
+    got = weight.linear(Tensor(x.reshape(*leading, inputs), dtype=dtypes.float32)).numpy()
+    assert got.shape == (*leading, outputs)
+    got = got.reshape(rows, outputs)
     dense = quants.dequantize(raw.reshape(outputs, -1), gguf.GGMLQuantizationType(ggml_type)).reshape(outputs, -1)
     expected = x.astype(numpy.float64) @ dense.astype(numpy.float64).T
     numpy.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * numpy.abs(expected).max())
