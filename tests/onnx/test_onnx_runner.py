@@ -281,3 +281,35 @@ def test_gemm_weight_read_transposed_is_stored_transposed_once():
     jitted = OnnxRunner(data)
     for _ in range(4):
         np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), y, rtol=1e-5, atol=1e-5)
+
+
+def test_softmax_of_a_matmul_reads_the_product_stored_in_its_own_order():
+    """Attention scores (MatMul of q and k transposed) feed Softmax and LogSoftmax: the product is stored in its own
+    order (a CONTIGUOUS before the softmax), so the softmax reads rows as vectors rather than through the product's
+    permuted reduce layout. A scaled product (elementwise after the reduce) is left to fuse. Values against numpy."""
+    rng = np.random.default_rng(0)
+    q, k = rng.standard_normal((2, 8, 16)).astype(np.float32), rng.standard_normal((2, 8, 16)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("LogSoftmax", ["scores"], ["lp"], axis=-1),
+             helper.make_node("Mul", ["scores", "scale"], ["scaled"]),
+             helper.make_node("Softmax", ["scaled"], ["ps"], axis=-1)]
+    from onnx import numpy_helper
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 8, 16]) for name in "qk"],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in ("p", "lp", "ps")],
+        [numpy_helper.from_array(np.array([0.25], dtype=np.float32), "scale")])).SerializeToString()
+    scores = q.astype(np.float64) @ k.transpose(0, 2, 1)
+
+    def log_softmax(values: np.ndarray) -> np.ndarray:
+        shifted = values - values.max(-1, keepdims=True)
+        return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+    outputs = OnnxRunner(data, jit=False)({"q": q, "k": k})
+    for name in ("p", "lp"):
+        assert any(node.op is Ops.CONTIGUOUS for node in outputs[name].uop.toposort), name
+    assert not any(node.op is Ops.CONTIGUOUS for node in outputs["ps"].uop.toposort)
+    np.testing.assert_allclose(outputs["p"].numpy(), np.exp(log_softmax(scores)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(outputs["lp"].numpy(), log_softmax(scores), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(outputs["ps"].numpy(), np.exp(log_softmax(scores * 0.25)), rtol=1e-5, atol=1e-6)
