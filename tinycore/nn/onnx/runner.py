@@ -309,10 +309,11 @@ class OnnxRunner:
                 assert spec is not None, f"{node.label} was not checked when the runner was built"
                 run_node(node, spec, scope, self.device)
                 made.extend(name for name in node.outputs if name)
-                if node.op == "Transpose" and isinstance(scope.values.get(node.outputs[0]), Tensor):
+                transposed = scope.values.get(node.outputs[0])
+                if node.op == "Transpose" and isinstance(transposed, Tensor):
                     # stored in its new layout: a realized transpose would stay a view, which every kernel reading
                     # the weight (a matmul's column blocks) would gather lane by lane
-                    scope.values[node.outputs[0]] = scope.values[node.outputs[0]].contiguous()
+                    scope.values[node.outputs[0]] = transposed.contiguous()
             folded = {name: scope.values[name] for name in made}
             tensors = _tensors_in(list(folded.values()))
             if tensors:
