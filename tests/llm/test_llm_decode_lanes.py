@@ -43,16 +43,20 @@ def test_k_minimum_lanes_match_the_format(block_bytes: int) -> None:
     assert got.max() <= 63 and got.min() >= 0
 
 
-@pytest.mark.parametrize("ggml_type", [12, 13])
+@pytest.mark.parametrize("ggml_type", [12, 13, 14])
 @pytest.mark.parametrize("inputs", [256, 2048])
 @pytest.mark.parametrize("rows", [1, 3, 4])
 def test_k_lane_products_match_gguf_dequantization(ggml_type: int, inputs: int, rows: int) -> None:
-    """x @ W.T for 1 to 4 rows of x in lane form, against numpy on gguf's dequantized weight (float64 sum)."""
+    """x @ W.T for 1 to 4 rows of x in lane form (Q4_K, Q5_K, Q6_K), against numpy on gguf's dequantized weight
+    (float64 sum)."""
     generator = numpy.random.default_rng(ggml_type + inputs)
-    outputs, block_bytes = 24, {12: 144, 13: 176}[ggml_type]
+    outputs, block_bytes = 24, {12: 144, 13: 176, 14: 210}[ggml_type]
     raw = generator.integers(0, 256, size=(outputs * inputs // 256, block_bytes), dtype=numpy.uint8)
-    raw[:, 0:2] = numpy.frombuffer(numpy.float16(0.003).tobytes(), dtype=numpy.uint8)
-    raw[:, 2:4] = numpy.frombuffer(numpy.float16(0.02).tobytes(), dtype=numpy.uint8)
+    if ggml_type == 14:  # the block's float16 factor is its last two bytes
+        raw[:, 208:210] = numpy.frombuffer(numpy.float16(0.003).tobytes(), dtype=numpy.uint8)
+    else:  # d and dmin
+        raw[:, 0:2] = numpy.frombuffer(numpy.float16(0.003).tobytes(), dtype=numpy.uint8)
+        raw[:, 2:4] = numpy.frombuffer(numpy.float16(0.02).tobytes(), dtype=numpy.uint8)
     weight = GGUFWeight("w", ggml_type, (outputs, inputs), Tensor(raw))
     x = generator.standard_normal((rows, inputs)).astype(numpy.float32)
     leading = (2, 2) if rows == 4 else (rows,)  # (batch, T) rows as a short prompt of a batch brings them

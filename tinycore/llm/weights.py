@@ -151,7 +151,7 @@ class GGUFWeight:
         if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (
                 rows <= LANE_ROWS or (rows <= GROUPED_LANE_ROWS and self._row_group(rows) > 1)):
             return self._lane_linear(x)
-        if self.ggml_type == 14 and rows == 1 and len(self.shape) == 2:
+        if self.ggml_type == 14 and isinstance(rows, int) and rows <= FUSED_ROWS and len(self.shape) == 2:
             return self._q6_k_lane_linear(x)
         if self.ggml_type in (12, 13) and isinstance(rows, int) and rows <= FUSED_ROWS and len(self.shape) == 2:
             return self._k_lane_linear(x)
@@ -255,7 +255,9 @@ class GGUFWeight:
         return result.T.cast(x.dtype).reshape(*x.shape[:-1], outputs)
 
     def _q6_k_lane_linear(self, x: Tensor) -> Tensor:
-        """x @ weight.T for one row of x and a Q6_K weight, as _lane_linear does it: each sub-block of 16 values is
+        """x @ weight.T for up to FUSED_ROWS rows of x (their axis leading the outputs') and a Q6_K weight, as
+        _lane_linear does it (4 rows of 8192 x 2048, 2 threads: 16-17 ms of CPU time, against 22-26 ms for the
+        dequantized weight's kernel and a plain product): each sub-block of 16 values is
         2 groups of 8 whose products with x are added into one 8-wide partial, multiplied once by the sub-block's
         scale; the 16 scaled partials of a block are added and multiplied once by the block's factor. The values
         stay unsigned (0..63) and the offset 32 comes off as 32 * x's sums per sub-block and lane."""
@@ -264,7 +266,7 @@ class GGUFWeight:
         data = self.data.reshape(1, outputs, blocks, self.data.shape[1])
         groups = q6_k_groups(data)
         scales, factor = q6_k_scales(data)
-        xg = x.reshape(1, 1, blocks, 16, 2, 8).cast(dtypes.float32)
+        xg = x.reshape(prod(x.shape[:-1]), 1, blocks, 16, 2, 8).cast(dtypes.float32)  # rows lead the outputs
         correction = (xg.sum(4) * -32).contiguous()
         total: Tensor | None = None
         for sub in range(16):
