@@ -126,7 +126,8 @@ class GGUFWeight:
         blocks_per_row = columns // GGML_TYPES[self.ggml_type][1]
         per_row = self._row_blocks().reshape(rows, blocks_per_row * self.data.shape[1])
         chosen = per_row.shrink(((start, start + count), None)).reshape(count * blocks_per_row, self.data.shape[1])
-        return dequantize(chosen, self.ggml_type).reshape(count, columns)
+        # rows are taken to be stored (prefill slabs): the K types' scales unpacked once per sub-block, not per value
+        return dequantize(chosen, self.ggml_type, stored_scales=True).reshape(count, columns)
 
     def gather_rows(self, indices: Tensor) -> Tensor:
         """Rows `indices` (an integer tensor of any shape) of the leading axis, as float32 of shape
@@ -359,7 +360,7 @@ def _slab_product(x: Tensor, data: Tensor, out: Tensor | None, ggml_type: int, s
     outputs, inputs = shape
     slab = _slab_rows(outputs, inputs)
     if slab == outputs:  # one slab: the product goes straight into `out`
-        joined = x.matmul(weight.float().contiguous().T)
+        joined = x.matmul(weight.rows(0, outputs).contiguous().T)
     else:
         pieces = [x.matmul(weight.rows(first, slab).contiguous().T).realize() for first in range(0, outputs, slab)]
         joined = pieces[0].cat(*pieces[1:], dim=-1)
