@@ -72,14 +72,20 @@ def graph_device(calls: Sequence[Any], input_buffers: Sequence[Buffer]) -> Graph
     """The first queue device of the captured `calls` when the queues of their devices can run all of them, else
     None (TinyJit then replays call by call).
 
-    That is the case when every kernel runs on a queue device and every copy is between two buffers that are not
-    inputs (an input copy needs the host) on queue devices that share memory.
+    That is the case when every kernel runs on a queue device, every copy is between two buffers that are not
+    inputs (an input copy needs the host) on queue devices that share memory, and no Variable was captured with two
+    values: a replay patches one value per Variable into every launch, where the call-by-call replay keeps each
+    call's own (a Variable bound to each slab's first row in turn would replay the last slab's rows for all).
     """
     from tinycore.device.registry import Device
     if not calls:
         return None
     inputs = {id(buffer) for buffer in input_buffers}
+    captured: dict[UOp, int] = {}
     for call in calls:
+        for variable, value in call.var_vals.items():
+            if captured.setdefault(variable, value) != value:
+                return None
         devices = [call.runner.device] if call.runner is not None else [buffer.device for buffer in call.buffers]
         if not all(Device[name].graph is capture_graph for name in devices):  # queue devices, run by this graph
             return None

@@ -202,6 +202,24 @@ def test_temporaries_share_memory_and_replays_do_not_grow() -> None:
     np.testing.assert_allclose(chain(inputs[1]).numpy(), expected.sum(), rtol=1e-4)
 
 
+def test_jit_variable_bound_to_several_values_inside_the_function() -> None:
+    """A Variable the function binds itself to a different value in each kernel it realizes (a slab start per
+    slab) keeps each kernel's own value on replay: the queue graph, which patches one value per Variable, is not
+    used for such a capture, and every replay equals numpy's."""
+    from tinycore import Variable
+    rows = Variable("jit_slab_start", 0, 6)
+    data = np.arange(32, dtype=np.float32).reshape(8, 4)
+    weight = Tensor(data).realize()
+
+    @TinyJit
+    def slabs(x: Tensor) -> Tensor:
+        pieces = [(weight.shrink(((rows.bind(start), rows.bind(start) + 2), None)) * x).sum(1).realize()
+                  for start in (0, 2, 4, 6)]
+        return pieces[0].cat(*pieces[1:]).realize()
+    for scale in (1.0, 2.0, -1.5, 3.0):
+        np.testing.assert_allclose(slabs(Tensor([scale] * 4)).numpy(), (data * scale).sum(1), rtol=1e-6)
+
+
 def test_jit_bound_variable_argument_replays_with_new_value() -> None:
     """A bound Variable passed to a TinyJit function replaces the captured value on every replay: one capture of
     (x[:n] * 2).sum() serves every n, each equal to numpy's."""
