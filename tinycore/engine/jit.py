@@ -132,21 +132,25 @@ def _input_buffers(tensors: list[Tensor]) -> list[Buffer]:
         parts = _contiguous_parts(tensor)  # realized already: no realize call per input
         if parts is None:
             parts = _contiguous_parts(tensor.realize())
-        if parts is None:  # realized as a view that is not contiguous: a contiguous copy takes its place
-            parts = _contiguous_parts(tensor.replace(tensor.contiguous().realize()))
         if parts is None:
-            raise JitError(f"a TinyJit input of shape {tensor.shape} on {tensor.device} was realized contiguous but "
-                           "is still no contiguous buffer view: pass a realized contiguous tensor")
+            # realized as a view that is not contiguous: a contiguous copy takes its place (its buffer, also where
+            # the view test cannot say so: a copy of symbolic shape is no view of a buffer of that shape)
+            parts = _device_parts(tensor.replace(tensor.contiguous().realize()))
         buffers.extend(buffer_of(view_base(part)).ensure_allocated() for part in parts)
     return buffers
+
+
+def _device_parts(tensor: Tensor) -> tuple[UOp, ...]:
+    """The tensor's nodes, one per device (the sources of a multi-device tensor)."""
+    from tinycore.uop.ops import Ops
+    uop = tensor.uop
+    return uop.src if uop.op is Ops.MULTI else (uop,)
 
 
 def _contiguous_parts(tensor: Tensor) -> tuple[UOp, ...] | None:
     """The tensor's nodes (one per device) when each is a contiguous view of a realized buffer, else None."""
     from tinycore.schedule.nodes import is_contiguous_buffer_view
-    from tinycore.uop.ops import Ops
-    uop = tensor.uop
-    parts = uop.src if uop.op is Ops.MULTI else (uop,)
+    parts = _device_parts(tensor)
     return parts if all(is_contiguous_buffer_view(part) for part in parts) else None
 
 
