@@ -27,6 +27,8 @@ class Buffer:
     and keeps the base alive. A non-view buffer's memory goes back to the allocator when the buffer is deleted.
     """
 
+    _buf: Any = None  # also for __del__ of a Buffer whose __init__ refused its arguments before setting it
+
     def __init__(self, device: str, size: int, dtype: DType, options: BufferSpec | None = None,
                  base: Buffer | None = None, offset: int = 0, allocator: Allocator | None = None,
                  opaque: Any = None, initial_value: bytes | memoryview | None = None):
