@@ -69,7 +69,8 @@ def map_arguments(function: Callable[[object], object], value: _Arguments) -> _A
     if kind is tuple or kind is list:
         return kind(map_arguments(function, item) for item in value)  # type: ignore[call-arg,attr-defined]
     if kind is dict:
-        return {key: map_arguments(function, item) for key, item in value.items()}  # type: ignore[return-value,attr-defined]
+        mapped = {key: map_arguments(function, item) for key, item in value.items()}  # type: ignore[attr-defined]
+        return mapped  # type: ignore[return-value]
     return function(value)  # type: ignore[return-value]
 
 
