@@ -52,17 +52,40 @@ def digits(test_fraction: float = 0.2, seed: int = 0, device: str | None = None
     The split is a seeded random permutation; `test_fraction` of the samples (rounded) are held out.
     """
     import numpy
-    from sklearn.datasets import load_digits
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
-    bunch = load_digits()
-    images = (bunch.images.astype(numpy.float32) / 16.0).reshape(-1, 1, 8, 8)
-    labels = bunch.target.astype(numpy.int32)
+    pixels, targets = _digits_arrays()
+    images = (pixels.astype(numpy.float32) / 16.0).reshape(-1, 1, 8, 8)
+    labels = targets.astype(numpy.int32)
     order = numpy.random.default_rng(seed).permutation(len(labels))
     test_count = round(len(labels) * test_fraction)
     test_index, train_index = order[:test_count], order[test_count:]
     return (Tensor(images[train_index], device=device), Tensor(labels[train_index], device=device),
             Tensor(images[test_index], device=device), Tensor(labels[test_index], device=device))
+
+
+def _digits_arrays() -> tuple[numpy.ndarray, numpy.ndarray]:
+    """The digits' pixels (1797, 64) and labels (1797,), read from the file scikit-learn ships.
+
+    Importing sklearn.datasets pulls in scipy and takes about 1.5 s, most of a demo's cold start; the package's own
+    CSV (64 pixel columns, then the label) is found without importing the package and read with numpy. Where that
+    file is not where scikit-learn 1.x keeps it, load_digits reads it.
+    """
+    import importlib.util
+
+    import numpy
+    specification = importlib.util.find_spec("sklearn")
+    if specification is None:
+        raise ModuleNotFoundError("the digits data set ships with scikit-learn: pip install scikit-learn")
+    for folder in specification.submodule_search_locations or ():
+        path = pathlib.Path(folder) / "datasets" / "data" / "digits.csv.gz"
+        if path.is_file():
+            with gzip.open(path, "rt", encoding="utf-8") as handle:
+                table = numpy.loadtxt(handle, delimiter=",")
+            return table[:, :-1], table[:, -1].astype(numpy.int64)
+    from sklearn.datasets import load_digits
+    bunch = load_digits()
+    return bunch.data, bunch.target
 
 
 def _md5(path: pathlib.Path) -> str:
