@@ -68,48 +68,49 @@ class Allocation:
         return set(self.assigned.values())
 
 
-def _mentions(operand: Operand) -> tuple[VirtualRegister, ...]:
-    if isinstance(operand, VirtualRegister):
-        return (operand,)
-    if isinstance(operand, SubRegister):
-        return (operand.value,)
-    if isinstance(operand, Memory):
-        return tuple(r for r in operand.registers() if isinstance(r, VirtualRegister))
-    return ()
-
-
 def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[VirtualRegister, Interval]:
     """The live interval of every virtual register in `program`, stretched over the loops it is live into.
 
     Intervals also record `avoid`: the registers clobbered by an instruction strictly inside the interval, which the
     value cannot be kept in.
     """
+    # one pass over the operands by exact type (the operand classes are final dataclasses): the renderers call this
+    # once per kernel over thousands of instructions, where a helper call and an isinstance chain per operand showed
     intervals: dict[VirtualRegister, Interval] = {}
     mentioned_at: dict[VirtualRegister, list[int]] = {}
     label_at: dict[Label, int] = {}
+    jumps: list[tuple[int, Label]] = []
+
+    def mention(value: VirtualRegister, position: int) -> None:
+        interval = intervals.get(value)
+        if interval is None:
+            intervals[value] = Interval(value, position, position)
+            mentioned_at[value] = [position]
+        else:
+            interval.end = position
+            uses = mentioned_at[value]
+            if uses[-1] != position:
+                uses.append(position)
+
     for position, instruction in enumerate(program):
-        if instruction.op == label_op:
-            for operand in instruction.operands:
-                if isinstance(operand, Label):
-                    label_at[operand] = position
         for operand in instruction.operands:
-            for value in _mentions(operand):
-                if value in intervals:
-                    intervals[value].end = position
-                    if mentioned_at[value][-1] != position:
-                        mentioned_at[value].append(position)
+            kind = type(operand)
+            if kind is VirtualRegister:
+                mention(operand, position)  # type: ignore[arg-type]
+            elif kind is SubRegister:
+                mention(operand.value, position)  # type: ignore[union-attr]
+            elif kind is Memory:
+                for part in (operand.base, operand.index):  # type: ignore[union-attr]
+                    if type(part) is VirtualRegister:
+                        mention(part, position)
+            elif kind is Label:
+                if instruction.op == label_op:
+                    label_at[operand] = position  # type: ignore[index]
                 else:
-                    intervals[value] = Interval(value, position, position)
-                    mentioned_at[value] = [position]
-    loops = [
-        (label_at[operand], position)
-        for position, instruction in enumerate(program)
-        if instruction.op != label_op
-        for operand in instruction.operands
-        if isinstance(operand, Label) and label_at.get(operand, position) < position
-    ]
+                    jumps.append((position, operand))  # type: ignore[arg-type]
+    loops = [(label_at[label], position) for position, label in jumps if label_at.get(label, position) < position]
     changed = True
-    while changed:  # nested loops can stretch an interval into an enclosing loop, so repeat to a fixed point
+    while changed and loops:  # nested loops can stretch an interval into an enclosing loop, so repeat to a fixed point
         changed = False
         for head, back_jump in loops:
             for interval in intervals.values():
@@ -118,17 +119,17 @@ def live_intervals(program: list[Instruction], label_op: str = "label") -> dict[
     clobbering = [
         (position, instruction.clobbers) for position, instruction in enumerate(program) if instruction.clobbers
     ]
-    depth = _loop_depths(len(program), loops)
+    weight_at = [LOOP_WEIGHT ** depth for depth in _loop_depths(len(program), loops)]
     for interval in intervals.values():
-        interval.avoid = frozenset(
-            r for position, regs in clobbering if interval.start < position < interval.end for r in regs
-        )
+        if clobbering:
+            interval.avoid = frozenset(
+                r for position, regs in clobbering if interval.start < position < interval.end for r in regs
+            )
         uses = mentioned_at[interval.value]
         again = [back_jump for head, back_jump in loops if interval.start < head and back_jump <= interval.end
-                 and bisect.bisect_left(uses, head) < bisect.bisect_right(uses, back_jump)]
+                 and bisect.bisect_left(uses, head) < bisect.bisect_right(uses, back_jump)] if loops else None
         interval.uses = tuple(sorted({*uses, *again})) if again else tuple(uses)
-        reloads = sum(LOOP_WEIGHT ** depth[position] for position in uses)
-        interval.weight = reloads / (interval.end - interval.start + 1)
+        interval.weight = sum(map(weight_at.__getitem__, uses)) / (interval.end - interval.start + 1)
     return intervals
 
 
