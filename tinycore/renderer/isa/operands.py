@@ -19,6 +19,10 @@ class Register:
     bits: int
     kind: str
 
+    def __hash__(self) -> int:
+        # encoders key their caches by operands: the name's (cached) string hash, not a tuple of the four fields
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return self.name
 
@@ -30,6 +34,11 @@ class VirtualRegister:
     index: int
     kind: str
     bits: int
+
+    def __hash__(self) -> int:
+        # the allocator and the renderers key dicts by values tens of thousands of times per kernel: the index alone
+        # (unique per function) hashes without the field tuple the generated hash builds; equal values share it
+        return self.index
 
     def __repr__(self) -> str:
         return f"%{self.kind}{self.index}"

@@ -235,6 +235,7 @@ class _SpillRewriter:
     ) -> None:
         self.allocation, self.scratch, self.view, self.load, self.store = allocation, scratch, view, load, store
         self.in_memory = in_memory
+        self._named: dict[VirtualRegister, Register] = {}  # each allocated value's register at its own width
 
     def rewrite(self, instruction: Instruction) -> list[Instruction]:
         renamed = self._renamed(instruction)
@@ -295,14 +296,17 @@ class _SpillRewriter:
     def _renamed(self, instruction: Instruction) -> Instruction | None:
         """`instruction` with its values renamed to their registers, or None when it touches a spilled value (most
         instructions touch none: this path skips the scratch bookkeeping)."""
-        assigned, view = self.allocation.assigned, self.view
+        assigned, view, named = self.allocation.assigned, self.view, self._named
         operands: list[Operand] = []
         for operand in instruction.operands:
             if isinstance(operand, VirtualRegister):
-                register = assigned.get(operand)
+                register = named.get(operand)
                 if register is None:
-                    return None
-                operands.append(view(register, operand.bits))
+                    register = assigned.get(operand)
+                    if register is None:
+                        return None
+                    register = named[operand] = view(register, operand.bits)
+                operands.append(register)
             elif isinstance(operand, SubRegister):
                 register = assigned.get(operand.value)
                 if register is None:

@@ -38,8 +38,10 @@ class Assembler:
         encoded = self.encode(op, operands, mask, zeroing)
         start = len(self.code)
         self.code += encoded.data
+        if encoded.rip_offset is None:  # most instructions: no operand to look for a label in
+            return
         label = next((o.label for o in operands if isinstance(o, Memory) and o.label is not None), None)
-        if label is not None and encoded.rip_offset is not None:
+        if label is not None:
             self._fixups.append((start + encoded.rip_offset, label, start + len(encoded.data)))
             self._addends[start + encoded.rip_offset] = struct.unpack_from("<i", self.code, start + encoded.rip_offset)[
                 0
