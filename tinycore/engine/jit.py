@@ -188,11 +188,12 @@ class _KnownInputs:
 
     __slots__ = ("nodes", "buffers", "shape_bindings")
 
-    def __init__(self, inputs: list[Tensor], buffers: list[Buffer]):
+    def __init__(self, inputs: list[Tensor], buffers: list[Buffer], int_shapes: bool = False):
         self.nodes = [weakref.ref(tensor.uop) for tensor in inputs]
         self.buffers = [weakref.ref(buffer) for buffer in buffers]
         self.shape_bindings: dict[UOp, int] = {}
-        _tensor_bindings(inputs, self.shape_bindings)
+        if not int_shapes:  # shapes known to be ints bind no Variable
+            _tensor_bindings(inputs, self.shape_bindings)
 
     def buffers_for(self, inputs: list[Tensor]) -> list[Buffer] | None:
         """The Buffers of `inputs` when they hold the same nodes as last time (all still allocated), else None."""
@@ -209,6 +210,32 @@ class _KnownInputs:
                 return None
             buffers.append(buffer)
         return buffers
+
+
+def _whole_buffer_inputs(inputs: list[Tensor], signature: list[tuple[object, ...]]) -> list[Buffer] | None:
+    """The inputs' Buffers when each input is a whole buffer node, or reshapes of it, of the captured shape, dtype
+    and device, else None. Those facts are read off the nodes' arguments, without the shape inference and view test
+    of the general check: a training step through a framework bridge passes new buffers of one layout every call."""
+    from tinycore.engine.memory import buffer_of
+    from tinycore.uop.ops import Ops
+    if len(inputs) != len(signature):
+        return None
+    buffers = []
+    for tensor, (shape, dtype, device, _) in zip(inputs, signature, strict=True):  # of one length, checked above
+        node = tensor.uop
+        if node.op is Ops.RESHAPE:
+            if node.arg != shape:
+                return None
+            while node.op is Ops.RESHAPE:
+                node = node.src[0]
+            if node.op is not Ops.BUFFER:
+                return None
+        elif node.op is not Ops.BUFFER or shape != (node.arg[1],):
+            return None
+        if node.dtype != dtype or node.src[0].arg != device:
+            return None
+        buffers.append(buffer_of(node).ensure_allocated())
+    return buffers
 
 
 def _rebind_size(size: object, bindings: dict[UOp, int]) -> object:
@@ -646,8 +673,14 @@ class TinyJit(Generic[ReturnType]):
         captured, known = self._captured, self._known_inputs
         assert captured is not None
         if known is None or (input_buffers := known.buffers_for(inputs)) is None:
-            input_buffers = self._checked_input_buffers(inputs)
-            known = self._known_inputs = _KnownInputs(inputs, input_buffers)
+            assert self.captured_signature is not None
+            plain = _whole_buffer_inputs(inputs, self.captured_signature)
+            if plain is not None:
+                input_buffers, known = plain, _KnownInputs(inputs, plain, int_shapes=True)
+            else:
+                input_buffers = self._checked_input_buffers(inputs)
+                known = _KnownInputs(inputs, input_buffers)
+            self._known_inputs = known
         if known.shape_bindings:
             bindings.update(known.shape_bindings)
         # the tests before each call: a replay runs these lines on every TinyJit call, where a call is 0.1 us
