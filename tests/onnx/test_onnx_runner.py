@@ -313,3 +313,38 @@ def test_softmax_of_a_matmul_reads_the_product_stored_in_its_own_order():
     np.testing.assert_allclose(outputs["p"].numpy(), np.exp(log_softmax(scores)), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(outputs["lp"].numpy(), log_softmax(scores), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(outputs["ps"].numpy(), np.exp(log_softmax(scores * 0.25)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size, pads, batch, bias", [((16, 16), [1, 1, 1, 1], 1, True),
+                                                      ((17, 13), [0, 1, 2, 0], 2, False),
+                                                      ((9, 10), [0, 0, 0, 0], 1, True),
+                                                      ((3, 3), [1, 1, 1, 1], 3, True)])
+def test_stride_2_conv_3x3_multiplies_no_zero_taps(size: tuple[int, int], pads: list[int], batch: int, bias: bool):
+    """A 3x3 Conv with stride 2 (a ResNet's downsampling) runs as a column copy and one reduce over the 9 taps:
+    about 2 * 9 operations per output channel, input channel and pixel, not the 16 taps of Tensor.conv2d's fold
+    (ops_nn._conv_by_columns, on CPU). Values against torch in float64, even and odd sizes, asymmetric pads."""
+    torch = pytest.importorskip("torch")
+    from onnx import numpy_helper
+
+    from tinycore import Device, GlobalCounters
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((batch, 5, *size)).astype(np.float32)
+    weight, offsets = rng.standard_normal((7, 5, 3, 3)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    initializers = [numpy_helper.from_array(weight, "w")] + ([numpy_helper.from_array(offsets, "b")] if bias else [])
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], strides=[2, 2], pads=pads)
+    data = helper.make_model(helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 5, *size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)).SerializeToString()
+    padded = torch.nn.functional.pad(torch.tensor(x, dtype=torch.float64), (pads[1], pads[3], pads[0], pads[2]))
+    expected = torch.nn.functional.conv2d(padded, torch.tensor(weight, dtype=torch.float64),
+                                          torch.tensor(offsets, dtype=torch.float64) if bias else None,
+                                          stride=2).numpy()
+    runner = OnnxRunner(data, jit=False)
+    GlobalCounters.reset()
+    np.testing.assert_allclose(runner({"x": x})["y"].numpy(), expected, rtol=1e-4, atol=1e-4)
+    if Device.DEFAULT == "CPU":
+        taps = GlobalCounters.global_ops / (2 * expected.size * 5)
+        assert taps < 10, f"{taps:.1f} multiply-adds per output and input channel: the 16-tap fold, not the 9 taps"
+    jitted = OnnxRunner(data)
+    for _ in range(3):
+        np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), expected, rtol=1e-4, atol=1e-4)
