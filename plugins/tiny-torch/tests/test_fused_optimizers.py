@@ -136,3 +136,30 @@ def test_replayed_sgd_with_momentum_matches_pytorch_cpu_and_compiles_nothing_new
     assert compiled[3:] == [0, 0, 0], compiled
     for reference, value in zip(*results, strict=True):
         np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)
+
+
+def test_compiled_model_with_fused_adam_matches_pytorch_cpu_over_replayed_steps() -> None:
+    # from the third step the forward, backward and Adam graphs replay with new buffers as inputs and outputs every
+    # step (the whole-buffer input path of TinyJit, outputs in freshly made buffers): losses and parameters stay
+    # PyTorch's on the CPU
+    import torch._dynamo
+    torch._dynamo.reset()
+    results, losses = [], []
+    for device in ("cpu", "tiny"):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3)).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.05, fused=True)
+        step_model = torch.compile(model, backend="tiny") if device == "tiny" else model
+        data = [(torch.randn(4, 5), torch.randint(0, 3, (4,))) for _ in range(6)]
+        device_losses = []
+        for inputs, labels in data:
+            loss = torch.nn.functional.cross_entropy(step_model(inputs.to(device)), labels.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            device_losses.append(loss.item())
+        losses.append(device_losses)
+        results.append([parameter.detach().cpu().numpy() for parameter in model.parameters()])
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5, atol=1e-6)
+    for reference, value in zip(*results, strict=True):
+        np.testing.assert_allclose(value, reference, rtol=1e-5, atol=2e-6)

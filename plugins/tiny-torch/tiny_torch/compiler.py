@@ -15,9 +15,10 @@ from torch._dynamo.backends.registry import register_backend
 
 from tiny_torch.dispatch import PENDING, flush
 from tiny_torch.dtypes import to_tiny_dtype
-from tiny_torch.storage import TinyStorage
+from tiny_torch.storage import TinyStorage, new_flat
 from tiny_torch.wrapper import TinyTensor
 from tinycore import Tensor, TinyJit
+from tinycore.dtype import DType
 
 if TYPE_CHECKING:
     from tinycore.engine.jit import TinyJit as TinyJitType
@@ -91,6 +92,7 @@ class _GraphRunner:
         self.output_layouts: list[object] | None = None
         self.computed_layouts: list[_OutputLayout] = []  # the outputs a replay computes (not handed-back inputs)
         self.replay_strides: list[tuple[int, ...]] = []  # the strides a replay gives each of them
+        self.target_specs: list[tuple[int, DType]] = []  # element count and dtype of each one's buffer
 
     def __call__(self, *inputs: object) -> list[object]:
         tiny_inputs = [value for value in inputs if isinstance(value, TinyTensor)]
@@ -111,8 +113,7 @@ class _GraphRunner:
         if jit is None:
             jit = self.jits[layouts] = TinyJit(self._body(layouts, len(storages)))  # type: ignore[operator]
         device = storages[0].flat.device
-        targets = [Tensor.empty(math.prod(layout.size), dtype=to_tiny_dtype(layout.dtype), device=device)
-                   for layout in self.computed_layouts]
+        targets = [new_flat(numel, dtype, device) for numel, dtype in self.target_specs]
         jit(*(storage.flat for storage in storages), *targets)
         return self._wrap_outputs(inputs, targets, tiny_inputs[0].device.index or 0)
 
@@ -133,6 +134,7 @@ class _GraphRunner:
         self.replay_strides = [layout.stride if _memory_order(layout.size, layout.stride) is not None
                                else tuple(torch.empty(layout.size, device="meta").stride())
                                for layout in self.computed_layouts]
+        self.target_specs = [(math.prod(layout.size), to_tiny_dtype(layout.dtype)) for layout in self.computed_layouts]
         if any(math.prod(layout.size) == 0 for layout in self.computed_layouts):
             self.computed_layouts = []  # an empty output has no buffer to write: such a graph keeps running eagerly
         return outputs

@@ -14,6 +14,7 @@ from tiny_torch.bitcast import reinterpret
 from tinycore import Tensor
 from tinycore.dtype import DType
 from tinycore.uop import Ops
+from tinycore.uop.buffer import new_buffer_uop
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,13 @@ def _window(flat: Tensor, offset: int, length: int) -> Tensor:
     end = min(numel, offset + length)
     window = flat.shrink(((offset, end),))
     return window.pad(((0, offset + length - end),)) if end - offset < length else window
+
+
+def new_flat(numel: int, dtype: DType, device: str) -> Tensor:
+    """A new unallocated buffer of `numel` elements on `device` (a canonical tinycore device name, as a tensor's
+    `.device` gives it): the node directly, a third of `Tensor.empty`'s cost, which a compiled step pays for each
+    output of its graphs and optimizer replays."""
+    return Tensor(new_buffer_uop(device, dtype, numel))
 
 
 def is_buffer(flat: Tensor) -> bool:

@@ -18,7 +18,7 @@ from typing import NamedTuple
 import torch
 
 from tiny_torch.dispatch import PENDING, flush
-from tiny_torch.storage import TinyStorage, is_buffer
+from tiny_torch.storage import TinyStorage, is_buffer, new_flat
 from tiny_torch.wrapper import TinyTensor
 from tinycore import Tensor, TinyJit
 from tinycore.dtype import dtypes
@@ -80,8 +80,8 @@ def jitted_update(key: Hashable, reads: Sequence[torch.Tensor], writes: Sequence
     values = tuple(float(number) for number in numbers)
     if not entry.numbers or entry.numbers[0][0] != values:
         entry.numbers[:] = [(values, Tensor(list(values) or [0.0], dtype=dtypes.float32, device=device).realize())]
-    targets = [Tensor.empty(tensor.tiny_storage.numel, dtype=tensor.tiny_storage.dtype,  # type: ignore[attr-defined]
-                            device=device) for tensor in writes]
+    targets = [new_flat(tensor.tiny_storage.numel, tensor.tiny_storage.dtype, device)  # type: ignore[attr-defined]
+               for tensor in writes]
     entry.jit(entry.numbers[0][1], *(storage.flat for storage in unique), *targets)
     for tensor, target in zip(writes, targets, strict=True):
         storage = tensor.tiny_storage  # type: ignore[attr-defined]
