@@ -15,6 +15,7 @@ from tinycore.codegen.atomics import resolve_combining_stores
 from tinycore.codegen.expand import Expander, expand_stores, reduce_expansion_rules
 from tinycore.codegen.gpu import gpu_optimize
 from tinycore.codegen.indexing import IndexFolding, decided_select_rules, index_rules
+from tinycore.codegen.int8_dot import int8_dot_rules
 from tinycore.codegen.linearize import linearize_stores
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps
 from tinycore.codegen.optimize import choose_optimizations, vector_width
@@ -85,6 +86,8 @@ def _linearize_kernel(ast: UOp, renderer: RendererContract, opts: list[Opt] | No
                         renderer.masked_load_dtypes)
     sink = graph_rewrite(sink, reduce_expansion_rules, expander, name="expand reduces")
     sink = _graph_step("expand stores", lambda stores: expand_stores(stores, expander), sink)
+    if renderer.int8_dot_products:
+        sink = graph_rewrite(sink, int8_dot_rules, name="int8 dot products")
     if renderer.extra_matcher is not None:
         sink = graph_rewrite(sink, renderer.extra_matcher, renderer, name="renderer: extra")
     # the rest (loop tree, accumulators, devectorize, renderer: post, placement, order) is linearize's

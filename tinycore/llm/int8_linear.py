@@ -1,14 +1,15 @@
 """Products of many rows of activations with quantized weights in integers (prefill): x is quantized per block of 32
 values to int8 with one float32 scale per block (llama.cpp's Q8_0 activations: d = amax / 127, q = round(x / d)),
-each block's 32 products with the weight's integers are summed in int32, and only that sum is multiplied by the two
-blocks' scales in float. No float copy of the weight is written: its integers (tinycore.nn.gguf.integer_blocks) are
-written as int8 slabs of output rows. Slower than the float paths with today's codegen (INT8_PREFILL)."""
+each block's 32 products with the weight's integers are summed in int32 lanes of 4 adjacent bytes (one
+tinycore.codegen.int8_dot.dot4_bytes each: a vpdpbusd lane on CPUs with VNNI), and only those sums are multiplied by
+the two blocks' scales in float. No float copy of the weight is written: its integers
+(tinycore.nn.gguf.integer_blocks) are written as slabs of output rows, 4 bytes per int32 word. Off by default
+(INT8_PREFILL): still slower than the float32 slabs here."""
 from __future__ import annotations
 
-import functools
-import operator
 from typing import TYPE_CHECKING, NamedTuple
 
+from tinycore.codegen.int8_dot import dot4_bytes
 from tinycore.dtype import dtypes
 from tinycore.helpers import ContextVar, prod
 from tinycore.nn.gguf import GGML_TYPES, integer_blocks
@@ -19,26 +20,29 @@ if TYPE_CHECKING:
 
 INT8_PREFILL = ContextVar("INT8_PREFILL", 0)
 """1: prefill products of quantized weights run in integers (int8_linear) on devices that declare int8 dot
-products. Off by default: on the 2-core Zen 4 development machine (AVX-512 VNNI) the kernels codegen makes of this
-graph (int32 multiplies, no vpdpbusd/vpmaddwd) took 2.4-3.5x the CPU time of the float32 slabs (docs/llm.md)."""
+products. Off by default: on the 2-core Zen 4 development machine (AVX-512 VNNI) the product kernel runs on vpdpbusd,
+but its tile (4 rows x 1 output, a convert, a scale product and a multiply-add per block and row) keeps it at 1.3x the
+CPU time of the float32 slabs' register-tiled FMA product (docs/llm.md, "Prefill in integers")."""
 
 LANES = 8
-"""Lanes of a block's int32 partial sum: a block of 32 is 32 // LANES groups whose products are added lane by lane,
+"""int32 lanes of a block: each holds 4 adjacent values (a word of 4 bytes), its 4 products summed by one dot4_bytes,
 then converted and scaled once per block and row. With 8 the codegen upcasts ROW_GROUP rows; with 16 it did not."""
 
 ROW_GROUP = 4
-"""Rows of x that share each block's loaded and widened weight integers: the product's output is (row groups,
-outputs, ROW_GROUP), the group innermost, which the codegen upcasts whole."""
+"""Rows of x that share each block's loaded weight words: the product's output is (outputs, row groups, ROW_GROUP),
+the group innermost, which the codegen upcasts whole."""
 
 
 class QuantizedRows(NamedTuple):
-    """Activations quantized per block of 32: `values` int8 (rows, blocks, 32), `scale` float32 (rows, blocks) and
-    `sums` int32 (rows, blocks, LANES), the sum of each lane's values over the block's groups (for the weights'
-    minimums)."""
+    """Activations quantized per block of 32: `words` int32 (rows, blocks, LANES), each 4 adjacent int8 values of the
+    block, `scale` float32 (rows, blocks), `sums` int32 (rows, blocks, 2), the values of each half block summed (for
+    the weight's minimums), and `offsets` int32 (rows, blocks, LANES), each word's 4 values summed times -128 (taking
+    the weight's offset of 128 back out, see integer_slab)."""
 
-    values: Tensor
+    words: Tensor
     scale: Tensor
     sums: Tensor
+    offsets: Tensor
 
 
 _LAST: list[tuple[object, QuantizedRows]] = []
@@ -62,11 +66,21 @@ def quantize_rows(x: Tensor) -> QuantizedRows:
     inverse = (largest > 0).where(127.0 / largest.maximum(1e-30), 0.0)
     values = (blocks * inverse).round().cast(dtypes.int8).contiguous()
     scale = (largest / 127.0).reshape(rows, inputs // 32).contiguous()
-    sums = values.reshape(rows, inputs // 32, 32 // LANES, LANES).cast(dtypes.int32).sum(2).contiguous()
-    Tensor.realize(values, scale, sums)
-    quantized = QuantizedRows(values, scale, sums)
+    sums = values.reshape(rows, inputs // 32, 2, 16).cast(dtypes.int32).sum(-1).contiguous()
+    lanes = values.reshape(rows, inputs // 32, LANES, 4).cast(dtypes.int32)
+    words, offsets = pack_words(lanes), (lanes.sum(-1) * -128).contiguous()
+    Tensor.realize(words, scale, sums, offsets)
+    quantized = QuantizedRows(words, scale, sums, offsets)
     _LAST[:] = [(x.uop, quantized)]
     return quantized
+
+
+def pack_words(values: Tensor) -> Tensor:
+    """int32 values (..., 4) in -128..255 as one int32 word each (..., ), value i in byte i (the lowest first, as a
+    little-endian int8 buffer bitcast to int32 holds them), built in one kernel with the values."""
+    unsigned = values.cast(dtypes.uint32) & 255
+    word = unsigned[..., 0] | unsigned[..., 1] << 8 | unsigned[..., 2] << 16 | unsigned[..., 3] << 24
+    return word.bitcast(dtypes.int32).contiguous()
 
 
 def forget_quantized() -> None:
@@ -92,7 +106,8 @@ def integer_slab_rows(outputs: int, inputs: int, budget_bytes: int) -> int:
 
 def integer_slab(row_blocks: Tensor, ggml_type: int, inputs: int, start: int | UOp, count: int) -> IntegerSlab:
     """Output rows [start, start + count) of a quantized weight (its blocks `row_blocks` in the file's order, row
-    after row) as integers, realized: values int8 (count, inputs // 32, 32), scale float32 (count, inputs // 32, 2)
+    after row) as integers, realized: words int32 (count, inputs // 32, LANES), each 4 adjacent values plus 128 as
+    unsigned bytes (vpdpbusd multiplies unsigned bytes by signed ones), scale float32 (count, inputs // 32, 2)
     (per half block of 16 values) and minimum float32 (count, inputs // 32) or None. `start` may be a bound
     Variable, but not one bound to several values in one TinyJit capture: a replay gives it one value."""
     per_row = inputs // GGML_TYPES[ggml_type][1]
@@ -100,51 +115,60 @@ def integer_slab(row_blocks: Tensor, ggml_type: int, inputs: int, start: int | U
     chosen = row_blocks.reshape(-1, per_row * width).shrink(((start, start + count), None))
     integers = integer_blocks(chosen.reshape(count, per_row, width), ggml_type)
     blocks = inputs // 32
-    values = integers.values.cast(dtypes.int8).reshape(count, blocks, 32).contiguous()
+    # offset by 128 to unsigned bytes, vpdpbusd's first operand (int8_product takes the offset back out)
+    words = pack_words((integers.values.cast(dtypes.int32) + 128).reshape(count, blocks, LANES, 4))
     scale = integers.scale.reshape(count, blocks, 2).contiguous()
     minimum = None if integers.minimum is None else integers.minimum.reshape(count, blocks).contiguous()
-    Tensor.realize(values, scale, *(() if minimum is None else (minimum,)))
-    return IntegerSlab(values, scale, minimum)
+    Tensor.realize(words, scale, *(() if minimum is None else (minimum,)))
+    return IntegerSlab(words, scale, minimum)
 
 
 class IntegerSlab(NamedTuple):
-    """Output rows of a quantized weight as int8 values per block of 32 (see integer_slab)."""
+    """Output rows of a quantized weight per block of 32 (see integer_slab): `words` int32 (rows, blocks, LANES), each
+    4 of the block's values as unsigned bytes (value + 128)."""
 
-    values: Tensor
+    words: Tensor
     scale: Tensor
     minimum: Tensor | None
 
 
 def int8_product(quantized: QuantizedRows, slab: IntegerSlab, separate_halves: bool = False) -> Tensor:
     """x @ slab.T for activations quantized per block of 32 and a slab of weight rows as integers: float32 (rows,
-    slab rows). Per block, row and output the 32 products are summed in int32 over LANES lanes (int16 vector
-    products would be narrower, but the C renderer computes those lane by lane), converted once and multiplied by
-    the weight's scale, then by x's; the weight's minimums come in as the minimum times x's lane sums,
-    in the same sum. `separate_halves` (Q6_K): each half block of 16 has a scale of its own."""
+    slab rows). Each int32 lane of a block holds 4 adjacent bytes; its 4 products are one dot4_bytes of the weight's
+    offset bytes (unsigned) and x's (signed), which codegen turns into one vpdpbusd lane where the renderer declares
+    int8 dot products; the offset of 128 comes back out in the same int32 sum (x's `offsets`), so the lane is exact.
+    Each lane is converted once and multiplied by the product of the two blocks' scales; the weight's minimums come in
+    as a small product of their own (minimum times x's half block sums and scale). `separate_halves` (Q6_K): each
+    half block of 16 has a scale of its own."""
     rows, blocks = quantized.scale.shape
-    outputs = slab.values.shape[0]
+    outputs = slab.words.shape[0]
     group = ROW_GROUP if rows % ROW_GROUP == 0 else 1
     row_groups = rows // group
-    groups = 32 // LANES  # a half block of 16 values is groups // 2 of them
-    # weight (1, outputs, 1, blocks, groups, lanes); x (row groups, 1, group, blocks, groups, lanes)
-    values = slab.values.reshape(1, outputs, 1, blocks, groups, LANES).cast(dtypes.int32)
-    x_values = quantized.values.reshape(row_groups, 1, group, blocks, groups, LANES).cast(dtypes.int32)
-    halves: list[Tensor] = []
-    for half in range(2):
-        products = [x_values[..., index, :] * values[..., index, :]
-                    for index in range(half * groups // 2, (half + 1) * groups // 2)]
-        halves.append(functools.reduce(operator.add, products))
-    scale = slab.scale.reshape(1, outputs, 1, blocks, 2, 1)
-    if not separate_halves:
-        term = (halves[0] + halves[1]).cast(dtypes.float32) * scale[..., 0, :]
-    else:
-        term = halves[0].cast(dtypes.float32) * scale[..., 0, :] + halves[1].cast(dtypes.float32) * scale[..., 1, :]
-    if slab.minimum is not None:
-        sums = quantized.sums.reshape(row_groups, 1, group, blocks, LANES).cast(dtypes.float32)
-        term = term + sums * slab.minimum.reshape(1, outputs, 1, blocks, 1)
-    x_scale = quantized.scale.reshape(row_groups, 1, group, blocks, 1)
-    result = (term * x_scale).sum((-2, -1))  # (row groups, outputs, group), the group innermost as computed
-    return result.contiguous().permute(0, 2, 1).reshape(rows, outputs)
+    # weight (outputs, 1, 1, blocks, lanes) and x (1, row groups, group, blocks, lanes), broadcast before the bytes are
+    # taken apart: the scheduler gives a broadcast computed node a buffer of its own (fusion.RECOMPUTE_LIMIT), and the
+    # words, not their bytes, are what the dot product reads. Outputs outermost: one output row's words stay in cache
+    # while every row group passes (x's words for 64 rows are 128 KB, the slab's several MB)
+    full = (outputs, row_groups, group, blocks, LANES)
+    weight_shape, x_shape = (outputs, 1, 1, blocks), (1, row_groups, group, blocks)
+    words = slab.words.reshape(*weight_shape, LANES).expand(full)
+    x_words = quantized.words.reshape(*x_shape, LANES).expand(full)
+    offsets = quantized.offsets.reshape(*x_shape, LANES).expand(full)
+    lanes = (dot4_bytes(words, x_words) + offsets).cast(dtypes.float32)
+    scale = slab.scale.reshape(*weight_shape, 2, 1)
+    x_scale = quantized.scale.reshape(*x_shape, 1)
+    if separate_halves:  # lanes 0-3 are the first half block's 16 bytes
+        lane_scale = scale.expand(*weight_shape, 2, LANES // 2).reshape(*weight_shape, LANES)
+        term = lanes * lane_scale * x_scale
+    else:  # the two scales multiplied once per block, then one multiply-add per lane
+        term = lanes * (scale[..., 0, :] * x_scale)
+    products = term.sum((-2, -1)).contiguous()  # (outputs, row groups, group), the group innermost as computed
+    products = products.reshape(outputs, rows).permute(1, 0)
+    if slab.minimum is None:
+        return products
+    # the weight's minimum per block times x's half block sums: a small product of its own
+    x_terms = (quantized.sums.cast(dtypes.float32) * quantized.scale.reshape(rows, blocks, 1)).reshape(rows, blocks * 2)
+    weight_terms = slab.minimum.reshape(outputs, blocks, 1).expand(outputs, blocks, 2).reshape(outputs, blocks * 2)
+    return products + x_terms @ weight_terms.T
 
 
 def int8_linear(x: Tensor, row_blocks: Tensor, ggml_type: int, shape: tuple[int, int], slab_rows: int) -> Tensor:

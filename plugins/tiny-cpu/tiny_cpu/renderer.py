@@ -9,6 +9,7 @@ from collections import Counter
 from tiny_cpu import target
 from tiny_cpu.compiler import ClangCompiler
 from tiny_cpu.lowering import NOT_WHOLE, c_lowering
+from tinycore.codegen.int8_dot import DOT4_NAME, dot4_widths
 from tinycore.dtype import DType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
 from tinycore.renderer.cstyle import CStyleLanguage, RenderContext, RenderedPointer, atomic_rule, math_functions
@@ -66,6 +67,35 @@ _FMA_MACROS = _choice([], [  # one #if per feature: FMA's widths, then AVX-512's
 _IN_REGISTER_MACRO = _choice([(f"defined(__x86_64__) && defined({feature})", [
     f'#define TC_IN_REGISTER(value) __asm__("" : "+{constraint}"(value))']) for feature, constraint in (
     ("__AVX512F__", "v"), ("__AVX__", "x"))], ["#define TC_IN_REGISTER(value) ((void)0)"], "TC_IN_REGISTER")
+
+def _dot4_macro(count: int) -> str:
+    """tc_dot4_u8s8_COUNT(acc, a, b) (tinycore.codegen.int8_dot): per int32 lane, acc plus the sum of a's 4 unsigned
+    bytes times b's 4 signed bytes. vpdpbusd where the target has it: 512-bit with AVX-512 VNNI, 256-bit with AVX-VNNI
+    or AVX512VL (gcc 12 on Zen 4 runs without VL, see compiler._workarounds: there 8 lanes go through the 512-bit
+    instruction, the upper half zero); elsewhere the bytes' products in plain C, as the expression the op replaced."""
+    name = f"{DOT4_NAME}_{count}"
+    builtins = {"clang": "__builtin_ia32_vpdpbusd512", "gcc": "__builtin_ia32_vpdpbusd_v16si"}
+    branches: list[tuple[str, list[str]]] = []
+    if count == 16:
+        branches = [(_X86.format("__AVX512VNNI__") + (" && defined(__clang__)" if compiler == "clang" else ""),
+                     [f"#define {name}(acc, a, b) {builtin}((acc), (a), (b))"])
+                    for compiler, builtin in builtins.items()]
+    elif count in (4, 8):
+        native = f"({_X86.format('__AVXVNNI__')}) || ({_X86.format('__AVX512VNNI__')} && defined(__AVX512VL__))"
+        wide = ", ".join([*map(str, range(count)), *["-1"] * (16 - count)])
+        low = ", ".join(map(str, range(count)))
+        branches = [(f"({native}) && defined(__clang__)",
+                     [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd{count * 32}((acc), (a), (b))"]),
+                    (native, [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd_v{count}si((acc), (a), (b))"])]
+        branches += [(_X86.format("__AVX512VNNI__") + (" && defined(__clang__)" if compiler == "clang" else ""), [
+            f"#define TC_WIDE{count}(x) __builtin_shufflevector((x), (x), {wide})",
+            f"#define {name}(acc, a, b) ({{ __attribute__((vector_size(64))) int tc_dot = {builtin}("
+            f"TC_WIDE{count}(acc), TC_WIDE{count}(a), TC_WIDE{count}(b)); __builtin_shufflevector(tc_dot, tc_dot, "
+            f"{low}); }})"])
+            for compiler, builtin in builtins.items()]
+    terms = " + ".join(f"((((a) >> {8 * position}) & 255) * (((((b) >> {8 * position}) & 255) ^ 128) - 128))"
+                       for position in range(4))
+    return _choice(branches, [f"#define {name}(acc, a, b) ((acc) + {terms})"], name)
 
 def _masked_load_name(dtype: DType) -> str:  # TC_MASKED_LOAD_<TYPE>: loads a `dtype` vector under a mask
     return f"TC_MASKED_LOAD_{_suffix(dtype)}"
@@ -278,6 +308,7 @@ class CRenderer(CStyleLanguage):
                       "#endif"]
         if any(uop.op is Ops.MULACC and uop.arg == FUSED for uop in uops):
             lines += [_FMA_MACROS] + [_IN_REGISTER_MACRO] * bool(_loads_kept_in_registers(uops))
+        lines += [_dot4_macro(count) for count in sorted(dot4_widths(uops))]
         masked = {uop.dtype for uop in uops if uop.op is Ops.LOAD and _lane_gated(uop)}
         lines += [_masked_load_macro(dtype) for dtype in sorted(masked, key=lambda vector: vector.count)]
         selected = {uop.dtype for uop in uops if uop.op in (Ops.MAX, Ops.WHERE)}
