@@ -22,7 +22,7 @@ from tinycore.engine.eager import run_plan as run_eager_plan
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, buffer_of, device_facts
 from tinycore.engine.runner import Runner, copy_buffers
 from tinycore.engine.runner import launch_expectations as _expectations
-from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS
+from tinycore.helpers import BEAM, CAPTURING, DEBUG, NUM_CPU_THREADS, collection_paused
 from tinycore.plugins.contract import compiles_in_batches
 from tinycore.schedule import cache as _schedule_cache  # the eager shortcut reads its generation without a call
 from tinycore.schedule.cache import (
@@ -126,7 +126,8 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
     batch = opened.compiler.compile_batch
     from tinycore.codegen import lower_to_program
     # sorted by source: the batches (and so their disk cache keys) do not depend on the schedule's order
-    specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
+    with collection_paused():
+        specs = sorted(((ast, lower_to_program(ast, opened.renderer)) for ast in asts), key=lambda pair: pair[1].src)
     chunk_count = min(_compile_workers(), len(specs))
     chunks = [specs[start::chunk_count] for start in range(chunk_count)]
     sources = [[(spec.function_name, spec.src) for _, spec in chunk] for chunk in chunks]
@@ -393,7 +394,8 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
         outputs = _run_plan(plan, template, to_schedule, keyed[1])
         has_assign = plan.has_assign
     else:
-        schedule = schedule_cached(to_schedule, device_facts, keyed)
+        with collection_paused():
+            schedule = schedule_cached(to_schedule, device_facts, keyed)
         if DEBUG >= 1:
             kernels = sum(1 for item in schedule.items if item.ast.op is not Ops.COPY)
             print(f"realize: {kernels} kernel{'s' if kernels != 1 else ''}, "

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from tinycore.helpers import DEBUG
+from tinycore.helpers import DEBUG, collection_paused
 from tinycore.plugins.contract import copies_to_buffer, expects_launches, launcher_of
 from tinycore.uop.uop import UOp
 
@@ -36,7 +36,8 @@ class Runner:
         started = time.perf_counter()
         if prepared is None:
             from tinycore.codegen import lower_to_program
-            self.spec = lower_to_program(ast, opened.renderer, opts)
+            with collection_paused():
+                self.spec = lower_to_program(ast, opened.renderer, opts)
             library, symbol = opened.compiler.compile_cached(self.spec.src), self.spec.function_name
         else:
             self.spec, library, symbol = prepared
