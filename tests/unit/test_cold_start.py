@@ -30,6 +30,12 @@ def test_digits_reads_scikit_learns_file_without_importing_it() -> None:
     assert "sklearn" not in loaded and "scipy" not in loaded
 
 
+def test_import_leaves_out_what_only_downloads_and_batch_compiles_use() -> None:
+    # urllib.request (with http.client, ssl and email) and concurrent.futures (with logging): ~90 ms of imports
+    loaded = _modules_after("import tinycore\nfrom tinycore import nn\nimport tinycore.engine.realize")
+    assert not loaded & {"urllib.request", "http.client", "ssl", "concurrent.futures", "sklearn"}
+
+
 def test_digits_arrays_are_scikit_learns() -> None:
     pixels, labels = datasets._digits_arrays()
     reference = load_digits()

@@ -6,7 +6,6 @@ AST when it is first compiled.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import weakref
 from collections.abc import Sequence
@@ -135,6 +134,7 @@ def _compile_together(device: str, asts: list[UOp]) -> None:
         if chunk_count == 1:
             results = [batch(sources[0])]
         else:
+            import concurrent.futures  # with logging: only a batch compile in threads needs it
             with concurrent.futures.ThreadPoolExecutor(chunk_count) as pool:
                 results = list(pool.map(batch, sources))
     except CompileError:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import pathlib
-import shutil
-import urllib.request
 from typing import TYPE_CHECKING
 
 from tinycore.dtype import dtypes
@@ -123,6 +121,8 @@ def read_idx(path: str | pathlib.Path) -> numpy.ndarray:
 
 def _fetch(url: str, destination: pathlib.Path) -> None:
     """Download `url` to `destination` (through a temporary file, so a failed download leaves nothing)."""
+    import shutil
+    import urllib.request  # with http and ssl, a tenth of `import tinycore`: only a download needs it
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".part")
     try:
