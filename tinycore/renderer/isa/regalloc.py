@@ -181,7 +181,9 @@ def linear_scan(
         return sum(bit[kind].get(r, 0) for r in avoid) if avoid else 0
 
     for interval in sorted(intervals.values(), key=lambda i: (i.start, i.value.index)):
-        while ending and ending[0][0] < interval.start:
+        # a value read last where this one is written gives it its register: an instruction reads its operands
+        # before it writes, so `mov b, a` with `a` dead after it needs no copy (a two-operand op's `mov` disappears)
+        while ending and ending[0][0] <= interval.start:
             _, given, done = heapq.heappop(ending)
             if live.pop(given, None) is not None:
                 register = allocation.assigned[done.value]

@@ -20,6 +20,7 @@ from tiny_cpu.x86.encoding import EncodingError, fits_int32
 from tiny_cpu.x86.function import FunctionBuilder
 from tiny_cpu.x86.lanes import build_vector, vector_lanes
 from tiny_cpu.x86.registers import INTEGER_ARGUMENTS, MASK, rax, rdi, rdx, view
+from tiny_cpu.x86.rotates import rotates
 from tiny_cpu.x86.scalars import (
     HALVES,
     SCALARS,
@@ -145,6 +146,8 @@ class Selection:
         self.owner: dict[VirtualRegister, UOp] = {}  # the UOp a float result's fresh register was made for
         self.minimum_maximum, folded_compares = _minimum_maximum(uops, self.consumers)
         self.lanes_skipped |= folded_compares
+        self.rotates, unread_shifts = rotates(uops, self.consumers, self.lanes_skipped)  # tiny_cpu.x86.rotates
+        self.lanes_skipped |= unread_shifts
         # large outputs stored only as aligned vectors go around the cache; a buffer is streamed only where its pointer
         # can be tested before the prologue (an argument in a register, or any word of the entry convention's array)
         self.streamed = {buffer for buffer in streamed_buffers(uops)
@@ -212,7 +215,8 @@ class Selection:
         """The machine code of the kernel: a System V function taking the buffers (by DEFINE_GLOBAL number), then
         the variables (by name)."""
         for uop in self.uops:
-            if uop in self.lanes_skipped:  # a lane computed as a vector, or a compare folded into a min or max
+            # a lane computed as a vector, a compare folded into a min or max, a shift into a rotate
+            if uop in self.lanes_skipped:
                 continue
             try:
                 handled = x86_selection.rewrite(uop, self)
@@ -912,6 +916,14 @@ def _integer_only(rule: SelectionRule) -> SelectionRule:
 
 def _integer_alu(ctx: Selection, uop: UOp) -> str:
     if uop in ctx.address_only:  # summed by its INDEX (tiny_cpu.x86.addresses)
+        return ""
+    rotate = ctx.rotates.get(uop)
+    if rotate is not None:
+        value, count = rotate
+        result = ctx.builder.value("gpr", _integer_bits(uop.dtype))
+        ctx.builder.emit("mov", result, ctx.integer(value))
+        ctx.builder.emit("rol", result, count)
+        ctx.values[uop] = result
         return ""
     left, right = ctx.integer(uop.src[0]), ctx.integer(uop.src[1])
     if isinstance(left, int) and isinstance(right, int):
