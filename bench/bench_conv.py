@@ -1,17 +1,26 @@
 """Convolution forward + backward on the CPU: tinycore beside torch, interleaved in one process, as ratios.
 
-    python bench/bench_conv.py [--rounds N] [--cases NAME ...]
+    python bench/bench_conv.py [--rounds N] [--cases NAME ...] [--part both|forward|input|weight]
+                                [--threads N]
 
 Each case is `(conv(x, w) * r).sum().backward()` with r a fixed random upstream gradient, so the input and weight
-gradients are both computed (tinycore realizes them together). Every case is first checked against torch (result and
-both gradients). Then for `--rounds` rounds each library runs each case once after `settle()` (bench/settle.py), the
-order of the libraries turning from round to round; printed are the median milliseconds and the paired median of
-torch's time over tinycore's (above 1: tinycore is faster). The cases are the ones bench/README.md reports for the
-strided, grouped, dilated and narrow-image convolutions.
+gradients are both computed (tinycore realizes them together). `--part` times one direction alone instead: `forward`
+the convolution (torch under no_grad), `input` the input gradient (only x requires a gradient; torch's
+`torch.nn.grad.conv2d_input`), `weight` the weight gradient (only w; `torch.nn.grad.conv2d_weight`). With
+`DEBUG=2` a part's kernels print alone, so the kernel that loses to torch is found per direction. Every case is
+first checked against torch (the part's values). Then for `--rounds` rounds each library runs each case once after
+`settle()` (bench/settle.py), the order of the libraries turning from round to round; printed are the median
+milliseconds and the paired median of torch's time over tinycore's (above 1: tinycore is faster). The cases are the
+ones bench/README.md reports for the strided, grouped, dilated and narrow-image convolutions. `--threads N` runs both
+libraries on N threads (NUM_CPU_THREADS and torch.set_num_threads): on a machine shared with other jobs, torch's
+OpenMP workers woken after `settle()` took 60 ms for a 1 ms convolution at load 4-5 on 2 cores, where one thread
+each still compares.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -33,8 +42,12 @@ CASES: dict[str, tuple[tuple[int, ...], tuple[int, ...], int, int, int, int]] = 
 }
 
 
-def _calls(name: str) -> dict[str, Callable[[], object]]:
-    """{library: one forward + backward of the case}, after checking tinycore's values against torch's."""
+PARTS = ("both", "forward", "input", "weight")
+"""What `--part` times: forward + both gradients, or one direction alone."""
+
+
+def _calls(name: str, part: str = "both") -> dict[str, Callable[[], object]]:
+    """{library: one run of `part` of the case (see PARTS)}, after checking tinycore's values against torch's."""
     import torch
 
     from tinycore import Tensor
@@ -61,12 +74,51 @@ def _calls(name: str) -> dict[str, Callable[[], object]]:
         assert source.grad is not None and weight.grad is not None
         return source.grad.numpy(), weight.grad.numpy()
 
-    for mine, reference in zip(ours(), theirs(), strict=True):
+    def ours_forward() -> np.ndarray:
+        return held_x.conv2d(held_w, **options).realize().numpy()
+
+    def theirs_forward() -> np.ndarray:
+        with torch.no_grad():
+            return torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), **options).numpy()
+
+    def ours_one_gradient(of_input: bool) -> np.ndarray:
+        source, weight = held_x.detach(), held_w.detach()
+        wanted = source if of_input else weight
+        wanted.requires_grad = True
+        (source.conv2d(weight, **options) * held_r).sum().backward()
+        assert wanted.grad is not None
+        return wanted.grad.realize().numpy()
+
+    def theirs_input() -> np.ndarray:
+        return torch.nn.grad.conv2d_input(x.shape, torch.from_numpy(w), torch_r, **options).numpy()
+
+    def theirs_weight() -> np.ndarray:
+        return torch.nn.grad.conv2d_weight(torch.from_numpy(x), w.shape, torch_r, **options).numpy()
+
+    pairs: dict[str, tuple[Callable[[], object], Callable[[], object]]] = {
+        "both": (ours, theirs), "forward": (ours_forward, theirs_forward),
+        "input": (lambda: ours_one_gradient(True), theirs_input),
+        "weight": (lambda: ours_one_gradient(False), theirs_weight)}
+    mine_call, reference_call = pairs[part]
+    def values(call: Callable[[], object]) -> tuple[np.ndarray, ...]:
+        result = call()
+        return tuple(result) if isinstance(result, tuple) else (np.asarray(result),)
+
+    for mine, reference in zip(values(mine_call), values(reference_call), strict=True):
         error = float(np.abs(mine - reference).max() / max(float(np.abs(reference).max()), 1e-30))
         if error > 1e-4:
-            raise SystemExit(f"{name}: tinycore's gradients differ from torch's (relative error {error:.2e})")
-    return {"tinycore": ours, "torch": theirs}
+            raise SystemExit(f"{name} ({part}): tinycore's values differ from torch's (relative error {error:.2e})")
+    return {"tinycore": mine_call, "torch": reference_call}
 
 
 if __name__ == "__main__":
-    paired.main(__doc__ or "", list(CASES), _calls, rounds=10)
+    part_parser = argparse.ArgumentParser(add_help=False)
+    part_parser.add_argument("--part", choices=PARTS, default="both")
+    part_parser.add_argument("--threads", type=int, default=None)
+    known, rest = part_parser.parse_known_args()
+    if known.threads is not None:
+        os.environ["NUM_CPU_THREADS"] = str(known.threads)  # read when tinycore is first imported, in _calls
+        import torch
+        torch.set_num_threads(known.threads)
+    sys.argv[1:] = rest  # the rest is paired.main's command line
+    paired.main(__doc__ or "", list(CASES), lambda name: _calls(name, known.part), rounds=10)
