@@ -53,6 +53,19 @@ def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
     """How each operand of x86 instruction `op` is used: "r", "w" or "rw" (the allocator's view)."""
     if not operands:
         return ()
+    # the answer depends only on the mnemonic, the first operand's type and the count: remembered, as every emitted
+    # instruction asks (tens of thousands per large kernel)
+    key = (op, type(operands[0]), len(operands))
+    modes = _ACCESS_MODES.get(key)
+    if modes is None:
+        modes = _ACCESS_MODES[key] = _access_modes(op, operands)
+    return modes
+
+
+_ACCESS_MODES: dict[tuple[str, type, int], tuple[str, ...]] = {}
+
+
+def _access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
     if op in BRANCHES or op in _READ_ONLY or isinstance(operands[0], (Memory, Label, int)):
         return ("r",) * len(operands)
     if op == "imul" and len(operands) == 3:
@@ -65,6 +78,7 @@ def access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
 
 
 _HIGH_VECTORS = frozenset(XMM[16:])
+_EVEX_FORMS = frozenset(name for name, op in VECTOR_OPS.items() if op.has_evex and not name.startswith("vcmp"))
 
 
 def _vex_only_values(program: list[Instruction]) -> set[VirtualRegister]:
@@ -73,6 +87,8 @@ def _vex_only_values(program: list[Instruction]) -> set[VirtualRegister]:
     (the 512-bit compares, into a mask register, do not)."""
     values: set[VirtualRegister] = set()
     for instruction in program:
+        if instruction.op in _EVEX_FORMS:  # most vector instructions, decided by the mnemonic alone
+            continue
         op = VECTOR_OPS.get(instruction.op)
         into_vector = bool(instruction.operands) and not (isinstance(instruction.operands[0], Register)
                                                           and instruction.operands[0].kind == "mask")
