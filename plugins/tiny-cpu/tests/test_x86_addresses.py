@@ -42,10 +42,11 @@ def _run(expression: Tensor, inputs: list[tuple[Tensor, np.ndarray]], shape: tup
 
 
 def _innermost_loop(program: list[Instruction]) -> list[Instruction]:
-    """The instructions between the innermost loop's top label and its back jump."""
+    """The instructions between the innermost loop's top label and its back jump (a jmp, or a loop tested at the
+    bottom's conditional jump)."""
     bound = {i.operands[0]: position for position, i in enumerate(program) if i.op == "label"}
     loops = [(bound[i.operands[0]], position) for position, i in enumerate(program)
-             if i.op == "jmp" and isinstance(i.operands[0], Label) and bound[i.operands[0]] < position]
+             if i.op.startswith("j") and isinstance(i.operands[0], Label) and bound[i.operands[0]] < position]
     head, back_jump = min(loops, key=lambda loop: loop[1] - loop[0])
     return program[head + 1:back_jump]
 

@@ -77,6 +77,52 @@ def _access_modes(op: str, operands: tuple[Operand, ...]) -> tuple[str, ...]:
     return (first,) + ("r",) * (len(operands) - 1)
 
 
+def reads_memory_there(instruction: Instruction, index: int) -> bool:
+    """Whether operand `index` of `instruction` may be a memory reference of its full width: the r/m source of a
+    packed three-operand vector instruction (arithmetic, FMA, compare, blend), which reads the whole vector."""
+    op = VECTOR_OPS.get(instruction.op)
+    return op is not None and index == 2 and op.form in ("rvm", "rvmi", "rvmr") and op.tuple == "full" and \
+        instruction.op.endswith(("ps", "pd"))
+
+
+def fold_loads(program: list[Instruction]) -> list[Instruction]:
+    """`program` with each vector load read once, by the very next instruction where that takes memory, folded into
+    it (`vmovups v, [m]; vmulps a, b, v` is `vmulps a, b, [m]`, as gcc writes it): an instruction and a register fewer.
+    Only the next instruction: nothing can store to the address or change its registers in between."""
+    mentions: dict[VirtualRegister, int] = {}
+    for instruction in program:
+        for operand in instruction.operands:
+            kind = type(operand)
+            if kind is VirtualRegister:
+                mentions[operand] = mentions.get(operand, 0) + 1  # type: ignore[index, call-overload]
+            elif kind is SubRegister:
+                mentions[operand.value] = mentions.get(operand.value, 0) + 1  # type: ignore[union-attr]
+            elif kind is Memory:
+                for part in (operand.base, operand.index):  # type: ignore[union-attr]
+                    if type(part) is VirtualRegister:
+                        mentions[part] = mentions.get(part, 0) + 1
+    folded: list[Instruction] = []
+    skip = False
+    for position, instruction in enumerate(program):
+        if skip:
+            skip = False
+            continue
+        operands = instruction.operands
+        if instruction.op == "vmovups" and instruction.mask is None and len(operands) == 2 and \
+                type(operands[0]) is VirtualRegister and type(operands[1]) is Memory and \
+                mentions.get(operands[0]) == 2 and position + 1 < len(program):  # type: ignore[call-overload]
+            value, source = operands[0], operands[1]
+            reader = program[position + 1]
+            if len(reader.operands) > 2 and reader.operands[2] is value and reader.operands.count(value) == 1 and \
+                    not source.broadcast and source.bits == value.bits and reads_memory_there(reader, 2) and \
+                    not any(type(operand) is Memory for operand in reader.operands):  # type: ignore[union-attr]
+                folded.append(replace(reader, operands=(*reader.operands[:2], source, *reader.operands[3:])))
+                skip = True
+                continue
+        folded.append(instruction)
+    return folded
+
+
 _HIGH_VECTORS = frozenset(XMM[16:])
 _EVEX_FORMS = frozenset(name for name, op in VECTOR_OPS.items() if op.has_evex and not name.startswith("vcmp"))
 
@@ -176,6 +222,7 @@ class FunctionBuilder:
 
     def assemble(self) -> bytes:
         """Allocate registers, add the prologue and epilogue, and encode."""
+        self.program = fold_loads(self.program)
         intervals = live_intervals(self.program)
         # values that meet an instruction with no EVEX form keep to xmm0-15 (a kernel of integers has none to check)
         if len(self.vector_pool) > 13 and any(value.kind == "vec" for value in intervals):
@@ -199,12 +246,8 @@ class FunctionBuilder:
             return Instruction("mov" if register.kind == "gpr" else "vmovups", (slot(offset, register.bits), register))
 
         def in_memory(instruction: Instruction, index: int, offset: int) -> Memory | None:
-            # the r/m source of a packed three-operand vector instruction (arithmetic, FMA, compare, blend) reads the
-            # whole vector: its slot serves as it is
-            op = VECTOR_OPS.get(instruction.op)
             operand = instruction.operands[index]
-            if op is None or index != 2 or op.form not in ("rvm", "rvmi", "rvmr") or op.tuple != "full" or \
-                    not isinstance(operand, VirtualRegister) or not instruction.op.endswith(("ps", "pd")):
+            if not isinstance(operand, VirtualRegister) or not reads_memory_there(instruction, index):
                 return None
             return slot(offset, operand.bits)
 

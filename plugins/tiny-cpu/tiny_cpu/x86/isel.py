@@ -121,7 +121,8 @@ class Selection:
         self.builder = FunctionBuilder(integer_arguments=len(widths), integer_argument_bits=widths,
                                        vector_registers=vector_registers)
         self.values: dict[UOp, Operand] = {}
-        self.loops: list[tuple[VirtualRegister, Label, Label]] = []
+        # each open loop: its counter, its top, and either its exit (tested at the top) or its constant trip count
+        self.loops: list[tuple[VirtualRegister, Label, Label | None, VirtualRegister | int | None]] = []
         self.open_ranges: list[UOp] = []  # the RANGE of each open loop, outermost first
         self.preheaders: list[int] = []  # where each open loop's code starts in the program: its invariants go there
         self.paths = loop_paths(uops)
@@ -297,23 +298,31 @@ def _range(ctx: Selection, uop: UOp) -> str:
     ctx.lane_vectors, ctx.extracted = {}, {}
     ctx.builder.emit("mov", counter, 0)
     ctx.builder.bind(top)
-    ctx.builder.emit("cmp", counter, ctx.integer(uop.src[0]))
-    ctx.builder.emit("jge", done)
-    ctx.loops.append((counter, top, done))
+    bound = ctx.integer(uop.src[0])
+    if isinstance(bound, int) and bound > 0:  # runs at least once: tested at the bottom, one jump per trip (as gcc)
+        ctx.loops.append((counter, top, None, bound))
+    else:
+        ctx.builder.emit("cmp", counter, bound)
+        ctx.builder.emit("jge", done)
+        ctx.loops.append((counter, top, done, None))
     ctx.values[uop] = counter
     return ""
 
 
 def _end(ctx: Selection, uop: UOp) -> str:
     for _ in range(sum(1 for source in uop.src if source.op is Ops.RANGE) or 1):
-        counter, top, done = ctx.loops.pop()
+        counter, top, done, bound = ctx.loops.pop()
         ctx.preheaders.pop()
         ctx.open_ranges.pop()
         ctx.address_sums.pop()
         ctx.lane_vectors, ctx.extracted = {}, {}
         ctx.builder.emit("add", counter, 1)
-        ctx.builder.emit("jmp", top)
-        ctx.builder.bind(done)
+        if done is None:
+            ctx.builder.emit("cmp", counter, bound)
+            ctx.builder.emit("jl", top)
+        else:
+            ctx.builder.emit("jmp", top)
+            ctx.builder.bind(done)
     return ""
 
 
