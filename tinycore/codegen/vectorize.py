@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from tinycore.dtype import DType, dtypes
 from tinycore.uop.ops import GroupOp, Ops
-from tinycore.uop.symbolic import constant_difference
+from tinycore.uop.symbolic import constant_differences
 from tinycore.uop.uop import UOp
 
 PACKABLE_OPS = GroupOp.ALU | {Ops.CAST, Ops.BITCAST}
@@ -35,7 +35,7 @@ def gather(lanes: tuple[UOp, ...]) -> UOp:
 
 def consecutive(indices: tuple[UOp, ...]) -> bool:
     """True when indices[k] == indices[0] + k for every lane (provably, from linear forms)."""
-    return all(constant_difference(indices[0], index) == lane for lane, index in enumerate(indices))
+    return constant_differences(indices[0], indices) == list(range(len(indices)))
 
 
 class Packer:

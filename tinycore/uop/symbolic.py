@@ -13,7 +13,7 @@ Rule sets:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tinycore.dtype import ConstType, DType, dtypes
@@ -1065,11 +1065,38 @@ def linear_terms(node: UOp) -> tuple[dict[UOp, int], int]:
 
 def constant_difference(first: UOp, second: UOp) -> int | None:
     """`second - first` when it is a provable integer constant (their linear forms differ by a constant), else None."""
-    first_terms, first_constant = linear_terms(first)
-    second_terms, second_constant = linear_terms(second)
-    if first_terms != second_terms:
-        return None
-    return second_constant - first_constant
+    return constant_differences(first, (second,))[0]
+
+
+def _base_and_offset(node: UOp) -> tuple[UOp | None, int]:
+    """(x, c) for `x + c` with an integer constant c, (None, c) for the constant c itself, else (node, 0)."""
+    if node.op is Ops.ADD:
+        offset = node.src[1]
+        if offset.op is Ops.CONST and offset.arg.__class__ is int:
+            return node.src[0], offset.arg
+    elif node.op is Ops.CONST and node.arg.__class__ is int:
+        return None, node.arg
+    return node, 0
+
+
+def constant_differences(first: UOp, others: Sequence[UOp]) -> list[int | None]:
+    """`constant_difference(first, other)` for each of `others`, the linear form of `first` built at most once.
+
+    Folded addresses of neighbouring lanes are mostly `x + c` and `x + d` over one node x: their difference is read
+    off the two constants, without walking x (half of the lane comparisons when codegen packs vector stores)."""
+    first_base, first_offset = _base_and_offset(first)
+    first_form: tuple[dict[UOp, int], int] | None = None
+    differences: list[int | None] = []
+    for other in others:
+        base, offset = _base_and_offset(other)
+        if base is first_base:
+            differences.append(offset - first_offset)
+            continue
+        if first_form is None:
+            first_form = linear_terms(first)
+        terms, constant = linear_terms(other)
+        differences.append(constant - first_form[1] if terms == first_form[0] else None)
+    return differences
 
 
 # UOp's methods (simplify, ssimplify, variable, vmin/vmax) call these through the table in tinycore.uop.uop
