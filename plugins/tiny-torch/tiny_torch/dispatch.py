@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.storage import TinyStorage
+from tiny_torch.templates import run_templated
 from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 from tinycore.dtype import DType
@@ -172,7 +173,7 @@ def run_mapped(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> object
         def cast(value: object) -> object:
             return value.cast(dtype) if isinstance(value, Tensor) and value.dtype != dtype else value
         tiny_args, tiny_kwargs = map_arguments(cast, tiny_args), map_arguments(cast, tiny_kwargs)
-    result = OPERATORS[func](*tiny_args, **tiny_kwargs)
+    result = run_templated(func, OPERATORS[func], tiny_args, tiny_kwargs)
     return _wrap_results(func, result, meta, index)
 
 
