@@ -661,11 +661,14 @@ def test_a_strided_channel_reduce_vectorizes_its_narrow_contiguous_axis(shape: t
 
 
 @pytest.mark.parametrize("vector_bytes", VECTOR_BYTES)
-@pytest.mark.parametrize("images, size, tile", [(128, 7, 8), (6, 7, 6), (5, 7, 7), (3, 5, 5)])
+@pytest.mark.parametrize("images, size, tile, second",
+                         [(128, 7, 7, 2), (6, 7, 7, 2), (5, 7, 7, None), (3, 5, 5, 3), (128, 11, 8, None)])
 def test_one_vector_tile_takes_its_rows_from_an_axis_a_tile_divides(vector_bytes: int, images: int, size: int,
-                                                                    tile: int) -> None:
+                                                                    tile: int, second: int | None) -> None:
     # A @ B with one vector of columns and rows (images, size) whose inner axis no tile of 8, 6 or 4 divides: the
-    # outer axis takes the tile when one divides it, else the inner axis is taken whole (5 to 8 rows)
+    # inner axis takes 7 or 5 rows when one divides it (neighbouring rows share a cache line; rows an image apart
+    # may share an L1 set), with 32 vector registers widened by a second row axis to at most 16 rows; else the
+    # outer axis takes a tile of 8, 6 or 4
     from tinycore.codegen.optimize import hand_coded_optimizations
     with cpu_vector_bytes(vector_bytes) as lanes:
         a, b = _array(images, size, 24), _array(24, lanes, seed=1)
@@ -673,6 +676,9 @@ def test_one_vector_tile_takes_its_rows_from_an_axis_a_tile_divides(vector_bytes
         items = [item for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
         notes = hand_coded_optimizations(Kernel(items[-1].ast), Device["CPU"].renderer)
         assert f"UPCAST {lanes} (matmul columns)" in notes and f"UPCAST {tile} (matmul rows)" in notes, notes
+        wide = vector_bytes >= 64
+        widened = [note for note in notes if note.endswith("(matmul rows, second axis)")]
+        assert widened == ([f"UPCAST {second} (matmul rows, second axis)"] if wide and second else []), notes
         _close(product.numpy(), a.astype(np.float64) @ b)
 
 

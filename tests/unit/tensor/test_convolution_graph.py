@@ -228,6 +228,7 @@ def test_grouped_and_dilated_convolution_input_gradient_is_one_convolution(input
 
 @pytest.mark.parametrize("input_shape, weight_shape, padding", [
     ((3, 16, 7, 7), (32, 16, 3, 3), 1),
+    ((2, 16, 14, 14), (32, 16, 3, 3), 1),
     ((2, 8, 4, 6), (16, 8, 3, 3), 1),
     ((2, 16, 9, 5), (24, 16, 2, 3), (1, 2, 0, 1)),
     ((2, 12, 6, 7), (16, 12, 3, 3), 0),
