@@ -78,3 +78,28 @@ def test_random_operators_are_not_templated(monkeypatch: pytest.MonkeyPatch) -> 
     second = torch.nn.functional.dropout(ones, 0.5, training=True).cpu()
     assert not torch.equal(first, second)
     assert set(first.unique().tolist()) <= {0.0, 2.0} and 300 < int((first == 0).sum()) < 700
+
+
+def test_batch_norm_templates_match_pytorch_in_training_and_evaluation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # batch norm's forward and backward helpers are templated under their own names: over several steps the
+    # outputs, gradients and running statistics stay PyTorch CPU's, in training and in evaluation
+    monkeypatch.setattr(templates, "_TEMPLATES", {})
+    torch.manual_seed(0)
+    reference = torch.nn.BatchNorm2d(3)
+    layer = torch.nn.BatchNorm2d(3).to("tiny")
+    for step in range(5):
+        training = step < 3
+        reference.train(training)
+        layer.train(training)
+        x = torch.randn(4, 3, 5, 5)
+        expected_input, got_input = x.clone().requires_grad_(), x.to("tiny").requires_grad_()
+        expected, got = reference(expected_input), layer(got_input)
+        torch.testing.assert_close(got.cpu(), expected, atol=1e-5, rtol=1e-5)
+        (expected * expected).sum().backward()
+        (got * got).sum().backward()
+        torch.testing.assert_close(got_input.grad.cpu(), expected_input.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(layer.weight.grad.cpu(), reference.weight.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(layer.bias.grad.cpu(), reference.bias.grad, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(layer.running_mean.cpu(), reference.running_mean, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer.running_var.cpu(), reference.running_var, atol=1e-5, rtol=1e-5)
+    assert {key[0] for key in templates._TEMPLATES} >= {"batch_norm", "batch_norm_backward"}

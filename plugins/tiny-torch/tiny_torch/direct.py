@@ -10,6 +10,7 @@ import torch
 from tiny_torch.dispatch import PENDING, aten, check_no_internal_overlap, commit, meta_result, register
 from tiny_torch.dtypes import to_tiny_dtype
 from tiny_torch.storage import BitcastStorage, TinyStorage, is_buffer
+from tiny_torch.templates import run_templated
 from tiny_torch.wrapper import TinyTensor, from_cpu, restride, tinycore_device, to_cpu, wrap
 from tinycore import Tensor, dtypes
 
@@ -212,9 +213,10 @@ def native_batch_norm(input: TinyTensor, weight: TinyTensor | None, bias: TinyTe
     if not isinstance(training, bool):  # the no_training overload has (momentum, eps) where training would be
         training, momentum, eps = False, training, momentum
     value = input.tiny_value()
-    output, mean, invstd, new_mean, new_var = _batch_norm(
-        value, _value_or_none(weight), _value_or_none(bias), _value_or_none(running_mean),
-        _value_or_none(running_var), training, momentum, eps)
+    output, mean, invstd, new_mean, new_var = run_templated(  # type: ignore[misc]
+        "batch_norm", _batch_norm, (value, _value_or_none(weight), _value_or_none(bias),
+                                    _value_or_none(running_mean), _value_or_none(running_var), training, momentum,
+                                    eps), {})
     index = _index(input)
     if new_mean is not None and new_var is not None:
         running_mean.tiny_write(new_mean)  # type: ignore[union-attr]
@@ -250,20 +252,29 @@ def native_batch_norm_backward(grad_out: TinyTensor, input: TinyTensor, weight: 
     """Gradients of batch norm for input, weight and bias, in closed form as PyTorch's kernels compute them: in
     training from the batch statistics it is handed (save_mean, save_invstd; eps unused), the input's gradient
     including their dependence on the input; in evaluation from the running statistics."""
-    value, grad = input.tiny_value(), grad_out.tiny_value()
+    statistics = (save_mean, save_invstd) if train else (running_mean, running_var)
+    results = run_templated("batch_norm_backward", _batch_norm_backward, (
+        input.tiny_value(), grad_out.tiny_value(), _value_or_none(weight), *map(_value_or_none, statistics), train,
+        eps, tuple(output_mask)), {})
+    index = _index(input)
+    return tuple(wrap(part, index) if part is not None else None for part in results)  # type: ignore[union-attr]
+
+
+def _batch_norm_backward(value: Tensor, grad: Tensor, weight: Tensor | None, mean: Tensor | None,
+                         spread: Tensor | None, train: bool, eps: float,
+                         output_mask: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+    """The gradients of native_batch_norm_backward on tinycore values; `spread` is the saved inverse std in
+    training, the running variance in evaluation."""
     axes = tuple(axis for axis in range(value.ndim) if axis != 1)
     shape = [1] * value.ndim
     shape[1] = value.shape[1]
-    if train:
-        mean, invstd = save_mean.tiny_value(), save_invstd.tiny_value()  # type: ignore[union-attr]
-    else:
-        mean = running_mean.tiny_value()  # type: ignore[union-attr]
-        invstd = (running_var.tiny_value() + eps).rsqrt()  # type: ignore[union-attr]
+    assert mean is not None and spread is not None, "batch norm's backward needs its statistics"
+    invstd = spread if train else (spread + eps).rsqrt()
     mean, invstd = mean.cast(value.dtype), invstd.cast(value.dtype)
     centered = value - mean.reshape(shape)
     grad_sum = grad.sum(axes)
     dot = (grad * centered).sum(axes)
-    scale = invstd * weight.tiny_value() if weight is not None else invstd
+    scale = invstd * weight if weight is not None else invstd
     grad_input = None
     if output_mask[0]:
         if train:
@@ -272,9 +283,8 @@ def native_batch_norm_backward(grad_out: TinyTensor, input: TinyTensor, weight: 
             grad_input = (grad - projection - (grad_sum / count).reshape(shape)) * scale.reshape(shape)
         else:
             grad_input = grad * scale.reshape(shape)
-    index = _index(input)
     results = (grad_input, dot * invstd if output_mask[1] else None, grad_sum if output_mask[2] else None)
-    return tuple(wrap(part.cast(value.dtype), index) if part is not None else None for part in results)
+    return tuple(part.cast(value.dtype) if part is not None else None for part in results)
 
 
 @register(aten.empty_like.default, aten.zeros_like.default, direct=True)

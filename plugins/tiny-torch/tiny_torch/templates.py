@@ -123,10 +123,12 @@ def _build(function: Callable[..., object], args: tuple, kwargs: dict, tensors: 
     return _Template(buffers, [part.uop if part is not None else None for part in parts], as_tuple)  # type: ignore
 
 
-def run_templated(func: torch._ops.OpOverload, function: Callable[..., object], args: tuple, kwargs: dict) -> object:
-    """`function(*args, **kwargs)` (a mapped operator on tinycore values) through the template of its argument
-    structure, built on first use; operators and arguments that cannot be templated are called directly."""
-    if any(tag in func.tags for tag in _REFUSING_TAGS):
+def run_templated(func: torch._ops.OpOverload | str, function: Callable[..., object], args: tuple,
+                  kwargs: dict) -> object:
+    """`function(*args, **kwargs)` (a mapped operator on tinycore values, or a helper that builds a graph from
+    tinycore values alone, named by a string) through the template of its argument structure, built on first use;
+    operators and arguments that cannot be templated are called directly."""
+    if not isinstance(func, str) and any(tag in func.tags for tag in _REFUSING_TAGS):
         return function(*args, **kwargs)
     tensors: list[Tensor] = []
     try:
