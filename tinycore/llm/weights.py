@@ -147,7 +147,8 @@ class GGUFWeight:
         written; for more rows (prefill) the weight is dequantized once into temporaries, a slab at a time, and the
         matmul runs on floats, which costs less than dequantizing it again for every row. With INT8_PREFILL=1 on a
         device that declares int8 dot products, prefill multiplies in integers instead
-        (tinycore.llm.int8_linear: x quantized per block of 32, int8 slabs of the weight)."""
+        (tinycore.llm.int8_linear: x quantized per block of 32, slabs of the weight's bytes, codegen's int8 dot
+        product op)."""
         rows = prod(x.shape[:-1])
         if self.ggml_type in LANE_TYPES and isinstance(rows, int) and len(self.shape) == 2 and (
                 rows <= LANE_ROWS or (rows <= GROUPED_LANE_ROWS and self._row_group(rows) > 1)):
