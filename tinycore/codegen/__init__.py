@@ -1,8 +1,8 @@
 """Codegen: a kernel AST (SINK of STOREs over RANGEs) -> an optimized, linearized program -> a ProgramSpec.
 
     opts (heuristic or given) -> named passes (`_linearize_kernel`: renderer pre-rules, transcendentals, index folding,
-    decided selects, reduce expansion, store expansion, int8 dot products, renderer extra-rules) -> linearize (loop tree,
-    accumulators, devectorize, renderer post-rules, placement, order) -> renderer.to_program
+    decided selects, reduce expansion, store expansion, int8 dot products, renderer extra-rules) -> linearize (loop
+    tree, accumulators, devectorize, renderer post-rules, placement, order) -> renderer.to_program
 
 See docs/architecture.md, "Codegen, pass by pass", for the passes and "Kernel-level graph" for the contracts.
 """
