@@ -5,7 +5,8 @@ CPU kernels, in this order:
    tile: the axis contiguous in the output and in the second load is upcast to two vectors (one when the size does
    not allow two; a last block shifted back where no tile divides it), the other axis to MATMUL_ROWS (6) rows (12
    vector accumulators, two vectors of the second input and a broadcast: AVX2's 16 registers), and with a one-vector
-   tile to up to 8 rows with the reduce unrolled by 4; a convolution (a stride-1 window along the columns) gets
+   tile to up to 8 rows (7 or 5 along the innermost row axis, widened by a second row axis to at most 16 with 32
+   registers) with the reduce unrolled by 4; a convolution (a stride-1 window along the columns) gets
    CONV_PIXEL_VECTORS (2) vectors of pixels x CONV_ROWS (4) channels, the window along the row unrolled, the pixel
    blocks innermost;
 2. otherwise the innermost output axis is upcast to the vector width when every store is contiguous along it, and a
