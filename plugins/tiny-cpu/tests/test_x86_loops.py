@@ -96,3 +96,29 @@ def test_fold_loads_takes_only_a_load_read_once_by_the_next_instruction() -> Non
     output = np.zeros(8, np.float32)
     ExecutableCode(code).function(None, ctypes.c_void_p, ctypes.c_void_p)(output.ctypes.data, matrix.ctypes.data)
     np.testing.assert_allclose(output, (matrix[0] + matrix[1] + matrix[3]) + matrix[2] * matrix[2], rtol=1e-6)
+
+
+@pytest.mark.parametrize("start", range(17))
+def test_align_pads_with_no_ops_capstone_reads_as_such(start: int) -> None:
+    from tiny_cpu.x86.assembler import Assembler
+
+    assembler = Assembler()
+    assembler.code += b"\x90" * start
+    assembler.align(16)
+    assert len(assembler.code) == -(-start // 16) * 16
+    padding = bytes(assembler.code[start:])
+    decoded = list(_DECODER.disasm(padding, start))
+    assert sum(i.size for i in decoded) == len(padding)  # every byte is an instruction capstone reads
+    assert all(i.mnemonic == "nop" for i in decoded) and len(decoded) <= 2  # the longest no-ops, not 15 single bytes
+
+
+def test_loop_tops_are_aligned_to_sixteen_bytes() -> None:
+    from tiny_cpu.x86.isel import LOOP_ALIGNMENT
+
+    left, right = RNG.standard_normal((6, 512)).astype(np.float32), RNG.standard_normal((6, 512)).astype(np.float32)
+    a, b = Tensor(left).realize(), Tensor(right).realize()
+    got, code = _run((a * b).sum(1), [(a, left), (b, right)], (6,))
+    np.testing.assert_allclose(got, (left * right).sum(1), rtol=1e-5)
+    instructions = list(_DECODER.disasm(code, 0))
+    tops = {int(i.op_str, 16) for i in instructions if i.mnemonic == "jl"}
+    assert tops and all(top % LOOP_ALIGNMENT == 0 for top in tops)

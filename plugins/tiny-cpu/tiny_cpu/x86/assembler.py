@@ -64,8 +64,23 @@ class Assembler:
             _ENCODED[key] = encoded
         return encoded
 
+    def align(self, boundary: int) -> None:
+        """Pad the code with no-ops (the fewest, longest ones) to a multiple of `boundary` bytes: a loop's top, as
+        compilers place it, so that its first instructions are fetched and decoded in one block."""
+        padding = -len(self.code) % boundary
+        while padding:
+            size = min(padding, len(_NOPS) - 1)
+            self.code += _NOPS[size]
+            padding -= size
+
     def emit_instruction(self, instruction: Instruction) -> None:
-        """Append an `Instruction` (a label pseudo-instruction binds its label)."""
+        """Append an `Instruction` (a label pseudo-instruction binds its label, an align one pads to its boundary)."""
+        if instruction.op == "align":
+            boundary = instruction.operands[0]
+            if not isinstance(boundary, int) or boundary <= 0 or boundary & (boundary - 1):
+                raise EncodingError("align takes a power of two")
+            self.align(boundary)
+            return
         if instruction.op == "label":
             label = instruction.operands[0]
             if not isinstance(label, Label):
@@ -84,6 +99,10 @@ class Assembler:
 
 
 _ENCODED: dict[tuple[object, ...], Encoded] = {}
+# the recommended no-ops of 1 to 9 bytes (nop, and nop with a ModRM, SIB, displacement and operand-size prefix)
+_NOPS = [b"", b"\x90", b"\x66\x90", b"\x0f\x1f\x00", b"\x0f\x1f\x40\x00", b"\x0f\x1f\x44\x00\x00",
+         b"\x66\x0f\x1f\x44\x00\x00", b"\x0f\x1f\x80\x00\x00\x00\x00", b"\x0f\x1f\x84\x00\x00\x00\x00\x00",
+         b"\x66\x0f\x1f\x84\x00\x00\x00\x00\x00"]
 _ENCODED_LIMIT = 1 << 16  # entries; the cache starts over when full
 
 

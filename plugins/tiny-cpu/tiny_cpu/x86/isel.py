@@ -290,6 +290,10 @@ def _special(ctx: Selection, uop: UOp) -> str:
     return ""
 
 
+LOOP_ALIGNMENT = 16
+"""Bytes a loop's top is aligned to (padded with no-ops before it), as gcc's -O2 places loops."""
+
+
 def _range(ctx: Selection, uop: UOp) -> str:
     counter, top, done = ctx.builder.value("gpr", _integer_bits(uop.dtype)), ctx.builder.label(), ctx.builder.label()
     ctx.preheaders.append(len(ctx.builder.program))
@@ -297,6 +301,7 @@ def _range(ctx: Selection, uop: UOp) -> str:
     ctx.address_sums.append({})
     ctx.lane_vectors, ctx.extracted = {}, {}
     ctx.builder.emit("mov", counter, 0)
+    ctx.builder.emit("align", LOOP_ALIGNMENT)
     ctx.builder.bind(top)
     bound = ctx.integer(uop.src[0])
     if isinstance(bound, int) and bound > 0:  # runs at least once: tested at the bottom, one jump per trip (as gcc)
