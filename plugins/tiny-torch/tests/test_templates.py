@@ -103,3 +103,17 @@ def test_batch_norm_templates_match_pytorch_in_training_and_evaluation(monkeypat
         torch.testing.assert_close(layer.running_mean.cpu(), reference.running_mean, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(layer.running_var.cpu(), reference.running_var, atol=1e-5, rtol=1e-5)
     assert {key[0] for key in templates._TEMPLATES} >= {"batch_norm", "batch_norm_backward"}
+
+
+def test_bool_int_and_float_scalars_are_told_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    # True, 1 and 1.0 hash alike; the meta kernels' cache and the templates key them by type, since PyTorch promotes
+    # a bool tensor plus True to bool and plus 1 to int64 (the meta cache used to hand the first call's dtype to the
+    # second)
+    monkeypatch.setattr(dispatch, "_META_CACHE", {})
+    monkeypatch.setattr(templates, "_TEMPLATES", {})
+    flags = torch.tensor([True, False, True])
+    for scalar in (True, 1, 1.0, True, 1):
+        expected = torch.add(flags, scalar)
+        got = torch.add(flags.to("tiny"), scalar)
+        assert got.dtype == expected.dtype, (scalar, got.dtype, expected.dtype)
+        torch.testing.assert_close(got.cpu(), expected)

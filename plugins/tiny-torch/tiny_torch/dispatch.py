@@ -98,8 +98,8 @@ def _meta_key(value: object) -> object:
         return ("tensor", tuple(value.shape), value.stride(), value.dtype, value.device.type)
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(_meta_key(part) for part in value)
-    if isinstance(value, float):
-        return (float, value)  # 1.0 and 1 promote differently, and hash alike
+    if isinstance(value, (float, int)):
+        return (type(value), value)  # 1.0, 1 and True promote differently, and hash alike
     return value
 
 

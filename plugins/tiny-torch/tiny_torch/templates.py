@@ -60,9 +60,9 @@ def _structure(value: object, tensors: list[Tensor]) -> object:
         return (kind,) + tuple(_structure(item, tensors) for item in value)  # type: ignore[attr-defined]
     if kind is dict:
         return (dict,) + tuple((key, _structure(item, tensors)) for key, item in value.items())  # type: ignore
-    if kind is float:
-        return (float, value)  # 1.0 and 1 hash alike and may build different graphs
-    if value is None or kind in (int, bool, str) or isinstance(value, (torch.dtype, torch.memory_format)):
+    if kind is float or kind is int or kind is bool:
+        return (kind, value)  # 1.0, 1 and True hash alike and may build different graphs (promotion differs)
+    if value is None or kind is str or isinstance(value, (torch.dtype, torch.memory_format)):
         return value
     hash(value)  # a DType or another immutable option; anything unhashable is refused here
     return (kind, value)
