@@ -315,21 +315,26 @@ def test_softmax_of_a_matmul_reads_the_product_stored_in_its_own_order():
     np.testing.assert_allclose(outputs["ps"].numpy(), np.exp(log_softmax(scores * 0.25)), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("size, pads, batch, bias", [((16, 16), [1, 1, 1, 1], 1, True),
-                                                      ((17, 13), [0, 1, 2, 0], 2, False),
-                                                      ((9, 10), [0, 0, 0, 0], 1, True),
-                                                      ((3, 3), [1, 1, 1, 1], 3, True)])
-def test_stride_2_conv_3x3_multiplies_no_zero_taps(size: tuple[int, int], pads: list[int], batch: int, bias: bool):
-    """A 3x3 Conv with stride 2 (a ResNet's downsampling) runs as a column copy and one reduce over the 9 taps:
-    about 2 * 9 operations per output channel, input channel and pixel, not the 16 taps of Tensor.conv2d's fold
-    (ops_nn._conv_by_columns, on CPU). Values against torch in float64, even and odd sizes, asymmetric pads."""
+@pytest.mark.parametrize("size, pads, batch, bias, kernel", [((16, 16), [1, 1, 1, 1], 1, True, (3, 3)),
+                                                              ((17, 13), [0, 1, 2, 0], 2, False, (3, 3)),
+                                                              ((9, 10), [0, 0, 0, 0], 1, True, (3, 3)),
+                                                              ((3, 3), [1, 1, 1, 1], 3, True, (3, 3)),
+                                                              ((15, 12), [2, 2, 2, 2], 1, True, (5, 5)),
+                                                              ((19, 16), [3, 3, 3, 3], 2, False, (7, 7)),
+                                                              ((11, 14), [1, 2, 1, 2], 1, True, (3, 5))])
+def test_stride_2_conv_of_odd_kernel_multiplies_no_zero_taps(size: tuple[int, int], pads: list[int], batch: int,
+                                                             bias: bool, kernel: tuple[int, int]):
+    """A Conv with stride 2 and an odd kernel (a ResNet's 3x3 downsampling, its 7x7 stem) runs as a column copy and
+    one reduce over the kernel's taps: about 2 * taps operations per output channel, input channel and pixel, not
+    the even kernel of Tensor.conv2d's fold (16 taps for 3x3, ops_nn._conv_by_columns, on CPU). Values against
+    torch in float64, even and odd sizes, asymmetric pads."""
     torch = pytest.importorskip("torch")
     from onnx import numpy_helper
 
     from tinycore import Device, GlobalCounters
     rng = np.random.default_rng(1)
     x = rng.standard_normal((batch, 5, *size)).astype(np.float32)
-    weight, offsets = rng.standard_normal((7, 5, 3, 3)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
+    weight, offsets = rng.standard_normal((7, 5, *kernel)).astype(np.float32), rng.standard_normal(7).astype(np.float32)
     initializers = [numpy_helper.from_array(weight, "w")] + ([numpy_helper.from_array(offsets, "b")] if bias else [])
     node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], strides=[2, 2], pads=pads)
     data = helper.make_model(helper.make_graph(
@@ -344,7 +349,8 @@ def test_stride_2_conv_3x3_multiplies_no_zero_taps(size: tuple[int, int], pads: 
     np.testing.assert_allclose(runner({"x": x})["y"].numpy(), expected, rtol=1e-4, atol=1e-4)
     if Device.DEFAULT == "CPU":
         taps = GlobalCounters.global_ops / (2 * expected.size * 5)
-        assert taps < 10, f"{taps:.1f} multiply-adds per output and input channel: the 16-tap fold, not the 9 taps"
+        assert taps < kernel[0] * kernel[1] + 1, f"{taps:.1f} multiply-adds per output and input channel: conv2d's " \
+            f"fold, not the {kernel[0] * kernel[1]} taps"
     jitted = OnnxRunner(data)
     for _ in range(3):
         np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), expected, rtol=1e-4, atol=1e-4)

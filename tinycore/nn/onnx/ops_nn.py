@@ -31,39 +31,48 @@ def _spatial_options(x: Tensor, kernel: Sequence[int], strides: Sequence[int] | 
     return list(strides or [1] * count), list(dilations or [1] * count)
 
 
+COLUMN_KERNELS = (3, 5, 7)
+"""Kernel sizes (each spatial axis) of the stride-2 convolutions that `conv` computes by columns on CPU renderers:
+odd ones, where Tensor.conv2d's fold into four input phases pads the kernel to an even size and multiplies zeros
+(3x3: 16 taps for 9, 5x5: 36 for 25, 7x7: 64 for 49). Even kernels fold with no zero taps and keep conv2d."""
+
+
 def _strided_by_columns(x: Tensor, weight: Tensor, group: int, strides: Sequence[int], dilations: Sequence[int],
                         pairs: Sequence[tuple[int, int]]) -> bool:
-    """True when `conv` computes a convolution as `_conv_by_columns`: a 2-D float one of one group with a 3x3 kernel,
-    stride 2, dilation 1, int sizes and non-negative int pads, on a device whose renderer loops over rows (CPU).
-    Tensor.conv2d folds such a convolution into a 2x2 one over four input phases (conv_layouts.space_to_depth): 16
-    taps where 9 are not zero, and the weight folded again on every call."""
+    """True when `conv` computes a convolution as `_conv_by_columns`: a 2-D float one of one group, stride 2,
+    dilation 1, a kernel of COLUMN_KERNELS sizes, int sizes and non-negative int pads, on a device whose renderer
+    loops over rows (CPU). Tensor.conv2d folds such a convolution into one over four input phases
+    (conv_layouts.space_to_depth), which multiplies zero taps and folds the weight again on every call."""
     if x.ndim != 4 or weight.ndim != 4 or group != 1 or list(strides) != [2, 2] or list(dilations) != [1, 1]:
         return False
-    if tuple(weight.shape[2:]) != (3, 3) or x.dtype != weight.dtype or not dtypes.is_float(x.dtype):
+    if any(size not in COLUMN_KERNELS for size in weight.shape[2:]) or x.dtype != weight.dtype or \
+            not dtypes.is_float(x.dtype):
         return False
     if not all(isinstance(size, int) for size in (*x.shape, *weight.shape)) or \
             not all(isinstance(amount, int) and amount >= 0 for pair in pairs for amount in pair):
         return False
-    if any(size + before + after < 3 for size, (before, after) in zip(x.shape[2:], pairs, strict=True)):
+    if any(size + before + after < window
+           for size, (before, after), window in zip(x.shape[2:], pairs, weight.shape[2:], strict=True)):
         return False
     return loops_over_rows(x)
 
 
 def _conv_by_columns(x: Tensor, weight: Tensor, bias: Tensor | None, pairs: Sequence[tuple[int, int]]) -> Tensor:
-    """A 3x3 convolution with stride 2 as one copy and one reduce with no zero taps: the padded input's columns
-    2 * j + kx are copied into a buffer with kx as an axis (batch, channels, 3, padded rows, output columns), which
+    """A stride-2 convolution as one copy and one reduce with no zero taps: the padded input's columns 2 * j + kx
+    are copied into a buffer with kx as an axis (batch, channels, kernel width, padded rows, output columns), which
     the reduce reads through a view, rows 2 * i + ky, summing over channels, kx and ky with the weight read as a
     permuted view. Every load of the reduce is then a contiguous row. bench_onnx's CNN (1 x 32 x 64 x 64 * 64 x 32 x
-    3 x 3, padding 1, jitted, minimum of 200): 305 -> 185 us for its copies and convolution together."""
+    3 x 3, padding 1, with bias and ReLU, jitted, minimum of 200 calls): 305 -> 185 us for its copies and
+    convolution together (bench/README.md, "The CNN's stride-2 convolution on the ONNX side")."""
     batch, channels = x.shape[:2]
-    out_channels = weight.shape[0]
+    out_channels, _, height, width = weight.shape
     padded = x.pad(((0, 0), (0, 0), *pairs)).contiguous() if any(amount for pair in pairs for amount in pair) else x
     # (batch, channels, rows, out columns, kx) -> kx before the rows, stored: the column gather happens once
-    columns = padded.unfold(3, 3, 2).permute(0, 1, 4, 2, 3).contiguous()
-    windows = columns.unfold(3, 3, 2)  # (batch, channels, kx, out rows, out columns, ky)
-    rows, width = windows.shape[3], windows.shape[4]
-    taps = weight.permute(0, 1, 3, 2).reshape(1, out_channels, channels, 3, 1, 1, 3)
-    product = windows.reshape(batch, 1, channels, 3, rows, width, 3) * taps
+    columns = padded.unfold(3, width, 2).permute(0, 1, 4, 2, 3).contiguous()
+    windows = columns.unfold(3, height, 2)  # (batch, channels, kx, out rows, out columns, ky)
+    rows, outputs = windows.shape[3], windows.shape[4]
+    taps = weight.permute(0, 1, 3, 2).reshape(1, out_channels, channels, width, 1, 1, height)
+    product = windows.reshape(batch, 1, channels, width, rows, outputs, height) * taps
     result = product.sum((2, 3, 6))
     return result if bias is None else result + bias.reshape(1, -1, 1, 1)
 
