@@ -92,14 +92,13 @@ def fold_loads(program: list[Instruction]) -> list[Instruction]:
     mentions: dict[VirtualRegister, int] = {}
     for instruction in program:
         for operand in instruction.operands:
-            kind = type(operand)
-            if kind is VirtualRegister:
-                mentions[operand] = mentions.get(operand, 0) + 1  # type: ignore[index, call-overload]
-            elif kind is SubRegister:
-                mentions[operand.value] = mentions.get(operand.value, 0) + 1  # type: ignore[union-attr]
-            elif kind is Memory:
-                for part in (operand.base, operand.index):  # type: ignore[union-attr]
-                    if type(part) is VirtualRegister:
+            if isinstance(operand, VirtualRegister):
+                mentions[operand] = mentions.get(operand, 0) + 1
+            elif isinstance(operand, SubRegister):
+                mentions[operand.value] = mentions.get(operand.value, 0) + 1
+            elif isinstance(operand, Memory):
+                for part in (operand.base, operand.index):
+                    if isinstance(part, VirtualRegister):
                         mentions[part] = mentions.get(part, 0) + 1
     folded: list[Instruction] = []
     skip = False
@@ -108,14 +107,13 @@ def fold_loads(program: list[Instruction]) -> list[Instruction]:
             skip = False
             continue
         operands = instruction.operands
-        if instruction.op == "vmovups" and instruction.mask is None and len(operands) == 2 and \
-                type(operands[0]) is VirtualRegister and type(operands[1]) is Memory and \
-                mentions.get(operands[0]) == 2 and position + 1 < len(program):  # type: ignore[call-overload]
-            value, source = operands[0], operands[1]
+        value, source = (operands[0], operands[1]) if len(operands) == 2 else (None, None)
+        if instruction.op == "vmovups" and instruction.mask is None and isinstance(value, VirtualRegister) and \
+                isinstance(source, Memory) and mentions.get(value) == 2 and position + 1 < len(program):
             reader = program[position + 1]
             if len(reader.operands) > 2 and reader.operands[2] is value and reader.operands.count(value) == 1 and \
                     not source.broadcast and source.bits == value.bits and reads_memory_there(reader, 2) and \
-                    not any(type(operand) is Memory for operand in reader.operands):  # type: ignore[union-attr]
+                    not any(isinstance(operand, Memory) for operand in reader.operands):
                 folded.append(replace(reader, operands=(*reader.operands[:2], source, *reader.operands[3:])))
                 skip = True
                 continue

@@ -323,6 +323,7 @@ def _end(ctx: Selection, uop: UOp) -> str:
         ctx.lane_vectors, ctx.extracted = {}, {}
         ctx.builder.emit("add", counter, 1)
         if done is None:
+            assert bound is not None  # a loop tested at its bottom has a constant count
             ctx.builder.emit("cmp", counter, bound)
             ctx.builder.emit("jl", top)
         else:
