@@ -354,3 +354,49 @@ def test_stride_2_conv_of_odd_kernel_multiplies_no_zero_taps(size: tuple[int, in
     jitted = OnnxRunner(data)
     for _ in range(3):
         np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_weights_are_stored_in_column_panels_once():
+    """A fixed MatMul weight (shared by two nodes through an Identity) and a Gemm weight read transposed are stored
+    once as contiguous panels of 16 columns and read through a (K, N) view of them; a weight of less than two whole
+    panels is left as it is. Values against numpy, jitted and not."""
+    from onnx import numpy_helper
+
+    from tinycore.nn.onnx.rewrites import PACKED_SUFFIX, TRANSPOSED_SUFFIX
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((8, 48)).astype(np.float32)
+    gemm_weight = rng.standard_normal((32, 8)).astype(np.float32)
+    narrow, bias = rng.standard_normal((8, 12)).astype(np.float32), rng.standard_normal(32).astype(np.float32)
+    x = rng.standard_normal((2, 5, 8)).astype(np.float32)
+    nodes = [helper.make_node("Identity", ["w"], ["shared"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("MatMul", ["x", "shared"], ["z"]),
+             helper.make_node("MatMul", ["x", "narrow"], ["n"]),
+             helper.make_node("Reshape", ["x", "rows"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "g", "b"], ["q"], transB=1)]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5, 8])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "yznq"],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(gemm_weight, "g"),
+         numpy_helper.from_array(narrow, "narrow"), numpy_helper.from_array(bias, "b"),
+         numpy_helper.from_array(np.array([10, 8], dtype=np.int64), "rows")])).SerializeToString()
+    expected = {"y": x @ weight, "z": x @ weight, "n": x @ narrow, "q": x.reshape(10, 8) @ gemm_weight.T + bias}
+    lazy, jitted = OnnxRunner(data, jit=False), OnnxRunner(data)
+    for runner in (lazy, jitted):
+        for _ in range(4):
+            outputs = runner({"x": x})
+            for name, value in expected.items():
+                np.testing.assert_allclose(outputs[name].numpy(), value, rtol=1e-5, atol=1e-5, err_msg=name)
+    constants = lazy._constants()
+    packed = {name: value for name, value in constants.items() if name.endswith(PACKED_SUFFIX)}
+    assert sorted(packed) == sorted(["w" + PACKED_SUFFIX, "g" + TRANSPOSED_SUFFIX + PACKED_SUFFIX])
+    for name, reference in [("w", weight), ("g" + TRANSPOSED_SUFFIX, gemm_weight.T)]:
+        value = packed[name + PACKED_SUFFIX]
+        assert isinstance(value, Tensor) and value.shape == reference.shape
+        ops = {node.op for node in value.uop.toposort}
+        assert Ops.PERMUTE in ops and ops <= {Ops.BUFFER, Ops.DEVICE, Ops.RESHAPE, Ops.PERMUTE}, "a view, no compute"
+        np.testing.assert_array_equal(value.numpy(), reference)
+        columns = reference.shape[1]
+        panels = reference.reshape(8, columns // 16, 16).transpose(1, 0, 2)
+        base = value.uop.base.buffer.numpy().view(np.float32)  # the stored bytes, panel after panel
+        np.testing.assert_array_equal(base.reshape(panels.shape), panels)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from tinycore.dtype import dtypes
 from tinycore.nn.onnx.parser import Graph, Node
+from tinycore.tensor import Tensor
 
 TRANSPOSED_SUFFIX = "::transposed"
 """Appended to a weight's name for the value that holds it transposed (a name no ONNX exporter makes)."""
@@ -38,3 +40,58 @@ def transpose_constant_gemm_weights(graph: Graph, fixed: Collection[str]) -> int
         rewritten.append(node)
     graph.nodes[:] = rewritten
     return changed
+
+
+PACKED_SUFFIX = "::packed"
+"""Appended to a weight's name for the value that holds it in column panels (see pack_constant_matmul_weights)."""
+
+PANEL_COLUMNS = 16
+"""Columns per panel of a packed weight: the width of the column block a CPU matmul kernel keeps in registers."""
+
+
+def pack_constant_matmul_weights(graph: Graph, fixed: Collection[str]) -> dict[str, str]:
+    """MatMul nodes, and Gemm nodes without transposes, whose B is fixed read it through a packed name instead; the
+    runner stores such a weight once as panels of PANEL_COLUMNS columns, each panel's rows one after another, and
+    binds the packed name to a (K, N) view of them (pack_panels). A matmul kernel then walks one contiguous block of
+    memory per column block instead of one short piece of every row. Returns {packed name: weight's name}."""
+    aliases = {node.outputs[0]: node.inputs[0] for node in graph.nodes
+               if node.op == "Identity" and node.domain == "" and node.inputs and node.inputs[0] in fixed}
+    packed: dict[str, str] = {}
+    for index, node in enumerate(graph.nodes):
+        inputs = node.inputs
+        plain_gemm = node.op == "Gemm" and not node.attributes.get("transA") and not node.attributes.get("transB")
+        if node.domain != "" or not (node.op == "MatMul" or plain_gemm) or len(inputs) < 2 or inputs[1] not in fixed:
+            continue
+        source = inputs[1]
+        while source in aliases:
+            source = aliases[source]
+        if not _packs(source, graph):
+            continue
+        packed[source + PACKED_SUFFIX] = source
+        graph.nodes[index] = Node(node.name, node.op, node.domain, node.opset,
+                                  (inputs[0], source + PACKED_SUFFIX, *inputs[2:]), node.outputs, node.attributes)
+    return packed
+
+
+def _packs(name: str, graph: Graph) -> bool:
+    """Whether the weight `name` (an initializer, or one transposed by transpose_constant_gemm_weights) is a 2-D
+    float one with more than one panel of whole columns: the only ones pack_panels changes."""
+    transposed = name.endswith(TRANSPOSED_SUFFIX)
+    weight = graph.initializers.get(name.removesuffix(TRANSPOSED_SUFFIX) if transposed else name)
+    if not isinstance(weight, Tensor) or weight.ndim != 2 or not dtypes.is_float(weight.dtype):
+        return False
+    columns = weight.shape[0 if transposed else 1]
+    return isinstance(columns, int) and columns % PANEL_COLUMNS == 0 and columns > PANEL_COLUMNS
+
+
+def pack_panels(weight: Tensor) -> Tensor:
+    """A 2-D float weight (K, N) with N a multiple of PANEL_COLUMNS, wider than one panel, stored realized as N /
+    PANEL_COLUMNS contiguous panels of (K, PANEL_COLUMNS), returned as a (K, N) view of them with the same values;
+    any other value is returned as it is."""
+    if weight.ndim != 2 or not dtypes.is_float(weight.dtype):
+        return weight
+    rows, columns = weight.shape
+    if not isinstance(columns, int) or columns % PANEL_COLUMNS or columns <= PANEL_COLUMNS:
+        return weight
+    panels = weight.reshape(rows, columns // PANEL_COLUMNS, PANEL_COLUMNS).permute(1, 0, 2).contiguous().realize()
+    return panels.permute(1, 0, 2).reshape(rows, columns)

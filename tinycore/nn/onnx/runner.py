@@ -27,7 +27,7 @@ from tinycore.nn.onnx.common import (
 )
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import STRING_OPS, OpSpec, Value, find_op, known_versions
-from tinycore.nn.onnx.rewrites import transpose_constant_gemm_weights
+from tinycore.nn.onnx.rewrites import pack_constant_matmul_weights, pack_panels, transpose_constant_gemm_weights
 from tinycore.nn.onnx.small_floats import carried_type, mark
 from tinycore.tensor import Tensor
 
@@ -293,6 +293,8 @@ class OnnxRunner:
         fixed = {*self.graph.initializers, *(name for index in constant_nodes(self.graph)
                                              for name in self.graph.nodes[index].outputs)}
         transpose_constant_gemm_weights(self.graph, fixed)
+        self._packed: dict[str, str] = pack_constant_matmul_weights(self.graph, {*fixed, *(
+            name for index in constant_nodes(self.graph) for name in self.graph.nodes[index].outputs)})
         self._constant_nodes: frozenset[int] = frozenset(constant_nodes(self.graph))
         self._folded: dict[str, Value] | None = None
 
@@ -318,6 +320,9 @@ class OnnxRunner:
             tensors = _tensors_in(list(folded.values()))
             if tensors:
                 Tensor.realize(*tensors)
+            for packed, source in self._packed.items():
+                weight = folded[source] if source in folded else self.graph.initializers[source]
+                folded[packed] = pack_panels(weight) if isinstance(weight, Tensor) else weight
             for name, value in [*self.graph.initializers.items(), *folded.items()]:
                 if isinstance(value, Tensor) and value.numel() == 1:
                     folded[name] = _as_constant(value)
