@@ -400,3 +400,26 @@ def test_matmul_weights_are_stored_in_column_panels_once():
         panels = reference.reshape(8, columns // 16, 16).transpose(1, 0, 2)
         base = value.uop.base.buffer.numpy().view(np.float32)  # the stored bytes, panel after panel
         np.testing.assert_array_equal(base.reshape(panels.shape), panels)
+
+
+def test_matmul_weight_whose_product_is_sliced_is_not_packed():
+    """A product read by a Slice (here after a bias Add) keeps its weight unpacked: a window off the panel boundaries
+    would make its kernel index every lane through a division. Values against numpy."""
+    from onnx import numpy_helper
+
+    from tinycore.nn.onnx.rewrites import PACKED_SUFFIX
+    rng = np.random.default_rng(2)
+    weight, bias = rng.standard_normal((8, 48)).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    x = rng.standard_normal((5, 8)).astype(np.float32)
+    bounds = [numpy_helper.from_array(np.array([value], dtype=np.int64), name)
+              for value, name in [(3, "start"), (40, "end"), (1, "axis")]]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"]), helper.make_node("Add", ["p", "b"], ["s"]),
+             helper.make_node("Slice", ["s", "start", "end", "axis"], ["y"])]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b"), *bounds])).SerializeToString()
+    runner = OnnxRunner(data)
+    for _ in range(3):
+        np.testing.assert_allclose(runner({"x": x})["y"].numpy(), (x @ weight + bias)[:, 3:40], rtol=1e-5, atol=1e-5)
+    assert not [name for name in runner._constants() if name.endswith(PACKED_SUFFIX)]

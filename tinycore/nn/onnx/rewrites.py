@@ -56,6 +56,10 @@ def pack_constant_matmul_weights(graph: Graph, fixed: Collection[str]) -> dict[s
     memory per column block instead of one short piece of every row. Returns {packed name: weight's name}."""
     aliases = {node.outputs[0]: node.inputs[0] for node in graph.nodes
                if node.op == "Identity" and node.domain == "" and node.inputs and node.inputs[0] in fixed}
+    readers: dict[str, list[Node]] = {}
+    for node in graph.nodes:
+        for name in node.inputs:
+            readers.setdefault(name, []).append(node)
     packed: dict[str, str] = {}
     for index, node in enumerate(graph.nodes):
         inputs = node.inputs
@@ -65,12 +69,29 @@ def pack_constant_matmul_weights(graph: Graph, fixed: Collection[str]) -> dict[s
         source = inputs[1]
         while source in aliases:
             source = aliases[source]
-        if not _packs(source, graph):
+        if not _packs(source, graph) or _sliced(node.outputs[0], readers):
             continue
         packed[source + PACKED_SUFFIX] = source
         graph.nodes[index] = Node(node.name, node.op, node.domain, node.opset,
                                   (inputs[0], source + PACKED_SUFFIX, *inputs[2:]), node.outputs, node.attributes)
     return packed
+
+
+SLICING_OPS = frozenset({"Slice", "Split", "Gather", "GatherElements", "GatherND", "Pad", "Compress"})
+"""Ops whose window on a product packed in panels can make its kernel index every lane through a division: a window
+whose columns do not start and end at panel boundaries ran 20-40x slower (a 64 x 768 product's columns 8-520)."""
+
+
+def _sliced(product: str, readers: dict[str, list[Node]]) -> bool:
+    """Whether a SLICING_OPS node reads `product`, directly or after an elementwise bias or scale: such a weight is
+    left unpacked (which windows stay on panel boundaries is not known before the call)."""
+    for reader in readers.get(product, []):
+        if reader.op in SLICING_OPS:
+            return True
+        if reader.op in ("Add", "Sub", "Mul", "Div") and any(node.op in SLICING_OPS
+                                                               for node in readers.get(reader.outputs[0], [])):
+            return True
+    return False
 
 
 def _packs(name: str, graph: Graph) -> bool:
