@@ -402,6 +402,34 @@ def test_matmul_weights_are_stored_in_column_panels_once():
         np.testing.assert_array_equal(base.reshape(panels.shape), panels)
 
 
+def test_packed_matmul_weights_stay_within_their_byte_budget():
+    """Packed copies sit beside the stored weights, so ONNX_PANEL_BYTES bounds them: weights are packed in graph
+    order while they fit, and 0 packs none. Every product's values against numpy either way."""
+    from onnx import numpy_helper
+
+    from tinycore.helpers import Context
+    from tinycore.nn.onnx.rewrites import PACKED_SUFFIX
+    rng = np.random.default_rng(4)
+    first, second = (rng.standard_normal((8, 32)).astype(np.float32) for _ in range(2))  # 1 KiB each
+    x = rng.standard_normal((9, 8)).astype(np.float32)
+    data = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "a"], ["y"]), helper.make_node("MatMul", ["x", "b"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [9, 8])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for name in "yz"],
+        [numpy_helper.from_array(first, "a"), numpy_helper.from_array(second, "b")])).SerializeToString()
+    for budget, expected_packed in [(0, set()), (1024, {"a"}), (2048, {"a", "b"})]:
+        with Context(ONNX_PANEL_BYTES=budget):
+            runner = OnnxRunner(data)
+            outputs = runner({"x": x})
+            constants = runner._constants()
+        np.testing.assert_allclose(outputs["y"].numpy(), x @ first, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(outputs["z"].numpy(), x @ second, rtol=1e-5, atol=1e-5)
+        # a packed copy is a permuted view of its panels; an unpacked name is bound to the stored weight itself
+        packed = {name[:-len(PACKED_SUFFIX)] for name, value in constants.items() if name.endswith(PACKED_SUFFIX)
+                  and isinstance(value, Tensor) and Ops.PERMUTE in {node.op for node in value.uop.toposort}}
+        assert packed == expected_packed, budget
+
+
 def test_matmul_weight_whose_product_is_sliced_is_not_packed():
     """A product read by a Slice (here after a bias Add) keeps its weight unpacked: a window off the panel boundaries
     would make its kernel index every lane through a division. Values against numpy."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from tinycore.dtype import dtypes
+from tinycore.helpers import ContextVar
 from tinycore.nn.onnx.parser import Graph, Node
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.tensor import Tensor
@@ -126,6 +127,22 @@ def _packs(name: str, graph: Graph) -> bool:
         return False
     columns = weight.shape[1]
     return isinstance(columns, int) and columns % PANEL_COLUMNS == 0 and columns > PANEL_COLUMNS
+
+
+PANEL_BYTES = ContextVar("ONNX_PANEL_BYTES", 64 << 20)
+"""Most bytes of packed weight copies a runner keeps (weights packed in graph order while they fit): a packed weight
+is a second copy beside the stored one, which one-row products still read, so this bounds the extra memory. 0 turns
+packing off."""
+
+
+def packed_weight(weight: Tensor, budget: int) -> Tensor | None:
+    """`weight` packed in panels (pack_panels) when it lives on a device whose renderer loops over rows (the CPU's
+    register-tiled product is what panels are for; nothing was measured elsewhere) and fits in `budget` bytes, else
+    None (the product then reads the weight as stored)."""
+    from tinycore.tensor.conv_layouts import loops_over_rows
+    if weight.nbytes() > budget or not loops_over_rows(weight):
+        return None
+    return pack_panels(weight)
 
 
 def pack_panels(weight: Tensor) -> Tensor:

@@ -27,7 +27,12 @@ from tinycore.nn.onnx.common import (
 )
 from tinycore.nn.onnx.parser import Graph, Model, Node, ValueInfo, ValueType, graph_ops, read_model
 from tinycore.nn.onnx.registry import STRING_OPS, OpSpec, Value, find_op, known_versions
-from tinycore.nn.onnx.rewrites import pack_constant_matmul_weights, pack_panels, transpose_constant_gemm_weights
+from tinycore.nn.onnx.rewrites import (
+    PANEL_BYTES,
+    pack_constant_matmul_weights,
+    packed_weight,
+    transpose_constant_gemm_weights,
+)
 from tinycore.nn.onnx.small_floats import carried_type, mark
 from tinycore.tensor import Tensor
 
@@ -320,9 +325,12 @@ class OnnxRunner:
             tensors = _tensors_in(list(folded.values()))
             if tensors:
                 Tensor.realize(*tensors)
+            budget = PANEL_BYTES.value
             for packed, source in self._packed.items():
                 weight = folded[source] if source in folded else self.graph.initializers[source]
-                folded[packed] = pack_panels(weight) if isinstance(weight, Tensor) else weight
+                panels = packed_weight(weight, budget) if isinstance(weight, Tensor) else None
+                folded[packed] = weight if panels is None else panels
+                budget -= 0 if panels is None else panels.nbytes()
             for name, value in [*self.graph.initializers.items(), *folded.items()]:
                 if isinstance(value, Tensor) and value.numel() == 1:
                     folded[name] = _as_constant(value)
