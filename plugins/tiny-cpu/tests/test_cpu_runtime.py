@@ -415,6 +415,26 @@ def test_compile_batch_keeps_same_named_kernels_apart():
         compiler.compile_batch([("tc_missing", "void tc_elsewhere(float* data0) { }\n")])
 
 
+def test_a_program_dropped_while_a_library_loads_releases_without_deadlock():
+    """The collector can run a dropped program's __del__ inside ctypes.CDLL, while _load holds the paths lock on the
+    same thread (a test run hung there): releasing under the held lock must finish, and the path is freed."""
+    import threading
+
+    from tiny_cpu import runtime
+    source = "void tc_drop(float* restrict data0) { data0[0] = 3.0f; }\n"
+    program = CPUProgram("tc_drop", ClangCompiler().compile_cached(source))
+    path, finished = program._path, threading.Event()
+
+    def release_under_the_lock() -> None:
+        with runtime._PATHS_LOCK:
+            program.__del__()
+        finished.set()
+
+    threading.Thread(target=release_under_the_lock, daemon=True).start()
+    assert finished.wait(20), "releasing a program under the held paths lock deadlocked"
+    assert path is None or path not in runtime._LIVE_PATHS
+
+
 def test_launcher_runs_one_and_several_workers():
     source = "void tc_fill(float* restrict data0, const int core_id) { data0[core_id] = (float)(core_id + 1); }\n"
     program = CPUProgram("tc_fill", ClangCompiler().compile_cached(source))

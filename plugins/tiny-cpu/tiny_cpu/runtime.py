@@ -24,7 +24,9 @@ except ImportError:  # not a POSIX dlopen platform
 # opened with, so a path is never reused while its library is loaded: a descriptor number that comes back is
 # spelled with extra slashes instead (/proc/self/fd//5), which names the same file.
 _LIVE_PATHS: set[str] = set()
-_PATHS_LOCK = threading.Lock()
+# Reentrant: the cyclic collector may run a dropped program's __del__ (which releases its path under this lock) on a
+# thread that holds it already, from an allocation inside ctypes.CDLL in _load; a plain Lock deadlocked there.
+_PATHS_LOCK = threading.RLock()
 
 
 def _load(lib: bytes) -> tuple[ctypes.CDLL, str | None]:
