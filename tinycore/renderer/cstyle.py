@@ -1,9 +1,5 @@
-"""CStyleLanguage: renderers of linear kernel programs into C-like source (C, OpenCL C, CUDA, HIP, WGSL), as rules.
-
-Each UOp is rendered by the first rule of the language's `string_rewrite` (a PatternMatcher over a RenderContext)
-that returns text: a language puts its own rules before `base_rendering` and falls through by returning None. The
-rest is data declared once here and overridden per language: type names, literals, prefixes, formats, the barrier.
-"""
+"""CStyleLanguage: the C-like family (C, OpenCL C, CUDA, HIP, WGSL) as rules (`string_rewrite`, a PatternMatcher over
+a RenderContext: a language's rules before `base_rendering`, None falls through) and data (types, literals, formats)."""
 from __future__ import annotations
 
 import math
@@ -45,7 +41,7 @@ BASE_TYPE_MAP: dict[DType, str] = {
     dtypes.void: "void"}
 
 # ops rendered in place when they have one user and are scalar
-_INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.GEP, Ops.VECTORIZE, Ops.VCONST, Ops.CUSTOM}
+_INLINE_WHEN_SINGLE_USE = GroupOp.ALU | {Ops.CAST, Ops.BITCAST, Ops.GEP, Ops.VECTORIZE, Ops.VCONST, Ops.CUSTOM}
 
 def bfloat16_bits(value: float) -> int:
     """The bfloat16 bit pattern of `value` (round to nearest even, quiet NaN kept)."""
@@ -89,6 +85,7 @@ class CStyleLanguage(Renderer):
     vector_alu_ops: frozenset[Ops] = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC})
     code_for_op: dict[Ops, CodeForOp] = BASE_CODE_FOR_OP
     type_map: dict[DType, str] = BASE_TYPE_MAP
+    memory_types: dict[DType, str] = {}  # the types in buffers and local memory that differ from the value types
     guard_integer_division = True  # codegen's pass "guarded division": a zero divisor gives 0, never a trap
     # results of these dtypes are cast back after each op (against C's integer promotion and excess float precision)
     narrow_dtypes: tuple[DType, ...] = (dtypes.int8, dtypes.uint8, dtypes.int16, dtypes.uint16, dtypes.float16)
@@ -102,8 +99,8 @@ class CStyleLanguage(Renderer):
         return scalar if dtype.count == 1 else self.vector_type_name(scalar, dtype.count)
 
     def memory_type(self, dtype: DType) -> str:
-        """The type of `dtype` in buffers and local memory."""
-        return self.render_dtype(dtype)
+        """The type of `dtype` in buffers and local memory (`memory_types`, else its value type)."""
+        return self.memory_types.get(dtype) or self.render_dtype(dtype)
 
     def spelled_dtypes(self) -> set[DType]:
         """The dtypes `type_map` names, and bfloat16 wherever uint16 is (its bits, computed in float32)."""
@@ -122,21 +119,18 @@ class CStyleLanguage(Renderer):
         """The name of a vector of `count` lanes of the scalar type `scalar` (float4, uint8, ...)."""
         return f"{scalar.replace('unsigned ', 'u').replace('signed ', 's').replace(' ', '')}{count}"
 
-    def render_float(self, value: float, dtype: DType) -> str:
-        """A floating point literal of `dtype`, infinities and NaN included."""
-        if math.isnan(value) or math.isinf(value):
-            text = self.nan if math.isnan(value) else self.infinity if value > 0 else f"(-{self.infinity})"
-        else:  # Python's repr of a finite float always has a "." or an exponent
-            text = repr(float(value)) + (self.float_suffix if dtype.scalar != dtypes.float64 else "")
-            text = f"({text})" if text.startswith("-") else text
-        return text if dtype.scalar in (dtypes.float32, dtypes.float64) else \
-            self.render_cast(text, dtypes.float32, dtype.scalar)
-
     def render_const(self, value: object, dtype: DType) -> str:
-        """A literal of scalar `dtype` (integers with their `integer_suffix`, or cast where they have none)."""
+        """A literal of scalar `dtype`: floats (inf and NaN too), integers with their `integer_suffix` or a cast."""
         scalar = dtype.scalar
         if dtypes.is_float(dtype):
-            return self.render_float(float(value), dtype)  # type: ignore[arg-type]
+            real = float(value)  # type: ignore[arg-type]
+            if math.isnan(real) or math.isinf(real):
+                text = self.nan if math.isnan(real) else self.infinity if real > 0 else f"(-{self.infinity})"
+            else:  # Python's repr of a finite float always has a "." or an exponent
+                text = repr(real) + (self.float_suffix if scalar != dtypes.float64 else "")
+                text = f"({text})" if text.startswith("-") else text
+            return text if scalar in (dtypes.float32, dtypes.float64) else \
+                self.render_cast(text, dtypes.float32, scalar)
         if scalar == dtypes.bool:
             return "1" if value else "0"
         number, suffix = int(value), self.integer_suffix.get(scalar)  # type: ignore[call-overload]
@@ -263,6 +257,7 @@ class RenderContext:
         self.names, self.pointers, self.counters = dict[UOp, str](), dict[UOp, RenderedPointer](), dict[str, int]()
         self.buffers, self.variables, self.masks = dict[int, str](), dict[str, str](), dict[UOp, tuple[str, DType]]()
         self.used_dtypes, self.inlined = set[DType](), set[UOp]()
+        self.braces = dict[UOp, int]()  # RANGE -> the braces it opened where that is not 1 (blocks of unrolled steps)
         self.uses: Counter[UOp] = Counter(source for uop in uops for source in uop.src)
         self.stored = {pointer_root(uop.src[0]) for uop in uops if uop.op is Ops.STORE}
         self.state: Any = renderer.context_state(uops)  # each language's own type (its rules know it)
@@ -351,9 +346,8 @@ class RenderContext:
         """The rendered INDEX (or pointer CAST) a LOAD or STORE reads."""
         if uop in self.pointers:
             return self.pointers[uop]
-        if uop.op in (Ops.INDEX, Ops.CAST):
-            raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
-        raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got {uop.op}")
+        raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order" if uop.op in
+                         (Ops.INDEX, Ops.CAST) else f"LOAD/STORE needs an INDEX (or its pointer CAST), got {uop.op}")
 
     def gated(self, pointer: RenderedPointer, statement: str) -> str:
         """`statement` behind the pointer's gate, if it has one."""
@@ -424,7 +418,7 @@ def _range(ctx: RenderContext, x: UOp) -> str:
     return ctx.name(x, name)
 
 def _close(ctx: RenderContext, x: UOp) -> str:
-    for _ in range(sum(1 for source in x.src if source.op is Ops.RANGE) or 1):
+    for _ in range(sum(ctx.braces.pop(source, 1) for source in x.src if source.op is Ops.RANGE) or 1):
         ctx.depth -= 1
         ctx.emit("}")
     return ""

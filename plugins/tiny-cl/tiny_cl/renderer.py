@@ -53,6 +53,7 @@ class OpenCLRenderer(CStyleLanguage):
     integer_suffix = {**CStyleLanguage.integer_suffix, dtypes.int64: "l", dtypes.uint64: "ul"}
     vector_cast, bitcast_format = "convert_{type}({x})", "as_{type}({x})"
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.AND, Ops.OR, Ops.XOR}
+    memory_types = {dtypes.bool: "uchar"}  # bool has no defined size in OpenCL C memory
 
     def __init__(self, device: str = "CL", extensions: frozenset[str] | set[str] = frozenset(),
                  global_max: tuple[int, ...] | None = None, local_max: tuple[int, ...] | None = None,
@@ -92,10 +93,6 @@ class OpenCLRenderer(CStyleLanguage):
         address = _vector_address(pointer, value.dtype)
         return super().render_store(ctx, pointer, index_uop, value) if address is None else \
             f"vstore{value.dtype.count}({ctx.expression(value)}, 0, {address});"
-
-    def memory_type(self, dtype: DType) -> str:
-        """bool is a uchar in memory (bool has no defined size in OpenCL C memory)."""
-        return "uchar" if dtype == dtypes.bool else self.render_dtype(dtype)
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """No contraction of a*b+c into fma (numpy rounds twice), extension pragmas and the bfloat16 helpers."""

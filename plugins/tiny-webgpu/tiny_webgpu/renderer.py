@@ -181,7 +181,7 @@ class _State:
     def __init__(self, local_mode: bool, atomic_globals: set[int]):
         self.local_mode, self.atomic_globals, self.workgroup_bytes = local_mode, atomic_globals, 0
         self.module_lines, self.workgroup = list[str](), [1, 1, 1]  # the workgroup arrays, the lidx sizes
-        self.open_ranges = dict[UOp, tuple[int, int]]()  # RANGE -> (trip count, 1 if unknown; braces it opened)
+        self.trips = dict[UOp, int]()  # RANGE -> its trip count (1 if unknown); open while in ctx.braces
 
 def _define_var(ctx: RenderContext, x: UOp) -> str:
     name = ctx.variables[str(x.arg[0])] = "var_" + "".join(ch if ch.isalnum() else "_" for ch in str(x.arg[0]))
@@ -217,7 +217,7 @@ def _range(ctx: RenderContext, x: UOp) -> str:
     assert isinstance(renderer, WGSLRenderer)
     limit, size = renderer.max_loop_iterations, x.src[0].arg if x.src[0].op is Ops.CONST else None
     # a loop nested in others runs (product of the enclosing trip counts) x its own trip count times in a thread
-    total = None if size is None else size * math.prod(trips for trips, _ in state.open_ranges.values())
+    total = None if size is None else size * math.prod(state.trips[loop] for loop in ctx.braces)
     if limit is None or (total is not None and total <= limit):
         lines = [f"for (var {name}: i32 = 0; {name} < {end}; {name}++) {{"]
     else:  # the driver ends a loop after `limit` iterations in a thread: blocks of up to MAX_UNROLL steps it unrolls
@@ -233,22 +233,9 @@ def _range(ctx: RenderContext, x: UOp) -> str:
                  f"  for (var {name}_step: i32 = 0; {name}_step < {unroll}i; {name}_step++) {{",
                  f"    let {name}: i32 = {name}_block + {name}_step;", f"    if ({name} < {end}) {{"]
     _emit(ctx, lines)
-    braces = sum(line.endswith("{") for line in lines)
-    ctx.depth, state.open_ranges[x] = ctx.depth + braces, (1 if size is None else size, braces)
+    ctx.braces[x], state.trips[x] = sum(line.endswith("{") for line in lines), 1 if size is None else size
+    ctx.depth += ctx.braces[x]
     return ctx.name(x, name)
-
-def _end(ctx: RenderContext, x: UOp) -> str:
-    for _ in range(sum(ctx.state.open_ranges.pop(source, (1, 1))[1] for source in x.src if source.op is Ops.RANGE)
-                   or 1):
-        ctx.depth -= 1
-        ctx.emit("}")
-    return ""
-
-def _bitcast(ctx: RenderContext, x: UOp) -> str:  # WGSL's bitcast is an expression: in place when used once
-    code = ctx.renderer.render_bitcast(ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar)
-    if ctx.uses.get(x, 0) <= 1:
-        ctx.inlined.add(x)
-    return ctx.name(x, code) if x in ctx.inlined else ctx.bind(x, code)
 
 def _index(ctx: RenderContext, x: UOp) -> str:  # loads and stores render the access (`_access`)
     if x.src[1] in ctx.inlined and ctx.uses.get(x, 0) > 1:  # an index used several times is computed once
@@ -307,8 +294,9 @@ def _store(ctx: RenderContext, x: UOp) -> str:
 wgsl_rendering = text_rules([
     (UPat(Ops.DEFINE_VAR, name="x"), _define_var), (UPat(Ops.SPECIAL, name="x"), _special),
     (UPat((Ops.DEFINE_REG, Ops.DEFINE_LOCAL), name="x"), _define_memory), (UPat(Ops.RANGE, name="x"), _range),
-    (UPat(Ops.END, name="x"), _end), (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.BITCAST, name="x"), _bitcast),
-    (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+    (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
+    (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.bind(x, ctx.renderer.render_bitcast(  # an expression, inlined
+        ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar))),
     (UPat(Ops.BARRIER), lambda ctx: None if ctx.state.local_mode else _refuse(
         "a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return early and cannot "
         "synchronize")),
