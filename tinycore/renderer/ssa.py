@@ -1,6 +1,5 @@
-"""What the renderers into SSA-register languages (PTX, LLVM IR) share: a context that keeps each UOp's register and
-the lines written, rules given as a table of op -> function, instruction templates filled per type, constants' bits.
-A float dtype a language cannot compute with is its `emulated_floats`: codegen computes it in float32 beforehand."""
+"""What the renderers into SSA-register languages (PTX, LLVM IR) share: the context of registers and lines, the rules
+every such language has, instruction templates filled per type, constants' bits (see docs/architecture.md)."""
 from __future__ import annotations
 
 import math
@@ -10,14 +9,16 @@ from typing import TypeVar
 
 from tinycore.dtype import DType, dtypes
 from tinycore.renderer.cstyle import bfloat16_bits
-from tinycore.renderer.renderer import text_rules
-from tinycore.uop.ops import Ops
+from tinycore.renderer.renderer import Renderer, kernel_name, text_rules
+from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 REDUCE_OPS = {"add": Ops.ADD, "mul": Ops.MUL}
 """A scatter reduce's name -> the ALU op that combines (max and min are a compare and a select)."""
 _FLOAT_FORMATS = {dtypes.float16: ("<e", "<H"), dtypes.float32: ("<f", "<I"), dtypes.float64: ("<d", "<Q")}
+Pointer = tuple[str, "str | None", str]
+"""An INDEX as the context keeps it for the LOAD or STORE through it: (address, gate, what the language adds)."""
 
 class SSAContext:
     """The state of rendering one linear program into an SSA-register language: each UOp's register, the lines."""
@@ -26,16 +27,19 @@ class SSAContext:
     emulated_floats: frozenset[DType] = frozenset()
     """The renderer's `emulated_floats`: a scatter reduce combines them in float32, as codegen computes them."""
     # each language's own: the register or literal of a constant, an ALU op over registers of a dtype (the values'
-    # type, not a condition's) with a count of lanes, and a conversion by value between types, as C converts
+    # type, not a condition's) with a count of lanes, a conversion by value between types as C converts, the module
     constant: Callable[[object, DType], str]
     arithmetic: Callable[[Ops, list[str], DType, int], str]
     convert: Callable[[str, DType, DType, int], str]
+    run: Callable[[str], str]
 
-    def __init__(self, uops: list[UOp]):
-        self.uops = uops
+    def __init__(self, uops: list[UOp], renderer: Renderer | None = None):
+        self.uops, self.renderer = uops, renderer
         self.values: dict[UOp, str] = {}  # each rendered UOp's register (or literal)
+        self.pointers: dict[UOp, Pointer] = {}
         self.lines: list[str] = []
         self.declarations: list[str] = []  # what goes before the instructions
+        self.conditionals: list[str] = []  # the labels that end the open IF blocks, innermost last
 
     def emit(self, *lines: str) -> None:
         """Append instructions."""
@@ -50,6 +54,12 @@ class SSAContext:
             return self.constant(uop.arg, uop.dtype)
         raise ValueError(f"{uop.op} is used before it is rendered: the linear program is out of order")
 
+    def pointer(self, uop: UOp) -> Pointer:
+        """The pointer the LOAD or STORE `uop` goes through: its first source's (an INDEX or a pointer CAST of one)."""
+        if (found := self.pointers.get(uop.src[0])) is None:
+            raise ValueError(f"{uop.op.name} needs an INDEX (or a pointer CAST of one) first, got {uop.src[0].op}")
+        return found
+
     def render_uops(self, rules: PatternMatcher | None) -> None:
         """Each UOp rendered into this context by the first of `rules` (the renderer's) that matches it."""
         assert rules is not None, f"the {self.language} renderer has no rules"
@@ -59,8 +69,7 @@ class SSAContext:
                                  f"{uop.arg!r}): it is not part of the linear program contract")
 
     def lanes(self, uop: UOp) -> int:
-        """How many lanes the ALU UOp `uop` computes (a scalar language: one; a vector language overrides `operand`
-        too)."""
+        """How many lanes the ALU `uop` computes (a scalar language: one; a vector one overrides `operand` too)."""
         return 1
 
     def operand(self, uop: UOp, count: int) -> str:
@@ -100,15 +109,33 @@ class SSAContext:
 ContextT = TypeVar("ContextT", bound=SSAContext)
 
 def ssa_rules(table: Mapping[Ops | tuple[Ops, ...], Callable[[ContextT, UOp], str | None]]) -> PatternMatcher:
-    """Rendering rules from `table` (op or ops -> function(ctx, uop)): the function renders its UOp into the context
-    and returns the register holding its value (kept as the UOp's), or None for a statement."""
+    """Rendering rules from `table` (op or ops -> function(ctx, uop)), then those every SSA language shares: the
+    function renders its UOp into the context and returns its register (kept as the UOp's), or None for a statement."""
+    shared: dict[Ops | tuple[Ops, ...], Callable[[ContextT, UOp], str | None]] = {
+        (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
+        tuple(GroupOp.ALU): SSAContext.alu, (Ops.SINK, Ops.GROUP): lambda ctx, uop: None}
+
     def rule(function: Callable[[ContextT, UOp], str | None]) -> Callable[[ContextT, UOp], str]:
         def render(ctx: ContextT, uop: UOp) -> str:
             if (register := function(ctx, uop)) is not None:
                 ctx.values[uop] = register
             return ""
         return render
-    return text_rules([(UPat(op, name="uop"), rule(function)) for op, function in table.items()])
+    return text_rules([(UPat(op, name="uop"), rule(function)) for op, function in [*table.items(), *shared.items()]])
+
+class SSARenderer(Renderer):
+    """A renderer into an SSA-register language: each program rendered into a fresh `context` by its rules."""
+
+    guard_integer_division = True  # codegen's pass "guarded division": a division by 0 or of int min by -1 traps
+    context: type[SSAContext]
+
+    def render(self, uops: list[UOp]) -> str:
+        """The module of the linear program `uops` (the kernel named from the SINK's arg)."""
+        return self.render_named(uops, kernel_name(uops))
+
+    def render_named(self, uops: list[UOp], name: str) -> str:
+        """The module of the linear program `uops` with the kernel called `name`."""
+        return self.context(uops, self).run(name)
 
 def fill_types(templates: Iterable[str], fields: Mapping[str, str], registers: Iterable[str]) -> tuple[str, ...]:
     """`templates` with the fields of their type filled in; the `registers` fields and the positional ones ({0},

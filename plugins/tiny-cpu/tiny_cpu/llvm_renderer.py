@@ -1,9 +1,8 @@
-"""The LLVM renderer of the CPU device: LLVM IR text (opaque pointers) from the linear program, one function per kernel.
+"""The LLVM renderer of the CPU device: LLVM IR (opaque pointers) from the linear program, one function per kernel.
 
-The kernel is `void @NAME(ptr noalias buffers..., i32 vars..., i32 %core_id)`, and `void @NAME_entry(ptr %arguments,
-i32 %core_id)` unpacks its arguments from 64-bit words (the C renderer's convention, see tiny_cpu.renderer). bool is
-`i1` (a byte in memory), bfloat16 its 16 bits computed in float, vectors LLVM vectors (a bool vector a lane mask).
-Only the compiler (tiny_cpu.llvm_compiler) imports llvmlite.
+`void @NAME(ptr noalias buffers..., i32 vars..., i32 %core_id)` is the kernel, and `void @NAME_entry(ptr %arguments,
+i32 %core_id)` unpacks its arguments from 64-bit words (tiny_cpu.renderer's convention). bool is `i1` (a byte in
+memory), bfloat16 its bits in an i16, vectors LLVM vectors (a bool vector a lane mask). Only llvm_compiler imports llvmlite.
 """
 from __future__ import annotations
 
@@ -11,14 +10,12 @@ import functools
 import math
 import os
 import struct
-from typing import NamedTuple
 
 from tiny_cpu.llvm_lowering import llvm_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
 from tinycore.helpers import NUM_CPU_THREADS
-from tinycore.renderer.renderer import Renderer, kernel_name
-from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
-from tinycore.uop.ops import FUSED, GroupOp, Ops
+from tinycore.renderer.ssa import Pointer, SSAContext, SSARenderer, fill_types, float_bits, identifier, ssa_rules
+from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.uop import UOp
 
 _SCALAR_TYPES: dict[DType, str] = {
@@ -58,8 +55,7 @@ def _splat(text: str, scalar: str, count: int) -> str:
 
 @functools.cache
 def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
-    """The instructions of `template` with the fields of their operands' type filled in (operands and earlier values
-    left to `LLVMContext.sequence`)."""
+    """The instructions of `template` on `count` lanes of `scalar`, the operands left to `LLVMContext.sequence`."""
     element, unsigned = scalar_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
     fields = {"T": _lanes(element, count), "F": _lanes("i1", count), "S": _lanes("i16", count),
               "W": _lanes("i32", count), "f32": _lanes("float", count), "true": _splat("true", "i1", count),
@@ -72,7 +68,7 @@ def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
 
 @functools.cache
 def _table_plan(op: Ops, scalar: DType, count: int) -> tuple[str, ...] | None:
-    """The instructions of `op` on `count` lanes of `scalar`; None where it is not a table's."""
+    """The instructions of `op` on `count` lanes of `scalar` from the tables (None where they have none)."""
     template = (_BOOL_OPS.get(op) if scalar == dtypes.bool else None) or \
         (_FLOAT_OPS if _is_float(scalar) else _INTEGER_OPS).get(op) or _COMMON_OPS.get(op)
     return None if template is None else _resolved(template, scalar, count)
@@ -92,21 +88,18 @@ def _is_float(dtype: DType) -> bool:
     return dtypes.is_float(dtype) and dtype.scalar not in _EMULATED
 
 def constant(value: object, dtype: DType) -> str:
-    """The text of a scalar constant of `dtype`: bfloat16 as its bits, halves as 0xH bits, floats and doubles as
-    the double's bits (exact for floats)."""
-    scalar = dtype.scalar
-    if scalar == dtypes.bool:
+    """The text of a scalar constant of `dtype`: a half as 0xH bits, bfloat16 (an i16) as the integer of its bits,
+    floats and doubles as the double's bits (exact for floats), integers as signed."""
+    if (scalar := dtype.scalar) == dtypes.bool:
         return "true" if value else "false"
-    if dtypes.is_float(scalar):
-        number = float(value)  # type: ignore[arg-type]
-        if scalar.itemsize == 2:  # a half as 0xH bits, bfloat16 (an i16 here) as the integer of its bits
-            return ("0xH{:04X}" if scalar == dtypes.float16 else "{}").format(float_bits(number, scalar))
-        if scalar == dtypes.float32:  # rounded to float, written as the double of the same value
-            number = struct.unpack("<f", struct.pack("<I", float_bits(number, scalar)))[0]
-        return f"0x{0x7FF8000000000000 if math.isnan(number) else float_bits(number, dtypes.float64):016X}"
-    bits = 8 * scalar.itemsize
-    number = int(value) & ((1 << bits) - 1)  # type: ignore[call-overload]
-    return str(number - (1 << bits) if number >= 1 << (bits - 1) else number)
+    if not dtypes.is_float(scalar):
+        half = 1 << (8 * scalar.itemsize - 1)  # the bits of the integer read as signed
+        return str(((int(value) + half) & (2 * half - 1)) - half)  # type: ignore[call-overload]
+    if scalar.itemsize == 2:
+        return ("0xH{:04X}" if scalar == dtypes.float16 else "{}").format(float_bits(float(value), scalar))  # type: ignore[arg-type]
+    number = float(value) if scalar == dtypes.float64 else \
+        struct.unpack("<f", struct.pack("<I", float_bits(float(value), scalar)))[0]  # type: ignore[arg-type]
+    return f"0x{0x7FF8000000000000 if math.isnan(number) else float_bits(number, dtypes.float64):016X}"
 
 def vector_constant(values: list[object], dtype: DType) -> str:
     """The text of a vector constant of `dtype` (one value per lane; zeroinitializer where every lane is +0)."""
@@ -114,61 +107,16 @@ def vector_constant(values: list[object], dtype: DType) -> str:
         return "zeroinitializer"
     return "<" + ", ".join(f"{scalar_type(dtype)} {constant(value, dtype.scalar)}" for value in values) + ">"
 
-class Pointer(NamedTuple):
-    """An INDEX (or a pointer CAST of one, for a vector access) as the context keeps it: the buffer register, the
-    element index and its type, the gate and `step`, the buffer's own element type, which the index counts in."""
-
-    buffer: str
-    index: str | None
-    index_type: str
-    gate: str | None
-    step: DType
-
-class LLVMRenderer(Renderer):
-    """LLVM IR for the host CPU, compiled in-process by llvmlite (tiny_cpu.llvm_compiler)."""
-
-    device, suffix, emulated_floats = "CPU", "ll", _EMULATED
-    guard_integer_division = True  # codegen's pass "guarded division": sdiv by 0 or of int min by -1 traps on x86
-    has_local, has_shared, has_threads = False, False, True
-    global_max, local_max, shared_max = None, None, 0
-    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
-                                Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
-                                Ops.BITCAST})
-    atomic_dtypes, type_map = frozenset(_SCALAR_TYPES), _SCALAR_TYPES  # every dtype with an LLVM type (fp8 has none)
-    vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
-    decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
-    matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target by the factory)
-    fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
-    vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
-                                                   for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
-    post_matcher = llvm_lowering  # gated reads without a branch, half math in float32 (tiny_cpu.llvm_lowering)
-
-    def __init__(self, device: str = "CPU", arch: str | None = None):
-        self.device, self.arch, self.global_max = device, arch, (NUM_CPU_THREADS.value or os.cpu_count() or 1, 1, 1)
-
-    def render(self, uops: list[UOp]) -> str:
-        """The LLVM IR module of the linear program `uops` (the function named from the SINK's arg)."""
-        return self.render_named(uops, kernel_name(uops))
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The LLVM IR module of `uops` with the kernel called `name` and its entry point `name`_entry."""
-        return LLVMContext(uops).run(name, self)
-
 class LLVMContext(SSAContext):
     """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
 
     language, indent, emulated_floats = "LLVM", "  ", _EMULATED
     constant = staticmethod(constant)  # a constant is its literal
 
-    def __init__(self, uops: list[UOp]):
-        super().__init__(uops)
-        self.pointers: dict[UOp, Pointer] = {}
-        self.counter, self.block = 0, "start"
-        self.conditionals: list[str] = []
-        self.intrinsics: set[str] = set()
+    def __init__(self, uops: list[UOp], renderer: SSARenderer | None = None):
+        super().__init__(uops, renderer)
+        self.counter, self.block, self.intrinsics = 0, "start", set[str]()
         self.loops: list[tuple[str, str, str, str, str]] = []  # (latch, exit, header, counter, type)
-        self.globals: dict[int, str] = {}
-        self.variables: dict[str, str] = {}
 
     def fresh(self, prefix: str = "v") -> str:
         """A new register name."""
@@ -207,11 +155,9 @@ class LLVMContext(SSAContext):
             self.emit(f"br label %{after}")
             self.label(after)
 
-    def splat(self, text: str, dtype: DType, count: int) -> str:
-        """A scalar of `dtype` broadcast to `count` lanes."""
-        vector = f"<{count} x {(scalar := scalar_type(dtype))}>"
-        inserted = self.assign(f"insertelement {vector} undef, {scalar} {text}, i32 0")
-        return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
+    def address(self, pointer: Pointer) -> str:
+        """The address an INDEX's pointer (buffer, gate, its getelementptr or "") points at."""
+        return self.assign(pointer[2]) if pointer[2] else pointer[0]
 
     def lanes(self, uop: UOp) -> int:
         """The lanes of the ALU UOp `uop`: the widest of it and its sources."""
@@ -223,7 +169,9 @@ class LLVMContext(SSAContext):
             return self.value(uop)
         if uop.op is Ops.CONST:
             return vector_constant([uop.arg] * count, uop.dtype.scalar)
-        return self.splat(self.value(uop), uop.dtype.scalar, count)
+        vector = f"<{count} x {(scalar := scalar_type(uop.dtype))}>"
+        inserted = self.assign(f"insertelement {vector} undef, {scalar} {self.value(uop)}, i32 0")
+        return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
 
     def intrinsic(self, name: str, arguments: list[str], dtype: DType, count: int) -> str:
         """A call of `llvm.NAME` on `count` lanes of `dtype`, declared once."""
@@ -232,12 +180,13 @@ class LLVMContext(SSAContext):
         self.intrinsics.add(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
         return self.assign(f"call {type_text} {function}({', '.join(f'{type_text} {a}' for a in arguments)})")
 
-    def run(self, name: str, renderer: LLVMRenderer) -> str:
+    def run(self, name: str) -> str:
         """The LLVM IR module: each UOp rendered by the renderer's rules (`llvm_rendering`), then the function, its
         entry point and attributes."""
-        self.render_uops(renderer.string_rewrite)
-        buffers = [f"ptr noalias {self.globals[position]}" for position in sorted(self.globals)]
-        variables = [self.variables[key] for key in sorted(self.variables)]
+        self.render_uops(self.renderer.string_rewrite if self.renderer is not None else llvm_rendering)
+        buffers = [f"ptr noalias %data{n}" for n in sorted({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})]
+        variables = dict(sorted((str(u.arg[0]), f"{llvm_type(u.dtype)} %{identifier(u.arg[0])}")
+                                for u in self.uops if u.op is Ops.DEFINE_VAR)).values()
         body = [f"define void @{name}({', '.join([*buffers, *variables, 'i32 %core_id'])}) #0 {{", "entry:",
                 *self.declarations, "  br label %start", "start:", *self.lines, "  ret void", "}"]
         entry = _entry_point(name, len(buffers), [text.split(" ")[0] for text in variables])
@@ -248,25 +197,24 @@ class LLVMContext(SSAContext):
 
     def convert(self, text: str, source: DType, target: DType, count: int = 1) -> str:
         """`text` (count lanes of scalar dtype `source`) converted to `target` by value, as C converts (never to or from
-        bool: codegen's "SSA lowering" compares and selects)."""
+        bool: codegen's "SSA lowering" compares and selects; bfloat16's bits to and from float32 only)."""
         if source == target:
             return text
-        if dtypes.bfloat16 in (source, target):  # its bits, to and from float32 only (codegen's "narrow floats")
+        if dtypes.bfloat16 in (source, target):
             return self.sequence(_resolved(_TO_FLOAT if source == dtypes.bfloat16 else _TO_BFLOAT16, dtypes.float32,
                                            count), text)
-        from_type, to_type = _lanes(scalar_type(source), count), _lanes(scalar_type(target), count)
-        source_float, target_float, unsigned = _is_float(source), _is_float(target), dtypes.is_unsigned(target)
-        if source_float:  # to a narrow or unsigned 32-bit integer through a wider one (llvm_lowering)
-            operation = ("fpext" if target.itemsize > source.itemsize else "fptrunc") if target_float else \
-                ("fptoui" if unsigned else "fptosi")
-        elif target_float:
+        if _is_float(source):  # to a narrow or unsigned 32-bit integer through a wider one (llvm_lowering)
+            operation = ("fpext" if target.itemsize > source.itemsize else "fptrunc") if _is_float(target) else \
+                ("fptoui" if dtypes.is_unsigned(target) else "fptosi")
+        elif _is_float(target):
             operation = "uitofp" if dtypes.is_unsigned(source) else "sitofp"
         elif target.itemsize == source.itemsize:
             return text
         else:
             operation = "trunc" if target.itemsize < source.itemsize else \
                 ("zext" if dtypes.is_unsigned(source) else "sext")
-        return self.assign(f"{operation} {from_type} {text} to {to_type}")
+        return self.assign(f"{operation} {_lanes(scalar_type(source), count)} {text} to "
+                           f"{_lanes(scalar_type(target), count)}")
 
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The ALU UOp `uop` over `operands` of `dtype`; a fused MULACC of floats or doubles is `llvm.fmuladd` (one
@@ -286,18 +234,11 @@ class LLVMContext(SSAContext):
             raise ValueError(f"the LLVM renderer cannot render {op} on {dtype}")
         return self.intrinsic(name, operands, dtype, count)
 
-    def address(self, pointer: Pointer, index: str | None) -> str:
-        """The address of element `index` of the pointer's buffer."""
-        if index is None:
-            return pointer.buffer
-        return self.assign(f"getelementptr {llvm_type(pointer.step, memory=True)}, ptr {pointer.buffer}, "
-                           f"{pointer.index_type} {index}")
-
     def atomic_update(self, pointer: Pointer, value: str, dtype: DType, reduce: str) -> None:
         """Combine `value` into the element at `pointer` with no update lost to another worker: `atomicrmw add` for
         integer sums, else a compare-exchange loop over the element's bits (floats, halves, bfloat16, bools)."""
-        after = self.branch(pointer.gate, "atomic") if pointer.gate is not None else None
-        address, bits, size = self.address(pointer, pointer.index), f"i{8 * dtype.itemsize}", dtype.itemsize
+        after = self.branch(pointer[1], "atomic") if pointer[1] is not None else None
+        address, bits, size = self.address(pointer), f"i{8 * dtype.itemsize}", dtype.itemsize
         if reduce == "add" and dtypes.is_int(dtype):
             self.emit(f"atomicrmw add ptr {address}, {llvm_type(dtype, memory=True)} {value} monotonic, align {size}")
         else:
@@ -326,10 +267,6 @@ class LLVMContext(SSAContext):
                                  f"{llvm_type(pointer.base, True)}], align 64")
         return register
 
-    def _define_var(self, uop: UOp) -> str:
-        self.variables[str(uop.arg[0])] = f"{llvm_type(uop.dtype)} {(register := '%' + identifier(uop.arg[0]))}"
-        return register
-
     def _special(self, uop: UOp) -> str:
         if uop.arg != "core_id":  # the trailing core_id is always declared: the entry point passes it
             raise ValueError(f"the LLVM renderer runs on CPU workers only; it cannot render SPECIAL {uop.arg}")
@@ -356,21 +293,19 @@ class LLVMContext(SSAContext):
             self.emit(f"{register}_next = add {counter_type} {register}, 1", f"br label %{header}")
             self.label(exit_)
 
-    def _index(self, uop: UOp) -> str:
-        buffer, pointer = uop.src[0], uop.src[0].dtype
-        element = pointer.base if isinstance(pointer, PtrDType) else buffer.dtype
-        index, index_type = (self.value(uop.src[1]), llvm_type(uop.src[1].dtype)) if len(uop.src) > 1 else (None, "i32")
-        gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.pointers[uop] = Pointer(self.value(buffer), index, index_type, gate, element)
-        return self.value(buffer)
+    def _index(self, uop: UOp) -> str:  # the element's address is computed where a LOAD or STORE uses it
+        buffer, pointer = self.value(uop.src[0]), uop.src[0].dtype
+        element = llvm_type(pointer.base if isinstance(pointer, PtrDType) else pointer, memory=True)
+        index = f"getelementptr {element}, ptr {buffer}, {llvm_type(uop.src[1].dtype)} {self.value(uop.src[1])}" \
+            if len(uop.src) > 1 else ""
+        self.pointers[uop] = (buffer, self.value(uop.src[2]) if len(uop.src) > 2 else None, index)
+        return buffer
 
     def _cast(self, uop: UOp) -> str:
         if not isinstance(uop.dtype, PtrDType):
             return self.cast(uop)
-        if (pointer := self.pointers.get(uop.src[0])) is None:  # a vector access through an INDEX
-            raise ValueError(f"a pointer CAST needs an INDEX source, got {uop.src[0].op}")
-        self.pointers[uop] = pointer
-        return pointer.buffer
+        self.pointers[uop] = self.pointer(uop)  # a vector access through an INDEX
+        return self.pointers[uop][0]
 
     def _bitcast(self, uop: UOp) -> str:
         source = uop.src[0]
@@ -391,53 +326,46 @@ class LLVMContext(SSAContext):
         mask = f"<{len(lanes)} x i32> <" + ", ".join(f"i32 {lane}" for lane in lanes) + ">"
         return self.assign(f"shufflevector {vector} {source}, {vector} undef, {mask}")
 
-    def _pointer(self, uop: UOp) -> Pointer:
-        if (pointer := self.pointers.get(uop.src[0])) is None:
-            raise ValueError(f"LOAD/STORE needs an INDEX (or a pointer CAST of one) as its first source, got "
-                             f"{uop.src[0].op}")
-        return pointer
-
     def _load(self, uop: UOp) -> str:
-        pointer, dtype, count = self._pointer(uop), uop.dtype, uop.dtype.count  # (bools are bytes: "SSA lowering")
-        read = f"load {llvm_type(dtype, memory=True)}, ptr {{}}, align {dtype.scalar.itemsize}"
-        if pointer.gate is None:
-            return self.assign(read.format(self.address(pointer, pointer.index)))
-        # a buffer of unknown size: the read behind a branch (llvm_lowering selects the others without one); sources
-        # of dtype void only order the load, the first other is the alternative
-        alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
-                           vector_constant([0] * count, dtype) if count > 1 else constant(0, dtype))
-        before, after = self.block, self.branch(pointer.gate, "load")
-        value, loaded_block = self.assign(read.format(self.address(pointer, pointer.index))), self.block
+        pointer, dtype, count = self.pointer(uop), uop.dtype, uop.dtype.count  # (bools are bytes: "SSA lowering")
+        if (gate := pointer[1]) is not None:  # a buffer of unknown size: the read behind a branch (llvm_lowering
+            # selects the others without one); sources of dtype void only order the load, the first other is the
+            # alternative
+            alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
+                               vector_constant([0] * count, dtype) if count > 1 else constant(0, dtype))
+            before, after = self.block, self.branch(gate, "load")
+        value = self.assign(f"load {llvm_type(dtype, memory=True)}, ptr {self.address(pointer)}, align "
+                            f"{dtype.scalar.itemsize}")
+        if gate is None:
+            return value
+        loaded_block = self.block
         self.join(after)
         return self.assign(f"phi {llvm_type(dtype)} [ {value}, %{loaded_block} ], [ {alternative}, %{before} ]")
 
     def _store(self, uop: UOp) -> None:
-        pointer, dtype, text = self._pointer(uop), uop.src[1].dtype, self.value(uop.src[1])
+        pointer, dtype, text = self.pointer(uop), uop.src[1].dtype, self.value(uop.src[1])
         if uop.arg is not None and dtype.count != 1:
             raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
                              f"{dtype}: codegen must split it into lanes")
         if uop.arg is not None:
             return self.atomic_update(pointer, text, dtype, str(uop.arg))
-        after = self.branch(pointer.gate, "store") if pointer.gate is not None else None
-        self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {self.address(pointer, pointer.index)}, "
+        after = self.branch(pointer[1], "store") if pointer[1] is not None else None
+        self.emit(f"store {llvm_type(dtype, memory=True)} {text}, ptr {self.address(pointer)}, "
                   f"align {dtype.scalar.itemsize}")
         self.join(after)
 
 llvm_rendering = ssa_rules({
-    Ops.DEFINE_GLOBAL: lambda ctx, uop: ctx.globals.setdefault(uop.arg, f"%data{uop.arg}"),
-    Ops.DEFINE_VAR: LLVMContext._define_var,
+    Ops.DEFINE_GLOBAL: lambda ctx, uop: f"%data{uop.arg}",
+    Ops.DEFINE_VAR: lambda ctx, uop: f"%{identifier(uop.arg[0])}",
     Ops.SPECIAL: LLVMContext._special, Ops.RANGE: LLVMContext._range, Ops.END: LLVMContext._end,
     Ops.CONST: lambda ctx, uop: constant(uop.arg, uop.dtype),
     Ops.VCONST: lambda ctx, uop: vector_constant(list(uop.arg), uop.dtype),
-    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
     (Ops.DEFINE_REG, Ops.DEFINE_LOCAL): LLVMContext._alloca, Ops.INDEX: LLVMContext._index, Ops.CAST: LLVMContext._cast,
     Ops.IF: lambda ctx, uop: ctx.conditionals.append(ctx.branch(ctx.value(uop.src[0]), "if")),
     Ops.ENDIF: lambda ctx, uop: ctx.join(ctx.conditionals.pop()), Ops.BITCAST: LLVMContext._bitcast,
     Ops.VECTORIZE: LLVMContext._vectorize, Ops.GEP: LLVMContext._gep, Ops.LOAD: LLVMContext._load,
-    Ops.STORE: LLVMContext._store, tuple(GroupOp.ALU): LLVMContext.alu,
-    (Ops.SINK, Ops.GROUP, Ops.BARRIER): lambda ctx, uop: None})
+    Ops.STORE: LLVMContext._store, Ops.BARRIER: lambda ctx, uop: None})
 """LLVM IR's rules: each UOp rendered into the LLVMContext (registers, blocks, loops)."""
-LLVMRenderer.string_rewrite = llvm_rendering
 
 def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str]:
     """`void @NAME_entry(ptr %arguments, i32 %core_id)`: the kernel's arguments unpacked from 64-bit words."""
@@ -450,3 +378,24 @@ def _entry_point(name: str, buffers: int, variable_types: list[str]) -> list[str
                   f"  {word} = load i64, ptr %slot{position}, align 8", f"  %argument{position} = {converted}"]
         arguments.append(f"{kind} %argument{position}")
     return lines + [f"  call void @{name}({', '.join([*arguments, 'i32 %core_id'])})", "  ret void", "}"]
+
+class LLVMRenderer(SSARenderer):
+    """LLVM IR for the host CPU, compiled in-process by llvmlite (tiny_cpu.llvm_compiler)."""
+
+    device, suffix, emulated_floats, string_rewrite, context = "CPU", "ll", _EMULATED, llvm_rendering, LLVMContext
+    has_local, has_shared, has_threads = False, False, True
+    global_max, local_max, shared_max = None, None, 0
+    vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
+                                Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
+                                Ops.BITCAST})
+    atomic_dtypes, type_map = frozenset(_SCALAR_TYPES), _SCALAR_TYPES  # every dtype with an LLVM type (fp8 has none)
+    vector_masks = True  # a bool vector is an <N x i1> mask: compares and selects of whole vectors
+    decompose_transcendentals = True  # float32 exp2/log2 as arithmetic, so they vectorize with the kernel
+    matmul_panel_bytes = 64  # the columns of the matmul register tile (set per target by the factory)
+    fused_multiply_add = True  # llvm.fmuladd: fused where the target has FMA
+    vector_widths: dict[DType, tuple[int, ...]] = {dtype: (2, 4, 8) if dtype.itemsize == 8 else (2, 4, 8, 16)
+                                                   for dtype in _SCALAR_TYPES if dtype != dtypes.bfloat16}
+    post_matcher = llvm_lowering  # gated reads without a branch, half math in float32 (tiny_cpu.llvm_lowering)
+
+    def __init__(self, device: str = "CPU", arch: str | None = None):
+        self.device, self.arch, self.global_max = device, arch, (NUM_CPU_THREADS.value or os.cpu_count() or 1, 1, 1)

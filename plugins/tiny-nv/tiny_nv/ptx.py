@@ -1,11 +1,9 @@
 """The PTX renderer (DEV=NV:PTX): PTX assembly written straight from the scalar linear program, no NVRTC.
 
 Values are virtual registers of their class (%p, %h 16-bit, %r, %rd, %f, %fd) that ptxas allocates; buffers are
-parameters converted to global addresses, DEFINE_REG / DEFINE_LOCAL are .local / .shared arrays. Narrow integers
-live in 32-bit registers and wrap after each op; codegen computes half and bfloat16 in float32 (its pass "narrow
-floats"). Scatter reduces use red.global where PTX has it for the type, else an atom.global.cas loop (16-bit floats
-over their aligned 32-bit word). exp2, log2 and sin are the hardware's approximations, as CUDA's fast math.
-"""
+parameters converted to global addresses, DEFINE_REG / DEFINE_LOCAL .local / .shared arrays. Narrow integers live in
+32-bit registers and wrap after each op; codegen computes half and bfloat16 in float32. exp2, log2 and sin are the
+hardware's approximations, as CUDA's fast math."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +11,8 @@ import re
 
 from tinycore.codegen.ssa_lowering import ssa_lowering
 from tinycore.dtype import DType, PtrDType, dtypes
-from tinycore.renderer.renderer import Renderer, kernel_name
-from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
-from tinycore.uop.ops import GroupOp, Ops
+from tinycore.renderer.ssa import SSAContext, SSARenderer, fill_types, float_bits, identifier, ssa_rules
+from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp
 
 # dtype -> (register class, arithmetic type suffix, memory type suffix)
@@ -59,8 +56,8 @@ def _info(dtype: DType) -> tuple[str, str, str]:
 
 @functools.cache
 def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` (`_ALU`,
-    `_PREDICATE_ALU` for bools) with the type's fields filled in (the registers are left to `PTXContext.arithmetic`)."""
+    """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` with the
+    type's fields filled in (the registers are left to `PTXContext.arithmetic`)."""
     kind, arithmetic, _ = _info(dtype)
     integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
     template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
@@ -80,14 +77,12 @@ class PTXContext(SSAContext):
     """The state of rendering one linear program into PTX: registers, lines, parameters, labels, open blocks."""
 
     language, emulated_floats = "PTX", _HALVES
+    renderer: PTXRenderer
 
-    def __init__(self, renderer: PTXRenderer, uops: list[UOp]):
-        super().__init__(uops)
-        self.renderer, self.counts, self.labels = renderer, {name: 0 for name in _REGISTER_TYPES}, 0
-        self.addresses: dict[UOp, tuple[str, str | None, str]] = {}  # INDEX -> (address register, gate, space)
-        self.parameters: list[str] = []
+    def __init__(self, uops: list[UOp], renderer: PTXRenderer):
+        super().__init__(uops, renderer)
+        self.counts, self.labels, self.parameters = {name: 0 for name in _REGISTER_TYPES}, 0, list[str]()
         self.loops: dict[UOp, tuple[str, str, str]] = {}  # RANGE -> (counter, head label, exit label)
-        self.branches: list[str] = []  # IF exit labels, innermost last
 
     def new(self, kind: str) -> str:
         """A fresh virtual register of class `kind`."""
@@ -119,12 +114,17 @@ class PTXContext(SSAContext):
         return register
 
     def run(self, name: str) -> str:
-        """The PTX module: each UOp rendered by the renderer's rules (`ptx_rendering`), under the entry's header."""
+        """The PTX module: each UOp rendered by the renderer's rules (`ptx_rendering`), under the entry's header (and
+        the linear program embedded, for a MOCK GPU)."""
         self.render_uops(self.renderer.string_rewrite)
         body = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items() if count]
         parameters = ",\n".join(f"\t{parameter}" for parameter in self.parameters)
-        return _MODULE.format(self.renderer.ptx_version, self.renderer.arch, name, parameters,
-                              "".join(f"{line}\n" for line in body + self.declarations + self.lines))
+        source = _MODULE.format(self.renderer.ptx_version, self.renderer.arch, name, parameters,
+                                "".join(f"{line}\n" for line in body + self.declarations + self.lines))
+        if self.renderer.embed_program:
+            from tiny_nv.mock import embed_program
+            return embed_program(source, self.uops)
+        return source
 
     def array(self, uop: UOp, space: str, prefix: str) -> str:
         """DEFINE_REG / DEFINE_LOCAL: a byte array declared in `space` (.local or .shared), its address a register."""
@@ -156,9 +156,9 @@ class PTXContext(SSAContext):
         return self.wrap(result, target)
 
     def atomic_store(self, uop: UOp, address: str, gate: str | None, space: str) -> None:
-        """Combine the STORE's value into global memory with the reduce in its arg: a `red` instruction where PTX
-        has one for the type, else a compare-and-swap loop over the element's bits (for half and bfloat16, over the
-        aligned 32-bit word holding the element, combined in float32, the other half written back unchanged)."""
+        """Combine the STORE's value into global memory with the reduce in its arg: `red` where PTX has it for the
+        type, else a compare-and-swap loop over the element's bits (a 16-bit float's: over the aligned 32-bit word
+        holding it, combined in float32, the other half written back unchanged)."""
         dtype, reduce, when = uop.src[1].dtype.scalar, str(uop.arg), "" if gate is None else f"@{gate} "
         if space != "global" or dtype not in self.renderer.atomic_dtypes:
             raise ValueError(f"the PTX renderer updates global {sorted(map(str, self.renderer.atomic_dtypes))} "
@@ -223,7 +223,7 @@ class PTXContext(SSAContext):
         self.emit(f"mov.u32 {(register := self.new('r'))}, %{source}.{'xyz'[int(str(uop.arg)[-1])]};")
         return register
 
-    def _index(self, uop: UOp) -> None:
+    def _index(self, uop: UOp) -> None:  # its address, gate and state space, for the LOAD or STORE through it
         assert isinstance(pointer := uop.src[0].dtype, PtrDType)
         address = base = self.value(uop.src[0])
         if len(uop.src) > 1:
@@ -231,15 +231,10 @@ class PTXContext(SSAContext):
             self.emit(f"mul.{'lo.s64' if wide else 'wide.s32'} {offset}, {self.value(uop.src[1])}, "
                       f"{pointer.base.itemsize};", f"add.s64 {(address := self.new('rd'))}, {base}, {offset};")
         gate = self.value(uop.src[2]) if len(uop.src) > 2 else None
-        self.addresses[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
-
-    def _address(self, uop: UOp) -> tuple[str, str | None, str]:
-        if uop.src[0] not in self.addresses:
-            raise ValueError(f"{uop.op.name} needs an INDEX as its first source, got {uop.src[0].op}")
-        return self.addresses[uop.src[0]]
+        self.pointers[uop] = (address, gate, {"local": "shared", "reg": "local"}.get(pointer.addrspace, "global"))
 
     def _load(self, uop: UOp) -> str:
-        (address, gate, space), (kind, _, memory) = self._address(uop), _info(uop.dtype)  # bools: bytes (SSA lowering)
+        (address, gate, space), (kind, _, memory) = self.pointer(uop), _info(uop.dtype)  # bools: bytes (SSA lowering)
         target = self.new(kind)
         if gate is not None:  # sources of dtype void only order the load; the first other is the alternative
             alternative = next((self.value(source) for source in uop.src[1:] if source.dtype != dtypes.void), None)
@@ -248,7 +243,7 @@ class PTXContext(SSAContext):
         return target
 
     def _store(self, uop: UOp) -> None:
-        address, gate, space = self._address(uop)
+        address, gate, space = self.pointer(uop)
         if uop.arg is not None:
             return self.atomic_store(uop, address, gate, space)
         memory, register = _info(uop.src[1].dtype)[2], self.value(uop.src[1])  # bools: bytes (SSA lowering)
@@ -268,7 +263,7 @@ class PTXContext(SSAContext):
             self.lines.append(f"{exit_}:")
 
     def _if(self, uop: UOp) -> None:
-        self.branches.append(exit_ := self.label("end_if"))
+        self.conditionals.append(exit_ := self.label("end_if"))
         self.emit(f"@!{self.value(uop.src[0])} bra {exit_};")
 
     def _bitcast(self, uop: UOp) -> str:
@@ -284,19 +279,16 @@ ptx_rendering = ssa_rules({
     Ops.DEFINE_VAR: lambda ctx, uop: ctx._parameter(identifier(uop.arg[0]), "s32", "r"),
     Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"),
     Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"),
-    Ops.IF: PTXContext._if, Ops.BITCAST: PTXContext._bitcast, tuple(GroupOp.ALU): PTXContext.alu,
-    Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.branches.pop()}:"),
-    Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"),
-    (Ops.NOOP, Ops.PRECAST, Ops.BIND): lambda ctx, uop: ctx.value(uop.src[0]),
-    Ops.CAST: PTXContext.cast,
-    (Ops.SINK, Ops.GROUP, Ops.CONST): lambda ctx, uop: None})
+    Ops.IF: PTXContext._if, Ops.BITCAST: PTXContext._bitcast, Ops.CAST: PTXContext.cast,
+    Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.conditionals.pop()}:"),
+    Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"), Ops.CONST: lambda ctx, uop: None})
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
 
-class PTXRenderer(Renderer):
+class PTXRenderer(SSARenderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
     device, suffix, string_rewrite, emulated_floats, post_matcher = "NV", "ptx", ptx_rendering, _HALVES, ssa_lowering
-    guard_integer_division = True  # codegen's pass "guarded division": PTX's div by 0 or of int min by -1 is undefined
+    context = PTXContext
     has_local, has_shared, has_threads = True, True, False
     global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
     shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500
@@ -307,15 +299,3 @@ class PTXRenderer(Renderer):
         self.arch_number = parse_arch(arch)
         self.ptx_version = "7.8" if self.arch_number <= 90 else "8.6"
         self.atomic_dtypes, self.vector_widths = _ATOMIC_DTYPES, {}
-
-    def render(self, uops: list[UOp]) -> str:
-        """The PTX of `uops` (entry named after the SINK)."""
-        return self.render_named(uops, kernel_name(uops))
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The PTX module of the linear program `uops` with one entry called `name`."""
-        source = PTXContext(self, uops).run(name)
-        if self.embed_program:
-            from tiny_nv.mock import embed_program
-            source = embed_program(source, uops)
-        return source
