@@ -186,10 +186,6 @@ class CStyleLanguage(Renderer):
             raise ValueError(f"{type(self).__name__} has no thread index {name!r}")
         return self.code_for_workitem[kind](int(name[-1]))
 
-    def extra_parameters(self, uops: list[UOp]) -> list[str]:
-        """Parameters after buffers and variables (the CPU's core_id, for example)."""
-        return []
-
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Lines before the kernel: type definitions and helper functions the body uses."""
         return []
@@ -227,9 +223,9 @@ class CStyleLanguage(Renderer):
         return source if self.program_embedder is None else self.program_embedder(source, uops)
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
-        """The source around the body: parameters (buffers, variables, `extra_parameters`), prelude, signature."""
+        """The source around the body: parameters (buffers, variables, the CPU's core_id), prelude, signature."""
         parameters = [ctx.buffers[position] for position in sorted(ctx.buffers)]
-        parameters += [ctx.variables[key] for key in sorted(ctx.variables)] + self.extra_parameters(ctx.uops)
+        parameters += [ctx.variables[key] for key in sorted(ctx.variables)] + ["const int core_id"] * ctx.core_id
         prelude, attributes = self.render_prelude(ctx.uops, ctx.used_dtypes), self.kernel_attributes(ctx.uops)
         return self.render_kernel(name, parameters, ctx.lines, prelude, *([attributes] if attributes else []))
 
@@ -256,7 +252,7 @@ class RenderContext:
         self.renderer, self.uops, self.depth, self.lines = renderer, uops, 1, list[str]()
         self.names, self.pointers, self.counters = dict[UOp, str](), dict[UOp, RenderedPointer](), dict[str, int]()
         self.buffers, self.variables, self.masks = dict[int, str](), dict[str, str](), dict[UOp, tuple[str, DType]]()
-        self.used_dtypes, self.inlined = set[DType](), set[UOp]()
+        self.used_dtypes, self.inlined, self.core_id = set[DType](), set[UOp](), False
         self.braces = dict[UOp, int]()  # RANGE -> the braces it opened where that is not 1 (blocks of unrolled steps)
         self.uses: Counter[UOp] = Counter(source for uop in uops for source in uop.src)
         self.stored = {pointer_root(uop.src[0]) for uop in uops if uop.op is Ops.STORE}
@@ -395,7 +391,8 @@ def _define_var(ctx: RenderContext, x: UOp) -> str:
     return ctx.name(x, name)
 
 def _special(ctx: RenderContext, x: UOp) -> str:
-    if (label := str(x.arg)) != "core_id":
+    ctx.core_id |= (label := str(x.arg)) == "core_id"  # the CPU worker's index is a parameter, not a thread index
+    if label != "core_id":
         comment = f" /* {x.src[0].arg} */" if x.src and x.src[0].op is Ops.CONST else ""
         ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {label} = {ctx.renderer.render_special(label)};{comment}")
     return ctx.name(x, label)

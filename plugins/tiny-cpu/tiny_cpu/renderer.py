@@ -73,29 +73,21 @@ def _dot4_macro(count: int) -> str:
     bytes times b's 4 signed bytes. vpdpbusd where the target has it: 512-bit with AVX-512 VNNI, 256-bit with AVX-VNNI
     or AVX512VL (gcc 12 on Zen 4 runs without VL, see compiler._workarounds: there 8 lanes go through the 512-bit
     instruction, the upper half zero); elsewhere the bytes' products in plain C, as the expression the op replaced."""
-    name = f"{DOT4_NAME}_{count}"
-    builtins = {"clang": "__builtin_ia32_vpdpbusd512", "gcc": "__builtin_ia32_vpdpbusd_v16si"}
-    branches: list[tuple[str, list[str]]] = []
-    if count == 16:
-        branches = [(_X86.format("__AVX512VNNI__") + (" && defined(__clang__)" if compiler == "clang" else ""),
-                     [f"#define {name}(acc, a, b) {builtin}((acc), (a), (b))"])
-                    for compiler, builtin in builtins.items()]
-    elif count in (4, 8):
-        native = f"({_X86.format('__AVXVNNI__')}) || ({_X86.format('__AVX512VNNI__')} && defined(__AVX512VL__))"
-        wide = ", ".join([*map(str, range(count)), *["-1"] * (16 - count)])
-        low = ", ".join(map(str, range(count)))
-        branches = [(f"({native}) && defined(__clang__)",
-                     [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd{count * 32}((acc), (a), (b))"]),
-                    (native, [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd_v{count}si((acc), (a), (b))"])]
-        branches += [(_X86.format("__AVX512VNNI__") + (" && defined(__clang__)" if compiler == "clang" else ""), [
-            f"#define TC_WIDE{count}(x) __builtin_shufflevector((x), (x), {wide})",
-            f"#define {name}(acc, a, b) ({{ __attribute__((vector_size(64))) int tc_dot = {builtin}("
-            f"TC_WIDE{count}(acc), TC_WIDE{count}(a), TC_WIDE{count}(b)); __builtin_shufflevector(tc_dot, tc_dot, "
-            f"{low}); }})"])
-            for compiler, builtin in builtins.items()]
+    name, vnni, clang = f"{DOT4_NAME}_{count}", _X86.format("__AVX512VNNI__"), " && defined(__clang__)"
+    native = vnni if count == 16 else f"({_X86.format('__AVXVNNI__')}) || ({vnni} && defined(__AVX512VL__))"
+    branches = [(native + clang if count == 16 else f"({native}){clang}",
+                 [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd{count * 32}((acc), (a), (b))"]),
+                (native, [f"#define {name}(acc, a, b) __builtin_ia32_vpdpbusd_v{count}si((acc), (a), (b))"])]
+    wide, low = ", ".join([*map(str, range(count)), *["-1"] * (16 - count)]), ", ".join(map(str, range(count)))
+    branches += [(vnni + tail, [f"#define TC_WIDE{count}(x) __builtin_shufflevector((x), (x), {wide})",
+                                f"#define {name}(acc, a, b) ({{ __attribute__((vector_size(64))) int tc_dot = "
+                                f"{builtin}(TC_WIDE{count}(acc), TC_WIDE{count}(a), TC_WIDE{count}(b)); "
+                                f"__builtin_shufflevector(tc_dot, tc_dot, {low}); }})"])
+                 for tail, builtin in ((clang, "__builtin_ia32_vpdpbusd512"), ("", "__builtin_ia32_vpdpbusd_v16si"))]
     terms = " + ".join(f"((((a) >> {8 * position}) & 255) * (((((b) >> {8 * position}) & 255) ^ 128) - 128))"
                        for position in range(4))
-    return _choice(branches, [f"#define {name}(acc, a, b) ((acc) + {terms})"], name)
+    return _choice(branches[:2] if count == 16 else branches if count in (4, 8) else [],
+                   [f"#define {name}(acc, a, b) ((acc) + {terms})"], name)
 
 def _masked_load_name(dtype: DType) -> str:  # TC_MASKED_LOAD_<TYPE>: loads a `dtype` vector under a mask
     return f"TC_MASKED_LOAD_{_suffix(dtype)}"
@@ -287,10 +279,6 @@ class CRenderer(CStyleLanguage):
     def context_state(self, uops: list[UOp]) -> set[UOp]:
         """The loads kept in registers (`_loads_kept_in_registers`)."""
         return _loads_kept_in_registers(uops)
-
-    def extra_parameters(self, uops: list[UOp]) -> list[str]:
-        """`const int core_id` when the program splits its work across CPU workers."""
-        return ["const int core_id"] if any(uop.op is Ops.SPECIAL and uop.arg == "core_id" for uop in uops) else []
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Vector typedefs (aligned, and unaligned may-alias for memory), bfloat16 helpers, the kernel's x86 macros."""
