@@ -15,8 +15,7 @@ from tinycore.uop.patterns import PatternMatcher, UPat
 from tinycore.uop.uop import UOp
 
 CodeForOp = Callable[..., str]
-MATH_FUNCTIONS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc",
-                  Ops.POW: "pow"}
+MATH_FUNCTIONS = {op: op.name.lower() for op in (Ops.EXP2, Ops.LOG2, Ops.SIN, Ops.SQRT, Ops.TRUNC, Ops.POW)}
 
 def math_functions(code: Callable[..., str]) -> dict[Ops, CodeForOp]:
     """`code_for_op` entries of the math functions (MATH_FUNCTIONS) from `code(name, dtype, *operands)`."""
@@ -62,10 +61,10 @@ class RenderedPointer:
     def __init__(self, buffer: str, index: str | None, gate: str | None, element: DType, cast: str | None = None):
         self.buffer, self.index, self.gate, self.element, self.cast = buffer, index, gate, element, cast
 
-    def address(self, with_cast: bool = True) -> str:
-        """The pointer expression (with the vector-pointer cast if any and `with_cast`)."""
+    def address(self) -> str:
+        """The pointer expression (with the vector-pointer cast if any)."""
         address = self.buffer if self.index in (None, "0") else f"({self.buffer}+{self.index})"
-        return f"(({self.cast})({address}))" if self.cast and with_cast else address
+        return f"(({self.cast})({address}))" if self.cast else address
 
 class CStyleLanguage(Renderer):
     """C-like languages: rules (`string_rewrite`: the language's own + `base_rendering`), data and `render_*` hooks."""
@@ -77,6 +76,9 @@ class CStyleLanguage(Renderer):
     integer_suffix: dict[DType, str] = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "ll", dtypes.uint64: "ull"}
     vector_format: str = "({type})({items})"  # a vector value from its lanes
     vector_cast: str | None = None  # a whole-vector conversion ({type}, {x}); None converts lane by lane
+    # a vector read and write at a scalar address ({count}, {address}, {value}); None: through a vector pointer cast
+    vector_load: str | None = None
+    vector_store: str | None = None
     bitcast_format: str = ("({{ {source} tc_source = {x}; {type} tc_result; __builtin_memcpy(&tc_result, &tc_source, "
                            "sizeof(tc_result)); tc_result; }})")
     native_bfloat16, emulated_floats = False, frozenset({dtypes.bfloat16})  # codegen computes bfloat16 in float32
@@ -236,6 +238,8 @@ class CStyleLanguage(Renderer):
     def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """The lvalue reading or writing `value_dtype` at `pointer` (a vector access through a cast if needed)."""
         if pointer.cast is None and value_dtype.count > pointer.element.count:
+            if self.vector_load is not None:
+                return self.vector_load.format(count=value_dtype.count, address=pointer.address())
             space = index_uop.dtype.addrspace if isinstance(index_uop.dtype, PtrDType) else "global"
             return f"(*(({self.render_pointer_type(value_dtype, space)})({pointer.address()})))"
         return f"{pointer.buffer}[{pointer.index}]" if pointer.cast is None and pointer.index is not None else \
@@ -243,6 +247,9 @@ class CStyleLanguage(Renderer):
 
     def render_store(self, ctx: RenderContext, pointer: RenderedPointer, index_uop: UOp, value: UOp) -> str:
         """The statement writing `value` at `pointer` (behind the pointer's gate, added by the caller)."""
+        if self.vector_store is not None and pointer.cast is None and value.dtype.count > pointer.element.count:
+            return self.vector_store.format(count=value.dtype.count, value=ctx.expression(value),
+                                            address=pointer.address())
         return f"{self.render_access(pointer, index_uop, value.dtype)} = {ctx.expression(value)};"
 
 class RenderContext:

@@ -1,9 +1,7 @@
 """The HIP-style C renderer for AMD GPUs, compiled by clang for amdgcn-amd-amdhsa without ROCm headers or libraries.
-
 gidxN/lidxN are the workgroup/work-item id builtins; LDS is address space 3; half is `_Float16`, bfloat16 its bits
 computed in float32; float64 has sqrt and trunc only. Scatter reduces are agent-scope `__hip_atomic_*` (float32 sums:
-the global fadd instruction), else a compare-exchange loop. No vectors: buffer views may start at any element.
-"""
+the global fadd instruction), else a compare-exchange loop. No vectors: buffer views may start at any element."""
 from __future__ import annotations
 
 from functools import partial

@@ -1,9 +1,7 @@
 """The OpenCL C renderer: the core's C-like family with OpenCL's work-item functions, address spaces and vectors.
-
 gidxN is get_group_id and lidxN get_local_id; a program without lidx reads gidxN with get_global_id (the same value
 with one work-item per group, and the driver chooses the group shape). Vector accesses use vloadN / vstoreN
-(element alignment only). half and double need the device's cl_khr_fp16 / cl_khr_fp64, else they are refused.
-"""
+(element alignment only). half and double need the device's cl_khr_fp16 / cl_khr_fp64, else they are refused."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,10 +19,6 @@ CL_TYPE_MAP: dict[DType, str] = {
     dtypes.uint32: "uint", dtypes.int64: "long", dtypes.uint64: "ulong"}
 _EXTENSION_OF = {dtypes.float16: "cl_khr_fp16", dtypes.float64: "cl_khr_fp64"}
 _VECTOR_WIDTHS, _INT64_ATOMICS = (2, 4, 8, 16), "cl_khr_int64_base_atomics"
-
-def _vector_address(pointer: RenderedPointer, value_dtype: DType) -> str | None:
-    """The scalar address of a vector access of `value_dtype`, or None for a scalar access."""
-    return pointer.address(with_cast=False) if pointer.element.count < value_dtype.count > 1 else None
 
 def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """OpenCL 1.1's 32-bit atomics (atomic_add/max/min for integers, else an atomic_cmpxchg loop over the element's
@@ -52,6 +46,7 @@ class OpenCLRenderer(CStyleLanguage):
     post_matcher = integer_pow_rules(dtypes.float32)  # OpenCL C's pow takes floating point types only
     integer_suffix = {**CStyleLanguage.integer_suffix, dtypes.int64: "l", dtypes.uint64: "ul"}
     vector_cast, bitcast_format = "convert_{type}({x})", "as_{type}({x})"
+    vector_load, vector_store = "vload{count}(0, {address})", "vstore{count}({value}, 0, {address});"  # element-aligned
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.AND, Ops.OR, Ops.XOR}
     memory_types = {dtypes.bool: "uchar"}  # bool has no defined size in OpenCL C memory
 
@@ -81,18 +76,6 @@ class OpenCLRenderer(CStyleLanguage):
     def render_gep(self, expression: str, lane: int, dtype: DType) -> str:
         """Lane `lane` of a vector: x.s0 ... x.sf."""
         return f"({expression}).s{lane:x}"
-
-    def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
-        """A vector read is vloadN(0, address); scalar reads and writes are the base's lvalues."""
-        address = _vector_address(pointer, value_dtype)
-        return super().render_access(pointer, index_uop, value_dtype) if address is None else \
-            f"vload{value_dtype.count}(0, {address})"
-
-    def render_store(self, ctx: RenderContext, pointer: RenderedPointer, index_uop: UOp, value: UOp) -> str:
-        """A vector write is vstoreN(value, 0, address); scalar writes are the base's."""
-        address = _vector_address(pointer, value.dtype)
-        return super().render_store(ctx, pointer, index_uop, value) if address is None else \
-            f"vstore{value.dtype.count}({ctx.expression(value)}, 0, {address});"
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """No contraction of a*b+c into fma (numpy rounds twice), extension pragmas and the bfloat16 helpers."""

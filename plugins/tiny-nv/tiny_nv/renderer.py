@@ -1,9 +1,7 @@
 """The CUDA C renderer: gidxN is blockIdx, lidxN threadIdx (global_size counts blocks), `__launch_bounds__`.
-
 half and bfloat16 are 16-bit structs from the prelude (NVRTC needs no toolkit headers), computed in float. Scatter
 reduces are atomicAdd/Max/Min where CUDA has them, else an atomicCAS loop over the element's bits (the aligned word
-for 16-bit types). Vector memory accesses go lane by lane: a buffer view may start at any element (no alignment).
-"""
+for 16-bit types). Vector memory accesses go lane by lane: a buffer view may start at any element (no alignment)."""
 from __future__ import annotations
 
 from typing import Any
@@ -57,11 +55,11 @@ _NATIVE = {"add": {**_MAX_TYPES, dtypes.int64: "unsigned long long", dtypes.floa
 
 def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: str, dtype: DType, reduce: str) -> str:
     """atomicAdd / Max / Min where CUDA has them for the type (float64 sums from sm_60), else an atomicCAS loop."""
-    renderer, address = ctx.renderer, pointer.address()
+    renderer, address, type_name, bits = ctx.renderer, pointer.address(), ctx.renderer.render_dtype(dtype), \
+        _CAS_BITS[dtype.itemsize]
     assert isinstance(renderer, CUDARenderer)
     if (cast := _NATIVE.get(reduce, {}).get(dtype)) and not (dtype == dtypes.float64 and renderer.arch_number < 60):
         return f"atomic{reduce.capitalize()}(({cast}*){address}, ({cast})({value}));"
-    type_name, bits = renderer.render_dtype(dtype), _CAS_BITS[dtype.itemsize]
     word, operand, seen, expected, old = (ctx.fresh(name) for name in ("word", "operand", "seen", "expected", "old"))
     combined = ctx.combine_code(reduce, old, operand, dtype)
     if dtype.itemsize == 2:  # the aligned word holding the element; the other half is written back unchanged
@@ -123,9 +121,7 @@ class CUDARenderer(cstyle.CStyleLanguage):
         return super().render_cast(expression, from_dtype, to_dtype)
 
     def render_gep(self, expression: str, lane: int, dtype: DType) -> str:
-        """Lane `lane` of a CUDA vector: .x .y .z .w."""
-        if lane >= 4:
-            raise ValueError(f"CUDA vectors have at most 4 lanes; lane {lane} of {dtype} was asked")
+        """Lane `lane` of a CUDA vector (at most 4 lanes, see `vector_type_name`): .x .y .z .w."""
         return f"({expression}).{'xyzw'[lane]}"
 
     def vector_type_name(self, scalar: str, count: int) -> str:
