@@ -66,6 +66,15 @@ class RenderedPointer:
         address = self.buffer if self.index in (None, "0") else f"({self.buffer}+{self.index})"
         return f"(({self.cast})({address}))" if self.cast else address
 
+    def vector_access(self, dtype: DType) -> bool:
+        """Whether reading `dtype` here reads a vector of elements (through a vector pointer cast or wider)."""
+        return dtype.count > 1 and (self.cast is not None or dtype.count > self.element.count)
+
+    def lanes(self, count: int) -> list[str]:
+        """The lvalues of the `count` elements from this address (vector accesses lane by lane)."""
+        index = f"{self.index}+" if self.index not in (None, "0") else ""
+        return [f"{self.buffer}[{index}{lane}]" for lane in range(count)]
+
 class CStyleLanguage(Renderer):
     """C-like languages: rules (`string_rewrite`: the language's own + `base_rendering`), data and `render_*` hooks."""
 
@@ -79,6 +88,7 @@ class CStyleLanguage(Renderer):
     # a vector read and write at a scalar address ({count}, {address}, {value}); None: through a vector pointer cast
     vector_load: str | None = None
     vector_store: str | None = None
+    vector_by_lanes = False  # vector reads and writes lane by lane (buffer views of any element alignment)
     bitcast_format: str = ("({{ {source} tc_source = {x}; {type} tc_result; __builtin_memcpy(&tc_result, &tc_source, "
                            "sizeof(tc_result)); tc_result; }})")
     native_bfloat16, emulated_floats = False, frozenset({dtypes.bfloat16})  # codegen computes bfloat16 in float32
@@ -237,6 +247,8 @@ class CStyleLanguage(Renderer):
 
     def render_access(self, pointer: RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
         """The lvalue reading or writing `value_dtype` at `pointer` (a vector access through a cast if needed)."""
+        if self.vector_by_lanes and pointer.vector_access(value_dtype):
+            return self.render_vector(value_dtype, pointer.lanes(value_dtype.count))
         if pointer.cast is None and value_dtype.count > pointer.element.count:
             if self.vector_load is not None:
                 return self.vector_load.format(count=value_dtype.count, address=pointer.address())
@@ -247,6 +259,11 @@ class CStyleLanguage(Renderer):
 
     def render_store(self, ctx: RenderContext, pointer: RenderedPointer, index_uop: UOp, value: UOp) -> str:
         """The statement writing `value` at `pointer` (behind the pointer's gate, added by the caller)."""
+        if self.vector_by_lanes and pointer.vector_access(value.dtype):  # from a variable, lane by lane
+            if not (source := ctx.names.get(value, "")).isidentifier():
+                source = ctx.declare(value, ctx.expression(value), "vec")
+            return " ".join(f"{lvalue} = {self.render_gep(source, lane, value.dtype)};"
+                            for lane, lvalue in enumerate(pointer.lanes(value.dtype.count)))
         if self.vector_store is not None and pointer.cast is None and value.dtype.count > pointer.element.count:
             return self.vector_store.format(count=value.dtype.count, value=ctx.expression(value),
                                             address=pointer.address())

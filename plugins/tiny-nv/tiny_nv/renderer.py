@@ -75,15 +75,8 @@ def _atomic(ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, value: s
     return (f"{{ {head} {type_name} {operand} = {value}; {bits} {seen} = *{word}, {expected}; do {{ {expected} = "
             f"{seen}; {unpack} {seen} = atomicCAS({word}, {expected}, {pack}); }} while ({seen} != {expected}); }}")
 
-def _lane_addresses(pointer: cstyle.RenderedPointer, value_dtype: DType) -> list[str] | None:
-    """The scalar lvalues of a vector access of `value_dtype` at `pointer`, or None for a scalar access."""
-    if value_dtype.count <= 1 or (pointer.cast is None and value_dtype.count <= pointer.element.count):
-        return None
-    index = f"{pointer.index}+" if pointer.index not in (None, "0") else ""
-    return [f"{pointer.buffer}[{index}{lane}]" for lane in range(value_dtype.count)]
-
 cuda_rendering = text_rules([(UPat(Ops.STORE, name="x"), cstyle.atomic_rule(_atomic))])
-"""CUDA's own rules: atomic updates (vector accesses, lane by lane: `render_access` and `render_store`)."""
+"""CUDA's own rules: atomic updates (vector accesses go lane by lane: `vector_by_lanes`)."""
 
 class CUDARenderer(cstyle.CStyleLanguage):
     """CUDA C for one NVIDIA architecture (`arch`, e.g. "sm_90")."""
@@ -91,6 +84,7 @@ class CUDARenderer(cstyle.CStyleLanguage):
     device, suffix, has_local, has_shared, has_threads = "NV", "cu", True, True, False
     kernel_prefix, smem_prefix, barrier = 'extern "C" __global__ ', "__shared__ ", "__syncthreads();"
     native_bfloat16, emulated_floats = True, frozenset()  # tc_half and tc_bfloat16 convert themselves; see PRELUDE
+    vector_by_lanes = True  # a buffer view may start at any element
     string_rewrite = cuda_rendering + cstyle.base_rendering
     code_for_op, type_map = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_math)}, CUDA_TYPE_MAP
     post_matcher = integer_pow_rules(dtypes.float32)
@@ -129,22 +123,6 @@ class CUDARenderer(cstyle.CStyleLanguage):
         if count not in (2, 3, 4) or scalar in ("tc_half", "tc_bfloat16", "bool"):
             raise ValueError(f"CUDA has no built-in vector of {count} lanes of {scalar}: codegen must keep it scalar")
         return super().vector_type_name("char" if scalar == "signed char" else scalar, count)  # uchar, longlong, ...
-
-    def render_access(self, pointer: cstyle.RenderedPointer, index_uop: UOp, value_dtype: DType) -> str:
-        """A vector read is built from its lanes; scalar reads are the base's lvalues."""
-        lanes = _lane_addresses(pointer, value_dtype)
-        return super().render_access(pointer, index_uop, value_dtype) if lanes is None else \
-            self.render_vector(value_dtype, lanes)
-
-    def render_store(self, ctx: cstyle.RenderContext, pointer: cstyle.RenderedPointer, index_uop: UOp,
-                     value: UOp) -> str:
-        """A vector write stores lane by lane (from a variable); scalar writes are the base's."""
-        if (lanes := _lane_addresses(pointer, value.dtype)) is None:
-            return super().render_store(ctx, pointer, index_uop, value)
-        if not (source := ctx.names.get(value, "")).isidentifier():
-            source = ctx.declare(value, ctx.expression(value), "vec")
-        return " ".join(f"{lane} = {self.render_gep(source, position, value.dtype)};" for position, lane in
-                        enumerate(lanes))
 
     def render_prelude(self, uops: list[UOp], used_dtypes: set[DType]) -> list[str]:
         """Infinity and NaN, the half and bfloat16 structs, the bitcast helper (and mma for tensor-core kernels)."""
