@@ -87,8 +87,7 @@ class HIPRenderer(cstyle.CStyleLanguage):
                '__builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");')
     string_rewrite = hip_rendering + cstyle.base_rendering
     code_for_op = {**cstyle.BASE_CODE_FOR_OP, **cstyle.math_functions(_float_math)}
-    type_map = HIP_TYPE_MAP
-    bitcast_format = "__builtin_bit_cast({type}, ({source})({x}))"
+    type_map, bitcast_format = HIP_TYPE_MAP, "__builtin_bit_cast({type}, ({source})({x}))"
     code_for_workitem = {"g": lambda axis: f"(int)__builtin_amdgcn_workgroup_id_{'xyz'[axis]}()",
                          "l": lambda axis: f"(int)__builtin_amdgcn_workitem_id_{'xyz'[axis]}()"}
     vector_alu_ops: frozenset[Ops] = frozenset()

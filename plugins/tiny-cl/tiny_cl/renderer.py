@@ -34,7 +34,7 @@ def _atomic(ctx: RenderContext, pointer: RenderedPointer, value: str, dtype: DTy
             f"{expected}, as_{bits}({combined})); }} while ({seen} != {expected}); }}")
 
 cl_rendering = text_rules([(UPat(Ops.STORE, name="x"), atomic_rule(_atomic))])
-"""OpenCL's own rules: atomic updates (vector accesses: `render_access` and `render_store`)."""
+"""OpenCL's own rules: atomic updates (vector accesses are data: `vector_load` and `vector_store`)."""
 
 class OpenCLRenderer(CStyleLanguage):
     """OpenCL C for one device: work-item functions, __global/__local address spaces, vector types, extensions."""
