@@ -2,7 +2,7 @@
 
 `void @NAME(ptr noalias buffers..., i32 vars..., i32 %core_id)` is the kernel, and `void @NAME_entry(ptr %arguments,
 i32 %core_id)` unpacks its arguments from 64-bit words (tiny_cpu.renderer's convention). bool is `i1` (a byte in
-memory), bfloat16 its bits in an i16, vectors LLVM vectors (a bool vector a lane mask). Only llvm_compiler imports llvmlite.
+memory), bfloat16 its bits in an i16, vectors LLVM vectors (a bool vector a lane mask). llvm_compiler compiles it.
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ _SCALAR_TYPES: dict[DType, str] = {
     dtypes.int32: "i32", dtypes.uint32: "i32", dtypes.int64: "i64", dtypes.uint64: "i64", dtypes.float16: "half",
     dtypes.bfloat16: "i16", dtypes.float32: "float", dtypes.float64: "double"}
 _EMULATED = frozenset({dtypes.bfloat16})  # bits in an i16, computed in float32 (codegen's pass "narrow floats")
-_INTRINSIC_SUFFIX = {"half": "f16", "float": "f32", "double": "f64"}
 _INTRINSICS = {Ops.EXP2: "exp2", Ops.LOG2: "log2", Ops.SIN: "sin", Ops.SQRT: "sqrt", Ops.TRUNC: "trunc", Ops.POW: "pow"}
 # ALU op -> its instructions ("; " between), each an SSA value; fields: a b c the operands, T their type, F the lane
 # mask type, zero / one / true constants, lt the less-than compare, shr / div the signed or unsigned spelling, {0}
@@ -56,7 +55,7 @@ def _splat(text: str, scalar: str, count: int) -> str:
 @functools.cache
 def _resolved(template: str, scalar: DType, count: int) -> tuple[str, ...]:
     """The instructions of `template` on `count` lanes of `scalar`, the operands left to `LLVMContext.sequence`."""
-    element, unsigned = scalar_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
+    element, unsigned = llvm_type(scalar), dtypes.is_unsigned(scalar) or scalar == dtypes.bool
     fields = {"T": _lanes(element, count), "F": _lanes("i1", count), "S": _lanes("i16", count),
               "W": _lanes("i32", count), "f32": _lanes("float", count), "true": _splat("true", "i1", count),
               "zero": constant(0, scalar) if count == 1 else "zeroinitializer",
@@ -73,16 +72,12 @@ def _table_plan(op: Ops, scalar: DType, count: int) -> tuple[str, ...] | None:
         (_FLOAT_OPS if _is_float(scalar) else _INTEGER_OPS).get(op) or _COMMON_OPS.get(op)
     return None if template is None else _resolved(template, scalar, count)
 
-def scalar_type(dtype: DType, memory: bool = False) -> str:
-    """The LLVM type of a scalar dtype (`memory`: as stored, so bool is a byte)."""
+def llvm_type(dtype: DType, memory: bool = False, count: int | None = None) -> str:
+    """The LLVM type of `dtype` on `count` lanes (by default its own; `memory`: as stored, so bool is a byte)."""
     if (found := _SCALAR_TYPES.get(dtype.scalar)) is None:
         raise ValueError(f"the LLVM renderer has no type for {dtype.scalar}: use one of "
                          f"{', '.join(sorted(str(known) for known in _SCALAR_TYPES))}")
-    return "i8" if memory and found == "i1" else found
-
-def llvm_type(dtype: DType, memory: bool = False) -> str:
-    """The LLVM type of a (vector) dtype."""
-    return _lanes(scalar_type(dtype, memory), dtype.count)
+    return _lanes("i8" if memory and found == "i1" else found, dtype.count if count is None else count)
 
 def _is_float(dtype: DType) -> bool:
     return dtypes.is_float(dtype) and dtype.scalar not in _EMULATED
@@ -95,17 +90,18 @@ def constant(value: object, dtype: DType) -> str:
     if not dtypes.is_float(scalar):
         half = 1 << (8 * scalar.itemsize - 1)  # the bits of the integer read as signed
         return str(((int(value) + half) & (2 * half - 1)) - half)  # type: ignore[call-overload]
+    number = float(value)  # type: ignore[arg-type]
     if scalar.itemsize == 2:
-        return ("0xH{:04X}" if scalar == dtypes.float16 else "{}").format(float_bits(float(value), scalar))  # type: ignore[arg-type]
-    number = float(value) if scalar == dtypes.float64 else \
-        struct.unpack("<f", struct.pack("<I", float_bits(float(value), scalar)))[0]  # type: ignore[arg-type]
+        return ("0xH{:04X}" if scalar == dtypes.float16 else "{}").format(float_bits(number, scalar))
+    if scalar == dtypes.float32:  # rounded to float, written as the double of the same value
+        number = struct.unpack("<f", struct.pack("<I", float_bits(number, scalar)))[0]
     return f"0x{0x7FF8000000000000 if math.isnan(number) else float_bits(number, dtypes.float64):016X}"
 
 def vector_constant(values: list[object], dtype: DType) -> str:
     """The text of a vector constant of `dtype` (one value per lane; zeroinitializer where every lane is +0)."""
     if all(value == 0 and math.copysign(1.0, value) > 0 for value in values):  # type: ignore[arg-type]
         return "zeroinitializer"
-    return "<" + ", ".join(f"{scalar_type(dtype)} {constant(value, dtype.scalar)}" for value in values) + ">"
+    return "<" + ", ".join(f"{llvm_type(dtype.scalar)} {constant(value, dtype.scalar)}" for value in values) + ">"
 
 class LLVMContext(SSAContext):
     """The state of rendering one linear program to LLVM IR: registers of values, blocks, open loops and branches."""
@@ -169,20 +165,19 @@ class LLVMContext(SSAContext):
             return self.value(uop)
         if uop.op is Ops.CONST:
             return vector_constant([uop.arg] * count, uop.dtype.scalar)
-        vector = f"<{count} x {(scalar := scalar_type(uop.dtype))}>"
+        vector, scalar = llvm_type(uop.dtype, count=count), llvm_type(uop.dtype.scalar)
         inserted = self.assign(f"insertelement {vector} undef, {scalar} {self.value(uop)}, i32 0")
         return self.assign(f"shufflevector {vector} {inserted}, {vector} undef, <{count} x i32> zeroinitializer")
 
     def intrinsic(self, name: str, arguments: list[str], dtype: DType, count: int) -> str:
         """A call of `llvm.NAME` on `count` lanes of `dtype`, declared once."""
-        type_text, suffix = _lanes(scalar := scalar_type(dtype), count), _INTRINSIC_SUFFIX[scalar]
+        type_text, suffix = llvm_type(dtype, count=count), f"f{8 * dtype.itemsize}"  # f16, f32 or f64
         function = f"@llvm.{name}.{suffix if count == 1 else f'v{count}{suffix}'}"
         self.intrinsics.add(f"declare {type_text} {function}({', '.join([type_text] * len(arguments))})")
         return self.assign(f"call {type_text} {function}({', '.join(f'{type_text} {a}' for a in arguments)})")
 
     def run(self, name: str) -> str:
-        """The LLVM IR module: each UOp rendered by the renderer's rules (`llvm_rendering`), then the function, its
-        entry point and attributes."""
+        """The LLVM IR module: the kernel's function (its UOps rendered by the rules), its entry point, attributes."""
         self.render_uops(self.renderer.string_rewrite if self.renderer is not None else llvm_rendering)
         buffers = [f"ptr noalias %data{n}" for n in sorted({u.arg for u in self.uops if u.op is Ops.DEFINE_GLOBAL})]
         variables = dict(sorted((str(u.arg[0]), f"{llvm_type(u.dtype)} %{identifier(u.arg[0])}")
@@ -213,8 +208,7 @@ class LLVMContext(SSAContext):
         else:
             operation = "trunc" if target.itemsize < source.itemsize else \
                 ("zext" if dtypes.is_unsigned(source) else "sext")
-        return self.assign(f"{operation} {_lanes(scalar_type(source), count)} {text} to "
-                           f"{_lanes(scalar_type(target), count)}")
+        return self.assign(f"{operation} {llvm_type(source, count=count)} {text} to {llvm_type(target, count=count)}")
 
     def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
         """The ALU UOp `uop` over `operands` of `dtype`; a fused MULACC of floats or doubles is `llvm.fmuladd` (one
@@ -224,8 +218,7 @@ class LLVMContext(SSAContext):
         return self.arithmetic(uop.op, operands, dtype, count)
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
-        """`op` over operand registers of `count` lanes of `dtype` (the values' type, not a WHERE's condition):
-        intrinsics and POW here, the rest from the instruction tables."""
+        """`op` over registers of `count` lanes of `dtype` (the values' type): from the tables, else an intrinsic."""
         if dtype in _EMULATED and op is not Ops.WHERE:
             raise ValueError(f"the LLVM renderer computes {dtype} in float32 only: codegen's \"narrow floats\" casts")
         if (plan := _table_plan(op, dtype, count)) is not None:
@@ -237,6 +230,8 @@ class LLVMContext(SSAContext):
     def atomic_update(self, pointer: Pointer, value: str, dtype: DType, reduce: str) -> None:
         """Combine `value` into the element at `pointer` with no update lost to another worker: `atomicrmw add` for
         integer sums, else a compare-exchange loop over the element's bits (floats, halves, bfloat16, bools)."""
+        if dtype.count != 1:
+            raise ValueError(f"the LLVM renderer updates scalars atomically, got a {reduce} of {dtype}: codegen splits")
         after = self.branch(pointer[1], "atomic") if pointer[1] is not None else None
         address, bits, size = self.address(pointer), f"i{8 * dtype.itemsize}", dtype.itemsize
         if reduce == "add" and dtypes.is_int(dtype):
@@ -314,7 +309,7 @@ class LLVMContext(SSAContext):
         return self.assign(f"bitcast {llvm_type(source.dtype)} {self.value(source)} to {llvm_type(uop.dtype)}")
 
     def _vectorize(self, uop: UOp) -> str:
-        vector, scalar, current = llvm_type(uop.dtype), scalar_type(uop.dtype), "undef"
+        vector, scalar, current = llvm_type(uop.dtype), llvm_type(uop.dtype.scalar), "undef"
         for lane, source in enumerate(uop.src):
             current = self.assign(f"insertelement {vector} {current}, {scalar} {self.value(source)}, i32 {lane}")
         return current
@@ -328,9 +323,8 @@ class LLVMContext(SSAContext):
 
     def _load(self, uop: UOp) -> str:
         pointer, dtype, count = self.pointer(uop), uop.dtype, uop.dtype.count  # (bools are bytes: "SSA lowering")
-        if (gate := pointer[1]) is not None:  # a buffer of unknown size: the read behind a branch (llvm_lowering
-            # selects the others without one); sources of dtype void only order the load, the first other is the
-            # alternative
+        if (gate := pointer[1]) is not None:  # a buffer of unknown size (llvm_lowering selects in the others): a
+            # branch; sources of dtype void only order the load, the first other is the alternative
             alternative = next((self.operand(source, count) for source in uop.src[1:] if source.dtype != dtypes.void),
                                vector_constant([0] * count, dtype) if count > 1 else constant(0, dtype))
             before, after = self.block, self.branch(gate, "load")
@@ -344,9 +338,6 @@ class LLVMContext(SSAContext):
 
     def _store(self, uop: UOp) -> None:
         pointer, dtype, text = self.pointer(uop), uop.src[1].dtype, self.value(uop.src[1])
-        if uop.arg is not None and dtype.count != 1:
-            raise ValueError(f"the LLVM renderer updates scalars atomically, got a combining store ({uop.arg}) of "
-                             f"{dtype}: codegen must split it into lanes")
         if uop.arg is not None:
             return self.atomic_update(pointer, text, dtype, str(uop.arg))
         after = self.branch(pointer[1], "store") if pointer[1] is not None else None

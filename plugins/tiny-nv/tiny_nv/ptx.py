@@ -56,8 +56,7 @@ def _info(dtype: DType) -> tuple[str, str, str]:
 
 @functools.cache
 def _alu_plan(op: Ops, dtype: DType) -> tuple[str, tuple[tuple[str, str], ...], tuple[str, ...]]:
-    """The register class of `dtype`, `op`'s temporaries (field, class) and its instructions on `dtype` with the
-    type's fields filled in (the registers are left to `PTXContext.arithmetic`)."""
+    """`dtype`'s register class, `op`'s temporaries (field, class) and instructions on `dtype`, registers left out."""
     kind, arithmetic, _ = _info(dtype)
     integer = not dtypes.is_float(dtype) and dtype != dtypes.bool
     template = (_PREDICATE_ALU.get(op) if kind == "p" else None) or _ALU.get(op)
@@ -114,8 +113,7 @@ class PTXContext(SSAContext):
         return register
 
     def run(self, name: str) -> str:
-        """The PTX module: each UOp rendered by the renderer's rules (`ptx_rendering`), under the entry's header (and
-        the linear program embedded, for a MOCK GPU)."""
+        """The PTX module: the UOps rendered by the rules under the entry's header (a MOCK GPU's: its program too)."""
         self.render_uops(self.renderer.string_rewrite)
         body = [f"\t.reg .{_REGISTER_TYPES[kind]} %{kind}<{count}>;" for kind, count in self.counts.items() if count]
         parameters = ",\n".join(f"\t{parameter}" for parameter in self.parameters)
@@ -195,8 +193,7 @@ class PTXContext(SSAContext):
         self.lines += [] if gate is None else [f"{skip}:"]
 
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
-        """`op` over registers of `dtype` (for WHERE, the value type) from its template (`_alu_plan`), a predicate
-        for a comparison."""
+        """`op` over registers of `dtype` (for WHERE, the values') by `_alu_plan`; a comparison's is a predicate."""
         kind, temporaries, instructions = _alu_plan(op, dtype)
         fields = dict(zip("abc", operands, strict=False), r=self.new("p" if op in _COMPARISONS else kind))
         for name, temporary in temporaries:
@@ -288,8 +285,7 @@ class PTXRenderer(SSARenderer):
     """PTX assembly for one NVIDIA architecture, rendered from the linear program."""
 
     device, suffix, string_rewrite, emulated_floats, post_matcher = "NV", "ptx", ptx_rendering, _HALVES, ssa_lowering
-    context = PTXContext
-    has_local, has_shared, has_threads = True, True, False
+    context, atomic_dtypes = PTXContext, _ATOMIC_DTYPES
     global_max, local_max, max_local_total = (2 ** 31 - 1, 65535, 65535), (1024, 1024, 64), 256
     shared_max, group_size, register_tile, max_buffers = 48 * 1024, 128, (4, 4), 500
 
@@ -298,4 +294,3 @@ class PTXRenderer(SSARenderer):
         self.arch, self.device, self.embed_program = arch, device, embed_program
         self.arch_number = parse_arch(arch)
         self.ptx_version = "7.8" if self.arch_number <= 90 else "8.6"
-        self.atomic_dtypes, self.vector_widths = _ATOMIC_DTYPES, {}
