@@ -374,8 +374,7 @@ class LLVMRenderer(SSARenderer):
     """LLVM IR for the host CPU, compiled in-process by llvmlite (tiny_cpu.llvm_compiler)."""
 
     device, suffix, emulated_floats, string_rewrite, context = "CPU", "ll", _EMULATED, llvm_rendering, LLVMContext
-    has_local, has_shared, has_threads = False, False, True
-    global_max, local_max, shared_max = None, None, 0
+    has_local, has_shared, has_threads, local_max, shared_max = False, False, True, None, 0  # global_max: __init__
     vector_alu_ops = frozenset({Ops.ADD, Ops.SUB, Ops.MUL, Ops.FDIV, Ops.MULACC, Ops.NEG, Ops.AND, Ops.OR, Ops.XOR,
                                 Ops.SHL, Ops.SHR, Ops.MAX, Ops.CMPLT, Ops.CMPNE, Ops.CMPEQ, Ops.WHERE, Ops.CAST,
                                 Ops.BITCAST})
