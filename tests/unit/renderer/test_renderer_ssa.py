@@ -9,7 +9,7 @@ import numpy
 import pytest
 
 from tinycore.dtype import DType, dtypes
-from tinycore.renderer.ssa import SSAContext, fill_types, float_bits, identifier, ssa_rules
+from tinycore.renderer.ssa import SSAContext, SSARenderer, fill_types, float_bits, identifier, ssa_rules
 from tinycore.uop.ops import GroupOp, Ops
 from tinycore.uop.uop import UOp
 
@@ -98,3 +98,32 @@ def test_a_uop_no_rule_renders_and_a_value_used_before_it_is_rendered_are_refuse
     x = UOp(Ops.DEFINE_VAR, dtypes.float32, (), ("x", 0, 1))
     with pytest.raises(ValueError, match="used before it is rendered"):
         _render(x + x)
+
+
+class ToyModule(ToyContext):
+    """The toy language's module: the kernel's name over its lines."""
+
+    def run(self, name: str) -> str:
+        self.render_uops(self.renderer.string_rewrite if self.renderer is not None else None)
+        return "\n".join([f"{name}:", *self.lines])
+
+
+class ToyRenderer(SSARenderer):
+    """The toy language as a renderer."""
+
+    string_rewrite, context = TOY_RULES, ToyModule
+
+
+def test_shared_rules_pass_values_through_and_the_renderer_names_the_kernel_from_its_sink() -> None:
+    x = UOp(Ops.DEFINE_VAR, dtypes.int32, (), ("x", 0, 9))
+    bound = UOp(Ops.BIND, dtypes.int32, (x, UOp.const(dtypes.int32, 3)))
+    twice = UOp(Ops.NOOP, dtypes.int32, (bound,)) * UOp.const(dtypes.int32, 2)
+    program = [x, bound, twice.src[0], twice, UOp(Ops.SINK, dtypes.void, (twice,), "doubled")]
+    assert ToyRenderer().render(program) == "doubled:\n%0 = mul int %x 2:int"
+
+
+def test_a_load_needs_an_index_first() -> None:
+    buffer = UOp(Ops.DEFINE_GLOBAL, dtypes.float32.ptr(), (), 0)
+    load = UOp(Ops.LOAD, dtypes.float32, (buffer,))
+    with pytest.raises(ValueError, match="LOAD needs an INDEX"):
+        ToyContext([buffer, load]).pointer(load)
