@@ -85,6 +85,12 @@ def reads_memory_there(instruction: Instruction, index: int) -> bool:
         instruction.op.endswith(("ps", "pd"))
 
 
+_COMMUTED = frozenset({"vaddps", "vmulps", "vaddpd", "vmulpd", "vfmadd231ps", "vfmadd231pd", "vfnmadd231ps",
+                       "vfnmadd231pd"})
+"""Packed instructions whose two sources may trade places (the 231 FMAs' are the two factors; max and min are left
+out: x86 returns the second source when either is NaN)."""
+
+
 def fold_loads(program: list[Instruction]) -> list[Instruction]:
     """`program` with each vector load read once, by the very next instruction where that takes memory, folded into
     it (`vmovups v, [m]; vmulps a, b, v` is `vmulps a, b, [m]`, as gcc writes it): an instruction and a register fewer.
@@ -111,6 +117,11 @@ def fold_loads(program: list[Instruction]) -> list[Instruction]:
         if instruction.op == "vmovups" and instruction.mask is None and isinstance(value, VirtualRegister) and \
                 isinstance(source, Memory) and mentions.get(value) == 2 and position + 1 < len(program):
             reader = program[position + 1]
+            if len(reader.operands) > 2 and reader.operands[1] is value and reader.op in _COMMUTED and \
+                    isinstance(reader.operands[2], VirtualRegister) and reader.operands[0] is not value:
+                # `vaddps a, v, b` is `vaddps a, b, v`: the load may be folded from either factor or term
+                reader = replace(reader, operands=(reader.operands[0], reader.operands[2], value,
+                                                   *reader.operands[3:]))
             if len(reader.operands) > 2 and reader.operands[2] is value and reader.operands.count(value) == 1 and \
                     not source.broadcast and source.bits == value.bits and reads_memory_there(reader, 2) and \
                     not any(isinstance(operand, Memory) for operand in reader.operands):
@@ -165,8 +176,11 @@ class FunctionBuilder:
         self._count = 0
         self._labels = 0
         # the scratch registers for spilled operands are xmm13-15 either way: they serve every instruction, and
-        # xmm16-31 (AVX-512) only those with an EVEX form (see `assemble`)
-        self.vector_pool = XMM[:13] + XMM[16:vector_registers]
+        # xmm16-31 (AVX-512) only those with an EVEX form (see `assemble`). The allocator tries the pool in order, so
+        # with AVX-512 values take xmm16-31 first and leave xmm0-12 to the values that some VEX-only instruction
+        # reads (a scalar constant's vmovd, a 128-bit xor): low-first, long-lived splats filled xmm0-12 and the
+        # VEX-only values that came later spilled them while xmm16-31 stood empty (softmax: six splats on the stack)
+        self.vector_pool = XMM[16:vector_registers] + XMM[:13]
         self.vector_scratch = XMM[13:16]
         self.blocked: dict[Register, int] = {}
         # the bases of buffers stored by `vmovntps` (tiny_cpu.x86.streaming): the registers or argument words that

@@ -149,6 +149,13 @@ class Selection:
         self.lanes_skipped |= folded_compares
         self.rotates, unread_shifts = rotates(uops, self.consumers, self.lanes_skipped)  # tiny_cpu.x86.rotates
         self.lanes_skipped |= unread_shifts
+        # a float NEG read only by one ADD of its loop body is that ADD's subtrahend: `x + -y` is `vsubps x, y`
+        # (IEEE's x - y is x + (-y), bit for bit), one instruction and the sign mask's register fewer (exp2's x - r)
+        self.subtrahends: set[UOp] = set()
+        for uop in uops:  # of `-x + -y` only the first: the other is the minuend, in a register
+            if _subtrahend(self, uop) and not any(source in self.subtrahends for source in self.consumers[uop][0].src):
+                self.subtrahends.add(uop)
+        self.lanes_skipped |= self.subtrahends
         # large outputs stored only as aligned vectors go around the cache; a buffer is streamed only where its pointer
         # can be tested before the prologue (an argument in a register, or any word of the entry convention's array)
         self.streamed = {buffer for buffer in streamed_buffers(uops)
@@ -533,6 +540,17 @@ def _rounded(ctx: Selection, uop: UOp, value: VirtualRegister) -> str:
     return ""
 
 
+def _subtrahend(ctx: Selection, uop: UOp) -> bool:
+    """Whether `uop` is a float32 or float64 NEG whose one reader is a float ADD of the same loop body, selected by
+    `_float_binary` (not a lane of a vector, not its own other operand): that ADD subtracts its source instead."""
+    if uop.op is not Ops.NEG or uop.dtype.scalar not in (dtypes.float32, dtypes.float64) or uop in ctx.lanes_skipped:
+        return False
+    users = ctx.consumers.get(uop, [])
+    if len(users) != 1 or users[0].op is not Ops.ADD or users[0].src.count(uop) != 1 or users[0] in ctx.lanes_skipped:
+        return False
+    return ctx.paths.get(uop) == ctx.paths.get(users[0]) and users[0].dtype == uop.dtype
+
+
 def _float_binary(ctx: Selection, uop: UOp) -> str:
     bits, flavour = _float_shape(uop)
     if uop.src[0] in ctx.in_place:
@@ -541,11 +559,20 @@ def _float_binary(ctx: Selection, uop: UOp) -> str:
         result = ctx.builder.value("vec", bits)
         ctx.owner[result] = uop
     first, second = uop.src
+    negated = next((source for source in uop.src if source in ctx.subtrahends), None)
+    if negated is not None:  # x + -y (or -y + x): x - y
+        minuend = second if negated is first else first
+        if not isinstance(ctx.values.get(minuend), Memory):
+            subtracted = ctx.values.get(negated.src[0])
+            right: Operand = subtracted if isinstance(subtracted, Memory) else ctx.register(negated.src[0])
+            ctx.builder.emit("vsub" + flavour, result, ctx.register(minuend), right)
+            return _rounded(ctx, uop, result)
+        _float_unary(ctx, negated)  # a broadcast from memory must be the last operand: negate after all
     if isinstance(ctx.values.get(first), Memory):  # a broadcast from memory (_embedded_broadcast: + or *) goes last
         first, second = second, first
     memory = ctx.values.get(second)
-    right: Operand = memory if isinstance(memory, Memory) else ctx.register(second)
-    ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(first), right)
+    operand: Operand = memory if isinstance(memory, Memory) else ctx.register(second)
+    ctx.builder.emit(_FLOAT_BINARY[uop.op] + flavour, result, ctx.register(first), operand)
     return _rounded(ctx, uop, result)
 
 
