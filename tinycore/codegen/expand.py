@@ -76,10 +76,12 @@ class Expander:
                  supported: Callable[[DType, int], bool] | None = None, masks: bool = False,
                  masked_loads: frozenset[DType] = frozenset()):
         self.vector_width = vector_width
-        self.supported = supported if supported is not None else \
+        self.supported = declared = supported if supported is not None else \
             (lambda dtype, width: width in _powers_up_to(vector_width(dtype)))
+        # the packer's test holds the function, not this Expander: a cycle through it kept each kernel's packing
+        # memos (thousands of nodes and sets) alive until the cyclic collector found them
         self.packer = Packer(lambda dtype, width: dtype.count == 1 and (width == 1 or (
-            width <= vector_width(dtype) and self.supported(dtype, width))), masks, masked_loads)
+            width <= vector_width(dtype) and declared(dtype, width))), masks, masked_loads)
 
     def fitting_width(self, dtype: DType, lanes: int) -> int:
         """The widest usable vector width for `dtype` that divides `lanes` (1 when none)."""

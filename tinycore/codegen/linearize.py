@@ -373,8 +373,10 @@ class Linearizer:
                 return (1 if item in init_set else 3), position[item]
             return 0, position[item]
 
-        def emit(loop: UOp | None) -> None:
-            """Append the body of `loop` (None: the kernel's top level), nested loops recursively."""
+        def emit(loop: UOp | None, nested: Callable[..., None]) -> None:
+            """Append the body of `loop` (None: the kernel's top level), nested loops recursively by `nested` (this
+            function: a closure that named itself would be a reference cycle, and this walk's dicts and sets would
+            live until the cyclic collector found them)."""
             items: list[BodyItem] = [*members.get(loop, []), *(("block", c) for c in children.get(loop, []))]
             item_set = set(items)
             waiting = {item: {d for d in depends.get(item, ()) if d in item_set} for item in items}
@@ -397,7 +399,7 @@ class Linearizer:
                 if isinstance(item, tuple):
                     range_node = item[1]
                     program.append(range_node)
-                    emit(range_node)
+                    nested(range_node, nested)
                     program.append(UOp(Ops.END, dtypes.void, (range_node,)))
                 else:
                     program.append(item)
@@ -409,7 +411,7 @@ class Linearizer:
             if done != len(items):
                 raise LinearizeError("a dependency cycle between loop bodies: the kernel cannot be ordered")
 
-        emit(None)
+        emit(None, emit)
         return program
 
 
