@@ -103,7 +103,6 @@ def make_cl_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
         raise ValueError(f"the CL renderer takes no arch (got {arch!r}); the driver compiles for its own device: "
                          "use DEV=CL or DEV=CL:OPENCL")
     opened = open_device(device)
-    renderer = OpenCLRenderer(device, opened.extensions, global_max=(2 ** 31 - 1,) * 3,
-                              local_max=tuple(int(size) for size in opened.device.max_work_item_sizes[:3]),
-                              shared_max=int(opened.device.local_mem_size))
+    renderer = OpenCLRenderer(device, opened.extensions, shared_max=int(opened.device.local_mem_size),
+                              local_max=tuple(int(size) for size in opened.device.max_work_item_sizes[:3]))
     return renderer, CLCompiler(opened)
