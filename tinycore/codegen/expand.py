@@ -59,10 +59,6 @@ def lane_values(ranges: list[UOp]) -> list[dict[UOp, UOp]]:
             for values in itertools.product(*(range(size) for size in sizes))]
 
 
-def _substitute(node: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    return substitute_fold(node, mapping)
-
-
 class Expander:
     """Runs the expansion on a kernel AST.
 
@@ -82,6 +78,12 @@ class Expander:
         # memos (thousands of nodes and sets) alive until the cyclic collector found them
         self.packer = Packer(lambda dtype, width: dtype.count == 1 and (width == 1 or (
             width <= vector_width(dtype) and declared(dtype, width))), masks, masked_loads)
+        self.folded: dict[UOp, UOp] = {}
+        """Unfolded node -> its fold, shared by the substitutions of this kernel (substitute_fold)."""
+
+    def substitute(self, node: UOp, mapping: dict[UOp, UOp]) -> UOp:
+        """`node` with the keys of `mapping` replaced and the changed nodes folded, each fold made once per kernel."""
+        return substitute_fold(node, mapping, self.folded)
 
     def fitting_width(self, dtype: DType, lanes: int) -> int:
         """The widest usable vector width for `dtype` that divides `lanes` (1 when none)."""
@@ -99,7 +101,7 @@ class Expander:
         accumulators = [r for r in ranges if axis_kind(r) is AxisType.ACCUMULATOR]
         loops = [r for r in ranges if r not in unrolled and r not in accumulators]
         if unrolled:
-            value = combine(op, [_substitute(value, mapping) for mapping in lane_values(unrolled)])
+            value = combine(op, [self.substitute(value, mapping) for mapping in lane_values(unrolled)])
         if any(range_size(r) == 0 for r in loops):
             return UOp.const(node.dtype, reduce_identity(op, node.dtype))  # nothing to reduce
         invariant = [r for r in loops if r not in value.toposort and range_size(r) is not None]
@@ -119,7 +121,7 @@ class Expander:
                 value = value.alu(Ops.MUL, range_node.src[0].cast(node.dtype))
         if not accumulators:
             return UOp(Ops.REDUCE, node.dtype, (value,) + tuple(loops), op) if loops else value
-        lanes = [_substitute(value, mapping) for mapping in lane_values(accumulators)]
+        lanes = [self.substitute(value, mapping) for mapping in lane_values(accumulators)]
         width = self.fitting_width(node.dtype, len(lanes))
         vectors = []
         for start in range(0, len(lanes), width):
@@ -151,7 +153,7 @@ class Expander:
             others = [r for r in upcasts if r is not vector_axis]
             chunk = self._chunk_width(store, vector_axis)
             for outer in lane_values(others) or [{}]:
-                copies = tuple(_substitute(store, {**outer, **inner}) for inner in lane_values([vector_axis]))
+                copies = tuple(self.substitute(store, {**outer, **inner}) for inner in lane_values([vector_axis]))
                 for start in range(0, len(copies), chunk):
                     group = copies[start:start + chunk]
                     vector_store = self._vector_store(group) if chunk > 1 else None

@@ -32,13 +32,27 @@ def dependents(root: UOp, keys: frozenset[UOp]) -> tuple[UOp, ...]:
     return found
 
 
-def substitute_fold(root: UOp, mapping: dict[UOp, UOp]) -> UOp:
-    """`root` with the keys of `mapping` replaced by their values, folding only the nodes that changed."""
+def substitute_fold(root: UOp, mapping: dict[UOp, UOp], folded: dict[UOp, UOp] | None = None) -> UOp:
+    """`root` with the keys of `mapping` replaced by their values, folding only the nodes that changed.
+
+    `folded` (unfolded node -> its fold), when given, is shared between calls: the copies of one kernel for each
+    value of its upcast axes rebuild many of the same nodes (a lane that does not use the axis substituted last), and
+    each is folded once. The caller keeps it for one kernel; a node folds the same way every time."""
     if root in mapping:
         return mapping[root]
     memo: dict[UOp, UOp] = dict(mapping)
     get = memo.get
+    if folded is None:
+        folded = {}
+    known = folded.get
     for node in dependents(root, frozenset(mapping)):
         new_src = tuple([get(source, source) for source in node.src])
-        memo[node] = node if new_src == node.src else fold_node(UOp(node.op, node.dtype, new_src, node.arg))
+        if new_src == node.src:
+            memo[node] = node
+            continue
+        built = UOp(node.op, node.dtype, new_src, node.arg)
+        result = known(built)
+        if result is None:
+            result = folded[built] = fold_node(built)
+        memo[node] = result
     return get(root, root)
