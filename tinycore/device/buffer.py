@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from tinycore.counters import GlobalCounters
+from tinycore.counters import totals as _counts
 from tinycore.device.allocator import Allocator, BufferSpec, LRUAllocator
 from tinycore.dtype import DType, PtrDType
 
@@ -16,6 +17,19 @@ _LRU_ALLOC, _LRU_FREE = LRUAllocator.alloc, LRUAllocator.free
 """An allocator whose class keeps these methods (every device's LRU cache, unless a subclass changes them) gets its
 cache hit and its free done here inline, for buffers without options: every eager op allocates two buffers and frees
 two, and each allocator method is a Python call."""
+
+
+_COUNTED_DEVICES: set[str] = set()
+"""Device names whose buffers count in GlobalCounters.mem_used (every one but DISK files), as seen so far: a set test
+where `device.startswith("DISK")` is a method call, made for each buffer allocated and freed."""
+
+
+def _counted(device: str) -> bool:
+    """Whether `device`'s buffers count in GlobalCounters.mem_used (not a DISK file); remembered when they do."""
+    if device.startswith("DISK"):
+        return False
+    _COUNTED_DEVICES.add(device)
+    return True
 
 
 class Buffer:
@@ -82,8 +96,8 @@ class Buffer:
         else:
             buffer._buf = allocator.alloc(nbytes if nbytes > 1 else 1, None)
         buffer._owns_memory = True
-        if not device.startswith("DISK"):
-            GlobalCounters.mem_used += nbytes
+        if device in _COUNTED_DEVICES or _counted(device):
+            _counts.mem_used += nbytes
             GlobalCounters.mem_used_per_device[device] += nbytes
         return buffer
 
@@ -144,7 +158,7 @@ class Buffer:
         """Keep GlobalCounters.mem_used in step with this buffer's own allocation (files and external memory aside)."""
         if self.device.startswith("DISK") or (self.options is not None and self.options.external_ptr is not None):
             return
-        GlobalCounters.mem_used += change
+        _counts.mem_used += change
         GlobalCounters.mem_used_per_device[self.device] += change
 
     def ensure_allocated(self) -> Buffer:
@@ -174,8 +188,9 @@ class Buffer:
                     allocator.cache[(nbytes if nbytes > 1 else 1, None)].append(self._buf)  # type: ignore[attr-defined]
                 else:
                     allocator.free(self._buf, nbytes if nbytes > 1 else 1, options)
-                if not self.device.startswith("DISK") and (options is None or options.external_ptr is None):
-                    GlobalCounters.mem_used -= nbytes
+                if (self.device in _COUNTED_DEVICES or _counted(self.device)) \
+                        and (options is None or options.external_ptr is None):
+                    _counts.mem_used -= nbytes
                     GlobalCounters.mem_used_per_device[self.device] -= nbytes
             self._buf = None
         except Exception:  # noqa: BLE001 - interpreter shutdown: the allocator may already be gone

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from tinycore.counters import GlobalCounters
+from tinycore.counters import totals as _counts
 from tinycore.engine.realize import (
     active_captures,
     capture_begin,
@@ -449,9 +449,9 @@ class CapturedJit:
     def count(self) -> None:
         """Add one replay's kernels, operations and bytes to GlobalCounters (as realize does for each launch)."""
         totals = self.totals()
-        GlobalCounters.kernel_count += totals[1]
-        GlobalCounters.global_ops += totals[2]
-        GlobalCounters.global_mem += totals[3]
+        _counts.kernel_count += totals[1]
+        _counts.global_ops += totals[2]
+        _counts.global_mem += totals[3]
 
 
 def _prune(calls: list[CapturedCall], input_buffers: list[Buffer]) -> tuple[list[CapturedCall], list[CapturedCall]]:
@@ -693,9 +693,9 @@ class TinyJit(Generic[ReturnType]):
         totals = captured._totals
         if totals is None or totals[0] is not replay:
             totals = captured.totals()
-        GlobalCounters.kernel_count += totals[1]
-        GlobalCounters.global_ops += totals[2]
-        GlobalCounters.global_mem += totals[3]
+        _counts.kernel_count += totals[1]
+        _counts.global_ops += totals[2]
+        _counts.global_mem += totals[3]
         if remembered_results:  # the replay wrote buffers outside realize: results remembered before are stale
             invalidate_known_results()
         if self._returned_inputs:
