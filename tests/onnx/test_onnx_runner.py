@@ -180,6 +180,43 @@ def test_second_call_with_the_same_shapes_replays(classifier):
     assert len(runner._jits) == 2, "another batch size gets its own capture"
 
 
+def test_replays_fill_the_runners_input_buffers_from_numpy():
+    """Once a call with numpy inputs is captured, a call with arrays of the same names, dtypes and shapes copies them
+    into the runner's input buffers and replays (OnnxRunner._replayed). Values against numpy over new data each call,
+    two batch sizes in turn; inputs given in another order than the graph's, a Tensor input, a strided array and a
+    wrong dtype each take the checked path, which still raises for the dtype."""
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((6, 5)).astype(np.float32)
+    from onnx import numpy_helper
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["s"]),
+         helper.make_node("Relu", ["s"], ["y"])], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 6]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["n", 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(weight, "w")])
+    runner = OnnxRunner(helper.make_model(graph).SerializeToString())
+
+    def expected(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.maximum(a.astype(np.float64) @ weight.astype(np.float64) + b, 0)
+
+    for call in range(8):
+        rows = 3 if call % 2 else 4
+        a = rng.standard_normal((rows, 6)).astype(np.float32)
+        b = rng.standard_normal((rows, 5)).astype(np.float32)
+        feeds = {"b": b, "a": a} if call >= 6 else {"a": a, "b": b}
+        np.testing.assert_allclose(runner(feeds)["y"].numpy(), expected(a, b), rtol=1e-5, atol=1e-5)
+    assert len(runner._replays) == 2, "a captured call per batch size (inputs in the graph's order)"
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal((4, 5)).astype(np.float32)
+    np.testing.assert_allclose(runner({"a": Tensor(a), "b": b})["y"].numpy(), expected(a, b), rtol=1e-5, atol=1e-5)
+    wide = rng.standard_normal((4, 12)).astype(np.float32)
+    np.testing.assert_allclose(runner({"a": wide[:, ::2], "b": b})["y"].numpy(), expected(wide[:, ::2], b),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runner({"a": a, "b": b})["y"].numpy(), expected(a, b), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match="input 'a' has dtype"):
+        runner({"a": a.astype(np.float64), "b": b})
+
+
 def test_graphs_reading_input_values_on_the_host_are_not_jitted():
     graph = helper.make_graph([helper.make_node("NonZero", ["a"], ["b"])], "g",
                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])],
