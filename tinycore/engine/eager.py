@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tinycore.counters import GlobalCounters
+from tinycore.counters import totals as _counts
 from tinycore.device.buffer import Buffer
 from tinycore.engine.memory import _BUFFER_ATTRIBUTE, _allocator_of, buffer_of
 from tinycore.helpers import BEAM, DEBUG, NUM_CPU_THREADS, SCACHE
@@ -71,7 +71,7 @@ class EagerPlan:
     Buffer from them directly (new_buffer_uop's and Buffer's general paths are several Python calls)."""
 
     __slots__ = ("launch", "order", "device", "dtype", "size", "reshape", "ops", "mem", "threads", "generation",
-                 "sources", "shape", "allocator")
+                 "sources", "shape", "allocator", "one_input")
 
     def __init__(self, launch: Callable[[list[Any]], None], order: tuple[int, ...], result: tuple[str, Any, int],
                  reshape: tuple[Any, Any] | None, counts: tuple[Any, Any], tags: tuple[int, int]):
@@ -80,6 +80,8 @@ class EagerPlan:
         self.ops, self.mem = counts
         self.threads, self.generation = tags
         self.sources, self.shape, self.allocator = (device_node(self.device),), (self.size,), _allocator_of(self.device)
+        # the launch takes one input, then the result (`x + 1`): run_plan passes them without the order's loop
+        self.one_input = order == (0, 1)
 
 
 plans: dict[tuple[object, ...], EagerPlan] = {}
@@ -186,21 +188,28 @@ def run_plan(plan: EagerPlan, inputs: list[UOp]) -> UOp:
     result = Buffer.allocated(plan.device, plan.size, plan.dtype, plan.allocator)
     attributes = node.__dict__
     attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = plan.device, plan.shape, result
-    handles: list[Any] = []
-    count = len(inputs)
-    for position in plan.order:
-        if position == count:
-            handles.append(result._buf)
-            continue
-        source = inputs[position]
-        known = source.__dict__.get(_BUFFER_ATTRIBUTE)
+    handles: list[Any]
+    if plan.one_input:
+        known = inputs[0].__dict__.get(_BUFFER_ATTRIBUTE)
         if known is None or known._buf is None:
-            known = buffer_of(source).ensure_allocated()
-        handles.append(known._buf)
+            known = buffer_of(inputs[0]).ensure_allocated()
+        handles = [known._buf, result._buf]
+    else:
+        handles = []
+        count = len(inputs)
+        for position in plan.order:
+            if position == count:
+                handles.append(result._buf)
+                continue
+            source = inputs[position]
+            known = source.__dict__.get(_BUFFER_ATTRIBUTE)
+            if known is None or known._buf is None:
+                known = buffer_of(source).ensure_allocated()
+            handles.append(known._buf)
     plan.launch(handles)
-    GlobalCounters.kernel_count += 1
-    GlobalCounters.global_ops += plan.ops
-    GlobalCounters.global_mem += plan.mem
+    _counts.kernel_count += 1
+    _counts.global_ops += plan.ops
+    _counts.global_mem += plan.mem
     if plan.reshape is None:
         return node
     return UOp.keyed(_RESHAPE, node.dtype, (node,), plan.reshape[0], plan.reshape[1])

@@ -11,10 +11,11 @@ from tinycore.device.buffer import Buffer
 from tinycore.dtype import DType
 from tinycore.plugins.contract import RendererContract, makes_views
 from tinycore.schedule.device_facts import DeviceFacts
-from tinycore.uop.buffer import new_buffer_uop
+from tinycore.uop.buffer import _unique_ids, device_node, new_buffer_uop
 from tinycore.uop.ops import Ops
 from tinycore.uop.uop import UOp, upper
 
+_BUFFER = Ops.BUFFER
 _BUFFER_ATTRIBUTE = "_device_buffer"
 """The attribute of a BUFFER / BUFFER_VIEW node holding its Buffer once used (it dies with its node). An attribute
 rather than a weak-keyed table: a lookup per buffer per launch is then a plain dict read."""
@@ -75,23 +76,36 @@ def buffer_of(uop: UOp) -> Buffer:
     return found
 
 
-_filling: dict[str, Allocator] = {}
-"""Per one-device name seen by uop_from_bytes: its allocator."""
+_filling: dict[str, tuple[Allocator, tuple[UOp], bool]] = {}
+"""Per one-device name seen by uop_from_bytes: its allocator, the sources of its BUFFER nodes (`(DEVICE node,)`) and
+whether the allocator's class keeps Allocator.copyin (then the copy is its settle and `_copyin`, called inline)."""
+_PLAIN_COPYIN = Allocator.copyin
 
 
 def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: str) -> UOp:
     """A new BUFFER node on `device` filled now with the host bytes `data` (a whole number of `dtype` items)."""
-    allocator = _filling.get(device) if data.__class__ is bytes else None
-    if allocator is not None:
-        # every Tensor(list) comes here with bytes for a device seen before: the node, the allocation and the copy
-        # without memoryview checks, the size's division check or an _allocator_of call
+    filling = _filling.get(device) if data.__class__ is bytes else None
+    if filling is not None:
+        # every Tensor(list) comes here with bytes for a device seen before: the node (new_buffer_uop's one-device
+        # work), the allocation and the copy without memoryview checks, the size's division check, _allocator_of or
+        # Allocator.copyin's frame
+        allocator, sources, plain_copyin = filling
         nbytes, itemsize = len(data), dtype.itemsize
         size = nbytes // itemsize
         if size * itemsize == nbytes:
-            node = new_buffer_uop(device, dtype, size)
-            buffer = node.__dict__[_BUFFER_ATTRIBUTE] = Buffer.allocated(device, size, dtype, allocator)
+            arg = (next(_unique_ids), size)
+            node = UOp.keyed(_BUFFER, dtype, sources, arg, ("ints", arg))
+            buffer = Buffer.allocated(device, size, dtype, allocator)
+            attributes = node.__dict__
+            attributes["device"], attributes["_shape"], attributes[_BUFFER_ATTRIBUTE] = device, (size,), buffer
             if nbytes:
-                allocator.copyin(buffer._buf, memoryview(data))
+                if plain_copyin:
+                    settle = allocator.before_host_access
+                    if settle is not None:
+                        settle()
+                    allocator._copyin(buffer._buf, memoryview(data))
+                else:
+                    allocator.copyin(buffer._buf, memoryview(data))
             return node
     view = memoryview(data)
     nbytes = view.nbytes
@@ -106,7 +120,7 @@ def uop_from_bytes(data: bytes | bytearray | memoryview, dtype: DType, device: s
     if nbytes:
         allocator.copyin(buffer._buf, view if view.ndim == 1 and view.format == "B" else view.cast("B"))
     if device.__class__ is str and device not in _filling:
-        _filling[device] = allocator
+        _filling[device] = (allocator, (device_node(device),), allocator.__class__.copyin is _PLAIN_COPYIN)
     return node
 
 

@@ -7,11 +7,12 @@ AST when it is first compiled.
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinycore.counters import GlobalCounters
+from tinycore.counters import totals as _counts
 from tinycore.device.compiler import CompileError
 from tinycore.engine import eager as _eager
 from tinycore.engine.eager import eager_key
@@ -150,7 +151,7 @@ def _run_copy(item: ScheduleItem) -> None:
     if _capturing and CAPTURING:
         _capturing[-1].append(CapturedCall(None, [destination.ensure_allocated(), source.ensure_allocated()], {}))
     copy_buffers(destination, source)
-    GlobalCounters.global_mem += source.nbytes
+    _counts.global_mem += source.nbytes
     if DEBUG >= 2:
         print(f"copy   {source.nbytes:>10} bytes {source.device} -> {destination.device}")
 
@@ -242,13 +243,13 @@ def _run_kernel(item: ScheduleItem, timed: bool) -> None:
         elapsed = _viz.launch(runner, [buffer._buf for buffer in device_buffers], item.var_vals, timed, item.ast)
     else:
         elapsed = runner([buffer._buf for buffer in device_buffers], item.var_vals, wait=timed)
-    GlobalCounters.kernel_count += 1
+    _counts.kernel_count += 1
     estimates = runner.spec.estimates
-    GlobalCounters.global_ops += estimates.ops
-    GlobalCounters.global_mem += estimates.mem
+    _counts.global_ops += estimates.ops
+    _counts.global_mem += estimates.mem
     if timed:
         seconds = float(elapsed or 0.0)
-        GlobalCounters.time_sum_s += seconds
+        _counts.time_sum_s += seconds
         rate = max(seconds, 1e-9)
         print(f"kernel {runner.name:<28} {seconds * 1e6:9.2f} us {estimates.ops / rate / 1e9:9.2f} GFLOPS "
               f"{estimates.mem / rate / 1e9:8.2f} GB/s")
@@ -345,22 +346,72 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
     eager = None
+    if len(uops) == 1 and not _capturing:
+        # one elementwise op over realized buffers and constants: straight to its launch when its structure has an
+        # eager plan (tinycore/engine/eager.py), before anything else (the launch follows at once: telling the device
+        # that launches may come gains nothing)
+        only = uops[0]
+        eager = eager_key(only)
+        if eager is not None:
+            shortcut = eager_plans.get(eager[0])
+            if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
+                    and shortcut.generation == _schedule_cache._generation and not _viz.ENABLED):
+                result = run_eager_plan(shortcut, eager[1])
+                # _remember's work for one computed node
+                only.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
+                _remembered_references.add(weakref.ref(only, _discard_reference))
+                return [result]
+    return _realize_scheduled(uops, eager)
+
+
+def _sole_holders() -> int:
+    """What sys.getrefcount reports inside realize_one for a node that only the calling Tensor holds: its `uop`
+    attribute, Tensor.realize's local, realize_one's parameter and the call's own argument (measured here on an
+    object held the same way, so that an interpreter that counts differently is measured, not assumed)."""
+    def callee(node: object) -> int:
+        return _getrefcount(node)
+
+    class Holder:
+        """Holds its node in an attribute, as a Tensor does."""
+
+    holder = Holder()
+    holder.uop = node = object()  # type: ignore[attr-defined]
+    return callee(node)
+
+
+_getrefcount = sys.getrefcount
+_SOLE_HOLDERS = _sole_holders()
+
+
+def realize_one(uop: UOp, kept: bool) -> UOp:
+    """`realize_uops([uop])[0]` for Tensor.realize of one tensor over the unrealized, single-device node `uop`, held
+    in the tensor's `uop` attribute and the caller's local (eager code realizes every op this way).
+
+    A result of the eager shortcut is remembered on `uop` (as realize_uops does) only when the node outlives this
+    call: `kept` (the tensor keeps it as its graph for gradients) or something besides the tensor and its caller holds
+    it (a reference count above theirs). Otherwise the node dies once the tensor takes its result, and the entry (a
+    node attribute and two weak references) would die with it unread."""
+    if not _capturing:
+        eager = eager_key(uop)
+        if eager is not None:
+            shortcut = eager_plans.get(eager[0])
+            if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
+                    and shortcut.generation == _schedule_cache._generation and not _viz.ENABLED):
+                result = run_eager_plan(shortcut, eager[1])
+                if kept or _getrefcount(uop) > _SOLE_HOLDERS:
+                    uop.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
+                    _remembered_references.add(weakref.ref(uop, _discard_reference))
+                return result
+    else:
+        eager = None
+    return _realize_scheduled([uop], eager)[0]
+
+
+def _realize_scheduled(uops: Sequence[UOp], eager: tuple[tuple[object, ...], list[UOp]] | None) -> list[UOp]:
+    """realize_uops past the eager shortcut (`eager`: the graph's eager key when it has one and nothing captures,
+    else None): from the structure's launch plan, or through a schedule."""
     if len(uops) == 1:  # eager code realizes one tensor at a time: its checks without the loops
         only = uops[0]
-        if not _capturing:
-            # one elementwise op over realized buffers and constants: straight to its launch when its structure has
-            # an eager plan (tinycore/engine/eager.py), before anything else (the launch follows at once: telling
-            # the device that launches may come gains nothing)
-            eager = eager_key(only)
-            if eager is not None:
-                shortcut = eager_plans.get(eager[0])
-                if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
-                        and shortcut.generation == _schedule_cache._generation and not _viz.ENABLED):
-                    result = run_eager_plan(shortcut, eager[1])
-                    # _remember's work for one computed node
-                    only.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
-                    _remembered_references.add(weakref.ref(only, _discard_reference))
-                    return [result]
         if only.op is Ops.MULTI:
             return _realize_multi(uops)
         if is_realized_view(only):
@@ -530,12 +581,12 @@ def _run_plan(plan: _Plan, template: _Template, outputs: Sequence[UOp], inputs: 
         else:
             destination, source = (buffer_of(slots[slot]) for slot in step.slots)
             copy_buffers(destination, source)
-            GlobalCounters.global_mem += source.nbytes
+            _counts.global_mem += source.nbytes
         for slot in step.release:
             buffer_of(slots[slot]).deallocate()
-    GlobalCounters.kernel_count += plan.kernel_count
-    GlobalCounters.global_ops += plan.ops
-    GlobalCounters.global_mem += plan.mem
+    _counts.kernel_count += plan.kernel_count
+    _counts.global_ops += plan.ops
+    _counts.global_mem += plan.mem
     return template.outputs_for(outputs, slots)
 
 

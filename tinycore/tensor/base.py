@@ -63,7 +63,9 @@ def _load_device_registry() -> _DeviceRegistry:
 def default_device() -> str:
     """The default device (`canonical_device(None)`), as every Tensor made without a device asks."""
     known = _default_for  # _default_device's hit tested here first: one Python call fewer per new Tensor
-    if known is not None and known[0] is DEV.targets and known[1] is _PLUGIN_MANAGER[0]():
+    # DEV._targets is what the `targets` property returns (a property call): while DEV holds a malformed value it is
+    # the empty tuple, which `_default_for` never holds, so the property's error is raised on the slow path
+    if known is not None and known[0] is DEV._targets and known[1] is _PLUGIN_MANAGER[0]():
         return known[2]
     return _default_device(_DEVICE_REGISTRY or _load_device_registry())
 

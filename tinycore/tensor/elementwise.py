@@ -15,6 +15,11 @@ from tinycore.uop.ops import FUSED, Ops
 from tinycore.uop.uop import UOp
 
 _FLOATS = frozenset(dtypes.floats)
+_SCALAR_CONSTANTS: dict[tuple[object, ...], UOp] = {}
+"""`UOp.const_on(dtype, value, device, shape)` by (value, its class, dtype, device, shape) for `x + c` and `x * c`:
+eager code builds the same broadcast constant on every op, and const_on (a call that builds its own key, a float's
+repr included) is a good part of the operator's cost. The nodes are kept alive, as const_on's own cache keeps them."""
+_SCALAR_CONSTANTS_LIMIT = 256
 """The floating point dtypes (interned: membership is an identity test), for which a Python int or float operand
 keeps the tensor's dtype."""
 
@@ -138,7 +143,14 @@ class ElementwiseMixin(MovementMixin):
             # (scalar_result_dtype's answer), one device, no gradient path: the node and its Tensor built directly,
             # without the dtype, device and shape properties, the promotion call and _result
             shape = uop._shape  # the shape property's value without its call (never None on a tensor node)
-            constant = UOp.const_on(dtype, other, device, shape)  # type: ignore[arg-type]
+            key = (other, other.__class__, dtype, device, shape)
+            constant = _SCALAR_CONSTANTS.get(key)
+            if constant is None:
+                constant = UOp.const_on(dtype, other, device, shape)  # type: ignore[arg-type]
+                if other or other.__class__ is int:  # 0.0 and -0.0 are one key: float zeros are not kept here
+                    if len(_SCALAR_CONSTANTS) >= _SCALAR_CONSTANTS_LIMIT:
+                        _SCALAR_CONSTANTS.clear()
+                    _SCALAR_CONSTANTS[key] = constant
             return type(self)._wrap(UOp.keyed(op, dtype, (constant, uop) if reverse else (uop, constant), None, None))
         common = scalar_result_dtype(dtype, other)
         first = self if common is dtype or common == dtype else self.cast(common)

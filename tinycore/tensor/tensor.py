@@ -98,12 +98,23 @@ _REALIZE_UOPS: Callable[[Sequence[UOp]], list[UOp]] | None = None
 import statement in Tensor.realize cost about 1 us per call."""
 
 
+_REALIZE_ONE: Callable[[UOp, bool], UOp] | None = None
+"""engine.realize.realize_one (Tensor.realize of one tensor), kept like `_REALIZE_UOPS`."""
+
+
 def _load_realize_uops() -> Callable[[Sequence[UOp]], list[UOp]]:
-    """engine.realize.realize_uops, imported on first use."""
-    global _REALIZE_UOPS
-    from tinycore.engine.realize import realize_uops
-    _REALIZE_UOPS = realize_uops
+    """engine.realize.realize_uops (and realize_one), imported on first use."""
+    global _REALIZE_UOPS, _REALIZE_ONE
+    from tinycore.engine.realize import realize_one, realize_uops
+    _REALIZE_UOPS, _REALIZE_ONE = realize_uops, realize_one
     return realize_uops
+
+
+def _load_realize_one() -> Callable[[UOp, bool], UOp]:
+    """engine.realize.realize_one, imported on first use."""
+    _load_realize_uops()
+    assert _REALIZE_ONE is not None
+    return _REALIZE_ONE
 
 
 def _uses(graph: dict[UOp, None], node: UOp) -> bool:
@@ -303,23 +314,36 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
 
     def __init__(self, data: Any = None, device: str | None = None, dtype: DTypeLike | None = None,
                  requires_grad: bool | None = None):
-        wanted = None if dtype is None else to_dtype(dtype)
         self.grad: Tensor | None = None
         self._unrealized: UOp | None = None
-        if isinstance(data, pathlib.Path):
-            data, wanted = self._uop_from_path(data, wanted), None
-        if isinstance(data, UOp):
-            if wanted is not None and wanted != data.dtype:
-                data = data.cast(wanted)
-            if device is not None and canonical_device(device) != data.device:
-                data = data.copy_to_device(canonical_device(device))
-            self.uop: UOp = data
+        if data.__class__ is list and dtype is None and device is None \
+                and (classes := set(map(type, data))) <= _PYTHON_SCALARS:
+            # `Tensor([1.0])`, eager code's common case: _uop_from_data's flat-list branch inline (its call and the
+            # tests of the other kinds of data cost about 0.2 us of a microseconds-long eager op)
+            target = dtypes.default_float if float in classes or not classes else _flat_dtype(classes)
+            storage = target if target.fmt is not None else dtypes.float32
+            try:
+                packed = (_PACKERS.get((len(data), storage)) or _packer(len(data), storage))(*data)
+            except (struct.error, OverflowError):  # values to convert first: _bytes_from_values does
+                packed = _bytes_from_values(data, storage)
+            node = (_UOP_FROM_BYTES or _load_uop_from_bytes())(packed, storage, default_device())
+            self.uop: UOp = node if storage is target else node.cast(target)
         else:
-            where = canonical_device(device) if device is not None else default_device()
-            if isinstance(where, tuple):  # made on the first device, then copied to every one
-                self.uop = self._uop_from_data(data, where[0], wanted).copy_to_device(where)
+            wanted = None if dtype is None else to_dtype(dtype)
+            if isinstance(data, pathlib.Path):
+                data, wanted = self._uop_from_path(data, wanted), None
+            if isinstance(data, UOp):
+                if wanted is not None and wanted != data.dtype:
+                    data = data.cast(wanted)
+                if device is not None and canonical_device(device) != data.device:
+                    data = data.copy_to_device(canonical_device(device))
+                self.uop = data
             else:
-                self.uop = self._uop_from_data(data, where, wanted)
+                where = canonical_device(device) if device is not None else default_device()
+                if isinstance(where, tuple):  # made on the first device, then copied to every one
+                    self.uop = self._uop_from_data(data, where[0], wanted).copy_to_device(where)
+                else:
+                    self.uop = self._uop_from_data(data, where, wanted)
         self._requires_grad: bool | None = None
         if requires_grad is None:  # the setter's work for None is nothing on a new tensor: skipped
             # _UNDECIDED_LEAVES[id(self)] = self, without the registry's __setitem__ call
@@ -590,18 +614,23 @@ class Tensor(ExtrasMixin, metaclass=_TensorType):  # the top of the mixins' chai
     def realize(self, *lst: Tensor, do_update_stats: bool = True) -> Tensor:
         """Compute this tensor and `lst` now, together (shared work is done once); returns self."""
         uop = self.uop
-        if not lst and uop.op is not _MULTI:  # one tensor (eager code): no repeats to tell apart
-            if uop.op is _CONST and not uop.src:
-                return self  # a constant on no device (Tensor(UOp.const(...))): nothing to compute, as tinygrad
-            base = uop
-            while base.op in _MOVEMENT:  # uop.base without the property's call: eager code realizes every op
-                base = base.src[0]
-            if base.op is _BUFFER:
-                return self
-            only = (_REALIZE_UOPS or _load_realize_uops())([uop])[0]
-            if self._unrealized is None and (self._requires_grad or (self._requires_grad is None and (
-                    # _UNDECIDED_LEAVES.get(id(self)) is self, without the registry's get call
-                    (leaf := _UNDECIDED_LEAVES.data.get(id(self))) is not None and leaf() is self))):
+        op = uop.op
+        if not lst and op is not _MULTI:  # one tensor (eager code): no repeats to tell apart
+            if op is _BUFFER or (op is _CONST and not uop.src):
+                return self  # realized, or a constant on no device (Tensor(UOp.const(...))): nothing to compute
+            if op in _MOVEMENT:
+                base = uop.src[0]
+                while base.op in _MOVEMENT:  # uop.base without the property's call: eager code realizes every op
+                    base = base.src[0]
+                if base.op is _BUFFER:
+                    return self
+            # the graph kept for gradients: decided before realize (which reads no gradient state), so that realize
+            # knows whether the node outlives it; `uop` is held here and in self.uop only, as realize_one expects
+            kept = self._unrealized is None and (self._requires_grad or (self._requires_grad is None and (
+                # _UNDECIDED_LEAVES.get(id(self)) is self, without the registry's get call
+                (leaf := _UNDECIDED_LEAVES.data.get(id(self))) is not None and leaf() is self)))
+            only = (_REALIZE_ONE or _load_realize_one())(uop, kept)
+            if kept:
                 self._unrealized = uop
             self.uop = only
             return self

@@ -96,3 +96,22 @@ def test_eager_results_in_reused_buffers_match_numpy() -> None:
             del result
             gc.collect()
         assert allocator.cache.get((4 * size, None)), "the freed buffers went back to the cache"
+
+
+class _CountingCopyin(_HostAllocator):
+    def copyin(self, dest: int, src: memoryview) -> None:
+        self.calls.append("copyin")
+        super().copyin(dest, src)
+
+
+def test_new_tensor_data_goes_through_an_allocator_that_changes_copyin(monkeypatch: object) -> None:
+    from tinycore.engine import memory
+    allocator = _CountingCopyin()
+    monkeypatch.setitem(memory._allocators, "CPU:97", allocator)  # type: ignore[attr-defined]
+    monkeypatch.setattr(memory, "_filling", {})  # type: ignore[attr-defined]
+    for step in range(3):  # the first takes the general path, the later ones the kept allocator's
+        values = np.arange(step, step + 4, dtype=np.float32)
+        node = memory.uop_from_bytes(values.tobytes(), dtypes.float32, "CPU:97")
+        assert allocator.calls.count("copyin") == step + 1
+        stored = bytes(allocator.memory[memory.buffer_of(node)._buf])
+        np.testing.assert_array_equal(np.frombuffer(stored, dtype=np.float32), values)

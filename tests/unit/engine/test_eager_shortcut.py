@@ -286,3 +286,43 @@ def test_settings_turn_the_shortcut_off_and_on(shortcut_calls: list[int]) -> Non
     for _ in range(2):  # the first takes the general path again (its plan is the one kept from then on)
         np.testing.assert_allclose((data + 2).realize().numpy(), [3.0, 4.0])
     assert shortcut_calls
+
+
+def test_a_result_is_remembered_only_when_its_node_outlives_the_tensor(shortcut_calls: list[int]) -> None:
+    import gc
+    data = Tensor([1.0, 2.0]).realize()
+    for _ in range(2):
+        (data * 4).realize()
+    gc.collect()
+    realize.invalidate_known_results()
+    assert not realize._remembered_references
+    # only the Tensor holds its node: nothing would read the entry, so none is made
+    alone = (data * 4).realize()
+    assert shortcut_calls and not realize._remembered_references
+    np.testing.assert_allclose(alone.numpy(), [4.0, 8.0])
+    # the node held elsewhere too: remembered, and a later graph over it reads the result instead of computing it
+    shortcut_calls.clear()
+    lazy = data * 4
+    held = lazy.uop
+    lazy.realize()
+    assert shortcut_calls and len(realize._remembered_references) == 1
+    later = realize._with_known_results(held + 1)
+    assert lazy.uop in later.toposort and held not in later.toposort
+    np.testing.assert_allclose(Tensor(held + 1).numpy(), [5.0, 9.0])
+    del held, later
+    gc.collect()
+    assert not realize._remembered_references
+
+
+def test_a_tensor_that_keeps_its_graph_for_gradients_remembers_and_differentiates(shortcut_calls: list[int]) -> None:
+    weights = Tensor([1.0, -2.0, 3.0], requires_grad=True).realize()
+    for _ in range(2):
+        (weights * 3).realize()
+    shortcut_calls.clear()
+    tripled = (weights * 3).realize()
+    assert shortcut_calls  # the shortcut ran, and the lazy graph stays the tensor's graph for backward
+    assert tripled._unrealized is not None and len(realize._remembered_references) >= 1
+    np.testing.assert_allclose(tripled.numpy(), [3.0, -6.0, 9.0])
+    tripled.backward(Tensor([1.0, 2.0, 3.0]))  # through the kept graph: the gradient of 3 w, times the seed
+    assert weights.grad is not None
+    np.testing.assert_allclose(weights.grad.numpy(), [3.0, 6.0, 9.0])

@@ -70,3 +70,36 @@ def test_list_subclasses_tuples_and_other_data_still_take_their_own_paths() -> N
     assert Tensor(None).shape == (0,) and Tensor(2.5).numpy() == np.float32(2.5)
     with pytest.raises(TypeError, match="cannot make a Tensor from object"):
         Tensor(object())
+
+
+def test_flat_lists_follow_the_default_float_and_a_device_given() -> None:
+    from tinycore.helpers import Context
+    with Context(DEFAULT_FLOAT="HALF"):
+        half = Tensor([1.5, -2.0])
+        assert half.dtype == dtypes.float16
+        np.testing.assert_array_equal(half.numpy(), np.array([1.5, -2.0], dtype=np.float16))
+    assert Tensor([1.5]).dtype == dtypes.float32
+    other = Tensor([4.0, 5.0], device="CPU:1")
+    assert other.device == "CPU:1"
+    np.testing.assert_array_equal(other.numpy(), np.array([4.0, 5.0], dtype=np.float32))
+
+
+@pytest.mark.parametrize("scalar", [0.0, -0.0, 1, 2.5, -3, float("inf")])
+def test_scalar_operands_repeated_match_numpy(scalar: float) -> None:
+    # `x + c` and `x * c` keep each (scalar, dtype, device, shape) constant: a repeat reads it again, and the float
+    # zeros (one dict key, different constants) are built each time
+    values = np.array([-0.0, 0.0, 1.5, -2.0], dtype=np.float32)
+    for _ in range(3):
+        with np.errstate(invalid="ignore"):  # 0 * inf: nan in both
+            cases = ((Tensor(values) + scalar, values + np.float32(scalar)),
+                     (Tensor(values) * scalar, values * np.float32(scalar)),
+                     (scalar + Tensor(values), np.float32(scalar) + values),
+                     (scalar * Tensor(values), np.float32(scalar) * values))
+        for built, expected in cases:
+            got = built.numpy()
+            np.testing.assert_array_equal(got, expected)
+            numbers = ~np.isnan(expected)  # a nan's sign bit is not part of IEEE's answer
+            np.testing.assert_array_equal(np.signbit(got[numbers]), np.signbit(expected[numbers]))
+    integers = np.array([3, -4], dtype=np.int32)
+    if float(scalar).is_integer() and not isinstance(scalar, float):
+        np.testing.assert_array_equal((Tensor(integers) * scalar).numpy(), integers * np.int32(scalar))
