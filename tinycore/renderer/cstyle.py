@@ -81,6 +81,7 @@ class CStyleLanguage(Renderer):
     kernel_prefix, buffer_prefix, buffer_suffix, const_buffer_prefix, smem_prefix = "", "", "", "const ", ""
     arg_int_prefix, barrier = "const int", ""
     code_for_workitem: dict[str, Callable[[int], str]] = {}  # SPECIAL kind "g"/"l"/"i" -> expression of the axis
+    flat_group_ids = False  # without local ids, gidxN reads the global id idxN (OpenCL: the driver picks the groups)
     infinity, nan, float_suffix = "INFINITY", "NAN", "f"
     integer_suffix: dict[DType, str] = {dtypes.int32: "", dtypes.uint32: "u", dtypes.int64: "ll", dtypes.uint64: "ull"}
     vector_format: str = "({type})({items})"  # a vector value from its lanes
@@ -277,6 +278,7 @@ class RenderContext:
         self.names, self.pointers, self.counters = dict[UOp, str](), dict[UOp, RenderedPointer](), dict[str, int]()
         self.buffers, self.variables, self.masks = dict[int, str](), dict[str, str](), dict[UOp, tuple[str, DType]]()
         self.used_dtypes, self.inlined, self.core_id = set[DType](), set[UOp](), False
+        self.local_ids = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
         self.braces = dict[UOp, int]()  # RANGE -> the braces it opened where that is not 1 (blocks of unrolled steps)
         self.uses: Counter[UOp] = Counter(source for uop in uops for source in uop.src)
         self.stored = {pointer_root(uop.src[0]) for uop in uops if uop.op is Ops.STORE}
@@ -418,7 +420,9 @@ def _special(ctx: RenderContext, x: UOp) -> str:
     ctx.core_id |= (label := str(x.arg)) == "core_id"  # the CPU worker's index is a parameter, not a thread index
     if label != "core_id":
         comment = f" /* {x.src[0].arg} */" if x.src and x.src[0].op is Ops.CONST else ""
-        ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {label} = {ctx.renderer.render_special(label)};{comment}")
+        flat = ctx.renderer.flat_group_ids and not ctx.local_ids and label.startswith("gidx")
+        special = ctx.renderer.render_special(f"idx{label[-1]}" if flat else label)
+        ctx.emit(f"{ctx.renderer.render_dtype(x.dtype)} {label} = {special};{comment}")
     return ctx.name(x, label)
 
 def _define_memory(ctx: RenderContext, x: UOp) -> str:

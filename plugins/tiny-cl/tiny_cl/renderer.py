@@ -49,6 +49,9 @@ class OpenCLRenderer(CStyleLanguage):
     vector_load, vector_store = "vload{count}(0, {address})", "vstore{count}({value}, 0, {address});"  # element-aligned
     vector_alu_ops = CStyleLanguage.vector_alu_ops | {Ops.AND, Ops.OR, Ops.XOR}
     memory_types = {dtypes.bool: "uchar"}  # bool has no defined size in OpenCL C memory
+    code_for_workitem = {"g": lambda axis: f"get_group_id({axis})", "l": lambda axis: f"get_local_id({axis})",
+                         "i": lambda axis: f"get_global_id({axis})"}
+    flat_group_ids = True
 
     def __init__(self, device: str = "CL", extensions: frozenset[str] | set[str] = frozenset(),
                  global_max: tuple[int, ...] | None = None, local_max: tuple[int, ...] | None = None,
@@ -63,8 +66,6 @@ class OpenCLRenderer(CStyleLanguage):
             dtype for dtype in wide if dtype in self.type_map))
         self.vector_widths = {dtype: _VECTOR_WIDTHS for dtype in self.type_map
                               if dtype not in (dtypes.bool, dtypes.void, dtypes.bfloat16)}
-        self.code_for_workitem = {"l": lambda axis: f"get_local_id({axis})", "i": lambda axis: f"get_global_id({axis})",
-                                  "g": lambda axis: f"get_global_id({axis})"}
 
     def storage_type(self, dtype: DType) -> str:
         """The OpenCL scalar type of `dtype`; half and double need the device's extension."""
@@ -88,12 +89,6 @@ class OpenCLRenderer(CStyleLanguage):
                       self.storage_type(dtype)] + [_INT64_ATOMICS] * wide_atomics
         return ["#pragma OPENCL FP_CONTRACT OFF", *(f"#pragma OPENCL EXTENSION {name} : enable" for name in extensions)
                 ] + [self.bfloat16_helpers("inline")] * (dtypes.bfloat16 in scalars)
-
-    def render_named(self, uops: list[UOp], name: str) -> str:
-        """The OpenCL C source of the linear program `uops` as a kernel called `name`."""
-        uses_local_ids = any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops)
-        self.code_for_workitem["g"] = lambda axis: f"get_{'group' if uses_local_ids else 'global'}_id({axis})"
-        return super().render_named(uops, name)
 
 def make_cl_renderer(device: str, arch: str | None) -> tuple[Any, Any]:
     """The OpenCL renderer and compiler for the CL device `device` (opens its context; `arch` is not used by CL)."""

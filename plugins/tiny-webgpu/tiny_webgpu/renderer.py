@@ -83,10 +83,8 @@ class WGSLRenderer(CStyleLanguage):
         self.register_tile, self.group_size, self.group_max_outputs = tuning
 
     def context_state(self, uops: list[UOp]) -> _State:
-        """The rules' state: atomic buffers (those of combining stores); workgroup layout (lidx) or flat threads."""
-        return _State(any(uop.op is Ops.SPECIAL and str(uop.arg).startswith("lidx") for uop in uops),
-                      {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None and
-                       uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL})
+        """The rules' state: atomic buffers, workgroup arrays and size, loop trip counts (`_State`)."""
+        return _State(uops)
 
     def render_function(self, ctx: RenderContext, name: str) -> str:
         """The module (header, `Params`, bindings, workgroup arrays, entry point), or an error naming a limit."""
@@ -100,7 +98,7 @@ class WGSLRenderer(CStyleLanguage):
                 f"{self.max_storage_buffers} per shader stage (maxStorageBuffersPerShaderStage); the scheduler splits "
                 f"its kernels to fit (max_buffers), so this one was built elsewhere: realize intermediate results "
                 f"first, or run it on another device")
-        x, y, z = state.workgroup if state.local_mode else \
+        x, y, z = state.workgroup if ctx.local_ids else \
             (max(1, min(WORKGROUP_SIZE, self.max_workgroup_size[0], self.max_workgroup_invocations)), 1, 1)
         limits = [(f"workgroup size {size} along {axis}", size, f"maxComputeWorkgroupSize{axis.upper()}", limit)
                   for axis, size, limit in zip("xyz", (x, y, z), self.max_workgroup_size, strict=True)]
@@ -114,7 +112,7 @@ class WGSLRenderer(CStyleLanguage):
                                  f"{limit}); pick smaller LOCAL/GROUP opts")
         layout = KernelLayout([elements[position].itemsize for position in positions],
                               [elements[position] in PACKED_DTYPES for position in positions], sorted(ctx.variables),
-                              (x, y, z), not state.local_mode)
+                              (x, y, z), not ctx.local_ids)
         arrays = [f"atomic<{'i32' if element == dtypes.int32 else 'u32'}>" if position in state.atomic_globals or
                   element in PACKED_DTYPES else self.render_dtype(element) for position, element in
                   sorted(elements.items())]
@@ -127,7 +125,7 @@ class WGSLRenderer(CStyleLanguage):
               for position, array in enumerate(arrays)), *state.module_lines, f"@compute @workgroup_size({x},{y},{z})",
             f"fn {name}(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) group: vec3<u32>, "
             "@builtin(local_invocation_id) lid: vec3<u32>) {",
-            *([] if state.local_mode else ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
+            *([] if ctx.local_ids else ["  let flat = gid.x + gid.y * params.stride_y + gid.z * params.stride_z;",
                                            "  if (flat >= params.total) { return; }"]), *ctx.lines, "}"]) + "\n"
 
     def render_dtype(self, dtype: DType) -> str:
@@ -178,9 +176,10 @@ class WGSLRenderer(CStyleLanguage):
         return self.render_cast(expression, source, target)
 
 class _State:
-    def __init__(self, local_mode: bool, atomic_globals: set[int]):
-        self.local_mode, self.atomic_globals, self.workgroup_bytes = local_mode, atomic_globals, 0
-        self.module_lines, self.workgroup = list[str](), [1, 1, 1]  # the workgroup arrays, the lidx sizes
+    def __init__(self, uops: list[UOp]):  # atomic buffers are those of combining stores
+        self.atomic_globals = {uop.src[0].src[0].arg for uop in uops if uop.op is Ops.STORE and uop.arg is not None
+                               and uop.src[0].op is Ops.INDEX and uop.src[0].src[0].op is Ops.DEFINE_GLOBAL}
+        self.module_lines, self.workgroup, self.workgroup_bytes = list[str](), [1, 1, 1], 0  # arrays, lidx sizes
         self.trips = dict[UOp, int]()  # RANGE -> its trip count (1 if unknown); open while in ctx.braces
 
 def _define_var(ctx: RenderContext, x: UOp) -> str:
@@ -193,7 +192,7 @@ def _special(ctx: RenderContext, x: UOp) -> str:
         if not x.src or x.src[0].op is not Ops.CONST:
             raise ValueError(f"{label} needs a constant size to be a WGSL workgroup size")
         state.workgroup[axis], code = int(x.src[0].arg), f"i32(lid.{'xyz'[axis]})"
-    elif state.local_mode:
+    elif ctx.local_ids:
         code = f"i32(group.{'xyz'[axis]})"
     elif label.startswith("gidx"):
         below = "".join(f" / params.size{inner}" for inner in range(axis))
@@ -297,7 +296,7 @@ wgsl_rendering = text_rules([
     (UPat(Ops.INDEX, name="x"), _index), (UPat(Ops.LOAD, name="x"), _load), (UPat(Ops.STORE, name="x"), _store),
     (UPat(Ops.BITCAST, name="x"), lambda ctx, x: ctx.bind(x, ctx.renderer.render_bitcast(  # an expression, inlined
         ctx.expression(x.src[0]), x.src[0].dtype.scalar, x.dtype.scalar))),
-    (UPat(Ops.BARRIER), lambda ctx: None if ctx.state.local_mode else _refuse(
+    (UPat(Ops.BARRIER), lambda ctx: None if ctx.local_ids else _refuse(
         "a BARRIER needs a workgroup layout (lidx thread indices): flat-mapped WGSL kernels return early and cannot "
         "synchronize")),
     (UPat(Ops.CAST, name="x"), lambda x: _refuse("the WGSL renderer has no pointer casts (vector memory access is not "
