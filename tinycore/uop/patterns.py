@@ -529,6 +529,16 @@ class RewriteCycleError(RuntimeError):
 _IN_PROGRESS: Any = object()  # marks a node whose rewrite has started but not finished
 
 
+class _EveryOp(dict):
+    """op -> a true value for every op: the rules index of a matcher that has none (each node is offered)."""
+
+    def __missing__(self, op: Ops) -> bool:
+        return True
+
+
+_EVERY_OP = _EveryOp()
+
+
 def _cycle_error(name: str | None, node: UOp) -> RewriteCycleError:
     label = f" {name}" if name else ""
     return RewriteCycleError(f"graph_rewrite{label}: the rules rewrite a node into one of its own ancestors "
@@ -552,6 +562,9 @@ def graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object = None, bottom
 def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: bool, name: str | None) -> UOp:
     done: dict[UOp, UOp] = {}
     rewrite = matcher.rewrite
+    # op -> its rules: a node whose op has none is not rewritten, without the call (most nodes of most passes; a
+    # stand-in matcher without the index, VIZ's counting one, is asked about every node)
+    rules_of = getattr(matcher, "by_op", _EVERY_OP)
     # stack entries: (node, stage, current); stage 0 = visit, 1 = sources done, 2 = link node to its replacement
     stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
     push, pop, lookup = stack.append, stack.pop, done.get
@@ -564,7 +577,7 @@ def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: b
                     raise _cycle_error(name, node)
                 continue
             done[node] = _IN_PROGRESS
-            if bottom_up:
+            if bottom_up and rules_of[current.op]:
                 seen: set[UOp] = set()
                 while (replacement := rewrite(current, ctx)) is not None:
                     if replacement in seen:
@@ -583,7 +596,8 @@ def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: b
             new_sources = tuple([done[source] for source in sources])
             if new_sources != sources:
                 rebuilt = current.replace(src=new_sources)
-            elif bottom_up or (rebuilt := rewrite(current, ctx)) is None:  # type: ignore[assignment]
+            elif bottom_up or not rules_of[current.op] or \
+                    (rebuilt := rewrite(current, ctx)) is None:  # type: ignore[assignment]
                 done[node] = current
                 continue
             found = lookup(rebuilt)
