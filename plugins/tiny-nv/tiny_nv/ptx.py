@@ -205,13 +205,12 @@ class PTXContext(SSAContext):
         """The ALU UOp `uop` over registers of `dtype`, a narrow integer result wrapped."""
         return self.wrap(self.arithmetic(uop.op, operands, dtype), uop.dtype.scalar)
 
-    def _parameter(self, name: str, type_name: str, kind: str) -> str:
+    def _parameter(self, uop: UOp) -> str:  # DEFINE_GLOBAL: a buffer's global address, DEFINE_VAR: a variable
+        buffer = uop.op is Ops.DEFINE_GLOBAL
+        name, type_name = (f"data{uop.arg}", "u64") if buffer else (identifier(uop.arg[0]), "s32")
         self.parameters.append(f".param .{type_name} {name}")
-        self.emit(f"ld.param.{type_name} {(register := self.new(kind))}, [{name}];")
-        return register
-
-    def _define_global(self, uop: UOp) -> str:
-        self.emit(f"cvta.to.global.u64 {(register := self._parameter(f'data{uop.arg}', 'u64', 'rd'))}, {register};")
+        self.emit(f"ld.param.{type_name} {(register := self.new('rd' if buffer else 'r'))}, [{name}];")
+        self.emit(*([f"cvta.to.global.u64 {register}, {register};"] if buffer else []))
         return register
 
     def _special(self, uop: UOp) -> str:
@@ -271,14 +270,13 @@ class PTXContext(SSAContext):
         return target
 
 ptx_rendering = ssa_rules({
-    Ops.DEFINE_GLOBAL: PTXContext._define_global, Ops.SPECIAL: PTXContext._special, Ops.INDEX: PTXContext._index,
+    (Ops.DEFINE_GLOBAL, Ops.DEFINE_VAR): PTXContext._parameter, Ops.SPECIAL: PTXContext._special,
     Ops.LOAD: PTXContext._load, Ops.STORE: PTXContext._store, Ops.RANGE: PTXContext._range, Ops.END: PTXContext._end,
-    Ops.DEFINE_VAR: lambda ctx, uop: ctx._parameter(identifier(uop.arg[0]), "s32", "r"),
-    Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"),
-    Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"),
-    Ops.IF: PTXContext._if, Ops.BITCAST: PTXContext._bitcast, Ops.CAST: PTXContext.cast,
-    Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.conditionals.pop()}:"),
-    Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"), Ops.CONST: lambda ctx, uop: None})
+    Ops.DEFINE_REG: lambda ctx, uop: ctx.array(uop, "local", "acc"), Ops.INDEX: PTXContext._index,
+    Ops.DEFINE_LOCAL: lambda ctx, uop: ctx.array(uop, "shared", "temp"), Ops.IF: PTXContext._if,
+    Ops.ENDIF: lambda ctx, uop: ctx.lines.append(f"{ctx.conditionals.pop()}:"), Ops.CAST: PTXContext.cast,
+    Ops.BARRIER: lambda ctx, uop: ctx.emit("bar.sync 0;"), Ops.CONST: lambda ctx, uop: None,
+    Ops.BITCAST: PTXContext._bitcast})
 """PTX's rules: each UOp rendered into the PTXContext (virtual registers, labels, parameters)."""
 
 class PTXRenderer(SSARenderer):
