@@ -27,9 +27,11 @@ class SSAContext:
     emulated_floats: frozenset[DType] = frozenset()
     """The renderer's `emulated_floats`: a scatter reduce combines them in float32, as codegen computes them."""
     # each language's own: the register or literal of a constant, an ALU op over registers of a dtype (the values'
-    # type, not a condition's) with a count of lanes, a conversion by value between types as C converts, the module
+    # type, not a condition's) with a count of lanes (and an ALU UOp so, where its arg says more: `compute`), a
+    # conversion by value between types as C converts, the module
     constant: Callable[[object, DType], str]
     arithmetic: Callable[[Ops, list[str], DType, int], str]
+    compute: Callable[[UOp, list[str], DType, int], str]
     convert: Callable[[str, DType, DType, int], str]
     run: Callable[[str], str]
 
@@ -75,10 +77,6 @@ class SSAContext:
     def operand(self, uop: UOp, count: int) -> str:
         """`uop`'s register with `count` lanes (a scalar language's: its register)."""
         return self.value(uop)
-
-    def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
-        """The register of the ALU UOp `uop` over `operands` of `dtype` (`arithmetic` unless the language has more)."""
-        return self.arithmetic(uop.op, operands, dtype, count)
 
     def alu(self, uop: UOp) -> str:
         """The register of the ALU UOp `uop`, computed on its operands' dtype (for WHERE, the values')."""

@@ -51,6 +51,9 @@ class ToyContext(SSAContext):
     def arithmetic(self, op: Ops, operands: list[str], dtype: DType, count: int = 1) -> str:
         return self.fresh(f"{op.name.lower()} {dtype.name} {' '.join(operands)}")
 
+    def compute(self, uop: UOp, operands: list[str], dtype: DType, count: int) -> str:
+        return self.arithmetic(uop.op, operands, dtype, count)
+
     def convert(self, text: str, source: DType, target: DType, count: int = 1) -> str:
         return self.fresh(f"convert {source.name}->{target.name} {text}")
 
