@@ -567,7 +567,7 @@ def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: b
     rules_of = getattr(matcher, "by_op", _EVERY_OP)
     # stack entries: (node, stage, current); stage 0 = visit, 1 = sources done, 2 = link node to its replacement
     stack: list[tuple[UOp, int, UOp]] = [(sink, 0, sink)]
-    push, pop, lookup = stack.append, stack.pop, done.get
+    push, pop, lookup, result_of = stack.append, stack.pop, done.get, done.__getitem__
     while stack:
         node, stage, current = pop()
         if stage == 0:
@@ -588,12 +588,15 @@ def _graph_rewrite(sink: UOp, matcher: PatternMatcher, ctx: object, bottom_up: b
             for source in reversed(current.src):
                 found = lookup(source)
                 if found is None:
-                    push((source, 0, source))
+                    if source.src or rules_of[source.op]:
+                        push((source, 0, source))
+                    else:  # a leaf no rule applies to is its own result: settled without a visit
+                        done[source] = source
                 elif found is _IN_PROGRESS:
                     raise _cycle_error(name, source)
         elif stage == 1:
             sources = current.src
-            new_sources = tuple([done[source] for source in sources])
+            new_sources = tuple(map(result_of, sources))
             if new_sources != sources:
                 rebuilt = current.replace(src=new_sources)
             elif bottom_up or not rules_of[current.op] or \
