@@ -320,6 +320,37 @@ def test_gemm_weight_read_transposed_is_stored_transposed_once():
         np.testing.assert_allclose(jitted({"x": x})["y"].numpy(), y, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("tokens", [4, 16])
+def test_gemm_of_merged_attention_heads_reads_them_in_row_order(tokens: int):
+    """A Gemm whose A is a permuted view (attention heads merged back: (heads, tokens, 8) -> (tokens, heads * 8), the
+    out_proj of torch's MultiheadAttention export) has A stored in row order first where it has at least 8 rows (on
+    CPU); a shorter A is read as the view. Values against numpy in float64, jitted and not."""
+    from onnx import numpy_helper
+
+    from tinycore.nn.onnx.ops_math import _gathers_rows
+    from tinycore.tensor.conv_layouts import loops_over_rows
+    rng = np.random.default_rng(2)
+    weight, bias = rng.standard_normal((12, 32)).astype(np.float32), rng.standard_normal(12).astype(np.float32)
+    heads = rng.standard_normal((4, tokens, 8)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["h"], ["t"], perm=[1, 0, 2]),
+             helper.make_node("Reshape", ["t", "shape"], ["merged"]),
+             helper.make_node("Gemm", ["merged", "w", "b"], ["y"], transB=1)]
+    data = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("h", TensorProto.FLOAT, [4, tokens, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b"),
+         numpy_helper.from_array(np.array([tokens, 32], np.int64), "shape")])).SerializeToString()
+    merged = heads.astype(np.float64).transpose(1, 0, 2).reshape(tokens, 32)
+    expected = merged @ weight.T.astype(np.float64) + bias
+    view = Tensor(heads).permute(1, 0, 2).reshape(tokens, 32)
+    assert _gathers_rows(view) == (tokens >= 8 and loops_over_rows(view))
+    assert not _gathers_rows(Tensor(merged.astype(np.float32)))
+    lazy, jitted = OnnxRunner(data, jit=False), OnnxRunner(data)
+    for _ in range(3):
+        np.testing.assert_allclose(lazy({"h": heads})["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(jitted({"h": heads})["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_of_a_matmul_reads_the_product_stored_in_its_own_order():
     """Attention scores (MatMul of q and k transposed) feed Softmax and LogSoftmax: the product is stored in its own
     order (a CONTIGUOUS before the softmax), so the softmax reads rows as vectors rather than through the product's

@@ -8,6 +8,7 @@ from tinycore.nn.onnx.common import HALF_FLOATS, INT4_RANGES, device_dtype, onnx
 from tinycore.nn.onnx.registry import onnx_op
 from tinycore.nn.onnx.small_floats import CARRIED_FLOATS, carried_type, decode, encode, mark
 from tinycore.tensor import Tensor
+from tinycore.uop.ops import Ops
 
 
 def _same(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
@@ -414,12 +415,39 @@ def gemm(a: Tensor, b: Tensor, c: Tensor | None = None, alpha: float = 1.0, beta
     if a.dtype in HALF_FLOATS and b.dtype == a.dtype:
         wide_c = widened(c) if c is not None else None
         return gemm(widened(a), widened(b), wide_c, alpha, beta, transA, transB, broadcast).cast(a.dtype)
+    if not transA and _gathers_rows(a):
+        a = a.contiguous()
     product = (a.T if transA else a).matmul(b.T if transB else b)
     if alpha != 1.0:
         product = product * alpha
     if c is not None:
         product = product + (c * beta if beta != 1.0 else c)
     return product
+
+
+GATHERED_MIN_ROWS = 8
+"""Fewest rows of a Gemm's permuted A that `gemm` stores in its own order first (`_gathers_rows`)."""
+
+MOVEMENT_OPS = frozenset({Ops.RESHAPE, Ops.PERMUTE, Ops.EXPAND, Ops.SHRINK})
+
+
+def _gathers_rows(a: Tensor) -> bool:
+    """Whether `a`, a 2-D Gemm input of at least GATHERED_MIN_ROWS rows on a device whose renderer loops over rows
+    (CPU), is a view with a permute among its movement ops: its rows are then pieces of other rows (a transformer's
+    attention output, heads merged: 4 pieces of 64), which the matmul tile gathers. `gemm` then has the kernel that
+    computes `a` store it in row order, which costs that kernel nothing measurable (attention's product with V at
+    batch 8: 45-50 -> 47-62 us) and the product reads plain rows: the out_proj Gemm of bench_onnx's transformer,
+    DEBUG=2 minima, 267-286 -> 170-175 us per layer at batch 8 (189 -> 290 GFLOPS), 41-47 -> 33-41 at batch 1."""
+    from tinycore.tensor.conv_layouts import loops_over_rows
+    rows = a.shape[0] if a.ndim == 2 else 0
+    if not isinstance(rows, int) or rows < GATHERED_MIN_ROWS:
+        return False
+    node = a.uop
+    permuted = False
+    while node.op in MOVEMENT_OPS:
+        permuted = permuted or node.op is Ops.PERMUTE
+        node = node.src[0]
+    return permuted and loops_over_rows(a)
 
 
 @onnx_op("Einsum", 12)
