@@ -24,8 +24,9 @@ def dependents(root: UOp, keys: frozenset[UOp]) -> tuple[UOp, ...]:
     if found is None:
         affected: set[UOp] = set(keys)
         order = []
+        disjoint = affected.isdisjoint
         for node in root.toposort:
-            if node not in keys and any(source in affected for source in node.src):
+            if node not in keys and not disjoint(node.src):
                 affected.add(node)
                 order.append(node)
         found = cache[keys] = tuple(order)
@@ -46,8 +47,9 @@ def substitute_fold(root: UOp, mapping: dict[UOp, UOp], folded: dict[UOp, UOp] |
         folded = {}
     known = folded.get
     for node in dependents(root, frozenset(mapping)):
-        new_src = tuple([get(source, source) for source in node.src])
-        if new_src == node.src:
+        sources = node.src
+        new_src = tuple(map(get, sources, sources))
+        if new_src == sources:
             memo[node] = node
             continue
         built = UOp(node.op, node.dtype, new_src, node.arg)
