@@ -201,7 +201,7 @@ class UOp(ShapeMixin, metaclass=UOpMetaClass):
             node, sources_done = stack.pop()
             if node in order:
                 continue
-            if sources_done:
+            if sources_done or not node.src:  # a leaf is done when first reached
                 order[node] = None
             else:
                 stack.append((node, True))
