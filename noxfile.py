@@ -32,6 +32,58 @@ INSTANCES = {"cl": {"POCL_DEVICES": "pthread pthread"}}
 """Environment under which a plugin's software driver reports two devices, so conformance checks copies between two
 instances and a tensor sharded over them (PoCL reads POCL_DEVICES; other OpenCL drivers ignore it)."""
 
+OPENCL_BUILD_CHECK = """
+import pyopencl
+failures = []
+for platform in pyopencl.get_platforms():
+    for device in platform.get_devices():
+        try:
+            pyopencl.Program(pyopencl.Context([device]), "__kernel void k(__global int* a) { a[0] = 1; }").build()
+        except Exception as error:
+            lines = str(error).strip().splitlines()
+            first_error = next((line for line in lines if "error:" in line), lines[-1] if lines else "")
+            failures.append(f"{platform.name} / {device.name.strip()}: {first_error.strip()}")
+print("ok" if not failures else "fails: " + "; ".join(failures))
+"""
+"""Builds one kernel on every OpenCL device; its last line is "ok", or "fails: " and each failing device's first
+error line (drivers' warnings may come before it)."""
+
+INTEL_OPENCL = ("intel-opencl-rt", "intel-cmplr-lib-rt")
+"""Intel's OpenCL runtime for x86-64 CPUs (it runs on AMD's too) and the math libraries it links: the CL tests'
+driver where PoCL cannot build kernels. PoCL 3.0, which pyopencl's wheels bundle, compiles with LLVM 14, and LLVM 14
+names a CPU newer than it knows (AMD Zen 5, for one) "generic", a target its own clang then refuses."""
+
+
+def _last_line(output: object) -> str:
+    """The last non-empty line a silent `session.run` printed."""
+    lines = [line.strip() for line in str(output).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def opencl_environment(session: nox.Session) -> dict[str, str]:
+    """The environment under which the session's OpenCL driver builds kernels: empty when PoCL does; else Intel's
+    OpenCL CPU runtime, installed into the session and named to the ICD loader (with PoCL's devices turned off)."""
+    verdict = _last_line(session.run("python", "-c", OPENCL_BUILD_CHECK, silent=True))
+    if verdict.startswith("ok"):
+        return {}
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        session.log(f"the OpenCL driver cannot build kernels here ({verdict}), and no other CPU driver is known")
+        return {}
+    session.log(f"the OpenCL driver cannot build kernels on this CPU ({verdict}): installing Intel's OpenCL CPU "
+                "runtime for the CL tests")
+    session.install(*INTEL_OPENCL)
+    library_folder = os.path.join(str(session.virtualenv.location), "lib")
+    vendors = os.path.join(session.create_tmp(), "opencl-vendors")
+    os.makedirs(vendors, exist_ok=True)
+    with open(os.path.join(vendors, "intel-cpu.icd"), "w", encoding="utf-8") as registration:
+        registration.write(os.path.join(library_folder, "libintelocl.so") + "\n")
+    environment = {"OCL_ICD_VENDORS": vendors, "LD_LIBRARY_PATH": library_folder, "POCL_DEVICES": "none"}
+    verdict = _last_line(session.run("python", "-c", OPENCL_BUILD_CHECK, silent=True, env=environment))
+    if not verdict.startswith("ok"):
+        session.error(f"Intel's OpenCL CPU runtime cannot build kernels here either ({verdict})")
+    return environment
+
+
 KEEP_ENVIRONMENTS = os.environ.get("TINYCORE_NOX_KEEP", "") == "1"
 """Each session's environment (1-2 GB: torch, compilers' wheels) is deleted when the session ends, so a full run
 needs the disk of one environment, not of nineteen. TINYCORE_NOX_KEEP=1 keeps them, for quick reruns of one session
@@ -81,7 +133,7 @@ def tests(session: nox.Session) -> None:
     Arguments after `--` replace the test path: `nox -s tests -- tests/plugins/test_cli.py -x`."""
     plugin_arguments = [argument for name in PLUGINS for argument in ("-e", f"plugins/tiny-{name}[test]")]
     session.install("-e", ".[test]", *plugin_arguments, TORCH)
-    session.run("pytest", *(session.posargs or ["-n", "auto", "tests"]))
+    session.run("pytest", *(session.posargs or ["-n", "auto", "tests"]), env=opencl_environment(session))
 
 
 @nox.session
@@ -92,7 +144,8 @@ def plugin(session: nox.Session, name: str) -> None:
     tests move data to and from (no other plugin)."""
     host = [] if name == "cpu" else ["-e", "plugins/tiny-cpu"]
     session.install("-e", ".", "-e", f"plugins/tiny-{name}[test]", *host)
-    session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs)
+    session.run("pytest", f"plugins/tiny-{name}/tests", *session.posargs,
+                env=opencl_environment(session) if name == "cl" else {})
 
 
 OTHER_RENDERERS = {"cpu": ["CPU:LLVM", *(["CPU:X86"] if platform.machine().lower() in ("x86_64", "amd64") else [])]}
@@ -124,12 +177,13 @@ def conformance(session: nox.Session, name: str) -> None:
         session.log(f"{device} does not run on this machine ({str(output).strip()}); its plugin(NAME) tests ran")
         return
     session.install("-e", ".[testing]", TORCH)
+    instances = {**INSTANCES.get(name, {}), **(opencl_environment(session) if name == "cl" else {})}
     if device == "DISK":  # DISK devices are files: check one in the session's scratch directory
         device = f"DISK:{session.create_tmp()}/conformance.bin"
     for environment in environments:
-        session.run("tiny", "conformance", device, *session.posargs, env={**INSTANCES.get(name, {}), **environment})
+        session.run("tiny", "conformance", device, *session.posargs, env={**instances, **environment})
     for dev in OTHER_RENDERERS.get(name, []):  # the whole suite again with each renderer the device also offers
-        session.run("tiny", "conformance", device, *session.posargs, env={**INSTANCES.get(name, {}), "DEV": dev})
+        session.run("tiny", "conformance", device, *session.posargs, env={**instances, "DEV": dev})
 
 
 @nox.session

@@ -243,3 +243,11 @@ def test_arch_is_refused_and_unknown_thread_indices_raise():
     with pytest.raises(ValueError, match="no thread index 'core_id2'"):
         OpenCLRenderer().render_special("core_id2")
     assert OpenCLRenderer().render_special("idx1") == "get_global_id(1)"
+
+
+def test_a_driver_that_does_not_know_the_cpu_gets_a_hint_and_a_kernel_error_none():
+    from tiny_cl.compiler import _driver_hint
+    pocl_log = "error: unknown target CPU 'generic'\nDevice pthread-AMD EPYC failed to build the program"
+    hint = _driver_hint(pocl_log)
+    assert "does not know this CPU" in hint and "intel-opencl-rt" in hint and "DEV=CPU" in hint
+    assert _driver_hint("<source>:1:49: error: use of undeclared identifier 'undefined_name'") == ""

@@ -88,13 +88,26 @@ class CLCompiler(Compiler):
         except pyopencl.Error as error:
             log = _build_log(program, self.opened)
             raise CompileError(f"the OpenCL driver failed to build a kernel for {self.opened.describe()} "
-                               f"({type(error).__name__}); its build log follows",
+                               f"({type(error).__name__}){_driver_hint(log or str(error))}; its build log follows",
                                log=(log or str(error)) + "\n--- source ---\n" + src) from error
         binaries = program.get_info(pyopencl.program_info.BINARIES)
         if not binaries or not binaries[0]:
             raise CompileError(f"the OpenCL driver of {self.opened.describe()} built the kernel but returned no "
                                "binary (CL_PROGRAM_BINARIES is empty)")
         return pack_binary(bytes(binaries[0]), KernelFacts(depends_on_group_shape(src), written_parameters(src)))
+
+
+UNKNOWN_CPU_HINT = (": the driver's compiler does not know this CPU (PoCL 3.0, which pyopencl's wheels bundle, builds "
+                    "with LLVM 14 and cannot target CPUs newer than it, AMD Zen 5 among them). Use another OpenCL "
+                    "driver: a newer PoCL, or Intel's CPU runtime (pip install intel-opencl-rt intel-cmplr-lib-rt, "
+                    "then OCL_ICD_VENDORS=a folder holding a .icd file that names $VIRTUAL_ENV/lib/libintelocl.so, "
+                    "and LD_LIBRARY_PATH=$VIRTUAL_ENV/lib), or DEV=CPU")
+"""What to do when the driver's compiler rejects the host CPU's name (its log says "unknown target CPU")."""
+
+
+def _driver_hint(log: str) -> str:
+    """A hint to add to a build failure whose cause is the driver, not the kernel; '' when there is none."""
+    return UNKNOWN_CPU_HINT if "unknown target CPU" in log else ""
 
 
 def _build_log(program: object, opened: OpenedDevice) -> str:
