@@ -20,7 +20,7 @@ from tinycore.uop.uop import UOp
 
 if TYPE_CHECKING:
     from tiny_cpu.device import CPUDevice
-    from tinycore.hcq import HCQCompiled
+    from tinycore.hcq.queue import QueueDevice
 
 EXEC, SIGNAL, WAIT, COPY, TIMESTAMP, BARRIER = 1, 2, 3, 4, 5, 6
 WORDS = 6
@@ -66,7 +66,7 @@ class CPUComputeQueue(HWQueue):
     def _encode_memory_barrier(self) -> None:
         self.emit(BARRIER, 0, 0, 0, 0, 0)
 
-    def _bind(self, device: HCQCompiled) -> None:
+    def _bind(self, device: QueueDevice) -> None:
         self._bound = (ctypes.c_longlong * max(1, len(self.words)))(*self.words)
         # a bound queue is resubmitted on every TinyJit replay: its symbolic words go straight into the array (the
         # array's own item setter, no Python frame per word) and the submission calls the C queue directly
@@ -77,7 +77,7 @@ class CPUComputeQueue(HWQueue):
     def _patch(self, position: int, value: int) -> None:
         self._bound[position] = value
 
-    def _submit(self, device: HCQCompiled) -> None:
+    def _submit(self, device: QueueDevice) -> None:
         target = self._target
         if target is not None:  # bound: submit() checked that `device` is the one it is bound to
             status = target[0](target[1], self._bound, target[2])

@@ -983,8 +983,8 @@ def _integer_alu(ctx: Selection, uop: UOp) -> str:
             ctx.builder.emit("mov", result, left)
             ctx.builder.emit(name, result, right & (bits - 1))
         else:  # BMI2 takes the count in any register (the legacy form wants cl); it masks the count as C's shift does
-            count = right if right.bits == bits else _resized(ctx, right, bits)
-            ctx.builder.emit(name + "x", result, ctx.register(uop.src[0]), count)
+            shift_count = right if right.bits == bits else _resized(ctx, right, bits)
+            ctx.builder.emit(name + "x", result, ctx.register(uop.src[0]), shift_count)
     elif operation is Ops.MUL and (isinstance(right, int) or isinstance(left, int)):
         constant, other = (right, uop.src[0]) if isinstance(right, int) else (left, uop.src[1])
         ctx.builder.emit("imul", result, ctx.register(other), constant)
