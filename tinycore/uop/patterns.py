@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -471,6 +472,10 @@ class _RulesByOp(dict):
         return found
 
 
+_op_of = operator.attrgetter("op")
+"""A node's op, read in C (the key of PatternMatcher.by_shape is built for every node rewritten)."""
+
+
 class PatternMatcher:
     """An ordered list of rewrite rules `(UPat, callable)`, indexed by the op at the pattern's root.
 
@@ -491,6 +496,8 @@ class PatternMatcher:
         # op -> the rules whose root can have that op, compiled and indexed on first use
         self.by_op: dict[Ops, tuple[tuple[CompiledRule, tuple[Ops, ...]], ...]] = \
             _RulesByOp(_rules)
+        # (op, the sources' ops...) -> the rules of by_op[op] whose early-reject ops are all among the sources' ops
+        self.by_shape: dict[tuple[Ops, ...], tuple[CompiledRule, ...]] = {}
 
     def __add__(self, other: PatternMatcher) -> PatternMatcher:
         if not isinstance(other, PatternMatcher):
@@ -502,24 +509,24 @@ class PatternMatcher:
 
     def rewrite(self, uop: UOp, ctx: object = None) -> UOp | None:
         """The first rule result for `uop` that is a different UOp, or None when no rule applies."""
-        rules = self.by_op[uop.op]
-        sources = uop.src
-        for rule, early_reject in rules:
-            if early_reject:  # every op listed must be the op of some source (identity tests, no hashing)
-                rejected = False
-                for required in early_reject:
-                    for source in sources:
-                        if source.op is required:
-                            break
-                    else:
-                        rejected = True
-                        break
-                if rejected:
-                    continue
+        shape = (uop.op, *map(_op_of, uop.src))
+        rules = self.by_shape.get(shape)
+        if rules is None:
+            rules = self._rules_for(shape)
+        for rule in rules:
             result = rule(uop, ctx)
             if result is not None:
                 return result
         return None
+
+    def _rules_for(self, shape: tuple[Ops, ...]) -> tuple[CompiledRule, ...]:
+        """The rules that can match a node of op `shape[0]` over sources of ops `shape[1:]`: a rule's early-reject
+        ops (each must be some source's op) are tested once per shape, not once per node."""
+        source_ops = set(shape[1:])
+        found = tuple(rule for rule, early_reject in self.by_op[shape[0]]
+                      if all(required in source_ops for required in early_reject))
+        self.by_shape[shape] = found
+        return found
 
 
 class RewriteCycleError(RuntimeError):
