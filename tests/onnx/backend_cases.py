@@ -11,6 +11,7 @@ import json
 import os
 import pathlib
 import shutil
+import tempfile
 import warnings
 
 import onnx
@@ -37,20 +38,24 @@ def _serialized(value: object, type_proto: onnx.TypeProto, name: str) -> bytes:
 
 
 def write_node_cases(directory: pathlib.Path | None = None) -> pathlib.Path:
-    """Write every node case under `directory`/node unless a finished write is already there; the node folder."""
+    """Write every node case under `directory`/node unless a finished write is already there; the node folder.
+
+    Several processes may ask at once (pytest-xdist workers collecting on a fresh machine): each writes into a
+    private folder and renames it to `node` in one step, so a reader sees no folder or a whole one; a process whose
+    rename loses to another's keeps the winner's and deletes its own."""
     root = directory or cache_dir()
     node_dir = root / "node"
-    if (root / "complete").exists():
+    if _finished(root):
         return node_dir
     from onnx.backend.test.case.node import collect_testcases
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cases = collect_testcases()
-    if node_dir.exists():
-        shutil.rmtree(node_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=".node-writing-", dir=root))
     for case in cases:
         assert case.model is not None and case.data_sets is not None
-        case_dir = node_dir / case.name
+        case_dir = staging / case.name
         case_dir.mkdir(parents=True)
         (case_dir / "model.onnx").write_bytes(case.model.SerializeToString())
         (case_dir / "data.json").write_text(json.dumps({"rtol": case.rtol, "atol": case.atol}))
@@ -64,5 +69,22 @@ def write_node_cases(directory: pathlib.Path | None = None) -> pathlib.Path:
             for position, value in enumerate(outputs):
                 info = graph.output[position]
                 (data_dir / f"output_{position}.pb").write_bytes(_serialized(value, info.type, info.name))
-    (root / "complete").write_text(onnx.__version__)
+    (staging / FINISHED).write_text(onnx.__version__)
+    if node_dir.exists() and not _finished(root):  # a write cut off before this layout: nothing reads it
+        shutil.rmtree(node_dir, ignore_errors=True)
+    try:
+        staging.rename(node_dir)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _finished(root):
+            raise
     return node_dir
+
+
+FINISHED = ".finished"
+"""The file a whole write of the node cases ends with, inside the folder that is renamed to `node`."""
+
+
+def _finished(root: pathlib.Path) -> bool:
+    """Whether `root` holds a whole write (this layout's marker, or the earlier layout's `complete` beside it)."""
+    return (root / "node" / FINISHED).exists() or (root / "complete").exists()
