@@ -57,8 +57,11 @@ def range_dependencies(root: UOp) -> dict[UOp, frozenset[UOp]]:
     """For every node under `root`, the RANGEs it depends on (a REDUCE does not depend on the ranges it reduces
     over)."""
     deps: dict[UOp, frozenset[UOp]] = {}
+    of = deps.__getitem__
+    empty: frozenset[UOp] = frozenset()
     for node in root.toposort:
-        found = frozenset().union(*(deps[source] for source in node.src)) if node.src else frozenset()
+        sources = node.src
+        found = (of(sources[0]) if len(sources) == 1 else empty.union(*map(of, sources))) if sources else empty
         if node.op is Ops.RANGE:
             found = found | {node}
         elif node.op is Ops.REDUCE:
