@@ -149,3 +149,47 @@ def test_model_prefill_in_integers_matches_reference(tmp_path: object, matrix_ty
     with Context(INT8_PREFILL=1):
         got = Transformer.from_gguf(path, max_context=64)([tokens], 0).numpy()[0]
     numpy.testing.assert_allclose(got, expected, rtol=0, atol=0.025 * numpy.abs(expected).max())
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_product_kernel_tiles_rows_and_outputs_where_declared(declared: bool) -> None:
+    """Where the renderer declares int8 dot products, the product kernel's register tile takes ROW_GROUP rows per
+    loaded weight word and DOT4_OUTPUTS outputs per loaded word of x (tinycore.codegen.optimize.Heuristic.dot4_tile);
+    elsewhere it keeps the small-axis upcast of the rows alone. The product as this host runs it equals numpy's
+    integer sums (Q8_0's bytes and scales read straight from the blocks)."""
+    from tinycore.codegen import lower_to_program
+    from tinycore.codegen.int8_dot import dot4_words
+    from tinycore.codegen.opt import Kernel, OptOps
+    from tinycore.codegen.optimize import DOT4_OUTPUTS, choose_optimizations
+    from tinycore.device.registry import Device
+    from tinycore.engine.memory import device_facts
+    from tinycore.helpers import prod
+    from tinycore.schedule import create_schedule
+    outputs, inputs, rows = 16, 256, 8
+    blocks = random_blocks("Q8_0", outputs * inputs // 32, seed=4)
+    x = _activations(rows, inputs, seed=4)
+    int8_module.forget_quantized()
+    quantized = int8_module.quantize_rows(Tensor(x).realize())
+    slab = int8_module.integer_slab(Tensor(blocks).realize(), TYPE_IDS["Q8_0"], inputs, 0, outputs)
+    product = int8_module.int8_product(quantized, slab)
+    asts = [item.ast for item in create_schedule([product.uop], device_facts).items if not item.is_copy]
+    [ast] = [ast for ast in asts if dot4_words(ast) is not None]
+    renderer = Device["CPU"].renderer
+    before = renderer.int8_dot_products
+    try:
+        renderer.int8_dot_products = declared
+        choices = choose_optimizations(Kernel(ast), renderer)
+        program = lower_to_program(ast, renderer)
+    finally:
+        renderer.int8_dot_products = before
+    upcast = prod(opt.amount for opt in choices.opts if opt.op is OptOps.UPCAST)
+    assert upcast == int8_module.ROW_GROUP * (DOT4_OUTPUTS if declared else 1), choices.opts
+    assert ("tc_dot4_u8s8_" in program.src) == declared
+    got = product.numpy()
+    values, scale = _numpy_quantized(x)
+    integers = blocks.view(numpy.uint8).reshape(outputs, inputs // 32, 34)
+    weight_scale = integers[..., :2].copy().view(numpy.float16)[..., 0].astype(numpy.float64)
+    weight = integers[..., 2:].view(numpy.int8).astype(numpy.float64)  # (outputs, blocks, 32)
+    sums = numpy.einsum("rbi,obi->rob", values.astype(numpy.float64), weight)  # exact integer sums per block
+    expected = (sums * scale[:, None, :] * weight_scale[None]).sum(-1)
+    numpy.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * numpy.abs(expected).max())

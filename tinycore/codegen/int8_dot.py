@@ -144,6 +144,16 @@ int8_dot_rules = PatternMatcher([(UPat(Ops.ADD, name="total"), fuse_dot4)])
 renderers that declare int8_dot_products."""
 
 
+def dot4_words(ast: UOp) -> tuple[UOp, UOp] | None:
+    """The (unsigned, signed) words of the first dot4_bytes term in the kernel `ast` (an unsigned byte of one word
+    times the same signed byte of another), before the pass rewrites it; None when it has none (the heuristic's tile
+    for integer products)."""
+    for node in ast.toposort:
+        if node.op is Ops.MUL and (found := _byte_product(node)) is not None:
+            return found[0], found[1]
+    return None
+
+
 def _is_dot4(uop: UOp) -> bool:
     return uop.op is Ops.CUSTOM and str(uop.arg).startswith(f"{DOT4_NAME}_{uop.dtype.count}(")
 

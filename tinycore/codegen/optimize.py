@@ -14,7 +14,9 @@ CPU kernels, in this order:
 3. kernels with at least MIN_THREAD_WORK elements of work (MIN_THREAD_ELEMENTWISE outputs without a reduce) are
    split across the CPU workers on the outermost axis that is big enough (of a product's, the one whose split makes
    the shares read again the fewest bytes of the inputs), in SHARES_PER_WORKER shares per worker when each share
-   keeps at least MIN_SHARE_WORK;
+   keeps at least MIN_SHARE_WORK (before that, a kernel of int8 dot products, where the renderer declares them, gets
+   its small axis of rows upcast whole and DOT4_OUTPUTS of its outputs: a loaded word of either input serves
+   several products);
 4. small output axes are upcast and small reduce axes unrolled completely.
 """
 from __future__ import annotations
@@ -23,6 +25,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum, auto
 
+from tinycore.codegen.int8_dot import dot4_words
 from tinycore.codegen.opt import Kernel, KernelOptError, Opt, OptOps, default_worker_count
 from tinycore.codegen.split_ranges import replace_range
 from tinycore.dtype import DType, dtypes
@@ -160,6 +163,12 @@ COLUMN_VECTORS = 4
 """Vectors of columns a reduce over a strided axis (a sum over rows) keeps as accumulators: 4 float8 read two whole
 cache lines per row and pass over the input a quarter as often as one vector does."""
 
+DOT4_OUTPUTS = 2
+"""Outputs of an int8 dot product kernel that share each loaded signed word (Heuristic.dot4_tile). With 4 rows of 8
+int32 lanes, 2 outputs make 8 float8 accumulators: a 4096 x 2048 Q8_0 slab times 64 rows, one thread, 12.1-13.1 ms
+with 1 output, 9.3-10.4 ms with 2; run beside each other 9.4-9.6 ms with 2 and 10.2-10.4 ms with 4 (16
+accumulators: all 16 ymm registers that gcc 12 may use without AVX512VL)."""
+
 
 def vector_width(renderer: RendererContract, dtype: DType) -> int:
     """The widest vector of scalar `dtype` the renderer supports, up to one preferred-size register (1: none)."""
@@ -288,6 +297,7 @@ class Heuristic:
             return list(self.kernel.applied)
         if not self.matmul_tile() and not self.dot_tile() and not self.matmul_tile(gathered=True):
             self.vectorize()
+        self.dot4_tile()
         self.threads()
         self.small_axes()
         return list(self.kernel.applied)
@@ -893,6 +903,31 @@ class Heuristic:
             if size is not None and 1 < size <= SMALL_UNROLL and size == self.original_sizes.get(axis_id(range_node)) \
                     and self.upcast_product() * self.unroll_product() * size <= SMALL_AXES_EXPANSION:
                 self.attempt(range_node, OptOps.UNROLL, size, "small reduce")
+
+    def dot4_tile(self) -> None:
+        """A register tile for a kernel of int8 dot products (tinycore.codegen.int8_dot, where the renderer declares
+        them): its small axis of rows (only the signed words follow it, at most SMALL_UPCAST) upcast whole, so each
+        loaded unsigned word serves every row, and DOT4_OUTPUTS of its axis of outputs (only the unsigned words
+        follow it), so each loaded signed word serves that many outputs. Before the split across workers, which
+        takes an axis out of the loops that opts reach."""
+        if not self.renderer.int8_dot_products or (words := dot4_words(self.kernel.ast)) is None:
+            return
+        unsigned, signed = (strip_casts(word) for word in words)
+        if any(word.op is not Ops.LOAD or word.src[0].op is not Ops.INDEX for word in (unsigned, signed)):
+            return
+
+        def follows(load: UOp, axis: UOp) -> bool:
+            return axis_stride(load.src[0].src[1], axis) != 0
+
+        axes = [axis for axis in reversed(self.output_axes()) if range_size(axis) is not None]
+        rows = next((axis for axis in axes if follows(signed, axis) and not follows(unsigned, axis)
+                     and 1 < (range_size(axis) or 0) <= SMALL_UPCAST), None)
+        outputs = next((axis for axis in axes if follows(unsigned, axis) and not follows(signed, axis)
+                        and (range_size(axis) or 0) % DOT4_OUTPUTS == 0), None)
+        if rows is None or outputs is None or not self.attempt(rows, OptOps.UPCAST, range_size(rows) or 1,
+                                                                "int8 dot products, rows per unsigned word"):
+            return
+        self.attempt(outputs, OptOps.UPCAST, DOT4_OUTPUTS, "int8 dot products, outputs per signed word")
 
     def work(self) -> int:
         """Elements of work: the outputs, plus for each reduce the sizes of the loops it runs in (its own and the

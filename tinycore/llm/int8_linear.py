@@ -20,9 +20,11 @@ if TYPE_CHECKING:
 
 INT8_PREFILL = ContextVar("INT8_PREFILL", 0)
 """1: prefill products of quantized weights run in integers (int8_linear) on devices that declare int8 dot
-products. Off by default: on the 2-core Zen 4 development machine (AVX-512 VNNI) the product kernel runs on vpdpbusd,
-but its tile (4 rows x 1 output, a convert, a scale product and a multiply-add per block and row) keeps it at 1.3x the
-CPU time of the float32 slabs' register-tiled FMA product (docs/llm.md, "Prefill in integers")."""
+products. Off by default: on the 2-core Zen 4 development machine (AVX-512 VNNI) the product kernel runs on vpdpbusd
+with a register tile of 4 rows x 2 outputs (tinycore.codegen.optimize.Heuristic.dot4_tile), as fast as the float32
+slabs' register-tiled FMA product, but a whole linear (the slab conversions and the minimums' product included) is
+still 0.95-1.22x the float32 slabs' CPU time for Q8_0 and Q4_0 and 1.33-1.44x for Q4_K (docs/llm.md, "Prefill in
+integers")."""
 
 LANES = 8
 """int32 lanes of a block: each holds 4 adjacent values (a word of 4 bytes), its 4 products summed by one dot4_bytes,
