@@ -1,10 +1,14 @@
 """Linearization: program order, loop structure, accumulators, hoisting, sharing and index simplification."""
 from __future__ import annotations
 
+import gc
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from codegen_kernels import (
     CASES,
+    Case,
     ScalarRenderer,
     VectorCPURenderer,
     buffer,
@@ -211,3 +215,28 @@ def test_interpreter_reports_out_of_bounds_access() -> None:
     uops = linearize(ast, ScalarRenderer(), [])
     with pytest.raises(InterpreterError, match="outside a buffer of 4"):
         run_linear(uops, [np.zeros(8, np.float32), np.zeros(4, np.float32)])
+
+
+@pytest.mark.parametrize("build", [lambda: matmul(32, 48, 40), lambda: softmax_numerator(8, 64)],
+                         ids=["matmul", "softmax_numerator"])
+def test_linearizing_a_kernel_leaves_nothing_for_the_cyclic_collector(build: Callable[[], Case]) -> None:
+    """Codegen runs with the cyclic collector paused, so its garbage must go by reference counting: a reference
+    cycle per kernel (a nested function naming itself, an object held by its own callback) kept each kernel's walk
+    state until a collection walked it."""
+    renderer = VectorCPURenderer()
+    case = build()
+    linearize(case.ast, renderer)  # the first use compiles rule sets and fills caches that stay
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # what a collection finds stays in gc.garbage, to be read
+    try:
+        program = linearize(case.ast, renderer)
+        gc.collect()
+        # the pytest worker's own threads may leave garbage of theirs meanwhile: only codegen's counts
+        left = [found for found in gc.garbage if isinstance(found, UOp) or
+                str(getattr(found, "__module__", "")).startswith("tinycore")]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert program and left == []
