@@ -345,23 +345,9 @@ def realize_uops(uops: Sequence[UOp]) -> list[UOp]:
     the input already was one. Nodes realized by earlier calls are read from their buffers, not recomputed, until
     a realize that runs an ASSIGN (after which any remembered result may be stale).
     """
-    eager = None
-    if len(uops) == 1 and not _capturing:
-        # one elementwise op over realized buffers and constants: straight to its launch when its structure has an
-        # eager plan (tinycore/engine/eager.py), before anything else (the launch follows at once: telling the device
-        # that launches may come gains nothing)
-        only = uops[0]
-        eager = eager_key(only)
-        if eager is not None:
-            shortcut = eager_plans.get(eager[0])
-            if (shortcut is not None and shortcut.threads == _eager.shortcut_threads
-                    and shortcut.generation == _schedule_cache._generation and not _viz.ENABLED):
-                result = run_eager_plan(shortcut, eager[1])
-                # _remember's work for one computed node
-                only.__dict__[_KNOWN_ATTRIBUTE] = (_generation, weakref.ref(result))
-                _remembered_references.add(weakref.ref(only, _discard_reference))
-                return [result]
-    return _realize_scheduled(uops, eager)
+    if len(uops) == 1:  # the eager shortcut's route, its result remembered on the node
+        return [realize_one(uops[0], True)]
+    return _realize_scheduled(uops, None)
 
 
 def _sole_holders() -> int:
